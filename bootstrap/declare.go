@@ -1,0 +1,319 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Spec is everything orderstore declares at start-up.
+type Spec struct {
+	// Stream is ORDER_EVENTS (or its configured name).
+	Stream jetstream.StreamConfig
+	// Consumer is the built-in processor's durable consumer; nil declares none.
+	Consumer *jetstream.ConsumerConfig
+	// DeadLetter is the dead-letter stream; nil declares none.
+	DeadLetter *jetstream.StreamConfig
+	// Projection is the projection KV bucket; nil declares none.
+	Projection *jetstream.KeyValueConfig
+}
+
+// Change is one field that Declare changed on an existing object.
+type Change struct {
+	Object string // `stream "ORDER_EVENTS"`
+	Field  string // config key, e.g. "max_bytes"
+	Before string
+	After  string
+}
+
+func (c Change) String() string {
+	return fmt.Sprintf("%s %s: %s -> %s", c.Object, c.Field, c.Before, c.After)
+}
+
+// Result says what Declare did.
+type Result struct {
+	Created []string // objects created, e.g. `stream "ORDER_EVENTS"`
+	Changes []Change // safe changes applied to existing objects
+}
+
+// DriftError is a difference between the declared and the stored
+// configuration that Declare refuses to apply because it would lose data or
+// change semantics (storage type, retention, subjects removed, ...).
+type DriftError struct {
+	Object  string
+	Changes []Change
+	hint    string
+}
+
+func (e *DriftError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "declare %s: refusing a destructive change to the stored configuration:", e.Object)
+	for _, c := range e.Changes {
+		fmt.Fprintf(&b, "\n  %s: stored %s, config wants %s", c.Field, c.Before, c.After)
+	}
+	return b.String()
+}
+
+// Hint says what to do.
+func (e *DriftError) Hint() string { return e.hint }
+
+// Declare creates or updates, idempotently, the stream, the dead-letter
+// stream, the projection bucket and the durable consumer of spec. Safe
+// differences (limits, max_deliver, ack_wait, added subjects) are applied
+// and logged as before/after; destructive ones return a *DriftError and
+// change nothing.
+func Declare(ctx context.Context, js jetstream.JetStream, spec Spec, logger *slog.Logger) (*Result, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	res := &Result{}
+	if err := declareStream(ctx, js, spec.Stream, res); err != nil {
+		return res, err
+	}
+	if spec.DeadLetter != nil {
+		if err := declareStream(ctx, js, *spec.DeadLetter, res); err != nil {
+			return res, err
+		}
+	}
+	if spec.Projection != nil {
+		if err := declareBucket(ctx, js, *spec.Projection, res); err != nil {
+			return res, err
+		}
+	}
+	if spec.Consumer != nil {
+		if err := declareConsumer(ctx, js, spec.Stream.Name, *spec.Consumer, res); err != nil {
+			return res, err
+		}
+	}
+	for _, o := range res.Created {
+		logger.Info("declared", "object", o)
+	}
+	for _, c := range res.Changes {
+		logger.Info("config change applied", "object", c.Object, "key", c.Field, "before", c.Before, "after", c.After)
+	}
+	return res, nil
+}
+
+func declareStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, res *Result) error {
+	obj := fmt.Sprintf("stream %q", want.Name)
+	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateStream(ctx, want); err != nil {
+			return errorf("declare", obj, streamHint(err), err)
+		}
+		res.Created = append(res.Created, obj)
+		return nil
+	}
+	if err != nil {
+		return errorf("declare", obj, "", err)
+	}
+	have := s.CachedInfo().Config
+	state := s.CachedInfo().State
+
+	var bad []Change
+	if have.Storage != want.Storage {
+		bad = append(bad, Change{obj, "storage", have.Storage.String(), want.Storage.String()})
+	}
+	if have.Retention != want.Retention {
+		bad = append(bad, Change{obj, "retention", have.Retention.String(), want.Retention.String()})
+	}
+	var removed []string
+	for _, subj := range have.Subjects {
+		if !slices.Contains(want.Subjects, subj) {
+			removed = append(removed, subj)
+		}
+	}
+	if len(removed) > 0 {
+		bad = append(bad, Change{obj, "subjects", fmt.Sprintf("%q", have.Subjects), fmt.Sprintf("%q (removes %q: stored events on them would no longer match)", want.Subjects, removed)})
+	}
+	if have.Replicas != want.Replicas && want.Replicas != 0 {
+		bad = append(bad, Change{obj, "replicas", fmt.Sprint(have.Replicas), fmt.Sprint(want.Replicas)})
+	}
+	if len(bad) > 0 {
+		return &DriftError{Object: obj, Changes: bad, hint: fmt.Sprintf(
+			"to keep the stored events, set these keys back to the stored values; to really change them, back up the stream (nats stream backup %s DIR), remove it (nats stream rm %s) and start again",
+			want.Name, want.Name)}
+	}
+
+	var safe []Change
+	add := func(field string, before, after any) {
+		if fmt.Sprint(before) != fmt.Sprint(after) {
+			safe = append(safe, Change{obj, field, fmt.Sprint(before), fmt.Sprint(after)})
+		}
+	}
+	add("subjects", fmt.Sprintf("%q", have.Subjects), fmt.Sprintf("%q", want.Subjects))
+	add("max_age", durStr(have.MaxAge), durStr(want.MaxAge))
+	add("max_bytes", FormatBytes(have.MaxBytes), FormatBytes(orUnlimited(want.MaxBytes)))
+	add("max_msgs", limitStr(have.MaxMsgs), limitStr(orUnlimited(want.MaxMsgs)))
+	add("max_msg_size", FormatBytes(int64(have.MaxMsgSize)), FormatBytes(int64(orUnlimited32(want.MaxMsgSize))))
+	add("discard", have.Discard.String(), want.Discard.String())
+	if want.Duplicates != 0 {
+		add("duplicate_window", durStr(have.Duplicates), durStr(want.Duplicates))
+	}
+	if len(safe) == 0 {
+		return nil
+	}
+	// Keep what the server owns and we do not declare.
+	upd := want
+	if upd.Duplicates == 0 {
+		upd.Duplicates = have.Duplicates
+	}
+	if _, err := js.UpdateStream(ctx, upd); err != nil {
+		return errorf("declare", obj, streamHint(err), err)
+	}
+	for _, c := range safe {
+		if c.Field == "max_bytes" && want.MaxBytes > 0 && int64(state.Bytes) > want.MaxBytes {
+			c.After += fmt.Sprintf(" (below the %s stored: the oldest events were discarded)", FormatBytes(int64(state.Bytes)))
+		}
+		if c.Field == "max_msgs" && want.MaxMsgs > 0 && int64(state.Msgs) > want.MaxMsgs {
+			c.After += fmt.Sprintf(" (below the %d stored: the oldest events were discarded)", state.Msgs)
+		}
+		res.Changes = append(res.Changes, c)
+	}
+	return nil
+}
+
+func declareBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, res *Result) error {
+	obj := fmt.Sprintf("kv bucket %q", want.Bucket)
+	kv, err := js.KeyValue(ctx, want.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		if _, err := js.CreateKeyValue(ctx, want); err != nil {
+			return errorf("declare", obj, "", err)
+		}
+		res.Created = append(res.Created, obj)
+		return nil
+	}
+	if err != nil {
+		return errorf("declare", obj, "", err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return errorf("declare", obj, "", err)
+	}
+	if st.BackingStore() != "JetStream" {
+		return errorf("declare", obj, "", fmt.Errorf("unexpected backing store %q", st.BackingStore()))
+	}
+	if ks, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		have := ks.StreamInfo().Config
+		if have.Storage != want.Storage {
+			return &DriftError{Object: obj, Changes: []Change{{obj, "storage", have.Storage.String(), want.Storage.String()}},
+				hint: "remove the bucket (nats kv rm " + want.Bucket + ") and restart: the processor rebuilds the projection from the stream"}
+		}
+	}
+	return nil
+}
+
+func declareConsumer(ctx context.Context, js jetstream.JetStream, stream string, want jetstream.ConsumerConfig, res *Result) error {
+	obj := fmt.Sprintf("consumer %q on stream %q", want.Durable, stream)
+	c, err := js.Consumer(ctx, stream, want.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if _, err := js.CreateConsumer(ctx, stream, want); err != nil {
+			return errorf("declare", obj, "", err)
+		}
+		res.Created = append(res.Created, obj)
+		return nil
+	}
+	if err != nil {
+		return errorf("declare", obj, "", err)
+	}
+	have := c.CachedInfo().Config
+
+	var bad []Change
+	if have.AckPolicy != want.AckPolicy {
+		bad = append(bad, Change{obj, "ack_policy", have.AckPolicy.String(), want.AckPolicy.String()})
+	}
+	if have.DeliverPolicy != want.DeliverPolicy {
+		bad = append(bad, Change{obj, "deliver_policy", have.DeliverPolicy.String(), want.DeliverPolicy.String()})
+	}
+	if have.DeliverSubject != "" {
+		bad = append(bad, Change{obj, "type", "push consumer (deliver subject " + have.DeliverSubject + ")", "pull consumer"})
+	}
+	if have.Durable == "" {
+		bad = append(bad, Change{obj, "durable", "ephemeral", "durable"})
+	}
+	if len(bad) > 0 {
+		return &DriftError{Object: obj, Changes: bad, hint: fmt.Sprintf(
+			"something other than orderstore created a consumer named %q (an ad-hoc CLI consumer?); remove it with `nats consumer rm %s %s` and restart: the processor resumes from the stream and its projection skips what it already applied",
+			want.Durable, stream, want.Durable)}
+	}
+
+	var safe []Change
+	add := func(field string, before, after any) {
+		if fmt.Sprint(before) != fmt.Sprint(after) {
+			safe = append(safe, Change{obj, field, fmt.Sprint(before), fmt.Sprint(after)})
+		}
+	}
+	add("ack_wait", durStr(have.AckWait), durStr(want.AckWait))
+	add("max_deliver", have.MaxDeliver, want.MaxDeliver)
+	add("max_ack_pending", have.MaxAckPending, want.MaxAckPending)
+	add("filter_subject", have.FilterSubject, want.FilterSubject)
+	add("backoff", durList(have.BackOff), durList(want.BackOff))
+	if len(safe) == 0 {
+		return nil
+	}
+	if _, err := js.UpdateConsumer(ctx, stream, want); err != nil {
+		return errorf("declare", obj, "", err)
+	}
+	res.Changes = append(res.Changes, safe...)
+	return nil
+}
+
+func streamHint(err error) string {
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode {
+		case jetstream.JSErrCodeStreamNameInUse:
+			return "a stream with another configuration already uses this name"
+		case 10065: // subjects overlap
+			return "another stream already captures these subjects; remove it or change stream.subjects"
+		case 10047: // insufficient resources
+			return "stream.max_bytes does not fit in jetstream.max_file_store next to the other streams (dead letters, projection): raise max_file_store or lower max_bytes"
+		}
+	}
+	return ""
+}
+
+func durStr(d time.Duration) string {
+	if d == 0 {
+		return "unlimited"
+	}
+	return d.String()
+}
+
+func durList(l []time.Duration) string {
+	if len(l) == 0 {
+		return "[]"
+	}
+	s := make([]string, len(l))
+	for i, d := range l {
+		s[i] = d.String()
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
+
+func limitStr(n int64) string {
+	if n < 0 {
+		return "unlimited"
+	}
+	return fmt.Sprint(n)
+}
+
+func orUnlimited(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+func orUnlimited32(n int32) int32 {
+	if n == 0 {
+		return -1
+	}
+	return n
+}

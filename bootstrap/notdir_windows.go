@@ -1,0 +1,10 @@
+//go:build windows
+
+package bootstrap
+
+import (
+	"errors"
+	"syscall"
+)
+
+func isNotDir(err error) bool { return errors.Is(err, syscall.ERROR_PATH_NOT_FOUND) }

@@ -1,0 +1,224 @@
+package bootstrap
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// LockFileName is the lock file Preflight holds inside store_dir.
+const LockFileName = "orderstore.lock"
+
+// PreflightConfig is what Preflight checks.
+type PreflightConfig struct {
+	// StoreDir is the JetStream storage directory (jetstream.store_dir).
+	StoreDir string
+	// MaxFileStore is the disk JetStream may use, in bytes.
+	MaxFileStore int64
+	// Headroom is the free disk wanted beyond what JetStream may still grow
+	// into, in bytes.
+	Headroom int64
+	// AllowLowDisk turns a failed free-disk check into a warning.
+	AllowLowDisk bool
+}
+
+// Report is what Preflight found.
+type Report struct {
+	StoreDir  string   // absolute path
+	FreeBytes uint64   // free disk for an unprivileged user
+	UsedBytes int64    // bytes already under StoreDir/jetstream
+	Warnings  []string // problems let through by AllowLowDisk
+}
+
+// Lock is the exclusive lock on a store directory. Release it after the
+// server has shut down.
+type Lock struct {
+	f    *os.File
+	path string
+}
+
+// Path returns the lock file's path.
+func (l *Lock) Path() string { return l.path }
+
+// Release drops the lock. It is safe to call more than once.
+func (l *Lock) Release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := errors.Join(unlock(l.f), l.f.Close())
+	l.f = nil
+	return err
+}
+
+// ErrLocked is matched (errors.Is) when another live process holds the
+// store directory.
+var ErrLocked = errors.New("store_dir is locked by another process")
+
+// Preflight runs before nats-server starts: store_dir exists (created if
+// missing) and is a directory, a probe file can be created, written,
+// fsynced and removed, nobody else holds it, and the disk has room for
+// MaxFileStore plus Headroom. On success the caller owns the returned Lock.
+func Preflight(cfg PreflightConfig) (_ *Lock, _ Report, err error) {
+	var rep Report
+	dir := cfg.StoreDir
+	what := fmt.Sprintf("store_dir %q", dir)
+	if dir == "" {
+		return nil, rep, errorf("preflight", "store_dir", "set jetstream.store_dir", errors.New("is empty"))
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, rep, errorf("preflight", what, "", err)
+	}
+	rep.StoreDir = abs
+
+	if err := os.MkdirAll(abs, 0o750); err != nil {
+		return nil, rep, errorf("preflight", what, dirHint(abs, err), fmt.Errorf("cannot be created: %w", unwrapPath(err)))
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return nil, rep, errorf("preflight", what, dirHint(abs, err), unwrapPath(err))
+	}
+	if !st.IsDir() {
+		return nil, rep, errorf("preflight", what, "point jetstream.store_dir at a directory", errors.New("is not a directory"))
+	}
+	if err := probe(abs); err != nil {
+		return nil, rep, errorf("preflight", what, dirHint(abs, err), fmt.Errorf("is not writable: %w", err))
+	}
+
+	lock, err := lockDir(abs)
+	if err != nil {
+		return nil, rep, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Release()
+		}
+	}()
+
+	free, err := freeBytes(abs)
+	if err != nil {
+		return nil, rep, errorf("preflight", what, "", fmt.Errorf("cannot read free disk space: %w", err))
+	}
+	rep.FreeBytes = free
+	rep.UsedBytes = duBytes(filepath.Join(abs, "jetstream"))
+	grow := cfg.MaxFileStore - rep.UsedBytes
+	if grow < 0 {
+		grow = 0
+	}
+	need := uint64(grow) + uint64(max(cfg.Headroom, 0))
+	if free < need {
+		msg := fmt.Errorf("free disk %s is less than jetstream.max_file_store %s (of which %s already used) plus disk_headroom %s",
+			FormatBytes(int64(free)), FormatBytes(cfg.MaxFileStore), FormatBytes(rep.UsedBytes), FormatBytes(cfg.Headroom))
+		if !cfg.AllowLowDisk {
+			return nil, rep, errorf("preflight", what,
+				"free disk space, lower jetstream.max_file_store (and stream.max_bytes), or set jetstream.allow_low_disk = true to start anyway", msg)
+		}
+		rep.Warnings = append(rep.Warnings, msg.Error()+" (allow_low_disk = true: starting anyway)")
+	}
+	return lock, rep, nil
+}
+
+// probe creates, writes, fsyncs and removes a file in dir.
+func probe(dir string) error {
+	name := filepath.Join(dir, fmt.Sprintf(".orderstore-probe-%d", os.Getpid()))
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return unwrapPath(err)
+	}
+	_, werr := f.Write([]byte("orderstore preflight probe\n"))
+	serr := f.Sync()
+	cerr := f.Close()
+	rerr := os.Remove(name)
+	if err := errors.Join(werr, serr, cerr, rerr); err != nil {
+		return fmt.Errorf("probe %q: %w", filepath.Base(name), err)
+	}
+	return nil
+}
+
+func lockDir(dir string) (*Lock, error) {
+	path := filepath.Join(dir, LockFileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, errorf("preflight", fmt.Sprintf("lock %q", path), dirHint(dir, err), unwrapPath(err))
+	}
+	held, err := tryLock(f)
+	if err != nil {
+		f.Close()
+		return nil, errorf("preflight", fmt.Sprintf("lock %q", path), "", err)
+	}
+	if held {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		holder := "another process"
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && pid > 0 {
+			holder = fmt.Sprintf("process %d", pid)
+		}
+		return nil, errorf("preflight", fmt.Sprintf("store_dir %q", dir),
+			"another orderstore is running on this store_dir; stop it, or give this instance its own jetstream.store_dir (two servers on one store corrupt it)",
+			fmt.Errorf("%w: %s holds %q", ErrLocked, holder, path))
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		_ = f.Sync()
+	}
+	return &Lock{f: f, path: path}, nil
+}
+
+func duBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+func dirHint(dir string, err error) string {
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Sprintf("give the service user write access (e.g. chown -R orderstore: %s) or set jetstream.store_dir to a directory it owns", dir)
+	case isNotDir(err):
+		return "a parent of jetstream.store_dir is a file, not a directory: fix the path"
+	}
+	return "check jetstream.store_dir"
+}
+
+// unwrapPath drops *PathError's repeated path: the message already names it.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s %q: %w", pe.Op, pe.Path, pe.Err)
+	}
+	return err
+}
+
+// FormatBytes prints n with an IEC unit, e.g. "1.5GiB".
+func FormatBytes(n int64) string {
+	if n < 0 {
+		return "unlimited"
+	}
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	v := float64(n) / float64(div)
+	s := strconv.FormatFloat(v, 'f', 1, 64)
+	s = strings.TrimSuffix(s, ".0")
+	return s + string("KMGTPE"[exp]) + "iB"
+}

@@ -1,0 +1,52 @@
+package bootstrap
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Verify is the post-recovery check run after Declare: the stream exists
+// with the declared storage and subjects, and the durable consumer's ack
+// floor is not ahead of the stream's last sequence (nats-server#5412: after
+// a power cut a consumer can remember acks for messages the stream lost,
+// and would then silently skip the events published next).
+func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
+	obj := fmt.Sprintf("stream %q", spec.Stream.Name)
+	s, err := js.Stream(ctx, spec.Stream.Name)
+	if err != nil {
+		return errorf("recovery check", obj, "", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return errorf("recovery check", obj, "", err)
+	}
+	if info.Config.Storage != spec.Stream.Storage {
+		return errorf("recovery check", obj, "", fmt.Errorf("storage is %s, want %s", info.Config.Storage, spec.Stream.Storage))
+	}
+	for _, subj := range spec.Stream.Subjects {
+		if !slices.Contains(info.Config.Subjects, subj) {
+			return errorf("recovery check", obj, "", fmt.Errorf("subject %q missing", subj))
+		}
+	}
+	if spec.Consumer == nil {
+		return nil
+	}
+	cobj := fmt.Sprintf("consumer %q", spec.Consumer.Durable)
+	c, err := s.Consumer(ctx, spec.Consumer.Durable)
+	if err != nil {
+		return errorf("recovery check", cobj, "", err)
+	}
+	ci, err := c.Info(ctx)
+	if err != nil {
+		return errorf("recovery check", cobj, "", err)
+	}
+	if ci.AckFloor.Stream > info.State.LastSeq {
+		return errorf("recovery check", cobj,
+			fmt.Sprintf("the stream lost events after a crash (power loss with a relaxed sync_interval?); to resume, reset the consumer: nats consumer rm %s %s, then restart (the projection skips what it already applied)", spec.Stream.Name, spec.Consumer.Durable),
+			fmt.Errorf("ack floor %d is ahead of the stream's last sequence %d", ci.AckFloor.Stream, info.State.LastSeq))
+	}
+	return nil
+}

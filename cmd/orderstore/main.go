@@ -1,0 +1,87 @@
+// Command orderstore runs a durable order-event log: an embedded NATS
+// JetStream server with the ORDER_EVENTS stream, a built-in processor and an
+// HTTP admin listener, configured by one TOML file.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0 // success, or a clean shutdown on a signal
+	exitFailure = 1 // runtime failure
+	exitUsage   = 2 // usage or configuration error
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: orderstore <command> [flags]
+
+commands:
+  run      [-config FILE]            run the appliance (no file: built-in defaults)
+  check    [-config FILE] [-print]   validate the config and preflight; -print shows the effective config
+  version                            print version, commit, build date, Go and nats-server versions
+
+The config path comes from -config, else $ORDERSTORE_CONFIG, else none.
+Run 'orderstore <command> -h' for a command's flags.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		return runCmd(ctx, rest, stdout, stderr)
+	case "check":
+		return checkCmd(ctx, rest, stdout, stderr)
+	case "version", "-version", "--version":
+		return versionCmd(rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "orderstore: unknown command %q\n\n%s", cmd, usage)
+		return exitUsage
+	}
+}
+
+// printErr writes err and, when it carries one, its hint on a line of its
+// own. This is the only place errors are printed for the user.
+func printErr(w io.Writer, err error) {
+	fmt.Fprintf(w, "orderstore: %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+	if h := hintOf(err); h != "" {
+		fmt.Fprintf(w, "hint: %s\n", h)
+	}
+}
+
+// hintOf finds the first Hint() in err's chain.
+func hintOf(err error) string {
+	var h interface{ Hint() string }
+	if errors.As(err, &h) {
+		return h.Hint()
+	}
+	return ""
+}
+
+// hinted attaches a hint to an error from a package that has none.
+type hinted struct {
+	err  error
+	hint string
+}
+
+func (h *hinted) Error() string { return h.err.Error() }
+func (h *hinted) Unwrap() error { return h.err }
+func (h *hinted) Hint() string  { return h.hint }
+
+func withHint(err error, hint string) error { return &hinted{err, hint} }

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	rungroup "github.com/oklog/run"
+
+	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/embedded"
+	"github.com/orderstore/orderstore/internal/setup"
+)
+
+func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "config file (default: $ORDERSTORE_CONFIG, else built-in defaults)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "orderstore run: unexpected arguments %q\n", fs.Args())
+		return exitUsage
+	}
+
+	// Signals are caught from the first moment, so SIGTERM during a long
+	// stream recovery stops start-up cleanly instead of killing the process.
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigc)
+
+	cfg, cfgName, err := loadConfig(*configPath)
+	if err != nil {
+		printErr(stderr, err)
+		return exitUsage
+	}
+	logger := newLogger(stderr, cfg.Log.Level, cfg.Log.Format)
+	bi := getBuildInfo()
+	logger.Info("orderstore starting", "version", bi.Version, "config", cfgName, "pid", os.Getpid())
+
+	// Start-up is cancelled by a signal.
+	startCtx, cancelStart := context.WithCancel(ctx)
+	defer cancelStart()
+	started := make(chan struct{})
+	var startSig atomic.Bool
+	go func() {
+		select {
+		case <-sigc:
+			startSig.Store(true)
+			cancelStart()
+		case <-started:
+		}
+	}()
+
+	a, err := startAppliance(startCtx, cfg, logger)
+	close(started)
+	if err != nil {
+		if startSig.Load() || (ctx.Err() == nil && errors.Is(err, context.Canceled)) {
+			logger.Info("start-up interrupted by signal, shutdown complete")
+			return exitOK
+		}
+		printErr(stderr, err)
+		var drift *bootstrap.DriftError
+		if errors.As(err, &drift) {
+			return exitUsage
+		}
+		return exitFailure
+	}
+	defer a.close(logger)
+
+	var g rungroup.Group
+	{ // signals
+		stop := make(chan struct{})
+		g.Add(func() error {
+			select {
+			case s := <-sigc:
+				return &rungroup.SignalError{Signal: s}
+			case <-stop:
+				return nil
+			}
+		}, func(error) { close(stop) })
+	}
+	{ // watchdog on the embedded server
+		stop := make(chan struct{})
+		g.Add(func() error {
+			select {
+			case <-a.srv.Done():
+				return a.srv.Wait()
+			case <-stop:
+				return nil
+			}
+		}, func(error) { close(stop) })
+	}
+	if ctx.Done() != nil { // the caller's context (tests)
+		cctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { <-cctx.Done(); return ctx.Err() }, func(error) { cancel() })
+	}
+
+	logger.Info("orderstore ready", "client_url", a.srv.ClientURL(), "store_dir", a.report.StoreDir)
+	err = g.Run()
+	var sigErr *rungroup.SignalError
+	switch {
+	case errors.As(err, &sigErr):
+		logger.Info("signal received, shutting down", "signal", sigErr.Signal.String())
+	case err == nil || errors.Is(err, context.Canceled):
+	default:
+		a.close(logger)
+		printErr(stderr, err)
+		return exitFailure
+	}
+	if err := a.close(logger); err != nil {
+		printErr(stderr, err)
+		return exitFailure
+	}
+	logger.Info("shutdown complete")
+	return exitOK
+}
+
+// appliance is everything started before the run group.
+type appliance struct {
+	lock   *bootstrap.Lock
+	report bootstrap.Report
+	srv    *embedded.Server
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	spec   bootstrap.Spec
+
+	closed bool
+	err    error
+}
+
+// startAppliance runs start-up steps 2 to 5 of DESIGN.md: preflight, start
+// nats, declare, recovery check. On error everything started is stopped.
+func startAppliance(ctx context.Context, cfg configT, logger *slog.Logger) (_ *appliance, err error) {
+	a := &appliance{}
+	defer func() {
+		if err != nil {
+			a.close(logger)
+		}
+	}()
+
+	lock, rep, err := bootstrap.Preflight(setup.Preflight(cfg))
+	if err != nil {
+		return nil, err
+	}
+	a.lock, a.report = lock, rep
+	for _, w := range rep.Warnings {
+		logger.Warn("preflight", "warning", w)
+	}
+	logger.Info("preflight ok", "store_dir", rep.StoreDir, "lock", lock.Path(),
+		"free_disk", bootstrap.FormatBytes(int64(rep.FreeBytes)), "used", bootstrap.FormatBytes(rep.UsedBytes),
+		"max_file_store", cfg.JetStream.MaxFileStore.String())
+
+	ec, internalPassword := setup.Embedded(cfg, logger)
+	t0 := time.Now()
+	srv, err := embedded.Start(ctx, ec)
+	if err != nil {
+		return nil, withHint(err, startHint(cfg, err))
+	}
+	a.srv = srv
+	logger.Info("nats ready", "client_url", srv.ClientURL(), "took", time.Since(t0).Round(time.Millisecond).String(),
+		"sync_interval", cfg.JetStream.SyncInterval.String(), "durability", cfg.JetStream.SyncInterval.Describe())
+
+	nopts := []nats.Option{nats.InProcessServer(srv), nats.Name("orderstore-internal")}
+	if internalPassword != "" {
+		nopts = append(nopts, nats.UserInfo(setup.InternalUser, internalPassword))
+	}
+	nc, err := nats.Connect("", nopts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect in-process: %w", err)
+	}
+	a.nc = nc
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	a.js = js
+
+	a.spec = setup.Spec(cfg)
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := bootstrap.Declare(dctx, js, a.spec, logger.With("component", "bootstrap")); err != nil {
+		return nil, err
+	}
+	if err := bootstrap.Verify(dctx, js, a.spec); err != nil {
+		return nil, err
+	}
+	st := cfg.Stream
+	logger.Info("stream ready", "stream", st.Name, "subjects", st.Subjects, "max_age", st.MaxAge.String(),
+		"max_bytes", st.MaxBytes.String(), "max_msgs", st.MaxMsgs, "discard", st.Discard,
+		"duplicate_window", st.DuplicateWindow.String())
+	return a, nil
+}
+
+// close stops, in order: the internal connection (drained), nats
+// (Shutdown + WaitForShutdown), the store lock. Safe to call twice.
+func (a *appliance) close(logger *slog.Logger) error {
+	if a.closed {
+		return a.err
+	}
+	a.closed = true
+	var errs []error
+	if a.nc != nil {
+		drained := make(chan struct{})
+		a.nc.SetClosedHandler(func(*nats.Conn) { close(drained) })
+		if err := a.nc.Drain(); err != nil {
+			a.nc.Close()
+		} else {
+			select {
+			case <-drained:
+			case <-time.After(10 * time.Second):
+				a.nc.Close()
+			}
+		}
+	}
+	if a.srv != nil {
+		errs = append(errs, a.srv.Close())
+	}
+	if a.lock != nil {
+		errs = append(errs, a.lock.Release())
+	}
+	a.err = errors.Join(errs...)
+	return a.err
+}
+
+func startHint(cfg configT, err error) string {
+	msg := err.Error()
+	switch {
+	case containsAny(msg, "address already in use", "bind"):
+		return fmt.Sprintf("another process listens on %s:%d; stop it or set server.port (or -1 for a random port)", cfg.Server.Host, cfg.Server.Port)
+	case containsAny(msg, "storage directory", "store"):
+		return "check jetstream.store_dir: it must be a writable directory"
+	}
+	return ""
+}

@@ -1,0 +1,343 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Config describes one embedded server. It is plain data; the zero value is
+// valid except for StoreDir.
+type Config struct {
+	// StoreDir is the JetStream storage directory. Required. Streams live in
+	// StoreDir/jetstream. Two servers must never share one StoreDir; the
+	// embedded package does not lock it (bootstrap.Preflight does).
+	StoreDir string
+
+	// Host is the client listener address. Default "127.0.0.1" (nats-server's
+	// own default is 0.0.0.0; an embedded broker stays on loopback unless told).
+	Host string
+
+	// Port is the client port. 0 means 4222, -1 picks a random free port
+	// (read it back with [Server.ClientURL]).
+	Port int
+
+	// ServerName is the name `nats server info` shows. Default "orderstore".
+	ServerName string
+
+	// MaxPayload is the largest message a client may publish, in bytes.
+	// 0 means the nats default of 1 MiB.
+	MaxPayload int32
+
+	// MaxMemory and MaxStore are JetStream's storage limits in bytes for
+	// memory- and file-backed streams. 0 means 256 MiB and 1 GiB; nats-server's
+	// own default (a share of free RAM and disk at start) breaks restarts once
+	// a disk fills, so a limit is always explicit.
+	MaxMemory int64
+	MaxStore  int64
+
+	// SyncInterval is how often stream files are fsynced. 0 means fsync
+	// before every publish ack (nats "sync_interval: always"), so an
+	// acknowledged message survives power loss. A positive interval trades
+	// that for throughput: a process crash loses nothing, a power loss can
+	// lose up to the interval.
+	SyncInterval time.Duration
+
+	// ReadyTimeout bounds Start when ctx has no deadline. Default 60s:
+	// stream recovery on a large store runs inside start-up.
+	ReadyTimeout time.Duration
+
+	// Logger receives the server's log lines under component=nats. Nil
+	// discards them.
+	Logger *slog.Logger
+
+	// Debug and Trace turn on nats-server's debug and protocol trace logs.
+	Debug, Trace bool
+
+	// DontListen opens no TCP listener: clients connect in-process only
+	// (nats.InProcessServer(srv)).
+	DontListen bool
+
+	// SystemUser and SystemPassword, when both set, define a user in the
+	// system account so `nats server info` and `nats server report` work.
+	// Anonymous clients (or Users) keep landing in the default account.
+	SystemUser, SystemPassword string
+
+	// Users are the client users. Empty means anonymous clients are allowed.
+	Users []User
+}
+
+// User is one client user and its permissions.
+type User struct {
+	Name, Password string
+	// Publish and Subscribe list the subjects the user may publish to and
+	// subscribe to. Empty means everything. JetStream clients also need
+	// "$JS.API.>" (publish) and "_INBOX.>" (subscribe); the caller adds them.
+	Publish, Subscribe []string
+}
+
+// Validate reports every problem at once, each naming its field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.StoreDir == "" {
+		errs = append(errs, errors.New("StoreDir: required"))
+	}
+	if c.Port < -1 || c.Port > 65535 {
+		errs = append(errs, fmt.Errorf("Port: %d out of range (0..65535, -1 random)", c.Port))
+	}
+	if c.MaxMemory < 0 || c.MaxStore < 0 {
+		errs = append(errs, errors.New("MaxMemory, MaxStore: must not be negative"))
+	}
+	if c.SyncInterval < 0 {
+		errs = append(errs, fmt.Errorf("SyncInterval: %s is negative", c.SyncInterval))
+	}
+	if (c.SystemUser == "") != (c.SystemPassword == "") {
+		errs = append(errs, errors.New("SystemUser, SystemPassword: set both or neither"))
+	}
+	for i, u := range c.Users {
+		if u.Name == "" {
+			errs = append(errs, fmt.Errorf("Users[%d]: Name is empty", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Server is a running, ready embedded nats-server with JetStream. The handle
+// exists only once the server accepts connections.
+type Server struct {
+	ns      *server.Server
+	cfg     Config
+	done    chan struct{}
+	closing chan struct{}
+
+	closeOnce sync.Once
+}
+
+const (
+	defaultMaxMemory    = 256 << 20
+	defaultMaxStore     = 1 << 30
+	defaultReadyTimeout = 60 * time.Second
+	systemAccount       = "SYS"
+)
+
+func (c Config) options() (*server.Options, error) {
+	o := &server.Options{
+		ServerName:             c.ServerName,
+		Host:                   c.Host,
+		Port:                   c.Port,
+		NoSigs:                 true,
+		NoLog:                  false,
+		JetStream:              true,
+		StoreDir:               c.StoreDir,
+		JetStreamMaxMemory:     c.MaxMemory,
+		JetStreamMaxStore:      c.MaxStore,
+		DisableJetStreamBanner: true,
+		DontListen:             c.DontListen,
+		MaxPayload:             c.MaxPayload,
+		Debug:                  c.Debug,
+		Trace:                  c.Trace,
+	}
+	if o.ServerName == "" {
+		o.ServerName = "orderstore"
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	if o.Port == 0 {
+		o.Port = server.DEFAULT_PORT
+	}
+	if o.JetStreamMaxMemory == 0 {
+		o.JetStreamMaxMemory = defaultMaxMemory
+	}
+	if o.JetStreamMaxStore == 0 {
+		o.JetStreamMaxStore = defaultMaxStore
+	}
+	if c.SyncInterval == 0 {
+		o.SyncAlways = true
+	} else {
+		o.SyncInterval = c.SyncInterval
+	}
+	var sys *server.Account
+	if c.SystemUser != "" {
+		sys = server.NewAccount(systemAccount)
+		o.Accounts = []*server.Account{sys}
+		o.SystemAccount = systemAccount
+		o.Users = append(o.Users, &server.User{Username: c.SystemUser, Password: c.SystemPassword, Account: sys})
+	}
+	for _, u := range c.Users {
+		su := &server.User{Username: u.Name, Password: u.Password}
+		if len(u.Publish) > 0 || len(u.Subscribe) > 0 {
+			su.Permissions = &server.Permissions{}
+			if len(u.Publish) > 0 {
+				su.Permissions.Publish = &server.SubjectPermission{Allow: u.Publish}
+			}
+			if len(u.Subscribe) > 0 {
+				su.Permissions.Subscribe = &server.SubjectPermission{Allow: u.Subscribe}
+			}
+		}
+		o.Users = append(o.Users, su)
+	}
+	return o, nil
+}
+
+// Start validates cfg, starts nats-server with JetStream and returns once it
+// is ready for connections, or with an error. A fatal error during start-up
+// (port in use, unusable store) comes back as soon as nats-server reports it,
+// not after a timeout. On any error nothing is left running.
+func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("start embedded nats: invalid config: %w", err)
+	}
+	opts, err := cfg.options()
+	if err != nil {
+		return nil, fmt.Errorf("start embedded nats: %w", err)
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded nats: %w", err)
+	}
+	fatal := make(chan string, 1)
+	ns.SetLoggerV2(&slogAdapter{l: loggerOrDiscard(cfg.Logger).With("component", "nats"), fatal: fatal}, cfg.Debug, cfg.Trace, false)
+	defer func() {
+		if err != nil {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+		}
+	}()
+
+	timeout := cfg.ReadyTimeout
+	if timeout <= 0 {
+		timeout = defaultReadyTimeout
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		ns.Start()
+	}()
+
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	begin := time.Now()
+	for {
+		select {
+		case msg := <-fatal:
+			return nil, fmt.Errorf("start embedded nats: %s", msg)
+		case <-ctx.Done():
+			// Prefer a captured fatal over the timeout: it is the real cause.
+			select {
+			case msg := <-fatal:
+				return nil, fmt.Errorf("start embedded nats: %s", msg)
+			default:
+			}
+			return nil, fmt.Errorf("start embedded nats: not ready after %s: %w", time.Since(begin).Round(time.Millisecond), ctx.Err())
+		case <-tick.C:
+		}
+		if !ns.ReadyForConnections(time.Millisecond) {
+			continue
+		}
+		if !ns.JetStreamEnabled() {
+			select {
+			case msg := <-fatal:
+				return nil, fmt.Errorf("start embedded nats: %s", msg)
+			default:
+			}
+			return nil, errors.New("start embedded nats: server ready but JetStream is not enabled")
+		}
+		break
+	}
+
+	s := &Server{ns: ns, cfg: cfg, done: make(chan struct{}), closing: make(chan struct{})}
+	go func() {
+		ns.WaitForShutdown()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// ClientURL returns the URL clients connect to, with the real port even
+// when Config.Port was -1. With DontListen it returns "" (connect with
+// nats.InProcessServer(srv) instead).
+func (s *Server) ClientURL() string {
+	if s.cfg.DontListen {
+		return ""
+	}
+	a, ok := s.ns.Addr().(*net.TCPAddr)
+	if !ok {
+		return s.ns.ClientURL()
+	}
+	host := strings.Trim(s.cfg.Host, "[]")
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1" // a wildcard listener is reachable on loopback
+	}
+	return "nats://" + net.JoinHostPort(host, strconv.Itoa(a.Port))
+}
+
+// InProcessConn returns a connection to the server that bypasses TCP. It
+// makes *Server a nats.InProcessConnProvider:
+//
+//	nc, err := nats.Connect("", nats.InProcessServer(srv))
+func (s *Server) InProcessConn() (net.Conn, error) { return s.ns.InProcessConn() }
+
+// StoreDir returns the JetStream storage directory.
+func (s *Server) StoreDir() string { return s.cfg.StoreDir }
+
+// SyncAlways reports whether every publish is fsynced before its ack.
+func (s *Server) SyncAlways() bool { return s.cfg.SyncInterval == 0 }
+
+// NATSServer returns the underlying nats-server, for monitoring handlers
+// (HandleVarz, HandleJsz, ...) and tests. Do not Shutdown it directly: use
+// [Server.Close].
+func (s *Server) NATSServer() *server.Server { return s.ns }
+
+// Done is closed once the server has stopped, for any reason.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Wait blocks until the server has stopped. It returns nil after Close and
+// an error if the server stopped on its own.
+func (s *Server) Wait() error {
+	<-s.done
+	select {
+	case <-s.closing:
+		return nil
+	default:
+		return errors.New("embedded nats stopped unexpectedly")
+	}
+}
+
+// Close stops the server and waits until it has stopped. In order:
+//  1. mark the stop as requested, so Wait returns nil;
+//  2. nats-server Shutdown: stop accepting, close client connections,
+//     flush and close every JetStream stream and consumer store;
+//  3. WaitForShutdown: wait for all of the server's goroutines.
+//
+// Close is idempotent and safe to call concurrently; calls after the first
+// wait for the same stop and return nil.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		s.ns.Shutdown()
+	})
+	<-s.done
+	return nil
+}
+
+func loggerOrDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}

@@ -1,0 +1,339 @@
+// Package config defines orderstore's TOML file: its shape, built-in
+// defaults, strict decoding and validation.
+//
+// Precedence, stated once: the -config flag, then the ORDERSTORE_CONFIG
+// environment variable (for the path only), then the file's values, then the
+// built-in defaults of [Default]. Every key of the file is optional; a key
+// that is absent keeps its default.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Config is the whole file. Each field is one TOML table.
+type Config struct {
+	Server    Server    `toml:"server"`
+	JetStream JetStream `toml:"jetstream"`
+	Stream    Stream    `toml:"stream"`
+	Processor Processor `toml:"processor"`
+	Admin     Admin     `toml:"admin"`
+	Log       Log       `toml:"log"`
+}
+
+// Server is the NATS client listener.
+type Server struct {
+	Name           string   `toml:"name"`            // server name, shown by `nats server info`
+	Host           string   `toml:"host"`            // client listener address; loopback by default
+	Port           int      `toml:"port"`            // client port; -1 picks a random free port
+	MaxPayload     ByteSize `toml:"max_payload"`     // largest message a client may publish
+	SystemUser     string   `toml:"system_user"`     // system-account user for `nats server info`; empty disables
+	SystemPassword string   `toml:"system_password"` // its password
+	Users          []User   `toml:"users"`           // client users; empty means anonymous clients are allowed (loopback only)
+}
+
+// User is one NATS client user with its permissions.
+type User struct {
+	User      string   `toml:"user"`
+	Password  string   `toml:"password"`
+	Publish   []string `toml:"publish"`   // subjects it may publish to; empty means all
+	Subscribe []string `toml:"subscribe"` // subjects it may subscribe to; empty means all
+}
+
+// JetStream is the storage engine.
+type JetStream struct {
+	StoreDir       string     `toml:"store_dir"`        // where streams live; created if missing
+	MaxFileStore   ByteSize   `toml:"max_file_store"`   // disk JetStream may use in total
+	MaxMemoryStore ByteSize   `toml:"max_memory_store"` // memory for memory-backed streams
+	SyncInterval   SyncPolicy `toml:"sync_interval"`    // "always" or a duration
+	DiskHeadroom   ByteSize   `toml:"disk_headroom"`    // free disk wanted beyond max_file_store
+	AllowLowDisk   bool       `toml:"allow_low_disk"`   // turn the free-disk check into a warning
+}
+
+// Stream is the ORDER_EVENTS stream and its retention limits.
+type Stream struct {
+	Name            string   `toml:"name"`
+	Subjects        []string `toml:"subjects"`
+	MaxAge          Duration `toml:"max_age"`          // "0s" keeps events forever
+	MaxBytes        ByteSize `toml:"max_bytes"`        // "-1" is unlimited (up to max_file_store)
+	MaxMsgs         int64    `toml:"max_msgs"`         // -1 is unlimited
+	MaxMsgSize      ByteSize `toml:"max_msg_size"`     // largest event
+	Discard         string   `toml:"discard"`          // "old" or "new" once a limit is reached
+	DuplicateWindow Duration `toml:"duplicate_window"` // Nats-Msg-Id dedupe window
+	Replicas        int      `toml:"replicas"`         // 1 on a single host
+}
+
+// Processor is the built-in durable processor and what it owns.
+type Processor struct {
+	Enabled          bool       `toml:"enabled"`
+	Durable          string     `toml:"durable"`
+	AckWait          Duration   `toml:"ack_wait"`
+	MaxDeliver       int        `toml:"max_deliver"`
+	Backoff          []Duration `toml:"backoff"`
+	MaxAckPending    int        `toml:"max_ack_pending"`
+	DeadLetterStream string     `toml:"dead_letter_stream"`
+	DeadLetterMaxAge Duration   `toml:"dead_letter_max_age"`
+	ProjectionBucket string     `toml:"projection_bucket"`
+}
+
+// Admin is the HTTP admin listener.
+type Admin struct {
+	Listen    string `toml:"listen"`     // host:port; "" disables the listener
+	Token     string `toml:"token"`      // bearer token; guards all but /livez and /readyz
+	TokenFile string `toml:"token_file"` // file holding the token (trailing newline ignored)
+}
+
+// Log is the process log.
+type Log struct {
+	Level  string `toml:"level"`  // debug, info, warn, error
+	Format string `toml:"format"` // auto (text on a terminal, JSON otherwise), text, json
+}
+
+// Default returns the built-in configuration: what `orderstore run` uses
+// with no file, and what every absent key keeps.
+func Default() Config {
+	return Config{
+		Server: Server{
+			Name:       "orderstore",
+			Host:       "127.0.0.1",
+			Port:       4222,
+			MaxPayload: 1 << 20,
+		},
+		JetStream: JetStream{
+			StoreDir:       "./orderstore-data",
+			MaxFileStore:   10 << 30,
+			MaxMemoryStore: 256 << 20,
+			SyncInterval:   SyncPolicy{Always: true},
+			DiskHeadroom:   1 << 30,
+		},
+		Stream: Stream{
+			Name:            "ORDER_EVENTS",
+			Subjects:        []string{"orders.>"},
+			MaxAge:          Duration(168 * 60 * 60 * 1e9),
+			MaxBytes:        8 << 30,
+			MaxMsgs:         -1,
+			MaxMsgSize:      1 << 20,
+			Discard:         "old",
+			DuplicateWindow: Duration(2 * 60 * 1e9),
+			Replicas:        1,
+		},
+		Processor: Processor{
+			Enabled:          true,
+			Durable:          "order-processor",
+			AckWait:          Duration(30 * 1e9),
+			MaxDeliver:       5,
+			Backoff:          []Duration{Duration(1e9), Duration(5 * 1e9), Duration(30 * 1e9)},
+			MaxAckPending:    1000,
+			DeadLetterStream: "ORDER_EVENTS_DLQ",
+			DeadLetterMaxAge: Duration(720 * 60 * 60 * 1e9),
+			ProjectionBucket: "ORDERS",
+		},
+		Admin: Admin{Listen: "127.0.0.1:8222"},
+		Log:   Log{Level: "info", Format: "auto"},
+	}
+}
+
+// Error is one problem with one key.
+type Error struct {
+	Key    string // dotted TOML key, e.g. "stream.max_age"
+	Value  string // the offending value as written, if any
+	Reason string
+	// Unknown marks the entry that lists every unknown key (Key holds them,
+	// comma-separated).
+	Unknown bool
+}
+
+func (e *Error) Error() string {
+	if e.Unknown {
+		return "unknown keys: " + e.Key + " (hint: check the spelling against orderstore.example.toml)"
+	}
+	if e.Value != "" {
+		return fmt.Sprintf("%s = %s: %s", e.Key, e.Value, e.Reason)
+	}
+	return fmt.Sprintf("%s: %s", e.Key, e.Reason)
+}
+
+// Errors is every problem found in one file, reported at once.
+type Errors struct {
+	Name string // file name or "<defaults>"
+	List []*Error
+}
+
+func (e *Errors) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "config %q: %d problem", e.Name, len(e.List))
+	if len(e.List) != 1 {
+		b.WriteString("s")
+	}
+	for _, x := range e.List {
+		b.WriteString("\n  ")
+		b.WriteString(x.Error())
+	}
+	return b.String()
+}
+
+// Keys returns the dotted keys of every problem, for tests and callers.
+func (e *Errors) Keys() []string {
+	keys := make([]string, len(e.List))
+	for i, x := range e.List {
+		keys[i] = x.Key
+	}
+	return keys
+}
+
+// Load reads and validates the file at path.
+func Load(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %q: %w", path, err)
+	}
+	defer f.Close()
+	return Parse(f, path)
+}
+
+// Parse decodes r over [Default], rejects unknown keys and values of the
+// wrong shape, and validates the result. All problems come back in one
+// *[Errors]; a TOML syntax error comes back with its line and column.
+func Parse(r io.Reader, name string) (Config, error) {
+	cfg := Default()
+	var raw map[string]toml.Primitive
+	md, err := toml.NewDecoder(r).Decode(&raw)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return Config{}, fmt.Errorf("config %q: %s", name, pe.ErrorWithPosition())
+		}
+		return Config{}, fmt.Errorf("config %q: %w", name, err)
+	}
+
+	errs := &Errors{Name: name}
+	failed := map[string]bool{}
+	var unknown []string
+	top := reflect.ValueOf(&cfg).Elem()
+	tables := tagIndex(top.Type())
+	for tname, prim := range raw {
+		fi, ok := tables[tname]
+		if !ok {
+			continue // reported as unknown below
+		}
+		tv := top.Field(fi)
+		// Decode key by key so one bad value does not hide the next.
+		var keys map[string]toml.Primitive
+		if md.Type(tname) != "Hash" {
+			errs.add(tname, "", "must be a table, e.g. ["+tname+"]")
+			failed[tname] = true
+			continue
+		}
+		if err := md.PrimitiveDecode(prim, &keys); err != nil {
+			errs.add(tname, "", "must be a table, e.g. ["+tname+"]")
+			failed[tname] = true
+			continue
+		}
+		fields := tagIndex(tv.Type())
+		for kname, kprim := range keys {
+			ki, ok := fields[kname]
+			if !ok {
+				unknown = append(unknown, tname+"."+kname)
+				continue
+			}
+			dotted := tname + "." + kname
+			fv := tv.Field(ki)
+			// Decode into a fresh value: a failed decode must not leave
+			// the default half-overwritten.
+			nv := reflect.New(fv.Type())
+			if err := md.PrimitiveDecode(kprim, nv.Interface()); err != nil {
+				errs.add(dotted, "", decodeReason(err))
+				failed[dotted] = true
+				continue
+			}
+			fv.Set(nv.Elem())
+		}
+	}
+	for tname := range raw {
+		if _, ok := tables[tname]; !ok {
+			unknown = append(unknown, tname)
+		}
+	}
+	// Keys nested below a known key (e.g. server.users[0].bogus).
+	for _, k := range md.Undecoded() {
+		ks := k.String()
+		if len(k) < 3 || failed[ks] || hasFailedParent(ks, failed) {
+			continue
+		}
+		unknown = append(unknown, ks)
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		errs.List = append([]*Error{{Key: strings.Join(unknown, ", "), Reason: "unknown keys", Unknown: true}}, errs.List...)
+	}
+	if len(errs.List) > 0 {
+		sortErrors(errs.List[boolToInt(len(unknown) > 0):])
+		errs.List = append(errs.List, cfg.validate()...)
+		return Config{}, errs
+	}
+	if v := cfg.validate(); len(v) > 0 {
+		errs.List = v
+		return Config{}, errs
+	}
+	return cfg, nil
+}
+
+func boolToInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func hasFailedParent(k string, failed map[string]bool) bool {
+	for f := range failed {
+		if strings.HasPrefix(k, f+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// decodeReason strips BurntSushi's wrapping down to the cause.
+func decodeReason(err error) string {
+	s := err.Error()
+	var pe toml.ParseError
+	if errors.As(err, &pe) && pe.Message != "" {
+		s = pe.Message
+	}
+	if i := strings.Index(s, "toml: "); i >= 0 {
+		s = s[i+len("toml: "):]
+	}
+	if i := strings.Index(s, "): "); i >= 0 && strings.HasPrefix(s, "line ") {
+		s = s[i+3:]
+	}
+	s = strings.Replace(s, "incompatible types: TOML value has type", "wrong type: the value is a TOML", 1)
+	return s
+}
+
+func sortErrors(l []*Error) {
+	sort.SliceStable(l, func(i, j int) bool { return l[i].Key < l[j].Key })
+}
+
+func tagIndex(t reflect.Type) map[string]int {
+	m := make(map[string]int, t.NumField())
+	for i := 0; i < t.NumField(); i++ {
+		tag := strings.Split(t.Field(i).Tag.Get("toml"), ",")[0]
+		if tag != "" && tag != "-" {
+			m[tag] = i
+		}
+	}
+	return m
+}
+
+func (e *Errors) add(key, value, reason string) {
+	e.List = append(e.List, &Error{Key: key, Value: value, Reason: reason})
+}

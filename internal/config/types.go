@@ -1,0 +1,159 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Duration is a time.Duration written in TOML as a string with a unit ("72h",
+// "30s"). A bare number is rejected: BurntSushi/toml would otherwise read it as
+// nanoseconds (the etcd trap).
+type Duration time.Duration
+
+// UnmarshalText parses a Go duration string such as "72h" or "1m30s".
+func (d *Duration) UnmarshalText(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return fmt.Errorf("empty duration (write e.g. \"72h\")")
+	}
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return fmt.Errorf("%q: missing unit (write e.g. \"%sh\" or \"%ss\")", s, s, s)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (write e.g. \"72h\", \"30s\", \"1m30s\")", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText writes the duration in the shortest form time.Duration prints.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(formatDuration(time.Duration(d))), nil }
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return formatDuration(time.Duration(d)) }
+
+// formatDuration prints "168h" rather than "168h0m0s".
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// ByteSize is a size in bytes written in TOML as a string with an IEC unit:
+// "512MiB", "10GiB". Units are powers of 1024: B, KiB, MiB, GiB, TiB. SI
+// spellings ("10GB") are rejected with a hint, because nats-server reads "GB"
+// as 1024³ while most people read it as 1000³.
+type ByteSize int64
+
+var units = []struct {
+	suffix string
+	mult   int64
+}{
+	{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1},
+}
+
+// UnmarshalText parses "10GiB", "512MiB", "1024B". "-1" means unlimited
+// where a key allows it.
+func (b *ByteSize) UnmarshalText(text []byte) error {
+	s := strings.TrimSpace(string(text))
+	if s == "-1" {
+		*b = -1
+		return nil
+	}
+	if s == "" {
+		return fmt.Errorf("empty size (write e.g. \"10GiB\")")
+	}
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return fmt.Errorf("%q: missing unit (write e.g. \"%sMiB\"; units are B, KiB, MiB, GiB, TiB)", s, s)
+	}
+	for _, u := range units {
+		if !strings.HasSuffix(s, u.suffix) {
+			continue
+		}
+		num := strings.TrimSpace(strings.TrimSuffix(s, u.suffix))
+		if u.suffix == "B" {
+			// "10GB", "10KB": SI spelling.
+			for _, si := range []string{"K", "M", "G", "T", "k"} {
+				if strings.HasSuffix(num, si) {
+					return fmt.Errorf("%q: unit %sB is ambiguous, write %siB (units are powers of 1024: KiB, MiB, GiB, TiB)", s, strings.ToUpper(si), strings.ToUpper(si))
+				}
+			}
+		}
+		n, err := strconv.ParseFloat(num, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a size (write e.g. \"10GiB\", \"512MiB\")", s)
+		}
+		*b = ByteSize(n * float64(u.mult))
+		return nil
+	}
+	return fmt.Errorf("%q has an unknown unit (write e.g. \"10GiB\"; units are B, KiB, MiB, GiB, TiB)", s)
+}
+
+// MarshalText writes the size with the largest unit that divides it exactly.
+func (b ByteSize) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
+
+func (b ByteSize) String() string {
+	if b < 0 {
+		return "-1"
+	}
+	for _, u := range units {
+		if int64(b) >= u.mult && int64(b)%u.mult == 0 {
+			return strconv.FormatInt(int64(b)/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(b), 10) + "B"
+}
+
+// SyncPolicy is jetstream.sync_interval: "always" (fsync before every ack,
+// the default) or a duration (fsync in the background at that interval).
+type SyncPolicy struct {
+	Always   bool
+	Interval time.Duration
+}
+
+// UnmarshalText parses "always" or a duration string.
+func (p *SyncPolicy) UnmarshalText(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if strings.EqualFold(s, "always") {
+		*p = SyncPolicy{Always: true}
+		return nil
+	}
+	var d Duration
+	if err := d.UnmarshalText(b); err != nil {
+		return fmt.Errorf("%w, or \"always\"", err)
+	}
+	if d <= 0 {
+		return fmt.Errorf("%q must be positive, or \"always\"", s)
+	}
+	*p = SyncPolicy{Interval: time.Duration(d)}
+	return nil
+}
+
+// MarshalText writes "always" or the interval.
+func (p SyncPolicy) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+func (p SyncPolicy) String() string {
+	if p.Always {
+		return "always"
+	}
+	return formatDuration(p.Interval)
+}
+
+// Describe is the one-line statement of the durability policy used in the
+// startup log, /readyz and `orderstore status`.
+func (p SyncPolicy) Describe() string {
+	if p.Always {
+		return "fsync before every ack: an acknowledged event survives power loss"
+	}
+	return fmt.Sprintf("fsync every %s: a process crash loses nothing, power loss can lose up to %s of acknowledged events", formatDuration(p.Interval), formatDuration(p.Interval))
+}

@@ -1,0 +1,132 @@
+// Package setup maps the file configuration onto each package's own
+// Config, in one place (the appliance and the test helper share it, so a
+// test broker declares ORDER_EVENTS exactly as the appliance does).
+package setup
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/embedded"
+	"github.com/orderstore/orderstore/internal/config"
+)
+
+// InternalUser is the user orderstore's own in-process connection uses when
+// [[server.users]] are configured (auth then applies in-process too).
+const InternalUser = "orderstore-internal"
+
+// Embedded returns the embedded server config for cfg. When cfg has client
+// users it adds InternalUser with a fresh random password and returns it.
+func Embedded(cfg config.Config, logger *slog.Logger) (ec embedded.Config, internalPassword string) {
+	ec = embedded.Config{
+		StoreDir:       cfg.JetStream.StoreDir,
+		Host:           cfg.Server.Host,
+		Port:           cfg.Server.Port,
+		ServerName:     cfg.Server.Name,
+		MaxPayload:     int32(cfg.Server.MaxPayload),
+		MaxMemory:      int64(cfg.JetStream.MaxMemoryStore),
+		MaxStore:       int64(cfg.JetStream.MaxFileStore),
+		SyncInterval:   cfg.JetStream.SyncEvery(),
+		Logger:         logger,
+		Debug:          cfg.Log.Level == "debug",
+		SystemUser:     cfg.Server.SystemUser,
+		SystemPassword: cfg.Server.SystemPassword,
+	}
+	for _, u := range cfg.Server.Users {
+		ec.Users = append(ec.Users, embedded.User{Name: u.User, Password: u.Password, Publish: u.Publish, Subscribe: u.Subscribe})
+	}
+	if len(ec.Users) > 0 {
+		var b [24]byte
+		_, _ = rand.Read(b[:])
+		internalPassword = hex.EncodeToString(b[:])
+		ec.Users = append(ec.Users, embedded.User{Name: InternalUser, Password: internalPassword})
+	}
+	return ec, internalPassword
+}
+
+// Preflight returns the preflight checks for cfg.
+func Preflight(cfg config.Config) bootstrap.PreflightConfig {
+	return bootstrap.PreflightConfig{
+		StoreDir:     cfg.JetStream.StoreDir,
+		MaxFileStore: int64(cfg.JetStream.MaxFileStore),
+		Headroom:     int64(cfg.JetStream.DiskHeadroom),
+		AllowLowDisk: cfg.JetStream.AllowLowDisk,
+	}
+}
+
+// Spec returns what the appliance declares for cfg.
+func Spec(cfg config.Config) bootstrap.Spec {
+	st := cfg.Stream
+	discard := jetstream.DiscardOld
+	if st.Discard == "new" {
+		discard = jetstream.DiscardNew
+	}
+	spec := bootstrap.Spec{
+		Stream: jetstream.StreamConfig{
+			Name:        st.Name,
+			Description: "order events (managed by orderstore)",
+			Subjects:    st.Subjects,
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			MaxAge:      st.MaxAge.D(),
+			MaxBytes:    int64(st.MaxBytes),
+			MaxMsgs:     st.MaxMsgs,
+			MaxMsgSize:  int32(st.MaxMsgSize),
+			Discard:     discard,
+			Duplicates:  st.DuplicateWindow.D(),
+			Replicas:    st.Replicas,
+			AllowDirect: true,
+		},
+	}
+	p := cfg.Processor
+	spec.DeadLetter = &jetstream.StreamConfig{
+		Name:        p.DeadLetterStream,
+		Description: "dead-lettered order events (managed by orderstore)",
+		Subjects:    []string{DeadLetterSubjectPrefix(p.DeadLetterStream) + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      p.DeadLetterMaxAge.D(),
+		MaxMsgSize:  int32(cfg.Server.MaxPayload),
+		Discard:     jetstream.DiscardOld,
+		Replicas:    st.Replicas,
+		AllowDirect: true,
+	}
+	spec.Projection = &jetstream.KeyValueConfig{
+		Bucket:      p.ProjectionBucket,
+		Description: "order projection (managed by orderstore)",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    st.Replicas,
+	}
+	if p.Enabled {
+		spec.Consumer = &jetstream.ConsumerConfig{
+			Durable:       p.Durable,
+			Description:   "orderstore built-in processor",
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       p.AckWait.D(),
+			MaxDeliver:    p.MaxDeliver,
+			MaxAckPending: p.MaxAckPending,
+			ReplayPolicy:  jetstream.ReplayInstantPolicy,
+		}
+	}
+	return spec
+}
+
+// DeadLetterSubjectPrefix is the subject prefix of the dead-letter stream:
+// a dead letter of orders.created is stored on "<prefix>.orders.created".
+func DeadLetterSubjectPrefix(stream string) string { return "dlq." + stream }
+
+// Backoff converts the configured retry delays.
+func Backoff(cfg config.Config) []time.Duration {
+	out := make([]time.Duration, len(cfg.Processor.Backoff))
+	for i, d := range cfg.Processor.Backoff {
+		out[i] = d.D()
+	}
+	return out
+}
