@@ -75,6 +75,9 @@ func Preflight(cfg PreflightConfig) (_ *Lock, _ Report, err error) {
 	}
 	rep.StoreDir = abs
 
+	if st, err := os.Stat(abs); err == nil && !st.IsDir() {
+		return nil, rep, errorf("preflight", what, "point jetstream.store_dir at a directory", errors.New("is not a directory"))
+	}
 	if err := os.MkdirAll(abs, 0o750); err != nil {
 		return nil, rep, errorf("preflight", what, dirHint(abs, err), fmt.Errorf("cannot be created: %w", unwrapPath(err)))
 	}

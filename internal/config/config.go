@@ -227,7 +227,7 @@ func Parse(r io.Reader, name string) (Config, error) {
 		tv := top.Field(fi)
 		// Decode key by key so one bad value does not hide the next.
 		var keys map[string]toml.Primitive
-		if md.Type(tname) != "Hash" {
+		if typ := md.Type(tname); typ != "Hash" && typ != "" {
 			errs.add(tname, "", "must be a table, e.g. ["+tname+"]")
 			failed[tname] = true
 			continue

@@ -1,0 +1,224 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestExampleFileEqualsDefaults(t *testing.T) {
+	got, err := Load("../../orderstore.example.toml")
+	if err != nil {
+		t.Fatalf("orderstore.example.toml: %v", err)
+	}
+	want := Default()
+	want.Server.Users = []User{} // the example writes users = [] explicitly
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("orderstore.example.toml differs from Default():\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// Every key of every table appears in the example file, so it documents
+// everything the decoder accepts.
+func TestExampleFileListsEveryKey(t *testing.T) {
+	b, err := os.ReadFile("../../orderstore.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	top := reflect.TypeOf(Config{})
+	for i := range top.NumField() {
+		table := top.Field(i).Tag.Get("toml")
+		if !strings.Contains(text, "["+table+"]") {
+			t.Errorf("example lacks table [%s]", table)
+		}
+		ft := top.Field(i).Type
+		for j := range ft.NumField() {
+			key := ft.Field(j).Tag.Get("toml")
+			if !strings.Contains(text, "\n"+key+" = ") {
+				t.Errorf("example lacks key %s.%s", table, key)
+			}
+		}
+	}
+}
+
+func TestDefaultIsValid(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		toml     string
+		wantKeys []string // keys named by the error, in order
+		wantText []string // substrings of the message
+	}{
+		{"unknown keys all listed", "[stream]\nmax_agee = \"1h\"\n[admin]\nadress = \"x\"\n[bogus]\nx = 1\n",
+			[]string{"admin.adress, bogus, stream.max_agee"}, []string{"unknown keys: admin.adress, bogus, stream.max_agee"}},
+		{"bare number duration", "[stream]\nmax_age = \"72\"\n", []string{"stream.max_age"}, []string{`"72": missing unit`}},
+		{"integer duration", "[processor]\nack_wait = 30\n", []string{"processor.ack_wait"}, []string{"missing unit"}},
+		{"unknown size unit", "[jetstream]\nmax_file_store = \"10XB\"\n", []string{"jetstream.max_file_store"}, []string{`"10XB"`}},
+		{"SI size rejected with hint", "[stream]\nmax_bytes = \"1GB\"\n", []string{"stream.max_bytes"}, []string{"write GiB"}},
+		{"bare size", "[stream]\nmax_bytes = \"1024\"\n", []string{"stream.max_bytes"}, []string{"missing unit"}},
+		{"wrong type", "[server]\nport = \"x\"\n", []string{"server.port"}, []string{"wrong type"}},
+		{"all problems at once", "[stream]\nmax_age = \"72\"\ndiscard = \"oldest\"\n[processor]\nmax_deliver = 0\n",
+			[]string{"stream.max_age", "stream.discard", "processor.max_deliver"}, nil},
+		{"max_bytes over max_file_store", "[jetstream]\nmax_file_store = \"1GiB\"\n[stream]\nmax_bytes = \"2GiB\"\n",
+			[]string{"stream.max_bytes"}, []string{"exceeds jetstream.max_file_store 1GiB"}},
+		{"backoff not shorter than max_deliver", "[processor]\nmax_deliver = 2\nbackoff = [\"1s\", \"2s\"]\n",
+			[]string{"processor.backoff"}, []string{"fewer entries than processor.max_deliver (2)"}},
+		{"infinite max_deliver", "[processor]\nmax_deliver = -1\n", []string{"processor.max_deliver"}, []string{"finite"}},
+		{"sync interval word", "[jetstream]\nsync_interval = \"sometimes\"\n", []string{"jetstream.sync_interval"}, []string{"always"}},
+		{"non-loopback without users", "[server]\nhost = \"0.0.0.0\"\n", []string{"server.host"}, []string{"users"}},
+		{"non-loopback admin without token", "[admin]\nlisten = \"0.0.0.0:8222\"\n", []string{"admin.listen"}, []string{"token"}},
+		{"replicas on one host", "[stream]\nreplicas = 3\n", []string{"stream.replicas"}, nil},
+		{"table is not a table", "stream = 1\n", []string{"stream"}, []string{"must be a table"}},
+		{"duplicate window over max_age", "[stream]\nmax_age = \"1m\"\nduplicate_window = \"2m\"\n", []string{"stream.duplicate_window"}, nil},
+		{"bad subject", "[stream]\nsubjects = [\"orders.>.x\"]\n", []string{"stream.subjects[0]"}, nil},
+		{"log level", "[log]\nlevel = \"verbose\"\n", []string{"log.level"}, nil},
+		{"dlq equals stream", "[processor]\ndead_letter_stream = \"ORDER_EVENTS\"\n", []string{"processor.dead_letter_stream"}, nil},
+		{"max_msg_size over max_payload", "[stream]\nmax_msg_size = \"2MiB\"\n", []string{"stream.max_msg_size"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(tt.toml), "test.toml")
+			var errs *Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("Parse() error = %v, want *Errors", err)
+			}
+			if got := errs.Keys(); !reflect.DeepEqual(got, tt.wantKeys) {
+				t.Errorf("keys = %q, want %q\n%v", got, tt.wantKeys, err)
+			}
+			for _, s := range tt.wantText {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q lacks %q", err, s)
+				}
+			}
+			if !strings.HasPrefix(err.Error(), `config "test.toml": `) {
+				t.Errorf("error %q does not name the file", err)
+			}
+		})
+	}
+}
+
+func TestSyntaxErrorHasPosition(t *testing.T) {
+	_, err := Parse(strings.NewReader("[stream]\nmax_age = \n"), "bad.toml")
+	if err == nil || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), `config "bad.toml"`) {
+		t.Fatalf("error = %v, want file name and line 2", err)
+	}
+}
+
+func TestParseValues(t *testing.T) {
+	cfg, err := Parse(strings.NewReader(`
+[jetstream]
+sync_interval = "1s"
+max_file_store = "1.5GiB"
+[stream]
+max_age = "72h"
+max_bytes = "-1"
+[[server.users]]
+user = "producer"
+password = "p"
+publish = ["orders.>"]
+`), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.JetStream.SyncInterval.Always || cfg.JetStream.SyncEvery() != time.Second {
+		t.Errorf("sync = %+v", cfg.JetStream.SyncInterval)
+	}
+	if cfg.JetStream.MaxFileStore != 3<<29 {
+		t.Errorf("max_file_store = %d", cfg.JetStream.MaxFileStore)
+	}
+	if cfg.Stream.MaxAge.D() != 72*time.Hour || cfg.Stream.MaxBytes != -1 {
+		t.Errorf("stream = %+v", cfg.Stream)
+	}
+	if len(cfg.Server.Users) != 1 || cfg.Server.Users[0].Publish[0] != "orders.>" {
+		t.Errorf("users = %+v", cfg.Server.Users)
+	}
+	// Keys not in the file keep their defaults.
+	if cfg.Processor.Durable != "order-processor" || cfg.Stream.Name != "ORDER_EVENTS" {
+		t.Errorf("defaults lost: %+v", cfg.Processor)
+	}
+}
+
+// check -print output parses back to the same configuration.
+func TestEncodeRoundTrip(t *testing.T) {
+	cfg := Default()
+	cfg.JetStream.SyncInterval = SyncPolicy{Interval: 1500 * time.Millisecond}
+	cfg.Stream.MaxAge = Duration(90 * time.Minute)
+	b, err := cfg.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(strings.NewReader(string(b)), "printed")
+	if err != nil {
+		t.Fatalf("printed config does not parse: %v\n%s", err, b)
+	}
+	cfg.Server.Users = []User{}
+	if back.Server.Users == nil {
+		back.Server.Users = []User{}
+	}
+	if !reflect.DeepEqual(back, cfg) {
+		t.Errorf("round trip differs:\n%s", b)
+	}
+}
+
+func TestEncodeRedactsSecrets(t *testing.T) {
+	cfg := Default()
+	cfg.Server.SystemUser, cfg.Server.SystemPassword = "admin", "hunter2"
+	cfg.Server.Users = []User{{User: "p", Password: "hunter3"}}
+	cfg.Admin.Token = "hunter4"
+	b, _ := cfg.Encode()
+	for _, s := range []string{"hunter2", "hunter3", "hunter4"} {
+		if strings.Contains(string(b), s) {
+			t.Errorf("Encode leaks %q", s)
+		}
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		err  bool
+	}{
+		{"10GiB", 10 << 30, false}, {"512MiB", 512 << 20, false}, {"1KiB", 1024, false}, {"7B", 7, false},
+		{"1TiB", 1 << 40, false}, {"-1", -1, false}, {"10GB", 0, true}, {"10", 0, true}, {"", 0, true}, {"GiB", 0, true}, {"-5MiB", 0, true},
+	}
+	for _, tt := range tests {
+		var b ByteSize
+		err := b.UnmarshalText([]byte(tt.in))
+		if (err != nil) != tt.err || (!tt.err && int64(b) != tt.want) {
+			t.Errorf("ByteSize(%q) = %d, %v; want %d, err %v", tt.in, b, err, tt.want, tt.err)
+		}
+		if !tt.err {
+			if s := b.String(); s != tt.in && tt.in != "-1" {
+				t.Errorf("ByteSize(%q).String() = %q", tt.in, s)
+			}
+		}
+	}
+}
+
+func TestDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{"72h": 72 * time.Hour, "1m30s": 90 * time.Second, "0s": 0} {
+		var d Duration
+		if err := d.UnmarshalText([]byte(in)); err != nil || d.D() != want {
+			t.Errorf("Duration(%q) = %v, %v", in, d.D(), err)
+		}
+	}
+	for _, in := range []string{"72", "", "1 day", "3.5"} {
+		var d Duration
+		if err := d.UnmarshalText([]byte(in)); err == nil {
+			t.Errorf("Duration(%q) accepted", in)
+		}
+	}
+	if s := Duration(168 * time.Hour).String(); s != "168h" {
+		t.Errorf("String = %q", s)
+	}
+}
