@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 
 	"github.com/orderstore/orderstore/internal/config"
@@ -17,8 +19,14 @@ func loadConfig(flagPath string) (cfg config.Config, name string, err error) {
 		return config.Default(), "<built-in defaults>", nil
 	}
 	cfg, err = config.Load(path)
-	if err != nil {
+	var cerrs *config.Errors
+	switch {
+	case errors.As(err, &cerrs):
 		return cfg, path, withHint(err, "fix the keys above; orderstore.example.toml lists every key with its default")
+	case errors.Is(err, fs.ErrNotExist):
+		return cfg, path, withHint(err, "pass an existing file with -config (or run without -config for the built-in defaults)")
+	case err != nil:
+		return cfg, path, err
 	}
 	return cfg, path, nil
 }

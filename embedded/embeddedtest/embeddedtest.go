@@ -43,7 +43,7 @@ func Start(t testing.TB, opts ...func(*embedded.Config)) *embedded.Server {
 		// The appliance's own limit, so DeclareOrderEvents' reservations
 		// fit. It is an accounting limit: nothing is allocated up front.
 		MaxStore: int64(config.Default().JetStream.MaxFileStore),
-		Logger:    testLogger(t),
+		Logger:   testLogger(t),
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -135,4 +135,3 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
-
