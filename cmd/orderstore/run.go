@@ -20,6 +20,7 @@ import (
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/internal/setup"
+	"github.com/orderstore/orderstore/processor"
 )
 
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -102,6 +103,17 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 		}, func(error) { close(stop) })
 	}
+	var proc *processor.Processor
+	if cfg.Processor.Enabled {
+		var err error
+		proc, err = newProcessor(ctx, a, cfg, logger)
+		if err != nil {
+			printErr(stderr, err)
+			return exitFailure
+		}
+		pctx, cancel := context.WithCancel(context.Background())
+		g.Add(func() error { return proc.Run(pctx) }, func(error) { cancel() })
+	}
 	if ctx.Done() != nil { // the caller's context (tests)
 		cctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { <-cctx.Done(); return ctx.Err() }, func(error) { cancel() })
@@ -125,6 +137,25 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	logger.Info("shutdown complete")
 	return exitOK
+}
+
+// newProcessor builds the built-in processor: the projection handler over
+// the processor's durable, dead letters to the configured stream.
+func newProcessor(ctx context.Context, a *appliance, cfg configT, logger *slog.Logger) (*processor.Processor, error) {
+	kv, err := a.js.KeyValue(ctx, cfg.Processor.ProjectionBucket)
+	if err != nil {
+		return nil, fmt.Errorf("projection bucket %q: %w", cfg.Processor.ProjectionBucket, err)
+	}
+	return processor.New(a.js, processor.Config{
+		Stream:                  cfg.Stream.Name,
+		Durable:                 cfg.Processor.Durable,
+		DeadLetterStream:        cfg.Processor.DeadLetterStream,
+		DeadLetterSubjectPrefix: setup.DeadLetterSubjectPrefix(cfg.Processor.DeadLetterStream),
+		MaxDeliver:              cfg.Processor.MaxDeliver,
+		Backoff:                 setup.Backoff(cfg),
+		Handler:                 processor.NewProjection(kv),
+		Logger:                  logger.With("component", "processor"),
+	})
 }
 
 // appliance is everything started before the run group.

@@ -1,0 +1,178 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DeadLetter is one event in the dead-letter stream.
+type DeadLetter struct {
+	Sequence         uint64      `json:"seq"`               // in the dead-letter stream
+	Subject          string      `json:"subject"`           // original subject
+	OriginalSequence uint64      `json:"original_seq"`      // in the event stream
+	Error            string      `json:"error"`             // why it was dead-lettered
+	Deliveries       uint64      `json:"deliveries"`        // deliveries before it was
+	Poison           bool        `json:"poison"`            // dead-lettered at once, without retries
+	DeadLetteredAt   time.Time   `json:"dead_lettered_at"`  //
+	Data             []byte      `json:"data"`              // original payload
+	Header           nats.Header `json:"headers,omitempty"` // original headers and the Orderstore-* ones
+}
+
+func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
+	d := DeadLetter{Sequence: m.Sequence, Data: m.Data, Header: m.Header}
+	d.Subject = m.Header.Get(HeaderSubject)
+	d.OriginalSequence, _ = strconv.ParseUint(m.Header.Get(HeaderSequence), 10, 64)
+	d.Error = m.Header.Get(HeaderError)
+	d.Deliveries, _ = strconv.ParseUint(m.Header.Get(HeaderDeliveries), 10, 64)
+	d.Poison = m.Header.Get(HeaderPoison) == "true"
+	d.DeadLetteredAt, _ = time.Parse(time.RFC3339Nano, m.Header.Get(HeaderDeadLetterAt))
+	if d.DeadLetteredAt.IsZero() {
+		d.DeadLetteredAt = m.Time
+	}
+	return d
+}
+
+// ListDeadLetters returns up to limit dead letters from stream with a
+// sequence at or after from (1 for the start), and the sequence to pass as
+// from for the next page (0 when there is none).
+func ListDeadLetters(ctx context.Context, js jetstream.JetStream, stream string, from uint64, limit int) ([]DeadLetter, uint64, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, 0, fmt.Errorf("dead letters %q: %w", stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("dead letters %q: %w", stream, err)
+	}
+	if from < info.State.FirstSeq {
+		from = info.State.FirstSeq
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []DeadLetter
+	seq := from
+	for len(out) < limit && info.State.Msgs > 0 && seq <= info.State.LastSeq {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(">"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return out, 0, fmt.Errorf("dead letters %q: seq %d: %w", stream, seq, err)
+		}
+		out = append(out, deadLetterFrom(m))
+		seq = m.Sequence + 1
+	}
+	next := uint64(0)
+	if len(out) == limit && seq <= info.State.LastSeq {
+		next = seq
+	}
+	return out, next, nil
+}
+
+// GetDeadLetter returns one dead letter.
+func GetDeadLetter(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (DeadLetter, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("dead letters %q: %w", stream, err)
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("dead letter %d in %q: %w", seq, stream, err)
+	}
+	return deadLetterFrom(m), nil
+}
+
+// Replay republishes dead letter seq to its original subject, with its
+// original headers and payload plus Orderstore-Replay-Of, and removes it
+// from the dead-letter stream. It returns the event's new stream sequence.
+// Replaying the same dead letter twice (a crash between publish and
+// remove) stores it once: the republish carries a Nats-Msg-Id derived from
+// the dead letter.
+func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (uint64, error) {
+	d, err := GetDeadLetter(ctx, js, stream, seq)
+	if err != nil {
+		return 0, err
+	}
+	if d.Subject == "" {
+		return 0, fmt.Errorf("dead letter %d in %q: no %s header", seq, stream, HeaderSubject)
+	}
+	h := nats.Header{}
+	for k, v := range d.Header {
+		if strings.HasPrefix(k, "Orderstore-") || strings.HasPrefix(k, "Nats-") {
+			continue
+		}
+		h[k] = append([]string(nil), v...)
+	}
+	if id := d.Header.Get(HeaderOriginalMsgID); id != "" {
+		h.Set(HeaderOriginalMsgID, id)
+	}
+	h.Set(HeaderReplayOf, strconv.FormatUint(d.OriginalSequence, 10))
+	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("replay-%s-%d", stream, seq))
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: d.Subject, Header: h, Data: d.Data})
+	if err != nil {
+		return 0, fmt.Errorf("replay dead letter %d to %q: %w", seq, d.Subject, err)
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return ack.Sequence, fmt.Errorf("replay dead letter %d: republished as %d, but: %w", seq, ack.Sequence, err)
+	}
+	if err := s.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return ack.Sequence, fmt.Errorf("replay dead letter %d: republished as %d, but removing it failed: %w", seq, ack.Sequence, err)
+	}
+	return ack.Sequence, nil
+}
+
+// LagInfo is how far a consumer is behind its stream.
+type LagInfo struct {
+	Pending       uint64    `json:"pending"`        // not yet delivered
+	AckPending    int       `json:"ack_pending"`    // delivered, not yet acked
+	Redelivered   int       `json:"redelivered"`    // delivered more than once, not yet acked
+	AckFloor      uint64    `json:"ack_floor"`      // every event at or below is done
+	LastSeq       uint64    `json:"stream_last_seq"`
+	SecondsBehind float64   `json:"seconds_behind"` // age of the oldest unprocessed event; 0 when caught up
+	OldestAt      time.Time `json:"oldest_unprocessed_at,omitzero"`
+}
+
+// Lag reads the consumer's state and the age of its oldest unprocessed event.
+func Lag(ctx context.Context, js jetstream.JetStream, stream, durable string) (LagInfo, error) {
+	c, err := js.Consumer(ctx, stream, durable)
+	if err != nil {
+		return LagInfo{}, fmt.Errorf("consumer %q: %w", durable, err)
+	}
+	ci, err := c.Info(ctx)
+	if err != nil {
+		return LagInfo{}, fmt.Errorf("consumer %q: %w", durable, err)
+	}
+	l := LagInfo{
+		Pending:     ci.NumPending,
+		AckPending:  ci.NumAckPending,
+		Redelivered: ci.NumRedelivered,
+		AckFloor:    ci.AckFloor.Stream,
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return l, fmt.Errorf("stream %q: %w", stream, err)
+	}
+	l.LastSeq = s.CachedInfo().State.LastSeq
+	if ci.NumPending == 0 && ci.NumAckPending == 0 {
+		return l, nil
+	}
+	m, err := s.GetMsg(ctx, ci.AckFloor.Stream+1, jetstream.WithGetMsgSubject(">"))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return l, nil
+		}
+		return l, fmt.Errorf("stream %q: oldest unprocessed: %w", stream, err)
+	}
+	l.OldestAt = m.Time
+	l.SecondsBehind = max(time.Since(m.Time).Seconds(), 0)
+	return l, nil
+}

@@ -1,0 +1,118 @@
+package processor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Event is one order event as a Handler sees it.
+type Event struct {
+	// Subject is the subject it was published on, e.g. "orders.created".
+	Subject string
+	// Type is the subject's last token: "created", "shipped", ...
+	Type string
+	// OrderID is the event's non-empty "order_id", a valid KV key.
+	OrderID string
+	// Status is the event's optional "status" field; empty when absent.
+	Status string
+	// Data is the raw JSON payload; Header the message headers.
+	Data   []byte
+	Header nats.Header
+	// Sequence is the event's stream sequence: unique and increasing, the
+	// key for idempotency.
+	Sequence uint64
+	// Time is when the stream stored it.
+	Time time.Time
+	// Delivered counts deliveries of this event, 1 on the first.
+	Delivered uint64
+	// AckFloor is the consumer's ack floor when the event was handed out:
+	// every event at or below it was acked or dead-lettered and will not be
+	// delivered again, so idempotency records below it can be dropped.
+	AckFloor uint64
+}
+
+// Handler applies events. It must be idempotent on Event.Sequence: an event
+// is delivered at least once, and again after a crash between Handle and
+// the ack. Within one processor, events of one order are never handled
+// concurrently and first deliveries come in stream order; events of
+// different orders are handled concurrently. A retried event can arrive
+// after later events of its order, and with several processors on one
+// durable, events of one order can be handled at the same time: a handler
+// that needs stream order must check Sequence (the built-in projection
+// keeps, per order, which sequences it applied, and folds them in sequence
+// order whatever the arrival order).
+//
+// Return nil to ack; an error to retry after the configured backoff (after
+// max_deliver deliveries the event is dead-lettered); an error wrapping
+// ErrPoison (see [Poison]) to dead-letter at once.
+type Handler interface {
+	Handle(ctx context.Context, ev Event) error
+}
+
+// BatchHandler is an optional interface: a Handler that can apply several
+// events of one order at once (the projection writes them with one KV
+// update). events are in stream order; the result has one error per event.
+type BatchHandler interface {
+	Handler
+	HandleOrder(ctx context.Context, orderID string, events []Event) []error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, ev Event) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, ev Event) error { return f(ctx, ev) }
+
+// ErrPoison marks an event that can never succeed: it is dead-lettered at
+// once, without retries.
+var ErrPoison = errors.New("poison event")
+
+// Poison wraps err so that errors.Is(err, ErrPoison) holds.
+func Poison(err error) error { return fmt.Errorf("%w: %w", ErrPoison, err) }
+
+var kvKeyRe = regexp.MustCompile(`^[-/_=\.a-zA-Z0-9]+$`)
+
+// ValidOrderID reports whether id can be a KV key (the projection's key).
+func ValidOrderID(id string) bool {
+	return id != "" && kvKeyRe.MatchString(id) && !strings.HasPrefix(id, ".") && !strings.HasSuffix(id, ".") && !strings.Contains(id, "..")
+}
+
+// parse decodes the envelope common to all order events. A failure is
+// poison: retrying cannot fix the bytes.
+func parse(subject string, data []byte) (orderID, status string, err error) {
+	var env struct {
+		OrderID *string `json:"order_id"`
+		Status  *string `json:"status"`
+	}
+	if err := json.Unmarshal(data, &env); err != nil {
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) && ute.Field != "" {
+			return "", "", Poison(fmt.Errorf("field %q is a JSON %s, want a string", ute.Field, ute.Value))
+		}
+		return "", "", Poison(fmt.Errorf("not a JSON object: %v", err))
+	}
+	if env.OrderID == nil || *env.OrderID == "" {
+		return "", "", Poison(errors.New("no order_id"))
+	}
+	if !ValidOrderID(*env.OrderID) {
+		return "", "", Poison(fmt.Errorf("order_id %q cannot be a key (letters, digits, '-', '_', '=', '/', '.')", *env.OrderID))
+	}
+	if env.Status != nil {
+		status = *env.Status
+	}
+	return *env.OrderID, status, nil
+}
+
+func eventType(subject string) string {
+	if i := strings.LastIndexByte(subject, '.'); i >= 0 {
+		return subject[i+1:]
+	}
+	return subject
+}

@@ -1,0 +1,314 @@
+package processor_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/embedded"
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/config"
+	"github.com/orderstore/orderstore/internal/setup"
+	"github.com/orderstore/orderstore/processor"
+)
+
+// env is a real broker with everything the appliance declares.
+type env struct {
+	srv  *embedded.Server
+	js   jetstream.JetStream
+	cfg  config.Config
+	spec bootstrap.Spec
+}
+
+// testConfig: short ack_wait and backoff so redeliveries happen in test time.
+func testConfig(c *config.Config) {
+	c.Processor.AckWait = config.Duration(time.Second)
+	c.Processor.MaxDeliver = 4
+	c.Processor.Backoff = []config.Duration{config.Duration(10 * time.Millisecond), config.Duration(50 * time.Millisecond)}
+	c.Processor.MaxAckPending = 500
+	c.Stream.MaxBytes = 1 << 30
+}
+
+func newEnv(t testing.TB, adjust ...func(*config.Config)) *env {
+	t.Helper()
+	// Processor tests are about delivery and idempotency, not fsync: a
+	// relaxed sync keeps 10,000-event tests quick. Durability under
+	// "always" is covered in cmd/orderstore.
+	srv := embeddedtest.Start(t, func(c *embedded.Config) { c.SyncInterval = time.Second })
+	nc := embeddedtest.Connect(t, srv)
+	spec := embeddedtest.DeclareOrderEvents(t, nc, append([]func(*config.Config){testConfig}, adjust...)...)
+	cfg := config.Default()
+	testConfig(&cfg)
+	for _, a := range adjust {
+		a(&cfg)
+	}
+	js, _ := jetstream.New(nc)
+	return &env{srv: srv, js: js, cfg: cfg, spec: spec}
+}
+
+// processorConfig is what cmd/orderstore builds from the file config.
+func (e *env) processorConfig(h processor.Handler) processor.Config {
+	return processor.Config{
+		Stream:                  e.cfg.Stream.Name,
+		Durable:                 e.cfg.Processor.Durable,
+		DeadLetterStream:        e.cfg.Processor.DeadLetterStream,
+		DeadLetterSubjectPrefix: setup.DeadLetterSubjectPrefix(e.cfg.Processor.DeadLetterStream),
+		MaxDeliver:              e.cfg.Processor.MaxDeliver,
+		Backoff:                 setup.Backoff(e.cfg),
+		Handler:                 h,
+	}
+}
+
+// projection returns a projection on its own connection, like a separate
+// processor instance would have.
+func (e *env) projection(t testing.TB) *processor.Projection {
+	t.Helper()
+	js := embeddedtest.JetStream(t, e.srv)
+	kv, err := js.KeyValue(context.Background(), e.cfg.Processor.ProjectionBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return processor.NewProjection(kv)
+}
+
+// start runs a processor with h on its own connection until the returned
+// stop is called; stop waits for Run and fails the test on its error.
+func (e *env) start(t testing.TB, h processor.Handler) (*processor.Processor, func()) {
+	t.Helper()
+	js := embeddedtest.JetStream(t, e.srv)
+	p, err := processor.New(js, e.processorConfig(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	waitFor(t, 5*time.Second, func() error {
+		if !p.Running() {
+			return fmt.Errorf("processor not running")
+		}
+		return nil
+	})
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("processor Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("processor did not stop within 30s")
+		}
+	}
+	t.Cleanup(stop)
+	return p, stop
+}
+
+// publish stores events asynchronously and waits for every ack.
+func (e *env) publish(t testing.TB, msgs []*nats.Msg) []uint64 {
+	t.Helper()
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	seqs := make([]uint64, len(msgs))
+	const window = 1000 // below the client's cap on outstanding async publishes
+	for i, m := range msgs {
+		f, err := e.js.PublishMsgAsync(m)
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		futures[i] = f
+		if i >= window {
+			wait(t, i-window, futures[i-window], seqs)
+		}
+	}
+	for i := max(len(msgs)-window, 0); i < len(msgs); i++ {
+		wait(t, i, futures[i], seqs)
+	}
+	return seqs
+}
+
+func wait(t testing.TB, i int, f jetstream.PubAckFuture, seqs []uint64) {
+	t.Helper()
+	{
+		select {
+		case ack := <-f.Ok():
+			seqs[i] = ack.Sequence
+		case err := <-f.Err():
+			t.Fatalf("publish %d: %v", i, err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("publish %d: no ack", i)
+		}
+	}
+}
+
+func event(subject, orderID, status, msgID string) *nats.Msg {
+	m := nats.NewMsg(subject)
+	body := map[string]string{"order_id": orderID}
+	if status != "" {
+		body["status"] = status
+	}
+	m.Data, _ = json.Marshal(body)
+	if msgID != "" {
+		m.Header.Set(jetstream.MsgIDHeader, msgID)
+	}
+	return m
+}
+
+// waitCaughtUp waits until the durable has nothing pending or unacked.
+func (e *env) waitCaughtUp(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, func() error {
+		l, err := processor.Lag(context.Background(), e.js, e.cfg.Stream.Name, e.cfg.Processor.Durable)
+		if err != nil {
+			return err
+		}
+		if l.Pending != 0 || l.AckPending != 0 {
+			return fmt.Errorf("pending %d, ack pending %d", l.Pending, l.AckPending)
+		}
+		return nil
+	})
+}
+
+// fold computes, independently of the processor, the projection the stream
+// implies: every valid event not dead-lettered, in stream order.
+func (e *env) fold(t testing.TB) map[string]processor.Order {
+	t.Helper()
+	ctx := context.Background()
+	dead := map[uint64]bool{}
+	dlqs, _, err := processor.ListDeadLetters(ctx, e.js, e.cfg.Processor.DeadLetterStream, 1, 1_000_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dlqs {
+		dead[d.OriginalSequence] = true
+	}
+	s, err := e.js.Stream(ctx, e.cfg.Stream.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := s.Info(ctx)
+	// Replayed events name the original they replace.
+	type rec struct {
+		seq  uint64
+		subj string
+		data []byte
+		at   time.Time
+	}
+	var all []rec
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("get %d: %v", seq, err)
+		}
+		if r := m.Header.Get(processor.HeaderReplayOf); r != "" {
+			orig, _ := strconv.ParseUint(r, 10, 64)
+			dead[orig] = true
+		}
+		all = append(all, rec{m.Sequence, m.Subject, m.Data, m.Time})
+	}
+	out := map[string]processor.Order{}
+	for _, r := range all {
+		if dead[r.seq] {
+			continue
+		}
+		var body struct {
+			OrderID string `json:"order_id"`
+			Status  string `json:"status"`
+		}
+		if json.Unmarshal(r.data, &body) != nil || !processor.ValidOrderID(body.OrderID) {
+			continue
+		}
+		typ := r.subj[strings.LastIndex(r.subj, ".")+1:]
+		o := out[body.OrderID]
+		if o.Events == 0 {
+			o.OrderID, o.FirstSeq, o.FirstEventAt = body.OrderID, r.seq, r.at.UTC()
+		}
+		o.Events++
+		o.LastSeq, o.LastEvent, o.LastEventAt = r.seq, typ, r.at.UTC()
+		o.Status = body.Status
+		if o.Status == "" {
+			o.Status = typ
+		}
+		out[body.OrderID] = o
+	}
+	return out
+}
+
+// checkProjection compares every key of the bucket with the fold.
+func (e *env) checkProjection(t testing.TB) {
+	t.Helper()
+	want := e.fold(t)
+	ctx := context.Background()
+	kv, err := e.js.KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]processor.Order{}
+	for k := range lister.Keys() {
+		entry, err := kv.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o processor.Order
+		if err := json.Unmarshal(entry.Value(), &o); err != nil {
+			t.Fatal(err)
+		}
+		got[k] = o
+	}
+	bad := 0
+	for id, w := range want {
+		g, ok := got[id]
+		if !ok {
+			bad++
+			if bad < 5 {
+				t.Errorf("order %s missing from the projection, want %+v", id, w)
+			}
+			continue
+		}
+		if g.Status != w.Status || g.LastEvent != w.LastEvent || g.LastSeq != w.LastSeq || g.FirstSeq != w.FirstSeq ||
+			g.Events != w.Events || !g.FirstEventAt.Equal(w.FirstEventAt) || !g.LastEventAt.Equal(w.LastEventAt) {
+			bad++
+			if bad < 5 {
+				t.Errorf("order %s:\n got %+v\nwant %+v", id, g, w)
+			}
+		}
+	}
+	for id := range got {
+		if _, ok := want[id]; !ok {
+			bad++
+			t.Errorf("order %s in the projection but not in the fold", id)
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d orders differ from the fold", bad, len(want))
+	}
+}
+
+func waitFor(t testing.TB, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("not true after %s: %v", timeout, err)
+}
