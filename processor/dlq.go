@@ -132,10 +132,10 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 
 // LagInfo is how far a consumer is behind its stream.
 type LagInfo struct {
-	Pending       uint64    `json:"pending"`        // not yet delivered
-	AckPending    int       `json:"ack_pending"`    // delivered, not yet acked
-	Redelivered   int       `json:"redelivered"`    // delivered more than once, not yet acked
-	AckFloor      uint64    `json:"ack_floor"`      // every event at or below is done
+	Pending       uint64    `json:"pending"`     // not yet delivered
+	AckPending    int       `json:"ack_pending"` // delivered, not yet acked
+	Redelivered   int       `json:"redelivered"` // delivered more than once, not yet acked
+	AckFloor      uint64    `json:"ack_floor"`   // every event at or below is done
 	LastSeq       uint64    `json:"stream_last_seq"`
 	SecondsBehind float64   `json:"seconds_behind"` // age of the oldest unprocessed event; 0 when caught up
 	OldestAt      time.Time `json:"oldest_unprocessed_at,omitzero"`

@@ -154,7 +154,7 @@ func TestBadInput(t *testing.T) {
 
 	tests := []struct {
 		name  string
-		body  string                       // merged into the test config
+		body  string                         // merged into the test config
 		setup func(t *testing.T, dir string) // runs before
 		store func(dir string) string
 		cred  *syscall.Credential
