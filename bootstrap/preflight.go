@@ -225,3 +225,6 @@ func FormatBytes(n int64) string {
 	s = strings.TrimSuffix(s, ".0")
 	return s + string("KMGTPE"[exp]) + "iB"
 }
+
+// FreeBytes returns the free disk under dir for an unprivileged user.
+func FreeBytes(dir string) (uint64, error) { return freeBytes(dir) }

@@ -28,6 +28,9 @@ const usage = `usage: orderstore <command> [flags]
 commands:
   run      [-config FILE]            run the appliance (no file: built-in defaults)
   check    [-config FILE] [-print]   validate the config and preflight; -print shows the effective config
+  status   [-admin URL] [-json]      summary of a running instance (durability, stream vs limits, lag, DLQ)
+  dlq list [-from SEQ] [-limit N]    list dead letters of a running instance
+  dlq replay SEQ... | -all           republish dead letters to their original subjects
   version                            print version, commit, build date, Go and nats-server versions
 
 The config path comes from -config, else $ORDERSTORE_CONFIG, else none.
@@ -45,6 +48,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runCmd(ctx, rest, stdout, stderr)
 	case "check":
 		return checkCmd(ctx, rest, stdout, stderr)
+	case "status":
+		return statusCmd(rest, stdout, stderr)
+	case "dlq":
+		return dlqCmd(rest, stdout, stderr)
 	case "version", "-version", "--version":
 		return versionCmd(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":

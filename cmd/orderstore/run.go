@@ -7,18 +7,25 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	rungroup "github.com/oklog/run"
 
+	"github.com/orderstore/orderstore/admin"
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
+	"github.com/orderstore/orderstore/internal/sdnotify"
 	"github.com/orderstore/orderstore/internal/setup"
 	"github.com/orderstore/orderstore/processor"
 )
@@ -50,6 +57,16 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bi := getBuildInfo()
 	logger.Info("orderstore starting", "version", bi.Version, "config", cfgName, "pid", os.Getpid())
 
+	// The admin listener opens first: a busy port fails at once, and during
+	// a long stream recovery /readyz already answers "recovering".
+	var nsrv atomic.Pointer[server.Server]
+	adm, err := startAdmin(cfg, bi, logger, func() *server.Server { return nsrv.Load() })
+	if err != nil {
+		printErr(stderr, err)
+		return exitFailure
+	}
+	defer adm.shutdown()
+
 	// Start-up is cancelled by a signal.
 	startCtx, cancelStart := context.WithCancel(ctx)
 	defer cancelStart()
@@ -64,6 +81,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 
+	sdnotify.Status("recovering streams")
 	a, err := startAppliance(startCtx, cfg, logger)
 	close(started)
 	if err != nil {
@@ -79,6 +97,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	defer a.close(logger)
+	nsrv.Store(a.srv.NATSServer())
 
 	var g rungroup.Group
 	{ // signals
@@ -105,7 +124,6 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var proc *processor.Processor
 	if cfg.Processor.Enabled {
-		var err error
 		proc, err = newProcessor(ctx, a, cfg, logger)
 		if err != nil {
 			printErr(stderr, err)
@@ -114,13 +132,38 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		pctx, cancel := context.WithCancel(context.Background())
 		g.Add(func() error { return proc.Run(pctx) }, func(error) { cancel() })
 	}
+	if adm != nil { // admin HTTP, serving since start-up
+		stop := make(chan struct{})
+		g.Add(func() error {
+			select {
+			case err := <-adm.serveErr:
+				return fmt.Errorf("admin listener %s: %w", cfg.Admin.Listen, err)
+			case <-stop:
+				return nil
+			}
+		}, func(error) { close(stop); adm.shutdown() })
+		kv, err := a.js.KeyValue(ctx, cfg.Processor.ProjectionBucket)
+		if err != nil {
+			printErr(stderr, fmt.Errorf("projection bucket %q: %w", cfg.Processor.ProjectionBucket, err))
+			return exitFailure
+		}
+		b := admin.Backend{JS: a.js, DeadLetters: dlqAdapter{a.js, cfg.Processor.DeadLetterStream}, Orders: ordersAdapter{processor.NewProjection(kv)}}
+		if proc != nil {
+			b.Processor = procAdapter{proc, a.js, cfg.Stream.Name, cfg.Processor.Durable}
+		}
+		adm.srv.SetBackend(b)
+	}
 	if ctx.Done() != nil { // the caller's context (tests)
 		cctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { <-cctx.Done(); return ctx.Err() }, func(error) { cancel() })
 	}
 
-	logger.Info("orderstore ready", "client_url", a.srv.ClientURL(), "store_dir", a.report.StoreDir)
+	logger.Info("orderstore ready", "client_url", a.srv.ClientURL(), "admin", cfg.Admin.Listen, "store_dir", a.report.StoreDir)
+	if err := sdnotify.Ready(); err != nil {
+		logger.Warn("sd_notify", "err", err)
+	}
 	err = g.Run()
+	sdnotify.Stopping()
 	var sigErr *rungroup.SignalError
 	switch {
 	case errors.As(err, &sigErr):
@@ -137,6 +180,77 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	logger.Info("shutdown complete")
 	return exitOK
+}
+
+// adminListener is the admin HTTP server, serving from start-up.
+type adminListener struct {
+	srv      *admin.Server
+	hs       *http.Server
+	serveErr chan error
+	once     sync.Once
+}
+
+// startAdmin opens [admin] listen and serves on it; nil when disabled.
+func startAdmin(cfg configT, bi buildInfo, logger *slog.Logger, nsrv func() *server.Server) (*adminListener, error) {
+	if cfg.Admin.Listen == "" {
+		return nil, nil
+	}
+	token, err := cfg.AdminToken()
+	if err != nil {
+		return nil, withHint(err, "fix admin.token_file or set admin.token")
+	}
+	ln, err := net.Listen("tcp", cfg.Admin.Listen)
+	if err != nil {
+		return nil, withHint(fmt.Errorf("admin listener %s: %w", cfg.Admin.Listen, err),
+			fmt.Sprintf("another process listens on %s; stop it or set admin.listen (\"\" disables the admin listener)", cfg.Admin.Listen))
+	}
+	durable := ""
+	if cfg.Processor.Enabled {
+		durable = cfg.Processor.Durable
+	}
+	storeDir, _ := filepath.Abs(cfg.JetStream.StoreDir)
+	srv := admin.New(admin.Config{
+		Token:            token,
+		Stream:           cfg.Stream.Name,
+		Subjects:         cfg.Stream.Subjects,
+		Durable:          durable,
+		DeadLetterStream: cfg.Processor.DeadLetterStream,
+		ProjectionBucket: cfg.Processor.ProjectionBucket,
+		MaxBytes:         int64(cfg.Stream.MaxBytes),
+		MaxMsgs:          cfg.Stream.MaxMsgs,
+		MaxAge:           cfg.Stream.MaxAge.D(),
+		SyncPolicy:       cfg.JetStream.SyncInterval.String(),
+		SyncDescription:  cfg.JetStream.SyncInterval.Describe(),
+		StoreDir:         storeDir,
+		FreeBytes:        func() (uint64, error) { return bootstrap.FreeBytes(storeDir) },
+		Build:            admin.BuildInfo{Version: bi.Version, Commit: bi.Commit, Date: bi.Date, GoVersion: bi.Go, NATSServer: bi.NATSServer},
+		Monitoring:       monitoring(nsrv),
+		Logger:           logger.With("component", "admin"),
+	})
+	al := &adminListener{srv: srv, serveErr: make(chan error, 1), hs: &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.With("component", "admin").Handler(), slog.LevelWarn),
+	}}
+	go func() {
+		if err := al.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			al.serveErr <- err
+		}
+	}()
+	logger.Info("admin listening", "addr", ln.Addr().String(), "token", token != "")
+	return al, nil
+}
+
+// shutdown stops taking requests and waits up to 5s for those in flight.
+func (a *adminListener) shutdown() {
+	if a == nil {
+		return
+	}
+	a.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		a.hs.Shutdown(ctx)
+	})
 }
 
 // newProcessor builds the built-in processor: the projection handler over

@@ -1,0 +1,416 @@
+// Package admin serves orderstore's HTTP admin listener: health and
+// readiness, Prometheus metrics, a JSON status, the order projection and
+// dead-letter API, the nats-server monitoring endpoints, and a live
+// dashboard.
+//
+// # Overview
+//
+// [New] builds a Server from static facts (names, limits, durability, build
+// info). The listener can serve before the broker is up: until
+// [Server.SetBackend] hands it a JetStream context and the processor's
+// hooks, /readyz answers 503 "recovering" and the data endpoints 503. This
+// keeps a busy admin port a fast start-up failure and makes a long stream
+// recovery visible.
+//
+// The package imports nats.go, Prometheus and the standard library only;
+// what it needs from the processor comes in through small interfaces
+// ([Processor], [DeadLetters], [Orders]) that cmd/orderstore wires.
+package admin
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Config is what the admin server knows from the start.
+type Config struct {
+	// Token, when set, is required as "Authorization: Bearer <token>" (or the
+	// dashboard's cookie) on everything but /livez and /readyz.
+	Token string
+
+	// Stream, Durable, DeadLetterStream and ProjectionBucket name
+	// orderstore's own objects: /readyz checks these and nothing else.
+	Stream           string
+	Subjects         []string
+	Durable          string // empty when the processor is disabled
+	DeadLetterStream string
+	ProjectionBucket string
+
+	// Limits of the stream as configured (0 or -1: unlimited).
+	MaxBytes int64
+	MaxMsgs  int64
+	MaxAge   time.Duration
+
+	// SyncPolicy is jetstream.sync_interval ("always" or a duration) and
+	// SyncDescription its one-line meaning.
+	SyncPolicy      string
+	SyncDescription string
+
+	// StoreDir and FreeBytes report free disk under the store.
+	StoreDir  string
+	FreeBytes func() (uint64, error)
+
+	Build BuildInfo
+
+	// Monitoring maps paths such as "/varz" to nats-server's own handlers.
+	Monitoring map[string]http.HandlerFunc
+
+	Logger *slog.Logger
+}
+
+// BuildInfo is exported as orderstore_build_info and in /v1/status.
+type BuildInfo struct {
+	Version    string `json:"version"`
+	Commit     string `json:"commit"`
+	Date       string `json:"date"`
+	GoVersion  string `json:"go_version"`
+	NATSServer string `json:"nats_server_version"`
+}
+
+// ProcessorStats are the processor's counters.
+type ProcessorStats struct {
+	Running        bool   `json:"running"`
+	Processed      uint64 `json:"processed"`
+	Failed         uint64 `json:"failed"`
+	DeadLettered   uint64 `json:"dead_lettered"`
+	Poison         uint64 `json:"poison"`
+	Duplicates     uint64 `json:"duplicates"`
+	LastAppliedSeq uint64 `json:"last_applied_seq"`
+}
+
+// Lag is how far the processor's consumer is behind.
+type Lag struct {
+	Pending       uint64  `json:"pending"`
+	AckPending    int     `json:"ack_pending"`
+	Redelivered   int     `json:"redelivered"`
+	AckFloor      uint64  `json:"ack_floor"`
+	SecondsBehind float64 `json:"seconds_behind"`
+}
+
+// Processor is what admin needs from the built-in processor.
+type Processor interface {
+	Stats() ProcessorStats
+	Lag(ctx context.Context) (Lag, error)
+}
+
+// DeadLetters lists and replays dead letters. Items are served as JSON.
+type DeadLetters interface {
+	ListDeadLetters(ctx context.Context, from uint64, limit int) (items any, next uint64, err error)
+	// LatestDeadLetters returns up to n of the most recent, newest last.
+	LatestDeadLetters(ctx context.Context, n int) (items any, err error)
+	ReplayDeadLetter(ctx context.Context, seq uint64) (newSeq uint64, err error)
+}
+
+// Orders reads the projection. It returns ErrNotFound for an unknown id.
+type Orders interface {
+	Order(ctx context.Context, id string) (any, error)
+}
+
+// ErrNotFound is returned by Orders and DeadLetters for what does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Backend is everything that exists once the broker is up and declared.
+type Backend struct {
+	JS          jetstream.JetStream
+	Processor   Processor // nil when disabled
+	DeadLetters DeadLetters
+	Orders      Orders
+}
+
+// Server is the admin HTTP handler.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	backend atomic.Pointer[Backend]
+	mux     *http.ServeMux
+	reg     *prometheus.Registry
+}
+
+// New builds the server. Serve it with net/http; call SetBackend once the
+// broker is ready.
+func New(cfg Config) *Server {
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(&collector{s: s})
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.routes()
+	return s
+}
+
+// SetBackend makes the server serve data: the broker is up, its objects are
+// declared and the recovery check passed.
+func (s *Server) SetBackend(b Backend) { s.backend.Store(&b) }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("GET /livez", s.livez)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})))
+	s.mux.Handle("GET /v1/status", s.auth(s.needBackend(s.status)))
+	s.mux.Handle("GET /v1/orders/{id}", s.auth(s.needBackend(s.order)))
+	s.mux.Handle("GET /v1/dlq", s.auth(s.needBackend(s.dlqList)))
+	s.mux.Handle("POST /v1/dlq/{seq}/replay", s.auth(s.needBackend(s.dlqReplay)))
+	for path, h := range s.cfg.Monitoring {
+		s.mux.Handle("GET "+path, s.auth(h))
+	}
+	s.mux.HandleFunc("POST /login", s.login)
+	s.mux.Handle("GET /{$}", s.auth(http.HandlerFunc(s.dashboard)))
+	s.mux.Handle("GET /ui/", s.auth(http.StripPrefix("/ui/", http.FileServerFS(uiFS()))))
+}
+
+// auth requires the token when one is configured.
+func (s *Server) auth(h http.Handler) http.Handler {
+	if s.cfg.Token == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.authorized(r) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="orderstore"`)
+		if strings.Contains(r.Header.Get("Accept"), "text/html") {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, loginPage)
+			return
+		}
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized: send Authorization: Bearer <admin token>"})
+	})
+}
+
+const tokenCookie = "orderstore_token"
+
+func (s *Server) authorized(r *http.Request) bool {
+	got := ""
+	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+		got = strings.TrimPrefix(h, "Bearer ")
+	} else if c, err := r.Cookie(tokenCookie); err == nil {
+		got = c.Value
+	}
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) == 1
+}
+
+// login takes the token from the dashboard's form and sets it as an
+// HttpOnly cookie, so the browser can load the dashboard and its data.
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Token == "" {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	tok := r.FormValue("token")
+	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.Token)) != 1 {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, loginPage)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+const loginPage = `<!doctype html><meta charset="utf-8"><title>orderstore: sign in</title>
+<style>body{font:16px system-ui,sans-serif;margin:4em auto;max-width:24em}input{font:inherit;padding:.3em;width:100%;box-sizing:border-box;margin:.5em 0}</style>
+<h1>orderstore</h1><p>This admin listener requires the admin token (<code>[admin] token</code>).</p>
+<form method="post" action="/login"><input type="password" name="token" placeholder="admin token" autofocus><input type="submit" value="Sign in"></form>`
+
+func (s *Server) needBackend(h func(http.ResponseWriter, *http.Request, *Backend)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := s.backend.Load()
+		if b == nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "starting: the broker is recovering its streams"})
+			return
+		}
+		h(w, r, b)
+	})
+}
+
+func (s *Server) durability() map[string]string {
+	return map[string]string{"sync_interval": s.cfg.SyncPolicy, "description": s.cfg.SyncDescription}
+}
+
+func (s *Server) livez(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "durability": s.durability()})
+}
+
+// Check is one readiness condition.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// readiness checks orderstore's own stream and consumer only: a broken
+// ad-hoc consumer elsewhere must not make the node unready.
+func (s *Server) readiness(ctx context.Context) (string, []Check) {
+	b := s.backend.Load()
+	if b == nil {
+		return "recovering", []Check{{Name: "startup", OK: false, Reason: "the broker is starting and recovering its streams"}}
+	}
+	var checks []Check
+	add := func(name string, err error) {
+		c := Check{Name: name, OK: err == nil}
+		if err != nil {
+			c.Reason = err.Error()
+		}
+		checks = append(checks, c)
+	}
+	_, err := b.JS.AccountInfo(ctx)
+	add("jetstream", err)
+
+	add("stream", func() error {
+		st, err := b.JS.Stream(ctx, s.cfg.Stream)
+		if err != nil {
+			return fmt.Errorf("stream %q: %w", s.cfg.Stream, err)
+		}
+		c := st.CachedInfo().Config
+		if c.Storage != jetstream.FileStorage {
+			return fmt.Errorf("stream %q: storage is %s, want file", s.cfg.Stream, c.Storage)
+		}
+		for _, subj := range s.cfg.Subjects {
+			if !containsStr(c.Subjects, subj) {
+				return fmt.Errorf("stream %q: subject %q missing (has %q)", s.cfg.Stream, subj, c.Subjects)
+			}
+		}
+		return nil
+	}())
+	if s.cfg.Durable != "" {
+		add("consumer", func() error {
+			c, err := b.JS.Consumer(ctx, s.cfg.Stream, s.cfg.Durable)
+			if err != nil {
+				return fmt.Errorf("consumer %q: %w", s.cfg.Durable, err)
+			}
+			if c.CachedInfo().Config.AckPolicy != jetstream.AckExplicitPolicy {
+				return fmt.Errorf("consumer %q: ack policy is %s, want explicit", s.cfg.Durable, c.CachedInfo().Config.AckPolicy)
+			}
+			return nil
+		}())
+		add("processor", func() error {
+			if b.Processor == nil || !b.Processor.Stats().Running {
+				return errors.New("processor is not running")
+			}
+			return nil
+		}())
+	}
+	for _, c := range checks {
+		if !c.OK {
+			return "not ready", checks
+		}
+	}
+	return "ready", checks
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	status, checks := s.readiness(ctx)
+	code := http.StatusOK
+	if status != "ready" {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, map[string]any{"status": status, "checks": checks, "durability": s.durability()})
+}
+
+func (s *Server) order(w http.ResponseWriter, r *http.Request, b *Backend) {
+	id := r.PathValue("id")
+	o, err := b.Orders.Order(r.Context(), id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("order %q not found", id)})
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+	default:
+		writeJSON(w, http.StatusOK, o)
+	}
+}
+
+func (s *Server) dlqList(w http.ResponseWriter, r *http.Request, b *Backend) {
+	q := r.URL.Query()
+	limit, err := queryInt(q.Get("limit"), 100)
+	if err != nil || limit < 1 || limit > 1000 {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "limit must be 1..1000"})
+		return
+	}
+	if q.Has("latest") {
+		items, err := b.DeadLetters.LatestDeadLetters(r.Context(), limit)
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"items": items})
+		return
+	}
+	from, err := queryInt(q.Get("from"), 1)
+	if err != nil || from < 0 {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "from must be a sequence number"})
+		return
+	}
+	items, next, err := b.DeadLetters.ListDeadLetters(r.Context(), uint64(from), limit)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": items, "next": next})
+}
+
+func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request, b *Backend) {
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err != nil || seq == 0 {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "seq must be a dead-letter sequence number"})
+		return
+	}
+	newSeq, err := b.DeadLetters.ReplayDeadLetter(r.Context(), seq)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("dead letter %d not found", seq)})
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+	default:
+		s.log.Info("dead letter replayed", "dlq_seq", seq, "new_seq", newSeq)
+		writeJSON(w, http.StatusOK, map[string]any{"replayed": seq, "new_seq": newSeq})
+	}
+}
+
+func queryInt(s string, def int) (int, error) {
+	if s == "" {
+		return def, nil
+	}
+	return strconv.Atoi(s)
+}
+
+func containsStr(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

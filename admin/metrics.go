@@ -1,0 +1,115 @@
+package admin
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// collector reads the state at scrape time: no background polling, no
+// stale gauges.
+type collector struct{ s *Server }
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("orderstore_"+name, help, labels, nil)
+}
+
+var (
+	descUp           = desc("up", "1 once the broker is up and orderstore's objects are declared; 0 while starting.")
+	descReady        = desc("ready", "1 when /readyz reports ready.")
+	descSyncAlways   = desc("sync_always", "1 when every event is fsynced before its publish ack (sync_interval = \"always\").")
+	descBuild        = desc("build_info", "Build information; always 1.", "version", "commit", "go_version", "nats_server_version")
+	descStreamMsgs   = desc("stream_messages", "Events stored in the stream.", "stream")
+	descStreamBytes  = desc("stream_bytes", "Bytes stored in the stream.", "stream")
+	descStreamFirst  = desc("stream_first_sequence", "First sequence in the stream.", "stream")
+	descStreamLast   = desc("stream_last_sequence", "Last sequence in the stream.", "stream")
+	descStreamAge    = desc("stream_oldest_message_age_seconds", "Age of the oldest stored event.", "stream")
+	descMaxBytes     = desc("stream_max_bytes", "Configured stream.max_bytes; -1 unlimited.", "stream")
+	descMaxMsgs      = desc("stream_max_messages", "Configured stream.max_msgs; -1 unlimited.", "stream")
+	descMaxAge       = desc("stream_max_age_seconds", "Configured stream.max_age; 0 forever.", "stream")
+	descPending      = desc("consumer_pending_messages", "Events not yet delivered to the processor.", "consumer")
+	descAckPending   = desc("consumer_ack_pending_messages", "Events delivered to the processor and not yet acked.", "consumer")
+	descRedelivered  = desc("consumer_redelivered_messages", "Unacked events delivered more than once.", "consumer")
+	descAckFloor     = desc("consumer_ack_floor_sequence", "Every event at or below this sequence is processed.", "consumer")
+	descBehind       = desc("consumer_seconds_behind", "Age of the oldest unprocessed event; 0 when caught up.", "consumer")
+	descEvents       = desc("processor_events_total", "Events handled by the processor, by result.", "result")
+	descLastApplied  = desc("processor_last_applied_sequence", "Highest stream sequence the processor applied.")
+	descProcRunning  = desc("processor_running", "1 while the processor consumes.")
+	descDLQ          = desc("dead_letter_messages", "Events in the dead-letter stream.", "stream")
+	descFree         = desc("store_free_bytes", "Free disk under store_dir for the service user.")
+	descScrapeErrors = desc("scrape_errors", "Parts of the state that could not be read during this scrape.")
+)
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUp, descReady, descSyncAlways, descBuild, descStreamMsgs, descStreamBytes, descStreamFirst,
+		descStreamLast, descStreamAge, descMaxBytes, descMaxMsgs, descMaxAge, descPending, descAckPending, descRedelivered, descAckFloor,
+		descBehind, descEvents, descLastApplied, descProcRunning, descDLQ, descFree, descScrapeErrors} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	b11 := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	bi := s.cfg.Build
+	gauge(descBuild, 1, bi.Version, bi.Commit, bi.GoVersion, bi.NATSServer)
+	gauge(descSyncAlways, b11(s.cfg.SyncPolicy == "always"))
+	gauge(descMaxBytes, float64(limit(s.cfg.MaxBytes)), s.cfg.Stream)
+	gauge(descMaxMsgs, float64(limit(s.cfg.MaxMsgs)), s.cfg.Stream)
+	gauge(descMaxAge, s.cfg.MaxAge.Seconds(), s.cfg.Stream)
+	b := s.backend.Load()
+	gauge(descUp, b11(b != nil))
+	if b == nil {
+		gauge(descReady, 0)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st := s.collectStatus(ctx, b)
+	gauge(descReady, b11(st.Status == "ready"))
+	gauge(descStreamMsgs, float64(st.Stream.Messages), st.Stream.Name)
+	gauge(descStreamBytes, float64(st.Stream.Bytes), st.Stream.Name)
+	gauge(descStreamFirst, float64(st.Stream.FirstSeq), st.Stream.Name)
+	gauge(descStreamLast, float64(st.Stream.LastSeq), st.Stream.Name)
+	gauge(descStreamAge, st.Stream.OldestAgeSeconds, st.Stream.Name)
+	if st.Consumer != nil {
+		l := st.Consumer
+		gauge(descPending, float64(l.Pending), l.Name)
+		gauge(descAckPending, float64(l.AckPending), l.Name)
+		gauge(descRedelivered, float64(l.Redelivered), l.Name)
+		gauge(descAckFloor, float64(l.AckFloor), l.Name)
+		gauge(descBehind, l.SecondsBehind, l.Name)
+	}
+	if p := st.Processor; p != nil {
+		counter := func(v uint64, result string) {
+			ch <- prometheus.MustNewConstMetric(descEvents, prometheus.CounterValue, float64(v), result)
+		}
+		counter(p.Processed, "processed")
+		counter(p.Failed, "failed")
+		counter(p.DeadLettered, "dead_lettered")
+		counter(p.Duplicates, "duplicate")
+		gauge(descLastApplied, float64(p.LastAppliedSeq))
+		gauge(descProcRunning, b11(p.Running))
+	}
+	gauge(descDLQ, float64(st.DeadLetters.Messages), st.DeadLetters.Stream)
+	if s.cfg.FreeBytes != nil {
+		gauge(descFree, float64(st.Store.FreeBytes))
+	}
+	gauge(descScrapeErrors, float64(len(st.Errors)))
+}
+
+func limit(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}

@@ -1,0 +1,111 @@
+package admin
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// Status is the JSON of /v1/status and what `orderstore status` prints.
+type Status struct {
+	Status      string            `json:"status"` // ready, not ready, recovering
+	Checks      []Check           `json:"checks"`
+	Durability  map[string]string `json:"durability"`
+	Build       BuildInfo         `json:"build"`
+	Stream      StreamStatus      `json:"stream"`
+	Consumer    *ConsumerStatus   `json:"consumer,omitempty"`
+	Processor   *ProcessorStats   `json:"processor,omitempty"`
+	DeadLetters DeadLetterStatus  `json:"dead_letters"`
+	Store       StoreStatus       `json:"store"`
+	Time        time.Time         `json:"time"`
+	Errors      []string          `json:"errors,omitempty"`
+}
+
+// StreamStatus is ORDER_EVENTS' usage against its limits.
+type StreamStatus struct {
+	Name      string    `json:"name"`
+	Messages  uint64    `json:"messages"`
+	Bytes     uint64    `json:"bytes"`
+	FirstSeq  uint64    `json:"first_seq"`
+	LastSeq   uint64    `json:"last_seq"`
+	FirstTime time.Time `json:"first_time,omitzero"`
+	// OldestAgeSeconds is the age of the oldest stored event, to set
+	// against MaxAgeSeconds.
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	MaxBytes         int64   `json:"max_bytes"`
+	MaxMsgs          int64   `json:"max_msgs"`
+	MaxAgeSeconds    float64 `json:"max_age_seconds"`
+	// BytesPercent is Bytes / MaxBytes in percent; 0 when unlimited.
+	BytesPercent float64 `json:"bytes_percent"`
+}
+
+// ConsumerStatus is the processor's durable and its lag.
+type ConsumerStatus struct {
+	Name string `json:"name"`
+	Lag
+}
+
+// DeadLetterStatus is the dead-letter stream's depth.
+type DeadLetterStatus struct {
+	Stream   string `json:"stream"`
+	Messages uint64 `json:"messages"`
+}
+
+// StoreStatus is the store directory and its free disk.
+type StoreStatus struct {
+	Dir       string `json:"dir"`
+	FreeBytes uint64 `json:"free_bytes"`
+}
+
+// collectStatus gathers everything; parts that fail are named in Errors
+// instead of failing the whole.
+func (s *Server) collectStatus(ctx context.Context, b *Backend) Status {
+	st := Status{Durability: s.durability(), Build: s.cfg.Build, Time: time.Now().UTC()}
+	st.Status, st.Checks = s.readiness(ctx)
+	st.Stream = StreamStatus{Name: s.cfg.Stream, MaxBytes: s.cfg.MaxBytes, MaxMsgs: s.cfg.MaxMsgs, MaxAgeSeconds: s.cfg.MaxAge.Seconds()}
+	fail := func(err error) { st.Errors = append(st.Errors, err.Error()) }
+	if str, err := b.JS.Stream(ctx, s.cfg.Stream); err != nil {
+		fail(err)
+	} else {
+		i := str.CachedInfo()
+		st.Stream.Messages, st.Stream.Bytes = i.State.Msgs, i.State.Bytes
+		st.Stream.FirstSeq, st.Stream.LastSeq = i.State.FirstSeq, i.State.LastSeq
+		if i.State.Msgs > 0 {
+			st.Stream.FirstTime = i.State.FirstTime
+			st.Stream.OldestAgeSeconds = max(time.Since(i.State.FirstTime).Seconds(), 0)
+		}
+		if st.Stream.MaxBytes > 0 {
+			st.Stream.BytesPercent = 100 * float64(i.State.Bytes) / float64(st.Stream.MaxBytes)
+		}
+	}
+	if b.Processor != nil {
+		ps := b.Processor.Stats()
+		st.Processor = &ps
+		if lag, err := b.Processor.Lag(ctx); err != nil {
+			fail(err)
+		} else {
+			st.Consumer = &ConsumerStatus{Name: s.cfg.Durable, Lag: lag}
+		}
+	}
+	st.DeadLetters.Stream = s.cfg.DeadLetterStream
+	if d, err := b.JS.Stream(ctx, s.cfg.DeadLetterStream); err != nil {
+		fail(err)
+	} else {
+		st.DeadLetters.Messages = d.CachedInfo().State.Msgs
+	}
+	st.Store.Dir = s.cfg.StoreDir
+	if s.cfg.FreeBytes != nil {
+		if n, err := s.cfg.FreeBytes(); err != nil {
+			fail(err)
+		} else {
+			st.Store.FreeBytes = n
+		}
+	}
+	return st
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request, b *Backend) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	writeJSON(w, http.StatusOK, s.collectStatus(ctx, b))
+}
