@@ -88,20 +88,20 @@ function render(st) {
 
 function drawChart() {
   const cv = $("lag-chart"), ctx = cv.getContext("2d");
-  const w = cv.width, h = cv.height, pad = 24;
+  const w = cv.width, h = cv.height, pad = 16, left = 44;
   ctx.clearRect(0, 0, w, h);
   const max = Math.max(10, ...history.map((x) => x.lag));
   ctx.strokeStyle = "#e3e6eb"; ctx.fillStyle = "#6b7385"; ctx.font = "11px system-ui";
   for (const f of [0, 0.5, 1]) {
     const y = h - pad - f * (h - 2 * pad);
-    ctx.beginPath(); ctx.moveTo(pad, y); ctx.lineTo(w - 4, y); ctx.stroke();
-    ctx.fillText(fmtInt(Math.round(max * f)), 2, y - 2);
+    ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(w - 4, y); ctx.stroke();
+    ctx.fillText(fmtInt(Math.round(max * f)), 2, y + 4);
   }
   if (history.length < 2) return;
   const t0 = Date.now() - WINDOW_MS;
   ctx.strokeStyle = "#3367d6"; ctx.lineWidth = 2; ctx.beginPath();
   history.forEach((pt, i) => {
-    const x = pad + (pt.t - t0) / WINDOW_MS * (w - pad - 4);
+    const x = left + (pt.t - t0) / WINDOW_MS * (w - left - 4);
     const y = h - pad - pt.lag / max * (h - 2 * pad);
     i ? ctx.lineTo(x, y) : ctx.moveTo(x, y);
   });

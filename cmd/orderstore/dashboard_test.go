@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The dashboard in a real headless browser (Debian's chromium): the numbers
+// on the page change as events are published, without a reload.
+func TestDashboardInBrowser(t *testing.T) {
+	browser := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			browser = p
+			break
+		}
+	}
+	if browser == "" {
+		t.Fatal("no chromium on PATH: apt-get install -y chromium (.ci/run installs it)")
+	}
+	a := startInProcess(t, "")
+	nc, err := nats.Connect(a.natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancel()
+	bctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+
+	text := func(sel string) string {
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("read %s: %v", sel, err)
+		}
+		return strings.TrimSpace(s)
+	}
+	num := func(sel string) int {
+		s := strings.ReplaceAll(text(sel), ",", "")
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return -1
+		}
+		return n
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(a.adminURL+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#stream-messages")),
+	); err != nil {
+		t.Fatal(err)
+	}
+	// A marker that a reload would wipe out.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.__noReload = "still here"`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, func() error {
+		if s := text("#status"); s != "ready" {
+			return fmt.Errorf("status badge %q", s)
+		}
+		if n := num("#stream-messages"); n != 0 {
+			return fmt.Errorf("stream-messages %d, want 0", n)
+		}
+		return nil
+	})
+
+	for i := range 25 {
+		if _, err := js.Publish(context.Background(), "orders.created", fmt.Appendf(nil, `{"order_id":"o-%d"}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js.Publish(context.Background(), "orders.created", []byte(`not json`))
+
+	waitFor(t, 20*time.Second, func() error {
+		if n := num("#stream-messages"); n != 26 {
+			return fmt.Errorf("stream-messages %d, want 26", n)
+		}
+		if n := num("#processed"); n != 25 {
+			return fmt.Errorf("processed %d, want 25", n)
+		}
+		if n := num("#dlq-depth"); n != 1 {
+			return fmt.Errorf("dlq-depth %d, want 1", n)
+		}
+		if s := text("#dlq-rows"); !strings.Contains(s, "orders.created") {
+			return fmt.Errorf("latest dead letters %q", s)
+		}
+		return nil
+	})
+	marker, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.__noReload || "reloaded"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if marker != "still here" {
+		t.Fatalf("the page reloaded (marker %q): it must update in place", marker)
+	}
+	if d := text("#durability"); !strings.Contains(d, "sync_interval = always") {
+		t.Errorf("durability line %q", d)
+	}
+
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := os.Getenv("ORDERSTORE_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	os.MkdirAll(dir, 0o755)
+	path := filepath.Join(dir, "dashboard.png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+}
