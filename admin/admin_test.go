@@ -1,0 +1,79 @@
+package admin
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+)
+
+func testConfig() Config {
+	return Config{
+		Stream: "ORDER_EVENTS", Subjects: []string{"orders.>"}, DeadLetterStream: "ORDER_EVENTS_DLQ", ProjectionBucket: "ORDERS",
+		MaxBytes: 1 << 30, MaxMsgs: -1, SyncPolicy: "always", SyncDescription: "fsync before every ack",
+		FreeBytes: func() (uint64, error) { return 42, nil },
+	}
+}
+
+func do(t *testing.T, h http.Handler, path string) (int, map[string]any) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	var m map[string]any
+	json.Unmarshal(rec.Body.Bytes(), &m)
+	return rec.Code, m
+}
+
+// Before the broker is up the listener already answers: live, but
+// "recovering" and not ready.
+func TestBeforeBackendIsRecovering(t *testing.T) {
+	s := New(testConfig())
+	if code, m := do(t, s, "/livez"); code != 200 || m["status"] != "ok" {
+		t.Errorf("/livez = %d %v", code, m)
+	}
+	code, m := do(t, s, "/readyz")
+	if code != 503 || m["status"] != "recovering" {
+		t.Errorf("/readyz = %d %v, want 503 recovering", code, m)
+	}
+	if m["durability"].(map[string]any)["sync_interval"] != "always" {
+		t.Errorf("/readyz lacks the durability policy: %v", m)
+	}
+	if code, _ := do(t, s, "/v1/status"); code != 503 {
+		t.Errorf("/v1/status before backend = %d, want 503", code)
+	}
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), "orderstore_up 0") {
+		t.Errorf("metrics before backend lack orderstore_up 0")
+	}
+}
+
+func TestCollectorLints(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	nc := embeddedtest.Connect(t, srv)
+	embeddedtest.DeclareOrderEvents(t, nc)
+	s := New(testConfig())
+	s.SetBackend(Backend{JS: embeddedtest.JetStream(t, srv)})
+	problems, err := testutil.CollectAndLint(&collector{s: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint %s: %s", p.Metric, p.Text)
+	}
+	n, err := testutil.GatherAndCount(s.reg, "orderstore_stream_messages", "orderstore_dead_letter_messages", "orderstore_store_free_bytes")
+	if err != nil || n != 3 {
+		t.Errorf("gathered %d of the expected metrics: %v", n, err)
+	}
+	// With no processor there is no consumer lag and readiness does not
+	// require one.
+	code, m := do(t, s, "/readyz")
+	if code != 200 {
+		t.Errorf("/readyz = %d %v", code, m)
+	}
+}
