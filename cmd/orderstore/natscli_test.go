@@ -1,0 +1,77 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// natsCLI finds natscli v0.5.0 (.ci/run installs it with go install).
+func natsCLI(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("nats"); err == nil {
+		return p
+	}
+	out, _ := exec.Command("go", "env", "GOPATH").Output()
+	p := filepath.Join(strings.TrimSpace(string(out)), "bin", "nats")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("natscli not found: go install github.com/nats-io/natscli/nats@v0.5.0 (.ci/run does)")
+	}
+	return p
+}
+
+// The README's operator walkthrough, run with the real NATS CLI against the
+// built binary: server info with the system user, stream info, core and
+// acked publishes with dedupe, a durable consumer that resumes after a
+// restart.
+func TestNATSCLIWalkthrough(t *testing.T) {
+	cli := natsCLI(t)
+	dir := t.TempDir()
+	store := filepath.Join(dir, "store")
+	cfg := writeConfig(t, dir, store, "[server]\nsystem_user = \"admin\"\nsystem_password = \"s3cret\"\n")
+	home := t.TempDir() // no contexts from the machine's ~/.config/nats
+	nats := func(url string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(cli, append([]string{"-s", url, "--timeout", "5s"}, args...)...)
+		cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("nats %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	expect := func(out string, wants ...string) {
+		t.Helper()
+		for _, w := range wants {
+			if !strings.Contains(out, w) {
+				t.Errorf("output lacks %q:\n%s", w, out)
+			}
+		}
+	}
+
+	p := start(t, nil, "run", "-config", cfg)
+	url := p.waitReady()
+	expect(nats(url, "--user", "admin", "--password", "s3cret", "server", "info"), "Version: 2.15.2", "Always sync writes to disk: true")
+	expect(nats(url, "stream", "info", "ORDER_EVENTS"), "Subjects: orders.>", "Storage: File", "Duplicate Window: 2m0s")
+	expect(nats(url, "pub", "orders.created", `{"order_id":"12345","status":"pending"}`), `Published 39 bytes to "orders.created"`)
+	expect(nats(url, "pub", "-J", "orders.created", `{"order_id":"12346","status":"pending"}`, "-H", "Nats-Msg-Id:o-12346"), "Stored in Stream: ORDER_EVENTS Sequence: 2")
+	expect(nats(url, "pub", "-J", "orders.created", `{"order_id":"12346","status":"pending"}`, "-H", "Nats-Msg-Id:o-12346"), "Sequence: 2 Duplicate: true")
+	nats(url, "consumer", "add", "ORDER_EVENTS", "audit", "--pull", "--deliver", "all", "--ack", "explicit", "--filter", "orders.>", "--defaults")
+	expect(nats(url, "consumer", "next", "ORDER_EVENTS", "audit", "--count", "1"), "str seq: 1", `"order_id":"12345"`, "Acknowledged message")
+	expect(nats(url, "consumer", "info", "ORDER_EVENTS", "order-processor"), "Ack Policy: Explicit")
+
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	p = start(t, nil, "run", "-config", cfg)
+	url = p.waitReady()
+	expect(nats(url, "stream", "info", "ORDER_EVENTS"), "Messages: 2")
+	expect(nats(url, "consumer", "next", "ORDER_EVENTS", "audit", "--count", "1"), "str seq: 2", `"order_id":"12346"`)
+	p.signal(syscall.SIGTERM)
+	p.wait(30 * time.Second)
+}
