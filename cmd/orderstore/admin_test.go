@@ -251,6 +251,17 @@ func TestAdminEndpoints(t *testing.T) {
 		}
 		return nil
 	})
+	out.Reset()
+	errb.Reset()
+	if code := run(ctx, []string{"dlq", "replay", "-admin", a.adminURL, "-all"}, &out, &errb); code != 0 {
+		t.Fatalf("dlq replay -all exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "replayed dead letter 2 as event 14") || !strings.Contains(errb.String(), "1 replayed, 0 failed") {
+		t.Errorf("dlq replay output: %s / %s", out.String(), errb.String())
+	}
+	if code := run(ctx, []string{"dlq", "replay", "-admin", a.adminURL, "x"}, &out, &errb); code != exitUsage {
+		t.Errorf("dlq replay x exit %d, want %d", code, exitUsage)
+	}
 }
 
 func TestReadyzOwnObjectsOnly(t *testing.T) {
