@@ -250,13 +250,5 @@ func TestEmbeddedImportsOnlyNATSAndStdlib(t *testing.T) {
 
 func waitFor(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("not true after %s: %v", timeout, err)
+	embeddedtest.WaitFor(t, timeout, f)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"io"
 	"path/filepath"
 	"strings"
@@ -91,13 +92,5 @@ func (a *inproc) logHas(s string) bool { return strings.Contains(a.log.String(),
 
 func waitFor(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	t.Fatalf("not true after %s: %v", timeout, err)
+	embeddedtest.WaitFor(t, timeout, f)
 }

@@ -135,3 +135,22 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// WaitFor polls f every 20ms until it returns nil, and fails the test with
+// f's last error if that has not happened within timeout. Use it for state
+// that becomes true eventually (a consumer catching up, a port closing)
+// instead of sleeping.
+func WaitFor(t testing.TB, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not true after %s: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
