@@ -27,9 +27,9 @@ variable in brackets):
                        (10000 with sync=always, else 100000) [ASYNC_MSGS]
   --async-batch N      async publish window, `nats bench --batch` (500) [ASYNC_BATCH]
   --consume-reps N     durable pull consumes of the round's messages, each
-                       with a fresh durable (3) [CONSUME_REPS]
+                       with a fresh durable (5) [CONSUME_REPS]
   --size BYTES         message size (128) [MSG_SIZE]
-  --ready-reps N       exec-to-ready measurements per target (5) [READY_REPS]
+  --ready-reps N       exec-to-ready measurements per target (7) [READY_REPS]
   --results FILE       markdown results (default $TMPDIR/bench-results.md, or
                        /tmp/bench-results.md); JSON goes to FILE with .json
                        instead of .md [RESULTS]
@@ -40,7 +40,12 @@ Runs take about 3 minutes with sync=always and 1-2 minutes with sync=1s on a
 EOF
 }
 
+CUR_LOG="" # log of the server being benchmarked, shown when a step fails
 die() {
+	if [[ -n $CUR_LOG && -s $CUR_LOG ]]; then
+		echo "--- last lines of $CUR_LOG:" >&2
+		tail -n 30 "$CUR_LOG" >&2
+	fi
 	echo "run.sh: $*" >&2
 	exit 1
 }
@@ -51,9 +56,9 @@ ROUNDS="${ROUNDS:-3}"
 SYNC_MSGS="${SYNC_MSGS:-}"
 ASYNC_MSGS="${ASYNC_MSGS:-}"
 ASYNC_BATCH="${ASYNC_BATCH:-500}"
-CONSUME_REPS="${CONSUME_REPS:-3}"
+CONSUME_REPS="${CONSUME_REPS:-5}"
 MSG_SIZE="${MSG_SIZE:-128}"
-READY_REPS="${READY_REPS:-5}"
+READY_REPS="${READY_REPS:-7}"
 TMP="${TMPDIR:-/tmp}"
 TMP="${TMP%/}"
 RESULTS="${RESULTS:-$TMP/bench-results.md}"
@@ -130,6 +135,10 @@ PIDS=() # servers started and not yet stopped
 cleanup() {
 	local rc=$? pid i
 	trap - EXIT INT TERM
+	if [[ -n ${CLI_PID:-} ]]; then
+		kill -TERM "$CLI_PID" 2>/dev/null || true
+		wait "$CLI_PID" 2>/dev/null || true
+	fi
 	for pid in "${PIDS[@]}"; do
 		kill -TERM "$pid" 2>/dev/null || true
 	done
@@ -181,6 +190,9 @@ ensure_tool nats github.com/nats-io/natscli/nats@v0.5.0 v0.5.0
 NATS=$TOOL
 ensure_tool nats-server github.com/nats-io/nats-server/v2@v2.15.2 v2.15.2
 NATS_SERVER=$TOOL
+NATS_SERVER_VERSION=$("$NATS_SERVER" --version 2>&1)
+NATS_SERVER_VERSION=${NATS_SERVER_VERSION#nats-server: }
+NATS_VERSION=$("$NATS" --version 2>&1)
 
 echo "== building orderstore"
 ok=""
@@ -273,10 +285,12 @@ start_server() {
 	fi
 	SRV_PID=$!
 	T0=${now/./}
+	CUR_LOG="$d/server.log"
 	PIDS+=("$SRV_PID")
 }
 
-# wait_port PORT PID DIR: sets T_PORT to the first moment the port accepts.
+# wait_port PORT PID DIR: sets T_PORT to the first moment the port accepts;
+# returns 3 if the server exits first.
 wait_port() {
 	local port=$1 pid=$2 d=$3 now start=${EPOCHREALTIME/./}
 	while :; do
@@ -285,17 +299,15 @@ wait_port() {
 			T_PORT=${now/./}
 			return
 		fi
-		if ! kill -0 "$pid" 2>/dev/null; then
-			tail -n 20 "$d/server.log" >&2
-			die "server exited before listening (log above)"
-		fi
+		kill -0 "$pid" 2>/dev/null || return 3 # server gone
 		now=$EPOCHREALTIME
 		((${now/./} - start < 60000000)) || die "port $port not accepting after 60s"
 		nap 0.0002
 	done
 }
 
-# wait_line LOG PATTERN PID: prints the first line matching PATTERN.
+# wait_line LOG PATTERN PID: prints the first line matching PATTERN; returns 3
+# if the server exits first.
 wait_line() {
 	local log=$1 pat=$2 pid=$3 line i
 	for ((i = 0; i < 12000; i++)); do
@@ -303,10 +315,7 @@ wait_line() {
 			printf '%s\n' "$line"
 			return
 		fi
-		if ! kill -0 "$pid" 2>/dev/null; then
-			tail -n 20 "$log" >&2
-			die "server exited before logging \"$pat\" (log above)"
-		fi
+		kill -0 "$pid" 2>/dev/null || return 3 # server gone
 		nap 0.005
 	done
 	die "no \"$pat\" in $log after 60s"
@@ -344,23 +353,65 @@ up() { # target dir
 	local t=$1 d=$2
 	free_port
 	start_server "$t" "$d" "$FREE_PORT"
-	wait_port "$FREE_PORT" "$SRV_PID" "$d"
+	URL="nats://127.0.0.1:$FREE_PORT"
+	wait_port "$FREE_PORT" "$SRV_PID" "$d" || return 3
 	if [[ $t == A ]]; then
-		READY_LINE=$(wait_line "$d/server.log" "Server is ready" "$SRV_PID")
+		READY_LINE=$(wait_line "$d/server.log" "Server is ready" "$SRV_PID") || return 3
 	else
 		# ORDER_EVENTS and friends are declared after the port opens.
-		READY_LINE=$(wait_line "$d/server.log" '"msg":"orderstore ready"' "$SRV_PID")
+		READY_LINE=$(wait_line "$d/server.log" '"msg":"orderstore ready"' "$SRV_PID") || return 3
 	fi
-	URL="nats://127.0.0.1:$FREE_PORT"
 }
 
-nats_cli() { timeout "$CMD_TIMEOUT" "$NATS" --no-context -s "$URL" "$@"; }
+# lost DIR: the server exited although this script did not stop it (crash,
+# or a signal from another process on the machine). Shows why, cleans up and
+# sets LOST so that run_unit retries the unit.
+lost() {
+	local d=$1
+	echo "   !! the server (pid $SRV_PID) exited although this script did not stop it; last lines of its log:" >&2
+	tail -n 8 "$d/server.log" | sed 's/^/      /' >&2
+	stop_server "$SRV_PID"
+	rm -rf "$d"
+	LOST=1
+}
+server_gone() { ! kill -0 "$SRV_PID" 2>/dev/null; }
+
+# run_unit FUNCTION ARGS...: runs one measurement unit, keeps its figures only
+# if the server survived it, and retries it (3 tries) otherwise.
+UNIT_RAW="$WORK/unit.tsv"
+run_unit() {
+	local try
+	for try in 1 2 3; do
+		LOST=0
+		: >"$UNIT_RAW"
+		"$@"
+		if ((!LOST)); then
+			cat "$UNIT_RAW" >>"$RAW"
+			return
+		fi
+		echo "   !! discarding this unit's figures, retrying ($try/3)" >&2
+	done
+	die "the server exited unexpectedly three times in a row"
+}
+
+# nats_cli ARGS...: the nats CLI against the current server. It runs in the
+# background and is waited for, so that a signal to this script is handled at
+# once (bash defers traps while a foreground command runs).
+CLI_PID=""
+nats_cli() {
+	local rc=0
+	timeout "$CMD_TIMEOUT" "$NATS" --no-context -s "$URL" "$@" &
+	CLI_PID=$!
+	wait "$CLI_PID" || rc=$?
+	CLI_PID=""
+	return "$rc"
+}
 
 # ---------------------------------------------------------------- figures
 RAW="$WORK/raw.tsv" # metric target round value
 : >"$RAW"
 record() { # metric target round value unit
-	printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$RAW"
+	printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$UNIT_RAW"
 	local name=$NAME_A
 	[[ $2 == B ]] && name=$NAME_B
 	printf '   %-8s %-12s %-16s %12s %s\n' "$3" "$name" "$1" "$4" "$5"
@@ -378,16 +429,17 @@ ready_once() { # target label
 	mkdir -p "$d"
 	free_port
 	start_server "$t" "$d" "$FREE_PORT"
-	wait_port "$FREE_PORT" "$SRV_PID" "$d"
+	wait_port "$FREE_PORT" "$SRV_PID" "$d" || { lost "$d"; return; }
 	local port_us=$((T_PORT - T0)) nats_us app_us
-	line=$(wait_line "$d/server.log" "Server is ready" "$SRV_PID")
+	line=$(wait_line "$d/server.log" "Server is ready" "$SRV_PID") || { lost "$d"; return; }
 	nats_us=$(($(line_us "$t" "$line") - T0))
 	if [[ $t == B ]]; then
-		line=$(wait_line "$d/server.log" '"msg":"orderstore ready"' "$SRV_PID")
+		line=$(wait_line "$d/server.log" '"msg":"orderstore ready"' "$SRV_PID") || { lost "$d"; return; }
 		app_us=$(($(line_us B "$line") - T0))
 	else
 		app_us=$nats_us
 	fi
+	server_gone && { lost "$d"; return; }
 	stop_server "$SRV_PID"
 	rm -rf "$d"
 	if [[ $label == warmup ]]; then
@@ -404,22 +456,25 @@ bench_round() { # target round
 	local t=$1 r=$2 d msgs c
 	d="$WORK/round$r-$t"
 	mkdir -p "$d"
-	up "$t" "$d"
+	up "$t" "$d" || { lost "$d"; return; }
 	nats_cli stream add "$STREAM" --subjects 'bench.>' --storage file --retention limits \
 		--discard old --replicas 1 --defaults >"$d/stream-add.out" 2>&1 ||
-		{ cat "$d/stream-add.out" >&2; die "stream add failed"; }
+		{ server_gone && { lost "$d"; return; }; cat "$d/stream-add.out" >&2; die "stream add failed"; }
 
 	nats_cli bench js pub sync bench.sync --stream "$STREAM" --msgs "$SYNC_MSGS" --size "$MSG_SIZE" \
-		--no-progress --csv "$d/sync.csv" >"$d/sync.out" 2>&1 || { cat "$d/sync.out" >&2; die "bench js pub sync failed"; }
+		--no-progress --csv "$d/sync.csv" >"$d/sync.out" 2>&1 ||
+		{ server_gone && { lost "$d"; return; }; cat "$d/sync.out" >&2; die "bench js pub sync failed"; }
 	record sync_pub "$t" "$r" "$(csv_col "$d/sync.csv" 5)" "msgs/s acked sync publish"
 	record sync_pub_p50_us "$t" "$r" "$(csv_col "$d/sync.csv" 11)" "us sync publish P50 latency"
 
 	nats_cli bench js pub async bench.async --stream "$STREAM" --msgs "$ASYNC_MSGS" --size "$MSG_SIZE" \
 		--batch "$ASYNC_BATCH" --no-progress --csv "$d/async.csv" >"$d/async.out" 2>&1 ||
-		{ cat "$d/async.out" >&2; die "bench js pub async failed"; }
+		{ server_gone && { lost "$d"; return; }; cat "$d/async.out" >&2; die "bench js pub async failed"; }
 	record async_pub "$t" "$r" "$(csv_col "$d/async.csv" 5)" "msgs/s async publish"
 
-	msgs=$(nats_cli stream info "$STREAM" --json | sed -n 's/^ *"messages": *\([0-9]*\).*/\1/p' | head -n1)
+	msgs=$(nats_cli stream info "$STREAM" --json | sed -n 's/^ *"messages": *\([0-9]*\).*/\1/p') ||
+		{ server_gone && { lost "$d"; return; }; die "stream info failed"; }
+	msgs=${msgs%%$'\n'*}
 	[[ $msgs == "$TOTAL_MSGS" ]] || die "stream $STREAM holds $msgs messages, expected $TOTAL_MSGS"
 
 	for ((c = 1; c <= CONSUME_REPS; c++)); do
@@ -427,34 +482,38 @@ bench_round() { # target round
 		# all, explicit ack); removing it afterwards makes the next rep start over.
 		nats_cli bench js consume --stream "$STREAM" --msgs "$TOTAL_MSGS" --batch 500 --acks explicit \
 			--no-progress --csv "$d/consume$c.csv" >"$d/consume$c.out" 2>&1 ||
-			{ cat "$d/consume$c.out" >&2; die "bench js consume failed"; }
+			{ server_gone && { lost "$d"; return; }; cat "$d/consume$c.out" >&2; die "bench js consume failed"; }
 		record consume "$t" "$r.$c" "$(csv_col "$d/consume$c.csv" 5)" "msgs/s durable pull consume"
-		nats_cli consumer rm "$STREAM" nats-bench -f >/dev/null 2>&1 || die "consumer rm failed"
+		nats_cli consumer rm "$STREAM" nats-bench -f >/dev/null 2>&1 ||
+			{ server_gone && { lost "$d"; return; }; die "consumer rm failed"; }
 	done
+	server_gone && { lost "$d"; return; }
 	stop_server "$SRV_PID"
 	rm -rf "$d"
 }
 
 # ---------------------------------------------------------------- run
 START=${EPOCHREALTIME/./}
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo n/a)
 REPRO="bench/run.sh --sync $SYNC --rounds $ROUNDS --sync-msgs $SYNC_MSGS --async-msgs $ASYNC_MSGS --async-batch $ASYNC_BATCH --consume-reps $CONSUME_REPS --size $MSG_SIZE --ready-reps $READY_REPS --results $RESULTS"
-echo "== orderstore $COMMIT$DIRTY vs $("$NATS_SERVER" --version), $("$NATS" --version 2>&1 | head -n1) bench; sync=$SYNC"
+echo "== orderstore $COMMIT$DIRTY vs nats-server $NATS_SERVER_VERSION, natscli $NATS_VERSION nats bench; sync=$SYNC"
 echo "== temp dir $WORK"
 
 echo "== exec -> ready, $READY_REPS reps per target, fresh empty store each (one warm-up start each, discarded)"
-ready_once A warmup
-ready_once B warmup
+run_unit ready_once A warmup
+run_unit ready_once B warmup
 for ((i = 1; i <= READY_REPS; i++)); do
 	if ((i % 2)); then order="A B"; else order="B A"; fi
-	for t in $order; do ready_once "$t" "$i"; done
+	for t in $order; do run_unit ready_once "$t" "$i"; done
 done
 
 echo "== throughput, $ROUNDS rounds: sync pub $SYNC_MSGS x ${MSG_SIZE}B, async pub $ASYNC_MSGS x ${MSG_SIZE}B, consume $TOTAL_MSGS x $CONSUME_REPS"
 for ((r = 1; r <= ROUNDS; r++)); do
 	if ((r % 2)); then order="A B"; else order="B A"; fi
-	for t in $order; do bench_round "$t" "$r"; done
+	for t in $order; do run_unit bench_round "$t" "$r"; done
 done
 END=${EPOCHREALTIME/./}
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo n/a)
 ELAPSED=$(awk -v u=$((END - START)) 'BEGIN { printf "%.0f", u / 1e6 }')
 
 # ---------------------------------------------------------------- report
@@ -509,8 +568,8 @@ HOST="$(nproc) CPU, $(uname -sr), store on $(df -PT "$TMP" | awk 'NR == 2 { prin
 {
 	echo "# orderstore vs nats-server: nats bench results"
 	echo
-	echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ); host: $HOST; run took ${ELAPSED}s"
-	echo "- orderstore: commit $COMMIT$DIRTY; nats-server: $("$NATS_SERVER" --version); bench: natscli $("$NATS" --version 2>&1 | head -n1)"
+	echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ); host: $HOST; run took ${ELAPSED}s; load average at start $LOAD_START, at end $LOAD_END"
+	echo "- orderstore: commit $COMMIT$DIRTY; nats-server $NATS_SERVER_VERSION; nats bench from natscli $NATS_VERSION"
 	echo "- sync_interval: $SYNC on both; stream $STREAM (bench.>, file, limits, R1); ${MSG_SIZE} B messages"
 	echo "- per round and target: $SYNC_MSGS sync publishes, $ASYNC_MSGS async publishes, then $CONSUME_REPS consumes of all $TOTAL_MSGS; $ROUNDS rounds (A/B order alternated); ready time: $READY_REPS starts per target on an empty store"
 	echo "- figures are medians of the raw values (JSON file has them all); ratio = orderstore / nats-server"
@@ -529,9 +588,10 @@ esc() { local s=${1//\\/\\\\}; printf '%s' "${s//\"/\\\"}"; }
 	echo "{"
 	echo "  \"date\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\","
 	echo "  \"host\": \"$(esc "$HOST")\","
+	echo "  \"loadavg_start\": \"$LOAD_START\", \"loadavg_end\": \"$LOAD_END\","
 	echo "  \"orderstore_commit\": \"$(esc "$COMMIT$DIRTY")\","
-	echo "  \"nats_server\": \"$(esc "$("$NATS_SERVER" --version)")\","
-	echo "  \"natscli\": \"$(esc "$("$NATS" --version 2>&1 | head -n1)")\","
+	echo "  \"nats_server\": \"$(esc "$NATS_SERVER_VERSION")\","
+	echo "  \"natscli\": \"$(esc "$NATS_VERSION")\","
 	echo "  \"sync_interval\": \"$(esc "$SYNC")\","
 	echo "  \"msg_size\": $MSG_SIZE, \"rounds\": $ROUNDS, \"sync_msgs\": $SYNC_MSGS, \"async_msgs\": $ASYNC_MSGS,"
 	echo "  \"async_batch\": $ASYNC_BATCH, \"consume_reps\": $CONSUME_REPS, \"ready_reps\": $READY_REPS, \"elapsed_s\": $ELAPSED,"

@@ -29,3 +29,17 @@ func freeBytes(dir string) (uint64, error) {
 	}
 	return st.Bavail * uint64(st.Bsize), nil
 }
+
+// chownLikeDir gives f the owner of dir when running as root.
+func chownLikeDir(f *os.File, dir string) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 {
+		_ = f.Chown(int(sys.Uid), int(sys.Gid))
+	}
+}

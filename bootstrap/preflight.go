@@ -164,10 +164,15 @@ func lockDir(dir string) (*Lock, error) {
 			"another orderstore is running on this store_dir; stop it, or give this instance its own jetstream.store_dir (two servers on one store corrupt it)",
 			fmt.Errorf("%w: %s holds %q", ErrLocked, holder, path))
 	}
+	// The PID is a hint for the next one to fail; it needs no fsync (the
+	// lock itself lives in the kernel and dies with the process).
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-		_ = f.Sync()
 	}
+	// Created by root (say `orderstore check` run with sudo) in a store
+	// owned by the service user: give the file to that user, or the service
+	// could not open it any more.
+	chownLikeDir(f, dir)
 	return &Lock{f: f, path: path}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -109,5 +110,35 @@ func TestFormatBytes(t *testing.T) {
 		if got := FormatBytes(n); got != want {
 			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// Root running `orderstore check` on the service user's store must not
+// leave a lock file the service cannot open.
+func TestLockFileKeepsStoreOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Log("not root: nothing to hand over; checking the lock is ours")
+	}
+	dir := t.TempDir()
+	if os.Geteuid() == 0 {
+		if err := os.Chown(dir, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lock, _, err := Preflight(PreflightConfig{StoreDir: dir, MaxFileStore: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock.Release()
+	st, err := os.Stat(filepath.Join(dir, LockFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := uint32(os.Geteuid())
+	if os.Geteuid() == 0 {
+		want = 65534
+	}
+	if uid := st.Sys().(*syscall.Stat_t).Uid; uid != want {
+		t.Errorf("lock file owner %d, want %d", uid, want)
 	}
 }

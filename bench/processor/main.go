@@ -1,0 +1,1149 @@
+// Command processor benchmarks the built-in processor end to end (issue 3):
+// acked publish, the raw pull-consume rate of the same stream, the
+// projection's rate over the same events, and the processor's lag while
+// producers publish at a share (default 80%) of the acked-publish rate.
+//
+//	go run ./bench/processor                         # both sync modes, 1M events over 100k orders
+//	go run ./bench/processor -sync 1s -events 100000 -orders 10000 -out /tmp/proc.md
+//
+// See bench/processor/README.md for what each step measures.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/embedded"
+	"github.com/orderstore/orderstore/internal/config"
+	"github.com/orderstore/orderstore/internal/setup"
+	"github.com/orderstore/orderstore/processor"
+)
+
+type options struct {
+	modes          []string
+	events, orders int
+	alwaysEvents   int
+	loadDur        time.Duration
+	loadShare      float64
+	window         int
+	seed           uint64
+	out            string
+	cpuprofile     string
+	workers        int
+	batch          int
+	maxAckPending  int
+	pubConn        string
+	tmp            string
+	catchupTimeout time.Duration
+	skipLoad       bool
+	verbose        bool
+	handlerStats   bool
+	kvCeiling      int
+}
+
+func main() {
+	var o options
+	var modes string
+	flag.StringVar(&modes, "sync", "always,1s", "comma-separated jetstream.sync_interval values to measure, each in its own fresh store")
+	flag.IntVar(&o.events, "events", 1_000_000, "events published, consumed and projected per mode")
+	flag.IntVar(&o.orders, "orders", 100_000, "orders the events are spread over (each event picks one at random)")
+	flag.IntVar(&o.alwaysEvents, "always-events", 0, "if > 0, events for sync_interval=always instead of -events (orders scale to keep events/orders)")
+	flag.DurationVar(&o.loadDur, "load", 30*time.Second, "how long producers publish during the lag-under-load step (0 skips it)")
+	flag.Float64Var(&o.loadShare, "load-share", 0.8, "publish rate of the lag-under-load step, as a share of the measured acked-publish rate")
+	flag.IntVar(&o.window, "window", 1000, "async publishes in flight per publisher (as processor/helpers_test.go)")
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of the event generator")
+	flag.StringVar(&o.out, "out", "", "write the markdown results to this file")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write CPU profiles of the raw-consume and projection steps to PREFIX-<sync>-<step>.pprof")
+	flag.IntVar(&o.workers, "workers", 0, "processor.Config.Workers (0: the processor's default, as the appliance)")
+	flag.IntVar(&o.batch, "batch", 0, "processor.Config.BatchSize (0: the processor's default, as the appliance)")
+	flag.IntVar(&o.maxAckPending, "max-ack-pending", 0, "processor.max_ack_pending for both durables (0: config.Default())")
+	flag.StringVar(&o.pubConn, "pub-conn", "tcp", "how publishers connect: tcp (like external producers) or inproc")
+	flag.StringVar(&o.tmp, "tmp", "", "parent of the temporary store dirs (default: the system temp dir)")
+	flag.DurationVar(&o.catchupTimeout, "catchup-timeout", 20*time.Minute, "give up waiting for the processor to catch up after this long")
+	flag.BoolVar(&o.handlerStats, "handler-stats", false, "analysis: time the projection handler's calls (latency, calls in flight) and print them")
+	flag.IntVar(&o.kvCeiling, "kv-ceiling", 0, "analysis: after the projection, time N compare-and-set KV writes outside the processor, sync (one per worker) and pipelined (a batch at once)")
+	flag.BoolVar(&o.verbose, "v", false, "log the processor at info level (default: warnings only)")
+	flag.Parse()
+	for _, m := range strings.Split(modes, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			o.modes = append(o.modes, m)
+		}
+	}
+	o.skipLoad = o.loadDur <= 0
+	if len(o.modes) == 0 || o.events <= 0 || o.orders <= 0 || o.window <= 0 || o.loadShare <= 0 ||
+		(o.pubConn != "tcp" && o.pubConn != "inproc") {
+		flag.Usage()
+		os.Exit(2)
+	}
+	for _, m := range o.modes {
+		var p config.SyncPolicy
+		if err := p.UnmarshalText([]byte(m)); err != nil {
+			fmt.Fprintf(os.Stderr, "-sync %s: %v\n", m, err)
+			os.Exit(2)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/processor:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	started := time.Now()
+	var results []*modeResult
+	var runErr error
+	for _, mode := range o.modes {
+		r, err := runMode(ctx, o, mode)
+		if r != nil && (err == nil || r.Publish.N > 0) {
+			r.Err = err
+			results = append(results, r)
+			fmt.Println()
+			fmt.Print(r.markdown(o))
+		}
+		if err != nil {
+			runErr = fmt.Errorf("sync %s: %w", mode, err)
+			break
+		}
+	}
+	report := header(o, started) + "\n"
+	for _, r := range results {
+		report += r.markdown(o) + "\n"
+	}
+	report += summary(o, results)
+	fmt.Println()
+	fmt.Print(summary(o, results))
+	if o.out != "" {
+		if err := os.WriteFile(o.out, []byte(report), 0o644); err != nil {
+			return errors.Join(runErr, err)
+		}
+		fmt.Println("\nresults written to", o.out)
+	}
+	return runErr
+}
+
+// ---------------------------------------------------------------- results
+
+type phase struct {
+	N   int
+	Dur time.Duration
+	CPU time.Duration
+}
+
+func (p phase) rate() float64 {
+	if p.Dur <= 0 {
+		return 0
+	}
+	return float64(p.N) / p.Dur.Seconds()
+}
+
+func (p phase) cpuShare() string {
+	if p.CPU <= 0 || p.Dur <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*p.CPU.Seconds()/p.Dur.Seconds())
+}
+
+type sample struct {
+	T             float64 // seconds since publishing started
+	Stored        uint64  // the stream's last sequence: events stored (acked)
+	Processed     uint64
+	Pending       uint64
+	AckPending    int
+	SecondsBehind float64
+}
+
+func (s sample) backlog() uint64 { return s.Pending + uint64(max(s.AckPending, 0)) }
+
+type loadResult struct {
+	Target    float64
+	Published int64
+	PubDur    time.Duration
+	CPU       time.Duration
+	// Processed while publishing (at the last ack of the publisher).
+	ProcessedDuring uint64
+	Samples         []sample
+	MaxBacklog      uint64
+	MaxBehind       float64
+	EndBacklog      uint64
+	EndBehind       float64
+	Mean1, Mean2    float64 // backlog mean over the first and the second half
+	Slope2          float64 // backlog trend over the second half, events/s
+	Bounded         bool
+	CaughtUp        bool
+	Catchup         time.Duration
+	Final           processor.Stats
+	MaxAckPending   int
+}
+
+func (l loadResult) achieved() float64 {
+	if l.PubDur <= 0 {
+		return 0
+	}
+	return float64(l.Published) / l.PubDur.Seconds()
+}
+
+func (l loadResult) applyRate() float64 {
+	if l.PubDur <= 0 {
+		return 0
+	}
+	return float64(l.ProcessedDuring) / l.PubDur.Seconds()
+}
+
+type modeResult struct {
+	Mode           string
+	Events, Orders int
+	Distinct       int // orders with at least one event
+	Publish        phase
+	Raw            phase
+	Proj           phase
+	ProjStats      processor.Stats
+	Keys           uint64
+	SpotChecked    int
+	SpotBad        int
+	Workers, Batch int
+	MaxAckPending  int
+	Load           *loadResult
+	KV             *kvCeilingResult
+	Err            error
+	LoadAvg        [2]string // /proc/loadavg at the start and the end of the mode
+}
+
+func (r *modeResult) ratio() float64 {
+	if r.Raw.rate() == 0 {
+		return 0
+	}
+	return r.Proj.rate() / r.Raw.rate()
+}
+
+// ---------------------------------------------------------------- one mode
+
+func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
+	n, orders := o.events, o.orders
+	if mode == "always" && o.alwaysEvents > 0 {
+		n = o.alwaysEvents
+		orders = max(1, int(int64(o.orders)*int64(n)/int64(o.events)))
+	}
+	r := &modeResult{Mode: mode, Events: n, Orders: orders}
+	r.LoadAvg[0] = loadavg()
+	defer func() { r.LoadAvg[1] = loadavg() }()
+	logf("=== sync_interval = %q: %s events over %s orders", mode, num(n), num(orders))
+
+	e, err := newEnv(ctx, o, mode, n)
+	if err != nil {
+		return r, err
+	}
+	defer e.close()
+	r.MaxAckPending = e.cfg.Processor.MaxAckPending
+	r.Workers, r.Batch = o.workers, o.batch
+	if r.Workers <= 0 {
+		r.Workers = 32 // processor.New's default
+	}
+	if r.Batch <= 0 {
+		r.Batch = r.MaxAckPending // processor.Run's default
+		if r.Batch <= 0 || r.Batch > 10_000 {
+			r.Batch = 1000
+		}
+	}
+
+	// 2. acked publish.
+	pjs, err := e.publisherJS(o)
+	if err != nil {
+		return r, err
+	}
+	gen := newGenerator(o.seed, orders)
+	pub := newPublisher(pjs, gen, o.window, "bench-"+mode)
+	logf("2. publishing %s events (async, window %d, %s)", num(n), o.window, o.pubConn)
+	t0, c0 := time.Now(), cpuTime()
+	if err := pub.run(ctx, n, 0, time.Time{}); err != nil {
+		return r, fmt.Errorf("publish: %w", err)
+	}
+	r.Publish = phase{N: int(pub.acked.Load()), Dur: time.Since(t0), CPU: cpuTime() - c0}
+	logf("   %s events/s (%s)", num(int(r.Publish.rate())), r.Publish.Dur.Round(time.Millisecond))
+	for _, c := range gen.count {
+		if c > 0 {
+			r.Distinct++
+		}
+	}
+	lastSeq := pub.lastSeq.Load()
+
+	// 3. raw pull consume of the same stream.
+	logf("3. raw pull consume + ack of the same %s events", num(n))
+	r.Raw, err = rawConsume(ctx, o, e, mode, n, lastSeq)
+	if err != nil {
+		return r, fmt.Errorf("raw consume: %w", err)
+	}
+	logf("   %s events/s (%s)", num(int(r.Raw.rate())), r.Raw.Dur.Round(time.Millisecond))
+
+	// 4. the projection over the same events.
+	logf("4. processor + projection over the same %s events", num(n))
+	r.Proj, r.ProjStats, err = projection(ctx, o, e, mode, n)
+	if err != nil {
+		return r, fmt.Errorf("projection: %w", err)
+	}
+	logf("   %s events/s (%s), %.0f%% of raw consume", num(int(r.Proj.rate())), r.Proj.Dur.Round(time.Millisecond), 100*r.ratio())
+	if err := verify(ctx, e, gen, r); err != nil {
+		return r, fmt.Errorf("verify projection: %w", err)
+	}
+	if o.kvCeiling > 0 {
+		logf("   analysis: %s KV compare-and-set writes outside the processor", num(o.kvCeiling))
+		kr, err := kvCeiling(ctx, e, o.kvCeiling, orders, r.Workers, r.Batch)
+		if err != nil {
+			return r, fmt.Errorf("kv ceiling: %w", err)
+		}
+		r.KV = &kr
+		logf("   KV writes: sync %s/s, pipelined %s/s, atomic batches %s/s", num(int(kr.Sync.rate())), num(int(kr.Pipelined.rate())), num(int(kr.Atomic.rate())))
+	}
+	e.close()
+
+	// 5. lag under load, in a fresh store.
+	if !o.skipLoad {
+		lr, err := loadPhase(ctx, o, mode, orders, o.loadShare*r.Publish.rate())
+		r.Load = lr
+		if err != nil {
+			return r, fmt.Errorf("lag under load: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// ---------------------------------------------------------------- broker
+
+type env struct {
+	dir    string
+	cfg    config.Config
+	srv    *embedded.Server
+	conns  []*nats.Conn
+	closed bool
+}
+
+func newEnv(ctx context.Context, o options, mode string, events int) (_ *env, err error) {
+	dir, err := os.MkdirTemp(o.tmp, "orderstore-bench-")
+	if err != nil {
+		return nil, err
+	}
+	e := &env{dir: dir}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	cfg := config.Default()
+	cfg.JetStream.StoreDir = dir
+	cfg.Server.Port = -1
+	cfg.Admin.Listen = ""
+	if err := cfg.JetStream.SyncInterval.UnmarshalText([]byte(mode)); err != nil {
+		return nil, err
+	}
+	// Room for the events (about 150 bytes each on disk) many times over.
+	if need := config.ByteSize(int64(events) * 2048); need > cfg.Stream.MaxBytes {
+		cfg.Stream.MaxBytes = need
+		cfg.JetStream.MaxFileStore = need + 2<<30
+	}
+	if o.maxAckPending > 0 {
+		cfg.Processor.MaxAckPending = o.maxAckPending
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e.cfg = cfg
+	ec, _ := setup.Embedded(cfg, nil)
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	e.srv, err = embedded.Start(sctx, ec)
+	if err != nil {
+		return nil, err
+	}
+	js, err := e.connect(false, "bench-declare")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := bootstrap.Declare(sctx, js, setup.Spec(cfg), nil); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// connect opens a connection: in-process as the appliance's own (the
+// processor's), or over TCP as an external producer.
+func (e *env) connect(tcp bool, name string, jsopts ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
+	var nc *nats.Conn
+	var err error
+	if tcp {
+		nc, err = nats.Connect(e.srv.ClientURL(), nats.Name(name))
+	} else {
+		nc, err = nats.Connect("", nats.InProcessServer(e.srv), nats.Name(name))
+	}
+	if err != nil {
+		return nil, err
+	}
+	e.conns = append(e.conns, nc)
+	return jetstream.New(nc, jsopts...)
+}
+
+func (e *env) publisherJS(o options) (jetstream.JetStream, error) {
+	return e.connect(o.pubConn == "tcp", "bench-publisher",
+		jetstream.WithPublishAsyncMaxPending(max(4000, 2*o.window)),
+		jetstream.WithPublishAsyncTimeout(60*time.Second))
+}
+
+// close closes the connections, stops the server and removes the store.
+func (e *env) close() {
+	if e.closed {
+		return
+	}
+	e.closed = true
+	for _, nc := range e.conns {
+		nc.Close()
+	}
+	if e.srv != nil {
+		e.srv.Close()
+	}
+	if err := os.RemoveAll(e.dir); err != nil {
+		logf("warning: removing %s: %v", e.dir, err)
+	}
+}
+
+// ---------------------------------------------------------------- events
+
+var types = []string{"created", "paid", "shipped", "delivered", "cancelled"}
+
+// generator makes the event sequence: each event picks an order uniformly
+// at random (a fixed seed); an order's first four events are created, paid,
+// shipped, delivered, later ones (amendments, returns) one of paid, shipped,
+// delivered (30% each) or cancelled (10%).
+type generator struct {
+	r     *rand.Rand
+	count []int32 // events per order so far
+	last  []uint8 // type of each order's latest event
+}
+
+func newGenerator(seed uint64, orders int) *generator {
+	return &generator{r: rand.New(rand.NewPCG(seed, 0x5eed)), count: make([]int32, orders), last: make([]uint8, orders)}
+}
+
+func (g *generator) next() (order int, typ uint8) {
+	order = g.r.IntN(len(g.count))
+	if c := g.count[order]; c < 4 {
+		typ = uint8(c)
+	} else {
+		switch x := g.r.IntN(10); {
+		case x < 3:
+			typ = 1
+		case x < 6:
+			typ = 2
+		case x < 9:
+			typ = 3
+		default:
+			typ = 4
+		}
+	}
+	g.count[order]++
+	g.last[order] = typ
+	return order, typ
+}
+
+func orderID(order int) string { return fmt.Sprintf("order-%06d", order) }
+
+func eventMsg(order int, typ uint8, msgID string) *nats.Msg {
+	data := make([]byte, 0, 64)
+	data = append(data, `{"order_id":"order-`...)
+	s := strconv.Itoa(order)
+	for range 6 - len(s) {
+		data = append(data, '0')
+	}
+	data = append(data, s...)
+	data = append(data, `","status":"`...)
+	data = append(data, types[typ]...)
+	data = append(data, `"}`...)
+	return &nats.Msg{
+		Subject: "orders." + types[typ],
+		Data:    data,
+		Header:  nats.Header{jetstream.MsgIDHeader: []string{msgID}},
+	}
+}
+
+// ---------------------------------------------------------------- publish
+
+type publisher struct {
+	js      jetstream.JetStream
+	gen     *generator
+	prefix  string
+	ring    []jetstream.PubAckFuture
+	sent    int
+	acked   atomic.Int64
+	lastSeq atomic.Uint64
+}
+
+func newPublisher(js jetstream.JetStream, gen *generator, window int, prefix string) *publisher {
+	return &publisher{js: js, gen: gen, prefix: prefix, ring: make([]jetstream.PubAckFuture, window)}
+}
+
+// run publishes n events (n < 0: until the deadline), at most rate per
+// second (0: as fast as the window allows), with up to len(ring) unacked,
+// and returns once every one is acked.
+func (p *publisher) run(ctx context.Context, n int, rate float64, until time.Time) error {
+	start := time.Now()
+	for i := 0; n < 0 || i < n; i++ {
+		if i%256 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !until.IsZero() && !time.Now().Before(until) {
+			break
+		}
+		if rate > 0 {
+			due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+			if d := time.Until(due); d > time.Millisecond {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		slot := p.sent % len(p.ring)
+		if f := p.ring[slot]; f != nil {
+			if err := p.wait(ctx, f); err != nil {
+				return err
+			}
+		}
+		order, typ := p.gen.next()
+		f, err := p.js.PublishMsgAsync(eventMsg(order, typ, p.prefix+"-"+strconv.Itoa(p.sent)))
+		if err != nil {
+			return fmt.Errorf("publish %d: %w", p.sent, err)
+		}
+		p.ring[slot] = f
+		p.sent++
+	}
+	for k := range p.ring {
+		slot := (p.sent + k) % len(p.ring)
+		if f := p.ring[slot]; f != nil {
+			if err := p.wait(ctx, f); err != nil {
+				return err
+			}
+			p.ring[slot] = nil
+		}
+	}
+	return nil
+}
+
+func (p *publisher) wait(ctx context.Context, f jetstream.PubAckFuture) error {
+	select {
+	case ack := <-f.Ok():
+		p.acked.Add(1)
+		if ack.Duplicate {
+			return fmt.Errorf("publish: unexpected duplicate (seq %d)", ack.Sequence)
+		}
+		for {
+			cur := p.lastSeq.Load()
+			if ack.Sequence <= cur || p.lastSeq.CompareAndSwap(cur, ack.Sequence) {
+				break
+			}
+		}
+		return nil
+	case err := <-f.Err():
+		return fmt.Errorf("publish: %w", err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ---------------------------------------------------------------- raw consume
+
+// rawConsume reads the whole stream with a durable pull consumer configured
+// like the processor's (explicit ack, same max_ack_pending), acking each
+// message, and times it until the ack floor reaches the last sequence.
+func rawConsume(ctx context.Context, o options, e *env, mode string, n int, lastSeq uint64) (phase, error) {
+	js, err := e.connect(false, "bench-raw")
+	if err != nil {
+		return phase{}, err
+	}
+	cc := *setup.Spec(e.cfg).Consumer
+	cc.Durable = "bench-raw"
+	cc.Description = "bench/processor raw consume"
+	stream := e.cfg.Stream.Name
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cons, err := js.CreateConsumer(cctx, stream, cc)
+	if err != nil {
+		return phase{}, err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = js.DeleteConsumer(dctx, stream, cc.Durable)
+	}()
+	batch := cc.MaxAckPending // the processor's rule for its fetch size
+	if batch <= 0 || batch > 10_000 {
+		batch = 1000
+	}
+	var got, ackErrs atomic.Int64
+	stopProf, err := startProfile(o, mode, "raw")
+	if err != nil {
+		return phase{}, err
+	}
+	defer stopProf()
+	t0, c0 := time.Now(), cpuTime()
+	sub, err := cons.Consume(func(m jetstream.Msg) {
+		if m.Ack() != nil {
+			ackErrs.Add(1)
+		}
+		got.Add(1)
+	}, jetstream.PullMaxMessages(batch))
+	if err != nil {
+		return phase{}, err
+	}
+	defer sub.Stop()
+	lastLog := t0
+	for {
+		if err := sleep(ctx, 25*time.Millisecond); err != nil {
+			return phase{}, err
+		}
+		if time.Since(lastLog) >= 5*time.Second {
+			lastLog = time.Now()
+			logf("   %s received", num(int(got.Load())))
+		}
+		if got.Load() < int64(n) {
+			continue
+		}
+		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		info, err := cons.Info(ictx)
+		cancel()
+		if err == nil && info.AckFloor.Stream >= lastSeq && info.NumAckPending == 0 && info.NumPending == 0 {
+			break
+		}
+	}
+	p := phase{N: int(got.Load()), Dur: time.Since(t0), CPU: cpuTime() - c0}
+	stopProf()
+	if a := ackErrs.Load(); a > 0 {
+		return p, fmt.Errorf("%d acks failed", a)
+	}
+	return p, nil
+}
+
+// ---------------------------------------------------------------- projection
+
+type running struct {
+	p      *processor.Processor
+	timed  *timedHandler
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startProcessor runs the processor exactly as cmd/orderstore's
+// newProcessor builds it (plus -workers / -batch), on its own in-process
+// connection.
+func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
+	js, err := e.connect(false, "bench-processor")
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
+	if err != nil {
+		return nil, err
+	}
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelInfo
+	}
+	var h processor.Handler = processor.NewProjection(kv)
+	var timed *timedHandler
+	if o.handlerStats {
+		timed = &timedHandler{inner: h.(processor.BatchHandler)}
+		h = timed
+	}
+	p, err := processor.New(js, processor.Config{
+		Stream:                  e.cfg.Stream.Name,
+		Durable:                 e.cfg.Processor.Durable,
+		DeadLetterStream:        e.cfg.Processor.DeadLetterStream,
+		DeadLetterSubjectPrefix: setup.DeadLetterSubjectPrefix(e.cfg.Processor.DeadLetterStream),
+		MaxDeliver:              e.cfg.Processor.MaxDeliver,
+		Backoff:                 setup.Backoff(e.cfg),
+		Handler:                 h,
+		Workers:                 o.workers,
+		BatchSize:               o.batch,
+		Logger:                  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("component", "processor"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	r := &running{p: p, timed: timed, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- p.Run(rctx) }()
+	return r, nil
+}
+
+func (r *running) stop() error {
+	r.cancel()
+	select {
+	case err := <-r.done:
+		return err
+	case <-time.After(60 * time.Second):
+		return errors.New("processor did not stop within 60s")
+	}
+}
+
+// caughtUp polls processor.Lag until the durable has nothing pending or
+// unacked and the processor has settled want events.
+func caughtUp(ctx context.Context, js jetstream.JetStream, e *env, r *running, want uint64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	lastLog := time.Now()
+	for {
+		if err := sleep(ctx, 25*time.Millisecond); err != nil {
+			return err
+		}
+		select {
+		case err := <-r.done:
+			return fmt.Errorf("processor stopped: %v", err)
+		default:
+		}
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		l, err := processor.Lag(lctx, js, e.cfg.Stream.Name, e.cfg.Processor.Durable)
+		cancel()
+		st := r.p.Stats()
+		if time.Since(lastLog) >= 5*time.Second {
+			lastLog = time.Now()
+			logf("   processed %s, pending %s, ack pending %d", num(int(st.Processed)), num(int(l.Pending)), l.AckPending)
+		}
+		if err == nil && l.Pending == 0 && l.AckPending == 0 && st.Processed+st.Duplicates+st.DeadLettered >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not caught up after %s: pending %d, ack pending %d, processed %d", timeout, l.Pending, l.AckPending, st.Processed)
+		}
+	}
+}
+
+func projection(ctx context.Context, o options, e *env, mode string, n int) (phase, processor.Stats, error) {
+	lagJS, err := e.connect(false, "bench-lag") // as the admin API would
+	if err != nil {
+		return phase{}, processor.Stats{}, err
+	}
+	stopProf, err := startProfile(o, mode, "projection")
+	if err != nil {
+		return phase{}, processor.Stats{}, err
+	}
+	defer stopProf()
+	t0, c0 := time.Now(), cpuTime()
+	r, err := startProcessor(ctx, o, e)
+	if err != nil {
+		return phase{}, processor.Stats{}, err
+	}
+	err = caughtUp(ctx, lagJS, e, r, uint64(n), o.catchupTimeout)
+	p := phase{N: n, Dur: time.Since(t0), CPU: cpuTime() - c0}
+	stopProf()
+	if r.timed != nil {
+		logf("   %s", r.timed.report(p.Dur))
+	}
+	st := r.p.Stats()
+	if serr := r.stop(); err == nil {
+		err = serr
+	}
+	return p, st, err
+}
+
+// verify checks the projection: one key per order, and for a sample of
+// orders the event count and latest status the generator produced.
+func verify(ctx context.Context, e *env, gen *generator, r *modeResult) error {
+	js, err := e.connect(false, "bench-verify")
+	if err != nil {
+		return err
+	}
+	kv, err := js.KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
+	if err != nil {
+		return err
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return err
+	}
+	r.Keys = st.Values()
+	proj := processor.NewProjection(kv)
+	rng := rand.New(rand.NewPCG(42, 42))
+	for range min(1000, len(gen.count)) {
+		i := rng.IntN(len(gen.count))
+		if gen.count[i] == 0 {
+			continue
+		}
+		r.SpotChecked++
+		ord, err := proj.Get(ctx, orderID(i))
+		if err != nil || ord.Events != int(gen.count[i]) || ord.Status != types[gen.last[i]] || ord.LastEvent != types[gen.last[i]] {
+			r.SpotBad++
+		}
+	}
+	if r.Keys != uint64(r.Distinct) || r.SpotBad > 0 || r.ProjStats.Processed != uint64(r.Events) {
+		return fmt.Errorf("projection mismatch: %d keys for %d orders, %d of %d spot-checked orders wrong, processed %d of %d",
+			r.Keys, r.Distinct, r.SpotBad, r.SpotChecked, r.ProjStats.Processed, r.Events)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- lag under load
+
+func loadPhase(ctx context.Context, o options, mode string, orders int, target float64) (*loadResult, error) {
+	lr := &loadResult{Target: target}
+	logf("5. lag under load: fresh store, publishing for %s at %s events/s (%.0f%% of the acked-publish rate)",
+		o.loadDur, num(int(target)), 100*o.loadShare)
+	e, err := newEnv(ctx, o, mode, int(target*o.loadDur.Seconds())+1)
+	if err != nil {
+		return lr, err
+	}
+	defer e.close()
+	lr.MaxAckPending = e.cfg.Processor.MaxAckPending
+	lagJS, err := e.connect(false, "bench-lag")
+	if err != nil {
+		return lr, err
+	}
+	pjs, err := e.publisherJS(o)
+	if err != nil {
+		return lr, err
+	}
+	r, err := startProcessor(ctx, o, e)
+	if err != nil {
+		return lr, err
+	}
+	defer r.stop()
+	for !r.p.Running() {
+		if err := sleep(ctx, 5*time.Millisecond); err != nil {
+			return lr, err
+		}
+	}
+	pub := newPublisher(pjs, newGenerator(o.seed+1, orders), o.window, "load-"+mode)
+
+	var mu sync.Mutex
+	t0, c0 := time.Now(), cpuTime()
+	sctx, stopSampling := context.WithCancel(ctx)
+	var sampling sync.WaitGroup
+	sampling.Add(1)
+	go func() {
+		defer sampling.Done()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-tick.C:
+			}
+			lctx, cancel := context.WithTimeout(sctx, 5*time.Second)
+			l, err := processor.Lag(lctx, lagJS, e.cfg.Stream.Name, e.cfg.Processor.Durable)
+			cancel()
+			if err != nil {
+				continue
+			}
+			s := sample{T: time.Since(t0).Seconds(), Stored: l.LastSeq, Processed: r.p.Stats().Processed,
+				Pending: l.Pending, AckPending: l.AckPending, SecondsBehind: l.SecondsBehind}
+			mu.Lock()
+			lr.Samples = append(lr.Samples, s)
+			mu.Unlock()
+			logf("   t=%4.0fs stored %9s processed %9s backlog %8s behind %6.2fs", s.T, num(int(s.Stored)), num(int(s.Processed)), num(int(s.backlog())), s.SecondsBehind)
+		}
+	}()
+	perr := pub.run(ctx, -1, target, t0.Add(o.loadDur))
+	lr.PubDur = time.Since(t0)
+	lr.Published = pub.acked.Load()
+	lr.ProcessedDuring = r.p.Stats().Processed
+	if perr != nil {
+		stopSampling()
+		sampling.Wait()
+		return lr, perr
+	}
+	logf("   publishing stopped after %s: %s acked (%s events/s); waiting for the processor to catch up",
+		lr.PubDur.Round(time.Millisecond), num(int(lr.Published)), num(int(lr.achieved())))
+	pubEnd := time.Now()
+	err = caughtUp(ctx, lagJS, e, r, uint64(lr.Published), o.catchupTimeout)
+	lr.Catchup = time.Since(pubEnd)
+	lr.CaughtUp = err == nil
+	lr.CPU = cpuTime() - c0
+	stopSampling()
+	sampling.Wait()
+	lr.Final = r.p.Stats()
+	lr.analyse()
+	if err != nil && ctx.Err() != nil {
+		return lr, err
+	}
+	if err != nil {
+		logf("   %v", err)
+	}
+	return lr, nil
+}
+
+// analyse computes the lag figures over the samples taken while publishing.
+// Bounded means, over the second half of the publishing window: the backlog
+// never exceeded two fetch windows (2 x max_ack_pending), or it is not
+// growing with the input: its trend is below 5% of the target rate and its
+// mean is at most 1.5 times the first half's plus two fetch windows.
+func (lr *loadResult) analyse() {
+	pubSecs := lr.PubDur.Seconds()
+	var first, second []sample
+	for _, s := range lr.Samples {
+		if s.T > pubSecs {
+			continue
+		}
+		lr.MaxBacklog = max(lr.MaxBacklog, s.backlog())
+		lr.MaxBehind = max(lr.MaxBehind, s.SecondsBehind)
+		lr.EndBacklog, lr.EndBehind = s.backlog(), s.SecondsBehind
+		if s.T <= pubSecs/2 {
+			first = append(first, s)
+		} else {
+			second = append(second, s)
+		}
+	}
+	lr.Mean1, lr.Mean2 = meanBacklog(first), meanBacklog(second)
+	lr.Slope2 = slope(second)
+	slack := 2 * float64(max(lr.MaxAckPending, 1000))
+	var max2 uint64
+	for _, s := range second {
+		max2 = max(max2, s.backlog())
+	}
+	lr.Bounded = len(second) >= 2 && (float64(max2) <= slack || (lr.Slope2 < 0.05*lr.Target && lr.Mean2 <= 1.5*lr.Mean1+slack))
+}
+
+func meanBacklog(ss []sample) float64 {
+	if len(ss) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, s := range ss {
+		sum += float64(s.backlog())
+	}
+	return sum / float64(len(ss))
+}
+
+// slope is the least-squares trend of the backlog, in events per second.
+func slope(ss []sample) float64 {
+	if len(ss) < 2 {
+		return 0
+	}
+	var n, sx, sy, sxx, sxy float64
+	for _, s := range ss {
+		x, y := s.T, float64(s.backlog())
+		n++
+		sx += x
+		sy += y
+		sxx += x * x
+		sxy += x * y
+	}
+	d := n*sxx - sx*sx
+	if d == 0 {
+		return 0
+	}
+	return (n*sxy - sx*sy) / d
+}
+
+// ---------------------------------------------------------------- output
+
+func header(o options, started time.Time) string {
+	var b strings.Builder
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "# bench/processor results\n\n")
+	fmt.Fprintf(&b, "- date: %s, host %s, %s/%s, %d CPUs, %s, nats-server %s (embedded)\n",
+		started.UTC().Format(time.RFC3339), host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), server.VERSION)
+	fmt.Fprintf(&b, "- load average at the end of the run: %s (this process alone uses up to %d.0 while busy)\n", loadavg(), runtime.NumCPU())
+	fmt.Fprintf(&b, "- command: `%s`\n", command())
+	fmt.Fprintf(&b, "- events: JSON `{\"order_id\":\"order-NNNNNN\",\"status\":TYPE}` with a Nats-Msg-Id, on orders.{created,paid,shipped,delivered,cancelled}; each event picks one of the orders uniformly at random (seed %d)\n", o.seed)
+	fmt.Fprintf(&b, "- publishers: %s connection, async publishes, %d unacked at most\n", o.pubConn, o.window)
+	return b.String()
+}
+
+func (r *modeResult) markdown(o options) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## sync_interval = %q: %s events over %s orders\n\n", r.Mode, num(r.Events), num(r.Orders))
+	if r.Err != nil {
+		fmt.Fprintf(&b, "**failed: %v**\n\n", r.Err)
+	}
+	fmt.Fprintf(&b, "Load average (1, 5, 15 min) at the start: %s; at the end: %s.\n\n", r.LoadAvg[0], r.LoadAvg[1])
+	fmt.Fprintf(&b, "| step | events | time | events/s | CPU (%d cores = %d%%) |\n|---|---:|---:|---:|---:|\n", runtime.NumCPU(), 100*runtime.NumCPU())
+	row := func(name string, p phase) {
+		if p.N == 0 {
+			return
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | **%s** | %s |\n", name, num(p.N), secs(p.Dur), num(int(p.rate())), p.cpuShare())
+	}
+	row(fmt.Sprintf("acked publish (async, window %d, %s)", o.window, o.pubConn), r.Publish)
+	row(fmt.Sprintf("raw pull consume + ack (durable, explicit ack, max_ack_pending %d)", r.MaxAckPending), r.Raw)
+	row(fmt.Sprintf("projection (processor %d workers, batch %d, KV compare-and-set)", r.Workers, r.Batch), r.Proj)
+	b.WriteString("\n")
+	if r.Proj.N > 0 {
+		fmt.Fprintf(&b, "- projection / raw consume: **%.1f%%** (goal >= 50%%: %s)\n", 100*r.ratio(), metStr(r.ratio() >= 0.5))
+		fmt.Fprintf(&b, "- projection checked: %s keys for %s orders with events; processed %s, duplicates %d, failed %d, dead-lettered %d; %d/%d spot-checked orders match the generator\n",
+			num(int(r.Keys)), num(r.Distinct), num(int(r.ProjStats.Processed)), r.ProjStats.Duplicates, r.ProjStats.Failed, r.ProjStats.DeadLettered, r.SpotChecked-r.SpotBad, r.SpotChecked)
+	}
+	if k := r.KV; k != nil {
+		fmt.Fprintf(&b, "\n### analysis: KV compare-and-set writes outside the processor (same bucket, %s keys, order-sized values)\n\n", num(r.Orders))
+		fmt.Fprintf(&b, "| how | writes | time | writes/s | CPU |\n|---|---:|---:|---:|---:|\n")
+		fmt.Fprintf(&b, "| sync: %d goroutines, kv.Create/Update, one in flight each (as the processor's workers) | %s | %s | **%s** | %s |\n", k.Workers, num(k.Writes), secs(k.Sync.Dur), num(int(k.Sync.rate())), k.Sync.cpuShare())
+		fmt.Fprintf(&b, "| pipelined: batches of %d distinct keys published async with Nats-Expected-Last-Subject-Sequence | %s | %s | **%s** | %s |\n", k.Batch, num(k.Writes), secs(k.Pipelined.Dur), num(int(k.Pipelined.rate())), k.Pipelined.cpuShare())
+		fmt.Fprintf(&b, "| atomic: the same batches (at most 1000) as one atomic batch publish each, allow_atomic on the bucket | %s | %s | **%s** | %s |\n", num(k.Writes), secs(k.Atomic.Dur), num(int(k.Atomic.rate())), k.Atomic.cpuShare())
+	}
+	if l := r.Load; l != nil {
+		fmt.Fprintf(&b, "\n### lag under load (fresh store, %s of publishing at %.0f%% of the acked-publish rate)\n\n", o.loadDur, 100*o.loadShare)
+		fmt.Fprintf(&b, "| metric | value |\n|---|---:|\n")
+		fmt.Fprintf(&b, "| target publish rate | %s events/s |\n", num(int(l.Target)))
+		fmt.Fprintf(&b, "| achieved (acked) publish rate | %s events/s (%s events in %s) |\n", num(int(l.achieved())), num(int(l.Published)), secs(l.PubDur))
+		fmt.Fprintf(&b, "| processor apply rate while publishing | %s events/s |\n", num(int(l.applyRate())))
+		fmt.Fprintf(&b, "| backlog (pending + ack pending): max / at end of publishing | %s / %s |\n", num(int(l.MaxBacklog)), num(int(l.EndBacklog)))
+		fmt.Fprintf(&b, "| seconds_behind: max / at end of publishing | %.2f s / %.2f s |\n", l.MaxBehind, l.EndBehind)
+		fmt.Fprintf(&b, "| backlog mean, first half -> second half | %s -> %s |\n", num(int(l.Mean1)), num(int(l.Mean2)))
+		fmt.Fprintf(&b, "| backlog trend over the second half | %+.0f events/s (%.1f%% of the target rate) |\n", l.Slope2, 100*l.Slope2/math.Max(l.Target, 1))
+		fmt.Fprintf(&b, "| lag bounded | **%s** |\n", yesNo(l.Bounded))
+		if l.CaughtUp {
+			fmt.Fprintf(&b, "| catch-up after publishing stopped | %s |\n", secs(l.Catchup))
+		} else {
+			fmt.Fprintf(&b, "| catch-up after publishing stopped | not caught up after %s |\n", secs(l.Catchup))
+		}
+		fmt.Fprintf(&b, "| CPU while publishing + catch-up | %s |\n", phase{N: 1, Dur: l.PubDur + l.Catchup, CPU: l.CPU}.cpuShare())
+		fmt.Fprintf(&b, "\n<details><summary>lag samples (every second)</summary>\n\n| t (s) | stored (stream last seq) | processed | pending | ack pending | seconds_behind |\n|---:|---:|---:|---:|---:|---:|\n")
+		for _, s := range l.Samples {
+			fmt.Fprintf(&b, "| %.0f | %s | %s | %s | %d | %.2f |\n", s.T, num(int(s.Stored)), num(int(s.Processed)), num(int(s.Pending)), s.AckPending, s.SecondsBehind)
+		}
+		b.WriteString("\n</details>\n")
+	}
+	return b.String()
+}
+
+func summary(o options, rs []*modeResult) string {
+	var b strings.Builder
+	b.WriteString("## Summary\n\n")
+	b.WriteString("| sync_interval | events / orders | acked publish ev/s | raw consume ev/s | projection ev/s | projection / raw (goal >= 50%) | load: target ev/s | load: apply ev/s | load: max backlog | load: max s behind | lag bounded | catch-up |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
+	for _, r := range rs {
+		fmt.Fprintf(&b, "| %s | %s / %s | %s | %s | %s | %.1f%% (%s) |", r.Mode, num(r.Events), num(r.Orders),
+			num(int(r.Publish.rate())), num(int(r.Raw.rate())), num(int(r.Proj.rate())), 100*r.ratio(), metStr(r.ratio() >= 0.5))
+		if l := r.Load; l != nil {
+			c := secs(l.Catchup)
+			if !l.CaughtUp {
+				c = "> " + c
+			}
+			fmt.Fprintf(&b, " %s | %s | %s | %.1f | %s | %s |\n", num(int(l.Target)), num(int(l.applyRate())), num(int(l.MaxBacklog)), l.MaxBehind, yesNo(l.Bounded), c)
+		} else {
+			b.WriteString(" - | - | - | - | - | - |\n")
+		}
+	}
+	fmt.Fprintf(&b, "\nReproduce: `%s`\n", command())
+	return b.String()
+}
+
+func command() string {
+	args := []string{"go", "run", "./bench/processor"}
+	for _, a := range os.Args[1:] {
+		if strings.ContainsAny(a, " \t\"'$`\\") {
+			a = strconv.Quote(a)
+		}
+		args = append(args, a)
+	}
+	return strings.Join(args, " ")
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "n/a"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "n/a"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func metStr(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
+}
+
+func yesNo(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
+}
+
+func secs(d time.Duration) string {
+	if d < 10*time.Second {
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	}
+	return fmt.Sprintf("%.1f s", d.Seconds())
+}
+
+// num formats n with thousands separators.
+func num(n int) string {
+	s := strconv.Itoa(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var out []byte
+	for i := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// startProfile starts a CPU profile of one step when -cpuprofile is set; the
+// returned stop is idempotent.
+func startProfile(o options, mode, step string) (func(), error) {
+	if o.cpuprofile == "" {
+		return func() {}, nil
+	}
+	name := fmt.Sprintf("%s-%s-%s.pprof", o.cpuprofile, mode, step)
+	f, err := os.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+			logf("   CPU profile: %s", name)
+		})
+	}, nil
+}
