@@ -48,7 +48,7 @@ func TestDeclareAppliesSafeChangesAsDiff(t *testing.T) {
 	cfg.Stream.MaxAge = config.Duration(72 * time.Hour)
 	cfg.Stream.MaxBytes = 1 << 30
 	cfg.Stream.Subjects = []string{"orders.>", "returns.>"}
-	cfg.Processor.MaxDeliver = 7
+	cfg.Processor.MaxAckPending = 2000
 	cfg.Processor.AckWait = config.Duration(time.Minute)
 	res, err := bootstrap.Declare(ctx, js, setup.Spec(cfg), nil)
 	if err != nil {
@@ -62,7 +62,7 @@ func TestDeclareAppliesSafeChangesAsDiff(t *testing.T) {
 		"max_age":     "168h0m0s -> 72h0m0s",
 		"max_bytes":   "8GiB -> 1GiB",
 		"subjects":    `["orders.>"] -> ["orders.>" "returns.>"]`,
-		"max_deliver": "5 -> 7",
+		"max_ack_pending": "1000 -> 2000",
 		"ack_wait":    "30s -> 1m0s",
 	}
 	for k, v := range want {
@@ -78,8 +78,8 @@ func TestDeclareAppliesSafeChangesAsDiff(t *testing.T) {
 		t.Errorf("stored config not updated: %+v", info.Config)
 	}
 	c, _ := js.Consumer(ctx, "ORDER_EVENTS", "order-processor")
-	if c.CachedInfo().Config.MaxDeliver != 7 {
-		t.Errorf("consumer max_deliver = %d", c.CachedInfo().Config.MaxDeliver)
+	if c.CachedInfo().Config.MaxAckPending != 2000 {
+		t.Errorf("consumer max_ack_pending = %d", c.CachedInfo().Config.MaxAckPending)
 	}
 }
 

@@ -51,8 +51,9 @@ func childProcessor(url string) int {
 		Durable:                 cfg.Processor.Durable,
 		DeadLetterStream:        cfg.Processor.DeadLetterStream,
 		DeadLetterSubjectPrefix: setup.DeadLetterSubjectPrefix(cfg.Processor.DeadLetterStream),
+		MaxDeliver:              cfg.Processor.MaxDeliver,
 		Backoff:                 setup.Backoff(cfg),
-		Handler:                 processor.NewProjection(kv),
+		Handler:                 processor.NewProjection(js, kv),
 		BatchSize:               50, // small batches: kills land between apply and ack more often
 	})
 	if err != nil {
@@ -116,7 +117,13 @@ func TestCrashBetweenApplyAndAck(t *testing.T) {
 	p, _ := e.start(t, e.projection(t))
 	e.waitCaughtUp(t, 60*time.Second)
 	e.checkProjection(t)
-	t.Logf("final processor: %+v", p.Stats())
+	dls, _, _ := processor.ListDeadLetters(context.Background(), e.js, e.cfg.Processor.DeadLetterStream, 1, 100_000)
+	for _, d := range dls {
+		if !strings.Contains(d.Error, "without a result") {
+			t.Errorf("unexpected dead letter %+v", d)
+		}
+	}
+	t.Logf("final processor: %+v; %d events dead-lettered after max_deliver deliveries cut short by kills", p.Stats(), len(dls))
 }
 
 type lockedBuffer struct {

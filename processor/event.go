@@ -56,12 +56,22 @@ type Handler interface {
 	Handle(ctx context.Context, ev Event) error
 }
 
-// BatchHandler is an optional interface: a Handler that can apply several
-// events of one order at once (the projection writes them with one KV
-// update). events are in stream order; the result has one error per event.
+// BatchHandler is an optional interface: a Handler that applies a whole
+// batch at once (the projection pipelines its KV writes). orders holds one
+// slice per order, each in stream order; no order appears twice. The result
+// has the same shape: one error per event.
 type BatchHandler interface {
 	Handler
-	HandleOrder(ctx context.Context, orderID string, events []Event) []error
+	HandleBatch(ctx context.Context, orders [][]Event) [][]error
+}
+
+// AppliedChecker is an optional interface: a Handler that can tell whether
+// it already applied an event. The processor asks before dead-lettering an
+// event whose deliveries ran out without a result (the processor was killed
+// or timed out on it after applying it, before the ack): such an event is
+// acked, not dead-lettered, so it is never both applied and a dead letter.
+type AppliedChecker interface {
+	Applied(ctx context.Context, ev Event) (bool, error)
 }
 
 // HandlerFunc adapts a function to Handler.

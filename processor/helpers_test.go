@@ -76,7 +76,7 @@ func (e *env) projection(t testing.TB) *processor.Projection {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return processor.NewProjection(kv)
+	return processor.NewProjection(js, kv)
 }
 
 // start runs a processor with h on its own connection until the returned

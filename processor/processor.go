@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -26,8 +27,12 @@ type Config struct {
 	// orders.created is published on "<prefix>.orders.created".
 	DeadLetterStream        string
 	DeadLetterSubjectPrefix string
-	// MaxDeliver is the consumer's max_deliver: the delivery on which a
-	// failing event is dead-lettered. 0 reads it from the consumer.
+	// MaxDeliver is the delivery on which a failing event is dead-lettered
+	// (processor.max_deliver). The processor enforces it: an event
+	// delivered more often than this without a result (the processor
+	// stopped or timed out on it) is dead-lettered without handling it
+	// again. Keep the consumer's own max_deliver unlimited (-1): nats-server
+	// drops an event silently when it reaches that. Default 5.
 	MaxDeliver int
 	// Backoff lists the delays before the 1st, 2nd, ... retry of a failed
 	// event; the last one repeats. Empty means 1s.
@@ -108,6 +113,9 @@ func New(js jetstream.JetStream, cfg Config) (*Processor, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 32
 	}
+	if cfg.MaxDeliver <= 0 {
+		cfg.MaxDeliver = 5
+	}
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 10 * time.Second
 	}
@@ -141,6 +149,11 @@ func (p *Processor) Running() bool { return p.running.Load() }
 // Run consumes until ctx is done, then stops fetching, finishes and acks
 // the events it holds (within DrainTimeout), and returns nil. It returns an
 // error only if it cannot start or the consumer goes away.
+//
+// Events are routed by order id to partitions, each applying its own
+// batches in turn: an order always lands in the same partition, so its
+// events are never handled concurrently, while the partitions keep several
+// batches in flight at once.
 func (p *Processor) Run(ctx context.Context) error {
 	cons, err := p.js.Consumer(ctx, p.cfg.Stream, p.cfg.Durable)
 	if err != nil {
@@ -150,19 +163,28 @@ func (p *Processor) Run(ctx context.Context) error {
 		return fmt.Errorf("processor: consumer %q on stream %q: %w", p.cfg.Durable, p.cfg.Stream, err)
 	}
 	info := cons.CachedInfo()
-	if p.cfg.MaxDeliver <= 0 {
-		p.cfg.MaxDeliver = info.Config.MaxDeliver
+	if md := info.Config.MaxDeliver; md > 0 && md <= p.cfg.MaxDeliver {
+		p.log.Warn("the consumer's own max_deliver drops events silently when reached; set it to -1 (orderstore declares it so)",
+			"consumer", p.cfg.Durable, "consumer_max_deliver", md)
 	}
+	maxPending := info.Config.MaxAckPending
+	if maxPending <= 0 {
+		maxPending = 1000
+	}
+	partitions := p.cfg.Workers
+	if _, ok := p.cfg.Handler.(BatchHandler); ok {
+		partitions = 4 // each partition pipelines a whole batch
+	}
+	// Batches are small enough that every partition has one in flight and
+	// the server still has room to deliver the next events meanwhile.
 	batch := p.cfg.BatchSize
 	if batch <= 0 {
-		batch = info.Config.MaxAckPending
+		batch = maxPending / (2 * partitions)
 	}
-	if batch <= 0 || batch > 10_000 {
-		batch = 1000
-	}
+	batch = min(max(batch, 1), 10_000)
 	p.ackFloor.Store(info.AckFloor.Stream)
 
-	msgs := make(chan jetstream.Msg, batch)
+	msgs := make(chan jetstream.Msg, maxPending)
 	quit := make(chan struct{})
 	var consumeErr atomic.Value
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -171,7 +193,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		case <-quit:
 		}
 	},
-		jetstream.PullMaxMessages(batch),
+		jetstream.PullMaxMessages(maxPending),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 				consumeErr.Store(err)
@@ -183,7 +205,8 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	p.running.Store(true)
 	defer p.running.Store(false)
-	p.log.Info("processor running", "stream", p.cfg.Stream, "consumer", p.cfg.Durable, "max_deliver", p.cfg.MaxDeliver, "batch", batch, "workers", p.cfg.Workers)
+	p.log.Info("processor running", "stream", p.cfg.Stream, "consumer", p.cfg.Durable, "max_deliver", p.cfg.MaxDeliver,
+		"batch", batch, "partitions", partitions)
 
 	// Keep the ack floor fresh: handlers use it to prune idempotency records.
 	floorCtx, stopFloor := context.WithCancel(context.Background())
@@ -195,80 +218,91 @@ func (p *Processor) Run(ctx context.Context) error {
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 
+	parts := make([]chan item, partitions)
+	var wg sync.WaitGroup
+	for i := range parts {
+		parts[i] = make(chan item, batch)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.partition(hctx, parts[i], batch)
+		}()
+	}
+	route := func(m jetstream.Msg) {
+		it := p.toItem(m)
+		// Poison events have no order id: they share one partition and
+		// reach the dead-letter stream in stream order.
+		h := fnv.New32a()
+		h.Write([]byte(it.ev.OrderID))
+		parts[h.Sum32()%uint32(partitions)] <- it
+	}
+	closeParts := func() {
+		for _, c := range parts {
+			close(c)
+		}
+	}
+
 	check := time.NewTicker(time.Second)
 	defer check.Stop()
 loop:
 	for {
-		var b []jetstream.Msg
 		select {
 		case m := <-msgs:
-			b = append(b, m)
+			route(m)
 		case <-ctx.Done():
 			break loop
 		case <-check.C:
 			if err, ok := consumeErr.Load().(error); ok {
 				cc.Stop()
 				close(quit)
+				closeParts()
+				wg.Wait()
 				return fmt.Errorf("processor: consumer %q: %w", p.cfg.Durable, err)
 			}
-			continue
 		}
-	fill:
-		for len(b) < batch {
-			select {
-			case m := <-msgs:
-				b = append(b, m)
-			default:
-				break fill
-			}
-		}
-		p.handleBatch(hctx, b)
 	}
 
-	// Drain: stop pulling, handle what was already delivered to us.
+	// Drain: stop pulling, hand out what was already delivered to us.
 	p.log.Info("processor draining")
 	cc.Drain()
 	deadline := time.NewTimer(p.cfg.DrainTimeout)
 	defer deadline.Stop()
-	left := 0
-	for {
-		var b []jetstream.Msg
-	collect:
-		for len(b) < batch {
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
 			select {
 			case m := <-msgs:
-				b = append(b, m)
-			default:
-				break collect
-			}
-		}
-		if len(b) > 0 {
-			p.handleBatch(hctx, b)
-			continue
-		}
-		select {
-		case <-cc.Closed():
-			// Closed after the last callback returned: take any last one.
-			select {
-			case m := <-msgs:
-				p.handleBatch(hctx, []jetstream.Msg{m})
+				route(m)
 				continue
-			default:
+			case <-cc.Closed():
 			}
-			close(quit)
-			p.log.Info("processor stopped", "processed", p.processed.Load())
-			return nil
-		case m := <-msgs:
-			p.handleBatch(hctx, []jetstream.Msg{m})
-		case <-deadline.C:
-			cancelHandlers()
-			close(quit)
-			cc.Stop()
-			left = len(msgs)
-			p.log.Warn("processor drain timed out: unhandled events stay unacked and are redelivered", "left", left)
-			return nil
+			// Closed after the last callback returned: take any last ones.
+			for {
+				select {
+				case m := <-msgs:
+					route(m)
+					continue
+				default:
+				}
+				break
+			}
+			closeParts()
+			wg.Wait()
+			return
 		}
+	}()
+	select {
+	case <-finished:
+		close(quit)
+		p.log.Info("processor stopped", "processed", p.processed.Load())
+	case <-deadline.C:
+		cancelHandlers()
+		close(quit)
+		cc.Stop()
+		p.log.Warn("processor drain timed out: unhandled events stay unacked and are redelivered", "left", len(msgs))
 	}
+	return nil
 }
 
 func (p *Processor) watchFloor(ctx context.Context, cons jetstream.Consumer) {
@@ -289,78 +323,122 @@ func (p *Processor) watchFloor(ctx context.Context, cons jetstream.Consumer) {
 	}
 }
 
-// item is one message of a batch.
+// item is one delivered event, parsed.
 type item struct {
-	msg jetstream.Msg
-	ev  Event
+	msg    jetstream.Msg
+	ev     Event
+	poison error // the envelope is invalid: dead-letter it
+	skip   bool  // not a JetStream message: nothing to settle
 }
 
-// handleBatch handles one batch: poison events are dead-lettered, the rest
-// grouped by order and handled with Workers orders at a time, each order's
-// events serially in stream order.
-func (p *Processor) handleBatch(ctx context.Context, batch []jetstream.Msg) {
-	floor := p.ackFloor.Load()
+func (p *Processor) toItem(m jetstream.Msg) item {
+	md, err := m.Metadata()
+	if err != nil {
+		p.log.Error("message without metadata", "subject", m.Subject(), "err", err)
+		return item{msg: m, skip: true}
+	}
+	it := item{msg: m, ev: Event{
+		Subject:   m.Subject(),
+		Type:      eventType(m.Subject()),
+		Data:      m.Data(),
+		Header:    m.Headers(),
+		Sequence:  md.Sequence.Stream,
+		Time:      md.Timestamp,
+		Delivered: md.NumDelivered,
+		AckFloor:  p.ackFloor.Load(),
+	}}
+	it.ev.OrderID, it.ev.Status, it.poison = parse(m.Subject(), m.Data())
+	return it
+}
+
+// partition applies the items routed to it, a batch at a time: whatever
+// has arrived, up to size.
+func (p *Processor) partition(ctx context.Context, in <-chan item, size int) {
+	for first := range in {
+		b := []item{first}
+	fill:
+		for len(b) < size {
+			select {
+			case it, ok := <-in:
+				if !ok {
+					break fill
+				}
+				b = append(b, it)
+			default:
+				break fill
+			}
+		}
+		p.handleBatch(ctx, b)
+	}
+}
+
+// handleBatch handles one batch of one partition: poison events are
+// dead-lettered, the rest grouped by order, each order's events in stream
+// order.
+func (p *Processor) handleBatch(ctx context.Context, batch []item) {
 	groups := make(map[string][]item)
 	var order []string
-	for _, m := range batch {
-		md, err := m.Metadata()
-		if err != nil {
-			// Not a JetStream message: nothing to ack.
-			p.log.Error("message without metadata", "subject", m.Subject(), "err", err)
+	for _, it := range batch {
+		switch {
+		case it.skip:
+			continue
+		case it.poison != nil:
+			p.deadLetter(ctx, it.msg, it.ev, it.poison)
+			continue
+		case it.ev.Delivered > uint64(p.cfg.MaxDeliver):
+			p.exhausted(ctx, it)
 			continue
 		}
-		ev := Event{
-			Subject:   m.Subject(),
-			Type:      eventType(m.Subject()),
-			Data:      m.Data(),
-			Header:    m.Headers(),
-			Sequence:  md.Sequence.Stream,
-			Time:      md.Timestamp,
-			Delivered: md.NumDelivered,
-			AckFloor:  floor,
-		}
-		id, status, err := parse(m.Subject(), m.Data())
-		if err != nil {
-			p.deadLetter(ctx, m, ev, err)
-			continue
-		}
-		ev.OrderID, ev.Status = id, status
+		id := it.ev.OrderID
 		if _, ok := groups[id]; !ok {
 			order = append(order, id)
 		}
-		groups[id] = append(groups[id], item{m, ev})
+		groups[id] = append(groups[id], it)
 	}
-
-	work := make(chan string)
-	var wg sync.WaitGroup
-	for range min(p.cfg.Workers, len(order)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for id := range work {
-				p.handleOrder(ctx, id, groups[id])
-			}
-		}()
-	}
-	for _, id := range order {
-		work <- id
-	}
-	close(work)
-	wg.Wait()
-}
-
-func (p *Processor) handleOrder(ctx context.Context, id string, items []item) {
 	if bh, ok := p.cfg.Handler.(BatchHandler); ok {
-		evs := make([]Event, len(items))
-		for i, it := range items {
-			evs[i] = it.ev
+		batchOrders := make([][]Event, len(order))
+		for k, id := range order {
+			for _, it := range groups[id] {
+				batchOrders[k] = append(batchOrders[k], it.ev)
+			}
 		}
-		errs := safeBatch(ctx, bh, id, evs)
-		for i, it := range items {
-			p.settle(ctx, it, errs[i])
+		results := safeBatch(ctx, bh, batchOrders)
+		for k, id := range order {
+			for j, it := range groups[id] {
+				p.settle(ctx, it, results[k][j])
+			}
 		}
 		return
 	}
+	for _, id := range order {
+		p.handleOrder(ctx, id, groups[id])
+	}
+}
+
+// exhausted settles an event delivered more than MaxDeliver times without
+// a result: acked if the handler had applied it before it was cut short,
+// else dead-lettered without handling it again (an event that crashes the
+// process every time must not crash-loop it forever).
+func (p *Processor) exhausted(ctx context.Context, it item) {
+	if ac, ok := p.cfg.Handler.(AppliedChecker); ok {
+		applied, err := ac.Applied(ctx, it.ev)
+		if err != nil {
+			p.failed.Add(1)
+			p.log.Warn("cannot tell whether an exhausted event was applied, will retry", "seq", it.ev.Sequence, "err", err)
+			it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1])
+			return
+		}
+		if applied {
+			it.msg.Ack()
+			p.duplicates.Add(1)
+			return
+		}
+	}
+	p.deadLetter(ctx, it.msg, it.ev, fmt.Errorf("delivered %d times without a result (max_deliver %d): the processor stopped or exceeded ack_wait on it",
+		it.ev.Delivered, p.cfg.MaxDeliver))
+}
+
+func (p *Processor) handleOrder(ctx context.Context, id string, items []item) {
 	for _, it := range items {
 		p.settle(ctx, it, safeHandle(ctx, p.cfg.Handler, it.ev))
 	}
@@ -377,17 +455,29 @@ func safeHandle(ctx context.Context, h Handler, ev Event) (err error) {
 	return h.Handle(ctx, ev)
 }
 
-func safeBatch(ctx context.Context, h BatchHandler, id string, evs []Event) (errs []error) {
+func safeBatch(ctx context.Context, h BatchHandler, orders [][]Event) (res [][]error) {
+	failAll := func(err error) [][]error {
+		out := make([][]error, len(orders))
+		for i, evs := range orders {
+			out[i] = fill(make([]error, len(evs)), err)
+		}
+		return out
+	}
 	defer func() {
 		if r := recover(); r != nil {
-			errs = fill(make([]error, len(evs)), fmt.Errorf("handler panic: %v", r))
+			res = failAll(fmt.Errorf("handler panic: %v", r))
 		}
 	}()
-	errs = h.HandleOrder(ctx, id, evs)
-	if len(errs) != len(evs) {
-		errs = fill(make([]error, len(evs)), fmt.Errorf("handler returned %d results for %d events", len(errs), len(evs)))
+	res = h.HandleBatch(ctx, orders)
+	if len(res) != len(orders) {
+		return failAll(fmt.Errorf("handler returned %d results for %d orders", len(res), len(orders)))
 	}
-	return errs
+	for i := range res {
+		if len(res[i]) != len(orders[i]) {
+			return failAll(fmt.Errorf("handler returned %d results for %d events", len(res[i]), len(orders[i])))
+		}
+	}
+	return res
 }
 
 func (p *Processor) settle(ctx context.Context, it item, err error) {
@@ -410,7 +500,7 @@ func (p *Processor) settle(ctx context.Context, it item, err error) {
 		p.duplicates.Add(1)
 	case errors.Is(err, ErrPoison):
 		p.deadLetter(ctx, m, ev, err)
-	case p.cfg.MaxDeliver > 0 && ev.Delivered >= uint64(p.cfg.MaxDeliver):
+	case ev.Delivered >= uint64(p.cfg.MaxDeliver):
 		p.deadLetter(ctx, m, ev, fmt.Errorf("failed %d deliveries: %w", ev.Delivered, err))
 	default:
 		p.failed.Add(1)

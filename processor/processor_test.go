@@ -46,36 +46,48 @@ type flaky struct {
 }
 
 func (f *flaky) Handle(ctx context.Context, ev processor.Event) error {
-	return f.HandleOrder(ctx, ev.OrderID, []processor.Event{ev})[0]
+	return f.HandleBatch(ctx, [][]processor.Event{{ev}})[0][0]
 }
 
-func (f *flaky) HandleOrder(ctx context.Context, id string, evs []processor.Event) []error {
+func (f *flaky) HandleBatch(ctx context.Context, orders [][]processor.Event) [][]error {
 	f.calls.Add(1)
-	errs := make([]error, len(evs))
-	var pass []processor.Event
-	var idx []int
-	applyThenFail := map[int]bool{}
-	for i, ev := range evs {
-		if ev.Delivered == 1 && ev.Sequence%uint64(f.failShare) == 0 {
-			if (ev.Sequence/uint64(f.failShare))%2 == 0 {
-				errs[i] = errors.New("transient: injected before apply")
-				continue
+	out := make([][]error, len(orders))
+	var pass [][]processor.Event
+	type pos struct{ order, ev int }
+	var where [][]pos
+	applyThenFail := map[pos]bool{}
+	for o, evs := range orders {
+		out[o] = make([]error, len(evs))
+		var keep []processor.Event
+		var at []pos
+		for i, ev := range evs {
+			if ev.Delivered == 1 && ev.Sequence%uint64(f.failShare) == 0 {
+				if (ev.Sequence/uint64(f.failShare))%2 == 0 {
+					out[o][i] = errors.New("transient: injected before apply")
+					continue
+				}
+				applyThenFail[pos{o, i}] = true
 			}
-			applyThenFail[i] = true
+			keep = append(keep, ev)
+			at = append(at, pos{o, i})
 		}
-		pass = append(pass, ev)
-		idx = append(idx, i)
+		if len(keep) > 0 {
+			pass = append(pass, keep)
+			where = append(where, at)
+		}
 	}
 	if len(pass) > 0 {
-		res := f.inner.HandleOrder(ctx, id, pass)
-		for j, i := range idx {
-			errs[i] = res[j]
-			if applyThenFail[i] && res[j] == nil {
-				errs[i] = errors.New("transient: injected after apply")
+		res := f.inner.HandleBatch(ctx, pass)
+		for k := range pass {
+			for j, p := range where[k] {
+				out[p.order][p.ev] = res[k][j]
+				if applyThenFail[p] && res[k][j] == nil {
+					out[p.order][p.ev] = errors.New("transient: injected after apply")
+				}
 			}
 		}
 	}
-	return errs
+	return out
 }
 
 // Test 1: 10,000 events over 1,000 orders, with publisher duplicates and
@@ -329,4 +341,53 @@ func indexOf(s, sub string) int {
 		}
 	}
 	return -1
+}
+
+// An event whose deliveries ran out without a result (the processor died
+// or timed out on each) is dead-lettered, never dropped: nats-server would
+// drop it silently at its own max_deliver, so the processor enforces it.
+func TestExhaustedDeliveriesAreDeadLettered(t *testing.T) {
+	e := newEnv(t)
+	e.publish(t, []*nats.Msg{event("orders.created", "o-stuck", "", "")})
+	// Take the event max_deliver times and never answer, as a processor
+	// killed mid-flight would.
+	cons, err := e.js.Consumer(context.Background(), e.cfg.Stream.Name, e.cfg.Processor.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md := cons.CachedInfo().Config.MaxDeliver; md != -1 {
+		t.Fatalf("consumer max_deliver = %d, want -1 (the processor enforces it)", md)
+	}
+	for i := 1; i <= e.cfg.Processor.MaxDeliver; i++ {
+		waitFor(t, 5*time.Second, func() error {
+			b, err := cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+			if err != nil {
+				return err
+			}
+			for m := range b.Messages() {
+				md, _ := m.Metadata()
+				if md.NumDelivered != uint64(i) {
+					return fmt.Errorf("delivery %d, want %d", md.NumDelivered, i)
+				}
+				return nil
+			}
+			return fmt.Errorf("no delivery %d yet (ack_wait not expired)", i)
+		})
+	}
+	var calls atomic.Int64
+	p, _ := e.start(t, processor.HandlerFunc(func(ctx context.Context, ev processor.Event) error {
+		calls.Add(1)
+		return nil
+	}))
+	e.waitCaughtUp(t, 10*time.Second)
+	if calls.Load() != 0 {
+		t.Errorf("handler called %d times for an exhausted event", calls.Load())
+	}
+	dls, _, _ := processor.ListDeadLetters(context.Background(), e.js, e.cfg.Processor.DeadLetterStream, 1, 10)
+	if len(dls) != 1 || !contains(dls[0].Error, "without a result") || dls[0].Deliveries != uint64(e.cfg.Processor.MaxDeliver+1) {
+		t.Fatalf("dead letters = %+v", dls)
+	}
+	if st := p.Stats(); st.DeadLettered != 1 {
+		t.Errorf("stats %+v", st)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -96,10 +97,14 @@ var ErrDuplicate = errors.New("already applied")
 
 // Projection is the built-in Handler: it keeps each order's state in a KV
 // bucket, one key per order, updated by compare-and-set on the key's
-// revision so concurrent processors never overwrite each other.
+// revision so concurrent processors never overwrite each other. The writes
+// of one batch are pipelined: every order's update is in flight at once,
+// which makes a batch cost about one round trip instead of one per order.
 type Projection struct {
-	kv  jetstream.KeyValue
-	now func() time.Time
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	prefix string // "$KV.<bucket>."
+	now    func() time.Time
 
 	mu    sync.Mutex
 	cache map[string]cached // last known value and revision per order
@@ -110,11 +115,14 @@ type cached struct {
 	rev   uint64
 }
 
-const cacheMax = 200_000
+const (
+	cacheMax     = 200_000
+	loadParallel = 64
+)
 
-// NewProjection returns the projection over kv.
-func NewProjection(kv jetstream.KeyValue) *Projection {
-	return &Projection{kv: kv, now: time.Now, cache: make(map[string]cached)}
+// NewProjection returns the projection over kv; js publishes its writes.
+func NewProjection(js jetstream.JetStream, kv jetstream.KeyValue) *Projection {
+	return &Projection{js: js, kv: kv, prefix: "$KV." + kv.Bucket() + ".", now: time.Now, cache: make(map[string]cached)}
 }
 
 // Get returns an order's projected state, or jetstream.ErrKeyNotFound.
@@ -130,6 +138,15 @@ func (p *Projection) Get(ctx context.Context, orderID string) (Order, error) {
 	return o, nil
 }
 
+// Applied reports whether ev is in its order's record, reading the bucket.
+func (p *Projection) Applied(ctx context.Context, ev Event) (bool, error) {
+	o, _, err := p.load(ctx, ev.OrderID)
+	if err != nil {
+		return false, err
+	}
+	return o.HasApplied(ev.Sequence), nil
+}
+
 // Handle applies one event.
 func (p *Projection) Handle(ctx context.Context, ev Event) error {
 	return p.HandleOrder(ctx, ev.OrderID, []Event{ev})[0]
@@ -137,56 +154,135 @@ func (p *Projection) Handle(ctx context.Context, ev Event) error {
 
 // HandleOrder applies the events of one order with a single KV update.
 func (p *Projection) HandleOrder(ctx context.Context, orderID string, events []Event) []error {
-	errs := make([]error, len(events))
-	var floor uint64
-	for _, ev := range events {
-		floor = max(floor, ev.AckFloor)
+	return p.HandleBatch(ctx, [][]Event{events})[0]
+}
+
+// HandleBatch applies several orders' events: one KV update per order, all
+// in flight at once. An update that loses a race with another processor
+// (the key's revision moved) is read again and re-applied.
+func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]error {
+	results := make([][]error, len(orders))
+	todo := make([]int, 0, len(orders))
+	for i, evs := range orders {
+		if len(evs) > 0 {
+			todo = append(todo, i)
+		}
+		results[i] = make([]error, len(evs))
 	}
-	for attempt := 0; ; attempt++ {
-		cur, rev, err := p.load(ctx, orderID)
-		if err != nil {
-			return fill(errs, err)
+	type write struct {
+		i    int
+		id   string
+		next Order
+		fut  jetstream.PubAckFuture
+	}
+	for attempt := 0; len(todo) > 0; attempt++ {
+		ids := make([]string, len(todo))
+		for k, i := range todo {
+			ids[k] = orders[i][0].OrderID
 		}
-		next := cur
-		next.Applied = slices.Clone(cur.Applied)
-		changed := false
-		for i, ev := range events {
-			if next.Apply(ev) {
-				changed = true
-				errs[i] = nil
-			} else {
-				errs[i] = ErrDuplicate
-			}
-		}
-		if !changed {
-			return errs
-		}
-		next.prune(floor)
-		next.UpdatedAt = p.now().UTC()
-		data, err := json.Marshal(next)
-		if err != nil {
-			return fill(errs, err)
-		}
-		var newRev uint64
-		if rev == 0 {
-			newRev, err = p.kv.Create(ctx, orderID, data)
-		} else {
-			newRev, err = p.kv.Update(ctx, orderID, data, rev)
-		}
-		if err == nil {
-			p.store(orderID, next, newRev)
-			return errs
-		}
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			// Another processor wrote it first: read again and re-apply.
-			p.forget(orderID)
-			if attempt < 50 {
+		states := p.loadMany(ctx, ids)
+		var writes []write
+		for k, i := range todo {
+			id, evs, errs := ids[k], orders[i], results[i]
+			st := states[k]
+			if st.err != nil {
+				fill(errs, st.err)
 				continue
 			}
+			next := st.order
+			next.Applied = slices.Clone(st.order.Applied)
+			changed := false
+			var floor uint64
+			for j, ev := range evs {
+				floor = max(floor, ev.AckFloor)
+				if next.Apply(ev) {
+					changed, errs[j] = true, nil
+				} else {
+					errs[j] = ErrDuplicate
+				}
+			}
+			if !changed {
+				continue
+			}
+			next.prune(floor)
+			next.UpdatedAt = p.now().UTC()
+			data, err := json.Marshal(next)
+			if err != nil {
+				fill(errs, err)
+				continue
+			}
+			fut, err := p.js.PublishMsgAsync(&nats.Msg{Subject: p.prefix + id, Data: data},
+				jetstream.WithExpectLastSequencePerSubject(st.rev))
+			if err != nil {
+				p.forget(id)
+				fill(errs, fmt.Errorf("projection %q: %w", id, err))
+				continue
+			}
+			writes = append(writes, write{i, id, next, fut})
 		}
-		p.forget(orderID)
-		return fill(errs, fmt.Errorf("projection %q: %w", orderID, err))
+		todo = todo[:0]
+		for _, w := range writes {
+			select {
+			case ack := <-w.fut.Ok():
+				p.store(w.id, w.next, ack.Sequence)
+			case err := <-w.fut.Err():
+				p.forget(w.id)
+				if isWrongLastSequence(err) && attempt < 50 {
+					// Another processor wrote it first: read again, re-apply.
+					todo = append(todo, w.i)
+					continue
+				}
+				fill(results[w.i], fmt.Errorf("projection %q: %w", w.id, err))
+			case <-ctx.Done():
+				p.forget(w.id)
+				fill(results[w.i], fmt.Errorf("projection %q: %w", w.id, ctx.Err()))
+			}
+		}
 	}
+	return results
+}
+
+func isWrongLastSequence(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+type loaded struct {
+	order Order
+	rev   uint64
+	err   error
+}
+
+// loadMany returns each order's last known state: from the cache, else
+// read from the bucket, up to loadParallel reads at once.
+func (p *Projection) loadMany(ctx context.Context, ids []string) []loaded {
+	out := make([]loaded, len(ids))
+	var misses []int
+	p.mu.Lock()
+	for k, id := range ids {
+		if c, ok := p.cache[id]; ok {
+			out[k] = loaded{order: c.order, rev: c.rev}
+		} else {
+			misses = append(misses, k)
+		}
+	}
+	p.mu.Unlock()
+	if len(misses) == 0 {
+		return out
+	}
+	sem := make(chan struct{}, loadParallel)
+	var wg sync.WaitGroup
+	for _, k := range misses {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			o, rev, err := p.load(ctx, ids[k])
+			out[k] = loaded{o, rev, err}
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 func fill(errs []error, err error) []error {
@@ -196,13 +292,9 @@ func fill(errs []error, err error) []error {
 	return errs
 }
 
+// load reads one order from the bucket; not found is the zero Order at
+// revision 0 (a write then expects no previous value).
 func (p *Projection) load(ctx context.Context, id string) (Order, uint64, error) {
-	p.mu.Lock()
-	c, ok := p.cache[id]
-	p.mu.Unlock()
-	if ok {
-		return c.order, c.rev, nil
-	}
 	e, err := p.kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Order{}, 0, nil

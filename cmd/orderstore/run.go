@@ -147,7 +147,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			printErr(stderr, fmt.Errorf("projection bucket %q: %w", cfg.Processor.ProjectionBucket, err))
 			return exitFailure
 		}
-		b := admin.Backend{JS: a.js, DeadLetters: dlqAdapter{a.js, cfg.Processor.DeadLetterStream}, Orders: ordersAdapter{processor.NewProjection(kv)}}
+		b := admin.Backend{JS: a.js, DeadLetters: dlqAdapter{a.js, cfg.Processor.DeadLetterStream}, Orders: ordersAdapter{processor.NewProjection(a.js, kv)}}
 		if proc != nil {
 			b.Processor = procAdapter{proc, a.js, cfg.Stream.Name, cfg.Processor.Durable}
 		}
@@ -267,7 +267,7 @@ func newProcessor(ctx context.Context, a *appliance, cfg configT, logger *slog.L
 		DeadLetterSubjectPrefix: setup.DeadLetterSubjectPrefix(cfg.Processor.DeadLetterStream),
 		MaxDeliver:              cfg.Processor.MaxDeliver,
 		Backoff:                 setup.Backoff(cfg),
-		Handler:                 processor.NewProjection(kv),
+		Handler:                 processor.NewProjection(a.js, kv),
 		Logger:                  logger.With("component", "processor"),
 	})
 }

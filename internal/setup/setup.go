@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -110,7 +111,13 @@ func Spec(cfg config.Config) bootstrap.Spec {
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       p.AckWait.D(),
-			MaxDeliver:    p.MaxDeliver,
+			// The processor enforces max_deliver itself and dead-letters
+			// the event; the server's own limit stays off, because when
+			// nats-server reaches it, it drops the event silently (an
+			// advisory nobody may hear): a processor that crashed or timed
+			// out on the last delivery would lose an order for good.
+			MaxDeliver: -1,
+			Metadata:   map[string]string{"orderstore_max_deliver": strconv.Itoa(p.MaxDeliver)},
 			MaxAckPending: p.MaxAckPending,
 			ReplayPolicy:  jetstream.ReplayInstantPolicy,
 		}
