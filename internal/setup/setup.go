@@ -116,8 +116,8 @@ func Spec(cfg config.Config) bootstrap.Spec {
 			// nats-server reaches it, it drops the event silently (an
 			// advisory nobody may hear): a processor that crashed or timed
 			// out on the last delivery would lose an order for good.
-			MaxDeliver: -1,
-			Metadata:   map[string]string{"orderstore_max_deliver": strconv.Itoa(p.MaxDeliver)},
+			MaxDeliver:    -1,
+			Metadata:      map[string]string{"orderstore_max_deliver": strconv.Itoa(p.MaxDeliver)},
 			MaxAckPending: p.MaxAckPending,
 			ReplayPolicy:  jetstream.ReplayInstantPolicy,
 		}
