@@ -187,7 +187,7 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, want jetstream.K
 			return errorf("declare", obj, "", err)
 		}
 		res.Created = append(res.Created, obj)
-		return nil
+		return allowAtomic(ctx, js, want.Bucket, obj, nil)
 	}
 	if err != nil {
 		return errorf("declare", obj, "", err)
@@ -205,6 +205,28 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, want jetstream.K
 			return &DriftError{Object: obj, Changes: []Change{{obj, "storage", have.Storage.String(), want.Storage.String()}},
 				hint: "remove the bucket (nats kv rm " + want.Bucket + ") and restart: the processor rebuilds the projection from the stream"}
 		}
+	}
+	return allowAtomic(ctx, js, want.Bucket, obj, res)
+}
+
+// allowAtomic lets the bucket's stream take atomic batch publishes: the
+// processor commits a batch of projection writes as one, which under
+// sync_interval "always" costs one fsync instead of one per order.
+func allowAtomic(ctx context.Context, js jetstream.JetStream, bucket, obj string, res *Result) error {
+	s, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return errorf("declare", obj, "", err)
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.AllowAtomicPublish {
+		return nil
+	}
+	cfg.AllowAtomicPublish = true
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return errorf("declare", obj, "", fmt.Errorf("allow atomic batch publish: %w", err))
+	}
+	if res != nil {
+		res.Changes = append(res.Changes, Change{obj, "allow_atomic_publish", "false", "true"})
 	}
 	return nil
 }

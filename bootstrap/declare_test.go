@@ -62,7 +62,7 @@ func TestDeclareAppliesSafeChangesAsDiff(t *testing.T) {
 		"max_age":         "168h0m0s -> 72h0m0s",
 		"max_bytes":       "8GiB -> 1GiB",
 		"subjects":        `["orders.>"] -> ["orders.>" "returns.>"]`,
-		"max_ack_pending": "1000 -> 2000",
+		"max_ack_pending": "8000 -> 2000",
 		"ack_wait":        "30s -> 1m0s",
 	}
 	for k, v := range want {

@@ -103,6 +103,19 @@ func TestProjectionEqualsFold(t *testing.T) {
 	p, _ := e.start(t, f)
 	e.waitCaughtUp(t, 60*time.Second)
 	e.checkProjection(t)
+	// The projection's writes went in atomic batches (one fsync per batch
+	// under sync_interval "always"), not one by one.
+	kvs, _ := e.js.Stream(context.Background(), "KV_"+e.cfg.Processor.ProjectionBucket)
+	batched := 0
+	kinfo, _ := kvs.Info(context.Background())
+	for seq := kinfo.State.LastSeq - 200; seq <= kinfo.State.LastSeq; seq++ {
+		if m, err := kvs.GetMsg(context.Background(), seq); err == nil && m.Header.Get("Nats-Batch-Id") != "" {
+			batched++
+		}
+	}
+	if batched == 0 {
+		t.Error("no projection write went in an atomic batch")
+	}
 	st := p.Stats()
 	if st.Failed < 500 || st.Duplicates < 200 {
 		t.Errorf("stats %+v: the test did not force redeliveries (want >=500 failures, >=200 duplicates)", st)

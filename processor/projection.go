@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
 
 // Order is one order's projected state: the value stored under the order id
@@ -97,14 +99,23 @@ var ErrDuplicate = errors.New("already applied")
 
 // Projection is the built-in Handler: it keeps each order's state in a KV
 // bucket, one key per order, updated by compare-and-set on the key's
-// revision so concurrent processors never overwrite each other. The writes
-// of one batch are pipelined: every order's update is in flight at once,
-// which makes a batch cost about one round trip instead of one per order.
+// revision so concurrent processors never overwrite each other.
+//
+// The writes of one batch go to the server together. When the bucket's
+// stream allows atomic batch publishes (bootstrap.Declare enables it), a
+// batch is committed as one atomic batch: with sync_interval "always" the
+// server then fsyncs once per batch instead of once per order. Otherwise,
+// or when the atomic batch is refused (another processor moved a key), the
+// writes are pipelined one by one: every order's update in flight at once.
 type Projection struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
 	prefix string // "$KV.<bucket>."
 	now    func() time.Time
+
+	atomicOnce sync.Once
+	atomic     bool // the bucket's stream accepts atomic batches
+	atomicOff  bool
 
 	mu    sync.Mutex
 	cache map[string]cached // last known value and revision per order
@@ -173,6 +184,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 		i    int
 		id   string
 		next Order
+		msg  *nats.Msg
 		fut  jetstream.PubAckFuture
 	}
 	for attempt := 0; len(todo) > 0; attempt++ {
@@ -211,17 +223,60 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 				fill(errs, err)
 				continue
 			}
-			fut, err := p.js.PublishMsgAsync(&nats.Msg{Subject: p.prefix + id, Data: data},
-				jetstream.WithExpectLastSequencePerSubject(st.rev))
-			if err != nil {
-				p.forget(id)
-				fill(errs, fmt.Errorf("projection %q: %w", id, err))
-				continue
+			msg := &nats.Msg{Subject: p.prefix + id, Data: data, Header: nats.Header{}}
+			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(st.rev, 10))
+			writes = append(writes, write{i: i, id: id, next: next, msg: msg})
+		}
+		if len(writes) == 1 || !p.useAtomic(ctx) {
+			for k := range writes {
+				w := &writes[k]
+				fut, err := p.js.PublishMsgAsync(w.msg)
+				if err != nil {
+					p.forget(w.id)
+					fill(results[w.i], fmt.Errorf("projection %q: %w", w.id, err))
+					continue
+				}
+				w.fut = fut
 			}
-			writes = append(writes, write{i, id, next, fut})
 		}
 		todo = todo[:0]
+		if len(writes) > 1 && p.useAtomic(ctx) {
+			var rest []write
+			for len(writes) > 0 {
+				n := min(len(writes), atomicBatchMax)
+				chunk := writes[:n]
+				writes = writes[n:]
+				msgs := make([]*nats.Msg, n)
+				for k, w := range chunk {
+					msgs[k] = w.msg
+				}
+				first, err := p.commitAtomic(ctx, msgs)
+				if err != nil {
+					// Refused as a whole: fall back to one by one, which
+					// also tells which key moved.
+					rest = append(rest, chunk...)
+					continue
+				}
+				for k, w := range chunk {
+					p.store(w.id, w.next, first+uint64(k))
+				}
+			}
+			for k := range rest {
+				w := &rest[k]
+				fut, err := p.js.PublishMsgAsync(w.msg)
+				if err != nil {
+					p.forget(w.id)
+					fill(results[w.i], fmt.Errorf("projection %q: %w", w.id, err))
+					continue
+				}
+				w.fut = fut
+			}
+			writes = rest
+		}
 		for _, w := range writes {
+			if w.fut == nil {
+				continue
+			}
 			select {
 			case ack := <-w.fut.Ok():
 				p.store(w.id, w.next, ack.Sequence)
@@ -241,6 +296,87 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 	}
 	return results
 }
+
+// atomicBatchMax is below nats-server's limit of 1000 messages per atomic batch.
+const atomicBatchMax = 500
+
+// SetAtomicBatches turns atomic batch commits off (false) or leaves them
+// on where the bucket allows them (true, the default). They pay off when
+// every write is fsynced (sync_interval "always": one fsync per batch);
+// with a relaxed sync interval, pipelined single writes are faster. Call
+// it before the first batch.
+func (p *Projection) SetAtomicBatches(on bool) { p.atomicOff = !on }
+
+// useAtomic reports, once, whether the bucket's stream allows atomic batches.
+func (p *Projection) useAtomic(ctx context.Context) bool {
+	p.atomicOnce.Do(func() {
+		if p.atomicOff {
+			return
+		}
+		st, err := p.kv.Status(ctx)
+		if err != nil {
+			return
+		}
+		if ks, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+			p.atomic = ks.StreamInfo().Config.AllowAtomicPublish
+		}
+	})
+	return p.atomic
+}
+
+// commitAtomic publishes msgs as one atomic batch and returns the stream
+// sequence of the first: a batch is stored contiguously.
+func (p *Projection) commitAtomic(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
+	nc := p.js.Conn()
+	id := nuid.Next()
+	for k, m := range msgs {
+		m.Header.Set(headerBatchID, id)
+		m.Header.Set(headerBatchSeq, strconv.Itoa(k+1))
+		if k < len(msgs)-1 {
+			if err := nc.PublishMsg(m); err != nil {
+				return 0, err
+			}
+		}
+	}
+	last := msgs[len(msgs)-1]
+	last.Header.Set(headerBatchCommit, "1")
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := nc.RequestMsgWithContext(rctx, last)
+	for _, m := range msgs { // the fallback path must not carry batch headers
+		m.Header.Del(headerBatchID)
+		m.Header.Del(headerBatchSeq)
+		m.Header.Del(headerBatchCommit)
+	}
+	if err != nil {
+		return 0, err
+	}
+	var ack struct {
+		Seq   uint64 `json:"seq"`
+		Count int    `json:"count"`
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &ack); err != nil {
+		return 0, err
+	}
+	if ack.Error != nil {
+		return 0, fmt.Errorf("atomic batch: %s (err_code %d)", ack.Error.Description, ack.Error.ErrCode)
+	}
+	if ack.Count != len(msgs) || ack.Seq < uint64(len(msgs)) {
+		return 0, fmt.Errorf("atomic batch: ack for %d messages at seq %d, sent %d", ack.Count, ack.Seq, len(msgs))
+	}
+	return ack.Seq - uint64(len(msgs)) + 1, nil
+}
+
+const (
+	headerBatchID     = "Nats-Batch-Id"
+	headerBatchSeq    = "Nats-Batch-Sequence"
+	headerBatchCommit = "Nats-Batch-Commit"
+)
 
 func isWrongLastSequence(err error) bool {
 	var api *jetstream.APIError

@@ -260,6 +260,8 @@ func newProcessor(ctx context.Context, a *appliance, cfg configT, logger *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("projection bucket %q: %w", cfg.Processor.ProjectionBucket, err)
 	}
+	proj := processor.NewProjection(a.js, kv)
+	proj.SetAtomicBatches(cfg.JetStream.SyncInterval.Always)
 	return processor.New(a.js, processor.Config{
 		Stream:                  cfg.Stream.Name,
 		Durable:                 cfg.Processor.Durable,
@@ -267,7 +269,7 @@ func newProcessor(ctx context.Context, a *appliance, cfg configT, logger *slog.L
 		DeadLetterSubjectPrefix: setup.DeadLetterSubjectPrefix(cfg.Processor.DeadLetterStream),
 		MaxDeliver:              cfg.Processor.MaxDeliver,
 		Backoff:                 setup.Backoff(cfg),
-		Handler:                 processor.NewProjection(a.js, kv),
+		Handler:                 proj,
 		Logger:                  logger.With("component", "processor"),
 	})
 }

@@ -131,7 +131,7 @@ func Default() Config {
 			AckWait:          Duration(30 * 1e9),
 			MaxDeliver:       5,
 			Backoff:          []Duration{Duration(1e9), Duration(5 * 1e9), Duration(30 * 1e9)},
-			MaxAckPending:    1000,
+			MaxAckPending:    8000,
 			DeadLetterStream: "ORDER_EVENTS_DLQ",
 			DeadLetterMaxAge: Duration(720 * 60 * 60 * 1e9),
 			ProjectionBucket: "ORDERS",
