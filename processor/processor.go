@@ -194,6 +194,10 @@ func (p *Processor) Run(ctx context.Context) error {
 		}
 	},
 		jetstream.PullMaxMessages(maxPending),
+		// Short heartbeats: a pull that stalls (nats-io/nats.go#1622) is
+		// noticed and re-issued after seconds, not after the 30s default.
+		jetstream.PullExpiry(10*time.Second),
+		jetstream.PullHeartbeat(3*time.Second),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 				consumeErr.Store(err)

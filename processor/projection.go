@@ -297,8 +297,8 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 	return results
 }
 
-// atomicBatchMax is below nats-server's limit of 1000 messages per atomic batch.
-const atomicBatchMax = 500
+// atomicBatchMax is nats-server's limit of messages per atomic batch.
+const atomicBatchMax = 1000
 
 // SetAtomicBatches turns atomic batch commits off (false) or leaves them
 // on where the bucket allows them (true, the default). They pay off when

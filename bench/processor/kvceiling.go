@@ -18,21 +18,20 @@ import (
 
 // kvCeiling is an analysis step (-kv-ceiling N): how fast the projection
 // bucket takes compare-and-set writes of order-sized values, outside the
-// processor, two ways:
+// processor, three ways:
 //
 //   - sync: `workers` goroutines each doing kv.Create / kv.Update with the
-//     known revision, one request in flight each: what the processor's
-//     workers do today;
+//     known revision, one request in flight each: what the processor's 32
+//     workers did before the projection pipelined its writes;
 //   - pipelined: batches of `batch` distinct keys, every write of a batch
 //     published at once (PublishMsgAsync on $KV.<bucket>.<key> with
 //     Nats-Expected-Last-Subject-Sequence = the known revision), then all
-//     acks awaited: what a processor that pipelines a batch's KV updates
-//     could reach;
-//   - atomic: the same batches, each as one atomic batch publish
-//     (Nats-Batch-Id; the bucket's stream gets allow_atomic for it), which
-//     under sync_interval=always costs one fsync per batch.
+//     acks awaited: the pipelined projection's write pattern;
+//   - atomic: the same batches (at most 1000 keys), each as one atomic batch
+//     publish (Nats-Batch-Id; the bucket's stream gets allow_atomic for it),
+//     which under sync_interval=always costs one fsync per batch.
 //
-// Keys are "ceiling-<n>-NNNNNN" over `keys` keys, so neither run touches the
+// Keys are "ceiling-<n>-NNNNNN" over `keys` keys, so no run touches the
 // projection's own keys.
 type kvCeilingResult struct {
 	Writes          int

@@ -10,6 +10,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -21,6 +22,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +61,8 @@ type options struct {
 	verbose        bool
 	handlerStats   bool
 	kvCeiling      int
+	rawReps        int
+	rawAPI         string
 }
 
 func main() {
@@ -82,6 +86,8 @@ func main() {
 	flag.DurationVar(&o.catchupTimeout, "catchup-timeout", 20*time.Minute, "give up waiting for the processor to catch up after this long")
 	flag.BoolVar(&o.handlerStats, "handler-stats", false, "analysis: time the projection handler's calls (latency, calls in flight) and print them")
 	flag.IntVar(&o.kvCeiling, "kv-ceiling", 0, "analysis: after the projection, time N compare-and-set KV writes outside the processor, sync (one per worker) and pipelined (a batch at once)")
+	flag.IntVar(&o.rawReps, "raw-reps", 3, "repetitions of the raw consume (each with a fresh durable); the median of those without a client stall is used")
+	flag.StringVar(&o.rawAPI, "raw-api", "fetch", "how the raw consume reads: fetch (Fetch batches) or consume (Consume, as the processor; subject to a client stall, see README)")
 	flag.BoolVar(&o.verbose, "v", false, "log the processor at info level (default: warnings only)")
 	flag.Parse()
 	for _, m := range strings.Split(modes, ",") {
@@ -90,7 +96,7 @@ func main() {
 		}
 	}
 	o.skipLoad = o.loadDur <= 0
-	if len(o.modes) == 0 || o.events <= 0 || o.orders <= 0 || o.window <= 0 || o.loadShare <= 0 ||
+	if len(o.modes) == 0 || o.rawReps <= 0 || (o.rawAPI != "fetch" && o.rawAPI != "consume") || o.events <= 0 || o.orders <= 0 || o.window <= 0 || o.loadShare <= 0 ||
 		(o.pubConn != "tcp" && o.pubConn != "inproc") {
 		flag.Usage()
 		os.Exit(2)
@@ -195,6 +201,7 @@ type loadResult struct {
 	CaughtUp        bool
 	Catchup         time.Duration
 	Final           processor.Stats
+	ConsumeErrs     int64 // the processor's consume warnings
 	MaxAckPending   int
 }
 
@@ -217,18 +224,25 @@ type modeResult struct {
 	Events, Orders int
 	Distinct       int // orders with at least one event
 	Publish        phase
-	Raw            phase
+	Raw            phase // the median of RawReps without a client stall
+	RawReps        []rawRep
 	Proj           phase
 	ProjStats      processor.Stats
-	Keys           uint64
-	SpotChecked    int
-	SpotBad        int
-	Workers, Batch int
-	MaxAckPending  int
-	Load           *loadResult
-	KV             *kvCeilingResult
-	Err            error
-	LoadAvg        [2]string // /proc/loadavg at the start and the end of the mode
+	// ProjConsumeErrs counts the processor's consume warnings (a missed
+	// heartbeat means its client stalled, as in the raw consume).
+	ProjConsumeErrs int64
+	Keys            uint64
+	SpotChecked     int
+	SpotBad         int
+	Workers, Batch  int // of the KV analysis
+	MaxAckPending   int
+	// ProcSettings is what the processor logged at start ("processor
+	// running": batch, partitions or workers, ...).
+	ProcSettings string
+	Load         *loadResult
+	KV           *kvCeilingResult
+	Err          error
+	LoadAvg      [2]string // /proc/loadavg at the start and the end of the mode
 }
 
 func (r *modeResult) ratio() float64 {
@@ -257,16 +271,9 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	}
 	defer e.close()
 	r.MaxAckPending = e.cfg.Processor.MaxAckPending
-	r.Workers, r.Batch = o.workers, o.batch
-	if r.Workers <= 0 {
-		r.Workers = 32 // processor.New's default
-	}
-	if r.Batch <= 0 {
-		r.Batch = r.MaxAckPending // processor.Run's default
-		if r.Batch <= 0 || r.Batch > 10_000 {
-			r.Batch = 1000
-		}
-	}
+	// For the KV analysis: the old processor's 32 workers, batches of a
+	// fetch window.
+	r.Workers, r.Batch = cmp.Or(o.workers, 32), cmp.Or(o.batch, r.MaxAckPending, 1000)
 
 	// 2. acked publish.
 	pjs, err := e.publisherJS(o)
@@ -290,16 +297,20 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	lastSeq := pub.lastSeq.Load()
 
 	// 3. raw pull consume of the same stream.
-	logf("3. raw pull consume + ack of the same %s events", num(n))
-	r.Raw, err = rawConsume(ctx, o, e, mode, n, lastSeq)
-	if err != nil {
-		return r, fmt.Errorf("raw consume: %w", err)
+	logf("3. raw pull consume + ack of the same %s events, %d times", num(n), o.rawReps)
+	for i := range o.rawReps {
+		p, stalls, err := rawConsume(ctx, o, e, mode, n, lastSeq, i+1)
+		if err != nil {
+			return r, fmt.Errorf("raw consume: %w", err)
+		}
+		r.RawReps = append(r.RawReps, rawRep{p, stalls})
+		logf("   %s events/s (%s)%s", num(int(p.rate())), p.Dur.Round(time.Millisecond), map[bool]string{true: " STALLED (no heartbeat received)", false: ""}[stalls > 0])
 	}
-	logf("   %s events/s (%s)", num(int(r.Raw.rate())), r.Raw.Dur.Round(time.Millisecond))
+	r.Raw = pickRaw(r.RawReps)
 
 	// 4. the projection over the same events.
 	logf("4. processor + projection over the same %s events", num(n))
-	r.Proj, r.ProjStats, err = projection(ctx, o, e, mode, n)
+	r.Proj, r.ProjStats, r.ProjConsumeErrs, r.ProcSettings, err = projection(ctx, o, e, mode, n)
 	if err != nil {
 		return r, fmt.Errorf("projection: %w", err)
 	}
@@ -575,20 +586,26 @@ func (p *publisher) wait(ctx context.Context, f jetstream.PubAckFuture) error {
 // rawConsume reads the whole stream with a durable pull consumer configured
 // like the processor's (explicit ack, same max_ack_pending), acking each
 // message, and times it until the ack floor reaches the last sequence.
-func rawConsume(ctx context.Context, o options, e *env, mode string, n int, lastSeq uint64) (phase, error) {
+//
+// It also returns how many times the client reported a missed heartbeat:
+// nats.go's Consume sometimes stops pulling while the server holds no pull
+// request (consumer info: 0 ack pending, 0 waiting pulls) and resumes only
+// when its heartbeat check fires about 30 s later (nats-io/nats.go#1622).
+// Such a repetition measures that stall, not the consume rate.
+func rawConsume(ctx context.Context, o options, e *env, mode string, n int, lastSeq uint64, rep int) (phase, int, error) {
 	js, err := e.connect(false, "bench-raw")
 	if err != nil {
-		return phase{}, err
+		return phase{}, 0, err
 	}
 	cc := *setup.Spec(e.cfg).Consumer
-	cc.Durable = "bench-raw"
+	cc.Durable = fmt.Sprintf("bench-raw-%d", rep)
 	cc.Description = "bench/processor raw consume"
 	stream := e.cfg.Stream.Name
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cons, err := js.CreateConsumer(cctx, stream, cc)
 	if err != nil {
-		return phase{}, err
+		return phase{}, 0, err
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -599,31 +616,71 @@ func rawConsume(ctx context.Context, o options, e *env, mode string, n int, last
 	if batch <= 0 || batch > 10_000 {
 		batch = 1000
 	}
-	var got, ackErrs atomic.Int64
-	stopProf, err := startProfile(o, mode, "raw")
+	var got, ackErrs, stalls atomic.Int64
+	stopProf, err := startProfile(o, mode, fmt.Sprintf("raw%d", rep))
 	if err != nil {
-		return phase{}, err
+		return phase{}, 0, err
 	}
 	defer stopProf()
 	t0, c0 := time.Now(), cpuTime()
-	sub, err := cons.Consume(func(m jetstream.Msg) {
-		if m.Ack() != nil {
-			ackErrs.Add(1)
+	if o.rawAPI == "consume" {
+		sub, err := cons.Consume(func(m jetstream.Msg) {
+			if m.Ack() != nil {
+				ackErrs.Add(1)
+			}
+			got.Add(1)
+		}, jetstream.PullMaxMessages(batch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if errors.Is(err, jetstream.ErrNoHeartbeat) {
+				stalls.Add(1)
+			}
+			logf("   raw consume: %v", err)
+		}))
+		if err != nil {
+			return phase{}, 0, err
 		}
-		got.Add(1)
-	}, jetstream.PullMaxMessages(batch))
-	if err != nil {
-		return phase{}, err
+		defer sub.Stop()
+	} else {
+		// Fetch: one pull request of `batch` at a time, each message acked
+		// as it arrives; the next request follows the last ack of the batch
+		// on the same connection, so the server has the acks first.
+		fctx, stopFetch := context.WithCancel(ctx)
+		defer stopFetch()
+		fetchDone := make(chan struct{})
+		defer func() { stopFetch(); <-fetchDone }()
+		go func() {
+			defer close(fetchDone)
+			for fctx.Err() == nil && got.Load() < int64(n) {
+				b, err := cons.Fetch(batch, jetstream.FetchMaxWait(5*time.Second))
+				if err != nil {
+					logf("   raw fetch: %v", err)
+					continue
+				}
+				for m := range b.Messages() {
+					if m.Ack() != nil {
+						ackErrs.Add(1)
+					}
+					got.Add(1)
+				}
+				if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+					logf("   raw fetch: %v", err)
+				}
+			}
+		}()
 	}
-	defer sub.Stop()
 	lastLog := t0
 	for {
 		if err := sleep(ctx, 25*time.Millisecond); err != nil {
-			return phase{}, err
+			return phase{}, 0, err
 		}
 		if time.Since(lastLog) >= 5*time.Second {
 			lastLog = time.Now()
-			logf("   %s received", num(int(got.Load())))
+			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			info, err := cons.Info(ictx)
+			cancel()
+			if err == nil {
+				logf("   %s received; consumer: delivered %d, ack floor %d, ack pending %d, redelivered %d, waiting pulls %d",
+					num(int(got.Load())), info.Delivered.Stream, info.AckFloor.Stream, info.NumAckPending, info.NumRedelivered, info.NumWaiting)
+			}
 		}
 		if got.Load() < int64(n) {
 			continue
@@ -638,18 +695,43 @@ func rawConsume(ctx context.Context, o options, e *env, mode string, n int, last
 	p := phase{N: int(got.Load()), Dur: time.Since(t0), CPU: cpuTime() - c0}
 	stopProf()
 	if a := ackErrs.Load(); a > 0 {
-		return p, fmt.Errorf("%d acks failed", a)
+		return p, 0, fmt.Errorf("%d acks failed", a)
 	}
-	return p, nil
+	return p, int(stalls.Load()), nil
+}
+
+type rawRep struct {
+	phase
+	Stalls int
+}
+
+// pickRaw is the median repetition among those without a client stall (all
+// of them if every one stalled).
+func pickRaw(reps []rawRep) phase {
+	var ok []phase
+	for _, r := range reps {
+		if r.Stalls == 0 {
+			ok = append(ok, r.phase)
+		}
+	}
+	if len(ok) == 0 {
+		for _, r := range reps {
+			ok = append(ok, r.phase)
+		}
+	}
+	slices.SortFunc(ok, func(a, b phase) int { return cmp.Compare(a.rate(), b.rate()) })
+	return ok[len(ok)/2]
 }
 
 // ---------------------------------------------------------------- projection
 
 type running struct {
-	p      *processor.Processor
-	timed  *timedHandler
-	cancel context.CancelFunc
-	done   chan error
+	p           *processor.Processor
+	timed       *timedHandler
+	consumeErrs atomic.Int64 // the processor's "consume" warnings
+	started     sync.Map     // attributes of its "processor running" log line
+	cancel      context.CancelFunc
+	done        chan error
 }
 
 // startProcessor runs the processor exactly as cmd/orderstore's
@@ -668,7 +750,12 @@ func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 	if o.verbose {
 		level = slog.LevelInfo
 	}
-	var h processor.Handler = processor.NewProjection(kv)
+	r := &running{done: make(chan error, 1)}
+	proj := processor.NewProjection(js, kv)
+	// As cmd/orderstore's newProcessor: atomic batch commits only under
+	// sync_interval "always".
+	proj.SetAtomicBatches(e.cfg.JetStream.SyncInterval.Always)
+	var h processor.Handler = proj
 	var timed *timedHandler
 	if o.handlerStats {
 		timed = &timedHandler{inner: h.(processor.BatchHandler)}
@@ -684,15 +771,27 @@ func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 		Handler:                 h,
 		Workers:                 o.workers,
 		BatchSize:               o.batch,
-		Logger:                  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("component", "processor"),
+		Logger:                  slog.New(countingHandler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}), &r.consumeErrs, &r.started}).With("component", "processor"),
 	})
 	if err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	r := &running{p: p, timed: timed, cancel: cancel, done: make(chan error, 1)}
+	r.p, r.timed, r.cancel = p, timed, cancel
 	go func() { r.done <- p.Run(rctx) }()
 	return r, nil
+}
+
+// settings renders the processor's own start-up settings, e.g.
+// ", batch 125, partitions 4".
+func (r *running) settings() string {
+	var out string
+	for _, k := range []string{"batch", "partitions", "workers"} {
+		if v, ok := r.started.Load(k); ok {
+			out += fmt.Sprintf(", %s %v", k, v)
+		}
+	}
+	return out
 }
 
 func (r *running) stop() error {
@@ -736,20 +835,20 @@ func caughtUp(ctx context.Context, js jetstream.JetStream, e *env, r *running, w
 	}
 }
 
-func projection(ctx context.Context, o options, e *env, mode string, n int) (phase, processor.Stats, error) {
+func projection(ctx context.Context, o options, e *env, mode string, n int) (phase, processor.Stats, int64, string, error) {
 	lagJS, err := e.connect(false, "bench-lag") // as the admin API would
 	if err != nil {
-		return phase{}, processor.Stats{}, err
+		return phase{}, processor.Stats{}, 0, "", err
 	}
 	stopProf, err := startProfile(o, mode, "projection")
 	if err != nil {
-		return phase{}, processor.Stats{}, err
+		return phase{}, processor.Stats{}, 0, "", err
 	}
 	defer stopProf()
 	t0, c0 := time.Now(), cpuTime()
 	r, err := startProcessor(ctx, o, e)
 	if err != nil {
-		return phase{}, processor.Stats{}, err
+		return phase{}, processor.Stats{}, 0, "", err
 	}
 	err = caughtUp(ctx, lagJS, e, r, uint64(n), o.catchupTimeout)
 	p := phase{N: n, Dur: time.Since(t0), CPU: cpuTime() - c0}
@@ -761,7 +860,7 @@ func projection(ctx context.Context, o options, e *env, mode string, n int) (pha
 	if serr := r.stop(); err == nil {
 		err = serr
 	}
-	return p, st, err
+	return p, st, r.consumeErrs.Load(), r.settings(), err
 }
 
 // verify checks the projection: one key per order, and for a sample of
@@ -780,7 +879,7 @@ func verify(ctx context.Context, e *env, gen *generator, r *modeResult) error {
 		return err
 	}
 	r.Keys = st.Values()
-	proj := processor.NewProjection(kv)
+	proj := processor.NewProjection(js, kv)
 	rng := rand.New(rand.NewPCG(42, 42))
 	for range min(1000, len(gen.count)) {
 		i := rng.IntN(len(gen.count))
@@ -880,6 +979,7 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 	stopSampling()
 	sampling.Wait()
 	lr.Final = r.p.Stats()
+	lr.ConsumeErrs = r.consumeErrs.Load()
 	lr.analyse()
 	if err != nil && ctx.Err() != nil {
 		return lr, err
@@ -983,19 +1083,41 @@ func (r *modeResult) markdown(o options) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | **%s** | %s |\n", name, num(p.N), secs(p.Dur), num(int(p.rate())), p.cpuShare())
 	}
 	row(fmt.Sprintf("acked publish (async, window %d, %s)", o.window, o.pubConn), r.Publish)
-	row(fmt.Sprintf("raw pull consume + ack (durable, explicit ack, max_ack_pending %d)", r.MaxAckPending), r.Raw)
-	row(fmt.Sprintf("projection (processor %d workers, batch %d, KV compare-and-set)", r.Workers, r.Batch), r.Proj)
+	row(fmt.Sprintf("raw pull consume + ack (durable, explicit ack, max_ack_pending %d, %s)", r.MaxAckPending, map[string]string{"fetch": "Fetch", "consume": "Consume"}[o.rawAPI]), r.Raw)
+	workers := ""
+	if o.workers > 0 {
+		workers = fmt.Sprintf(", %d workers", o.workers)
+	}
+	row(fmt.Sprintf("projection (order-processor%s%s)", r.ProcSettings, workers), r.Proj)
 	b.WriteString("\n")
+	if len(r.RawReps) > 1 {
+		var reps []string
+		stalled := false
+		for _, x := range r.RawReps {
+			v := num(int(x.rate()))
+			if x.Stalls > 0 {
+				v += " (stalled)"
+				stalled = true
+			}
+			reps = append(reps, v)
+		}
+		fmt.Fprintf(&b, "- raw consume repetitions (fresh durable each): %s events/s; the table shows the median of those without a stall", strings.Join(reps, ", "))
+		if stalled {
+			b.WriteString("; \"stalled\": the nats.go client stopped pulling until its missed-heartbeat check fired ~30 s later, with nothing pending at the server (nats-io/nats.go#1622)")
+		}
+		b.WriteString("\n")
+	}
 	if r.Proj.N > 0 {
 		fmt.Fprintf(&b, "- projection / raw consume: **%.1f%%** (goal >= 50%%: %s)\n", 100*r.ratio(), metStr(r.ratio() >= 0.5))
 		fmt.Fprintf(&b, "- projection checked: %s keys for %s orders with events; processed %s, duplicates %d, failed %d, dead-lettered %d; %d/%d spot-checked orders match the generator\n",
 			num(int(r.Keys)), num(r.Distinct), num(int(r.ProjStats.Processed)), r.ProjStats.Duplicates, r.ProjStats.Failed, r.ProjStats.DeadLettered, r.SpotChecked-r.SpotBad, r.SpotChecked)
+		fmt.Fprintf(&b, "- processor consume warnings (e.g. missed heartbeat: a client stall): %d\n", r.ProjConsumeErrs)
 	}
 	if k := r.KV; k != nil {
 		fmt.Fprintf(&b, "\n### analysis: KV compare-and-set writes outside the processor (same bucket, %s keys, order-sized values)\n\n", num(r.Orders))
 		fmt.Fprintf(&b, "| how | writes | time | writes/s | CPU |\n|---|---:|---:|---:|---:|\n")
-		fmt.Fprintf(&b, "| sync: %d goroutines, kv.Create/Update, one in flight each (as the processor's workers) | %s | %s | **%s** | %s |\n", k.Workers, num(k.Writes), secs(k.Sync.Dur), num(int(k.Sync.rate())), k.Sync.cpuShare())
-		fmt.Fprintf(&b, "| pipelined: batches of %d distinct keys published async with Nats-Expected-Last-Subject-Sequence | %s | %s | **%s** | %s |\n", k.Batch, num(k.Writes), secs(k.Pipelined.Dur), num(int(k.Pipelined.rate())), k.Pipelined.cpuShare())
+		fmt.Fprintf(&b, "| sync: %d goroutines, kv.Create/Update, one in flight each (the processor's 32 workers before the pipelined projection) | %s | %s | **%s** | %s |\n", k.Workers, num(k.Writes), secs(k.Sync.Dur), num(int(k.Sync.rate())), k.Sync.cpuShare())
+		fmt.Fprintf(&b, "| pipelined: batches of %d distinct keys published async with Nats-Expected-Last-Subject-Sequence (as the pipelined projection) | %s | %s | **%s** | %s |\n", k.Batch, num(k.Writes), secs(k.Pipelined.Dur), num(int(k.Pipelined.rate())), k.Pipelined.cpuShare())
 		fmt.Fprintf(&b, "| atomic: the same batches (at most 1000) as one atomic batch publish each, allow_atomic on the bucket | %s | %s | **%s** | %s |\n", num(k.Writes), secs(k.Atomic.Dur), num(int(k.Atomic.rate())), k.Atomic.cpuShare())
 	}
 	if l := r.Load; l != nil {
@@ -1014,6 +1136,7 @@ func (r *modeResult) markdown(o options) string {
 		} else {
 			fmt.Fprintf(&b, "| catch-up after publishing stopped | not caught up after %s |\n", secs(l.Catchup))
 		}
+		fmt.Fprintf(&b, "| processor consume warnings (missed heartbeat = client stall) | %d |\n", l.ConsumeErrs)
 		fmt.Fprintf(&b, "| CPU while publishing + catch-up | %s |\n", phase{N: 1, Dur: l.PubDur + l.Catchup, CPU: l.CPU}.cpuShare())
 		fmt.Fprintf(&b, "\n<details><summary>lag samples (every second)</summary>\n\n| t (s) | stored (stream last seq) | processed | pending | ack pending | seconds_behind |\n|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range l.Samples {
