@@ -56,15 +56,9 @@ func newEnv(t testing.TB, adjust ...func(*config.Config)) *env {
 
 // processorConfig is what cmd/orderstore builds from the file config.
 func (e *env) processorConfig(h processor.Handler) processor.Config {
-	return processor.Config{
-		Stream:                  e.cfg.Stream.Name,
-		Durable:                 e.cfg.Processor.Durable,
-		DeadLetterStream:        e.cfg.Processor.DeadLetterStream,
-		DeadLetterSubjectPrefix: setup.DeadLetterSubjectPrefix(e.cfg.Processor.DeadLetterStream),
-		MaxDeliver:              e.cfg.Processor.MaxDeliver,
-		Backoff:                 setup.Backoff(e.cfg),
-		Handler:                 h,
-	}
+	pc := setup.ProcessorConfig(e.cfg)
+	pc.Handler = h
+	return pc
 }
 
 // projection returns a projection on its own connection, like a separate

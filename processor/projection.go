@@ -227,9 +227,10 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(st.rev, 10))
 			writes = append(writes, write{i: i, id: id, next: next, msg: msg})
 		}
-		if len(writes) == 1 || !p.useAtomic(ctx) {
-			for k := range writes {
-				w := &writes[k]
+		// publishEach sends writes one by one, all in flight at once.
+		publishEach := func(ws []write) {
+			for k := range ws {
+				w := &ws[k]
 				fut, err := p.js.PublishMsgAsync(w.msg)
 				if err != nil {
 					p.forget(w.id)
@@ -240,7 +241,9 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 			}
 		}
 		todo = todo[:0]
-		if len(writes) > 1 && p.useAtomic(ctx) {
+		if len(writes) == 1 || !p.useAtomic(ctx) {
+			publishEach(writes)
+		} else {
 			var rest []write
 			for len(writes) > 0 {
 				n := min(len(writes), atomicBatchMax)
@@ -261,16 +264,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 					p.store(w.id, w.next, first+uint64(k))
 				}
 			}
-			for k := range rest {
-				w := &rest[k]
-				fut, err := p.js.PublishMsgAsync(w.msg)
-				if err != nil {
-					p.forget(w.id)
-					fill(results[w.i], fmt.Errorf("projection %q: %w", w.id, err))
-					continue
-				}
-				w.fut = fut
-			}
+			publishEach(rest)
 			writes = rest
 		}
 		for _, w := range writes {

@@ -742,7 +742,7 @@ func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
+	proj, err := setup.Projection(ctx, js, e.cfg) // as cmd/orderstore wires it
 	if err != nil {
 		return nil, err
 	}
@@ -751,28 +751,16 @@ func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 		level = slog.LevelInfo
 	}
 	r := &running{done: make(chan error, 1)}
-	proj := processor.NewProjection(js, kv)
-	// As cmd/orderstore's newProcessor: atomic batch commits only under
-	// sync_interval "always".
-	proj.SetAtomicBatches(e.cfg.JetStream.SyncInterval.Always)
 	var h processor.Handler = proj
 	var timed *timedHandler
 	if o.handlerStats {
 		timed = &timedHandler{inner: h.(processor.BatchHandler)}
 		h = timed
 	}
-	p, err := processor.New(js, processor.Config{
-		Stream:                  e.cfg.Stream.Name,
-		Durable:                 e.cfg.Processor.Durable,
-		DeadLetterStream:        e.cfg.Processor.DeadLetterStream,
-		DeadLetterSubjectPrefix: setup.DeadLetterSubjectPrefix(e.cfg.Processor.DeadLetterStream),
-		MaxDeliver:              e.cfg.Processor.MaxDeliver,
-		Backoff:                 setup.Backoff(e.cfg),
-		Handler:                 h,
-		Workers:                 o.workers,
-		BatchSize:               o.batch,
-		Logger:                  slog.New(countingHandler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}), &r.consumeErrs, &r.started}).With("component", "processor"),
-	})
+	pc := setup.ProcessorConfig(e.cfg)
+	pc.Handler, pc.Workers, pc.BatchSize = h, o.workers, o.batch
+	pc.Logger = slog.New(countingHandler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}), &r.consumeErrs, &r.started}).With("component", "processor")
+	p, err := processor.New(js, pc)
 	if err != nil {
 		return nil, err
 	}

@@ -256,22 +256,14 @@ func (a *adminListener) shutdown() {
 // newProcessor builds the built-in processor: the projection handler over
 // the processor's durable, dead letters to the configured stream.
 func newProcessor(ctx context.Context, a *appliance, cfg configT, logger *slog.Logger) (*processor.Processor, error) {
-	kv, err := a.js.KeyValue(ctx, cfg.Processor.ProjectionBucket)
+	proj, err := setup.Projection(ctx, a.js, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("projection bucket %q: %w", cfg.Processor.ProjectionBucket, err)
+		return nil, err
 	}
-	proj := processor.NewProjection(a.js, kv)
-	proj.SetAtomicBatches(cfg.JetStream.SyncInterval.Always)
-	return processor.New(a.js, processor.Config{
-		Stream:                  cfg.Stream.Name,
-		Durable:                 cfg.Processor.Durable,
-		DeadLetterStream:        cfg.Processor.DeadLetterStream,
-		DeadLetterSubjectPrefix: setup.DeadLetterSubjectPrefix(cfg.Processor.DeadLetterStream),
-		MaxDeliver:              cfg.Processor.MaxDeliver,
-		Backoff:                 setup.Backoff(cfg),
-		Handler:                 proj,
-		Logger:                  logger.With("component", "processor"),
-	})
+	pc := setup.ProcessorConfig(cfg)
+	pc.Handler = proj
+	pc.Logger = logger.With("component", "processor")
+	return processor.New(a.js, pc)
 }
 
 // appliance is everything started before the run group.

@@ -4,8 +4,10 @@
 package setup
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/internal/config"
+	"github.com/orderstore/orderstore/processor"
 )
 
 // InternalUser is the user orderstore's own in-process connection uses when
@@ -136,4 +139,30 @@ func Backoff(cfg config.Config) []time.Duration {
 		out[i] = d.D()
 	}
 	return out
+}
+
+// ProcessorConfig returns the built-in processor's config for cfg, without
+// its Handler and Logger.
+func ProcessorConfig(cfg config.Config) processor.Config {
+	return processor.Config{
+		Stream:                  cfg.Stream.Name,
+		Durable:                 cfg.Processor.Durable,
+		DeadLetterStream:        cfg.Processor.DeadLetterStream,
+		DeadLetterSubjectPrefix: DeadLetterSubjectPrefix(cfg.Processor.DeadLetterStream),
+		MaxDeliver:              cfg.Processor.MaxDeliver,
+		Backoff:                 Backoff(cfg),
+	}
+}
+
+// Projection returns the built-in projection over cfg's bucket. Atomic batch
+// commits are on only under sync_interval "always", where they save an fsync
+// per order; with a relaxed interval, pipelined single writes are faster.
+func Projection(ctx context.Context, js jetstream.JetStream, cfg config.Config) (*processor.Projection, error) {
+	kv, err := js.KeyValue(ctx, cfg.Processor.ProjectionBucket)
+	if err != nil {
+		return nil, fmt.Errorf("projection bucket %q: %w", cfg.Processor.ProjectionBucket, err)
+	}
+	proj := processor.NewProjection(js, kv)
+	proj.SetAtomicBatches(cfg.JetStream.SyncInterval.Always)
+	return proj, nil
 }
