@@ -158,9 +158,25 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		g.Add(func() error { <-cctx.Done(); return ctx.Err() }, func(error) { cancel() })
 	}
 
-	logger.Info("orderstore ready", "client_url", a.srv.ClientURL(), "admin", cfg.Admin.Listen, "store_dir", a.report.StoreDir)
-	if err := sdnotify.Ready(); err != nil {
-		logger.Warn("sd_notify", "err", err)
+	{ // announce readiness once every part runs, the processor included
+		stop := make(chan struct{})
+		g.Add(func() error {
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for proc != nil && !proc.Running() {
+				select {
+				case <-stop:
+					return nil
+				case <-tick.C:
+				}
+			}
+			logger.Info("orderstore ready", "client_url", a.srv.ClientURL(), "admin", cfg.Admin.Listen, "store_dir", a.report.StoreDir)
+			if err := sdnotify.Ready(); err != nil {
+				logger.Warn("sd_notify", "err", err)
+			}
+			<-stop
+			return nil
+		}, func(error) { close(stop) })
 	}
 	err = g.Run()
 	sdnotify.Stopping()
