@@ -220,11 +220,22 @@ func TestBadInput(t *testing.T) {
 func TestLockedStoreDir(t *testing.T) {
 	dir := t.TempDir()
 	store := filepath.Join(dir, "store")
-	first := start(t, nil, "run", "-config", writeConfig(t, dir, store, ""))
+	// Both on the same admin port too, as two copies of one config file
+	// would be: the lock, checked first, is what the second one reports.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := fmt.Sprintf("[admin]\nlisten = %q\n", ln.Addr().String())
+	ln.Close()
+	first := start(t, nil, "run", "-config", writeConfig(t, dir, store, admin))
 	first.waitReady()
-	second := start(t, nil, "run", "-config", writeConfig(t, dir, store, ""))
+	second := start(t, nil, "run", "-config", writeConfig(t, dir, store, admin))
 	if code := second.wait(10 * time.Second); code != exitFailure {
 		t.Fatalf("second instance exit = %d, want %d\n%s", code, exitFailure, second.stderr)
+	}
+	if strings.Contains(second.stderr.String(), "address already in use") {
+		t.Errorf("second instance reported the busy admin port, not the lock:\n%s", second.stderr)
 	}
 	for _, w := range []string{filepath.Join(store, "orderstore.lock"), fmt.Sprintf("process %d", first.cmd.Process.Pid), "hint: another orderstore is running"} {
 		if !strings.Contains(second.stderr.String(), w) {

@@ -57,8 +57,15 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bi := getBuildInfo()
 	logger.Info("orderstore starting", "version", bi.Version, "config", cfgName, "pid", os.Getpid())
 
-	// The admin listener opens first: a busy port fails at once, and during
-	// a long stream recovery /readyz already answers "recovering".
+	a, err := preflight(cfg, logger)
+	if err != nil {
+		printErr(stderr, err)
+		return exitFailure
+	}
+	defer a.close(logger)
+
+	// The admin listener opens before nats starts: a busy port fails at
+	// once, and during a long stream recovery /readyz answers "recovering".
 	var nsrv atomic.Pointer[server.Server]
 	adm, err := startAdmin(cfg, bi, logger, func() *server.Server { return nsrv.Load() })
 	if err != nil {
@@ -82,7 +89,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}()
 
 	sdnotify.Status("recovering streams")
-	a, err := startAppliance(startCtx, cfg, logger)
+	err = a.start(startCtx, cfg, logger)
 	close(started)
 	if err != nil {
 		if startSig.Load() || (ctx.Err() == nil && errors.Is(err, context.Canceled)) {
@@ -96,7 +103,6 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitFailure
 	}
-	defer a.close(logger)
 	nsrv.Store(a.srv.NATSServer())
 
 	var g rungroup.Group
@@ -295,33 +301,31 @@ type appliance struct {
 	err    error
 }
 
-// startAppliance runs start-up steps 2 to 5 of DESIGN.md: preflight, start
-// nats, declare, recovery check. On error everything started is stopped.
-func startAppliance(ctx context.Context, cfg configT, logger *slog.Logger) (_ *appliance, err error) {
-	a := &appliance{}
-	defer func() {
-		if err != nil {
-			a.close(logger)
-		}
-	}()
-
+// preflight runs start-up step 2 of DESIGN.md: the store's checks and its
+// lock. It comes before the admin listener, so a second instance on the same
+// store is told so, not that the admin port is busy.
+func preflight(cfg configT, logger *slog.Logger) (*appliance, error) {
 	lock, rep, err := bootstrap.Preflight(setup.Preflight(cfg))
 	if err != nil {
 		return nil, err
 	}
-	a.lock, a.report = lock, rep
 	for _, w := range rep.Warnings {
 		logger.Warn("preflight", "warning", w)
 	}
 	logger.Info("preflight ok", "store_dir", rep.StoreDir, "lock", lock.Path(),
 		"free_disk", bootstrap.FormatBytes(int64(rep.FreeBytes)), "used", bootstrap.FormatBytes(rep.UsedBytes),
 		"max_file_store", cfg.JetStream.MaxFileStore.String())
+	return &appliance{lock: lock, report: rep}, nil
+}
 
+// start runs start-up steps 3 to 5 of DESIGN.md on a preflighted store:
+// start nats, declare, recovery check. On error the caller closes a.
+func (a *appliance) start(ctx context.Context, cfg configT, logger *slog.Logger) error {
 	ec, internalPassword := setup.Embedded(cfg, logger)
 	t0 := time.Now()
 	srv, err := embedded.Start(ctx, ec)
 	if err != nil {
-		return nil, withHint(err, startHint(cfg, err))
+		return withHint(err, startHint(cfg, err))
 	}
 	a.srv = srv
 	logger.Info("nats ready", "client_url", srv.ClientURL(), "took", time.Since(t0).Round(time.Millisecond).String(),
@@ -333,12 +337,12 @@ func startAppliance(ctx context.Context, cfg configT, logger *slog.Logger) (_ *a
 	}
 	nc, err := nats.Connect("", nopts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect in-process: %w", err)
+		return fmt.Errorf("connect in-process: %w", err)
 	}
 	a.nc = nc
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
+		return fmt.Errorf("jetstream: %w", err)
 	}
 	a.js = js
 
@@ -346,16 +350,16 @@ func startAppliance(ctx context.Context, cfg configT, logger *slog.Logger) (_ *a
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if _, err := bootstrap.Declare(dctx, js, a.spec, logger.With("component", "bootstrap")); err != nil {
-		return nil, err
+		return err
 	}
 	if err := bootstrap.Verify(dctx, js, a.spec); err != nil {
-		return nil, err
+		return err
 	}
 	st := cfg.Stream
 	logger.Info("stream ready", "stream", st.Name, "subjects", st.Subjects, "max_age", st.MaxAge.String(),
 		"max_bytes", st.MaxBytes.String(), "max_msgs", st.MaxMsgs, "discard", st.Discard,
 		"duplicate_window", st.DuplicateWindow.String())
-	return a, nil
+	return nil
 }
 
 // close stops, in order: the internal connection (drained), nats
