@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# bench/run.sh: compare orderstore with a standalone nats-server v2.15.2 with
+# bench/run.sh: compare orderstore with a standalone nats-server v2.15.3 with
 # the official `nats bench` of natscli v0.5.0. See bench/README.md.
 #
 # Targets, measured in one run, interleaved (A,B then B,A, ...):
-#   A  nats-server v2.15.2, generated config
+#   A  nats-server v2.15.3, generated config
 #   B  orderstore (this repo), equivalent TOML, processor and admin disabled
 # Both listen on 127.0.0.1 only, each start gets a fresh temp store dir, and
 # everything is stopped and removed on exit.
@@ -14,7 +14,7 @@ usage() {
 	cat <<'EOF'
 usage: bench/run.sh [options]
 
-Compares orderstore with a standalone nats-server v2.15.2 (same JetStream
+Compares orderstore with a standalone nats-server v2.15.3 (same JetStream
 settings) using `nats bench` from natscli v0.5.0. Options (or the environment
 variable in brackets):
 
@@ -188,7 +188,7 @@ ensure_tool() {
 }
 ensure_tool nats github.com/nats-io/natscli/nats@v0.5.0 v0.5.0
 NATS=$TOOL
-ensure_tool nats-server github.com/nats-io/nats-server/v2@v2.15.2 v2.15.2
+ensure_tool nats-server github.com/nats-io/nats-server/v2@v2.15.3 v2.15.3
 NATS_SERVER=$TOOL
 NATS_SERVER_VERSION=$("$NATS_SERVER" --version 2>&1)
 NATS_SERVER_VERSION=${NATS_SERVER_VERSION#nats-server: }
