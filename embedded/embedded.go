@@ -191,7 +191,12 @@ func (c Config) options() (*server.Options, error) {
 // Start validates cfg, starts nats-server with JetStream and returns once it
 // is ready for connections, or with an error. A fatal error during start-up
 // (port in use, unusable store) comes back as soon as nats-server reports it,
-// not after a timeout. On any error nothing is left running.
+// not after a timeout. On any error nothing is left running: Start returns
+// only after nats-server's own start-up has returned and the server has shut
+// down. If ctx ends while nats-server is still recovering streams, Start
+// therefore waits for that recovery before it shuts the server down (and
+// logs that it does): stopping nats-server in the middle of its start-up
+// can leave stream stores open on StoreDir.
 func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("start embedded nats: invalid config: %w", err)
@@ -205,13 +210,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("start embedded nats: %w", err)
 	}
 	fatal := make(chan string, 1)
-	ns.SetLoggerV2(&slogAdapter{l: loggerOrDiscard(cfg.Logger).With("component", "nats"), fatal: fatal}, cfg.Debug, cfg.Trace, false)
-	defer func() {
-		if err != nil {
-			ns.Shutdown()
-			ns.WaitForShutdown()
-		}
-	}()
+	logger := loggerOrDiscard(cfg.Logger).With("component", "nats")
+	ns.SetLoggerV2(&slogAdapter{l: logger, fatal: fatal}, cfg.Debug, cfg.Trace, false)
 
 	timeout := cfg.ReadyTimeout
 	if timeout <= 0 {
@@ -223,10 +223,18 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		defer cancel()
 	}
 
+	// nats-server's Start runs in its own goroutine: it recovers every
+	// stream before it opens the client listener, so it can take long, and
+	// it reports a failure only through Fatalf.
 	started := make(chan struct{})
 	go func() {
 		defer close(started)
 		ns.Start()
+	}()
+	defer func() {
+		if err != nil {
+			stopAfterStart(ns, started, logger)
+		}
 	}()
 
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -260,12 +268,40 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		break
 	}
 
+	// Ready means the listener is open, the last step of nats-server's
+	// Start: it returns right after. Wait for it, so that Close never
+	// races it.
+	<-started
+
 	s := &Server{ns: ns, cfg: cfg, done: make(chan struct{}), closing: make(chan struct{})}
 	go func() {
 		ns.WaitForShutdown()
 		close(s.done)
 	}()
 	return s, nil
+}
+
+// stopAfterStart shuts down a server whose start failed, once its Start
+// (running in the goroutine that closes started) has returned.
+//
+// Shutdown must not run while Start still does (nats-server v2.15.3,
+// server/server.go): Shutdown is one-shot, so whatever Start sets up after
+// it stays up. Start does not check for a shutdown until AcceptLoop, and
+// that check is not under the server lock: a JetStream enabled after the
+// shutdown keeps its stream stores open on the store dir (goroutines
+// alive), and an AcceptLoop that passed the check just before the shutdown
+// still opens the client listener. After Start has returned, Shutdown sees
+// everything it started and stops it; WaitForShutdown then waits for it.
+func stopAfterStart(ns *server.Server, started <-chan struct{}, logger *slog.Logger) {
+	select {
+	case <-started:
+	default:
+		// Start returns the error; this line only says why it takes long.
+		logger.Warn("start aborted: waiting for nats-server to finish starting (stream recovery) before shutting it down")
+		<-started
+	}
+	ns.Shutdown()
+	ns.WaitForShutdown()
 }
 
 // ClientURL returns the URL clients connect to, with the real port even

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -251,4 +253,190 @@ func TestEmbeddedImportsOnlyNATSAndStdlib(t *testing.T) {
 func waitFor(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
 	embeddedtest.WaitFor(t, timeout, f)
+}
+
+// TestCanceledDuringNATSStartShutsItDown cancels ctx while nats-server is
+// inside its own Start (just begun, or recovering a stream) and checks that
+// Start returns only once that Start has returned and the server is shut
+// down: no listener, no nats-server goroutine left (a stream store left
+// open keeps one), and the store free for the next server at once.
+//
+// nats-server is held deterministically: the logger blocks it on one of
+// its own log lines until the test releases it.
+func TestCanceledDuringNATSStartShutsItDown(t *testing.T) {
+	tests := []struct {
+		name string
+		hold string // nats-server log line to hold it on
+	}{
+		{"just started", "Starting nats-server"},
+		{"recovering a stream", "Starting restore for stream"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const msgs = 50
+			store := t.TempDir()
+			ctx := context.Background()
+
+			// A first server leaves a stream behind to recover.
+			srv1, err := embedded.Start(ctx, embedded.Config{StoreDir: store, Port: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			nc, err := nats.Connect("", nats.InProcessServer(srv1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			js, _ := jetstream.New(nc)
+			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RECOVER", Subjects: []string{"recover.>"}}); err != nil {
+				t.Fatal(err)
+			}
+			for i := range msgs {
+				if _, err := js.Publish(ctx, "recover.x", fmt.Appendf(nil, "%d", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			nc.Close()
+			if err := srv1.Close(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 10*time.Second, noNATSGoroutines)
+
+			port := freePort(t)
+			gate := newStartGate(tt.hold)
+			t.Cleanup(gate.open) // never leave nats-server blocked, whatever failed
+			startCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			type result struct {
+				srv *embedded.Server
+				err error
+			}
+			res := make(chan result, 1)
+			go func() {
+				srv, err := embedded.Start(startCtx, embedded.Config{StoreDir: store, Port: port, Logger: slog.New(gate)})
+				res <- result{srv, err}
+			}()
+
+			select {
+			case <-gate.held:
+			case r := <-res:
+				t.Fatalf("Start returned (err %v) before nats-server logged %q", r.err, tt.hold)
+			case <-time.After(30 * time.Second):
+				t.Fatalf("nats-server did not log %q within 30s", tt.hold)
+			}
+			cancel()
+
+			var r result
+			select {
+			case r = <-res:
+				t.Errorf("Start returned (err %v) while nats-server's own Start was still running (held at %q), want it to wait for that Start and shut the server down after it", r.err, tt.hold)
+				gate.open()
+			case <-gate.waiting:
+				// Start saw ctx end and says it waits for nats-server's Start.
+				gate.open()
+				select {
+				case r = <-res:
+				case <-time.After(30 * time.Second):
+					t.Fatal("Start did not return within 30s after nats-server was released")
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("Start neither returned nor said it waits for nats-server within 30s of the cancel")
+			}
+			if r.err == nil {
+				r.srv.Close()
+				t.Fatal("Start succeeded after its ctx was canceled")
+			}
+			if !errors.Is(r.err, context.Canceled) {
+				t.Errorf("Start error = %v, want context.Canceled in the chain", r.err)
+			}
+
+			// Right after Start returned: nothing listens on the client port ...
+			if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
+				c.Close()
+				t.Errorf("client port %d accepts connections after Start returned an error", port)
+			}
+			// ... nats-server is gone (a stream store left open keeps a
+			// goroutine; the polling only lets exiting ones finish) ...
+			waitFor(t, 10*time.Second, noNATSGoroutines)
+			// ... and the store opens at once, with everything in it.
+			srv2 := embeddedtest.Start(t, func(c *embedded.Config) { c.StoreDir = store })
+			s, err := embeddedtest.JetStream(t, srv2).Stream(ctx, "RECOVER")
+			if err != nil {
+				t.Fatalf("stream after the aborted start: %v", err)
+			}
+			if n := s.CachedInfo().State.Msgs; n != msgs {
+				t.Errorf("stream holds %d messages after the aborted start, want %d", n, msgs)
+			}
+		})
+	}
+}
+
+// noNATSGoroutines reports the goroutines running nats-server code. The
+// tests of this package run one after the other, each closing its servers,
+// so none is expected between servers.
+func noNATSGoroutines() error {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var left []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "nats-io/nats-server/") {
+			left = append(left, g)
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("%d nats-server goroutines still running:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+	return nil
+}
+
+// startGate is a slog.Handler that holds nats-server on the first log line
+// containing hold until open is called, and notes when embedded.Start logs
+// that it waits for nats-server's Start.
+type startGate struct {
+	hold                  string
+	held, waiting, resume chan struct{}
+	heldOnce, waitingOnce sync.Once
+	resumeOnce            sync.Once
+}
+
+func newStartGate(hold string) *startGate {
+	return &startGate{hold: hold, held: make(chan struct{}), waiting: make(chan struct{}), resume: make(chan struct{})}
+}
+
+func (g *startGate) open() { g.resumeOnce.Do(func() { close(g.resume) }) }
+
+func (g *startGate) Enabled(context.Context, slog.Level) bool { return true }
+
+func (g *startGate) Handle(_ context.Context, r slog.Record) error {
+	switch {
+	case strings.Contains(r.Message, g.hold):
+		first := false
+		g.heldOnce.Do(func() { first = true; close(g.held) })
+		if first {
+			<-g.resume
+		}
+	case strings.Contains(r.Message, "waiting for nats-server"):
+		g.waitingOnce.Do(func() { close(g.waiting) })
+	}
+	return nil
+}
+
+func (g *startGate) WithAttrs([]slog.Attr) slog.Handler { return g }
+func (g *startGate) WithGroup(string) slog.Handler      { return g }
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
