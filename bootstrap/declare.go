@@ -272,7 +272,11 @@ func declareConsumer(ctx context.Context, js jetstream.JetStream, stream string,
 		}
 	}
 	add("ack_wait", durStr(have.AckWait), durStr(want.AckWait))
-	add("max_deliver", have.MaxDeliver, want.MaxDeliver)
+	// processor.max_deliver is in the metadata: the processor enforces it.
+	// A stored consumer without it (or with another value) is updated.
+	add("max_deliver", metadataStr(have.Metadata, maxDeliverMetadata), metadataStr(want.Metadata, maxDeliverMetadata))
+	// The consumer's own limit (orderstore declares -1), not a config key.
+	add("consumer_max_deliver", have.MaxDeliver, want.MaxDeliver)
 	add("max_ack_pending", have.MaxAckPending, want.MaxAckPending)
 	add("filter_subject", have.FilterSubject, want.FilterSubject)
 	add("backoff", durList(have.BackOff), durList(want.BackOff))
@@ -284,6 +288,19 @@ func declareConsumer(ctx context.Context, js jetstream.JetStream, stream string,
 	}
 	res.Changes = append(res.Changes, safe...)
 	return nil
+}
+
+// maxDeliverMetadata is the consumer metadata key that holds
+// processor.max_deliver (written by internal/setup.Spec).
+const maxDeliverMetadata = "orderstore_max_deliver"
+
+// metadataStr is md[key], or "unset" when md has no such key.
+func metadataStr(md map[string]string, key string) string {
+	v, ok := md[key]
+	if !ok {
+		return "unset"
+	}
+	return v
 }
 
 func streamHint(err error) string {

@@ -3,6 +3,8 @@ package bootstrap_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +82,80 @@ func TestDeclareAppliesSafeChangesAsDiff(t *testing.T) {
 	c, _ := js.Consumer(ctx, "ORDER_EVENTS", "order-processor")
 	if c.CachedInfo().Config.MaxAckPending != 2000 {
 		t.Errorf("consumer max_ack_pending = %d", c.CachedInfo().Config.MaxAckPending)
+	}
+}
+
+// processor.max_deliver lives in the consumer's metadata (the consumer's
+// own max_deliver stays -1: the processor enforces the limit), so a changed
+// or missing value there is a safe change, applied and logged as a diff.
+func TestDeclareAppliesMaxDeliverMetadata(t *testing.T) {
+	js := embeddedtest.JetStream(t, embeddedtest.Start(t))
+	ctx := context.Background()
+	cfg := config.Default()
+	cfg.Processor.MaxDeliver = 5
+	if _, err := bootstrap.Declare(ctx, js, setup.Spec(cfg), nil); err != nil {
+		t.Fatal(err)
+	}
+	const obj = `consumer "order-processor" on stream "ORDER_EVENTS"`
+	stored := func() jetstream.ConsumerConfig {
+		t.Helper()
+		c, err := js.Consumer(ctx, "ORDER_EVENTS", "order-processor")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.CachedInfo().Config
+	}
+
+	tests := []struct {
+		name       string
+		before     func() // what is stored before the Declare
+		maxDeliver int
+		change     bootstrap.Change
+	}{
+		{"changed 5 -> 7", func() {}, 7, bootstrap.Change{Object: obj, Field: "max_deliver", Before: "5", After: "7"}},
+		{"missing on the stored consumer", func() {
+			c := stored()
+			delete(c.Metadata, "orderstore_max_deliver")
+			if _, err := js.UpdateConsumer(ctx, "ORDER_EVENTS", c); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := stored().Metadata["orderstore_max_deliver"]; ok {
+				t.Fatal("could not remove the metadata to set up the test")
+			}
+		}, 7, bootstrap.Change{Object: obj, Field: "max_deliver", Before: "unset", After: "7"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.before()
+			cfg.Processor.MaxDeliver = tt.maxDeliver
+			var logs strings.Builder
+			logger := slog.New(slog.NewJSONHandler(&logs, nil))
+			res, err := bootstrap.Declare(ctx, js, setup.Spec(cfg), logger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Changes) != 1 || res.Changes[0] != tt.change {
+				t.Errorf("changes = %+v, want exactly %+v", res.Changes, tt.change)
+			}
+			if want := fmt.Sprintf(`"key":"max_deliver","before":%q,"after":%q`, tt.change.Before, tt.change.After); !strings.Contains(logs.String(), want) {
+				t.Errorf("log %s lacks the diff %s", logs.String(), want)
+			}
+			c := stored()
+			if got, want := c.Metadata["orderstore_max_deliver"], fmt.Sprint(tt.maxDeliver); got != want {
+				t.Errorf("stored metadata orderstore_max_deliver = %q, want %q", got, want)
+			}
+			if c.MaxDeliver != -1 {
+				t.Errorf("consumer's own max_deliver = %d, want -1 (the processor enforces the limit)", c.MaxDeliver)
+			}
+			// Applied: declaring the same again changes nothing.
+			res, err = bootstrap.Declare(ctx, js, setup.Spec(cfg), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Changes) != 0 {
+				t.Errorf("Declare after the change changed %+v again, want nothing", res.Changes)
+			}
+		})
 	}
 }
 
