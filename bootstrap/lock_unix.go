@@ -32,14 +32,27 @@ func freeBytes(dir string) (uint64, error) {
 
 // chownLikeDir gives f the owner of dir when running as root.
 func chownLikeDir(f *os.File, dir string) {
-	if os.Geteuid() != 0 {
-		return
-	}
 	st, err := os.Stat(dir)
 	if err != nil {
 		return
 	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 {
-		_ = f.Chown(int(sys.Uid), int(sys.Gid))
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return
 	}
+	if uid, gid, ok := lockOwner(os.Geteuid(), sys.Uid, sys.Gid); ok {
+		_ = f.Chown(uid, gid)
+	}
+}
+
+// lockOwner says whether a lock file that euid created in a store dir owned
+// by dirUID:dirGID goes to the dir's owner, and to which uid and gid. Only
+// root can hand it over, and must when the store belongs to another user
+// (say `sudo orderstore check` on the service user's store): a root-owned
+// 0640 lock file could not be opened by the service any more.
+func lockOwner(euid int, dirUID, dirGID uint32) (uid, gid int, chown bool) {
+	if euid != 0 || dirUID == 0 {
+		return 0, 0, false
+	}
+	return int(dirUID), int(dirGID), true
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -114,31 +115,112 @@ func TestFormatBytes(t *testing.T) {
 }
 
 // Root running `orderstore check` on the service user's store must not
-// leave a lock file the service cannot open.
+// leave a lock file the service cannot open. The decision is checked for
+// root and other callers alike, whoever runs the tests; as root (CI) the
+// hand-over itself is checked too: the lock file then belongs to the
+// store's owner, and a child running as that user (uid 65534) takes the
+// lock after root released it.
 func TestLockFileKeepsStoreOwner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Log("not root: nothing to hand over; checking the lock is ours")
+	if dir := os.Getenv(lockChildEnv); dir != "" {
+		// The re-executed child, as the service user.
+		lock, _, err := Preflight(PreflightConfig{StoreDir: dir, MaxFileStore: 1 << 20})
+		if err != nil {
+			t.Fatalf("Preflight as uid %d after root: %v", os.Geteuid(), err)
+		}
+		lock.Release()
+		return
+	}
+
+	t.Run("decision", func(t *testing.T) {
+		tests := []struct {
+			name           string
+			euid           int
+			dirUID, dirGID uint32
+			uid, gid       int
+			chown          bool
+		}{
+			{"root in the service user's store", 0, 65534, 65534, 65534, 65534, true},
+			{"root in a store of uid 1000, gid 50", 0, 1000, 50, 1000, 50, true},
+			{"root in root's own store", 0, 0, 0, 0, 0, false},
+			{"service user in its own store", 65534, 65534, 65534, 0, 0, false},
+			{"non-root in another user's store (may not chown)", 1000, 65534, 65534, 0, 0, false},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				uid, gid, chown := lockOwner(tt.euid, tt.dirUID, tt.dirGID)
+				if chown != tt.chown || (chown && (uid != tt.uid || gid != tt.gid)) {
+					t.Errorf("lockOwner(euid %d, dir %d:%d) = %d:%d, chown %v; want %d:%d, chown %v",
+						tt.euid, tt.dirUID, tt.dirGID, uid, gid, chown, tt.uid, tt.gid, tt.chown)
+				}
+			})
+		}
+	})
+
+	t.Run("hand-over", func(t *testing.T) {
+		root := os.Geteuid() == 0
+		dir := t.TempDir()
+		want := uint32(os.Geteuid()) // not root: the file stays the caller's
+		if root {
+			if err := os.Chown(dir, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			// The service user must reach the store: t.TempDir's parent is 0700.
+			if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+				t.Fatal(err)
+			}
+			want = 65534
+		}
+		lock, _, err := Preflight(PreflightConfig{StoreDir: dir, MaxFileStore: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lock.Release()
+		st, err := os.Stat(filepath.Join(dir, LockFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sys := st.Sys().(*syscall.Stat_t)
+		if sys.Uid != want || (root && sys.Gid != want) {
+			t.Errorf("lock file owner %d:%d, want uid %d (the store's owner)", sys.Uid, sys.Gid, want)
+		}
+		if !root {
+			return
+		}
+		cmd := exec.Command(copyTestBinary(t), "-test.run=^TestLockFileKeepsStoreOwner$")
+		cmd.Dir = "/"
+		cmd.Env = append(os.Environ(), lockChildEnv+"="+dir)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("the service user (uid 65534) cannot take the lock root left: %v\n%s", err, out)
+		}
+	})
+}
+
+// lockChildEnv makes the test binary, re-executed as the service user, take
+// the lock on the store dir it names.
+const lockChildEnv = "ORDERSTORE_TEST_LOCK_CHILD_DIR"
+
+// copyTestBinary copies the test binary where any user may run it: the go
+// build cache is private to root.
+func copyTestBinary(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if os.Geteuid() == 0 {
-		if err := os.Chown(dir, 65534, 65534); err != nil {
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	lock, _, err := Preflight(PreflightConfig{StoreDir: dir, MaxFileStore: 1 << 20})
-	if err != nil {
+	exe := filepath.Join(dir, "bootstrap.test")
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	lock.Release()
-	st, err := os.Stat(filepath.Join(dir, LockFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := uint32(os.Geteuid())
-	if os.Geteuid() == 0 {
-		want = 65534
-	}
-	if uid := st.Sys().(*syscall.Stat_t).Uid; uid != want {
-		t.Errorf("lock file owner %d, want %d", uid, want)
-	}
+	return exe
 }
