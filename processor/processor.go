@@ -90,6 +90,9 @@ type Processor struct {
 	processed, failed, deadLettered, poison, duplicates atomic.Uint64
 	lastApplied, ackFloor                               atomic.Uint64
 	running                                             atomic.Bool
+
+	ready     chan struct{} // closed once Run consumes
+	readyOnce sync.Once
 }
 
 // New checks cfg and returns a processor; Run starts it.
@@ -126,7 +129,7 @@ func New(js jetstream.JetStream, cfg Config) (*Processor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Processor{js: js, cfg: cfg, log: log}, nil
+	return &Processor{js: js, cfg: cfg, log: log, ready: make(chan struct{})}, nil
 }
 
 // Stats returns the counters.
@@ -145,6 +148,20 @@ func (p *Processor) Stats() Stats {
 
 // Running reports whether Run is consuming.
 func (p *Processor) Running() bool { return p.running.Load() }
+
+// Ready returns a channel that is closed once Run is consuming: the
+// consumer was found and its pull subscription is up. It stays closed after
+// Run returns (Running tells the current state). A Run that fails before
+// it consumes never closes it, so wait on it together with Run's result:
+//
+//	done := make(chan error, 1)
+//	go func() { done <- p.Run(ctx) }()
+//	select {
+//	case <-p.Ready():
+//	case err := <-done:
+//		return err
+//	}
+func (p *Processor) Ready() <-chan struct{} { return p.ready }
 
 // Run consumes until ctx is done, then stops fetching, finishes and acks
 // the events it holds (within DrainTimeout), and returns nil. It returns an
@@ -209,6 +226,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	p.running.Store(true)
 	defer p.running.Store(false)
+	p.readyOnce.Do(func() { close(p.ready) })
 	p.log.Info("processor running", "stream", p.cfg.Stream, "consumer", p.cfg.Durable, "max_deliver", p.cfg.MaxDeliver,
 		"batch", batch, "partitions", partitions)
 

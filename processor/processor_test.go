@@ -404,3 +404,38 @@ func TestExhaustedDeliveriesAreDeadLettered(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// Ready is closed once Run consumes, and never by a Run that cannot start.
+func TestReady(t *testing.T) {
+	e := newEnv(t)
+	nop := processor.HandlerFunc(func(ctx context.Context, ev processor.Event) error { return nil })
+
+	pc := e.processorConfig(nop)
+	pc.Durable = "no-such-durable"
+	bad, err := processor.New(e.js, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Run(context.Background()); err == nil {
+		t.Fatal("Run on a missing durable returned nil")
+	}
+	select {
+	case <-bad.Ready():
+		t.Error("Ready closed by a Run that never consumed")
+	default:
+	}
+
+	p, stop := e.start(t, nop) // returns once Ready is closed
+	if !p.Running() {
+		t.Error("Running() = false after Ready")
+	}
+	stop()
+	if p.Running() {
+		t.Error("Running() = true after Run returned")
+	}
+	select {
+	case <-p.Ready():
+	default:
+		t.Error("Ready not closed after Run returned")
+	}
+}
