@@ -65,6 +65,12 @@ type Stats struct {
 	// AckFloor is the consumer's ack floor as last seen.
 	AckFloor uint64
 	Running  bool
+	// AckErrors counts acks, naks and terms that could not be sent (the
+	// connection closed or failed): the event stays unacked and is
+	// redelivered after ack_wait, and is not counted as processed,
+	// duplicate or dead-lettered. Acks are not confirmed by the server, so
+	// one lost on the way is not counted.
+	AckErrors uint64
 }
 
 // Headers on a dead letter.
@@ -90,7 +96,7 @@ type Processor struct {
 	log *slog.Logger
 
 	processed, failed, deadLettered, poison, duplicates atomic.Uint64
-	lastApplied, ackFloor                               atomic.Uint64
+	ackErrors, lastApplied, ackFloor                    atomic.Uint64
 	running                                             atomic.Bool
 
 	ready     chan struct{} // closed once Run consumes
@@ -145,6 +151,7 @@ func (p *Processor) Stats() Stats {
 		LastAppliedSeq: p.lastApplied.Load(),
 		AckFloor:       p.ackFloor.Load(),
 		Running:        p.running.Load(),
+		AckErrors:      p.ackErrors.Load(),
 	}
 }
 
@@ -518,12 +525,13 @@ func (p *Processor) exhausted(ctx context.Context, it item) {
 		if err != nil {
 			p.failed.Add(1)
 			p.log.Warn("cannot tell whether an exhausted event was applied, will retry", "seq", it.ev.Sequence, "err", err)
-			it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1])
+			p.settled("nak", it.ev, it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
 			return
 		}
 		if applied {
-			it.msg.Ack()
-			p.duplicates.Add(1)
+			if p.settled("ack", it.ev, it.msg.Ack()) {
+				p.duplicates.Add(1)
+			}
 			return
 		}
 	}
@@ -583,8 +591,7 @@ func (p *Processor) settle(ctx context.Context, it item, err error) {
 	m, ev := it.msg, it.ev
 	switch {
 	case err == nil:
-		if aerr := m.Ack(); aerr != nil {
-			p.log.Warn("ack", "seq", ev.Sequence, "err", aerr)
+		if !p.settled("ack", ev, m.Ack()) {
 			return
 		}
 		p.processed.Add(1)
@@ -595,15 +602,14 @@ func (p *Processor) settle(ctx context.Context, it item, err error) {
 			}
 		}
 	case errors.Is(err, ErrDuplicate):
-		m.Ack()
-		p.duplicates.Add(1)
+		if p.settled("ack", ev, m.Ack()) {
+			p.duplicates.Add(1)
+		}
 	case ctx.Err() != nil:
 		// The drain deadline canceled the handler: not the event's fault,
 		// so no failure and no dead letter; redelivered at once.
 		p.log.Warn("event cut short by the drain timeout, will be redelivered", "seq", ev.Sequence, "err", err)
-		if nerr := m.Nak(); nerr != nil {
-			p.log.Warn("nak", "seq", ev.Sequence, "err", nerr)
-		}
+		p.settled("nak", ev, m.Nak())
 	case errors.Is(err, ErrPoison):
 		p.deadLetter(ctx, m, ev, err)
 	case ev.Delivered >= uint64(p.cfg.MaxDeliver):
@@ -614,8 +620,20 @@ func (p *Processor) settle(ctx context.Context, it item, err error) {
 		delay := p.cfg.Backoff[max(i, 0)]
 		p.log.Warn("event failed, will retry", "seq", ev.Sequence, "subject", ev.Subject, "order_id", ev.OrderID,
 			"delivery", ev.Delivered, "retry_in", delay.String(), "err", err)
-		m.NakWithDelay(delay)
+		p.settled("nak", ev, m.NakWithDelay(delay))
 	}
+}
+
+// settled reports whether an ack, nak or term (op) of ev was sent. A
+// failure is logged and counted in AckErrors: the event stays unacked and
+// the server redelivers it after ack_wait.
+func (p *Processor) settled(op string, ev Event, err error) bool {
+	if err == nil {
+		return true
+	}
+	p.ackErrors.Add(1)
+	p.log.Warn(op+" failed, the event will be redelivered after ack_wait", "seq", ev.Sequence, "subject", ev.Subject, "err", err)
+	return false
 }
 
 // deadLetter copies the event to the dead-letter stream with headers naming
@@ -649,11 +667,13 @@ func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, c
 	if _, err := p.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(p.cfg.DeadLetterStream)); err != nil {
 		p.failed.Add(1)
 		p.log.Error("dead-letter publish failed, will retry the event", "seq", ev.Sequence, "dead_letter_stream", p.cfg.DeadLetterStream, "err", err)
-		m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1])
+		p.settled("nak", ev, m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
 		return
 	}
-	if err := m.TermWithReason("dead-lettered to " + p.cfg.DeadLetterStream); err != nil {
-		p.log.Warn("term", "seq", ev.Sequence, "err", err)
+	// If the term is lost the event comes back and is dead-lettered again:
+	// the copy is deduplicated by its Nats-Msg-Id, and counted then.
+	if !p.settled("term", ev, m.TermWithReason("dead-lettered to "+p.cfg.DeadLetterStream)) {
+		return
 	}
 	p.deadLettered.Add(1)
 	if poison {
