@@ -53,24 +53,26 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Stats are the processor's counters since it started.
+// Stats are the processor's counters since it started. Its JSON is what
+// an HTTP API serves as is.
 type Stats struct {
-	Processed    uint64 // events applied and acked
-	Failed       uint64 // handler failures that will be retried
-	DeadLettered uint64 // events moved to the dead-letter stream
-	Poison       uint64 // of which poison (dead-lettered at once)
-	Duplicates   uint64 // events acked without effect: already applied
+	Running      bool   `json:"running"`
+	Processed    uint64 `json:"processed"`     // events applied and acked
+	Failed       uint64 `json:"failed"`        // handler failures that will be retried
+	DeadLettered uint64 `json:"dead_lettered"` // events moved to the dead-letter stream
+	Poison       uint64 `json:"poison"`        // of which poison (dead-lettered at once)
+	Duplicates   uint64 `json:"duplicates"`    // events acked without effect: already applied
 	// LastAppliedSeq is the highest stream sequence this processor applied.
-	LastAppliedSeq uint64
-	// AckFloor is the consumer's ack floor as last seen.
-	AckFloor uint64
-	Running  bool
+	LastAppliedSeq uint64 `json:"last_applied_seq"`
 	// AckErrors counts acks, naks and terms that could not be sent (the
 	// connection closed or failed): the event stays unacked and is
 	// redelivered after ack_wait, and is not counted as processed,
 	// duplicate or dead-lettered. Acks are not confirmed by the server, so
 	// one lost on the way is not counted.
-	AckErrors uint64
+	AckErrors uint64 `json:"ack_errors"`
+	// AckFloor is the consumer's ack floor as last seen (LagInfo.AckFloor
+	// serves the fresh one).
+	AckFloor uint64 `json:"-"`
 }
 
 // Headers on a dead letter.
