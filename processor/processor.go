@@ -314,6 +314,8 @@ loop:
 			break loop
 		case <-check.C:
 			if err, ok := consumeErr.Load().(error); ok {
+				// Nothing can be acked any more: stop the handlers too.
+				cancelHandlers()
 				cc.Stop()
 				close(quit)
 				closeParts()

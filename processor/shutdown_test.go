@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -147,5 +148,45 @@ func TestRunStopsWithAFullPartition(t *testing.T) {
 	}
 	if st := p.Stats(); st.Failed != 0 || st.DeadLettered != 0 || st.Processed != 0 {
 		t.Errorf("stats %+v, want nothing failed, dead-lettered or processed", st)
+	}
+}
+
+// When the durable is deleted under it, Run returns its error promptly,
+// having canceled and waited for a handler that was at work.
+func TestRunReturnsWhenTheConsumerIsDeleted(t *testing.T) {
+	e := newEnv(t)
+	e.publish(t, []*nats.Msg{event("orders.created", "o-1", "", "")})
+	var started, returned atomic.Int64
+	h := processor.HandlerFunc(func(ctx context.Context, ev processor.Event) error {
+		started.Add(1)
+		defer returned.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	p, err := processor.New(embeddedtest.JetStream(t, e.srv), e.processorConfig(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Run(context.Background()) }()
+	waitFor(t, 10*time.Second, func() error {
+		if started.Load() != 1 {
+			return fmt.Errorf("handler not called yet")
+		}
+		return nil
+	})
+	if err := e.js.DeleteConsumer(context.Background(), e.cfg.Stream.Name, e.cfg.Processor.Durable); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), e.cfg.Processor.Durable) {
+			t.Errorf("Run = %v, want an error naming consumer %q", err, e.cfg.Processor.Durable)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return within 15s of the consumer's deletion")
+	}
+	if s, r := started.Load(), returned.Load(); s != r {
+		t.Errorf("after Run returned, %d of %d handler calls were still running", s-r, s)
 	}
 }
