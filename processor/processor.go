@@ -56,7 +56,7 @@ type Config struct {
 // Stats are the processor's counters since it started. Its JSON is what
 // an HTTP API serves as is.
 type Stats struct {
-	Running      bool   `json:"running"`
+	Running      bool   `json:"running"`       // Run is consuming
 	Processed    uint64 `json:"processed"`     // events applied and acked
 	Failed       uint64 `json:"failed"`        // handler failures that will be retried
 	DeadLettered uint64 `json:"dead_lettered"` // events moved to the dead-letter stream
