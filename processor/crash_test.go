@@ -60,8 +60,15 @@ func childProcessor(url string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	fmt.Println("child running")
-	if err := p.Run(context.Background()); err != nil {
+	done := make(chan error, 1)
+	go func() { done <- p.Run(context.Background()) }()
+	select {
+	case <-p.Ready():
+		fmt.Println("child running") // the parent kills it from now on
+		err = <-done
+	case err = <-done:
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

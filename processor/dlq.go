@@ -40,8 +40,9 @@ func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
 }
 
 // ListDeadLetters returns up to limit dead letters from stream with a
-// sequence at or after from (1 for the start), and the sequence to pass as
-// from for the next page (0 when there is none).
+// sequence at or after from (1 for the start), oldest first, and the
+// sequence to pass as from for the next page (0 when there is none). With
+// none to list it returns an empty, non-nil slice.
 func ListDeadLetters(ctx context.Context, js jetstream.JetStream, stream string, from uint64, limit int) ([]DeadLetter, uint64, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -57,24 +58,85 @@ func ListDeadLetters(ctx context.Context, js jetstream.JetStream, stream string,
 	if limit <= 0 {
 		limit = 100
 	}
-	var out []DeadLetter
-	seq := from
-	for len(out) < limit && info.State.Msgs > 0 && seq <= info.State.LastSeq {
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(">"))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		}
-		if err != nil {
-			return out, 0, fmt.Errorf("dead letters %q: seq %d: %w", stream, seq, err)
-		}
-		out = append(out, deadLetterFrom(m))
-		seq = m.Sequence + 1
+	if info.State.Msgs == 0 {
+		return []DeadLetter{}, 0, nil
+	}
+	out, seq, err := scanDeadLetters(ctx, s, stream, from, info.State.LastSeq, limit)
+	if err != nil {
+		return out, 0, err
 	}
 	next := uint64(0)
 	if len(out) == limit && seq <= info.State.LastSeq {
 		next = seq
 	}
 	return out, next, nil
+}
+
+// LatestDeadLetters returns up to n of the most recent dead letters in
+// stream, oldest first (n <= 0 means 100). With none it returns an empty,
+// non-nil slice. Dead letters removed by Replay leave gaps in the stream's
+// sequences; the n returned are still the n most recent that remain.
+func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream string, n int) ([]DeadLetter, error) {
+	if n <= 0 {
+		n = 100
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("dead letters %q: %w", stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dead letters %q: %w", stream, err)
+	}
+	st := info.State
+	out := []DeadLetter{}
+	if st.Msgs == 0 {
+		return out, nil
+	}
+	want := int(min(uint64(n), st.Msgs))
+	// Read windows back from the end until they hold want, each twice as
+	// wide as the last: a long run of removed ones costs few reads.
+	to, width := st.LastSeq, uint64(want)
+	for len(out) < want {
+		from := st.FirstSeq
+		if to-st.FirstSeq >= width {
+			from = to - width + 1
+		}
+		page, _, err := scanDeadLetters(ctx, s, stream, from, to, 0)
+		if err != nil {
+			return nil, err
+		}
+		out = append(page, out...)
+		if from == st.FirstSeq {
+			break
+		}
+		to, width = from-1, 2*width
+	}
+	return out[max(len(out)-want, 0):], nil
+}
+
+// scanDeadLetters reads the dead letters with a sequence in [from, to],
+// oldest first, up to limit (0: all), and returns them and the sequence
+// after the last one read.
+func scanDeadLetters(ctx context.Context, s jetstream.Stream, stream string, from, to uint64, limit int) ([]DeadLetter, uint64, error) {
+	out := []DeadLetter{}
+	seq := from
+	for (limit <= 0 || len(out) < limit) && seq <= to {
+		// The first message at or after seq: removed ones are skipped.
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(">"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return out, seq, fmt.Errorf("dead letters %q: seq %d: %w", stream, seq, err)
+		}
+		if m.Sequence > to {
+			break
+		}
+		out = append(out, deadLetterFrom(m))
+		seq = m.Sequence + 1
+	}
+	return out, seq, nil
 }
 
 // GetDeadLetter returns one dead letter.

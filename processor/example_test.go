@@ -69,6 +69,11 @@ func ExampleNew() {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- p.Run(runCtx) }()
+	select {
+	case <-p.Ready(): // consuming
+	case err := <-done:
+		log.Fatal(err) // the consumer does not exist, ...
+	}
 
 	js.Publish(ctx, "orders.created", []byte(`{"order_id":"A"}`))
 	js.Publish(ctx, "orders.cancelled", []byte(`{"order_id":"A"}`))

@@ -85,12 +85,15 @@ func (e *env) start(t testing.TB, h processor.Handler) (*processor.Processor, fu
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	waitFor(t, 5*time.Second, func() error {
-		if !p.Running() {
-			return fmt.Errorf("processor not running")
-		}
-		return nil
-	})
+	select {
+	case <-p.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("processor Run returned before it was ready: %v", err)
+	case <-time.After(5 * time.Second):
+		cancel()
+		t.Fatalf("processor not ready within 5s")
+	}
 	stopped := false
 	stop := func() {
 		if stopped {

@@ -44,25 +44,35 @@ type Config struct {
 	// BatchSize caps the events taken in one round. Default: the consumer's
 	// max_ack_pending.
 	BatchSize int
-	// DrainTimeout bounds the shutdown drain: events fetched but not handled
-	// by then stay unacked and are redelivered. Default 10s.
+	// DrainTimeout bounds the shutdown drain: at the deadline the handlers'
+	// context is canceled, and events fetched but not handled by then stay
+	// unacked and are redelivered (one whose handler was cut short is
+	// nak'ed). Default 10s.
 	DrainTimeout time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
 
-// Stats are the processor's counters since it started.
+// Stats are the processor's counters since it started. Its JSON is what
+// an HTTP API serves as is.
 type Stats struct {
-	Processed    uint64 // events applied and acked
-	Failed       uint64 // handler failures that will be retried
-	DeadLettered uint64 // events moved to the dead-letter stream
-	Poison       uint64 // of which poison (dead-lettered at once)
-	Duplicates   uint64 // events acked without effect: already applied
+	Running      bool   `json:"running"`       // Run is consuming
+	Processed    uint64 `json:"processed"`     // events applied and acked
+	Failed       uint64 `json:"failed"`        // handler failures that will be retried
+	DeadLettered uint64 `json:"dead_lettered"` // events moved to the dead-letter stream
+	Poison       uint64 `json:"poison"`        // of which poison (dead-lettered at once)
+	Duplicates   uint64 `json:"duplicates"`    // events acked without effect: already applied
 	// LastAppliedSeq is the highest stream sequence this processor applied.
-	LastAppliedSeq uint64
-	// AckFloor is the consumer's ack floor as last seen.
-	AckFloor uint64
-	Running  bool
+	LastAppliedSeq uint64 `json:"last_applied_seq"`
+	// AckErrors counts acks, naks and terms that could not be sent (the
+	// connection closed or failed): the event stays unacked and is
+	// redelivered after ack_wait, and is not counted as processed,
+	// duplicate or dead-lettered. Acks are not confirmed by the server, so
+	// one lost on the way is not counted.
+	AckErrors uint64 `json:"ack_errors"`
+	// AckFloor is the consumer's ack floor as last seen (LagInfo.AckFloor
+	// serves the fresh one).
+	AckFloor uint64 `json:"-"`
 }
 
 // Headers on a dead letter.
@@ -88,8 +98,11 @@ type Processor struct {
 	log *slog.Logger
 
 	processed, failed, deadLettered, poison, duplicates atomic.Uint64
-	lastApplied, ackFloor                               atomic.Uint64
+	ackErrors, lastApplied, ackFloor                    atomic.Uint64
 	running                                             atomic.Bool
+
+	ready     chan struct{} // closed once Run consumes
+	readyOnce sync.Once
 }
 
 // New checks cfg and returns a processor; Run starts it.
@@ -126,7 +139,7 @@ func New(js jetstream.JetStream, cfg Config) (*Processor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Processor{js: js, cfg: cfg, log: log}, nil
+	return &Processor{js: js, cfg: cfg, log: log, ready: make(chan struct{})}, nil
 }
 
 // Stats returns the counters.
@@ -140,15 +153,36 @@ func (p *Processor) Stats() Stats {
 		LastAppliedSeq: p.lastApplied.Load(),
 		AckFloor:       p.ackFloor.Load(),
 		Running:        p.running.Load(),
+		AckErrors:      p.ackErrors.Load(),
 	}
 }
 
 // Running reports whether Run is consuming.
 func (p *Processor) Running() bool { return p.running.Load() }
 
+// Ready returns a channel that is closed once Run is consuming: the
+// consumer was found and its pull subscription is up. It stays closed after
+// Run returns (Running tells the current state). A Run that fails before
+// it consumes never closes it, so wait on it together with Run's result:
+//
+//	done := make(chan error, 1)
+//	go func() { done <- p.Run(ctx) }()
+//	select {
+//	case <-p.Ready():
+//	case err := <-done:
+//		return err
+//	}
+func (p *Processor) Ready() <-chan struct{} { return p.ready }
+
 // Run consumes until ctx is done, then stops fetching, finishes and acks
 // the events it holds (within DrainTimeout), and returns nil. It returns an
 // error only if it cannot start or the consumer goes away.
+//
+// Run returns only once every goroutine it started has finished: no
+// handler runs and no event is settled after it returns. At the drain
+// deadline it cancels the handlers' context, stops consuming and waits for
+// the handler calls under way to return, so a handler that ignores its
+// context delays Run's return.
 //
 // Events are routed by order id to partitions, each applying its own
 // batches in turn: an order always lands in the same partition, so its
@@ -209,58 +243,84 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	p.running.Store(true)
 	defer p.running.Store(false)
+	p.readyOnce.Do(func() { close(p.ready) })
 	p.log.Info("processor running", "stream", p.cfg.Stream, "consumer", p.cfg.Durable, "max_deliver", p.cfg.MaxDeliver,
 		"batch", batch, "partitions", partitions)
 
-	// Keep the ack floor fresh: handlers use it to prune idempotency records.
+	// Every goroutine Run starts is waited for before it returns: the
+	// floor watcher (last, by this defer), the partitions and the drain.
 	floorCtx, stopFloor := context.WithCancel(context.Background())
-	defer stopFloor()
-	go p.watchFloor(floorCtx, cons)
+	var floorDone sync.WaitGroup
+	floorDone.Go(func() { p.watchFloor(floorCtx, cons) }) // keeps the ack floor fresh: handlers prune by it
+	defer func() {
+		stopFloor()
+		floorDone.Wait()
+	}()
 
 	// Handlers run on a context that outlives ctx by the drain: in-flight
 	// work finishes instead of failing half-way.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 
+	var skipped atomic.Int64 // left unhandled at the drain deadline
 	parts := make([]chan item, partitions)
 	var wg sync.WaitGroup
 	for i := range parts {
 		parts[i] = make(chan item, batch)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.partition(hctx, parts[i], batch)
-		}()
+		wg.Go(func() { p.partition(hctx, parts[i], batch, &skipped) })
 	}
-	route := func(m jetstream.Msg) {
-		it := p.toItem(m)
-		// Poison events have no order id: they share one partition and
-		// reach the dead-letter stream in stream order.
+	// send routes it to its partition unless stop closes first. Poison
+	// events have no order id: they share one partition and reach the
+	// dead-letter stream in stream order.
+	send := func(it item, stop <-chan struct{}) bool {
 		h := fnv.New32a()
 		h.Write([]byte(it.ev.OrderID))
-		parts[h.Sum32()%uint32(partitions)] <- it
+		select {
+		case parts[h.Sum32()%uint32(partitions)] <- it:
+			return true
+		case <-stop:
+			return false
+		}
 	}
 	closeParts := func() {
 		for _, c := range parts {
 			close(c)
 		}
 	}
+	// waitClosed waits until no consume callback of ours runs. Closed
+	// follows promptly once the subscription ends (at once when the
+	// connection is closed); the bound only guards against a client that
+	// never reports it.
+	waitClosed := func() {
+		select {
+		case <-cc.Closed():
+		case <-time.After(5 * time.Second):
+			p.log.Warn("consume did not report closed within 5s", "consumer", p.cfg.Durable)
+		}
+	}
 
 	check := time.NewTicker(time.Second)
 	defer check.Stop()
+	var held []item // taken from msgs when ctx ended while its partition was full
 loop:
 	for {
 		select {
 		case m := <-msgs:
-			route(m)
+			if it := p.toItem(m); !send(it, ctx.Done()) {
+				held = append(held, it)
+				break loop
+			}
 		case <-ctx.Done():
 			break loop
 		case <-check.C:
 			if err, ok := consumeErr.Load().(error); ok {
+				// Nothing can be acked any more: stop the handlers too.
+				cancelHandlers()
 				cc.Stop()
 				close(quit)
 				closeParts()
 				wg.Wait()
+				waitClosed()
 				return fmt.Errorf("processor: consumer %q: %w", p.cfg.Durable, err)
 			}
 		}
@@ -269,43 +329,69 @@ loop:
 	// Drain: stop pulling, hand out what was already delivered to us.
 	p.log.Info("processor draining")
 	cc.Drain()
-	deadline := time.NewTimer(p.cfg.DrainTimeout)
-	defer deadline.Stop()
-	finished := make(chan struct{})
+	stopRouting := make(chan struct{}) // closed at the drain deadline
+	finished := make(chan struct{})    // closed once every partition returned
 	go func() {
 		defer close(finished)
+		defer func() {
+			closeParts()
+			wg.Wait()
+		}()
+		route := func(it item) bool {
+			if !send(it, stopRouting) {
+				skipped.Add(1)
+				return false
+			}
+			return true
+		}
+		for _, it := range held {
+			if !route(it) {
+				return
+			}
+		}
+		closed := cc.Closed() // closed after the last callback returned
 		for {
 			select {
 			case m := <-msgs:
-				route(m)
+				if !route(p.toItem(m)) {
+					return
+				}
 				continue
-			case <-cc.Closed():
+			case <-stopRouting:
+				return
+			case <-closed:
 			}
-			// Closed after the last callback returned: take any last ones.
+			// Take any last ones.
 			for {
 				select {
 				case m := <-msgs:
-					route(m)
-					continue
+					if !route(p.toItem(m)) {
+						return
+					}
 				default:
+					return
 				}
-				break
 			}
-			closeParts()
-			wg.Wait()
-			return
 		}
 	}()
+	deadline := time.NewTimer(p.cfg.DrainTimeout)
+	defer deadline.Stop()
 	select {
 	case <-finished:
 		close(quit)
-		p.log.Info("processor stopped", "processed", p.processed.Load())
 	case <-deadline.C:
+		// Cancel the handlers, stop consuming, then wait for every handler
+		// call to return and be settled: nothing runs after Run returns.
+		p.log.Warn("processor drain timed out: canceling handlers; unhandled events stay unacked and are redelivered",
+			"drain_timeout", p.cfg.DrainTimeout.String())
 		cancelHandlers()
-		close(quit)
+		close(stopRouting)
+		close(quit) // releases a callback blocked on a full msgs
 		cc.Stop()
-		p.log.Warn("processor drain timed out: unhandled events stay unacked and are redelivered", "left", len(msgs))
+		<-finished
 	}
+	waitClosed()
+	p.log.Info("processor stopped", "processed", p.processed.Load(), "unhandled", len(msgs)+int(skipped.Load()))
 	return nil
 }
 
@@ -357,8 +443,15 @@ func (p *Processor) toItem(m jetstream.Msg) item {
 
 // partition applies the items routed to it, a batch at a time: whatever
 // has arrived, up to size.
-func (p *Processor) partition(ctx context.Context, in <-chan item, size int) {
+//
+// Once ctx is canceled (the drain deadline) it handles nothing more: it
+// empties in, counting the items in skipped, and leaves them unacked.
+func (p *Processor) partition(ctx context.Context, in <-chan item, size int, skipped *atomic.Int64) {
 	for first := range in {
+		if ctx.Err() != nil {
+			skipped.Add(1)
+			continue
+		}
 		b := []item{first}
 	fill:
 		for len(b) < size {
@@ -372,19 +465,22 @@ func (p *Processor) partition(ctx context.Context, in <-chan item, size int) {
 				break fill
 			}
 		}
-		p.handleBatch(ctx, b)
+		skipped.Add(int64(p.handleBatch(ctx, b)))
 	}
 }
 
 // handleBatch handles one batch of one partition: poison events are
 // dead-lettered, the rest grouped by order, each order's events in stream
-// order.
-func (p *Processor) handleBatch(ctx context.Context, batch []item) {
+// order. It returns how many it left unhandled because ctx was canceled.
+func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled int) {
 	groups := make(map[string][]item)
 	var order []string
 	for _, it := range batch {
 		switch {
 		case it.skip:
+			continue
+		case ctx.Err() != nil:
+			unhandled++
 			continue
 		case it.poison != nil:
 			p.deadLetter(ctx, it.msg, it.ev, it.poison)
@@ -406,17 +502,21 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) {
 				batchOrders[k] = append(batchOrders[k], it.ev)
 			}
 		}
+		if len(order) == 0 {
+			return unhandled
+		}
 		results := safeBatch(ctx, bh, batchOrders)
 		for k, id := range order {
 			for j, it := range groups[id] {
 				p.settle(ctx, it, results[k][j])
 			}
 		}
-		return
+		return unhandled
 	}
 	for _, id := range order {
-		p.handleOrder(ctx, id, groups[id])
+		unhandled += p.handleOrder(ctx, id, groups[id])
 	}
+	return unhandled
 }
 
 // exhausted settles an event delivered more than MaxDeliver times without
@@ -429,12 +529,13 @@ func (p *Processor) exhausted(ctx context.Context, it item) {
 		if err != nil {
 			p.failed.Add(1)
 			p.log.Warn("cannot tell whether an exhausted event was applied, will retry", "seq", it.ev.Sequence, "err", err)
-			it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1])
+			p.settled("nak", it.ev, it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
 			return
 		}
 		if applied {
-			it.msg.Ack()
-			p.duplicates.Add(1)
+			if p.settled("ack", it.ev, it.msg.Ack()) {
+				p.duplicates.Add(1)
+			}
 			return
 		}
 	}
@@ -442,10 +543,16 @@ func (p *Processor) exhausted(ctx context.Context, it item) {
 		it.ev.Delivered, p.cfg.MaxDeliver))
 }
 
-func (p *Processor) handleOrder(ctx context.Context, id string, items []item) {
-	for _, it := range items {
+// handleOrder handles one order's events in turn; once ctx is canceled it
+// leaves the rest unhandled and returns how many.
+func (p *Processor) handleOrder(ctx context.Context, id string, items []item) (unhandled int) {
+	for i, it := range items {
+		if ctx.Err() != nil {
+			return len(items) - i
+		}
 		p.settle(ctx, it, safeHandle(ctx, p.cfg.Handler, it.ev))
 	}
+	return 0
 }
 
 // safeHandle turns a handler panic into an error: one bad event must not
@@ -488,8 +595,7 @@ func (p *Processor) settle(ctx context.Context, it item, err error) {
 	m, ev := it.msg, it.ev
 	switch {
 	case err == nil:
-		if aerr := m.Ack(); aerr != nil {
-			p.log.Warn("ack", "seq", ev.Sequence, "err", aerr)
+		if !p.settled("ack", ev, m.Ack()) {
 			return
 		}
 		p.processed.Add(1)
@@ -500,8 +606,14 @@ func (p *Processor) settle(ctx context.Context, it item, err error) {
 			}
 		}
 	case errors.Is(err, ErrDuplicate):
-		m.Ack()
-		p.duplicates.Add(1)
+		if p.settled("ack", ev, m.Ack()) {
+			p.duplicates.Add(1)
+		}
+	case ctx.Err() != nil:
+		// The drain deadline canceled the handler: not the event's fault,
+		// so no failure and no dead letter; redelivered at once.
+		p.log.Warn("event cut short by the drain timeout, will be redelivered", "seq", ev.Sequence, "err", err)
+		p.settled("nak", ev, m.Nak())
 	case errors.Is(err, ErrPoison):
 		p.deadLetter(ctx, m, ev, err)
 	case ev.Delivered >= uint64(p.cfg.MaxDeliver):
@@ -512,8 +624,20 @@ func (p *Processor) settle(ctx context.Context, it item, err error) {
 		delay := p.cfg.Backoff[max(i, 0)]
 		p.log.Warn("event failed, will retry", "seq", ev.Sequence, "subject", ev.Subject, "order_id", ev.OrderID,
 			"delivery", ev.Delivered, "retry_in", delay.String(), "err", err)
-		m.NakWithDelay(delay)
+		p.settled("nak", ev, m.NakWithDelay(delay))
 	}
+}
+
+// settled reports whether an ack, nak or term (op) of ev was sent. A
+// failure is logged and counted in AckErrors: the event stays unacked and
+// the server redelivers it after ack_wait.
+func (p *Processor) settled(op string, ev Event, err error) bool {
+	if err == nil {
+		return true
+	}
+	p.ackErrors.Add(1)
+	p.log.Warn(op+" failed, the event will be redelivered after ack_wait", "seq", ev.Sequence, "subject", ev.Subject, "err", err)
+	return false
 }
 
 // deadLetter copies the event to the dead-letter stream with headers naming
@@ -547,11 +671,13 @@ func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, c
 	if _, err := p.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(p.cfg.DeadLetterStream)); err != nil {
 		p.failed.Add(1)
 		p.log.Error("dead-letter publish failed, will retry the event", "seq", ev.Sequence, "dead_letter_stream", p.cfg.DeadLetterStream, "err", err)
-		m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1])
+		p.settled("nak", ev, m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
 		return
 	}
-	if err := m.TermWithReason("dead-lettered to " + p.cfg.DeadLetterStream); err != nil {
-		p.log.Warn("term", "seq", ev.Sequence, "err", err)
+	// If the term is lost the event comes back and is dead-lettered again:
+	// the copy is deduplicated by its Nats-Msg-Id, and counted then.
+	if !p.settled("term", ev, m.TermWithReason("dead-lettered to "+p.cfg.DeadLetterStream)) {
+		return
 	}
 	p.deadLettered.Add(1)
 	if poison {

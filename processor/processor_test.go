@@ -321,28 +321,6 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-func TestOrderApplyIsOrderIndependent(t *testing.T) {
-	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	evs := []processor.Event{
-		{OrderID: "a", Type: "created", Sequence: 3, Time: base},
-		{OrderID: "a", Type: "paid", Sequence: 9, Time: base.Add(time.Minute)},
-		{OrderID: "a", Type: "shipped", Status: "in-transit", Sequence: 20, Time: base.Add(2 * time.Minute)},
-	}
-	var want processor.Order
-	for _, ev := range evs {
-		want.Apply(ev)
-	}
-	for _, perm := range [][]int{{2, 0, 1}, {1, 2, 0}, {2, 1, 0, 2, 1}} {
-		var o processor.Order
-		for _, i := range perm {
-			o.Apply(evs[i])
-		}
-		if o.Status != "in-transit" || o.LastEvent != "shipped" || o.Events != 3 || o.FirstSeq != 3 || o.LastSeq != 20 || !o.FirstEventAt.Equal(base) {
-			t.Errorf("order %v: %+v, want %+v", perm, o, want)
-		}
-	}
-}
-
 func contains(s, sub string) bool {
 	return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0)
 }
@@ -402,5 +380,40 @@ func TestExhaustedDeliveriesAreDeadLettered(t *testing.T) {
 	}
 	if st := p.Stats(); st.DeadLettered != 1 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// Ready is closed once Run consumes, and never by a Run that cannot start.
+func TestReady(t *testing.T) {
+	e := newEnv(t)
+	nop := processor.HandlerFunc(func(ctx context.Context, ev processor.Event) error { return nil })
+
+	pc := e.processorConfig(nop)
+	pc.Durable = "no-such-durable"
+	bad, err := processor.New(e.js, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Run(context.Background()); err == nil {
+		t.Fatal("Run on a missing durable returned nil")
+	}
+	select {
+	case <-bad.Ready():
+		t.Error("Ready closed by a Run that never consumed")
+	default:
+	}
+
+	p, stop := e.start(t, nop) // returns once Ready is closed
+	if !p.Running() {
+		t.Error("Running() = false after Ready")
+	}
+	stop()
+	if p.Running() {
+		t.Error("Running() = true after Run returned")
+	}
+	select {
+	case <-p.Ready():
+	default:
+		t.Error("Ready not closed after Run returned")
 	}
 }

@@ -15,8 +15,7 @@ import (
 	"github.com/nats-io/nuid"
 )
 
-// Order is one order's projected state: the value stored under the order id
-// in the projection bucket.
+// Order is one order's projected state, as [Projection.Get] returns it.
 type Order struct {
 	OrderID string `json:"order_id"`
 	// Status is the status of the latest event (by stream sequence): its
@@ -36,7 +35,15 @@ type Order struct {
 	LastEventAt  time.Time `json:"last_event_at"`
 	// UpdatedAt is when this record was last written.
 	UpdatedAt time.Time `json:"updated_at"`
+}
 
+// record is the value stored under the order id in the projection bucket:
+// the order's state and the idempotency bookkeeping, which is not part of
+// the order. Its JSON is the Order's fields followed by "applied" and
+// "applied_floor", the shape the bucket has always held (Order must not
+// get a MarshalJSON of its own: it would replace record's).
+type record struct {
+	Order
 	// Applied lists the sequences applied above AppliedFloor; every event of
 	// this order at or below AppliedFloor was applied or dead-lettered. Together
 	// they make applying idempotent under any redelivery or reordering.
@@ -44,19 +51,20 @@ type Order struct {
 	AppliedFloor uint64   `json:"applied_floor,omitempty"`
 }
 
-// HasApplied reports whether the event with sequence seq is in the record.
-func (o *Order) HasApplied(seq uint64) bool {
-	return seq <= o.AppliedFloor || slices.Contains(o.Applied, seq)
+// hasApplied reports whether the event with sequence seq is in the record.
+func (r *record) hasApplied(seq uint64) bool {
+	return seq <= r.AppliedFloor || slices.Contains(r.Applied, seq)
 }
 
-// Apply folds ev into o. The result depends only on the set of applied
+// apply folds ev into r. The result depends only on the set of applied
 // events, not on the order they arrive in: the latest event by sequence
 // sets Status and LastEvent, the earliest sets FirstEventAt. It returns
 // false, changing nothing, if ev was applied before.
-func (o *Order) Apply(ev Event) bool {
-	if o.HasApplied(ev.Sequence) {
+func (r *record) apply(ev Event) bool {
+	if r.hasApplied(ev.Sequence) {
 		return false
 	}
+	o := &r.Order
 	if o.OrderID == "" {
 		o.OrderID = ev.OrderID
 	}
@@ -74,22 +82,22 @@ func (o *Order) Apply(ev Event) bool {
 		o.FirstEventAt = ev.Time.UTC()
 	}
 	o.Events++
-	i, _ := slices.BinarySearch(o.Applied, ev.Sequence)
-	o.Applied = slices.Insert(o.Applied, i, ev.Sequence)
+	i, _ := slices.BinarySearch(r.Applied, ev.Sequence)
+	r.Applied = slices.Insert(r.Applied, i, ev.Sequence)
 	return true
 }
 
 // prune forgets applied sequences at or below floor: the consumer will not
 // deliver them again.
-func (o *Order) prune(floor uint64) {
-	if floor <= o.AppliedFloor {
+func (r *record) prune(floor uint64) {
+	if floor <= r.AppliedFloor {
 		return
 	}
-	o.AppliedFloor = floor
-	i, _ := slices.BinarySearch(o.Applied, floor+1)
-	o.Applied = slices.Delete(o.Applied, 0, i)
-	if len(o.Applied) == 0 {
-		o.Applied = nil
+	r.AppliedFloor = floor
+	i, _ := slices.BinarySearch(r.Applied, floor+1)
+	r.Applied = slices.Delete(r.Applied, 0, i)
+	if len(r.Applied) == 0 {
+		r.Applied = nil
 	}
 }
 
@@ -122,8 +130,8 @@ type Projection struct {
 }
 
 type cached struct {
-	order Order
-	rev   uint64
+	rec record
+	rev uint64
 }
 
 const (
@@ -142,20 +150,20 @@ func (p *Projection) Get(ctx context.Context, orderID string) (Order, error) {
 	if err != nil {
 		return Order{}, err
 	}
-	var o Order
-	if err := json.Unmarshal(e.Value(), &o); err != nil {
+	var r record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return Order{}, fmt.Errorf("projection %q: %w", orderID, err)
 	}
-	return o, nil
+	return r.Order, nil
 }
 
 // Applied reports whether ev is in its order's record, reading the bucket.
 func (p *Projection) Applied(ctx context.Context, ev Event) (bool, error) {
-	o, _, err := p.load(ctx, ev.OrderID)
+	r, _, err := p.load(ctx, ev.OrderID)
 	if err != nil {
 		return false, err
 	}
-	return o.HasApplied(ev.Sequence), nil
+	return r.hasApplied(ev.Sequence), nil
 }
 
 // Handle applies one event.
@@ -183,7 +191,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 	type write struct {
 		i    int
 		id   string
-		next Order
+		next record
 		msg  *nats.Msg
 		fut  jetstream.PubAckFuture
 	}
@@ -201,13 +209,13 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 				fill(errs, st.err)
 				continue
 			}
-			next := st.order
-			next.Applied = slices.Clone(st.order.Applied)
+			next := st.rec
+			next.Applied = slices.Clone(st.rec.Applied)
 			changed := false
 			var floor uint64
 			for j, ev := range evs {
 				floor = max(floor, ev.AckFloor)
-				if next.Apply(ev) {
+				if next.apply(ev) {
 					changed, errs[j] = true, nil
 				} else {
 					errs[j] = ErrDuplicate
@@ -378,9 +386,9 @@ func isWrongLastSequence(err error) bool {
 }
 
 type loaded struct {
-	order Order
-	rev   uint64
-	err   error
+	rec record
+	rev uint64
+	err error
 }
 
 // loadMany returns each order's last known state: from the cache, else
@@ -391,7 +399,7 @@ func (p *Projection) loadMany(ctx context.Context, ids []string) []loaded {
 	p.mu.Lock()
 	for k, id := range ids {
 		if c, ok := p.cache[id]; ok {
-			out[k] = loaded{order: c.order, rev: c.rev}
+			out[k] = loaded{rec: c.rec, rev: c.rev}
 		} else {
 			misses = append(misses, k)
 		}
@@ -407,8 +415,8 @@ func (p *Projection) loadMany(ctx context.Context, ids []string) []loaded {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			o, rev, err := p.load(ctx, ids[k])
-			out[k] = loaded{o, rev, err}
+			r, rev, err := p.load(ctx, ids[k])
+			out[k] = loaded{r, rev, err}
 		}()
 	}
 	wg.Wait()
@@ -422,24 +430,24 @@ func fill(errs []error, err error) []error {
 	return errs
 }
 
-// load reads one order from the bucket; not found is the zero Order at
-// revision 0 (a write then expects no previous value).
-func (p *Projection) load(ctx context.Context, id string) (Order, uint64, error) {
+// load reads one order's record from the bucket; not found is the zero
+// record at revision 0 (a write then expects no previous value).
+func (p *Projection) load(ctx context.Context, id string) (record, uint64, error) {
 	e, err := p.kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Order{}, 0, nil
+		return record{}, 0, nil
 	}
 	if err != nil {
-		return Order{}, 0, fmt.Errorf("projection %q: %w", id, err)
+		return record{}, 0, fmt.Errorf("projection %q: %w", id, err)
 	}
-	var o Order
-	if err := json.Unmarshal(e.Value(), &o); err != nil {
-		return Order{}, 0, fmt.Errorf("projection %q: stored value is not an order: %w", id, err)
+	var r record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return record{}, 0, fmt.Errorf("projection %q: stored value is not an order: %w", id, err)
 	}
-	return o, e.Revision(), nil
+	return r, e.Revision(), nil
 }
 
-func (p *Projection) store(id string, o Order, rev uint64) {
+func (p *Projection) store(id string, r record, rev uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.cache) >= cacheMax {
@@ -452,7 +460,7 @@ func (p *Projection) store(id string, o Order, rev uint64) {
 			}
 		}
 	}
-	p.cache[id] = cached{o, rev}
+	p.cache[id] = cached{r, rev}
 }
 
 func (p *Projection) forget(id string) {

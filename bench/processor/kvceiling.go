@@ -53,8 +53,13 @@ func kvCeiling(ctx context.Context, e *env, writes, keys, workers, batch int) (k
 	}
 	now := time.Now().UTC()
 	value := func(key string, n int) []byte {
-		b, _ := json.Marshal(processor.Order{OrderID: key, Status: "shipped", LastEvent: "shipped", LastSeq: uint64(n + 1000), FirstSeq: 1,
-			Events: n + 1, FirstEventAt: now, LastEventAt: now, UpdatedAt: now, Applied: []uint64{uint64(n + 1000)}, AppliedFloor: uint64(n + 900)})
+		// The projection's stored shape: the order and its bookkeeping.
+		b, _ := json.Marshal(struct {
+			processor.Order
+			Applied      []uint64 `json:"applied,omitempty"`
+			AppliedFloor uint64   `json:"applied_floor,omitempty"`
+		}{processor.Order{OrderID: key, Status: "shipped", LastEvent: "shipped", LastSeq: uint64(n + 1000), FirstSeq: 1,
+			Events: n + 1, FirstEventAt: now, LastEventAt: now, UpdatedAt: now}, []uint64{uint64(n + 1000)}, uint64(n + 900)})
 		return b
 	}
 

@@ -80,8 +80,6 @@ func (a ordersAdapter) Order(ctx context.Context, id string) (any, error) {
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, admin.ErrNotFound
 	}
-	// The idempotency bookkeeping is not part of the API.
-	o.Applied, o.AppliedFloor = nil, 0
 	return o, err
 }
 

@@ -1,0 +1,110 @@
+package processor_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/orderstore/orderstore/processor"
+)
+
+// LatestDeadLetters returns the n most recent dead letters that remain,
+// oldest first, also when replays removed some of the latest ones.
+func TestLatestDeadLetters(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	dlq := e.cfg.Processor.DeadLetterStream
+	seqs := func(dls []processor.DeadLetter) []uint64 {
+		out := []uint64{}
+		for _, d := range dls {
+			out = append(out, d.Sequence)
+		}
+		return out
+	}
+
+	// None yet: empty, non-nil slices (served as [] rather than null).
+	latest, err := processor.LatestDeadLetters(ctx, e.js, dlq, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _, err := processor.ListDeadLetters(ctx, e.js, dlq, 1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string][]processor.DeadLetter{"LatestDeadLetters": latest, "ListDeadLetters": list} {
+		if b, _ := json.Marshal(got); got == nil || string(b) != "[]" {
+			t.Errorf("%s on an empty stream = %#v (JSON %s), want an empty non-nil slice", name, got, b)
+		}
+	}
+
+	// Eight dead letters, as the processor writes them.
+	prefix := e.processorConfig(nil).DeadLetterSubjectPrefix
+	var msgs []*nats.Msg
+	for i := 1; i <= 8; i++ {
+		m := nats.NewMsg(prefix + ".orders.created")
+		m.Header.Set(processor.HeaderSubject, "orders.created")
+		m.Header.Set(processor.HeaderSequence, strconv.Itoa(100+i))
+		m.Header.Set(processor.HeaderError, "poison event: no order_id")
+		m.Data = []byte(`{}`)
+		msgs = append(msgs, m)
+	}
+	e.publish(t, msgs)
+	s, err := e.js.Stream(ctx, dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name   string
+		remove []uint64 // from the dead-letter stream first, as Replay does
+		n      int
+		want   []uint64
+	}{
+		{name: "fewer than stored", n: 3, want: []uint64{6, 7, 8}},
+		{name: "all", n: 8, want: []uint64{1, 2, 3, 4, 5, 6, 7, 8}},
+		{name: "more than stored", n: 50, want: []uint64{1, 2, 3, 4, 5, 6, 7, 8}},
+		{name: "zero means the default 100", n: 0, want: []uint64{1, 2, 3, 4, 5, 6, 7, 8}},
+		{name: "one", n: 1, want: []uint64{8}},
+		{name: "latest ones replayed", remove: []uint64{5, 6, 7}, n: 3, want: []uint64{3, 4, 8}},
+		{name: "the last one replayed", remove: []uint64{8}, n: 3, want: []uint64{2, 3, 4}},
+		{name: "the first one replayed", remove: []uint64{1}, n: 10, want: []uint64{2, 3, 4}},
+		{name: "all replayed", remove: []uint64{2, 3, 4}, n: 3, want: []uint64{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, seq := range tt.remove {
+				if err := s.DeleteMsg(ctx, seq); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := processor.LatestDeadLetters(ctx, e.js, dlq, tt.n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got == nil || !slices.Equal(seqs(got), tt.want) {
+				t.Errorf("LatestDeadLetters(%d) = sequences %v (nil: %t), want %v", tt.n, seqs(got), got == nil, tt.want)
+			}
+			for _, d := range got {
+				if d.Subject != "orders.created" || d.OriginalSequence != 100+d.Sequence || d.Error == "" {
+					t.Errorf("dead letter %+v: headers not decoded", d)
+				}
+			}
+			// The same as the tail of the full list.
+			all, _, err := processor.ListDeadLetters(ctx, e.js, dlq, 1, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := tt.n
+			if n == 0 {
+				n = 100
+			}
+			if tail := seqs(all)[max(len(all)-n, 0):]; !slices.Equal(seqs(got), tail) {
+				t.Errorf("LatestDeadLetters(%d) = %v, not the tail of ListDeadLetters %v", tt.n, seqs(got), seqs(all))
+			}
+		})
+	}
+}

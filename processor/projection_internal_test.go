@@ -1,0 +1,119 @@
+package processor
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestRecordApplyIsOrderIndependent(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	evs := []Event{
+		{OrderID: "a", Type: "created", Sequence: 3, Time: base},
+		{OrderID: "a", Type: "paid", Sequence: 9, Time: base.Add(time.Minute)},
+		{OrderID: "a", Type: "shipped", Status: "in-transit", Sequence: 20, Time: base.Add(2 * time.Minute)},
+	}
+	var want record
+	for _, ev := range evs {
+		want.apply(ev)
+	}
+	for _, perm := range [][]int{{2, 0, 1}, {1, 2, 0}, {2, 1, 0, 2, 1}} {
+		var r record
+		for _, i := range perm {
+			r.apply(evs[i])
+		}
+		o := r.Order
+		if o.Status != "in-transit" || o.LastEvent != "shipped" || o.Events != 3 || o.FirstSeq != 3 || o.LastSeq != 20 || !o.FirstEventAt.Equal(base) {
+			t.Errorf("order %v: %+v, want %+v", perm, o, want.Order)
+		}
+		if !slices.Equal(r.Applied, []uint64{3, 9, 20}) {
+			t.Errorf("order %v: applied %v, want [3 9 20]", perm, r.Applied)
+		}
+	}
+}
+
+func TestRecordHasAppliedAndPrune(t *testing.T) {
+	r := record{Applied: []uint64{4, 7, 9}, AppliedFloor: 2}
+	for seq, want := range map[uint64]bool{1: true, 2: true, 3: false, 4: true, 7: true, 8: false, 9: true, 10: false} {
+		if got := r.hasApplied(seq); got != want {
+			t.Errorf("hasApplied(%d) = %t, want %t", seq, got, want)
+		}
+	}
+	if r.apply(Event{Sequence: 7}) || r.apply(Event{Sequence: 1}) {
+		t.Error("apply of an applied sequence changed the record")
+	}
+	r.prune(7)
+	if r.AppliedFloor != 7 || !slices.Equal(r.Applied, []uint64{9}) {
+		t.Errorf("after prune(7): floor %d, applied %v; want 7, [9]", r.AppliedFloor, r.Applied)
+	}
+	r.prune(3) // never lowers the floor
+	if r.AppliedFloor != 7 {
+		t.Errorf("prune(3) moved the floor to %d", r.AppliedFloor)
+	}
+	r.prune(9)
+	if r.Applied != nil || !r.hasApplied(8) {
+		t.Errorf("after prune(9): applied %v, want nil", r.Applied)
+	}
+}
+
+// The bucket's values keep the JSON they had when Order carried the
+// bookkeeping itself: a store written before reads the same, and what is
+// written now reads the same in a binary from before.
+func TestRecordJSONIsUnchanged(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
+	tests := []struct {
+		name string
+		rec  record
+		json string // as json.Marshal(Order) wrote it when Order had Applied and AppliedFloor
+	}{
+		{
+			name: "with bookkeeping",
+			rec: record{Order: Order{OrderID: "o-1", Status: "in-transit", LastEvent: "shipped", LastSeq: 9, FirstSeq: 3, Events: 3,
+				FirstEventAt: at, LastEventAt: at.Add(time.Minute), UpdatedAt: at.Add(2 * time.Minute)}, Applied: []uint64{7, 9}, AppliedFloor: 5},
+			json: `{"order_id":"o-1","status":"in-transit","last_event":"shipped","last_seq":9,"first_seq":3,"events":3,"first_event_at":"2026-03-01T12:00:00.123456789Z","last_event_at":"2026-03-01T12:01:00.123456789Z","updated_at":"2026-03-01T12:02:00.123456789Z","applied":[7,9],"applied_floor":5}`,
+		},
+		{
+			name: "pruned",
+			rec: record{Order: Order{OrderID: "o-2", Status: "created", LastEvent: "created", LastSeq: 4, FirstSeq: 4, Events: 1,
+				FirstEventAt: at, LastEventAt: at, UpdatedAt: at}},
+			json: `{"order_id":"o-2","status":"created","last_event":"created","last_seq":4,"first_seq":4,"events":1,"first_event_at":"2026-03-01T12:00:00.123456789Z","last_event_at":"2026-03-01T12:00:00.123456789Z","updated_at":"2026-03-01T12:00:00.123456789Z"}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(tt.rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tt.json {
+				t.Errorf("json.Marshal(record) =\n%s\nwant\n%s", b, tt.json)
+			}
+			var r record
+			if err := json.Unmarshal([]byte(tt.json), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.OrderID != tt.rec.OrderID || r.LastSeq != tt.rec.LastSeq || !r.UpdatedAt.Equal(tt.rec.UpdatedAt) ||
+				!slices.Equal(r.Applied, tt.rec.Applied) || r.AppliedFloor != tt.rec.AppliedFloor {
+				t.Errorf("json.Unmarshal = %+v, want %+v", r, tt.rec)
+			}
+			// The public Order carries the state only.
+			ob, err := json.Marshal(r.Order)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys map[string]any
+			if err := json.Unmarshal(ob, &keys); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"applied", "applied_floor"} {
+				if _, ok := keys[k]; ok {
+					t.Errorf("Order JSON has %q: %s", k, ob)
+				}
+			}
+			if len(keys) != 9 {
+				t.Errorf("Order JSON has %d keys, want the 9 of the projected state: %s", len(keys), ob)
+			}
+		})
+	}
+}
