@@ -12,9 +12,10 @@
 // keeps a busy admin port a fast start-up failure and makes a long stream
 // recovery visible.
 //
-// The package imports nats.go, Prometheus and the standard library only;
-// what it needs from the processor comes in through small interfaces
-// ([Processor], [DeadLetters], [Orders]) that cmd/orderstore wires.
+// The package imports nats.go, Prometheus, the processor's types and the
+// standard library; what it reads from the running parts comes in through
+// small interfaces ([Processor], [DeadLetters], [Orders]) that the root
+// package's Appliance satisfies.
 package admin
 
 import (
@@ -34,6 +35,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/orderstore/orderstore/processor"
 )
 
 // Config is what the admin server knows from the start.
@@ -81,43 +84,26 @@ type BuildInfo struct {
 	NATSServer string `json:"nats_server_version"`
 }
 
-// ProcessorStats are the processor's counters.
-type ProcessorStats struct {
-	Running        bool   `json:"running"`
-	Processed      uint64 `json:"processed"`
-	Failed         uint64 `json:"failed"`
-	DeadLettered   uint64 `json:"dead_lettered"`
-	Poison         uint64 `json:"poison"`
-	Duplicates     uint64 `json:"duplicates"`
-	LastAppliedSeq uint64 `json:"last_applied_seq"`
-}
-
-// Lag is how far the processor's consumer is behind.
-type Lag struct {
-	Pending       uint64  `json:"pending"`
-	AckPending    int     `json:"ack_pending"`
-	Redelivered   int     `json:"redelivered"`
-	AckFloor      uint64  `json:"ack_floor"`
-	SecondsBehind float64 `json:"seconds_behind"`
-}
-
-// Processor is what admin needs from the built-in processor.
+// Processor is what admin reads from the built-in processor.
 type Processor interface {
-	Stats() ProcessorStats
-	Lag(ctx context.Context) (Lag, error)
+	Stats() processor.Stats
+	Lag(ctx context.Context) (processor.LagInfo, error)
 }
 
-// DeadLetters lists and replays dead letters. Items are served as JSON.
+// DeadLetters lists and replays dead letters.
 type DeadLetters interface {
-	ListDeadLetters(ctx context.Context, from uint64, limit int) (items any, next uint64, err error)
+	// DeadLetters returns up to limit from sequence from on, and the
+	// sequence to continue from (0 at the end).
+	DeadLetters(ctx context.Context, from uint64, limit int) ([]processor.DeadLetter, uint64, error)
 	// LatestDeadLetters returns up to n of the most recent, newest last.
-	LatestDeadLetters(ctx context.Context, n int) (items any, err error)
+	LatestDeadLetters(ctx context.Context, n int) ([]processor.DeadLetter, error)
+	// ReplayDeadLetter republishes one; unknown seq matches ErrNotFound.
 	ReplayDeadLetter(ctx context.Context, seq uint64) (newSeq uint64, err error)
 }
 
-// Orders reads the projection. It returns ErrNotFound for an unknown id.
+// Orders reads the projection. An unknown id matches ErrNotFound.
 type Orders interface {
-	Order(ctx context.Context, id string) (any, error)
+	Order(ctx context.Context, id string) (processor.Order, error)
 }
 
 // ErrNotFound is returned by Orders and DeadLetters for what does not exist.
@@ -259,9 +245,11 @@ type Check struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// readiness checks orderstore's own stream and consumer only: a broken
-// ad-hoc consumer elsewhere must not make the node unready.
-func (s *Server) readiness(ctx context.Context) (string, []Check) {
+// Readiness checks orderstore's own objects only (its stream, dead-letter
+// stream, projection bucket, consumer and processor): a broken ad-hoc
+// consumer elsewhere must not make the node unready. status is "ready",
+// "not ready" or "recovering" (the broker is not up yet).
+func (s *Server) Readiness(ctx context.Context) (string, []Check) {
 	b := s.backend.Load()
 	if b == nil {
 		return "recovering", []Check{{Name: "startup", OK: false, Reason: "the broker is starting and recovering its streams"}}
@@ -293,6 +281,22 @@ func (s *Server) readiness(ctx context.Context) (string, []Check) {
 		}
 		return nil
 	}())
+	if s.cfg.DeadLetterStream != "" {
+		add("dead_letter_stream", func() error {
+			if _, err := b.JS.Stream(ctx, s.cfg.DeadLetterStream); err != nil {
+				return fmt.Errorf("dead-letter stream %q: %w", s.cfg.DeadLetterStream, err)
+			}
+			return nil
+		}())
+	}
+	if s.cfg.ProjectionBucket != "" {
+		add("projection_bucket", func() error {
+			if _, err := b.JS.KeyValue(ctx, s.cfg.ProjectionBucket); err != nil {
+				return fmt.Errorf("projection bucket %q: %w", s.cfg.ProjectionBucket, err)
+			}
+			return nil
+		}())
+	}
 	if s.cfg.Durable != "" {
 		add("consumer", func() error {
 			c, err := b.JS.Consumer(ctx, s.cfg.Stream, s.cfg.Durable)
@@ -322,7 +326,7 @@ func (s *Server) readiness(ctx context.Context) (string, []Check) {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
-	status, checks := s.readiness(ctx)
+	status, checks := s.Readiness(ctx)
 	code := http.StatusOK
 	if status != "ready" {
 		code = http.StatusServiceUnavailable
@@ -364,7 +368,7 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request, b *Backend) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "from must be a sequence number"})
 		return
 	}
-	items, next, err := b.DeadLetters.ListDeadLetters(r.Context(), uint64(from), limit)
+	items, next, err := b.DeadLetters.DeadLetters(r.Context(), uint64(from), limit)
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return

@@ -1,12 +1,14 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
@@ -55,8 +57,7 @@ func TestBeforeBackendIsRecovering(t *testing.T) {
 
 func TestCollectorLints(t *testing.T) {
 	srv := embeddedtest.Start(t)
-	nc := embeddedtest.Connect(t, srv)
-	embeddedtest.DeclareOrderEvents(t, nc)
+	declare(t, embeddedtest.JetStream(t, srv))
 	s := New(testConfig())
 	s.SetBackend(Backend{JS: embeddedtest.JetStream(t, srv)})
 	problems, err := testutil.CollectAndLint(&collector{s: s})
@@ -75,5 +76,63 @@ func TestCollectorLints(t *testing.T) {
 	code, m := do(t, s, "/readyz")
 	if code != 200 {
 		t.Errorf("/readyz = %d %v", code, m)
+	}
+}
+
+// declare creates the objects testConfig names (the appliance's own
+// declare lives in the root package, which imports this one).
+func declare(t testing.TB, js jetstream.JetStream) {
+	t.Helper()
+	ctx := context.Background()
+	for name, subj := range map[string]string{"ORDER_EVENTS": "orders.>", "ORDER_EVENTS_DLQ": "dlq.ORDER_EVENTS_DLQ.>"} {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}, Storage: jetstream.FileStorage}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "ORDERS", Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Readiness covers every object orderstore owns: a missing dead-letter
+// stream or projection bucket makes the node unready, naming it.
+func TestReadinessChecksDeadLetterStreamAndBucket(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	js := embeddedtest.JetStream(t, srv)
+	declare(t, js)
+	s := New(testConfig())
+	s.SetBackend(Backend{JS: js})
+	if code, m := do(t, s, "/readyz"); code != 200 {
+		t.Fatalf("/readyz with everything declared = %d %v", code, m)
+	}
+	ctx := context.Background()
+	steps := []struct {
+		check string
+		drop  func() error
+	}{
+		{"dead_letter_stream", func() error { return js.DeleteStream(ctx, "ORDER_EVENTS_DLQ") }},
+		{"projection_bucket", func() error { return js.DeleteKeyValue(ctx, "ORDERS") }},
+	}
+	for _, st := range steps {
+		if err := st.drop(); err != nil {
+			t.Fatal(err)
+		}
+		code, m := do(t, s, "/readyz")
+		if code != 503 || m["status"] != "not ready" {
+			t.Fatalf("/readyz after dropping %s = %d %v, want 503 not ready", st.check, code, m)
+		}
+		found := false
+		for _, c := range m["checks"].([]any) {
+			c := c.(map[string]any)
+			if c["name"] == st.check {
+				found = true
+				if c["ok"] != false || !strings.Contains(c["reason"].(string), "not found") {
+					t.Errorf("check %s = %v, want failed with a reason", st.check, c)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("/readyz has no %s check: %v", st.check, m)
+		}
 	}
 }

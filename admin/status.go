@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"time"
+
+	"github.com/orderstore/orderstore/processor"
 )
 
 // Status is the JSON of /v1/status and what `orderstore status` prints.
@@ -14,7 +16,7 @@ type Status struct {
 	Build       BuildInfo         `json:"build"`
 	Stream      StreamStatus      `json:"stream"`
 	Consumer    *ConsumerStatus   `json:"consumer,omitempty"`
-	Processor   *ProcessorStats   `json:"processor,omitempty"`
+	Processor   *processor.Stats  `json:"processor,omitempty"`
 	DeadLetters DeadLetterStatus  `json:"dead_letters"`
 	Store       StoreStatus       `json:"store"`
 	Time        time.Time         `json:"time"`
@@ -42,7 +44,7 @@ type StreamStatus struct {
 // ConsumerStatus is the processor's durable and its lag.
 type ConsumerStatus struct {
 	Name string `json:"name"`
-	Lag
+	processor.LagInfo
 }
 
 // DeadLetterStatus is the dead-letter stream's depth.
@@ -61,7 +63,7 @@ type StoreStatus struct {
 // instead of failing the whole.
 func (s *Server) collectStatus(ctx context.Context, b *Backend) Status {
 	st := Status{Durability: s.durability(), Build: s.cfg.Build, Time: time.Now().UTC()}
-	st.Status, st.Checks = s.readiness(ctx)
+	st.Status, st.Checks = s.Readiness(ctx)
 	st.Stream = StreamStatus{Name: s.cfg.Stream, MaxBytes: s.cfg.MaxBytes, MaxMsgs: s.cfg.MaxMsgs, MaxAgeSeconds: s.cfg.MaxAge.Seconds()}
 	fail := func(err error) { st.Errors = append(st.Errors, err.Error()) }
 	if str, err := b.JS.Stream(ctx, s.cfg.Stream); err != nil {
@@ -84,7 +86,7 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) Status {
 		if lag, err := b.Processor.Lag(ctx); err != nil {
 			fail(err)
 		} else {
-			st.Consumer = &ConsumerStatus{Name: s.cfg.Durable, Lag: lag}
+			st.Consumer = &ConsumerStatus{Name: s.cfg.Durable, LagInfo: lag}
 		}
 	}
 	st.DeadLetters.Stream = s.cfg.DeadLetterStream

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/internal/bytesize"
 )
 
 // Spec is everything orderstore declares at start-up.
@@ -149,9 +151,9 @@ func declareStream(ctx context.Context, js jetstream.JetStream, want jetstream.S
 	}
 	add("subjects", fmt.Sprintf("%q", have.Subjects), fmt.Sprintf("%q", want.Subjects))
 	add("max_age", durStr(have.MaxAge), durStr(want.MaxAge))
-	add("max_bytes", FormatBytes(have.MaxBytes), FormatBytes(orUnlimited(want.MaxBytes)))
+	add("max_bytes", bytesize.Format(have.MaxBytes), bytesize.Format(orUnlimited(want.MaxBytes)))
 	add("max_msgs", limitStr(have.MaxMsgs), limitStr(orUnlimited(want.MaxMsgs)))
-	add("max_msg_size", FormatBytes(int64(have.MaxMsgSize)), FormatBytes(int64(orUnlimited32(want.MaxMsgSize))))
+	add("max_msg_size", bytesize.Format(int64(have.MaxMsgSize)), bytesize.Format(int64(orUnlimited32(want.MaxMsgSize))))
 	add("discard", have.Discard.String(), want.Discard.String())
 	if want.Duplicates != 0 {
 		add("duplicate_window", durStr(have.Duplicates), durStr(want.Duplicates))
@@ -169,7 +171,7 @@ func declareStream(ctx context.Context, js jetstream.JetStream, want jetstream.S
 	}
 	for _, c := range safe {
 		if c.Field == "max_bytes" && want.MaxBytes > 0 && int64(state.Bytes) > want.MaxBytes {
-			c.After += fmt.Sprintf(" (below the %s stored: the oldest events were discarded)", FormatBytes(int64(state.Bytes)))
+			c.After += fmt.Sprintf(" (below the %s stored: the oldest events were discarded)", bytesize.Format(int64(state.Bytes)))
 		}
 		if c.Field == "max_msgs" && want.MaxMsgs > 0 && int64(state.Msgs) > want.MaxMsgs {
 			c.After += fmt.Sprintf(" (below the %d stored: the oldest events were discarded)", state.Msgs)
@@ -274,7 +276,7 @@ func declareConsumer(ctx context.Context, js jetstream.JetStream, stream string,
 	add("ack_wait", durStr(have.AckWait), durStr(want.AckWait))
 	// processor.max_deliver is in the metadata: the processor enforces it.
 	// A stored consumer without it (or with another value) is updated.
-	add("max_deliver", metadataStr(have.Metadata, maxDeliverMetadata), metadataStr(want.Metadata, maxDeliverMetadata))
+	add("max_deliver", metadataStr(have.Metadata, MetadataMaxDeliver), metadataStr(want.Metadata, MetadataMaxDeliver))
 	// The consumer's own limit (orderstore declares -1), not a config key.
 	add("consumer_max_deliver", have.MaxDeliver, want.MaxDeliver)
 	add("max_ack_pending", have.MaxAckPending, want.MaxAckPending)
@@ -290,9 +292,10 @@ func declareConsumer(ctx context.Context, js jetstream.JetStream, stream string,
 	return nil
 }
 
-// maxDeliverMetadata is the consumer metadata key that holds
-// processor.max_deliver (written by internal/setup.Spec).
-const maxDeliverMetadata = "orderstore_max_deliver"
+// MetadataMaxDeliver is the consumer metadata key that holds
+// processor.max_deliver: the processor enforces it, not the server (see
+// orderstore.Config.DeclareSpec).
+const MetadataMaxDeliver = "orderstore_max_deliver"
 
 // metadataStr is md[key], or "unset" when md has no such key.
 func metadataStr(md map[string]string, key string) string {

@@ -11,15 +11,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
-	"github.com/orderstore/orderstore/internal/config"
-	"github.com/orderstore/orderstore/internal/setup"
 )
 
 func TestDeclareIsIdempotent(t *testing.T) {
 	js := embeddedtest.JetStream(t, embeddedtest.Start(t))
-	spec := setup.Spec(config.Default())
+	spec := orderstore.DefaultConfig().DeclareSpec()
 	ctx := context.Background()
 	res, err := bootstrap.Declare(ctx, js, spec, nil)
 	if err != nil {
@@ -43,16 +42,16 @@ func TestDeclareIsIdempotent(t *testing.T) {
 func TestDeclareAppliesSafeChangesAsDiff(t *testing.T) {
 	js := embeddedtest.JetStream(t, embeddedtest.Start(t))
 	ctx := context.Background()
-	cfg := config.Default()
-	if _, err := bootstrap.Declare(ctx, js, setup.Spec(cfg), nil); err != nil {
+	cfg := orderstore.DefaultConfig()
+	if _, err := bootstrap.Declare(ctx, js, cfg.DeclareSpec(), nil); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Stream.MaxAge = config.Duration(72 * time.Hour)
+	cfg.Stream.MaxAge = 72 * time.Hour
 	cfg.Stream.MaxBytes = 1 << 30
 	cfg.Stream.Subjects = []string{"orders.>", "returns.>"}
 	cfg.Processor.MaxAckPending = 2000
-	cfg.Processor.AckWait = config.Duration(time.Minute)
-	res, err := bootstrap.Declare(ctx, js, setup.Spec(cfg), nil)
+	cfg.Processor.AckWait = time.Minute
+	res, err := bootstrap.Declare(ctx, js, cfg.DeclareSpec(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,9 +90,9 @@ func TestDeclareAppliesSafeChangesAsDiff(t *testing.T) {
 func TestDeclareAppliesMaxDeliverMetadata(t *testing.T) {
 	js := embeddedtest.JetStream(t, embeddedtest.Start(t))
 	ctx := context.Background()
-	cfg := config.Default()
+	cfg := orderstore.DefaultConfig()
 	cfg.Processor.MaxDeliver = 5
-	if _, err := bootstrap.Declare(ctx, js, setup.Spec(cfg), nil); err != nil {
+	if _, err := bootstrap.Declare(ctx, js, cfg.DeclareSpec(), nil); err != nil {
 		t.Fatal(err)
 	}
 	const obj = `consumer "order-processor" on stream "ORDER_EVENTS"`
@@ -130,7 +129,7 @@ func TestDeclareAppliesMaxDeliverMetadata(t *testing.T) {
 			cfg.Processor.MaxDeliver = tt.maxDeliver
 			var logs strings.Builder
 			logger := slog.New(slog.NewJSONHandler(&logs, nil))
-			res, err := bootstrap.Declare(ctx, js, setup.Spec(cfg), logger)
+			res, err := bootstrap.Declare(ctx, js, cfg.DeclareSpec(), logger)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,7 +147,7 @@ func TestDeclareAppliesMaxDeliverMetadata(t *testing.T) {
 				t.Errorf("consumer's own max_deliver = %d, want -1 (the processor enforces the limit)", c.MaxDeliver)
 			}
 			// Applied: declaring the same again changes nothing.
-			res, err = bootstrap.Declare(ctx, js, setup.Spec(cfg), nil)
+			res, err = bootstrap.Declare(ctx, js, cfg.DeclareSpec(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,7 +172,7 @@ func TestDeclareRefusesDestructiveChanges(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			js := embeddedtest.JetStream(t, embeddedtest.Start(t))
 			ctx := context.Background()
-			spec := setup.Spec(config.Default())
+			spec := orderstore.DefaultConfig().DeclareSpec()
 			if _, err := bootstrap.Declare(ctx, js, spec, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -205,7 +204,7 @@ func TestDeclareRefusesDestructiveChanges(t *testing.T) {
 func TestDeclareRefusesForeignConsumer(t *testing.T) {
 	js := embeddedtest.JetStream(t, embeddedtest.Start(t))
 	ctx := context.Background()
-	spec := setup.Spec(config.Default())
+	spec := orderstore.DefaultConfig().DeclareSpec()
 	if _, err := js.CreateStream(ctx, spec.Stream); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +225,7 @@ func TestDeclareRefusesForeignConsumer(t *testing.T) {
 func TestVerifyCatchesAckFloorAheadOfStream(t *testing.T) {
 	js := embeddedtest.JetStream(t, embeddedtest.Start(t))
 	ctx := context.Background()
-	spec := setup.Spec(config.Default())
+	spec := orderstore.DefaultConfig().DeclareSpec()
 	if _, err := bootstrap.Declare(ctx, js, spec, nil); err != nil {
 		t.Fatal(err)
 	}

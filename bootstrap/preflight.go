@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/orderstore/orderstore/internal/bytesize"
 )
 
 // LockFileName is the lock file Preflight holds inside store_dir.
@@ -115,7 +117,7 @@ func Preflight(cfg PreflightConfig) (_ *Lock, _ Report, err error) {
 	need := uint64(grow) + uint64(max(cfg.Headroom, 0))
 	if free < need {
 		msg := fmt.Errorf("free disk %s is less than jetstream.max_file_store %s (of which %s already used) plus disk_headroom %s",
-			FormatBytes(int64(free)), FormatBytes(cfg.MaxFileStore), FormatBytes(rep.UsedBytes), FormatBytes(cfg.Headroom))
+			bytesize.Format(int64(free)), bytesize.Format(cfg.MaxFileStore), bytesize.Format(rep.UsedBytes), bytesize.Format(cfg.Headroom))
 		if !cfg.AllowLowDisk {
 			return nil, rep, errorf("preflight", what,
 				"free disk space, lower jetstream.max_file_store (and stream.max_bytes), or set jetstream.allow_low_disk = true to start anyway", msg)
@@ -209,26 +211,6 @@ func unwrapPath(err error) error {
 		return fmt.Errorf("%s %q: %w", pe.Op, pe.Path, pe.Err)
 	}
 	return err
-}
-
-// FormatBytes prints n with an IEC unit, e.g. "1.5GiB".
-func FormatBytes(n int64) string {
-	if n < 0 {
-		return "unlimited"
-	}
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%dB", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	v := float64(n) / float64(div)
-	s := strconv.FormatFloat(v, 'f', 1, 64)
-	s = strings.TrimSuffix(s, ".0")
-	return s + string("KMGTPE"[exp]) + "iB"
 }
 
 // FreeBytes returns the free disk under dir for an unprivileged user.

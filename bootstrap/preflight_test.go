@@ -106,14 +106,6 @@ func TestPreflightFreeDisk(t *testing.T) {
 	}
 }
 
-func TestFormatBytes(t *testing.T) {
-	for n, want := range map[int64]string{0: "0B", 1023: "1023B", 1024: "1KiB", 1536: "1.5KiB", 10 << 30: "10GiB", -1: "unlimited"} {
-		if got := FormatBytes(n); got != want {
-			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 // Root running `orderstore check` on the service user's store must not
 // leave a lock file the service cannot open. The decision is checked for
 // root and other callers alike, whoever runs the tests; as root (CI) the

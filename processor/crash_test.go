@@ -16,8 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orderstore/orderstore/internal/config"
-	"github.com/orderstore/orderstore/internal/setup"
+	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/processor"
 )
 
@@ -39,23 +38,17 @@ func childProcessor(url string) int {
 		return 1
 	}
 	js, _ := jetstream.New(nc)
-	cfg := config.Default()
+	cfg := orderstore.DefaultConfig()
 	testConfig(&cfg)
 	kv, err := js.KeyValue(context.Background(), cfg.Processor.ProjectionBucket)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	p, err := processor.New(js, processor.Config{
-		Stream:                  cfg.Stream.Name,
-		Durable:                 cfg.Processor.Durable,
-		DeadLetterStream:        cfg.Processor.DeadLetterStream,
-		DeadLetterSubjectPrefix: setup.DeadLetterSubjectPrefix(cfg.Processor.DeadLetterStream),
-		MaxDeliver:              cfg.Processor.MaxDeliver,
-		Backoff:                 setup.Backoff(cfg),
-		Handler:                 processor.NewProjection(js, kv),
-		BatchSize:               50, // small batches: kills land between apply and ack more often
-	})
+	pc := cfg.ProcessorSpec(processor.NewProjection(js, kv))
+	pc.BatchSize = 50 // small batches: kills land between apply and ack more often
+	pc.Logger = nil
+	p, err := processor.New(js, pc)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

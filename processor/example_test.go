@@ -12,10 +12,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
-	"github.com/orderstore/orderstore/internal/config"
-	"github.com/orderstore/orderstore/internal/setup"
 	"github.com/orderstore/orderstore/processor"
 )
 
@@ -35,9 +34,9 @@ func ExampleNew() {
 	ctx := context.Background()
 
 	// ORDER_EVENTS, its dead-letter stream and a durable "refunds".
-	cfg := config.Default()
+	cfg := orderstore.DefaultConfig()
 	cfg.Processor.Durable = "refunds"
-	if _, err := bootstrap.Declare(ctx, js, setup.Spec(cfg), nil); err != nil {
+	if _, err := bootstrap.Declare(ctx, js, cfg.DeclareSpec(), nil); err != nil {
 		log.Fatal(err)
 	}
 
@@ -55,14 +54,8 @@ func ExampleNew() {
 		refunded[ev.OrderID] = true // idempotent: a redelivery refunds nothing twice
 		return nil
 	})
-	p, err := processor.New(js, processor.Config{
-		Stream:                  "ORDER_EVENTS",
-		Durable:                 "refunds",
-		DeadLetterStream:        "ORDER_EVENTS_DLQ",
-		DeadLetterSubjectPrefix: setup.DeadLetterSubjectPrefix("ORDER_EVENTS_DLQ"),
-		MaxDeliver:              5,
-		Handler:                 handler,
-	})
+	// Delivery, retries and dead letters as the appliance configures them.
+	p, err := processor.New(js, cfg.ProcessorSpec(handler))
 	if err != nil {
 		log.Fatal(err)
 	}

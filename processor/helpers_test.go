@@ -12,11 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
-	"github.com/orderstore/orderstore/internal/config"
-	"github.com/orderstore/orderstore/internal/setup"
+	"github.com/orderstore/orderstore/orderstoretest"
 	"github.com/orderstore/orderstore/processor"
 )
 
@@ -24,28 +24,30 @@ import (
 type env struct {
 	srv  *embedded.Server
 	js   jetstream.JetStream
-	cfg  config.Config
+	cfg  orderstore.Config
 	spec bootstrap.Spec
 }
 
 // testConfig: short ack_wait and backoff so redeliveries happen in test time.
-func testConfig(c *config.Config) {
-	c.Processor.AckWait = config.Duration(time.Second)
+func testConfig(c *orderstore.Config) {
+	c.Processor.AckWait = time.Second
 	c.Processor.MaxDeliver = 4
-	c.Processor.Backoff = []config.Duration{config.Duration(10 * time.Millisecond), config.Duration(50 * time.Millisecond)}
+	c.Processor.Backoff = []time.Duration{10 * time.Millisecond, 50 * time.Millisecond}
 	c.Processor.MaxAckPending = 500
 	c.Stream.MaxBytes = 1 << 30
 }
 
-func newEnv(t testing.TB, adjust ...func(*config.Config)) *env {
+// newEnv is a bare broker with everything the appliance declares, and no
+// processor: each test runs its own.
+func newEnv(t testing.TB, adjust ...func(*orderstore.Config)) *env {
 	t.Helper()
 	// Processor tests are about delivery and idempotency, not fsync: a
 	// relaxed sync keeps 10,000-event tests quick. Durability under
 	// "always" is covered in cmd/orderstore.
 	srv := embeddedtest.Start(t, func(c *embedded.Config) { c.SyncInterval = time.Second })
 	nc := embeddedtest.Connect(t, srv)
-	spec := embeddedtest.DeclareOrderEvents(t, nc, append([]func(*config.Config){testConfig}, adjust...)...)
-	cfg := config.Default()
+	spec := orderstoretest.DeclareOrderEvents(t, nc, append([]func(*orderstore.Config){testConfig}, adjust...)...)
+	cfg := orderstore.DefaultConfig()
 	testConfig(&cfg)
 	for _, a := range adjust {
 		a(&cfg)
@@ -54,10 +56,10 @@ func newEnv(t testing.TB, adjust ...func(*config.Config)) *env {
 	return &env{srv: srv, js: js, cfg: cfg, spec: spec}
 }
 
-// processorConfig is what cmd/orderstore builds from the file config.
+// processorConfig is what the appliance runs, with h.
 func (e *env) processorConfig(h processor.Handler) processor.Config {
-	pc := setup.ProcessorConfig(e.cfg)
-	pc.Handler = h
+	pc := e.cfg.ProcessorSpec(h)
+	pc.Logger = nil
 	return pc
 }
 

@@ -34,10 +34,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/bootstrap"
-	"github.com/orderstore/orderstore/embedded"
-	"github.com/orderstore/orderstore/internal/config"
-	"github.com/orderstore/orderstore/internal/setup"
 	"github.com/orderstore/orderstore/processor"
 )
 
@@ -80,7 +78,7 @@ func main() {
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write CPU profiles of the raw-consume and projection steps to PREFIX-<sync>-<step>.pprof")
 	flag.IntVar(&o.workers, "workers", 0, "processor.Config.Workers (0: the processor's default, as the appliance)")
 	flag.IntVar(&o.batch, "batch", 0, "processor.Config.BatchSize (0: the processor's default, as the appliance)")
-	flag.IntVar(&o.maxAckPending, "max-ack-pending", 0, "processor.max_ack_pending for both durables (0: config.Default())")
+	flag.IntVar(&o.maxAckPending, "max-ack-pending", 0, "processor.max_ack_pending for both durables (0: the built-in default)")
 	flag.StringVar(&o.pubConn, "pub-conn", "tcp", "how publishers connect: tcp (like external producers) or inproc")
 	flag.StringVar(&o.tmp, "tmp", "", "parent of the temporary store dirs (default: the system temp dir)")
 	flag.DurationVar(&o.catchupTimeout, "catchup-timeout", 20*time.Minute, "give up waiting for the processor to catch up after this long")
@@ -102,8 +100,7 @@ func main() {
 		os.Exit(2)
 	}
 	for _, m := range o.modes {
-		var p config.SyncPolicy
-		if err := p.UnmarshalText([]byte(m)); err != nil {
+		if _, err := syncInterval(m); err != nil {
 			fmt.Fprintf(os.Stderr, "-sync %s: %v\n", m, err)
 			os.Exit(2)
 		}
@@ -344,8 +341,8 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 
 type env struct {
 	dir    string
-	cfg    config.Config
-	srv    *embedded.Server
+	cfg    orderstore.Config
+	srv    *orderstore.Appliance
 	conns  []*nats.Conn
 	closed bool
 }
@@ -361,15 +358,15 @@ func newEnv(ctx context.Context, o options, mode string, events int) (_ *env, er
 			e.close()
 		}
 	}()
-	cfg := config.Default()
+	cfg := orderstore.DefaultConfig()
 	cfg.JetStream.StoreDir = dir
 	cfg.Server.Port = -1
 	cfg.Admin.Listen = ""
-	if err := cfg.JetStream.SyncInterval.UnmarshalText([]byte(mode)); err != nil {
+	if cfg.JetStream.SyncInterval, err = syncInterval(mode); err != nil {
 		return nil, err
 	}
 	// Room for the events (about 150 bytes each on disk) many times over.
-	if need := config.ByteSize(int64(events) * 2048); need > cfg.Stream.MaxBytes {
+	if need := int64(events) * 2048; need > cfg.Stream.MaxBytes {
 		cfg.Stream.MaxBytes = need
 		cfg.JetStream.MaxFileStore = need + 2<<30
 	}
@@ -380,10 +377,14 @@ func newEnv(ctx context.Context, o options, mode string, events int) (_ *env, er
 		return nil, err
 	}
 	e.cfg = cfg
-	ec, _ := setup.Embedded(cfg, nil)
+	// The appliance without its processor: the benchmark starts and stops
+	// processors itself. It declares the processor's consumer as the
+	// appliance would.
+	acfg := cfg
+	acfg.Processor.Enabled = false
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	e.srv, err = embedded.Start(sctx, ec)
+	e.srv, err = orderstore.Start(sctx, acfg)
 	if err != nil {
 		return nil, err
 	}
@@ -391,10 +392,23 @@ func newEnv(ctx context.Context, o options, mode string, events int) (_ *env, er
 	if err != nil {
 		return nil, err
 	}
-	if _, err := bootstrap.Declare(sctx, js, setup.Spec(cfg), nil); err != nil {
+	if _, err := bootstrap.Declare(sctx, js, cfg.DeclareSpec(), nil); err != nil {
 		return nil, err
 	}
 	return e, nil
+}
+
+// syncInterval parses -sync: "always" (0, fsync before every ack) or a
+// duration.
+func syncInterval(mode string) (time.Duration, error) {
+	if mode == "always" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(mode)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q is not \"always\" or a positive duration", mode)
+	}
+	return d, nil
 }
 
 // connect opens a connection: in-process as the appliance's own (the
@@ -430,7 +444,9 @@ func (e *env) close() {
 		nc.Close()
 	}
 	if e.srv != nil {
-		e.srv.Close()
+		if err := e.srv.Close(context.Background()); err != nil {
+			logf("warning: closing the appliance: %v", err)
+		}
 	}
 	if err := os.RemoveAll(e.dir); err != nil {
 		logf("warning: removing %s: %v", e.dir, err)
@@ -597,7 +613,7 @@ func rawConsume(ctx context.Context, o options, e *env, mode string, n int, last
 	if err != nil {
 		return phase{}, 0, err
 	}
-	cc := *setup.Spec(e.cfg).Consumer
+	cc := *e.cfg.DeclareSpec().Consumer
 	cc.Durable = fmt.Sprintf("bench-raw-%d", rep)
 	cc.Description = "bench/processor raw consume"
 	stream := e.cfg.Stream.Name
@@ -734,15 +750,14 @@ type running struct {
 	done        chan error
 }
 
-// startProcessor runs the processor exactly as cmd/orderstore's
-// newProcessor builds it (plus -workers / -batch), on its own in-process
+// startProcessor runs the processor exactly as the appliance builds it (plus -workers / -batch), on its own in-process
 // connection.
 func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 	js, err := e.connect(false, "bench-processor")
 	if err != nil {
 		return nil, err
 	}
-	proj, err := setup.Projection(ctx, js, e.cfg) // as cmd/orderstore wires it
+	proj, err := orderstore.NewProjection(ctx, js, e.cfg) // as the appliance wires it
 	if err != nil {
 		return nil, err
 	}
@@ -757,8 +772,8 @@ func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 		timed = &timedHandler{inner: h.(processor.BatchHandler)}
 		h = timed
 	}
-	pc := setup.ProcessorConfig(e.cfg)
-	pc.Handler, pc.Workers, pc.BatchSize = h, o.workers, o.batch
+	pc := e.cfg.ProcessorSpec(h)
+	pc.Workers, pc.BatchSize = o.workers, o.batch
 	pc.Logger = slog.New(countingHandler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}), &r.consumeErrs, &r.started}).With("component", "processor")
 	p, err := processor.New(js, pc)
 	if err != nil {

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/orderstore/orderstore/bootstrap"
-	"github.com/orderstore/orderstore/internal/setup"
+	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/internal/config"
 )
 
 // checkCmd validates the config and runs the preflight checks, like
@@ -21,13 +21,18 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	cfg, name, err := loadConfig(*configPath)
+	fc, name, err := loadConfig(*configPath)
 	if err != nil {
 		printErr(stderr, err)
 		return exitUsage
 	}
+	cfg, err := fc.Orderstore()
+	if err != nil {
+		printErr(stderr, withHint(err, "fix admin.token_file or set admin.token"))
+		return exitUsage
+	}
 	if *print {
-		b, err := cfg.Encode()
+		b, err := fc.Encode()
 		if err != nil {
 			printErr(stderr, fmt.Errorf("encode config: %w", err))
 			return exitFailure
@@ -36,9 +41,9 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "config %q is valid\n", name)
 
-	lock, rep, err := bootstrap.Preflight(setup.Preflight(cfg))
+	rep, err := orderstore.Preflight(cfg)
 	switch {
-	case errors.Is(err, bootstrap.ErrLocked):
+	case errors.Is(err, orderstore.ErrLocked):
 		// A running instance holds the store: that is not a config problem.
 		fmt.Fprintf(stderr, "preflight: %v (a running instance; the other checks need the lock)\n", err)
 		return exitOK
@@ -46,12 +51,11 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		printErr(stderr, err)
 		return exitFailure
 	}
-	defer lock.Release()
 	for _, w := range rep.Warnings {
 		fmt.Fprintf(stderr, "preflight warning: %s\n", w)
 	}
+	policy, desc := cfg.JetStream.Durability()
 	fmt.Fprintf(stderr, "preflight ok: store_dir %q writable, free disk %s, used %s, max_file_store %s, sync_interval %s (%s)\n",
-		rep.StoreDir, bootstrap.FormatBytes(int64(rep.FreeBytes)), bootstrap.FormatBytes(rep.UsedBytes),
-		cfg.JetStream.MaxFileStore, cfg.JetStream.SyncInterval, cfg.JetStream.SyncInterval.Describe())
+		rep.StoreDir, config.ByteSize(rep.FreeBytes), config.ByteSize(rep.UsedBytes), fc.JetStream.MaxFileStore, policy, desc)
 	return exitOK
 }

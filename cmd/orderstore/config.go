@@ -30,5 +30,3 @@ func loadConfig(flagPath string) (cfg config.Config, name string, err error) {
 	}
 	return cfg, path, nil
 }
-
-type configT = config.Config

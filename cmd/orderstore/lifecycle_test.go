@@ -304,7 +304,7 @@ func TestVersionAndUsage(t *testing.T) {
 	if code := run(context.Background(), []string{"version"}, &out, &errb); code != 0 {
 		t.Fatal(code)
 	}
-	for _, w := range []string{"orderstore ", "commit: ", "date: ", "go: go1.", "nats-server: 2.15.2"} {
+	for _, w := range []string{"orderstore ", "commit: ", "date: ", "go: go1.", "nats-server: 2.15.3"} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("version output lacks %q:\n%s", w, out.String())
 		}

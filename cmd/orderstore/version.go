@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/orderstore/orderstore"
 )
 
 // Set by goreleaser: -X main.version=... -X main.commit=... -X main.date=...
@@ -21,8 +21,13 @@ type buildInfo struct {
 	Version, Commit, Date, Go, NATSServer string
 }
 
+// info is b as the appliance reports it.
+func (b buildInfo) info() orderstore.BuildInfo {
+	return orderstore.BuildInfo{Version: b.Version, Commit: b.Commit, Date: b.Date, GoVersion: b.Go, NATSServer: b.NATSServer}
+}
+
 func getBuildInfo() buildInfo {
-	b := buildInfo{Version: version, Commit: commit, Date: date, Go: runtime.Version(), NATSServer: server.VERSION}
+	b := buildInfo{Version: version, Commit: commit, Date: date, Go: runtime.Version(), NATSServer: orderstore.NATSServerVersion}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if b.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 			b.Version = bi.Main.Version

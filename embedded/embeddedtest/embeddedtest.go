@@ -3,14 +3,17 @@
 //
 //	func TestOrders(t *testing.T) {
 //		srv := embeddedtest.Start(t)
-//		nc := embeddedtest.Connect(t, srv)
-//		embeddedtest.DeclareOrderEvents(t, nc) // ORDER_EVENTS exactly as the appliance declares it
+//		js := embeddedtest.JetStream(t, srv)
 //		...
 //	}
 //
 // Each broker has its own t.TempDir() store and a random port, so parallel
 // tests never see each other's streams. Everything is closed by t.Cleanup.
 // Set ORDERSTORE_TEST_LOG=debug (or info) to see the server's log in t.Log.
+//
+// The package imports only package embedded, nats.go and the standard
+// library. For ORDER_EVENTS declared exactly as the appliance declares it,
+// or a whole appliance with its processor, use package orderstoretest.
 package embeddedtest
 
 import (
@@ -24,10 +27,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
-	"github.com/orderstore/orderstore/internal/config"
-	"github.com/orderstore/orderstore/internal/setup"
 )
 
 // Start starts a broker for t on a random loopback port with a fresh store
@@ -40,10 +40,10 @@ func Start(t testing.TB, opts ...func(*embedded.Config)) *embedded.Server {
 		StoreDir:  t.TempDir(),
 		Port:      -1,
 		MaxMemory: 64 << 20,
-		// The appliance's own limit, so DeclareOrderEvents' reservations
+		// The appliance's default limit, so its streams' reservations
 		// fit. It is an accounting limit: nothing is allocated up front.
-		MaxStore: int64(config.Default().JetStream.MaxFileStore),
-		Logger:   testLogger(t),
+		MaxStore: 10 << 30,
+		Logger:   Logger(t),
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -63,9 +63,10 @@ func Start(t testing.TB, opts ...func(*embedded.Config)) *embedded.Server {
 	return srv
 }
 
-// Connect opens an in-process client connection to srv, closed when the
-// test ends.
-func Connect(t testing.TB, srv *embedded.Server, opts ...nats.Option) *nats.Conn {
+// Connect opens an in-process client connection to srv (an
+// *embedded.Server, an *orderstore.Appliance, ...), closed when the test
+// ends.
+func Connect(t testing.TB, srv nats.InProcessConnProvider, opts ...nats.Option) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect("", append([]nats.Option{nats.InProcessServer(srv)}, opts...)...)
 	if err != nil {
@@ -76,43 +77,18 @@ func Connect(t testing.TB, srv *embedded.Server, opts ...nats.Option) *nats.Conn
 }
 
 // JetStream returns a JetStream context on a new in-process connection.
-func JetStream(t testing.TB, srv *embedded.Server) jetstream.JetStream {
+func JetStream(t testing.TB, srv nats.InProcessConnProvider, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
-	js, err := jetstream.New(Connect(t, srv))
+	js, err := jetstream.New(Connect(t, srv, opts...))
 	if err != nil {
 		t.Fatalf("embeddedtest.JetStream: %v", err)
 	}
 	return js
 }
 
-// DeclareOrderEvents declares, on nc's server, exactly what the orderstore
-// appliance declares with its built-in defaults: the ORDER_EVENTS stream
-// (orders.>), the dead-letter stream, the ORDERS projection bucket and the
-// order-processor durable consumer. adjust, if given, changes the file
-// configuration first (e.g. a shorter ack_wait). It returns the spec used.
-func DeclareOrderEvents(t testing.TB, nc *nats.Conn, adjust ...func(*config.Config)) bootstrap.Spec {
-	t.Helper()
-	cfg := config.Default()
-	for _, a := range adjust {
-		a(&cfg)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("embeddedtest.DeclareOrderEvents: %v", err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("embeddedtest.DeclareOrderEvents: %v", err)
-	}
-	spec := setup.Spec(cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := bootstrap.Declare(ctx, js, spec, nil); err != nil {
-		t.Fatalf("embeddedtest.DeclareOrderEvents: %v", err)
-	}
-	return spec
-}
-
-func testLogger(t testing.TB) *slog.Logger {
+// Logger returns a logger into t.Log at the level ORDERSTORE_TEST_LOG
+// names (debug, info, warn), or nil (discard) when it is unset.
+func Logger(t testing.TB) *slog.Logger {
 	lv := strings.ToLower(os.Getenv("ORDERSTORE_TEST_LOG"))
 	var level slog.Level
 	switch lv {

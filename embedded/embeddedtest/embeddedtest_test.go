@@ -12,6 +12,7 @@ import (
 
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/orderstoretest"
 )
 
 // Two parallel tests each get their own broker: what one publishes the
@@ -24,7 +25,7 @@ func TestParallelBrokersAreIsolated(t *testing.T) {
 			srv := embeddedtest.Start(t)
 			urls <- srv.ClientURL() // the URL alone: the store dirs always differ
 			nc := embeddedtest.Connect(t, srv)
-			embeddedtest.DeclareOrderEvents(t, nc)
+			orderstoretest.DeclareOrderEvents(t, nc)
 			js, _ := jetstream.New(nc)
 			ctx := context.Background()
 			for i := range 5 {
@@ -79,7 +80,7 @@ func TestRestartKeepsEventsAndConsumerPosition(t *testing.T) {
 		t.Fatal(err)
 	}
 	nc1 := embeddedtest.Connect(t, srv1)
-	spec := embeddedtest.DeclareOrderEvents(t, nc1)
+	spec := orderstoretest.DeclareOrderEvents(t, nc1)
 	js1, _ := jetstream.New(nc1)
 	for i := range n {
 		ack, err := js1.Publish(ctx, subjects[i%3], fmt.Appendf(nil, `{"order_id":"o-%d"}`, i), jetstream.WithMsgID(fmt.Sprint("e-", i)))

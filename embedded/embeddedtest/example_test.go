@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/orderstoretest"
 )
 
 // A test in another project gets a real broker with ORDER_EVENTS declared
@@ -16,7 +17,7 @@ func ExampleStart() {
 	_ = func(t *testing.T) {
 		srv := embeddedtest.Start(t)
 		nc := embeddedtest.Connect(t, srv)
-		embeddedtest.DeclareOrderEvents(t, nc)
+		orderstoretest.DeclareOrderEvents(t, nc)
 		js, _ := jetstream.New(nc)
 		if _, err := js.Publish(context.Background(), "orders.created", []byte(`{"order_id":"1"}`)); err != nil {
 			t.Fatal(err)

@@ -1,5 +1,6 @@
 // Package config defines orderstore's TOML file: its shape, built-in
-// defaults, strict decoding and validation.
+// defaults, strict decoding and validation, and its mapping onto
+// orderstore.Config ([Config.Orderstore]).
 //
 // Precedence, stated once: the -config flag, then the ORDERSTORE_CONFIG
 // environment variable (for the path only), then the file's values, then the
@@ -17,6 +18,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/orderstore/orderstore"
 )
 
 // Config is the whole file. Each field is one TOML table.
@@ -98,47 +101,12 @@ type Log struct {
 }
 
 // Default returns the built-in configuration: what `orderstore run` uses
-// with no file, and what every absent key keeps.
+// with no file, and what every absent key keeps. It is
+// orderstore.DefaultConfig in the file's shape, plus [log].
 func Default() Config {
-	return Config{
-		Server: Server{
-			Name:       "orderstore",
-			Host:       "127.0.0.1",
-			Port:       4222,
-			MaxPayload: 1 << 20,
-		},
-		JetStream: JetStream{
-			StoreDir:       "./orderstore-data",
-			MaxFileStore:   10 << 30,
-			MaxMemoryStore: 256 << 20,
-			SyncInterval:   SyncPolicy{Always: true},
-			DiskHeadroom:   1 << 30,
-		},
-		Stream: Stream{
-			Name:            "ORDER_EVENTS",
-			Subjects:        []string{"orders.>"},
-			MaxAge:          Duration(168 * 60 * 60 * 1e9),
-			MaxBytes:        8 << 30,
-			MaxMsgs:         -1,
-			MaxMsgSize:      1 << 20,
-			Discard:         "old",
-			DuplicateWindow: Duration(2 * 60 * 1e9),
-			Replicas:        1,
-		},
-		Processor: Processor{
-			Enabled:          true,
-			Durable:          "order-processor",
-			AckWait:          Duration(30 * 1e9),
-			MaxDeliver:       5,
-			Backoff:          []Duration{Duration(1e9), Duration(5 * 1e9), Duration(30 * 1e9)},
-			MaxAckPending:    8000,
-			DeadLetterStream: "ORDER_EVENTS_DLQ",
-			DeadLetterMaxAge: Duration(720 * 60 * 60 * 1e9),
-			ProjectionBucket: "ORDERS",
-		},
-		Admin: Admin{Listen: "127.0.0.1:8222"},
-		Log:   Log{Level: "info", Format: "auto"},
-	}
+	c := fromOrderstore(orderstore.DefaultConfig())
+	c.Log = Log{Level: "info", Format: "auto"}
+	return c
 }
 
 // Error is one problem with one key.

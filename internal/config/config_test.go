@@ -3,10 +3,13 @@ package config
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orderstore/orderstore"
 )
 
 func TestExampleFileEqualsDefaults(t *testing.T) {
@@ -129,7 +132,7 @@ publish = ["orders.>"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.JetStream.SyncInterval.Always || cfg.JetStream.SyncEvery() != time.Second {
+	if cfg.JetStream.SyncInterval.Always || cfg.JetStream.SyncInterval.Interval != time.Second {
 		t.Errorf("sync = %+v", cfg.JetStream.SyncInterval)
 	}
 	if cfg.JetStream.MaxFileStore != 3<<29 {
@@ -220,5 +223,73 @@ func TestDuration(t *testing.T) {
 	}
 	if s := Duration(168 * time.Hour).String(); s != "168h" {
 		t.Errorf("String = %q", s)
+	}
+}
+
+// The file's defaults are the library's: one set of values, two shapes.
+func TestDefaultMapsToLibraryDefaults(t *testing.T) {
+	got, err := Default().Orderstore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := orderstore.DefaultConfig(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Default().Orderstore() =\n%+v\nwant orderstore.DefaultConfig() =\n%+v", got, want)
+	}
+}
+
+// Every table maps onto the library's Config, token_file included.
+func TestOrderstoreMapping(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse(strings.NewReader(`
+[server]
+port = -1
+max_payload = "2MiB"
+[[server.users]]
+user = "producer"
+password = "p"
+publish = ["orders.>"]
+[jetstream]
+store_dir = "/srv/orders"
+sync_interval = "250ms"
+max_file_store = "3GiB"
+[stream]
+max_age = "24h"
+max_bytes = "-1"
+discard = "new"
+[processor]
+enabled = false
+backoff = ["2s"]
+[admin]
+listen = "0.0.0.0:9000"
+token_file = "`+tokenFile+`"
+`), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := cfg.Orderstore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := orderstore.DefaultConfig()
+	want.Server.Port, want.Server.MaxPayload = -1, 2<<20
+	want.Server.Users = []orderstore.User{{Name: "producer", Password: "p", Publish: []string{"orders.>"}}}
+	want.JetStream.StoreDir, want.JetStream.SyncInterval, want.JetStream.MaxFileStore = "/srv/orders", 250*time.Millisecond, 3<<30
+	want.Stream.MaxAge, want.Stream.MaxBytes, want.Stream.Discard = 24*time.Hour, -1, "new"
+	want.Processor.Enabled, want.Processor.Backoff = false, []time.Duration{2 * time.Second}
+	want.Admin.Listen, want.Admin.Token = "0.0.0.0:9000", "s3cret"
+	if !reflect.DeepEqual(o, want) {
+		t.Errorf("Orderstore() =\n%+v\nwant\n%+v", o, want)
+	}
+	if err := o.Validate(); err != nil {
+		t.Errorf("mapped config does not validate: %v", err)
+	}
+
+	cfg.Admin.TokenFile = filepath.Join(dir, "missing")
+	if _, err := cfg.Orderstore(); err == nil || !strings.Contains(err.Error(), "admin.token_file") {
+		t.Errorf("missing token_file: %v, want an error naming admin.token_file", err)
 	}
 }

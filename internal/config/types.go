@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/orderstore/orderstore/internal/bytesize"
 )
 
 // Duration is a time.Duration written in TOML as a string with a unit ("72h",
@@ -55,13 +57,6 @@ func formatDuration(d time.Duration) string {
 // as 1024³ while most people read it as 1000³.
 type ByteSize int64
 
-var units = []struct {
-	suffix string
-	mult   int64
-}{
-	{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1},
-}
-
 // UnmarshalText parses "10GiB", "512MiB", "1024B". "-1" means unlimited
 // where a key allows it.
 func (b *ByteSize) UnmarshalText(text []byte) error {
@@ -76,12 +71,12 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 	if _, err := strconv.ParseFloat(s, 64); err == nil {
 		return fmt.Errorf("%q: missing unit (write e.g. \"%sMiB\"; units are B, KiB, MiB, GiB, TiB)", s, s)
 	}
-	for _, u := range units {
-		if !strings.HasSuffix(s, u.suffix) {
+	for _, u := range bytesize.Units {
+		if !strings.HasSuffix(s, u.Suffix) {
 			continue
 		}
-		num := strings.TrimSpace(strings.TrimSuffix(s, u.suffix))
-		if u.suffix == "B" {
+		num := strings.TrimSpace(strings.TrimSuffix(s, u.Suffix))
+		if u.Suffix == "B" {
 			// "10GB", "10KB": SI spelling.
 			for _, si := range []string{"K", "M", "G", "T", "k"} {
 				if strings.HasSuffix(num, si) {
@@ -93,26 +88,18 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 		if err != nil || n < 0 {
 			return fmt.Errorf("%q is not a size (write e.g. \"10GiB\", \"512MiB\")", s)
 		}
-		*b = ByteSize(n * float64(u.mult))
+		*b = ByteSize(n * float64(u.Mult))
 		return nil
 	}
 	return fmt.Errorf("%q has an unknown unit (write e.g. \"10GiB\"; units are B, KiB, MiB, GiB, TiB)", s)
 }
 
-// MarshalText writes the size with the largest unit that divides it exactly.
-func (b ByteSize) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
+// MarshalText writes the size with the largest unit that divides it
+// exactly, so that it parses back to the same value.
+func (b ByteSize) MarshalText() ([]byte, error) { return []byte(bytesize.Exact(int64(b))), nil }
 
-func (b ByteSize) String() string {
-	if b < 0 {
-		return "-1"
-	}
-	for _, u := range units {
-		if int64(b) >= u.mult && int64(b)%u.mult == 0 {
-			return strconv.FormatInt(int64(b)/u.mult, 10) + u.suffix
-		}
-	}
-	return strconv.FormatInt(int64(b), 10) + "B"
-}
+// String is the size for people: "10GiB", "1.5GiB".
+func (b ByteSize) String() string { return bytesize.Format(int64(b)) }
 
 // SyncPolicy is jetstream.sync_interval: "always" (fsync before every ack,
 // the default) or a duration (fsync in the background at that interval).
@@ -147,13 +134,4 @@ func (p SyncPolicy) String() string {
 		return "always"
 	}
 	return formatDuration(p.Interval)
-}
-
-// Describe is the one-line statement of the durability policy used in the
-// startup log, /readyz and `orderstore status`.
-func (p SyncPolicy) Describe() string {
-	if p.Always {
-		return "fsync before every ack: an acknowledged event survives power loss"
-	}
-	return fmt.Sprintf("fsync every %s: a process crash loses nothing, power loss can lose up to %s of acknowledged events", formatDuration(p.Interval), formatDuration(p.Interval))
 }

@@ -1,0 +1,614 @@
+package orderstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/run"
+
+	"github.com/orderstore/orderstore/admin"
+	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/embedded"
+	"github.com/orderstore/orderstore/internal/bytesize"
+	"github.com/orderstore/orderstore/processor"
+)
+
+// ErrNotFound is matched (errors.Is) by the errors of [Appliance.Order],
+// [Appliance.ReplayDeadLetter] and their kin for what does not exist.
+var ErrNotFound = admin.ErrNotFound
+
+// ErrProcessorDisabled is returned by [Appliance.Lag] when
+// Processor.Enabled is false.
+var ErrProcessorDisabled = errors.New("orderstore: the processor is disabled")
+
+// Appliance is a running, ready orderstore: the store lock, the embedded
+// nats-server with its streams declared and verified, the processor and the
+// admin listener. It exists only once all of them run; see [Start].
+type Appliance struct {
+	cfg    Config
+	log    *slog.Logger
+	lock   *bootstrap.Lock
+	report bootstrap.Report
+
+	srv  *embedded.Server
+	nsrv atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	proj *processor.Projection
+	proc *processor.Processor // nil when disabled
+
+	adm      *admin.Server
+	hs       *http.Server // nil when the admin listener is disabled
+	adminLn  net.Listener
+	serveErr chan error
+
+	groupStarted bool
+	procCancel   context.CancelFunc
+	procDone     chan struct{} // closed once the processor's Run returned
+	ncClosed     chan struct{} // closed once the internal connection closed
+
+	closing chan struct{} // closed when Close begins
+	done    chan struct{} // closed when the run group returned
+	runErr  error
+
+	closeOnce sync.Once
+	closeDone chan struct{}
+	closeErr  error
+}
+
+// Start runs the start-up of DESIGN.md in order: validate cfg, preflight
+// and lock the store, open the admin listener (so a busy port fails at once
+// and /readyz answers "recovering" during a long recovery), start nats,
+// declare the stream, dead-letter stream, projection bucket and consumer,
+// run the recovery check, start the processor. It returns once the
+// processor consumes and every part runs, or with an error naming what
+// failed; on error everything it started is stopped and the lock released.
+//
+// ctx bounds start-up only (a canceled ctx aborts it); stop a running
+// appliance with [Appliance.Close].
+func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Stream.Subjects = append([]string(nil), cfg.Stream.Subjects...)
+	log := loggerOrDiscard(cfg.Logger)
+	a := &Appliance{
+		cfg:       cfg,
+		log:       log,
+		serveErr:  make(chan error, 1),
+		procDone:  make(chan struct{}),
+		ncClosed:  make(chan struct{}),
+		closing:   make(chan struct{}),
+		done:      make(chan struct{}),
+		closeDone: make(chan struct{}),
+	}
+	defer func() {
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err = errors.Join(err, a.stop(cctx))
+		}
+	}()
+
+	// Preflight comes before the admin listener: a second instance on the
+	// same store is told so, not that the admin port is busy.
+	lock, rep, err := bootstrap.Preflight(cfg.preflightConfig())
+	if err != nil {
+		return nil, err
+	}
+	a.lock, a.report = lock, rep
+	for _, w := range rep.Warnings {
+		log.Warn("preflight", "warning", w)
+	}
+	log.Info("preflight ok", "store_dir", rep.StoreDir, "lock", lock.Path(),
+		"free_disk", bytesize.Format(int64(rep.FreeBytes)), "used", bytesize.Format(rep.UsedBytes),
+		"max_file_store", bytesize.Format(cfg.JetStream.MaxFileStore))
+
+	if err := a.startAdmin(); err != nil {
+		return nil, err
+	}
+	if err := a.startNATS(ctx); err != nil {
+		return nil, err
+	}
+	if err := a.declare(ctx); err != nil {
+		return nil, err
+	}
+	if a.proj, err = NewProjection(ctx, a.js, cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Processor.Enabled {
+		var h processor.Handler = a.proj
+		if cfg.Processor.Handler != nil {
+			h = cfg.Processor.Handler
+		}
+		if a.proc, err = processor.New(a.js, cfg.ProcessorSpec(h)); err != nil {
+			return nil, err
+		}
+	}
+	b := admin.Backend{JS: a.js, DeadLetters: a, Orders: a}
+	if a.proc != nil {
+		b.Processor = a
+	}
+	a.adm.SetBackend(b)
+
+	a.runGroup()
+	if a.proc != nil {
+		select {
+		case <-a.proc.Ready():
+		case <-a.done:
+			return nil, fmt.Errorf("start: %w", a.runErr)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("start: processor: %w", ctx.Err())
+		}
+	}
+	log.Info("orderstore ready", "client_url", a.srv.ClientURL(), "admin", a.AdminAddr(), "store_dir", rep.StoreDir)
+	return a, nil
+}
+
+// startAdmin builds the admin handler (readiness is served from it even
+// when the listener is disabled) and, unless Admin.Listen is "", listens.
+func (a *Appliance) startAdmin() error {
+	cfg := a.cfg
+	durable := ""
+	if cfg.Processor.Enabled {
+		durable = cfg.Processor.Durable
+	}
+	policy, desc := cfg.JetStream.Durability()
+	storeDir := a.report.StoreDir
+	a.adm = admin.New(admin.Config{
+		Token:            cfg.Admin.Token,
+		Stream:           cfg.Stream.Name,
+		Subjects:         cfg.Stream.Subjects,
+		Durable:          durable,
+		DeadLetterStream: cfg.Processor.DeadLetterStream,
+		ProjectionBucket: cfg.Processor.ProjectionBucket,
+		MaxBytes:         cfg.Stream.MaxBytes,
+		MaxMsgs:          cfg.Stream.MaxMsgs,
+		MaxAge:           cfg.Stream.MaxAge,
+		SyncPolicy:       policy,
+		SyncDescription:  desc,
+		StoreDir:         storeDir,
+		FreeBytes:        func() (uint64, error) { return bootstrap.FreeBytes(storeDir) },
+		Build:            buildOrUnknown(cfg.Build),
+		Monitoring:       monitoring(a.nsrv.Load),
+		Logger:           a.log.With("component", "admin"),
+	})
+	if cfg.Admin.Listen == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", cfg.Admin.Listen)
+	if err != nil {
+		return withHint(fmt.Errorf("admin listener %s: %w", cfg.Admin.Listen, err),
+			fmt.Sprintf("another process listens on %s; stop it or set admin.listen (\"\" disables the admin listener)", cfg.Admin.Listen))
+	}
+	a.adminLn = ln
+	a.hs = &http.Server{
+		Handler:           a.adm,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(a.log.With("component", "admin").Handler(), slog.LevelWarn),
+	}
+	go func() {
+		if err := a.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.serveErr <- err
+		}
+	}()
+	a.log.Info("admin listening", "addr", ln.Addr().String(), "token", cfg.Admin.Token != "")
+	return nil
+}
+
+// startNATS starts the embedded server and the internal connection.
+func (a *Appliance) startNATS(ctx context.Context) error {
+	ec, internalPassword := a.cfg.embeddedConfig(a.log)
+	t0 := time.Now()
+	srv, err := embedded.Start(ctx, ec)
+	if err != nil {
+		return withHint(err, startHint(a.cfg, err))
+	}
+	a.srv = srv
+	a.nsrv.Store(srv.NATSServer())
+	policy, desc := a.cfg.JetStream.Durability()
+	a.log.Info("nats ready", "client_url", srv.ClientURL(), "took", time.Since(t0).Round(time.Millisecond).String(),
+		"sync_interval", policy, "durability", desc)
+
+	opts := []nats.Option{nats.InProcessServer(srv), nats.Name("orderstore-internal"),
+		nats.ClosedHandler(func(*nats.Conn) { close(a.ncClosed) })}
+	if internalPassword != "" {
+		opts = append(opts, nats.UserInfo(internalUser, internalPassword))
+	}
+	nc, err := nats.Connect("", opts...)
+	if err != nil {
+		return fmt.Errorf("connect in-process: %w", err)
+	}
+	a.nc = nc
+	if a.js, err = jetstream.New(nc); err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	return nil
+}
+
+// declare declares what the config names and runs the recovery check.
+func (a *Appliance) declare(ctx context.Context) error {
+	spec := a.cfg.DeclareSpec()
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := bootstrap.Declare(dctx, a.js, spec, a.log.With("component", "bootstrap")); err != nil {
+		return err
+	}
+	if err := bootstrap.Verify(dctx, a.js, spec); err != nil {
+		return err
+	}
+	st := a.cfg.Stream
+	a.log.Info("stream ready", "stream", st.Name, "subjects", st.Subjects, "max_age", formatDuration(st.MaxAge),
+		"max_bytes", bytesize.Format(st.MaxBytes), "max_msgs", st.MaxMsgs, "discard", st.Discard,
+		"duplicate_window", formatDuration(st.DuplicateWindow))
+	return nil
+}
+
+// runGroup starts the actors: the processor, the admin listener and
+// watchdogs on nats and on the internal connection. When one of them
+// fails, the group ends and [Appliance.Wait] returns its error; the
+// staged stop is [Appliance.Close]'s.
+func (a *Appliance) runGroup() {
+	a.groupStarted = true
+	var g run.Group
+	{ // watchdog on the embedded server
+		stop := make(chan struct{})
+		g.Add(func() error {
+			select {
+			case <-a.srv.Done():
+				if err := a.srv.Wait(); err != nil {
+					return err
+				}
+				return nil
+			case <-stop:
+				return nil
+			}
+		}, func(error) { close(stop) })
+	}
+	{ // watchdog on the internal connection (the processor's and the admin API's)
+		stop := make(chan struct{})
+		g.Add(func() error {
+			select {
+			case <-a.ncClosed:
+				select {
+				case <-a.closing:
+					return nil
+				default:
+					return errors.New("orderstore's internal nats connection closed")
+				}
+			case <-stop:
+				return nil
+			}
+		}, func(error) { close(stop) })
+	}
+	if a.proc != nil {
+		pctx, cancel := context.WithCancel(context.Background())
+		a.procCancel = cancel
+		g.Add(func() error {
+			defer close(a.procDone)
+			err := a.proc.Run(pctx)
+			if err == nil && pctx.Err() == nil {
+				err = errors.New("processor stopped")
+			}
+			return err
+		}, func(error) { cancel() })
+	} else {
+		close(a.procDone)
+	}
+	if a.hs != nil {
+		stop := make(chan struct{})
+		g.Add(func() error {
+			select {
+			case err := <-a.serveErr:
+				return fmt.Errorf("admin listener %s: %w", a.cfg.Admin.Listen, err)
+			case <-stop:
+				return nil
+			}
+		}, func(error) { close(stop) })
+	}
+	go func() {
+		err := g.Run()
+		select {
+		case <-a.closing:
+			err = nil // stopped on request
+		default:
+			if err != nil {
+				a.log.Error("appliance failed", "err", err)
+			}
+		}
+		a.runErr = err
+		close(a.done)
+	}()
+}
+
+// ClientURL returns the URL NATS clients connect to, with the real port
+// even when Server.Port was -1.
+func (a *Appliance) ClientURL() string { return a.srv.ClientURL() }
+
+// InProcessConn returns a connection to the embedded server that bypasses
+// TCP, making *Appliance a nats.InProcessConnProvider:
+//
+//	nc, err := nats.Connect("", nats.InProcessServer(app))
+func (a *Appliance) InProcessConn() (net.Conn, error) { return a.srv.InProcessConn() }
+
+// AdminAddr returns the admin listener's address (host:port, with the real
+// port when Admin.Listen asked for port 0), or "" when it is disabled.
+func (a *Appliance) AdminAddr() string {
+	if a.adminLn == nil {
+		return ""
+	}
+	return a.adminLn.Addr().String()
+}
+
+// StoreDir returns the absolute store directory.
+func (a *Appliance) StoreDir() string { return a.report.StoreDir }
+
+// Config returns the configuration the appliance runs with.
+func (a *Appliance) Config() Config { return a.cfg }
+
+// Handler returns the admin HTTP handler (health, metrics, API, dashboard),
+// for a program that serves it on a listener of its own.
+func (a *Appliance) Handler() http.Handler { return a.adm }
+
+// Done is closed when the appliance stopped running: a part failed (see
+// [Appliance.Wait]) or Close stopped it.
+func (a *Appliance) Done() <-chan struct{} { return a.done }
+
+// Wait blocks until the appliance stops. It returns the error of the part
+// that failed (nats stopped, the processor's consumer vanished, the admin
+// listener failed), or nil after Close. After a failure, call Close to
+// stop the rest and release the store.
+func (a *Appliance) Wait() error {
+	<-a.done
+	return a.runErr
+}
+
+// Ready reports whether the appliance is ready: JetStream answers, its
+// stream, dead-letter stream, projection bucket and consumer exist as
+// declared, and the processor runs. The error names every failed check.
+// It is what /readyz serves.
+func (a *Appliance) Ready(ctx context.Context) error {
+	status, checks := a.adm.Readiness(ctx)
+	if status == "ready" {
+		return nil
+	}
+	var reasons []string
+	for _, c := range checks {
+		if !c.OK {
+			reasons = append(reasons, c.Name+": "+c.Reason)
+		}
+	}
+	return fmt.Errorf("orderstore %s: %s", status, strings.Join(reasons, "; "))
+}
+
+// Stats returns the processor's counters (zero when it is disabled).
+func (a *Appliance) Stats() processor.Stats {
+	if a.proc == nil {
+		return processor.Stats{}
+	}
+	return a.proc.Stats()
+}
+
+// Lag returns how far the processor's consumer is behind the stream.
+func (a *Appliance) Lag(ctx context.Context) (processor.LagInfo, error) {
+	if a.proc == nil {
+		return processor.LagInfo{}, ErrProcessorDisabled
+	}
+	return processor.Lag(ctx, a.js, a.cfg.Stream.Name, a.cfg.Processor.Durable)
+}
+
+// Order returns an order's projected state; an unknown or invalid id
+// matches [ErrNotFound].
+func (a *Appliance) Order(ctx context.Context, id string) (processor.Order, error) {
+	if !processor.ValidOrderID(id) {
+		return processor.Order{}, fmt.Errorf("order %q: %w", id, ErrNotFound)
+	}
+	o, err := a.proj.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return processor.Order{}, fmt.Errorf("order %q: %w", id, ErrNotFound)
+	}
+	return o, err
+}
+
+// DeadLetters returns up to limit dead letters from sequence from on, and
+// the sequence to continue from (0 at the end).
+func (a *Appliance) DeadLetters(ctx context.Context, from uint64, limit int) ([]processor.DeadLetter, uint64, error) {
+	return processor.ListDeadLetters(ctx, a.js, a.cfg.Processor.DeadLetterStream, from, limit)
+}
+
+// LatestDeadLetters returns up to n of the most recent dead letters,
+// oldest first.
+func (a *Appliance) LatestDeadLetters(ctx context.Context, n int) ([]processor.DeadLetter, error) {
+	return processor.LatestDeadLetters(ctx, a.js, a.cfg.Processor.DeadLetterStream, n)
+}
+
+// ReplayDeadLetter republishes dead letter seq to its original subject
+// and deletes it; it returns the event's new stream sequence. An unknown
+// seq matches [ErrNotFound].
+func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, error) {
+	n, err := processor.Replay(ctx, a.js, a.cfg.Processor.DeadLetterStream, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, fmt.Errorf("dead letter %d: %w", seq, ErrNotFound)
+	}
+	return n, err
+}
+
+// Close stops the appliance and waits. In order:
+//  1. the admin listener stops taking requests and finishes those in
+//     flight;
+//  2. the processor stops fetching, finishes and acks the events it holds;
+//  3. the internal connection drains;
+//  4. nats-server shuts down (Shutdown + WaitForShutdown: every stream
+//     flushed and closed);
+//  5. the store lock is released.
+//
+// ctx bounds steps 1 to 3: when it ends, what is left in flight is cut off
+// (unacked events are redelivered on the next start) and the error says
+// which step it cut. Step 4 is always waited for, because releasing the
+// lock while nats still writes would let a second process corrupt the
+// store. Close is idempotent and safe to call concurrently: every call
+// waits for the first and returns its result.
+func (a *Appliance) Close(ctx context.Context) error {
+	a.closeOnce.Do(func() {
+		a.closeErr = a.stop(ctx)
+		close(a.closeDone)
+	})
+	<-a.closeDone
+	return a.closeErr
+}
+
+// stop runs Close's steps for whatever has been started.
+func (a *Appliance) stop(ctx context.Context) error {
+	close(a.closing)
+	var errs []error
+	if a.hs != nil {
+		if err := a.hs.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("admin listener %s: shutdown: %w", a.cfg.Admin.Listen, err))
+			a.hs.Close()
+		}
+	}
+	if a.groupStarted {
+		if a.procCancel != nil {
+			a.procCancel()
+		}
+		select {
+		case <-a.procDone:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("processor: not drained: %w", ctx.Err()))
+		}
+	}
+	if a.nc != nil {
+		if err := drain(ctx, a.nc, a.ncClosed); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if a.srv != nil {
+		errs = append(errs, a.srv.Close())
+	}
+	if a.groupStarted {
+		select {
+		case <-a.done:
+		case <-ctx.Done():
+		}
+	}
+	if a.lock != nil {
+		errs = append(errs, a.lock.Release())
+	}
+	return errors.Join(errs...)
+}
+
+// drain drains nc and waits for it to close, at most 10s or until ctx
+// ends; then it closes it.
+func drain(ctx context.Context, nc *nats.Conn, closed <-chan struct{}) error {
+	if nc.IsClosed() {
+		return nil
+	}
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return nil
+		}
+		return fmt.Errorf("drain internal connection: %w", err)
+	}
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case <-closed:
+		return nil
+	case <-t.C:
+		nc.Close()
+		return errors.New("drain internal connection: not drained after 10s")
+	case <-ctx.Done():
+		nc.Close()
+		return fmt.Errorf("drain internal connection: %w", ctx.Err())
+	}
+}
+
+func buildOrUnknown(b BuildInfo) BuildInfo {
+	for _, f := range []*string{&b.Version, &b.Commit, &b.Date, &b.GoVersion} {
+		if *f == "" {
+			*f = "unknown"
+		}
+	}
+	if b.NATSServer == "" {
+		b.NATSServer = server.VERSION
+	}
+	return b
+}
+
+// Durability returns the sync policy as the file writes it ("always" or a
+// duration) and its one-line meaning, as the startup log, /readyz and
+// `orderstore status` state it.
+func (j JetStreamConfig) Durability() (policy, description string) {
+	if j.SyncInterval == 0 {
+		return "always", "fsync before every ack: an acknowledged event survives power loss"
+	}
+	d := formatDuration(j.SyncInterval)
+	return d, fmt.Sprintf("fsync every %s: a process crash loses nothing, power loss can lose up to %s of acknowledged events", d, d)
+}
+
+func startHint(cfg Config, err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "address already in use") || strings.Contains(msg, "bind"):
+		return fmt.Sprintf("another process listens on %s:%d; stop it or set server.port (or -1 for a random port)", cfg.Server.Host, cfg.Server.Port)
+	case strings.Contains(msg, "storage directory") || strings.Contains(msg, "store"):
+		return "check jetstream.store_dir: it must be a writable directory"
+	}
+	return ""
+}
+
+// hinted attaches the remedy the CLI prints on a "hint:" line.
+type hinted struct {
+	err  error
+	hint string
+}
+
+func (h *hinted) Error() string { return h.err.Error() }
+func (h *hinted) Unwrap() error { return h.err }
+
+// Hint says what to do about the error.
+func (h *hinted) Hint() string { return h.hint }
+
+func withHint(err error, hint string) error {
+	if hint == "" {
+		return err
+	}
+	return &hinted{err, hint}
+}
+
+// monitoring mounts nats-server's own monitoring endpoints; until the
+// server exists they answer 503.
+func monitoring(srv func() *server.Server) map[string]http.HandlerFunc {
+	wrap := func(h func(*server.Server) http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			s := srv()
+			if s == nil {
+				http.Error(w, "starting", http.StatusServiceUnavailable)
+				return
+			}
+			h(s)(w, r)
+		}
+	}
+	return map[string]http.HandlerFunc{
+		"/varz":     wrap(func(s *server.Server) http.HandlerFunc { return s.HandleVarz }),
+		"/jsz":      wrap(func(s *server.Server) http.HandlerFunc { return s.HandleJsz }),
+		"/connz":    wrap(func(s *server.Server) http.HandlerFunc { return s.HandleConnz }),
+		"/healthz":  wrap(func(s *server.Server) http.HandlerFunc { return s.HandleHealthz }),
+		"/subsz":    wrap(func(s *server.Server) http.HandlerFunc { return s.HandleSubsz }),
+		"/accountz": wrap(func(s *server.Server) http.HandlerFunc { return s.HandleAccountz }),
+		"/leafz":    wrap(func(s *server.Server) http.HandlerFunc { return s.HandleLeafz }),
+		"/routez":   wrap(func(s *server.Server) http.HandlerFunc { return s.HandleRoutez }),
+	}
+}

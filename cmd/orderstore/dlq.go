@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/orderstore/orderstore"
+)
+
+func dlqCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "replay") {
+		fmt.Fprint(stderr, "usage: orderstore dlq list [-from SEQ] [-limit N] [-json] | orderstore dlq replay (SEQ... | -all)\n  both take -admin URL, -token T, -config FILE\n")
+		return exitUsage
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	client := clientFlags(fs)
+	from := fs.Uint64("from", 1, "list: first dead-letter sequence")
+	limit := fs.Int("limit", 100, "list: at most this many")
+	asJSON := fs.Bool("json", false, "list: print JSON")
+	all := fs.Bool("all", false, "replay: every dead letter")
+	if err := fs.Parse(args[1:]); err != nil {
+		return exitUsage
+	}
+	c, err := client()
+	if err != nil {
+		printErr(stderr, err)
+		return exitUsage
+	}
+	type page struct {
+		Items []orderstore.DeadLetter `json:"items"`
+		Next  uint64                  `json:"next"`
+	}
+	list := func(from uint64, limit int) (page, error) {
+		var p page
+		err := c.do("GET", fmt.Sprintf("/v1/dlq?from=%d&limit=%d", from, limit), &p)
+		return p, err
+	}
+	switch sub {
+	case "list":
+		p, err := list(*from, *limit)
+		if err != nil {
+			printErr(stderr, err)
+			return exitFailure
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			enc.Encode(p)
+			return exitOK
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEQ\tSUBJECT\tORIG SEQ\tDELIVERIES\tDEAD-LETTERED\tERROR\tDATA")
+		for _, d := range p.Items {
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%s\n", d.Sequence, d.Subject, d.OriginalSequence, d.Deliveries,
+				d.DeadLetteredAt.Format(time.RFC3339), d.Error, preview(d.Data))
+		}
+		tw.Flush()
+		if p.Next != 0 {
+			fmt.Fprintf(stderr, "more: orderstore dlq list -from %d\n", p.Next)
+		}
+		if len(p.Items) == 0 {
+			fmt.Fprintln(stderr, "no dead letters")
+		}
+		return exitOK
+	default: // replay
+		var seqs []uint64
+		for _, a := range fs.Args() {
+			n, err := strconv.ParseUint(a, 10, 64)
+			if err != nil || n == 0 {
+				fmt.Fprintf(stderr, "orderstore dlq replay: %q is not a dead-letter sequence number\n", a)
+				return exitUsage
+			}
+			seqs = append(seqs, n)
+		}
+		if *all == (len(seqs) > 0) {
+			fmt.Fprintln(stderr, "orderstore dlq replay: give SEQ... or -all")
+			return exitUsage
+		}
+		if *all {
+			for next := uint64(1); ; {
+				p, err := list(next, 1000)
+				if err != nil {
+					printErr(stderr, err)
+					return exitFailure
+				}
+				for _, d := range p.Items {
+					seqs = append(seqs, d.Sequence)
+				}
+				if p.Next == 0 {
+					break
+				}
+				next = p.Next
+			}
+		}
+		failed := 0
+		for _, seq := range seqs {
+			var r struct {
+				NewSeq uint64 `json:"new_seq"`
+			}
+			if err := c.do("POST", fmt.Sprintf("/v1/dlq/%d/replay", seq), &r); err != nil {
+				printErr(stderr, err)
+				failed++
+				continue
+			}
+			fmt.Fprintf(stdout, "replayed dead letter %d as event %d\n", seq, r.NewSeq)
+		}
+		fmt.Fprintf(stderr, "%d replayed, %d failed\n", len(seqs)-failed, failed)
+		if failed > 0 {
+			return exitFailure
+		}
+		return exitOK
+	}
+}
+
+func preview(b []byte) string {
+	b = bytes.ReplaceAll(b, []byte("\n"), []byte(" "))
+	if len(b) > 60 {
+		return string(b[:60]) + "…"
+	}
+	return string(b)
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/internal/config"
+)
+
+func statusCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	client := clientFlags(fs)
+	asJSON := fs.Bool("json", false, "print the raw JSON of /v1/status")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	c, err := client()
+	if err != nil {
+		printErr(stderr, err)
+		return exitUsage
+	}
+	var st orderstore.Status
+	if err := c.do("GET", "/v1/status", &st); err != nil {
+		printErr(stderr, err)
+		return exitFailure
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(st)
+		return exitOK
+	}
+	printStatus(stdout, st)
+	if st.Status != "ready" {
+		return exitFailure
+	}
+	return exitOK
+}
+
+func printStatus(w io.Writer, st orderstore.Status) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "orderstore %s\t%s (nats-server %s)\n", st.Status, st.Build.Version, st.Build.NATSServer)
+	fmt.Fprintf(tw, "durability\tsync_interval = %s: %s\n", st.Durability["sync_interval"], st.Durability["description"])
+	s := st.Stream
+	fmt.Fprintf(tw, "stream %s\t%d events, seq %d..%d\n", s.Name, s.Messages, s.FirstSeq, s.LastSeq)
+	fmt.Fprintf(tw, "  size\t%s of max_bytes %s (%.1f%%)\n", config.ByteSize(s.Bytes), config.ByteSize(s.MaxBytes), s.BytesPercent)
+	maxAge := "forever"
+	if s.MaxAgeSeconds > 0 {
+		maxAge = (time.Duration(s.MaxAgeSeconds) * time.Second).String()
+	}
+	fmt.Fprintf(tw, "  oldest event\t%s old, max_age %s\n", (time.Duration(s.OldestAgeSeconds) * time.Second).String(), maxAge)
+	if c := st.Consumer; c != nil {
+		fmt.Fprintf(tw, "consumer %s\t%d unprocessed (%d pending, %d awaiting ack), %.1fs behind, %d redelivered, ack floor %d\n",
+			c.Name, c.Pending+uint64(c.AckPending), c.Pending, c.AckPending, c.SecondsBehind, c.Redelivered, c.AckFloor)
+	}
+	if p := st.Processor; p != nil {
+		state := "running"
+		if !p.Running {
+			state = "stopped"
+		}
+		fmt.Fprintf(tw, "processor\t%s: %d processed, %d retrying, %d dead-lettered (%d poison), %d duplicates skipped\n",
+			state, p.Processed, p.Failed, p.DeadLettered, p.Poison, p.Duplicates)
+	} else {
+		fmt.Fprintf(tw, "processor\tdisabled\n")
+	}
+	fmt.Fprintf(tw, "dead letters\t%d in %s\n", st.DeadLetters.Messages, st.DeadLetters.Stream)
+	fmt.Fprintf(tw, "store\t%s, %s free\n", st.Store.Dir, config.ByteSize(st.Store.FreeBytes))
+	for _, c := range st.Checks {
+		if !c.OK {
+			fmt.Fprintf(tw, "not ready\t%s: %s\n", c.Name, c.Reason)
+		}
+	}
+	for _, e := range st.Errors {
+		fmt.Fprintf(tw, "error\t%s\n", e)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,491 @@
+package orderstore
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/orderstore/orderstore/admin"
+	"github.com/orderstore/orderstore/internal/bytesize"
+	"github.com/orderstore/orderstore/processor"
+)
+
+// Config is the whole appliance, in plain Go. Its tables mirror the TOML
+// file's ([server], [jetstream], [stream], [processor], [admin]): the file's
+// jetstream.store_dir is Config.JetStream.StoreDir. Start from
+// [DefaultConfig] and change what you need; [Config.Validate] reports every
+// problem at once.
+type Config struct {
+	Server    ServerConfig
+	JetStream JetStreamConfig
+	Stream    StreamConfig
+	Processor ProcessorConfig
+	Admin     AdminConfig
+
+	// Logger receives every component's log lines (component=nats,
+	// bootstrap, processor, admin). Nil discards them. When it is enabled
+	// for slog.LevelDebug, nats-server's debug log is on too.
+	Logger *slog.Logger
+
+	// Build is the version reported by /metrics, /v1/status and the
+	// dashboard. Zero fields read "unknown".
+	Build BuildInfo
+}
+
+// BuildInfo identifies the running build.
+type BuildInfo = admin.BuildInfo
+
+// ServerConfig is the NATS client listener ([server]).
+type ServerConfig struct {
+	// Name is the server name `nats server info` shows. Default "orderstore".
+	Name string
+	// Host is the client listener address. Default "127.0.0.1". A
+	// non-loopback host needs Users.
+	Host string
+	// Port is the client port. Default 4222; -1 picks a random free port
+	// (read it back with [Appliance.ClientURL]); 0 means 4222.
+	Port int
+	// MaxPayload is the largest message a client may publish, in bytes.
+	// Default 1 MiB; at most 64 MiB.
+	MaxPayload int64
+	// SystemUser and SystemPassword, both set, define a system-account
+	// user so `nats server info` works. Default none.
+	SystemUser, SystemPassword string
+	// Users are the client users. Empty means anonymous clients, which is
+	// allowed on a loopback Host only.
+	Users []User
+}
+
+// User is one NATS client user ([[server.users]]).
+type User struct {
+	Name, Password string
+	// Publish and Subscribe list the subjects the user may publish to and
+	// subscribe to; empty means everything.
+	Publish, Subscribe []string
+}
+
+// JetStreamConfig is the storage engine ([jetstream]).
+type JetStreamConfig struct {
+	// StoreDir is where streams live; created if missing, locked while the
+	// appliance runs. Default "./orderstore-data".
+	StoreDir string
+	// MaxFileStore is the disk JetStream may use in total, in bytes.
+	// Default 10 GiB. Must be positive.
+	MaxFileStore int64
+	// MaxMemoryStore is the memory for memory-backed streams, in bytes.
+	// Default 256 MiB. Must be positive.
+	MaxMemoryStore int64
+	// SyncInterval is how often stream files are fsynced. 0 (the default,
+	// the file's "always") fsyncs before every publish ack, so an
+	// acknowledged event survives power loss. A positive interval trades
+	// that for throughput: a process crash loses nothing, a power loss can
+	// lose up to the interval.
+	SyncInterval time.Duration
+	// DiskHeadroom is the free disk wanted beyond what MaxFileStore can
+	// still grow into, in bytes. Default 1 GiB.
+	DiskHeadroom int64
+	// AllowLowDisk turns a failed free-disk check into a warning.
+	AllowLowDisk bool
+}
+
+// StreamConfig is the ORDER_EVENTS stream and its retention limits ([stream]).
+type StreamConfig struct {
+	// Name default "ORDER_EVENTS"; Subjects default ["orders.>"].
+	Name     string
+	Subjects []string
+	// MaxAge is how long events are kept; 0 keeps them forever. Default 168h.
+	MaxAge time.Duration
+	// MaxBytes caps the stream, in bytes; -1 is unlimited (up to
+	// MaxFileStore). Default 8 GiB.
+	MaxBytes int64
+	// MaxMsgs caps the event count; -1 (the default) is unlimited.
+	MaxMsgs int64
+	// MaxMsgSize is the largest event, in bytes. Default 1 MiB; at most
+	// Server.MaxPayload.
+	MaxMsgSize int64
+	// Discard is what happens at a limit: "old" (default) drops the oldest
+	// events, "new" refuses new ones.
+	Discard string
+	// DuplicateWindow is how long a Nats-Msg-Id is remembered for dedupe.
+	// Default 2m.
+	DuplicateWindow time.Duration
+	// Replicas is 1 on a single host.
+	Replicas int
+}
+
+// ProcessorConfig is the built-in durable processor and what it owns
+// ([processor]).
+type ProcessorConfig struct {
+	// Enabled runs the processor. Default true. The dead-letter stream and
+	// the projection bucket are declared either way.
+	Enabled bool
+	// Durable is the consumer's name. Default "order-processor".
+	Durable string
+	// AckWait is how long a delivered event may stay unacked before it is
+	// redelivered. Default 30s.
+	AckWait time.Duration
+	// MaxDeliver is the delivery on which a failing event is dead-lettered.
+	// Default 5.
+	MaxDeliver int
+	// Backoff lists the delays before the 1st, 2nd, ... retry; fewer
+	// entries than MaxDeliver. Default [1s 5s 30s].
+	Backoff []time.Duration
+	// MaxAckPending caps events delivered and not yet acked. Default 8000.
+	MaxAckPending int
+	// DeadLetterStream holds poison and exhausted events. Default
+	// "ORDER_EVENTS_DLQ"; DeadLetterMaxAge is its retention (0 forever,
+	// default 720h).
+	DeadLetterStream string
+	DeadLetterMaxAge time.Duration
+	// ProjectionBucket is the KV bucket of projected orders, key = order
+	// id. Default "ORDERS".
+	ProjectionBucket string
+	// Handler, when set, runs instead of the built-in projection, with the
+	// same delivery, retry, dead-letter and shutdown machinery (a program
+	// embedding orderstore with its own logic). Nil runs the projection of
+	// [NewProjection]. It has no TOML key.
+	Handler processor.Handler
+}
+
+// AdminConfig is the HTTP admin listener ([admin]).
+type AdminConfig struct {
+	// Listen is host:port; "" disables the listener, port 0 picks a free
+	// one. Default "127.0.0.1:8222". A non-loopback address needs Token.
+	Listen string
+	// Token, when set, is required as a bearer token on everything but
+	// /livez and /readyz.
+	Token string
+}
+
+// DefaultConfig returns the built-in configuration: what `orderstore run`
+// uses with no file, and what orderstore.example.toml documents.
+func DefaultConfig() Config {
+	return Config{
+		Server: ServerConfig{
+			Name:       "orderstore",
+			Host:       "127.0.0.1",
+			Port:       4222,
+			MaxPayload: 1 << 20,
+		},
+		JetStream: JetStreamConfig{
+			StoreDir:       "./orderstore-data",
+			MaxFileStore:   10 << 30,
+			MaxMemoryStore: 256 << 20,
+			DiskHeadroom:   1 << 30,
+		},
+		Stream: StreamConfig{
+			Name:            "ORDER_EVENTS",
+			Subjects:        []string{"orders.>"},
+			MaxAge:          168 * time.Hour,
+			MaxBytes:        8 << 30,
+			MaxMsgs:         -1,
+			MaxMsgSize:      1 << 20,
+			Discard:         "old",
+			DuplicateWindow: 2 * time.Minute,
+			Replicas:        1,
+		},
+		Processor: ProcessorConfig{
+			Enabled:          true,
+			Durable:          "order-processor",
+			AckWait:          30 * time.Second,
+			MaxDeliver:       5,
+			Backoff:          []time.Duration{time.Second, 5 * time.Second, 30 * time.Second},
+			MaxAckPending:    8000,
+			DeadLetterStream: "ORDER_EVENTS_DLQ",
+			DeadLetterMaxAge: 720 * time.Hour,
+			ProjectionBucket: "ORDERS",
+		},
+		Admin: AdminConfig{Listen: "127.0.0.1:8222"},
+	}
+}
+
+// FieldError is one problem with one field.
+type FieldError struct {
+	// Field is the Go path, e.g. "Stream.MaxAge"; Key is the same field
+	// in the TOML file, e.g. "stream.max_age".
+	Field, Key string
+	// Value is the offending value, formatted; empty if none applies.
+	Value  string
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	if e.Value != "" {
+		return fmt.Sprintf("%s = %s: %s", e.Field, e.Value, e.Reason)
+	}
+	return fmt.Sprintf("%s: %s", e.Field, e.Reason)
+}
+
+// ValidationError is every problem [Config.Validate] found.
+type ValidationError struct {
+	Problems []*FieldError
+}
+
+func (e *ValidationError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "config: %d problem", len(e.Problems))
+	if len(e.Problems) != 1 {
+		b.WriteString("s")
+	}
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(p.Error())
+	}
+	return b.String()
+}
+
+// Validate reports every problem of c at once as a *[ValidationError],
+// each naming its field; nil if c is valid.
+func (c Config) Validate() error {
+	var errs []*FieldError
+	bad := func(field string, value any, format string, args ...any) {
+		v := ""
+		switch x := value.(type) {
+		case nil:
+		case string:
+			v = strconv.Quote(x)
+		case time.Duration:
+			v = strconv.Quote(formatDuration(x))
+		case size:
+			v = strconv.Quote(bytesize.Format(int64(x)))
+		default:
+			v = fmt.Sprint(x)
+		}
+		errs = append(errs, &FieldError{Field: field, Key: tomlKey(field), Value: v, Reason: fmt.Sprintf(format, args...)})
+	}
+
+	s := c.Server
+	if s.Name == "" || strings.ContainsAny(s.Name, " \t\n") {
+		bad("Server.Name", s.Name, "must be non-empty and without spaces")
+	}
+	if s.Host == "" {
+		bad("Server.Host", s.Host, "must be set (e.g. \"127.0.0.1\")")
+	} else if net.ParseIP(s.Host) == nil && s.Host != "localhost" {
+		bad("Server.Host", s.Host, "must be an IP address or \"localhost\"")
+	}
+	if s.Port < -1 || s.Port > 65535 {
+		bad("Server.Port", s.Port, "must be 0..65535, or -1 for a random port")
+	}
+	if s.MaxPayload <= 0 || s.MaxPayload > 64<<20 {
+		bad("Server.MaxPayload", size(s.MaxPayload), "must be between 1B and 64MiB")
+	}
+	if (s.SystemUser == "") != (s.SystemPassword == "") {
+		bad("Server.SystemUser", s.SystemUser, "system_user and system_password go together")
+	}
+	seen := map[string]bool{}
+	for i, u := range s.Users {
+		field := fmt.Sprintf("Server.Users[%d]", i)
+		if u.Name == "" || u.Password == "" {
+			bad(field, u.Name, "needs user and password")
+		}
+		if seen[u.Name] || (u.Name != "" && u.Name == s.SystemUser) || u.Name == internalUser {
+			bad(field+".Name", u.Name, "is defined twice or reserved")
+		}
+		seen[u.Name] = true
+	}
+	if s.Host != "" && !isLoopback(s.Host) && len(s.Users) == 0 {
+		bad("Server.Host", s.Host, "is not a loopback address and no users are configured: anyone on the network could publish and read orders; add users, or bind 127.0.0.1")
+	}
+
+	j := c.JetStream
+	if j.StoreDir == "" {
+		bad("JetStream.StoreDir", j.StoreDir, "must be set")
+	}
+	if j.MaxFileStore <= 0 {
+		bad("JetStream.MaxFileStore", size(j.MaxFileStore), "must be a positive size (an explicit limit keeps JetStream from sizing itself from free disk)")
+	}
+	if j.MaxMemoryStore <= 0 {
+		bad("JetStream.MaxMemoryStore", size(j.MaxMemoryStore), "must be a positive size")
+	}
+	if j.DiskHeadroom < 0 {
+		bad("JetStream.DiskHeadroom", size(j.DiskHeadroom), "must be zero or positive")
+	}
+	if j.SyncInterval < 0 {
+		bad("JetStream.SyncInterval", j.SyncInterval, "must be 0 (\"always\") or a positive duration")
+	}
+
+	st := c.Stream
+	if !validName(st.Name) {
+		bad("Stream.Name", st.Name, "must be non-empty and may not contain spaces, '.', '*', '>', '/' or '\\'")
+	}
+	if len(st.Subjects) == 0 {
+		bad("Stream.Subjects", nil, "must list at least one subject (e.g. [\"orders.>\"])")
+	}
+	for i, subj := range st.Subjects {
+		if !validSubject(subj) {
+			bad(fmt.Sprintf("Stream.Subjects[%d]", i), subj, "is not a valid NATS subject")
+		}
+	}
+	if st.MaxAge < 0 {
+		bad("Stream.MaxAge", st.MaxAge, "must be zero (forever) or positive")
+	}
+	if st.MaxBytes == 0 || st.MaxBytes < -1 {
+		bad("Stream.MaxBytes", size(st.MaxBytes), "must be a positive size, or -1 for unlimited")
+	}
+	if j.MaxFileStore > 0 && st.MaxBytes > j.MaxFileStore {
+		bad("Stream.MaxBytes", size(st.MaxBytes), "exceeds jetstream.max_file_store %s: lower max_bytes or raise max_file_store", bytesize.Format(j.MaxFileStore))
+	}
+	if st.MaxMsgs == 0 || st.MaxMsgs < -1 {
+		bad("Stream.MaxMsgs", st.MaxMsgs, "must be positive, or -1 for unlimited")
+	}
+	if st.MaxMsgSize <= 0 || st.MaxMsgSize > 64<<20 {
+		bad("Stream.MaxMsgSize", size(st.MaxMsgSize), "must be a positive size up to 64MiB")
+	} else if s.MaxPayload > 0 && st.MaxMsgSize > s.MaxPayload {
+		bad("Stream.MaxMsgSize", size(st.MaxMsgSize), "exceeds server.max_payload %s: clients could never publish such an event", bytesize.Format(s.MaxPayload))
+	}
+	if st.Discard != "old" && st.Discard != "new" {
+		bad("Stream.Discard", st.Discard, "must be \"old\" or \"new\"")
+	}
+	if st.DuplicateWindow <= 0 {
+		bad("Stream.DuplicateWindow", st.DuplicateWindow, "must be positive")
+	} else if st.MaxAge > 0 && st.DuplicateWindow > st.MaxAge {
+		bad("Stream.DuplicateWindow", st.DuplicateWindow, "exceeds stream.max_age %s", formatDuration(st.MaxAge))
+	}
+	if st.Replicas != 1 {
+		bad("Stream.Replicas", st.Replicas, "must be 1 on a single host (replicas 3 needs a NATS cluster)")
+	}
+
+	p := c.Processor
+	if !validName(p.Durable) {
+		bad("Processor.Durable", p.Durable, "must be non-empty and may not contain spaces, '.', '*', '>', '/' or '\\'")
+	}
+	if p.AckWait <= 0 {
+		bad("Processor.AckWait", p.AckWait, "must be positive")
+	}
+	if p.MaxDeliver < 1 {
+		bad("Processor.MaxDeliver", p.MaxDeliver, "must be at least 1 (a finite number, so a failing event is dead-lettered instead of retried forever)")
+	}
+	for i, d := range p.Backoff {
+		if d <= 0 {
+			bad(fmt.Sprintf("Processor.Backoff[%d]", i), d, "must be positive")
+		}
+	}
+	if p.MaxDeliver >= 1 && len(p.Backoff) >= p.MaxDeliver {
+		bad("Processor.Backoff", fmt.Sprintf("%d entries", len(p.Backoff)), "must have fewer entries than processor.max_deliver (%d)", p.MaxDeliver)
+	}
+	if p.MaxAckPending < 1 {
+		bad("Processor.MaxAckPending", p.MaxAckPending, "must be at least 1")
+	}
+	if !validName(p.DeadLetterStream) {
+		bad("Processor.DeadLetterStream", p.DeadLetterStream, "must be a valid stream name")
+	} else if p.DeadLetterStream == st.Name {
+		bad("Processor.DeadLetterStream", p.DeadLetterStream, "must differ from stream.name")
+	}
+	if p.DeadLetterMaxAge < 0 {
+		bad("Processor.DeadLetterMaxAge", p.DeadLetterMaxAge, "must be zero (forever) or positive")
+	}
+	if !validBucket(p.ProjectionBucket) {
+		bad("Processor.ProjectionBucket", p.ProjectionBucket, "must be a valid KV bucket name (letters, digits, '-' and '_')")
+	}
+
+	a := c.Admin
+	if a.Listen != "" {
+		host, port, err := net.SplitHostPort(a.Listen)
+		if err != nil {
+			bad("Admin.Listen", a.Listen, "must be host:port (e.g. \"127.0.0.1:8222\")")
+		} else if _, perr := strconv.Atoi(port); perr != nil {
+			bad("Admin.Listen", a.Listen, "port %q is not a number", port)
+		} else if !isLoopback(host) && a.Token == "" {
+			bad("Admin.Listen", a.Listen, "is not a loopback address and no admin token is set: set a token, or bind 127.0.0.1")
+		}
+	}
+	if len(errs) > 0 {
+		return &ValidationError{Problems: errs}
+	}
+	return nil
+}
+
+// size marks a byte count for Validate's messages.
+type size int64
+
+// tomlKey turns a Go field path into the file's key:
+// "JetStream.MaxFileStore" is "jetstream.max_file_store",
+// "Server.Users[0].Name" is "server.users[0].user".
+func tomlKey(field string) string {
+	parts := strings.Split(field, ".")
+	for i, p := range parts {
+		idx := ""
+		if k := strings.IndexByte(p, '['); k >= 0 {
+			p, idx = p[:k], p[k:]
+		}
+		switch {
+		case p == "JetStream":
+			p = "jetstream"
+		case p == "Name" && i > 0 && strings.HasPrefix(parts[i-1], "Users["):
+			p = "user"
+		default:
+			var b strings.Builder
+			for j, r := range p {
+				if unicode.IsUpper(r) {
+					if j > 0 {
+						b.WriteByte('_')
+					}
+					r = unicode.ToLower(r)
+				}
+				b.WriteRune(r)
+			}
+			p = b.String()
+		}
+		parts[i] = p + idx
+	}
+	return strings.Join(parts, ".")
+}
+
+// formatDuration prints "168h" rather than "168h0m0s".
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func validName(s string) bool {
+	return s != "" && len(s) <= 255 && !strings.ContainsAny(s, " \t\r\n.*>/\\")
+}
+
+func validBucket(s string) bool {
+	if s == "" || len(s) > 255 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func validSubject(s string) bool {
+	if s == "" || strings.ContainsAny(s, " \t\r\n") {
+		return false
+	}
+	toks := strings.Split(s, ".")
+	for i, t := range toks {
+		if t == "" {
+			return false
+		}
+		if strings.Contains(t, ">") && (t != ">" || i != len(toks)-1) {
+			return false
+		}
+		if strings.Contains(t, "*") && t != "*" {
+			return false
+		}
+	}
+	return true
+}

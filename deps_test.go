@@ -1,0 +1,75 @@
+package orderstore_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
+
+const mod = "github.com/orderstore/orderstore"
+
+// The nats-only test helper stays nats-only: a test that wants a bare
+// broker does not link TOML, the processor, the admin listener or
+// Prometheus.
+func TestEmbeddedTestDependsOnNATSOnly(t *testing.T) {
+	for _, p := range goList(t, "-deps", mod+"/embedded/embeddedtest") {
+		switch {
+		case p == mod+"/embedded", p == mod+"/embedded/embeddedtest":
+		case strings.HasPrefix(p, mod):
+			t.Errorf("embeddedtest depends on %s", p)
+		case strings.Contains(p, "BurntSushi/toml"), strings.Contains(p, "prometheus"), strings.Contains(p, "oklog"):
+			t.Errorf("embeddedtest depends on %s", p)
+		}
+	}
+}
+
+// cmd/orderstore is the CLI only: it reaches the appliance through the
+// root package and the file through internal/config, never the parts.
+func TestCommandImportsOnlyTheLibrary(t *testing.T) {
+	imports := strings.Fields(goList(t, "-f", "{{join .Imports \" \"}}", "./cmd/orderstore")[0])
+	has := map[string]bool{}
+	for _, p := range imports {
+		has[p] = true
+		switch {
+		case p == mod, p == mod+"/internal/config", p == mod+"/internal/sdnotify":
+		case strings.HasPrefix(p, mod):
+			t.Errorf("cmd/orderstore imports %s directly", p)
+		case strings.HasPrefix(p, "github.com/nats-io/"), strings.Contains(p, "oklog"):
+			t.Errorf("cmd/orderstore imports %s: wiring belongs in the root package", p)
+		}
+	}
+	if !has[mod] || !has[mod+"/internal/config"] {
+		t.Errorf("cmd/orderstore imports %q, want the root package and internal/config", imports)
+	}
+}
+
+// Examples, benchmarks and the public packages' external tests compile
+// against public packages only: what they show, a user can write.
+func TestExamplesAndBenchmarksUsePublicPackages(t *testing.T) {
+	lines := goList(t, "-f", "{{.ImportPath}}|{{join .Imports \" \"}}|{{join .XTestImports \" \"}}", "./...")
+	for _, l := range lines {
+		f := strings.SplitN(l, "|", 3)
+		pkg, imports, xtest := f[0], strings.Fields(f[1]), strings.Fields(f[2])
+		if strings.HasPrefix(pkg, mod+"/internal/") || strings.HasPrefix(pkg, mod+"/cmd/") {
+			continue
+		}
+		check := xtest
+		if strings.HasPrefix(pkg, mod+"/bench/") {
+			check = append(check, imports...)
+		}
+		for _, p := range check {
+			if strings.HasPrefix(p, mod+"/internal/") {
+				t.Errorf("%s (its examples, benchmarks or external tests) imports %s", pkg, p)
+			}
+		}
+	}
+}

@@ -1,0 +1,56 @@
+package orderstore
+
+import (
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/orderstore/orderstore/admin"
+	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/processor"
+)
+
+// PreflightReport is what [Preflight] found: the absolute store directory,
+// its free disk, what JetStream already uses, and the warnings let through
+// by AllowLowDisk.
+type PreflightReport = bootstrap.Report
+
+// DriftError is a difference between cfg and a stream, bucket or consumer
+// already stored that [Start] refuses to apply because it would lose data
+// or change semantics; it names every difference.
+type DriftError = bootstrap.DriftError
+
+// ErrLocked is matched (errors.Is) when another live process holds the
+// store directory.
+var ErrLocked = bootstrap.ErrLocked
+
+// Preflight runs start-up's checks without starting anything, like
+// `orderstore check`: cfg is valid, the store directory exists (it is
+// created) and is writable, the disk has room, and no other process holds
+// the store (the lock is taken and released at once).
+func Preflight(cfg Config) (PreflightReport, error) {
+	if err := cfg.Validate(); err != nil {
+		return PreflightReport{}, err
+	}
+	lock, rep, err := bootstrap.Preflight(cfg.preflightConfig())
+	if err != nil {
+		return rep, err
+	}
+	return rep, lock.Release()
+}
+
+// NATSServerVersion is the version of the embedded nats-server.
+const NATSServerVersion = server.VERSION
+
+// The types the appliance reports, from the packages that define them.
+type (
+	// Status is /v1/status: readiness, stream usage against its limits,
+	// consumer lag, processor counters, dead letters, free disk.
+	Status = admin.Status
+	// Order is an order's projected state.
+	Order = processor.Order
+	// DeadLetter is one dead-lettered event.
+	DeadLetter = processor.DeadLetter
+	// Stats are the processor's counters.
+	Stats = processor.Stats
+	// Lag is how far the processor's consumer is behind.
+	Lag = processor.LagInfo
+)

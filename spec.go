@@ -1,0 +1,170 @@
+package orderstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/embedded"
+	"github.com/orderstore/orderstore/processor"
+)
+
+// internalUser is the user orderstore's own in-process connection uses when
+// client users are configured (auth then applies in-process too).
+const internalUser = "orderstore-internal"
+
+// embeddedConfig is the embedded server for c. When c has client users it
+// adds internalUser with a fresh random password and returns it.
+func (c Config) embeddedConfig(logger *slog.Logger) (ec embedded.Config, internalPassword string) {
+	ec = embedded.Config{
+		StoreDir:       c.JetStream.StoreDir,
+		Host:           c.Server.Host,
+		Port:           c.Server.Port,
+		ServerName:     c.Server.Name,
+		MaxPayload:     int32(c.Server.MaxPayload),
+		MaxMemory:      c.JetStream.MaxMemoryStore,
+		MaxStore:       c.JetStream.MaxFileStore,
+		SyncInterval:   c.JetStream.SyncInterval,
+		Logger:         logger,
+		Debug:          logger.Enabled(context.Background(), slog.LevelDebug),
+		SystemUser:     c.Server.SystemUser,
+		SystemPassword: c.Server.SystemPassword,
+	}
+	for _, u := range c.Server.Users {
+		ec.Users = append(ec.Users, embedded.User{Name: u.Name, Password: u.Password, Publish: u.Publish, Subscribe: u.Subscribe})
+	}
+	if len(ec.Users) > 0 {
+		var b [24]byte
+		_, _ = rand.Read(b[:])
+		internalPassword = hex.EncodeToString(b[:])
+		ec.Users = append(ec.Users, embedded.User{Name: internalUser, Password: internalPassword})
+	}
+	return ec, internalPassword
+}
+
+func (c Config) preflightConfig() bootstrap.PreflightConfig {
+	return bootstrap.PreflightConfig{
+		StoreDir:     c.JetStream.StoreDir,
+		MaxFileStore: c.JetStream.MaxFileStore,
+		Headroom:     c.JetStream.DiskHeadroom,
+		AllowLowDisk: c.JetStream.AllowLowDisk,
+	}
+}
+
+// DeclareSpec returns what the appliance declares for c at start-up: the
+// stream, the dead-letter stream, the projection bucket and, when the
+// processor is enabled, its durable consumer. Pass it to
+// [bootstrap.Declare] to declare the same objects on any NATS server.
+func (c Config) DeclareSpec() bootstrap.Spec {
+	st := c.Stream
+	discard := jetstream.DiscardOld
+	if st.Discard == "new" {
+		discard = jetstream.DiscardNew
+	}
+	spec := bootstrap.Spec{
+		Stream: jetstream.StreamConfig{
+			Name:        st.Name,
+			Description: "order events (managed by orderstore)",
+			Subjects:    st.Subjects,
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			MaxAge:      st.MaxAge,
+			MaxBytes:    st.MaxBytes,
+			MaxMsgs:     st.MaxMsgs,
+			MaxMsgSize:  int32(st.MaxMsgSize),
+			Discard:     discard,
+			Duplicates:  st.DuplicateWindow,
+			Replicas:    st.Replicas,
+			AllowDirect: true,
+		},
+	}
+	p := c.Processor
+	spec.DeadLetter = &jetstream.StreamConfig{
+		Name:        p.DeadLetterStream,
+		Description: "dead-lettered order events (managed by orderstore)",
+		Subjects:    []string{deadLetterSubjectPrefix(p.DeadLetterStream) + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      p.DeadLetterMaxAge,
+		MaxMsgSize:  int32(c.Server.MaxPayload),
+		Discard:     jetstream.DiscardOld,
+		Replicas:    st.Replicas,
+		AllowDirect: true,
+	}
+	spec.Projection = &jetstream.KeyValueConfig{
+		Bucket:      p.ProjectionBucket,
+		Description: "order projection (managed by orderstore)",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    st.Replicas,
+	}
+	if p.Enabled {
+		spec.Consumer = &jetstream.ConsumerConfig{
+			Durable:       p.Durable,
+			Description:   "orderstore built-in processor",
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       p.AckWait,
+			// The processor enforces max_deliver itself and dead-letters
+			// the event; the server's own limit stays off, because when
+			// nats-server reaches it, it drops the event silently (an
+			// advisory nobody may hear): a processor that crashed or timed
+			// out on the last delivery would lose an order for good.
+			MaxDeliver:    -1,
+			Metadata:      map[string]string{bootstrap.MetadataMaxDeliver: strconv.Itoa(p.MaxDeliver)},
+			MaxAckPending: p.MaxAckPending,
+			ReplayPolicy:  jetstream.ReplayInstantPolicy,
+		}
+	}
+	return spec
+}
+
+// deadLetterSubjectPrefix is the subject prefix of the dead-letter stream:
+// a dead letter of orders.created is stored on "<prefix>.orders.created".
+func deadLetterSubjectPrefix(stream string) string { return "dlq." + stream }
+
+// ProcessorSpec returns the built-in processor's configuration for c, as
+// the appliance runs it, with h as its handler (the appliance's is the
+// projection of [NewProjection]). Logger is c.Logger under
+// component=processor.
+func (c Config) ProcessorSpec(h processor.Handler) processor.Config {
+	backoff := append([]time.Duration(nil), c.Processor.Backoff...)
+	return processor.Config{
+		Stream:                  c.Stream.Name,
+		Durable:                 c.Processor.Durable,
+		DeadLetterStream:        c.Processor.DeadLetterStream,
+		DeadLetterSubjectPrefix: deadLetterSubjectPrefix(c.Processor.DeadLetterStream),
+		MaxDeliver:              c.Processor.MaxDeliver,
+		Backoff:                 backoff,
+		Handler:                 h,
+		Logger:                  loggerOrDiscard(c.Logger).With("component", "processor"),
+	}
+}
+
+// NewProjection returns the built-in projection over c's bucket, as the
+// appliance wires it. Atomic batch commits are on only when every publish
+// is fsynced (SyncInterval 0), where they save an fsync per order; with a
+// relaxed interval, pipelined single writes are faster.
+func NewProjection(ctx context.Context, js jetstream.JetStream, c Config) (*processor.Projection, error) {
+	kv, err := js.KeyValue(ctx, c.Processor.ProjectionBucket)
+	if err != nil {
+		return nil, fmt.Errorf("projection bucket %q: %w", c.Processor.ProjectionBucket, err)
+	}
+	proj := processor.NewProjection(js, kv)
+	proj.SetAtomicBatches(c.JetStream.SyncInterval == 0)
+	return proj, nil
+}
+
+func loggerOrDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}
