@@ -927,10 +927,13 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 		return lr, err
 	}
 	defer r.stop()
-	for !r.p.Running() {
-		if err := sleep(ctx, 5*time.Millisecond); err != nil {
-			return lr, err
-		}
+	select {
+	case <-r.p.Ready():
+	case err := <-r.done:
+		r.done <- err // for stop
+		return lr, fmt.Errorf("processor did not start: %v", err)
+	case <-ctx.Done():
+		return lr, ctx.Err()
 	}
 	pub := newPublisher(pjs, newGenerator(o.seed+1, orders), o.window, "load-"+mode)
 
