@@ -339,7 +339,7 @@ func (s *Server) order(w http.ResponseWriter, r *http.Request, b *Backend) {
 	o, err := b.Orders.Order(r.Context(), id)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("order %q not found", id)})
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("order %q not found", clip(id))})
 	case err != nil:
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 	default:
@@ -392,6 +392,14 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request, b *Backend) {
 		s.log.Info("dead letter replayed", "dlq_seq", seq, "new_seq", newSeq)
 		writeJSON(w, http.StatusOK, map[string]any{"replayed": seq, "new_seq": newSeq})
 	}
+}
+
+// clip shortens what a request sent before it is echoed.
+func clip(s string) string {
+	if len(s) <= 64 {
+		return s
+	}
+	return s[:64] + "..."
 }
 
 func queryInt(s string, def int) (int, error) {

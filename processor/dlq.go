@@ -20,6 +20,7 @@ type DeadLetter struct {
 	Error            string      `json:"error"`             // why it was dead-lettered
 	Deliveries       uint64      `json:"deliveries"`        // deliveries before it was
 	Poison           bool        `json:"poison"`            // dead-lettered at once, without retries
+	Trimmed          string      `json:"trimmed,omitempty"` // what of the original it lacks (too large to copy)
 	DeadLetteredAt   time.Time   `json:"dead_lettered_at"`  //
 	Data             []byte      `json:"data"`              // original payload
 	Header           nats.Header `json:"headers,omitempty"` // original headers and the Orderstore-* ones
@@ -32,6 +33,7 @@ func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
 	d.Error = m.Header.Get(HeaderError)
 	d.Deliveries, _ = strconv.ParseUint(m.Header.Get(HeaderDeliveries), 10, 64)
 	d.Poison = m.Header.Get(HeaderPoison) == "true"
+	d.Trimmed = m.Header.Get(HeaderTrimmed)
 	d.DeadLetteredAt, _ = time.Parse(time.RFC3339Nano, m.Header.Get(HeaderDeadLetterAt))
 	if d.DeadLetteredAt.IsZero() {
 		d.DeadLetteredAt = m.Time
@@ -165,6 +167,27 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 	}
 	if d.Subject == "" {
 		return 0, fmt.Errorf("dead letter %d in %q: no %s header", seq, stream, HeaderSubject)
+	}
+	if d.Header.Get(HeaderTrimmed) != "" {
+		// Stored without the original's payload or headers: take them
+		// from the original stream while it still holds the event.
+		orig := d.Header.Get(HeaderStream)
+		if orig == "" || d.OriginalSequence == 0 {
+			return 0, fmt.Errorf("dead letter %d in %q was trimmed (%s) and names no original to replay", seq, stream, d.Header.Get(HeaderTrimmed))
+		}
+		src, err := js.Stream(ctx, orig)
+		if err != nil {
+			return 0, fmt.Errorf("dead letter %d in %q was trimmed (%s): original stream %q: %w", seq, stream, d.Header.Get(HeaderTrimmed), orig, err)
+		}
+		m, err := src.GetMsg(ctx, d.OriginalSequence)
+		if err != nil {
+			return 0, fmt.Errorf("dead letter %d in %q was trimmed (%s) and its original %q #%d cannot be read: %w",
+				seq, stream, d.Header.Get(HeaderTrimmed), orig, d.OriginalSequence, err)
+		}
+		d.Data = m.Data
+		for k, v := range m.Header {
+			d.Header[k] = v
+		}
 	}
 	h := nats.Header{}
 	for k, v := range d.Header {

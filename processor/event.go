@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 )
@@ -89,9 +90,22 @@ func Poison(err error) error { return fmt.Errorf("%w: %w", ErrPoison, err) }
 
 var kvKeyRe = regexp.MustCompile(`^[-/_=\.a-zA-Z0-9]+$`)
 
-// ValidOrderID reports whether id can be a KV key (the projection's key).
+// Bounds on what an event may carry into subjects, keys and the projection:
+// an order id becomes a KV key, and so part of a subject on the wire (nats
+// refuses a protocol line over 4 KiB and closes the connection that sent
+// it); the status and the event type are stored in every projected order.
+const (
+	MaxOrderIDLen   = 256 // bytes of "order_id"
+	MaxStatusLen    = 256 // bytes of "status"
+	MaxEventTypeLen = 256 // bytes of the subject's last token
+)
+
+// ValidOrderID reports whether id can be a KV key (the projection's key):
+// 1 to MaxOrderIDLen bytes of letters, digits, '-', '_', '=', '/' and '.',
+// not starting or ending with '.' and without "..".
 func ValidOrderID(id string) bool {
-	return id != "" && kvKeyRe.MatchString(id) && !strings.HasPrefix(id, ".") && !strings.HasSuffix(id, ".") && !strings.Contains(id, "..")
+	return id != "" && len(id) <= MaxOrderIDLen && kvKeyRe.MatchString(id) &&
+		!strings.HasPrefix(id, ".") && !strings.HasSuffix(id, ".") && !strings.Contains(id, "..")
 }
 
 // parse decodes the envelope common to all order events. A failure is
@@ -111,11 +125,23 @@ func parse(subject string, data []byte) (orderID, status string, err error) {
 	if env.OrderID == nil || *env.OrderID == "" {
 		return "", "", Poison(errors.New("no order_id"))
 	}
+	if n := len(*env.OrderID); n > MaxOrderIDLen {
+		return "", "", Poison(fmt.Errorf("order_id is %d bytes, more than %d", n, MaxOrderIDLen))
+	}
 	if !ValidOrderID(*env.OrderID) {
 		return "", "", Poison(fmt.Errorf("order_id %q cannot be a key (letters, digits, '-', '_', '=', '/', '.')", *env.OrderID))
 	}
 	if env.Status != nil {
 		status = *env.Status
+	}
+	if len(status) > MaxStatusLen {
+		return "", "", Poison(fmt.Errorf("status is %d bytes, more than %d", len(status), MaxStatusLen))
+	}
+	if !utf8.ValidString(status) {
+		return "", "", Poison(errors.New("status is not valid UTF-8"))
+	}
+	if t := eventType(subject); len(t) > MaxEventTypeLen {
+		return "", "", Poison(fmt.Errorf("event type (the subject's last token) is %d bytes, more than %d", len(t), MaxEventTypeLen))
 	}
 	return *env.OrderID, status, nil
 }

@@ -2,6 +2,8 @@ package processor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -49,6 +51,11 @@ type Config struct {
 	// unacked and are redelivered (one whose handler was cut short is
 	// nak'ed). Default 10s.
 	DrainTimeout time.Duration
+	// MaxBufferedBytes bounds the events held in memory (fetched, queued and
+	// being handled), whatever their sizes: when it is reached the
+	// processor stops pulling until some settle. An event larger than the
+	// bound is still taken, alone. Default 64 MiB.
+	MaxBufferedBytes int64
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -77,6 +84,8 @@ type Stats struct {
 
 // Headers on a dead letter.
 const (
+	// HeaderStream names the stream the original was in.
+	HeaderStream        = "Orderstore-Original-Stream"
 	HeaderSubject       = "Orderstore-Original-Subject"
 	HeaderSequence      = "Orderstore-Original-Sequence"
 	HeaderError         = "Orderstore-Error"
@@ -84,6 +93,11 @@ const (
 	HeaderDeadLetterAt  = "Orderstore-Dead-Lettered-At"
 	HeaderOriginalMsgID = "Orderstore-Original-Msg-Id"
 	HeaderPoison        = "Orderstore-Poison"
+	// HeaderTrimmed is set on a dead letter stored without (part of) the
+	// original because the copy would exceed the server's max_payload:
+	// "payload 1048000 bytes", "headers 70000 bytes". Replay then reads
+	// the original from its stream, while it is still there.
+	HeaderTrimmed = "Orderstore-Trimmed"
 	// HeaderReplayOf is set on an event republished from the dead-letter
 	// stream: the original stream sequence.
 	HeaderReplayOf = "Orderstore-Replay-Of"
@@ -128,6 +142,9 @@ func New(js jetstream.JetStream, cfg Config) (*Processor, error) {
 	}
 	if cfg.MaxDeliver <= 0 {
 		cfg.MaxDeliver = 5
+	}
+	if cfg.MaxBufferedBytes <= 0 {
+		cfg.MaxBufferedBytes = 64 << 20
 	}
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 10 * time.Second
@@ -221,13 +238,25 @@ func (p *Processor) Run(ctx context.Context) error {
 	msgs := make(chan jetstream.Msg, maxPending)
 	quit := make(chan struct{})
 	var consumeErr atomic.Value
+	// Memory stays bounded whatever the event sizes: an event takes its
+	// size from the budget when it arrives and gives it back once settled;
+	// while the budget is spent the callback waits, so the client stops
+	// pulling. Each pull asks for at most a quarter of it (never less than
+	// the largest message the server takes).
+	budget := newByteBudget(p.cfg.MaxBufferedBytes)
+	pullBytes := max(int(p.cfg.MaxBufferedBytes/4), 2*int(p.js.Conn().MaxPayload()))
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		n := msgSize(m)
+		if !budget.acquire(n, quit) {
+			return
+		}
 		select {
 		case msgs <- m:
 		case <-quit:
+			budget.release(n)
 		}
 	},
-		jetstream.PullMaxMessages(maxPending),
+		jetstream.PullMaxMessagesWithBytesLimit(maxPending, pullBytes),
 		// Short heartbeats: a pull that stalls (nats-io/nats.go#1622) is
 		// noticed and re-issued after seconds, not after the 30s default.
 		jetstream.PullExpiry(10*time.Second),
@@ -267,7 +296,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i := range parts {
 		parts[i] = make(chan item, batch)
-		wg.Go(func() { p.partition(hctx, parts[i], batch, &skipped) })
+		wg.Go(func() { p.partition(hctx, parts[i], batch, &skipped, budget) })
 	}
 	// send routes it to its partition unless stop closes first. Poison
 	// events have no order id: they share one partition and reach the
@@ -419,15 +448,16 @@ type item struct {
 	ev     Event
 	poison error // the envelope is invalid: dead-letter it
 	skip   bool  // not a JetStream message: nothing to settle
+	size   int64 // taken from the byte budget
 }
 
 func (p *Processor) toItem(m jetstream.Msg) item {
 	md, err := m.Metadata()
 	if err != nil {
 		p.log.Error("message without metadata", "subject", m.Subject(), "err", err)
-		return item{msg: m, skip: true}
+		return item{msg: m, skip: true, size: msgSize(m)}
 	}
-	it := item{msg: m, ev: Event{
+	it := item{msg: m, size: msgSize(m), ev: Event{
 		Subject:   m.Subject(),
 		Type:      eventType(m.Subject()),
 		Data:      m.Data(),
@@ -446,10 +476,11 @@ func (p *Processor) toItem(m jetstream.Msg) item {
 //
 // Once ctx is canceled (the drain deadline) it handles nothing more: it
 // empties in, counting the items in skipped, and leaves them unacked.
-func (p *Processor) partition(ctx context.Context, in <-chan item, size int, skipped *atomic.Int64) {
+func (p *Processor) partition(ctx context.Context, in <-chan item, size int, skipped *atomic.Int64, budget *byteBudget) {
 	for first := range in {
 		if ctx.Err() != nil {
 			skipped.Add(1)
+			budget.release(first.size)
 			continue
 		}
 		b := []item{first}
@@ -466,7 +497,64 @@ func (p *Processor) partition(ctx context.Context, in <-chan item, size int, ski
 			}
 		}
 		skipped.Add(int64(p.handleBatch(ctx, b)))
+		for _, it := range b {
+			budget.release(it.size)
+		}
 	}
+}
+
+// msgSize is what m holds in memory, about.
+func msgSize(m jetstream.Msg) int64 {
+	return int64(len(m.Data()) + len(m.Subject()) + headerSize(m.Headers()))
+}
+
+// byteBudget is a counting semaphore over bytes.
+type byteBudget struct {
+	mu    sync.Mutex
+	used  int64
+	max   int64
+	freed chan struct{} // closed and replaced on every release
+}
+
+func newByteBudget(max int64) *byteBudget { return &byteBudget{max: max, freed: make(chan struct{})} }
+
+// acquire takes n bytes, waiting while they would exceed the budget (an
+// n above the whole budget is taken when nothing else is held). It
+// returns false if stop closes first.
+func (b *byteBudget) acquire(n int64, stop <-chan struct{}) bool {
+	for {
+		b.mu.Lock()
+		if b.used == 0 || b.used+n <= b.max {
+			b.used += n
+			b.mu.Unlock()
+			return true
+		}
+		freed := b.freed
+		b.mu.Unlock()
+		select {
+		case <-freed:
+		case <-stop:
+			return false
+		}
+	}
+}
+
+func (b *byteBudget) release(n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used -= n
+	close(b.freed)
+	b.freed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// inUse is the bytes held now.
+func (b *byteBudget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
 }
 
 // handleBatch handles one batch of one partition: poison events are
@@ -643,7 +731,9 @@ func (p *Processor) settled(op string, ev Event, err error) bool {
 // deadLetter copies the event to the dead-letter stream with headers naming
 // its origin and the error, then terminates the original so it stops
 // blocking. If the copy cannot be stored the original is retried instead:
-// nothing is dropped.
+// nothing is dropped. A copy that would not fit the server's max_payload
+// is stored without the original headers, then without the payload
+// (HeaderTrimmed says what is missing), so that every event settles.
 func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, cause error) {
 	h := nats.Header{}
 	for k, v := range m.Headers() {
@@ -653,19 +743,37 @@ func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, c
 		h[k] = append([]string(nil), v...)
 	}
 	if id := h.Get(jetstream.MsgIDHeader); id != "" {
-		h.Set(HeaderOriginalMsgID, id)
+		h.Set(HeaderOriginalMsgID, truncate(id, 256))
 	}
-	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("dlq-%s-%d", p.cfg.Stream, ev.Sequence)) // dedupes a re-run after a crash
-	h.Set(HeaderSubject, ev.Subject)
-	h.Set(HeaderSequence, strconv.FormatUint(ev.Sequence, 10))
-	h.Set(HeaderError, truncate(cause.Error(), 1024))
-	h.Set(HeaderDeliveries, strconv.FormatUint(ev.Delivered, 10))
-	h.Set(HeaderDeadLetterAt, time.Now().UTC().Format(time.RFC3339Nano))
+	own := func(h nats.Header) {
+		h.Set(jetstream.MsgIDHeader, fmt.Sprintf("dlq-%s-%d", p.cfg.Stream, ev.Sequence)) // dedupes a re-run after a crash
+		h.Set(HeaderStream, p.cfg.Stream)
+		h.Set(HeaderSubject, ev.Subject)
+		h.Set(HeaderSequence, strconv.FormatUint(ev.Sequence, 10))
+		h.Set(HeaderError, truncate(strings.ToValidUTF8(cause.Error(), "?"), 1024))
+		h.Set(HeaderDeliveries, strconv.FormatUint(ev.Delivered, 10))
+		h.Set(HeaderDeadLetterAt, time.Now().UTC().Format(time.RFC3339Nano))
+		if errors.Is(cause, ErrPoison) {
+			h.Set(HeaderPoison, "true")
+		}
+	}
+	own(h)
+	data := m.Data()
+	// What the server accepts, with room for the protocol's framing.
+	limit := int(p.js.Conn().MaxPayload()) - 512
+	if headerSize(h)+len(data) > limit || headerSize(h) > maxDeadLetterHeaders {
+		if n := headerSize(m.Headers()); n > 0 {
+			h = nats.Header{}
+			own(h)
+			h.Set(HeaderTrimmed, fmt.Sprintf("headers %d bytes", n))
+		}
+		if headerSize(h)+len(data) > limit {
+			h.Set(HeaderTrimmed, strings.TrimPrefix(h.Get(HeaderTrimmed)+", ", ", ")+fmt.Sprintf("payload %d bytes", len(data)))
+			data = nil
+		}
+	}
 	poison := errors.Is(cause, ErrPoison)
-	if poison {
-		h.Set(HeaderPoison, "true")
-	}
-	msg := &nats.Msg{Subject: p.cfg.DeadLetterSubjectPrefix + "." + ev.Subject, Header: h, Data: m.Data()}
+	msg := &nats.Msg{Subject: DeadLetterSubject(p.cfg.DeadLetterSubjectPrefix, ev.Subject), Header: h, Data: data}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := p.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(p.cfg.DeadLetterStream)); err != nil {
@@ -683,7 +791,43 @@ func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, c
 	if poison {
 		p.poison.Add(1)
 	}
-	p.log.Warn("event dead-lettered", "seq", ev.Sequence, "subject", ev.Subject, "deliveries", ev.Delivered, "poison", poison, "err", cause)
+	p.log.Warn("event dead-lettered", "seq", ev.Sequence, "subject", truncate(ev.Subject, 256), "deliveries", ev.Delivered,
+		"poison", poison, "trimmed", h.Get(HeaderTrimmed), "err", truncate(cause.Error(), 1024))
+}
+
+// maxDeadLetterHeaders keeps a dead letter's headers under nats' 64 KiB
+// limit on a message's headers.
+const maxDeadLetterHeaders = 60 << 10
+
+// maxDeadLetterSubject bounds the part of a dead letter's subject taken
+// from the original's.
+const maxDeadLetterSubject = 256
+
+// DeadLetterSubject is the subject a dead letter of an event on subject is
+// stored on: "<prefix>.<subject>", or, for a subject longer than 256
+// bytes, "<prefix>.long.<sha256 of the subject>" (the original subject is
+// in the HeaderSubject header either way), so that no event makes a
+// subject nats would refuse.
+func DeadLetterSubject(prefix, subject string) string {
+	if len(subject) <= maxDeadLetterSubject {
+		return prefix + "." + subject
+	}
+	sum := sha256.Sum256([]byte(subject))
+	return prefix + ".long." + hex.EncodeToString(sum[:16])
+}
+
+// headerSize is h's size on the wire.
+func headerSize(h nats.Header) int {
+	if len(h) == 0 {
+		return 0
+	}
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 func truncate(s string, n int) string {

@@ -1,0 +1,192 @@
+package orderstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/orderstoretest"
+	"github.com/orderstore/orderstore/processor"
+)
+
+// Hostile events each end in the projection or in the dead-letter stream;
+// none closes a connection or stops a part: a valid event published after
+// them is projected and /readyz stays 200.
+func TestHostileEventsSettle(t *testing.T) {
+	app := orderstoretest.Start(t, func(c *orderstore.Config) { c.Admin.Listen = "127.0.0.1:0" })
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, app)
+	maxPayload := int(js.Conn().MaxPayload())
+
+	deep := strings.Repeat("[", 20000) + strings.Repeat("]", 20000)
+	type ev struct {
+		name, subject string
+		header        nats.Header
+		data          string
+		projected     string // order id it projects, "" if it must be dead-lettered
+	}
+	events := []ev{
+		{name: "4KiB order id", subject: "orders.created", data: `{"order_id":"` + strings.Repeat("a", 4000) + `"}`},
+		{name: "order id one byte too long", subject: "orders.created", data: `{"order_id":"` + strings.Repeat("b", processor.MaxOrderIDLen+1) + `"}`},
+		{name: "longest order id", subject: "orders.created", data: `{"order_id":"` + strings.Repeat("c", processor.MaxOrderIDLen) + `"}`, projected: strings.Repeat("c", processor.MaxOrderIDLen)},
+		{name: "very long subject", subject: "orders." + strings.Repeat("x", 3900), data: `{"order_id":"long-subject"}`},
+		{name: "long subject, invalid JSON", subject: "orders." + strings.Repeat("y", 3900), data: `{`},
+		{name: "deep JSON", subject: "orders.created", data: `{"order_id":"deep","x":` + deep + `}`},
+		{name: "invalid UTF-8 id", subject: "orders.created", data: "{\"order_id\":\"\xff\xfe\"}"},
+		{name: "invalid UTF-8 status (decoded as U+FFFD)", subject: "orders.created", data: "{\"order_id\":\"utf\",\"status\":\"\xff\"}", projected: "utf"},
+		{name: "long status", subject: "orders.created", data: `{"order_id":"st","status":"` + strings.Repeat("s", processor.MaxStatusLen+1) + `"}`},
+		{name: "id with dots", subject: "orders.created", data: `{"order_id":"a..b"}`},
+		{name: "id with space", subject: "orders.created", data: `{"order_id":"a b"}`},
+		{name: "id with wildcard", subject: "orders.created", data: `{"order_id":"a.>"}`},
+		{name: "odd but valid id", subject: "orders.created", data: `{"order_id":"A/b=c_d-e.f"}`, projected: "A/b=c_d-e.f"},
+		{name: "number id", subject: "orders.created", data: `{"order_id":42}`},
+		{name: "max payload, not JSON", subject: "orders.created", data: strings.Repeat("z", maxPayload-200)},
+		{name: "huge headers and payload, not JSON", subject: "orders.created", header: nats.Header{"X-Big": []string{strings.Repeat("h", 60<<10)}}, data: strings.Repeat("n", maxPayload-(62<<10))},
+		{name: "headers at nats' limit, not JSON", subject: "orders.created", header: nats.Header{"X-Big": []string{strings.Repeat("h", 63<<10)}}, data: "not json"},
+	}
+	wantDLQ := 0
+	for _, e := range events {
+		m := &nats.Msg{Subject: e.subject, Header: e.header, Data: []byte(e.data)}
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatalf("%s: publish: %v", e.name, err)
+		}
+		if e.projected == "" {
+			wantDLQ++
+		}
+	}
+	if _, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"after"}`)); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if _, err := app.Order(ctx, "after"); err != nil {
+			return fmt.Errorf("the valid event after the hostile ones: %w (stats %+v)", err, app.Stats())
+		}
+		return nil
+	})
+	for _, e := range events {
+		if e.projected == "" {
+			continue
+		}
+		if _, err := app.Order(ctx, e.projected); err != nil {
+			t.Errorf("%s: not projected: %v", e.name, err)
+		}
+	}
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
+		if st := app.Stats(); st.DeadLettered != uint64(wantDLQ) {
+			return fmt.Errorf("dead-lettered %d, want %d", st.DeadLettered, wantDLQ)
+		}
+		return nil
+	})
+	dls, _, err := app.DeadLetters(ctx, 1, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trimmed := map[string]bool{}
+	for _, d := range dls {
+		if d.Trimmed != "" {
+			trimmed[d.Trimmed[:strings.IndexByte(d.Trimmed, ' ')]] = true
+		}
+		if len(d.Subject) > 3000 && d.OriginalSequence == 0 {
+			t.Errorf("dead letter of a long subject lost its origin: %+v", d)
+		}
+	}
+	if !trimmed["payload"] || !trimmed["headers"] {
+		t.Errorf("trimmed dead letters %v, want one without its payload and one without its headers", trimmed)
+	}
+	lag, err := app.Lag(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lag.AckFloor != uint64(len(events)+1) {
+		t.Errorf("ack floor %d, want %d: every event settles", lag.AckFloor, len(events)+1)
+	}
+	if err := app.Ready(ctx); err != nil {
+		t.Errorf("not ready after hostile events: %v", err)
+	}
+	// A trimmed dead letter replays from its original, which is still in
+	// the stream.
+	for _, d := range dls {
+		if !strings.HasPrefix(d.Trimmed, "payload") {
+			continue
+		}
+		seq, err := app.ReplayDeadLetter(ctx, d.Sequence)
+		if err != nil {
+			t.Fatalf("replay trimmed dead letter %d: %v", d.Sequence, err)
+		}
+		s, _ := js.Stream(ctx, "ORDER_EVENTS")
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil || len(m.Data) != maxPayload-200 {
+			t.Errorf("replayed event %d: %d bytes, %v; want the original's %d", seq, len(m.Data), err, maxPayload-200)
+		}
+		break
+	}
+}
+
+// Hostile admin requests get 4xx without touching NATS, and change
+// nothing: /readyz stays 200.
+func TestHostileAdminRequests(t *testing.T) {
+	app := orderstoretest.Start(t, func(c *orderstore.Config) { c.Admin.Listen = "127.0.0.1:0" })
+	base := "http://" + app.AdminAddr()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	tests := []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/v1/orders/" + strings.Repeat("a", 5000), 404},
+		{"GET", "/v1/orders/" + strings.Repeat("a", 60000), 404},
+		{"GET", "/v1/orders/" + url.PathEscape("a b"), 404},
+		{"GET", "/v1/orders/" + url.PathEscape("a.>"), 404},
+		{"GET", "/v1/orders/%00", 404},
+		{"GET", "/v1/dlq?from=-1", 400},
+		{"GET", "/v1/dlq?limit=1000000000", 400},
+		{"GET", "/v1/dlq?from=" + strings.Repeat("9", 100), 400},
+		{"POST", "/v1/dlq/abc/replay", 400},
+		{"POST", "/v1/dlq/99999999999999999999999/replay", 400},
+		{"POST", "/v1/dlq/123/replay", 404},
+		{"DELETE", "/v1/orders/x", 405},
+	}
+	for _, tt := range tests {
+		req, err := http.NewRequest(tt.method, base+tt.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s %.60s: %v", tt.method, tt.path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("%s %.60s = %d %s, want %d", tt.method, tt.path, resp.StatusCode, body, tt.want)
+		}
+		if len(body) > 2048 {
+			t.Errorf("%s %.60s echoed %d bytes", tt.method, tt.path, len(body))
+		}
+		if resp.Header.Get("Content-Type") == "application/json" && !json.Valid(body) {
+			t.Errorf("%s %.60s: invalid JSON %q", tt.method, tt.path, body)
+		}
+	}
+	if err := app.Ready(context.Background()); err != nil {
+		t.Errorf("not ready after hostile requests: %v", err)
+	}
+	// The projection still answers.
+	js := embeddedtest.JetStream(t, app)
+	if _, err := js.Publish(context.Background(), "orders.created", []byte(`{"order_id":"ok"}`), jetstream.WithMsgID("ok")); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
+		_, err := app.Order(context.Background(), "ok")
+		return err
+	})
+}
