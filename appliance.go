@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,10 +44,14 @@ type Appliance struct {
 
 	srv  *embedded.Server
 	nsrv atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	proj *processor.Projection
-	proc *processor.Processor // nil when disabled
+	// Two internal connections, so that neither part shares the other's
+	// fate: nc for declare, the admin API and lookups, pnc for the
+	// processor and its projection writes.
+	nc, pnc    *nats.Conn
+	js, pjs    jetstream.JetStream
+	proj       *processor.Projection // reads, on nc
+	proc       *processor.Processor  // nil when disabled
+	stallAfter time.Duration
 
 	adm      *admin.Server
 	hs       *http.Server // nil when the admin listener is disabled
@@ -56,7 +61,8 @@ type Appliance struct {
 	groupStarted bool
 	procCancel   context.CancelFunc
 	procDone     chan struct{} // closed once the processor's Run returned
-	ncClosed     chan struct{} // closed once the internal connection closed
+	ncClosed     chan struct{} // closed once nc closed
+	pncClosed    chan struct{} // closed once pnc closed
 
 	closing chan struct{} // closed when Close begins
 	done    chan struct{} // closed when the run group returned
@@ -89,6 +95,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		serveErr:  make(chan error, 1),
 		procDone:  make(chan struct{}),
 		ncClosed:  make(chan struct{}),
+		pncClosed: make(chan struct{}),
 		closing:   make(chan struct{}),
 		done:      make(chan struct{}),
 		closeDone: make(chan struct{}),
@@ -128,15 +135,20 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		return nil, err
 	}
 	if cfg.Processor.Enabled {
-		var h processor.Handler = a.proj
-		if cfg.Processor.Handler != nil {
-			h = cfg.Processor.Handler
+		var h processor.Handler = cfg.Processor.Handler
+		if h == nil {
+			if h, err = NewProjection(ctx, a.pjs, cfg); err != nil {
+				return nil, err
+			}
 		}
-		if a.proc, err = processor.New(a.js, cfg.ProcessorSpec(h)); err != nil {
+		if a.proc, err = processor.New(a.pjs, cfg.ProcessorSpec(h)); err != nil {
 			return nil, err
 		}
+		// The longest an event can rightly hold the ack floor: every
+		// delivery waits ack_wait, then the longest backoff.
+		a.stallAfter = time.Duration(cfg.Processor.MaxDeliver) * (cfg.Processor.AckWait + slices.Max(append([]time.Duration{0}, cfg.Processor.Backoff...)))
 	}
-	b := admin.Backend{JS: a.js, DeadLetters: a, Orders: a}
+	b := admin.Backend{JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks}
 	if a.proc != nil {
 		b.Processor = a
 	}
@@ -221,20 +233,73 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	a.log.Info("nats ready", "client_url", srv.ClientURL(), "took", time.Since(t0).Round(time.Millisecond).String(),
 		"sync_interval", policy, "durability", desc)
 
-	opts := []nats.Option{nats.InProcessServer(srv), nats.Name("orderstore-internal"),
-		nats.ClosedHandler(func(*nats.Conn) { close(a.ncClosed) })}
-	if internalPassword != "" {
-		opts = append(opts, nats.UserInfo(internalUser, internalPassword))
+	if a.nc, a.js, err = a.connect(srv, "orderstore-internal", internalPassword, a.ncClosed); err != nil {
+		return err
+	}
+	if a.pnc, a.pjs, err = a.connect(srv, "orderstore-processor", internalPassword, a.pncClosed); err != nil {
+		return err
+	}
+	return nil
+}
+
+// connect opens an in-process connection that reconnects when the server
+// drops it (a slow consumer, a protocol error, an operator's kick) and
+// closes (for the watchdog) only when it cannot.
+func (a *Appliance) connect(srv *embedded.Server, name, password string, closed chan struct{}) (*nats.Conn, jetstream.JetStream, error) {
+	log := a.log.With("component", "nats-client", "conn", name)
+	opts := []nats.Option{nats.InProcessServer(srv), nats.Name(name),
+		nats.MaxReconnects(40), nats.ReconnectWait(250 * time.Millisecond),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			select {
+			case <-a.closing:
+			default:
+				log.Warn("internal connection lost, reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info("internal connection reconnected") }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("internal connection", "err", err) }),
+	}
+	if password != "" {
+		opts = append(opts, nats.UserInfo(internalUser, password))
 	}
 	nc, err := nats.Connect("", opts...)
 	if err != nil {
-		return fmt.Errorf("connect in-process: %w", err)
+		return nil, nil, fmt.Errorf("connect in-process (%s): %w", name, err)
 	}
-	a.nc = nc
-	if a.js, err = jetstream.New(nc); err != nil {
-		return fmt.Errorf("jetstream: %w", err)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream (%s): %w", name, err)
 	}
-	return nil
+	return nc, js, nil
+}
+
+// checks are the readiness checks of what admin cannot see: both internal
+// connections are up, and the processor's ack floor moves.
+func (a *Appliance) checks(context.Context) []admin.Check {
+	conns := admin.Check{Name: "connections", OK: true}
+	for _, c := range []struct {
+		name string
+		nc   *nats.Conn
+	}{{"admin", a.nc}, {"processor", a.pnc}} {
+		if c.nc != nil && !c.nc.IsConnected() {
+			conns.OK = false
+			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the %s's internal connection is %s", c.name, c.nc.Status())
+		}
+	}
+	out := []admin.Check{conns}
+	if a.proc != nil {
+		pr := a.proc.Progress()
+		c := admin.Check{Name: "progress", OK: true}
+		if !pr.StuckSince.IsZero() && time.Since(pr.StuckSince) > a.stallAfter {
+			c.OK = false
+			c.Reason = fmt.Sprintf("the ack floor has been stuck at %d for %s with %d events outstanding, longer than an event can take (max_deliver × (ack_wait + longest backoff) = %s): an event cannot be settled; see the log and `orderstore dlq list`",
+				pr.AckFloor, time.Since(pr.StuckSince).Round(time.Second), pr.Outstanding, a.stallAfter)
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // declare declares what the config names and runs the recovery check.
@@ -276,16 +341,21 @@ func (a *Appliance) runGroup() {
 			}
 		}, func(error) { close(stop) })
 	}
-	{ // watchdog on the internal connection (the processor's and the admin API's)
+	for _, c := range []struct {
+		name   string
+		closed chan struct{}
+	}{{"orderstore-internal", a.ncClosed}, {"orderstore-processor", a.pncClosed}} {
+		// watchdog on an internal connection: it reconnects by itself and
+		// closes only when it cannot
 		stop := make(chan struct{})
 		g.Add(func() error {
 			select {
-			case <-a.ncClosed:
+			case <-c.closed:
 				select {
 				case <-a.closing:
 					return nil
 				default:
-					return errors.New("orderstore's internal nats connection closed")
+					return fmt.Errorf("internal nats connection %q closed and could not reconnect", c.name)
 				}
 			case <-stop:
 				return nil
@@ -488,9 +558,14 @@ func (a *Appliance) stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("processor: not drained: %w", ctx.Err()))
 		}
 	}
-	if a.nc != nil {
-		if err := drain(ctx, a.nc, a.ncClosed); err != nil {
-			errs = append(errs, err)
+	for _, c := range []struct {
+		nc     *nats.Conn
+		closed chan struct{}
+	}{{a.pnc, a.pncClosed}, {a.nc, a.ncClosed}} {
+		if c.nc != nil {
+			if err := drain(ctx, c.nc, c.closed); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if a.srv != nil {

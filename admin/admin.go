@@ -115,6 +115,9 @@ type Backend struct {
 	Processor   Processor // nil when disabled
 	DeadLetters DeadLetters
 	Orders      Orders
+	// Checks, if set, adds readiness checks of the parts admin cannot see
+	// (connections, the processor's progress).
+	Checks func(ctx context.Context) []Check
 }
 
 // Server is the admin HTTP handler.
@@ -314,6 +317,9 @@ func (s *Server) Readiness(ctx context.Context) (string, []Check) {
 			}
 			return nil
 		}())
+	}
+	if b.Checks != nil {
+		checks = append(checks, b.Checks(ctx)...)
 	}
 	for _, c := range checks {
 		if !c.OK {

@@ -36,6 +36,8 @@ var (
 	descEvents       = desc("processor_events_total", "Events handled by the processor, by result.", "result")
 	descLastApplied  = desc("processor_last_applied_sequence", "Highest stream sequence the processor applied.")
 	descProcRunning  = desc("processor_running", "1 while the processor consumes.")
+	descRemoved      = desc("processor_events_removed_unprocessed_total", "Events the stream's retention limits removed before the processor was delivered them.")
+	descAckErrors    = desc("processor_settle_errors_total", "Acks, naks and terms that could not be sent (the event is redelivered).")
 	descDLQ          = desc("dead_letter_messages", "Events in the dead-letter stream.", "stream")
 	descFree         = desc("store_free_bytes", "Free disk under store_dir for the service user.")
 	descScrapeErrors = desc("scrape_errors", "Parts of the state that could not be read during this scrape.")
@@ -44,7 +46,7 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descReady, descSyncAlways, descBuild, descStreamMsgs, descStreamBytes, descStreamFirst,
 		descStreamLast, descStreamAge, descMaxBytes, descMaxMsgs, descMaxAge, descPending, descAckPending, descRedelivered, descAckFloor,
-		descBehind, descEvents, descLastApplied, descProcRunning, descDLQ, descFree, descScrapeErrors} {
+		descBehind, descEvents, descLastApplied, descProcRunning, descRemoved, descAckErrors, descDLQ, descFree, descScrapeErrors} {
 		ch <- d
 	}
 }
@@ -99,6 +101,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(p.Duplicates, "duplicate")
 		gauge(descLastApplied, float64(p.LastAppliedSeq))
 		gauge(descProcRunning, b11(p.Running))
+		ch <- prometheus.MustNewConstMetric(descRemoved, prometheus.CounterValue, float64(p.RemovedUnprocessed))
+		ch <- prometheus.MustNewConstMetric(descAckErrors, prometheus.CounterValue, float64(p.AckErrors))
 	}
 	gauge(descDLQ, float64(st.DeadLetters.Messages), st.DeadLetters.Stream)
 	if s.cfg.FreeBytes != nil {

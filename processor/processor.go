@@ -77,9 +77,33 @@ type Stats struct {
 	// duplicate or dead-lettered. Acks are not confirmed by the server, so
 	// one lost on the way is not counted.
 	AckErrors uint64 `json:"ack_errors"`
+	// RemovedUnprocessed counts events the stream's retention limits
+	// (max_age, max_bytes, max_msgs with discard "old") removed before
+	// the processor was delivered them: they never reach the handler.
+	RemovedUnprocessed uint64 `json:"removed_unprocessed"`
 	// AckFloor is the consumer's ack floor as last seen (LagInfo.AckFloor
 	// serves the fresh one).
 	AckFloor uint64 `json:"-"`
+}
+
+// Progress is whether the processor moves: the consumer's ack floor (every
+// event at or below it is settled), the events delivered or waiting
+// beyond it, and since when the floor has not moved while events were
+// outstanding (zero while it moves or nothing is outstanding).
+type Progress struct {
+	AckFloor    uint64
+	Outstanding uint64
+	StuckSince  time.Time
+}
+
+// Progress reports the processor's progress as last seen (every second
+// while Run runs).
+func (p *Processor) Progress() Progress {
+	pr := Progress{AckFloor: p.ackFloor.Load(), Outstanding: p.outstanding.Load()}
+	if at := p.progressAt.Load(); at != 0 && pr.Outstanding > 0 {
+		pr.StuckSince = time.Unix(0, at)
+	}
+	return pr
 }
 
 // Headers on a dead letter.
@@ -114,6 +138,14 @@ type Processor struct {
 	processed, failed, deadLettered, poison, duplicates atomic.Uint64
 	ackErrors, lastApplied, ackFloor                    atomic.Uint64
 	running                                             atomic.Bool
+
+	// Progress, kept by watchFloor: when the ack floor last moved (or
+	// nothing was outstanding), and how many events are outstanding.
+	progressAt  atomic.Int64 // unix nanoseconds
+	outstanding atomic.Uint64
+	// Events the stream's limits removed before they were delivered, and
+	// the highest stream sequence first delivered.
+	removedUnseen, highestSeen atomic.Uint64
 
 	ready     chan struct{} // closed once Run consumes
 	readyOnce sync.Once
@@ -162,15 +194,16 @@ func New(js jetstream.JetStream, cfg Config) (*Processor, error) {
 // Stats returns the counters.
 func (p *Processor) Stats() Stats {
 	return Stats{
-		Processed:      p.processed.Load(),
-		Failed:         p.failed.Load(),
-		DeadLettered:   p.deadLettered.Load(),
-		Poison:         p.poison.Load(),
-		Duplicates:     p.duplicates.Load(),
-		LastAppliedSeq: p.lastApplied.Load(),
-		AckFloor:       p.ackFloor.Load(),
-		Running:        p.running.Load(),
-		AckErrors:      p.ackErrors.Load(),
+		Processed:          p.processed.Load(),
+		Failed:             p.failed.Load(),
+		DeadLettered:       p.deadLettered.Load(),
+		Poison:             p.poison.Load(),
+		Duplicates:         p.duplicates.Load(),
+		LastAppliedSeq:     p.lastApplied.Load(),
+		AckFloor:           p.ackFloor.Load(),
+		Running:            p.running.Load(),
+		RemovedUnprocessed: p.removedUnseen.Load(),
+		AckErrors:          p.ackErrors.Load(),
 	}
 }
 
@@ -245,7 +278,11 @@ func (p *Processor) Run(ctx context.Context) error {
 	// the largest message the server takes).
 	budget := newByteBudget(p.cfg.MaxBufferedBytes)
 	pullBytes := max(int(p.cfg.MaxBufferedBytes/4), 2*int(p.js.Conn().MaxPayload()))
+	p.highestSeen.Store(info.Delivered.Stream)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if md, err := m.Metadata(); err == nil && md.NumDelivered == 1 {
+			p.noteDelivered(md.Sequence.Stream)
+		}
 		n := msgSize(m)
 		if !budget.acquire(n, quit) {
 			return
@@ -424,7 +461,11 @@ loop:
 	return nil
 }
 
+// watchFloor reads the consumer and the stream every second: it keeps the
+// ack floor fresh (handlers prune by it), tracks progress, and counts
+// events the stream's limits removed before they were delivered.
 func (p *Processor) watchFloor(ctx context.Context, cons jetstream.Consumer) {
+	p.progressAt.Store(time.Now().UnixNano())
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -436,10 +477,48 @@ func (p *Processor) watchFloor(ctx context.Context, cons jetstream.Consumer) {
 		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		info, err := cons.Info(ictx)
 		cancel()
-		if err == nil {
-			p.ackFloor.Store(info.AckFloor.Stream)
+		if err != nil {
+			continue
 		}
+		floor := info.AckFloor.Stream
+		outstanding := info.NumPending + uint64(info.NumAckPending)
+		if floor != p.ackFloor.Swap(floor) || outstanding == 0 {
+			p.progressAt.Store(time.Now().UnixNano())
+		}
+		p.outstanding.Store(outstanding)
 	}
+}
+
+// noteDelivered sees the stream sequence of each first delivery, in
+// stream order (the consume callback runs one at a time). A jump past the
+// highest seen means events were not delivered to this processor: those
+// below the stream's first sequence were removed by its limits before it
+// saw them (the others went to another processor on the same durable).
+func (p *Processor) noteDelivered(seq uint64) {
+	prev := p.highestSeen.Load()
+	if seq <= prev {
+		return
+	}
+	p.highestSeen.Store(seq)
+	if seq == prev+1 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := p.js.Stream(ctx, p.cfg.Stream)
+	if err != nil {
+		p.log.Warn("cannot tell whether events were removed unprocessed", "stream", p.cfg.Stream, "err", err)
+		return
+	}
+	last := min(seq-1, s.CachedInfo().State.FirstSeq-1)
+	if last <= prev {
+		return
+	}
+	n := last - prev
+	p.removedUnseen.Add(n)
+	p.log.Warn("events removed by the stream's limits before the processor saw them: they are not in the projection",
+		"stream", p.cfg.Stream, "removed", n, "first_seq", prev+1, "last_seq", last,
+		"hint", "raise stream.max_bytes, max_msgs or max_age, or keep the processor up and caught up")
 }
 
 // item is one delivered event, parsed.

@@ -66,6 +66,9 @@ func printStatus(w io.Writer, st orderstore.Status) {
 		}
 		fmt.Fprintf(tw, "processor\t%s: %d processed, %d retrying, %d dead-lettered (%d poison), %d duplicates skipped\n",
 			state, p.Processed, p.Failed, p.DeadLettered, p.Poison, p.Duplicates)
+		if p.RemovedUnprocessed > 0 {
+			fmt.Fprintf(tw, "  lost to retention\t%d events removed by the stream's limits before the processor saw them (not in the projection)\n", p.RemovedUnprocessed)
+		}
 	} else {
 		fmt.Fprintf(tw, "processor\tdisabled\n")
 	}
