@@ -192,6 +192,7 @@ func (a *Appliance) startAdmin() error {
 		SyncDescription:  desc,
 		StoreDir:         storeDir,
 		FreeBytes:        func() (uint64, error) { return bootstrap.FreeBytes(storeDir) },
+		DiskHeadroom:     cfg.JetStream.DiskHeadroom,
 		Build:            buildOrUnknown(cfg.Build),
 		Monitoring:       monitoring(a.nsrv.Load),
 		Logger:           a.log.With("component", "admin"),

@@ -141,9 +141,20 @@ type ProcessorConfig struct {
 	// default 720h).
 	DeadLetterStream string
 	DeadLetterMaxAge time.Duration
+	// DeadLetterMaxBytes caps the dead-letter stream, in bytes (the oldest
+	// dead letters go beyond it). Default 256 MiB.
+	DeadLetterMaxBytes int64
 	// ProjectionBucket is the KV bucket of projected orders, key = order
-	// id. Default "ORDERS".
+	// id. Default "ORDERS". An order's record expires Stream.MaxAge after
+	// its last event, when the stream no longer holds its events either.
 	ProjectionBucket string
+	// ProjectionMaxBytes caps the projection bucket, in bytes. Default
+	// 512 MiB. When it is full the appliance reports not ready, and events
+	// that cannot be applied are dead-lettered after MaxDeliver (replay
+	// them once there is room); nothing is lost. Stream.MaxBytes +
+	// DeadLetterMaxBytes + ProjectionMaxBytes must fit in
+	// JetStream.MaxFileStore.
+	ProjectionMaxBytes int64
 	// Handler, when set, runs instead of the built-in projection, with the
 	// same delivery, retry, dead-letter and shutdown machinery (a program
 	// embedding orderstore with its own logic). Nil runs the projection of
@@ -189,15 +200,17 @@ func DefaultConfig() Config {
 			Replicas:        1,
 		},
 		Processor: ProcessorConfig{
-			Enabled:          true,
-			Durable:          "order-processor",
-			AckWait:          30 * time.Second,
-			MaxDeliver:       5,
-			Backoff:          []time.Duration{time.Second, 5 * time.Second, 30 * time.Second},
-			MaxAckPending:    8000,
-			DeadLetterStream: "ORDER_EVENTS_DLQ",
-			DeadLetterMaxAge: 720 * time.Hour,
-			ProjectionBucket: "ORDERS",
+			Enabled:            true,
+			Durable:            "order-processor",
+			AckWait:            30 * time.Second,
+			MaxDeliver:         5,
+			Backoff:            []time.Duration{time.Second, 5 * time.Second, 30 * time.Second},
+			MaxAckPending:      8000,
+			DeadLetterStream:   "ORDER_EVENTS_DLQ",
+			DeadLetterMaxAge:   720 * time.Hour,
+			DeadLetterMaxBytes: 256 << 20,
+			ProjectionBucket:   "ORDERS",
+			ProjectionMaxBytes: 512 << 20,
 		},
 		Admin: AdminConfig{Listen: "127.0.0.1:8222"},
 	}
@@ -377,6 +390,20 @@ func (c Config) Validate() error {
 	}
 	if p.DeadLetterMaxAge < 0 {
 		bad("Processor.DeadLetterMaxAge", p.DeadLetterMaxAge, "must be zero (forever) or positive")
+	}
+	if p.DeadLetterMaxBytes <= 0 {
+		bad("Processor.DeadLetterMaxBytes", size(p.DeadLetterMaxBytes), "must be a positive size")
+	}
+	if p.ProjectionMaxBytes <= 0 {
+		bad("Processor.ProjectionMaxBytes", size(p.ProjectionMaxBytes), "must be a positive size")
+	}
+	if st.MaxBytes > 0 && p.DeadLetterMaxBytes > 0 && p.ProjectionMaxBytes > 0 && j.MaxFileStore > 0 && st.MaxBytes <= j.MaxFileStore {
+		if sum := st.MaxBytes + p.DeadLetterMaxBytes + p.ProjectionMaxBytes; sum > j.MaxFileStore {
+			bad("Stream.MaxBytes", size(st.MaxBytes), "stream.max_bytes + processor.dead_letter_max_bytes %s + processor.projection_max_bytes %s = %s exceeds jetstream.max_file_store %s: lower them or raise max_file_store",
+				bytesize.Format(p.DeadLetterMaxBytes), bytesize.Format(p.ProjectionMaxBytes), bytesize.Format(sum), bytesize.Format(j.MaxFileStore))
+		}
+	} else if st.MaxBytes == -1 && j.MaxFileStore > 0 && p.DeadLetterMaxBytes+p.ProjectionMaxBytes >= j.MaxFileStore {
+		bad("JetStream.MaxFileStore", size(j.MaxFileStore), "leaves no room for the stream next to processor.dead_letter_max_bytes and projection_max_bytes")
 	}
 	if !validBucket(p.ProjectionBucket) {
 		bad("Processor.ProjectionBucket", p.ProjectionBucket, "must be a valid KV bucket name (letters, digits, '-' and '_')")

@@ -25,7 +25,7 @@ func ExampleStart() {
 
 	cfg := orderstore.DefaultConfig()
 	cfg.JetStream.StoreDir = dir
-	cfg.JetStream.MaxFileStore = 1 << 30
+	cfg.JetStream.MaxFileStore = 2 << 30
 	cfg.JetStream.DiskHeadroom = 16 << 20
 	cfg.Stream.MaxBytes = 512 << 20
 	cfg.Server.Port = -1  // a random free port: see app.ClientURL()

@@ -207,3 +207,76 @@ func TestRetentionRemovedUnprocessedIsCounted(t *testing.T) {
 		t.Errorf("/metrics lacks orderstore_processor_events_removed_unprocessed_total 15")
 	}
 }
+
+// A full projection bucket makes the node unready, naming it; the events
+// that could not be applied are dead-lettered, not lost.
+func TestFullProjectionBucketIsReported(t *testing.T) {
+	app := orderstoretest.Start(t, func(c *orderstore.Config) {
+		c.Processor.ProjectionMaxBytes = 16 << 10
+		c.Processor.AckWait = 500 * time.Millisecond
+		c.Processor.MaxDeliver = 2
+		c.Processor.Backoff = []time.Duration{50 * time.Millisecond}
+	})
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, app)
+	const n = 200
+	for i := range n {
+		if _, err := js.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":"order-%04d"}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	embeddedtest.WaitFor(t, 60*time.Second, func() error {
+		err := app.Ready(ctx)
+		if err == nil || !strings.Contains(err.Error(), "is full") {
+			return fmt.Errorf("Ready = %v, want the projection bucket full", err)
+		}
+		return nil
+	})
+	embeddedtest.WaitFor(t, 60*time.Second, func() error {
+		st := app.Stats()
+		if st.Processed+st.DeadLettered != n {
+			return fmt.Errorf("stats %+v: %d of %d settled", st, st.Processed+st.DeadLettered, n)
+		}
+		return nil
+	})
+	if st := app.Stats(); st.DeadLettered == 0 {
+		t.Errorf("stats %+v: no event dead-lettered, yet the bucket is full", st)
+	}
+}
+
+// With discard "new", a full stream refuses publishers (an error, not a
+// hang) and drops nothing it acknowledged.
+func TestDiscardNewRefusesAtTheLimit(t *testing.T) {
+	app := orderstoretest.Start(t, func(c *orderstore.Config) {
+		c.Stream.Discard = "new"
+		c.Stream.MaxMsgs = 5
+	})
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, app)
+	acked := 0
+	var refused error
+	for i := range 8 {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.Publish(pctx, "orders.created", fmt.Appendf(nil, `{"order_id":"n-%d"}`, i))
+		cancel()
+		if err != nil {
+			refused = err
+			continue
+		}
+		acked++
+	}
+	if acked != 5 || refused == nil || !strings.Contains(refused.Error(), "maximum messages exceeded") {
+		t.Fatalf("acked %d, last refusal %v; want 5 acked and the rest refused with maximum messages exceeded", acked, refused)
+	}
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		for i := range 5 {
+			if _, err := app.Order(ctx, fmt.Sprintf("n-%d", i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if st := app.Stats(); st.RemovedUnprocessed != 0 {
+		t.Errorf("stats %+v: discard new removed events", st)
+	}
+}

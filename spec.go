@@ -93,6 +93,7 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		MaxAge:      p.DeadLetterMaxAge,
+		MaxBytes:    p.DeadLetterMaxBytes,
 		MaxMsgSize:  int32(c.Server.MaxPayload),
 		Discard:     jetstream.DiscardOld,
 		Replicas:    st.Replicas,
@@ -102,6 +103,8 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		Bucket:      p.ProjectionBucket,
 		Description: "order projection (managed by orderstore)",
 		History:     1,
+		TTL:         st.MaxAge,
+		MaxBytes:    p.ProjectionMaxBytes,
 		Storage:     jetstream.FileStorage,
 		Replicas:    st.Replicas,
 	}

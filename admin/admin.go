@@ -63,9 +63,11 @@ type Config struct {
 	SyncPolicy      string
 	SyncDescription string
 
-	// StoreDir and FreeBytes report free disk under the store.
-	StoreDir  string
-	FreeBytes func() (uint64, error)
+	// StoreDir and FreeBytes report free disk under the store; below
+	// DiskHeadroom bytes the node is not ready.
+	StoreDir     string
+	FreeBytes    func() (uint64, error)
+	DiskHeadroom int64
 
 	Build BuildInfo
 
@@ -265,8 +267,19 @@ func (s *Server) Readiness(ctx context.Context) (string, []Check) {
 		}
 		checks = append(checks, c)
 	}
-	_, err := b.JS.AccountInfo(ctx)
+	ai, err := b.JS.AccountInfo(ctx)
 	add("jetstream", err)
+	add("storage", func() error {
+		if err == nil && ai.Limits.MaxStore > 0 && float64(ai.Store) >= 0.99*float64(ai.Limits.MaxStore) {
+			return fmt.Errorf("JetStream uses %d of its %d bytes (jetstream.max_file_store): new events are refused", ai.Store, ai.Limits.MaxStore)
+		}
+		if s.cfg.FreeBytes != nil && s.cfg.DiskHeadroom > 0 {
+			if free, ferr := s.cfg.FreeBytes(); ferr == nil && free < uint64(s.cfg.DiskHeadroom) {
+				return fmt.Errorf("free disk under %s is %d bytes, below jetstream.disk_headroom (%d bytes): writes may fail", s.cfg.StoreDir, free, s.cfg.DiskHeadroom)
+			}
+		}
+		return nil
+	}())
 
 	add("stream", func() error {
 		st, err := b.JS.Stream(ctx, s.cfg.Stream)
@@ -294,8 +307,19 @@ func (s *Server) Readiness(ctx context.Context) (string, []Check) {
 	}
 	if s.cfg.ProjectionBucket != "" {
 		add("projection_bucket", func() error {
-			if _, err := b.JS.KeyValue(ctx, s.cfg.ProjectionBucket); err != nil {
+			kv, err := b.JS.KeyValue(ctx, s.cfg.ProjectionBucket)
+			if err != nil {
 				return fmt.Errorf("projection bucket %q: %w", s.cfg.ProjectionBucket, err)
+			}
+			st, err := kv.Status(ctx)
+			if err != nil {
+				return fmt.Errorf("projection bucket %q: %w", s.cfg.ProjectionBucket, err)
+			}
+			if ks, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+				if max := ks.StreamInfo().Config.MaxBytes; max > 0 && float64(st.Bytes()) >= 0.99*float64(max) {
+					return fmt.Errorf("projection bucket %q is full (%d of %d bytes): new orders cannot be projected and are dead-lettered; raise processor.projection_max_bytes, then orderstore dlq replay -all",
+						s.cfg.ProjectionBucket, st.Bytes(), max)
+				}
 			}
 			return nil
 		}())

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -134,5 +135,26 @@ func TestReadinessChecksDeadLetterStreamAndBucket(t *testing.T) {
 		if !found {
 			t.Errorf("/readyz has no %s check: %v", st.check, m)
 		}
+	}
+}
+
+// Free disk below disk_headroom makes the node unready, naming both.
+func TestReadinessChecksFreeDisk(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	js := embeddedtest.JetStream(t, srv)
+	declare(t, js)
+	cfg := testConfig()
+	cfg.StoreDir, cfg.DiskHeadroom = "/store", 1<<30 // FreeBytes says 42
+	s := New(cfg)
+	s.SetBackend(Backend{JS: js})
+	code, m := do(t, s, "/readyz")
+	if code != 503 || !strings.Contains(fmt.Sprint(m["checks"]), "below jetstream.disk_headroom") {
+		t.Fatalf("/readyz with 42 bytes free = %d %v, want 503 naming disk_headroom", code, m)
+	}
+	cfg.DiskHeadroom = 16
+	s = New(cfg)
+	s.SetBackend(Backend{JS: js})
+	if code, m := do(t, s, "/readyz"); code != 200 {
+		t.Fatalf("/readyz with free disk above headroom = %d %v", code, m)
 	}
 }

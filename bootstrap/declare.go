@@ -207,6 +207,25 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, want jetstream.K
 			return &DriftError{Object: obj, Changes: []Change{{obj, "storage", have.Storage.String(), want.Storage.String()}},
 				hint: "remove the bucket (nats kv rm " + want.Bucket + ") and restart: the processor rebuilds the projection from the stream"}
 		}
+		// Limits are safe changes, applied to the bucket's stream.
+		cfg := have
+		cfg.MaxBytes, cfg.MaxAge = orUnlimited(want.MaxBytes), want.TTL
+		if cfg.MaxAge > 0 && cfg.Duplicates > cfg.MaxAge {
+			cfg.Duplicates = cfg.MaxAge
+		}
+		var safe []Change
+		if cfg.MaxBytes != have.MaxBytes {
+			safe = append(safe, Change{obj, "max_bytes", bytesize.Format(have.MaxBytes), bytesize.Format(cfg.MaxBytes)})
+		}
+		if cfg.MaxAge != have.MaxAge {
+			safe = append(safe, Change{obj, "ttl", durStr(have.MaxAge), durStr(cfg.MaxAge)})
+		}
+		if len(safe) > 0 {
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				return errorf("declare", obj, "", err)
+			}
+			res.Changes = append(res.Changes, safe...)
+		}
 	}
 	return allowAtomic(ctx, js, want.Bucket, obj, res)
 }

@@ -65,6 +65,7 @@ func TestDeclareAppliesSafeChangesAsDiff(t *testing.T) {
 		"subjects":        `["orders.>"] -> ["orders.>" "returns.>"]`,
 		"max_ack_pending": "8000 -> 2000",
 		"ack_wait":        "30s -> 1m0s",
+		"ttl":             "168h0m0s -> 72h0m0s", // the projection bucket follows the stream's max_age
 	}
 	for k, v := range want {
 		if got[k] != v {

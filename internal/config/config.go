@@ -84,7 +84,9 @@ type Processor struct {
 	MaxAckPending    int        `toml:"max_ack_pending"`
 	DeadLetterStream string     `toml:"dead_letter_stream"`
 	DeadLetterMaxAge Duration   `toml:"dead_letter_max_age"`
+	DeadLetterBytes  ByteSize   `toml:"dead_letter_max_bytes"`
 	ProjectionBucket string     `toml:"projection_bucket"`
+	ProjectionBytes  ByteSize   `toml:"projection_max_bytes"`
 }
 
 // Admin is the HTTP admin listener.

@@ -85,6 +85,9 @@ func TestParseErrors(t *testing.T) {
 		{"bad subject", "[stream]\nsubjects = [\"orders.>.x\"]\n", []string{"stream.subjects[0]"}, nil},
 		{"log level", "[log]\nlevel = \"verbose\"\n", []string{"log.level"}, nil},
 		{"dlq equals stream", "[processor]\ndead_letter_stream = \"ORDER_EVENTS\"\n", []string{"processor.dead_letter_stream"}, nil},
+		{"storage budget over max_file_store", "[jetstream]\nmax_file_store = \"2GiB\"\n[stream]\nmax_bytes = \"1800MiB\"\n",
+			[]string{"stream.max_bytes"}, []string{"processor.dead_letter_max_bytes 256MiB + processor.projection_max_bytes 512MiB = 2.5GiB exceeds jetstream.max_file_store 2GiB"}},
+		{"zero dead-letter budget", "[processor]\ndead_letter_max_bytes = \"0B\"\n", []string{"processor.dead_letter_max_bytes"}, nil},
 		{"max_msg_size over max_payload", "[stream]\nmax_msg_size = \"2MiB\"\n", []string{"stream.max_msg_size"}, nil},
 	}
 	for _, tt := range tests {

@@ -90,7 +90,7 @@ func (c Config) toOrderstore() orderstore.Config {
 		Processor: orderstore.ProcessorConfig{
 			Enabled: p.Enabled, Durable: p.Durable, AckWait: p.AckWait.D(), MaxDeliver: p.MaxDeliver,
 			MaxAckPending: p.MaxAckPending, DeadLetterStream: p.DeadLetterStream, DeadLetterMaxAge: p.DeadLetterMaxAge.D(),
-			ProjectionBucket: p.ProjectionBucket,
+			DeadLetterMaxBytes: int64(p.DeadLetterBytes), ProjectionBucket: p.ProjectionBucket, ProjectionMaxBytes: int64(p.ProjectionBytes),
 		},
 		Admin: orderstore.AdminConfig{Listen: c.Admin.Listen, Token: c.Admin.Token},
 	}
@@ -123,7 +123,7 @@ func fromOrderstore(o orderstore.Config) Config {
 			Replicas: st.Replicas},
 		Processor: Processor{Enabled: p.Enabled, Durable: p.Durable, AckWait: Duration(p.AckWait), MaxDeliver: p.MaxDeliver,
 			MaxAckPending: p.MaxAckPending, DeadLetterStream: p.DeadLetterStream, DeadLetterMaxAge: Duration(p.DeadLetterMaxAge),
-			ProjectionBucket: p.ProjectionBucket},
+			DeadLetterBytes: ByteSize(p.DeadLetterMaxBytes), ProjectionBucket: p.ProjectionBucket, ProjectionBytes: ByteSize(p.ProjectionMaxBytes)},
 		Admin: Admin{Listen: o.Admin.Listen, Token: o.Admin.Token},
 	}
 	for _, u := range s.Users {

@@ -29,7 +29,7 @@ func main() {
 	cfg.JetStream.StoreDir = os.Args[1]
 	cfg.Server.Port = -1  // a random free port
 	cfg.Admin.Listen = "" // no admin listener
-	cfg.JetStream.MaxFileStore = 1 << 30
+	cfg.JetStream.MaxFileStore = 2 << 30
 	cfg.JetStream.DiskHeadroom = 16 << 20
 	cfg.Stream.MaxBytes = 512 << 20
 
