@@ -52,6 +52,7 @@ type Appliance struct {
 	proj       *processor.Projection // reads, on nc
 	proc       *processor.Processor  // nil when disabled
 	stallAfter time.Duration
+	recovery   []string // what start-up found and did about a damaged store
 
 	adm      *admin.Server
 	hs       *http.Server // nil when the admin listener is disabled
@@ -134,6 +135,12 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	if a.proj, err = NewProjection(ctx, a.js, cfg); err != nil {
 		return nil, err
 	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	err = a.checkHighWater(dctx, cfg.DeclareSpec())
+	cancel()
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Processor.Enabled {
 		var h processor.Handler = cfg.Processor.Handler
 		if h == nil {
@@ -148,7 +155,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		// delivery waits ack_wait, then the longest backoff.
 		a.stallAfter = time.Duration(cfg.Processor.MaxDeliver) * (cfg.Processor.AckWait + slices.Max(append([]time.Duration{0}, cfg.Processor.Backoff...)))
 	}
-	b := admin.Backend{JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks}
+	b := admin.Backend{JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks, Recovery: a.recovery}
 	if a.proc != nil {
 		b.Processor = a
 	}
@@ -230,6 +237,7 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	}
 	a.srv = srv
 	a.nsrv.Store(srv.NATSServer())
+	a.startupNotes()
 	policy, desc := a.cfg.JetStream.Durability()
 	a.log.Info("nats ready", "client_url", srv.ClientURL(), "took", time.Since(t0).Round(time.Millisecond).String(),
 		"sync_interval", policy, "durability", desc)
@@ -308,7 +316,10 @@ func (a *Appliance) declare(ctx context.Context) error {
 	spec := a.cfg.DeclareSpec()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := bootstrap.Declare(dctx, a.js, spec, a.log.With("component", "bootstrap")); err != nil {
+	if err := a.checkLoaded(dctx, spec); err != nil {
+		return err
+	}
+	if err := a.declareRecovering(dctx, spec); err != nil {
 		return err
 	}
 	if err := bootstrap.Verify(dctx, a.js, spec); err != nil {
@@ -421,6 +432,11 @@ func (a *Appliance) AdminAddr() string {
 	}
 	return a.adminLn.Addr().String()
 }
+
+// Recovery returns what start-up found and did about a damaged store (nats'
+// recovery warnings, a consumer declared again, lost sequence numbers);
+// empty after a clean start.
+func (a *Appliance) Recovery() []string { return a.recovery }
 
 // StoreDir returns the absolute store directory.
 func (a *Appliance) StoreDir() string { return a.report.StoreDir }

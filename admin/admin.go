@@ -120,6 +120,10 @@ type Backend struct {
 	// Checks, if set, adds readiness checks of the parts admin cannot see
 	// (connections, the processor's progress).
 	Checks func(ctx context.Context) []Check
+	// Recovery lists what start-up found and did about a damaged store:
+	// served in /v1/status, counted in /metrics, and a warning (still
+	// ready) in /readyz.
+	Recovery []string
 }
 
 // Server is the admin HTTP handler.
@@ -316,7 +320,8 @@ func (s *Server) Readiness(ctx context.Context) (string, []Check) {
 				return fmt.Errorf("projection bucket %q: %w", s.cfg.ProjectionBucket, err)
 			}
 			if ks, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-				if max := ks.StreamInfo().Config.MaxBytes; max > 0 && float64(st.Bytes()) >= 0.99*float64(max) {
+				// Full: less room left than a record or two, or 1%.
+				if max := ks.StreamInfo().Config.MaxBytes; max > 0 && int64(st.Bytes()) > max-min(4096, max/4)-max/100 {
 					return fmt.Errorf("projection bucket %q is full (%d of %d bytes): new orders cannot be projected and are dead-lettered; raise processor.projection_max_bytes, then orderstore dlq replay -all",
 						s.cfg.ProjectionBucket, st.Bytes(), max)
 				}
@@ -344,6 +349,10 @@ func (s *Server) Readiness(ctx context.Context) (string, []Check) {
 	}
 	if b.Checks != nil {
 		checks = append(checks, b.Checks(ctx)...)
+	}
+	if n := len(b.Recovery); n > 0 {
+		checks = append(checks, Check{Name: "recovery", OK: true, Reason: fmt.Sprintf(
+			"warning: start-up found a damaged store and recovered what it could (%d notes in /v1/status \"recovery\" and the log); check for lost events", n)})
 	}
 	for _, c := range checks {
 		if !c.OK {

@@ -38,6 +38,7 @@ var (
 	descProcRunning  = desc("processor_running", "1 while the processor consumes.")
 	descRemoved      = desc("processor_events_removed_unprocessed_total", "Events the stream's retention limits removed before the processor was delivered them.")
 	descAckErrors    = desc("processor_settle_errors_total", "Acks, naks and terms that could not be sent (the event is redelivered).")
+	descRecovery     = desc("recovery_notes", "What start-up found and did about a damaged store (see /v1/status recovery); 0 after a clean start.")
 	descDLQ          = desc("dead_letter_messages", "Events in the dead-letter stream.", "stream")
 	descFree         = desc("store_free_bytes", "Free disk under store_dir for the service user.")
 	descScrapeErrors = desc("scrape_errors", "Parts of the state that could not be read during this scrape.")
@@ -46,7 +47,7 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descReady, descSyncAlways, descBuild, descStreamMsgs, descStreamBytes, descStreamFirst,
 		descStreamLast, descStreamAge, descMaxBytes, descMaxMsgs, descMaxAge, descPending, descAckPending, descRedelivered, descAckFloor,
-		descBehind, descEvents, descLastApplied, descProcRunning, descRemoved, descAckErrors, descDLQ, descFree, descScrapeErrors} {
+		descBehind, descEvents, descLastApplied, descProcRunning, descRemoved, descAckErrors, descRecovery, descDLQ, descFree, descScrapeErrors} {
 		ch <- d
 	}
 }
@@ -105,6 +106,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAckErrors, prometheus.CounterValue, float64(p.AckErrors))
 	}
 	gauge(descDLQ, float64(st.DeadLetters.Messages), st.DeadLetters.Stream)
+	gauge(descRecovery, float64(len(st.Recovery)))
 	if s.cfg.FreeBytes != nil {
 		gauge(descFree, float64(st.Store.FreeBytes))
 	}

@@ -21,6 +21,8 @@ type Status struct {
 	Store       StoreStatus       `json:"store"`
 	Time        time.Time         `json:"time"`
 	Errors      []string          `json:"errors,omitempty"`
+	// Recovery is what start-up found and did about a damaged store.
+	Recovery []string `json:"recovery,omitempty"`
 }
 
 // StreamStatus is ORDER_EVENTS' usage against its limits.
@@ -64,6 +66,7 @@ type StoreStatus struct {
 func (s *Server) collectStatus(ctx context.Context, b *Backend) Status {
 	st := Status{Durability: s.durability(), Build: s.cfg.Build, Time: time.Now().UTC()}
 	st.Status, st.Checks = s.Readiness(ctx)
+	st.Recovery = b.Recovery
 	st.Stream = StreamStatus{Name: s.cfg.Stream, MaxBytes: s.cfg.MaxBytes, MaxMsgs: s.cfg.MaxMsgs, MaxAgeSeconds: s.cfg.MaxAge.Seconds()}
 	fail := func(err error) { st.Errors = append(st.Errors, err.Error()) }
 	if str, err := b.JS.Stream(ctx, s.cfg.Stream); err != nil {

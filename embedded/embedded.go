@@ -113,10 +113,11 @@ func (c Config) Validate() error {
 // Server is a running, ready embedded nats-server with JetStream. The handle
 // exists only once the server accepts connections.
 type Server struct {
-	ns      *server.Server
-	cfg     Config
-	done    chan struct{}
-	closing chan struct{}
+	ns       *server.Server
+	problems []string
+	cfg      Config
+	done     chan struct{}
+	closing  chan struct{}
 
 	closeOnce sync.Once
 }
@@ -211,7 +212,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	fatal := make(chan string, 1)
 	logger := loggerOrDiscard(cfg.Logger).With("component", "nats")
-	ns.SetLoggerV2(&slogAdapter{l: logger, fatal: fatal}, cfg.Debug, cfg.Trace, false)
+	adapter := &slogAdapter{l: logger, fatal: fatal, starting: true}
+	ns.SetLoggerV2(adapter, cfg.Debug, cfg.Trace, false)
 
 	timeout := cfg.ReadyTimeout
 	if timeout <= 0 {
@@ -273,7 +275,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	// races it.
 	<-started
 
-	s := &Server{ns: ns, cfg: cfg, done: make(chan struct{}), closing: make(chan struct{})}
+	s := &Server{ns: ns, cfg: cfg, done: make(chan struct{}), closing: make(chan struct{}), problems: adapter.started()}
 	go func() {
 		ns.WaitForShutdown()
 		close(s.done)
@@ -333,6 +335,12 @@ func (s *Server) StoreDir() string { return s.cfg.StoreDir }
 
 // SyncAlways reports whether every publish is fsynced before its ack.
 func (s *Server) SyncAlways() bool { return s.cfg.SyncInterval == 0 }
+
+// StartupProblems returns the warnings and errors nats-server logged while
+// it started, at most 100: what stream and consumer recovery reported
+// (damaged blocks, unreadable metadata, consumers moved back). Empty after
+// a clean start.
+func (s *Server) StartupProblems() []string { return s.problems }
 
 // NATSServer returns the underlying nats-server, for monitoring handlers
 // (HandleVarz, HandleJsz, ...) and tests. Do not Shutdown it directly: use

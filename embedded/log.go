@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 )
 
 // slogAdapter is nats-server's Logger on top of slog. Fatalf never exits:
@@ -12,6 +13,35 @@ import (
 type slogAdapter struct {
 	l     *slog.Logger
 	fatal chan<- string
+
+	// Warnings and errors logged while the server starts (stream and
+	// consumer recovery), kept for [Server.StartupProblems].
+	mu       sync.Mutex
+	starting bool
+	problems []string
+}
+
+// maxStartupProblems bounds what is kept of a start-up's warnings.
+const maxStartupProblems = 100
+
+func (a *slogAdapter) keep(msg string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.starting || len(a.problems) >= maxStartupProblems {
+		return
+	}
+	if len(msg) > 512 {
+		msg = msg[:512] + "..."
+	}
+	a.problems = append(a.problems, msg)
+}
+
+// started ends the start-up phase and returns what it kept.
+func (a *slogAdapter) started() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.starting = false
+	return a.problems
 }
 
 // levelTrace is below Debug: nats protocol traces are noisier than debug.
@@ -25,10 +55,17 @@ func (a *slogAdapter) log(level slog.Level, format string, v []any) {
 }
 
 func (a *slogAdapter) Noticef(format string, v ...any) { a.log(slog.LevelInfo, format, v) }
-func (a *slogAdapter) Warnf(format string, v ...any)   { a.log(slog.LevelWarn, format, v) }
-func (a *slogAdapter) Errorf(format string, v ...any)  { a.log(slog.LevelError, format, v) }
-func (a *slogAdapter) Debugf(format string, v ...any)  { a.log(slog.LevelDebug, format, v) }
-func (a *slogAdapter) Tracef(format string, v ...any)  { a.log(levelTrace, format, v) }
+func (a *slogAdapter) Warnf(format string, v ...any) {
+	a.keep(strings.TrimSpace(fmt.Sprintf(format, v...)))
+	a.log(slog.LevelWarn, format, v)
+}
+
+func (a *slogAdapter) Errorf(format string, v ...any) {
+	a.keep(strings.TrimSpace(fmt.Sprintf(format, v...)))
+	a.log(slog.LevelError, format, v)
+}
+func (a *slogAdapter) Debugf(format string, v ...any) { a.log(slog.LevelDebug, format, v) }
+func (a *slogAdapter) Tracef(format string, v ...any) { a.log(levelTrace, format, v) }
 
 func (a *slogAdapter) Fatalf(format string, v ...any) {
 	msg := strings.TrimSpace(fmt.Sprintf(format, v...))

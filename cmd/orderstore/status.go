@@ -79,6 +79,9 @@ func printStatus(w io.Writer, st orderstore.Status) {
 			fmt.Fprintf(tw, "not ready\t%s: %s\n", c.Name, c.Reason)
 		}
 	}
+	for _, r := range st.Recovery {
+		fmt.Fprintf(tw, "recovery\t%s\n", r)
+	}
 	for _, e := range st.Errors {
 		fmt.Fprintf(tw, "error\t%s\n", e)
 	}

@@ -1,0 +1,227 @@
+package orderstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/orderstoretest"
+)
+
+// damagedStore returns a config whose store holds n processed events (over
+// 100 orders), with the appliance stopped.
+func damagedStore(t *testing.T, n int) orderstore.Config {
+	t.Helper()
+	cfg := orderstoretest.Config(t)
+	ctx := context.Background()
+	app, err := orderstore.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := embeddedtest.JetStream(t, app)
+	for i := range n {
+		if _, err := js.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":"o-%d","pad":"%0200d"}`, i%100, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if lag, err := app.Lag(ctx); err != nil || lag.AckFloor != uint64(n) {
+			return fmt.Errorf("lag %+v %v", lag, err)
+		}
+		return nil
+	})
+	js.Conn().Close()
+	if err := app.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func streamDir(cfg orderstore.Config, name string) string {
+	return filepath.Join(cfg.JetStream.StoreDir, "jetstream", "$G", "streams", name)
+}
+
+func firstBlock(t *testing.T, cfg orderstore.Config) string {
+	t.Helper()
+	blks, err := filepath.Glob(filepath.Join(streamDir(cfg, "ORDER_EVENTS"), "msgs", "*.blk"))
+	if err != nil || len(blks) == 0 {
+		t.Fatalf("no message block: %v", err)
+	}
+	// Without the index nats rebuilds the state from the blocks.
+	os.Remove(filepath.Join(streamDir(cfg, "ORDER_EVENTS"), "msgs", "index.db"))
+	return blks[0]
+}
+
+// newEventsProjected publishes events on fresh and on existing orders and
+// waits until the projection holds them.
+func newEventsProjected(t *testing.T, app *orderstore.Appliance) {
+	t.Helper()
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, app)
+	for i := range 20 {
+		if _, err := js.Publish(ctx, "orders.shipped", fmt.Appendf(nil, `{"order_id":"o-%d"}`, i)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":"after-%d"}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		for i := range 20 {
+			if o, err := app.Order(ctx, fmt.Sprintf("o-%d", i)); err != nil || o.Status != "shipped" {
+				return fmt.Errorf("order o-%d = %+v, %v; want shipped (the new event applied, not skipped)", i, o, err)
+			}
+			if _, err := app.Order(ctx, fmt.Sprintf("after-%d", i)); err != nil {
+				return fmt.Errorf("order after-%d: %w", i, err)
+			}
+		}
+		return nil
+	})
+	if err := app.Ready(ctx); err != nil {
+		t.Errorf("not ready after recovery: %v", err)
+	}
+}
+
+func hasNote(app *orderstore.Appliance, sub string) bool {
+	for _, n := range app.Recovery() {
+		if strings.Contains(n, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// A damaged block loses what follows the damage (nats-server truncates the
+// block there and moves the consumer back). orderstore reports it, keeps
+// the events before it, and the new events, which reuse the lost sequence
+// numbers, are projected instead of skipped as duplicates.
+func TestDamagedBlockIsReportedAndNewEventsProject(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		damage func(t *testing.T, blk string)
+	}{
+		{"flipped bytes", func(t *testing.T, blk string) {
+			b, err := os.ReadFile(blk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 16 {
+				b[len(b)/2+i] ^= 0xff
+			}
+			if err := os.WriteFile(blk, b, 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"truncated block", func(t *testing.T, blk string) {
+			st, err := os.Stat(blk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(blk, st.Size()/2); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"deleted block", func(t *testing.T, blk string) {
+			if err := os.Remove(blk); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			const n = 2000
+			cfg := damagedStore(t, n)
+			tt.damage(t, firstBlock(t, cfg))
+			app := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+			if !hasNote(app, "acknowledged events were lost") {
+				t.Errorf("recovery notes %q lack the lost events", app.Recovery())
+			}
+			ctx := context.Background()
+			js := embeddedtest.JetStream(t, app)
+			s, err := js.Stream(ctx, "ORDER_EVENTS")
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := s.CachedInfo().State.LastSeq
+			if last >= n {
+				t.Fatalf("stream ends at %d: the damage lost nothing, the test damaged nothing", last)
+			}
+			// What precedes the damage is intact.
+			for seq := uint64(1); seq <= last; seq += max(last/10, 1) {
+				if _, err := s.GetMsg(ctx, seq); err != nil {
+					t.Errorf("event %d before the damage: %v", seq, err)
+				}
+			}
+			newEventsProjected(t, app)
+		})
+	}
+}
+
+// A consumer state file nats cannot read: the consumer is moved aside and
+// declared again, the projection does not apply anything twice, new events
+// are projected.
+func TestDamagedConsumerStateRecovers(t *testing.T) {
+	cfg := damagedStore(t, 300)
+	ctx := context.Background()
+	state := filepath.Join(streamDir(cfg, "ORDER_EVENTS"), "obs", "order-processor", "o.dat")
+	if err := os.WriteFile(state, []byte("not a consumer state"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	app := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+	if !hasNote(app, "could not read its state") {
+		t.Errorf("recovery notes %q lack the consumer", app.Recovery())
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if lag, err := app.Lag(ctx); err != nil || lag.AckFloor != 300 {
+			return fmt.Errorf("lag %+v %v: the redelivered events are not all settled", lag, err)
+		}
+		return nil
+	})
+	// Each order of the 300 events (3 per order) was applied once.
+	for i := range 100 {
+		o, err := app.Order(ctx, fmt.Sprintf("o-%d", i))
+		if err != nil || o.Events != 3 {
+			t.Fatalf("order o-%d = %+v, %v; want 3 events, each applied once", i, o, err)
+		}
+	}
+	if st := app.Stats(); st.Duplicates != 300 {
+		t.Errorf("stats %+v: want the 300 redelivered events acked as duplicates", st)
+	}
+	newEventsProjected(t, app)
+}
+
+// A stream directory nats does not load (its meta.inf unreadable) is never
+// re-created over: start-up fails, naming it, with a hint.
+func TestUnloadedStreamIsNotRecreated(t *testing.T) {
+	cfg := damagedStore(t, 100)
+	dir := streamDir(cfg, "ORDER_EVENTS")
+	for _, f := range []string{"meta.inf", "meta.sum"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("{not json"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app, err := orderstore.Start(context.Background(), cfg)
+	if err == nil {
+		defer app.Close(context.Background())
+		js := embeddedtest.JetStream(t, app)
+		s, serr := js.Stream(context.Background(), "ORDER_EVENTS")
+		if serr != nil || s.CachedInfo().State.Msgs != 100 {
+			t.Fatalf("started over an unreadable meta.inf: stream %v %v, want the 100 events or a refusal", s, serr)
+		}
+		t.Log("nats read the stream despite the damaged meta.inf: nothing was lost")
+		return
+	}
+	var h interface{ Hint() string }
+	if !strings.Contains(err.Error(), dir) || !errors.As(err, &h) || !strings.Contains(h.Hint(), "backup") {
+		t.Fatalf("Start = %v, want a refusal naming %s with a hint", err, dir)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(dir, "msgs")); len(entries) == 0 {
+		t.Errorf("the old events were removed")
+	}
+}
