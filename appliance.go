@@ -42,8 +42,14 @@ type Appliance struct {
 	lock   *bootstrap.Lock
 	report bootstrap.Report
 
-	srv  *embedded.Server
-	nsrv atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
+	// The embedded server; the store guard may restart it (a new *Server
+	// on the same store and port), so read it with server().
+	srvMu      sync.Mutex
+	srv        *embedded.Server
+	srvChanged chan struct{} // closed and replaced when srv is replaced
+	ec         embedded.Config
+	nsrv       atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
+	guard      *storeGuard
 	// Two internal connections, so that neither part shares the other's
 	// fate: nc for declare, the admin API and lookups, pnc for the
 	// processor and its projection writes.
@@ -91,16 +97,18 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	cfg.Stream.Subjects = append([]string(nil), cfg.Stream.Subjects...)
 	log := loggerOrDiscard(cfg.Logger)
 	a := &Appliance{
-		cfg:       cfg,
-		log:       log,
-		serveErr:  make(chan error, 1),
-		procDone:  make(chan struct{}),
-		ncClosed:  make(chan struct{}),
-		pncClosed: make(chan struct{}),
-		closing:   make(chan struct{}),
-		done:      make(chan struct{}),
-		closeDone: make(chan struct{}),
+		cfg:        cfg,
+		log:        log,
+		serveErr:   make(chan error, 1),
+		procDone:   make(chan struct{}),
+		ncClosed:   make(chan struct{}),
+		pncClosed:  make(chan struct{}),
+		closing:    make(chan struct{}),
+		done:       make(chan struct{}),
+		closeDone:  make(chan struct{}),
+		srvChanged: make(chan struct{}),
 	}
+	a.guard = newStoreGuard(a)
 	defer func() {
 		if err != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -171,7 +179,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 			return nil, fmt.Errorf("start: processor: %w", ctx.Err())
 		}
 	}
-	log.Info("orderstore ready", "client_url", a.srv.ClientURL(), "admin", a.AdminAddr(), "store_dir", rep.StoreDir)
+	log.Info("orderstore ready", "client_url", a.server().ClientURL(), "admin", a.AdminAddr(), "store_dir", rep.StoreDir)
 	return a, nil
 }
 
@@ -230,34 +238,61 @@ func (a *Appliance) startAdmin() error {
 // startNATS starts the embedded server and the internal connection.
 func (a *Appliance) startNATS(ctx context.Context) error {
 	ec, internalPassword := a.cfg.embeddedConfig(a.log)
+	ec.OnError = a.guard.onNATSError
 	t0 := time.Now()
 	srv, err := embedded.Start(ctx, ec)
 	if err != nil {
 		return withHint(err, startHint(a.cfg, err))
 	}
-	a.srv = srv
-	a.nsrv.Store(srv.NATSServer())
+	a.ec = ec
+	a.setServer(srv)
 	a.startupNotes()
 	policy, desc := a.cfg.JetStream.Durability()
 	a.log.Info("nats ready", "client_url", srv.ClientURL(), "took", time.Since(t0).Round(time.Millisecond).String(),
 		"sync_interval", policy, "durability", desc)
 
-	if a.nc, a.js, err = a.connect(srv, "orderstore-internal", internalPassword, a.ncClosed); err != nil {
+	if a.nc, a.js, err = a.connect("orderstore-internal", internalPassword, a.ncClosed); err != nil {
 		return err
 	}
-	if a.pnc, a.pjs, err = a.connect(srv, "orderstore-processor", internalPassword, a.pncClosed); err != nil {
+	if a.pnc, a.pjs, err = a.connect("orderstore-processor", internalPassword, a.pncClosed); err != nil {
 		return err
 	}
 	return nil
 }
 
+// server returns the embedded server running now.
+func (a *Appliance) server() *embedded.Server {
+	a.srvMu.Lock()
+	defer a.srvMu.Unlock()
+	return a.srv
+}
+
+// serverChanged returns a channel closed when the server is replaced.
+func (a *Appliance) serverChanged() <-chan struct{} {
+	a.srvMu.Lock()
+	defer a.srvMu.Unlock()
+	return a.srvChanged
+}
+
+func (a *Appliance) setServer(srv *embedded.Server) {
+	a.srvMu.Lock()
+	defer a.srvMu.Unlock()
+	a.srv = srv
+	a.nsrv.Store(srv.NATSServer())
+	close(a.srvChanged)
+	a.srvChanged = make(chan struct{})
+}
+
 // connect opens an in-process connection that reconnects when the server
 // drops it (a slow consumer, a protocol error, an operator's kick) and
 // closes (for the watchdog) only when it cannot.
-func (a *Appliance) connect(srv *embedded.Server, name, password string, closed chan struct{}) (*nats.Conn, jetstream.JetStream, error) {
+func (a *Appliance) connect(name, password string, closed chan struct{}) (*nats.Conn, jetstream.JetStream, error) {
 	log := a.log.With("component", "nats-client", "conn", name)
-	opts := []nats.Option{nats.InProcessServer(srv), nats.Name(name),
-		nats.MaxReconnects(40), nats.ReconnectWait(250 * time.Millisecond),
+	// In-process through the appliance, so a reconnect reaches the server
+	// running now (the store guard may have restarted it). Reconnects give
+	// up after about 30s without a server.
+	opts := []nats.Option{nats.InProcessServer(a), nats.Name(name),
+		nats.MaxReconnects(120), nats.ReconnectWait(250 * time.Millisecond),
 		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			select {
@@ -297,7 +332,7 @@ func (a *Appliance) checks(context.Context) []admin.Check {
 			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the %s's internal connection is %s", c.name, c.nc.Status())
 		}
 	}
-	out := []admin.Check{conns}
+	out := []admin.Check{conns, a.guard.check()}
 	if a.proc != nil {
 		pr := a.proc.Progress()
 		c := admin.Check{Name: "progress", OK: true}
@@ -339,19 +374,33 @@ func (a *Appliance) declare(ctx context.Context) error {
 func (a *Appliance) runGroup() {
 	a.groupStarted = true
 	var g run.Group
-	{ // watchdog on the embedded server
+	{ // watchdog on the embedded server (and on the one the store guard starts in its place)
 		stop := make(chan struct{})
 		g.Add(func() error {
-			select {
-			case <-a.srv.Done():
-				if err := a.srv.Wait(); err != nil {
-					return err
+			for {
+				srv, changed := a.server(), a.serverChanged()
+				select {
+				case <-srv.Done():
+					if err := srv.Wait(); err != nil {
+						return err
+					}
+					select { // stopped on purpose: by Close, or by the guard for a restart
+					case <-changed:
+					case <-a.closing:
+						return nil
+					case <-stop:
+						return nil
+					}
+				case <-changed:
+				case <-stop:
+					return nil
 				}
-				return nil
-			case <-stop:
-				return nil
 			}
 		}, func(error) { close(stop) })
+	}
+	{ // the store guard: refuses publishes while the store cannot write, restarts nats once it can
+		ctx, cancel := context.WithCancel(context.Background())
+		g.Add(func() error { return a.guard.run(ctx) }, func(error) { cancel() })
 	}
 	for _, c := range []struct {
 		name   string
@@ -416,13 +465,13 @@ func (a *Appliance) runGroup() {
 
 // ClientURL returns the URL NATS clients connect to, with the real port
 // even when Server.Port was -1.
-func (a *Appliance) ClientURL() string { return a.srv.ClientURL() }
+func (a *Appliance) ClientURL() string { return a.server().ClientURL() }
 
 // InProcessConn returns a connection to the embedded server that bypasses
 // TCP, making *Appliance a nats.InProcessConnProvider:
 //
 //	nc, err := nats.Connect("", nats.InProcessServer(app))
-func (a *Appliance) InProcessConn() (net.Conn, error) { return a.srv.InProcessConn() }
+func (a *Appliance) InProcessConn() (net.Conn, error) { return a.server().InProcessConn() }
 
 // AdminAddr returns the admin listener's address (host:port, with the real
 // port when Admin.Listen asked for port 0), or "" when it is disabled.
@@ -585,8 +634,9 @@ func (a *Appliance) stop(ctx context.Context) error {
 			}
 		}
 	}
-	if a.srv != nil {
-		errs = append(errs, a.srv.Close())
+	a.guard.stop() // no restart from here on
+	if srv := a.server(); srv != nil {
+		errs = append(errs, srv.Close())
 	}
 	if a.groupStarted {
 		select {

@@ -116,7 +116,7 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 
 // startupNotes turns nats-server's start-up warnings into recovery notes.
 func (a *Appliance) startupNotes() {
-	for _, p := range a.srv.StartupProblems() {
+	for _, p := range a.server().StartupProblems() {
 		if strings.Contains(p, "Plaintext passwords detected") {
 			continue // a remark on the config, not on the store
 		}

@@ -73,6 +73,11 @@ type Config struct {
 
 	// Users are the client users. Empty means anonymous clients are allowed.
 	Users []User
+
+	// OnError, if set, is called with every error line nats-server logs
+	// (a stream's critical write error, for one), on the logging goroutine:
+	// it must return quickly.
+	OnError func(msg string)
 }
 
 // User is one client user and its permissions.
@@ -212,7 +217,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	fatal := make(chan string, 1)
 	logger := loggerOrDiscard(cfg.Logger).With("component", "nats")
-	adapter := &slogAdapter{l: logger, fatal: fatal, starting: true}
+	adapter := &slogAdapter{l: logger, fatal: fatal, starting: true, onError: cfg.OnError}
 	ns.SetLoggerV2(adapter, cfg.Debug, cfg.Trace, false)
 
 	timeout := cfg.ReadyTimeout

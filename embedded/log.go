@@ -19,6 +19,8 @@ type slogAdapter struct {
 	mu       sync.Mutex
 	starting bool
 	problems []string
+
+	onError func(string)
 }
 
 // maxStartupProblems bounds what is kept of a start-up's warnings.
@@ -61,8 +63,12 @@ func (a *slogAdapter) Warnf(format string, v ...any) {
 }
 
 func (a *slogAdapter) Errorf(format string, v ...any) {
-	a.keep(strings.TrimSpace(fmt.Sprintf(format, v...)))
+	msg := strings.TrimSpace(fmt.Sprintf(format, v...))
+	a.keep(msg)
 	a.log(slog.LevelError, format, v)
+	if a.onError != nil {
+		a.onError(msg)
+	}
 }
 func (a *slogAdapter) Debugf(format string, v ...any) { a.log(slog.LevelDebug, format, v) }
 func (a *slogAdapter) Tracef(format string, v ...any) { a.log(levelTrace, format, v) }

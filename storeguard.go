@@ -1,0 +1,215 @@
+package orderstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/orderstore/orderstore/admin"
+	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/embedded"
+)
+
+// storeGuard handles a store that cannot write (a full disk, an I/O
+// error). nats-server then marks the stream with a "critical write error",
+// stops storing, and sends publishers no reply at all, for good: they wait
+// until their own timeout, and publishing does not resume when the disk
+// has room again. The guard, in turn:
+//
+//  1. answers publishes on the stream's subjects itself with an error (the
+//     stream sends none), so publishers fail at once instead of hanging;
+//  2. makes /readyz 503 naming the error;
+//  3. waits until the store has room (free disk at least disk_headroom);
+//  4. restarts the embedded nats-server on the same store and port: the
+//     streams load again, the internal connections and TCP clients
+//     reconnect, publishing resumes. Nothing acknowledged is lost: an ack
+//     was only sent for what was stored.
+type storeGuard struct {
+	a *Appliance
+
+	mu    sync.Mutex
+	werr  string    // the write error; "" while the store writes
+	since time.Time // when it was seen
+
+	wake      chan struct{} // a write error was seen
+	ownFailed chan struct{} // closed once the stream's own writes failed
+	ownOnce   sync.Once
+	stopped   chan struct{} // no more restarts (Close)
+	stopOnce  sync.Once
+	restartMu sync.Mutex // held while nats restarts
+	restarts  atomic.Int64
+}
+
+func newStoreGuard(a *Appliance) *storeGuard {
+	return &storeGuard{a: a, wake: make(chan struct{}, 1), stopped: make(chan struct{}), ownFailed: make(chan struct{})}
+}
+
+// onNATSError sees every error line of nats-server.
+func (g *storeGuard) onNATSError(msg string) {
+	if !strings.Contains(msg, "critical write error") {
+		return
+	}
+	g.mu.Lock()
+	if g.werr == "" {
+		g.werr, g.since = msg, time.Now()
+	}
+	if strings.Contains(msg, "> "+g.a.cfg.Stream.Name+"'") {
+		g.ownOnce.Do(func() { close(g.ownFailed) })
+	}
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// state is the write error and since when; "" while the store writes.
+func (g *storeGuard) state() (string, time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.werr, g.since
+}
+
+// check is the readiness check "store_writes".
+func (g *storeGuard) check() admin.Check {
+	c := admin.Check{Name: "store_writes", OK: true}
+	if werr, since := g.state(); werr != "" {
+		c.OK = false
+		c.Reason = fmt.Sprintf("the store cannot write since %s (%s): publishes are refused; orderstore restarts nats once free disk is at least jetstream.disk_headroom",
+			since.UTC().Format(time.RFC3339), werr)
+	}
+	return c
+}
+
+func (g *storeGuard) run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-g.stopped:
+			return nil
+		case <-g.wake:
+		}
+		if werr, _ := g.state(); werr == "" {
+			continue // a late signal for an error the last restart cleared
+		}
+		if err := g.recover(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// recover refuses publishes while the store cannot write, waits for room,
+// and restarts nats.
+func (g *storeGuard) recover(ctx context.Context) error {
+	a := g.a
+	werr, _ := g.state()
+	a.log.Error("the store cannot write: publishers are refused until it can, then nats restarts", "err", werr,
+		"hint", "free disk space under "+a.report.StoreDir)
+	// Publishers of the stream get an answer from us while it sends none.
+	var subs []*nats.Subscription
+	defer func() {
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
+		}
+	}()
+	refuse := func() {
+		reply, _ := json.Marshal(map[string]any{"error": map[string]any{"code": 503, "err_code": 10077,
+			"description": "orderstore: the store cannot write (disk full?); retry later"}})
+		for _, subj := range a.cfg.Stream.Subjects {
+			sub, err := a.nc.Subscribe(subj, func(m *nats.Msg) {
+				if m.Reply != "" {
+					_ = m.Respond(reply)
+				}
+			})
+			if err != nil {
+				a.log.Warn("cannot refuse publishes while the store cannot write", "subject", subj, "err", err)
+				continue
+			}
+			subs = append(subs, sub)
+		}
+	}
+	ownFailed := g.ownFailed
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		free, err := bootstrap.FreeBytes(a.report.StoreDir)
+		if err == nil && free > uint64(max(a.cfg.JetStream.DiskHeadroom, 1<<20)) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-g.stopped:
+			return nil
+		case <-ownFailed:
+			refuse()
+			ownFailed = nil
+		case <-t.C:
+		}
+	}
+	if ownFailed != nil {
+		select {
+		case <-ownFailed:
+			refuse() // until the restart below is done
+		default:
+		}
+	}
+	return g.restart(ctx)
+}
+
+// restart replaces the embedded server with a new one on the same store
+// and port.
+func (g *storeGuard) restart(ctx context.Context) error {
+	g.restartMu.Lock()
+	defer g.restartMu.Unlock()
+	select {
+	case <-g.stopped:
+		return nil
+	default:
+	}
+	a := g.a
+	old := a.server()
+	ec := a.ec
+	if ec.Port == -1 {
+		if u, err := url.Parse(old.ClientURL()); err == nil {
+			ec.Port, _ = strconv.Atoi(u.Port())
+		}
+	}
+	t0 := time.Now()
+	if err := old.Close(); err != nil {
+		return fmt.Errorf("restart nats after a write error: stop: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	srv, err := embedded.Start(sctx, ec)
+	if err != nil {
+		return fmt.Errorf("restart nats after a write error: %w", err)
+	}
+	a.setServer(srv)
+	g.mu.Lock()
+	g.werr = ""
+	g.ownFailed, g.ownOnce = make(chan struct{}), sync.Once{}
+	g.mu.Unlock()
+	n := g.restarts.Add(1)
+	a.log.Info("store writable again: nats restarted", "took", time.Since(t0).Round(time.Millisecond).String(), "restarts", n)
+	for _, p := range srv.StartupProblems() {
+		a.log.Warn("store recovery", "note", "nats: "+p)
+	}
+	return nil
+}
+
+// stop ends restarts and waits for one under way.
+func (g *storeGuard) stop() {
+	g.stopOnce.Do(func() { close(g.stopped) })
+	g.restartMu.Lock()
+	g.restartMu.Unlock()
+}
