@@ -179,7 +179,7 @@ func Parse(r io.Reader, name string) (Config, error) {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return Config{}, fmt.Errorf("config %q: %s", name, pe.ErrorWithPosition())
+			return Config{}, fmt.Errorf("config %q: %s", name, positioned(pe))
 		}
 		return Config{}, fmt.Errorf("config %q: %w", name, err)
 	}
@@ -254,6 +254,21 @@ func Parse(r io.Reader, name string) (Config, error) {
 		return Config{}, errs
 	}
 	return cfg, nil
+}
+
+// positioned is pe with its line and column, as BurntSushi prints it. Its
+// ErrorWithPosition panics on an error at line 0 (BurntSushi/toml#498, an
+// unterminated string at the very start), so that one gets the plain form.
+func positioned(pe toml.ParseError) (msg string) {
+	if pe.Position.Line < 1 {
+		return pe.Error()
+	}
+	defer func() {
+		if recover() != nil {
+			msg = pe.Error()
+		}
+	}()
+	return pe.ErrorWithPosition()
 }
 
 func boolToInt(b bool) int {
