@@ -208,6 +208,7 @@ func (a *Appliance) startAdmin() error {
 		StoreDir:         storeDir,
 		FreeBytes:        func() (uint64, error) { return bootstrap.FreeBytes(storeDir) },
 		DiskHeadroom:     cfg.JetStream.DiskHeadroom,
+		MaxStore:         cfg.JetStream.MaxFileStore,
 		Build:            buildOrUnknown(cfg.Build),
 		Monitoring:       monitoring(a.nsrv.Load),
 		Logger:           a.log.With("component", "admin"),

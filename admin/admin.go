@@ -68,6 +68,9 @@ type Config struct {
 	StoreDir     string
 	FreeBytes    func() (uint64, error)
 	DiskHeadroom int64
+	// MaxStore is jetstream.max_file_store in bytes (0: the account's
+	// JetStream limit, if it has one).
+	MaxStore int64
 
 	Build BuildInfo
 
@@ -274,8 +277,8 @@ func (s *Server) Readiness(ctx context.Context) (string, []Check) {
 	ai, err := b.JS.AccountInfo(ctx)
 	add("jetstream", err)
 	add("storage", func() error {
-		if err == nil && ai.Limits.MaxStore > 0 && float64(ai.Store) >= 0.99*float64(ai.Limits.MaxStore) {
-			return fmt.Errorf("JetStream uses %d of its %d bytes (jetstream.max_file_store): new events are refused", ai.Store, ai.Limits.MaxStore)
+		if max := s.maxStore(ai); err == nil && max > 0 && float64(ai.Store) >= 0.99*float64(max) {
+			return fmt.Errorf("JetStream uses %d of its %d bytes (jetstream.max_file_store): new events are refused", ai.Store, max)
 		}
 		if s.cfg.FreeBytes != nil && s.cfg.DiskHeadroom > 0 {
 			if free, ferr := s.cfg.FreeBytes(); ferr == nil && free < uint64(s.cfg.DiskHeadroom) {
@@ -431,6 +434,17 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request, b *Backend) {
 		s.log.Info("dead letter replayed", "dlq_seq", seq, "new_seq", newSeq)
 		writeJSON(w, http.StatusOK, map[string]any{"replayed": seq, "new_seq": newSeq})
 	}
+}
+
+// maxStore is what JetStream may store on disk.
+func (s *Server) maxStore(ai *jetstream.AccountInfo) int64 {
+	if s.cfg.MaxStore > 0 {
+		return s.cfg.MaxStore
+	}
+	if ai != nil {
+		return ai.Limits.MaxStore
+	}
+	return 0
 }
 
 // clip shortens what a request sent before it is echoed.

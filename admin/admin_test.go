@@ -18,7 +18,7 @@ import (
 func testConfig() Config {
 	return Config{
 		Stream: "ORDER_EVENTS", Subjects: []string{"orders.>"}, DeadLetterStream: "ORDER_EVENTS_DLQ", ProjectionBucket: "ORDERS",
-		MaxBytes: 1 << 30, MaxMsgs: -1, SyncPolicy: "always", SyncDescription: "fsync before every ack",
+		MaxBytes: 1 << 30, MaxMsgs: -1, SyncPolicy: "always", SyncDescription: "fsync before every ack", MaxStore: 10 << 30,
 		FreeBytes: func() (uint64, error) { return 42, nil },
 	}
 }
@@ -156,5 +156,24 @@ func TestReadinessChecksFreeDisk(t *testing.T) {
 	s.SetBackend(Backend{JS: js})
 	if code, m := do(t, s, "/readyz"); code != 200 {
 		t.Fatalf("/readyz with free disk above headroom = %d %v", code, m)
+	}
+}
+
+// JetStream's store at max_file_store makes the node unready: every
+// publish is refused then.
+func TestReadinessChecksJetStreamStore(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	js := embeddedtest.JetStream(t, srv)
+	declare(t, js)
+	if _, err := js.Publish(context.Background(), "orders.created", []byte(`{"order_id":"a"}`)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.MaxStore = 64 // bytes: what one event takes already
+	s := New(cfg)
+	s.SetBackend(Backend{JS: js})
+	code, m := do(t, s, "/readyz")
+	if code != 503 || !strings.Contains(fmt.Sprint(m["checks"]), "jetstream.max_file_store") {
+		t.Fatalf("/readyz with the store full = %d %v, want 503 naming max_file_store", code, m)
 	}
 }

@@ -41,13 +41,16 @@ var (
 	descRecovery     = desc("recovery_notes", "What start-up found and did about a damaged store (see /v1/status recovery); 0 after a clean start.")
 	descDLQ          = desc("dead_letter_messages", "Events in the dead-letter stream.", "stream")
 	descFree         = desc("store_free_bytes", "Free disk under store_dir for the service user.")
+	descJSUsed       = desc("jetstream_store_bytes", "Bytes JetStream stores on disk, all streams together.")
+	descJSMax        = desc("jetstream_max_store_bytes", "jetstream.max_file_store: what JetStream may store on disk.")
+	descCheck        = desc("ready_check", "1 when the readiness check passes, 0 when it fails (its reason is in /readyz).", "check")
 	descScrapeErrors = desc("scrape_errors", "Parts of the state that could not be read during this scrape.")
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descReady, descSyncAlways, descBuild, descStreamMsgs, descStreamBytes, descStreamFirst,
 		descStreamLast, descStreamAge, descMaxBytes, descMaxMsgs, descMaxAge, descPending, descAckPending, descRedelivered, descAckFloor,
-		descBehind, descEvents, descLastApplied, descProcRunning, descRemoved, descAckErrors, descRecovery, descDLQ, descFree, descScrapeErrors} {
+		descBehind, descEvents, descLastApplied, descProcRunning, descRemoved, descAckErrors, descRecovery, descDLQ, descFree, descJSUsed, descJSMax, descCheck, descScrapeErrors} {
 		ch <- d
 	}
 }
@@ -79,6 +82,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	st := s.collectStatus(ctx, b)
 	gauge(descReady, b11(st.Status == "ready"))
+	for _, c := range st.Checks {
+		gauge(descCheck, b11(c.OK), c.Name)
+	}
+	if st.Store.JetStreamMaxBytes > 0 {
+		gauge(descJSUsed, float64(st.Store.JetStreamBytes))
+		gauge(descJSMax, float64(st.Store.JetStreamMaxBytes))
+	}
 	gauge(descStreamMsgs, float64(st.Stream.Messages), st.Stream.Name)
 	gauge(descStreamBytes, float64(st.Stream.Bytes), st.Stream.Name)
 	gauge(descStreamFirst, float64(st.Stream.FirstSeq), st.Stream.Name)

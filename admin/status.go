@@ -59,6 +59,10 @@ type DeadLetterStatus struct {
 type StoreStatus struct {
 	Dir       string `json:"dir"`
 	FreeBytes uint64 `json:"free_bytes"`
+	// JetStreamBytes is what all streams store; JetStreamMaxBytes is
+	// jetstream.max_file_store.
+	JetStreamBytes    uint64 `json:"jetstream_bytes"`
+	JetStreamMaxBytes int64  `json:"jetstream_max_bytes"`
 }
 
 // collectStatus gathers everything; parts that fail are named in Errors
@@ -99,6 +103,11 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) Status {
 		st.DeadLetters.Messages = d.CachedInfo().State.Msgs
 	}
 	st.Store.Dir = s.cfg.StoreDir
+	if ai, err := b.JS.AccountInfo(ctx); err != nil {
+		fail(err)
+	} else {
+		st.Store.JetStreamBytes, st.Store.JetStreamMaxBytes = ai.Store, s.maxStore(ai)
+	}
 	if s.cfg.FreeBytes != nil {
 		if n, err := s.cfg.FreeBytes(); err != nil {
 			fail(err)
