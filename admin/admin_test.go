@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -168,8 +169,15 @@ func TestReadinessChecksJetStreamStore(t *testing.T) {
 	if _, err := js.Publish(context.Background(), "orders.created", []byte(`{"order_id":"a"}`)); err != nil {
 		t.Fatal(err)
 	}
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
+		ai, err := js.AccountInfo(context.Background())
+		if err != nil || ai.Store == 0 {
+			return fmt.Errorf("account store %v %v", ai, err)
+		}
+		return nil
+	})
 	cfg := testConfig()
-	cfg.MaxStore = 64 // bytes: what one event takes already
+	cfg.MaxStore = 16 // bytes: one event takes more
 	s := New(cfg)
 	s.SetBackend(Backend{JS: js})
 	code, m := do(t, s, "/readyz")
