@@ -18,6 +18,7 @@ type Status struct {
 	Consumer    *ConsumerStatus   `json:"consumer,omitempty"`
 	Processor   *processor.Stats  `json:"processor,omitempty"`
 	DeadLetters DeadLetterStatus  `json:"dead_letters"`
+	Projection  ProjectionStatus  `json:"projection"`
 	Store       StoreStatus       `json:"store"`
 	Time        time.Time         `json:"time"`
 	Errors      []string          `json:"errors,omitempty"`
@@ -53,6 +54,16 @@ type ConsumerStatus struct {
 type DeadLetterStatus struct {
 	Stream   string `json:"stream"`
 	Messages uint64 `json:"messages"`
+	Bytes    uint64 `json:"bytes"`
+	MaxBytes int64  `json:"max_bytes"` // processor.dead_letter_max_bytes; -1 unlimited
+}
+
+// ProjectionStatus is the projection bucket's usage against its limit.
+type ProjectionStatus struct {
+	Bucket   string `json:"bucket"`
+	Orders   uint64 `json:"orders"`
+	Bytes    uint64 `json:"bytes"`
+	MaxBytes int64  `json:"max_bytes"` // processor.projection_max_bytes; -1 unlimited
 }
 
 // StoreStatus is the store directory and its free disk.
@@ -100,7 +111,17 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) Status {
 	if d, err := b.JS.Stream(ctx, s.cfg.DeadLetterStream); err != nil {
 		fail(err)
 	} else {
-		st.DeadLetters.Messages = d.CachedInfo().State.Msgs
+		i := d.CachedInfo()
+		st.DeadLetters.Messages, st.DeadLetters.Bytes, st.DeadLetters.MaxBytes = i.State.Msgs, i.State.Bytes, i.Config.MaxBytes
+	}
+	st.Projection.Bucket = s.cfg.ProjectionBucket
+	if s.cfg.ProjectionBucket != "" {
+		if p, err := b.JS.Stream(ctx, "KV_"+s.cfg.ProjectionBucket); err != nil {
+			fail(err)
+		} else {
+			i := p.CachedInfo()
+			st.Projection.Orders, st.Projection.Bytes, st.Projection.MaxBytes = i.State.Msgs, i.State.Bytes, i.Config.MaxBytes
+		}
 	}
 	st.Store.Dir = s.cfg.StoreDir
 	if ai, err := b.JS.AccountInfo(ctx); err != nil {

@@ -72,8 +72,12 @@ func printStatus(w io.Writer, st orderstore.Status) {
 	} else {
 		fmt.Fprintf(tw, "processor\tdisabled\n")
 	}
-	fmt.Fprintf(tw, "dead letters\t%d in %s\n", st.DeadLetters.Messages, st.DeadLetters.Stream)
-	fmt.Fprintf(tw, "store\t%s, %s free\n", st.Store.Dir, config.ByteSize(st.Store.FreeBytes))
+	fmt.Fprintf(tw, "dead letters\t%d in %s, %s of dead_letter_max_bytes %s\n", st.DeadLetters.Messages, st.DeadLetters.Stream,
+		config.ByteSize(st.DeadLetters.Bytes), config.ByteSize(st.DeadLetters.MaxBytes))
+	fmt.Fprintf(tw, "projection\t%d orders in %s, %s of projection_max_bytes %s\n", st.Projection.Orders, st.Projection.Bucket,
+		config.ByteSize(st.Projection.Bytes), config.ByteSize(st.Projection.MaxBytes))
+	fmt.Fprintf(tw, "store\t%s, %s free; JetStream stores %s of max_file_store %s\n", st.Store.Dir, config.ByteSize(st.Store.FreeBytes),
+		config.ByteSize(st.Store.JetStreamBytes), config.ByteSize(st.Store.JetStreamMaxBytes))
 	for _, c := range st.Checks {
 		if !c.OK {
 			fmt.Fprintf(tw, "not ready\t%s: %s\n", c.Name, c.Reason)
