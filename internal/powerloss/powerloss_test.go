@@ -1,0 +1,869 @@
+//go:build linux
+
+package powerloss_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/embedded"
+	"github.com/orderstore/orderstore/internal/powerfs"
+	"github.com/orderstore/orderstore/processor"
+)
+
+var (
+	cutsFlag   = flag.Int("powerloss.cuts", 3, "power cuts per variant and sync mode (the issue's long run: -powerloss.cuts=50)")
+	strictFlag = flag.Bool("powerloss.strict", false, "strict POSIX namespace model: a name is durable only once its directory is fsynced "+
+		"(nats and orderstore do not fsync the directories they create: expect losses)")
+	seedFlag = flag.Uint64("powerloss.seed", 0, "random seed; 0 takes one from the clock (it is logged)")
+)
+
+const (
+	envStore  = "ORDERSTORE_POWERLOSS_STORE"
+	envSync   = "ORDERSTORE_POWERLOSS_SYNC"
+	envRemedy = "ORDERSTORE_POWERLOSS_REMEDY"
+)
+
+// With ORDERSTORE_POWERLOSS_STORE set the test binary is the appliance: it
+// starts on that store, prints "READY <client url>" and runs until killed.
+func TestMain(m *testing.M) {
+	if store := os.Getenv(envStore); store != "" {
+		if os.Getenv(envRemedy) == remedyConsumerRm {
+			os.Exit(resetConsumer(store, os.Getenv(envSync)))
+		}
+		os.Exit(runChild(store, os.Getenv(envSync)))
+	}
+	os.Exit(m.Run())
+}
+
+// applianceConfig is what the child runs: a store that fits a small disk
+// (stream.max_bytes 256MiB + dead letters 256MiB + projection 512MiB =
+// max_file_store 1GiB), no admin listener, a random port, and redelivery
+// within seconds of a restart.
+func applianceConfig(store string, sync time.Duration) orderstore.Config {
+	cfg := orderstore.DefaultConfig()
+	cfg.JetStream.StoreDir = store
+	cfg.JetStream.MaxFileStore = 1 << 30
+	cfg.JetStream.DiskHeadroom = 16 << 20
+	cfg.JetStream.SyncInterval = sync
+	cfg.Stream.MaxBytes = 256 << 20
+	cfg.Server.Port = -1
+	cfg.Admin.Listen = ""
+	cfg.Processor.AckWait = 2 * time.Second
+	cfg.Processor.Backoff = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond}
+	return cfg
+}
+
+func runChild(store, syncInterval string) int {
+	sync, err := time.ParseDuration(syncInterval)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	cfg := applianceConfig(store, sync)
+	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	app, err := orderstore.Start(ctx, cfg)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "START FAILED: %v\n", err)
+		var h interface{ Hint() string }
+		if errors.As(err, &h) {
+			fmt.Fprintf(os.Stderr, "hint: %s\n", h.Hint())
+		}
+		return 1
+	}
+	fmt.Printf("READY %s\n", app.ClientURL())
+	err = app.Wait()
+	fmt.Fprintf(os.Stderr, "STOPPED: %v\n", err)
+	return 1
+}
+
+// remedyConsumerRm is what the recovery check's hint tells the operator
+// when the durable's ack floor is ahead of the stream (nats-server#5412):
+// `nats consumer rm ORDER_EVENTS order-processor`, then start again.
+const remedyConsumerRm = "consumer-rm"
+
+// resetConsumer runs nats alone on the store and removes the processor's
+// durable consumer.
+func resetConsumer(store, syncInterval string) int {
+	sync, err := time.ParseDuration(syncInterval)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	cfg := applianceConfig(store, sync)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := embedded.Start(ctx, embedded.Config{StoreDir: store, Port: -1, MaxStore: cfg.JetStream.MaxFileStore, SyncInterval: sync,
+		Logger: slog.New(slog.NewJSONHandler(os.Stderr, nil))})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer srv.Close()
+	nc, err := nats.Connect("", nats.InProcessServer(srv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	err = js.DeleteConsumer(ctx, cfg.Stream.Name, cfg.Processor.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		// nats skipped the consumer (its metafile came back empty) but
+		// its state directory is there, and the appliance's declare
+		// adopts it: declare it here and remove it, directory and all.
+		fmt.Fprintf(os.Stderr, "REMEDY: nats consumer rm %s %s: %v; adding it and removing it again\n", cfg.Stream.Name, cfg.Processor.Durable, err)
+		if _, err = js.CreateOrUpdateConsumer(ctx, cfg.Stream.Name, *cfg.DeclareSpec().Consumer); err == nil {
+			err = js.DeleteConsumer(ctx, cfg.Stream.Name, cfg.Processor.Durable)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "REMEDY FAILED: nats consumer rm %s %s: %v\n", cfg.Stream.Name, cfg.Processor.Durable, err)
+		return 1
+	}
+	fmt.Println("READY consumer removed")
+	return 0
+}
+
+type variant struct {
+	name string
+	ext4 bool
+}
+
+type syncMode struct {
+	name     string
+	interval time.Duration
+}
+
+func TestPowerLoss(t *testing.T) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (-powerloss.seed %d repeats it), %d cuts per subtest", seed, seed, *cutsFlag)
+	for _, v := range []variant{{"fuse", false}, {"ext4", true}} {
+		for _, m := range []syncMode{{"always", 0}, {"1s", time.Second}} {
+			t.Run(v.name+"/"+m.name, func(t *testing.T) {
+				runCuts(t, v, m, rand.New(rand.NewPCG(seed, uint64(len(v.name)*10+len(m.name)))))
+			})
+		}
+	}
+}
+
+// runCuts starts the appliance, publishes, cuts the power at a random
+// moment, restarts it and checks what came back, *cutsFlag times.
+func runCuts(t *testing.T, v variant, m syncMode, r *rand.Rand) {
+	t0 := time.Now()
+	rg := newRig(t, v.ext4)
+	l := &ledger{acked: map[uint64]*event{}}
+	var tot totals
+	c := rg.mustStart(t, m, 0, &tot)
+	check(t, c, l, m, time.Time{}, &tot)
+	for cut := 1; cut <= *cutsFlag; cut++ {
+		cycle := newCycle(t, c, l, cut)
+		// The cut comes at a random moment, somewhere in the second
+		// sync interval in relaxed mode, while events are in flight.
+		runFor := time.Duration(300+r.IntN(1700)) * time.Millisecond
+		deadline := time.Now().Add(runFor)
+		waitFor(t, 30*time.Second, func() error {
+			if c.exited() {
+				t.Fatalf("cut %d: the appliance exited while publishing:\n%s", cut, c.output())
+			}
+			if cycle.acked() == 0 || time.Now().Before(deadline) {
+				return fmt.Errorf("%d acked", cycle.acked())
+			}
+			return nil
+		})
+		stopAt := rg.powerCut(t, c)
+		cycle.stop()
+		acked := cycle.acked()
+		tot.acked += acked
+		t1 := time.Now()
+		rg.restore(t)
+		t2 := time.Now()
+		c = rg.mustStart(t, m, cut, &tot)
+		t3 := time.Now()
+		res := check(t, c, l, m, stopAt, &tot)
+		t.Logf("cut %d after %s: %d events acked in this run; restore %s, start %s, check %s; %s", cut, runFor, acked,
+			t2.Sub(t1).Round(time.Millisecond), t3.Sub(t2).Round(time.Millisecond), time.Since(t3).Round(time.Millisecond), res)
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	fss := rg.fs.Stats()
+	t.Logf("%s/%s: %d cuts in %s: %d events acked, %d lost (oldest lost acked %s before its cut); "+
+		"%d starts refused by the recovery check; projection mismatches after %d of the cuts; powerfs: %d writes, %d fsyncs, %d bytes and %d namespace entries discarded",
+		v.name, m.name, *cutsFlag, time.Since(t0).Round(time.Millisecond), tot.acked, tot.lost, tot.maxLostAge.Round(time.Millisecond),
+		tot.refused, tot.projMismatchCuts, fss.Writes, fss.Fsyncs, fss.DiscardedBytes, fss.UndoneEntries)
+}
+
+// rig is the power-loss file system and, for the ext4 variant, the ext4
+// file system on a loop device on it.
+type rig struct {
+	fs    *powerfs.FS
+	ext4  bool
+	image string // on the FUSE mount
+	mnt   string // where ext4 is mounted
+	loop  *powerfs.Loop
+	store string
+}
+
+func newRig(t *testing.T, ext4 bool) *rig {
+	t.Helper()
+	dir := t.TempDir()
+	mode := powerfs.Journal
+	if *strictFlag {
+		mode = powerfs.Strict
+	}
+	p, err := powerfs.Mount(filepath.Join(dir, "fuse"), filepath.Join(dir, "backing"), powerfs.Options{Mode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("unmount the power-loss file system: %v", err)
+		}
+	})
+	rg := &rig{fs: p, ext4: ext4, store: filepath.Join(p.Mountpoint(), "store")}
+	if !ext4 {
+		return rg
+	}
+	rg.image = filepath.Join(p.Mountpoint(), "disk.img")
+	rg.mnt = filepath.Join(dir, "ext4")
+	rg.store = filepath.Join(rg.mnt, "store")
+	// 1.5GiB, sparse: room for max_file_store 1GiB plus the headroom.
+	if err := powerfs.MkfsExt4(rg.image, 3<<29); err != nil {
+		t.Fatal(err)
+	}
+	syncPath(t, p.Mountpoint()) // the image's name, for the strict model
+	rg.attach(t)
+	t.Cleanup(func() {
+		if err := rg.detach(); err != nil {
+			t.Errorf("unmount ext4: %v", err)
+		}
+	})
+	return rg
+}
+
+func (rg *rig) attach(t *testing.T) {
+	t.Helper()
+	var err error
+	if rg.loop, err = powerfs.AttachLoop(rg.image); err != nil {
+		t.Fatal(err)
+	}
+	if err := powerfs.MountExt4(rg.loop.Path(), rg.mnt); err != nil {
+		t.Fatal(errors.Join(err, rg.loop.Detach()))
+	}
+}
+
+func (rg *rig) detach() error {
+	if rg.loop == nil {
+		return nil
+	}
+	err := errors.Join(powerfs.Unmount(rg.mnt), rg.loop.Detach())
+	rg.loop = nil
+	return err
+}
+
+// mustStart starts the appliance. In relaxed mode a start refused by the
+// recovery check (the durable's ack floor ahead of the stream) is
+// reported, the hint's remedy applied and the appliance started again;
+// any other failure ends the test.
+func (rg *rig) mustStart(t *testing.T, m syncMode, cut int, tot *totals) *child {
+	t.Helper()
+	c, err := rg.start(t, m.interval)
+	if err == nil {
+		return c
+	}
+	msg := err.Error()
+	i := strings.Index(msg, "START FAILED: ")
+	if i < 0 || m.interval == 0 || !strings.Contains(msg, "is ahead of the stream's last sequence") {
+		t.Fatalf("cut %d: the appliance did not start on the store (%s):\n%s", cut, rg.store, msg)
+	}
+	tot.refused++
+	t.Logf("cut %d: the appliance refused to start: %s", cut, strings.TrimSpace(msg[i+len("START FAILED: "):]))
+	t.Logf("cut %d: its log: %s", cut, strings.Join(c.recovered(), " | "))
+	rc, err := rg.run(t, m.interval, remedyConsumerRm)
+	if err != nil {
+		t.Fatalf("cut %d: nats consumer rm failed:\n%s", cut, err)
+	}
+	rc.kill(t)
+	for _, line := range strings.Split(rc.output(), "\n") {
+		if strings.HasPrefix(line, "REMEDY") {
+			t.Logf("cut %d: %s", cut, line)
+		}
+	}
+	if c, err = rg.start(t, m.interval); err != nil {
+		t.Fatalf("cut %d: the appliance did not start after the consumer was reset:\n%s", cut, err)
+	}
+	return c
+}
+
+// powerCut stops the appliance (so that it acks nothing after the cut),
+// cuts the power and kills it. It returns when the appliance stopped.
+func (rg *rig) powerCut(t *testing.T, c *child) time.Time {
+	t.Helper()
+	c.stopProcess(t)
+	stopAt := time.Now()
+	rg.fs.Cut()
+	c.kill(t)
+	return stopAt
+}
+
+// restore brings the file systems back with what was durable at the cut;
+// ext4 replays its journal when it is mounted again.
+func (rg *rig) restore(t *testing.T) {
+	t.Helper()
+	if rg.ext4 {
+		if err := rg.detach(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rg.fs.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	if rg.ext4 {
+		rg.attach(t)
+	}
+}
+
+func syncPath(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// child is one appliance process.
+type child struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	url  string
+	done chan struct{}
+}
+
+// start runs the appliance on the store and waits until it is ready; the
+// error is its output when it exited before.
+func (rg *rig) start(t *testing.T, sync time.Duration) (*child, error) {
+	t.Helper()
+	return rg.run(t, sync, "")
+}
+
+// run runs the test binary as the appliance, or with remedy set as the
+// operator's remedy for a refused start.
+func (rg *rig) run(t *testing.T, sync time.Duration, remedy string) (*child, error) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), envStore+"="+rg.store, envSync+"="+sync.String(), envRemedy+"="+remedy)
+	c := &child{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = c.out
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if url, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
+				ready <- url
+			}
+			fmt.Fprintln(c.out, sc.Text())
+		}
+		cmd.Wait()
+		close(c.done)
+	}()
+	t.Cleanup(func() { c.kill(t) })
+	select {
+	case c.url = <-ready:
+		return c, nil
+	case <-c.done:
+		return c, errors.New(c.output())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the appliance is not ready after 2m:\n%s", c.output())
+		return nil, nil
+	}
+}
+
+func (c *child) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *child) output() string { return c.out.String() }
+
+// stopProcess sends SIGSTOP and waits until every thread is stopped.
+func (c *child) stopProcess(t *testing.T) {
+	t.Helper()
+	pid := c.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return err
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				continue // the thread is gone
+			}
+			// "pid (comm) S ...": the state follows the last ')'
+			s := string(b)
+			if i := strings.LastIndexByte(s, ')'); i < 0 || i+2 >= len(s) || (s[i+2] != 'T' && s[i+2] != 't') {
+				return fmt.Errorf("thread %s not stopped yet", task.Name())
+			}
+		}
+		return nil
+	})
+}
+
+func (c *child) kill(t testing.TB) {
+	if c.exited() {
+		return
+	}
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		t.Errorf("the appliance did not exit 30s after SIGKILL")
+	}
+}
+
+// recovered is what the appliance's log says it recovered at start-up:
+// nats' "Restored ..." lines and every warning or error.
+func (c *child) recovered() []string {
+	var out []string
+	for _, line := range strings.Split(c.output(), "\n") {
+		var rec struct {
+			Level, Msg string
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		if strings.Contains(rec.Msg, "Restored") || rec.Level == "WARN" || rec.Level == "ERROR" {
+			out = append(out, strings.TrimSpace(rec.Level+" "+rec.Msg))
+		}
+	}
+	return out
+}
+
+// event is one acknowledged publish.
+type event struct {
+	seq     uint64
+	subject string
+	data    []byte
+	acked   time.Time
+}
+
+// ledger is every acknowledged event still expected in the stream, by
+// stream sequence.
+type ledger struct {
+	mu    sync.Mutex
+	acked map[uint64]*event
+}
+
+// cycle is one run of publishers between a start and a cut.
+type cycle struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	nc     *nats.Conn
+	mu     sync.Mutex
+	n      int
+}
+
+const (
+	publishers = 4
+	window     = 16   // async publishes in flight per publisher
+	rate       = 3000 // events per second at most, in total
+	orders     = 300
+)
+
+var eventTypes = []string{"created", "paid", "packed", "shipped", "delivered", "cancelled"}
+
+// newCycle starts the publishers: each publishes windows of async events
+// at up to rate/publishers per second and records every ack.
+func newCycle(t *testing.T, c *child, l *ledger, cut int) *cycle {
+	t.Helper()
+	nc, err := nats.Connect(c.url, nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cy := &cycle{cancel: cancel, nc: nc}
+	for w := range publishers {
+		cy.wg.Add(1)
+		go func() {
+			defer cy.wg.Done()
+			r := rand.New(rand.NewPCG(uint64(cut), uint64(w)))
+			start := time.Now()
+			type inflight struct {
+				f  jetstream.PubAckFuture
+				ev *event
+			}
+			for i := 0; ctx.Err() == nil; {
+				batch := make([]inflight, 0, window)
+				for range window {
+					typ := eventTypes[r.IntN(len(eventTypes))]
+					body := map[string]string{"order_id": fmt.Sprintf("o-%d", r.IntN(orders)), "event_id": fmt.Sprintf("c%d-p%d-%d", cut, w, i)}
+					if r.IntN(3) == 0 {
+						body["status"] = "status-" + strconv.Itoa(r.IntN(5))
+					}
+					i++
+					data, _ := json.Marshal(body)
+					f, err := js.PublishAsync("orders."+typ, data)
+					if err != nil {
+						break
+					}
+					batch = append(batch, inflight{f, &event{subject: "orders." + typ, data: data}})
+				}
+				for _, b := range batch {
+					select {
+					case ack := <-b.f.Ok():
+						b.ev.seq, b.ev.acked = ack.Sequence, time.Now()
+						l.mu.Lock()
+						l.acked[ack.Sequence] = b.ev
+						l.mu.Unlock()
+						cy.mu.Lock()
+						cy.n++
+						cy.mu.Unlock()
+					case <-b.f.Err():
+					case <-ctx.Done():
+						return
+					}
+				}
+				// pace to rate/publishers events per second
+				ahead := time.Duration(float64(i)/float64(rate/publishers)*float64(time.Second)) - time.Since(start)
+				if ahead > 0 {
+					select {
+					case <-time.After(ahead):
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}()
+	}
+	t.Cleanup(cy.stop)
+	return cy
+}
+
+func (cy *cycle) acked() int {
+	cy.mu.Lock()
+	defer cy.mu.Unlock()
+	return cy.n
+}
+
+// stop ends the publishers: an ack that has not arrived is not counted.
+func (cy *cycle) stop() {
+	cy.cancel()
+	cy.wg.Wait()
+	cy.nc.Close()
+}
+
+type totals struct {
+	acked, lost      int
+	refused          int // starts refused by the recovery check
+	maxLostAge       time.Duration
+	projMismatchCuts int
+}
+
+// check verifies the appliance after a (re)start: every acked event is in
+// the stream (relaxed: or was acked within the sync interval before
+// stopAt), and once the processor caught up the projection is the fold.
+// Lost events leave the ledger. It returns a one-line summary.
+func check(t *testing.T, c *child, l *ledger, m syncMode, stopAt time.Time, tot *totals) string {
+	t.Helper()
+	nc, err := nats.Connect(c.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := applianceConfig("", m.interval)
+	msgs := readStream(t, ctx, js, cfg.Stream.Name)
+
+	// 1. acknowledged events
+	l.mu.Lock()
+	var lost []*event
+	for seq, ev := range l.acked {
+		if got, ok := msgs[seq]; !ok || got.subject != ev.subject || !bytes.Equal(got.data, ev.data) {
+			lost = append(lost, ev)
+			delete(l.acked, seq)
+		}
+	}
+	expected := len(l.acked)
+	l.mu.Unlock()
+	slices.SortFunc(lost, func(a, b *event) int { return a.acked.Compare(b.acked) })
+	var oldest time.Duration
+	if len(lost) > 0 {
+		oldest = stopAt.Sub(lost[0].acked)
+	}
+	tot.lost += len(lost)
+	tot.maxLostAge = max(tot.maxLostAge, oldest)
+	switch {
+	case len(lost) > 0 && m.interval == 0:
+		for _, ev := range lost[:min(len(lost), 10)] {
+			t.Errorf("acked event lost with sync_interval always: seq %d %s %s (acked %s before the cut)", ev.seq, ev.subject, ev.data, stopAt.Sub(ev.acked))
+		}
+		t.Errorf("%d acked events lost with sync_interval always", len(lost))
+	case len(lost) > 0 && oldest > m.interval+time.Second:
+		t.Errorf("%d acked events lost, the oldest acked %s before the cut: more than the documented window of sync_interval %s (+1s slack)", len(lost), oldest, m.interval)
+	}
+
+	// 2. the projection, once the processor caught up
+	waitFor(t, 90*time.Second, func() error {
+		if c.exited() {
+			t.Fatalf("the appliance exited:\n%s", c.output())
+		}
+		cons, err := js.Consumer(ctx, cfg.Stream.Name, cfg.Processor.Durable)
+		if err != nil {
+			return err
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if ci.NumPending != 0 || ci.NumAckPending != 0 {
+			return fmt.Errorf("consumer %s: %d pending, %d ack pending", cfg.Processor.Durable, ci.NumPending, ci.NumAckPending)
+		}
+		return nil
+	})
+	dead := map[uint64]bool{}
+	dls, _, err := processor.ListDeadLetters(ctx, js, cfg.Processor.DeadLetterStream, 1, 1_000_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dls {
+		dead[d.OriginalSequence] = true
+	}
+	want := fold(msgs, dead)
+	got := projection(t, ctx, js, cfg.Processor.ProjectionBucket)
+	var diffs []string
+	for id, w := range want {
+		if g, ok := got[id]; !ok || g != w {
+			diffs = append(diffs, fmt.Sprintf("%s: projection %+v, fold %+v", id, g, w))
+		}
+	}
+	for id, g := range got {
+		if _, ok := want[id]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: projection %+v, not in the fold", id, g))
+		}
+	}
+	slices.Sort(diffs)
+	if len(diffs) > 0 {
+		tot.projMismatchCuts++
+		if m.interval == 0 {
+			for _, d := range diffs[:min(len(diffs), 10)] {
+				t.Errorf("projection differs from the fold: %s", d)
+			}
+			t.Errorf("%d of %d orders differ from the fold", len(diffs), len(want))
+		} else {
+			// Not part of the relaxed mode's contract: reported.
+			t.Logf("relaxed: %d of %d orders differ from the fold, e.g. %s", len(diffs), len(want), strings.Join(diffs[:min(3, len(diffs))], "; "))
+		}
+	}
+	var first uint64
+	if len(msgs) > 0 {
+		first = slices.Min(slices.Collect(maps.Keys(msgs)))
+	}
+	return fmt.Sprintf("after the restart: %d acked events expected and present, %d lost (oldest acked %s before the cut); stream %d events from seq %d; %d orders match the fold; %d dead letters; appliance log: %s",
+		expected, len(lost), oldest.Round(time.Millisecond), len(msgs), first, len(want)-len(diffs), len(dls), strings.Join(c.recovered(), " | "))
+}
+
+type storedMsg struct {
+	subject string
+	data    []byte
+}
+
+// readStream reads every message of the stream with an ordered consumer.
+func readStream(t *testing.T, ctx context.Context, js jetstream.JetStream, name string) map[uint64]storedMsg {
+	t.Helper()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[uint64]storedMsg, info.State.Msgs)
+	if info.State.Msgs == 0 {
+		return out
+	}
+	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := oc.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			t.Fatalf("read stream %s: %v (%d of %d read)", name, err, len(out), info.State.Msgs)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[md.Sequence.Stream] = storedMsg{m.Subject(), m.Data()}
+		if md.Sequence.Stream >= info.State.LastSeq {
+			return out
+		}
+	}
+}
+
+// order is the part of a projected order the fold determines.
+type order struct {
+	OrderID string `json:"order_id"`
+	Status  string `json:"status"`
+	Events  int    `json:"events"`
+	LastSeq uint64 `json:"last_seq"`
+}
+
+// fold computes the projection from the stream: per order, the status of
+// its last event (its "status" field, else its type) and its event count,
+// leaving out dead-lettered events.
+func fold(msgs map[uint64]storedMsg, dead map[uint64]bool) map[string]order {
+	seqs := slices.Sorted(maps.Keys(msgs))
+	out := map[string]order{}
+	for _, seq := range seqs {
+		if dead[seq] {
+			continue
+		}
+		m := msgs[seq]
+		var body struct {
+			OrderID string `json:"order_id"`
+			Status  string `json:"status"`
+		}
+		if json.Unmarshal(m.data, &body) != nil || !processor.ValidOrderID(body.OrderID) {
+			continue
+		}
+		o := out[body.OrderID]
+		o.OrderID = body.OrderID
+		o.Events++
+		o.LastSeq = seq
+		o.Status = body.Status
+		if o.Status == "" {
+			o.Status = m.subject[strings.LastIndexByte(m.subject, '.')+1:]
+		}
+		out[body.OrderID] = o
+	}
+	return out
+}
+
+// projection reads every order of the projection bucket.
+func projection(t *testing.T, ctx context.Context, js jetstream.JetStream, bucket string) map[string]order {
+	t.Helper()
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]order{}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			t.Fatalf("projection %q: %v", k, err)
+		}
+		var o order
+		if err := json.Unmarshal(e.Value(), &o); err != nil {
+			t.Fatalf("projection %q: %v", k, err)
+		}
+		out[k] = o
+	}
+	return out
+}
+
+// waitFor polls f until it returns nil, failing the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not after %s: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
