@@ -59,6 +59,7 @@ type Appliance struct {
 	proc       *processor.Processor  // nil when disabled
 	stallAfter time.Duration
 	recovery   []string // what start-up found and did about a damaged store
+	unclean    bool     // the last run did not stop cleanly
 
 	adm      *admin.Server
 	hs       *http.Server // nil when the admin listener is disabled
@@ -124,6 +125,9 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		return nil, err
 	}
 	a.lock, a.report = lock, rep
+	if err := a.markRunning(); err != nil {
+		return nil, err
+	}
 	for _, w := range rep.Warnings {
 		log.Warn("preflight", "warning", w)
 	}
@@ -352,13 +356,30 @@ func (a *Appliance) declare(ctx context.Context) error {
 	spec := a.cfg.DeclareSpec()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := a.checkLoaded(dctx, spec); err != nil {
-		return err
-	}
+	unloaded := a.notLoaded(dctx, spec)
 	if err := a.declareRecovering(dctx, spec); err != nil {
 		return err
 	}
-	if err := bootstrap.Verify(dctx, a.js, spec); err != nil {
+	if err := a.checkReloaded(dctx, unloaded); err != nil {
+		return err
+	}
+	err := bootstrap.Verify(dctx, a.js, spec)
+	if errors.Is(err, bootstrap.ErrAckFloorAhead) && spec.Consumer != nil {
+		// The stream lost its last events (a power cut with a relaxed
+		// sync_interval): a consumer past them would skip the events that
+		// reuse their sequence numbers. Declare it again from the start;
+		// the projection skips what it applied (and checkHighWater makes
+		// it forget the lost sequence numbers).
+		if derr := a.js.DeleteConsumer(dctx, spec.Stream.Name, spec.Consumer.Durable); derr != nil {
+			return errors.Join(err, fmt.Errorf("reset consumer %q: %w", spec.Consumer.Durable, derr))
+		}
+		if derr := a.declareRecovering(dctx, spec); derr != nil {
+			return derr
+		}
+		a.note("consumer %q was ahead of the stream (%v): the stream lost its last events; declared it again from the start of the stream, the projection skips what it already applied", spec.Consumer.Durable, err)
+		err = bootstrap.Verify(dctx, a.js, spec)
+	}
+	if err != nil {
 		return err
 	}
 	st := a.cfg.Stream
@@ -646,6 +667,9 @@ func (a *Appliance) stop(ctx context.Context) error {
 		}
 	}
 	if a.lock != nil {
+		if len(errs) == 0 || errors.Join(errs...) == nil {
+			errs = append(errs, a.markStopped()) // a clean stop: nats flushed every store
+		}
 		errs = append(errs, a.lock.Release())
 	}
 	return errors.Join(errs...)

@@ -24,8 +24,10 @@ import (
 //     declared again from the start of the stream (the projection skips
 //     what it already applied);
 //   - a stream that ends below what the projection applied lost events: the
-//     projection forgets the lost sequence numbers, so that new events,
-//     which reuse them, are applied instead of skipped.
+//     projection is rebuilt from what the stream holds (its bucket purged,
+//     the consumer declared again from the start), so that it is the fold
+//     of the stream again and new events, which reuse the lost sequence
+//     numbers, are applied instead of skipped.
 //
 // Every such finding is a recovery note: logged at start-up, listed in
 // /v1/status and `orderstore status`, counted by orderstore_recovery_notes,
@@ -42,10 +44,10 @@ func (a *Appliance) note(format string, args ...any) {
 	a.log.Warn("store recovery", "note", msg)
 }
 
-// checkLoaded fails start-up when a stream orderstore owns has files on
-// disk that nats did not load (a damaged meta.inf): declaring it would
-// create an empty stream over the old data.
-func (a *Appliance) checkLoaded(ctx context.Context, spec bootstrap.Spec) error {
+// notLoaded returns the streams orderstore owns that have message files
+// on disk which nats did not load (their meta.inf unreadable, as after a
+// power cut in a relaxed sync mode, where nats writes it without fsync).
+func (a *Appliance) notLoaded(ctx context.Context, spec bootstrap.Spec) map[string]int64 {
 	names := []string{spec.Stream.Name}
 	if spec.DeadLetter != nil {
 		names = append(names, spec.DeadLetter.Name)
@@ -53,16 +55,43 @@ func (a *Appliance) checkLoaded(ctx context.Context, spec bootstrap.Spec) error 
 	if spec.Projection != nil {
 		names = append(names, "KV_"+spec.Projection.Bucket)
 	}
+	out := map[string]int64{}
 	for _, name := range names {
-		_, err := a.js.Stream(ctx, name)
-		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := a.js.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue
 		}
-		dir := a.streamDir(name)
-		if entries, derr := os.ReadDir(filepath.Join(dir, "msgs")); derr == nil && len(entries) > 0 {
-			return withHint(fmt.Errorf("recovery check: stream %q has data in %q that nats did not load (see its log lines above: a damaged meta.inf?); orderstore does not re-create the stream over it", name, dir),
-				fmt.Sprintf("restore the directory from a backup, or move it away (mv %q %q) to start with an empty stream and keep the old files for inspection", dir, dir+".damaged"))
+		blks, _ := filepath.Glob(filepath.Join(a.streamDir(name), "msgs", "*.blk"))
+		var size int64
+		for _, b := range blks {
+			if st, err := os.Stat(b); err == nil {
+				size += st.Size()
+			}
 		}
+		if size > 0 {
+			out[name] = size
+		}
+	}
+	return out
+}
+
+// checkReloaded runs after declare for the streams nats had not loaded:
+// declaring them with their known configuration makes nats read their
+// message blocks again. If it did not (the stream is empty), start-up
+// fails rather than serve an empty stream over the old files.
+func (a *Appliance) checkReloaded(ctx context.Context, unloaded map[string]int64) error {
+	for name, size := range unloaded {
+		dir := a.streamDir(name)
+		s, err := a.js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("recovery check: stream %q: %w", name, err)
+		}
+		st := s.CachedInfo().State
+		if st.Msgs == 0 && st.LastSeq == 0 {
+			return withHint(fmt.Errorf("recovery check: stream %q has %d bytes of message blocks in %q that nats did not load, and declaring it again did not bring them back", name, size, dir),
+				fmt.Sprintf("stop orderstore, restore %q from a backup (or move it away to start with an empty stream, keeping the old files for inspection)", dir))
+		}
+		a.note("stream %q: nats could not read its metadata (meta.inf, e.g. after a power cut with a relaxed sync_interval) and skipped it; orderstore declared it again with its configuration and nats recovered %d events (sequences %d..%d) from its blocks",
+			name, st.Msgs, st.FirstSeq, st.LastSeq)
 	}
 	return nil
 }
@@ -88,9 +117,14 @@ func (a *Appliance) declareRecovering(ctx context.Context, spec bootstrap.Spec) 
 
 // checkHighWater compares the stream's last sequence with the highest the
 // projection applied: a stream that ends below it lost acknowledged events
-// (a damaged block), and the next events will reuse those sequences.
+// (a damaged block, a power cut with a relaxed sync_interval), and the next
+// events will reuse those sequences. After an unclean stop with a relaxed
+// sync_interval, the bucket may also have lost its last writes while the
+// consumer's acks survived: a consumer whose ack floor is past what the
+// projection holds would never deliver those events again. Either way the
+// projection is rebuilt.
 func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) error {
-	if a.proj == nil {
+	if a.proj == nil || spec.Projection == nil {
 		return nil
 	}
 	s, err := a.js.Stream(ctx, spec.Stream.Name)
@@ -102,15 +136,45 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 	if err != nil {
 		return fmt.Errorf("recovery check: %w", err)
 	}
-	if hw <= last {
+	why := ""
+	switch {
+	case hw > last:
+		why = fmt.Sprintf("stream %q ends at sequence %d but the projection had applied events up to %d: %d acknowledged events were lost from the store (see nats' recovery warnings)",
+			spec.Stream.Name, last, hw, hw-last)
+	case a.unclean && a.cfg.JetStream.SyncInterval > 0 && spec.Consumer != nil:
+		c, err := a.js.Consumer(ctx, spec.Stream.Name, spec.Consumer.Durable)
+		if err != nil {
+			return fmt.Errorf("recovery check: consumer %q: %w", spec.Consumer.Durable, err)
+		}
+		if floor := c.CachedInfo().AckFloor.Stream; floor > hw {
+			why = fmt.Sprintf("after an unclean stop with sync_interval %s, consumer %q has acknowledged up to sequence %d but the projection holds events only up to %d (its last writes were not synced)",
+				formatDuration(a.cfg.JetStream.SyncInterval), spec.Consumer.Durable, floor, hw)
+		}
+	}
+	if why == "" {
 		return nil
 	}
-	n, err := a.proj.ForgetAbove(ctx, last)
+	// The projection holds the effect of events the stream no longer has,
+	// and the next events will reuse their sequence numbers: rebuild it
+	// from what the stream holds, so that it is again the fold of the
+	// stream (the events lost are gone from both).
+	kvs, err := a.js.Stream(ctx, "KV_"+spec.Projection.Bucket)
 	if err != nil {
-		return fmt.Errorf("recovery check: reset the projection above sequence %d: %w", last, err)
+		return fmt.Errorf("recovery check: projection bucket: %w", err)
 	}
-	a.note("stream %q ends at sequence %d but the projection had applied events up to %d: %d acknowledged events were lost from the store (see nats' recovery warnings); the projection keeps their effect, and forgot those sequence numbers in %d orders so that the new events reusing them are applied",
-		spec.Stream.Name, last, hw, hw-last, n)
+	if err := kvs.Purge(ctx); err != nil {
+		return fmt.Errorf("recovery check: rebuild the projection: purge: %w", err)
+	}
+	if spec.Consumer != nil {
+		if err := a.js.DeleteConsumer(ctx, spec.Stream.Name, spec.Consumer.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("recovery check: rebuild the projection: reset consumer %q: %w", spec.Consumer.Durable, err)
+		}
+		if err := a.declareRecovering(ctx, spec); err != nil {
+			return err
+		}
+	}
+	a.note("%s; the projection is rebuilt from the %d events the stream holds, so that it is the fold of the stream again (and new events reusing lost sequence numbers are applied)",
+		why, s.CachedInfo().State.Msgs)
 	return nil
 }
 
@@ -122,4 +186,40 @@ func (a *Appliance) startupNotes() {
 		}
 		a.note("nats: %s", p)
 	}
+}
+
+// runMarker is a file in store_dir that exists while an appliance runs: if
+// it is there at start-up, the last one did not stop cleanly (a crash, a
+// kill, a power cut).
+const runMarker = "orderstore.running"
+
+// markRunning records whether the last run stopped cleanly and marks this
+// one as running. The marker is synced: it must survive the power cut it
+// is there to detect.
+func (a *Appliance) markRunning() error {
+	path := filepath.Join(a.report.StoreDir, runMarker)
+	if _, err := os.Stat(path); err == nil {
+		a.unclean = true
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
+	if err != nil {
+		return fmt.Errorf("preflight: run marker %q: %w", path, err)
+	}
+	fmt.Fprintf(f, "%d\n", os.Getpid())
+	err = errors.Join(f.Sync(), f.Close())
+	if d, derr := os.Open(a.report.StoreDir); derr == nil {
+		err = errors.Join(err, d.Sync(), d.Close())
+	}
+	if err != nil {
+		return fmt.Errorf("preflight: run marker %q: %w", path, err)
+	}
+	return nil
+}
+
+// markStopped removes the marker after a clean stop.
+func (a *Appliance) markStopped() error {
+	if err := os.Remove(filepath.Join(a.report.StoreDir, runMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }

@@ -2,11 +2,16 @@ package bootstrap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// ErrAckFloorAhead is matched (errors.Is) by Verify's error when the
+// consumer's ack floor is ahead of the stream's last sequence.
+var ErrAckFloorAhead = errors.New("consumer ahead of the stream")
 
 // Verify is the post-recovery check run after Declare: the stream exists
 // with the declared storage and subjects, and the durable consumer's ack
@@ -46,7 +51,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
 	if ci.AckFloor.Stream > info.State.LastSeq {
 		return errorf("recovery check", cobj,
 			fmt.Sprintf("the stream lost events after a crash (power loss with a relaxed sync_interval?); to resume, reset the consumer: nats consumer rm %s %s, then restart (the projection skips what it already applied)", spec.Stream.Name, spec.Consumer.Durable),
-			fmt.Errorf("ack floor %d is ahead of the stream's last sequence %d", ci.AckFloor.Stream, info.State.LastSeq))
+			fmt.Errorf("%w: ack floor %d is ahead of the stream's last sequence %d", ErrAckFloorAhead, ci.AckFloor.Stream, info.State.LastSeq))
 	}
 	return nil
 }

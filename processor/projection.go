@@ -473,7 +473,7 @@ func (p *Projection) forget(id string) {
 // writes to the projection bucket: about the highest event the projection
 // applied (writes land roughly in stream order). 0 for an empty bucket.
 // After a damaged store, a stream whose last sequence is below it lost
-// events the projection had applied; see [Projection.ForgetAbove].
+// events the projection had applied.
 func (p *Projection) HighWater(ctx context.Context, window int) (uint64, error) {
 	s, err := p.js.Stream(ctx, "KV_"+p.kv.Bucket())
 	if err != nil {
@@ -495,55 +495,4 @@ func (p *Projection) HighWater(ctx context.Context, window int) (uint64, error) 
 		}
 	}
 	return hw, nil
-}
-
-// ForgetAbove makes the projection forget what it knows of stream
-// sequences above last, for a stream that lost them (a damaged store):
-// new events will reuse those sequence numbers, and must be applied, not
-// skipped as already applied, and sort after what is kept. Each record
-// keeps its state (status, counts) but its idempotency bookkeeping and
-// sequence bounds are capped at last. It returns how many records changed.
-func (p *Projection) ForgetAbove(ctx context.Context, last uint64) (int, error) {
-	lister, err := p.kv.ListKeys(ctx)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return 0, nil
-		}
-		return 0, fmt.Errorf("projection %q: %w", p.kv.Bucket(), err)
-	}
-	defer lister.Stop()
-	changed := 0
-	for id := range lister.Keys() {
-		for {
-			r, rev, err := p.load(ctx, id)
-			if err != nil {
-				return changed, err
-			}
-			if rev == 0 || (r.LastSeq <= last && r.AppliedFloor <= last && (len(r.Applied) == 0 || r.Applied[len(r.Applied)-1] <= last)) {
-				break
-			}
-			r.AppliedFloor = min(r.AppliedFloor, last)
-			i, _ := slices.BinarySearch(r.Applied, last+1)
-			r.Applied = r.Applied[:i]
-			if len(r.Applied) == 0 {
-				r.Applied = nil
-			}
-			r.LastSeq = min(r.LastSeq, last)
-			r.FirstSeq = min(r.FirstSeq, last)
-			b, err := json.Marshal(r)
-			if err != nil {
-				return changed, err
-			}
-			if _, err := p.kv.Update(ctx, id, b, rev); err != nil {
-				if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-					continue // written meanwhile: read it again
-				}
-				return changed, fmt.Errorf("projection %q: %w", id, err)
-			}
-			p.forget(id)
-			changed++
-			break
-		}
-	}
-	return changed, nil
 }

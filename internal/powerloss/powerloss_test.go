@@ -28,7 +28,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
-	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/internal/powerfs"
 	"github.com/orderstore/orderstore/processor"
 )
@@ -41,18 +40,14 @@ var (
 )
 
 const (
-	envStore  = "ORDERSTORE_POWERLOSS_STORE"
-	envSync   = "ORDERSTORE_POWERLOSS_SYNC"
-	envRemedy = "ORDERSTORE_POWERLOSS_REMEDY"
+	envStore = "ORDERSTORE_POWERLOSS_STORE"
+	envSync  = "ORDERSTORE_POWERLOSS_SYNC"
 )
 
 // With ORDERSTORE_POWERLOSS_STORE set the test binary is the appliance: it
 // starts on that store, prints "READY <client url>" and runs until killed.
 func TestMain(m *testing.M) {
 	if store := os.Getenv(envStore); store != "" {
-		if os.Getenv(envRemedy) == remedyConsumerRm {
-			os.Exit(resetConsumer(store, os.Getenv(envSync)))
-		}
 		os.Exit(runChild(store, os.Getenv(envSync)))
 	}
 	os.Exit(m.Run())
@@ -99,58 +94,6 @@ func runChild(store, syncInterval string) int {
 	err = app.Wait()
 	fmt.Fprintf(os.Stderr, "STOPPED: %v\n", err)
 	return 1
-}
-
-// remedyConsumerRm is what the recovery check's hint tells the operator
-// when the durable's ack floor is ahead of the stream (nats-server#5412):
-// `nats consumer rm ORDER_EVENTS order-processor`, then start again.
-const remedyConsumerRm = "consumer-rm"
-
-// resetConsumer runs nats alone on the store and removes the processor's
-// durable consumer.
-func resetConsumer(store, syncInterval string) int {
-	sync, err := time.ParseDuration(syncInterval)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	cfg := applianceConfig(store, sync)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	srv, err := embedded.Start(ctx, embedded.Config{StoreDir: store, Port: -1, MaxStore: cfg.JetStream.MaxFileStore, SyncInterval: sync,
-		Logger: slog.New(slog.NewJSONHandler(os.Stderr, nil))})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer srv.Close()
-	nc, err := nats.Connect("", nats.InProcessServer(srv))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	err = js.DeleteConsumer(ctx, cfg.Stream.Name, cfg.Processor.Durable)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		// nats skipped the consumer (its metafile came back empty) but
-		// its state directory is there, and the appliance's declare
-		// adopts it: declare it here and remove it, directory and all.
-		fmt.Fprintf(os.Stderr, "REMEDY: nats consumer rm %s %s: %v; adding it and removing it again\n", cfg.Stream.Name, cfg.Processor.Durable, err)
-		if _, err = js.CreateOrUpdateConsumer(ctx, cfg.Stream.Name, *cfg.DeclareSpec().Consumer); err == nil {
-			err = js.DeleteConsumer(ctx, cfg.Stream.Name, cfg.Processor.Durable)
-		}
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "REMEDY FAILED: nats consumer rm %s %s: %v\n", cfg.Stream.Name, cfg.Processor.Durable, err)
-		return 1
-	}
-	fmt.Println("READY consumer removed")
-	return 0
 }
 
 type variant struct {
@@ -293,36 +236,14 @@ func (rg *rig) detach() error {
 	return err
 }
 
-// mustStart starts the appliance. In relaxed mode a start refused by the
-// recovery check (the durable's ack floor ahead of the stream) is
-// reported, the hint's remedy applied and the appliance started again;
-// any other failure ends the test.
+// mustStart starts the appliance. After any cut, in any durability mode,
+// it must start by itself: a start it refuses ends the test.
 func (rg *rig) mustStart(t *testing.T, m syncMode, cut int, tot *totals) *child {
 	t.Helper()
 	c, err := rg.start(t, m.interval)
-	if err == nil {
-		return c
-	}
-	msg := err.Error()
-	i := strings.Index(msg, "START FAILED: ")
-	if i < 0 || m.interval == 0 || !strings.Contains(msg, "is ahead of the stream's last sequence") {
-		t.Fatalf("cut %d: the appliance did not start on the store (%s):\n%s", cut, rg.store, msg)
-	}
-	tot.refused++
-	t.Logf("cut %d: the appliance refused to start: %s", cut, strings.TrimSpace(msg[i+len("START FAILED: "):]))
-	t.Logf("cut %d: its log: %s", cut, strings.Join(c.recovered(), " | "))
-	rc, err := rg.run(t, m.interval, remedyConsumerRm)
 	if err != nil {
-		t.Fatalf("cut %d: nats consumer rm failed:\n%s", cut, err)
-	}
-	rc.kill(t)
-	for _, line := range strings.Split(rc.output(), "\n") {
-		if strings.HasPrefix(line, "REMEDY") {
-			t.Logf("cut %d: %s", cut, line)
-		}
-	}
-	if c, err = rg.start(t, m.interval); err != nil {
-		t.Fatalf("cut %d: the appliance did not start after the consumer was reset:\n%s", cut, err)
+		tot.refused++
+		t.Fatalf("cut %d: the appliance did not start on the store (%s):\n%s", cut, rg.store, err)
 	}
 	return c
 }
@@ -375,23 +296,16 @@ type child struct {
 	done chan struct{}
 }
 
-// start runs the appliance on the store and waits until it is ready; the
-// error is its output when it exited before.
+// start runs the test binary as the appliance on the store and waits
+// until it is ready; the error is its output when it exited before.
 func (rg *rig) start(t *testing.T, sync time.Duration) (*child, error) {
-	t.Helper()
-	return rg.run(t, sync, "")
-}
-
-// run runs the test binary as the appliance, or with remedy set as the
-// operator's remedy for a refused start.
-func (rg *rig) run(t *testing.T, sync time.Duration, remedy string) (*child, error) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), envStore+"="+rg.store, envSync+"="+sync.String(), envRemedy+"="+remedy)
+	cmd.Env = append(os.Environ(), envStore+"="+rg.store, envSync+"="+sync.String())
 	c := &child{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = c.out
 	stdout, err := cmd.StdoutPipe()
@@ -707,15 +621,13 @@ func check(t *testing.T, c *child, l *ledger, m syncMode, stopAt time.Time, tot 
 	slices.Sort(diffs)
 	if len(diffs) > 0 {
 		tot.projMismatchCuts++
-		if m.interval == 0 {
-			for _, d := range diffs[:min(len(diffs), 10)] {
-				t.Errorf("projection differs from the fold: %s", d)
-			}
-			t.Errorf("%d of %d orders differ from the fold", len(diffs), len(want))
-		} else {
-			// Not part of the relaxed mode's contract: reported.
-			t.Logf("relaxed: %d of %d orders differ from the fold, e.g. %s", len(diffs), len(want), strings.Join(diffs[:min(3, len(diffs))], "; "))
+		// In every mode the projection is the fold of what the stream
+		// holds after the cut (orderstore rebuilds it when the store lost
+		// what it had applied).
+		for _, d := range diffs[:min(len(diffs), 10)] {
+			t.Errorf("projection differs from the fold: %s", d)
 		}
+		t.Errorf("%d of %d orders differ from the fold (sync_interval %s)", len(diffs), len(want), m.interval)
 	}
 	var first uint64
 	if len(msgs) > 0 {
