@@ -53,13 +53,15 @@ type Appliance struct {
 	// Two internal connections, so that neither part shares the other's
 	// fate: nc for declare, the admin API and lookups, pnc for the
 	// processor and its projection writes.
-	nc, pnc    *nats.Conn
-	js, pjs    jetstream.JetStream
-	proj       *processor.Projection // reads, on nc
-	proc       *processor.Processor  // nil when disabled
-	stallAfter time.Duration
-	recovery   []string // what start-up found and did about a damaged store
-	unclean    bool     // the last run did not stop cleanly
+	nc, pnc       *nats.Conn
+	js, pjs       jetstream.JetStream
+	proj          *processor.Projection // reads, on nc
+	proc          *processor.Processor  // nil when disabled
+	stallAfter    time.Duration
+	recovery      []string // what start-up found and did about a damaged store
+	unclean       bool     // the last run did not stop cleanly
+	startFailed   bool     // Start failed: keep the run marker
+	consumerReset bool     // start-up declared the consumer again from the start
 
 	adm      *admin.Server
 	hs       *http.Server // nil when the admin listener is disabled
@@ -112,6 +114,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	a.guard = newStoreGuard(a)
 	defer func() {
 		if err != nil {
+			a.startFailed = true // an interrupted start-up may have left work undone
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			err = errors.Join(err, a.stop(cctx))
@@ -160,7 +163,15 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 				return nil, err
 			}
 		}
-		if a.proc, err = processor.New(a.pjs, cfg.ProcessorSpec(h)); err != nil {
+		pc := cfg.ProcessorSpec(h)
+		if a.consumerReset {
+			// Declared again from the start: what lies below the stream's
+			// first sequence was processed by the consumer before.
+			if st, err := a.js.Stream(ctx, cfg.Stream.Name); err == nil && st.CachedInfo().State.FirstSeq > 0 {
+				pc.SeenUpTo = st.CachedInfo().State.FirstSeq - 1
+			}
+		}
+		if a.proc, err = processor.New(a.pjs, pc); err != nil {
 			return nil, err
 		}
 		// The longest an event can rightly hold the ack floor: every
@@ -295,9 +306,10 @@ func (a *Appliance) connect(name, password string, closed chan struct{}) (*nats.
 	log := a.log.With("component", "nats-client", "conn", name)
 	// In-process through the appliance, so a reconnect reaches the server
 	// running now (the store guard may have restarted it). Reconnects give
-	// up after about 30s without a server.
+	// up after about 5 minutes without a server, the longest the guard
+	// gives a restart (stream recovery on a large store).
 	opts := []nats.Option{nats.InProcessServer(a), nats.Name(name),
-		nats.MaxReconnects(120), nats.ReconnectWait(250 * time.Millisecond),
+		nats.MaxReconnects(1200), nats.ReconnectWait(250 * time.Millisecond),
 		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			select {
@@ -377,6 +389,7 @@ func (a *Appliance) declare(ctx context.Context) error {
 			return derr
 		}
 		a.note("consumer %q was ahead of the stream (%v): the stream lost its last events; declared it again from the start of the stream, the projection skips what it already applied", spec.Consumer.Durable, err)
+		a.consumerReset = true
 		err = bootstrap.Verify(dctx, a.js, spec)
 	}
 	if err != nil {
@@ -416,6 +429,33 @@ func (a *Appliance) runGroup() {
 				case <-changed:
 				case <-stop:
 					return nil
+				}
+			}
+		}, func(error) { close(stop) })
+	}
+	{ // watchdog on JetStream: nats switches it off on some store errors (a permission error) and says so only in a warning
+		stop := make(chan struct{})
+		g.Add(func() error {
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return nil
+				case <-t.C:
+				}
+				if a.guard.restarting.Load() {
+					continue
+				}
+				if srv := a.server(); !srv.NATSServer().JetStreamEnabled() {
+					select {
+					case <-srv.Done(): // stopping: the other watchdog tells why
+						continue
+					case <-a.closing:
+						return nil
+					default:
+					}
+					return errors.New("nats switched JetStream off (see its log: a store that cannot be written?)")
 				}
 			}
 		}, func(error) { close(stop) })
@@ -667,7 +707,7 @@ func (a *Appliance) stop(ctx context.Context) error {
 		}
 	}
 	if a.lock != nil {
-		if len(errs) == 0 || errors.Join(errs...) == nil {
+		if !a.startFailed && errors.Join(errs...) == nil {
 			errs = append(errs, a.markStopped()) // a clean stop: nats flushed every store
 		}
 		errs = append(errs, a.lock.Release())
@@ -683,8 +723,8 @@ func drain(ctx context.Context, nc *nats.Conn, closed <-chan struct{}) error {
 	}
 	if err := nc.Drain(); err != nil {
 		nc.Close()
-		if errors.Is(err, nats.ErrConnectionClosed) {
-			return nil
+		if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionReconnecting) {
+			return nil // nothing in flight to drain
 		}
 		return fmt.Errorf("drain internal connection: %w", err)
 	}

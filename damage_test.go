@@ -2,6 +2,7 @@ package orderstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -127,11 +128,6 @@ func TestDamagedBlockIsReportedAndNewEventsProject(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{"deleted block", func(t *testing.T, blk string) {
-			if err := os.Remove(blk); err != nil {
-				t.Fatal(err)
-			}
-		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			const n = 2000
@@ -219,4 +215,29 @@ func TestUnloadedStreamIsReloaded(t *testing.T) {
 		t.Fatalf("stream after the reload: %+v, want the 100 events", st)
 	}
 	newEventsProjected(t, app)
+}
+
+// The stream's only block deleted: the stream comes back empty while the
+// projection holds every order. orderstore refuses to start, at every
+// start (systemd restarts it), rather than rebuild the projection from
+// nothing; the projection is kept.
+func TestEmptiedStreamIsRefusedAndTheProjectionKept(t *testing.T) {
+	cfg := damagedStore(t, 300)
+	if err := os.Remove(firstBlock(t, cfg)); err != nil {
+		t.Fatal(err)
+	}
+	for start := 1; start <= 2; start++ {
+		_, err := orderstore.Start(context.Background(), cfg)
+		var h interface{ Hint() string }
+		if err == nil || !strings.Contains(err.Error(), "is empty but the projection") || !errors.As(err, &h) || !strings.Contains(h.Hint(), "backup") {
+			t.Fatalf("start %d = %v, want a refusal with a hint", start, err)
+		}
+	}
+	kv, err := filepath.Glob(filepath.Join(streamDir(cfg, "KV_ORDERS"), "msgs", "*.blk"))
+	if err != nil || len(kv) == 0 {
+		t.Fatalf("the projection's blocks are gone: %v", err)
+	}
+	if st, err := os.Stat(kv[0]); err != nil || st.Size() == 0 {
+		t.Fatalf("the projection was emptied: %v %v", st, err)
+	}
 }

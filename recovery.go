@@ -18,8 +18,11 @@ import (
 //
 //   - nats-server's own recovery warnings (a damaged or truncated block, an
 //     unreadable metadata file, a consumer moved back) are kept and reported;
-//   - a stream directory that nats did not load is never re-created over:
-//     start-up fails, naming the directory;
+//   - a stream nats skipped (its meta.inf unreadable, as after a power cut
+//     in a relaxed mode) is declared again with its configuration, and nats
+//     reads its message blocks; if that brings nothing back, start-up fails
+//     naming the directory, and so does every later start while the
+//     projection holds orders of a stream that is now empty;
 //   - a consumer whose state file nats cannot read is moved aside and
 //     declared again from the start of the stream (the projection skips
 //     what it already applied);
@@ -111,6 +114,7 @@ func (a *Appliance) declareRecovering(ctx context.Context, spec bootstrap.Spec) 
 	}
 	a.note("consumer %q: nats could not read its state (%v); moved it to %q and declared it again from the start of the stream: the projection skips what it already applied",
 		spec.Consumer.Durable, err, aside)
+	a.consumerReset = true
 	_, err = bootstrap.Declare(ctx, a.js, spec, a.log.With("component", "bootstrap"))
 	return err
 }
@@ -138,17 +142,34 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 	}
 	why := ""
 	switch {
+	case last == 0 && hw > 0:
+		// Nothing left to rebuild from: purging would destroy the only
+		// copy of the orders' state. Refused at every start until an
+		// operator decides.
+		return withHint(fmt.Errorf("recovery check: stream %q is empty but the projection %q holds orders applied up to sequence %d: the stream's events are gone (a deleted or unreadable store?)",
+			spec.Stream.Name, spec.Projection.Bucket, hw),
+			fmt.Sprintf("restore %q from a backup; or, to accept the loss and start over, remove the projection (its directory %q) and start again",
+				a.streamDir(spec.Stream.Name), a.streamDir("KV_"+spec.Projection.Bucket)))
 	case hw > last:
 		why = fmt.Sprintf("stream %q ends at sequence %d but the projection had applied events up to %d: %d acknowledged events were lost from the store (see nats' recovery warnings)",
 			spec.Stream.Name, last, hw, hw-last)
-	case a.unclean && a.cfg.JetStream.SyncInterval > 0 && spec.Consumer != nil:
+	case a.unclean && a.cfg.JetStream.SyncInterval > 0 && spec.Consumer != nil && a.cfg.Processor.Handler == nil:
 		c, err := a.js.Consumer(ctx, spec.Stream.Name, spec.Consumer.Durable)
 		if err != nil {
 			return fmt.Errorf("recovery check: consumer %q: %w", spec.Consumer.Durable, err)
 		}
 		if floor := c.CachedInfo().AckFloor.Stream; floor > hw {
-			why = fmt.Sprintf("after an unclean stop with sync_interval %s, consumer %q has acknowledged up to sequence %d but the projection holds events only up to %d (its last writes were not synced)",
-				formatDuration(a.cfg.JetStream.SyncInterval), spec.Consumer.Durable, floor, hw)
+			// Acknowledged past what the projection shows: lost writes,
+			// or events that write nothing (dead letters, duplicates).
+			// Look at the events themselves.
+			seq, missing, err := a.proj.Unapplied(ctx, s, hw+1, floor, 256)
+			if err != nil {
+				return fmt.Errorf("recovery check: %w", err)
+			}
+			if missing {
+				why = fmt.Sprintf("after an unclean stop with sync_interval %s, consumer %q has acknowledged up to sequence %d but the projection lacks event %d (its last writes were not synced)",
+					formatDuration(a.cfg.JetStream.SyncInterval), spec.Consumer.Durable, floor, seq)
+			}
 		}
 	}
 	if why == "" {
@@ -158,13 +179,9 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 	// and the next events will reuse their sequence numbers: rebuild it
 	// from what the stream holds, so that it is again the fold of the
 	// stream (the events lost are gone from both).
-	kvs, err := a.js.Stream(ctx, "KV_"+spec.Projection.Bucket)
-	if err != nil {
-		return fmt.Errorf("recovery check: projection bucket: %w", err)
-	}
-	if err := kvs.Purge(ctx); err != nil {
-		return fmt.Errorf("recovery check: rebuild the projection: purge: %w", err)
-	}
+	// The consumer is reset first and the bucket purged second: if
+	// start-up stops in between, the next start finds the same condition
+	// and does it again.
 	if spec.Consumer != nil {
 		if err := a.js.DeleteConsumer(ctx, spec.Stream.Name, spec.Consumer.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("recovery check: rebuild the projection: reset consumer %q: %w", spec.Consumer.Durable, err)
@@ -172,6 +189,14 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 		if err := a.declareRecovering(ctx, spec); err != nil {
 			return err
 		}
+		a.consumerReset = true
+	}
+	kvs, err := a.js.Stream(ctx, "KV_"+spec.Projection.Bucket)
+	if err != nil {
+		return fmt.Errorf("recovery check: projection bucket: %w", err)
+	}
+	if err := kvs.Purge(ctx); err != nil {
+		return fmt.Errorf("recovery check: rebuild the projection: purge: %w", err)
 	}
 	a.note("%s; the projection is rebuilt from the %d events the stream holds, so that it is the fold of the stream again (and new events reusing lost sequence numbers are applied)",
 		why, s.CachedInfo().State.Msgs)

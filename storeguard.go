@@ -39,13 +39,15 @@ type storeGuard struct {
 	werr  string    // the write error; "" while the store writes
 	since time.Time // when it was seen
 
-	wake      chan struct{} // a write error was seen
-	ownFailed chan struct{} // closed once the stream's own writes failed
-	ownOnce   sync.Once
-	stopped   chan struct{} // no more restarts (Close)
-	stopOnce  sync.Once
-	restartMu sync.Mutex // held while nats restarts
-	restarts  atomic.Int64
+	wake       chan struct{} // a write error was seen
+	ownFailed  chan struct{} // closed once the stream's own writes failed
+	ownOnce    sync.Once
+	stopped    chan struct{} // no more restarts (Close)
+	stopOnce   sync.Once
+	restartMu  sync.Mutex // held while nats restarts
+	restarting atomic.Bool
+	restarts   atomic.Int64
+	lastStart  time.Time // of the last restart, for the backoff
 }
 
 func newStoreGuard(a *Appliance) *storeGuard {
@@ -177,6 +179,20 @@ func (g *storeGuard) restart(ctx context.Context) error {
 	default:
 	}
 	a := g.a
+	// Back off between restarts: a store that still cannot write must not
+	// make nats restart in a loop (each restart drops every client).
+	if wait := time.Until(g.lastStart.Add(g.backoff())); wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil
+		case <-g.stopped:
+			return nil
+		}
+	}
+	g.restarting.Store(true)
+	defer g.restarting.Store(false)
+	g.lastStart = time.Now()
 	old := a.server()
 	ec := a.ec
 	if ec.Port == -1 {
@@ -188,6 +204,12 @@ func (g *storeGuard) restart(ctx context.Context) error {
 	if err := old.Close(); err != nil {
 		return fmt.Errorf("restart nats after a write error: stop: %w", err)
 	}
+	// From here on a write error is the new server's: forget the old one
+	// before the new server can report one.
+	g.mu.Lock()
+	g.werr = ""
+	g.ownFailed, g.ownOnce = make(chan struct{}), sync.Once{}
+	g.mu.Unlock()
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	srv, err := embedded.Start(sctx, ec)
@@ -195,16 +217,22 @@ func (g *storeGuard) restart(ctx context.Context) error {
 		return fmt.Errorf("restart nats after a write error: %w", err)
 	}
 	a.setServer(srv)
-	g.mu.Lock()
-	g.werr = ""
-	g.ownFailed, g.ownOnce = make(chan struct{}), sync.Once{}
-	g.mu.Unlock()
 	n := g.restarts.Add(1)
 	a.log.Info("store writable again: nats restarted", "took", time.Since(t0).Round(time.Millisecond).String(), "restarts", n)
 	for _, p := range srv.StartupProblems() {
 		a.log.Warn("store recovery", "note", "nats: "+p)
 	}
 	return nil
+}
+
+// backoff is the least time between two restarts: 5s, doubling with each
+// restart up to 5 minutes.
+func (g *storeGuard) backoff() time.Duration {
+	d := 5 * time.Second
+	for i := int64(1); i < g.restarts.Load() && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Minute)
 }
 
 // stop ends restarts and waits for one under way.

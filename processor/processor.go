@@ -56,6 +56,11 @@ type Config struct {
 	// processor stops pulling until some settle. An event larger than the
 	// bound is still taken, alone. Default 64 MiB.
 	MaxBufferedBytes int64
+	// SeenUpTo, when set, is taken as the highest stream sequence already
+	// seen, for counting events removed unprocessed: a consumer declared
+	// again from the start (after a damaged store) does not count what
+	// the one before it processed. Zero: the consumer's delivered sequence.
+	SeenUpTo uint64
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -278,7 +283,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	// the largest message the server takes).
 	budget := newByteBudget(p.cfg.MaxBufferedBytes)
 	pullBytes := max(int(p.cfg.MaxBufferedBytes/4), 2*int(p.js.Conn().MaxPayload()))
-	p.highestSeen.Store(info.Delivered.Stream)
+	p.highestSeen.Store(max(info.Delivered.Stream, p.cfg.SeenUpTo))
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		if md, err := m.Metadata(); err == nil && md.NumDelivered == 1 {
 			p.noteDelivered(md.Sequence.Stream)
@@ -825,7 +830,9 @@ func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, c
 		h.Set(HeaderOriginalMsgID, truncate(id, 256))
 	}
 	own := func(h nats.Header) {
-		h.Set(jetstream.MsgIDHeader, fmt.Sprintf("dlq-%s-%d", p.cfg.Stream, ev.Sequence)) // dedupes a re-run after a crash
+		// Dedupes a re-run after a crash; the event's time keeps it unique
+		// when a damaged store made the stream reuse sequence numbers.
+		h.Set(jetstream.MsgIDHeader, fmt.Sprintf("dlq-%s-%d-%d", p.cfg.Stream, ev.Sequence, ev.Time.UnixNano()))
 		h.Set(HeaderStream, p.cfg.Stream)
 		h.Set(HeaderSubject, ev.Subject)
 		h.Set(HeaderSequence, strconv.FormatUint(ev.Sequence, 10))

@@ -60,7 +60,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sdnotify.Status("recovering streams")
 	app, err := orderstore.Start(ctx, cfg)
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			sig, _ := signalName(ctx)
 			logger.Info("start-up interrupted by signal, shutdown complete", "signal", sig, "cause", context.Cause(ctx).Error())
 			return exitOK
