@@ -96,10 +96,13 @@ func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream strin
 		return out, nil
 	}
 	want := int(min(uint64(n), st.Msgs))
-	// Read windows back from the end until they hold want, each twice as
-	// wide as the last: a long run of removed ones costs few reads.
+	// Read windows of want sequences back from the end until they hold
+	// want: no window reads more than want dead letters, so what is read
+	// stays near what is returned, and a run of removed ones costs one
+	// read per window (at most maxWindows of them).
+	const maxWindows = 256
 	to, width := st.LastSeq, uint64(want)
-	for len(out) < want {
+	for w := 0; len(out) < want && w < maxWindows; w++ {
 		from := st.FirstSeq
 		if to-st.FirstSeq >= width {
 			from = to - width + 1
@@ -112,7 +115,7 @@ func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream strin
 		if from == st.FirstSeq {
 			break
 		}
-		to, width = from-1, 2*width
+		to = from - 1
 	}
 	return out[max(len(out)-want, 0):], nil
 }
