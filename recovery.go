@@ -158,18 +158,23 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 		if err != nil {
 			return fmt.Errorf("recovery check: consumer %q: %w", spec.Consumer.Durable, err)
 		}
-		if floor := c.CachedInfo().AckFloor.Stream; floor > hw {
-			// Acknowledged past what the projection shows: lost writes,
-			// or events that write nothing (dead letters, duplicates).
-			// Look at the events themselves.
-			seq, missing, err := a.proj.Unapplied(ctx, s, hw+1, floor, 256)
-			if err != nil {
-				return fmt.Errorf("recovery check: %w", err)
-			}
-			if missing {
-				why = fmt.Sprintf("after an unclean stop with sync_interval %s, consumer %q has acknowledged up to sequence %d but the projection lacks event %d (its last writes were not synced)",
-					formatDuration(a.cfg.JetStream.SyncInterval), spec.Consumer.Durable, floor, seq)
-			}
+		// The bucket may have lost the writes of its last sync interval
+		// while the consumer's acks of those events survived. Check the
+		// events acknowledged in that time (and a margin) against the
+		// projection.
+		floor := c.CachedInfo().AckFloor.Stream
+		kvs, err := a.js.Stream(ctx, "KV_"+spec.Projection.Bucket)
+		if err != nil {
+			return fmt.Errorf("recovery check: projection bucket: %w", err)
+		}
+		notBefore := kvs.CachedInfo().State.LastTime.Add(-3*a.cfg.JetStream.SyncInterval - 2*time.Second)
+		seq, missing, err := a.proj.Unapplied(ctx, s, 1, floor, 20000, notBefore)
+		if err != nil {
+			return fmt.Errorf("recovery check: %w", err)
+		}
+		if missing {
+			why = fmt.Sprintf("after an unclean stop with sync_interval %s, consumer %q has acknowledged up to sequence %d but the projection lacks event %d (its last writes were not synced)",
+				formatDuration(a.cfg.JetStream.SyncInterval), spec.Consumer.Durable, floor, seq)
 		}
 	}
 	if why == "" {

@@ -497,12 +497,13 @@ func (p *Projection) HighWater(ctx context.Context, window int) (uint64, error) 
 	return hw, nil
 }
 
-// Unapplied looks, from sequence to down to from (at most max events), for
-// a valid order event in stream s that the projection does not hold: an
-// event acknowledged but whose projection write was lost (a power cut with
-// a relaxed sync_interval). Poison events are skipped (they are dead
-// letters, never applied). It returns the first such sequence found.
-func (p *Projection) Unapplied(ctx context.Context, s jetstream.Stream, from, to uint64, max int) (uint64, bool, error) {
+// Unapplied looks, from sequence to down to from (at most max events, and
+// none stored before notBefore), for a valid order event in stream s that
+// the projection does not hold: an event acknowledged but whose projection
+// write was lost (a power cut with a relaxed sync_interval). Poison events
+// are skipped (they are dead letters, never applied). It returns the first
+// such sequence found.
+func (p *Projection) Unapplied(ctx context.Context, s jetstream.Stream, from, to uint64, max int, notBefore time.Time) (uint64, bool, error) {
 	for seq, n := to, 0; seq >= from && seq > 0 && n < max; seq, n = seq-1, n+1 {
 		m, err := s.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -510,6 +511,9 @@ func (p *Projection) Unapplied(ctx context.Context, s jetstream.Stream, from, to
 		}
 		if err != nil {
 			return 0, false, err
+		}
+		if m.Time.Before(notBefore) {
+			break
 		}
 		id, _, perr := parse(m.Subject, m.Data)
 		if perr != nil {
