@@ -142,10 +142,12 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 	}
 	why := ""
 	switch {
-	case last == 0 && hw > 0:
+	case last == 0 && hw > 0 && !(a.unclean && a.cfg.JetStream.SyncInterval > 0):
 		// Nothing left to rebuild from: purging would destroy the only
 		// copy of the orders' state. Refused at every start until an
-		// operator decides.
+		// operator decides. (After an unclean stop in a relaxed mode an
+		// empty stream is the documented loss, the events of the last
+		// interval: the projection is rebuilt, to empty, below.)
 		return withHint(fmt.Errorf("recovery check: stream %q is empty but the projection %q holds orders applied up to sequence %d: the stream's events are gone (a deleted or unreadable store?)",
 			spec.Stream.Name, spec.Projection.Bucket, hw),
 			fmt.Sprintf("restore %q from a backup; or, to accept the loss and start over, remove the projection (its directory %q) and start again",
