@@ -73,30 +73,13 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("printed config does not parse: %v\n%s", err, b)
 		}
-		want := redacted(cfg)
+		want := cfg.Redacted()
 		normalizeEmpty(&want)
 		normalizeEmpty(&back)
 		if !reflect.DeepEqual(back, want) {
 			t.Fatalf("round trip differs:\n got %+v\nwant %+v\nprinted:\n%s", back, want, b)
 		}
 	})
-}
-
-// redacted is what Encode prints in place of the secrets.
-func redacted(c Config) Config {
-	if c.Server.SystemPassword != "" {
-		c.Server.SystemPassword = "<redacted>"
-	}
-	users := make([]User, len(c.Server.Users))
-	for i, u := range c.Server.Users {
-		u.Password = "<redacted>"
-		users[i] = u
-	}
-	c.Server.Users = users
-	if c.Admin.Token != "" {
-		c.Admin.Token = "<redacted>"
-	}
-	return c
 }
 
 // normalizeEmpty makes the empty user list non-nil: the encoder omits an

@@ -152,9 +152,9 @@ func (c Config) AdminToken() (string, error) {
 	return t, nil
 }
 
-// Encode writes c as TOML: the effective configuration `check -print` shows.
-// Secrets are masked.
-func (c Config) Encode() ([]byte, error) {
+// Redacted is c with every secret replaced by "<redacted>": what Encode
+// prints.
+func (c Config) Redacted() Config {
 	if c.Server.SystemPassword != "" {
 		c.Server.SystemPassword = "<redacted>"
 	}
@@ -167,8 +167,14 @@ func (c Config) Encode() ([]byte, error) {
 	if c.Admin.Token != "" {
 		c.Admin.Token = "<redacted>"
 	}
+	return c
+}
+
+// Encode writes c as TOML: the effective configuration `check -print` shows.
+// Secrets are masked.
+func (c Config) Encode() ([]byte, error) {
 	var b bytes.Buffer
-	if err := toml.NewEncoder(&b).Encode(c); err != nil {
+	if err := toml.NewEncoder(&b).Encode(c.Redacted()); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil
