@@ -43,8 +43,11 @@ func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
 
 // ListDeadLetters returns up to limit dead letters from stream with a
 // sequence at or after from (1 for the start), oldest first, and the
-// sequence to pass as from for the next page (0 when there is none). With
-// none to list it returns an empty, non-nil slice.
+// sequence to pass as from for the next page (0 when there is none). A
+// page also ends once it holds MaxPageBytes of payloads and headers (it
+// always holds at least one), so that listing never holds more than that
+// in memory whatever the dead letters' sizes. With none to list it returns
+// an empty, non-nil slice.
 func ListDeadLetters(ctx context.Context, js jetstream.JetStream, stream string, from uint64, limit int) ([]DeadLetter, uint64, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -68,10 +71,22 @@ func ListDeadLetters(ctx context.Context, js jetstream.JetStream, stream string,
 		return out, 0, err
 	}
 	next := uint64(0)
-	if len(out) == limit && seq <= info.State.LastSeq {
+	if seq <= info.State.LastSeq && (len(out) == limit || pageBytes(out) >= MaxPageBytes) {
 		next = seq
 	}
 	return out, next, nil
+}
+
+// MaxPageBytes bounds the payloads and headers of one page of
+// [ListDeadLetters].
+const MaxPageBytes = 8 << 20
+
+func pageBytes(l []DeadLetter) int {
+	n := 0
+	for _, d := range l {
+		n += len(d.Data) + headerSize(d.Header)
+	}
+	return n
 }
 
 // LatestDeadLetters returns up to n of the most recent dead letters in
@@ -125,8 +140,8 @@ func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream strin
 // after the last one read.
 func scanDeadLetters(ctx context.Context, s jetstream.Stream, stream string, from, to uint64, limit int) ([]DeadLetter, uint64, error) {
 	out := []DeadLetter{}
-	seq := from
-	for (limit <= 0 || len(out) < limit) && seq <= to {
+	seq, size := from, 0
+	for (limit <= 0 || len(out) < limit) && seq <= to && size < MaxPageBytes {
 		// The first message at or after seq: removed ones are skipped.
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(">"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -138,7 +153,9 @@ func scanDeadLetters(ctx context.Context, s jetstream.Stream, stream string, fro
 		if m.Sequence > to {
 			break
 		}
-		out = append(out, deadLetterFrom(m))
+		d := deadLetterFrom(m)
+		out = append(out, d)
+		size += len(d.Data) + headerSize(d.Header)
 		seq = m.Sequence + 1
 	}
 	return out, seq, nil

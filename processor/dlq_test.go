@@ -3,11 +3,14 @@ package processor_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/processor"
 )
@@ -106,5 +109,39 @@ func TestLatestDeadLetters(t *testing.T) {
 				t.Errorf("LatestDeadLetters(%d) = %v, not the tail of ListDeadLetters %v", tt.n, seqs(got), seqs(all))
 			}
 		})
+	}
+}
+
+// A page of dead letters is bounded in bytes too: large dead letters come
+// in several pages, each about MaxPageBytes, and every one is listed.
+func TestListDeadLettersPagesByBytes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	dlq := e.cfg.Processor.DeadLetterStream
+	big := strings.Repeat("x", 900<<10)
+	const n = 20 // 18 MiB
+	for i := range n {
+		if _, err := e.js.Publish(ctx, "dlq."+dlq+".orders.created", []byte(big), jetstream.WithMsgID(fmt.Sprint("big-", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen, pages := 0, 0
+	for from := uint64(1); ; {
+		items, next, err := processor.ListDeadLetters(ctx, e.js, dlq, from, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if b := len(items) * len(big); b > processor.MaxPageBytes+len(big)+(1<<20) {
+			t.Fatalf("page %d holds %d bytes of payload, more than MaxPageBytes", pages, b)
+		}
+		seen += len(items)
+		if next == 0 {
+			break
+		}
+		from = next
+	}
+	if seen != n || pages < 2 {
+		t.Fatalf("listed %d of %d in %d pages, want all of them in more than one", seen, n, pages)
 	}
 }
