@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/internal/powerfs"
 	"github.com/orderstore/orderstore/processor"
 )
@@ -136,7 +137,7 @@ func runCuts(t *testing.T, v variant, m syncMode, r *rand.Rand) {
 		// sync interval in relaxed mode, while events are in flight.
 		runFor := time.Duration(300+r.IntN(1700)) * time.Millisecond
 		deadline := time.Now().Add(runFor)
-		waitFor(t, 30*time.Second, func() error {
+		embeddedtest.WaitFor(t, 30*time.Second, func() error {
 			if c.exited() {
 				t.Fatalf("cut %d: the appliance exited while publishing:\n%s", cut, c.output())
 			}
@@ -357,7 +358,7 @@ func (c *child) stopProcess(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() error {
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
 		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 		if err != nil {
 			return err
@@ -580,7 +581,7 @@ func check(t *testing.T, c *child, l *ledger, m syncMode, stopAt time.Time, tot 
 	}
 
 	// 2. the projection, once the processor caught up
-	waitFor(t, 90*time.Second, func() error {
+	embeddedtest.WaitFor(t, 90*time.Second, func() error {
 		if c.exited() {
 			t.Fatalf("the appliance exited:\n%s", c.output())
 		}
@@ -745,22 +746,6 @@ func projection(t *testing.T, ctx context.Context, js jetstream.JetStream, bucke
 		out[k] = o
 	}
 	return out
-}
-
-// waitFor polls f until it returns nil, failing the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not after %s: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 type syncBuffer struct {
