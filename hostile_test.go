@@ -142,24 +142,32 @@ func TestHostileAdminRequests(t *testing.T) {
 	tests := []struct {
 		method, path string
 		want         int
+		origin       string
 	}{
-		{"GET", "/v1/orders/" + strings.Repeat("a", 5000), 404},
-		{"GET", "/v1/orders/" + strings.Repeat("a", 60000), 404},
-		{"GET", "/v1/orders/" + url.PathEscape("a b"), 404},
-		{"GET", "/v1/orders/" + url.PathEscape("a.>"), 404},
-		{"GET", "/v1/orders/%00", 404},
-		{"GET", "/v1/dlq?from=-1", 400},
-		{"GET", "/v1/dlq?limit=1000000000", 400},
-		{"GET", "/v1/dlq?from=" + strings.Repeat("9", 100), 400},
-		{"POST", "/v1/dlq/abc/replay", 400},
-		{"POST", "/v1/dlq/99999999999999999999999/replay", 400},
-		{"POST", "/v1/dlq/123/replay", 404},
-		{"DELETE", "/v1/orders/x", 405},
+		{"GET", "/v1/orders/" + strings.Repeat("a", 5000), 404, ""},
+		{"GET", "/v1/orders/" + strings.Repeat("a", 60000), 404, ""},
+		{"GET", "/v1/orders/" + url.PathEscape("a b"), 404, ""},
+		{"GET", "/v1/orders/" + url.PathEscape("a.>"), 404, ""},
+		{"GET", "/v1/orders/%00", 404, ""},
+		{"GET", "/v1/dlq?from=-1", 400, ""},
+		{"GET", "/v1/dlq?limit=1000000000", 400, ""},
+		{"GET", "/v1/dlq?from=" + strings.Repeat("9", 100), 400, ""},
+		{"POST", "/v1/dlq/abc/replay", 400, ""},
+		{"POST", "/v1/dlq/99999999999999999999999/replay", 400, ""},
+		{"POST", "/v1/dlq/123/replay", 404, ""},
+		{"DELETE", "/v1/orders/x", 405, ""},
+		// A page elsewhere posting to the listener through the user's browser.
+		{"POST", "/v1/dlq/1/replay", 403, "http://evil.example"},
+		{"POST", "/login", 403, "http://evil.example"},
+		{"POST", "/v1/dlq/123/replay", 404, "http://" + app.AdminAddr()},
 	}
 	for _, tt := range tests {
 		req, err := http.NewRequest(tt.method, base+tt.path, nil)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if tt.origin != "" {
+			req.Header.Set("Origin", tt.origin)
 		}
 		resp, err := hc.Do(req)
 		if err != nil {

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -166,11 +167,11 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /v1/status", s.auth(s.needBackend(s.status)))
 	s.mux.Handle("GET /v1/orders/{id}", s.auth(s.needBackend(s.order)))
 	s.mux.Handle("GET /v1/dlq", s.auth(s.needBackend(s.dlqList)))
-	s.mux.Handle("POST /v1/dlq/{seq}/replay", s.auth(s.needBackend(s.dlqReplay)))
+	s.mux.Handle("POST /v1/dlq/{seq}/replay", sameOrigin(s.auth(s.needBackend(s.dlqReplay))))
 	for path, h := range s.cfg.Monitoring {
 		s.mux.Handle("GET "+path, s.auth(h))
 	}
-	s.mux.HandleFunc("POST /login", s.login)
+	s.mux.Handle("POST /login", sameOrigin(http.HandlerFunc(s.login)))
 	s.mux.Handle("GET /{$}", s.auth(http.HandlerFunc(s.dashboard)))
 	s.mux.Handle("GET /ui/", s.auth(http.StripPrefix("/ui/", http.FileServerFS(uiFS()))))
 }
@@ -445,6 +446,23 @@ func (s *Server) maxStore(ai *jetstream.AccountInfo) int64 {
 		return ai.Limits.MaxStore
 	}
 	return 0
+}
+
+// sameOrigin refuses a state-changing request a browser sends from another
+// origin (a page elsewhere posting to the admin listener on the user's
+// loopback): its Origin header, when present, must name this host.
+// Clients that are not browsers send no Origin and are not affected.
+func sameOrigin(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o := r.Header.Get("Origin"); o != "" {
+			u, err := url.Parse(o)
+			if err != nil || u.Host != r.Host {
+				writeJSON(w, http.StatusForbidden, map[string]string{"error": "cross-origin request refused"})
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // clip shortens what a request sent before it is echoed.

@@ -59,7 +59,7 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "SEQ\tSUBJECT\tORIG SEQ\tDELIVERIES\tDEAD-LETTERED\tERROR\tDATA")
 		for _, d := range p.Items {
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%s\n", d.Sequence, d.Subject, d.OriginalSequence, d.Deliveries,
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%s\n", d.Sequence, clip(d.Subject, 80), d.OriginalSequence, d.Deliveries,
 				d.DeadLetteredAt.Format(time.RFC3339), d.Error, preview(d.Data))
 		}
 		tw.Flush()
@@ -118,6 +118,14 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
+}
+
+// clip shortens s for a table column.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 func preview(b []byte) string {
