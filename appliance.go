@@ -2,6 +2,7 @@ package orderstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,7 @@ type Appliance struct {
 	srv        *embedded.Server
 	srvChanged chan struct{} // closed and replaced when srv is replaced
 	ec         embedded.Config
+	id         *internalIdentity // how orderstore's own connections sign in
 	nsrv       atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
 	guard      *storeGuard
 	// Two internal connections, so that neither part shares the other's
@@ -134,6 +136,14 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	for _, w := range rep.Warnings {
 		log.Warn("preflight", "warning", w)
 	}
+	if moved, err := migrateLegacyAccount(rep.StoreDir); err != nil {
+		return nil, err
+	} else if moved {
+		log.Info("store moved to its account", "from", "jetstream/"+legacyAccount, "to", "jetstream/"+StreamAccount)
+	}
+	for _, w := range cfg.PlaintextWarnings() {
+		log.Warn("PLAINTEXT LISTENER", "warning", w)
+	}
 	log.Info("preflight ok", "store_dir", rep.StoreDir, "lock", lock.Path(),
 		"free_disk", bytesize.Format(int64(rep.FreeBytes)), "used", bytesize.Format(rep.UsedBytes),
 		"max_file_store", bytesize.Format(cfg.JetStream.MaxFileStore))
@@ -210,6 +220,7 @@ func (a *Appliance) startAdmin() error {
 	storeDir := a.report.StoreDir
 	a.adm = admin.New(admin.Config{
 		Token:            cfg.Admin.Token,
+		AllowedHosts:     cfg.Admin.AllowedHosts,
 		Stream:           cfg.Stream.Name,
 		Subjects:         cfg.Stream.Subjects,
 		Durable:          durable,
@@ -236,24 +247,47 @@ func (a *Appliance) startAdmin() error {
 		return withHint(fmt.Errorf("admin listener %s: %w", cfg.Admin.Listen, err),
 			fmt.Sprintf("another process listens on %s; stop it or set admin.listen (\"\" disables the admin listener)", cfg.Admin.Listen))
 	}
+	tcfg, err := loadTLS("admin.tls", cfg.Admin.TLS)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if tcfg != nil {
+		ln = tls.NewListener(ln, tcfg)
+	}
 	a.adminLn = ln
 	a.hs = &http.Server{
 		Handler:           a.adm,
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       cfg.Admin.ReadTimeout,
+		WriteTimeout:      cfg.Admin.WriteTimeout,
+		IdleTimeout:       cfg.Admin.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(a.log.With("component", "admin").Handler(), slog.LevelWarn),
+	}
+	if a.hs.ReadHeaderTimeout > cfg.Admin.ReadTimeout && cfg.Admin.ReadTimeout > 0 {
+		a.hs.ReadHeaderTimeout = cfg.Admin.ReadTimeout
 	}
 	go func() {
 		if err := a.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.serveErr <- err
 		}
 	}()
-	a.log.Info("admin listening", "addr", ln.Addr().String(), "token", cfg.Admin.Token != "")
+	a.log.Info("admin listening", "addr", ln.Addr().String(), "token", cfg.Admin.Token != "", "tls", tcfg != nil)
 	return nil
 }
 
 // startNATS starts the embedded server and the internal connection.
 func (a *Appliance) startNATS(ctx context.Context) error {
-	ec, internalPassword := a.cfg.embeddedConfig(a.log)
+	id, err := newInternalIdentity()
+	if err != nil {
+		return err
+	}
+	a.id = id
+	ec, err := a.cfg.embeddedConfig(a.log, id)
+	if err != nil {
+		return err
+	}
 	ec.OnError = a.guard.onNATSError
 	t0 := time.Now()
 	srv, err := embedded.Start(ctx, ec)
@@ -267,10 +301,10 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	a.log.Info("nats ready", "client_url", srv.ClientURL(), "took", time.Since(t0).Round(time.Millisecond).String(),
 		"sync_interval", policy, "durability", desc)
 
-	if a.nc, a.js, err = a.connect("orderstore-internal", internalPassword, a.ncClosed); err != nil {
+	if a.nc, a.js, err = a.connect("orderstore-internal", a.ncClosed); err != nil {
 		return err
 	}
-	if a.pnc, a.pjs, err = a.connect("orderstore-processor", internalPassword, a.pncClosed); err != nil {
+	if a.pnc, a.pjs, err = a.connect("orderstore-processor", a.pncClosed); err != nil {
 		return err
 	}
 	return nil
@@ -302,7 +336,7 @@ func (a *Appliance) setServer(srv *embedded.Server) {
 // connect opens an in-process connection that reconnects when the server
 // drops it (a slow consumer, a protocol error, an operator's kick) and
 // closes (for the watchdog) only when it cannot.
-func (a *Appliance) connect(name, password string, closed chan struct{}) (*nats.Conn, jetstream.JetStream, error) {
+func (a *Appliance) connect(name string, closed chan struct{}) (*nats.Conn, jetstream.JetStream, error) {
 	log := a.log.With("component", "nats-client", "conn", name)
 	// In-process through the appliance, so a reconnect reaches the server
 	// running now (the store guard may have restarted it). Reconnects give
@@ -321,9 +355,7 @@ func (a *Appliance) connect(name, password string, closed chan struct{}) (*nats.
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info("internal connection reconnected") }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("internal connection", "err", err) }),
 	}
-	if password != "" {
-		opts = append(opts, nats.UserInfo(internalUser, password))
-	}
+	opts = append(opts, a.id.options()...)
 	nc, err := nats.Connect("", opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect in-process (%s): %w", name, err)

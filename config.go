@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/nats-io/nkeys"
+
 	"github.com/orderstore/orderstore/admin"
 	"github.com/orderstore/orderstore/internal/bytesize"
 	"github.com/orderstore/orderstore/processor"
@@ -53,19 +55,81 @@ type ServerConfig struct {
 	// Default 1 MiB; at most 64 MiB.
 	MaxPayload int64
 	// SystemUser and SystemPassword, both set, define a system-account
-	// user so `nats server info` works. Default none.
+	// user so `nats server info` works. Default none. The password may be
+	// a bcrypt hash.
 	SystemUser, SystemPassword string
-	// Users are the client users. Empty means anonymous clients, which is
-	// allowed on a loopback Host only.
+	// Users are the client users, each in an account of its own (see
+	// [User]). Empty means anonymous clients, which is allowed on a
+	// loopback Host only; with users, a client without credentials is
+	// always refused.
 	Users []User
+	// TLS secures the client port. Zero: plaintext.
+	TLS TLSConfig
+	// AllowPlaintext silences the warning a non-loopback Host without TLS
+	// logs at every start (for labs).
+	AllowPlaintext bool
+	// MaxConnections caps client connections; past it new clients are
+	// refused, so a flood cannot exhaust the process's file descriptors.
+	// Default 4096 (the systemd unit allows 65536 descriptors).
+	MaxConnections int
+	// MaxSubscriptions caps one connection's subscriptions. Default 10000;
+	// 0 is unlimited.
+	MaxSubscriptions int
 }
 
-// User is one NATS client user ([[server.users]]).
+// TLSConfig names the certificate files of a listener ([server.tls],
+// [admin.tls]).
+type TLSConfig struct {
+	// CertFile and KeyFile are PEM files: the listener's certificate
+	// (chain) and its private key. Both or neither.
+	CertFile, KeyFile string
+	// CAFile is a PEM file of the CAs that sign client certificates; with
+	// Verify, every client must present one they signed. Client port only.
+	CAFile string
+	Verify bool
+	// MinVersion is the lowest TLS version accepted: "1.2" (default) or
+	// "1.3".
+	MinVersion string
+}
+
+// Enabled reports whether a certificate is configured.
+func (t TLSConfig) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" }
+
+// Roles of a [User].
+const (
+	// RoleProducer may publish to the stream's subjects and receive its
+	// own publish acks, nothing else.
+	RoleProducer = "producer"
+	// RoleReader may read stream and consumer info, read events (ordered
+	// consumers, its own durable consumers) and the projection; it cannot
+	// publish, purge, delete or touch the processor's consumer.
+	RoleReader = "reader"
+	// RoleAdmin may do everything to orderstore's streams, consumers and
+	// buckets, publish events, and run `nats server info/report`.
+	RoleAdmin = "admin"
+)
+
+// User is one NATS client user ([[server.users]]). Each user lands in an
+// account of its own, which reaches the stream's account only through the
+// services its role imports: no user can receive another user's replies,
+// and the stream's account holds orderstore's own connections only.
 type User struct {
-	Name, Password string
+	// Name is the user name (with Nkey: a label in logs and errors).
+	Name string
+	// Password logs the user in; a bcrypt hash ("$2a$...", made with
+	// `nats server passwd`) is accepted and keeps the secret out of the
+	// file. Nkey, instead of a password, is the user's public nkey
+	// ("U...", made with `nk -gen user -pubout`).
+	Password, Nkey string
+	// Role is RoleProducer, RoleReader or RoleAdmin. Leave it empty to
+	// give explicit Publish/Subscribe lists instead: such a user gets the
+	// admin role's imports, limited by the lists.
+	Role string
 	// Publish and Subscribe list the subjects the user may publish to and
-	// subscribe to; empty means everything.
-	Publish, Subscribe []string
+	// subscribe to (empty: everything); the Deny lists refuse subjects an
+	// allow list would permit.
+	Publish, Subscribe         []string
+	PublishDeny, SubscribeDeny []string
 }
 
 // JetStreamConfig is the storage engine ([jetstream]).
@@ -168,8 +232,22 @@ type AdminConfig struct {
 	// one. Default "127.0.0.1:8222". A non-loopback address needs Token.
 	Listen string
 	// Token, when set, is required as a bearer token on everything but
-	// /livez and /readyz.
+	// /livez and /readyz. At least 16 characters.
 	Token string
+	// TLS serves the listener over HTTPS (CertFile and KeyFile only).
+	TLS TLSConfig
+	// AllowedHosts are the host names (besides IP addresses and
+	// "localhost") a request's Host header may carry: what a browser sends
+	// when you reach the listener by name. A request for any other host is
+	// refused, which defeats DNS rebinding.
+	AllowedHosts []string
+	// AllowPlaintext silences the warning a non-loopback listener without
+	// TLS logs at every start (for labs).
+	AllowPlaintext bool
+	// ReadTimeout, WriteTimeout and IdleTimeout bound a request's reading,
+	// its response and an idle keep-alive connection. Defaults 30s, 60s
+	// and 120s. No TOML keys.
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }
 
 // DefaultConfig returns the built-in configuration: what `orderstore run`
@@ -179,8 +257,10 @@ func DefaultConfig() Config {
 		Server: ServerConfig{
 			Name:       "orderstore",
 			Host:       "127.0.0.1",
-			Port:       4222,
-			MaxPayload: 1 << 20,
+			Port:             4222,
+			MaxPayload:       1 << 20,
+			MaxConnections:   4096,
+			MaxSubscriptions: 10000,
 		},
 		JetStream: JetStreamConfig{
 			StoreDir:       "./orderstore-data",
@@ -212,7 +292,7 @@ func DefaultConfig() Config {
 			ProjectionBucket:   "ORDERS",
 			ProjectionMaxBytes: 512 << 20,
 		},
-		Admin: AdminConfig{Listen: "127.0.0.1:8222"},
+		Admin: AdminConfig{Listen: "127.0.0.1:8222", ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second},
 	}
 }
 
@@ -292,17 +372,76 @@ func (c Config) Validate() error {
 	seen := map[string]bool{}
 	for i, u := range s.Users {
 		field := fmt.Sprintf("Server.Users[%d]", i)
-		if u.Name == "" || u.Password == "" {
-			bad(field, u.Name, "needs user and password")
-		}
-		if seen[u.Name] || (u.Name != "" && u.Name == s.SystemUser) || u.Name == internalUser {
+		switch {
+		case u.Name == "":
+			bad(field+".Name", nil, "is required")
+		case len(u.Name) > 128 || strings.IndexFunc(u.Name, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
+			bad(field+".Name", clipValue(u.Name), "must be at most 128 characters without spaces")
+		case seen[u.Name] || u.Name == s.SystemUser || reservedUser(u.Name):
 			bad(field+".Name", u.Name, "is defined twice or reserved")
 		}
 		seen[u.Name] = true
+		switch {
+		case u.Password == "" && u.Nkey == "":
+			bad(field+".Password", nil, "set password (or password_file) or nkey")
+		case u.Password != "" && u.Nkey != "":
+			bad(field+".Nkey", nil, "set password or nkey, not both")
+		case u.Nkey != "" && !nkeys.IsValidPublicUserKey(u.Nkey):
+			bad(field+".Nkey", clipValue(u.Nkey), "is not a public user nkey (\"U...\", from `nk -gen user -pubout`)")
+		}
+		lists := len(u.Publish)+len(u.Subscribe)+len(u.PublishDeny)+len(u.SubscribeDeny) > 0
+		switch u.Role {
+		case RoleProducer, RoleReader, RoleAdmin:
+			if lists {
+				bad(field+".Role", u.Role, "set a role or publish/subscribe lists, not both")
+			}
+		case "":
+			if !lists {
+				bad(field+".Role", nil, "set role = \"producer\", \"reader\" or \"admin\" (or explicit publish/subscribe lists)")
+			}
+		default:
+			bad(field+".Role", clipValue(u.Role), "must be \"producer\", \"reader\" or \"admin\"")
+		}
+		for _, l := range []struct {
+			name string
+			subj []string
+		}{{"Publish", u.Publish}, {"Subscribe", u.Subscribe}, {"PublishDeny", u.PublishDeny}, {"SubscribeDeny", u.SubscribeDeny}} {
+			for k, subj := range l.subj {
+				if !validSubject(subj) {
+					bad(fmt.Sprintf("%s.%s[%d]", field, l.name, k), clipValue(subj), "is not a valid NATS subject")
+				}
+			}
+		}
 	}
 	if s.Host != "" && !isLoopback(s.Host) && len(s.Users) == 0 {
 		bad("Server.Host", s.Host, "is not a loopback address and no users are configured: anyone on the network could publish and read orders; add users, or bind 127.0.0.1")
 	}
+	if s.MaxConnections < 1 || s.MaxConnections > 1<<20 {
+		bad("Server.MaxConnections", s.MaxConnections, "must be between 1 and 1048576 (keep it well below the process's file descriptor limit)")
+	}
+	if s.MaxSubscriptions < 0 {
+		bad("Server.MaxSubscriptions", s.MaxSubscriptions, "must be zero (unlimited) or positive")
+	}
+	validTLS := func(field string, t TLSConfig, client bool) {
+		if (t.CertFile == "") != (t.KeyFile == "") {
+			bad(field+".CertFile", nil, "cert_file and key_file go together")
+		}
+		if !client && (t.CAFile != "" || t.Verify) {
+			bad(field+".CAFile", nil, "client certificates (ca_file, verify) are for the client port only")
+		}
+		if t.Verify && t.CAFile == "" {
+			bad(field+".Verify", true, "needs ca_file: the CAs that sign client certificates")
+		}
+		if (t.Verify || t.CAFile != "") && !t.Enabled() {
+			bad(field+".CAFile", nil, "needs cert_file and key_file: client certificates are checked only over TLS")
+		}
+		switch t.MinVersion {
+		case "", "1.2", "1.3":
+		default:
+			bad(field+".MinVersion", clipValue(t.MinVersion), "must be \"1.2\" or \"1.3\"")
+		}
+	}
+	validTLS("Server.TLS", s.TLS, true)
 
 	j := c.JetStream
 	if j.StoreDir == "" {
@@ -420,10 +559,33 @@ func (c Config) Validate() error {
 			bad("Admin.Listen", a.Listen, "is not a loopback address and no admin token is set: set a token, or bind 127.0.0.1")
 		}
 	}
+	if a.Token != "" && len(a.Token) < minTokenLen {
+		bad("Admin.Token", nil, "is %d characters, want at least %d (make one with `openssl rand -hex 24`)", len(a.Token), minTokenLen)
+	}
+	validTLS("Admin.TLS", a.TLS, false)
+	for i, h := range a.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/ @?#") || len(h) > 253 {
+			bad(fmt.Sprintf("Admin.AllowedHosts[%d]", i), clipValue(h), "must be a host name as a browser sends it (e.g. \"orders.example.com\" or \"orders.example.com:8222\")")
+		}
+	}
+	if a.ReadTimeout < 0 || a.WriteTimeout < 0 || a.IdleTimeout < 0 {
+		bad("Admin.ReadTimeout", nil, "timeouts must not be negative")
+	}
 	if len(errs) > 0 {
 		return &ValidationError{Problems: errs}
 	}
 	return nil
+}
+
+// minTokenLen is the shortest admin token accepted.
+const minTokenLen = 16
+
+// clipValue shortens a value before a message echoes it.
+func clipValue(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 // size marks a byte count for Validate's messages.
@@ -442,8 +604,12 @@ func tomlKey(field string) string {
 		switch {
 		case p == "JetStream":
 			p = "jetstream"
-		case p == "Name" && i > 0 && strings.HasPrefix(parts[i-1], "Users["):
+		case p == "Name" && i > 0 && strings.HasPrefix(parts[i-1], "users["):
 			p = "user"
+		case p == "TLS":
+			p = "tls"
+		case p == "CAFile":
+			p = "ca_file"
 		default:
 			var b strings.Builder
 			for j, r := range p {

@@ -45,7 +45,7 @@ func damagedStore(t *testing.T, n int) orderstore.Config {
 }
 
 func streamDir(cfg orderstore.Config, name string) string {
-	return filepath.Join(cfg.JetStream.StoreDir, "jetstream", "$G", "streams", name)
+	return filepath.Join(cfg.JetStream.StoreDir, "jetstream", orderstore.StreamAccount, "streams", name)
 }
 
 func firstBlock(t *testing.T, cfg orderstore.Config) string {

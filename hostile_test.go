@@ -160,13 +160,18 @@ func TestHostileAdminRequests(t *testing.T) {
 		{"POST", "/v1/dlq/1/replay", 403, "http://evil.example"},
 		{"POST", "/login", 403, "http://evil.example"},
 		{"POST", "/v1/dlq/123/replay", 404, "http://" + app.AdminAddr()},
+		// A form post (no JSON Content-Type) from anywhere.
+		{"POST", "/v1/dlq/123/replay", 415, "form"},
 	}
 	for _, tt := range tests {
 		req, err := http.NewRequest(tt.method, base+tt.path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tt.origin != "" {
+		if tt.method == "POST" && tt.origin != "form" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if tt.origin != "" && tt.origin != "form" {
 			req.Header.Set("Origin", tt.origin)
 		}
 		resp, err := hc.Do(req)

@@ -23,11 +23,18 @@ type DriftError = bootstrap.DriftError
 var ErrLocked = bootstrap.ErrLocked
 
 // Preflight runs start-up's checks without starting anything, like
-// `orderstore check`: cfg is valid, the store directory exists (it is
-// created) and is writable, the disk has room, and no other process holds
-// the store (the lock is taken and released at once).
+// `orderstore check`: cfg is valid, the TLS certificates load, the store
+// directory exists (it is created) and is writable, the disk has room, and
+// no other process holds the store (the lock is taken and released at
+// once).
 func Preflight(cfg Config) (PreflightReport, error) {
 	if err := cfg.Validate(); err != nil {
+		return PreflightReport{}, err
+	}
+	if _, err := loadTLS("server.tls", cfg.Server.TLS); err != nil {
+		return PreflightReport{}, err
+	}
+	if _, err := loadTLS("admin.tls", cfg.Admin.TLS); err != nil {
 		return PreflightReport{}, err
 	}
 	lock, rep, err := bootstrap.Preflight(cfg.preflightConfig())

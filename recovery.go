@@ -38,7 +38,7 @@ import (
 
 // streamDir is where nats keeps stream name's files.
 func (a *Appliance) streamDir(name string) string {
-	return filepath.Join(a.report.StoreDir, "jetstream", "$G", "streams", name)
+	return filepath.Join(a.report.StoreDir, "jetstream", StreamAccount, "streams", name)
 }
 
 func (a *Appliance) note(format string, args ...any) {

@@ -2,8 +2,6 @@ package orderstore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -16,37 +14,37 @@ import (
 	"github.com/orderstore/orderstore/processor"
 )
 
-// internalUser is the user orderstore's own in-process connection uses when
-// client users are configured (auth then applies in-process too).
-const internalUser = "orderstore-internal"
+// internalConns are orderstore's own in-process connections, which nats
+// counts among its connections: max_connections counts clients only.
+const internalConns = 2
 
-// embeddedConfig is the embedded server for c. When c has client users it
-// adds internalUser with a fresh random password and returns it.
-func (c Config) embeddedConfig(logger *slog.Logger) (ec embedded.Config, internalPassword string) {
-	ec = embedded.Config{
-		StoreDir:       c.JetStream.StoreDir,
-		Host:           c.Server.Host,
-		Port:           c.Server.Port,
-		ServerName:     c.Server.Name,
-		MaxPayload:     int32(c.Server.MaxPayload),
-		MaxMemory:      c.JetStream.MaxMemoryStore,
-		MaxStore:       c.JetStream.MaxFileStore,
-		SyncInterval:   c.JetStream.SyncInterval,
-		Logger:         logger,
-		Debug:          logger.Enabled(context.Background(), slog.LevelDebug),
-		SystemUser:     c.Server.SystemUser,
-		SystemPassword: c.Server.SystemPassword,
+// embeddedConfig is the embedded server for c: the account layout of
+// [Config.accounts] with id as orderstore's own user, TLS, limits.
+func (c Config) embeddedConfig(logger *slog.Logger, id *internalIdentity) (embedded.Config, error) {
+	ec := embedded.Config{
+		StoreDir:         c.JetStream.StoreDir,
+		Host:             c.Server.Host,
+		Port:             c.Server.Port,
+		ServerName:       c.Server.Name,
+		MaxPayload:       int32(c.Server.MaxPayload),
+		MaxMemory:        c.JetStream.MaxMemoryStore,
+		MaxStore:         c.JetStream.MaxFileStore,
+		SyncInterval:     c.JetStream.SyncInterval,
+		Logger:           logger,
+		Debug:            logger.Enabled(context.Background(), slog.LevelDebug),
+		SystemUser:       c.Server.SystemUser,
+		SystemPassword:   c.Server.SystemPassword,
+		MaxConnections:   c.Server.MaxConnections + internalConns,
+		MaxSubscriptions: c.Server.MaxSubscriptions,
 	}
-	for _, u := range c.Server.Users {
-		ec.Users = append(ec.Users, embedded.User{Name: u.Name, Password: u.Password, Publish: u.Publish, Subscribe: u.Subscribe})
+	var err error
+	if ec.Accounts, ec.Users, ec.NoAuthUser, err = c.accounts(id); err != nil {
+		return ec, err
 	}
-	if len(ec.Users) > 0 {
-		var b [24]byte
-		_, _ = rand.Read(b[:])
-		internalPassword = hex.EncodeToString(b[:])
-		ec.Users = append(ec.Users, embedded.User{Name: internalUser, Password: internalPassword})
+	if ec.TLS, err = loadTLS("server.tls", c.Server.TLS); err != nil {
+		return ec, err
 	}
-	return ec, internalPassword
+	return ec, nil
 }
 
 func (c Config) preflightConfig() bootstrap.PreflightConfig {

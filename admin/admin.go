@@ -20,13 +20,11 @@ package admin
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -42,9 +40,14 @@ import (
 
 // Config is what the admin server knows from the start.
 type Config struct {
-	// Token, when set, is required as "Authorization: Bearer <token>" (or the
-	// dashboard's cookie) on everything but /livez and /readyz.
+	// Token, when set, is required as "Authorization: Bearer <token>" (or
+	// the dashboard's session cookie, from /login) on everything but
+	// /livez and /readyz.
 	Token string
+
+	// AllowedHosts are the host names a request's Host may carry besides
+	// IP addresses and "localhost" (see guard.go).
+	AllowedHosts []string
 
 	// Stream, Durable, DeadLetterStream and ProjectionBucket name
 	// orderstore's own objects: /readyz checks these and nothing else.
@@ -136,7 +139,10 @@ type Server struct {
 	log     *slog.Logger
 	backend atomic.Pointer[Backend]
 	mux     *http.ServeMux
+	handler http.Handler
 	reg     *prometheus.Registry
+	sess    sessions
+	limit   limiter
 }
 
 // New builds the server. Serve it with net/http; call SetBackend once the
@@ -150,6 +156,7 @@ func New(cfg Config) *Server {
 	s.reg.MustRegister(&collector{s: s})
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.routes()
+	s.handler = s.guard(s.mux)
 	return s
 }
 
@@ -158,7 +165,7 @@ func New(cfg Config) *Server {
 func (s *Server) SetBackend(b Backend) { s.backend.Store(&b) }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 func (s *Server) routes() {
 	s.mux.HandleFunc("GET /livez", s.livez)
@@ -167,24 +174,36 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /v1/status", s.auth(s.needBackend(s.status)))
 	s.mux.Handle("GET /v1/orders/{id}", s.auth(s.needBackend(s.order)))
 	s.mux.Handle("GET /v1/dlq", s.auth(s.needBackend(s.dlqList)))
-	s.mux.Handle("POST /v1/dlq/{seq}/replay", sameOrigin(s.auth(s.needBackend(s.dlqReplay))))
+	s.mux.Handle("POST /v1/dlq/{seq}/replay", s.auth(s.needBackend(s.dlqReplay)))
 	for path, h := range s.cfg.Monitoring {
 		s.mux.Handle("GET "+path, s.auth(h))
 	}
-	s.mux.Handle("POST /login", sameOrigin(http.HandlerFunc(s.login)))
+	s.mux.HandleFunc("POST /login", s.login)
+	s.mux.HandleFunc("POST /logout", s.logout)
 	s.mux.Handle("GET /{$}", s.auth(http.HandlerFunc(s.dashboard)))
 	s.mux.Handle("GET /ui/", s.auth(http.StripPrefix("/ui/", http.FileServerFS(uiFS()))))
 }
 
-// auth requires the token when one is configured.
+// auth requires the token when one is configured. Failed attempts count
+// against the client's address (see guard.go).
 func (s *Server) auth(h http.Handler) http.Handler {
 	if s.cfg.Token == "" {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.authorized(r) {
+		ip := remoteIP(r)
+		if limited, wait := s.limit.blocked(ip); limited {
+			tooMany(w, wait)
+			return
+		}
+		ok, tried := s.authorized(r)
+		if ok {
 			h.ServeHTTP(w, r)
 			return
+		}
+		if tried {
+			s.limit.fail(ip)
+			s.log.Warn("admin request refused: bad credentials", "remote", ip, "path", clip(r.URL.Path))
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="orderstore"`)
 		if strings.Contains(r.Header.Get("Accept"), "text/html") {
@@ -197,40 +216,61 @@ func (s *Server) auth(h http.Handler) http.Handler {
 	})
 }
 
-const tokenCookie = "orderstore_token"
-
-func (s *Server) authorized(r *http.Request) bool {
-	got := ""
-	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-		got = strings.TrimPrefix(h, "Bearer ")
-	} else if c, err := r.Cookie(tokenCookie); err == nil {
-		got = c.Value
+// authorized checks the bearer token or the session cookie; tried says
+// whether the request offered either.
+func (s *Server) authorized(r *http.Request) (ok, tried bool) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		got, isBearer := strings.CutPrefix(h, "Bearer ")
+		return isBearer && tokenEqual(got, s.cfg.Token), true
 	}
-	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) == 1
+	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != "" {
+		return s.sess.valid(c.Value), true
+	}
+	return false, false
 }
 
-// login takes the token from the dashboard's form and sets it as an
-// HttpOnly cookie, so the browser can load the dashboard and its data.
+// login takes the token from the dashboard's form (the body only, never
+// the query string, which ends up in logs and history) and answers with a
+// session cookie holding a random id, never the token.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Token == "" {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
-	tok := r.FormValue("token")
-	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.Token)) != 1 {
+	ip := remoteIP(r)
+	if limited, wait := s.limit.blocked(ip); limited {
+		s.log.Warn("admin sign-in refused: too many failures", "remote", ip)
+		tooMany(w, wait)
+		return
+	}
+	if !tokenEqual(r.PostFormValue("token"), s.cfg.Token) {
+		s.limit.fail(ip)
+		s.log.Warn("admin sign-in failed", "remote", ip)
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprint(w, loginPage)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	id, err := s.sess.create()
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "session: " + err.Error()})
+		return
+	}
+	s.log.Info("admin signed in", "remote", ip)
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", MaxAge: int(sessionTTL / time.Second),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-const loginPage = `<!doctype html><meta charset="utf-8"><title>orderstore: sign in</title>
-<style>body{font:16px system-ui,sans-serif;margin:4em auto;max-width:24em}input{font:inherit;padding:.3em;width:100%;box-sizing:border-box;margin:.5em 0}</style>
-<h1>orderstore</h1><p>This admin listener requires the admin token (<code>[admin] token</code>).</p>
-<form method="post" action="/login"><input type="password" name="token" placeholder="admin token" autofocus><input type="submit" value="Sign in"></form>`
+// logout ends the dashboard session.
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		s.sess.remove(c.Value)
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
 
 func (s *Server) needBackend(h func(http.ResponseWriter, *http.Request, *Backend)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -446,23 +486,6 @@ func (s *Server) maxStore(ai *jetstream.AccountInfo) int64 {
 		return ai.Limits.MaxStore
 	}
 	return 0
-}
-
-// sameOrigin refuses a state-changing request a browser sends from another
-// origin (a page elsewhere posting to the admin listener on the user's
-// loopback): its Origin header, when present, must name this host.
-// Clients that are not browsers send no Origin and are not affected.
-func sameOrigin(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if o := r.Header.Get("Origin"); o != "" {
-			u, err := url.Parse(o)
-			if err != nil || u.Host != r.Host {
-				writeJSON(w, http.StatusForbidden, map[string]string{"error": "cross-origin request refused"})
-				return
-			}
-		}
-		h.ServeHTTP(w, r)
-	})
 }
 
 // clip shortens what a request sent before it is echoed.

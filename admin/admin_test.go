@@ -27,7 +27,7 @@ func testConfig() Config {
 func do(t *testing.T, h http.Handler, path string) (int, map[string]any) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:8222"+path, nil))
 	var m map[string]any
 	json.Unmarshal(rec.Body.Bytes(), &m)
 	return rec.Code, m
@@ -51,7 +51,7 @@ func TestBeforeBackendIsRecovering(t *testing.T) {
 		t.Errorf("/v1/status before backend = %d, want 503", code)
 	}
 	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:8222/metrics", nil))
 	if !strings.Contains(rec.Body.String(), "orderstore_up 0") {
 		t.Errorf("metrics before backend lack orderstore_up 0")
 	}

@@ -47,7 +47,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	names := map[string]bool{}
 	scrape := func(s *Server) {
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		s.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:8222/metrics", nil))
 		if rec.Code != 200 {
 			t.Fatalf("/metrics = %d", rec.Code)
 		}

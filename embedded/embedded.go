@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,8 +72,36 @@ type Config struct {
 	// Anonymous clients (or Users) keep landing in the default account.
 	SystemUser, SystemPassword string
 
-	// Users are the client users. Empty means anonymous clients are allowed.
+	// Users are the client users. Empty means anonymous clients are allowed
+	// (unless NoAuthUser names one of them, see there).
 	Users []User
+
+	// Accounts, when set, are the server's accounts besides the default
+	// one: a JetStream-enabled account holds its own streams (in
+	// StoreDir/jetstream/<Name>), and service exports and imports connect
+	// them. A user with Account "" stays in the default account. An
+	// account named like the system account ("SYS") only adds exports to
+	// it. With Accounts set, nats-server's hidden no-auth user for the
+	// default account is never added: a client without credentials is
+	// refused unless NoAuthUser is set.
+	Accounts []Account
+
+	// NoAuthUser names the user (in Users: its Name, or its Nkey for an
+	// nkey user) a client without credentials connects as. Empty refuses
+	// such clients when any user exists.
+	NoAuthUser string
+
+	// TLS, when set, secures the client port: every TCP client must speak
+	// TLS (in-process connections need not). For client certificates set
+	// its ClientAuth and ClientCAs. TLSTimeout bounds the handshake
+	// (default 2s).
+	TLS        *tls.Config
+	TLSTimeout time.Duration
+
+	// MaxConnections caps client connections (0: nats' default of 64K);
+	// past it new clients are refused. MaxSubscriptions caps a
+	// connection's subscriptions (0: unlimited).
+	MaxConnections, MaxSubscriptions int
 
 	// OnError, if set, is called with every error line nats-server logs
 	// (a stream's critical write error, for one), on the logging goroutine:
@@ -82,11 +111,49 @@ type Config struct {
 
 // User is one client user and its permissions.
 type User struct {
+	// Name and Password log the user in; a Password starting with "$2a$"
+	// (or $2b$, $2y$) is a bcrypt hash. With Nkey set instead, the user
+	// signs in with that public user nkey ("U..."), and Name only labels it.
 	Name, Password string
+	Nkey           string
+	// Account is the account the user lands in: one of Config.Accounts,
+	// or "" for the default account.
+	Account string
 	// Publish and Subscribe list the subjects the user may publish to and
 	// subscribe to. Empty means everything. JetStream clients also need
 	// "$JS.API.>" (publish) and "_INBOX.>" (subscribe); the caller adds them.
 	Publish, Subscribe []string
+	// PublishDeny and SubscribeDeny list subjects refused even where an
+	// allow list (or its absence) would permit them.
+	PublishDeny, SubscribeDeny []string
+}
+
+// Account is one nats account (see Config.Accounts).
+type Account struct {
+	// Name is letters, digits, '_' and '-'.
+	Name string
+	// JetStream enables JetStream for the account, without limits of its
+	// own (the server's MaxMemory and MaxStore bound it).
+	JetStream bool
+	// Exports are the services other accounts may import from it.
+	Exports []Export
+	// Imports bring other accounts' exported services into it: a publish
+	// on Subject here is delivered there, and its replies come back.
+	Imports []Import
+}
+
+// Export is a service export.
+type Export struct {
+	Subject string
+	// Streamed marks a service that answers one request with several
+	// messages (a JetStream pull request, a server PING).
+	Streamed bool
+}
+
+// Import is a service import of Subject from Account (same subject on
+// both sides).
+type Import struct {
+	Account, Subject string
 }
 
 // Validate reports every problem at once, each naming its field.
@@ -107,10 +174,42 @@ func (c Config) Validate() error {
 	if (c.SystemUser == "") != (c.SystemPassword == "") {
 		errs = append(errs, errors.New("SystemUser, SystemPassword: set both or neither"))
 	}
+	accounts := map[string]bool{"": true, systemAccount: true}
+	for i, a := range c.Accounts {
+		if !validAccountName(a.Name) {
+			errs = append(errs, fmt.Errorf("Accounts[%d]: Name %q must be letters, digits, '_' and '-'", i, a.Name))
+		}
+		if a.Name == systemAccount && (a.JetStream || len(a.Imports) > 0) {
+			errs = append(errs, fmt.Errorf("Accounts[%d]: the system account %q takes exports only", i, a.Name))
+		}
+		accounts[a.Name] = true
+	}
+	for i, a := range c.Accounts {
+		for _, im := range a.Imports {
+			if !accounts[im.Account] || im.Account == "" {
+				errs = append(errs, fmt.Errorf("Accounts[%d]: import of %q from unknown account %q", i, im.Subject, im.Account))
+			}
+		}
+	}
+	names := map[string]bool{}
 	for i, u := range c.Users {
-		if u.Name == "" {
+		if u.Name == "" && u.Nkey == "" {
 			errs = append(errs, fmt.Errorf("Users[%d]: Name is empty", i))
 		}
+		if !accounts[u.Account] || u.Account == systemAccount {
+			errs = append(errs, fmt.Errorf("Users[%d]: unknown Account %q", i, u.Account))
+		}
+		if u.Nkey == "" {
+			names[u.Name] = true
+		} else {
+			names[u.Nkey] = true
+		}
+	}
+	if c.NoAuthUser != "" && !names[c.NoAuthUser] {
+		errs = append(errs, fmt.Errorf("NoAuthUser: %q is not one of Users", c.NoAuthUser))
+	}
+	if c.MaxConnections < 0 || c.MaxSubscriptions < 0 {
+		errs = append(errs, errors.New("MaxConnections, MaxSubscriptions: must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -135,7 +234,23 @@ const (
 )
 
 func (c Config) options() (*server.Options, error) {
-	o := &server.Options{
+	o := &server.Options{}
+	// A JetStream-enabled account can only be declared in nats' own
+	// configuration language (its limits are not exported); the names are
+	// validated, so the text holds nothing but them.
+	var js []string
+	for _, a := range c.Accounts {
+		if a.JetStream {
+			js = append(js, a.Name+" { jetstream: enabled }")
+		}
+	}
+	if len(js) > 0 {
+		if err := o.ProcessConfigString("accounts { " + strings.Join(js, "\n") + " }"); err != nil {
+			return nil, fmt.Errorf("accounts: %w", err)
+		}
+	}
+	*o = server.Options{
+		Accounts:               o.Accounts,
 		ServerName:             c.ServerName,
 		Host:                   c.Host,
 		Port:                   c.Port,
@@ -150,6 +265,17 @@ func (c Config) options() (*server.Options, error) {
 		MaxPayload:             c.MaxPayload,
 		Debug:                  c.Debug,
 		Trace:                  c.Trace,
+		MaxConn:                c.MaxConnections,
+		MaxSubs:                c.MaxSubscriptions,
+		NoAuthUser:             c.NoAuthUser,
+	}
+	if c.TLS != nil {
+		o.TLSConfig = c.TLS
+		o.TLSVerify = c.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+		o.TLSTimeout = 2
+		if c.TLSTimeout > 0 {
+			o.TLSTimeout = c.TLSTimeout.Seconds()
+		}
 	}
 	if o.ServerName == "" {
 		o.ServerName = "orderstore"
@@ -171,27 +297,83 @@ func (c Config) options() (*server.Options, error) {
 	} else {
 		o.SyncInterval = c.SyncInterval
 	}
-	var sys *server.Account
-	if c.SystemUser != "" {
-		sys = server.NewAccount(systemAccount)
-		o.Accounts = []*server.Account{sys}
-		o.SystemAccount = systemAccount
-		o.Users = append(o.Users, &server.User{Username: c.SystemUser, Password: c.SystemPassword, Account: sys})
+	byName := map[string]*server.Account{}
+	for _, a := range o.Accounts {
+		byName[a.Name] = a
 	}
-	for _, u := range c.Users {
-		su := &server.User{Username: u.Name, Password: u.Password}
-		if len(u.Publish) > 0 || len(u.Subscribe) > 0 {
-			su.Permissions = &server.Permissions{}
-			if len(u.Publish) > 0 {
-				su.Permissions.Publish = &server.SubjectPermission{Allow: u.Publish}
+	account := func(name string) *server.Account {
+		if name == "" {
+			return nil
+		}
+		if a := byName[name]; a != nil {
+			return a
+		}
+		a := server.NewAccount(name)
+		byName[name] = a
+		o.Accounts = append(o.Accounts, a)
+		return a
+	}
+	if c.SystemUser != "" || len(c.Accounts) > 0 {
+		account(systemAccount)
+		o.SystemAccount = systemAccount
+	}
+	for _, a := range c.Accounts {
+		acc := account(a.Name)
+		for _, e := range a.Exports {
+			rt := server.Singleton
+			if e.Streamed {
+				rt = server.Streamed
 			}
-			if len(u.Subscribe) > 0 {
-				su.Permissions.Subscribe = &server.SubjectPermission{Allow: u.Subscribe}
+			if err := acc.AddServiceExportWithResponse(e.Subject, rt, nil); err != nil {
+				return nil, fmt.Errorf("account %q: export %q: %w", a.Name, e.Subject, err)
 			}
 		}
-		o.Users = append(o.Users, su)
+	}
+	for _, a := range c.Accounts {
+		for _, im := range a.Imports {
+			if err := byName[a.Name].AddServiceImport(byName[im.Account], im.Subject, im.Subject); err != nil {
+				return nil, fmt.Errorf("account %q: import %q from %q: %w", a.Name, im.Subject, im.Account, err)
+			}
+		}
+	}
+	if c.SystemUser != "" {
+		o.Users = append(o.Users, &server.User{Username: c.SystemUser, Password: c.SystemPassword, Account: byName[systemAccount]})
+	}
+	for _, u := range c.Users {
+		perms := permissions(u)
+		if u.Nkey != "" {
+			o.Nkeys = append(o.Nkeys, &server.NkeyUser{Nkey: u.Nkey, Permissions: perms, Account: account(u.Account)})
+			continue
+		}
+		o.Users = append(o.Users, &server.User{Username: u.Name, Password: u.Password, Permissions: perms, Account: account(u.Account)})
 	}
 	return o, nil
+}
+
+func permissions(u User) *server.Permissions {
+	if len(u.Publish)+len(u.Subscribe)+len(u.PublishDeny)+len(u.SubscribeDeny) == 0 {
+		return nil
+	}
+	p := &server.Permissions{}
+	if len(u.Publish)+len(u.PublishDeny) > 0 {
+		p.Publish = &server.SubjectPermission{Allow: u.Publish, Deny: u.PublishDeny}
+	}
+	if len(u.Subscribe)+len(u.SubscribeDeny) > 0 {
+		p.Subscribe = &server.SubjectPermission{Allow: u.Subscribe, Deny: u.SubscribeDeny}
+	}
+	return p
+}
+
+func validAccountName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Start validates cfg, starts nats-server with JetStream and returns once it

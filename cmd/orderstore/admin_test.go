@@ -30,6 +30,9 @@ type httpResult struct {
 func get(t testing.TB, method, u, token string) httpResult {
 	t.Helper()
 	req, _ := http.NewRequest(method, u, nil)
+	if method == "POST" {
+		req.Header.Set("Content-Type", "application/json") // as the CLI sends it
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -323,7 +326,7 @@ func TestReadyzOwnObjectsOnly(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 func TestAdminToken(t *testing.T) {
-	a := startInProcess(t, "[admin]\ntoken = \"s3cret-token\"\n")
+	a := startInProcess(t, "[admin]\ntoken = \"s3cret-token-0123456789\"\n")
 	for _, p := range []string{"/livez", "/readyz"} {
 		if r := get(t, "GET", a.adminURL+p, ""); r.code != 200 {
 			t.Errorf("%s without token = %d, want 200 (open)", p, r.code)
@@ -340,7 +343,7 @@ func TestAdminToken(t *testing.T) {
 		if p == "/v1/orders/x" {
 			want = 404
 		}
-		if r := get(t, "GET", a.adminURL+p, "s3cret-token"); r.code != want {
+		if r := get(t, "GET", a.adminURL+p, "s3cret-token-0123456789"); r.code != want {
 			t.Errorf("%s with token = %d, want %d", p, r.code, want)
 		}
 	}
@@ -361,7 +364,7 @@ func TestAdminToken(t *testing.T) {
 	if resp.StatusCode != 401 || !strings.Contains(string(body), `action="/login"`) {
 		t.Errorf("dashboard without token = %d, want 401 with a login form", resp.StatusCode)
 	}
-	resp, err = hc.PostForm(a.adminURL+"/login", url.Values{"token": {"s3cret-token"}})
+	resp, err = hc.PostForm(a.adminURL+"/login", url.Values{"token": {"s3cret-token-0123456789"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +378,7 @@ func TestAdminToken(t *testing.T) {
 	if code := run(context.Background(), []string{"status", "-admin", a.adminURL}, &out, &errb); code == 0 || !strings.Contains(errb.String(), "401") {
 		t.Errorf("status without token: exit %d, %s", code, errb.String())
 	}
-	if code := run(context.Background(), []string{"status", "-admin", a.adminURL, "-token", "s3cret-token"}, &out, &errb); code != 0 {
+	if code := run(context.Background(), []string{"status", "-admin", a.adminURL, "-token", "s3cret-token-0123456789"}, &out, &errb); code != 0 {
 		t.Errorf("status with token: exit %d, %s", code, errb.String())
 	}
 }

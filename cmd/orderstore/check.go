@@ -28,7 +28,7 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := fc.Orderstore()
 	if err != nil {
-		printErr(stderr, withHint(err, "fix admin.token_file or set admin.token"))
+		printErr(stderr, withHint(err, "fix the file the key names (admin.token_file, password_file), or set the secret in the config"))
 		return exitUsage
 	}
 	if *print {
@@ -40,6 +40,9 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		stdout.Write(b)
 	}
 	fmt.Fprintf(stderr, "config %q is valid\n", name)
+	for _, w := range append(fc.SecretFileWarnings(name), cfg.PlaintextWarnings()...) {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
 
 	rep, err := orderstore.Preflight(cfg)
 	switch {

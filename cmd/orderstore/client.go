@@ -62,9 +62,18 @@ func clientFlags(fs *flag.FlagSet) func() (*adminClient, error) {
 }
 
 func (c *adminClient) do(method, path string, out any) error {
-	req, err := http.NewRequest(method, c.base+path, nil)
+	var reqBody io.Reader
+	if method == http.MethodPost {
+		reqBody = strings.NewReader("{}")
+	}
+	req, err := http.NewRequest(method, c.base+path, reqBody)
 	if err != nil {
 		return err
+	}
+	if reqBody != nil {
+		// The admin API takes state-changing requests only as JSON, which
+		// a browser form cannot send.
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)

@@ -190,7 +190,7 @@ func writeConfig(t testing.TB, dir, store, body string) string {
 }
 
 // mergeTOML appends body's keys into base's tables (body wins; a table in
-// body that base lacks is appended).
+// body that base lacks is appended; each [[array]] table is its own).
 func mergeTOML(base, body string) string {
 	if body == "" {
 		return base
@@ -198,6 +198,7 @@ func mergeTOML(base, body string) string {
 	tables := map[string][]string{}
 	var order []string
 	cur := ""
+	arrays := 0
 	add := func(text string, override bool) {
 		cur = ""
 		for _, line := range strings.Split(text, "\n") {
@@ -207,6 +208,10 @@ func mergeTOML(base, body string) string {
 			}
 			if strings.HasPrefix(l, "[") {
 				cur = l
+				if strings.HasPrefix(l, "[[") {
+					arrays++
+					cur = fmt.Sprintf("%s#%d", l, arrays)
+				}
 				if _, ok := tables[cur]; !ok {
 					order = append(order, cur)
 					tables[cur] = nil
@@ -230,7 +235,7 @@ func mergeTOML(base, body string) string {
 	add(body, true)
 	var b strings.Builder
 	for _, tname := range order {
-		b.WriteString(tname + "\n")
+		b.WriteString(strings.SplitN(tname, "#", 2)[0] + "\n")
 		for _, l := range tables[tname] {
 			b.WriteString(l + "\n")
 		}

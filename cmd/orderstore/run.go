@@ -51,11 +51,14 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logger.Info("orderstore starting", "version", bi.Version, "config", cfgName, "pid", os.Getpid())
 	cfg, err := fc.Orderstore()
 	if err != nil {
-		printErr(stderr, withHint(err, "fix admin.token_file or set admin.token"))
+		printErr(stderr, withHint(err, "fix the file the key names (admin.token_file, password_file), or set the secret in the config"))
 		return exitUsage
 	}
 	cfg.Logger = logger
 	cfg.Build = bi.info()
+	for _, w := range fc.SecretFileWarnings(cfgName) {
+		logger.Warn("secret readable by every user", "warning", w)
+	}
 
 	sdnotify.Status("recovering streams")
 	app, err := orderstore.Start(ctx, cfg)

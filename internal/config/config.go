@@ -38,17 +38,33 @@ type Server struct {
 	Host           string   `toml:"host"`            // client listener address; loopback by default
 	Port           int      `toml:"port"`            // client port; -1 picks a random free port
 	MaxPayload     ByteSize `toml:"max_payload"`     // largest message a client may publish
-	SystemUser     string   `toml:"system_user"`     // system-account user for `nats server info`; empty disables
-	SystemPassword string   `toml:"system_password"` // its password
-	Users          []User   `toml:"users"`           // client users; empty means anonymous clients are allowed (loopback only)
+	SystemUser       string   `toml:"system_user"`       // system-account user for `nats server info`; empty disables
+	SystemPassword   string   `toml:"system_password"`   // its password (or a bcrypt hash)
+	Users            []User   `toml:"users"`             // client users; empty means anonymous clients are allowed (loopback only)
+	MaxConnections   int      `toml:"max_connections"`   // client connections; more are refused
+	MaxSubscriptions int      `toml:"max_subscriptions"` // subscriptions per connection; 0 unlimited
+	AllowPlaintext   bool     `toml:"allow_plaintext"`   // silence the no-TLS warning of a non-loopback host
+	TLS              TLS      `toml:"tls"`               // [server.tls]
 }
 
-// User is one NATS client user with its permissions.
+// TLS is a listener's certificate files ([server.tls], [admin.tls]).
+type TLS struct {
+	CertFile   string `toml:"cert_file"`
+	KeyFile    string `toml:"key_file"`
+	CAFile     string `toml:"ca_file,omitempty"`     // client port: CAs of client certificates
+	Verify     bool   `toml:"verify,omitempty"`      // client port: require a client certificate
+	MinVersion string `toml:"min_version,omitempty"` // "1.2" (default) or "1.3"
+}
+
+// User is one NATS client user with its role or permissions.
 type User struct {
-	User      string   `toml:"user"`
-	Password  string   `toml:"password"`
-	Publish   []string `toml:"publish"`   // subjects it may publish to; empty means all
-	Subscribe []string `toml:"subscribe"` // subjects it may subscribe to; empty means all
+	User         string   `toml:"user"`
+	Password     string   `toml:"password,omitempty"`      // plaintext or a bcrypt hash ("$2a$...")
+	PasswordFile string   `toml:"password_file,omitempty"` // file holding the password instead
+	Nkey         string   `toml:"nkey,omitempty"`          // public user nkey instead of a password
+	Role         string   `toml:"role,omitempty"`          // producer, reader or admin
+	Publish      Subjects `toml:"publish,omitempty"`       // explicit lists instead of a role
+	Subscribe    Subjects `toml:"subscribe,omitempty"`
 }
 
 // JetStream is the storage engine.
@@ -91,9 +107,12 @@ type Processor struct {
 
 // Admin is the HTTP admin listener.
 type Admin struct {
-	Listen    string `toml:"listen"`     // host:port; "" disables the listener
-	Token     string `toml:"token"`      // bearer token; guards all but /livez and /readyz
-	TokenFile string `toml:"token_file"` // file holding the token (trailing newline ignored)
+	Listen         string   `toml:"listen"`          // host:port; "" disables the listener
+	Token          string   `toml:"token"`           // bearer token; guards all but /livez and /readyz
+	TokenFile      string   `toml:"token_file"`      // file holding the token (trailing newline ignored)
+	AllowedHosts   []string `toml:"allowed_hosts"`   // Host header names accepted besides IPs and localhost
+	AllowPlaintext bool     `toml:"allow_plaintext"` // silence the no-TLS warning of a non-loopback listener
+	TLS            TLS      `toml:"tls"`             // [admin.tls]: cert_file, key_file
 }
 
 // Log is the process log.
@@ -174,14 +193,21 @@ func Load(path string) (Config, error) {
 // *[Errors]; a TOML syntax error comes back with its line and column.
 func Parse(r io.Reader, name string) (Config, error) {
 	cfg := Default()
+	src, err := io.ReadAll(io.LimitReader(r, maxFileSize+1))
+	if err != nil {
+		return Config{}, fmt.Errorf("config %q: %w", name, err)
+	}
+	if len(src) > maxFileSize {
+		return Config{}, fmt.Errorf("config %q: larger than %d bytes: not an orderstore configuration", name, maxFileSize)
+	}
 	var raw map[string]toml.Primitive
-	md, err := toml.NewDecoder(r).Decode(&raw)
+	md, err := toml.Decode(string(src), &raw)
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return Config{}, fmt.Errorf("config %q: %s", name, positioned(pe))
+			return Config{}, fmt.Errorf("config %q: %s", name, syntaxError(pe, src))
 		}
-		return Config{}, fmt.Errorf("config %q: %w", name, err)
+		return Config{}, fmt.Errorf("config %q: %s", name, maskQuoted(err.Error()))
 	}
 
 	errs := &Errors{Name: name}
@@ -256,20 +282,8 @@ func Parse(r io.Reader, name string) (Config, error) {
 	return cfg, nil
 }
 
-// positioned is pe with its line and column, as BurntSushi prints it. Its
-// ErrorWithPosition panics on an error at line 0 (BurntSushi/toml#498, an
-// unterminated string at the very start), so that one gets the plain form.
-func positioned(pe toml.ParseError) (msg string) {
-	if pe.Position.Line < 1 {
-		return pe.Error()
-	}
-	defer func() {
-		if recover() != nil {
-			msg = pe.Error()
-		}
-	}()
-	return pe.ErrorWithPosition()
-}
+// maxFileSize bounds what Parse reads: a configuration is a few KiB.
+const maxFileSize = 1 << 20
 
 func boolToInt(b bool) int {
 	if b {

@@ -19,6 +19,7 @@ func TestExampleFileEqualsDefaults(t *testing.T) {
 	}
 	want := Default()
 	want.Server.Users = []User{} // the example writes users = [] explicitly
+	want.Admin.AllowedHosts = []string{}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("orderstore.example.toml differs from Default():\n got %+v\nwant %+v", got, want)
 	}
@@ -40,7 +41,13 @@ func TestExampleFileListsEveryKey(t *testing.T) {
 		}
 		ft := top.Field(i).Type
 		for j := range ft.NumField() {
-			key := ft.Field(j).Tag.Get("toml")
+			key := strings.Split(ft.Field(j).Tag.Get("toml"), ",")[0]
+			if ft.Field(j).Type == reflect.TypeOf(TLS{}) {
+				if !strings.Contains(text, "\n["+table+"."+key+"]") {
+					t.Errorf("example lacks table [%s.%s]", table, key)
+				}
+				continue
+			}
 			if !strings.Contains(text, "\n"+key+" = ") {
 				t.Errorf("example lacks key %s.%s", table, key)
 			}
@@ -144,7 +151,7 @@ publish = ["orders.>"]
 	if cfg.Stream.MaxAge.D() != 72*time.Hour || cfg.Stream.MaxBytes != -1 {
 		t.Errorf("stream = %+v", cfg.Stream)
 	}
-	if len(cfg.Server.Users) != 1 || cfg.Server.Users[0].Publish[0] != "orders.>" {
+	if len(cfg.Server.Users) != 1 || cfg.Server.Users[0].Publish.Allow[0] != "orders.>" {
 		t.Errorf("users = %+v", cfg.Server.Users)
 	}
 	// Keys not in the file keep their defaults.
@@ -244,7 +251,7 @@ func TestDefaultMapsToLibraryDefaults(t *testing.T) {
 func TestOrderstoreMapping(t *testing.T) {
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte("s3cret-token-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := Parse(strings.NewReader(`
@@ -255,6 +262,10 @@ max_payload = "2MiB"
 user = "producer"
 password = "p"
 publish = ["orders.>"]
+[[server.users]]
+user = "reader"
+nkey = "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4"
+role = "reader"
 [jetstream]
 store_dir = "/srv/orders"
 sync_interval = "250ms"
@@ -279,11 +290,12 @@ token_file = "`+tokenFile+`"
 	}
 	want := orderstore.DefaultConfig()
 	want.Server.Port, want.Server.MaxPayload = -1, 2<<20
-	want.Server.Users = []orderstore.User{{Name: "producer", Password: "p", Publish: []string{"orders.>"}}}
+	want.Server.Users = []orderstore.User{{Name: "producer", Password: "p", Publish: []string{"orders.>"}},
+		{Name: "reader", Nkey: "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4", Role: "reader"}}
 	want.JetStream.StoreDir, want.JetStream.SyncInterval, want.JetStream.MaxFileStore = "/srv/orders", 250*time.Millisecond, 3<<30
 	want.Stream.MaxAge, want.Stream.MaxBytes, want.Stream.Discard = 24*time.Hour, -1, "new"
 	want.Processor.Enabled, want.Processor.Backoff = false, []time.Duration{2 * time.Second}
-	want.Admin.Listen, want.Admin.Token = "0.0.0.0:9000", "s3cret"
+	want.Admin.Listen, want.Admin.Token = "0.0.0.0:9000", "s3cret-token-0123456789"
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("Orderstore() =\n%+v\nwant\n%+v", o, want)
 	}

@@ -45,6 +45,11 @@ func (c Config) validate() []*Error {
 	if c.Admin.Token != "" && c.Admin.TokenFile != "" {
 		bad("admin.token", nil, "set admin.token or admin.token_file, not both")
 	}
+	for i, u := range c.Server.Users {
+		if u.Password != "" && u.PasswordFile != "" {
+			bad(fmt.Sprintf("server.users[%d].password", i), nil, "set password or password_file, not both")
+		}
+	}
 	switch strings.ToLower(c.Log.Level) {
 	case "debug", "info", "warn", "error":
 	default:
@@ -66,8 +71,34 @@ func (c Config) Orderstore() (orderstore.Config, error) {
 	if err != nil {
 		return o, err
 	}
+	if c.Admin.TokenFile != "" && len(tok) < 16 {
+		return o, fmt.Errorf("admin.token_file %q: the token is %d characters, want at least 16 (make one with `openssl rand -hex 24`)", c.Admin.TokenFile, len(tok))
+	}
 	o.Admin.Token = tok
+	for i, u := range c.Server.Users {
+		if u.PasswordFile == "" {
+			continue
+		}
+		pw, err := readSecretFile(fmt.Sprintf("server.users[%d].password_file", i), u.PasswordFile)
+		if err != nil {
+			return o, err
+		}
+		o.Server.Users[i].Password = pw
+	}
 	return o, nil
+}
+
+// readSecretFile reads a secret from a file, without its trailing newline.
+func readSecretFile(key, path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s %q: %w", key, path, err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("%s %q is empty", key, path)
+	}
+	return t, nil
 }
 
 // toOrderstore is the mapping without reading admin.token_file (a set
@@ -78,6 +109,8 @@ func (c Config) toOrderstore() orderstore.Config {
 		Server: orderstore.ServerConfig{
 			Name: s.Name, Host: s.Host, Port: s.Port, MaxPayload: int64(s.MaxPayload),
 			SystemUser: s.SystemUser, SystemPassword: s.SystemPassword,
+			MaxConnections: s.MaxConnections, MaxSubscriptions: s.MaxSubscriptions, AllowPlaintext: s.AllowPlaintext,
+			TLS: orderstore.TLSConfig(s.TLS),
 		},
 		JetStream: orderstore.JetStreamConfig{
 			StoreDir: j.StoreDir, MaxFileStore: int64(j.MaxFileStore), MaxMemoryStore: int64(j.MaxMemoryStore),
@@ -92,13 +125,21 @@ func (c Config) toOrderstore() orderstore.Config {
 			MaxAckPending: p.MaxAckPending, DeadLetterStream: p.DeadLetterStream, DeadLetterMaxAge: p.DeadLetterMaxAge.D(),
 			DeadLetterMaxBytes: int64(p.DeadLetterBytes), ProjectionBucket: p.ProjectionBucket, ProjectionMaxBytes: int64(p.ProjectionBytes),
 		},
-		Admin: orderstore.AdminConfig{Listen: c.Admin.Listen, Token: c.Admin.Token},
+		Admin: orderstore.AdminConfig{Listen: c.Admin.Listen, Token: c.Admin.Token, TLS: orderstore.TLSConfig(c.Admin.TLS),
+			AllowedHosts: c.Admin.AllowedHosts, AllowPlaintext: c.Admin.AllowPlaintext},
 	}
+	def := orderstore.DefaultConfig().Admin
+	o.Admin.ReadTimeout, o.Admin.WriteTimeout, o.Admin.IdleTimeout = def.ReadTimeout, def.WriteTimeout, def.IdleTimeout
 	if !j.SyncInterval.Always {
 		o.JetStream.SyncInterval = j.SyncInterval.Interval
 	}
 	for _, u := range s.Users {
-		o.Server.Users = append(o.Server.Users, orderstore.User{Name: u.User, Password: u.Password, Publish: u.Publish, Subscribe: u.Subscribe})
+		ou := orderstore.User{Name: u.User, Password: u.Password, Nkey: u.Nkey, Role: u.Role,
+			Publish: u.Publish.Allow, PublishDeny: u.Publish.Deny, Subscribe: u.Subscribe.Allow, SubscribeDeny: u.Subscribe.Deny}
+		if u.PasswordFile != "" && ou.Password == "" {
+			ou.Password = "<password_file>" // read by Orderstore; stands in for validation
+		}
+		o.Server.Users = append(o.Server.Users, ou)
 	}
 	for _, d := range p.Backoff {
 		o.Processor.Backoff = append(o.Processor.Backoff, d.D())
@@ -124,10 +165,14 @@ func fromOrderstore(o orderstore.Config) Config {
 		Processor: Processor{Enabled: p.Enabled, Durable: p.Durable, AckWait: Duration(p.AckWait), MaxDeliver: p.MaxDeliver,
 			MaxAckPending: p.MaxAckPending, DeadLetterStream: p.DeadLetterStream, DeadLetterMaxAge: Duration(p.DeadLetterMaxAge),
 			DeadLetterBytes: ByteSize(p.DeadLetterMaxBytes), ProjectionBucket: p.ProjectionBucket, ProjectionBytes: ByteSize(p.ProjectionMaxBytes)},
-		Admin: Admin{Listen: o.Admin.Listen, Token: o.Admin.Token},
+		Admin: Admin{Listen: o.Admin.Listen, Token: o.Admin.Token, TLS: TLS(o.Admin.TLS), AllowedHosts: o.Admin.AllowedHosts,
+			AllowPlaintext: o.Admin.AllowPlaintext},
 	}
+	c.Server.MaxConnections, c.Server.MaxSubscriptions, c.Server.AllowPlaintext = s.MaxConnections, s.MaxSubscriptions, s.AllowPlaintext
+	c.Server.TLS = TLS(s.TLS)
 	for _, u := range s.Users {
-		c.Server.Users = append(c.Server.Users, User{User: u.Name, Password: u.Password, Publish: u.Publish, Subscribe: u.Subscribe})
+		c.Server.Users = append(c.Server.Users, User{User: u.Name, Password: u.Password, Nkey: u.Nkey, Role: u.Role,
+			Publish: Subjects{Allow: u.Publish, Deny: u.PublishDeny}, Subscribe: Subjects{Allow: u.Subscribe, Deny: u.SubscribeDeny}})
 	}
 	for _, d := range p.Backoff {
 		c.Processor.Backoff = append(c.Processor.Backoff, Duration(d))
@@ -141,15 +186,7 @@ func (c Config) AdminToken() (string, error) {
 	if c.Admin.TokenFile == "" {
 		return c.Admin.Token, nil
 	}
-	b, err := os.ReadFile(c.Admin.TokenFile)
-	if err != nil {
-		return "", fmt.Errorf("admin.token_file %q: %w", c.Admin.TokenFile, err)
-	}
-	t := strings.TrimSpace(string(b))
-	if t == "" {
-		return "", fmt.Errorf("admin.token_file %q is empty", c.Admin.TokenFile)
-	}
-	return t, nil
+	return readSecretFile("admin.token_file", c.Admin.TokenFile)
 }
 
 // Redacted is c with every secret replaced by "<redacted>": what Encode
@@ -160,7 +197,9 @@ func (c Config) Redacted() Config {
 	}
 	users := make([]User, len(c.Server.Users))
 	for i, u := range c.Server.Users {
-		u.Password = "<redacted>"
+		if u.Password != "" {
+			u.Password = "<redacted>"
+		}
 		users[i] = u
 	}
 	c.Server.Users = users
@@ -178,4 +217,34 @@ func (c Config) Encode() ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// SecretFileWarnings names each file holding a secret that users other
+// than its owner and group can read: the configuration at path (when it
+// holds a password or token), admin.token_file and every password_file.
+// `check` and `run` print them at every start.
+func (c Config) SecretFileWarnings(path string) []string {
+	var w []string
+	check := func(what, file string) {
+		if file == "" {
+			return
+		}
+		fi, err := os.Stat(file)
+		if err != nil || fi.Mode().Perm()&0o004 == 0 {
+			return
+		}
+		w = append(w, fmt.Sprintf("%s %q holds a secret and is readable by every user (mode %04o): chmod o-r %q (e.g. 0600, or 0640 owned by the service group)", what, file, fi.Mode().Perm(), file))
+	}
+	holds := c.Server.SystemPassword != "" || c.Admin.Token != ""
+	for _, u := range c.Server.Users {
+		holds = holds || u.Password != ""
+	}
+	if holds {
+		check("config", path)
+	}
+	check("admin.token_file", c.Admin.TokenFile)
+	for i, u := range c.Server.Users {
+		check(fmt.Sprintf("server.users[%d].password_file", i), u.PasswordFile)
+	}
+	return w
 }

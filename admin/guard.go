@@ -1,0 +1,281 @@
+package admin
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// What the admin listener does to requests before any handler sees them
+// (docs/security.md lists the attacks each step answers):
+//
+//   - security headers on every response (CSP, X-Frame-Options DENY,
+//     nosniff, no referrer);
+//   - a body limit (maxBody) on every request;
+//   - a Host check: an IP address, "localhost" or one of
+//     Config.AllowedHosts, so a DNS-rebinding page never reaches the API
+//     (/livez and /readyz answer any Host: load balancers probe them by
+//     name and they hold no secret);
+//   - on state-changing requests, no cross-site Origin or Sec-Fetch-Site,
+//     and for the JSON API a JSON Content-Type (a form cannot send one);
+//   - failed sign-ins (bad bearer token, bad /login token) limited per
+//     client address and logged without the token;
+//   - sign-in through /login gives a cookie holding a random session id
+//     that expires, never the token.
+
+const (
+	// maxBody bounds every request body; the API takes none larger.
+	maxBody = 64 << 10
+	// sessionTTL is how long a dashboard sign-in lasts.
+	sessionTTL = 12 * time.Hour
+	// maxSessions bounds the sessions held; the oldest go first.
+	maxSessions = 1024
+	// failBurst failed sign-ins from one address are allowed at once,
+	// then one per failRefill.
+	failBurst  = 10
+	failRefill = 6 * time.Second
+	// maxLimited bounds the addresses the limiter tracks.
+	maxLimited = 4096
+)
+
+const sessionCookie = "orderstore_session"
+
+// loginStyle is the login page's inline style; the CSP admits it by hash.
+const loginStyle = `body{font:16px system-ui,sans-serif;margin:4em auto;max-width:24em}input{font:inherit;padding:.3em;width:100%;box-sizing:border-box;margin:.5em 0}`
+
+var loginPage = `<!doctype html><meta charset="utf-8"><title>orderstore: sign in</title>
+<style>` + loginStyle + `</style>
+<h1>orderstore</h1><p>This admin listener requires the admin token (<code>[admin] token</code>).</p>
+<form method="post" action="/login"><input type="password" name="token" placeholder="admin token" autocomplete="current-password" autofocus><input type="submit" value="Sign in"></form>`
+
+var csp = func() string {
+	sum := sha256.Sum256([]byte(loginStyle))
+	return "default-src 'none'; script-src 'self'; style-src 'self' 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) +
+		"'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+}()
+
+// guard wraps the mux with the steps above.
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", csp)
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		}
+		if r.URL.Path != "/livez" && r.URL.Path != "/readyz" && !s.allowedHost(r.Host) {
+			s.log.Warn("admin request refused: foreign Host", "host", clip(r.Host), "remote", remoteIP(r), "path", clip(r.URL.Path))
+			writeJSON(w, http.StatusMisdirectedRequest, map[string]string{"error": fmt.Sprintf(
+				"host %q is not this listener's: add it to [admin] allowed_hosts if you reach orderstore by that name", clip(r.Host))})
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions {
+			if why := crossSite(r); why != "" {
+				s.log.Warn("admin request refused: cross-site", "reason", why, "remote", remoteIP(r), "path", clip(r.URL.Path))
+				writeJSON(w, http.StatusForbidden, map[string]string{"error": "cross-origin request refused: " + why})
+				return
+			}
+			if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/") {
+				if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+					writeJSON(w, http.StatusUnsupportedMediaType, map[string]string{"error": "POST to the API needs Content-Type: application/json (a browser form cannot send one)"})
+					return
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// allowedHost reports whether a request's Host names this listener: an IP
+// address (a DNS-rebinding page always uses a name), localhost, or a name
+// in AllowedHosts (with or without the port).
+func (s *Server) allowedHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "" {
+		return false
+	}
+	if net.ParseIP(host) != nil || host == "localhost" {
+		return true
+	}
+	for _, a := range s.cfg.AllowedHosts {
+		a = strings.ToLower(a)
+		if a == host || a == strings.ToLower(hostport) {
+			return true
+		}
+	}
+	return false
+}
+
+// crossSite says why a state-changing request comes from another site,
+// or "" when it does not: Sec-Fetch-Site must be same-origin or none, and
+// an Origin must name this host. Clients that are not browsers send
+// neither and pass.
+func crossSite(r *http.Request) string {
+	if sfs := r.Header.Get("Sec-Fetch-Site"); sfs != "" && sfs != "same-origin" && sfs != "none" {
+		return "Sec-Fetch-Site is " + clip(sfs)
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return "Origin " + clip(o) + " is not " + clip(r.Host)
+		}
+	}
+	return ""
+}
+
+// sessions are the dashboard's sign-ins: random ids with an expiry.
+type sessions struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func (ss *sessions) create() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(b[:])
+	now := time.Now()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.m == nil {
+		ss.m = map[string]time.Time{}
+	}
+	for k, exp := range ss.m {
+		if now.After(exp) {
+			delete(ss.m, k)
+		}
+	}
+	for len(ss.m) >= maxSessions {
+		oldest, first := "", time.Time{}
+		for k, exp := range ss.m {
+			if oldest == "" || exp.Before(first) {
+				oldest, first = k, exp
+			}
+		}
+		delete(ss.m, oldest)
+	}
+	ss.m[id] = now.Add(sessionTTL)
+	return id, nil
+}
+
+func (ss *sessions) valid(id string) bool {
+	if len(id) != 64 {
+		return false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	exp, ok := ss.m[id]
+	if ok && time.Now().After(exp) {
+		delete(ss.m, id)
+		return false
+	}
+	return ok
+}
+
+func (ss *sessions) remove(id string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	delete(ss.m, id)
+}
+
+// limiter counts failed sign-ins per client address: a token bucket of
+// failBurst, refilled one per failRefill.
+type limiter struct {
+	mu sync.Mutex
+	m  map[string]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// blocked reports whether addr has no failures left, and for how long.
+func (l *limiter) blocked(addr string) (bool, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.m[addr]
+	if b == nil {
+		return false, 0
+	}
+	l.refill(b)
+	if b.tokens >= 1 {
+		return false, 0
+	}
+	return true, time.Duration((1 - b.tokens) * float64(failRefill))
+}
+
+// fail records a failed sign-in from addr.
+func (l *limiter) fail(addr string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[string]*bucket{}
+	}
+	b := l.m[addr]
+	if b == nil {
+		if len(l.m) >= maxLimited {
+			for k, v := range l.m { // forget the full buckets, then any
+				if l.refill(v); v.tokens >= failBurst {
+					delete(l.m, k)
+				}
+			}
+			for k := range l.m {
+				if len(l.m) < maxLimited {
+					break
+				}
+				delete(l.m, k)
+			}
+		}
+		b = &bucket{tokens: failBurst, last: time.Now()}
+		l.m[addr] = b
+	}
+	l.refill(b)
+	b.tokens = max(0, b.tokens-1)
+}
+
+func (l *limiter) refill(b *bucket) {
+	now := time.Now()
+	b.tokens = min(failBurst, b.tokens+float64(now.Sub(b.last))/float64(failRefill))
+	b.last = now
+}
+
+// remoteIP is the client's address without its port (one bucket per
+// host, whatever port it comes from).
+func remoteIP(r *http.Request) string {
+	h, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return h
+}
+
+// tooMany answers a client that has used up its failed sign-ins.
+func tooMany(w http.ResponseWriter, wait time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
+	writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many failed sign-ins from this address: wait and try again"})
+}
+
+func tokenEqual(got, want string) bool {
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}

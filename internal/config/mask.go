@@ -1,0 +1,98 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// syntaxError is pe with its position and the lines up to it, as
+// BurntSushi's ErrorWithPosition shows them, but with every string value
+// masked and the whole value of a secret key (password, token, ...)
+// masked: a syntax error must not copy a secret into the journal.
+func syntaxError(pe toml.ParseError, src []byte) string {
+	var b strings.Builder
+	line, col := pe.Position.Line, pe.Position.Col
+	if line < 1 {
+		fmt.Fprintf(&b, "syntax error: %s", maskQuoted(pe.Message))
+		return b.String()
+	}
+	fmt.Fprintf(&b, "syntax error at line %d, column %d: %s", line, col, maskQuoted(pe.Message))
+	if pe.LastKey != "" {
+		fmt.Fprintf(&b, " (last key %q)", pe.LastKey)
+	}
+	lines := strings.Split(string(src), "\n")
+	for i := max(1, line-2); i <= min(line, len(lines)); i++ {
+		fmt.Fprintf(&b, "\n  %5d | %s", i, MaskLine(strings.TrimRight(lines[i-1], "\r")))
+	}
+	return b.String()
+}
+
+// secretKey matches the keys whose values are secrets.
+var secretKey = regexp.MustCompile(`(?i)(password|passwd|token|secret|seed|credential|private)`)
+
+// MaskLine returns a TOML source line with every string value masked, and
+// the whole value masked after a key that names a secret. Table headers
+// and comments are kept.
+func MaskLine(line string) string {
+	t := strings.TrimSpace(line)
+	if t == "" || strings.HasPrefix(t, "#") || (strings.HasPrefix(t, "[") && !strings.Contains(t, "=")) {
+		return line
+	}
+	if k, _, ok := strings.Cut(line, "="); ok && secretKey.MatchString(k) {
+		return k + "= ***"
+	}
+	if !strings.Contains(line, "=") {
+		return "***" // not a key = value line: whatever it is, do not echo it
+	}
+	return maskStrings(line)
+}
+
+// maskStrings replaces the contents of every quoted string on a line
+// (basic, literal, and the rest of an unterminated one) by ***.
+func maskStrings(line string) string {
+	var b strings.Builder
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		if c == '#' {
+			b.WriteString(line[i:])
+			break
+		}
+		if c != '"' && c != '\'' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte(c)
+		j := i + 1
+		for j < len(line) && line[j] != c {
+			if c == '"' && line[j] == '\\' {
+				j++
+			}
+			j++
+		}
+		b.WriteString("***")
+		if j < len(line) {
+			b.WriteByte(c)
+		}
+		i = j
+	}
+	return b.String()
+}
+
+// quoted matches what a parser's message quotes of the input.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'[^']*'`)
+
+// maskQuoted masks every quoted part of a parser message longer than one
+// character: BurntSushi quotes the offending input ("expected value but
+// found \"hunter2\" instead"); a single quoted character (an unexpected
+// '=') tells what is wrong without telling a secret.
+func maskQuoted(msg string) string {
+	return quoted.ReplaceAllStringFunc(msg, func(q string) string {
+		if len(q) <= 3 {
+			return q
+		}
+		return q[:1] + "***" + q[len(q)-1:]
+	})
+}

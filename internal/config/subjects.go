@@ -1,0 +1,60 @@
+package config
+
+import (
+	"fmt"
+)
+
+// Subjects is a user's publish or subscribe permission: in the file either
+// a list of allowed subjects (publish = ["orders.>"]) or a table with both
+// lists (publish = { allow = ["orders.>"], deny = ["orders.internal.>"] }).
+type Subjects struct {
+	Allow []string `toml:"allow,omitempty"`
+	Deny  []string `toml:"deny,omitempty"`
+}
+
+// UnmarshalTOML takes the list or the table form.
+func (s *Subjects) UnmarshalTOML(v any) error {
+	strs := func(key string, v any) ([]string, error) {
+		l, ok := v.([]any)
+		if !ok {
+			return nil, fmt.Errorf("%s must be a list of subjects", key)
+		}
+		out := make([]string, 0, len(l))
+		for _, x := range l {
+			str, ok := x.(string)
+			if !ok {
+				return nil, fmt.Errorf("%s must be a list of subject strings", key)
+			}
+			out = append(out, str)
+		}
+		return out, nil
+	}
+	switch x := v.(type) {
+	case []any:
+		l, err := strs("the value", x)
+		*s = Subjects{Allow: l}
+		return err
+	case map[string]any:
+		var out Subjects
+		for k, v := range x {
+			l, err := strs(k, v)
+			if err != nil {
+				return err
+			}
+			switch k {
+			case "allow":
+				out.Allow = l
+			case "deny":
+				out.Deny = l
+			default:
+				return fmt.Errorf("unknown key %q (want allow and deny)", k)
+			}
+		}
+		*s = out
+		return nil
+	}
+	return fmt.Errorf("must be a list of subjects or { allow = [...], deny = [...] }")
+}
+
+// Empty reports whether neither list is set.
+func (s Subjects) Empty() bool { return len(s.Allow) == 0 && len(s.Deny) == 0 }
