@@ -49,7 +49,7 @@ type Appliance struct {
 	srv        *embedded.Server
 	srvChanged chan struct{} // closed and replaced when srv is replaced
 	ec         embedded.Config
-	id         *internalIdentity // how orderstore's own connections sign in
+	id         *internalIdentity             // how orderstore's own connections sign in
 	nsrv       atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
 	guard      *storeGuard
 	// Two internal connections, so that neither part shares the other's

@@ -255,8 +255,8 @@ type AdminConfig struct {
 func DefaultConfig() Config {
 	return Config{
 		Server: ServerConfig{
-			Name:       "orderstore",
-			Host:       "127.0.0.1",
+			Name:             "orderstore",
+			Host:             "127.0.0.1",
 			Port:             4222,
 			MaxPayload:       1 << 20,
 			MaxConnections:   4096,

@@ -34,10 +34,10 @@ type Config struct {
 
 // Server is the NATS client listener.
 type Server struct {
-	Name           string   `toml:"name"`            // server name, shown by `nats server info`
-	Host           string   `toml:"host"`            // client listener address; loopback by default
-	Port           int      `toml:"port"`            // client port; -1 picks a random free port
-	MaxPayload     ByteSize `toml:"max_payload"`     // largest message a client may publish
+	Name             string   `toml:"name"`              // server name, shown by `nats server info`
+	Host             string   `toml:"host"`              // client listener address; loopback by default
+	Port             int      `toml:"port"`              // client port; -1 picks a random free port
+	MaxPayload       ByteSize `toml:"max_payload"`       // largest message a client may publish
 	SystemUser       string   `toml:"system_user"`       // system-account user for `nats server info`; empty disables
 	SystemPassword   string   `toml:"system_password"`   // its password (or a bcrypt hash)
 	Users            []User   `toml:"users"`             // client users; empty means anonymous clients are allowed (loopback only)
