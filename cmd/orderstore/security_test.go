@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -153,5 +154,54 @@ role = "admin"
 		if strings.Contains(p.stderr.String(), s) {
 			t.Errorf("the log holds the password %q", s)
 		}
+	}
+}
+
+// check -print shows the effective configuration of a secured appliance
+// with no secret in it, warns about a world-readable file holding secrets
+// and about a network listener without TLS; a syntax error on a secret's
+// line does not show the secret either.
+func TestCheckHidesSecrets(t *testing.T) {
+	dir := t.TempDir()
+	secrets := []string{"sys-password-ab", "p1-password-ab", "admin-token-0123456789-ab"}
+	cfg := writeConfig(t, dir, filepath.Join(dir, "store"), `[server]
+host = "0.0.0.0"
+system_user = "sys"
+system_password = "`+secrets[0]+`"
+[[server.users]]
+user = "p1"
+password = "`+secrets[1]+`"
+role = "producer"
+[admin]
+listen = "0.0.0.0:0"
+token = "`+secrets[2]+`"
+`) // writeConfig writes 0644: readable by every user
+	var out, errb strings.Builder
+	if code := run(context.Background(), []string{"check", "-config", cfg, "-print"}, &out, &errb); code != 0 {
+		t.Fatalf("check = %d\n%s", code, errb.String())
+	}
+	for _, s := range secrets {
+		if strings.Contains(out.String()+errb.String(), s) {
+			t.Errorf("check -print shows the secret %q:\n%s\n%s", s, out.String(), errb.String())
+		}
+	}
+	for _, want := range []string{"readable by every user", "NATS client port 0.0.0.0:-1 faces the network without TLS", "admin listener 0.0.0.0:0 faces the network without TLS"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("check output lacks %q:\n%s", want, errb.String())
+		}
+	}
+	if !strings.Contains(out.String(), `role = "producer"`) {
+		t.Errorf("-print lacks the user's role:\n%s", out.String())
+	}
+
+	broken := filepath.Join(dir, "broken.toml")
+	os.WriteFile(broken, []byte("[server]\nsystem_password = \""+secrets[0]+"\n"), 0o600)
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"check", "-config", broken}, &out, &errb); code != exitUsage {
+		t.Fatalf("check of a broken file = %d, want %d", code, exitUsage)
+	}
+	if strings.Contains(errb.String(), secrets[0]) || !strings.Contains(errb.String(), "line 2") {
+		t.Errorf("syntax error output:\n%s", errb.String())
 	}
 }

@@ -17,13 +17,13 @@ func (s *Subjects) UnmarshalTOML(v any) error {
 	strs := func(key string, v any) ([]string, error) {
 		l, ok := v.([]any)
 		if !ok {
-			return nil, fmt.Errorf("%s must be a list of subjects", key)
+			return nil, fmt.Errorf("publish/subscribe: %s must be a list of subjects", key)
 		}
 		out := make([]string, 0, len(l))
 		for _, x := range l {
 			str, ok := x.(string)
 			if !ok {
-				return nil, fmt.Errorf("%s must be a list of subject strings", key)
+				return nil, fmt.Errorf("publish/subscribe: %s must be a list of subject strings", key)
 			}
 			out = append(out, str)
 		}
@@ -47,13 +47,13 @@ func (s *Subjects) UnmarshalTOML(v any) error {
 			case "deny":
 				out.Deny = l
 			default:
-				return fmt.Errorf("unknown key %q (want allow and deny)", k)
+				return fmt.Errorf("publish/subscribe: unknown key %q (want allow and deny)", k)
 			}
 		}
 		*s = out
 		return nil
 	}
-	return fmt.Errorf("must be a list of subjects or { allow = [...], deny = [...] }")
+	return fmt.Errorf("publish/subscribe must be a list of subjects or { allow = [...], deny = [...] }")
 }
 
 // Empty reports whether neither list is set.
