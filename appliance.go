@@ -220,7 +220,7 @@ func (a *Appliance) startAdmin() error {
 	storeDir := a.report.StoreDir
 	a.adm = admin.New(admin.Config{
 		Token:            cfg.Admin.Token,
-		AllowedHosts:     cfg.Admin.AllowedHosts,
+		AllowedHosts:     adminHosts(cfg.Admin),
 		Stream:           cfg.Stream.Name,
 		Subjects:         cfg.Stream.Subjects,
 		Durable:          durable,
@@ -850,4 +850,14 @@ func monitoring(srv func() *server.Server) map[string]http.HandlerFunc {
 		"/leafz":    wrap(func(s *server.Server) http.HandlerFunc { return s.HandleLeafz }),
 		"/routez":   wrap(func(s *server.Server) http.HandlerFunc { return s.HandleRoutez }),
 	}
+}
+
+// adminHosts are the names a request's Host may carry besides IP addresses
+// and localhost: allowed_hosts, and the name in admin.listen if it is one.
+func adminHosts(a AdminConfig) []string {
+	hosts := append([]string(nil), a.AllowedHosts...)
+	if h, _, err := net.SplitHostPort(a.Listen); err == nil && h != "" && net.ParseIP(h) == nil {
+		hosts = append(hosts, h)
+	}
+	return hosts
 }

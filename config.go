@@ -246,7 +246,7 @@ type AdminConfig struct {
 	AllowPlaintext bool
 	// ReadTimeout, WriteTimeout and IdleTimeout bound a request's reading,
 	// its response and an idle keep-alive connection. Defaults 30s, 60s
-	// and 120s. No TOML keys.
+	// and 120s; 0 is no limit. No TOML keys.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }
 
