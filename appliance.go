@@ -50,6 +50,7 @@ type Appliance struct {
 	srvChanged chan struct{} // closed and replaced when srv is replaced
 	ec         embedded.Config
 	id         *internalIdentity             // how orderstore's own connections sign in
+	dupName    atomic.Pointer[string]        // nats' log line about another node with this node's name
 	nsrv       atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
 	guard      *storeGuard
 	// Two internal connections, so that neither part shares the other's
@@ -177,7 +178,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		if a.consumerReset {
 			// Declared again from the start: what lies below the stream's
 			// first sequence was processed by the consumer before.
-			if st, err := a.js.Stream(ctx, cfg.Stream.Name); err == nil && st.CachedInfo().State.FirstSeq > 0 {
+			if st, err := a.js.Stream(ctx, cfg.DeclareSpec().ConsumerStream()); err == nil && st.CachedInfo().State.FirstSeq > 0 {
 				pc.SeenUpTo = st.CachedInfo().State.FirstSeq - 1
 			}
 		}
@@ -222,6 +223,7 @@ func (a *Appliance) startAdmin() error {
 		Token:            cfg.Admin.Token,
 		AllowedHosts:     adminHosts(cfg.Admin),
 		Stream:           cfg.Stream.Name,
+		ConsumerStream:   cfg.DeclareSpec().ConsumerStream(),
 		Subjects:         cfg.Stream.Subjects,
 		Durable:          durable,
 		DeadLetterStream: cfg.Processor.DeadLetterStream,
@@ -288,7 +290,12 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ec.OnError = a.guard.onNATSError
+	ec.OnError = func(msg string) {
+		a.guard.onNATSError(msg)
+		if strings.Contains(msg, "Remote server has a duplicate name") {
+			a.dupName.Store(&msg)
+		}
+	}
 	t0 := time.Now()
 	srv, err := embedded.Start(ctx, ec)
 	if err != nil {
@@ -301,6 +308,11 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	a.log.Info("nats ready", "client_url", srv.ClientURL(), "took", time.Since(t0).Round(time.Millisecond).String(),
 		"sync_interval", policy, "durability", desc)
 
+	if a.cfg.Cluster.Enabled() {
+		if err := a.waitForMetaLeader(ctx); err != nil {
+			return err
+		}
+	}
 	if a.nc, a.js, err = a.connect("orderstore-internal", a.ncClosed); err != nil {
 		return err
 	}
@@ -399,9 +411,19 @@ func (a *Appliance) checks(context.Context) []admin.Check {
 func (a *Appliance) declare(ctx context.Context) error {
 	spec := a.cfg.DeclareSpec()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if a.cfg.Cluster.Enabled() {
+		// Peers may still be electing stream leaders: retry for longer.
+		cancel()
+		dctx, cancel = context.WithTimeout(ctx, clusterDeclareTimeout)
+	}
 	defer cancel()
-	unloaded := a.notLoaded(dctx, spec)
-	if err := a.declareRecovering(dctx, spec); err != nil {
+	var unloaded map[string]int64
+	if !a.cfg.Cluster.Enabled() {
+		// A clustered stream is loaded from the meta group's
+		// assignments, asynchronously: its files say nothing yet.
+		unloaded = a.notLoaded(dctx, spec)
+	}
+	if err := a.declareRetrying(dctx, spec); err != nil {
 		return err
 	}
 	if err := a.checkReloaded(dctx, unloaded); err != nil {
@@ -414,7 +436,7 @@ func (a *Appliance) declare(ctx context.Context) error {
 		// reuse their sequence numbers. Declare it again from the start;
 		// the projection skips what it applied (and checkHighWater makes
 		// it forget the lost sequence numbers).
-		if derr := a.js.DeleteConsumer(dctx, spec.Stream.Name, spec.Consumer.Durable); derr != nil {
+		if derr := a.js.DeleteConsumer(dctx, spec.ConsumerStream(), spec.Consumer.Durable); derr != nil {
 			return errors.Join(err, fmt.Errorf("reset consumer %q: %w", spec.Consumer.Durable, derr))
 		}
 		if derr := a.declareRecovering(dctx, spec); derr != nil {
@@ -635,7 +657,7 @@ func (a *Appliance) Lag(ctx context.Context) (processor.LagInfo, error) {
 	if a.proc == nil {
 		return processor.LagInfo{}, ErrProcessorDisabled
 	}
-	return processor.Lag(ctx, a.js, a.cfg.Stream.Name, a.cfg.Processor.Durable)
+	return processor.Lag(ctx, a.js, a.cfg.DeclareSpec().ConsumerStream(), a.cfg.Processor.Durable)
 }
 
 // Order returns an order's projected state; an unknown or invalid id

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,9 @@ type Config struct {
 	Stream    StreamConfig
 	Processor ProcessorConfig
 	Admin     AdminConfig
+	Cluster   ClusterConfig
+	LeafNode  LeafNodeConfig
+	Hub       HubConfig
 
 	// Logger receives every component's log lines (component=nats,
 	// bootstrap, processor, admin). Nil discards them. When it is enabled
@@ -76,6 +80,72 @@ type ServerConfig struct {
 	// 0 is unlimited.
 	MaxSubscriptions int
 }
+
+// ClusterConfig joins a NATS cluster ([cluster]): JetStream clustering
+// with Raft over the routes, so Stream.Replicas may be 3. Every node runs
+// the processor against the one durable consumer.
+type ClusterConfig struct {
+	// Name is the cluster's name, the same on every node. "" (the
+	// default) runs a single node.
+	Name string
+	// Listen is the route listener, host:port. Default "127.0.0.1:6222".
+	// A non-loopback address needs User and Password (or TLS with
+	// client certificates).
+	Listen string
+	// Routes are every node's route URL ("nats-route://host:6222");
+	// listing the node itself is fine.
+	Routes []string
+	// User and Password are what every route presents.
+	User, Password string
+	// TLS secures the routes; CAFile and Verify check the peers'
+	// certificates.
+	TLS TLSConfig
+}
+
+// Enabled reports whether the node runs in a cluster.
+func (c ClusterConfig) Enabled() bool { return c.Name != "" }
+
+// LeafNodeConfig connects edges to a hub over NATS leaf nodes ([leafnode]).
+type LeafNodeConfig struct {
+	// Listen is a hub's leaf listener, host:port ("" none). A
+	// non-loopback address needs User and Password.
+	Listen string
+	// User and Password are what every edge presents to this hub.
+	User, Password string
+	// TLS secures the hub's leaf listener.
+	TLS TLSConfig
+	// Remotes are the hubs an edge connects to.
+	Remotes []LeafRemote
+	// ReconnectInterval is how long an edge waits between attempts to
+	// reach its hub. Default 1s.
+	ReconnectInterval time.Duration
+}
+
+// LeafRemote is one hub an edge connects to.
+type LeafRemote struct {
+	// URL is the hub's leaf listener: "nats-leaf://hub:7422" (or
+	// "tls://hub:7422").
+	URL string
+	// User and Password (or Credentials, a .creds file) sign in at the hub.
+	User, Password, Credentials string
+	// TLS: CAFile verifies the hub; CertFile and KeyFile present a
+	// client certificate.
+	TLS TLSConfig
+}
+
+// HubConfig makes this node a hub ([hub]): it declares Stream, which
+// sources each edge's stream across its JetStream domain, and the local
+// stream too. The processor and projection run over it.
+type HubConfig struct {
+	// Stream is the aggregate stream's name, e.g. "ORDER_EVENTS_ALL". ""
+	// (the default) is no hub.
+	Stream string
+	// Edges are the edges' JetStream domains (their jetstream.domain).
+	Edges []string
+}
+
+// Enabled reports whether the node is a hub.
+func (h HubConfig) Enabled() bool { return h.Stream != "" }
 
 // TLSConfig names the certificate files of a listener ([server.tls],
 // [admin.tls]).
@@ -149,6 +219,9 @@ type JetStreamConfig struct {
 	// that for throughput: a process crash loses nothing, a power loss can
 	// lose up to the interval.
 	SyncInterval time.Duration
+	// Domain is this node's JetStream domain: an edge's name, which a hub
+	// lists in Hub.Edges. "" is none. Letters, digits, '-' and '_'.
+	Domain string
 	// DiskHeadroom is the free disk wanted beyond what MaxFileStore can
 	// still grow into, in bytes. Default 1 GiB.
 	DiskHeadroom int64
@@ -177,7 +250,9 @@ type StreamConfig struct {
 	// DuplicateWindow is how long a Nats-Msg-Id is remembered for dedupe.
 	// Default 2m.
 	DuplicateWindow time.Duration
-	// Replicas is 1 on a single host.
+	// Replicas is 1 on a single host, 3 (or 5) in a cluster: the stream,
+	// the dead-letter stream, the projection bucket and the processor's
+	// consumer are replicated alike.
 	Replicas int
 }
 
@@ -292,7 +367,9 @@ func DefaultConfig() Config {
 			ProjectionBucket:   "ORDERS",
 			ProjectionMaxBytes: 512 << 20,
 		},
-		Admin: AdminConfig{Listen: "127.0.0.1:8222", ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second},
+		Admin:    AdminConfig{Listen: "127.0.0.1:8222", ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second},
+		Cluster:  ClusterConfig{Listen: "127.0.0.1:6222"},
+		LeafNode: LeafNodeConfig{ReconnectInterval: time.Second},
 	}
 }
 
@@ -497,9 +574,13 @@ func (c Config) Validate() error {
 	} else if st.MaxAge > 0 && st.DuplicateWindow > st.MaxAge {
 		bad("Stream.DuplicateWindow", st.DuplicateWindow, "exceeds stream.max_age %s", formatDuration(st.MaxAge))
 	}
-	if st.Replicas != 1 {
-		bad("Stream.Replicas", st.Replicas, "must be 1 on a single host (replicas 3 needs a NATS cluster)")
+	switch {
+	case st.Replicas != 1 && st.Replicas != 3 && st.Replicas != 5:
+		bad("Stream.Replicas", st.Replicas, "must be 1, 3 or 5")
+	case st.Replicas > 1 && !c.Cluster.Enabled():
+		bad("Stream.Replicas", st.Replicas, "needs a cluster: set [cluster] name, listen and routes on every node (or replicas = 1 on a single host)")
 	}
+	c.validateScaleOut(bad)
 
 	p := c.Processor
 	if !validName(p.Durable) {
@@ -577,6 +658,120 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// validateScaleOut checks [cluster], [leafnode], [hub] and the domain.
+func (c Config) validateScaleOut(bad func(field string, value any, format string, args ...any)) {
+	cl := c.Cluster
+	if cl.Enabled() {
+		if !validName(cl.Name) {
+			bad("Cluster.Name", clipValue(cl.Name), "may not contain spaces, '.', '*', '>', '/' or '\\'")
+		}
+		if c.Server.Name == "" || c.Server.Name == DefaultConfig().Server.Name {
+			bad("Server.Name", c.Server.Name, "must be set to this node's own name in a cluster (unique among the nodes, e.g. \"orders-1\")")
+		}
+		host, err := hostOf(cl.Listen)
+		if err != nil {
+			bad("Cluster.Listen", clipValue(cl.Listen), "must be host:port (e.g. \"10.0.0.1:6222\")")
+		} else if !isLoopback(host) && cl.User == "" && !(cl.TLS.Enabled() && cl.TLS.Verify) {
+			bad("Cluster.Listen", cl.Listen, "is not a loopback address and routes need no credentials: set cluster.user and cluster.password (or [cluster.tls] with verify), or bind 127.0.0.1")
+		}
+		if len(cl.Routes) == 0 {
+			bad("Cluster.Routes", nil, "must list the nodes' route URLs (e.g. [\"nats-route://10.0.0.1:6222\", ...]; listing this node is fine)")
+		}
+		for i, r := range cl.Routes {
+			if u, err := url.Parse(r); err != nil || (u.Scheme != "nats-route" && u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+				bad(fmt.Sprintf("Cluster.Routes[%d]", i), clipValue(r), "must be a route URL such as \"nats-route://10.0.0.1:6222\"")
+			}
+		}
+		if (cl.User == "") != (cl.Password == "") {
+			bad("Cluster.User", cl.User, "cluster.user and cluster.password go together")
+		}
+		validTLSFiles(bad, "Cluster.TLS", cl.TLS)
+	}
+	if d := c.JetStream.Domain; d != "" && !validDomain(d) {
+		bad("JetStream.Domain", clipValue(d), "must be letters, digits, '-' and '_' (no '.', '*', '>' or spaces)")
+	}
+	ln := c.LeafNode
+	if ln.Listen != "" {
+		host, err := hostOf(ln.Listen)
+		if err != nil {
+			bad("LeafNode.Listen", clipValue(ln.Listen), "must be host:port (e.g. \"0.0.0.0:7422\")")
+		} else if !isLoopback(host) && ln.User == "" {
+			bad("LeafNode.Listen", ln.Listen, "is not a loopback address and no leafnode.user is set: anyone could join the hub; set leafnode.user and leafnode.password, or bind 127.0.0.1")
+		}
+	}
+	if (ln.User == "") != (ln.Password == "") {
+		bad("LeafNode.User", ln.User, "leafnode.user and leafnode.password go together")
+	}
+	validTLSFiles(bad, "LeafNode.TLS", ln.TLS)
+	for i, r := range ln.Remotes {
+		f := fmt.Sprintf("LeafNode.Remotes[%d]", i)
+		if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "nats-leaf" && u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+			bad(f+".URL", clipValue(r.URL), "must be a leaf URL such as \"nats-leaf://hub.example.com:7422\"")
+		}
+		if r.Password != "" && r.User == "" {
+			bad(f+".User", nil, "a password needs a user")
+		}
+		validTLSFiles(bad, f+".TLS", r.TLS)
+	}
+	if len(ln.Remotes) > 0 && c.JetStream.Domain == "" {
+		bad("JetStream.Domain", nil, "an edge (leafnode.remotes) needs its own domain, e.g. \"edge-1\", which the hub lists in hub.edges")
+	}
+	h := c.Hub
+	if h.Enabled() || len(h.Edges) > 0 {
+		if !validName(h.Stream) {
+			bad("Hub.Stream", clipValue(h.Stream), "must be a stream name, e.g. \"ORDER_EVENTS_ALL\"")
+		} else if h.Stream == c.Stream.Name || h.Stream == c.Processor.DeadLetterStream {
+			bad("Hub.Stream", h.Stream, "must differ from stream.name and processor.dead_letter_stream")
+		}
+		if len(h.Edges) == 0 {
+			bad("Hub.Edges", nil, "must list the edges' domains (their jetstream.domain)")
+		}
+		seen := map[string]bool{}
+		for i, e := range h.Edges {
+			if !validDomain(e) || seen[e] || e == c.JetStream.Domain {
+				bad(fmt.Sprintf("Hub.Edges[%d]", i), clipValue(e), "must be a domain name, listed once, not this node's own")
+			}
+			seen[e] = true
+		}
+		if ln.Listen == "" {
+			bad("LeafNode.Listen", nil, "a hub needs a leaf listener for its edges (e.g. \"0.0.0.0:7422\")")
+		}
+	}
+}
+
+// validTLSFiles checks a TLS table that may carry client-certificate keys.
+func validTLSFiles(bad func(field string, value any, format string, args ...any), field string, t TLSConfig) {
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		bad(field+".CertFile", nil, "cert_file and key_file go together")
+	}
+	if t.Verify && t.CAFile == "" {
+		bad(field+".Verify", true, "needs ca_file")
+	}
+}
+
+func hostOf(hostport string) (string, error) {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", err
+	}
+	if _, err := strconv.Atoi(port); err != nil {
+		return "", err
+	}
+	return host, nil
+}
+
+func validDomain(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // minTokenLen is the shortest admin token accepted.
 const minTokenLen = 16
 
@@ -608,6 +803,8 @@ func tomlKey(field string) string {
 			p = "user"
 		case p == "TLS":
 			p = "tls"
+		case p == "LeafNode":
+			p = "leafnode"
 		case p == "CAFile":
 			p = "ca_file"
 		default:

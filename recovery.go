@@ -106,7 +106,7 @@ func (a *Appliance) declareRecovering(ctx context.Context, spec bootstrap.Spec) 
 	if err == nil || spec.Consumer == nil || !strings.Contains(err.Error(), "error creating store for consumer") {
 		return err
 	}
-	dir := filepath.Join(a.streamDir(spec.Stream.Name), "obs", spec.Consumer.Durable)
+	dir := filepath.Join(a.streamDir(spec.ConsumerStream()), "obs", spec.Consumer.Durable)
 	aside := fmt.Sprintf("%s.damaged-%d", dir, time.Now().Unix())
 	if rerr := os.Rename(dir, aside); rerr != nil {
 		return withHint(fmt.Errorf("%w (moving its state %q aside failed: %v)", err, dir, rerr),
@@ -131,9 +131,12 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 	if a.proj == nil || spec.Projection == nil {
 		return nil
 	}
-	s, err := a.js.Stream(ctx, spec.Stream.Name)
+	// The projection's sequence numbers are those of the stream the
+	// consumer reads (a hub's aggregate stream).
+	cs := spec.ConsumerStream()
+	s, err := a.js.Stream(ctx, cs)
 	if err != nil {
-		return fmt.Errorf("recovery check: stream %q: %w", spec.Stream.Name, err)
+		return fmt.Errorf("recovery check: stream %q: %w", cs, err)
 	}
 	last := s.CachedInfo().State.LastSeq
 	hw, err := a.proj.HighWater(ctx, 256)
@@ -149,14 +152,14 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 		// empty stream is the documented loss, the events of the last
 		// interval: the projection is rebuilt, to empty, below.)
 		return withHint(fmt.Errorf("recovery check: stream %q is empty but the projection %q holds orders applied up to sequence %d: the stream's events are gone (a deleted or unreadable store?)",
-			spec.Stream.Name, spec.Projection.Bucket, hw),
+			cs, spec.Projection.Bucket, hw),
 			fmt.Sprintf("restore %q from a backup; or, to accept the loss and start over, remove the projection (its directory %q) and start again",
-				a.streamDir(spec.Stream.Name), a.streamDir("KV_"+spec.Projection.Bucket)))
+				a.streamDir(cs), a.streamDir("KV_"+spec.Projection.Bucket)))
 	case hw > last:
 		why = fmt.Sprintf("stream %q ends at sequence %d but the projection had applied events up to %d: %d acknowledged events were lost from the store (see nats' recovery warnings)",
-			spec.Stream.Name, last, hw, hw-last)
+			cs, last, hw, hw-last)
 	case a.unclean && a.cfg.JetStream.SyncInterval > 0 && spec.Consumer != nil && a.cfg.Processor.Handler == nil:
-		c, err := a.js.Consumer(ctx, spec.Stream.Name, spec.Consumer.Durable)
+		c, err := a.js.Consumer(ctx, cs, spec.Consumer.Durable)
 		if err != nil {
 			return fmt.Errorf("recovery check: consumer %q: %w", spec.Consumer.Durable, err)
 		}
@@ -190,7 +193,7 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 	// start-up stops in between, the next start finds the same condition
 	// and does it again.
 	if spec.Consumer != nil {
-		if err := a.js.DeleteConsumer(ctx, spec.Stream.Name, spec.Consumer.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if err := a.js.DeleteConsumer(ctx, spec.ConsumerStream(), spec.Consumer.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("recovery check: rebuild the projection: reset consumer %q: %w", spec.Consumer.Durable, err)
 		}
 		if err := a.declareRecovering(ctx, spec); err != nil {

@@ -41,6 +41,9 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *internalIdentity) (embed
 	if ec.Accounts, ec.Users, ec.NoAuthUser, err = c.accounts(id); err != nil {
 		return ec, err
 	}
+	if err := c.scaleOut(&ec); err != nil {
+		return ec, err
+	}
 	if ec.TLS, err = loadTLS("server.tls", c.Server.TLS); err != nil {
 		return ec, err
 	}
@@ -106,6 +109,27 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		Storage:     jetstream.FileStorage,
 		Replicas:    st.Replicas,
 	}
+	if h := c.Hub; h.Enabled() {
+		agg := spec.Stream
+		agg.Name, agg.Subjects = h.Stream, nil
+		agg.Description = "order events of every edge, sourced (managed by orderstore)"
+		// Each source's subjects are prefixed with where it came from
+		// ("edge-1.orders.created"): consumers can tell and filter the
+		// edges, the event type stays the last token, and the newest
+		// event of each edge tells how far its source got.
+		src := func(name, domain, prefix string) *jetstream.StreamSource {
+			ss := &jetstream.StreamSource{Name: name, Domain: domain}
+			for _, subj := range st.Subjects {
+				ss.SubjectTransforms = append(ss.SubjectTransforms, jetstream.SubjectTransformConfig{Source: subj, Destination: prefix + "." + subj})
+			}
+			return ss
+		}
+		agg.Sources = []*jetstream.StreamSource{src(st.Name, "", HubLocalPrefix)}
+		for _, e := range h.Edges {
+			agg.Sources = append(agg.Sources, src(st.Name, e, e))
+		}
+		spec.Aggregate = &agg
+	}
 	if p.Enabled {
 		spec.Consumer = &jetstream.ConsumerConfig{
 			Durable:       p.Durable,
@@ -127,6 +151,10 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 	return spec
 }
 
+// HubLocalPrefix prefixes the subjects of a hub's own events in its
+// aggregate stream (an edge's are prefixed with the edge's domain).
+const HubLocalPrefix = "hub"
+
 // deadLetterSubjectPrefix is the subject prefix of the dead-letter stream:
 // a dead letter of orders.created is stored on "<prefix>.orders.created".
 func deadLetterSubjectPrefix(stream string) string { return "dlq." + stream }
@@ -138,7 +166,7 @@ func deadLetterSubjectPrefix(stream string) string { return "dlq." + stream }
 func (c Config) ProcessorSpec(h processor.Handler) processor.Config {
 	backoff := append([]time.Duration(nil), c.Processor.Backoff...)
 	return processor.Config{
-		Stream:                  c.Stream.Name,
+		Stream:                  c.DeclareSpec().ConsumerStream(),
 		Durable:                 c.Processor.Durable,
 		DeadLetterStream:        c.Processor.DeadLetterStream,
 		DeadLetterSubjectPrefix: deadLetterSubjectPrefix(c.Processor.DeadLetterStream),

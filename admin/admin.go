@@ -51,7 +51,10 @@ type Config struct {
 
 	// Stream, Durable, DeadLetterStream and ProjectionBucket name
 	// orderstore's own objects: /readyz checks these and nothing else.
-	Stream           string
+	Stream string
+	// ConsumerStream is the stream the durable reads ("" means Stream): a
+	// hub's aggregate stream.
+	ConsumerStream   string
 	Subjects         []string
 	Durable          string // empty when the processor is disabled
 	DeadLetterStream string
@@ -375,7 +378,7 @@ func (s *Server) Readiness(ctx context.Context) (string, []Check) {
 	}
 	if s.cfg.Durable != "" {
 		add("consumer", func() error {
-			c, err := b.JS.Consumer(ctx, s.cfg.Stream, s.cfg.Durable)
+			c, err := b.JS.Consumer(ctx, s.consumerStream(), s.cfg.Durable)
 			if err != nil {
 				return fmt.Errorf("consumer %q: %w", s.cfg.Durable, err)
 			}
@@ -519,4 +522,11 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
+}
+
+func (s *Server) consumerStream() string {
+	if s.cfg.ConsumerStream != "" {
+		return s.cfg.ConsumerStream
+	}
+	return s.cfg.Stream
 }

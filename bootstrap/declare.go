@@ -24,6 +24,18 @@ type Spec struct {
 	DeadLetter *jetstream.StreamConfig
 	// Projection is the projection KV bucket; nil declares none.
 	Projection *jetstream.KeyValueConfig
+	// Aggregate is a hub's stream that sources Stream and the edges'
+	// streams; nil declares none. When set, Consumer lives on it.
+	Aggregate *jetstream.StreamConfig
+}
+
+// ConsumerStream is the stream the durable consumer reads: Aggregate's
+// when there is one, else Stream's.
+func (s Spec) ConsumerStream() string {
+	if s.Aggregate != nil {
+		return s.Aggregate.Name
+	}
+	return s.Stream.Name
 }
 
 // Change is one field that Declare changed on an existing object.
@@ -88,8 +100,13 @@ func Declare(ctx context.Context, js jetstream.JetStream, spec Spec, logger *slo
 			return res, err
 		}
 	}
+	if spec.Aggregate != nil {
+		if err := declareStream(ctx, js, *spec.Aggregate, res); err != nil {
+			return res, err
+		}
+	}
 	if spec.Consumer != nil {
-		if err := declareConsumer(ctx, js, spec.Stream.Name, *spec.Consumer, res); err != nil {
+		if err := declareConsumer(ctx, js, spec.ConsumerStream(), *spec.Consumer, res); err != nil {
 			return res, err
 		}
 	}
@@ -158,6 +175,7 @@ func declareStream(ctx context.Context, js jetstream.JetStream, want jetstream.S
 	if want.Duplicates != 0 {
 		add("duplicate_window", durStr(have.Duplicates), durStr(want.Duplicates))
 	}
+	add("sources", sourcesStr(have.Sources), sourcesStr(want.Sources))
 	if len(safe) == 0 {
 		return nil
 	}
@@ -377,4 +395,19 @@ func orUnlimited32(n int32) int32 {
 		return -1
 	}
 	return n
+}
+
+// sourcesStr lists a stream's sources as "NAME@domain" (or NAME).
+func sourcesStr(l []*jetstream.StreamSource) string {
+	var out []string
+	for _, s := range l {
+		n := s.Name
+		if s.Domain != "" {
+			n += "@" + s.Domain
+		} else if s.External != nil && s.External.APIPrefix != "" {
+			n += "@" + s.External.APIPrefix
+		}
+		out = append(out, n)
+	}
+	return fmt.Sprintf("%q", out)
 }

@@ -39,6 +39,15 @@ func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
 	if spec.Consumer == nil {
 		return nil
 	}
+	if spec.Aggregate != nil {
+		obj = fmt.Sprintf("stream %q", spec.Aggregate.Name)
+		if s, err = js.Stream(ctx, spec.Aggregate.Name); err != nil {
+			return errorf("recovery check", obj, "", err)
+		}
+		if info, err = s.Info(ctx); err != nil {
+			return errorf("recovery check", obj, "", err)
+		}
+	}
 	cobj := fmt.Sprintf("consumer %q", spec.Consumer.Durable)
 	c, err := s.Consumer(ctx, spec.Consumer.Durable)
 	if err != nil {
@@ -50,7 +59,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
 	}
 	if ci.AckFloor.Stream > info.State.LastSeq {
 		return errorf("recovery check", cobj,
-			fmt.Sprintf("the stream lost events after a crash (power loss with a relaxed sync_interval?); to resume, reset the consumer: nats consumer rm %s %s, then restart (the projection skips what it already applied)", spec.Stream.Name, spec.Consumer.Durable),
+			fmt.Sprintf("the stream lost events after a crash (power loss with a relaxed sync_interval?); to resume, reset the consumer: nats consumer rm %s %s, then restart (the projection skips what it already applied)", spec.ConsumerStream(), spec.Consumer.Durable),
 			fmt.Errorf("%w: ack floor %d is ahead of the stream's last sequence %d", ErrAckFloorAhead, ci.AckFloor.Stream, info.State.LastSeq))
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,6 +99,20 @@ type Config struct {
 	TLS        *tls.Config
 	TLSTimeout time.Duration
 
+	// Cluster, when Cluster.Name is set, joins a NATS cluster: JetStream
+	// then runs its Raft meta group over the routes, and streams may have
+	// replicas. ServerName must be set and unique in the cluster.
+	Cluster Cluster
+
+	// LeafNode opens a leaf node listener (a hub) or connects to remote
+	// ones (an edge).
+	LeafNode LeafNode
+
+	// Domain is the JetStream domain ("" none): an edge's own domain, so
+	// a hub reaches its JetStream API as $JS.<Domain>.API over a leaf
+	// connection. No '.', '*', '>' or spaces.
+	Domain string
+
 	// MaxConnections caps client connections (0: nats' default of 64K);
 	// past it new clients are refused. MaxSubscriptions caps a
 	// connection's subscriptions (0: unlimited).
@@ -126,6 +141,58 @@ type User struct {
 	// PublishDeny and SubscribeDeny list subjects refused even where an
 	// allow list (or its absence) would permit them.
 	PublishDeny, SubscribeDeny []string
+}
+
+// Cluster is a NATS cluster listener and its routes.
+type Cluster struct {
+	// Name of the cluster, the same on every node.
+	Name string
+	// Host and Port of the route listener (Port -1: random).
+	Host string
+	Port int
+	// Routes are the other nodes' route URLs ("nats-route://host:port");
+	// listing this node itself is fine.
+	Routes []string
+	// User and Password, when set, are required from every route, and
+	// sent on the routes this node makes.
+	User, Password string
+	// TLS secures the routes (both directions).
+	TLS *tls.Config
+}
+
+// LeafNode is a leaf node listener (a hub's) and remotes (an edge's).
+type LeafNode struct {
+	// Host and Port of the listener; Port 0 opens none, -1 a random one.
+	Host string
+	Port int
+	// User and Password, when set, are required from every incoming leaf
+	// connection, which then binds to Account.
+	User, Password, Account string
+	// TLS secures the listener.
+	TLS *tls.Config
+	// Remotes are the hubs this server connects to.
+	Remotes []LeafRemote
+	// ReconnectInterval is how long a remote waits before reconnecting
+	// (0: nats' default, 1s).
+	ReconnectInterval time.Duration
+}
+
+// LeafRemote is one leaf connection this server makes.
+type LeafRemote struct {
+	// URL of the hub's leaf listener ("nats-leaf://host:7422"), with or
+	// without user:password.
+	URL string
+	// User and Password are added to URL when set.
+	User, Password string
+	// Credentials is a .creds file, for hubs in operator mode.
+	Credentials string
+	// LocalAccount is the account the connection joins on this side.
+	LocalAccount string
+	// TLS for the connection; nil for plaintext.
+	TLS *tls.Config
+	// DenyImports and DenyExports keep subjects from crossing the link
+	// (into this server and out of it).
+	DenyImports, DenyExports []string
 }
 
 // Account is one nats account (see Config.Accounts).
@@ -208,6 +275,19 @@ func (c Config) Validate() error {
 	if c.NoAuthUser != "" && !names[c.NoAuthUser] {
 		errs = append(errs, fmt.Errorf("NoAuthUser: %q is not one of Users", c.NoAuthUser))
 	}
+	if c.Cluster.Name != "" && c.ServerName == "" {
+		errs = append(errs, errors.New("ServerName: required in a cluster"))
+	}
+	for i, r := range c.Cluster.Routes {
+		if _, err := url.Parse(r); err != nil {
+			errs = append(errs, fmt.Errorf("Cluster.Routes[%d]: %v", i, err))
+		}
+	}
+	for i, r := range c.LeafNode.Remotes {
+		if _, err := url.Parse(r.URL); err != nil || r.URL == "" {
+			errs = append(errs, fmt.Errorf("LeafNode.Remotes[%d].URL: %q is not a URL", i, r.URL))
+		}
+	}
 	if c.MaxConnections < 0 || c.MaxSubscriptions < 0 {
 		errs = append(errs, errors.New("MaxConnections, MaxSubscriptions: must not be negative"))
 	}
@@ -268,6 +348,43 @@ func (c Config) options() (*server.Options, error) {
 		MaxConn:                c.MaxConnections,
 		MaxSubs:                c.MaxSubscriptions,
 		NoAuthUser:             c.NoAuthUser,
+	}
+	o.JetStreamDomain = c.Domain
+	if cl := c.Cluster; cl.Name != "" {
+		o.Cluster = server.ClusterOpts{Name: cl.Name, Host: cl.Host, Port: cl.Port, Username: cl.User, Password: cl.Password,
+			TLSConfig: cl.TLS, TLSTimeout: 2}
+		if o.Cluster.Host == "" {
+			o.Cluster.Host = "127.0.0.1"
+		}
+		for _, r := range cl.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("cluster route %q: %w", r, err)
+			}
+			if cl.User != "" && u.User == nil {
+				u.User = url.UserPassword(cl.User, cl.Password)
+			}
+			o.Routes = append(o.Routes, u)
+		}
+	}
+	if ln := c.LeafNode; ln.Port != 0 || len(ln.Remotes) > 0 {
+		o.LeafNode = server.LeafNodeOpts{Host: ln.Host, Port: ln.Port, Username: ln.User, Password: ln.Password, Account: ln.Account,
+			TLSConfig: ln.TLS, TLSTimeout: 2, ReconnectInterval: ln.ReconnectInterval}
+		if o.LeafNode.Host == "" {
+			o.LeafNode.Host = "127.0.0.1"
+		}
+		for _, r := range ln.Remotes {
+			u, err := url.Parse(r.URL)
+			if err != nil {
+				return nil, fmt.Errorf("leaf remote %q: %w", r.URL, err)
+			}
+			if r.User != "" {
+				u.User = url.UserPassword(r.User, r.Password)
+			}
+			o.LeafNode.Remotes = append(o.LeafNode.Remotes, &server.RemoteLeafOpts{URLs: []*url.URL{u}, Credentials: r.Credentials,
+				LocalAccount: r.LocalAccount, TLS: r.TLS != nil, TLSConfig: r.TLS, TLSTimeout: 2,
+				DenyImports: r.DenyImports, DenyExports: r.DenyExports})
+		}
 	}
 	if c.TLS != nil {
 		o.TLSConfig = c.TLS

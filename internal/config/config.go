@@ -29,7 +29,45 @@ type Config struct {
 	Stream    Stream    `toml:"stream"`
 	Processor Processor `toml:"processor"`
 	Admin     Admin     `toml:"admin"`
+	Cluster   Cluster   `toml:"cluster"`
+	LeafNode  LeafNode  `toml:"leafnode"`
+	Hub       Hub       `toml:"hub"`
 	Log       Log       `toml:"log"`
+}
+
+// Cluster joins a NATS cluster (JetStream over Raft routes).
+type Cluster struct {
+	Name     string   `toml:"name"`     // the cluster's name; "" runs a single node
+	Listen   string   `toml:"listen"`   // route listener host:port
+	Routes   []string `toml:"routes"`   // every node's nats-route:// URL (this one's too is fine)
+	User     string   `toml:"user"`     // route credentials, the same on every node
+	Password string   `toml:"password"` //
+	TLS      TLS      `toml:"tls"`      // [cluster.tls]
+}
+
+// LeafNode links edges to a hub.
+type LeafNode struct {
+	Listen            string       `toml:"listen"`             // a hub's leaf listener host:port; "" none
+	User              string       `toml:"user"`               // what edges present to this hub
+	Password          string       `toml:"password"`           //
+	ReconnectInterval Duration     `toml:"reconnect_interval"` // an edge's wait between attempts
+	TLS               TLS          `toml:"tls"`                // [leafnode.tls]: the hub's listener
+	Remotes           []LeafRemote `toml:"remotes"`            // an edge's hubs
+}
+
+// LeafRemote is one hub an edge connects to.
+type LeafRemote struct {
+	URL         string `toml:"url"`
+	User        string `toml:"user,omitempty"`
+	Password    string `toml:"password,omitempty"`
+	Credentials string `toml:"credentials,omitempty"`
+	TLS         TLS    `toml:"tls,omitempty"`
+}
+
+// Hub makes this node a hub: an aggregate stream sourcing every edge.
+type Hub struct {
+	Stream string   `toml:"stream"` // "" is no hub
+	Edges  []string `toml:"edges"`  // the edges' jetstream.domain
 }
 
 // Server is the NATS client listener.
@@ -75,6 +113,7 @@ type JetStream struct {
 	SyncInterval   SyncPolicy `toml:"sync_interval"`    // "always" or a duration
 	DiskHeadroom   ByteSize   `toml:"disk_headroom"`    // free disk wanted beyond max_file_store
 	AllowLowDisk   bool       `toml:"allow_low_disk"`   // turn the free-disk check into a warning
+	Domain         string     `toml:"domain"`           // this node's JetStream domain (an edge's name)
 }
 
 // Stream is the ORDER_EVENTS stream and its retention limits.

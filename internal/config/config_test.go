@@ -20,6 +20,7 @@ func TestExampleFileEqualsDefaults(t *testing.T) {
 	want := Default()
 	want.Server.Users = []User{} // the example writes users = [] explicitly
 	want.Admin.AllowedHosts = []string{}
+	want.Cluster.Routes, want.LeafNode.Remotes, want.Hub.Edges = []string{}, []LeafRemote{}, []string{}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("orderstore.example.toml differs from Default():\n got %+v\nwant %+v", got, want)
 	}
@@ -173,10 +174,8 @@ func TestEncodeRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("printed config does not parse: %v\n%s", err, b)
 	}
-	cfg.Server.Users = []User{}
-	if back.Server.Users == nil {
-		back.Server.Users = []User{}
-	}
+	normalizeEmpty(&cfg)
+	normalizeEmpty(&back)
 	if !reflect.DeepEqual(back, cfg) {
 		t.Errorf("round trip differs:\n%s", b)
 	}

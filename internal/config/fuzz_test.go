@@ -89,4 +89,7 @@ func normalizeEmpty(c *Config) {
 	if c.Server.Users == nil {
 		c.Server.Users = []User{}
 	}
+	if c.LeafNode.Remotes == nil {
+		c.LeafNode.Remotes = []LeafRemote{}
+	}
 }

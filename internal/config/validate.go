@@ -128,6 +128,16 @@ func (c Config) toOrderstore() orderstore.Config {
 		Admin: orderstore.AdminConfig{Listen: c.Admin.Listen, Token: c.Admin.Token, TLS: orderstore.TLSConfig(c.Admin.TLS),
 			AllowedHosts: c.Admin.AllowedHosts, AllowPlaintext: c.Admin.AllowPlaintext},
 	}
+	o.JetStream.Domain = j.Domain
+	cl, ln := c.Cluster, c.LeafNode
+	o.Cluster = orderstore.ClusterConfig{Name: cl.Name, Listen: cl.Listen, Routes: cl.Routes, User: cl.User, Password: cl.Password, TLS: orderstore.TLSConfig(cl.TLS)}
+	o.LeafNode = orderstore.LeafNodeConfig{Listen: ln.Listen, User: ln.User, Password: ln.Password, TLS: orderstore.TLSConfig(ln.TLS),
+		ReconnectInterval: ln.ReconnectInterval.D()}
+	for _, r := range ln.Remotes {
+		o.LeafNode.Remotes = append(o.LeafNode.Remotes, orderstore.LeafRemote{URL: r.URL, User: r.User, Password: r.Password,
+			Credentials: r.Credentials, TLS: orderstore.TLSConfig(r.TLS)})
+	}
+	o.Hub = orderstore.HubConfig{Stream: c.Hub.Stream, Edges: c.Hub.Edges}
 	def := orderstore.DefaultConfig().Admin
 	o.Admin.ReadTimeout, o.Admin.WriteTimeout, o.Admin.IdleTimeout = def.ReadTimeout, def.WriteTimeout, def.IdleTimeout
 	if !j.SyncInterval.Always {
@@ -170,6 +180,15 @@ func fromOrderstore(o orderstore.Config) Config {
 	}
 	c.Server.MaxConnections, c.Server.MaxSubscriptions, c.Server.AllowPlaintext = s.MaxConnections, s.MaxSubscriptions, s.AllowPlaintext
 	c.Server.TLS = TLS(s.TLS)
+	c.JetStream.Domain = j.Domain
+	c.Cluster = Cluster{Name: o.Cluster.Name, Listen: o.Cluster.Listen, Routes: o.Cluster.Routes, User: o.Cluster.User,
+		Password: o.Cluster.Password, TLS: TLS(o.Cluster.TLS)}
+	c.LeafNode = LeafNode{Listen: o.LeafNode.Listen, User: o.LeafNode.User, Password: o.LeafNode.Password,
+		ReconnectInterval: Duration(o.LeafNode.ReconnectInterval), TLS: TLS(o.LeafNode.TLS)}
+	for _, r := range o.LeafNode.Remotes {
+		c.LeafNode.Remotes = append(c.LeafNode.Remotes, LeafRemote{URL: r.URL, User: r.User, Password: r.Password, Credentials: r.Credentials, TLS: TLS(r.TLS)})
+	}
+	c.Hub = Hub{Stream: o.Hub.Stream, Edges: o.Hub.Edges}
 	for _, u := range s.Users {
 		c.Server.Users = append(c.Server.Users, User{User: u.Name, Password: u.Password, Nkey: u.Nkey, Role: u.Role,
 			Publish: Subjects{Allow: u.Publish, Deny: u.PublishDeny}, Subscribe: Subjects{Allow: u.Subscribe, Deny: u.SubscribeDeny}})
@@ -206,6 +225,20 @@ func (c Config) Redacted() Config {
 	if c.Admin.Token != "" {
 		c.Admin.Token = "<redacted>"
 	}
+	if c.Cluster.Password != "" {
+		c.Cluster.Password = "<redacted>"
+	}
+	if c.LeafNode.Password != "" {
+		c.LeafNode.Password = "<redacted>"
+	}
+	remotes := make([]LeafRemote, len(c.LeafNode.Remotes))
+	for i, r := range c.LeafNode.Remotes {
+		if r.Password != "" {
+			r.Password = "<redacted>"
+		}
+		remotes[i] = r
+	}
+	c.LeafNode.Remotes = remotes
 	return c
 }
 
@@ -235,7 +268,10 @@ func (c Config) SecretFileWarnings(path string) []string {
 		}
 		w = append(w, fmt.Sprintf("%s %q holds a secret and is readable by every user (mode %04o): chmod o-r %q (e.g. 0600, or 0640 owned by the service group)", what, file, fi.Mode().Perm(), file))
 	}
-	holds := c.Server.SystemPassword != "" || c.Admin.Token != ""
+	holds := c.Server.SystemPassword != "" || c.Admin.Token != "" || c.Cluster.Password != "" || c.LeafNode.Password != ""
+	for _, r := range c.LeafNode.Remotes {
+		holds = holds || r.Password != ""
+	}
 	for _, u := range c.Server.Users {
 		holds = holds || u.Password != ""
 	}

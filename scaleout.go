@@ -1,0 +1,111 @@
+package orderstore
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+
+	"github.com/orderstore/orderstore/embedded"
+)
+
+// scaleOut adds [cluster], [leafnode] and the domain to ec: NATS's own
+// clustering (JetStream over Raft routes) and leaf nodes, nothing of
+// orderstore's making.
+func (c Config) scaleOut(ec *embedded.Config) error {
+	ec.Domain = c.JetStream.Domain
+	if cl := c.Cluster; cl.Enabled() {
+		host, port, err := splitHostPort("cluster.listen", cl.Listen)
+		if err != nil {
+			return err
+		}
+		ec.Cluster = embedded.Cluster{Name: cl.Name, Host: host, Port: port, Routes: cl.Routes, User: cl.User, Password: cl.Password}
+		if ec.Cluster.TLS, err = loadPeerTLS("cluster.tls", cl.TLS); err != nil {
+			return err
+		}
+	}
+	ln := c.LeafNode
+	if ln.Listen != "" {
+		host, port, err := splitHostPort("leafnode.listen", ln.Listen)
+		if err != nil {
+			return err
+		}
+		ec.LeafNode.Host, ec.LeafNode.Port = host, port
+		ec.LeafNode.User, ec.LeafNode.Password, ec.LeafNode.Account = ln.User, ln.Password, StreamAccount
+		if ec.LeafNode.TLS, err = loadTLS("leafnode.tls", ln.TLS); err != nil {
+			return err
+		}
+	}
+	ec.LeafNode.ReconnectInterval = ln.ReconnectInterval
+	// What this node's streams capture never crosses a leaf connection:
+	// with one account on both sides, an edge's ORDER_EVENTS (orders.>)
+	// would otherwise also store every other edge's events, and the
+	// buckets each other's writes. The hub reaches an edge's streams only
+	// through its JetStream domain ($JS.<domain>.API), and sourced events
+	// travel on the source consumer's own deliver subject.
+	local := append(append([]string(nil), c.Stream.Subjects...),
+		deadLetterSubjectPrefix(c.Processor.DeadLetterStream)+".>",
+		"$KV."+c.Processor.ProjectionBucket+".>")
+	for i, r := range ln.Remotes {
+		t, err := loadPeerTLS(fmt.Sprintf("leafnode.remotes[%d].tls", i), r.TLS)
+		if err != nil {
+			return err
+		}
+		ec.LeafNode.Remotes = append(ec.LeafNode.Remotes, embedded.LeafRemote{URL: r.URL, User: r.User, Password: r.Password,
+			Credentials: r.Credentials, LocalAccount: StreamAccount, TLS: t, DenyImports: local, DenyExports: local})
+	}
+	return nil
+}
+
+func splitHostPort(key, hostport string) (string, int, error) {
+	host, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", 0, fmt.Errorf("%s %q: %w", key, hostport, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, fmt.Errorf("%s %q: port: %w", key, hostport, err)
+	}
+	if port == 0 {
+		port = -1
+	}
+	return host, port, nil
+}
+
+// loadPeerTLS is the TLS of a connection that both dials and accepts
+// (routes) or dials (a leaf remote): CAFile verifies the peer's
+// certificate, CertFile and KeyFile are presented to it.
+func loadPeerTLS(key string, t TLSConfig) (*tls.Config, error) {
+	if !t.Enabled() && t.CAFile == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if t.MinVersion == "1.3" {
+		cfg.MinVersion = tls.VersionTLS13
+	}
+	if t.Enabled() {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, withHint(fmt.Errorf("%s: cert_file %q, key_file %q: %w", key, t.CertFile, t.KeyFile, err),
+				"both must be PEM files: the certificate (chain) and its unencrypted private key")
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s: ca_file %q: %w", key, t.CAFile, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: ca_file %q holds no PEM certificate", key, t.CAFile)
+		}
+		cfg.RootCAs, cfg.ClientCAs = pool, pool
+		if t.Verify {
+			cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+	}
+	return cfg, nil
+}
