@@ -50,6 +50,7 @@ type Appliance struct {
 	srvChanged chan struct{} // closed and replaced when srv is replaced
 	ec         embedded.Config
 	id         *internalIdentity             // how orderstore's own connections sign in
+	hub        *hubWatch                     // a hub's source watcher; nil elsewhere
 	dupName    atomic.Pointer[string]        // nats' log line about another node with this node's name
 	nsrv       atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
 	guard      *storeGuard
@@ -189,7 +190,10 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		// delivery waits ack_wait, then the longest backoff.
 		a.stallAfter = time.Duration(cfg.Processor.MaxDeliver) * (cfg.Processor.AckWait + slices.Max(append([]time.Duration{0}, cfg.Processor.Backoff...)))
 	}
-	b := admin.Backend{JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks, Recovery: a.recovery}
+	b := admin.Backend{JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks, Recovery: a.recovery, Topology: a.topology}
+	if cfg.Hub.Enabled() {
+		a.hub = newHubWatch(a)
+	}
 	if a.proc != nil {
 		b.Processor = a
 	}
@@ -382,7 +386,7 @@ func (a *Appliance) connect(name string, closed chan struct{}) (*nats.Conn, jets
 
 // checks are the readiness checks of what admin cannot see: both internal
 // connections are up, and the processor's ack floor moves.
-func (a *Appliance) checks(context.Context) []admin.Check {
+func (a *Appliance) checks(ctx context.Context) []admin.Check {
 	conns := admin.Check{Name: "connections", OK: true}
 	for _, c := range []struct {
 		name string
@@ -394,6 +398,9 @@ func (a *Appliance) checks(context.Context) []admin.Check {
 		}
 	}
 	out := []admin.Check{conns, a.guard.check()}
+	if a.cfg.Cluster.Enabled() {
+		out = append(out, a.clusterCheck(ctx))
+	}
 	if a.proc != nil {
 		pr := a.proc.Progress()
 		c := admin.Check{Name: "progress", OK: true}
@@ -513,6 +520,10 @@ func (a *Appliance) runGroup() {
 				}
 			}
 		}, func(error) { close(stop) })
+	}
+	if a.hub != nil { // a hub's source watcher
+		ctx, cancel := context.WithCancel(context.Background())
+		g.Add(func() error { return a.hub.run(ctx) }, func(error) { cancel() })
 	}
 	{ // the store guard: refuses publishes while the store cannot write, restarts nats once it can
 		ctx, cancel := context.WithCancel(context.Background())

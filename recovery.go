@@ -216,10 +216,9 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 // startupNotes turns nats-server's start-up warnings into recovery notes.
 func (a *Appliance) startupNotes() {
 	for _, p := range a.server().StartupProblems() {
-		if strings.Contains(p, "Plaintext passwords detected") {
-			continue // a remark on the config, not on the store
+		if storeProblem(p) {
+			a.note("nats: %s", p)
 		}
-		a.note("nats: %s", p)
 	}
 }
 
@@ -257,4 +256,23 @@ func (a *Appliance) markStopped() error {
 		return err
 	}
 	return nil
+}
+
+// storeProblem reports whether a warning nats logged at start-up is about
+// the store (a damaged block, unreadable metadata, a consumer moved back)
+// rather than the network (a hub or route not reachable yet) or the
+// config (plaintext passwords).
+func storeProblem(msg string) bool {
+	m := strings.ToLower(msg)
+	for _, s := range []string{"plaintext passwords", "leafnode", "route", "connect", "gateway", "cluster", "raft", "meta leader"} {
+		if strings.Contains(m, s) {
+			return false
+		}
+	}
+	for _, s := range []string{"stream", "consumer", "block", "msgs", "meta", "checksum", "recover", "store", "corrupt", "truncat", "index", "state"} {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
 }

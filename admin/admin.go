@@ -130,6 +130,9 @@ type Backend struct {
 	// Checks, if set, adds readiness checks of the parts admin cannot see
 	// (connections, the processor's progress).
 	Checks func(ctx context.Context) []Check
+	// Topology, if set, reports the cluster, the leaf links and a hub's
+	// sources in /v1/status.
+	Topology func(ctx context.Context) *Topology
 	// Recovery lists what start-up found and did about a damaged store:
 	// served in /v1/status, counted in /metrics, and a warning (still
 	// ready) in /readyz.

@@ -24,6 +24,9 @@ type Status struct {
 	Errors      []string          `json:"errors,omitempty"`
 	// Recovery is what start-up found and did about a damaged store.
 	Recovery []string `json:"recovery,omitempty"`
+	// Topology is the cluster, leaf links and a hub's sources; absent on
+	// a lone node.
+	Topology *Topology `json:"topology,omitempty"`
 }
 
 // StreamStatus is ORDER_EVENTS' usage against its limits.
@@ -122,6 +125,9 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) Status {
 			i := p.CachedInfo()
 			st.Projection.Orders, st.Projection.Bytes, st.Projection.MaxBytes = i.State.Msgs, i.State.Bytes, i.Config.MaxBytes
 		}
+	}
+	if b.Topology != nil {
+		st.Topology = b.Topology(ctx)
 	}
 	st.Store.Dir = s.cfg.StoreDir
 	if ai, err := b.JS.AccountInfo(ctx); err != nil {

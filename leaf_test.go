@@ -1,0 +1,127 @@
+package orderstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/orderstoretest"
+)
+
+func hubConfig(t testing.TB, leafPort int, edges ...string) func(*orderstore.Config) {
+	return func(c *orderstore.Config) {
+		c.Server.Name = "hub"
+		c.JetStream.Domain = "hub"
+		c.LeafNode.Listen = fmt.Sprintf("127.0.0.1:%d", leafPort)
+		c.Hub = orderstore.HubConfig{Stream: "ORDER_EVENTS_ALL", Edges: edges}
+		c.JetStream.MaxFileStore = 4 << 30
+	}
+}
+
+func edgeConfig(name string, leafPort int) func(*orderstore.Config) {
+	return func(c *orderstore.Config) {
+		c.Server.Name = name
+		c.JetStream.Domain = name
+		c.LeafNode.Remotes = []orderstore.LeafRemote{{URL: fmt.Sprintf("nats-leaf://127.0.0.1:%d", leafPort)}}
+		c.LeafNode.ReconnectInterval = 250 * time.Millisecond
+	}
+}
+
+// Test 3: events recorded at the edges while the hub is down reach the
+// hub's aggregate stream once it starts, each exactly once and in its
+// edge's order; each edge's own stream holds only its own events.
+func TestEdgesForwardToHub(t *testing.T) {
+	leafPort := freePorts(t, 1)[0]
+	e1 := orderstoretest.Start(t, edgeConfig("edge-1", leafPort))
+	e2 := orderstoretest.Start(t, edgeConfig("edge-2", leafPort))
+	ctx := context.Background()
+	const n = 50
+	publish := func(app *orderstore.Appliance, edge string, from, to int) {
+		js := embeddedtest.JetStream(t, app)
+		for i := from; i < to; i++ {
+			if _, err := js.Publish(ctx, "orders.created", []byte(fmt.Sprintf(`{"order_id":"%s-%d","i":%d}`, edge, i, i)),
+				jetstream.WithMsgID(fmt.Sprintf("%s-%d", edge, i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(e1, "edge-1", 0, n)
+	publish(e2, "edge-2", 0, n)
+
+	hub := orderstoretest.Start(t, hubConfig(t, leafPort, "edge-1", "edge-2"))
+	hjs := embeddedtest.JetStream(t, hub)
+	// More events once the link is up.
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		st, err := hjs.Stream(ctx, "ORDER_EVENTS_ALL")
+		if err != nil {
+			return err
+		}
+		if m := st.CachedInfo().State.Msgs; m < 2*n {
+			return fmt.Errorf("aggregate holds %d of %d", m, 2*n)
+		}
+		return nil
+	})
+	publish(e1, "edge-1", n, 2*n)
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		st, err := hjs.Stream(ctx, "ORDER_EVENTS_ALL")
+		if err != nil {
+			return err
+		}
+		if m := st.CachedInfo().State.Msgs; m != 3*n {
+			return fmt.Errorf("aggregate holds %d of %d", m, 3*n)
+		}
+		return nil
+	})
+
+	// Exactly once, in each edge's order.
+	oc, err := hjs.OrderedConsumer(ctx, "ORDER_EVENTS_ALL", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := map[string]int{}
+	for range 3 * n {
+		m, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		edge, _, _ := strings.Cut(m.Subject(), ".")
+		var ev struct{ I int }
+		json.Unmarshal(m.Data(), &ev)
+		if ev.I != next[edge] {
+			t.Fatalf("from %s: event %d after %d (subject %s)", edge, ev.I, next[edge]-1, m.Subject())
+		}
+		next[edge]++
+	}
+	if next["edge-1"] != 2*n || next["edge-2"] != n {
+		t.Errorf("per edge: %v", next)
+	}
+	// Each edge stores only its own events.
+	for _, e := range []struct {
+		app  *orderstore.Appliance
+		want uint64
+	}{{e1, 2 * n}, {e2, n}} {
+		st, err := embeddedtest.JetStream(t, e.app).Stream(ctx, "ORDER_EVENTS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := st.CachedInfo().State.Msgs; m != e.want {
+			t.Errorf("an edge's ORDER_EVENTS holds %d events, want %d (its own only)", m, e.want)
+		}
+	}
+	// The hub's processor projects every edge's orders.
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		for _, id := range []string{"edge-1-99", "edge-2-49"} {
+			if _, err := hub.Order(ctx, id); err != nil {
+				return fmt.Errorf("%s: %w", id, err)
+			}
+		}
+		return nil
+	})
+}

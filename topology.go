@@ -1,0 +1,281 @@
+package orderstore
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/admin"
+)
+
+// A hub's sources, watched. nats-server retries a source whose edge was
+// unreachable on a backoff of its own (measured: about 40 s after the link
+// came back), and a source can stall while nats reports lag 0 (upstream
+// #6206, #8346). The watcher compares, every second, each edge's last
+// sequence (asked through the edge's domain, over the leaf link) with the
+// newest event the aggregate holds from it; when the edge has more and the
+// source has not advanced for sourceKickAfter, it removes the source and
+// adds it back (two stream updates): nats then creates the source's
+// consumer at once, starting after the last event the aggregate holds from
+// that edge, so nothing is sourced twice or skipped. A source behind for
+// sourceStallAfter is flagged stalled in /v1/status and `orderstore status`.
+const (
+	sourceWatchEvery = time.Second
+	sourceKickAfter  = 3 * time.Second
+	sourceKickEvery  = 10 * time.Second
+	sourceStallAfter = 30 * time.Second
+)
+
+type hubWatch struct {
+	a  *Appliance
+	mu sync.Mutex
+	st map[string]*sourceState
+}
+
+type sourceState struct {
+	admin.SourceStatus
+	lastKick time.Time
+}
+
+func newHubWatch(a *Appliance) *hubWatch {
+	w := &hubWatch{a: a, st: map[string]*sourceState{}}
+	for _, e := range a.cfg.Hub.Edges {
+		w.st[e] = &sourceState{SourceStatus: admin.SourceStatus{Edge: e}, lastKick: time.Now()}
+	}
+	return w
+}
+
+func (w *hubWatch) run(ctx context.Context) error {
+	t := time.NewTicker(sourceWatchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		w.check(ctx)
+	}
+}
+
+func (w *hubWatch) check(ctx context.Context) {
+	a := w.a
+	agg := a.cfg.DeclareSpec().Aggregate
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	st, err := a.js.Stream(cctx, agg.Name)
+	if err != nil {
+		return
+	}
+	info := st.CachedInfo()
+	if len(info.Config.Sources) < len(agg.Sources) {
+		// A kick that removed a source and could not add it back.
+		if _, err := a.js.UpdateStream(cctx, *agg); err != nil {
+			a.log.Warn("hub: restore the aggregate stream's sources", "stream", agg.Name, "err", err)
+		}
+	}
+	nats := map[string]*jetstream.StreamSourceInfo{}
+	for _, si := range info.Sources {
+		if si.External != nil {
+			nats[si.External.APIPrefix] = si
+		}
+	}
+	for _, edge := range a.cfg.Hub.Edges {
+		s := admin.SourceStatus{Edge: edge}
+		ectx, ecancel := context.WithTimeout(cctx, time.Second)
+		if ejs, err := jetstream.NewWithDomain(a.nc, edge); err == nil {
+			if es, err := ejs.Stream(ectx, a.cfg.Stream.Name); err == nil {
+				s.Reachable, s.EdgeLastSeq = true, es.CachedInfo().State.LastSeq
+			} else {
+				s.Error = "edge: " + err.Error()
+			}
+		}
+		ecancel()
+		if m, err := st.GetLastMsgForSubject(cctx, edge+".>"); err == nil {
+			s.SourcedSeq = sourceSeq(m.Header.Get("Nats-Stream-Source"))
+		}
+		if si := nats["$JS."+edge+".API"]; si != nil {
+			s.NATSLag, s.ActiveSeconds = si.Lag, si.Active.Seconds()
+			if si.Error != nil {
+				s.Error = strings.TrimPrefix(s.Error+"; ", "; ") + "source: " + si.Error.Error()
+			}
+		}
+		w.update(ctx, edge, s)
+	}
+}
+
+// update records edge's new state and kicks its source when it is stuck.
+func (w *hubWatch) update(ctx context.Context, edge string, s admin.SourceStatus) {
+	w.mu.Lock()
+	prev := w.st[edge]
+	now := time.Now()
+	s.LastAdvance = prev.LastAdvance
+	if s.SourcedSeq > prev.SourcedSeq || s.LastAdvance.IsZero() || s.EdgeLastSeq <= s.SourcedSeq {
+		s.LastAdvance = now
+	}
+	if s.Reachable && s.EdgeLastSeq > s.SourcedSeq {
+		s.Behind = s.EdgeLastSeq - s.SourcedSeq
+		s.BehindSeconds = now.Sub(s.LastAdvance).Seconds()
+	} else if !s.Reachable {
+		s.SourcedSeq = max(s.SourcedSeq, prev.SourcedSeq)
+	}
+	s.Stalled = s.Behind > 0 && now.Sub(s.LastAdvance) > sourceStallAfter
+	kick := s.Behind > 0 && now.Sub(s.LastAdvance) > sourceKickAfter && now.Sub(prev.lastKick) > sourceKickEvery
+	prev.SourceStatus = s
+	if kick {
+		prev.lastKick = now
+	}
+	w.mu.Unlock()
+	if kick {
+		w.kick(ctx, edge, s)
+	}
+}
+
+// kick makes nats create edge's source consumer again: the aggregate
+// without the source, then with it.
+func (w *hubWatch) kick(ctx context.Context, edge string, s admin.SourceStatus) {
+	a := w.a
+	agg := *a.cfg.DeclareSpec().Aggregate
+	without := agg
+	without.Sources = slices.DeleteFunc(slices.Clone(agg.Sources), func(ss *jetstream.StreamSource) bool { return ss.Domain == edge })
+	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := a.js.UpdateStream(kctx, without)
+	if err == nil {
+		_, err = a.js.UpdateStream(kctx, agg)
+	}
+	a.log.Info("hub: source restarted", "edge", edge, "behind", s.Behind, "sourced_seq", s.SourcedSeq, "edge_last_seq", s.EdgeLastSeq,
+		"stalled_for", time.Since(s.LastAdvance).Round(time.Second).String(), "err", err)
+}
+
+func (w *hubWatch) sources() []admin.SourceStatus {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []admin.SourceStatus
+	for _, e := range w.a.cfg.Hub.Edges {
+		out = append(out, w.st[e].SourceStatus)
+	}
+	return out
+}
+
+// sourceSeq is the origin sequence in a Nats-Stream-Source header
+// ("<stream index name> <seq> ...").
+func sourceSeq(h string) uint64 {
+	f := strings.Fields(h)
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[1], 10, 64)
+	return n
+}
+
+// topology is /v1/status's topology: nil on a lone node without leaf links.
+func (a *Appliance) topology(ctx context.Context) *admin.Topology {
+	cfg := a.cfg
+	if !cfg.Cluster.Enabled() && cfg.LeafNode.Listen == "" && len(cfg.LeafNode.Remotes) == 0 && !cfg.Hub.Enabled() {
+		return nil
+	}
+	ns := a.server().NATSServer()
+	t := &admin.Topology{Node: cfg.Server.Name, Domain: cfg.JetStream.Domain}
+	if cfg.Cluster.Enabled() {
+		t.Cluster = a.clusterStatus(ctx, ns)
+	}
+	t.Leafnodes = a.leafStatus(ns)
+	if a.hub != nil {
+		t.Sources = a.hub.sources()
+	}
+	return t
+}
+
+func (a *Appliance) clusterStatus(ctx context.Context, ns *server.Server) *admin.ClusterStatus {
+	cs := &admin.ClusterStatus{Name: a.cfg.Cluster.Name, RoutesUp: ns.NumRoutes()}
+	for _, r := range a.cfg.Cluster.Routes {
+		cs.Routes = append(cs.Routes, redactURL(r))
+	}
+	if jsz, err := ns.Jsz(&server.JSzOptions{}); err == nil && jsz.Meta != nil {
+		cs.MetaLeader = jsz.Meta.Leader
+		for _, p := range jsz.Meta.Replicas {
+			cs.Peers = append(cs.Peers, p.Name)
+		}
+	}
+	group := func(name string, ci *jetstream.ClusterInfo) *admin.ReplicaGroup {
+		if ci == nil {
+			return nil
+		}
+		g := &admin.ReplicaGroup{Name: name, Leader: ci.Leader}
+		for _, r := range ci.Replicas {
+			g.Replicas = append(g.Replicas, admin.Replica{Name: r.Name, Current: r.Current, Offline: r.Offline, Lag: r.Lag, ActiveSeconds: r.Active.Seconds()})
+		}
+		return g
+	}
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if st, err := a.js.Stream(qctx, a.cfg.Stream.Name); err == nil {
+		cs.Stream = group(a.cfg.Stream.Name, st.CachedInfo().Cluster)
+	}
+	if a.proc != nil {
+		if c, err := a.js.Consumer(qctx, a.cfg.DeclareSpec().ConsumerStream(), a.cfg.Processor.Durable); err == nil {
+			cs.Consumer = group(a.cfg.Processor.Durable, c.CachedInfo().Cluster)
+		}
+	}
+	cs.Quorum = cs.MetaLeader != "" && cs.Stream != nil && cs.Stream.Leader != "" && (a.proc == nil || cs.Consumer != nil && cs.Consumer.Leader != "")
+	return cs
+}
+
+func (a *Appliance) leafStatus(ns *server.Server) []admin.LeafStatus {
+	var out []admin.LeafStatus
+	lz, err := ns.Leafz(&server.LeafzOptions{})
+	if err == nil {
+		for _, l := range lz.Leafs {
+			out = append(out, admin.LeafStatus{Remote: l.Name, Connected: true, Account: l.Account, RTT: l.RTT})
+		}
+	}
+	// An edge's remotes that are down.
+	if len(a.cfg.LeafNode.Remotes) > 0 && (err != nil || len(lz.Leafs) == 0) {
+		for _, r := range a.cfg.LeafNode.Remotes {
+			out = append(out, admin.LeafStatus{Remote: redactURL(r.URL), Connected: false})
+		}
+	}
+	return out
+}
+
+// clusterCheck is /readyz's "cluster" check: the meta group, the stream
+// and the consumer each have a leader.
+func (a *Appliance) clusterCheck(ctx context.Context) admin.Check {
+	c := admin.Check{Name: "cluster", OK: true}
+	cs := a.clusterStatus(ctx, a.server().NATSServer())
+	if !cs.Quorum {
+		c.OK = false
+		var missing []string
+		if cs.MetaLeader == "" {
+			missing = append(missing, "the JetStream meta group")
+		}
+		if cs.Stream == nil || cs.Stream.Leader == "" {
+			missing = append(missing, fmt.Sprintf("stream %q", a.cfg.Stream.Name))
+		}
+		if a.proc != nil && (cs.Consumer == nil || cs.Consumer.Leader == "") {
+			missing = append(missing, fmt.Sprintf("consumer %q", a.cfg.Processor.Durable))
+		}
+		c.Reason = fmt.Sprintf("no quorum in cluster %q: no leader for %s (%d of %d routes up): writes and acks wait until a majority of the nodes is back",
+			a.cfg.Cluster.Name, strings.Join(missing, ", "), cs.RoutesUp, len(a.cfg.Cluster.Routes))
+	}
+	return c
+}
+
+// redactURL drops a URL's password.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	u.User = url.User(u.User.Username())
+	return u.String()
+}
