@@ -430,13 +430,13 @@ func (a *Appliance) declare(ctx context.Context) error {
 		// assignments, asynchronously: its files say nothing yet.
 		unloaded = a.notLoaded(dctx, spec)
 	}
-	if err := a.declareRetrying(dctx, spec); err != nil {
+	if err := a.clusterRetry(dctx, "declare", func(ctx context.Context) error { return a.declareRecovering(ctx, spec) }); err != nil {
 		return err
 	}
 	if err := a.checkReloaded(dctx, unloaded); err != nil {
 		return err
 	}
-	err := bootstrap.Verify(dctx, a.js, spec)
+	err := a.clusterRetry(dctx, "recovery check", func(ctx context.Context) error { return bootstrap.Verify(ctx, a.js, spec) })
 	if errors.Is(err, bootstrap.ErrAckFloorAhead) && spec.Consumer != nil {
 		// The stream lost its last events (a power cut with a relaxed
 		// sync_interval): a consumer past them would skip the events that

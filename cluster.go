@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orderstore/orderstore/bootstrap"
 )
 
 const (
@@ -48,13 +47,13 @@ func (a *Appliance) waitForMetaLeader(ctx context.Context) error {
 		}
 		if time.Now().After(next) {
 			next = time.Now().Add(5 * time.Second)
-			a.log.Info("waiting for the JetStream meta leader", "cluster", a.cfg.Cluster.Name, "routes_up", ns.NumRoutes(),
+			a.log.Info("waiting for the JetStream meta leader", "cluster", a.cfg.Cluster.Name, "peers_up", peersUp(ns),
 				"routes", len(a.cfg.Cluster.Routes), "waited", time.Since(t0).Round(time.Second).String())
 		}
 		select {
 		case <-ctx.Done():
-			return withHint(fmt.Errorf("cluster %q: no JetStream meta leader after %s (%d routes up): %w", a.cfg.Cluster.Name,
-				time.Since(t0).Round(time.Second), ns.NumRoutes(), ctx.Err()),
+			return withHint(fmt.Errorf("cluster %q: no JetStream meta leader after %s (%d other nodes reached): %w", a.cfg.Cluster.Name,
+				time.Since(t0).Round(time.Second), peersUp(ns), ctx.Err()),
 				"a majority of the nodes must run and reach each other: check cluster.routes and that the other nodes are up (see \"waiting for the JetStream meta leader\" lines)")
 		case <-tick.C:
 		}
@@ -70,28 +69,29 @@ func metaLeader(ns *server.Server) string {
 	return jsz.Meta.Leader
 }
 
-// declareRetrying declares spec, retrying what a cluster answers while
-// its peers boot or elect leaders (no reply, "cluster not available", "no
-// suitable peers", "insufficient resources") with a timeout per attempt,
-// until ctx ends. Drift and other errors return at once. Several nodes
+// clusterRetry runs f (declaring, the recovery check) once on a single
+// node. In a cluster it retries what a cluster answers while its peers
+// boot or elect leaders (no reply, "cluster not available", "no suitable
+// peers", "insufficient resources"), each attempt with its own timeout,
+// until ctx ends; drift and other errors return at once. Several nodes
 // declaring the same objects at once converge: the server compares the
 // configurations.
-func (a *Appliance) declareRetrying(ctx context.Context, spec bootstrap.Spec) error {
+func (a *Appliance) clusterRetry(ctx context.Context, what string, f func(context.Context) error) error {
 	if !a.cfg.Cluster.Enabled() {
-		return a.declareRecovering(ctx, spec)
+		return f(ctx)
 	}
 	backoff := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, declareAttemptTimeout)
-		err := a.declareRecovering(actx, spec)
+		err := f(actx)
 		cancel()
 		if err == nil || !retryableInCluster(err) {
 			return err
 		}
-		a.log.Info("declare: the cluster is not ready yet, retrying", "attempt", attempt, "err", err)
+		a.log.Info(what+": the cluster is not ready yet, retrying", "attempt", attempt, "err", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("declare in cluster %q: gave up after %d attempts: %w", a.cfg.Cluster.Name, attempt, err)
+			return fmt.Errorf("%s in cluster %q: gave up after %d attempts: %w", what, a.cfg.Cluster.Name, attempt, err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 2*time.Second)
@@ -119,4 +119,18 @@ func retryableInCluster(err error) bool {
 		}
 	}
 	return false
+}
+
+// peersUp counts the other nodes this node has a route to (nats keeps a
+// pool of several route connections per peer).
+func peersUp(ns *server.Server) int {
+	rz, err := ns.Routez(&server.RoutezOptions{})
+	if err != nil {
+		return 0
+	}
+	seen := map[string]bool{}
+	for _, r := range rz.Routes {
+		seen[r.RemoteID] = true
+	}
+	return len(seen)
 }

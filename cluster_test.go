@@ -2,8 +2,12 @@ package orderstore_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -113,5 +117,123 @@ func TestClusterR3Basics(t *testing.T) {
 	}
 	if r := st.CachedInfo().Config.Replicas; r != 3 {
 		t.Errorf("replicas = %d", r)
+	}
+}
+
+// Test 2: three nodes started at the same moment, 20 times: declaration
+// always converges (each node declares the same R3 objects while the meta
+// group elects its leader).
+func TestClusterSimultaneousStartConverges(t *testing.T) {
+	rounds := 20
+	if testing.Short() {
+		rounds = 3
+	}
+	for r := range rounds {
+		t.Run(fmt.Sprint("round ", r+1), func(t *testing.T) {
+			apps := startAll(t, clusterConfigs(t))
+			ctx := context.Background()
+			js := embeddedtest.JetStream(t, apps[r%3])
+			for _, name := range []string{"ORDER_EVENTS", "ORDER_EVENTS_DLQ", "KV_ORDERS"} {
+				st, err := js.Stream(ctx, name)
+				if err != nil {
+					t.Fatalf("stream %s: %v", name, err)
+				}
+				if st.CachedInfo().Config.Replicas != 3 {
+					t.Errorf("%s replicas = %d", name, st.CachedInfo().Config.Replicas)
+				}
+			}
+			c, err := js.Consumer(ctx, "ORDER_EVENTS", "order-processor")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.CachedInfo().Config.Replicas != 0 && c.CachedInfo().Config.Replicas != 3 {
+				t.Errorf("consumer replicas = %d", c.CachedInfo().Config.Replicas)
+			}
+			for _, a := range apps {
+				if err := a.Ready(ctx); err != nil {
+					t.Errorf("not ready: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// Test 4 (runtime part): when a node goes away, the others keep quorum,
+// retry its route (logged) and show it in their status; it comes back
+// and catches up. A node with another's name is a config error.
+func TestClusterNodeAwayAndDuplicateName(t *testing.T) {
+	cfgs := clusterConfigs(t)
+	var logs logBuffer
+	cfgs[0].Logger = debugLogger(&logs)
+	apps := startAll(t, cfgs)
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, apps[0])
+	if err := apps[2].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := js.Publish(ctx, "orders.created", []byte(fmt.Sprintf(`{"order_id":"away-%d"}`, i))); err != nil {
+			t.Fatalf("publish with one node away: %v", err)
+		}
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		var st orderstore.Status
+		getStatus(t, apps[0], &st)
+		c := st.Topology.Cluster
+		if c.RoutesUp != 1 || len(c.Routes) != 3 || !c.Quorum || c.MetaLeader == "" {
+			return fmt.Errorf("cluster status = %+v, want 1 other node up of 3 routes, quorum", c)
+		}
+		for _, r := range c.Stream.Replicas {
+			if r.Name == "n3" && r.Current && !r.Offline {
+				return fmt.Errorf("n3 is away but its replica is current: %+v", r)
+			}
+		}
+		return apps[0].Ready(ctx)
+	})
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if !strings.Contains(logs.String(), "Error trying to connect to route") {
+			return errors.New("no log line about the unreachable route")
+		}
+		return nil
+	})
+	// Back: it catches up.
+	back, err := orderstore.Start(ctx, cfgs[2])
+	if err != nil {
+		t.Fatalf("restart n3: %v", err)
+	}
+	defer back.Close(ctx)
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		_, err := back.Order(ctx, "away-4")
+		return err
+	})
+
+	// A fourth node named like the first.
+	dup := cfgs[2]
+	dup.JetStream.StoreDir = t.TempDir()
+	dup.Server.Name = cfgs[0].Server.Name
+	dup.Cluster.Listen = fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
+	ctx2, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	app, err := orderstore.Start(ctx2, dup)
+	if err == nil {
+		app.Close(ctx)
+		t.Fatal("a node with a duplicate name started")
+	}
+	var ve *orderstore.ValidationError
+	if !errors.As(err, &ve) || ve.Problems[0].Key != "server.name" {
+		t.Errorf("duplicate name: %v, want a config error naming server.name", err)
+	}
+}
+
+func getStatus(t *testing.T, app *orderstore.Appliance, v any) {
+	t.Helper()
+	req := httptest.NewRequest("GET", "http://127.0.0.1/v1/status", nil)
+	rec := httptest.NewRecorder()
+	app.Handler().ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		t.Fatalf("/v1/status = %d %s", rec.Code, rec.Body)
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), v); err != nil {
+		t.Fatal(err)
 	}
 }

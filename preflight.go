@@ -60,4 +60,8 @@ type (
 	Stats = processor.Stats
 	// Lag is how far the processor's consumer is behind.
 	Lag = processor.LagInfo
+	// Topology is /v1/status's cluster, leaf links and a hub's sources.
+	Topology = admin.Topology
+	// ReplicaGroup is one replicated stream or consumer in a cluster.
+	ReplicaGroup = admin.ReplicaGroup
 )

@@ -48,7 +48,7 @@ type sourceState struct {
 func newHubWatch(a *Appliance) *hubWatch {
 	w := &hubWatch{a: a, st: map[string]*sourceState{}}
 	for _, e := range a.cfg.Hub.Edges {
-		w.st[e] = &sourceState{SourceStatus: admin.SourceStatus{Edge: e}, lastKick: time.Now()}
+		w.st[e] = &sourceState{SourceStatus: admin.SourceStatus{Edge: e}}
 	}
 	return w
 }
@@ -196,7 +196,7 @@ func (a *Appliance) topology(ctx context.Context) *admin.Topology {
 }
 
 func (a *Appliance) clusterStatus(ctx context.Context, ns *server.Server) *admin.ClusterStatus {
-	cs := &admin.ClusterStatus{Name: a.cfg.Cluster.Name, RoutesUp: ns.NumRoutes()}
+	cs := &admin.ClusterStatus{Name: a.cfg.Cluster.Name, RoutesUp: peersUp(ns)}
 	for _, r := range a.cfg.Cluster.Routes {
 		cs.Routes = append(cs.Routes, redactURL(r))
 	}
@@ -264,7 +264,7 @@ func (a *Appliance) clusterCheck(ctx context.Context) admin.Check {
 		if a.proc != nil && (cs.Consumer == nil || cs.Consumer.Leader == "") {
 			missing = append(missing, fmt.Sprintf("consumer %q", a.cfg.Processor.Durable))
 		}
-		c.Reason = fmt.Sprintf("no quorum in cluster %q: no leader for %s (%d of %d routes up): writes and acks wait until a majority of the nodes is back",
+		c.Reason = fmt.Sprintf("no quorum in cluster %q: no leader for %s (%d other nodes reached, %d routes configured): writes and acks wait until a majority of the nodes is back",
 			a.cfg.Cluster.Name, strings.Join(missing, ", "), cs.RoutesUp, len(a.cfg.Cluster.Routes))
 	}
 	return c

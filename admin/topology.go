@@ -21,8 +21,8 @@ type Topology struct {
 type ClusterStatus struct {
 	Name       string `json:"name"`
 	MetaLeader string `json:"meta_leader"`
-	// Routes are the configured route URLs; RoutesUp how many peers are
-	// connected.
+	// Routes are the configured route URLs (this node's own among them);
+	// RoutesUp is how many other nodes this node has routes to.
 	Routes   []string `json:"routes"`
 	RoutesUp int      `json:"routes_up"`
 	Peers    []string `json:"peers,omitempty"`

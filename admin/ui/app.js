@@ -76,6 +76,7 @@ function render(st) {
   setText("dlq-depth", fmtInt(st.dead_letters.messages));
   setText("store-dir", st.store.dir);
   setText("store-free", fmtBytes(st.store.free_bytes));
+  renderTopology(st.topology);
   const ul = $("checks");
   ul.replaceChildren(...st.checks.map((ch) => {
     const li = document.createElement("li");
@@ -106,6 +107,40 @@ function drawChart() {
     i ? ctx.lineTo(x, y) : ctx.moveTo(x, y);
   });
   ctx.stroke();
+}
+
+// renderTopology shows the cluster (quorum, leaders, replicas), the leaf
+// links and a hub's sources; hidden on a lone node.
+function renderTopology(t) {
+  $("topology").hidden = !t;
+  if (!t) return;
+  setText("topo-node", t.node + (t.domain ? " · domain " + t.domain : ""));
+  const lines = [];
+  const c = t.cluster;
+  if (c) {
+    lines.push([c.quorum ? "ok" : "bad", "cluster " + c.name + ": " + (c.quorum ? "quorum" : "NO QUORUM") +
+      ", meta leader " + (c.meta_leader || "none") + ", " + c.routes_up + " of " + c.routes.length + " routes up"]);
+    for (const g of [c.stream, c.consumer]) {
+      if (!g) continue;
+      const reps = (g.replicas || []).map((r) => r.name + (r.offline ? " offline" : r.current ? " current" : " behind " + r.lag)).join(", ");
+      lines.push([g.leader ? "ok" : "bad", g.name + ": leader " + (g.leader || "none") + (reps ? "; " + reps : "")]);
+    }
+  }
+  for (const l of t.leafnodes || []) {
+    lines.push([l.connected ? "ok" : "bad", "leaf link " + l.remote + (l.connected ? " connected" + (l.rtt ? ", rtt " + l.rtt : "") : " down")]);
+  }
+  for (const s of t.sources || []) {
+    const state = s.stalled ? "STALLED " + fmtInt(s.behind) + " behind" : !s.reachable ? "edge unreachable" :
+      s.behind ? fmtInt(s.behind) + " behind (" + fmtDur(s.behind_seconds) + ")" : "in step";
+    lines.push([s.stalled ? "bad" : s.reachable && !s.behind ? "ok" : "warn",
+      "source " + s.edge + ": " + state + ", up to edge seq " + fmtInt(s.sourced_seq) + " of " + fmtInt(s.edge_last_seq)]);
+  }
+  $("topo-lines").replaceChildren(...lines.map(([cls, text]) => {
+    const li = document.createElement("li");
+    li.className = cls;
+    li.textContent = text;
+    return li;
+  }));
 }
 
 function renderDLQ(items) {

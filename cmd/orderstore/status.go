@@ -78,6 +78,7 @@ func printStatus(w io.Writer, st orderstore.Status) {
 		config.ByteSize(st.Projection.Bytes), config.ByteSize(st.Projection.MaxBytes))
 	fmt.Fprintf(tw, "store\t%s, %s free; JetStream stores %s of max_file_store %s\n", st.Store.Dir, config.ByteSize(st.Store.FreeBytes),
 		config.ByteSize(st.Store.JetStreamBytes), config.ByteSize(st.Store.JetStreamMaxBytes))
+	printTopology(tw, st.Topology)
 	for _, c := range st.Checks {
 		if !c.OK {
 			fmt.Fprintf(tw, "not ready\t%s: %s\n", c.Name, c.Reason)
@@ -90,4 +91,68 @@ func printStatus(w io.Writer, st orderstore.Status) {
 		fmt.Fprintf(tw, "error\t%s\n", e)
 	}
 	tw.Flush()
+}
+
+// printTopology prints the node's cluster, its leaf links and a hub's
+// sources.
+func printTopology(tw io.Writer, t *orderstore.Topology) {
+	if t == nil {
+		return
+	}
+	node := t.Node
+	if t.Domain != "" {
+		node += " (domain " + t.Domain + ")"
+	}
+	fmt.Fprintf(tw, "node\t%s\n", node)
+	if c := t.Cluster; c != nil {
+		q := "quorum"
+		if !c.Quorum {
+			q = "NO QUORUM"
+		}
+		fmt.Fprintf(tw, "cluster %s\t%s; meta leader %q; %d of %d routes up; peers %v\n", c.Name, q, c.MetaLeader, c.RoutesUp, len(c.Routes), c.Peers)
+		for _, g := range []*orderstore.ReplicaGroup{c.Stream, c.Consumer} {
+			if g == nil {
+				continue
+			}
+			fmt.Fprintf(tw, "  %s\tleader %q", g.Name, g.Leader)
+			for _, r := range g.Replicas {
+				state := "current"
+				switch {
+				case r.Offline:
+					state = "OFFLINE"
+				case !r.Current:
+					state = fmt.Sprintf("behind by %d", r.Lag)
+				}
+				fmt.Fprintf(tw, "; %s %s (seen %.1fs ago)", r.Name, state, r.ActiveSeconds)
+			}
+			fmt.Fprintln(tw)
+		}
+	}
+	for _, l := range t.Leafnodes {
+		state := "connected"
+		if !l.Connected {
+			state = "DOWN (retrying)"
+		}
+		fmt.Fprintf(tw, "leaf link\t%s %s", l.Remote, state)
+		if l.RTT != "" {
+			fmt.Fprintf(tw, ", rtt %s", l.RTT)
+		}
+		fmt.Fprintln(tw)
+	}
+	for _, s := range t.Sources {
+		state := "in step"
+		switch {
+		case s.Stalled:
+			state = fmt.Sprintf("STALLED: %d events behind for %.0fs although the edge is reachable", s.Behind, s.BehindSeconds)
+		case !s.Reachable:
+			state = "edge unreachable (its events wait at the edge)"
+		case s.Behind > 0:
+			state = fmt.Sprintf("%d events behind (%.0fs)", s.Behind, s.BehindSeconds)
+		}
+		fmt.Fprintf(tw, "source %s\t%s; sourced up to edge seq %d of %d; nats lag %d, active %.1fs ago\n",
+			s.Edge, state, s.SourcedSeq, s.EdgeLastSeq, s.NATSLag, s.ActiveSeconds)
+		if s.Error != "" {
+			fmt.Fprintf(tw, "  error\t%s\n", s.Error)
+		}
+	}
 }
