@@ -18,7 +18,7 @@ const (
 	// clusterDeclareTimeout bounds declaring in a cluster, retries
 	// included; each attempt has declareAttemptTimeout.
 	clusterDeclareTimeout = 3 * time.Minute
-	declareAttemptTimeout = 10 * time.Second
+	declareAttemptTimeout = 4 * time.Second
 )
 
 // waitForMetaLeader waits until the JetStream meta group has a leader and
