@@ -174,7 +174,11 @@ func (c Config) readerPermissions() (allow, deny []string) {
 		"$JS.API.CONSUMER.DURABLE.CREATE." + s + "." + d,
 		"$JS.API.CONSUMER.DELETE." + s + "." + d,
 		"$JS.API.CONSUMER.MSG.NEXT." + s + "." + d,
+		// Both ack subject formats nats-server 2.15 listens on: the
+		// classic one and "$JS.ACK.<domain>.<account hash>.<stream>.
+		// <consumer>...", where a "+NXT" is also a pull request.
 		"$JS.ACK." + s + "." + d + ".>",
+		"$JS.ACK.*.*." + s + "." + d + ".>",
 	}
 	return allow, deny
 }

@@ -197,7 +197,16 @@ func (s *Server) auth(h http.Handler) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A valid session always passes (its id is 256 random bits, not
+		// something to guess), so a guesser sharing the operator's
+		// address cannot lock the dashboard out. A blocked address gets
+		// 429 for every token, right or wrong: a guess that happens to be
+		// right must not answer differently while guessing is limited.
 		ip := remoteIP(r)
+		if c, err := r.Cookie(sessionCookie); err == nil && r.Header.Get("Authorization") == "" && s.sess.valid(c.Value) {
+			h.ServeHTTP(w, r)
+			return
+		}
 		if limited, wait := s.limit.blocked(ip); limited {
 			tooMany(w, wait)
 			return
@@ -230,7 +239,9 @@ func (s *Server) authorized(r *http.Request) (ok, tried bool) {
 		return isBearer && tokenEqual(got, s.cfg.Token), true
 	}
 	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != "" {
-		return s.sess.valid(c.Value), true
+		// An expired or unknown session (a tab left open across a
+		// restart) is not a guess: it does not count as a failure.
+		return s.sess.valid(c.Value), false
 	}
 	return false, false
 }
@@ -249,14 +260,21 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		tooMany(w, wait)
 		return
 	}
-	if !tokenEqual(r.PostFormValue("token"), s.cfg.Token) {
+	if tokenEqual(r.PostFormValue("token"), s.cfg.Token) {
+		s.signIn(w, r, ip)
+		return
+	}
+	{
 		s.limit.fail(ip)
 		s.log.Warn("admin sign-in failed", "remote", ip)
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprint(w, loginPage)
-		return
 	}
+}
+
+// signIn starts a dashboard session.
+func (s *Server) signIn(w http.ResponseWriter, r *http.Request, ip string) {
 	id, err := s.sess.create()
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "session: " + err.Error()})

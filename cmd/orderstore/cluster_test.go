@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+// Test 1 of the scale-out issue: a 3-node R3 cluster of real processes.
+// While a producer publishes with acks, the stream leader is killed with
+// SIGKILL: publishing resumes on a new leader, no acknowledged event is
+// lost, the projection equals the fold of the stream, and the killed node
+// restarts and catches up.
+func TestClusterSIGKILLStreamLeader(t *testing.T) {
+	ports := freePorts(t, 6) // 3 client, 3 route
+	var routes []string
+	for i := range 3 {
+		routes = append(routes, fmt.Sprintf("\"nats-route://127.0.0.1:%d\"", ports[3+i]))
+	}
+	dir := t.TempDir()
+	cfgs := make([]string, 3)
+	procs := make([]*proc, 3)
+	urls := make([]string, 3)
+	for i := range 3 {
+		cfgs[i] = writeConfig(t, dir, filepath.Join(dir, fmt.Sprint("store", i)), fmt.Sprintf(`[server]
+name = "n%d"
+port = %d
+[stream]
+replicas = 3
+[processor]
+ack_wait = "5s"
+[cluster]
+name = "orders"
+listen = "127.0.0.1:%d"
+routes = [%s]
+`, i+1, ports[i], ports[3+i], strings.Join(routes, ", ")))
+		urls[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
+	}
+	var wg sync.WaitGroup
+	for i := range 3 {
+		procs[i] = start(t, nil, "run", "-config", cfgs[i])
+	}
+	for i := range 3 {
+		wg.Add(1)
+		go func() { defer wg.Done(); procs[i].waitReady() }()
+	}
+	wg.Wait()
+
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	leaderOf := func() string {
+		for {
+			c, cancel := context.WithTimeout(ctx, 2*time.Second)
+			st, err := js.Stream(c, "ORDER_EVENTS")
+			cancel()
+			if err == nil && st.CachedInfo().Cluster != nil && st.CachedInfo().Cluster.Leader != "" {
+				return st.CachedInfo().Cluster.Leader
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	// The producer: each event is retried until acked (same Nats-Msg-Id,
+	// so a retry whose first try was stored is a duplicate, not a second
+	// event).
+	statuses := []string{"created", "paid", "shipped", "delivered"}
+	acked := map[string]bool{}
+	var gap time.Duration // longest time from a failed try to the next ack
+	publish := func(i int) {
+		id := fmt.Sprintf("m-%d", i)
+		data := fmt.Sprintf(`{"order_id":"o-%d","status":%q}`, i%40, statuses[(i/40)%4])
+		var firstFail time.Time
+		var lastErr error
+		for {
+			if !firstFail.IsZero() && time.Since(firstFail) > 90*time.Second {
+				for k, p := range procs {
+					t.Logf("node n%d log:\n%s", k+1, tail(p.stderr.String(), 4000))
+				}
+				t.Fatalf("event %s: no ack for 90s: %v", id, lastErr)
+			}
+			c, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := js.Publish(c, "orders."+statuses[(i/40)%4], []byte(data), jetstream.WithMsgID(id))
+			cancel()
+			if err == nil {
+				if !firstFail.IsZero() {
+					gap = max(gap, time.Since(firstFail))
+				}
+				acked[id] = true
+				return
+			}
+			lastErr = err
+			if firstFail.IsZero() {
+				firstFail = time.Now()
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	const total = 600
+	for i := range 200 {
+		publish(i)
+	}
+	leader := leaderOf()
+	var killed int
+	fmt.Sscanf(leader, "n%d", &killed)
+	killed--
+	procs[killed].cmd.Process.Signal(syscall.SIGKILL)
+	procs[killed].wait(30 * time.Second)
+	t.Logf("killed the stream leader %s", leader)
+	for i := 200; i < total; i++ {
+		publish(i)
+	}
+	newLeader := leaderOf()
+	if newLeader == leader {
+		t.Errorf("the leader is still %s after it was killed", leader)
+	}
+	t.Logf("new leader %s; longest wait for an ack across the kill: %s", newLeader, gap.Round(time.Millisecond))
+
+	// Every acknowledged event is in the stream, once.
+	fold := map[string]map[string]any{}
+	seen := map[string]bool{}
+	var st jetstream.Stream
+	waitFor(t, 30*time.Second, func() (err error) { // the connection may be moving off the killed node
+		st, err = js.Stream(ctx, "ORDER_EVENTS")
+		return err
+	})
+	info := st.CachedInfo().State
+	for seq := info.FirstSeq; seq <= info.LastSeq; seq++ {
+		var m *jetstream.RawStreamMsg
+		waitFor(t, 30*time.Second, func() (err error) {
+			m, err = st.GetMsg(ctx, seq)
+			return err
+		})
+		id := m.Header.Get("Nats-Msg-Id")
+		if seen[id] {
+			t.Errorf("event %s stored twice", id)
+		}
+		seen[id] = true
+		var ev map[string]any
+		json.Unmarshal(m.Data, &ev)
+		oid := ev["order_id"].(string)
+		f := fold[oid]
+		if f == nil {
+			f = map[string]any{"events": 0}
+			fold[oid] = f
+		}
+		f["status"], f["last_seq"], f["events"] = ev["status"], m.Sequence, f["events"].(int)+1
+	}
+	for id := range acked {
+		if !seen[id] {
+			t.Errorf("acknowledged event %s lost", id)
+		}
+	}
+	if len(acked) != total {
+		t.Errorf("%d acked, want %d", len(acked), total)
+	}
+
+	// The killed node comes back and catches up; then every node's
+	// projection equals the fold.
+	procs[killed] = start(t, nil, "run", "-config", cfgs[killed])
+	procs[killed].waitReady()
+	for i := range 3 {
+		nci, err := nats.Connect(urls[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nci.Close()
+		jsi, _ := jetstream.New(nci)
+		waitFor(t, 120*time.Second, func() error {
+			kv, err := jsi.KeyValue(ctx, "ORDERS")
+			if err != nil {
+				return err
+			}
+			for oid, f := range fold {
+				e, err := kv.Get(ctx, oid)
+				if err != nil {
+					return fmt.Errorf("node n%d: order %s: %w", i+1, oid, err)
+				}
+				var o struct {
+					Status  string `json:"status"`
+					LastSeq uint64 `json:"last_seq"`
+					Events  int    `json:"events"`
+				}
+				json.Unmarshal(e.Value(), &o)
+				if o.Status != f["status"] || o.LastSeq != f["last_seq"] || o.Events != f["events"] {
+					return fmt.Errorf("node n%d: order %s = %+v, fold %v", i+1, oid, o, f)
+				}
+			}
+			return nil
+		})
+	}
+	for _, p := range procs {
+		p.signal(syscall.SIGTERM)
+		if code := p.wait(60 * time.Second); code != 0 {
+			t.Errorf("exit %d", code)
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
