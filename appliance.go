@@ -258,6 +258,10 @@ func (a *Appliance) startAdmin() error {
 		ln.Close()
 		return err
 	}
+	// A cap on open admin connections, below the process's file
+	// descriptors: a flood of idle keep-alives cannot starve nats of
+	// descriptors for its clients and stores.
+	ln = limitListener(ln, maxAdminConns)
 	if tcfg != nil {
 		ln = tls.NewListener(ln, tcfg)
 	}
@@ -893,4 +897,40 @@ func adminHosts(a AdminConfig) []string {
 		hosts = append(hosts, h)
 	}
 	return hosts
+}
+
+// maxAdminConns caps the admin listener's open connections.
+const maxAdminConns = 256
+
+// limitListener accepts at most n connections at a time; the next waits
+// until one closes (net/http's Serve retries Accept).
+func limitListener(l net.Listener, n int) net.Listener {
+	return &limitedListener{Listener: l, sem: make(chan struct{}, n)}
+}
+
+type limitedListener struct {
+	net.Listener
+	sem chan struct{}
+}
+
+func (l *limitedListener) Accept() (net.Conn, error) {
+	l.sem <- struct{}{}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }

@@ -321,7 +321,8 @@ type AdminConfig struct {
 	AllowPlaintext bool
 	// ReadTimeout, WriteTimeout and IdleTimeout bound a request's reading,
 	// its response and an idle keep-alive connection. Defaults 30s, 60s
-	// and 120s; 0 is no limit. No TOML keys.
+	// and 15s; 0 is no limit. No TOML keys. At most 256 admin connections
+	// are open at once.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }
 
@@ -367,7 +368,7 @@ func DefaultConfig() Config {
 			ProjectionBucket:   "ORDERS",
 			ProjectionMaxBytes: 512 << 20,
 		},
-		Admin:    AdminConfig{Listen: "127.0.0.1:8222", ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second},
+		Admin:    AdminConfig{Listen: "127.0.0.1:8222", ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 15 * time.Second},
 		Cluster:  ClusterConfig{Listen: "127.0.0.1:6222"},
 		LeafNode: LeafNodeConfig{ReconnectInterval: time.Second},
 	}
@@ -463,8 +464,10 @@ func (c Config) Validate() error {
 			bad(field+".Password", nil, "set password (or password_file) or nkey")
 		case u.Password != "" && u.Nkey != "":
 			bad(field+".Nkey", nil, "set password or nkey, not both")
+		case u.Nkey != "" && strings.HasPrefix(u.Nkey, "S"):
+			bad(field+".Nkey", nil, "holds a private seed (\"S...\"), not the public key: rotate that key (it is in the config file now) and put its public key (\"U...\", `nk -inkey FILE -pubout`) here")
 		case u.Nkey != "" && !nkeys.IsValidPublicUserKey(u.Nkey):
-			bad(field+".Nkey", clipValue(u.Nkey), "is not a public user nkey (\"U...\", from `nk -gen user -pubout`)")
+			bad(field+".Nkey", nil, "is not a public user nkey (\"U...\", from `nk -gen user -pubout`)")
 		}
 		lists := len(u.Publish)+len(u.Subscribe)+len(u.PublishDeny)+len(u.SubscribeDeny) > 0
 		switch u.Role {

@@ -367,6 +367,25 @@ func TestRolesAndPrivateReplies(t *testing.T) {
 		}
 		cancel()
 	}
+	// The processor's second ack subject format (found by review): a
+	// "+NXT" there is a pull on the processor's consumer, a "+ACK" an ack
+	// of its events.
+	var denied sync.Map
+	rd.Conn().SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied.Store(err.Error(), true) })
+	v2 := "$JS.ACK._.dIlEhsAy.ORDER_EVENTS.order-processor.1.0.0.0.0"
+	inbox := nats.NewInbox()
+	stolen, _ := rd.Conn().SubscribeSync(inbox)
+	rd.Conn().PublishRequest(v2, inbox, []byte(`+NXT {"batch":10}`))
+	rd.Conn().Flush()
+	embeddedtest.WaitFor(t, 5*time.Second, func() error {
+		if _, ok := denied.Load(`nats: permissions violation: Permissions Violation for Publish to "` + v2 + `"`); !ok {
+			return errors.New("the reader's +NXT on the processor's v2 ack subject was not refused")
+		}
+		return nil
+	})
+	if m, err := stolen.NextMsg(200 * time.Millisecond); err == nil {
+		t.Errorf("the reader received the processor's delivery %q", m.Subject)
+	}
 	if pc, err := rd.Consumer(ctx, "ORDER_EVENTS", "order-processor"); err != nil || pc.CachedInfo().Config.AckPolicy != jetstream.AckExplicitPolicy {
 		t.Errorf("the processor's consumer changed: %v", err)
 	}
@@ -737,6 +756,10 @@ func TestAdminHardening(t *testing.T) {
 		t.Errorf("/v1/status after logout = %d, want 401", resp.StatusCode)
 	}
 
+	// A second session, to see that it still works once the address is
+	// limited.
+	resp, _ = do("POST", "/login", form, "token="+url.QueryEscape(adminToken))
+	keep := map[string]string{"Cookie": resp.Header.Get("Set-Cookie")}
 	// /login is rate-limited per client and every failure is logged.
 	limited := 0
 	for i := range 40 {
@@ -758,6 +781,11 @@ func TestAdminHardening(t *testing.T) {
 	// cannot tell.
 	if resp, _ := do("GET", "/v1/status", bearer, ""); resp.StatusCode != 429 {
 		t.Errorf("a limited address with the right token = %d, want 429", resp.StatusCode)
+	}
+	// A dashboard session keeps working: a guesser on the operator's
+	// address (a NAT, loopback) cannot lock it out.
+	if resp, _ := do("GET", "/v1/status", keep, ""); resp.StatusCode != 200 {
+		t.Errorf("a valid session from a limited address = %d, want 200", resp.StatusCode)
 	}
 	if strings.Contains(logs.String(), adminToken) || strings.Contains(logs.String(), "guess-1") {
 		t.Error("a token (right or guessed) is in the log")

@@ -36,6 +36,9 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *internalIdentity) (embed
 		SystemPassword:   c.Server.SystemPassword,
 		MaxConnections:   c.Server.MaxConnections + internalConns,
 		MaxSubscriptions: c.Server.MaxSubscriptions,
+		// One second to sign in: a socket that never does holds a
+		// max_connections slot that long, not nats' default 2s.
+		AuthTimeout: time.Second,
 	}
 	var err error
 	if ec.Accounts, ec.Users, ec.NoAuthUser, err = c.accounts(id); err != nil {

@@ -113,6 +113,12 @@ type Config struct {
 	// connection. No '.', '*', '>' or spaces.
 	Domain string
 
+	// AuthTimeout is how long a client may take to authenticate after it
+	// connects (0: nats' default, 2s; with TLS, the TLS timeout too). A
+	// connection that has not signed in yet counts against
+	// MaxConnections: a short timeout frees its slot sooner.
+	AuthTimeout time.Duration
+
 	// MaxConnections caps client connections (0: nats' default of 64K);
 	// past it new clients are refused. MaxSubscriptions caps a
 	// connection's subscriptions (0: unlimited).
@@ -348,6 +354,7 @@ func (c Config) options() (*server.Options, error) {
 		MaxConn:                c.MaxConnections,
 		MaxSubs:                c.MaxSubscriptions,
 		NoAuthUser:             c.NoAuthUser,
+		AuthTimeout:            c.AuthTimeout.Seconds(),
 	}
 	o.JetStreamDomain = c.Domain
 	if cl := c.Cluster; cl.Name != "" {

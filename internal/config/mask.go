@@ -24,10 +24,48 @@ func syntaxError(pe toml.ParseError, src []byte) string {
 		fmt.Fprintf(&b, " (last key %q)", pe.LastKey)
 	}
 	lines := strings.Split(string(src), "\n")
+	inString := multiLineStrings(lines)
 	for i := max(1, line-2); i <= min(line, len(lines)); i++ {
-		fmt.Fprintf(&b, "\n  %5d | %s", i, MaskLine(strings.TrimRight(lines[i-1], "\r")))
+		l := strings.TrimRight(lines[i-1], "\r")
+		if inString[i-1] {
+			l = "***" // inside a multi-line string: all of it is the value
+		} else {
+			l = MaskLine(l)
+		}
+		fmt.Fprintf(&b, "\n  %5d | %s", i, l)
 	}
 	return b.String()
+}
+
+// multiLineStrings marks the lines that begin inside a multi-line string
+// (""" or ”'), as far as a line-by-line look can tell.
+func multiLineStrings(lines []string) []bool {
+	in := make([]bool, len(lines))
+	open := ""
+	for i, l := range lines {
+		in[i] = open != ""
+		for rest := l; ; {
+			if open == "" {
+				j, k := strings.Index(rest, `"""`), strings.Index(rest, `'''`)
+				switch {
+				case j >= 0 && (k < 0 || j < k):
+					open, rest = `"""`, rest[j+3:]
+				case k >= 0:
+					open, rest = `'''`, rest[k+3:]
+				default:
+					rest = ""
+				}
+			} else if j := strings.Index(rest, open); j >= 0 {
+				open, rest = "", rest[j+3:]
+			} else {
+				rest = ""
+			}
+			if rest == "" {
+				break
+			}
+		}
+	}
+	return in
 }
 
 // secretKey matches the keys whose values are secrets.
@@ -41,8 +79,13 @@ func MaskLine(line string) string {
 	if t == "" || strings.HasPrefix(t, "#") || (strings.HasPrefix(t, "[") && !strings.Contains(t, "=")) {
 		return line
 	}
-	if k, _, ok := strings.Cut(line, "="); ok && secretKey.MatchString(k) {
-		return k + "= ***"
+	// A secret key anywhere on the line (an inline table, an array of
+	// tables written inline): everything from its '=' on is masked.
+	if loc := secretKey.FindStringIndex(line); loc != nil {
+		if j := strings.Index(line[loc[1]:], "="); j >= 0 {
+			return maskStrings(line[:loc[1]+j]) + "= ***"
+		}
+		return "***"
 	}
 	if !strings.Contains(line, "=") {
 		return "***" // not a key = value line: whatever it is, do not echo it

@@ -23,6 +23,11 @@ func TestSyntaxErrorsMaskSecrets(t *testing.T) {
 		secret + "\n",
 		"[admin]\ntoken = \"\\q" + secret + "\"\n", // invalid escape inside the secret
 		"[server]\nsystem_password = \"\"\"" + secret + "\n",
+		// Found by review: a secret after another key on the line, and a
+		// multi-line string's lines.
+		"[server]\nusers = [ { user = \"p1\", password = " + secret + ", role = \"producer\" } ]\n",
+		"server = { system_user = \"sys\", system_password = " + secret + " }\n",
+		"[admin]\ntoken = \"\"\"\n" + secret + "=\n\"\"\" junk\n",
 	}
 	for _, src := range tests {
 		_, err := Parse(strings.NewReader(src), "orderstore.toml")
