@@ -100,6 +100,11 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		MaxBytes:    p.DeadLetterMaxBytes,
 		MaxMsgSize:  int32(c.Server.MaxPayload),
 		Discard:     jetstream.DiscardOld,
+		// A dead letter's Nats-Msg-Id names its event: an event
+		// dead-lettered again (a consumer declared again from the start,
+		// a restored backup replayed) is stored once while the dead
+		// letters are kept.
+		Duplicates:  deadLetterDedupe(p.DeadLetterMaxAge),
 		Replicas:    st.Replicas,
 		AllowDirect: true,
 	}
@@ -152,6 +157,13 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		}
 	}
 	return spec
+}
+
+func deadLetterDedupe(maxAge time.Duration) time.Duration {
+	if maxAge > 0 {
+		return maxAge
+	}
+	return 720 * time.Hour
 }
 
 // HubLocalPrefix prefixes the subjects of a hub's own events in its
