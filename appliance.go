@@ -190,7 +190,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		// delivery waits ack_wait, then the longest backoff.
 		a.stallAfter = time.Duration(cfg.Processor.MaxDeliver) * (cfg.Processor.AckWait + slices.Max(append([]time.Duration{0}, cfg.Processor.Backoff...)))
 	}
-	b := admin.Backend{JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks, Recovery: a.recovery, Topology: a.topology}
+	b := admin.Backend{JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks, Recovery: a.recovery, Topology: a.topology, Backup: a.backupTar}
 	if cfg.Hub.Enabled() {
 		a.hub = newHubWatch(a)
 	}

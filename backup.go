@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -403,4 +405,52 @@ func writeJSONFile(path string, v any) error {
 		return err
 	}
 	return f.Close()
+}
+
+// backupTar writes a backup as a tar stream: the backup is made in a
+// directory under the store (same disk, no memory), then sent, then
+// removed.
+func (a *Appliance) backupTar(ctx context.Context, w io.Writer) error {
+	tmp, err := os.MkdirTemp(a.report.StoreDir, "backup-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	dir := filepath.Join(tmp, "b")
+	if _, err := a.Backup(ctx, dir, nil); err != nil {
+		return err
+	}
+	tw := tar.NewWriter(w)
+	// The manifest last: a client that has it has every file before it.
+	var files []string
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() != BackupManifestFile {
+			files = append(files, p)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	files = append(files, filepath.Join(dir, BackupManifestFile))
+	for _, p := range files {
+		rel, _ := filepath.Rel(dir, p)
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: filepath.ToSlash(rel), Mode: 0o600, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(tw, f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return tw.Close()
 }

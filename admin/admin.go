@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -130,6 +131,8 @@ type Backend struct {
 	// Checks, if set, adds readiness checks of the parts admin cannot see
 	// (connections, the processor's progress).
 	Checks func(ctx context.Context) []Check
+	// Backup, if set, writes a backup as a tar stream (POST /v1/backup).
+	Backup func(ctx context.Context, w io.Writer) error
 	// Topology, if set, reports the cluster, the leaf links and a hub's
 	// sources in /v1/status.
 	Topology func(ctx context.Context) *Topology
@@ -181,6 +184,7 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /v1/orders/{id}", s.auth(s.needBackend(s.order)))
 	s.mux.Handle("GET /v1/dlq", s.auth(s.needBackend(s.dlqList)))
 	s.mux.Handle("POST /v1/dlq/{seq}/replay", s.auth(s.needBackend(s.dlqReplay)))
+	s.mux.Handle("POST /v1/backup", s.auth(s.needBackend(s.backup)))
 	for path, h := range s.cfg.Monitoring {
 		s.mux.Handle("GET "+path, s.auth(h))
 	}
@@ -498,6 +502,26 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request, b *Backend) {
 	default:
 		s.log.Info("dead letter replayed", "dlq_seq", seq, "new_seq", newSeq)
 		writeJSON(w, http.StatusOK, map[string]any{"replayed": seq, "new_seq": newSeq})
+	}
+}
+
+// backup streams a backup of the stream, the dead letters and the
+// projection as a tar (the layout `orderstore backup` writes to its
+// directory). It may take long: the write deadline is lifted for it.
+func (s *Server) backup(w http.ResponseWriter, r *http.Request, b *Backend) {
+	if b.Backup == nil {
+		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "backups are not available here"})
+		return
+	}
+	http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	w.Header().Set("Content-Type", "application/x-tar")
+	s.log.Info("backup requested", "remote", remoteIP(r))
+	if err := b.Backup(r.Context(), w); err != nil {
+		// Mid-stream: the client sees a truncated tar without its
+		// manifest and fails.
+		s.log.Error("backup failed", "err", err)
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler)
 	}
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -49,6 +51,19 @@ func clientFlags(fs *flag.FlagSet) func() (*adminClient, error) {
 					host = "127.0.0.1"
 				}
 				c.base = "http://" + net.JoinHostPort(host, port)
+				if t := cfg.Admin.TLS; t.CertFile != "" {
+					// HTTPS with the listener's own certificate trusted
+					// (a self-signed one included).
+					c.base = "https://" + net.JoinHostPort(host, port)
+					pool, err := x509.SystemCertPool()
+					if err != nil {
+						pool = x509.NewCertPool()
+					}
+					if pem, err := os.ReadFile(t.CertFile); err == nil {
+						pool.AppendCertsFromPEM(pem)
+					}
+					c.hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+				}
 			}
 			if c.token == "" {
 				if c.token, err = cfg.AdminToken(); err != nil {

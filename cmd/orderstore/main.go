@@ -31,6 +31,8 @@ commands:
   status   [-admin URL] [-json]      summary of a running instance (durability, stream vs limits, lag, DLQ)
   dlq list [-from SEQ] [-limit N]    list dead letters of a running instance
   dlq replay SEQ... | -all           republish dead letters to their original subjects
+  backup   [-config FILE] DIR        back up the stream, dead letters and projection of a running instance
+  restore  [-config FILE] DIR        restore a backup into an empty store (orderstore stopped)
   version                            print version, commit, build date, Go and nats-server versions
 
 The config path comes from -config, else $ORDERSTORE_CONFIG, else none.
@@ -52,6 +54,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return statusCmd(rest, stdout, stderr)
 	case "dlq":
 		return dlqCmd(rest, stdout, stderr)
+	case "backup":
+		return backupCmd(ctx, rest, stdout, stderr)
+	case "restore":
+		return restoreCmd(ctx, rest, stdout, stderr)
 	case "version", "-version", "--version":
 		return versionCmd(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
