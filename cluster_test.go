@@ -207,6 +207,22 @@ func TestClusterNodeAwayAndDuplicateName(t *testing.T) {
 		return err
 	})
 
+	// Without a majority, /readyz says so.
+	if err := apps[1].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 60*time.Second, func() error {
+		err := apps[0].Ready(ctx)
+		if err == nil || !strings.Contains(err.Error(), "no quorum") {
+			return fmt.Errorf("alone of three: Ready() = %v, want no quorum", err)
+		}
+		return nil
+	})
+	apps[1], back = nil, nil
+
 	// A fourth node named like the first.
 	dup := cfgs[2]
 	dup.JetStream.StoreDir = t.TempDir()
@@ -235,5 +251,65 @@ func getStatus(t *testing.T, app *orderstore.Appliance, v any) {
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), v); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Test 4 (configuration part): misconfigurations are config errors naming
+// the key (the CLI exits 2 on them).
+func TestScaleOutValidation(t *testing.T) {
+	cluster := func(c *orderstore.Config) {
+		c.Server.Name = "n1"
+		c.Cluster = orderstore.ClusterConfig{Name: "orders", Listen: "127.0.0.1:6222", Routes: []string{"nats-route://127.0.0.1:6222"}}
+	}
+	tests := []struct {
+		name string
+		f    func(*orderstore.Config)
+		key  string
+	}{
+		{"cluster without server.name", func(c *orderstore.Config) { cluster(c); c.Server.Name = "orderstore" }, "server.name"},
+		{"replicas 3 without a cluster", func(c *orderstore.Config) { c.Stream.Replicas = 3 }, "stream.replicas"},
+		{"replicas 2", func(c *orderstore.Config) { cluster(c); c.Stream.Replicas = 2 }, "stream.replicas"},
+		{"illegal domain", func(c *orderstore.Config) { c.JetStream.Domain = "edge.1" }, "jetstream.domain"},
+		{"open route listener without auth", func(c *orderstore.Config) { cluster(c); c.Cluster.Listen = "0.0.0.0:6222" }, "cluster.listen"},
+		{"cluster without routes", func(c *orderstore.Config) { cluster(c); c.Cluster.Routes = nil }, "cluster.routes"},
+		{"bad route URL", func(c *orderstore.Config) { cluster(c); c.Cluster.Routes = []string{"10.0.0.1:6222"} }, "cluster.routes[0]"},
+		{"edge without a domain", func(c *orderstore.Config) {
+			c.LeafNode.Remotes = []orderstore.LeafRemote{{URL: "nats-leaf://hub:7422"}}
+		}, "jetstream.domain"},
+		{"open leaf listener without auth", func(c *orderstore.Config) { c.LeafNode.Listen = "0.0.0.0:7422" }, "leafnode.listen"},
+		{"hub without edges", func(c *orderstore.Config) {
+			c.LeafNode.Listen = "127.0.0.1:7422"
+			c.Hub.Stream = "ORDER_EVENTS_ALL"
+		}, "hub.edges"},
+		{"hub edge with a bad domain", func(c *orderstore.Config) {
+			c.LeafNode.Listen = "127.0.0.1:7422"
+			c.Hub = orderstore.HubConfig{Stream: "ORDER_EVENTS_ALL", Edges: []string{"edge 1"}}
+		}, "hub.edges[0]"},
+		{"hub without a leaf listener", func(c *orderstore.Config) {
+			c.Hub = orderstore.HubConfig{Stream: "ORDER_EVENTS_ALL", Edges: []string{"edge-1"}}
+		}, "leafnode.listen"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := orderstore.DefaultConfig()
+			tt.f(&c)
+			var ve *orderstore.ValidationError
+			if err := c.Validate(); !errors.As(err, &ve) {
+				t.Fatalf("Validate() = %v, want a ValidationError", err)
+			}
+			found := false
+			for _, p := range ve.Problems {
+				found = found || p.Key == tt.key
+			}
+			if !found {
+				t.Errorf("Validate() = %v, want a problem at %s", ve, tt.key)
+			}
+		})
+	}
+	ok := orderstore.DefaultConfig()
+	cluster(&ok)
+	ok.Stream.Replicas = 3
+	if err := ok.Validate(); err != nil {
+		t.Errorf("a valid cluster config: %v", err)
 	}
 }

@@ -621,8 +621,12 @@ func (c Config) Validate() error {
 		bad("Processor.ProjectionMaxBytes", size(p.ProjectionMaxBytes), "must be a positive size")
 	}
 	if st.MaxBytes > 0 && p.DeadLetterMaxBytes > 0 && p.ProjectionMaxBytes > 0 && j.MaxFileStore > 0 && st.MaxBytes <= j.MaxFileStore {
-		if sum := st.MaxBytes + p.DeadLetterMaxBytes + p.ProjectionMaxBytes; sum > j.MaxFileStore {
-			bad("Stream.MaxBytes", size(st.MaxBytes), "stream.max_bytes + processor.dead_letter_max_bytes %s + processor.projection_max_bytes %s = %s exceeds jetstream.max_file_store %s: lower them or raise max_file_store",
+		sum := st.MaxBytes + p.DeadLetterMaxBytes + p.ProjectionMaxBytes
+		if c.Hub.Enabled() {
+			sum += st.MaxBytes // the aggregate stream has the stream's limits
+		}
+		if sum > j.MaxFileStore {
+			bad("Stream.MaxBytes", size(st.MaxBytes), "stream.max_bytes (twice on a hub: its aggregate stream has the same limit) + processor.dead_letter_max_bytes %s + processor.projection_max_bytes %s = %s exceeds jetstream.max_file_store %s: lower them or raise max_file_store",
 				bytesize.Format(p.DeadLetterMaxBytes), bytesize.Format(p.ProjectionMaxBytes), bytesize.Format(sum), bytesize.Format(j.MaxFileStore))
 		}
 	} else if st.MaxBytes == -1 && j.MaxFileStore > 0 && p.DeadLetterMaxBytes+p.ProjectionMaxBytes >= j.MaxFileStore {

@@ -875,6 +875,9 @@ func TestSecurityValidation(t *testing.T) {
 		{"bad nkey", func(c *orderstore.Config) {
 			c.Server.Users = []orderstore.User{{Name: "u", Nkey: "SUABC", Role: "reader"}}
 		}, "server.users[0].nkey"},
+		{"nkey seed", func(c *orderstore.Config) {
+			c.Server.Users = []orderstore.User{{Name: "u", Nkey: "SUAMK2FG4MI6UE3ACF3FK3OIQBCEIEZV7NSWFFEW63UXMRLFM2XLAXK4GY", Role: "reader"}}
+		}, "server.users[0].nkey"},
 		{"reserved name", func(c *orderstore.Config) {
 			c.Server.Users = []orderstore.User{{Name: "orderstore-internal", Password: "p", Role: "admin"}}
 		}, "server.users[0].user"},
@@ -898,8 +901,8 @@ func TestSecurityValidation(t *testing.T) {
 			found := false
 			for _, p := range ve.Problems {
 				found = found || p.Key == tt.key
-				if strings.Contains(p.Error(), "x\"") && tt.name == "short token" {
-					t.Errorf("the message echoes the token: %v", p)
+				if strings.Contains(p.Error(), "x\"") && tt.name == "short token" || strings.Contains(p.Error(), "SUAMK2") {
+					t.Errorf("the message echoes the secret: %v", p)
 				}
 			}
 			if !found {
