@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,6 +31,18 @@ func TestBackupWhilePublishingRestore(t *testing.T) {
 		_, err := js.Publish(ctx, "orders.created", []byte(fmt.Sprintf(`{"order_id":"b-%d","status":"s-%d"}`, i%97, i)),
 			jetstream.WithMsgID(fmt.Sprint("bm-", i)))
 		return err
+	}
+	// More than 256 KiB of snapshot: a restore with an fsync per
+	// message stalled there (nats-server gives up after 5 s per chunk).
+	for range 15 {
+		for range 1000 {
+			i := n.Add(1)
+			if _, err := js.PublishAsync("orders.created", []byte(fmt.Sprintf(`{"order_id":"b-%d","status":"s-%d"}`, i%97, i)),
+				jetstream.WithMsgID(fmt.Sprint("bm-", i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-js.PublishAsyncComplete()
 	}
 	for range 2000 {
 		if err := publish(n.Add(1)); err != nil {
@@ -84,7 +97,7 @@ func TestBackupWhilePublishingRestore(t *testing.T) {
 		t.Fatalf("restored stream ends at %d, backup at %d, acked before the backup %d", last, m.Streams[2].LastSeq, ackedBefore)
 	}
 	// Dedupe state: an event acked before the backup comes back a duplicate.
-	if ack, err := rjs.Publish(ctx, "orders.created", []byte(`{"order_id":"b-1"}`), jetstream.WithMsgID("bm-1999")); err != nil || !ack.Duplicate {
+	if ack, err := rjs.Publish(ctx, "orders.created", []byte(`{"order_id":"b-1"}`), jetstream.WithMsgID("bm-16999")); err != nil || !ack.Duplicate {
 		t.Errorf("republished bm-1999 after restore: %+v, %v; want a duplicate", ack, err)
 	}
 	// The projection equals the fold of the restored stream.
@@ -116,8 +129,13 @@ func TestBackupWhilePublishingRestore(t *testing.T) {
 	if err := restored.Ready(ctx); err != nil {
 		t.Errorf("restored appliance not ready: %v", err)
 	}
-	if len(restored.Recovery()) != 0 {
-		t.Errorf("restore left recovery notes: %q", restored.Recovery())
+	for _, n := range restored.Recovery() {
+		// A bucket snapshotted in the middle of an atomic batch commit
+		// comes back with nats' note on the partial batch; the events of
+		// that batch are applied again from the stream (checked above).
+		if !strings.Contains(n, "partial batch") {
+			t.Errorf("restore left a recovery note: %q", n)
+		}
 	}
 	if progressed == 0 {
 		t.Error("no progress reported")
