@@ -20,6 +20,7 @@ func hubConfig(t testing.TB, leafPort int, edges ...string) func(*orderstore.Con
 		c.Server.Name = "hub"
 		c.JetStream.Domain = "hub"
 		c.LeafNode.Listen = fmt.Sprintf("127.0.0.1:%d", leafPort)
+		c.LeafNode.User, c.LeafNode.Password = "edge", "leaf-secret-1"
 		c.Hub = orderstore.HubConfig{Stream: "ORDER_EVENTS_ALL", Edges: edges}
 		c.JetStream.MaxFileStore = 4 << 30
 	}
@@ -29,7 +30,7 @@ func edgeConfig(name string, leafPort int) func(*orderstore.Config) {
 	return func(c *orderstore.Config) {
 		c.Server.Name = name
 		c.JetStream.Domain = name
-		c.LeafNode.Remotes = []orderstore.LeafRemote{{URL: fmt.Sprintf("nats-leaf://127.0.0.1:%d", leafPort)}}
+		c.LeafNode.Remotes = []orderstore.LeafRemote{{URL: fmt.Sprintf("nats-leaf://127.0.0.1:%d", leafPort), User: "edge", Password: "leaf-secret-1"}}
 		c.LeafNode.ReconnectInterval = 250 * time.Millisecond
 	}
 }
@@ -115,6 +116,24 @@ func TestEdgesForwardToHub(t *testing.T) {
 			t.Errorf("an edge's ORDER_EVENTS holds %d events, want %d (its own only)", m, e.want)
 		}
 	}
+	// Status: the hub's sources in step, the edges' links up.
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		var st orderstore.Status
+		getStatus(t, hub, &st)
+		if st.Topology == nil || len(st.Topology.Sources) != 2 {
+			return fmt.Errorf("hub topology = %+v", st.Topology)
+		}
+		for _, s := range st.Topology.Sources {
+			if !s.Reachable || s.Behind != 0 || s.Stalled || s.EdgeLastSeq == 0 || s.SourcedSeq != s.EdgeLastSeq {
+				return fmt.Errorf("source %+v", s)
+			}
+		}
+		getStatus(t, e1, &st)
+		if st.Topology == nil || len(st.Topology.Leafnodes) != 1 || !st.Topology.Leafnodes[0].Connected || st.Topology.Domain != "edge-1" {
+			return fmt.Errorf("edge topology = %+v", st.Topology)
+		}
+		return nil
+	})
 	// The hub's processor projects every edge's orders.
 	embeddedtest.WaitFor(t, 20*time.Second, func() error {
 		for _, id := range []string{"edge-1-99", "edge-2-49"} {
