@@ -313,3 +313,53 @@ func TestScaleOutValidation(t *testing.T) {
 		t.Errorf("a valid cluster config: %v", err)
 	}
 }
+
+// Routes over TLS with certificates verified both ways and route
+// credentials; edges reaching a TLS leaf listener with the CA.
+func TestClusterAndLeafOverTLS(t *testing.T) {
+	certs := orderstoretest.TLS(t)
+	cfgs := clusterConfigs(t)
+	for i := range cfgs {
+		cfgs[i].Cluster.User, cfgs[i].Cluster.Password = "route", "route-secret-1"
+		cfgs[i].Cluster.TLS = orderstore.TLSConfig{CertFile: certs.ServerCert, KeyFile: certs.ServerKey, CAFile: certs.CA, Verify: true}
+	}
+	apps := startAll(t, cfgs)
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, apps[1])
+	if _, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"tls-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		_, err := apps[2].Order(ctx, "tls-1")
+		return err
+	})
+	// A node whose certificate the others do not trust cannot join.
+	other := orderstoretest.TLS(t)
+	intruder := cfgs[0]
+	intruder.Server.Name = "n4"
+	intruder.JetStream.StoreDir = t.TempDir()
+	intruder.Cluster.Listen = fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
+	intruder.Cluster.TLS = orderstore.TLSConfig{CertFile: other.ServerCert, KeyFile: other.ServerKey, CAFile: other.CA, Verify: true}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if app, err := orderstore.Start(ictx, intruder); err == nil {
+		app.Close(ctx)
+		t.Error("a node with an untrusted certificate joined the cluster")
+	}
+
+	// Leaf over TLS.
+	leafPort := freePorts(t, 1)[0]
+	hub := orderstoretest.Start(t, hubConfig(t, leafPort, "edge-1"), func(c *orderstore.Config) {
+		c.LeafNode.TLS = orderstore.TLSConfig{CertFile: certs.ServerCert, KeyFile: certs.ServerKey}
+	})
+	edge := orderstoretest.Start(t, edgeConfig("edge-1", leafPort), func(c *orderstore.Config) {
+		c.LeafNode.Remotes[0].TLS = orderstore.TLSConfig{CAFile: certs.CA}
+	})
+	if _, err := embeddedtest.JetStream(t, edge).Publish(ctx, "orders.created", []byte(`{"order_id":"leaf-tls"}`)); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		_, err := hub.Order(ctx, "leaf-tls")
+		return err
+	})
+}

@@ -46,7 +46,8 @@ func TLS(t testing.TB) Certs {
 		Subject:     pkix.Name{CommonName: "localhost"},
 		DNSNames:    []string{"localhost"},
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		// Both: cluster nodes present it when they dial each other too.
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}, f.ServerCert, f.ServerKey)
 	leaf(t, ca, caKey, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "orderstore test client"},
