@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -20,29 +19,10 @@ import (
 	"github.com/orderstore/orderstore/orderstoretest"
 )
 
-// freePorts returns n ports free right now on loopback.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
-
 // clusterConfigs are three nodes' configurations of one R3 cluster on
 // loopback.
 func clusterConfigs(t testing.TB) []orderstore.Config {
-	ports := freePorts(t, 3)
+	ports := orderstoretest.FreePorts(t, 3)
 	var routes []string
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
@@ -227,7 +207,7 @@ func TestClusterNodeAwayAndDuplicateName(t *testing.T) {
 	dup := cfgs[2]
 	dup.JetStream.StoreDir = t.TempDir()
 	dup.Server.Name = cfgs[0].Server.Name
-	dup.Cluster.Listen = fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
+	dup.Cluster.Listen = fmt.Sprintf("127.0.0.1:%d", orderstoretest.FreePorts(t, 1)[0])
 	ctx2, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	app, err := orderstore.Start(ctx2, dup)
@@ -290,21 +270,7 @@ func TestScaleOutValidation(t *testing.T) {
 		}, "leafnode.listen"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := orderstore.DefaultConfig()
-			tt.f(&c)
-			var ve *orderstore.ValidationError
-			if err := c.Validate(); !errors.As(err, &ve) {
-				t.Fatalf("Validate() = %v, want a ValidationError", err)
-			}
-			found := false
-			for _, p := range ve.Problems {
-				found = found || p.Key == tt.key
-			}
-			if !found {
-				t.Errorf("Validate() = %v, want a problem at %s", ve, tt.key)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { expectProblem(t, tt.f, tt.key) })
 	}
 	ok := orderstore.DefaultConfig()
 	cluster(&ok)
@@ -338,7 +304,7 @@ func TestClusterAndLeafOverTLS(t *testing.T) {
 	intruder := cfgs[0]
 	intruder.Server.Name = "n4"
 	intruder.JetStream.StoreDir = t.TempDir()
-	intruder.Cluster.Listen = fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
+	intruder.Cluster.Listen = fmt.Sprintf("127.0.0.1:%d", orderstoretest.FreePorts(t, 1)[0])
 	intruder.Cluster.TLS = orderstore.TLSConfig{CertFile: other.ServerCert, KeyFile: other.ServerKey, CAFile: other.CA, Verify: true}
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -348,7 +314,7 @@ func TestClusterAndLeafOverTLS(t *testing.T) {
 	}
 
 	// Leaf over TLS.
-	leafPort := freePorts(t, 1)[0]
+	leafPort := orderstoretest.FreePorts(t, 1)[0]
 	hub := orderstoretest.Start(t, hubConfig(t, leafPort, "edge-1"), func(c *orderstore.Config) {
 		c.LeafNode.TLS = orderstore.TLSConfig{CertFile: certs.ServerCert, KeyFile: certs.ServerKey}
 	})

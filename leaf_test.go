@@ -39,7 +39,7 @@ func edgeConfig(name string, leafPort int) func(*orderstore.Config) {
 // hub's aggregate stream once it starts, each exactly once and in its
 // edge's order; each edge's own stream holds only its own events.
 func TestEdgesForwardToHub(t *testing.T) {
-	leafPort := freePorts(t, 1)[0]
+	leafPort := orderstoretest.FreePorts(t, 1)[0]
 	e1 := orderstoretest.Start(t, edgeConfig("edge-1", leafPort))
 	e2 := orderstoretest.Start(t, edgeConfig("edge-2", leafPort))
 	ctx := context.Background()

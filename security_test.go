@@ -892,21 +892,11 @@ func TestSecurityValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := orderstore.DefaultConfig()
-			tt.f(&c)
-			var ve *orderstore.ValidationError
-			if err := c.Validate(); !errors.As(err, &ve) {
-				t.Fatalf("Validate() = %v, want a ValidationError", err)
-			}
-			found := false
+			ve := expectProblem(t, tt.f, tt.key)
 			for _, p := range ve.Problems {
-				found = found || p.Key == tt.key
 				if strings.Contains(p.Error(), "x\"") && tt.name == "short token" || strings.Contains(p.Error(), "SUAMK2") {
 					t.Errorf("the message echoes the secret: %v", p)
 				}
-			}
-			if !found {
-				t.Errorf("Validate() = %v, want a problem at %s", ve, tt.key)
 			}
 		})
 	}
@@ -916,4 +906,23 @@ func TestSecurityValidation(t *testing.T) {
 	if _, err := orderstore.Preflight(c); err == nil || !strings.Contains(err.Error(), "server.tls") {
 		t.Errorf("Preflight with missing cert files = %v, want an error naming server.tls", err)
 	}
+}
+
+// expectProblem applies f to the default config and checks that Validate
+// reports a problem at key.
+func expectProblem(t *testing.T, f func(*orderstore.Config), key string) *orderstore.ValidationError {
+	t.Helper()
+	c := orderstore.DefaultConfig()
+	f(&c)
+	var ve *orderstore.ValidationError
+	if err := c.Validate(); !errors.As(err, &ve) {
+		t.Fatalf("Validate() = %v, want a ValidationError", err)
+	}
+	for _, p := range ve.Problems {
+		if p.Key == key {
+			return ve
+		}
+	}
+	t.Errorf("Validate() = %v, want a problem at %s", ve, key)
+	return ve
 }

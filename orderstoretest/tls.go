@@ -114,3 +114,24 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 		t.Fatal(err)
 	}
 }
+
+// FreePorts returns n TCP ports on 127.0.0.1 that were free a moment ago:
+// for route and leaf listeners, whose ports every node must know before
+// any starts.
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}

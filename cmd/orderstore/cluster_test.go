@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,25 +14,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
+	"github.com/orderstore/orderstore/orderstoretest"
+)
 
 // Test 1 of the scale-out issue: a 3-node R3 cluster of real processes.
 // While a producer publishes with acks, the stream leader is killed with
@@ -41,7 +24,7 @@ func freePorts(t testing.TB, n int) []int {
 // lost, the projection equals the fold of the stream, and the killed node
 // restarts and catches up.
 func TestClusterSIGKILLStreamLeader(t *testing.T) {
-	ports := freePorts(t, 6) // 3 client, 3 route
+	ports := orderstoretest.FreePorts(t, 6) // 3 client, 3 route
 	var routes []string
 	for i := range 3 {
 		routes = append(routes, fmt.Sprintf("\"nats-route://127.0.0.1:%d\"", ports[3+i]))
