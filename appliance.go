@@ -159,7 +159,10 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	if err := a.declare(ctx); err != nil {
 		return nil, err
 	}
-	if a.proj, err = NewProjection(ctx, a.js, cfg); err != nil {
+	if err := a.clusterRetry(ctx, "projection", func(c context.Context) (err error) {
+		a.proj, err = NewProjection(c, a.js, cfg)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
@@ -184,6 +187,14 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 			}
 		}
 		if a.proc, err = processor.New(a.pjs, pc); err != nil {
+			return nil, err
+		}
+		// In a cluster the consumer's Raft group may still be electing
+		// its leader: wait until it answers, so the processor starts on it.
+		if err := a.clusterRetry(ctx, "processor", func(c context.Context) error {
+			_, err := a.pjs.Consumer(c, pc.Stream, pc.Durable)
+			return err
+		}); err != nil {
 			return nil, err
 		}
 		// The longest an event can rightly hold the ack floor: every

@@ -107,7 +107,9 @@ func retryableInCluster(err error) bool {
 		case 10008, // cluster not available
 			10005, // no suitable peers
 			10023, // insufficient resources
-			10074: // replicas > 1 not supported in non-clustered mode (not yet clustered)
+			10074, // replicas > 1 not supported in non-clustered mode (not yet clustered)
+			10059, // stream not found: another node's create of the same stream is in flight
+			10014: // consumer not found: likewise
 			return true
 		}
 	}

@@ -187,22 +187,6 @@ func TestClusterNodeAwayAndDuplicateName(t *testing.T) {
 		return err
 	})
 
-	// Without a majority, /readyz says so.
-	if err := apps[1].Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := back.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	embeddedtest.WaitFor(t, 60*time.Second, func() error {
-		err := apps[0].Ready(ctx)
-		if err == nil || !strings.Contains(err.Error(), "no quorum") {
-			return fmt.Errorf("alone of three: Ready() = %v, want no quorum", err)
-		}
-		return nil
-	})
-	apps[1], back = nil, nil
-
 	// A fourth node named like the first.
 	dup := cfgs[2]
 	dup.JetStream.StoreDir = t.TempDir()
@@ -219,6 +203,21 @@ func TestClusterNodeAwayAndDuplicateName(t *testing.T) {
 	if !errors.As(err, &ve) || ve.Problems[0].Key != "server.name" {
 		t.Errorf("duplicate name: %v, want a config error naming server.name", err)
 	}
+	// Without a majority, /readyz says so.
+	if err := apps[1].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 60*time.Second, func() error {
+		err := apps[0].Ready(ctx)
+		if err == nil || !strings.Contains(err.Error(), "no quorum") {
+			return fmt.Errorf("alone of three: Ready() = %v, want no quorum", err)
+		}
+		return nil
+	})
+	apps[1], back = nil, nil
 }
 
 func getStatus(t *testing.T, app *orderstore.Appliance, v any) {
