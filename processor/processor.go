@@ -244,7 +244,7 @@ func (p *Processor) Ready() <-chan struct{} { return p.ready }
 // events are never handled concurrently, while the partitions keep several
 // batches in flight at once.
 func (p *Processor) Run(ctx context.Context) error {
-	cons, err := p.js.Consumer(ctx, p.cfg.Stream, p.cfg.Durable)
+	cons, err := p.consumer(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -464,6 +464,28 @@ loop:
 	waitClosed()
 	p.log.Info("processor stopped", "processed", p.processed.Load(), "unhandled", len(msgs)+int(skipped.Load()))
 	return nil
+}
+
+// consumer looks the durable up, waiting out what a cluster answers while
+// the consumer's group elects a leader (no reply, no responders) for up to
+// a minute. A consumer that does not exist fails at once.
+func (p *Processor) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	deadline := time.Now().Add(time.Minute)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cons, err := p.js.Consumer(cctx, p.cfg.Stream, p.cfg.Durable)
+		cancel()
+		transient := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout)
+		if err == nil || !transient || ctx.Err() != nil || time.Now().After(deadline) {
+			return cons, err
+		}
+		p.log.Info("consumer not reachable yet, retrying", "consumer", p.cfg.Durable, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
 
 // watchFloor reads the consumer and the stream every second: it keeps the
