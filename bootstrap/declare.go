@@ -123,11 +123,18 @@ func declareStream(ctx context.Context, js jetstream.JetStream, want jetstream.S
 	obj := fmt.Sprintf("stream %q", want.Name)
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err := js.CreateStream(ctx, want); err != nil {
-			return errorf("declare", obj, streamHint(err), err)
+		_, cerr := js.CreateStream(ctx, want)
+		switch {
+		case cerr == nil:
+			res.Created = append(res.Created, obj)
+			return nil
+		case errors.Is(cerr, jetstream.ErrStreamNameAlreadyInUse):
+			// Another node of a cluster created it a moment ago: compare
+			// with the one that is there.
+			s, err = js.Stream(ctx, want.Name)
+		default:
+			return errorf("declare", obj, streamHint(cerr), cerr)
 		}
-		res.Created = append(res.Created, obj)
-		return nil
 	}
 	if err != nil {
 		return errorf("declare", obj, "", err)
@@ -203,11 +210,18 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, want jetstream.K
 	obj := fmt.Sprintf("kv bucket %q", want.Bucket)
 	kv, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		if _, err := js.CreateKeyValue(ctx, want); err != nil {
-			return errorf("declare", obj, "", err)
+		_, cerr := js.CreateKeyValue(ctx, want)
+		switch {
+		case cerr == nil:
+			res.Created = append(res.Created, obj)
+			return allowAtomic(ctx, js, want.Bucket, obj, nil)
+		case errors.Is(cerr, jetstream.ErrBucketExists):
+			// Another node of a cluster created it (and allowed atomic
+			// batches) a moment ago: declare the one that is there.
+			kv, err = js.KeyValue(ctx, want.Bucket)
+		default:
+			return errorf("declare", obj, "", cerr)
 		}
-		res.Created = append(res.Created, obj)
-		return allowAtomic(ctx, js, want.Bucket, obj, nil)
 	}
 	if err != nil {
 		return errorf("declare", obj, "", err)
