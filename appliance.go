@@ -50,6 +50,7 @@ type Appliance struct {
 	srvChanged chan struct{} // closed and replaced when srv is replaced
 	ec         embedded.Config
 	id         *internalIdentity             // how orderstore's own connections sign in
+	backupMu   sync.Mutex                    // one backup at a time
 	hub        *hubWatch                     // a hub's source watcher; nil elsewhere
 	dupName    atomic.Pointer[string]        // nats' log line about another node with this node's name
 	nsrv       atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs

@@ -39,6 +39,14 @@ import (
 // the stream, and events acknowledged after the projection's snapshot
 // are applied.
 
+// ErrBackupRunning and ErrBackupNoRoom are matched (errors.Is) by a backup
+// refused before it began: another runs, or the copy would fill the
+// store's disk.
+var (
+	ErrBackupRunning = errors.New("a backup is already running")
+	ErrBackupNoRoom  = errors.New("not enough free disk for the backup's copy")
+)
+
 // BackupManifest is manifest.json.
 type BackupManifest struct {
 	Format     int            `json:"format"`
@@ -442,6 +450,19 @@ func writeJSONFile(path string, v any) error {
 // directory under the store (same disk, no memory), then sent, then
 // removed.
 func (a *Appliance) backupTar(ctx context.Context, w io.Writer) error {
+	// One backup at a time: each takes the store's size again on its disk.
+	if !a.backupMu.TryLock() {
+		return ErrBackupRunning
+	}
+	defer a.backupMu.Unlock()
+	// The copy must not fill the store's disk (that would stop writes):
+	// it needs what JetStream stores, on top of the headroom.
+	if free, err := bootstrap.FreeBytes(a.report.StoreDir); err == nil {
+		if ai, err := a.js.AccountInfo(ctx); err == nil && int64(free) < int64(ai.Store)+a.cfg.JetStream.DiskHeadroom {
+			return fmt.Errorf("backup: %d bytes free under %q, the copy needs up to %d plus jetstream.disk_headroom %d: %w",
+				free, a.report.StoreDir, ai.Store, a.cfg.JetStream.DiskHeadroom, ErrBackupNoRoom)
+		}
+	}
 	tmp, err := os.MkdirTemp(a.report.StoreDir, "backup-")
 	if err != nil {
 		return err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -139,5 +141,27 @@ func TestBackupWhilePublishingRestore(t *testing.T) {
 	}
 	if progressed == 0 {
 		t.Error("no progress reported")
+	}
+}
+
+// A backup whose copy could fill the store's disk is refused before it
+// begins, with the reason, and leaves nothing behind.
+func TestBackupRefusedWithoutRoom(t *testing.T) {
+	app := orderstoretest.Start(t, func(c *orderstore.Config) {
+		c.JetStream.AllowLowDisk = true
+		c.JetStream.DiskHeadroom = 1 << 50 // more than any disk here
+	})
+	req := httptest.NewRequest("POST", "http://127.0.0.1/v1/backup", strings.NewReader("{}"))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	app.Handler().ServeHTTP(rec, req)
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "not enough free disk") {
+		t.Errorf("POST /v1/backup with no room = %d %s, want 503 naming the free disk", rec.Code, rec.Body)
+	}
+	entries, _ := os.ReadDir(app.StoreDir())
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "backup-") {
+			t.Errorf("a refused backup left %s in the store", e.Name())
+		}
 	}
 }

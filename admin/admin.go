@@ -514,15 +514,33 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, b *Backend) {
 		return
 	}
 	http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	w.Header().Set("Content-Type", "application/x-tar")
 	s.log.Info("backup requested", "remote", remoteIP(r))
-	if err := b.Backup(r.Context(), w); err != nil {
+	tw := &firstWrite{w: w}
+	if err := b.Backup(r.Context(), tw); err != nil {
+		s.log.Error("backup failed", "err", err)
+		if !tw.wrote {
+			// Refused or failed before the first byte: say why.
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+			return
+		}
 		// Mid-stream: the client sees a truncated tar without its
 		// manifest and fails.
-		s.log.Error("backup failed", "err", err)
-		http.NewResponseController(w).Flush()
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// firstWrite sets the tar Content-Type when the first byte goes out.
+type firstWrite struct {
+	w     http.ResponseWriter
+	wrote bool
+}
+
+func (f *firstWrite) Write(p []byte) (int, error) {
+	if !f.wrote {
+		f.wrote = true
+		f.w.Header().Set("Content-Type", "application/x-tar")
+	}
+	return f.w.Write(p)
 }
 
 // maxStore is what JetStream may store on disk.
