@@ -60,6 +60,12 @@ type Appliance struct {
 	// processor and its projection writes.
 	nc, pnc       *nats.Conn
 	js, pjs       jetstream.JetStream
+	// Group commit (durability "group-commit"): the store's sync, and the
+	// ingest service on a connection of its own; nil in other modes.
+	commit    *committer
+	ing       *ingest
+	inc       *nats.Conn
+	incClosed chan struct{}
 	proj          *processor.Projection // reads, on nc
 	proc          *processor.Processor  // nil when disabled
 	stallAfter    time.Duration
@@ -111,6 +117,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		procDone:   make(chan struct{}),
 		ncClosed:   make(chan struct{}),
 		pncClosed:  make(chan struct{}),
+		incClosed:  make(chan struct{}),
 		closing:    make(chan struct{}),
 		done:       make(chan struct{}),
 		closeDone:  make(chan struct{}),
@@ -172,6 +179,14 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if a.commit != nil {
+		// nats writes the metadata of what it declared (meta.inf, the
+		// consumer's state) without fsync: make it durable before any
+		// event is acknowledged.
+		if err := a.commit.Sync(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Processor.Enabled {
 		var h processor.Handler = cfg.Processor.Handler
 		if h == nil {
@@ -186,6 +201,12 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 			if st, err := a.js.Stream(ctx, cfg.DeclareSpec().ConsumerStream()); err == nil && st.CachedInfo().State.FirstSeq > 0 {
 				pc.SeenUpTo = st.CachedInfo().State.FirstSeq - 1
 			}
+		}
+		if a.commit != nil {
+			// Projection writes and dead letters are made durable before
+			// their events are acked, so the consumer's ack floor is never
+			// ahead of the projection after a power cut.
+			pc.Sync = a.commit.Sync
 		}
 		if a.proc, err = processor.New(a.pjs, pc); err != nil {
 			return nil, err
@@ -202,12 +223,27 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		// delivery waits ack_wait, then the longest backoff.
 		a.stallAfter = time.Duration(cfg.Processor.MaxDeliver) * (cfg.Processor.AckWait + slices.Max(append([]time.Duration{0}, cfg.Processor.Backoff...)))
 	}
-	b := admin.Backend{JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks, Recovery: a.recovery, Topology: a.topology, Backup: a.backupTar}
+	b := admin.Backend{JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks, Recovery: a.recovery, Topology: a.topology, Backup: a.backupTar,
+		Publish: func(ctx context.Context, subject string, h nats.Header, data []byte) (*jetstream.PubAck, error) {
+			return a.publishMsg(ctx, subject, h, data)
+		}}
+	if a.commit != nil {
+		b.Ingest = a.commit.ingestStats
+	}
 	if cfg.Hub.Enabled() {
 		a.hub = newHubWatch(a)
 	}
 	if a.proc != nil {
 		b.Processor = a
+	}
+	if a.commit != nil {
+		if a.inc, _, err = a.connect("orderstore-ingest", a.incClosed); err != nil {
+			return nil, err
+		}
+		if a.ing, err = startIngest(a.inc, a.commit, cfg.Stream.Subjects, log.With("component", "ingest")); err != nil {
+			return nil, err
+		}
+		log.Info("group commit: producers are acked once a sync made their events durable", "sync", a.commit.how)
 	}
 	a.adm.SetBackend(b)
 
@@ -233,7 +269,7 @@ func (a *Appliance) startAdmin() error {
 	if cfg.Processor.Enabled {
 		durable = cfg.Processor.Durable
 	}
-	policy, desc := cfg.JetStream.Durability()
+	policy, desc := cfg.Durability()
 	storeDir := a.report.StoreDir
 	a.adm = admin.New(admin.Config{
 		Token:            cfg.Admin.Token,
@@ -241,6 +277,7 @@ func (a *Appliance) startAdmin() error {
 		Stream:           cfg.Stream.Name,
 		ConsumerStream:   cfg.DeclareSpec().ConsumerStream(),
 		Subjects:         cfg.Stream.Subjects,
+		MaxEventBytes:    int64(cfg.Stream.MaxMsgSize),
 		Durable:          durable,
 		DeadLetterStream: cfg.Processor.DeadLetterStream,
 		ProjectionBucket: cfg.Processor.ProjectionBucket,
@@ -324,9 +361,9 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	a.ec = ec
 	a.setServer(srv)
 	a.startupNotes()
-	policy, desc := a.cfg.JetStream.Durability()
+	policy, desc := a.cfg.Durability()
 	a.log.Info("nats ready", "client_url", srv.ClientURL(), "took", time.Since(t0).Round(time.Millisecond).String(),
-		"sync_interval", policy, "durability", desc)
+		"durability", policy, "meaning", desc)
 
 	if a.cfg.Cluster.Enabled() {
 		if err := a.waitForMetaLeader(ctx); err != nil {
@@ -338,6 +375,11 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	}
 	if a.pnc, a.pjs, err = a.connect("orderstore-processor", a.pncClosed); err != nil {
 		return err
+	}
+	if a.cfg.groupCommit() {
+		if a.commit, err = newCommitter(a.report.StoreDir); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -407,13 +449,20 @@ func (a *Appliance) checks(ctx context.Context) []admin.Check {
 	for _, c := range []struct {
 		name string
 		nc   *nats.Conn
-	}{{"admin", a.nc}, {"processor", a.pnc}} {
+	}{{"admin", a.nc}, {"processor", a.pnc}, {"ingest", a.inc}} {
 		if c.nc != nil && !c.nc.IsConnected() {
 			conns.OK = false
 			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the %s's internal connection is %s", c.name, c.nc.Status())
 		}
 	}
 	out := []admin.Check{conns, a.guard.check()}
+	if a.commit != nil {
+		c := admin.Check{Name: "durability", OK: true}
+		if err := a.commit.Err(); err != nil {
+			c.OK, c.Reason = false, err.Error()+"; restart orderstore (it exits non-zero so that systemd does)"
+		}
+		out = append(out, c)
+	}
 	if a.cfg.Cluster.Enabled() {
 		out = append(out, a.clusterCheck(ctx))
 	}
@@ -537,6 +586,17 @@ func (a *Appliance) runGroup() {
 			}
 		}, func(error) { close(stop) })
 	}
+	if a.commit != nil { // a failed sync stops the appliance: the next start reads the store back from disk
+		stop := make(chan struct{})
+		g.Add(func() error {
+			select {
+			case <-a.commit.Failed():
+				return a.commit.Err()
+			case <-stop:
+				return nil
+			}
+		}, func(error) { close(stop) })
+	}
 	if a.hub != nil { // a hub's source watcher
 		ctx, cancel := context.WithCancel(context.Background())
 		g.Add(func() error { return a.hub.run(ctx) }, func(error) { cancel() })
@@ -548,9 +608,12 @@ func (a *Appliance) runGroup() {
 	for _, c := range []struct {
 		name   string
 		closed chan struct{}
-	}{{"orderstore-internal", a.ncClosed}, {"orderstore-processor", a.pncClosed}} {
+	}{{"orderstore-internal", a.ncClosed}, {"orderstore-processor", a.pncClosed}, {"orderstore-ingest", a.incClosed}} {
 		// watchdog on an internal connection: it reconnects by itself and
 		// closes only when it cannot
+		if c.name == "orderstore-ingest" && a.inc == nil {
+			continue
+		}
 		stop := make(chan struct{})
 		g.Add(func() error {
 			select {
@@ -716,7 +779,13 @@ func (a *Appliance) LatestDeadLetters(ctx context.Context, n int) ([]processor.D
 // and deletes it; it returns the event's new stream sequence. An unknown
 // seq matches [ErrNotFound].
 func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, error) {
-	n, err := processor.Replay(ctx, a.js, a.cfg.Processor.DeadLetterStream, seq)
+	var js jetstream.JetStream = a.js
+	if a.commit != nil {
+		// The republish is acknowledged once durable, before the dead
+		// letter is removed.
+		js = ingestJetStream{a.js, a}
+	}
+	n, err := processor.Replay(ctx, js, a.cfg.Processor.DeadLetterStream, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, fmt.Errorf("dead letter %d: %w", seq, ErrNotFound)
 	}
@@ -757,6 +826,13 @@ func (a *Appliance) stop(ctx context.Context) error {
 			a.hs.Close()
 		}
 	}
+	if a.ing != nil {
+		// Answer every publish taken before the processor and the
+		// connections stop.
+		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		a.ing.Close(ictx)
+		cancel()
+	}
 	if a.groupStarted {
 		if a.procCancel != nil {
 			a.procCancel()
@@ -770,7 +846,7 @@ func (a *Appliance) stop(ctx context.Context) error {
 	for _, c := range []struct {
 		nc     *nats.Conn
 		closed chan struct{}
-	}{{a.pnc, a.pncClosed}, {a.nc, a.ncClosed}} {
+	}{{a.inc, a.incClosed}, {a.pnc, a.pncClosed}, {a.nc, a.ncClosed}} {
 		if c.nc != nil {
 			if err := drain(ctx, c.nc, c.closed); err != nil {
 				errs = append(errs, err)
@@ -780,6 +856,9 @@ func (a *Appliance) stop(ctx context.Context) error {
 	a.guard.stop() // no restart from here on
 	if srv := a.server(); srv != nil {
 		errs = append(errs, srv.Close())
+	}
+	if a.commit != nil {
+		a.commit.Close()
 	}
 	if a.groupStarted {
 		select {
@@ -835,15 +914,57 @@ func buildOrUnknown(b BuildInfo) BuildInfo {
 	return b
 }
 
-// Durability returns the sync policy as the file writes it ("always" or a
-// duration) and its one-line meaning, as the startup log, /readyz and
-// `orderstore status` state it.
-func (j JetStreamConfig) Durability() (policy, description string) {
-	if j.SyncInterval == 0 {
-		return "always", "fsync before every ack: an acknowledged event survives power loss"
+// Durability modes of [JetStreamConfig.Durability].
+const (
+	DurabilityGroupCommit = "group-commit"
+	DurabilityAlways      = "always"
+	DurabilityInterval    = "interval"
+)
+
+// DurabilityMode is the durability in force: JetStream.Durability, or,
+// when that is "", "interval" with a SyncInterval, else "group-commit" on
+// a single node and "always" in a cluster.
+func (c Config) DurabilityMode() string {
+	switch {
+	case c.JetStream.Durability != "":
+		return c.JetStream.Durability
+	case c.JetStream.SyncInterval > 0:
+		return DurabilityInterval
+	case c.Cluster.Enabled():
+		return DurabilityAlways
 	}
-	d := formatDuration(j.SyncInterval)
-	return d, fmt.Sprintf("fsync every %s: a process crash loses nothing, power loss can lose up to %s of acknowledged events", d, d)
+	return DurabilityGroupCommit
+}
+
+// groupCommit reports whether orderstore acks producers itself, after a
+// sync (Durability "group-commit").
+func (c Config) groupCommit() bool { return c.DurabilityMode() == DurabilityGroupCommit }
+
+// natsSyncInterval is the embedded server's sync_interval: 0 (always) for
+// "always", the interval for "interval", and nats' own default (2 min) for
+// group commit, where orderstore's syncs make events durable.
+func (c Config) natsSyncInterval() time.Duration {
+	switch c.DurabilityMode() {
+	case DurabilityInterval:
+		return c.JetStream.SyncInterval
+	case DurabilityGroupCommit:
+		return 2 * time.Minute
+	}
+	return 0
+}
+
+// Durability returns the durability mode ("group-commit", "always" or
+// "interval 1s") and its one-line meaning, as the startup log, /readyz and
+// `orderstore status` state it.
+func (c Config) Durability() (mode, description string) {
+	switch c.DurabilityMode() {
+	case DurabilityGroupCommit:
+		return DurabilityGroupCommit, "acked once one sync of the store made the event durable (group commit): an acknowledged event survives power loss"
+	case DurabilityAlways:
+		return DurabilityAlways, "fsync before every ack: an acknowledged event survives power loss"
+	}
+	d := formatDuration(c.JetStream.SyncInterval)
+	return DurabilityInterval + " " + d, fmt.Sprintf("fsync every %s: a process crash loses nothing, power loss can lose up to %s of acknowledged events", d, d)
 }
 
 func startHint(cfg Config, err error) string {

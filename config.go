@@ -213,11 +213,23 @@ type JetStreamConfig struct {
 	// MaxMemoryStore is the memory for memory-backed streams, in bytes.
 	// Default 256 MiB. Must be positive.
 	MaxMemoryStore int64
-	// SyncInterval is how often stream files are fsynced. 0 (the default,
-	// the file's "always") fsyncs before every publish ack, so an
-	// acknowledged event survives power loss. A positive interval trades
-	// that for throughput: a process crash loses nothing, a power loss can
-	// lose up to the interval.
+	// Durability says what a publish ack means ([jetstream] durability):
+	//
+	//   - DurabilityGroupCommit ("group-commit"): orderstore acks each event
+	//     once one sync of the store made it durable; a sync covers every
+	//     event stored while the one before ran. An acknowledged event
+	//     survives power loss, at far more events per second than "always".
+	//   - DurabilityAlways ("always"): nats fsyncs before every ack.
+	//   - DurabilityInterval ("interval"): nats fsyncs every SyncInterval;
+	//     a process crash loses nothing, a power cut can lose up to
+	//     SyncInterval of acknowledged events.
+	//
+	// "" chooses: "interval" when SyncInterval is set, else "group-commit"
+	// on a single node and "always" in a cluster (where the stream
+	// leader's quorum, on other hosts, acks an event).
+	Durability string
+	// SyncInterval is how often nats fsyncs stream files with Durability
+	// "interval"; it must be 0 otherwise.
 	SyncInterval time.Duration
 	// Domain is this node's JetStream domain: an edge's name, which a hub
 	// lists in Hub.Edges. "" is none. Letters, digits, '-' and '_'.
@@ -536,8 +548,17 @@ func (c Config) Validate() error {
 	if j.DiskHeadroom < 0 {
 		bad("JetStream.DiskHeadroom", size(j.DiskHeadroom), "must be zero or positive")
 	}
-	if j.SyncInterval < 0 {
-		bad("JetStream.SyncInterval", j.SyncInterval, "must be 0 (\"always\") or a positive duration")
+	switch mode := c.DurabilityMode(); {
+	case j.Durability != "" && j.Durability != DurabilityGroupCommit && j.Durability != DurabilityAlways && j.Durability != DurabilityInterval:
+		bad("JetStream.Durability", j.Durability, "must be \"group-commit\", \"always\" or \"interval\"")
+	case j.SyncInterval < 0:
+		bad("JetStream.SyncInterval", j.SyncInterval, "must be a positive duration (with durability \"interval\") or 0")
+	case mode == DurabilityInterval && j.SyncInterval == 0:
+		bad("JetStream.SyncInterval", j.SyncInterval, "durability \"interval\" needs a sync_interval (e.g. \"1s\")")
+	case mode != DurabilityInterval && j.SyncInterval > 0:
+		bad("JetStream.SyncInterval", j.SyncInterval, "applies to durability \"interval\" only (durability is %q)", mode)
+	case mode == DurabilityGroupCommit && c.Cluster.Enabled():
+		bad("JetStream.Durability", j.Durability, "group-commit is for a single node: in a cluster the stream leader's quorum acks events; use \"always\"")
 	}
 
 	st := c.Stream

@@ -47,7 +47,10 @@ func (c Config) scaleOut(ec *embedded.Config) error {
 	// travel on the source consumer's own deliver subject.
 	local := append(append([]string(nil), c.Stream.Subjects...),
 		deadLetterSubjectPrefix(c.Processor.DeadLetterStream)+".>",
-		"$KV."+c.Processor.ProjectionBucket+".>")
+		"$KV."+c.Processor.ProjectionBucket+".>",
+		// and neither do producers' publishes on their way to the ingest
+		// service (group commit): each node's own service takes them.
+		ingestPrefix+">")
 	for i, r := range ln.Remotes {
 		t, err := loadPeerTLS(fmt.Sprintf("leafnode.remotes[%d].tls", i), r.TLS)
 		if err != nil {

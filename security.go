@@ -33,6 +33,12 @@ const (
 	anonymousUser = "orderstore-anonymous"
 )
 
+// AnonymousAccount is where anonymous loopback clients land when no users
+// are configured and durability is "group-commit": outside StreamAccount,
+// so that their publishes reach the stream only through the ingest
+// service. (In the other modes they land in StreamAccount.)
+const AnonymousAccount = "ANONYMOUS"
+
 // internalInboxPrefix is the inbox prefix of orderstore's own connections:
 // an anonymous loopback client (the one other client in StreamAccount) is
 // refused subscriptions on it, so the processor's deliveries and the
@@ -78,9 +84,34 @@ func (id *internalIdentity) options() []nats.Option {
 func (c Config) accounts(id *internalIdentity) (accounts []embedded.Account, users []embedded.User, noAuthUser string, err error) {
 	st, p := c.Stream, c.Processor
 	dlqSubjects := deadLetterSubjectPrefix(p.DeadLetterStream) + ".>"
+	gc := c.groupCommit()
 	stream := embedded.Account{Name: StreamAccount, JetStream: true}
 	for _, subj := range st.Subjects {
+		if gc {
+			// Producers reach the ingest service, never the stream.
+			subj = ingestSubject(subj)
+		}
 		stream.Exports = append(stream.Exports, embedded.Export{Subject: subj})
+	}
+	// importStream gives acc the stream's subjects: a publish there lands
+	// on the ingest service (group commit) or the stream.
+	importStream := func(acc *embedded.Account) {
+		for _, subj := range st.Subjects {
+			to := ""
+			if gc {
+				to = ingestSubject(subj)
+			}
+			acc.Imports = append(acc.Imports, embedded.Import{Account: StreamAccount, Subject: subj, To: to})
+		}
+	}
+	adminImports := func(acc *embedded.Account) {
+		importStream(acc)
+		for _, s := range []string{"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", dlqSubjects} {
+			acc.Imports = append(acc.Imports, embedded.Import{Account: StreamAccount, Subject: s})
+		}
+		for _, s := range sysReadOnly {
+			acc.Imports = append(acc.Imports, embedded.Import{Account: "SYS", Subject: s})
+		}
 	}
 	stream.Exports = append(stream.Exports,
 		embedded.Export{Subject: "$JS.API.>", Streamed: true},
@@ -106,8 +137,21 @@ func (c Config) accounts(id *internalIdentity) (accounts []embedded.Account, use
 		if aerr != nil {
 			return nil, nil, "", aerr
 		}
-		users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: StreamAccount,
-			SubscribeDeny: []string{internalInboxPrefix + ".>"}})
+		if !gc {
+			users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: StreamAccount,
+				SubscribeDeny: []string{internalInboxPrefix + ".>"}})
+			return accounts, users, anon.pub, nil
+		}
+		// Group commit: an account of their own with an admin's imports,
+		// and StreamAccount's plain inboxes (which only the deliveries of
+		// their own push consumers and KV watches use there), so that
+		// those work as they did in StreamAccount.
+		acc := embedded.Account{Name: AnonymousAccount}
+		adminImports(&acc)
+		acc.Imports = append(acc.Imports, embedded.Import{Account: StreamAccount, Subject: "_INBOX.>", Stream: true})
+		accounts[0].Exports = append(accounts[0].Exports, embedded.Export{Subject: "_INBOX.>", Stream: true})
+		accounts = append(accounts, acc)
+		users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: AnonymousAccount})
 		return accounts, users, anon.pub, nil
 	}
 
@@ -122,16 +166,14 @@ func (c Config) accounts(id *internalIdentity) (accounts []embedded.Account, use
 			Publish: u.Publish, Subscribe: u.Subscribe, PublishDeny: u.PublishDeny, SubscribeDeny: u.SubscribeDeny}
 		switch u.Role {
 		case RoleProducer:
-			im(StreamAccount, st.Subjects...)
+			importStream(&acc)
 			eu.Publish = append([]string(nil), st.Subjects...)
 			eu.Subscribe = []string{"_INBOX.>"}
 		case RoleReader:
 			im(StreamAccount, "$JS.API.>", "$JS.ACK.>")
 			eu.Publish, eu.PublishDeny = c.readerPermissions()
 		default: // RoleAdmin, or explicit lists on top of the admin's imports
-			im(StreamAccount, st.Subjects...)
-			im(StreamAccount, "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", dlqSubjects)
-			im("SYS", sysReadOnly...)
+			adminImports(&acc)
 		}
 		accounts = append(accounts, acc)
 		users = append(users, eu)

@@ -16,7 +16,7 @@ import (
 
 // internalConns are orderstore's own in-process connections, which nats
 // counts among its connections: max_connections counts clients only.
-const internalConns = 2
+const internalConns = 3
 
 // embeddedConfig is the embedded server for c: the account layout of
 // [Config.accounts] with id as orderstore's own user, TLS, limits.
@@ -29,7 +29,7 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *internalIdentity) (embed
 		MaxPayload:       int32(c.Server.MaxPayload),
 		MaxMemory:        c.JetStream.MaxMemoryStore,
 		MaxStore:         c.JetStream.MaxFileStore,
-		SyncInterval:     c.JetStream.SyncInterval,
+		SyncInterval:     c.natsSyncInterval(),
 		Logger:           logger,
 		Debug:            logger.Enabled(context.Background(), slog.LevelDebug),
 		SystemUser:       c.Server.SystemUser,
@@ -194,15 +194,15 @@ func (c Config) ProcessorSpec(h processor.Handler) processor.Config {
 
 // NewProjection returns the built-in projection over c's bucket, as the
 // appliance wires it. Atomic batch commits are on only when every publish
-// is fsynced (SyncInterval 0), where they save an fsync per order; with a
-// relaxed interval, pipelined single writes are faster.
+// is fsynced (durability "always"), where they save an fsync per order; with
+// group commit or a relaxed interval, pipelined single writes are faster.
 func NewProjection(ctx context.Context, js jetstream.JetStream, c Config) (*processor.Projection, error) {
 	kv, err := js.KeyValue(ctx, c.Processor.ProjectionBucket)
 	if err != nil {
 		return nil, fmt.Errorf("projection bucket %q: %w", c.Processor.ProjectionBucket, err)
 	}
 	proj := processor.NewProjection(js, kv)
-	proj.SetAtomicBatches(c.JetStream.SyncInterval == 0)
+	proj.SetAtomicBatches(c.DurabilityMode() == DurabilityAlways)
 	return proj, nil
 }
 

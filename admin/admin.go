@@ -57,6 +57,9 @@ type Config struct {
 	// hub's aggregate stream.
 	ConsumerStream   string
 	Subjects         []string
+	// MaxEventBytes bounds an HTTP-ingested event's body
+	// (stream.max_msg_size); 0 is 1 MiB.
+	MaxEventBytes int64
 	Durable          string // empty when the processor is disabled
 	DeadLetterStream string
 	ProjectionBucket string
@@ -66,7 +69,8 @@ type Config struct {
 	MaxMsgs  int64
 	MaxAge   time.Duration
 
-	// SyncPolicy is jetstream.sync_interval ("always" or a duration) and
+	// SyncPolicy is the durability mode ("group-commit", "always" or
+	// "interval <d>") and
 	// SyncDescription its one-line meaning.
 	SyncPolicy      string
 	SyncDescription string
@@ -131,6 +135,11 @@ type Backend struct {
 	// Checks, if set, adds readiness checks of the parts admin cannot see
 	// (connections, the processor's progress).
 	Checks func(ctx context.Context) []Check
+	// Publish, if set, serves HTTP ingest (POST /v1/events/{type}).
+	Publish PublishFunc
+	// Ingest, if set, reports group commit's figures for /metrics and
+	// /v1/status.
+	Ingest func() *IngestStats
 	// Backup, if set, writes a backup as a tar stream (POST /v1/backup).
 	Backup func(ctx context.Context, w io.Writer) error
 	// Topology, if set, reports the cluster, the leaf links and a hub's
@@ -185,6 +194,7 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /v1/dlq", s.auth(s.needBackend(s.dlqList)))
 	s.mux.Handle("POST /v1/dlq/{seq}/replay", s.auth(s.needBackend(s.dlqReplay)))
 	s.mux.Handle("POST /v1/backup", s.auth(s.needBackend(s.backup)))
+	s.mux.Handle("POST /v1/events/{type}", s.auth(s.needBackend(s.publishEvent)))
 	for path, h := range s.cfg.Monitoring {
 		s.mux.Handle("GET "+path, s.auth(h))
 	}
@@ -312,7 +322,7 @@ func (s *Server) needBackend(h func(http.ResponseWriter, *http.Request, *Backend
 }
 
 func (s *Server) durability() map[string]string {
-	return map[string]string{"sync_interval": s.cfg.SyncPolicy, "description": s.cfg.SyncDescription}
+	return map[string]string{"mode": s.cfg.SyncPolicy, "sync_interval": s.cfg.SyncPolicy, "description": s.cfg.SyncDescription}
 }
 
 func (s *Server) livez(w http.ResponseWriter, r *http.Request) {

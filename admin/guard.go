@@ -76,7 +76,11 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		h.Set("Cross-Origin-Opener-Policy", "same-origin")
 		h.Set("Cross-Origin-Resource-Policy", "same-origin")
 		if r.Body != nil {
-			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+			limit := int64(maxBody)
+			if strings.HasPrefix(r.URL.Path, "/v1/events/") {
+				limit = s.maxEvent()
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, limit)
 		}
 		if r.URL.Path != "/livez" && r.URL.Path != "/readyz" && !s.allowedHost(r.Host) {
 			s.log.Warn("admin request refused: foreign Host", "host", clip(r.Host), "remote", remoteIP(r), "path", clip(r.URL.Path))

@@ -18,6 +18,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 var (
 	descUp           = desc("up", "1 once the broker is up and orderstore's objects are declared; 0 while starting.")
 	descReady        = desc("ready", "1 when /readyz reports ready.")
+	descAckDurable   = desc("ack_durable", "1 when every publish ack means the event survives power loss (durability \"group-commit\" or \"always\").")
 	descSyncAlways   = desc("sync_always", "1 when every event is fsynced before its publish ack (sync_interval = \"always\").")
 	descBuild        = desc("build_info", "Build information; always 1.", "version", "commit", "go_version", "nats_server_version")
 	descStreamMsgs   = desc("stream_messages", "Events stored in the stream.", "stream")
@@ -44,13 +45,19 @@ var (
 	descJSUsed       = desc("jetstream_store_bytes", "Bytes JetStream stores on disk, all streams together.")
 	descJSMax        = desc("jetstream_max_store_bytes", "jetstream.max_file_store: what JetStream may store on disk.")
 	descCheck        = desc("ready_check", "1 when the readiness check passes, 0 when it fails (its reason is in /readyz).", "check")
+	descSyncSeconds  = desc("group_commit_sync_seconds", "Time of one group-commit sync of the store (durability \"group-commit\").")
+	descBatchEvents  = desc("group_commit_batch_events", "Events acknowledged after one group-commit sync.")
+	descGCAcked      = desc("group_commit_acked_events_total", "Producers' events acknowledged after a group-commit sync.")
+	descGCWaiting    = desc("group_commit_acks_waiting", "Producers' events taken by the ingest service and not yet answered.")
+	descGCSyncErrors = desc("group_commit_sync_errors_total", "Failed group-commit syncs (the first one stops orderstore).")
 	descScrapeErrors = desc("scrape_errors", "Parts of the state that could not be read during this scrape.")
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descReady, descSyncAlways, descBuild, descStreamMsgs, descStreamBytes, descStreamFirst,
+	for _, d := range []*prometheus.Desc{descUp, descReady, descSyncAlways, descAckDurable, descBuild, descStreamMsgs, descStreamBytes, descStreamFirst,
 		descStreamLast, descStreamAge, descMaxBytes, descMaxMsgs, descMaxAge, descPending, descAckPending, descRedelivered, descAckFloor,
-		descBehind, descEvents, descLastApplied, descProcRunning, descRemoved, descAckErrors, descRecovery, descDLQ, descFree, descJSUsed, descJSMax, descCheck, descScrapeErrors} {
+		descBehind, descEvents, descLastApplied, descProcRunning, descRemoved, descAckErrors, descRecovery, descDLQ, descFree, descJSUsed, descJSMax, descCheck, descScrapeErrors,
+		descSyncSeconds, descBatchEvents, descGCAcked, descGCWaiting, descGCSyncErrors} {
 		ch <- d
 	}
 }
@@ -69,6 +76,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	bi := s.cfg.Build
 	gauge(descBuild, 1, bi.Version, bi.Commit, bi.GoVersion, bi.NATSServer)
 	gauge(descSyncAlways, b11(s.cfg.SyncPolicy == "always"))
+	gauge(descAckDurable, b11(s.cfg.SyncPolicy == "always" || s.cfg.SyncPolicy == "group-commit"))
 	gauge(descMaxBytes, float64(limit(s.cfg.MaxBytes)), s.cfg.Stream)
 	gauge(descMaxMsgs, float64(limit(s.cfg.MaxMsgs)), s.cfg.Stream)
 	gauge(descMaxAge, s.cfg.MaxAge.Seconds(), s.cfg.Stream)
@@ -121,6 +129,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descFree, float64(st.Store.FreeBytes))
 	}
 	gauge(descScrapeErrors, float64(len(st.Errors)))
+	if in := st.Ingest; in != nil {
+		ch <- prometheus.MustNewConstHistogram(descSyncSeconds, in.SyncSeconds.Count, in.SyncSeconds.Sum, in.SyncSeconds.Buckets)
+		ch <- prometheus.MustNewConstHistogram(descBatchEvents, in.BatchEvents.Count, in.BatchEvents.Sum, in.BatchEvents.Buckets)
+		ch <- prometheus.MustNewConstMetric(descGCAcked, prometheus.CounterValue, float64(in.Acked))
+		gauge(descGCWaiting, float64(in.Waiting))
+		ch <- prometheus.MustNewConstMetric(descGCSyncErrors, prometheus.CounterValue, float64(in.SyncErrors))
+	}
 }
 
 func limit(n int64) int64 {

@@ -27,6 +27,34 @@ type Status struct {
 	// Topology is the cluster, leaf links and a hub's sources; absent on
 	// a lone node.
 	Topology *Topology `json:"topology,omitempty"`
+	// Ingest is group commit's figures; absent in the other modes.
+	Ingest *IngestStats `json:"ingest,omitempty"`
+}
+
+// IngestStats are group commit's figures since start: syncs of the store,
+// events acknowledged after them, and their distributions.
+type IngestStats struct {
+	Sync       string `json:"sync"` // how a round syncs: "syncfs" or "fsync of every file"
+	Syncs      uint64 `json:"syncs"`
+	SyncErrors uint64 `json:"sync_errors"`
+	// Acked counts producers' events acknowledged after a sync; Waiting
+	// those taken and not yet answered.
+	Acked   uint64 `json:"acked"`
+	Waiting int64  `json:"waiting"`
+	// SyncP50Seconds and SyncP99Seconds estimate the sync time's
+	// quantiles from the histogram's buckets (an upper bound).
+	SyncP50Seconds float64   `json:"sync_p50_seconds"`
+	SyncP99Seconds float64   `json:"sync_p99_seconds"`
+	SyncSeconds    Histogram `json:"sync_seconds"`
+	BatchEvents    Histogram `json:"batch_events"`
+}
+
+// Histogram is a cumulative histogram: Buckets maps each upper bound to
+// the observations at or below it.
+type Histogram struct {
+	Count   uint64             `json:"count"`
+	Sum     float64            `json:"sum"`
+	Buckets map[float64]uint64 `json:"-"`
 }
 
 // StreamStatus is ORDER_EVENTS' usage against its limits.
@@ -83,6 +111,9 @@ type StoreStatus struct {
 // instead of failing the whole.
 func (s *Server) collectStatus(ctx context.Context, b *Backend) Status {
 	st := Status{Durability: s.durability(), Build: s.cfg.Build, Time: time.Now().UTC()}
+	if b.Ingest != nil {
+		st.Ingest = b.Ingest()
+	}
 	st.Status, st.Checks = s.Readiness(ctx)
 	st.Recovery = b.Recovery
 	st.Stream = StreamStatus{Name: s.cfg.Stream, MaxBytes: s.cfg.MaxBytes, MaxMsgs: s.cfg.MaxMsgs, MaxAgeSeconds: s.cfg.MaxAge.Seconds()}

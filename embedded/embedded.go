@@ -221,12 +221,18 @@ type Export struct {
 	// Streamed marks a service that answers one request with several
 	// messages (a JetStream pull request, a server PING).
 	Streamed bool
+	// Stream exports a message stream instead of a service: what is
+	// published on Subject here is delivered to importers' subscribers.
+	Stream bool
 }
 
-// Import is a service import of Subject from Account (same subject on
-// both sides).
+// Import is a service import of Subject from Account: a publish on Subject
+// here is delivered on To there (To "" is Subject; with wildcards, To
+// takes them in the same order). With Stream it is a stream import of
+// Subject instead (To unused).
 type Import struct {
-	Account, Subject string
+	Account, Subject, To string
+	Stream               bool
 }
 
 // Validate reports every problem at once, each naming its field.
@@ -448,6 +454,12 @@ func (c Config) options() (*server.Options, error) {
 			if e.Streamed {
 				rt = server.Streamed
 			}
+			if e.Stream {
+				if err := acc.AddStreamExport(e.Subject, nil); err != nil {
+					return nil, fmt.Errorf("account %q: stream export %q: %w", a.Name, e.Subject, err)
+				}
+				continue
+			}
 			if err := acc.AddServiceExportWithResponse(e.Subject, rt, nil); err != nil {
 				return nil, fmt.Errorf("account %q: export %q: %w", a.Name, e.Subject, err)
 			}
@@ -455,7 +467,17 @@ func (c Config) options() (*server.Options, error) {
 	}
 	for _, a := range c.Accounts {
 		for _, im := range a.Imports {
-			if err := byName[a.Name].AddServiceImport(byName[im.Account], im.Subject, im.Subject); err != nil {
+			if im.Stream {
+				if err := byName[a.Name].AddStreamImport(byName[im.Account], im.Subject, ""); err != nil {
+					return nil, fmt.Errorf("account %q: stream import %q from %q: %w", a.Name, im.Subject, im.Account, err)
+				}
+				continue
+			}
+			to := im.To
+			if to == "" {
+				to = im.Subject
+			}
+			if err := byName[a.Name].AddServiceImport(byName[im.Account], im.Subject, to); err != nil {
 				return nil, fmt.Errorf("account %q: import %q from %q: %w", a.Name, im.Subject, im.Account, err)
 			}
 		}

@@ -61,6 +61,12 @@ type Config struct {
 	// again from the start (after a damaged store) does not count what
 	// the one before it processed. Zero: the consumer's delivered sequence.
 	SeenUpTo uint64
+	// Sync, when set, makes durable what the handler and dead-lettering
+	// wrote (a group commit of the store): the processor calls it once per
+	// batch, after the batch's events were handled and before any of them
+	// is acked, and before a dead letter's original is terminated. An
+	// error leaves the batch unacked: it is retried after the backoff.
+	Sync func(context.Context) error
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -700,17 +706,61 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled in
 			return unhandled
 		}
 		results := safeBatch(ctx, bh, batchOrders)
+		var handled []result
 		for k, id := range order {
 			for j, it := range groups[id] {
-				p.settle(ctx, it, results[k][j])
+				handled = append(handled, result{it, results[k][j]})
 			}
 		}
+		p.settleAll(ctx, handled)
 		return unhandled
 	}
+	var handled []result
 	for _, id := range order {
-		unhandled += p.handleOrder(ctx, id, groups[id])
+		n, rs := p.handleOrder(ctx, id, groups[id])
+		unhandled += n
+		handled = append(handled, rs...)
 	}
+	p.settleAll(ctx, handled)
 	return unhandled
+}
+
+// result is a handled event and what its handler returned.
+type result struct {
+	it  item
+	err error
+}
+
+// settleAll settles a batch's handled events; with Config.Sync, once what
+// their handlers wrote is durable.
+func (p *Processor) settleAll(ctx context.Context, rs []result) {
+	if p.cfg.Sync != nil {
+		need := false
+		for _, r := range rs {
+			need = need || r.err == nil || errors.Is(r.err, ErrDuplicate)
+		}
+		if need {
+			if err := p.cfg.Sync(ctx); err != nil {
+				err = fmt.Errorf("make the batch's writes durable: %w", err)
+				for i := range rs {
+					if rs[i].err == nil || errors.Is(rs[i].err, ErrDuplicate) {
+						rs[i].err = err
+					}
+				}
+			}
+		}
+	}
+	for _, r := range rs {
+		p.settle(ctx, r.it, r.err)
+	}
+}
+
+// sync runs Config.Sync, if set.
+func (p *Processor) sync(ctx context.Context) error {
+	if p.cfg.Sync == nil {
+		return nil
+	}
+	return p.cfg.Sync(ctx)
 }
 
 // exhausted settles an event delivered more than MaxDeliver times without
@@ -727,6 +777,12 @@ func (p *Processor) exhausted(ctx context.Context, it item) {
 			return
 		}
 		if applied {
+			if err := p.sync(ctx); err != nil {
+				p.failed.Add(1)
+				p.log.Warn("cannot make an exhausted event's effect durable, will retry", "seq", it.ev.Sequence, "err", err)
+				p.settled("nak", it.ev, it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
+				return
+			}
 			if p.settled("ack", it.ev, it.msg.Ack()) {
 				p.duplicates.Add(1)
 			}
@@ -739,14 +795,14 @@ func (p *Processor) exhausted(ctx context.Context, it item) {
 
 // handleOrder handles one order's events in turn; once ctx is canceled it
 // leaves the rest unhandled and returns how many.
-func (p *Processor) handleOrder(ctx context.Context, id string, items []item) (unhandled int) {
+func (p *Processor) handleOrder(ctx context.Context, id string, items []item) (unhandled int, rs []result) {
 	for i, it := range items {
 		if ctx.Err() != nil {
-			return len(items) - i
+			return len(items) - i, rs
 		}
-		p.settle(ctx, it, safeHandle(ctx, p.cfg.Handler, it.ev))
+		rs = append(rs, result{it, safeHandle(ctx, p.cfg.Handler, it.ev)})
 	}
-	return 0
+	return 0, rs
 }
 
 // safeHandle turns a handler panic into an error: one bad event must not
@@ -887,6 +943,12 @@ func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, c
 	if _, err := p.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(p.cfg.DeadLetterStream)); err != nil {
 		p.failed.Add(1)
 		p.log.Error("dead-letter publish failed, will retry the event", "seq", ev.Sequence, "dead_letter_stream", p.cfg.DeadLetterStream, "err", err)
+		p.settled("nak", ev, m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
+		return
+	}
+	if err := p.sync(pctx); err != nil {
+		p.failed.Add(1)
+		p.log.Error("dead letter not made durable, will retry the event", "seq", ev.Sequence, "err", err)
 		p.settled("nak", ev, m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
 		return
 	}

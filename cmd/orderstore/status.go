@@ -46,7 +46,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 func printStatus(w io.Writer, st orderstore.Status) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "orderstore %s\t%s (nats-server %s)\n", st.Status, st.Build.Version, st.Build.NATSServer)
-	fmt.Fprintf(tw, "durability\tsync_interval = %s: %s\n", st.Durability["sync_interval"], st.Durability["description"])
+	fmt.Fprintf(tw, "durability\t%s: %s\n", st.Durability["mode"], st.Durability["description"])
 	s := st.Stream
 	fmt.Fprintf(tw, "stream %s\t%d events, seq %d..%d\n", s.Name, s.Messages, s.FirstSeq, s.LastSeq)
 	fmt.Fprintf(tw, "  size\t%s of max_bytes %s (%.1f%%)\n", config.ByteSize(s.Bytes), config.ByteSize(s.MaxBytes), s.BytesPercent)

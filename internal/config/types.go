@@ -101,8 +101,10 @@ func (b ByteSize) MarshalText() ([]byte, error) { return []byte(bytesize.Exact(i
 // String is the size for people: "10GiB", "1.5GiB".
 func (b ByteSize) String() string { return bytesize.Format(int64(b)) }
 
-// SyncPolicy is jetstream.sync_interval: "always" (fsync before every ack,
-// the default) or a duration (fsync in the background at that interval).
+// SyncPolicy is jetstream.sync_interval: a duration (with durability
+// "interval", fsync in the background at that interval), or "always", the
+// durability mode as files before `durability` wrote it. The zero value is
+// unset.
 type SyncPolicy struct {
 	Always   bool
 	Interval time.Duration
@@ -132,6 +134,9 @@ func (p SyncPolicy) MarshalText() ([]byte, error) { return []byte(p.String()), n
 func (p SyncPolicy) String() string {
 	if p.Always {
 		return "always"
+	}
+	if p.Interval == 0 {
+		return ""
 	}
 	return formatDuration(p.Interval)
 }

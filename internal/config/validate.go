@@ -39,8 +39,8 @@ func (c Config) validate() []*Error {
 		bad("", nil, err.Error())
 	}
 	// What only the file has.
-	if !c.JetStream.SyncInterval.Always && c.JetStream.SyncInterval.Interval <= 0 {
-		bad("jetstream.sync_interval", c.JetStream.SyncInterval, "must be \"always\" or a positive duration")
+	if js := c.JetStream; js.Durability != "" && js.SyncInterval.Always {
+		bad("jetstream.sync_interval", js.SyncInterval, fmt.Sprintf("\"always\" is a durability: with durability = %q leave sync_interval out", js.Durability))
 	}
 	if c.Admin.Token != "" && c.Admin.TokenFile != "" {
 		bad("admin.token", nil, "set admin.token or admin.token_file, not both")
@@ -140,8 +140,11 @@ func (c Config) toOrderstore() orderstore.Config {
 	o.Hub = orderstore.HubConfig{Stream: c.Hub.Stream, Edges: c.Hub.Edges}
 	def := orderstore.DefaultConfig().Admin
 	o.Admin.ReadTimeout, o.Admin.WriteTimeout, o.Admin.IdleTimeout = def.ReadTimeout, def.WriteTimeout, def.IdleTimeout
-	if !j.SyncInterval.Always {
-		o.JetStream.SyncInterval = j.SyncInterval.Interval
+	// sync_interval from before durability existed: "always" is that
+	// mode, a duration the "interval" mode.
+	o.JetStream.Durability, o.JetStream.SyncInterval = j.Durability, j.SyncInterval.Interval
+	if j.Durability == "" && j.SyncInterval.Always {
+		o.JetStream.Durability = orderstore.DurabilityAlways
 	}
 	for _, u := range s.Users {
 		ou := orderstore.User{Name: u.User, Password: u.Password, Nkey: u.Nkey, Role: u.Role,
@@ -167,7 +170,7 @@ func fromOrderstore(o orderstore.Config) Config {
 		Server: Server{Name: s.Name, Host: s.Host, Port: s.Port, MaxPayload: ByteSize(s.MaxPayload),
 			SystemUser: s.SystemUser, SystemPassword: s.SystemPassword},
 		JetStream: JetStream{StoreDir: j.StoreDir, MaxFileStore: ByteSize(j.MaxFileStore), MaxMemoryStore: ByteSize(j.MaxMemoryStore),
-			SyncInterval: SyncPolicy{Always: j.SyncInterval == 0, Interval: j.SyncInterval},
+			Durability: j.Durability, SyncInterval: SyncPolicy{Interval: j.SyncInterval},
 			DiskHeadroom: ByteSize(j.DiskHeadroom), AllowLowDisk: j.AllowLowDisk},
 		Stream: Stream{Name: st.Name, Subjects: append([]string(nil), st.Subjects...), MaxAge: Duration(st.MaxAge), MaxBytes: ByteSize(st.MaxBytes),
 			MaxMsgs: st.MaxMsgs, MaxMsgSize: ByteSize(st.MaxMsgSize), Discard: st.Discard, DuplicateWindow: Duration(st.DuplicateWindow),

@@ -1,0 +1,140 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/processor"
+)
+
+// PublishFunc stores one event on subject and returns the stream's ack,
+// once the event is as durable as the durability mode says (with group
+// commit: after the sync that covers it).
+type PublishFunc func(ctx context.Context, subject string, h nats.Header, data []byte) (*jetstream.PubAck, error)
+
+// maxIdempotencyKey bounds the Idempotency-Key header (the event's
+// Nats-Msg-Id).
+const maxIdempotencyKey = 256
+
+// EventSubject is the subject an event of type typ is published on over
+// HTTP: the first stream subject ending in ".>" or ".*", with typ in place
+// of the wildcard ("orders.>" and "created" make "orders.created"). ok is
+// false when no stream subject takes a type.
+func EventSubject(subjects []string, typ string) (subject string, ok bool) {
+	for _, s := range subjects {
+		if p, found := strings.CutSuffix(s, ".>"); found {
+			return p + "." + typ, true
+		}
+		if p, found := strings.CutSuffix(s, ".*"); found {
+			return p + "." + typ, true
+		}
+	}
+	return "", false
+}
+
+// validEventType: 1..64 letters, digits, '-' and '_' (one subject token).
+func validEventType(t string) bool {
+	if t == "" || len(t) > 64 {
+		return false
+	}
+	for _, r := range t {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// publishEvent is POST /v1/events/{type}: the body (a JSON object with an
+// order_id) is stored on the type's subject; Idempotency-Key becomes its
+// Nats-Msg-Id. 201 with the stream sequence once durable, 200 for a
+// duplicate, 4xx for bad input, 503 when the store refuses or cannot make
+// it durable.
+func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend) {
+	if b.Publish == nil {
+		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "HTTP ingest is not available here"})
+		return
+	}
+	typ := r.PathValue("type")
+	if !validEventType(typ) {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the event type (the path's last part) must be 1 to 64 letters, digits, '-' or '_'"})
+		return
+	}
+	subject, ok := EventSubject(s.cfg.Subjects, typ)
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no stream subject takes an event type (stream subjects %q): publish over NATS", s.cfg.Subjects)})
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("the event is larger than %d bytes (stream.max_msg_size)", mbe.Limit)})
+			return
+		}
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "reading the body: " + err.Error()})
+		return
+	}
+	var ev struct {
+		OrderID any `json:"order_id"`
+	}
+	if err := json.Unmarshal(body, &ev); err != nil || len(body) == 0 || body[firstNonSpace(body)] != '{' {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the body must be a JSON object with an order_id"})
+		return
+	}
+	id, isString := ev.OrderID.(string)
+	if !isString || !processor.ValidOrderID(id) {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("order_id must be a string of 1 to %d letters, digits, '-', '_', '=', '/' or '.'", processor.MaxOrderIDLen)})
+		return
+	}
+	h := nats.Header{}
+	if key := r.Header.Get("Idempotency-Key"); key != "" {
+		if len(key) > maxIdempotencyKey || !utf8.ValidString(key) || strings.ContainsAny(key, "\r\n\x00") {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("Idempotency-Key must be at most %d bytes of text", maxIdempotencyKey)})
+			return
+		}
+		h.Set(jetstream.MsgIDHeader, key)
+	}
+	ack, err := b.Publish(r.Context(), subject, h, body)
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &apiErr):
+		code := apiErr.Code
+		if code < 400 || code > 599 || code == http.StatusInternalServerError {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, map[string]any{"error": apiErr.Description, "err_code": apiErr.ErrorCode})
+	case err != nil:
+		s.log.Warn("HTTP ingest: event not stored", "subject", subject, "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "the event was not stored: " + err.Error()})
+	case ack.Duplicate:
+		writeJSON(w, http.StatusOK, map[string]any{"stream": ack.Stream, "seq": ack.Sequence, "duplicate": true})
+	default:
+		writeJSON(w, http.StatusCreated, map[string]any{"stream": ack.Stream, "seq": ack.Sequence})
+	}
+}
+
+func firstNonSpace(b []byte) int {
+	for i, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return i
+		}
+	}
+	return 0
+}
+
+func (s *Server) maxEvent() int64 {
+	if s.cfg.MaxEventBytes > 0 {
+		return s.cfg.MaxEventBytes
+	}
+	return 1 << 20
+}

@@ -1,0 +1,30 @@
+package orderstore
+
+import (
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// storeSyncer returns one group-commit round for the store in dir:
+// syncfs(2) of its file system, which writes back every dirty page and
+// commits the journal (the blocks nats appended, the metadata it renamed
+// into place without fsync, new directories). A FUSE file system is never
+// sent syncfs by the kernel, so there every file and directory under
+// jetstream/ is fsynced instead.
+func storeSyncer(dir string) (sync func() error, closeFn func(), how string, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return nil, nil, "", err
+	}
+	if st.Type == unix.FUSE_SUPER_MAGIC {
+		js := filepath.Join(dir, "jetstream")
+		return func() error { return fsyncTree(js) }, func() {}, "fsync of every file", nil
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return func() error { return unix.Syncfs(int(f.Fd())) }, func() { f.Close() }, "syncfs", nil
+}

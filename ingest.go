@@ -1,0 +1,357 @@
+package orderstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// ingestPrefix is where producers' publishes on the stream's subjects land
+// in StreamAccount with durability "group-commit": every account imports
+// the subject S as a service that delivers it on ingestPrefix+S, where the
+// ingest service takes it. No client can publish on S in StreamAccount
+// itself (only orderstore's own connections live there), so no publish
+// reaches the stream but through the ingest service.
+const ingestPrefix = "_ORDERSTORE_INGEST."
+
+func ingestSubject(subject string) string { return ingestPrefix + subject }
+
+// Bounds of the ingest service.
+const (
+	ingestMaxBatch      = 20000     // events acknowledged after one sync, at most
+	ingestMaxBatchBytes = 256 << 20 // their bytes, at most
+	ingestMaxInFlight   = 200000    // events taken and not yet answered
+	ingestMaxBytes      = 512 << 20 // their bytes
+	ingestAckTimeout    = 30 * time.Second
+)
+
+// ingest is the group-commit ingest service: it takes producers' publishes
+// (with their Nats-Msg-Id and Nats-Expected-* headers) in arrival order,
+// publishes them into the stream without waiting, collects the stream's
+// acks, and answers each producer with its stream's own ack only once a
+// sync made the event durable. An error ack (a failed precondition, a full
+// store) is answered at once: nothing was stored.
+type ingest struct {
+	nc        *nats.Conn
+	c         *committer
+	log       *slog.Logger
+	ackPrefix string
+
+	reqSub, ackSub *nats.Subscription
+
+	mu          sync.Mutex
+	space       *sync.Cond
+	closed      bool
+	next        uint64
+	pending     map[uint64]pendingPub // published, the stream's ack awaited
+	stored      []ackReply            // acked by the stream, a sync awaited
+	storedBytes int
+	inFlight    int // len(pending)+len(stored)
+	inBytes     int
+	kick        chan struct{}
+	stop        chan struct{}
+	done        chan struct{}
+}
+
+type pendingPub struct {
+	reply string
+	size  int
+	at    time.Time
+}
+
+type ackReply struct {
+	reply string
+	data  []byte
+	size  int
+}
+
+// startIngest subscribes the ingest service on nc for subjects.
+func startIngest(nc *nats.Conn, c *committer, subjects []string, log *slog.Logger) (*ingest, error) {
+	in := &ingest{nc: nc, c: c, log: log, ackPrefix: internalInboxPrefix + ".ingest." + nuid.Next() + ".",
+		pending: map[uint64]pendingPub{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	in.space = sync.NewCond(&in.mu)
+	var err error
+	if in.ackSub, err = nc.Subscribe(in.ackPrefix+"*", in.onAck); err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	// One subscription: a producer's events reach the stream in the order
+	// it sent them.
+	if in.reqSub, err = nc.Subscribe(ingestPrefix+">", in.onPublish); err != nil {
+		in.ackSub.Unsubscribe()
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	for _, s := range []*nats.Subscription{in.ackSub, in.reqSub} {
+		if err := s.SetPendingLimits(ingestMaxInFlight, ingestMaxBytes); err != nil {
+			return nil, fmt.Errorf("ingest: %w", err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	go in.commitLoop()
+	go in.sweep()
+	return in, nil
+}
+
+// onPublish takes one producer publish.
+func (in *ingest) onPublish(m *nats.Msg) {
+	subject := strings.TrimPrefix(m.Subject, ingestPrefix)
+	out := &nats.Msg{Subject: subject, Header: m.Header, Data: m.Data}
+	if m.Reply == "" { // a plain publish: nobody waits for an ack
+		if err := in.nc.PublishMsg(out); err != nil {
+			in.log.Warn("ingest: publish without reply lost", "subject", subject, "err", err)
+		}
+		return
+	}
+	size := len(m.Data) + len(m.Subject) + len(m.Reply) + 64
+	for k, v := range m.Header {
+		size += len(k)
+		for _, s := range v {
+			size += len(s) + 4
+		}
+	}
+	in.mu.Lock()
+	for !in.closed && (in.inFlight >= ingestMaxInFlight || in.inBytes+size > ingestMaxBytes && in.inFlight > 0) {
+		in.space.Wait() // back-pressure: the subscription's buffer fills, producers wait
+	}
+	if in.closed {
+		in.mu.Unlock()
+		in.reply(m.Reply, apiError(503, 10077, "orderstore is stopping: the event was not stored, publish it again"))
+		return
+	}
+	in.next++
+	id := in.next
+	in.pending[id] = pendingPub{reply: m.Reply, size: size, at: time.Now()}
+	in.inFlight++
+	in.inBytes += size
+	in.c.stats.waiting.Store(int64(in.inFlight))
+	in.mu.Unlock()
+	out.Reply = in.ackPrefix + strconv.FormatUint(id, 36)
+	if err := in.nc.PublishMsg(out); err != nil {
+		if p, ok := in.take(id); ok {
+			in.reply(p.reply, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
+		}
+	}
+}
+
+// take removes a pending publish, if it is still there.
+func (in *ingest) take(id uint64) (pendingPub, bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	p, ok := in.pending[id]
+	if !ok {
+		return p, false
+	}
+	delete(in.pending, id)
+	in.release(p.size)
+	return p, true
+}
+
+// release frees one event's place; in.mu held.
+func (in *ingest) release(size int) {
+	in.inFlight--
+	in.inBytes -= size
+	in.c.stats.waiting.Store(int64(in.inFlight))
+	in.space.Signal()
+}
+
+// onAck takes the stream's ack of one publish.
+func (in *ingest) onAck(m *nats.Msg) {
+	id, err := strconv.ParseUint(strings.TrimPrefix(m.Subject, in.ackPrefix), 36, 64)
+	if err != nil {
+		return
+	}
+	if !storedAck(m) {
+		// Nothing was stored (a failed Nats-Expected-* check, the store
+		// refusing): the stream's answer goes back as is.
+		if p, ok := in.take(id); ok {
+			in.nc.PublishMsg(&nats.Msg{Subject: p.reply, Header: m.Header, Data: m.Data})
+		}
+		return
+	}
+	in.mu.Lock()
+	p, ok := in.pending[id]
+	if !ok {
+		in.mu.Unlock()
+		return // answered by the sweeper already
+	}
+	delete(in.pending, id)
+	in.stored = append(in.stored, ackReply{reply: p.reply, data: append([]byte(nil), m.Data...), size: p.size})
+	in.storedBytes += len(m.Data)
+	in.mu.Unlock()
+	select {
+	case in.kick <- struct{}{}:
+	default:
+	}
+}
+
+// storedAck reports whether m is a stream's ack of a stored event (or a
+// duplicate of one): a JSON body without an error, and no status header.
+func storedAck(m *nats.Msg) bool {
+	if len(m.Data) == 0 || m.Header.Get("Status") != "" {
+		return false
+	}
+	return !bytes.Contains(m.Data, []byte(`"error"`))
+}
+
+// commitLoop acknowledges what the stream stored, one sync per batch. A
+// batch is everything stored while the previous sync ran (up to the
+// bounds), so it closes when that sync ends, never on a timer.
+func (in *ingest) commitLoop() {
+	defer close(in.done)
+	for {
+		select {
+		case <-in.kick:
+		case <-in.stop:
+			return
+		}
+		for {
+			in.mu.Lock()
+			n, bytes := 0, 0
+			for n < len(in.stored) && n < ingestMaxBatch && (bytes < ingestMaxBatchBytes || n == 0) {
+				bytes += len(in.stored[n].data)
+				n++
+			}
+			batch := append([]ackReply(nil), in.stored[:n]...)
+			in.stored = append(in.stored[:0], in.stored[n:]...)
+			in.storedBytes -= bytes
+			in.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), ingestAckTimeout)
+			err := in.c.Sync(ctx)
+			cancel()
+			var fail []byte
+			if err != nil {
+				fail = apiError(503, 10077, "orderstore: the event may not be on disk ("+err.Error()+"): not acknowledged; publish it again with the same Nats-Msg-Id once orderstore is back")
+			}
+			for _, a := range batch {
+				if err == nil {
+					in.reply(a.reply, a.data)
+				} else {
+					in.reply(a.reply, fail)
+				}
+			}
+			in.mu.Lock()
+			for _, a := range batch {
+				in.release(a.size)
+			}
+			in.mu.Unlock()
+			if err == nil {
+				in.c.stats.mu.Lock()
+				in.c.stats.batchHist.observe(float64(len(batch)))
+				in.c.stats.acked += uint64(len(batch))
+				in.c.stats.mu.Unlock()
+			}
+		}
+	}
+}
+
+func (in *ingest) reply(subject string, data []byte) {
+	if err := in.nc.Publish(subject, data); err != nil {
+		in.log.Debug("ingest: reply lost (the producer will time out)", "err", err)
+	}
+}
+
+// sweep answers publishes whose stream ack never came (a restart of nats
+// by the store guard drops them) so that they do not hold their places.
+func (in *ingest) sweep() {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-in.stop:
+			return
+		case <-t.C:
+		}
+		var late []pendingPub
+		in.mu.Lock()
+		for id, p := range in.pending {
+			if time.Since(p.at) > ingestAckTimeout {
+				delete(in.pending, id)
+				in.release(p.size)
+				late = append(late, p)
+			}
+		}
+		in.mu.Unlock()
+		for _, p := range late {
+			in.reply(p.reply, apiError(503, 10077, "orderstore: the stream did not answer in time: the event may or may not be stored; publish it again with the same Nats-Msg-Id"))
+		}
+	}
+}
+
+// Close stops taking publishes, waits (up to ctx) until those taken are
+// answered, and stops.
+func (in *ingest) Close(ctx context.Context) {
+	in.reqSub.Unsubscribe()
+	for {
+		in.mu.Lock()
+		n := in.inFlight
+		in.mu.Unlock()
+		if n == 0 || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	in.mu.Lock()
+	in.closed = true
+	in.space.Broadcast()
+	in.mu.Unlock()
+	close(in.stop)
+	<-in.done
+	in.ackSub.Unsubscribe()
+}
+
+// apiError is a JetStream API error response, as nats-server writes it.
+func apiError(code, errCode int, description string) []byte {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": code, "err_code": errCode, "description": description}})
+	return b
+}
+
+// Publish stores one event on subject (one of the stream's subjects) the
+// way a producer's publish is stored: with durability "group-commit"
+// through the ingest service, acknowledged once durable. opts are
+// jetstream's publish options (WithMsgID, WithExpectLastSequence, ...).
+// It is what POST /v1/events/{type} calls.
+func (a *Appliance) Publish(ctx context.Context, subject string, data []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if a.commit == nil {
+		return a.js.Publish(ctx, subject, data, opts...)
+	}
+	return a.publishMsg(ctx, subject, nil, data, opts...)
+}
+
+func (a *Appliance) publishMsg(ctx context.Context, subject string, h nats.Header, data []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	msg := &nats.Msg{Subject: subject, Header: h, Data: data}
+	if a.commit == nil {
+		return a.js.PublishMsg(ctx, msg, opts...)
+	}
+	// The ingest service's subject, answered like the stream: jetstream
+	// publishes there as it would on the stream's.
+	msg.Subject = ingestSubject(subject)
+	return a.js.PublishMsg(ctx, msg, opts...)
+}
+
+// ingestJetStream is a JetStream whose publishes go through the ingest
+// service (acknowledged once durable).
+type ingestJetStream struct {
+	jetstream.JetStream
+	a *Appliance
+}
+
+func (j ingestJetStream) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	return j.a.publishMsg(ctx, msg.Subject, msg.Header, msg.Data, opts...)
+}
