@@ -58,14 +58,14 @@ type Appliance struct {
 	// Two internal connections, so that neither part shares the other's
 	// fate: nc for declare, the admin API and lookups, pnc for the
 	// processor and its projection writes.
-	nc, pnc       *nats.Conn
-	js, pjs       jetstream.JetStream
+	nc, pnc *nats.Conn
+	js, pjs jetstream.JetStream
 	// Group commit (durability "group-commit"): the store's sync, and the
 	// ingest service on a connection of its own; nil in other modes.
-	commit    *committer
-	ing       *ingest
-	inc       *nats.Conn
-	incClosed chan struct{}
+	commit        *committer
+	ing           *ingest
+	inc           *nats.Conn
+	incClosed     chan struct{}
 	proj          *processor.Projection // reads, on nc
 	proc          *processor.Processor  // nil when disabled
 	stallAfter    time.Duration

@@ -55,11 +55,11 @@ type Config struct {
 	Stream string
 	// ConsumerStream is the stream the durable reads ("" means Stream): a
 	// hub's aggregate stream.
-	ConsumerStream   string
-	Subjects         []string
+	ConsumerStream string
+	Subjects       []string
 	// MaxEventBytes bounds an HTTP-ingested event's body
 	// (stream.max_msg_size); 0 is 1 MiB.
-	MaxEventBytes int64
+	MaxEventBytes    int64
 	Durable          string // empty when the processor is disabled
 	DeadLetterStream string
 	ProjectionBucket string

@@ -107,14 +107,14 @@ type User struct {
 
 // JetStream is the storage engine.
 type JetStream struct {
-	StoreDir       string     `toml:"store_dir"`        // where streams live; created if missing
-	MaxFileStore   ByteSize   `toml:"max_file_store"`   // disk JetStream may use in total
-	MaxMemoryStore ByteSize   `toml:"max_memory_store"` // memory for memory-backed streams
+	StoreDir       string     `toml:"store_dir"`               // where streams live; created if missing
+	MaxFileStore   ByteSize   `toml:"max_file_store"`          // disk JetStream may use in total
+	MaxMemoryStore ByteSize   `toml:"max_memory_store"`        // memory for memory-backed streams
 	Durability     string     `toml:"durability"`              // "group-commit", "always" or "interval"; "" chooses
 	SyncInterval   SyncPolicy `toml:"sync_interval,omitempty"` // with durability "interval": a duration
-	DiskHeadroom   ByteSize   `toml:"disk_headroom"`    // free disk wanted beyond max_file_store
-	AllowLowDisk   bool       `toml:"allow_low_disk"`   // turn the free-disk check into a warning
-	Domain         string     `toml:"domain"`           // this node's JetStream domain (an edge's name)
+	DiskHeadroom   ByteSize   `toml:"disk_headroom"`           // free disk wanted beyond max_file_store
+	AllowLowDisk   bool       `toml:"allow_low_disk"`          // turn the free-disk check into a warning
+	Domain         string     `toml:"domain"`                  // this node's JetStream domain (an edge's name)
 }
 
 // Stream is the ORDER_EVENTS stream and its retention limits.
