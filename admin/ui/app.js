@@ -6,6 +6,8 @@ const $ = (id) => document.getElementById(id);
 const history = []; // {t, lag}
 const WINDOW_MS = 5 * 60 * 1000;
 let lastProcessed = null, lastTime = null;
+const ingestHistory = []; // {t, lag: events/s}
+let lastAcked = null, lastAckedTime = null;
 
 function fmtInt(n) { return (n ?? 0).toLocaleString("en-US"); }
 function fmtBytes(n) {
@@ -35,7 +37,8 @@ async function getJSON(url) {
 function render(st) {
   badge("status", st.status, st.status === "ready" ? "ok" : st.status === "recovering" ? "warn" : "bad");
   setText("version", "v" + st.build.version + " · nats-server " + st.build.nats_server_version);
-  setText("durability", "durability: sync_interval = " + st.durability.sync_interval + " — " + st.durability.description);
+  setText("durability", "durability: " + st.durability.mode + " — " + st.durability.description);
+  renderIngest(st.ingest);
   const s = st.stream;
   setText("stream-name", s.name);
   setText("stream-messages", fmtInt(s.messages));
@@ -87,8 +90,11 @@ function render(st) {
   setText("updated", new Date().toLocaleTimeString());
 }
 
-function drawChart() {
-  const cv = $("lag-chart"), ctx = cv.getContext("2d");
+function drawChart() { drawSeries("lag-chart", history); }
+
+// drawSeries draws points {t, lag} of the last WINDOW_MS on canvas id.
+function drawSeries(id, history) {
+  const cv = $(id), ctx = cv.getContext("2d");
   const w = cv.width, h = cv.height, pad = 16, left = 44;
   ctx.clearRect(0, 0, w, h);
   const max = Math.max(10, ...history.map((x) => x.lag));
@@ -178,3 +184,27 @@ async function tickDLQ() {
 tick(); tickDLQ();
 setInterval(tick, 1000);
 setInterval(tickDLQ, 5000);
+
+// renderIngest shows group commit's figures: the acked rate (from the
+// counter's change between polls), the sync time's quantiles, the mean
+// batch, what waits and the sync errors.
+function renderIngest(g) {
+  $("ingest").hidden = !g;
+  if (!g) return;
+  setText("ingest-sync", "(" + g.sync + ")");
+  setText("ingest-acked", fmtInt(g.acked));
+  const now = Date.now();
+  if (lastAcked !== null && now > lastAckedTime) {
+    const rate = (g.acked - lastAcked) * 1000 / (now - lastAckedTime);
+    setText("ingest-rate", rate.toFixed(1));
+    ingestHistory.push({ t: now, lag: rate });
+    while (ingestHistory.length && ingestHistory[0].t < now - WINDOW_MS) ingestHistory.shift();
+    drawSeries("ingest-chart", ingestHistory);
+  }
+  lastAcked = g.acked; lastAckedTime = now;
+  setText("sync-p50", (g.sync_p50_seconds * 1000).toFixed(1));
+  setText("sync-p99", (g.sync_p99_seconds * 1000).toFixed(1));
+  setText("ingest-batch", g.batch_events.count ? (g.batch_events.sum / g.batch_events.count).toFixed(1) : "–");
+  setText("ingest-waiting", fmtInt(g.waiting));
+  setText("ingest-errors", fmtInt(g.sync_errors));
+}

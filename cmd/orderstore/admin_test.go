@@ -129,7 +129,7 @@ func TestAdminEndpoints(t *testing.T) {
 	golden(t, "livez", live)
 	ready := getJSON(t, a.adminURL+"/readyz", 200)
 	golden(t, "readyz", ready)
-	if ready["status"] != "ready" || ready["durability"].(map[string]any)["sync_interval"] != "always" {
+	if ready["status"] != "ready" || ready["durability"].(map[string]any)["mode"] != "group-commit" {
 		t.Errorf("/readyz = %v", ready)
 	}
 
@@ -172,7 +172,9 @@ func TestAdminEndpoints(t *testing.T) {
 		"orderstore_consumer_pending_messages":                  0,
 		"orderstore_processor_last_applied_sequence":            11,
 		"orderstore_ready":                                      1,
-		"orderstore_sync_always":                                1,
+		"orderstore_sync_always":                                0, // group commit: orderstore syncs, not nats
+		"orderstore_ack_durable":                                1,
+		"orderstore_group_commit_acks_waiting":                  0,
 	} {
 		if got := metricValue(t, after, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
@@ -238,7 +240,7 @@ func TestAdminEndpoints(t *testing.T) {
 	if code := run(ctx, []string{"status", "-admin", a.adminURL}, &out, &errb); code != 0 {
 		t.Errorf("status exit %d: %s", code, errb.String())
 	}
-	for _, w := range []string{"orderstore ready", "sync_interval = always", "stream ORDER_EVENTS", "processor", "dead letters"} {
+	for _, w := range []string{"orderstore ready", "group-commit: acked once one sync", "stream ORDER_EVENTS", "processor", "dead letters"} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("status output lacks %q:\n%s", w, out.String())
 		}

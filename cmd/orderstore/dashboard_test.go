@@ -101,6 +101,16 @@ func TestDashboardInBrowser(t *testing.T) {
 		if s := text("#dlq-rows"); !strings.Contains(s, "orders.created") {
 			return fmt.Errorf("latest dead letters %q", s)
 		}
+		// Group commit (the default): the 26 acks came after syncs.
+		if n := num("#ingest-acked"); n != 26 {
+			return fmt.Errorf("group commit acked %d, want 26", n)
+		}
+		if s := text("#ingest-sync"); s != "(syncfs)" && s != "(fsync of every file)" {
+			return fmt.Errorf("group commit sync %q", s)
+		}
+		if s := text("#sync-p99"); s == "–" || s == "" {
+			return fmt.Errorf("sync p99 %q", s)
+		}
 		return nil
 	})
 	marker, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.__noReload || "reloaded"`))
@@ -110,7 +120,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if marker != "still here" {
 		t.Fatalf("the page reloaded (marker %q): it must update in place", marker)
 	}
-	if d := text("#durability"); !strings.Contains(d, "sync_interval = always") {
+	if d := text("#durability"); !strings.Contains(d, "durability: group-commit") || !strings.Contains(d, "survives power loss") {
 		t.Errorf("durability line %q", d)
 	}
 

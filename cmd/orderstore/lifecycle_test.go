@@ -34,7 +34,7 @@ func TestSIGTERMExitsZero(t *testing.T) {
 	if code := p.wait(30 * time.Second); code != 0 {
 		t.Fatalf("exit code after SIGTERM = %d, want 0\n%s", code, p.stderr)
 	}
-	for _, want := range []string{`"shutdown complete"`, `"signal":"terminated"`, `"sync_interval":"always"`, `fsync before every ack`, `"max_bytes":"1GiB"`} {
+	for _, want := range []string{`"shutdown complete"`, `"signal":"terminated"`, `"durability":"group-commit"`, `an acknowledged event survives power loss`, `"max_bytes":"1GiB"`} {
 		if !strings.Contains(p.stderr.String(), want) {
 			t.Errorf("log lacks %s\n%s", want, p.stderr)
 		}

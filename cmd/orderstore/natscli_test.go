@@ -61,7 +61,9 @@ func TestNATSCLIWalkthrough(t *testing.T) {
 
 	p := start(t, nil, "run", "-config", cfg)
 	url := p.waitReady()
-	expect(nats(url, "--user", "admin", "--password", "s3cret", "server", "info"), "Version: 2.15.3", "Always sync writes to disk: true")
+	expect(nats(url, "--user", "admin", "--password", "s3cret", "server", "info"), "Version: 2.15.3",
+		// Group commit: orderstore syncs, not nats (README, Durability).
+		"Always sync writes to disk: false")
 	expect(nats(url, "stream", "info", "ORDER_EVENTS"), "Subjects: orders.>", "Storage: File", "Duplicate Window: 2m0s")
 	expect(nats(url, "pub", "orders.created", `{"order_id":"12345","status":"pending"}`), `Published 39 bytes to "orders.created"`)
 	expect(nats(url, "pub", "-J", "orders.created", `{"order_id":"12346","status":"pending"}`, "-H", "Nats-Msg-Id:o-12346"), "Stored in Stream: ORDER_EVENTS Sequence: 2")

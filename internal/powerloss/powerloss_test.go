@@ -58,12 +58,13 @@ func TestMain(m *testing.M) {
 // (stream.max_bytes 256MiB + dead letters 256MiB + projection 512MiB =
 // max_file_store 1GiB), no admin listener, a random port, and redelivery
 // within seconds of a restart.
-func applianceConfig(store string, sync time.Duration) orderstore.Config {
+func applianceConfig(store string, m syncMode) orderstore.Config {
 	cfg := orderstore.DefaultConfig()
 	cfg.JetStream.StoreDir = store
 	cfg.JetStream.MaxFileStore = 1 << 30
 	cfg.JetStream.DiskHeadroom = 16 << 20
-	cfg.JetStream.SyncInterval = sync
+	cfg.JetStream.Durability = m.durability
+	cfg.JetStream.SyncInterval = m.interval
 	cfg.Stream.MaxBytes = 256 << 20
 	cfg.Server.Port = -1
 	cfg.Admin.Listen = ""
@@ -72,13 +73,13 @@ func applianceConfig(store string, sync time.Duration) orderstore.Config {
 	return cfg
 }
 
-func runChild(store, syncInterval string) int {
-	sync, err := time.ParseDuration(syncInterval)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+func runChild(store, mode string) int {
+	m, ok := modes[mode]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "unknown mode %q\n", mode)
 		return 2
 	}
-	cfg := applianceConfig(store, sync)
+	cfg := applianceConfig(store, m)
 	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	app, err := orderstore.Start(ctx, cfg)
@@ -103,8 +104,19 @@ type variant struct {
 }
 
 type syncMode struct {
-	name     string
-	interval time.Duration
+	name       string
+	durability string        // jetstream.durability
+	interval   time.Duration // jetstream.sync_interval ("interval" only)
+}
+
+// strict reports whether the mode promises that no acknowledged event is
+// lost.
+func (m syncMode) strict() bool { return m.durability != orderstore.DurabilityInterval }
+
+var modes = map[string]syncMode{
+	"group-commit": {"group-commit", orderstore.DurabilityGroupCommit, 0},
+	"always":       {"always", orderstore.DurabilityAlways, 0},
+	"1s":           {"1s", orderstore.DurabilityInterval, time.Second},
 }
 
 func TestPowerLoss(t *testing.T) {
@@ -114,7 +126,7 @@ func TestPowerLoss(t *testing.T) {
 	}
 	t.Logf("seed %d (-powerloss.seed %d repeats it), %d cuts per subtest", seed, seed, *cutsFlag)
 	for _, v := range []variant{{"fuse", false}, {"ext4", true}} {
-		for _, m := range []syncMode{{"always", 0}, {"1s", time.Second}} {
+		for _, m := range []syncMode{modes["group-commit"], modes["always"], modes["1s"]} {
 			t.Run(v.name+"/"+m.name, func(t *testing.T) {
 				runCuts(t, v, m, rand.New(rand.NewPCG(seed, uint64(len(v.name)*10+len(m.name)))))
 			})
@@ -241,7 +253,7 @@ func (rg *rig) detach() error {
 // it must start by itself: a start it refuses ends the test.
 func (rg *rig) mustStart(t *testing.T, m syncMode, cut int, tot *totals) *child {
 	t.Helper()
-	c, err := rg.start(t, m.interval)
+	c, err := rg.start(t, m.name)
 	if err != nil {
 		tot.refused++
 		t.Fatalf("cut %d: the appliance did not start on the store (%s):\n%s", cut, rg.store, err)
@@ -299,14 +311,14 @@ type child struct {
 
 // start runs the test binary as the appliance on the store and waits
 // until it is ready; the error is its output when it exited before.
-func (rg *rig) start(t *testing.T, sync time.Duration) (*child, error) {
+func (rg *rig) start(t *testing.T, mode string) (*child, error) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), envStore+"="+rg.store, envSync+"="+sync.String())
+	cmd.Env = append(os.Environ(), envStore+"="+rg.store, envSync+"="+mode)
 	c := &child{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = c.out
 	stdout, err := cmd.StdoutPipe()
@@ -549,7 +561,7 @@ func check(t *testing.T, c *child, l *ledger, m syncMode, stopAt time.Time, tot 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := applianceConfig("", m.interval)
+	cfg := applianceConfig("", m)
 	msgs := readStream(t, ctx, js, cfg.Stream.Name)
 
 	// 1. acknowledged events
@@ -571,11 +583,11 @@ func check(t *testing.T, c *child, l *ledger, m syncMode, stopAt time.Time, tot 
 	tot.lost += len(lost)
 	tot.maxLostAge = max(tot.maxLostAge, oldest)
 	switch {
-	case len(lost) > 0 && m.interval == 0:
+	case len(lost) > 0 && m.strict():
 		for _, ev := range lost[:min(len(lost), 10)] {
-			t.Errorf("acked event lost with sync_interval always: seq %d %s %s (acked %s before the cut)", ev.seq, ev.subject, ev.data, stopAt.Sub(ev.acked))
+			t.Errorf("acked event lost with durability %s: seq %d %s %s (acked %s before the cut)", m.name, ev.seq, ev.subject, ev.data, stopAt.Sub(ev.acked))
 		}
-		t.Errorf("%d acked events lost with sync_interval always", len(lost))
+		t.Errorf("%d acked events lost with durability %s", len(lost), m.name)
 	case len(lost) > 0 && oldest > m.interval+time.Second:
 		t.Errorf("%d acked events lost, the oldest acked %s before the cut: more than the documented window of sync_interval %s (+1s slack)", len(lost), oldest, m.interval)
 	}
@@ -628,7 +640,7 @@ func check(t *testing.T, c *child, l *ledger, m syncMode, stopAt time.Time, tot 
 		for _, d := range diffs[:min(len(diffs), 10)] {
 			t.Errorf("projection differs from the fold: %s", d)
 		}
-		t.Errorf("%d of %d orders differ from the fold (sync_interval %s)", len(diffs), len(want), m.interval)
+		t.Errorf("%d of %d orders differ from the fold (durability %s)", len(diffs), len(want), m.name)
 	}
 	var first uint64
 	if len(msgs) > 0 {

@@ -1,0 +1,417 @@
+// Command groupcommit measures what a durable ack costs, side by side in
+// one run, on one store directory's disk:
+//
+//   - nats-server (embedded, standalone: no orderstore) with
+//     sync_interval "always": the baseline every ratio is against;
+//   - orderstore with durability "always";
+//   - orderstore with durability "group-commit" (the default);
+//   - nats-server with sync_interval 2m: not durable on power loss, the
+//     ceiling.
+//
+// Each target gets a fresh store with ORDER_EVENTS (orders.>). A Go load
+// generator runs 1, 8 and 64 concurrent producers (each its own TCP
+// connection, one acked publish in flight, i.e. js.Publish in a loop) with
+// 128 B and 1 KiB events for -cell each, and reports msgs/s and the p50
+// and p99 time from publish to ack. With -window > 1 it adds cells where
+// each producer keeps that many async publishes in flight. orderstore runs
+// its processor: the projected events/s over the same cell and the
+// consumer's backlog at its end are reported. natscli's own `nats bench js
+// pub sync` and `async` run against every target too when `nats` is found
+// (PATH or ~/go/bin).
+//
+//	go run ./bench/groupcommit                 # about 4 minutes on 2 cores
+//	go run ./bench/groupcommit -cell 5s -dir /var/tmp
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore"
+)
+
+var (
+	dir       = flag.String("dir", "", "directory for the stores (default: a temporary one under $TMPDIR); its disk is what is measured")
+	cell      = flag.Duration("cell", 3*time.Second, "how long each load cell runs")
+	producers = flag.String("producers", "1,8,64", "concurrent producers per cell")
+	sizes     = flag.String("sizes", "128,1024", "event sizes in bytes")
+	window    = flag.Int("window", 16, "extra cells with this many async publishes in flight per producer (64 producers, 128 B); 0 skips them")
+	natsMsgs  = flag.Int("nats-bench-msgs", 20000, "messages per natscli `nats bench js pub async` run (sync runs take a tenth)")
+	only      = flag.String("only", "", "comma-separated targets to run (nats-always, orderstore-always, orderstore-group-commit, nats-relaxed)")
+)
+
+type target struct {
+	name  string
+	start func(dir string) (url string, stop func(), projected func() uint64, err error)
+}
+
+type result struct {
+	target, load string
+	rate         float64
+	p50, p99     time.Duration
+	projected    float64 // events/s the processor acked in the cell
+	backlog      uint64  // events not yet processed at the cell's end
+	hasProc      bool
+}
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "groupcommit-")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(d)
+		*dir = d
+	}
+	natsCLI := findNATS()
+	targets := []target{
+		{"nats-always", natsTarget(0)},
+		{"orderstore-always", orderstoreTarget(orderstore.DurabilityAlways)},
+		{"orderstore-group-commit", orderstoreTarget(orderstore.DurabilityGroupCommit)},
+		{"nats-relaxed", natsTarget(2 * time.Minute)},
+	}
+	fmt.Printf("group commit figures: nats-server %s, %d CPU, stores in %s, %s per cell\n\n", server.VERSION, runtimeCPUs(), *dir, *cell)
+	var results []result
+	for i, t := range targets {
+		if *only != "" && !slices.Contains(strings.Split(*only, ","), t.name) {
+			continue
+		}
+		d := filepath.Join(*dir, fmt.Sprintf("%d-%s", i, t.name))
+		url, stop, projected, err := t.start(d)
+		if err != nil {
+			log.Fatalf("%s: %v", t.name, err)
+		}
+		for _, size := range ints(*sizes) {
+			for _, p := range ints(*producers) {
+				r := load(url, t.name, p, 1, size, projected)
+				results = append(results, r)
+				print(r)
+			}
+		}
+		if *window > 1 {
+			r := load(url, t.name, 64, *window, 128, projected)
+			results = append(results, r)
+			print(r)
+		}
+		if natsCLI != "" {
+			for _, mode := range []string{"sync", "async"} {
+				r := natsBench(natsCLI, url, t.name, mode, d)
+				results = append(results, r)
+				print(r)
+			}
+		}
+		stop()
+		os.RemoveAll(d)
+	}
+	table(results)
+}
+
+func print(r result) {
+	extra := ""
+	if r.hasProc {
+		extra = fmt.Sprintf(", projected %.0f/s, backlog %d", r.projected, r.backlog)
+	}
+	fmt.Printf("%-24s %-34s %9.0f msgs/s  p50 %-9s p99 %-9s%s\n", r.target, r.load, r.rate, r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), extra)
+}
+
+// table prints the results as markdown, each rate also as a ratio against
+// nats-always under the same load.
+func table(results []result) {
+	base := map[string]float64{}
+	for _, r := range results {
+		if r.target == "nats-always" {
+			base[r.load] = r.rate
+		}
+	}
+	fmt.Printf("\n| load | target | msgs/s | × nats-server always | p50 | p99 | processor projected/s (backlog at end) |\n|---|---|---|---|---|---|---|\n")
+	loads := []string{}
+	for _, r := range results {
+		if !slices.Contains(loads, r.load) {
+			loads = append(loads, r.load)
+		}
+	}
+	for _, l := range loads {
+		for _, r := range results {
+			if r.load != l {
+				continue
+			}
+			ratio := "-"
+			if b := base[l]; b > 0 {
+				ratio = fmt.Sprintf("%.2f", r.rate/b)
+			}
+			proc := "-"
+			if r.hasProc {
+				proc = fmt.Sprintf("%.0f (%d)", r.projected, r.backlog)
+			}
+			lat := func(d time.Duration) string {
+				if d == 0 {
+					return "-"
+				}
+				return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+			}
+			fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %s |\n", l, r.target, r.rate, ratio, lat(r.p50), lat(r.p99), proc)
+		}
+	}
+}
+
+// natsTarget is a standalone nats-server with the given sync interval (0:
+// always) and ORDER_EVENTS declared as orderstore declares it.
+func natsTarget(syncInterval time.Duration) func(string) (string, func(), func() uint64, error) {
+	return func(dir string) (string, func(), func() uint64, error) {
+		opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true,
+			JetStreamMaxStore: 10 << 30, JetStreamMaxMemory: 256 << 20, MaxPayload: 1 << 20}
+		if syncInterval == 0 {
+			opts.SyncAlways = true
+		} else {
+			opts.SyncInterval = syncInterval
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		s.Start()
+		if !s.ReadyForConnections(10 * time.Second) {
+			return "", nil, nil, fmt.Errorf("nats-server not ready")
+		}
+		nc, err := nats.Connect(s.ClientURL())
+		if err != nil {
+			return "", nil, nil, err
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		cfg := orderstore.DefaultConfig()
+		_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: cfg.Stream.Name, Subjects: cfg.Stream.Subjects,
+			Storage: jetstream.FileStorage, MaxAge: cfg.Stream.MaxAge, MaxBytes: cfg.Stream.MaxBytes, Duplicates: cfg.Stream.DuplicateWindow})
+		if err != nil {
+			return "", nil, nil, err
+		}
+		return s.ClientURL(), func() { s.Shutdown(); s.WaitForShutdown() }, nil, nil
+	}
+}
+
+func orderstoreTarget(durability string) func(string) (string, func(), func() uint64, error) {
+	return func(dir string) (string, func(), func() uint64, error) {
+		cfg := orderstore.DefaultConfig()
+		cfg.JetStream.StoreDir = dir
+		cfg.JetStream.Durability = durability
+		cfg.Server.Port = -1
+		cfg.Admin.Listen = ""
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		app, err := orderstore.Start(ctx, cfg)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		stop := func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			app.Close(ctx)
+		}
+		return app.ClientURL(), stop, func() uint64 { return app.Stats().Processed }, nil
+	}
+}
+
+// load runs p producers, each with w publishes in flight, for one cell.
+func load(url, name string, p, w, size int, projected func() uint64) result {
+	payload := []byte(`{"order_id":"o-0","pad":"` + strings.Repeat("x", max(0, size-28)) + `"}`)
+	var conns []*nats.Conn
+	var jss []jetstream.JetStream
+	for range p {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			log.Fatalf("%s: %v", name, err)
+		}
+		conns = append(conns, nc)
+		js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(max(w, 1)))
+		jss = append(jss, js)
+	}
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	var before uint64
+	if projected != nil {
+		before = projected()
+	}
+	var n atomic.Int64
+	lats := make([][]time.Duration, p)
+	ctx, cancel := context.WithTimeout(context.Background(), *cell)
+	defer cancel()
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range p {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			js := jss[i]
+			if w <= 1 {
+				for ctx.Err() == nil {
+					t := time.Now()
+					if _, err := js.Publish(context.Background(), "orders.created", payload); err != nil {
+						log.Fatalf("%s: publish: %v", name, err)
+					}
+					lats[i] = append(lats[i], time.Since(t))
+					n.Add(1)
+				}
+				return
+			}
+			type fl struct {
+				f jetstream.PubAckFuture
+				t time.Time
+			}
+			var inflight []fl
+			for ctx.Err() == nil || len(inflight) > 0 {
+				for ctx.Err() == nil && len(inflight) < w {
+					f, err := js.PublishAsync("orders.created", payload)
+					if err != nil {
+						log.Fatalf("%s: publish: %v", name, err)
+					}
+					inflight = append(inflight, fl{f, time.Now()})
+				}
+				head := inflight[0]
+				inflight = inflight[1:]
+				select {
+				case <-head.f.Ok():
+				case err := <-head.f.Err():
+					log.Fatalf("%s: publish: %v", name, err)
+				}
+				lats[i] = append(lats[i], time.Since(head.t))
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(t0)
+	all := slices.Concat(lats...)
+	slices.Sort(all)
+	q := func(f float64) time.Duration {
+		if len(all) == 0 {
+			return 0
+		}
+		return all[min(len(all)-1, int(f*float64(len(all))))]
+	}
+	mode := "sync"
+	if w > 1 {
+		mode = fmt.Sprintf("async ×%d", w)
+	}
+	r := result{target: name, load: fmt.Sprintf("go: %d producers %s, %d B", p, mode, size), rate: float64(n.Load()) / elapsed.Seconds(), p50: q(0.5), p99: q(0.99)}
+	if projected != nil {
+		after := projected()
+		r.hasProc = true
+		r.projected = float64(after-before) / elapsed.Seconds()
+		// Backlog: what was stored and not yet processed.
+		nc := conns[0]
+		js, _ := jetstream.New(nc)
+		if c, err := js.Consumer(context.Background(), "ORDER_EVENTS", "order-processor"); err == nil {
+			if ci, err := c.Info(context.Background()); err == nil {
+				r.backlog = ci.NumPending + uint64(ci.NumAckPending)
+			}
+		}
+		// Let the processor catch up before the next cell, so that cells
+		// do not inherit each other's backlog.
+		for i := 0; i < 600 && r.backlog > 0; i++ {
+			time.Sleep(100 * time.Millisecond)
+			if c, err := js.Consumer(context.Background(), "ORDER_EVENTS", "order-processor"); err == nil {
+				if ci, err := c.Info(context.Background()); err == nil && ci.NumPending+uint64(ci.NumAckPending) == 0 {
+					break
+				}
+			}
+		}
+	}
+	return r
+}
+
+// natsBench runs natscli's `nats bench js pub sync|async` on orders.bench
+// into ORDER_EVENTS and reads its CSV.
+func natsBench(cli, url, name, mode, dir string) result {
+	msgs := *natsMsgs
+	args := []string{"--server", url, "bench", "js", "pub", mode, "orders.bench", "--stream", "ORDER_EVENTS", "--size", "128", "--no-progress"}
+	if mode == "sync" {
+		msgs /= 10
+	} else {
+		args = append(args, "--batch", "500")
+	}
+	out := filepath.Join(dir, "natsbench-"+mode+".csv")
+	args = append(args, "--msgs", strconv.Itoa(msgs), "--csv", out)
+	cmd := exec.Command(cli, args...)
+	cmd.Env = append(os.Environ(), "NATS_CONTEXT=")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		log.Fatalf("%s: nats %s: %v\n%s", name, strings.Join(args, " "), err, b)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil || len(rows) < 2 {
+		log.Fatalf("%s: nats bench CSV: %v", name, err)
+	}
+	col := func(h string) string {
+		for i, c := range rows[0] {
+			if strings.EqualFold(strings.TrimSpace(c), h) && i < len(rows[1]) {
+				return strings.TrimSpace(rows[1][i])
+			}
+		}
+		return ""
+	}
+	rate, _ := strconv.ParseFloat(col("Msgs/sec"), 64)
+	r := result{target: name, load: fmt.Sprintf("nats bench js pub %s, 128 B", mode), rate: rate}
+	if v, err := strconv.ParseFloat(col("P50"), 64); err == nil {
+		r.p50 = time.Duration(v * float64(time.Microsecond))
+	}
+	if v, err := strconv.ParseFloat(col("P99"), 64); err == nil {
+		r.p99 = time.Duration(v * float64(time.Microsecond))
+	}
+	return r
+}
+
+func findNATS() string {
+	if p, err := exec.LookPath("nats"); err == nil {
+		return p
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		p := filepath.Join(home, "go", "bin", "nats")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	fmt.Println("natscli `nats` not found: its runs are skipped (go install github.com/nats-io/natscli/nats@v0.5.0)")
+	return ""
+}
+
+func ints(s string) []int {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			log.Fatalf("%q: %v", s, err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func runtimeCPUs() int { return runtime.NumCPU() }
