@@ -179,13 +179,11 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if a.commit != nil {
-		// nats writes the metadata of what it declared (meta.inf, the
-		// consumer's state) without fsync: make it durable before any
-		// event is acknowledged.
-		if err := a.commit.Sync(ctx); err != nil {
-			return nil, err
-		}
+	// nats writes the metadata of what it declared (meta.inf, the
+	// consumer's state) without fsync: make it durable before any event is
+	// acknowledged.
+	if err := a.syncMetadata(ctx); err != nil {
+		return nil, err
 	}
 	if cfg.Processor.Enabled {
 		var h processor.Handler = cfg.Processor.Handler
@@ -206,7 +204,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 			// Projection writes and dead letters are made durable before
 			// their events are acked, so the consumer's ack floor is never
 			// ahead of the projection after a power cut.
-			pc.Sync = a.commit.Sync
+			pc.Sync = a.commit.SyncLazy
 		}
 		if a.proc, err = processor.New(a.pjs, pc); err != nil {
 			return nil, err

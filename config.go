@@ -554,7 +554,7 @@ func (c Config) Validate() error {
 	case j.SyncInterval < 0:
 		bad("JetStream.SyncInterval", j.SyncInterval, "must be a positive duration (with durability \"interval\") or 0")
 	case mode == DurabilityInterval && j.SyncInterval == 0:
-		bad("JetStream.SyncInterval", j.SyncInterval, "durability \"interval\" needs a sync_interval (e.g. \"1s\")")
+		bad("JetStream.SyncInterval", nil, "durability \"interval\" needs a sync_interval (e.g. \"1s\")")
 	case mode != DurabilityInterval && j.SyncInterval > 0:
 		bad("JetStream.SyncInterval", j.SyncInterval, "applies to durability \"interval\" only (durability is %q)", mode)
 	case mode == DurabilityGroupCommit && c.Cluster.Enabled():

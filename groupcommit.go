@@ -30,7 +30,7 @@ type committer struct {
 	sync  func() error // one round
 	close func()       // releases what sync holds open
 	how   string       // "syncfs" or "fsync of every file", for the log
-	reqs  chan chan error
+	reqs  chan syncReq
 	stop  chan struct{}
 	done  chan struct{} // closed when run returned
 	fail  chan struct{} // closed after the first failed sync
@@ -54,7 +54,7 @@ type commitStats struct {
 // that reaches the disk, else an fsync of every file and directory under
 // jetstream/ (FUSE file systems, and systems without syncfs).
 func newCommitter(storeDir string) (*committer, error) {
-	c := &committer{dir: storeDir, reqs: make(chan chan error, 1024), stop: make(chan struct{}),
+	c := &committer{dir: storeDir, reqs: make(chan syncReq, 1024), stop: make(chan struct{}),
 		done: make(chan struct{}), fail: make(chan struct{})}
 	c.stats.syncHist = newHistogram(syncBuckets)
 	c.stats.batchHist = newHistogram(batchBuckets)
@@ -75,29 +75,74 @@ var (
 // errCommitterStopped is what callers get once the appliance closes.
 var errCommitterStopped = errors.New("group commit: stopped")
 
+// syncReq is one caller waiting for a round. A lazy caller (the
+// processor, whose acks nobody waits on) does not start a round by itself
+// before lazyDelay: it rides on the next round a producer's ack needs.
+type syncReq struct {
+	reply chan error
+	lazy  bool
+}
+
+// lazyDelay is how long a lazy caller lets a round wait for an eager one.
+const lazyDelay = 2 * time.Millisecond
+
+// idleSync is the longest the store goes without a round: what nats
+// writes besides events (a reader's new consumer, consumer state) is
+// durable within it even when no producer publishes.
+const idleSync = time.Second
+
 func (c *committer) run() {
 	defer close(c.done)
 	defer c.close()
 	var waiters []chan error
+	idle := time.NewTicker(idleSync)
+	defer idle.Stop()
+	last := time.Now()
 	for {
 		waiters = waiters[:0]
+		eager := false
+		add := func(r syncReq) {
+			waiters = append(waiters, r.reply)
+			eager = eager || !r.lazy
+		}
 		select {
-		case w := <-c.reqs:
-			waiters = append(waiters, w)
+		case r := <-c.reqs:
+			add(r)
+		case <-idle.C:
+			if time.Since(last) < idleSync {
+				continue
+			}
+			eager = true // a round of its own, now
 		case <-c.stop:
 			c.drainStopped()
 			return
 		}
+		if !eager {
+			t := time.NewTimer(lazyDelay)
+		wait:
+			for !eager {
+				select {
+				case r := <-c.reqs:
+					add(r)
+				case <-t.C:
+					break wait
+				case <-c.stop:
+					break wait
+				}
+			}
+			t.Stop()
+		}
 	more:
 		for {
 			select {
-			case w := <-c.reqs:
-				waiters = append(waiters, w)
+			case r := <-c.reqs:
+				add(r)
 			default:
 				break more
 			}
 		}
 		t0 := time.Now()
+		last = t0
 		err := c.sync()
 		if f := c.fault.Load(); f != nil {
 			err = *f
@@ -133,8 +178,8 @@ func (c *committer) drainStopped() {
 	}
 	for {
 		select {
-		case w := <-c.reqs:
-			w <- err
+		case r := <-c.reqs:
+			r.reply <- err
 		default:
 			return
 		}
@@ -143,13 +188,19 @@ func (c *committer) drainStopped() {
 
 // Sync returns once a sync that began after the call made everything
 // written before it durable, or with why not.
-func (c *committer) Sync(ctx context.Context) error {
+func (c *committer) Sync(ctx context.Context) error { return c.sync1(ctx, false) }
+
+// SyncLazy is Sync for a caller nobody waits on: its round may wait up to
+// lazyDelay for a producer's, so that both share one sync.
+func (c *committer) SyncLazy(ctx context.Context) error { return c.sync1(ctx, true) }
+
+func (c *committer) sync1(ctx context.Context, lazy bool) error {
 	if p := c.err.Load(); p != nil {
 		return *p
 	}
 	w := make(chan error, 1)
 	select {
-	case c.reqs <- w:
+	case c.reqs <- syncReq{w, lazy}:
 	case <-c.done:
 		return c.stoppedErr()
 	case <-ctx.Done():
@@ -305,4 +356,14 @@ func (c *committer) ingestStats() *admin.IngestStats {
 	return &admin.IngestStats{Sync: c.how, Syncs: s.syncs, SyncErrors: s.errors, Acked: s.acked, Waiting: s.waiting.Load(),
 		SyncP50Seconds: s.syncHist.quantile(0.5), SyncP99Seconds: s.syncHist.quantile(0.99),
 		SyncSeconds: h(&s.syncHist), BatchEvents: h(&s.batchHist)}
+}
+
+// syncMetadata makes a stream or consumer change durable with group commit
+// (nats rewrites meta.inf and o.dat without fsync when it does not sync
+// every write); a no-op in the other modes.
+func (a *Appliance) syncMetadata(ctx context.Context) error {
+	if a.commit == nil {
+		return nil
+	}
+	return a.commit.Sync(ctx)
 }

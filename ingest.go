@@ -28,10 +28,10 @@ func ingestSubject(subject string) string { return ingestPrefix + subject }
 
 // Bounds of the ingest service.
 const (
-	ingestMaxBatch      = 20000     // events acknowledged after one sync, at most
-	ingestMaxBatchBytes = 256 << 20 // their bytes, at most
-	ingestMaxInFlight   = 200000    // events taken and not yet answered
-	ingestMaxBytes      = 512 << 20 // their bytes
+	ingestMaxBatch      = 20000    // events acknowledged after one sync, at most
+	ingestMaxBatchBytes = 64 << 20 // their acks' bytes, at most
+	ingestMaxInFlight   = 100000   // events taken and not yet answered
+	ingestMaxBytes      = 64 << 20 // their bytes (and what may wait to be taken)
 	ingestAckTimeout    = 30 * time.Second
 )
 

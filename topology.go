@@ -80,6 +80,8 @@ func (w *hubWatch) check(ctx context.Context) {
 		// A kick that removed a source and could not add it back.
 		if _, err := a.js.UpdateStream(cctx, *agg); err != nil {
 			a.log.Warn("hub: restore the aggregate stream's sources", "stream", agg.Name, "err", err)
+		} else if err := a.syncMetadata(cctx); err != nil {
+			a.log.Warn("hub: sync the aggregate stream's metadata", "stream", agg.Name, "err", err)
 		}
 	}
 	nats := map[string]*jetstream.StreamSourceInfo{}
@@ -151,6 +153,9 @@ func (w *hubWatch) kick(ctx context.Context, edge string, s admin.SourceStatus) 
 	_, err := a.js.UpdateStream(kctx, without)
 	if err == nil {
 		_, err = a.js.UpdateStream(kctx, agg)
+	}
+	if err == nil {
+		err = a.syncMetadata(kctx) // nats rewrote the aggregate's meta.inf without fsync
 	}
 	a.log.Info("hub: source restarted", "edge", edge, "behind", s.Behind, "sourced_seq", s.SourcedSeq, "edge_last_seq", s.EdgeLastSeq,
 		"stalled_for", time.Since(s.LastAdvance).Round(time.Second).String(), "err", err)

@@ -26,14 +26,17 @@ package main
 import (
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +49,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/admin"
 )
 
 var (
@@ -55,6 +59,9 @@ var (
 	sizes     = flag.String("sizes", "128,1024", "event sizes in bytes")
 	window    = flag.Int("window", 16, "extra cells with this many async publishes in flight per producer (64 producers, 128 B); 0 skips them")
 	natsMsgs  = flag.Int("nats-bench-msgs", 20000, "messages per natscli `nats bench js pub async` run (sync runs take a tenth)")
+	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	noProc    = flag.Bool("no-processor", false, "run orderstore without its processor (the ingest path alone)")
+	verbose   = flag.Bool("v", false, "print group commit's syncs per cell")
 	only      = flag.String("only", "", "comma-separated targets to run (nats-always, orderstore-always, orderstore-group-commit, nats-relaxed)")
 )
 
@@ -82,6 +89,14 @@ func main() {
 		}
 		defer os.RemoveAll(d)
 		*dir = d
+	}
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			log.Fatal(err)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
 	}
 	natsCLI := findNATS()
 	targets := []target{
@@ -214,6 +229,7 @@ func orderstoreTarget(durability string) func(string) (string, func(), func() ui
 		cfg := orderstore.DefaultConfig()
 		cfg.JetStream.StoreDir = dir
 		cfg.JetStream.Durability = durability
+		cfg.Processor.Enabled = !*noProc
 		cfg.Server.Port = -1
 		cfg.Admin.Listen = ""
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -228,7 +244,22 @@ func orderstoreTarget(durability string) func(string) (string, func(), func() ui
 			defer cancel()
 			app.Close(ctx)
 		}
-		return app.ClientURL(), stop, func() uint64 { return app.Stats().Processed }, nil
+		lastSyncs, lastAcked := uint64(0), uint64(0)
+		stats := func() uint64 {
+			if *verbose {
+				rec := httptest.NewRecorder()
+				app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/status", nil))
+				var st admin.Status
+				json.Unmarshal(rec.Body.Bytes(), &st)
+				if in := st.Ingest; in != nil && in.Syncs > lastSyncs {
+					fmt.Printf("    syncs %d (%.0f events/sync) p50 %.2fms p99 %.2fms mean %.2fms\n", in.Syncs-lastSyncs,
+						float64(in.Acked-lastAcked)/float64(in.Syncs-lastSyncs), in.SyncP50Seconds*1000, in.SyncP99Seconds*1000, in.SyncSeconds.Sum/float64(in.SyncSeconds.Count)*1000)
+					lastSyncs, lastAcked = in.Syncs, in.Acked
+				}
+			}
+			return app.Stats().Processed
+		}
+		return app.ClientURL(), stop, stats, nil
 	}
 }
 
@@ -377,12 +408,12 @@ func natsBench(cli, url, name, mode, dir string) result {
 		}
 		return ""
 	}
-	rate, _ := strconv.ParseFloat(col("Msgs/sec"), 64)
+	rate, _ := strconv.ParseFloat(col("MsgsPerSec"), 64)
 	r := result{target: name, load: fmt.Sprintf("nats bench js pub %s, 128 B", mode), rate: rate}
-	if v, err := strconv.ParseFloat(col("P50"), 64); err == nil {
+	if v, err := strconv.ParseFloat(col("P50LatencyMicroSecs"), 64); err == nil {
 		r.p50 = time.Duration(v * float64(time.Microsecond))
 	}
-	if v, err := strconv.ParseFloat(col("P99"), 64); err == nil {
+	if v, err := strconv.ParseFloat(col("P99LatencyMicroSecs"), 64); err == nil {
 		r.p99 = time.Duration(v * float64(time.Microsecond))
 	}
 	return r

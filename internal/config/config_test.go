@@ -86,6 +86,12 @@ func TestParseErrors(t *testing.T) {
 			[]string{"processor.backoff"}, []string{"fewer entries than processor.max_deliver (2)"}},
 		{"infinite max_deliver", "[processor]\nmax_deliver = -1\n", []string{"processor.max_deliver"}, []string{"finite"}},
 		{"sync interval word", "[jetstream]\nsync_interval = \"sometimes\"\n", []string{"jetstream.sync_interval"}, []string{"always"}},
+		{"durability word", "[jetstream]\ndurability = \"fast\"\n", []string{"jetstream.durability"}, []string{`"group-commit", "always" or "interval"`}},
+		{"interval without sync_interval", "[jetstream]\ndurability = \"interval\"\n", []string{"jetstream.sync_interval"}, []string{"needs a sync_interval"}},
+		{"sync_interval with always", "[jetstream]\ndurability = \"always\"\nsync_interval = \"1s\"\n", []string{"jetstream.sync_interval"}, []string{`applies to durability "interval" only`}},
+		{"sync_interval always with a durability", "[jetstream]\ndurability = \"group-commit\"\nsync_interval = \"always\"\n", []string{"jetstream.sync_interval"}, []string{"leave sync_interval out"}},
+		{"group commit in a cluster", "[server]\nname = \"n1\"\n[jetstream]\ndurability = \"group-commit\"\n[cluster]\nname = \"c\"\nroutes = [\"nats-route://127.0.0.1:6223\"]\n",
+			[]string{"jetstream.durability"}, []string{"single node"}},
 		{"non-loopback without users", "[server]\nhost = \"0.0.0.0\"\n", []string{"server.host"}, []string{"users"}},
 		{"non-loopback admin without token", "[admin]\nlisten = \"0.0.0.0:8222\"\n", []string{"admin.listen"}, []string{"token"}},
 		{"replicas on one host", "[stream]\nreplicas = 3\n", []string{"stream.replicas"}, nil},
@@ -306,5 +312,38 @@ token_file = "`+tokenFile+`"
 	cfg.Admin.TokenFile = filepath.Join(dir, "missing")
 	if _, err := cfg.Orderstore(); err == nil || !strings.Contains(err.Error(), "admin.token_file") {
 		t.Errorf("missing token_file: %v, want an error naming admin.token_file", err)
+	}
+}
+
+// jetstream.durability, and sync_interval as files wrote it before
+// durability existed.
+func TestDurabilityModes(t *testing.T) {
+	for _, c := range []struct {
+		toml, want string
+		interval   time.Duration
+	}{
+		{"", orderstore.DurabilityGroupCommit, 0},
+		{"durability = \"always\"\n", orderstore.DurabilityAlways, 0},
+		{"durability = \"interval\"\nsync_interval = \"2s\"\n", orderstore.DurabilityInterval, 2 * time.Second},
+		{"sync_interval = \"always\"\n", orderstore.DurabilityAlways, 0}, // an older file keeps its mode
+		{"sync_interval = \"1s\"\n", orderstore.DurabilityInterval, time.Second},
+	} {
+		cfg, err := Parse(strings.NewReader("[jetstream]\n"+c.toml), "t.toml")
+		if err != nil {
+			t.Fatalf("%q: %v", c.toml, err)
+		}
+		o, err := cfg.Orderstore()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := o.DurabilityMode(); got != c.want || o.JetStream.SyncInterval != c.interval {
+			t.Errorf("%q: durability %q, sync_interval %s; want %q, %s", c.toml, got, o.JetStream.SyncInterval, c.want, c.interval)
+		}
+	}
+	// A cluster without a durability gets "always".
+	o := orderstore.DefaultConfig()
+	o.Cluster.Name, o.Cluster.Routes = "c", []string{"nats-route://127.0.0.1:6223"}
+	if got := o.DurabilityMode(); got != orderstore.DurabilityAlways {
+		t.Errorf("cluster default %q, want always", got)
 	}
 }

@@ -120,7 +120,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	}
 	var s *fileState
 	if existed {
-		s = p.state(st.Ino, st.Size)
+		s = p.state(fd, st.Ino, st.Size)
 		if flags&syscall.O_TRUNC != 0 {
 			if errno := s.truncate(fd, 0); errno != 0 {
 				syscall.Close(fd)
@@ -150,7 +150,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		syscall.Close(fd)
 		return nil, 0, fs.ToErrno(err)
 	}
-	s := n.pfs.state(st.Ino, st.Size)
+	s := n.pfs.state(fd, st.Ino, st.Size)
 	if flags&syscall.O_TRUNC != 0 {
 		if errno := s.truncate(fd, 0); errno != 0 {
 			syscall.Close(fd)
@@ -342,7 +342,7 @@ func (n *node) truncate(f fs.FileHandle, size int64) syscall.Errno {
 	if err := syscall.Fstat(fd, &st); err != nil {
 		return fs.ToErrno(err)
 	}
-	return n.pfs.state(st.Ino, st.Size).truncate(fd, size)
+	return n.pfs.state(fd, st.Ino, st.Size).truncate(fd, size)
 }
 
 // Fsync is fsync and fdatasync of a file (with its handle) or a directory.

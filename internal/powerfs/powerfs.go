@@ -17,6 +17,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // Mode is when a namespace change (create, mkdir, unlink, rmdir, rename,
@@ -317,29 +318,36 @@ func (p *FS) keepDirPath(ino uint64) string {
 	return filepath.Join(p.keep, "d"+strconv.FormatUint(ino, 10))
 }
 
-// state returns the tracking state of a regular file; a file unknown so
-// far (it cannot be: every file is found by load or made by Create) is
-// taken as durable at its current size.
-func (p *FS) state(ino uint64, size int64) *fileState {
+// state returns the tracking state of the regular file at path (in the
+// backing directory). A file unknown so far is taken as durable at its
+// current size and linked into keep/: every file is found by load or made
+// by Create, but another request may open a file Create has just made
+// before Create registered it.
+func (p *FS) state(fd int, ino uint64, size int64) *fileState {
 	p.filesMu.Lock()
 	defer p.filesMu.Unlock()
 	s := p.files[ino]
 	if s == nil {
 		s = &fileState{synced: size}
 		p.files[ino] = s
+		// Through the descriptor: the name may have been renamed or
+		// removed since the open. A removed file has nothing to roll back.
+		err := unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, p.keepPath(ino), unix.AT_SYMLINK_FOLLOW)
+		s.noKeep = err != nil && !errors.Is(err, os.ErrExist)
 	}
 	return s
 }
 
-// created registers a new regular file: nothing of it is durable yet.
+// created registers a new regular file: nothing of it is durable yet. An
+// open that raced with its Create may have registered it first.
 func (p *FS) created(path string, ino uint64) (*fileState, error) {
 	p.filesMu.Lock()
 	defer p.filesMu.Unlock()
-	if s := p.files[ino]; s != nil {
-		return s, nil
-	}
 	if err := os.Link(path, p.keepPath(ino)); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
+	}
+	if s := p.files[ino]; s != nil {
+		return s, nil
 	}
 	s := &fileState{}
 	p.files[ino] = s
@@ -390,6 +398,9 @@ func (p *FS) rollback() error {
 	// Data first, through the keep/ links: every file ever seen has one.
 	for ino, s := range p.files {
 		n, changed, err := s.rollback(p.keepPath(ino))
+		if s.noKeep && errors.Is(err, os.ErrNotExist) {
+			continue // removed before it was ever linked: nothing to restore
+		}
 		if err != nil {
 			return fmt.Errorf("roll back inode %d: %w", ino, err)
 		}

@@ -19,6 +19,7 @@ type fileState struct {
 	mu     sync.Mutex
 	synced int64    // size at the last fsync
 	undo   []extent // pre-images of bytes below synced, oldest first
+	noKeep bool     // it was removed before it could be linked into keep/
 }
 
 type extent struct {
