@@ -19,7 +19,7 @@
 // pub sync` and `async` run against every target too when `nats` is found
 // (PATH or ~/go/bin).
 //
-//	go run ./bench/groupcommit                 # about 4 minutes on 2 cores
+//	go run ./bench/groupcommit                 # about 6 minutes on 2 cores
 //	go run ./bench/groupcommit -cell 5s -dir /var/tmp
 package main
 
@@ -62,6 +62,7 @@ var (
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	noProc    = flag.Bool("no-processor", false, "run orderstore without its processor (the ingest path alone)")
 	verbose   = flag.Bool("v", false, "print group commit's syncs per cell")
+	reps      = flag.Int("reps", 3, "runs of each cell per target, in alternating order; the median is reported")
 	only      = flag.String("only", "", "comma-separated targets to run (nats-always, orderstore-always, orderstore-group-commit, nats-relaxed)")
 )
 
@@ -105,8 +106,15 @@ func main() {
 		{"orderstore-group-commit", orderstoreTarget(orderstore.DurabilityGroupCommit)},
 		{"nats-relaxed", natsTarget(2 * time.Minute)},
 	}
-	fmt.Printf("group commit figures: nats-server %s, %d CPU, stores in %s, %s per cell\n\n", server.VERSION, runtimeCPUs(), *dir, *cell)
-	var results []result
+	fmt.Printf("group commit figures: nats-server %s, %d CPU, stores in %s, %s per cell, %d reps (median)\n\n", server.VERSION, runtimeCPUs(), *dir, *cell, *reps)
+	// Every target runs at once (an idle one costs nothing); each load cell
+	// runs on every target in turn, in an order that alternates between
+	// reps, so that drift of the disk's fsync time favours none.
+	type running struct {
+		name, url, dir string
+		projected      func() uint64
+	}
+	var live []running
 	for i, t := range targets {
 		if *only != "" && !slices.Contains(strings.Split(*only, ","), t.name) {
 			continue
@@ -116,27 +124,46 @@ func main() {
 		if err != nil {
 			log.Fatalf("%s: %v", t.name, err)
 		}
-		for _, size := range ints(*sizes) {
-			for _, p := range ints(*producers) {
-				r := load(url, t.name, p, 1, size, projected)
-				results = append(results, r)
+		defer stop()
+		live = append(live, running{t.name, url, d, projected})
+	}
+	type cellSpec struct{ p, w, size int }
+	var cells []cellSpec
+	for _, size := range ints(*sizes) {
+		for _, p := range ints(*producers) {
+			cells = append(cells, cellSpec{p, 1, size})
+		}
+	}
+	if *window > 1 {
+		cells = append(cells, cellSpec{64, *window, 128})
+	}
+	var results []result
+	runCell := func(run func(rt running) result) {
+		byTarget := map[string][]result{}
+		for rep := range *reps {
+			order := slices.Clone(live)
+			if rep%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, rt := range order {
+				r := run(rt)
 				print(r)
+				byTarget[rt.name] = append(byTarget[rt.name], r)
 			}
 		}
-		if *window > 1 {
-			r := load(url, t.name, 64, *window, 128, projected)
-			results = append(results, r)
-			print(r)
+		for _, rt := range live {
+			rs := byTarget[rt.name]
+			slices.SortFunc(rs, func(a, b result) int { return cmpFloat(a.rate, b.rate) })
+			results = append(results, rs[len(rs)/2])
 		}
-		if natsCLI != "" {
-			for _, mode := range []string{"sync", "async"} {
-				r := natsBench(natsCLI, url, t.name, mode, d)
-				results = append(results, r)
-				print(r)
-			}
+	}
+	for _, c := range cells {
+		runCell(func(rt running) result { return load(rt.url, rt.name, c.p, c.w, c.size, rt.projected) })
+	}
+	if natsCLI != "" {
+		for _, mode := range []string{"sync", "async"} {
+			runCell(func(rt running) result { return natsBench(natsCLI, rt.url, rt.name, mode, rt.dir) })
 		}
-		stop()
-		os.RemoveAll(d)
 	}
 	table(results)
 }
@@ -265,7 +292,12 @@ func orderstoreTarget(durability string) func(string) (string, func(), func() ui
 
 // load runs p producers, each with w publishes in flight, for one cell.
 func load(url, name string, p, w, size int, projected func() uint64) result {
-	payload := []byte(`{"order_id":"o-0","pad":"` + strings.Repeat("x", max(0, size-28)) + `"}`)
+	// 1,000 orders, each event a JSON object of size bytes.
+	payloads := make([][]byte, 1000)
+	for i := range payloads {
+		head := fmt.Sprintf(`{"order_id":"o-%d","pad":"`, i)
+		payloads[i] = []byte(head + strings.Repeat("x", max(0, size-len(head)-2)) + `"}`)
+	}
 	var conns []*nats.Conn
 	var jss []jetstream.JetStream
 	for range p {
@@ -297,10 +329,12 @@ func load(url, name string, p, w, size int, projected func() uint64) result {
 		go func() {
 			defer wg.Done()
 			js := jss[i]
+			k := i
 			if w <= 1 {
 				for ctx.Err() == nil {
+					k++
 					t := time.Now()
-					if _, err := js.Publish(context.Background(), "orders.created", payload); err != nil {
+					if _, err := js.Publish(context.Background(), "orders.created", payloads[k%len(payloads)]); err != nil {
 						log.Fatalf("%s: publish: %v", name, err)
 					}
 					lats[i] = append(lats[i], time.Since(t))
@@ -315,7 +349,8 @@ func load(url, name string, p, w, size int, projected func() uint64) result {
 			var inflight []fl
 			for ctx.Err() == nil || len(inflight) > 0 {
 				for ctx.Err() == nil && len(inflight) < w {
-					f, err := js.PublishAsync("orders.created", payload)
+					k++
+					f, err := js.PublishAsync("orders.created", payloads[k%len(payloads)])
 					if err != nil {
 						log.Fatalf("%s: publish: %v", name, err)
 					}
@@ -446,3 +481,13 @@ func ints(s string) []int {
 }
 
 func runtimeCPUs() int { return runtime.NumCPU() }
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
