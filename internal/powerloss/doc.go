@@ -12,11 +12,14 @@
 // appliance starts again on the same store, and the test checks what it
 // recovered:
 //
-//   - sync_interval "always": every acknowledged event is in the stream,
-//     byte for byte, and once the processor caught up the projection (the
-//     ORDERS bucket) equals the fold of the stream;
-//   - sync_interval "1s": every lost event was acknowledged within the
-//     documented window before the cut, and the appliance starts.
+//   - durability "group-commit" (orderstore acks after its own sync of the
+//     store: syncfs on ext4, an fsync of every file on the FUSE mount) and
+//     "always" (nats fsyncs every event): every acknowledged event is in
+//     the stream, byte for byte, and once the processor caught up the
+//     projection (the ORDERS bucket) equals the fold of the stream;
+//   - durability "interval" with sync_interval "1s": every lost event was
+//     acknowledged within the documented window before the cut, and the
+//     appliance starts.
 //
 // A start that the recovery check refuses in relaxed mode (the durable's
 // ack floor ahead of the stream, nats-server#5412) is reported, its hint's
@@ -24,8 +27,8 @@
 // What is not part of the relaxed contract is reported, not failed: the
 // projection differing from the fold.
 //
-// go test runs 3 cuts per variant and mode (about 40s with -race). The
-// long run:
+// go test runs 3 cuts per variant and mode (about a minute with -race).
+// The long run:
 //
 //	go test ./internal/powerloss -timeout 60m -v -powerloss.cuts=50
 //
