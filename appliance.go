@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -241,7 +242,8 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		if a.ing, err = startIngest(a.inc, a.commit, cfg.Stream.Subjects, log.With("component", "ingest")); err != nil {
 			return nil, err
 		}
-		log.Info("group commit: producers are acked once a sync made their events durable", "sync", a.commit.how)
+		log.Info("group commit: producers are acked once a sync made their events durable",
+			"sync", "fdatasync of the stream's last blocks; "+a.commit.how+" for the rest")
 	}
 	a.adm.SetBackend(b)
 
@@ -375,7 +377,8 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 		return err
 	}
 	if a.cfg.groupCommit() {
-		if a.commit, err = newCommitter(a.report.StoreDir); err != nil {
+		msgs := filepath.Join(a.report.StoreDir, "jetstream", StreamAccount, "streams", a.cfg.Stream.Name, "msgs")
+		if a.commit, err = newCommitter(a.report.StoreDir, msgs); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,11 +16,29 @@ import (
 	"github.com/orderstore/orderstore/admin"
 )
 
-// committer makes what nats wrote to the store durable with one sync of the
-// store's file system per round (group commit). Every caller waiting when a
-// round starts shares it; callers that arrive during a round wait for the
-// next one, which starts as soon as this one ends. A lone caller therefore
-// waits about one sync, and never a timer.
+// committer makes what nats wrote to the store durable, in rounds (group
+// commit). Every caller waiting when a round starts shares it; callers that
+// arrive during a round wait for the next one, which starts as soon as this
+// one ends. A lone caller therefore waits about one sync, and never a
+// timer.
+//
+// A round is one of two kinds:
+//
+//   - fast, for producers' events (Sync): an fdatasync of the blocks of the
+//     stream producers write to that may have grown since the round before
+//     (and an fsync of its msgs/ directory when a block appeared). nats
+//     writes an event to the stream's last block before it acks it, and a
+//     block is never appended to once a newer one exists, so those blocks
+//     hold every event acked before the round began.
+//   - full, for everything else (SyncAll: declarations, nats' metadata, the
+//     projection, the dead letters; and an idle store every second):
+//     syncfs(2) of the store's file system, or where that does not reach
+//     the disk (FUSE, other systems) an fsync of every file under
+//     jetstream/. A full round serves every waiter.
+//
+// Lazy callers (SyncLazy: the processor, whose acks nobody waits on) wait
+// for the next full round, at most lazyMax, so that they rarely cost a
+// round of their own.
 //
 // The first failed sync is final: after it the kernel may have dropped the
 // pages it could not write, so no later sync can vouch for them. Every
@@ -26,17 +46,18 @@ import (
 // is closed: the appliance stops, and the next start reads the store back
 // from the disk.
 type committer struct {
-	dir   string       // the store directory (whose file system is synced)
-	sync  func() error // one round
-	close func()       // releases what sync holds open
-	how   string       // "syncfs" or "fsync of every file", for the log
-	reqs  chan syncReq
-	stop  chan struct{}
-	done  chan struct{} // closed when run returned
-	fail  chan struct{} // closed after the first failed sync
-	err   atomic.Pointer[error]
-	fault atomic.Pointer[error] // tests: the next rounds fail with it
-	stats commitStats
+	dir    string       // the store directory (whose file system is synced)
+	full   func() error // a full round
+	close  func()       // releases what full holds open
+	how    string       // "syncfs" or "fsync of every file", for the log
+	blocks *blockSyncer // a fast round; nil: every round is full
+	reqs   chan syncReq
+	stop   chan struct{}
+	done   chan struct{} // closed when run returned
+	fail   chan struct{} // closed after the first failed sync
+	err    atomic.Pointer[error]
+	fault  atomic.Pointer[error] // tests: the next rounds fail with it
+	stats  commitStats
 }
 
 // commitStats are what /metrics and the dashboard show of the rounds.
@@ -50,19 +71,21 @@ type commitStats struct {
 	waiting   atomic.Int64
 }
 
-// newCommitter opens the store's sync: syncfs(2) of its file system where
-// that reaches the disk, else an fsync of every file and directory under
-// jetstream/ (FUSE file systems, and systems without syncfs).
-func newCommitter(storeDir string) (*committer, error) {
+// newCommitter opens the store's syncs; streamMsgs is the msgs/ directory
+// of the stream producers write to ("" makes every round full).
+func newCommitter(storeDir, streamMsgs string) (*committer, error) {
 	c := &committer{dir: storeDir, reqs: make(chan syncReq, 1024), stop: make(chan struct{}),
 		done: make(chan struct{}), fail: make(chan struct{})}
 	c.stats.syncHist = newHistogram(syncBuckets)
 	c.stats.batchHist = newHistogram(batchBuckets)
-	sync, closeFn, how, err := storeSyncer(storeDir)
+	full, closeFn, how, err := storeSyncer(storeDir)
 	if err != nil {
 		return nil, fmt.Errorf("group commit: store %q: %w", storeDir, err)
 	}
-	c.sync, c.close, c.how = sync, closeFn, how
+	c.full, c.close, c.how = full, closeFn, how
+	if streamMsgs != "" {
+		c.blocks = &blockSyncer{dir: streamMsgs, open: map[uint64]*os.File{}}
+	}
 	go c.run()
 	return c, nil
 }
@@ -75,18 +98,25 @@ var (
 // errCommitterStopped is what callers get once the appliance closes.
 var errCommitterStopped = errors.New("group commit: stopped")
 
-// syncReq is one caller waiting for a round. A lazy caller (the
-// processor, whose acks nobody waits on) does not start a round by itself
-// before lazyDelay: it rides on the next round a producer's ack needs.
+// syncKind is what a caller needs of a round.
+type syncKind int
+
+const (
+	syncFast syncKind = iota // producers' events in the stream's blocks
+	syncFull                 // everything
+	syncLazy                 // everything, by the next full round (at most lazyMax)
+)
+
+// syncReq is one caller waiting for a round.
 type syncReq struct {
 	reply chan error
-	lazy  bool
+	kind  syncKind
 }
 
-// lazyDelay is how long a lazy caller lets a round wait for an eager one.
-const lazyDelay = 2 * time.Millisecond
+// lazyMax is the longest a lazy caller waits for a full round.
+const lazyMax = 10 * time.Millisecond
 
-// idleSync is the longest the store goes without a round: what nats
+// idleSync is the longest the store goes without a full round: what nats
 // writes besides events (a reader's new consumer, consumer state) is
 // durable within it even when no producer publishes.
 const idleSync = time.Second
@@ -94,43 +124,44 @@ const idleSync = time.Second
 func (c *committer) run() {
 	defer close(c.done)
 	defer c.close()
-	var waiters []chan error
+	defer c.blocks.closeAll()
 	idle := time.NewTicker(idleSync)
 	defer idle.Stop()
-	last := time.Now()
+	lastFull := time.Now()
+	var lazy []chan error
+	var lazySince time.Time
+	lazyTimer := time.NewTimer(time.Hour)
+	lazyTimer.Stop()
 	for {
-		waiters = waiters[:0]
-		eager := false
+		var fast, full []chan error
+		wantFull := false
 		add := func(r syncReq) {
-			waiters = append(waiters, r.reply)
-			eager = eager || !r.lazy
+			switch {
+			case r.kind == syncFull || c.blocks == nil && r.kind == syncFast:
+				full = append(full, r.reply)
+			case r.kind == syncFast:
+				fast = append(fast, r.reply)
+			default:
+				if len(lazy) == 0 {
+					lazySince = time.Now()
+					lazyTimer.Reset(lazyMax)
+				}
+				lazy = append(lazy, r.reply)
+			}
 		}
 		select {
 		case r := <-c.reqs:
 			add(r)
+		case <-lazyTimer.C:
+			wantFull = len(lazy) > 0
 		case <-idle.C:
-			if time.Since(last) < idleSync {
-				continue
-			}
-			eager = true // a round of its own, now
+			wantFull = time.Since(lastFull) >= idleSync
 		case <-c.stop:
+			for _, w := range lazy {
+				w <- c.stoppedErr()
+			}
 			c.drainStopped()
 			return
-		}
-		if !eager {
-			t := time.NewTimer(lazyDelay)
-		wait:
-			for !eager {
-				select {
-				case r := <-c.reqs:
-					add(r)
-				case <-t.C:
-					break wait
-				case <-c.stop:
-					break wait
-				}
-			}
-			t.Stop()
 		}
 	more:
 		for {
@@ -141,9 +172,23 @@ func (c *committer) run() {
 				break more
 			}
 		}
+		if len(lazy) > 0 && time.Since(lazySince) >= lazyMax {
+			wantFull = true
+		}
+		doFull := wantFull || len(full) > 0
+		if !doFull && len(fast) == 0 {
+			continue
+		}
 		t0 := time.Now()
-		last = t0
-		err := c.sync()
+		err := c.blocks.refresh() // before the sync: which blocks the next fast round takes
+		if err == nil {
+			if doFull {
+				lastFull = t0
+				err = c.full()
+			} else {
+				err = c.blocks.sync()
+			}
+		}
 		if f := c.fault.Load(); f != nil {
 			err = *f
 		}
@@ -160,10 +205,19 @@ func (c *committer) run() {
 			c.err.Store(&err)
 			close(c.fail)
 		}
-		for _, w := range waiters {
+		answer := append(fast, full...)
+		if doFull {
+			answer = append(answer, lazy...)
+			lazy = nil
+			lazyTimer.Stop()
+		}
+		for _, w := range answer {
 			w <- err
 		}
 		if err != nil {
+			for _, w := range lazy {
+				w <- err
+			}
 			c.drainStopped()
 			return
 		}
@@ -186,21 +240,26 @@ func (c *committer) drainStopped() {
 	}
 }
 
-// Sync returns once a sync that began after the call made everything
-// written before it durable, or with why not.
-func (c *committer) Sync(ctx context.Context) error { return c.sync1(ctx, false) }
+// Sync returns once a round that began after the call made every event
+// the stream acked before the call durable, or with why not.
+func (c *committer) Sync(ctx context.Context) error { return c.sync1(ctx, syncFast) }
 
-// SyncLazy is Sync for a caller nobody waits on: its round may wait up to
-// lazyDelay for a producer's, so that both share one sync.
-func (c *committer) SyncLazy(ctx context.Context) error { return c.sync1(ctx, true) }
+// SyncAll returns once a full round that began after the call made
+// everything written before it durable: a stream, consumer or bucket
+// declared, the stream's metadata changed.
+func (c *committer) SyncAll(ctx context.Context) error { return c.sync1(ctx, syncFull) }
 
-func (c *committer) sync1(ctx context.Context, lazy bool) error {
+// SyncLazy is SyncAll for a caller nobody waits on: it waits for the next
+// full round, at most lazyMax, so that it rarely costs a round of its own.
+func (c *committer) SyncLazy(ctx context.Context) error { return c.sync1(ctx, syncLazy) }
+
+func (c *committer) sync1(ctx context.Context, kind syncKind) error {
 	if p := c.err.Load(); p != nil {
 		return *p
 	}
 	w := make(chan error, 1)
 	select {
-	case c.reqs <- syncReq{w, lazy}:
+	case c.reqs <- syncReq{w, kind}:
 	case <-c.done:
 		return c.stoppedErr()
 	case <-ctx.Done():
@@ -365,5 +424,109 @@ func (a *Appliance) syncMetadata(ctx context.Context) error {
 	if a.commit == nil {
 		return nil
 	}
-	return a.commit.Sync(ctx)
+	return a.commit.SyncAll(ctx)
+}
+
+// blockSyncer is the fast round: the stream's blocks that may have grown
+// since the round before.
+type blockSyncer struct {
+	dir     string
+	last    uint64 // the highest block index when the round before began
+	cur     uint64 // the highest block index when this round began
+	dirSeen uint64 // the highest block index whose directory entry is synced
+	open    map[uint64]*os.File
+}
+
+// refresh reads which blocks exist as a round begins. Every event acked
+// before then is in a block at or after the one that was last when the
+// round before began: nats appends only to its last block.
+func (b *blockSyncer) refresh() error {
+	if b == nil {
+		return nil
+	}
+	entries, err := os.ReadDir(b.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // the stream is being declared again: the full round covers it
+	}
+	if err != nil {
+		return err
+	}
+	b.last = b.cur
+	for _, e := range entries {
+		if idx, ok := blockIndex(e.Name()); ok && idx > b.cur {
+			b.cur = idx
+		}
+	}
+	return nil
+}
+
+// sync fdatasyncs the blocks from the one last at the round before to the
+// last one now, and the directory when a block appeared since its last
+// fsync. Blocks before those are closed.
+func (b *blockSyncer) sync() error {
+	syncDir := b.cur > b.dirSeen
+	for idx := max(b.last, 1); idx <= b.cur; idx++ {
+		path := filepath.Join(b.dir, fmt.Sprintf("%d.blk", idx))
+		st, err := os.Stat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed by the stream's limits: nothing to keep
+		}
+		if err != nil {
+			return err
+		}
+		f := b.open[idx]
+		if f != nil {
+			// nats compacts a block by writing a new file over it: the
+			// descriptor must be the file the name holds now.
+			if fst, err := f.Stat(); err != nil || !os.SameFile(fst, st) {
+				f.Close()
+				f = nil
+				syncDir = true
+			}
+		}
+		if f == nil {
+			if f, err = os.Open(path); errors.Is(err, fs.ErrNotExist) {
+				continue
+			} else if err != nil {
+				return err
+			}
+			b.open[idx] = f
+		}
+		if err := fdatasync(f); err != nil {
+			return err
+		}
+	}
+	if syncDir {
+		if err := fsyncPath(b.dir); err != nil {
+			return err
+		}
+		b.dirSeen = b.cur
+	}
+	for idx, f := range b.open {
+		if idx < b.cur {
+			f.Close()
+			delete(b.open, idx)
+		}
+	}
+	return nil
+}
+
+func (b *blockSyncer) closeAll() {
+	if b == nil {
+		return
+	}
+	for idx, f := range b.open {
+		f.Close()
+		delete(b.open, idx)
+	}
+}
+
+// blockIndex parses nats' block file name "<index>.blk".
+func blockIndex(name string) (uint64, bool) {
+	s, ok := strings.CutSuffix(name, ".blk")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil
 }

@@ -28,3 +28,6 @@ func storeSyncer(dir string) (sync func() error, closeFn func(), how string, err
 	}
 	return func() error { return unix.Syncfs(int(f.Fd())) }, func() { f.Close() }, "syncfs", nil
 }
+
+// fdatasync writes f's data (and the metadata needed to read it back).
+func fdatasync(f *os.File) error { return unix.Fdatasync(int(f.Fd())) }

@@ -2,7 +2,10 @@
 
 package orderstore
 
-import "path/filepath"
+import (
+	"os"
+	"path/filepath"
+)
 
 // storeSyncer returns one group-commit round for the store in dir: where
 // there is no syncfs(2), an fsync of every file and directory under
@@ -11,3 +14,5 @@ func storeSyncer(dir string) (sync func() error, closeFn func(), how string, err
 	js := filepath.Join(dir, "jetstream")
 	return func() error { return fsyncTree(js) }, func() {}, "fsync of every file", nil
 }
+
+func fdatasync(f *os.File) error { return f.Sync() }
