@@ -469,7 +469,13 @@ func (b *blockSyncer) sync() error {
 		path := filepath.Join(b.dir, fmt.Sprintf("%d.blk", idx))
 		st, err := os.Stat(path)
 		if errors.Is(err, fs.ErrNotExist) {
-			continue // removed by the stream's limits: nothing to keep
+			// Removed by the stream's limits: nothing to keep, and no
+			// descriptor holding its disk space.
+			if f := b.open[idx]; f != nil {
+				f.Close()
+				delete(b.open, idx)
+			}
+			continue
 		}
 		if err != nil {
 			return err

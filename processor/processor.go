@@ -673,6 +673,8 @@ func (b *byteBudget) inUse() int64 {
 // dead-lettered, the rest grouped by order, each order's events in stream
 // order. It returns how many it left unhandled because ctx was canceled.
 func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled int) {
+	var dls deadLetters
+	defer func() { p.finishDeadLetters(ctx, dls) }()
 	groups := make(map[string][]item)
 	var order []string
 	for _, it := range batch {
@@ -683,10 +685,10 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled in
 			unhandled++
 			continue
 		case it.poison != nil:
-			p.deadLetter(ctx, it.msg, it.ev, it.poison)
+			p.deadLetter(ctx, it.msg, it.ev, it.poison, &dls)
 			continue
 		case it.ev.Delivered > uint64(p.cfg.MaxDeliver):
-			p.exhausted(ctx, it)
+			p.exhausted(ctx, it, &dls)
 			continue
 		}
 		id := it.ev.OrderID
@@ -712,7 +714,7 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled in
 				handled = append(handled, result{it, results[k][j]})
 			}
 		}
-		p.settleAll(ctx, handled)
+		p.settleAll(ctx, handled, &dls)
 		return unhandled
 	}
 	var handled []result
@@ -721,7 +723,7 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled in
 		unhandled += n
 		handled = append(handled, rs...)
 	}
-	p.settleAll(ctx, handled)
+	p.settleAll(ctx, handled, &dls)
 	return unhandled
 }
 
@@ -733,7 +735,7 @@ type result struct {
 
 // settleAll settles a batch's handled events; with Config.Sync, once what
 // their handlers wrote is durable.
-func (p *Processor) settleAll(ctx context.Context, rs []result) {
+func (p *Processor) settleAll(ctx context.Context, rs []result, dls *deadLetters) {
 	if p.cfg.Sync != nil {
 		need := false
 		for _, r := range rs {
@@ -751,7 +753,7 @@ func (p *Processor) settleAll(ctx context.Context, rs []result) {
 		}
 	}
 	for _, r := range rs {
-		p.settle(ctx, r.it, r.err)
+		p.settle(ctx, r.it, r.err, dls)
 	}
 }
 
@@ -767,7 +769,7 @@ func (p *Processor) sync(ctx context.Context) error {
 // a result: acked if the handler had applied it before it was cut short,
 // else dead-lettered without handling it again (an event that crashes the
 // process every time must not crash-loop it forever).
-func (p *Processor) exhausted(ctx context.Context, it item) {
+func (p *Processor) exhausted(ctx context.Context, it item, dls *deadLetters) {
 	if ac, ok := p.cfg.Handler.(AppliedChecker); ok {
 		applied, err := ac.Applied(ctx, it.ev)
 		if err != nil {
@@ -790,7 +792,7 @@ func (p *Processor) exhausted(ctx context.Context, it item) {
 		}
 	}
 	p.deadLetter(ctx, it.msg, it.ev, fmt.Errorf("delivered %d times without a result (max_deliver %d): the processor stopped or exceeded ack_wait on it",
-		it.ev.Delivered, p.cfg.MaxDeliver))
+		it.ev.Delivered, p.cfg.MaxDeliver), dls)
 }
 
 // handleOrder handles one order's events in turn; once ctx is canceled it
@@ -841,7 +843,7 @@ func safeBatch(ctx context.Context, h BatchHandler, orders [][]Event) (res [][]e
 	return res
 }
 
-func (p *Processor) settle(ctx context.Context, it item, err error) {
+func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLetters) {
 	m, ev := it.msg, it.ev
 	switch {
 	case err == nil:
@@ -865,9 +867,9 @@ func (p *Processor) settle(ctx context.Context, it item, err error) {
 		p.log.Warn("event cut short by the drain timeout, will be redelivered", "seq", ev.Sequence, "err", err)
 		p.settled("nak", ev, m.Nak())
 	case errors.Is(err, ErrPoison):
-		p.deadLetter(ctx, m, ev, err)
+		p.deadLetter(ctx, m, ev, err, dls)
 	case ev.Delivered >= uint64(p.cfg.MaxDeliver):
-		p.deadLetter(ctx, m, ev, fmt.Errorf("failed %d deliveries: %w", ev.Delivered, err))
+		p.deadLetter(ctx, m, ev, fmt.Errorf("failed %d deliveries: %w", ev.Delivered, err), dls)
 	default:
 		p.failed.Add(1)
 		i := min(int(ev.Delivered)-1, len(p.cfg.Backoff)-1)
@@ -896,7 +898,7 @@ func (p *Processor) settled(op string, ev Event, err error) bool {
 // nothing is dropped. A copy that would not fit the server's max_payload
 // is stored without the original headers, then without the payload
 // (HeaderTrimmed says what is missing), so that every event settles.
-func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, cause error) {
+func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, cause error, dls *deadLetters) {
 	h := nats.Header{}
 	for k, v := range m.Headers() {
 		if strings.HasPrefix(k, "Nats-Expected-") {
@@ -946,23 +948,51 @@ func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, c
 		p.settled("nak", ev, m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
 		return
 	}
-	if err := p.sync(pctx); err != nil {
-		p.failed.Add(1)
-		p.log.Error("dead letter not made durable, will retry the event", "seq", ev.Sequence, "err", err)
-		p.settled("nak", ev, m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
+	*dls = append(*dls, deadLettered{m: m, ev: ev, cause: cause, poison: poison, trimmed: h.Get(HeaderTrimmed)})
+}
+
+// deadLetters are a batch's events copied to the dead-letter stream whose
+// originals are terminated once the copies are durable (Config.Sync), with
+// one sync for them all.
+type deadLetters []deadLettered
+
+type deadLettered struct {
+	m       jetstream.Msg
+	ev      Event
+	cause   error
+	poison  bool
+	trimmed string
+}
+
+// finishDeadLetters makes the batch's dead letters durable, then
+// terminates their originals; if they cannot be made durable the originals
+// are retried instead.
+func (p *Processor) finishDeadLetters(ctx context.Context, dls deadLetters) {
+	if len(dls) == 0 {
 		return
 	}
-	// If the term is lost the event comes back and is dead-lettered again:
-	// the copy is deduplicated by its Nats-Msg-Id, and counted then.
-	if !p.settled("term", ev, m.TermWithReason("dead-lettered to "+p.cfg.DeadLetterStream)) {
+	if err := p.sync(ctx); err != nil {
+		for _, d := range dls {
+			p.failed.Add(1)
+			p.log.Error("dead letter not made durable, will retry the event", "seq", d.ev.Sequence, "err", err)
+			p.settled("nak", d.ev, d.m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
+		}
 		return
 	}
-	p.deadLettered.Add(1)
-	if poison {
-		p.poison.Add(1)
+	for _, d := range dls {
+		// If the term is lost the event comes back and is dead-lettered
+		// again: the copy is deduplicated by its Nats-Msg-Id, and counted
+		// then.
+		if !p.settled("term", d.ev, d.m.TermWithReason("dead-lettered to "+p.cfg.DeadLetterStream)) {
+			continue
+		}
+		p.deadLettered.Add(1)
+		if d.poison {
+			p.poison.Add(1)
+		}
+		p.log.Warn("event dead-lettered", "seq", d.ev.Sequence, "subject", truncate(d.ev.Subject, 256), "deliveries", d.ev.Delivered,
+			"poison", d.poison, "trimmed", d.trimmed, "err", truncate(d.cause.Error(), 1024))
 	}
-	p.log.Warn("event dead-lettered", "seq", ev.Sequence, "subject", truncate(ev.Subject, 256), "deliveries", ev.Delivered,
-		"poison", poison, "trimmed", h.Get(HeaderTrimmed), "err", truncate(cause.Error(), 1024))
 }
 
 // maxDeadLetterHeaders keeps a dead letter's headers under nats' 64 KiB
