@@ -19,7 +19,7 @@ var (
 	descUp           = desc("up", "1 once the broker is up and orderstore's objects are declared; 0 while starting.")
 	descReady        = desc("ready", "1 when /readyz reports ready.")
 	descAckDurable   = desc("ack_durable", "1 when every publish ack means the event survives power loss (durability \"group-commit\" or \"always\").")
-	descSyncAlways   = desc("sync_always", "1 when every event is fsynced before its publish ack (sync_interval = \"always\").")
+	descSyncAlways   = desc("sync_always", "1 when nats fsyncs every event before its publish ack (durability \"always\"); 0 with group commit, where orderstore syncs.")
 	descBuild        = desc("build_info", "Build information; always 1.", "version", "commit", "go_version", "nats_server_version")
 	descStreamMsgs   = desc("stream_messages", "Events stored in the stream.", "stream")
 	descStreamBytes  = desc("stream_bytes", "Bytes stored in the stream.", "stream")

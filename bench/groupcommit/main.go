@@ -388,30 +388,41 @@ func load(url, name string, p, w, size int, projected func() uint64) result {
 		r.hasProc = true
 		r.projected = float64(after-before) / elapsed.Seconds()
 		// Backlog: what was stored and not yet processed.
-		nc := conns[0]
-		js, _ := jetstream.New(nc)
-		if c, err := js.Consumer(context.Background(), "ORDER_EVENTS", "order-processor"); err == nil {
-			if ci, err := c.Info(context.Background()); err == nil {
-				r.backlog = ci.NumPending + uint64(ci.NumAckPending)
-			}
-		}
-		// Let the processor catch up before the next cell, so that cells
-		// do not inherit each other's backlog.
-		for i := 0; i < 600 && r.backlog > 0; i++ {
-			time.Sleep(100 * time.Millisecond)
-			if c, err := js.Consumer(context.Background(), "ORDER_EVENTS", "order-processor"); err == nil {
-				if ci, err := c.Info(context.Background()); err == nil && ci.NumPending+uint64(ci.NumAckPending) == 0 {
-					break
-				}
-			}
-		}
+		r.backlog = backlog(conns[0])
+		catchUp(conns[0])
 	}
 	return r
+}
+
+// backlog is what the processor's consumer has not yet processed.
+func backlog(nc *nats.Conn) uint64 {
+	js, _ := jetstream.New(nc)
+	c, err := js.Consumer(context.Background(), "ORDER_EVENTS", "order-processor")
+	if err != nil {
+		return 0
+	}
+	ci, err := c.Info(context.Background())
+	if err != nil {
+		return 0
+	}
+	return ci.NumPending + uint64(ci.NumAckPending)
+}
+
+// catchUp waits (up to a minute) until the processor has processed every
+// event, so that cells do not inherit each other's backlog.
+func catchUp(nc *nats.Conn) {
+	for i := 0; i < 600 && backlog(nc) > 0; i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // natsBench runs natscli's `nats bench js pub sync|async` on orders.bench
 // into ORDER_EVENTS and reads its CSV.
 func natsBench(cli, url, name, mode, dir string) result {
+	if nc, err := nats.Connect(url); err == nil {
+		catchUp(nc) // a processor still working off the cell before would slow this one
+		defer func() { catchUp(nc); nc.Close() }()
+	}
 	msgs := *natsMsgs
 	args := []string{"--server", url, "bench", "js", "pub", mode, "orders.bench", "--stream", "ORDER_EVENTS", "--size", "128", "--no-progress"}
 	if mode == "sync" {
