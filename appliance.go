@@ -404,6 +404,9 @@ func (a *Appliance) setServer(srv *embedded.Server) {
 	defer a.srvMu.Unlock()
 	a.srv = srv
 	a.nsrv.Store(srv.NATSServer())
+	if a.commit != nil {
+		a.commit.ForceFull() // nats recovered the store again: sync all of it
+	}
 	close(a.srvChanged)
 	a.srvChanged = make(chan struct{})
 }

@@ -57,6 +57,9 @@ type committer struct {
 	fail   chan struct{} // closed after the first failed sync
 	err    atomic.Pointer[error]
 	fault  atomic.Pointer[error] // tests: the next rounds fail with it
+	// forceFull makes the next round full (nats restarted: its recovery
+	// may have rewritten what the fast round follows).
+	forceFull atomic.Bool
 	stats  commitStats
 }
 
@@ -181,6 +184,9 @@ func (c *committer) run() {
 		}
 		t0 := time.Now()
 		err := c.blocks.refresh() // before the sync: which blocks the next fast round takes
+		if c.blocks.takeNeedFull() || c.forceFull.Swap(false) {
+			doFull = true
+		}
 		if err == nil {
 			if doFull {
 				lastFull = t0
@@ -298,14 +304,21 @@ func (c *committer) Err() error {
 	return nil
 }
 
-// Close stops the loop once the round running now has ended.
+// ForceFull makes the next round full.
+func (c *committer) ForceFull() { c.forceFull.Store(true) }
+
+// Close stops the loop once the round running now has ended, waiting at
+// most 30 s for a sync that hangs (its waiters get the error then).
 func (c *committer) Close() {
 	select {
 	case <-c.stop:
 	default:
 		close(c.stop)
 	}
-	<-c.done
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+	}
 }
 
 // fsyncTree fsyncs every regular file and directory under root, children
@@ -434,7 +447,12 @@ type blockSyncer struct {
 	last    uint64 // the highest block index when the round before began
 	cur     uint64 // the highest block index when this round began
 	dirSeen uint64 // the highest block index whose directory entry is synced
+	dirSync bool   // the directory changed otherwise: fsync it
+	dirStat os.FileInfo
 	open    map[uint64]*os.File
+	// needFull is set when the fast round cannot vouch for what changed:
+	// msgs/ itself was replaced (a purge), or nats restarted.
+	needFull bool
 }
 
 // refresh reads which blocks exist as a round begins. Every event acked
@@ -451,20 +469,47 @@ func (b *blockSyncer) refresh() error {
 	if err != nil {
 		return err
 	}
-	b.last = b.cur
+	if st, err := os.Stat(b.dir); err == nil {
+		if b.dirStat != nil && !os.SameFile(b.dirStat, st) {
+			b.needFull = true // a purge renames a new msgs/ into place
+		}
+		b.dirStat = st
+	}
+	var top uint64
 	for _, e := range entries {
-		if idx, ok := blockIndex(e.Name()); ok && idx > b.cur {
-			b.cur = idx
+		if idx, ok := blockIndex(e.Name()); ok && idx > top {
+			top = idx
 		}
 	}
+	// The last block may be gone (nats removes an empty last block when
+	// it recovers, and the one before is last again): start from the
+	// lower of the two, and sync the directory when the last block
+	// changed either way.
+	b.last = min(b.cur, top)
+	if top != b.cur {
+		b.dirSync = true
+	}
+	if top < b.dirSeen {
+		b.dirSeen = top // a block of that index made again needs its entry synced
+	}
+	b.cur = top
 	return nil
+}
+
+// takeNeedFull reports (once) that the next round must be full.
+func (b *blockSyncer) takeNeedFull() bool {
+	if b == nil || !b.needFull {
+		return false
+	}
+	b.needFull = false
+	return true
 }
 
 // sync fdatasyncs the blocks from the one last at the round before to the
 // last one now, and the directory when a block appeared since its last
 // fsync. Blocks before those are closed.
 func (b *blockSyncer) sync() error {
-	syncDir := b.cur > b.dirSeen
+	syncDir := b.cur > b.dirSeen || b.dirSync
 	for idx := max(b.last, 1); idx <= b.cur; idx++ {
 		path := filepath.Join(b.dir, fmt.Sprintf("%d.blk", idx))
 		st, err := os.Stat(path)
@@ -506,10 +551,10 @@ func (b *blockSyncer) sync() error {
 		if err := fsyncPath(b.dir); err != nil {
 			return err
 		}
-		b.dirSeen = b.cur
+		b.dirSeen, b.dirSync = b.cur, false
 	}
 	for idx, f := range b.open {
-		if idx < b.cur {
+		if idx != b.cur {
 			f.Close()
 			delete(b.open, idx)
 		}

@@ -55,14 +55,51 @@ func TestBlockSyncerFollowsBlocks(t *testing.T) {
 	if b.open[3] == old || !os.SameFile(fst, st) {
 		t.Fatal("the round kept the replaced block's descriptor")
 	}
-	// Retention removes the first blocks; a removed last block is skipped.
+	// Retention removes the first block; nats removes an empty last
+	// block when it recovers, and the one before is the last again: the
+	// round syncs it and the directory.
 	os.Remove(filepath.Join(dir, "1.blk"))
 	os.Remove(filepath.Join(dir, "3.blk"))
 	round()
-	if len(b.open) != 0 {
-		t.Fatalf("open blocks %v after the last was removed", b.open)
+	if _, ok := b.open[2]; !ok || len(b.open) != 1 || b.cur != 2 || b.last != 2 || b.dirSeen != 2 {
+		t.Fatalf("after the last block went: open %v, last %d cur %d dirSeen %d", b.open, b.last, b.cur, b.dirSeen)
+	}
+	// A block of a removed index made again: its entry is synced.
+	write("3.blk", "d")
+	round()
+	if b.cur != 3 || b.dirSeen != 3 {
+		t.Fatalf("after block 3 came back: cur %d dirSeen %d", b.cur, b.dirSeen)
+	}
+	// msgs/ replaced (a purge): the next round must be full.
+	os.RemoveAll(dir)
+	os.Mkdir(dir, 0o755)
+	write("1.blk", "e")
+	round()
+	if !b.takeNeedFull() || b.takeNeedFull() {
+		t.Fatal("a replaced msgs/ did not ask for one full round")
 	}
 	if _, ok := blockIndex("12.blk.tmp"); ok {
 		t.Fatal("a temporary file taken for a block")
+	}
+}
+
+func TestSubjectMatches(t *testing.T) {
+	for _, c := range []struct {
+		pattern, subject string
+		want             bool
+	}{
+		{"orders.>", "orders.created", true},
+		{"orders.>", "orders.a.b", true},
+		{"orders.>", "orders", false},
+		{"orders.*", "orders.created", true},
+		{"orders.*", "orders.a.b", false},
+		{"orders.created", "orders.created", true},
+		{"orders.created", "orders.paid", false},
+		{"orders.>", "other.created", false},
+		{"orders.*.x", "orders..x", false},
+	} {
+		if got := subjectMatches(c.pattern, c.subject); got != c.want {
+			t.Errorf("subjectMatches(%q, %q) = %v", c.pattern, c.subject, got)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -18,7 +19,9 @@ func storeSyncer(dir string) (sync func() error, closeFn func(), how string, err
 	if err := unix.Statfs(dir, &st); err != nil {
 		return nil, nil, "", err
 	}
-	if st.Type == unix.FUSE_SUPER_MAGIC {
+	// Before Linux 5.8 syncfs did not report write-back errors: a failed
+	// write would pass for durable. There, fsync every file instead.
+	if st.Type == unix.FUSE_SUPER_MAGIC || !syncfsReportsErrors() {
 		js := filepath.Join(dir, "jetstream")
 		return func() error { return fsyncTree(js) }, func() {}, "fsync of every file", nil
 	}
@@ -31,3 +34,17 @@ func storeSyncer(dir string) (sync func() error, closeFn func(), how string, err
 
 // fdatasync writes f's data (and the metadata needed to read it back).
 func fdatasync(f *os.File) error { return unix.Fdatasync(int(f.Fd())) }
+
+// syncfsReportsErrors reports whether the kernel is Linux 5.8 or newer,
+// where syncfs returns the write-back errors of the file system.
+func syncfsReportsErrors() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 5 || major == 5 && minor >= 8
+}

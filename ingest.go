@@ -1,7 +1,6 @@
 package orderstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -61,6 +60,9 @@ type ingest struct {
 	kick        chan struct{}
 	stop        chan struct{}
 	done        chan struct{}
+	subjects    []string        // the stream's subjects: nothing else is republished
+	abortCtx    context.Context // canceled when Close gives up waiting
+	abort       context.CancelFunc
 }
 
 type pendingPub struct {
@@ -70,15 +72,18 @@ type pendingPub struct {
 }
 
 type ackReply struct {
-	reply string
-	data  []byte
-	size  int
+	reply  string
+	data   []byte
+	header nats.Header // a status the stream answered with (503 no responders)
+	size   int
 }
 
 // startIngest subscribes the ingest service on nc for subjects.
 func startIngest(nc *nats.Conn, c *committer, subjects []string, log *slog.Logger) (*ingest, error) {
 	in := &ingest{nc: nc, c: c, log: log, ackPrefix: internalInboxPrefix + ".ingest." + nuid.Next() + ".",
-		pending: map[uint64]pendingPub{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		pending: map[uint64]pendingPub{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		subjects: subjects}
+	in.abortCtx, in.abort = context.WithCancel(context.Background())
 	in.space = sync.NewCond(&in.mu)
 	var err error
 	if in.ackSub, err = nc.Subscribe(in.ackPrefix+"*", in.onAck); err != nil {
@@ -106,6 +111,14 @@ func startIngest(nc *nats.Conn, c *committer, subjects []string, log *slog.Logge
 // onPublish takes one producer publish.
 func (in *ingest) onPublish(m *nats.Msg) {
 	subject := strings.TrimPrefix(m.Subject, ingestPrefix)
+	if !matchesAny(in.subjects, subject) {
+		// Only the stream's subjects are imported here; anything else
+		// (a leaf peer's publish) is not ours to store.
+		if m.Reply != "" {
+			in.reply(m.Reply, apiError(400, 10077, "orderstore: "+truncateSubject(subject)+" is not a subject of the stream"))
+		}
+		return
+	}
 	out := &nats.Msg{Subject: subject, Header: m.Header, Data: m.Data}
 	if m.Reply == "" { // a plain publish: nobody waits for an ack
 		if err := in.nc.PublishMsg(out); err != nil {
@@ -171,14 +184,10 @@ func (in *ingest) onAck(m *nats.Msg) {
 	if err != nil {
 		return
 	}
-	if !storedAck(m) {
-		// Nothing was stored (a failed Nats-Expected-* check, the store
-		// refusing): the stream's answer goes back as is.
-		if p, ok := in.take(id); ok {
-			in.nc.PublishMsg(&nats.Msg{Subject: p.reply, Header: m.Header, Data: m.Data})
-		}
-		return
-	}
+	// Every answer of the stream waits for the round, errors too: a
+	// refused Nats-Expected-Last-Sequence may rest on an event acked in
+	// the same batch, which the round has yet to make durable. The
+	// answer goes back as the stream wrote it (headers included).
 	in.mu.Lock()
 	p, ok := in.pending[id]
 	if !ok {
@@ -186,7 +195,7 @@ func (in *ingest) onAck(m *nats.Msg) {
 		return // answered by the sweeper already
 	}
 	delete(in.pending, id)
-	in.stored = append(in.stored, ackReply{reply: p.reply, data: append([]byte(nil), m.Data...), size: p.size})
+	in.stored = append(in.stored, ackReply{reply: p.reply, data: append([]byte(nil), m.Data...), header: m.Header, size: p.size})
 	in.storedBytes += len(m.Data)
 	in.mu.Unlock()
 	select {
@@ -195,14 +204,6 @@ func (in *ingest) onAck(m *nats.Msg) {
 	}
 }
 
-// storedAck reports whether m is a stream's ack of a stored event (or a
-// duplicate of one): a JSON body without an error, and no status header.
-func storedAck(m *nats.Msg) bool {
-	if len(m.Data) == 0 || m.Header.Get("Status") != "" {
-		return false
-	}
-	return !bytes.Contains(m.Data, []byte(`"error"`))
-}
 
 // commitLoop acknowledges what the stream stored, one sync per batch. A
 // batch is everything stored while the previous sync ran (up to the
@@ -230,17 +231,22 @@ func (in *ingest) commitLoop() {
 				break
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), ingestAckTimeout)
+			stop := context.AfterFunc(in.abortCtx, cancel)
 			err := in.c.Sync(ctx)
+			stop()
 			cancel()
 			var fail []byte
 			if err != nil {
 				fail = apiError(503, 10077, "orderstore: the event may not be on disk ("+err.Error()+"): not acknowledged; publish it again with the same Nats-Msg-Id once orderstore is back")
 			}
 			for _, a := range batch {
-				if err == nil {
-					in.reply(a.reply, a.data)
-				} else {
+				switch {
+				case err != nil:
 					in.reply(a.reply, fail)
+				case len(a.header) > 0:
+					in.nc.PublishMsg(&nats.Msg{Subject: a.reply, Header: a.header, Data: a.data})
+				default:
+					in.reply(a.reply, a.data)
 				}
 			}
 			in.mu.Lock()
@@ -291,10 +297,19 @@ func (in *ingest) sweep() {
 	}
 }
 
-// Close stops taking publishes, waits (up to ctx) until those taken are
-// answered, and stops.
+// Close stops taking publishes (those already delivered to the service
+// are still taken), waits (up to ctx) until those taken are answered, and
+// stops; what is still unanswered then gets a 503.
 func (in *ingest) Close(ctx context.Context) {
-	in.reqSub.Unsubscribe()
+	if err := in.reqSub.Drain(); err != nil {
+		in.reqSub.Unsubscribe()
+	}
+	for in.reqSub.IsValid() && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	for {
 		in.mu.Lock()
 		n := in.inFlight
@@ -311,9 +326,55 @@ func (in *ingest) Close(ctx context.Context) {
 	in.closed = true
 	in.space.Broadcast()
 	in.mu.Unlock()
+	in.abort() // a sync still running is given up on: its batch gets an error
 	close(in.stop)
 	<-in.done
 	in.ackSub.Unsubscribe()
+	in.mu.Lock()
+	var left []string
+	for id, p := range in.pending {
+		left = append(left, p.reply)
+		delete(in.pending, id)
+	}
+	for _, a := range in.stored {
+		left = append(left, a.reply)
+	}
+	in.stored = nil
+	in.mu.Unlock()
+	for _, r := range left {
+		in.reply(r, apiError(503, 10077, "orderstore is stopping: the event may or may not be stored; publish it again with the same Nats-Msg-Id"))
+	}
+}
+
+// matchesAny reports whether subject is matched by one of the patterns
+// (NATS wildcards '*' and '>').
+func matchesAny(patterns []string, subject string) bool {
+	for _, p := range patterns {
+		if subjectMatches(p, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+func subjectMatches(pattern, subject string) bool {
+	pt, st := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, p := range pt {
+		if p == ">" {
+			return len(st) > i
+		}
+		if i >= len(st) || p != "*" && p != st[i] || st[i] == "" {
+			return false
+		}
+	}
+	return len(pt) == len(st)
+}
+
+func truncateSubject(s string) string {
+	if len(s) > 256 {
+		return strconv.Quote(s[:256] + "...")
+	}
+	return strconv.Quote(s)
 }
 
 // apiError is a JetStream API error response, as nats-server writes it.
@@ -340,8 +401,14 @@ func (a *Appliance) publishMsg(ctx context.Context, subject string, h nats.Heade
 		return a.js.PublishMsg(ctx, msg, opts...)
 	}
 	// The ingest service's subject, answered like the stream: jetstream
-	// publishes there as it would on the stream's.
+	// publishes there as it would on the stream's. It may hold an answer
+	// up to its ack timeout, longer than jetstream's default 5 s.
 	msg.Subject = ingestSubject(subject)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, ingestAckTimeout+5*time.Second)
+		defer cancel()
+	}
 	return a.js.PublishMsg(ctx, msg, opts...)
 }
 
