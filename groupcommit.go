@@ -60,7 +60,7 @@ type committer struct {
 	// forceFull makes the next round full (nats restarted: its recovery
 	// may have rewritten what the fast round follows).
 	forceFull atomic.Bool
-	stats  commitStats
+	stats     commitStats
 }
 
 // commitStats are what /metrics and the dashboard show of the rounds.

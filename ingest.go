@@ -204,7 +204,6 @@ func (in *ingest) onAck(m *nats.Msg) {
 	}
 }
 
-
 // commitLoop acknowledges what the stream stored, one sync per batch. A
 // batch is everything stored while the previous sync ran (up to the
 // bounds), so it closes when that sync ends, never on a timer.
