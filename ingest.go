@@ -357,6 +357,11 @@ func matchesAny(patterns []string, subject string) bool {
 }
 
 func subjectMatches(pattern, subject string) bool {
+	if prefix, ok := strings.CutSuffix(pattern, ".>"); ok && !strings.Contains(prefix, "*") {
+		// The usual "orders.>", without allocating.
+		rest, ok := strings.CutPrefix(subject, prefix+".")
+		return ok && rest != "" && !strings.Contains(rest, "..") && !strings.HasPrefix(rest, ".") && !strings.HasSuffix(rest, ".")
+	}
 	pt, st := strings.Split(pattern, "."), strings.Split(subject, ".")
 	for i, p := range pt {
 		if p == ">" {
