@@ -783,13 +783,10 @@ func (a *Appliance) LatestDeadLetters(ctx context.Context, n int) ([]processor.D
 // and deletes it; it returns the event's new stream sequence. An unknown
 // seq matches [ErrNotFound].
 func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, error) {
-	var js jetstream.JetStream = a.js
-	if a.commit != nil {
-		// The republish is acknowledged once durable, before the dead
-		// letter is removed.
-		js = ingestJetStream{a.js, a}
-	}
-	n, err := processor.Replay(ctx, js, a.cfg.Processor.DeadLetterStream, seq)
+	// Published as a producer's event is (with group commit: acknowledged
+	// once durable, before the dead letter is removed), and refused when
+	// the original subject is too long for orderstore's own connection.
+	n, err := processor.Replay(ctx, ingestJetStream{a.js, a}, a.cfg.Processor.DeadLetterStream, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, fmt.Errorf("dead letter %d: %w", seq, ErrNotFound)
 	}

@@ -314,3 +314,93 @@ func startFailing(t *testing.T, opts ...func(*orderstore.Config)) *orderstore.Ap
 	t.Cleanup(func() { app.Close(context.Background()) })
 	return app
 }
+
+// Hostile producers: a subject as long as nats' 4 KiB protocol line takes,
+// an 8 KiB header, a payload at max_payload. None may take down the ingest
+// service's connection (nats closes a connection whose republish exceeds
+// the line, and the appliance would stop with it): each gets an answer,
+// and the appliance keeps acking. A dead letter with such a subject is
+// refused on replay instead of killing orderstore's own connection.
+func TestGroupCommitHostileProducers(t *testing.T) {
+	app := orderstoretest.Start(t)
+	ctx := context.Background()
+	publish := func(name string, msg *nats.Msg) (*jetstream.PubAck, error) {
+		t.Helper()
+		nc, err := nats.Connect(app.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return js.PublishMsg(pctx, msg)
+	}
+	normal := func(after string) {
+		t.Helper()
+		if _, err := publish("normal", &nats.Msg{Subject: "orders.created", Data: []byte(`{"order_id":"ok"}`)}); err != nil {
+			t.Fatalf("a normal publish after %s: %v", after, err)
+		}
+	}
+	// The longest subject a client can send still gets an answer.
+	var longest string
+	for n := 3940; n <= 4090; n += 5 {
+		subj := "orders." + strings.Repeat("x", n)
+		_, err := publish("long", &nats.Msg{Subject: subj, Data: []byte(`{"order_id":"long"}`)})
+		var apiErr *jetstream.APIError
+		switch {
+		case err == nil:
+			longest = subj // stored: it fits
+		case errors.As(err, &apiErr) && apiErr.Code == 400 && strings.Contains(apiErr.Description, "longer than"):
+		case errors.Is(err, nats.ErrConnectionClosed) || strings.Contains(err.Error(), "control line"):
+			// nats refused the client's own line: nothing reached orderstore
+		default:
+			t.Fatalf("subject of %d bytes: %v, want an ack or a 400 naming the length", n, err)
+		}
+		normal(fmt.Sprintf("a %d-byte subject", n))
+	}
+	h := nats.Header{}
+	h.Set("X-Big", strings.Repeat("h", 8<<10))
+	if _, err := publish("header", &nats.Msg{Subject: "orders.created", Header: h, Data: []byte(`{"order_id":"h"}`)}); err != nil {
+		t.Fatalf("8 KiB header: %v", err)
+	}
+	big := []byte(`{"order_id":"big","p":"` + strings.Repeat("p", int(app.Config().Stream.MaxMsgSize)-1024) + `"}`)
+	if _, err := publish("big", &nats.Msg{Subject: "orders.created", Data: big}); err != nil {
+		t.Fatalf("payload near max_msg_size: %v", err)
+	}
+	normal("the big ones")
+	if err := app.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-app.Done():
+		t.Fatalf("the appliance stopped: %v", app.Wait())
+	default:
+	}
+	// A dead letter whose subject is too long to republish.
+	t.Logf("longest subject stored: %d bytes", len(longest))
+	if longest == "" {
+		t.Fatal("no long subject was stored: the test checks no replay")
+	}
+	{
+		embeddedtest.WaitFor(t, 20*time.Second, func() error {
+			dls, _, err := app.DeadLetters(ctx, 1, 100)
+			if err != nil {
+				return err
+			}
+			for _, d := range dls {
+				if d.Subject == longest {
+					if _, err := app.ReplayDeadLetter(ctx, d.Sequence); err == nil || !strings.Contains(err.Error(), "too long") {
+						t.Fatalf("replay of a %d-byte subject: %v, want refused as too long", len(longest), err)
+					}
+					return nil
+				}
+			}
+			return fmt.Errorf("the long-subject event is not dead-lettered yet (%d dead letters)", len(dls))
+		})
+		normal("the refused replay")
+		if err := app.Ready(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

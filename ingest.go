@@ -3,6 +3,7 @@ package orderstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -119,6 +120,14 @@ func (in *ingest) onPublish(m *nats.Msg) {
 		}
 		return
 	}
+	if len(subject) > in.maxSubject() {
+		// Its republish would exceed nats' protocol line (4 KiB), and nats
+		// would close the ingest service's connection for it.
+		if m.Reply != "" {
+			in.reply(m.Reply, apiError(400, 10077, fmt.Sprintf("orderstore: a subject of %d bytes is longer than the %d the stream takes", len(subject), in.maxSubject())))
+		}
+		return
+	}
 	out := &nats.Msg{Subject: subject, Header: m.Header, Data: m.Data}
 	if m.Reply == "" { // a plain publish: nobody waits for an ack
 		if err := in.nc.PublishMsg(out); err != nil {
@@ -156,6 +165,18 @@ func (in *ingest) onPublish(m *nats.Msg) {
 		}
 	}
 }
+
+// maxControlLine is nats' limit on a protocol line ("HPUB <subject>
+// <reply> <sizes>"): a client that sends a longer one is disconnected.
+const maxControlLine = 4096
+
+// maxSubject is the longest subject the service republishes: what fits a
+// protocol line with its reply subject and sizes.
+func (in *ingest) maxSubject() int { return maxControlLine - len(in.ackPrefix) - 13 - 40 }
+
+// errSubjectTooLong is returned for a subject orderstore's own connection
+// could not publish on without nats closing it.
+var errSubjectTooLong = errors.New("subject too long to publish: it would exceed nats' 4 KiB protocol line")
 
 // take removes a pending publish, if it is still there.
 func (in *ingest) take(id uint64) (pendingPub, bool) {
@@ -400,6 +421,12 @@ func (a *Appliance) Publish(ctx context.Context, subject string, data []byte, op
 }
 
 func (a *Appliance) publishMsg(ctx context.Context, subject string, h nats.Header, data []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	// With the ingest prefix and the connection's reply inbox (about 70
+	// bytes), a longer subject would make nats close orderstore's own
+	// connection, and the appliance with it.
+	if len(ingestPrefix)+len(subject)+160 > maxControlLine {
+		return nil, fmt.Errorf("%d bytes: %w", len(subject), errSubjectTooLong)
+	}
 	msg := &nats.Msg{Subject: subject, Header: h, Data: data}
 	if a.commit == nil {
 		return a.js.PublishMsg(ctx, msg, opts...)
