@@ -307,25 +307,10 @@ func Restore(ctx context.Context, cfg Config, dir string, progress func(BackupPr
 	if err := srv.Close(); err != nil {
 		return nil, err
 	}
-	if err := syncTree(filepath.Join(rep.StoreDir, "jetstream")); err != nil {
+	if err := fsyncTree(filepath.Join(rep.StoreDir, "jetstream")); err != nil {
 		return nil, fmt.Errorf("restore: sync the store: %w", err)
 	}
 	return m, nil
-}
-
-// syncTree fsyncs every file and directory under root.
-func syncTree(root string) error {
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		return f.Sync()
-	})
 }
 
 func restoreStream(ctx context.Context, nc *nats.Conn, dir string, s BackupStream, progress func(BackupProgress)) error {

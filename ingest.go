@@ -275,9 +275,16 @@ func (in *ingest) commitLoop() {
 			}
 			in.mu.Unlock()
 			if err == nil {
+				acked := 0
+				for _, a := range batch {
+					// nats writes an error answer as {"error":{...}}.
+					if len(a.header) == 0 && !strings.HasPrefix(string(a.data), `{"error"`) {
+						acked++
+					}
+				}
 				in.c.stats.mu.Lock()
 				in.c.stats.batchHist.observe(float64(len(batch)))
-				in.c.stats.acked += uint64(len(batch))
+				in.c.stats.acked += uint64(acked)
 				in.c.stats.mu.Unlock()
 			}
 		}
