@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -238,14 +239,14 @@ func (in *ingest) commitLoop() {
 		}
 		for {
 			in.mu.Lock()
-			n, bytes := 0, 0
-			for n < len(in.stored) && n < ingestMaxBatch && (bytes < ingestMaxBatchBytes || n == 0) {
-				bytes += len(in.stored[n].data)
+			n, size := 0, 0
+			for n < len(in.stored) && n < ingestMaxBatch && (size < ingestMaxBatchBytes || n == 0) {
+				size += len(in.stored[n].data)
 				n++
 			}
 			batch := append([]ackReply(nil), in.stored[:n]...)
 			in.stored = append(in.stored[:0], in.stored[n:]...)
-			in.storedBytes -= bytes
+			in.storedBytes -= size
 			in.mu.Unlock()
 			if len(batch) == 0 {
 				break
@@ -278,7 +279,7 @@ func (in *ingest) commitLoop() {
 				acked := 0
 				for _, a := range batch {
 					// nats writes an error answer as {"error":{...}}.
-					if len(a.header) == 0 && !strings.HasPrefix(string(a.data), `{"error"`) {
+					if len(a.header) == 0 && !bytes.HasPrefix(a.data, []byte(`{"error"`)) {
 						acked++
 					}
 				}
