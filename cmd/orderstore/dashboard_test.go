@@ -39,10 +39,27 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	bctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
+	// Chromium occasionally dies while it starts on a loaded machine (seen
+	// twice under go test -race ./..., with nothing but crashpad noise on
+	// its stderr): starting the browser is retried, the page never is.
+	var bctx context.Context
+	for attempt := 1; ; attempt++ {
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		c, cancelCtx := chromedp.NewContext(actx)
+		err := chromedp.Do(c) // starts the browser
+		if err == nil {
+			defer cancelAlloc()
+			defer cancelCtx()
+			bctx = c
+			break
+		}
+		cancelCtx()
+		cancelAlloc()
+		if attempt == 3 {
+			t.Fatalf("chromium did not start in 3 attempts: %v", err)
+		}
+		t.Logf("chromium did not start (attempt %d), retrying: %v", attempt, err)
+	}
 	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
 	defer cancel()
 
