@@ -2,6 +2,7 @@ package orderstore
 
 import (
 	"context"
+	crand "crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -51,6 +52,7 @@ type Appliance struct {
 	srvChanged chan struct{} // closed and replaced when srv is replaced
 	ec         embedded.Config
 	id         *internalIdentity             // how orderstore's own connections sign in
+	epoch      string                        // this run's EpochHeader value
 	backupMu   sync.Mutex                    // one backup at a time
 	hub        *hubWatch                     // a hub's source watcher; nil elsewhere
 	dupName    atomic.Pointer[string]        // nats' log line about another node with this node's name
@@ -61,12 +63,17 @@ type Appliance struct {
 	// processor and its projection writes.
 	nc, pnc *nats.Conn
 	js, pjs jetstream.JetStream
-	// Group commit (durability "group-commit"): the store's sync, and the
-	// ingest service on a connection of its own; nil in other modes.
+	// Group commit (durability "group-commit"): the store's sync; nil in
+	// other modes. The ingest service takes every producer's publish in
+	// every mode, on a connection of its own.
 	commit        *committer
 	ing           *ingest
 	inc           *nats.Conn
 	incClosed     chan struct{}
+	ingLive       atomic.Pointer[ingest] // ing, for the connection's handlers
+	dguard        *durableGuard          // answers clients' requests on the processor's durable
+	wnc           *nats.Conn             // the hub watcher's, with an inbox of its own; nil elsewhere
+	wncClosed     chan struct{}
 	proj          *processor.Projection // reads, on nc
 	proc          *processor.Processor  // nil when disabled
 	stallAfter    time.Duration
@@ -119,12 +126,14 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		ncClosed:   make(chan struct{}),
 		pncClosed:  make(chan struct{}),
 		incClosed:  make(chan struct{}),
+		wncClosed:  make(chan struct{}),
 		closing:    make(chan struct{}),
 		done:       make(chan struct{}),
 		closeDone:  make(chan struct{}),
 		srvChanged: make(chan struct{}),
 	}
 	a.guard = newStoreGuard(a)
+	a.epoch = newEpoch()
 	defer func() {
 		if err != nil {
 			a.startFailed = true // an interrupted start-up may have left work undone
@@ -180,6 +189,11 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// This run's epoch and where it begins, before any event of it is
+	// stored (a hub checks each edge's epochs: edgeepoch.go).
+	if err := a.recordEpoch(ctx); err != nil {
+		return nil, err
+	}
 	// nats writes the metadata of what it declared (meta.inf, the
 	// consumer's state) without fsync: make it durable before any event is
 	// acknowledged.
@@ -194,6 +208,9 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 			}
 		}
 		pc := cfg.ProcessorSpec(h)
+		// Nobody else may bind it (the durable guard): a gap in what it
+		// is delivered is read back from the stream.
+		pc.Exclusive = true
 		if a.consumerReset {
 			// Declared again from the start: what lies below the stream's
 			// first sequence was processed by the consumer before.
@@ -230,21 +247,33 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		b.Ingest = a.commit.ingestStats
 	}
 	if cfg.Hub.Enabled() {
+		// Its requests to the edges are answered over the leaf links, on
+		// an inbox prefix that is the only one of orderstore's to cross.
+		if a.wnc, _, err = a.connectInbox("orderstore-hubwatch", a.wncClosed, hubWatchInboxPrefix); err != nil {
+			return nil, err
+		}
 		a.hub = newHubWatch(a)
 	}
 	if a.proc != nil {
 		b.Processor = a
 	}
+	if s, d, ok := cfg.protectedConsumers(); ok {
+		if a.dguard, err = startDurableGuard(a.nc, s, d, log.With("component", "durable-guard")); err != nil {
+			return nil, err
+		}
+	}
+	if a.inc, _, err = a.connect("orderstore-ingest", a.incClosed); err != nil {
+		return nil, err
+	}
+	if a.ing, err = startIngest(a.inc, a.ingestConfig(), log.With("component", "ingest")); err != nil {
+		return nil, err
+	}
+	a.ingLive.Store(a.ing)
 	if a.commit != nil {
-		if a.inc, _, err = a.connect("orderstore-ingest", a.incClosed); err != nil {
-			return nil, err
-		}
-		if a.ing, err = startIngest(a.inc, a.commit, cfg.Stream.Subjects, log.With("component", "ingest")); err != nil {
-			return nil, err
-		}
 		log.Info("group commit: producers are acked once a sync made their events durable",
 			"sync", "fdatasync of the stream's last blocks; "+a.commit.how+" for the rest")
 	}
+	b.Guard = a.guardStats
 	a.adm.SetBackend(b)
 
 	a.runGroup()
@@ -385,6 +414,29 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	return nil
 }
 
+// guardStats is what the ingest service and the durable guard refused.
+func (a *Appliance) guardStats() *admin.GuardStats {
+	g := &admin.GuardStats{}
+	if in := a.ing; in != nil {
+		g.OverBudget, g.Unanswered, g.ForgedAnswers, g.ElectionRetries = in.refused.Load(), in.unanswer.Load(), in.forged.Load(), in.elections.Load()
+	}
+	if a.dguard != nil {
+		g.ForeignConsumerRequests = a.dguard.refused.Load()
+	}
+	return g
+}
+
+// newEpoch is a run's EpochHeader value: 12 random letters and digits.
+func newEpoch() string {
+	const digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	var b [12]byte
+	crand.Read(b[:])
+	for i := range b {
+		b[i] = digits[int(b[i])%len(digits)]
+	}
+	return string(b[:])
+}
+
 // server returns the embedded server running now.
 func (a *Appliance) server() *embedded.Server {
 	a.srvMu.Lock()
@@ -415,6 +467,11 @@ func (a *Appliance) setServer(srv *embedded.Server) {
 // drops it (a slow consumer, a protocol error, an operator's kick) and
 // closes (for the watchdog) only when it cannot.
 func (a *Appliance) connect(name string, closed chan struct{}) (*nats.Conn, jetstream.JetStream, error) {
+	return a.connectInbox(name, closed, internalInboxPrefix)
+}
+
+// connectInbox is connect with replies on inbox.
+func (a *Appliance) connectInbox(name string, closed chan struct{}, inbox string) (*nats.Conn, jetstream.JetStream, error) {
 	log := a.log.With("component", "nats-client", "conn", name)
 	// In-process through the appliance, so a reconnect reaches the server
 	// running now (the store guard may have restarted it). Reconnects give
@@ -424,6 +481,10 @@ func (a *Appliance) connect(name string, closed chan struct{}) (*nats.Conn, jets
 		nats.MaxReconnects(1200), nats.ReconnectWait(250 * time.Millisecond),
 		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if in := a.ingLive.Load(); in != nil && name == "orderstore-ingest" {
+				// Answers to what it passed on come on this connection.
+				in.failPending("the connection to the stream was lost")
+			}
 			select {
 			case <-a.closing:
 			default:
@@ -433,7 +494,7 @@ func (a *Appliance) connect(name string, closed chan struct{}) (*nats.Conn, jets
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info("internal connection reconnected") }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("internal connection", "err", err) }),
 	}
-	opts = append(opts, a.id.options()...)
+	opts = append(opts, a.id.options(inbox)...)
 	nc, err := nats.Connect("", opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect in-process (%s): %w", name, err)
@@ -612,10 +673,10 @@ func (a *Appliance) runGroup() {
 	for _, c := range []struct {
 		name   string
 		closed chan struct{}
-	}{{"orderstore-internal", a.ncClosed}, {"orderstore-processor", a.pncClosed}, {"orderstore-ingest", a.incClosed}} {
+	}{{"orderstore-internal", a.ncClosed}, {"orderstore-processor", a.pncClosed}, {"orderstore-ingest", a.incClosed}, {"orderstore-hubwatch", a.wncClosed}} {
 		// watchdog on an internal connection: it reconnects by itself and
 		// closes only when it cannot
-		if c.name == "orderstore-ingest" && a.inc == nil {
+		if c.name == "orderstore-hubwatch" && a.wnc == nil {
 			continue
 		}
 		stop := make(chan struct{})
@@ -847,7 +908,7 @@ func (a *Appliance) stop(ctx context.Context) error {
 	for _, c := range []struct {
 		nc     *nats.Conn
 		closed chan struct{}
-	}{{a.inc, a.incClosed}, {a.pnc, a.pncClosed}, {a.nc, a.ncClosed}} {
+	}{{a.wnc, a.wncClosed}, {a.inc, a.incClosed}, {a.pnc, a.pncClosed}, {a.nc, a.ncClosed}} {
 		if c.nc != nil {
 			if err := drain(ctx, c.nc, c.closed); err != nil {
 				errs = append(errs, err)

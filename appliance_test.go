@@ -209,8 +209,13 @@ func TestWaitReportsAFailedPart(t *testing.T) {
 	if err := app.Ready(context.Background()); err != nil {
 		t.Fatalf("Ready after Start: %v", err)
 	}
+	// No client may delete it (the durable guard): orderstore's own
+	// connection does, as a part failing would.
 	js := embeddedtest.JetStream(t, app)
-	if err := js.DeleteConsumer(context.Background(), cfg.Stream.Name, cfg.Processor.Durable); err != nil {
+	if err := js.DeleteConsumer(context.Background(), cfg.Stream.Name, cfg.Processor.Durable); err == nil || !strings.Contains(err.Error(), "orderstore's own consumer") {
+		t.Fatalf("a client's delete of the processor's durable = %v, want the guard's refusal", err)
+	}
+	if err := orderstore.InternalJetStream(app).DeleteConsumer(context.Background(), cfg.Stream.Name, cfg.Processor.Durable); err != nil {
 		t.Fatal(err)
 	}
 	err = app.Wait()

@@ -293,7 +293,7 @@ func Restore(ctx context.Context, cfg Config, dir string, progress func(BackupPr
 		return nil, err
 	}
 	defer srv.Close()
-	nc, err := nats.Connect(srv.ClientURL(), id.options()...)
+	nc, err := nats.Connect(srv.ClientURL(), id.options(internalInboxPrefix)...)
 	if err != nil {
 		return nil, err
 	}

@@ -3,13 +3,17 @@ package orderstore
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,74 +35,163 @@ func ingestSubject(subject string) string { return ingestPrefix + subject }
 const (
 	ingestMaxBatch      = 20000    // events acknowledged after one sync, at most
 	ingestMaxBatchBytes = 64 << 20 // their acks' bytes, at most
-	ingestMaxInFlight   = 100000   // events taken and not yet answered
-	ingestMaxBytes      = 64 << 20 // their bytes (and what may wait to be taken)
-	ingestAckTimeout    = 30 * time.Second
+	ingestMaxInFlight   = 100000   // events taken and not yet answered, in all
+	ingestMaxBytes      = 64 << 20 // their bytes
+	// One account (a producer user, the anonymous clients, orderstore's
+	// own HTTP ingest) may hold this many of them: one producer cannot
+	// take every other's place.
+	ingestMaxInFlightAccount = 16384
+	ingestMaxBytesAccount    = 16 << 20
+	// What waits to be taken (the subscription's buffer): past it nats
+	// would drop publishes without a word, so the service answers
+	// everything it takes at once and keeps this far from full.
+	ingestMaxPendingMsgs  = 1 << 20
+	ingestMaxPendingBytes = 256 << 20
+	// ingestAnswerWithin: a publish the stream has not answered by then
+	// is answered 503 (clients time out after 5 s by default).
+	ingestAnswerWithin = 4 * time.Second
+	// ingestAckTimeout bounds a sync a batch waits for.
+	ingestAckTimeout = 30 * time.Second
+	// An election (no stream leader: nats answers "no responders") is
+	// waited out this long, the republish retried, before a 503.
+	ingestElectionWait = 3500 * time.Millisecond
+	// ingestHeadroom is what nats' max_payload is raised by, beyond the
+	// configured server.max_payload, so that the headers the service
+	// adds (the epoch, the scoped Nats-Msg-Id) always fit the republish.
+	ingestHeadroom = 4 << 10
 )
 
-// ingest is the group-commit ingest service: it takes producers' publishes
-// (with their Nats-Msg-Id and Nats-Expected-* headers) in arrival order,
-// publishes them into the stream without waiting, collects the stream's
-// acks, and answers each producer with its stream's own ack only once a
-// sync made the event durable. An error ack (a failed precondition, a full
-// store) is answered at once: nothing was stored.
+// Headers the ingest service reads or writes.
+const (
+	// EpochHeader names the run of the node that stored the event: a new
+	// random value at every start. A reader that saw sequence N with one
+	// epoch and later sees N with another knows the first was lost in a
+	// crash before it was acknowledged (docs/reliability.md).
+	EpochHeader     = "Orderstore-Epoch"
+	requestInfoHdr  = "Nats-Request-Info"  // set by nats on a service import: the publisher's account
+	streamSourceHdr = "Nats-Stream-Source" // set by nats when sourcing: never a producer's
+)
+
+// ingestConfig is what the ingest service needs of the appliance.
+type ingestConfig struct {
+	Subjects []string // the stream's subjects: nothing else is republished
+	Stream   string   // the stream's name: an answer naming another is not the stream's
+	// Sync makes what the stream stored durable before an ack (group
+	// commit); nil: nats's own durability, acks go out as they come.
+	Sync  func(ctx context.Context) error
+	Stats *commitStats
+	// MaxEvent is the stream's max_msg_size: a larger event (with the
+	// headers it is stored with) is refused up front.
+	MaxEvent int
+	// Epoch is this run's EpochHeader value.
+	Epoch string
+	// Scope prefixes every scoped Nats-Msg-Id (the node's domain, or "").
+	Scope string
+}
+
+func (a *Appliance) ingestConfig() ingestConfig {
+	ic := ingestConfig{Subjects: a.cfg.Stream.Subjects, Stream: a.cfg.Stream.Name, MaxEvent: int(a.cfg.Stream.MaxMsgSize),
+		Epoch: a.epoch, Stats: &commitStats{}}
+	if a.cfg.JetStream.Domain != "" {
+		ic.Scope = a.cfg.JetStream.Domain + "/"
+	}
+	if a.commit != nil {
+		ic.Sync, ic.Stats = a.commit.Sync, &a.commit.stats
+	}
+	return ic
+}
+
+// ingest is the ingest service. Every producer's publish on the stream's
+// subjects reaches it (an import into each client account, in every
+// durability mode and topology), in arrival order. For each it:
+//
+//   - refuses at once what the stream must not take: wildcard tokens, a
+//     subject nats could not carry, an event above max_msg_size, a forged
+//     Nats-Request-Info, or an account over its in-flight budget (429);
+//   - scopes the Nats-Msg-Id to the publisher's account (so one producer
+//     cannot suppress another's event) and stamps the epoch;
+//   - publishes it into the stream without waiting, with a reply subject
+//     nobody can guess, and takes only the stream's answer for it;
+//   - waits out an election (nats' "no responders") up to
+//     ingestElectionWait, then answers 503;
+//   - answers the producer with the stream's own answer once a sync made
+//     it durable (group commit), or at once (the other modes).
+//
+// Every publish gets an answer: an ack, or an error saying what to do.
 type ingest struct {
 	nc        *nats.Conn
-	c         *committer
+	cfg       ingestConfig
 	log       *slog.Logger
 	ackPrefix string
 
 	reqSub, ackSub *nats.Subscription
 
 	mu          sync.Mutex
-	space       *sync.Cond
 	closed      bool
-	next        uint64
-	pending     map[uint64]pendingPub // published, the stream's ack awaited
-	stored      []ackReply            // acked by the stream, a sync awaited
+	ids         *rand.ChaCha8          // unguessable ack ids
+	pending     map[string]*pendingPub // published, the stream's answer awaited
+	stored      []ackReply             // answered by the stream, a sync awaited
 	storedBytes int
 	inFlight    int // len(pending)+len(stored)
 	inBytes     int
+	accounts    map[string]*budget
 	kick        chan struct{}
 	stop        chan struct{}
 	done        chan struct{}
-	subjects    []string        // the stream's subjects: nothing else is republished
 	abortCtx    context.Context // canceled when Close gives up waiting
 	abort       context.CancelFunc
+
+	refused   atomic.Uint64 // answered 429: over a budget
+	forged    atomic.Uint64 // answers on an ack id that were not the stream's
+	unanswer  atomic.Uint64 // answered 503 because the stream did not answer
+	elections atomic.Uint64 // republishes retried while the stream had no leader
 }
 
+type budget struct{ n, bytes int }
+
 type pendingPub struct {
-	reply string
-	size  int
-	at    time.Time
+	reply   string
+	account string
+	size    int
+	at      time.Time
+	msg     *nats.Msg // kept for a retry while the stream elects a leader
+	retries int
 }
 
 type ackReply struct {
-	reply  string
-	data   []byte
-	header nats.Header // a status the stream answered with (503 no responders)
-	size   int
+	reply   string
+	account string
+	data    []byte
+	header  nats.Header // a status the stream answered with (503 no responders)
+	size    int
 }
 
-// startIngest subscribes the ingest service on nc for subjects.
-func startIngest(nc *nats.Conn, c *committer, subjects []string, log *slog.Logger) (*ingest, error) {
-	in := &ingest{nc: nc, c: c, log: log, ackPrefix: internalInboxPrefix + ".ingest." + nuid.Next() + ".",
-		pending: map[uint64]pendingPub{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		subjects: subjects}
+// startIngest subscribes the ingest service on nc.
+func startIngest(nc *nats.Conn, cfg ingestConfig, log *slog.Logger) (*ingest, error) {
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	in := &ingest{nc: nc, cfg: cfg, log: log, ackPrefix: internalInboxPrefix + ".ingest." + nuid.Next() + ".",
+		ids: rand.NewChaCha8(seed), pending: map[string]*pendingPub{}, accounts: map[string]*budget{},
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if in.cfg.Stats == nil {
+		in.cfg.Stats = &commitStats{}
+	}
 	in.abortCtx, in.abort = context.WithCancel(context.Background())
-	in.space = sync.NewCond(&in.mu)
 	var err error
 	if in.ackSub, err = nc.Subscribe(in.ackPrefix+"*", in.onAck); err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
 	// One subscription: a producer's events reach the stream in the order
-	// it sent them.
-	if in.reqSub, err = nc.Subscribe(ingestPrefix+">", in.onPublish); err != nil {
+	// it sent them. A queue group: in a cluster, one node's service takes
+	// each publish (its own node's, where it has one).
+	if in.reqSub, err = nc.QueueSubscribe(ingestPrefix+">", "orderstore-ingest", in.onPublish); err != nil {
 		in.ackSub.Unsubscribe()
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
 	for _, s := range []*nats.Subscription{in.ackSub, in.reqSub} {
-		if err := s.SetPendingLimits(ingestMaxInFlight, ingestMaxBytes); err != nil {
+		if err := s.SetPendingLimits(ingestMaxPendingMsgs, ingestMaxPendingBytes); err != nil {
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
 	}
@@ -110,61 +203,147 @@ func startIngest(nc *nats.Conn, c *committer, subjects []string, log *slog.Logge
 	return in, nil
 }
 
-// onPublish takes one producer publish.
+// refuse answers a publish with an error (nothing was stored).
+func (in *ingest) refuse(m *nats.Msg, code int, format string, args ...any) {
+	if m.Reply != "" {
+		in.reply(m.Reply, apiError(code, 10077, "orderstore: "+fmt.Sprintf(format, args...)))
+	}
+}
+
+// onPublish takes one producer publish. It never blocks: what it cannot
+// take now is answered now.
 func (in *ingest) onPublish(m *nats.Msg) {
 	subject := strings.TrimPrefix(m.Subject, ingestPrefix)
-	if !matchesAny(in.subjects, subject) {
-		// Only the stream's subjects are imported here; anything else
-		// (a leaf peer's publish) is not ours to store.
-		if m.Reply != "" {
-			in.reply(m.Reply, apiError(400, 10077, "orderstore: "+truncateSubject(subject)+" is not a subject of the stream"))
-		}
+	if hasWildcard(subject) {
+		in.refuse(m, 400, "%s: a subject with a wildcard token ('*' or '>') names no single event type; publish on a literal subject", truncateSubject(subject))
+		return
+	}
+	if !matchesAny(in.cfg.Subjects, subject) {
+		// Only the stream's subjects are imported here.
+		in.refuse(m, 400, "%s is not a subject of the stream", truncateSubject(subject))
 		return
 	}
 	if len(subject) > in.maxSubject() {
 		// Its republish would exceed nats' protocol line (4 KiB), and nats
 		// would close the ingest service's connection for it.
-		if m.Reply != "" {
-			in.reply(m.Reply, apiError(400, 10077, fmt.Sprintf("orderstore: a subject of %d bytes is longer than the %d the stream takes", len(subject), in.maxSubject())))
-		}
+		in.refuse(m, 400, "a subject of %d bytes is longer than the %d the stream takes", len(subject), in.maxSubject())
 		return
 	}
-	out := &nats.Msg{Subject: subject, Header: m.Header, Data: m.Data}
-	if m.Reply == "" { // a plain publish: nobody waits for an ack
+	account := ""
+	if infos := m.Header.Values(requestInfoHdr); len(infos) > 1 {
+		in.refuse(m, 400, "the %s header is nats' own (the publisher's account): a publish may not set it", requestInfoHdr)
+		return
+	} else if len(infos) == 1 {
+		account = requestAccount(infos[0])
+	}
+	if account == "" {
+		account = StreamAccount // orderstore's own: HTTP ingest, dead-letter replays
+	}
+	h := make(nats.Header, len(m.Header)+1)
+	for k, v := range m.Header {
+		switch k {
+		case requestInfoHdr, streamSourceHdr, EpochHeader:
+			continue
+		case nats.MsgIdHdr:
+			// Scoped to the publisher's account: producer A cannot make
+			// producer B's event a duplicate by using its id first.
+			if len(v) > 0 && v[0] != "" {
+				v = []string{in.cfg.Scope + account + ":" + v[0]}
+			}
+		}
+		h[k] = v
+	}
+	if in.cfg.Epoch != "" {
+		h[EpochHeader] = []string{in.cfg.Epoch}
+	}
+	out := &nats.Msg{Subject: subject, Header: h, Data: m.Data}
+	stored := headerSize(h) + len(m.Data)
+	if in.cfg.MaxEvent > 0 && stored > in.cfg.MaxEvent {
+		in.refuse(m, 400, "the event takes %d bytes with its headers (orderstore adds %d of them), more than the stream's max_msg_size of %d: make it smaller, or raise stream.max_msg_size",
+			stored, max(0, stored-len(m.Data)-headerSize(m.Header)), in.cfg.MaxEvent)
+		return
+	}
+	if m.Reply == "" { // a plain publish: nobody waits for an answer
 		if err := in.nc.PublishMsg(out); err != nil {
 			in.log.Warn("ingest: publish without reply lost", "subject", subject, "err", err)
 		}
 		return
 	}
-	size := len(m.Data) + len(m.Subject) + len(m.Reply) + 64
-	for k, v := range m.Header {
-		size += len(k)
-		for _, s := range v {
-			size += len(s) + 4
-		}
-	}
+	size := len(m.Data) + len(m.Subject) + len(m.Reply) + headerSize(m.Header) + 64
 	in.mu.Lock()
-	for !in.closed && (in.inFlight >= ingestMaxInFlight || in.inBytes+size > ingestMaxBytes && in.inFlight > 0) {
-		in.space.Wait() // back-pressure: the subscription's buffer fills, producers wait
-	}
 	if in.closed {
 		in.mu.Unlock()
-		in.reply(m.Reply, apiError(503, 10077, "orderstore is stopping: the event was not stored, publish it again"))
+		in.refuse(m, 503, "orderstore is stopping: the event was not stored, publish it again")
 		return
 	}
-	in.next++
-	id := in.next
-	in.pending[id] = pendingPub{reply: m.Reply, size: size, at: time.Now()}
+	b := in.accounts[account]
+	if b == nil {
+		b = &budget{}
+		in.accounts[account] = b
+	}
+	if b.n >= ingestMaxInFlightAccount || b.n > 0 && b.bytes+size > ingestMaxBytesAccount ||
+		in.inFlight >= ingestMaxInFlight || in.inFlight > 0 && in.inBytes+size > ingestMaxBytes {
+		in.mu.Unlock()
+		in.refused.Add(1)
+		in.refuse(m, 429, "too many events in flight (%d from this account, %d in all): not stored; publish it again after a moment (fewer in flight at once)", b.n, in.inFlight)
+		return
+	}
+	id := in.newID()
+	p := &pendingPub{reply: m.Reply, account: account, size: size, at: time.Now(), msg: out}
+	in.pending[id] = p
 	in.inFlight++
 	in.inBytes += size
-	in.c.stats.waiting.Store(int64(in.inFlight))
+	b.n++
+	b.bytes += size
+	in.cfg.Stats.waiting.Store(int64(in.inFlight))
 	in.mu.Unlock()
-	out.Reply = in.ackPrefix + strconv.FormatUint(id, 36)
+	out.Reply = in.ackPrefix + id
 	if err := in.nc.PublishMsg(out); err != nil {
 		if p, ok := in.take(id); ok {
 			in.reply(p.reply, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
 		}
 	}
+}
+
+// newID is an ack id nobody can guess; in.mu held.
+func (in *ingest) newID() string {
+	var b [16]byte
+	in.ids.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// hasWildcard reports a '*' or '>' token.
+func hasWildcard(subject string) bool {
+	for tok := range strings.SplitSeq(subject, ".") {
+		if tok == "*" || tok == ">" {
+			return true
+		}
+	}
+	return false
+}
+
+// requestAccount is the account in nats' Nats-Request-Info header.
+func requestAccount(info string) string {
+	_, rest, ok := strings.Cut(info, `"acc":"`)
+	if !ok {
+		return ""
+	}
+	acc, _, _ := strings.Cut(rest, `"`)
+	return acc
+}
+
+// headerSize is a header's size on the wire.
+func headerSize(h nats.Header) int {
+	if len(h) == 0 {
+		return 0
+	}
+	n := len("NATS/1.0\r\n\r\n")
+	for k, v := range h {
+		for _, s := range v {
+			n += len(k) + 2 + len(s) + 2
+		}
+	}
+	return n
 }
 
 // maxControlLine is nats' limit on a protocol line ("HPUB <subject>
@@ -173,14 +352,18 @@ const maxControlLine = 4096
 
 // maxSubject is the longest subject the service republishes: what fits a
 // protocol line with its reply subject and sizes.
-func (in *ingest) maxSubject() int { return maxControlLine - len(in.ackPrefix) - 13 - 40 }
+func (in *ingest) maxSubject() int { return maxSubjectFor(len(in.ackPrefix) + 22) }
+
+// maxSubjectFor is the longest subject that fits one protocol line with a
+// reply subject of replyLen bytes ("HPUB <subject> <reply> <hdr> <total>").
+func maxSubjectFor(replyLen int) int { return maxControlLine - len("HPUB   ") - replyLen - 2*10 - 2 }
 
 // errSubjectTooLong is returned for a subject orderstore's own connection
 // could not publish on without nats closing it.
 var errSubjectTooLong = errors.New("subject too long to publish: it would exceed nats' 4 KiB protocol line")
 
 // take removes a pending publish, if it is still there.
-func (in *ingest) take(id uint64) (pendingPub, bool) {
+func (in *ingest) take(id string) (*pendingPub, bool) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	p, ok := in.pending[id]
@@ -188,41 +371,157 @@ func (in *ingest) take(id uint64) (pendingPub, bool) {
 		return p, false
 	}
 	delete(in.pending, id)
-	in.release(p.size)
+	in.release(p.account, p.size)
 	return p, true
 }
 
 // release frees one event's place; in.mu held.
-func (in *ingest) release(size int) {
+func (in *ingest) release(account string, size int) {
 	in.inFlight--
 	in.inBytes -= size
-	in.c.stats.waiting.Store(int64(in.inFlight))
-	in.space.Signal()
+	if b := in.accounts[account]; b != nil {
+		b.n--
+		b.bytes -= size
+		if b.n <= 0 {
+			delete(in.accounts, account)
+		}
+	}
+	in.cfg.Stats.waiting.Store(int64(in.inFlight))
 }
 
-// onAck takes the stream's ack of one publish.
+// streamAnswer reports whether m is what the stream (or nats for it)
+// answers a publish with: a status (503 no responders), a JetStream API
+// error, or a PubAck naming the stream with a sequence.
+func (in *ingest) streamAnswer(m *nats.Msg) bool {
+	if m.Header.Get("Status") != "" {
+		return len(m.Data) == 0
+	}
+	d := m.Data
+	if bytes.Contains(d, []byte(`"error":{`)) {
+		return true
+	}
+	rest, ok := bytes.CutPrefix(d, []byte(`{"stream":"`+in.cfg.Stream+`",`))
+	if !ok {
+		return false
+	}
+	_, seq, ok := bytes.Cut(rest, []byte(`"seq":`))
+	if !ok {
+		return false
+	}
+	n := 0
+	for n < len(seq) && seq[n] >= '0' && seq[n] <= '9' {
+		n++
+	}
+	v, err := strconv.ParseUint(string(seq[:n]), 10, 64)
+	return err == nil && v > 0
+}
+
+// onAck takes the stream's answer for one publish.
 func (in *ingest) onAck(m *nats.Msg) {
-	id, err := strconv.ParseUint(strings.TrimPrefix(m.Subject, in.ackPrefix), 36, 64)
-	if err != nil {
+	id := strings.TrimPrefix(m.Subject, in.ackPrefix)
+	if !in.streamAnswer(m) {
+		in.forged.Add(1)
+		in.log.Warn("ingest: an answer on an ack id that is not the stream's was ignored", "subject", truncateSubject(m.Subject), "bytes", len(m.Data))
 		return
 	}
-	// Every answer of the stream waits for the round, errors too: a
-	// refused Nats-Expected-Last-Sequence may rest on an event acked in
-	// the same batch, which the round has yet to make durable. The
-	// answer goes back as the stream wrote it (headers included).
 	in.mu.Lock()
 	p, ok := in.pending[id]
 	if !ok {
 		in.mu.Unlock()
 		return // answered by the sweeper already
 	}
+	if m.Header.Get("Status") == "503" && time.Since(p.at) < ingestElectionWait {
+		// No responders: the stream has no leader (an election), or nats
+		// is stopping. Nothing was stored: publish again shortly.
+		p.retries++
+		wait := min(time.Duration(p.retries)*50*time.Millisecond, 500*time.Millisecond)
+		in.mu.Unlock()
+		in.elections.Add(1)
+		time.AfterFunc(wait, func() { in.retry(id) })
+		return
+	}
 	delete(in.pending, id)
-	in.stored = append(in.stored, ackReply{reply: p.reply, data: append([]byte(nil), m.Data...), header: m.Header, size: p.size})
+	if in.cfg.Sync == nil {
+		in.release(p.account, p.size)
+		in.mu.Unlock()
+		in.answer(ackReply{reply: p.reply, data: m.Data, header: m.Header})
+		in.count(1, answerAcked(m))
+		return
+	}
+	// Every answer of the stream waits for the round, errors too: a
+	// refused Nats-Expected-Last-Sequence may rest on an event acked in
+	// the same batch, which the round has yet to make durable. The
+	// answer goes back as the stream wrote it (headers included).
+	in.stored = append(in.stored, ackReply{reply: p.reply, account: p.account, data: append([]byte(nil), m.Data...), header: m.Header, size: p.size})
 	in.storedBytes += len(m.Data)
 	in.mu.Unlock()
 	select {
 	case in.kick <- struct{}{}:
 	default:
+	}
+}
+
+// retry publishes a pending event again (the stream had no leader).
+func (in *ingest) retry(id string) {
+	in.mu.Lock()
+	p, ok := in.pending[id]
+	closed := in.closed
+	in.mu.Unlock()
+	if !ok || closed {
+		return
+	}
+	if err := in.nc.PublishMsg(p.msg); err != nil {
+		if p, ok := in.take(id); ok {
+			in.reply(p.reply, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
+		}
+	}
+}
+
+func answerAcked(m *nats.Msg) int {
+	if len(m.Header) == 0 && !bytes.Contains(m.Data, []byte(`"error":{`)) {
+		return 1
+	}
+	return 0
+}
+
+func (in *ingest) count(batch, acked int) {
+	st := in.cfg.Stats
+	st.mu.Lock()
+	if in.cfg.Sync != nil { // a batch per sync; none without syncs
+		st.batchHist.observe(float64(batch))
+	}
+	st.acked += uint64(acked)
+	st.mu.Unlock()
+}
+
+// answer sends the stream's answer on to the producer.
+func (in *ingest) answer(a ackReply) {
+	if len(a.header) > 0 {
+		in.nc.PublishMsg(&nats.Msg{Subject: a.reply, Header: a.header, Data: a.data})
+		return
+	}
+	in.reply(a.reply, a.data)
+}
+
+// failPending answers every publish still waiting for the stream's answer
+// with a 503: the stream will not answer them (nats stopped storing, or
+// the connection to it was lost).
+func (in *ingest) failPending(why string) {
+	in.mu.Lock()
+	var left []*pendingPub
+	for id, p := range in.pending {
+		delete(in.pending, id)
+		in.release(p.account, p.size)
+		left = append(left, p)
+	}
+	in.mu.Unlock()
+	if len(left) == 0 {
+		return
+	}
+	in.unanswer.Add(uint64(len(left)))
+	msg := apiError(503, 10077, "orderstore: "+why+": the event may or may not be stored; publish it again with the same Nats-Msg-Id")
+	for _, p := range left {
+		in.reply(p.reply, msg)
 	}
 }
 
@@ -253,40 +552,32 @@ func (in *ingest) commitLoop() {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), ingestAckTimeout)
 			stop := context.AfterFunc(in.abortCtx, cancel)
-			err := in.c.Sync(ctx)
+			err := in.cfg.Sync(ctx)
 			stop()
 			cancel()
 			var fail []byte
 			if err != nil {
 				fail = apiError(503, 10077, "orderstore: the event may not be on disk ("+err.Error()+"): not acknowledged; publish it again with the same Nats-Msg-Id once orderstore is back")
 			}
+			acked := 0
 			for _, a := range batch {
-				switch {
-				case err != nil:
+				if err != nil {
 					in.reply(a.reply, fail)
-				case len(a.header) > 0:
-					in.nc.PublishMsg(&nats.Msg{Subject: a.reply, Header: a.header, Data: a.data})
-				default:
-					in.reply(a.reply, a.data)
+					continue
+				}
+				in.answer(a)
+				// nats writes an error answer with an "error" object.
+				if len(a.header) == 0 && !bytes.Contains(a.data, []byte(`"error":{`)) {
+					acked++
 				}
 			}
 			in.mu.Lock()
 			for _, a := range batch {
-				in.release(a.size)
+				in.release(a.account, a.size)
 			}
 			in.mu.Unlock()
 			if err == nil {
-				acked := 0
-				for _, a := range batch {
-					// nats writes an error answer as {"error":{...}}.
-					if len(a.header) == 0 && !bytes.HasPrefix(a.data, []byte(`{"error"`)) {
-						acked++
-					}
-				}
-				in.c.stats.mu.Lock()
-				in.c.stats.batchHist.observe(float64(len(batch)))
-				in.c.stats.acked += uint64(acked)
-				in.c.stats.mu.Unlock()
+				in.count(len(batch), acked)
 			}
 		}
 	}
@@ -298,10 +589,11 @@ func (in *ingest) reply(subject string, data []byte) {
 	}
 }
 
-// sweep answers publishes whose stream ack never came (a restart of nats
-// by the store guard drops them) so that they do not hold their places.
+// sweep answers publishes whose stream answer never came (nats dropped
+// them: a restart by the store guard, a stream leader lost mid-write)
+// within ingestAnswerWithin, so that producers hear before they time out.
 func (in *ingest) sweep() {
-	t := time.NewTicker(5 * time.Second)
+	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
 		select {
@@ -309,18 +601,23 @@ func (in *ingest) sweep() {
 			return
 		case <-t.C:
 		}
-		var late []pendingPub
+		var late []*pendingPub
 		in.mu.Lock()
 		for id, p := range in.pending {
-			if time.Since(p.at) > ingestAckTimeout {
+			if time.Since(p.at) > ingestAnswerWithin {
 				delete(in.pending, id)
-				in.release(p.size)
+				in.release(p.account, p.size)
 				late = append(late, p)
 			}
 		}
 		in.mu.Unlock()
+		in.unanswer.Add(uint64(len(late)))
 		for _, p := range late {
-			in.reply(p.reply, apiError(503, 10077, "orderstore: the stream did not answer in time: the event may or may not be stored; publish it again with the same Nats-Msg-Id"))
+			msg := "orderstore: the stream did not answer in time: the event may or may not be stored; publish it again with the same Nats-Msg-Id"
+			if p.retries > 0 {
+				msg = "orderstore: the stream has no leader (an election that did not end in time): the event was not stored; publish it again"
+			}
+			in.reply(p.reply, apiError(503, 10077, msg))
 		}
 	}
 }
@@ -352,7 +649,6 @@ func (in *ingest) Close(ctx context.Context) {
 	}
 	in.mu.Lock()
 	in.closed = true
-	in.space.Broadcast()
 	in.mu.Unlock()
 	in.abort() // a sync still running is given up on: its batch gets an error
 	close(in.stop)
@@ -417,14 +713,12 @@ func apiError(code, errCode int, description string) []byte {
 }
 
 // Publish stores one event on subject (one of the stream's subjects) the
-// way a producer's publish is stored: with durability "group-commit"
-// through the ingest service, acknowledged once durable. opts are
-// jetstream's publish options (WithMsgID, WithExpectLastSequence, ...).
-// It is what POST /v1/events/{type} calls.
+// way a producer's publish is stored: through the ingest service (with
+// group commit acknowledged once durable). opts are jetstream's publish
+// options (WithMsgID, WithExpectLastSequence, ...); a message id is
+// scoped to orderstore's own account. It is what POST /v1/events/{type}
+// calls.
 func (a *Appliance) Publish(ctx context.Context, subject string, data []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	if a.commit == nil {
-		return a.js.Publish(ctx, subject, data, opts...)
-	}
 	return a.publishMsg(ctx, subject, nil, data, opts...)
 }
 
@@ -432,17 +726,13 @@ func (a *Appliance) publishMsg(ctx context.Context, subject string, h nats.Heade
 	// With the ingest prefix and the connection's reply inbox (about 70
 	// bytes), a longer subject would make nats close orderstore's own
 	// connection, and the appliance with it.
-	if len(ingestPrefix)+len(subject)+160 > maxControlLine {
+	if len(subject) > maxSubjectFor(len(ingestPrefix)+100) {
 		return nil, fmt.Errorf("%d bytes: %w", len(subject), errSubjectTooLong)
-	}
-	msg := &nats.Msg{Subject: subject, Header: h, Data: data}
-	if a.commit == nil {
-		return a.js.PublishMsg(ctx, msg, opts...)
 	}
 	// The ingest service's subject, answered like the stream: jetstream
 	// publishes there as it would on the stream's. It may hold an answer
 	// up to its ack timeout, longer than jetstream's default 5 s.
-	msg.Subject = ingestSubject(subject)
+	msg := &nats.Msg{Subject: ingestSubject(subject), Header: h, Data: data}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, ingestAckTimeout+5*time.Second)

@@ -34,30 +34,31 @@ func (c Config) scaleOut(ec *embedded.Config) error {
 		}
 		ec.LeafNode.Host, ec.LeafNode.Port = host, port
 		ec.LeafNode.User, ec.LeafNode.Password, ec.LeafNode.Account = ln.User, ln.Password, StreamAccount
+		// Leaf peers (edges) bind to StreamAccount: what crosses the link
+		// is only what sourcing and the hub watcher need, both ways
+		// (the internal subjects table, subjects.go).
+		ec.LeafNode.FromLeaf, ec.LeafNode.ToLeaf = c.leafPermissions()
 		if ec.LeafNode.TLS, err = loadTLS("leafnode.tls", ln.TLS); err != nil {
 			return err
 		}
 	}
 	ec.LeafNode.ReconnectInterval = ln.ReconnectInterval
-	// What this node's streams capture never crosses a leaf connection:
-	// with one account on both sides, an edge's ORDER_EVENTS (orders.>)
-	// would otherwise also store every other edge's events, and the
-	// buckets each other's writes. The hub reaches an edge's streams only
-	// through its JetStream domain ($JS.<domain>.API), and sourced events
-	// travel on the source consumer's own deliver subject.
-	local := append(append([]string(nil), c.Stream.Subjects...),
-		deadLetterSubjectPrefix(c.Processor.DeadLetterStream)+".>",
-		"$KV."+c.Processor.ProjectionBucket+".>",
-		// and neither do producers' publishes on their way to the ingest
-		// service (group commit): each node's own service takes them.
-		ingestPrefix+">")
+	// Nothing of this node's own crosses a leaf connection but what a
+	// hub's sourcing needs (the internal subjects table): with one account
+	// on both sides, an edge's ORDER_EVENTS (orders.>) would otherwise
+	// also store every other edge's events, the buckets each other's
+	// writes, and a peer on the hub would read this edge's acks. The hub
+	// reaches an edge's streams only through its JetStream domain
+	// ($JS.<domain>.API), and sourced events travel on the source
+	// consumer's own deliver subject.
+	denyImports, denyExports := c.leafDenies()
 	for i, r := range ln.Remotes {
 		t, err := loadPeerTLS(fmt.Sprintf("leafnode.remotes[%d].tls", i), r.TLS)
 		if err != nil {
 			return err
 		}
 		ec.LeafNode.Remotes = append(ec.LeafNode.Remotes, embedded.LeafRemote{URL: r.URL, User: r.User, Password: r.Password,
-			Credentials: r.Credentials, LocalAccount: StreamAccount, TLS: t, DenyImports: local, DenyExports: local})
+			Credentials: r.Credentials, LocalAccount: StreamAccount, TLS: t, DenyImports: denyImports, DenyExports: denyExports})
 	}
 	return nil
 }

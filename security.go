@@ -70,110 +70,74 @@ func newInternalIdentity() (*internalIdentity, error) {
 	return &internalIdentity{kp: kp, pub: pub}, nil
 }
 
-func (id *internalIdentity) options() []nats.Option {
+func (id *internalIdentity) options(inbox string) []nats.Option {
 	return []nats.Option{
 		nats.Nkey(id.pub, func(nonce []byte) ([]byte, error) { return id.kp.Sign(nonce) }),
-		nats.CustomInboxPrefix(internalInboxPrefix),
+		nats.CustomInboxPrefix(inbox),
 	}
 }
 
-// accounts is the account layout of DESIGN.md's security section:
+// accounts is the account layout of the security section of README.md:
 // StreamAccount with JetStream and orderstore's own user, the system
 // account's read-only server requests, and one account per configured user
-// importing what its role allows.
+// (or, with no users, ANONYMOUS for loopback clients) importing what its
+// role allows from here. Exports, imports and the durable guard's mappings
+// all come from the internal subjects table (subjects.go).
 func (c Config) accounts(id *internalIdentity) (accounts []embedded.Account, users []embedded.User, noAuthUser string, err error) {
-	st, p := c.Stream, c.Processor
-	dlqSubjects := deadLetterSubjectPrefix(p.DeadLetterStream) + ".>"
-	gc := c.groupCommit()
-	stream := embedded.Account{Name: StreamAccount, JetStream: true}
-	for _, subj := range st.Subjects {
-		if gc {
-			// Producers reach the ingest service, never the stream.
-			subj = ingestSubject(subj)
-		}
-		stream.Exports = append(stream.Exports, embedded.Export{Subject: subj})
-	}
-	// importStream gives acc the stream's subjects: a publish there lands
-	// on the ingest service (group commit) or the stream.
-	importStream := func(acc *embedded.Account) {
-		for _, subj := range st.Subjects {
-			to := ""
-			if gc {
-				to = ingestSubject(subj)
-			}
-			acc.Imports = append(acc.Imports, embedded.Import{Account: StreamAccount, Subject: subj, To: to})
-		}
-	}
-	adminImports := func(acc *embedded.Account) {
-		importStream(acc)
-		for _, s := range []string{"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", dlqSubjects} {
-			acc.Imports = append(acc.Imports, embedded.Import{Account: StreamAccount, Subject: s})
-		}
-		for _, s := range sysReadOnly {
-			acc.Imports = append(acc.Imports, embedded.Import{Account: "SYS", Subject: s})
-		}
-	}
-	stream.Exports = append(stream.Exports,
-		embedded.Export{Subject: "$JS.API.>", Streamed: true},
-		embedded.Export{Subject: "$JS.ACK.>"},
-		embedded.Export{Subject: "$JS.FC.>"},
-		embedded.Export{Subject: "$KV.>"},
-		embedded.Export{Subject: dlqSubjects},
-	)
+	stream := embedded.Account{Name: StreamAccount, JetStream: true, Exports: c.streamAccountExports()}
 	sys := embedded.Account{Name: "SYS"}
 	for _, e := range sysReadOnly {
 		sys.Exports = append(sys.Exports, embedded.Export{Subject: e, Streamed: true})
 	}
 	accounts = []embedded.Account{stream, sys}
 	users = []embedded.User{{Name: internalUser, Nkey: id.pub, Account: StreamAccount}}
+	client := func(name, role string) embedded.Account {
+		acc := embedded.Account{Name: name, Imports: c.roleImports(role)}
+		if role == RoleAdmin || role == RoleReader {
+			acc.Mappings = c.guardMappings()
+		}
+		if role == RoleAdmin {
+			for _, s := range sysReadOnly {
+				acc.Imports = append(acc.Imports, embedded.Import{Account: "SYS", Subject: s})
+			}
+		}
+		return acc
+	}
 
 	if len(c.Server.Users) == 0 {
 		// Anonymous loopback clients (Validate refuses them elsewhere)
-		// land in the stream's account with every right but the internal
-		// inbox. The no-auth user is an nkey whose seed is thrown away:
-		// nats skips the signature only for the no-auth user, so nobody
-		// can sign in as it, and no plaintext password is configured.
+		// land in an account of their own with an admin's imports, so
+		// that their publishes reach the stream only through the ingest
+		// service and orderstore's own consumers only through the guard.
+		// The no-auth user is an nkey whose seed is thrown away: nats
+		// skips the signature only for the no-auth user, so nobody can
+		// sign in as it, and no plaintext password is configured.
 		anon, aerr := newInternalIdentity()
 		if aerr != nil {
 			return nil, nil, "", aerr
 		}
-		if !gc {
-			users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: StreamAccount,
-				SubscribeDeny: []string{internalInboxPrefix + ".>"}})
-			return accounts, users, anon.pub, nil
-		}
-		// Group commit: an account of their own with an admin's imports,
-		// and StreamAccount's plain inboxes (which only the deliveries of
-		// their own push consumers and KV watches use there), so that
-		// those work as they did in StreamAccount.
-		acc := embedded.Account{Name: AnonymousAccount}
-		adminImports(&acc)
-		acc.Imports = append(acc.Imports, embedded.Import{Account: StreamAccount, Subject: "_INBOX.>", Stream: true})
-		accounts[0].Exports = append(accounts[0].Exports, embedded.Export{Subject: "_INBOX.>", Stream: true})
-		accounts = append(accounts, acc)
-		users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: AnonymousAccount})
+		accounts = append(accounts, client(AnonymousAccount, RoleAdmin))
+		users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: AnonymousAccount,
+			PublishDeny: c.guardDenies()})
 		return accounts, users, anon.pub, nil
 	}
 
 	for i, u := range c.Server.Users {
-		acc := embedded.Account{Name: userAccount(i, u.Name)}
-		im := func(from string, subjects ...string) {
-			for _, s := range subjects {
-				acc.Imports = append(acc.Imports, embedded.Import{Account: from, Subject: s})
-			}
+		role := u.Role
+		if role != RoleProducer && role != RoleReader {
+			role = RoleAdmin // RoleAdmin, or explicit lists on top of the admin's imports
 		}
+		acc := client(userAccount(i, u.Name), role)
 		eu := embedded.User{Name: u.Name, Password: u.Password, Nkey: u.Nkey, Account: acc.Name,
 			Publish: u.Publish, Subscribe: u.Subscribe, PublishDeny: u.PublishDeny, SubscribeDeny: u.SubscribeDeny}
 		switch u.Role {
 		case RoleProducer:
-			importStream(&acc)
-			eu.Publish = append([]string(nil), st.Subjects...)
+			eu.Publish = append([]string(nil), c.Stream.Subjects...)
 			eu.Subscribe = []string{"_INBOX.>"}
 		case RoleReader:
-			im(StreamAccount, "$JS.API.>", "$JS.ACK.>")
 			eu.Publish, eu.PublishDeny = c.readerPermissions()
-		default: // RoleAdmin, or explicit lists on top of the admin's imports
-			adminImports(&acc)
+		default:
+			eu.PublishDeny = append(eu.PublishDeny, c.guardDenies()...)
 		}
 		accounts = append(accounts, acc)
 		users = append(users, eu)
@@ -206,6 +170,8 @@ func (c Config) readerPermissions() (allow, deny []string) {
 		"$JS.API.CONSUMER.INFO.>", "$JS.API.CONSUMER.NAMES.*", "$JS.API.CONSUMER.LIST.*",
 		"$JS.API.CONSUMER.MSG.NEXT.>", "$JS.API.CONSUMER.DELETE.>",
 		"$JS.ACK.>",
+		// What the durable guard's mappings make of the requests below.
+		guardPrefix + ">",
 	}
 	s, d := c.Stream.Name, c.Processor.Durable
 	deny = []string{

@@ -14,19 +14,25 @@ import (
 	"github.com/orderstore/orderstore/processor"
 )
 
-// internalConns are orderstore's own in-process connections, which nats
+// internalConns are orderstore's own in-process connections (a hub has
+// one more, its watcher's: hubWatchConns), which nats
 // counts among its connections: max_connections counts clients only.
 const internalConns = 3
+
+// hubWatchConns is the hub watcher's connection.
+const hubWatchConns = 1
 
 // embeddedConfig is the embedded server for c: the account layout of
 // [Config.accounts] with id as orderstore's own user, TLS, limits.
 func (c Config) embeddedConfig(logger *slog.Logger, id *internalIdentity) (embedded.Config, error) {
 	ec := embedded.Config{
-		StoreDir:         c.JetStream.StoreDir,
-		Host:             c.Server.Host,
-		Port:             c.Server.Port,
-		ServerName:       c.Server.Name,
-		MaxPayload:       int32(c.Server.MaxPayload),
+		StoreDir:   c.JetStream.StoreDir,
+		Host:       c.Server.Host,
+		Port:       c.Server.Port,
+		ServerName: c.Server.Name,
+		// Room for the headers the ingest service adds to an event of
+		// server.max_payload (see ingestHeadroom).
+		MaxPayload:       int32(c.Server.MaxPayload + ingestHeadroom),
 		MaxMemory:        c.JetStream.MaxMemoryStore,
 		MaxStore:         c.JetStream.MaxFileStore,
 		SyncInterval:     c.natsSyncInterval(),
@@ -34,7 +40,7 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *internalIdentity) (embed
 		Debug:            logger.Enabled(context.Background(), slog.LevelDebug),
 		SystemUser:       c.Server.SystemUser,
 		SystemPassword:   c.Server.SystemPassword,
-		MaxConnections:   c.Server.MaxConnections + internalConns,
+		MaxConnections:   c.Server.MaxConnections + internalConns + hubWatchConns*b2i(c.Hub.Enabled()),
 		MaxSubscriptions: c.Server.MaxSubscriptions,
 		// One second to sign in: a socket that never does holds a
 		// max_connections slot that long, not nats' default 2s.
@@ -185,6 +191,7 @@ func (c Config) ProcessorSpec(h processor.Handler) processor.Config {
 		Durable:                 c.Processor.Durable,
 		DeadLetterStream:        c.Processor.DeadLetterStream,
 		DeadLetterSubjectPrefix: deadLetterSubjectPrefix(c.Processor.DeadLetterStream),
+		MaxDeadLetterBytes:      int(c.Server.MaxPayload), // the dead-letter stream's max_msg_size
 		MaxDeliver:              c.Processor.MaxDeliver,
 		Backoff:                 backoff,
 		Handler:                 h,
@@ -211,4 +218,11 @@ func loggerOrDiscard(l *slog.Logger) *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return l
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -139,6 +139,11 @@ func (g *storeGuard) recover(ctx context.Context) error {
 			subs = append(subs, sub)
 		}
 	}
+	// What the stream had taken and not answered when its writes failed
+	// it will never answer.
+	if a.ing != nil {
+		a.ing.failPending("the store cannot write (disk full?)")
+	}
 	ownFailed := g.ownFailed
 	t := time.NewTicker(time.Second)
 	defer t.Stop()

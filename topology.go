@@ -35,9 +35,10 @@ const (
 )
 
 type hubWatch struct {
-	a  *Appliance
-	mu sync.Mutex
-	st map[string]*sourceState
+	a       *Appliance
+	mu      sync.Mutex
+	st      map[string]*sourceState
+	checked map[string]map[string]bool // per edge, the epochs whose boundary was checked
 }
 
 type sourceState struct {
@@ -46,7 +47,7 @@ type sourceState struct {
 }
 
 func newHubWatch(a *Appliance) *hubWatch {
-	w := &hubWatch{a: a, st: map[string]*sourceState{}}
+	w := &hubWatch{a: a, st: map[string]*sourceState{}, checked: map[string]map[string]bool{}}
 	for _, e := range a.cfg.Hub.Edges {
 		w.st[e] = &sourceState{SourceStatus: admin.SourceStatus{Edge: e}}
 	}
@@ -93,9 +94,11 @@ func (w *hubWatch) check(ctx context.Context) {
 	for _, edge := range a.cfg.Hub.Edges {
 		s := admin.SourceStatus{Edge: edge}
 		ectx, ecancel := context.WithTimeout(cctx, time.Second)
-		if ejs, err := jetstream.NewWithDomain(a.nc, edge); err == nil {
+		var epochs []epochStart
+		if ejs, err := jetstream.NewWithDomain(a.wnc, edge); err == nil {
 			if es, err := ejs.Stream(ectx, a.cfg.Stream.Name); err == nil {
 				s.Reachable, s.EdgeLastSeq = true, es.CachedInfo().State.LastSeq
+				epochs = parseEpochs(es.CachedInfo().Config.Metadata[epochsKey])
 			} else {
 				s.Error = "edge: " + err.Error()
 			}
@@ -103,6 +106,12 @@ func (w *hubWatch) check(ctx context.Context) {
 		ecancel()
 		if m, err := st.GetLastMsgForSubject(cctx, edge+".>"); err == nil {
 			s.SourcedSeq = sourceSeq(m.Header.Get("Nats-Stream-Source"))
+		}
+		if s.Reachable {
+			// The edge's sequence went backwards (it lost events the
+			// aggregate copied): an alarm until the repair below ends it.
+			s.Regressed = s.EdgeLastSeq < s.SourcedSeq
+			w.checkEpochs(ctx, edge, epochs, s.SourcedSeq)
 		}
 		if si := nats["$JS."+edge+".API"]; si != nil {
 			s.NATSLag, s.ActiveSeconds = si.Lag, si.Active.Seconds()
@@ -120,6 +129,7 @@ func (w *hubWatch) update(ctx context.Context, edge string, s admin.SourceStatus
 	prev := w.st[edge]
 	now := time.Now()
 	s.LastAdvance = prev.LastAdvance
+	s.LostEvents, s.Regressions, s.LastRegression = prev.LostEvents, prev.Regressions, prev.LastRegression
 	if s.SourcedSeq > prev.SourcedSeq || s.LastAdvance.IsZero() || s.EdgeLastSeq <= s.SourcedSeq {
 		s.LastAdvance = now
 	}

@@ -140,6 +140,9 @@ type Backend struct {
 	// Ingest, if set, reports group commit's figures for /metrics and
 	// /v1/status.
 	Ingest func() *IngestStats
+	// Guard, if set, reports what the ingest service and the durable
+	// guard refused.
+	Guard func() *GuardStats
 	// Backup, if set, writes a backup as a tar stream (POST /v1/backup).
 	Backup func(ctx context.Context, w io.Writer) error
 	// Topology, if set, reports the cluster, the leaf links and a hub's

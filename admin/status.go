@@ -29,6 +29,8 @@ type Status struct {
 	Topology *Topology `json:"topology,omitempty"`
 	// Ingest is group commit's figures; absent in the other modes.
 	Ingest *IngestStats `json:"ingest,omitempty"`
+	// Guard is what the ingest service and the durable guard refused.
+	Guard *GuardStats `json:"guard,omitempty"`
 }
 
 // IngestStats are group commit's figures since start: syncs of the store,
@@ -47,6 +49,23 @@ type IngestStats struct {
 	SyncP99Seconds float64   `json:"sync_p99_seconds"`
 	SyncSeconds    Histogram `json:"sync_seconds"`
 	BatchEvents    Histogram `json:"batch_events"`
+}
+
+// GuardStats count what orderstore answered with an error instead of
+// passing it on, since start.
+type GuardStats struct {
+	// OverBudget: publishes answered 429 (their account had too many in
+	// flight); Unanswered: answered 503 because the stream never answered
+	// them (nats dropped them: a full disk, a restart, a lost leader);
+	// ForgedAnswers: answers on an ack id that were not the stream's,
+	// ignored; ElectionRetries: republishes while the stream had no leader.
+	OverBudget      uint64 `json:"over_budget"`
+	Unanswered      uint64 `json:"unanswered"`
+	ForgedAnswers   uint64 `json:"forged_answers"`
+	ElectionRetries uint64 `json:"election_retries"`
+	// ForeignConsumerRequests: client requests on orderstore's own
+	// consumer refused by the durable guard.
+	ForeignConsumerRequests uint64 `json:"foreign_consumer_requests"`
 }
 
 // Histogram is a cumulative histogram: Buckets maps each upper bound to
@@ -111,6 +130,9 @@ type StoreStatus struct {
 // instead of failing the whole.
 func (s *Server) collectStatus(ctx context.Context, b *Backend) Status {
 	st := Status{Durability: s.durability(), Build: s.cfg.Build, Time: time.Now().UTC()}
+	if b.Guard != nil {
+		st.Guard = b.Guard()
+	}
 	if b.Ingest != nil {
 		st.Ingest = b.Ingest()
 	}

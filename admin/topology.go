@@ -84,6 +84,17 @@ type SourceStatus struct {
 	// its edge, reachable, has more events.
 	Stalled bool   `json:"stalled"`
 	Error   string `json:"error,omitempty"`
+	// Regressed: the edge's last sequence is below the newest the
+	// aggregate holds from it (it lost events the hub had copied).
+	Regressed bool `json:"regressed,omitempty"`
+	// LostEvents counts events the aggregate had copied from the edge
+	// that the edge then lost in a crash (never acknowledged there): they
+	// were moved to the dead-letter stream and the edge sourced again.
+	// Regressions counts such repairs; LastRegression says what the last
+	// one did.
+	LostEvents     uint64 `json:"lost_events"`
+	Regressions    uint64 `json:"regressions"`
+	LastRegression string `json:"last_regression,omitempty"`
 	// LastAdvance is when SourcedSeq last grew.
 	LastAdvance time.Time `json:"last_advance,omitzero"`
 }

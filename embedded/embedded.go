@@ -174,6 +174,12 @@ type LeafNode struct {
 	// User and Password, when set, are required from every incoming leaf
 	// connection, which then binds to Account.
 	User, Password, Account string
+	// FromLeaf and ToLeaf, when set (with User), are allow lists for the
+	// listener's leaf connections: the subjects a leaf peer may send into
+	// this server (its publishes and the replies it gives), and those this
+	// server sends out to it (what the peer may subscribe to). Empty
+	// means everything.
+	FromLeaf, ToLeaf []string
 	// TLS secures the listener.
 	TLS *tls.Config
 	// Remotes are the hubs this server connects to.
@@ -213,7 +219,14 @@ type Account struct {
 	// Imports bring other accounts' exported services into it: a publish
 	// on Subject here is delivered there, and its replies come back.
 	Imports []Import
+	// Mappings rewrite a client's publish subject in this account before
+	// it is delivered (nats subject mappings): From (wildcards allowed)
+	// to To.
+	Mappings []Mapping
 }
+
+// Mapping is one subject mapping of an account.
+type Mapping struct{ From, To string }
 
 // Export is a service export.
 type Export struct {
@@ -479,6 +492,27 @@ func (c Config) options() (*server.Options, error) {
 			}
 			if err := byName[a.Name].AddServiceImport(byName[im.Account], im.Subject, to); err != nil {
 				return nil, fmt.Errorf("account %q: import %q from %q: %w", a.Name, im.Subject, im.Account, err)
+			}
+		}
+	}
+	if ln := c.LeafNode; ln.Port != 0 && ln.User != "" && len(ln.FromLeaf)+len(ln.ToLeaf) > 0 {
+		// nats reads a leaf user's permissions from the accepting
+		// server's side as if it were the peer's client: Subscribe is
+		// what the peer may send in, Publish what is sent out to it.
+		perms := &server.Permissions{}
+		if len(ln.FromLeaf) > 0 {
+			perms.Subscribe = &server.SubjectPermission{Allow: ln.FromLeaf}
+		}
+		if len(ln.ToLeaf) > 0 {
+			perms.Publish = &server.SubjectPermission{Allow: ln.ToLeaf}
+		}
+		o.LeafNode.Username, o.LeafNode.Password, o.LeafNode.Account = "", "", ""
+		o.LeafNode.Users = []*server.User{{Username: ln.User, Password: ln.Password, Permissions: perms, Account: account(ln.Account)}}
+	}
+	for _, a := range c.Accounts {
+		for _, m := range a.Mappings {
+			if err := byName[a.Name].AddMapping(m.From, m.To); err != nil {
+				return nil, fmt.Errorf("account %q: mapping %q to %q: %w", a.Name, m.From, m.To, err)
 			}
 		}
 	}

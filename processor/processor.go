@@ -67,6 +67,17 @@ type Config struct {
 	// is acked, and before a dead letter's original is terminated. An
 	// error leaves the batch unacked: it is retried after the backoff.
 	Sync func(context.Context) error
+	// MaxDeadLetterBytes is the largest dead letter (headers and payload)
+	// the dead-letter stream takes (its max_msg_size); larger ones are
+	// trimmed. Zero: the connection's max payload.
+	MaxDeadLetterBytes int
+	// Exclusive says no other processor shares Durable (the appliance's:
+	// nobody else may bind it). A jump in the sequences delivered to it
+	// then means events were taken by someone else (acked behind its
+	// back): the processor reads each from the stream, applies it in its
+	// place and counts it (Stats.Recovered), instead of leaving it out of
+	// the projection.
+	Exclusive bool
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -92,6 +103,10 @@ type Stats struct {
 	// (max_age, max_bytes, max_msgs with discard "old") removed before
 	// the processor was delivered them: they never reach the handler.
 	RemovedUnprocessed uint64 `json:"removed_unprocessed"`
+	// Recovered counts events an Exclusive processor was not delivered
+	// (another client took them from its durable) and read from the
+	// stream and applied itself.
+	Recovered uint64 `json:"recovered"`
 	// AckFloor is the consumer's ack floor as last seen (LagInfo.AckFloor
 	// serves the fresh one).
 	AckFloor uint64 `json:"-"`
@@ -157,6 +172,7 @@ type Processor struct {
 	// Events the stream's limits removed before they were delivered, and
 	// the highest stream sequence first delivered.
 	removedUnseen, highestSeen atomic.Uint64
+	recovered                  atomic.Uint64
 
 	ready     chan struct{} // closed once Run consumes
 	readyOnce sync.Once
@@ -214,6 +230,7 @@ func (p *Processor) Stats() Stats {
 		AckFloor:           p.ackFloor.Load(),
 		Running:            p.running.Load(),
 		RemovedUnprocessed: p.removedUnseen.Load(),
+		Recovered:          p.recovered.Load(),
 		AckErrors:          p.ackErrors.Load(),
 	}
 }
@@ -290,19 +307,29 @@ func (p *Processor) Run(ctx context.Context) error {
 	budget := newByteBudget(p.cfg.MaxBufferedBytes)
 	pullBytes := max(int(p.cfg.MaxBufferedBytes/4), 2*int(p.js.Conn().MaxPayload()))
 	p.highestSeen.Store(max(info.Delivered.Stream, p.cfg.SeenUpTo))
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if md, err := m.Metadata(); err == nil && md.NumDelivered == 1 {
-			p.noteDelivered(md.Sequence.Stream)
-		}
+	enqueue := func(m jetstream.Msg) bool {
 		n := msgSize(m)
 		if !budget.acquire(n, quit) {
-			return
+			return false
 		}
 		select {
 		case msgs <- m:
+			return true
 		case <-quit:
 			budget.release(n)
+			return false
 		}
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if md, err := m.Metadata(); err == nil && md.NumDelivered == 1 {
+			// Taken behind its back: in its place, before this one.
+			for _, r := range p.noteDelivered(md.Sequence.Stream) {
+				if !enqueue(r) {
+					return
+				}
+			}
+		}
+		enqueue(m)
 	},
 		jetstream.PullMaxMessagesWithBytesLimit(maxPending, pullBytes),
 		// Short heartbeats: a pull that stalls (nats-io/nats.go#1622) is
@@ -526,33 +553,87 @@ func (p *Processor) watchFloor(ctx context.Context, cons jetstream.Consumer) {
 // stream order (the consume callback runs one at a time). A jump past the
 // highest seen means events were not delivered to this processor: those
 // below the stream's first sequence were removed by its limits before it
-// saw them (the others went to another processor on the same durable).
-func (p *Processor) noteDelivered(seq uint64) {
+// saw them; the others went to another consumer on the same durable,
+// which an Exclusive processor reads back from the stream and returns, to
+// be applied before seq.
+func (p *Processor) noteDelivered(seq uint64) []jetstream.Msg {
 	prev := p.highestSeen.Load()
 	if seq <= prev {
-		return
+		return nil
 	}
 	p.highestSeen.Store(seq)
 	if seq == prev+1 {
-		return
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := p.js.Stream(ctx, p.cfg.Stream)
 	if err != nil {
 		p.log.Warn("cannot tell whether events were removed unprocessed", "stream", p.cfg.Stream, "err", err)
-		return
+		return nil
 	}
-	last := min(seq-1, s.CachedInfo().State.FirstSeq-1)
-	if last <= prev {
-		return
+	first := s.CachedInfo().State.FirstSeq
+	if last := min(seq-1, first-1); last > prev {
+		n := last - prev
+		p.removedUnseen.Add(n)
+		p.log.Warn("events removed by the stream's limits before the processor saw them: they are not in the projection",
+			"stream", p.cfg.Stream, "removed", n, "first_seq", prev+1, "last_seq", last,
+			"hint", "raise stream.max_bytes, max_msgs or max_age, or keep the processor up and caught up")
 	}
-	n := last - prev
-	p.removedUnseen.Add(n)
-	p.log.Warn("events removed by the stream's limits before the processor saw them: they are not in the projection",
-		"stream", p.cfg.Stream, "removed", n, "first_seq", prev+1, "last_seq", last,
-		"hint", "raise stream.max_bytes, max_msgs or max_age, or keep the processor up and caught up")
+	if !p.cfg.Exclusive {
+		return nil
+	}
+	// What the stream still holds between them was taken by someone
+	// else (deleted events are skipped).
+	var out []jetstream.Msg
+	for next := max(prev+1, first); next < seq && len(out) < maxRecover; {
+		m, err := s.GetMsg(ctx, next, jetstream.WithGetMsgSubject(">"))
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgNotFound) {
+				p.log.Error("events taken from the processor's durable by another client could not be read back: they are missing from the projection",
+					"stream", p.cfg.Stream, "from_seq", next, "to_seq", seq-1, "err", err)
+			}
+			break
+		}
+		if m.Sequence >= seq {
+			break
+		}
+		out = append(out, &recoveredMsg{m: m, stream: p.cfg.Stream, consumer: p.cfg.Durable})
+		next = m.Sequence + 1
+	}
+	if len(out) > 0 {
+		p.recovered.Add(uint64(len(out)))
+		p.log.Error("events were taken from the processor's durable by another client: read back from the stream and applied",
+			"stream", p.cfg.Stream, "consumer", p.cfg.Durable, "events", len(out), "first_seq", out[0].(*recoveredMsg).m.Sequence, "before_seq", seq)
+	}
+	return out
 }
+
+// maxRecover bounds the events read back for one jump.
+const maxRecover = 10000
+
+// recoveredMsg is an event read back from the stream: settled already (by
+// whoever took it), so its acks are no-ops.
+type recoveredMsg struct {
+	m                *jetstream.RawStreamMsg
+	stream, consumer string
+}
+
+func (r *recoveredMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: r.m.Sequence}, NumDelivered: 1,
+		Timestamp: r.m.Time, Stream: r.stream, Consumer: r.consumer}, nil
+}
+func (r *recoveredMsg) Data() []byte                     { return r.m.Data }
+func (r *recoveredMsg) Headers() nats.Header             { return r.m.Header }
+func (r *recoveredMsg) Subject() string                  { return r.m.Subject }
+func (r *recoveredMsg) Reply() string                    { return "" }
+func (r *recoveredMsg) Ack() error                       { return nil }
+func (r *recoveredMsg) DoubleAck(context.Context) error  { return nil }
+func (r *recoveredMsg) Nak() error                       { return nil }
+func (r *recoveredMsg) NakWithDelay(time.Duration) error { return nil }
+func (r *recoveredMsg) InProgress() error                { return nil }
+func (r *recoveredMsg) Term() error                      { return nil }
+func (r *recoveredMsg) TermWithReason(string) error      { return nil }
 
 // item is one delivered event, parsed.
 type item struct {
@@ -927,6 +1008,9 @@ func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, c
 	data := m.Data()
 	// What the server accepts, with room for the protocol's framing.
 	limit := int(p.js.Conn().MaxPayload()) - 512
+	if p.cfg.MaxDeadLetterBytes > 0 {
+		limit = min(limit, p.cfg.MaxDeadLetterBytes-512)
+	}
 	if headerSize(h)+len(data) > limit || headerSize(h) > maxDeadLetterHeaders {
 		if n := headerSize(m.Headers()); n > 0 {
 			h = nats.Header{}

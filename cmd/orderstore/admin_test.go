@@ -303,9 +303,15 @@ func TestReadyzOwnObjectsOnly(t *testing.T) {
 	}
 	getJSON(t, a.adminURL+"/readyz", 200)
 
-	// The dead-letter stream missing shows in status errors, not readiness.
-	// The processor's consumer missing is a readiness failure.
-	if err := js.DeleteConsumer(ctx, "ORDER_EVENTS", "order-processor"); err != nil {
+	// No client may delete the processor's consumer: the durable guard
+	// refuses, saying why, and readiness holds.
+	if err := js.DeleteConsumer(ctx, "ORDER_EVENTS", "order-processor"); err == nil || !strings.Contains(err.Error(), "make a durable of your own") {
+		t.Fatalf("deleting the processor's durable = %v, want the guard's refusal", err)
+	}
+	getJSON(t, a.adminURL+"/readyz", 200)
+	// The processor's consumer missing (here with its stream, which an
+	// admin may delete) is a readiness failure.
+	if err := js.DeleteStream(ctx, "ORDER_EVENTS"); err != nil {
 		t.Fatal(err)
 	}
 	r = getJSON(t, a.adminURL+"/readyz", 503)
