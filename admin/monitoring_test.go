@@ -69,7 +69,9 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	s.SetBackend(Backend{JS: js, Processor: fakeProcessor{}, Ingest: func() *IngestStats {
 		h := Histogram{Count: 1, Sum: 0.001, Buckets: map[float64]uint64{0.001: 1}}
 		return &IngestStats{Sync: "syncfs", Syncs: 1, Acked: 1, SyncSeconds: h, BatchEvents: h}
-	}})
+	},
+		Guard:    func() *GuardStats { return &GuardStats{} },
+		Topology: func(context.Context) *Topology { return &Topology{Sources: []SourceStatus{{Edge: "edge-1"}}} }})
 	scrape(s)
 
 	// Everything metrics.go describes must be among them, or the check
