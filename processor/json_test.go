@@ -18,7 +18,7 @@ func TestStatsAndLagJSON(t *testing.T) {
 		want []string // keys, in order
 	}{
 		{"Stats", processor.Stats{Running: true, Processed: 1, AckFloor: 7},
-			[]string{"running", "processed", "failed", "dead_lettered", "poison", "duplicates", "last_applied_seq", "ack_errors", "removed_unprocessed"}},
+			[]string{"running", "processed", "failed", "dead_lettered", "poison", "duplicates", "last_applied_seq", "ack_errors", "removed_unprocessed", "recovered"}},
 		{"LagInfo", processor.LagInfo{Pending: 1},
 			[]string{"pending", "ack_pending", "redelivered", "ack_floor", "stream_last_seq", "seconds_behind"}},
 	}

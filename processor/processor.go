@@ -173,6 +173,7 @@ type Processor struct {
 	// the highest stream sequence first delivered.
 	removedUnseen, highestSeen atomic.Uint64
 	recovered                  atomic.Uint64
+	requeue                    atomic.Pointer[func(jetstream.Msg) bool]
 
 	ready     chan struct{} // closed once Run consumes
 	readyOnce sync.Once
@@ -320,6 +321,10 @@ func (p *Processor) Run(ctx context.Context) error {
 			return false
 		}
 	}
+	// A recovered event that fails is delivered again from here, as nats
+	// redelivers the others.
+	p.requeue.Store(&enqueue)
+	defer p.requeue.Store(nil)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		if md, err := m.Metadata(); err == nil && md.NumDelivered == 1 {
 			// Taken behind its back: in its place, before this one.
@@ -598,7 +603,7 @@ func (p *Processor) noteDelivered(seq uint64) []jetstream.Msg {
 		if m.Sequence >= seq {
 			break
 		}
-		out = append(out, &recoveredMsg{m: m, stream: p.cfg.Stream, consumer: p.cfg.Durable})
+		out = append(out, &recoveredMsg{m: m, stream: p.cfg.Stream, consumer: p.cfg.Durable, delivered: 1, p: p})
 		next = m.Sequence + 1
 	}
 	if len(out) > 0 {
@@ -612,28 +617,50 @@ func (p *Processor) noteDelivered(seq uint64) []jetstream.Msg {
 // maxRecover bounds the events read back for one jump.
 const maxRecover = 10000
 
-// recoveredMsg is an event read back from the stream: settled already (by
-// whoever took it), so its acks are no-ops.
+// recoveredMsg is an event read back from the stream: settled already in
+// the consumer (by whoever took it), so its acks are no-ops, while a nak
+// delivers it again after the delay, with its delivery count one higher,
+// as nats would (and max_deliver dead-letters it in the end).
 type recoveredMsg struct {
 	m                *jetstream.RawStreamMsg
 	stream, consumer string
+	p                *Processor
+	mu               sync.Mutex
+	delivered        uint64
 }
 
 func (r *recoveredMsg) Metadata() (*jetstream.MsgMetadata, error) {
-	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: r.m.Sequence}, NumDelivered: 1,
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: r.m.Sequence}, NumDelivered: r.delivered,
 		Timestamp: r.m.Time, Stream: r.stream, Consumer: r.consumer}, nil
 }
-func (r *recoveredMsg) Data() []byte                     { return r.m.Data }
-func (r *recoveredMsg) Headers() nats.Header             { return r.m.Header }
-func (r *recoveredMsg) Subject() string                  { return r.m.Subject }
-func (r *recoveredMsg) Reply() string                    { return "" }
-func (r *recoveredMsg) Ack() error                       { return nil }
-func (r *recoveredMsg) DoubleAck(context.Context) error  { return nil }
-func (r *recoveredMsg) Nak() error                       { return nil }
-func (r *recoveredMsg) NakWithDelay(time.Duration) error { return nil }
-func (r *recoveredMsg) InProgress() error                { return nil }
-func (r *recoveredMsg) Term() error                      { return nil }
-func (r *recoveredMsg) TermWithReason(string) error      { return nil }
+
+// again delivers r once more after delay.
+func (r *recoveredMsg) again(delay time.Duration) error {
+	time.AfterFunc(delay, func() {
+		enqueue := r.p.requeue.Load()
+		if enqueue == nil {
+			return // Run ended: the event stays missing, as the log said
+		}
+		r.mu.Lock()
+		r.delivered++
+		r.mu.Unlock()
+		(*enqueue)(r)
+	})
+	return nil
+}
+func (r *recoveredMsg) Data() []byte                       { return r.m.Data }
+func (r *recoveredMsg) Headers() nats.Header               { return r.m.Header }
+func (r *recoveredMsg) Subject() string                    { return r.m.Subject }
+func (r *recoveredMsg) Reply() string                      { return "" }
+func (r *recoveredMsg) Ack() error                         { return nil }
+func (r *recoveredMsg) DoubleAck(context.Context) error    { return nil }
+func (r *recoveredMsg) Nak() error                         { return r.again(0) }
+func (r *recoveredMsg) NakWithDelay(d time.Duration) error { return r.again(d) }
+func (r *recoveredMsg) InProgress() error                  { return nil }
+func (r *recoveredMsg) Term() error                        { return nil }
+func (r *recoveredMsg) TermWithReason(string) error        { return nil }
 
 // item is one delivered event, parsed.
 type item struct {
