@@ -241,9 +241,11 @@ func (in *ingest) onPublish(m *nats.Msg) {
 	}
 	h := make(nats.Header, len(m.Header)+1)
 	for k, v := range m.Header {
+		switch {
+		case strings.EqualFold(k, requestInfoHdr), strings.EqualFold(k, streamSourceHdr), strings.EqualFold(k, EpochHeader):
+			continue // nats' and orderstore's own, in any spelling
+		}
 		switch k {
-		case requestInfoHdr, streamSourceHdr, EpochHeader:
-			continue
 		case nats.MsgIdHdr:
 			// Scoped to the publisher's account: producer A cannot make
 			// producer B's event a duplicate by using its id first.

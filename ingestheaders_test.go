@@ -1,0 +1,103 @@
+package orderstore_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/orderstoretest"
+)
+
+// The headers a producer may not set: nats' own account stamp
+// (Nats-Request-Info) in a second spelling is refused, a forged
+// Nats-Stream-Source and Orderstore-Epoch are replaced; every stored event
+// carries this run's epoch, and the stream's metadata lists where each run
+// began, across a restart.
+func TestIngestOwnsItsHeaders(t *testing.T) {
+	var cfg orderstore.Config
+	keep := func(c *orderstore.Config) { cfg = *c }
+	app := orderstoretest.Start(t, keep)
+	js := embeddedtest.JetStream(t, app)
+	ctx := context.Background()
+
+	// nats removes every exact-case Nats-Request-Info a publisher sets
+	// and stamps its own (the publisher's account); another spelling is
+	// dropped by the ingest service.
+	exact := &nats.Msg{Subject: "orders.created", Data: []byte(`{"order_id":"f-2"}`), Header: nats.Header{
+		"Nats-Request-Info":  {`{"acc":"USER1_a"}`, `{"acc":"USER1_victim"}`},
+		"Nats-Stream-Source": {"ORDER_EVENTS:xyz 999999"},
+		"Orderstore-Epoch":   {"forged"},
+	}}
+	exact.Header["nats-request-info"] = []string{`{"acc":"USER1_victim"}`} // another spelling
+	ack, err := js.PublishMsg(ctx, exact, jetstream.WithMsgID("id-1"))
+	if err != nil {
+		t.Fatalf("a publish with nats' own headers set: %v", err)
+	}
+	st, err := js.Stream(ctx, cfg.Stream.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetMsg(ctx, ack.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Header.Get("Nats-Msg-Id"); got != "ANONYMOUS:id-1" {
+		t.Errorf("stored Nats-Msg-Id %q, want it scoped to the publisher's real account (ANONYMOUS:id-1)", got)
+	}
+	if m.Header.Get("Nats-Stream-Source") != "" || m.Header.Get("Nats-Request-Info") != "" || len(m.Header["nats-request-info"]) > 0 {
+		t.Errorf("stored headers %v: nats' own headers from a producer must not be stored", m.Header)
+	}
+	epoch1 := m.Header.Get(orderstore.EpochHeader)
+	if epoch1 == "" || epoch1 == "forged" {
+		t.Errorf("stored epoch %q, want this run's", epoch1)
+	}
+	epochs := st.CachedInfo().Config.Metadata["orderstore_epochs"]
+	if !strings.HasPrefix(epochs, epoch1+":1") {
+		t.Errorf("stream metadata orderstore_epochs = %q, want this run's epoch beginning at 1", epochs)
+	}
+
+	// A restart is a new run: a new epoch, beginning after the last event.
+	if err := app.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	app2 := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+	js2 := embeddedtest.JetStream(t, app2)
+	ack2, err := js2.Publish(ctx, "orders.created", []byte(`{"order_id":"f-3"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2, err := js2.Stream(ctx, cfg.Stream.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := st2.GetMsg(ctx, ack2.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch2 := m2.Header.Get(orderstore.EpochHeader)
+	if epoch2 == "" || epoch2 == epoch1 {
+		t.Errorf("epoch after a restart %q, want a new one (was %q)", epoch2, epoch1)
+	}
+	want := epoch1 + ":1," + epoch2 + ":" + itoa(ack.Sequence+1)
+	if got := st2.CachedInfo().Config.Metadata["orderstore_epochs"]; got != want {
+		t.Errorf("orderstore_epochs after a restart = %q, want %q", got, want)
+	}
+}
+
+func itoa(n uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			return string(b[i:])
+		}
+	}
+}
