@@ -189,7 +189,7 @@ type User struct {
 	// Password logs the user in; a bcrypt hash ("$2a$...", made with
 	// `nats server passwd`) is accepted and keeps the secret out of the
 	// file. Nkey, instead of a password, is the user's public nkey
-	// ("U...", made with `nk -gen user -pubout`).
+	// ("U...", made with `nats auth nkey gen user --output user.nk` and shown by `nats auth nkey show user.nk`).
 	Password, Nkey string
 	// Role is RoleProducer, RoleReader or RoleAdmin. Leave it empty to
 	// give explicit Publish/Subscribe lists instead: such a user gets the
@@ -477,9 +477,9 @@ func (c Config) Validate() error {
 		case u.Password != "" && u.Nkey != "":
 			bad(field+".Nkey", nil, "set password or nkey, not both")
 		case u.Nkey != "" && strings.HasPrefix(u.Nkey, "S"):
-			bad(field+".Nkey", nil, "holds a private seed (\"S...\"), not the public key: rotate that key (it is in the config file now) and put its public key (\"U...\", `nk -inkey FILE -pubout`) here")
+			bad(field+".Nkey", nil, "holds a private seed (\"S...\"), not the public key: rotate that key (it is in the config file now) and put its public key (\"U...\", `nats auth nkey show FILE`) here")
 		case u.Nkey != "" && !nkeys.IsValidPublicUserKey(u.Nkey):
-			bad(field+".Nkey", nil, "is not a public user nkey (\"U...\", from `nk -gen user -pubout`)")
+			bad(field+".Nkey", nil, "is not a public user nkey (\"U...\", from `nats auth nkey gen user --output FILE`, then `nats auth nkey show FILE`)")
 		}
 		lists := len(u.Publish)+len(u.Subscribe)+len(u.PublishDeny)+len(u.SubscribeDeny) > 0
 		switch u.Role {

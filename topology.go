@@ -3,6 +3,7 @@ package orderstore
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -214,6 +215,9 @@ func (a *Appliance) clusterStatus(ctx context.Context, ns *server.Server) *admin
 	cs := &admin.ClusterStatus{Name: a.cfg.Cluster.Name, RoutesUp: peersUp(ns)}
 	for _, r := range a.cfg.Cluster.Routes {
 		cs.Routes = append(cs.Routes, redactURL(r))
+		if !ownRoute(r, a.cfg.Cluster.Listen) {
+			cs.OtherNodes++
+		}
 	}
 	if jsz, err := ns.Jsz(&server.JSzOptions{}); err == nil && jsz.Meta != nil {
 		cs.MetaLeader = jsz.Meta.Leader
@@ -279,10 +283,26 @@ func (a *Appliance) clusterCheck(ctx context.Context) admin.Check {
 		if a.proc != nil && (cs.Consumer == nil || cs.Consumer.Leader == "") {
 			missing = append(missing, fmt.Sprintf("consumer %q", a.cfg.Processor.Durable))
 		}
-		c.Reason = fmt.Sprintf("no quorum in cluster %q: no leader for %s (%d other nodes reached, %d routes configured): writes and acks wait until a majority of the nodes is back",
-			a.cfg.Cluster.Name, strings.Join(missing, ", "), cs.RoutesUp, len(a.cfg.Cluster.Routes))
+		c.Reason = fmt.Sprintf("no quorum in cluster %q: waiting for a quorum (%d of %d other nodes reached); no leader for %s: publishes wait up to 3.5s, then get a 503",
+			a.cfg.Cluster.Name, cs.RoutesUp, cs.OtherNodes, strings.Join(missing, ", "))
 	}
 	return c
+}
+
+// ownRoute reports whether route leads to this node's own route
+// listener (listen, host:port).
+func ownRoute(route, listen string) bool {
+	u, err := url.Parse(route)
+	if err != nil {
+		return false
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil || u.Port() != port {
+		return false
+	}
+	rh := u.Hostname()
+	loop := func(h string) bool { return h == "localhost" || net.ParseIP(h) != nil && net.ParseIP(h).IsLoopback() }
+	return rh == host || host == "" || host == "0.0.0.0" || host == "::" || loop(rh) && loop(host)
 }
 
 // redactURL drops a URL's password.

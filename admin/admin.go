@@ -159,11 +159,14 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	backend atomic.Pointer[Backend]
-	mux     *http.ServeMux
-	handler http.Handler
-	reg     *prometheus.Registry
-	sess    sessions
-	limit   limiter
+	// starting says what start-up waits for ("" : the default, recovering
+	// the streams).
+	starting atomic.Pointer[string]
+	mux      *http.ServeMux
+	handler  http.Handler
+	reg      *prometheus.Registry
+	sess     sessions
+	limit    limiter
 }
 
 // New builds the server. Serve it with net/http; call SetBackend once the
@@ -317,11 +320,22 @@ func (s *Server) needBackend(h func(http.ResponseWriter, *http.Request, *Backend
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b := s.backend.Load()
 		if b == nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "starting: the broker is recovering its streams"})
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "starting: " + s.startingReason()})
 			return
 		}
 		h(w, r, b)
 	})
+}
+
+// SetStarting says what start-up waits for, until SetBackend: /readyz
+// and the API's 503 show it ("" restores the default).
+func (s *Server) SetStarting(reason string) { s.starting.Store(&reason) }
+
+func (s *Server) startingReason() string {
+	if r := s.starting.Load(); r != nil && *r != "" {
+		return *r
+	}
+	return "the broker is starting and recovering its streams"
 }
 
 func (s *Server) durability() map[string]string {
@@ -346,7 +360,7 @@ type Check struct {
 func (s *Server) Readiness(ctx context.Context) (string, []Check) {
 	b := s.backend.Load()
 	if b == nil {
-		return "recovering", []Check{{Name: "startup", OK: false, Reason: "the broker is starting and recovering its streams"}}
+		return "recovering", []Check{{Name: "startup", OK: false, Reason: s.startingReason()}}
 	}
 	var checks []Check
 	add := func(name string, err error) {

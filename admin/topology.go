@@ -25,7 +25,10 @@ type ClusterStatus struct {
 	// RoutesUp is how many other nodes this node has routes to.
 	Routes   []string `json:"routes"`
 	RoutesUp int      `json:"routes_up"`
-	Peers    []string `json:"peers,omitempty"`
+	// OtherNodes is how many of Routes lead to other nodes (a node may
+	// list its own route).
+	OtherNodes int      `json:"other_nodes"`
+	Peers      []string `json:"peers,omitempty"`
 	// Stream and Consumer are the replica groups of the stream and the
 	// processor's consumer.
 	Stream   *ReplicaGroup `json:"stream,omitempty"`

@@ -54,7 +54,11 @@ func printStatus(w io.Writer, st orderstore.Status) {
 	if s.MaxAgeSeconds > 0 {
 		maxAge = (time.Duration(s.MaxAgeSeconds) * time.Second).String()
 	}
-	fmt.Fprintf(tw, "  oldest event\t%s old, max_age %s\n", (time.Duration(s.OldestAgeSeconds) * time.Second).String(), maxAge)
+	if s.Messages == 0 {
+		fmt.Fprintf(tw, "  oldest event\tnone (the stream is empty), max_age %s\n", maxAge)
+	} else {
+		fmt.Fprintf(tw, "  oldest event\t%s old, max_age %s\n", (time.Duration(s.OldestAgeSeconds) * time.Second).String(), maxAge)
+	}
 	if c := st.Consumer; c != nil {
 		fmt.Fprintf(tw, "consumer %s\t%d unprocessed (%d pending, %d awaiting ack), %.1fs behind, %d redelivered, ack floor %d\n",
 			c.Name, c.Pending+uint64(c.AckPending), c.Pending, c.AckPending, c.SecondsBehind, c.Redelivered, c.AckFloor)
@@ -69,6 +73,9 @@ func printStatus(w io.Writer, st orderstore.Status) {
 		if p.RemovedUnprocessed > 0 {
 			fmt.Fprintf(tw, "  lost to retention\t%d events removed by the stream's limits before the processor saw them (not in the projection)\n", p.RemovedUnprocessed)
 		}
+		if p.Recovered > 0 {
+			fmt.Fprintf(tw, "  recovered\t%d events another client took from the processor's durable, read back from the stream and applied\n", p.Recovered)
+		}
 	} else {
 		fmt.Fprintf(tw, "processor\tdisabled\n")
 	}
@@ -79,6 +86,10 @@ func printStatus(w io.Writer, st orderstore.Status) {
 	fmt.Fprintf(tw, "store\t%s, %s free; JetStream stores %s of max_file_store %s\n", st.Store.Dir, config.ByteSize(st.Store.FreeBytes),
 		config.ByteSize(st.Store.JetStreamBytes), config.ByteSize(st.Store.JetStreamMaxBytes))
 	printTopology(tw, st.Topology)
+	if g := st.Guard; g != nil && g.OverBudget+g.Unanswered+g.ForgedAnswers+g.ForeignConsumerRequests > 0 {
+		fmt.Fprintf(tw, "refused\t%d publishes over their account's budget (429), %d the stream never answered (503), %d forged answers, %d requests on orderstore's own consumer\n",
+			g.OverBudget, g.Unanswered, g.ForgedAnswers, g.ForeignConsumerRequests)
+	}
 	for _, c := range st.Checks {
 		if !c.OK {
 			fmt.Fprintf(tw, "not ready\t%s: %s\n", c.Name, c.Reason)
@@ -109,7 +120,7 @@ func printTopology(tw io.Writer, t *orderstore.Topology) {
 		if !c.Quorum {
 			q = "NO QUORUM"
 		}
-		fmt.Fprintf(tw, "cluster %s\t%s; meta leader %q; %d of %d routes up; peers %v\n", c.Name, q, c.MetaLeader, c.RoutesUp, len(c.Routes), c.Peers)
+		fmt.Fprintf(tw, "cluster %s\t%s; meta leader %q; %d of %d other nodes reached; peers %v\n", c.Name, q, c.MetaLeader, c.RoutesUp, c.OtherNodes, c.Peers)
 		for _, g := range []*orderstore.ReplicaGroup{c.Stream, c.Consumer} {
 			if g == nil {
 				continue
@@ -123,7 +134,7 @@ func printTopology(tw io.Writer, t *orderstore.Topology) {
 				case !r.Current:
 					state = fmt.Sprintf("behind by %d", r.Lag)
 				}
-				fmt.Fprintf(tw, "; %s %s (seen %.1fs ago)", r.Name, state, r.ActiveSeconds)
+				fmt.Fprintf(tw, "; %s %s (seen %.1fs ago)", r.Name, state, max(r.ActiveSeconds, 0))
 			}
 			fmt.Fprintln(tw)
 		}
@@ -149,8 +160,14 @@ func printTopology(tw io.Writer, t *orderstore.Topology) {
 		case s.Behind > 0:
 			state = fmt.Sprintf("%d events behind (%.0fs)", s.Behind, s.BehindSeconds)
 		}
+		if s.Regressed {
+			state = "REGRESSED: the edge's last sequence is below what the hub holds from it (it lost events in a crash); repairing"
+		}
 		fmt.Fprintf(tw, "source %s\t%s; sourced up to edge seq %d of %d; nats lag %d, active %.1fs ago\n",
-			s.Edge, state, s.SourcedSeq, s.EdgeLastSeq, s.NATSLag, s.ActiveSeconds)
+			s.Edge, state, s.SourcedSeq, s.EdgeLastSeq, s.NATSLag, max(s.ActiveSeconds, 0))
+		if s.LostEvents > 0 {
+			fmt.Fprintf(tw, "  lost at the edge\t%d events in %d crashes, moved to the dead-letter stream; last: %s\n", s.LostEvents, s.Regressions, s.LastRegression)
+		}
 		if s.Error != "" {
 			fmt.Fprintf(tw, "  error\t%s\n", s.Error)
 		}
