@@ -48,8 +48,11 @@ const (
 	ingestMaxPendingMsgs  = 1 << 20
 	ingestMaxPendingBytes = 256 << 20
 	// ingestAnswerWithin: a publish the stream has not answered by then
-	// is answered 503 (clients time out after 5 s by default).
-	ingestAnswerWithin = 4 * time.Second
+	// is answered 503, the last resort: one the stream dropped is
+	// answered as soon as it answers a later one (answers come in the
+	// order of the publishes), or when the store guard or the connection
+	// says it dropped them.
+	ingestAnswerWithin = 15 * time.Second
 	// ingestAckTimeout bounds a sync a batch waits for.
 	ingestAckTimeout = 30 * time.Second
 	// An election (no stream leader: nats answers "no responders") is
@@ -130,7 +133,10 @@ type ingest struct {
 	closed      bool
 	ids         *rand.ChaCha8          // unguessable ack ids
 	pending     map[string]*pendingPub // published, the stream's answer awaited
-	stored      []ackReply             // answered by the stream, a sync awaited
+	order       []published            // pending's publishes, in order, from orderHead (stale ones skipped)
+	orderHead   int
+	pubNo       uint64     // of the last publish
+	stored      []ackReply // answered by the stream, a sync awaited
 	storedBytes int
 	inFlight    int // len(pending)+len(stored)
 	inBytes     int
@@ -149,7 +155,14 @@ type ingest struct {
 
 type budget struct{ n, bytes int }
 
+// published is one publish to the stream, in the order they were made.
+type published struct {
+	no uint64
+	id string
+}
+
 type pendingPub struct {
+	no      uint64 // of its last publish (a retry publishes it again)
 	reply   string
 	account string
 	size    int
@@ -293,6 +306,7 @@ func (in *ingest) onPublish(m *nats.Msg) {
 	id := in.newID()
 	p := &pendingPub{reply: m.Reply, account: account, size: size, at: time.Now(), msg: out}
 	in.pending[id] = p
+	in.publishedLocked(id, p)
 	in.inFlight++
 	in.inBytes += size
 	b.n++
@@ -305,6 +319,34 @@ func (in *ingest) onPublish(m *nats.Msg) {
 			in.reply(p.reply, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
 		}
 	}
+}
+
+// publishedLocked records a publish of p in order; in.mu held.
+func (in *ingest) publishedLocked(id string, p *pendingPub) {
+	in.pubNo++
+	p.no = in.pubNo
+	in.order = append(in.order, published{in.pubNo, id})
+}
+
+// droppedBefore takes the publishes made before no that are still
+// waiting: the stream answered a later one, and it answers in the order
+// of the publishes, so it dropped these (a stream leader lost with them);
+// in.mu held.
+func (in *ingest) droppedBefore(no uint64) []*pendingPub {
+	var lost []*pendingPub
+	for ; in.orderHead < len(in.order) && in.order[in.orderHead].no < no; in.orderHead++ {
+		o := in.order[in.orderHead]
+		if p, ok := in.pending[o.id]; ok && p.no == o.no {
+			delete(in.pending, o.id)
+			in.release(p.account, p.size)
+			lost = append(lost, p)
+		}
+	}
+	if in.orderHead > 1024 && in.orderHead > len(in.order)/2 { // amortized O(1) per publish
+		in.order = append(in.order[:0], in.order[in.orderHead:]...)
+		in.orderHead = 0
+	}
+	return lost
 }
 
 // newID is an ack id nobody can guess; in.mu held.
@@ -443,6 +485,14 @@ func (in *ingest) onAck(m *nats.Msg) {
 		return
 	}
 	delete(in.pending, id)
+	var lost []*pendingPub
+	if m.Header.Get("Status") == "" {
+		// The stream's own answer (nats' statuses come out of order).
+		lost = in.droppedBefore(p.no)
+	}
+	if len(lost) > 0 {
+		defer in.answerLost(lost)
+	}
 	if in.cfg.Sync == nil {
 		in.release(p.account, p.size)
 		in.mu.Unlock()
@@ -463,11 +513,23 @@ func (in *ingest) onAck(m *nats.Msg) {
 	}
 }
 
+// answerLost answers publishes the stream dropped.
+func (in *ingest) answerLost(lost []*pendingPub) {
+	in.unanswer.Add(uint64(len(lost)))
+	msg := apiError(503, 10077, "orderstore: the stream dropped the event without an answer (a stream leader lost with it?): it may or may not be stored; publish it again with the same Nats-Msg-Id")
+	for _, p := range lost {
+		in.reply(p.reply, msg)
+	}
+}
+
 // retry publishes a pending event again (the stream had no leader).
 func (in *ingest) retry(id string) {
 	in.mu.Lock()
 	p, ok := in.pending[id]
 	closed := in.closed
+	if ok && !closed {
+		in.publishedLocked(id, p)
+	}
 	in.mu.Unlock()
 	if !ok || closed {
 		return
@@ -516,6 +578,7 @@ func (in *ingest) failPending(why string) {
 		in.release(p.account, p.size)
 		left = append(left, p)
 	}
+	in.order, in.orderHead = in.order[:0], 0
 	in.mu.Unlock()
 	if len(left) == 0 {
 		return
