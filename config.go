@@ -725,6 +725,8 @@ func (c Config) validateScaleOut(bad func(field string, value any, format string
 			bad("LeafNode.Listen", clipValue(ln.Listen), "must be host:port (e.g. \"0.0.0.0:7422\")")
 		} else if !isLoopback(host) && ln.User == "" {
 			bad("LeafNode.Listen", ln.Listen, "is not a loopback address and no leafnode.user is set: anyone could join the hub; set leafnode.user and leafnode.password, or bind 127.0.0.1")
+		} else if ln.User == "" {
+			bad("LeafNode.Listen", ln.Listen, "needs leafnode.user and leafnode.password, also on loopback: edges sign in with them, and what may cross the link is bound to that user")
 		}
 	}
 	if (ln.User == "") != (ln.Password == "") {

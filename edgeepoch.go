@@ -268,14 +268,19 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 		if m.Header.Get(EpochHeader) != expectedEpoch(epochs, sseq) {
 			h := nats.Header{}
 			for k, v := range m.Header {
-				h[k] = v
+				if !strings.HasPrefix(k, "Nats-") { // nats refuses its own (Nats-Stream-Source) on a publish
+					h[k] = v
+				}
 			}
+			if id := m.Header.Get(nats.MsgIdHdr); id != "" {
+				h.Set("Orderstore-Original-Msg-Id", id)
+			}
+			h.Set("Orderstore-Original-Source", m.Header.Get(streamSourceHdr))
 			h.Set("Orderstore-Original-Stream", agg.Name)
 			h.Set("Orderstore-Original-Subject", m.Subject)
 			h.Set("Orderstore-Original-Sequence", strconv.FormatUint(m.Sequence, 10))
 			h.Set("Orderstore-Error", fmt.Sprintf("lost at edge %s: its sequence %d was given to another event after a crash (epoch %s began at %d); it was never acknowledged there", edge, sseq, ep.epoch, ep.first))
 			h.Set("Orderstore-Dead-Lettered-At", time.Now().UTC().Format(time.RFC3339Nano))
-			h.Del(nats.MsgIdHdr) // the dead-letter stream's dedupe must not drop it
 			if _, err := a.js.PublishMsg(rctx, &nats.Msg{Subject: dlq + "." + m.Subject, Header: h, Data: m.Data}); err != nil {
 				return fmt.Errorf("move a lost event to the dead-letter stream: %w", err)
 			}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -495,19 +496,24 @@ func (c Config) options() (*server.Options, error) {
 			}
 		}
 	}
+	// Client users connect as clients only: none of them (nor the
+	// no-auth user) can join as a leaf peer past the leaf user below.
+	clientOnly := map[string]struct{}{jwt.ConnectionTypeStandard: {}, jwt.ConnectionTypeInProcess: {}}
 	if ln := c.LeafNode; ln.Port != 0 && ln.User != "" && len(ln.FromLeaf)+len(ln.ToLeaf) > 0 {
-		// nats reads a leaf user's permissions from the accepting
-		// server's side as if it were the peer's client: Subscribe is
-		// what the peer may send in, Publish what is sent out to it.
+		// Permissions bind only to a server user that leaf peers sign in
+		// as (nats ignores those of the leaf listener's own users). For
+		// an accepted leaf nats reads them from the peer's side: Publish
+		// is what the peer may send in, Subscribe what it is sent.
 		perms := &server.Permissions{}
 		if len(ln.FromLeaf) > 0 {
-			perms.Subscribe = &server.SubjectPermission{Allow: ln.FromLeaf}
+			perms.Publish = &server.SubjectPermission{Allow: ln.FromLeaf}
 		}
 		if len(ln.ToLeaf) > 0 {
-			perms.Publish = &server.SubjectPermission{Allow: ln.ToLeaf}
+			perms.Subscribe = &server.SubjectPermission{Allow: ln.ToLeaf}
 		}
 		o.LeafNode.Username, o.LeafNode.Password, o.LeafNode.Account = "", "", ""
-		o.LeafNode.Users = []*server.User{{Username: ln.User, Password: ln.Password, Permissions: perms, Account: account(ln.Account)}}
+		o.Users = append(o.Users, &server.User{Username: ln.User, Password: ln.Password, Permissions: perms, Account: account(ln.Account),
+			AllowedConnectionTypes: map[string]struct{}{jwt.ConnectionTypeLeafnode: {}}})
 	}
 	for _, a := range c.Accounts {
 		for _, m := range a.Mappings {
@@ -517,15 +523,19 @@ func (c Config) options() (*server.Options, error) {
 		}
 	}
 	if c.SystemUser != "" {
-		o.Users = append(o.Users, &server.User{Username: c.SystemUser, Password: c.SystemPassword, Account: byName[systemAccount]})
+		// nats serves every account's JetStream API from the system
+		// account: the system user reads only its own replies and $SYS.
+		o.Users = append(o.Users, &server.User{Username: c.SystemUser, Password: c.SystemPassword, Account: byName[systemAccount],
+			Permissions:            &server.Permissions{Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", "$SYS.>"}}},
+			AllowedConnectionTypes: clientOnly})
 	}
 	for _, u := range c.Users {
 		perms := permissions(u)
 		if u.Nkey != "" {
-			o.Nkeys = append(o.Nkeys, &server.NkeyUser{Nkey: u.Nkey, Permissions: perms, Account: account(u.Account)})
+			o.Nkeys = append(o.Nkeys, &server.NkeyUser{Nkey: u.Nkey, Permissions: perms, Account: account(u.Account), AllowedConnectionTypes: clientOnly})
 			continue
 		}
-		o.Users = append(o.Users, &server.User{Username: u.Name, Password: u.Password, Permissions: perms, Account: account(u.Account)})
+		o.Users = append(o.Users, &server.User{Username: u.Name, Password: u.Password, Permissions: perms, Account: account(u.Account), AllowedConnectionTypes: clientOnly})
 	}
 	return o, nil
 }

@@ -220,7 +220,7 @@ func leaf() {
 	lp := ports(1)[0]
 	ec := base("edge-1")
 	ec.JetStream.Domain = "edge-1"
-	ec.LeafNode.Remotes = []orderstore.LeafRemote{{URL: fmt.Sprintf("nats-leaf://127.0.0.1:%d", lp)}}
+	ec.LeafNode.Remotes = []orderstore.LeafRemote{{URL: fmt.Sprintf("nats-leaf://127.0.0.1:%d", lp), User: "edge", Password: "bench-leaf-secret"}}
 	ec.LeafNode.ReconnectInterval = 250 * time.Millisecond
 	ec.JetStream.SyncInterval = time.Second // only to fill the backlog quickly; the drain is the figure
 	edge := start(ec)[0]
@@ -232,6 +232,7 @@ func leaf() {
 	hc := base("hub")
 	hc.JetStream.Domain = "hub"
 	hc.LeafNode.Listen = fmt.Sprintf("127.0.0.1:%d", lp)
+	hc.LeafNode.User, hc.LeafNode.Password = "edge", "bench-leaf-secret"
 	hc.Hub = orderstore.HubConfig{Stream: "ORDER_EVENTS_ALL", Edges: []string{"edge-1"}}
 	hc.Processor.Enabled = false // the drain alone
 	hc.JetStream.MaxFileStore = 40 << 30
