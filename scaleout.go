@@ -3,6 +3,7 @@ package orderstore
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -112,4 +113,24 @@ func loadPeerTLS(key string, t TLSConfig) (*tls.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// CheckFiles loads every TLS certificate, key and CA file the config
+// names, as Start would, and reports every problem at once (each naming
+// its key): what `orderstore check` runs beside Validate.
+func (c Config) CheckFiles() error {
+	var errs []error
+	add := func(_ *tls.Config, err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	add(loadTLS("server.tls", c.Server.TLS))
+	add(loadTLS("admin.tls", c.Admin.TLS))
+	add(loadPeerTLS("cluster.tls", c.Cluster.TLS))
+	add(loadTLS("leafnode.tls", c.LeafNode.TLS))
+	for i, r := range c.LeafNode.Remotes {
+		add(loadPeerTLS(fmt.Sprintf("leafnode.remotes[%d].tls", i), r.TLS))
+	}
+	return errors.Join(errs...)
 }

@@ -31,6 +31,10 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		printErr(stderr, withHint(err, "fix the file the key names (admin.token_file, password_file), or set the secret in the config"))
 		return exitUsage
 	}
+	if err := cfg.CheckFiles(); err != nil {
+		printErr(stderr, withHint(err, "fix the files the keys name: run would refuse to start the same way"))
+		return exitUsage
+	}
 	if *print {
 		b, err := fc.Encode()
 		if err != nil {

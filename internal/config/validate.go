@@ -65,27 +65,31 @@ func (c Config) validate() []*Error {
 
 // Orderstore maps the file onto the appliance's configuration, reading
 // admin.token_file. Logger and Build are the caller's.
+// Every file that cannot be read is reported, all at once.
 func (c Config) Orderstore() (orderstore.Config, error) {
 	o := c.toOrderstore()
+	var errs []error
 	tok, err := c.AdminToken()
-	if err != nil {
-		return o, err
+	switch {
+	case err != nil:
+		errs = append(errs, err)
+	case c.Admin.TokenFile != "" && len(tok) < 16:
+		errs = append(errs, fmt.Errorf("admin.token_file %q: the token is %d characters, want at least 16 (make one with `openssl rand -hex 24`)", c.Admin.TokenFile, len(tok)))
+	default:
+		o.Admin.Token = tok
 	}
-	if c.Admin.TokenFile != "" && len(tok) < 16 {
-		return o, fmt.Errorf("admin.token_file %q: the token is %d characters, want at least 16 (make one with `openssl rand -hex 24`)", c.Admin.TokenFile, len(tok))
-	}
-	o.Admin.Token = tok
 	for i, u := range c.Server.Users {
 		if u.PasswordFile == "" {
 			continue
 		}
 		pw, err := readSecretFile(fmt.Sprintf("server.users[%d].password_file", i), u.PasswordFile)
 		if err != nil {
-			return o, err
+			errs = append(errs, err)
+			continue
 		}
 		o.Server.Users[i].Password = pw
 	}
-	return o, nil
+	return o, errors.Join(errs...)
 }
 
 // readSecretFile reads a secret from a file, without its trailing newline.
