@@ -256,7 +256,9 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 	// dead-letter stream, all of them out of the aggregate.
 	var orders []string
 	dlq := deadLetterSubjectPrefix(a.cfg.Processor.DeadLetterStream)
-	removed := 0
+	removed, moved := 0, 0
+	var firstLost, lastLost uint64
+	runs := map[string]bool{} // the epochs that lost copies: one per crash
 	for seq := lost[0].seq; removed < maxRepair; {
 		m, err := st.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(edge+".>"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -290,6 +292,12 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 			if json.Unmarshal(m.Data, &ev) == nil && ev.OrderID != "" && len(orders) < 20 {
 				orders = append(orders, ev.OrderID)
 			}
+			moved++
+			runs[m.Header.Get(EpochHeader)] = true
+			if firstLost == 0 {
+				firstLost = sseq
+			}
+			lastLost = sseq
 		}
 		if err := st.DeleteMsg(rctx, m.Sequence); err != nil {
 			return fmt.Errorf("remove a copy: %w", err)
@@ -297,16 +305,18 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 		removed++
 		seq = m.Sequence + 1
 	}
-	n := uint64(len(lost))
+	// Every copy moved counts, of every crash this repair covers (a later
+	// boundary then finds nothing left).
+	n := uint64(moved)
 	w.mu.Lock()
 	s := w.st[edge]
 	s.LostEvents += n
-	s.Regressions++
-	s.LastRegression = fmt.Sprintf("%s: %d events copied from %s (its sequences %d-%d) were lost there in a crash; moved to %s, %d copies sourced again",
-		time.Now().UTC().Format(time.RFC3339), n, edge, lost[0].sseq, lost[len(lost)-1].sseq, a.cfg.Processor.DeadLetterStream, removed)
+	s.Regressions += uint64(max(len(runs), 1))
+	s.LastRegression = fmt.Sprintf("%s: %d events copied from %s (its sequences %d-%d) were lost there in %d crash(es); moved to %s, %d copies sourced again",
+		time.Now().UTC().Format(time.RFC3339), n, edge, firstLost, lastLost, max(len(runs), 1), a.cfg.Processor.DeadLetterStream, removed)
 	w.mu.Unlock()
 	a.log.Error("hub: an edge lost events the hub had copied (a crash before they were durable there): they were never acknowledged; moved to the dead-letter stream",
-		"edge", edge, "lost", n, "edge_seqs", fmt.Sprintf("%d-%d", lost[0].sseq, lost[len(lost)-1].sseq), "removed_copies", removed,
+		"edge", edge, "lost", n, "edge_seqs", fmt.Sprintf("%d-%d", firstLost, lastLost), "removed_copies", removed,
 		"orders", strings.Join(orders, ","), "hint", "the hub's projection of these orders still reflects the lost events until it is rebuilt")
 	return nil
 }

@@ -298,9 +298,10 @@ func (in *ingest) onPublish(m *nats.Msg) {
 	}
 	if b.n >= ingestMaxInFlightAccount || b.n > 0 && b.bytes+size > ingestMaxBytesAccount ||
 		in.inFlight >= ingestMaxInFlight || in.inFlight > 0 && in.inBytes+size > ingestMaxBytes {
+		n, all := b.n, in.inFlight
 		in.mu.Unlock()
 		in.refused.Add(1)
-		in.refuse(m, 429, "too many events in flight (%d from this account, %d in all): not stored; publish it again after a moment (fewer in flight at once)", b.n, in.inFlight)
+		in.refuse(m, 429, "too many events in flight (%d from this account, %d in all): not stored; publish it again after a moment (fewer in flight at once)", n, all)
 		return
 	}
 	id := in.newID()

@@ -174,6 +174,14 @@ type Processor struct {
 	removedUnseen, highestSeen atomic.Uint64
 	recovered                  atomic.Uint64
 	requeue                    atomic.Pointer[func(jetstream.Msg) bool]
+	// Exclusive: recovered events not yet settled (the consumer's ack
+	// floor, moved by whoever took them, must not prune them from the
+	// projection's idempotency records), and events nak'ed and not yet
+	// delivered again (taken if the floor passes them).
+	recMu      sync.Mutex
+	recPending map[uint64]struct{}
+	awaitingMu sync.Mutex
+	awaiting   map[uint64]struct{}
 
 	ready     chan struct{} // closed once Run consumes
 	readyOnce sync.Once
@@ -326,6 +334,11 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.requeue.Store(&enqueue)
 	defer p.requeue.Store(nil)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if md, err := m.Metadata(); err == nil && p.cfg.Exclusive {
+			p.awaitingMu.Lock()
+			delete(p.awaiting, md.Sequence.Stream)
+			p.awaitingMu.Unlock()
+		}
 		if md, err := m.Metadata(); err == nil && md.NumDelivered == 1 {
 			// Taken behind its back: in its place, before this one.
 			for _, r := range p.noteDelivered(md.Sequence.Stream) {
@@ -546,6 +559,7 @@ func (p *Processor) watchFloor(ctx context.Context, cons jetstream.Consumer) {
 			continue
 		}
 		floor := info.AckFloor.Stream
+		p.checkTaken(ctx, info)
 		outstanding := info.NumPending + uint64(info.NumAckPending)
 		if floor != p.ackFloor.Swap(floor) || outstanding == 0 {
 			p.progressAt.Store(time.Now().UnixNano())
@@ -590,28 +604,114 @@ func (p *Processor) noteDelivered(seq uint64) []jetstream.Msg {
 	}
 	// What the stream still holds between them was taken by someone
 	// else (deleted events are skipped).
+	return p.readBack(ctx, max(prev+1, first), seq)
+}
+
+// safeFloor is the ack floor events are handed out with: the consumer's,
+// below every recovered event not yet settled.
+func (p *Processor) safeFloor() uint64 {
+	f := p.ackFloor.Load()
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	for seq := range p.recPending {
+		if seq <= f {
+			f = seq - 1
+		}
+	}
+	return f
+}
+
+func (p *Processor) recoveredStart(seq uint64) {
+	p.recMu.Lock()
+	if p.recPending == nil {
+		p.recPending = map[uint64]struct{}{}
+	}
+	p.recPending[seq] = struct{}{}
+	p.recMu.Unlock()
+}
+
+func (p *Processor) isRecovering(seq uint64) bool {
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	_, ok := p.recPending[seq]
+	return ok
+}
+
+func (p *Processor) recoveredDone(seq uint64) {
+	p.recMu.Lock()
+	delete(p.recPending, seq)
+	p.recMu.Unlock()
+}
+
+// readBack reads the events at seqs (or, with upTo, every one in
+// [from, upTo)) from the stream as recovered events.
+func (p *Processor) readBack(ctx context.Context, from, upTo uint64) []jetstream.Msg {
+	s, err := p.js.Stream(ctx, p.cfg.Stream)
+	if err != nil {
+		p.log.Error("events taken from the processor's durable could not be read back", "stream", p.cfg.Stream, "err", err)
+		return nil
+	}
 	var out []jetstream.Msg
-	for next := max(prev+1, first); next < seq && len(out) < maxRecover; {
+	for next := max(from, s.CachedInfo().State.FirstSeq); next < upTo && len(out) < maxRecover; {
 		m, err := s.GetMsg(ctx, next, jetstream.WithGetMsgSubject(">"))
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrMsgNotFound) {
 				p.log.Error("events taken from the processor's durable by another client could not be read back: they are missing from the projection",
-					"stream", p.cfg.Stream, "from_seq", next, "to_seq", seq-1, "err", err)
+					"stream", p.cfg.Stream, "from_seq", next, "to_seq", upTo-1, "err", err)
 			}
 			break
 		}
-		if m.Sequence >= seq {
+		if m.Sequence >= upTo {
 			break
 		}
+		p.recoveredStart(m.Sequence)
 		out = append(out, &recoveredMsg{m: m, stream: p.cfg.Stream, consumer: p.cfg.Durable, delivered: 1, p: p})
 		next = m.Sequence + 1
 	}
 	if len(out) > 0 {
 		p.recovered.Add(uint64(len(out)))
 		p.log.Error("events were taken from the processor's durable by another client: read back from the stream and applied",
-			"stream", p.cfg.Stream, "consumer", p.cfg.Durable, "events", len(out), "first_seq", out[0].(*recoveredMsg).m.Sequence, "before_seq", seq)
+			"stream", p.cfg.Stream, "consumer", p.cfg.Durable, "events", len(out), "first_seq", out[0].(*recoveredMsg).m.Sequence, "before_seq", upTo)
 	}
 	return out
+}
+
+// checkTaken is the floor watcher's part of Exclusive: events nak'ed that
+// the ack floor passed without being delivered here again, and the last
+// events delivered elsewhere with nothing after them, are read back.
+func (p *Processor) checkTaken(ctx context.Context, info *jetstream.ConsumerInfo) {
+	if !p.cfg.Exclusive {
+		return
+	}
+	enqueue := p.requeue.Load()
+	if enqueue == nil {
+		return
+	}
+	floor := info.AckFloor.Stream
+	var taken []uint64
+	p.awaitingMu.Lock()
+	for seq := range p.awaiting {
+		if seq <= floor {
+			taken = append(taken, seq)
+			delete(p.awaiting, seq)
+		}
+	}
+	p.awaitingMu.Unlock()
+	var out []jetstream.Msg
+	for _, seq := range taken {
+		out = append(out, p.readBack(ctx, seq, seq+1)...)
+	}
+	// Nothing pending or awaiting an ack, yet delivered past what this
+	// processor saw: the tail went to someone else.
+	if prev := p.highestSeen.Load(); info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > prev {
+		p.highestSeen.Store(info.Delivered.Stream)
+		out = append(out, p.readBack(ctx, prev+1, info.Delivered.Stream+1)...)
+	}
+	for _, m := range out {
+		if !(*enqueue)(m) {
+			return
+		}
+	}
 }
 
 // maxRecover bounds the events read back for one jump.
@@ -685,7 +785,7 @@ func (p *Processor) toItem(m jetstream.Msg) item {
 		Sequence:  md.Sequence.Stream,
 		Time:      md.Timestamp,
 		Delivered: md.NumDelivered,
-		AckFloor:  p.ackFloor.Load(),
+		AckFloor:  p.safeFloor(),
 	}}
 	it.ev.OrderID, it.ev.Status, it.poison = parse(m.Subject(), m.Data())
 	return it
@@ -992,6 +1092,15 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 // failure is logged and counted in AckErrors: the event stays unacked and
 // the server redelivers it after ack_wait.
 func (p *Processor) settled(op string, ev Event, err error) bool {
+	if p.cfg.Exclusive && op == "nak" && !p.isRecovering(ev.Sequence) {
+		// Delivered here again, or taken (checkTaken).
+		p.awaitingMu.Lock()
+		if p.awaiting == nil {
+			p.awaiting = map[uint64]struct{}{}
+		}
+		p.awaiting[ev.Sequence] = struct{}{}
+		p.awaitingMu.Unlock()
+	}
 	if err == nil {
 		return true
 	}
