@@ -1,0 +1,473 @@
+package processor_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/processor"
+)
+
+// An Exclusive processor (the appliance's) while another client takes
+// events from the same durable behind its back: the raw JetStream handle
+// of the test env, which no durable guard stands in front of, fetches and
+// acks events. Every event first delivered to that client leaves a gap in
+// the sequences first delivered to the processor, which reads each such
+// event back from the stream and applies it: the projection still equals
+// the fold of the stream, and Stats.Recovered counts exactly the events
+// the other client was first delivered.
+func TestExclusiveProcessorRecoversEventsTakenFromItsDurable(t *testing.T) {
+	e := newEnv(t)
+	p, _ := startRecovering(t, e, e.projection(t), func(pc *processor.Config) { pc.Exclusive = true })
+	tk := startTaker(t, e)
+	for b := uint64(0); b < 200 && tk.first.Load() < 100; b++ {
+		e.publish(t, orderEvents(100, 50, 0, 1000+b))
+	}
+	tk.halt(t)
+	// The gap the last taken events left shows in what the processor is
+	// delivered next.
+	e.publish(t, orderEvents(100, 50, 0, 999))
+
+	assertProjectionConverges(t, e)
+	st := p.Stats()
+	t.Logf("the other client took %d events (first deliveries), was redelivered %d; processor stats %+v", tk.first.Load(), tk.redelivered.Load(), st)
+	if st.Recovered == 0 {
+		t.Fatalf("Recovered = 0 though another client took %d events from the durable", tk.first.Load())
+	}
+	if st.Recovered != tk.first.Load() {
+		t.Errorf("Recovered = %d, want %d (every event first delivered to the other client, read back once)", st.Recovered, tk.first.Load())
+	}
+	if st.RemovedUnprocessed != 0 {
+		t.Errorf("RemovedUnprocessed = %d: events taken by another client were counted as removed by the stream's limits", st.RemovedUnprocessed)
+	}
+}
+
+// An event read back from the stream has no delivery of its own: whoever
+// took it acked it, so the server never redelivers it. When the handler
+// fails on it with a transient error (a KV write that timed out, a failed
+// sync), it must still end up applied, as any other event that fails
+// once does.
+//
+// With a backoff longer than the processor takes to see the ack floor move
+// (every second), the floor is past the failed event when it is retried
+// (the other client acked it) and later events of its order were applied
+// meanwhile: it must still be applied, not taken for one applied before.
+func TestExclusiveProcessorRetriesRecoveredEventsThatFail(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		backoff time.Duration
+	}{{"backoff 10ms", 10 * time.Millisecond}, {"backoff 3s", 3 * time.Second}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			var tk *taker
+			f := &failFirstTry{inner: e.projection(t), fail: func(ev processor.Event) bool {
+				// Only events the other client took: the processor has
+				// them from the stream, never from a delivery of its own.
+				return ev.Delivered == 1 && tk.took(ev.Sequence)
+			}}
+			tk = startTaker(t, e)
+			p, _ := startRecovering(t, e, f, func(pc *processor.Config) {
+				pc.Exclusive = true
+				pc.Backoff = []time.Duration{c.backoff}
+			})
+			for b := uint64(0); b < 200 && tk.first.Load() < 100; b++ {
+				e.publish(t, orderEvents(100, 50, 0, 2000+b))
+			}
+			tk.halt(t)
+			e.publish(t, orderEvents(100, 50, 0, 2999))
+			waitFor(t, 30*time.Second, func() error {
+				if f.failures.Load() == 0 {
+					return fmt.Errorf("no recovered event failed yet (recovered %d)", p.Stats().Recovered)
+				}
+				return nil
+			})
+			// More events of the same orders until the processor has seen
+			// the ack floor pass every event that failed.
+			highest := f.highestFailed()
+			seed := uint64(5000)
+			waitFor(t, 30*time.Second, func() error {
+				seed++
+				e.publish(t, orderEvents(20, 50, 0, seed))
+				if fl := p.Stats().AckFloor; fl <= highest {
+					return fmt.Errorf("the processor's ack floor %d, a recovered event failed at %d", fl, highest)
+				}
+				return nil
+			})
+			e.publish(t, orderEvents(100, 50, 0, 2998))
+			t.Logf("the other client took %d events; %d recovered events failed their first try (the last at seq %d)", tk.first.Load(), f.failures.Load(), highest)
+			t.Cleanup(func() { t.Logf("processor stats %+v", p.Stats()) })
+			assertProjectionConverges(t, e)
+		})
+	}
+}
+
+// An event the processor failed and nak'ed is redelivered to whoever
+// pulls next. When another client takes that redelivery and acks it, the
+// processor is never delivered it again, and the gap in first deliveries
+// that Exclusive watches for is not there: the event must still end up
+// in the projection.
+func TestExclusiveProcessorEventRedeliveredToAnotherClient(t *testing.T) {
+	e := newEnv(t)
+	const n = 200
+	var tk atomic.Pointer[taker]
+	var firstTries atomic.Uint64
+	f := &failFirstTry{inner: e.projection(t), every: true, fail: func(ev processor.Event) bool {
+		if ev.Delivered == 1 {
+			firstTries.Add(1)
+			return true
+		}
+		// Until the other client took some redeliveries, every try
+		// fails: the events keep coming back for it to take.
+		k := tk.Load()
+		return k == nil || k.redelivered.Load() < 20
+	}}
+	p, _ := startRecovering(t, e, f, func(pc *processor.Config) {
+		pc.Exclusive = true
+		pc.MaxDeliver = 1000 // nothing is dead-lettered meanwhile
+	})
+	e.publish(t, orderEvents(n, 50, 0, 3000))
+	// Every event was first delivered to the processor (and failed), so
+	// the other client gets redeliveries only.
+	waitFor(t, 30*time.Second, func() error {
+		if got := firstTries.Load(); got < n {
+			return fmt.Errorf("%d of %d events first delivered to the processor", got, n)
+		}
+		return nil
+	})
+	tk.Store(startTaker(t, e))
+	waitFor(t, 30*time.Second, func() error {
+		if got := tk.Load().redelivered.Load(); got < 20 {
+			return fmt.Errorf("the other client took %d redeliveries", got)
+		}
+		return nil
+	})
+	k := tk.Load()
+	k.halt(t)
+	if k.first.Load() != 0 {
+		t.Fatalf("the other client was first delivered %d events: the scenario is not the one this test is about", k.first.Load())
+	}
+	t.Logf("the other client took %d redelivered events", k.redelivered.Load())
+	assertProjectionConverges(t, e)
+	t.Logf("processor stats %+v", p.Stats())
+}
+
+// When the other client takes the last events published and nothing is
+// published after them, no later delivery shows the gap: the processor
+// must still notice (its consumer's delivered sequence is past anything
+// it was delivered) and apply them.
+func TestExclusiveProcessorRecoversTheLastEventsTaken(t *testing.T) {
+	e := newEnv(t)
+	p, _ := startRecovering(t, e, e.projection(t), func(pc *processor.Config) { pc.Exclusive = true })
+	e.publish(t, orderEvents(100, 20, 0, 4000))
+	e.waitCaughtUp(t, 30*time.Second)
+	tk := startTaker(t, e)
+	// One event at a time until the other client was delivered the last
+	// one published.
+	var last uint64
+	for i := 0; i < 500; i++ {
+		last = e.publish(t, orderEvents(1, 20, 0, 4100+uint64(i)))[0]
+		waitFor(t, 10*time.Second, func() error {
+			if tk.took(last) || p.Stats().LastAppliedSeq >= last {
+				return nil
+			}
+			return fmt.Errorf("event %d not taken yet", last)
+		})
+		if tk.took(last) {
+			break
+		}
+	}
+	tk.halt(t)
+	if !tk.took(last) {
+		t.Fatalf("the other client never took the last event in 500 tries")
+	}
+	t.Logf("the other client took %d events, the last published (seq %d) among them", tk.first.Load(), last)
+	assertProjectionConverges(t, e)
+	t.Logf("processor stats %+v", p.Stats())
+}
+
+// Two processors on the same durable that are not Exclusive (the setup of
+// TestTwoProcessorsSameDurable): each is delivered only part of the
+// stream, which is normal for them, and neither reads anything back. (The
+// pair's projection is TestTwoProcessorsSameDurable's subject.)
+func TestNonExclusivePairRecoversNothing(t *testing.T) {
+	e := newEnv(t)
+	e.publish(t, orderEvents(3_000, 300, 0, 31))
+	p1, _ := e.start(t, &flaky{inner: e.projection(t), failShare: 7})
+	p2, _ := e.start(t, &flaky{inner: e.projection(t), failShare: 7})
+	e.publish(t, orderEvents(3_000, 300, 0, 32))
+	e.waitCaughtUp(t, 60*time.Second)
+	s1, s2 := p1.Stats(), p2.Stats()
+	t.Logf("p1 %+v\np2 %+v", s1, s2)
+	if s1.Processed == 0 || s2.Processed == 0 {
+		t.Fatalf("one processor did nothing, so neither saw a gap: %+v %+v", s1, s2)
+	}
+	if s1.Recovered != 0 || s2.Recovered != 0 {
+		t.Errorf("non-Exclusive processors recovered events: p1 %d, p2 %d (want 0: sharing the durable is their design)", s1.Recovered, s2.Recovered)
+	}
+	if s1.RemovedUnprocessed != 0 || s2.RemovedUnprocessed != 0 {
+		t.Errorf("events counted as removed unprocessed: p1 %d, p2 %d", s1.RemovedUnprocessed, s2.RemovedUnprocessed)
+	}
+}
+
+// startRecovering runs a processor with h on its own connection, its
+// config adjusted, until the test ends (or the returned stop).
+func startRecovering(t *testing.T, e *env, h processor.Handler, adjust func(*processor.Config)) (*processor.Processor, func()) {
+	t.Helper()
+	js := embeddedtest.JetStream(t, e.srv)
+	pc := e.processorConfig(h)
+	adjust(&pc)
+	p, err := processor.New(js, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	select {
+	case <-p.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("processor Run returned before it was ready: %v", err)
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatal("processor not ready within 10s")
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("processor Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("processor did not stop within 30s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return p, stop
+}
+
+// taker is another client on the processor's durable: it fetches and acks
+// whatever it is delivered.
+type taker struct {
+	first, redelivered atomic.Uint64
+	mu                 sync.Mutex
+	seqs               map[uint64]bool
+	stop               chan struct{}
+	stopped            chan error
+	halted             bool
+}
+
+func startTaker(t *testing.T, e *env) *taker {
+	t.Helper()
+	cons, err := e.js.Consumer(context.Background(), e.cfg.Stream.Name, e.cfg.Processor.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := &taker{seqs: map[uint64]bool{}, stop: make(chan struct{}), stopped: make(chan error, 1)}
+	go func() {
+		for {
+			select {
+			case <-tk.stop:
+				tk.stopped <- nil
+				return
+			default:
+			}
+			// Fetch returns once the batch is full or the pull expired:
+			// nothing is on its way to this client when it stops.
+			batch, err := cons.Fetch(5, jetstream.FetchMaxWait(100*time.Millisecond))
+			if err != nil {
+				tk.stopped <- fmt.Errorf("fetch: %w", err)
+				return
+			}
+			for m := range batch.Messages() {
+				md, err := m.Metadata()
+				if err != nil {
+					tk.stopped <- fmt.Errorf("metadata: %w", err)
+					return
+				}
+				tk.mu.Lock()
+				tk.seqs[md.Sequence.Stream] = true
+				tk.mu.Unlock()
+				if md.NumDelivered == 1 {
+					tk.first.Add(1)
+				} else {
+					tk.redelivered.Add(1)
+				}
+				if err := m.Ack(); err != nil {
+					tk.stopped <- fmt.Errorf("ack: %w", err)
+					return
+				}
+			}
+			if err := batch.Error(); err != nil {
+				tk.stopped <- fmt.Errorf("fetch: %w", err)
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { tk.halt(t) })
+	return tk
+}
+
+// halt stops the taker and waits until it fetches no more.
+func (tk *taker) halt(t *testing.T) {
+	t.Helper()
+	if tk.halted {
+		return
+	}
+	tk.halted = true
+	close(tk.stop)
+	select {
+	case err := <-tk.stopped:
+		if err != nil {
+			t.Errorf("the other client: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("the other client did not stop within 30s")
+	}
+}
+
+// took reports whether the taker was delivered seq.
+func (tk *taker) took(seq uint64) bool {
+	if tk == nil {
+		return false
+	}
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	return tk.seqs[seq]
+}
+
+// failFirstTry wraps the projection: an event fail picks fails its first
+// try (every try, with every) before it is applied, with a transient
+// error.
+type failFirstTry struct {
+	inner    *processor.Projection
+	fail     func(processor.Event) bool
+	every    bool
+	mu       sync.Mutex
+	tried    map[uint64]bool
+	failures atomic.Uint64
+}
+
+func (f *failFirstTry) Handle(ctx context.Context, ev processor.Event) error {
+	return f.HandleBatch(ctx, [][]processor.Event{{ev}})[0][0]
+}
+
+func (f *failFirstTry) HandleBatch(ctx context.Context, orders [][]processor.Event) [][]error {
+	out := make([][]error, len(orders))
+	var pass [][]processor.Event
+	var where []int // the order of each pass
+	var at [][]int  // the index in its order of each event passed
+	for o, evs := range orders {
+		out[o] = make([]error, len(evs))
+		var keep []processor.Event
+		var idx []int
+		for i, ev := range evs {
+			if f.failNow(ev) {
+				out[o][i] = errors.New("transient: injected before apply")
+				continue
+			}
+			keep = append(keep, ev)
+			idx = append(idx, i)
+		}
+		if len(keep) > 0 {
+			pass = append(pass, keep)
+			where = append(where, o)
+			at = append(at, idx)
+		}
+	}
+	if len(pass) > 0 {
+		res := f.inner.HandleBatch(ctx, pass)
+		for k := range pass {
+			for j, i := range at[k] {
+				out[where[k]][i] = res[k][j]
+			}
+		}
+	}
+	return out
+}
+
+// highestFailed is the highest sequence failed so far.
+func (f *failFirstTry) highestFailed() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var h uint64
+	for seq := range f.tried {
+		h = max(h, seq)
+	}
+	return h
+}
+
+func (f *failFirstTry) failNow(ev processor.Event) bool {
+	if !f.fail(ev) {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.tried == nil {
+		f.tried = map[uint64]bool{}
+	}
+	if f.tried[ev.Sequence] && !f.every {
+		return false
+	}
+	f.tried[ev.Sequence] = true
+	f.failures.Add(1)
+	return true
+}
+
+// assertProjectionConverges waits until the durable is caught up and
+// every order of the projection equals the fold of the stream (recovered
+// events may be applied in another partition than the event acked last,
+// so a caught-up durable does not mean they are applied yet), then checks
+// every field.
+func assertProjectionConverges(t *testing.T, e *env) {
+	t.Helper()
+	e.waitCaughtUp(t, 60*time.Second)
+	want := e.fold(t)
+	waitFor(t, 30*time.Second, func() error { return projectionDiff(e, want) })
+	e.checkProjection(t)
+}
+
+// projectionDiff is nil once every order of want is in the projection
+// with the events and last sequence of the fold.
+func projectionDiff(e *env, want map[string]processor.Order) error {
+	ctx := context.Background()
+	kv, err := e.js.KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
+	if err != nil {
+		return err
+	}
+	missing, differ := 0, 0
+	var eg []string
+	for id, w := range want {
+		entry, err := kv.Get(ctx, id)
+		if err != nil {
+			missing++
+			continue
+		}
+		var o processor.Order
+		if err := json.Unmarshal(entry.Value(), &o); err != nil {
+			return err
+		}
+		if o.Events != w.Events || o.LastSeq != w.LastSeq {
+			differ++
+			if len(eg) < 3 {
+				eg = append(eg, fmt.Sprintf("%s: %d events up to seq %d, fold %d up to seq %d", id, o.Events, o.LastSeq, w.Events, w.LastSeq))
+			}
+		}
+	}
+	if missing+differ > 0 {
+		return fmt.Errorf("%d of %d orders missing, %d with other events than the fold %v", missing, len(want), differ, eg)
+	}
+	return nil
+}
