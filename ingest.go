@@ -198,7 +198,8 @@ func startIngest(nc *nats.Conn, cfg ingestConfig, log *slog.Logger) (*ingest, er
 	}
 	// One subscription: a producer's events reach the stream in the order
 	// it sent them. A queue group: in a cluster, one node's service takes
-	// each publish (its own node's, where it has one).
+	// each publish (nats picks the member, not always the producer's own
+	// node: docs/topologies.md says what that means in an election).
 	if in.reqSub, err = nc.QueueSubscribe(ingestPrefix+">", "orderstore-ingest", in.onPublish); err != nil {
 		in.ackSub.Unsubscribe()
 		return nil, fmt.Errorf("ingest: %w", err)
