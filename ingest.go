@@ -29,7 +29,29 @@ import (
 // reaches the stream but through the ingest service.
 const ingestPrefix = "_ORDERSTORE_INGEST."
 
-func ingestSubject(subject string) string { return ingestPrefix + subject }
+// ingestNodePrefix is this node's ingest prefix: in a cluster each node's
+// client accounts import the stream's subjects onto its own node's
+// subjects ("_ORDERSTORE_INGEST.<node>."), so that a producer's publish is
+// taken by the ingest service of the node it is connected to, and stays
+// answered if another node dies; on a single node, ingestPrefix.
+func (c Config) ingestNodePrefix() string {
+	if !c.Cluster.Enabled() {
+		return ingestPrefix
+	}
+	var b strings.Builder
+	b.WriteString(ingestPrefix)
+	for _, r := range c.Server.Name {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	b.WriteByte('.')
+	return b.String()
+}
+
+func (c Config) ingestSubject(subject string) string { return c.ingestNodePrefix() + subject }
 
 // Bounds of the ingest service.
 const (
@@ -78,6 +100,7 @@ const (
 // ingestConfig is what the ingest service needs of the appliance.
 type ingestConfig struct {
 	Subjects []string // the stream's subjects: nothing else is republished
+	Prefix   string   // where the imports deliver them (ingestNodePrefix)
 	Stream   string   // the stream's name: an answer naming another is not the stream's
 	// Sync makes what the stream stored durable before an ack (group
 	// commit); nil: nats's own durability, acks go out as they come.
@@ -90,14 +113,18 @@ type ingestConfig struct {
 	Epoch string
 	// Scope prefixes every scoped Nats-Msg-Id (the node's domain, or "").
 	Scope string
+	// Cluster: the stream has replicas, and a new leader may not answer
+	// what the old one took (see onLeaderElected).
+	Cluster bool
 }
 
 func (a *Appliance) ingestConfig() ingestConfig {
-	ic := ingestConfig{Subjects: a.cfg.Stream.Subjects, Stream: a.cfg.Stream.Name, MaxEvent: int(a.cfg.Stream.MaxMsgSize),
+	ic := ingestConfig{Subjects: a.cfg.Stream.Subjects, Prefix: a.cfg.ingestNodePrefix(), Stream: a.cfg.Stream.Name, MaxEvent: int(a.cfg.Stream.MaxMsgSize),
 		Epoch: a.epoch, Stats: &commitStats{}}
 	if a.cfg.JetStream.Domain != "" {
 		ic.Scope = a.cfg.JetStream.Domain + "/"
 	}
+	ic.Cluster = a.cfg.Cluster.Enabled()
 	if a.commit != nil {
 		ic.Sync, ic.Stats = a.commit.Sync, &a.commit.stats
 	}
@@ -127,7 +154,7 @@ type ingest struct {
 	log       *slog.Logger
 	ackPrefix string
 
-	reqSub, ackSub *nats.Subscription
+	reqSub, ackSub, leaderSub *nats.Subscription
 
 	mu          sync.Mutex
 	closed      bool
@@ -197,15 +224,22 @@ func startIngest(nc *nats.Conn, cfg ingestConfig, log *slog.Logger) (*ingest, er
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
 	// One subscription: a producer's events reach the stream in the order
-	// it sent them. A queue group: in a cluster, one node's service takes
-	// each publish (nats picks the member, not always the producer's own
-	// node: docs/topologies.md says what that means in an election).
-	if in.reqSub, err = nc.QueueSubscribe(ingestPrefix+">", "orderstore-ingest", in.onPublish); err != nil {
+	// it sent them. In a cluster each node's service has subjects of its
+	// own (ingestNodePrefix), so it takes its own node's producers.
+	if in.cfg.Prefix == "" {
+		in.cfg.Prefix = ingestPrefix
+	}
+	if in.reqSub, err = nc.QueueSubscribe(in.cfg.Prefix+">", "orderstore-ingest", in.onPublish); err != nil {
 		in.ackSub.Unsubscribe()
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
 	for _, s := range []*nats.Subscription{in.ackSub, in.reqSub} {
 		if err := s.SetPendingLimits(ingestMaxPendingMsgs, ingestMaxPendingBytes); err != nil {
+			return nil, fmt.Errorf("ingest: %w", err)
+		}
+	}
+	if cfg.Cluster {
+		if in.leaderSub, err = nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED."+cfg.Stream, in.onLeaderElected); err != nil {
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
 	}
@@ -227,7 +261,7 @@ func (in *ingest) refuse(m *nats.Msg, code int, format string, args ...any) {
 // onPublish takes one producer publish. It never blocks: what it cannot
 // take now is answered now.
 func (in *ingest) onPublish(m *nats.Msg) {
-	subject := strings.TrimPrefix(m.Subject, ingestPrefix)
+	subject := strings.TrimPrefix(m.Subject, in.cfg.Prefix)
 	if hasWildcard(subject) {
 		in.refuse(m, 400, "%s: a subject with a wildcard token ('*' or '>') names no single event type; publish on a literal subject", truncateSubject(subject))
 		return
@@ -306,6 +340,7 @@ func (in *ingest) onPublish(m *nats.Msg) {
 		return
 	}
 	id := in.newID()
+	out.Reply = in.ackPrefix + id
 	p := &pendingPub{reply: m.Reply, account: account, size: size, at: time.Now(), msg: out}
 	in.pending[id] = p
 	in.publishedLocked(id, p)
@@ -315,7 +350,6 @@ func (in *ingest) onPublish(m *nats.Msg) {
 	b.bytes += size
 	in.cfg.Stats.waiting.Store(int64(in.inFlight))
 	in.mu.Unlock()
-	out.Reply = in.ackPrefix + id
 	if err := in.nc.PublishMsg(out); err != nil {
 		if p, ok := in.take(id); ok {
 			in.reply(p.reply, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
@@ -512,6 +546,48 @@ func (in *ingest) onAck(m *nats.Msg) {
 	select {
 	case in.kick <- struct{}{}:
 	default:
+	}
+}
+
+// onLeaderElected sees a new leader of the stream: what the old one took
+// and did not answer, it never will. An event with a Nats-Msg-Id is
+// published again (the new leader's dedupe answers "duplicate" if the old
+// one stored it), so its producer waits out the election; one without is
+// answered 503 "may or may not be stored" at once, before the producer's
+// own timeout.
+func (in *ingest) onLeaderElected(*nats.Msg) {
+	in.mu.Lock()
+	var again []string
+	var lost []*pendingPub
+	for id, p := range in.pending {
+		if p.msg.Header.Get(nats.MsgIdHdr) != "" {
+			in.publishedLocked(id, p)
+			again = append(again, id)
+			continue
+		}
+		delete(in.pending, id)
+		in.release(p.account, p.size)
+		lost = append(lost, p)
+	}
+	msgs := make([]*nats.Msg, 0, len(again))
+	for _, id := range again {
+		msgs = append(msgs, in.pending[id].msg)
+	}
+	in.mu.Unlock()
+	in.elections.Add(uint64(len(again)))
+	for i, m := range msgs {
+		if err := in.nc.PublishMsg(m); err != nil {
+			if p, ok := in.take(again[i]); ok {
+				in.reply(p.reply, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
+			}
+		}
+	}
+	if len(lost) > 0 {
+		in.unanswer.Add(uint64(len(lost)))
+		msg := apiError(503, 10077, "orderstore: the stream's leader changed while the event was in flight: it may or may not be stored; publish it again (with a Nats-Msg-Id a retry is safe)")
+		for _, p := range lost {
+			in.reply(p.reply, msg)
+		}
 	}
 }
 
@@ -721,6 +797,9 @@ func (in *ingest) Close(ctx context.Context) {
 	close(in.stop)
 	<-in.done
 	in.ackSub.Unsubscribe()
+	if in.leaderSub != nil {
+		in.leaderSub.Unsubscribe()
+	}
 	in.mu.Lock()
 	var left []string
 	for id, p := range in.pending {
@@ -793,13 +872,13 @@ func (a *Appliance) publishMsg(ctx context.Context, subject string, h nats.Heade
 	// With the ingest prefix and the connection's reply inbox (about 70
 	// bytes), a longer subject would make nats close orderstore's own
 	// connection, and the appliance with it.
-	if len(subject) > maxSubjectFor(len(ingestPrefix)+100) {
+	if len(subject) > maxSubjectFor(len(a.cfg.ingestNodePrefix())+100) {
 		return nil, fmt.Errorf("%d bytes: %w", len(subject), errSubjectTooLong)
 	}
 	// The ingest service's subject, answered like the stream: jetstream
 	// publishes there as it would on the stream's. It may hold an answer
 	// up to its ack timeout, longer than jetstream's default 5 s.
-	msg := &nats.Msg{Subject: ingestSubject(subject), Header: h, Data: data}
+	msg := &nats.Msg{Subject: a.cfg.ingestSubject(subject), Header: h, Data: data}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, ingestAckTimeout+5*time.Second)

@@ -51,7 +51,7 @@ func (c Config) internalSubjects() []internalSubject {
 	dlq := deadLetterSubjectPrefix(c.Processor.DeadLetterStream) + ".>"
 	rows := []internalSubject{}
 	for _, s := range c.Stream.Subjects {
-		rows = append(rows, internalSubject{Pattern: ingestSubject(s), Use: "producers' publishes on " + s + ", imported as " + s + " and taken by the ingest service", Producer: true, Admin: true})
+		rows = append(rows, internalSubject{Pattern: c.ingestSubject(s), Use: "producers' publishes on " + s + ", imported as " + s + " and taken by the ingest service", Producer: true, Admin: true})
 	}
 	rows = append(rows,
 		internalSubject{Pattern: internalInboxPrefix + ".>", Use: "replies to orderstore's own connections: ingest acks, processor deliveries, projection reads"},
@@ -72,6 +72,10 @@ func (c Config) internalSubjects() []internalSubject {
 	}
 	for _, s := range c.Stream.Subjects {
 		rows = append(rows, internalSubject{Pattern: s, Use: "the stream's own subjects: only the ingest service publishes them"})
+	}
+	if c.Cluster.Enabled() {
+		// The other nodes' ingest services: no principal's, and no leaf's.
+		rows = append(rows, internalSubject{Pattern: ingestPrefix + ">", Use: "every node's ingest service"})
 	}
 	return rows
 }
@@ -94,7 +98,7 @@ func (c Config) roleImports(role string) []embedded.Import {
 	var im []embedded.Import
 	ingest := map[string]string{}
 	for _, s := range c.Stream.Subjects {
-		ingest[ingestSubject(s)] = s
+		ingest[c.ingestSubject(s)] = s
 	}
 	for _, r := range c.internalSubjects() {
 		if !(role == RoleProducer && r.Producer || role == RoleReader && r.Reader || role == RoleAdmin && r.Admin) {
