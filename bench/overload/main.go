@@ -1,0 +1,616 @@
+// Command overload offers orderstore and a standalone nats-server ten
+// times what orderstore sustains, side by side in one run, and counts what
+// became of every publish:
+//
+//   - orderstore on its defaults (durability "group-commit", processor on,
+//     every producer publish through the ingest service);
+//   - nats-server v2.15.x (embedded from the module, standalone: no
+//     orderstore) with JetStream, sync_interval "always" and ORDER_EVENTS
+//     declared exactly as orderstore declares it.
+//
+// Each target runs as a child process (this program started again with
+// -serve), so that its peak resident memory (VmHWM in /proc/PID/status) is
+// its own, not the load generator's. For each target, in turn:
+//
+//  1. sustained: -conns connections each keep -window requests in flight
+//     (PublishRequest with a reply subject per request under one wildcard
+//     inbox subscription without pending limits) for -measure: the acked
+//     rate it sustains;
+//
+//  2. overload: the same connections pipeline requests paced at -factor
+//     times orderstore's sustained rate (the same offered rate for both
+//     targets) for -duration, then wait until every request is answered or
+//     none was answered for -quiet: acked/s, answered with an error (by
+//     code), unanswered, and VmHWM after each phase.
+//
+//     go run ./bench/overload                    # about 2 minutes on 2 cores
+//     go run ./bench/overload -duration 20s -conns 32 -dir /var/tmp
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore"
+)
+
+var (
+	dir      = flag.String("dir", "", "directory for the stores (default: a temporary one under $TMPDIR)")
+	conns    = flag.Int("conns", 16, "pipelining client connections")
+	window   = flag.Int("window", 256, "requests in flight per connection while the sustained rate is measured")
+	factor   = flag.Float64("factor", 10, "offered load of the overload, as a multiple of orderstore's sustained acked rate")
+	measure  = flag.Duration("measure", 10*time.Second, "how long the sustained rate is measured")
+	duration = flag.Duration("duration", 10*time.Second, "how long the overload is offered")
+	quiet    = flag.Duration("quiet", 10*time.Second, "after a phase, answers are waited for until nothing changed (answers, events stored, orderstore's ingest waiting) for this long")
+	late     = flag.Duration("late", 5*time.Second, "an answer later than this after its request is counted late (jetstream's default publish timeout)")
+	size     = flag.Int("size", 128, "event size in bytes")
+	only     = flag.String("only", "", "comma-separated targets to run (orderstore, nats-always); without orderstore, -rate sets the offered rate")
+	rate     = flag.Float64("rate", 0, "offered rate of the overload in requests/s (default: -factor times orderstore's sustained rate)")
+	serve    = flag.String("serve", "", "internal: run this target (orderstore or nats-always) in this process on -dir and print its URLs")
+	logLevel = flag.String("log", "warn", "what a target logs (to <dir>/<target>.log): error, warn or info")
+)
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	if *serve != "" {
+		runTarget(*serve, *dir)
+		return
+	}
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "overload-")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(d)
+		*dir = d
+	}
+	names := []string{"orderstore", "nats-always"}
+	if *only != "" {
+		names = slices.DeleteFunc(names, func(n string) bool { return !slices.Contains(strings.Split(*only, ","), n) })
+	}
+	fmt.Printf("overload figures: nats-server %s, %d CPU, stores in %s; %d connections, %d B events; sustained: %d in flight per connection for %s; overload: %.0fx for %s; a phase ends when nothing changed for %s\n\n",
+		server.VERSION, runtime.NumCPU(), *dir, *conns, *size, *window, *measure, *factor, *duration, *quiet)
+
+	payload := []byte(`{"order_id":"ovl","pad":"`)
+	payload = append(payload, strings.Repeat("x", max(0, *size-len(payload)-2))...)
+	payload = append(payload, `"}`...)
+
+	type report struct {
+		name             string
+		sustained        float64
+		sustainedHWM     int64
+		over             phase
+		overHWM, overRSS int64
+		guard            map[string]uint64
+	}
+	var reports []report
+	offered := *rate
+	for _, name := range names {
+		c, err := startChild(name, filepath.Join(*dir, name))
+		if err != nil {
+			log.Fatalf("%s: %v", name, err)
+		}
+		r := report{name: name}
+		s := sustained(c, payload)
+		r.sustained = s.acked / s.elapsed.Seconds()
+		r.sustainedHWM, _ = c.mem()
+		fmt.Printf("%-12s sustained: %8.0f acked/s (%d acked in %s; %d errors, %d unanswered, %d answered late), VmHWM %s\n",
+			name, r.sustained, int64(s.acked), s.elapsed.Round(time.Millisecond), s.errs, s.unanswered, s.late, mib(r.sustainedHWM))
+		if offered == 0 {
+			if name != "orderstore" {
+				log.Fatal("-rate is needed when orderstore does not run first")
+			}
+			offered = *factor * r.sustained
+		}
+		before := streamMsgs(c.url)
+		r.over = overload(c, payload, offered)
+		r.over.stored = streamMsgs(c.url) - before
+		r.overHWM, r.overRSS = c.mem()
+		if c.admin != "" {
+			r.guard = guardStats(c.admin)
+		}
+		fmt.Printf("%-12s overload:  offered %.0f/s (sent %d in %s: %.0f/s), %.0f acked/s; %d acked, %d answered with an error %s, %d unanswered, %d answered after %s; %d stored; settled after %s; VmHWM %s (VmRSS %s at the end)%s\n",
+			name, offered, r.over.sent, r.over.sendTime.Round(time.Millisecond), float64(r.over.sent)/r.over.sendTime.Seconds(),
+			r.over.ackRate(), int64(r.over.acked), r.over.errs, codes(r.over.codes), r.over.unanswered, r.over.late, *late, r.over.stored,
+			r.over.elapsed.Round(time.Second), mib(r.overHWM), mib(r.overRSS), guardString(r.guard))
+		c.stop()
+		reports = append(reports, r)
+	}
+
+	fmt.Printf("\n| target | sustained acked/s | offered/s (sent/s) | overload acked/s | answered with an error | unanswered | answered after %s | stored | peak RSS (VmHWM) |\n|---|---|---|---|---|---|---|---|---|\n", *late)
+	for _, r := range reports {
+		fmt.Printf("| %s | %.0f | %.0f (%.0f) | %.0f | %d %s | %d of %d | %d | %d | %s |\n", r.name, r.sustained, offered,
+			float64(r.over.sent)/r.over.sendTime.Seconds(), r.over.ackRate(), r.over.errs, codes(r.over.codes), r.over.unanswered, r.over.sent,
+			r.over.late, r.over.stored, mib(r.overHWM))
+	}
+	fmt.Printf("\nreproduce: go run ./bench/overload -conns %d -window %d -factor %g -measure %s -duration %s -quiet %s -late %s -size %d\n",
+		*conns, *window, *factor, *measure, *duration, *quiet, *late, *size)
+}
+
+// child is a target running in a process of its own.
+type child struct {
+	cmd        *exec.Cmd
+	stdin      io.WriteCloser
+	url, admin string
+}
+
+func startChild(name, d string) (*child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(d + ".log")
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(self, "-serve", name, "-dir", d, "-log", *logLevel)
+	cmd.Stderr = logf
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	f := strings.Fields(line)
+	if err != nil || len(f) < 2 || f[0] != "READY" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("did not start: %q %v", line, err)
+	}
+	c := &child{cmd: cmd, stdin: stdin, url: f[1]}
+	if len(f) > 2 {
+		c.admin = f[2]
+	}
+	return c, nil
+}
+
+// mem is the child's VmHWM and VmRSS in bytes.
+func (c *child) mem() (hwm, rss int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	if err != nil {
+		return -1, -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmHWM:":
+			hwm = kb << 10
+		case "VmRSS:":
+			rss = kb << 10
+		}
+	}
+	return hwm, rss
+}
+
+// stop closes the child's stdin (it then stops) and waits for it.
+func (c *child) stop() {
+	c.stdin.Close()
+	done := make(chan struct{})
+	go func() { c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		c.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// runTarget is the child: it starts the target on d, prints "READY <nats
+// url> [<admin url>]" and runs until its stdin closes or a signal comes.
+func runTarget(name, d string) {
+	var url, admin string
+	var stop func()
+	switch name {
+	case "orderstore":
+		cfg := orderstore.DefaultConfig()
+		cfg.JetStream.StoreDir = d
+		cfg.Server.Port = -1
+		cfg.Admin.Listen = "127.0.0.1:0"
+		var level slog.Level
+		if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+			log.Fatal(err)
+		}
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		app, err := orderstore.Start(ctx, cfg)
+		cancel()
+		if err != nil {
+			log.Fatalf("orderstore: %v", err)
+		}
+		url, admin = app.ClientURL(), "http://"+app.AdminAddr()
+		stop = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			app.Close(ctx)
+		}
+	case "nats-always":
+		cfg := orderstore.DefaultConfig()
+		opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: d, NoSigs: true, SyncAlways: true,
+			JetStreamMaxStore: cfg.JetStream.MaxFileStore, JetStreamMaxMemory: 256 << 20, MaxPayload: int32(cfg.Server.MaxPayload)}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			log.Fatalf("nats-server: %v", err)
+		}
+		if *logLevel != "error" {
+			s.ConfigureLogger() // to stderr: notices and warnings
+		}
+		s.Start()
+		if !s.ReadyForConnections(10 * time.Second) {
+			log.Fatal("nats-server: not ready")
+		}
+		nc, err := nats.Connect(s.ClientURL())
+		if err != nil {
+			log.Fatal(err)
+		}
+		js, _ := jetstream.New(nc)
+		if _, err := js.CreateStream(context.Background(), cfg.DeclareSpec().Stream); err != nil {
+			log.Fatalf("nats-server: ORDER_EVENTS: %v", err)
+		}
+		nc.Close()
+		url = s.ClientURL()
+		stop = func() { s.Shutdown(); s.WaitForShutdown() }
+	default:
+		log.Fatalf("unknown target %q", name)
+	}
+	fmt.Println("READY", url, admin)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	eof := make(chan struct{})
+	go func() { io.Copy(io.Discard, os.Stdin); close(eof) }()
+	select {
+	case <-sig:
+	case <-eof:
+	}
+	stop()
+}
+
+// phase is what became of the requests of one phase.
+type phase struct {
+	sent, errs, unanswered int64
+	late                   int64 // answered more than -late after they were sent
+	stored                 int64 // events the stream gained in the phase
+	acked                  float64
+	codes                  map[string]int64
+	sendTime, elapsed      time.Duration
+	start, lastAck         time.Time
+}
+
+// ackRate is acks per second from the phase's start to its last ack.
+func (p phase) ackRate() float64 {
+	if p.acked == 0 || !p.lastAck.After(p.start) {
+		return 0
+	}
+	return p.acked / p.lastAck.Sub(p.start).Seconds()
+}
+
+// pipe is one client connection with a reply subject per request under
+// one wildcard inbox subscription without pending limits.
+type pipe struct {
+	nc       *nats.Conn
+	inbox    string
+	answered []atomic.Bool
+	sentAt   []atomic.Int64 // UnixNano
+	acked    atomic.Int64
+	errs     atomic.Int64
+	total    atomic.Int64
+	late     atomic.Int64
+	lastAck  atomic.Int64 // UnixNano
+	mu       sync.Mutex
+	codes    map[string]int64
+	slots    chan struct{}
+}
+
+func newPipe(url string, max int, slots int) *pipe {
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
+	if err != nil {
+		log.Fatal(err)
+	}
+	p := &pipe{nc: nc, inbox: nats.NewInbox(), answered: make([]atomic.Bool, max), sentAt: make([]atomic.Int64, max), codes: map[string]int64{}}
+	if slots > 0 {
+		p.slots = make(chan struct{}, slots)
+	}
+	sub, err := nc.Subscribe(p.inbox+".*", p.onAnswer)
+	if err != nil {
+		log.Fatal(err)
+	}
+	sub.SetPendingLimits(-1, -1)
+	if err := nc.Flush(); err != nil {
+		log.Fatal(err)
+	}
+	return p
+}
+
+func (p *pipe) onAnswer(m *nats.Msg) {
+	i, err := strconv.Atoi(m.Subject[len(p.inbox)+1:])
+	if err != nil || i < 0 || i >= len(p.answered) || p.answered[i].Swap(true) {
+		return
+	}
+	now := time.Now().UnixNano()
+	if now-p.sentAt[i].Load() > int64(*late) {
+		p.late.Add(1)
+	}
+	p.total.Add(1)
+	if p.slots != nil {
+		<-p.slots
+	}
+	code := ""
+	if s := m.Header.Get("Status"); s != "" {
+		code = "status " + s
+	} else {
+		var a struct {
+			Seq   uint64 `json:"seq"`
+			Error *struct {
+				Code int `json:"code"`
+			} `json:"error"`
+		}
+		switch json.Unmarshal(m.Data, &a); {
+		case a.Error != nil:
+			code = strconv.Itoa(a.Error.Code)
+		case a.Seq > 0:
+			p.acked.Add(1)
+			p.lastAck.Store(now)
+			return
+		default:
+			code = "other"
+		}
+	}
+	p.errs.Add(1)
+	p.mu.Lock()
+	p.codes[code]++
+	p.mu.Unlock()
+}
+
+// request sends request i; false if the connection did not take it (it
+// is not counted as sent).
+func (p *pipe) request(subject string, i int, payload []byte) bool {
+	p.sentAt[i].Store(time.Now().UnixNano())
+	if err := p.nc.PublishRequest(subject, p.inbox+"."+strconv.Itoa(i), payload); err != nil {
+		log.Printf("publish: %v (this connection stops sending)", err)
+		return false
+	}
+	return true
+}
+
+// settle waits until every request sent is answered, or until nothing
+// changed for -quiet: no answer came, the stream stored nothing more and
+// (orderstore) its ingest service holds nothing. It adds up the phase.
+func settle(c *child, pipes []*pipe, sent []int, t0 time.Time, sendTime time.Duration) phase {
+	for _, p := range pipes {
+		p.nc.FlushTimeout(time.Minute)
+	}
+	want := int64(0)
+	for _, n := range sent {
+		want += int64(n)
+	}
+	answered := func() int64 {
+		n := int64(0)
+		for _, p := range pipes {
+			n += p.total.Load()
+		}
+		return n
+	}
+	state := func() string {
+		s := fmt.Sprintf("%d %d", answered(), streamMsgs(c.url))
+		if c.admin != "" {
+			s += fmt.Sprintf(" %d", ingestWaiting(c.admin))
+		}
+		return s
+	}
+	last, lastChange := "", time.Now()
+	for answered() < want {
+		if st := state(); st != last {
+			last, lastChange = st, time.Now()
+		} else if time.Since(lastChange) > *quiet {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	ph := phase{sent: want, codes: map[string]int64{}, sendTime: sendTime, elapsed: time.Since(t0), start: t0}
+	for _, p := range pipes {
+		ph.acked += float64(p.acked.Load())
+		ph.errs += p.errs.Load()
+		ph.late += p.late.Load()
+		if l := time.Unix(0, p.lastAck.Load()); p.lastAck.Load() != 0 && l.After(ph.lastAck) {
+			ph.lastAck = l
+		}
+		p.mu.Lock()
+		for k, v := range p.codes {
+			ph.codes[k] += v
+		}
+		p.mu.Unlock()
+		p.nc.Close()
+	}
+	ph.unanswered = want - answered()
+	return ph
+}
+
+// sustained keeps -window requests in flight on each of -conns
+// connections for -measure; the acked rate is over -measure.
+func sustained(c *child, payload []byte) phase {
+	const maxPerConn = 4 << 20
+	pipes := make([]*pipe, *conns)
+	for i := range pipes {
+		pipes[i] = newPipe(c.url, maxPerConn, *window)
+	}
+	sent := make([]int, len(pipes))
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	deadline := t0.Add(*measure)
+	for i, p := range pipes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; n < maxPerConn && time.Now().Before(deadline); n++ {
+				p.slots <- struct{}{}
+				if !p.request("orders.sustained", n, payload) {
+					return
+				}
+				sent[i]++
+			}
+		}()
+	}
+	wg.Wait()
+	sendTime := time.Since(t0)
+	inWindow := int64(0) // acks within -measure
+	for _, p := range pipes {
+		inWindow += p.acked.Load()
+	}
+	ph := settle(c, pipes, sent, t0, sendTime)
+	ph.acked = float64(inWindow)
+	ph.elapsed = sendTime
+	return ph
+}
+
+// overload pipelines requests paced at offered/s over -conns connections
+// for -duration, as fast as the connections take them when they cannot
+// keep the pace.
+func overload(c *child, payload []byte, offered float64) phase {
+	perConn := int(offered * duration.Seconds() / float64(*conns))
+	pipes := make([]*pipe, *conns)
+	for i := range pipes {
+		pipes[i] = newPipe(c.url, perConn, 0)
+	}
+	sent := make([]int, len(pipes))
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i, p := range pipes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			per := offered / float64(*conns)
+			for n := 0; n < perConn; {
+				due := min(perConn, int(time.Since(t0).Seconds()*per)+1)
+				for ; n < due; n++ {
+					if !p.request("orders.overload", n, payload) {
+						return
+					}
+					sent[i] = n + 1
+				}
+				if n < perConn {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return settle(c, pipes, sent, t0, time.Since(t0))
+}
+
+// ingestWaiting is orderstore's ingest.waiting in /v1/status: publishes
+// its ingest service holds.
+func ingestWaiting(admin string) int64 {
+	resp, err := http.Get(admin + "/v1/status")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Ingest *struct {
+			Waiting int64 `json:"waiting"`
+		} `json:"ingest"`
+	}
+	json.NewDecoder(resp.Body).Decode(&st)
+	if st.Ingest == nil {
+		return -1
+	}
+	return st.Ingest.Waiting
+}
+
+// streamMsgs is how many events ORDER_EVENTS holds.
+func streamMsgs(url string) int64 {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return -1
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := js.Stream(ctx, "ORDER_EVENTS")
+	if err != nil {
+		return -1
+	}
+	return int64(s.CachedInfo().State.Msgs)
+}
+
+// guardStats is the "guard" object of orderstore's /v1/status.
+func guardStats(admin string) map[string]uint64 {
+	resp, err := http.Get(admin + "/v1/status")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Guard map[string]uint64 `json:"guard"`
+	}
+	json.NewDecoder(resp.Body).Decode(&st)
+	return st.Guard
+}
+
+func guardString(g map[string]uint64) string {
+	if g == nil {
+		return ""
+	}
+	return fmt.Sprintf("; guard over_budget %d, unanswered (503) %d", g["over_budget"], g["unanswered"])
+}
+
+func codes(m map[string]int64) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s: %d", k, m[k])
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+func mib(b int64) string {
+	if b < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
+}

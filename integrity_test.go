@@ -1,0 +1,768 @@
+package orderstore_test
+
+// Integrity under hostile or overwhelming producers (docs/reliability.md,
+// rows 5 and 7 to 10; /work/shared/notes/integrity-testing.md "Overload"):
+// every publish on the stream's subjects goes through the ingest service in
+// every durability mode, and every one of them is answered.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/orderstoretest"
+)
+
+var (
+	// 50,000 events of 4 KB (200 MB) overflow what the ingest service
+	// buffered before it answered 429s even under -race, where the
+	// instrumented client cannot pipeline small events faster than the
+	// service takes them; and they fit the service's own buffer (256 MiB)
+	// whatever the machine. Larger floods by hand, e.g. without -race:
+	// -integrity.flood 400000 -integrity.flood-bytes 1000.
+	integrityFlood      = flag.Int("integrity.flood", 50_000, "requests TestEveryPublishAnswered pipelines on one connection")
+	integrityFloodBytes = flag.Int("integrity.flood-bytes", 4000, "bytes of each event of TestEveryPublishAnswered's flood")
+)
+
+// integrityModes are the durability modes: every test of the ingest
+// service's promises runs in each.
+var integrityModes = []struct {
+	name string
+	set  func(*orderstore.Config)
+}{
+	{orderstore.DurabilityGroupCommit, func(c *orderstore.Config) { c.JetStream.Durability = orderstore.DurabilityGroupCommit }},
+	{orderstore.DurabilityAlways, func(c *orderstore.Config) { c.JetStream.Durability = orderstore.DurabilityAlways }},
+	{orderstore.DurabilityInterval, func(c *orderstore.Config) {
+		c.JetStream.Durability, c.JetStream.SyncInterval = orderstore.DurabilityInterval, 200*time.Millisecond
+	}},
+}
+
+// integrityStatus is the part of /v1/status these tests read (decoded
+// loosely, so that the file compiles against older trees too).
+type integrityStatus struct {
+	Ingest *struct {
+		Acked   uint64 `json:"acked"`
+		Waiting int64  `json:"waiting"`
+	} `json:"ingest"`
+	Guard map[string]uint64 `json:"guard"`
+}
+
+// integrityGetStatus reads /v1/status through the appliance's handler (no
+// listener needed); safe to call from any goroutine.
+func integrityGetStatus(app *orderstore.Appliance) (integrityStatus, error) {
+	var st integrityStatus
+	req := httptest.NewRequest("GET", "http://127.0.0.1/v1/status", nil)
+	if tok := app.Config().Admin.Token; tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	rec := httptest.NewRecorder()
+	app.Handler().ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		return st, fmt.Errorf("/v1/status = %d %s", rec.Code, rec.Body)
+	}
+	return st, json.Unmarshal(rec.Body.Bytes(), &st)
+}
+
+// integrityPost is POST /v1/events/{typ} on the admin listener; it returns
+// the status and the JSON body.
+func integrityPost(t *testing.T, app *orderstore.Appliance, typ, body, idemKey string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest("POST", "http://"+app.AdminAddr()+"/v1/events/"+typ, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if tok := app.Config().Admin.Token; tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
+	hc := &http.Client{Timeout: 60 * time.Second}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("POST /v1/events/%s: %v", typ, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	json.Unmarshal(raw, &out)
+	if out == nil {
+		out = map[string]any{"raw": string(raw)}
+	}
+	return resp.StatusCode, out
+}
+
+// integrityConnect is a TCP client connection (anonymous without user and
+// password), closed when the test ends.
+func integrityConnect(t *testing.T, app *orderstore.Appliance, user, password string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	if user != "" {
+		opts = append(opts, nats.UserInfo(user, password))
+	}
+	nc, err := nats.Connect(app.ClientURL(), opts...)
+	if err != nil {
+		t.Fatalf("connect %q: %v", user, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// integrityMsgs is how many events ORDER_EVENTS holds and its last
+// sequence.
+func integrityMsgs(t *testing.T, js jetstream.JetStream) (msgs, last uint64) {
+	t.Helper()
+	s, err := js.Stream(context.Background(), "ORDER_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs, info.State.LastSeq
+}
+
+// integrityHeaderSize is a header's size on the wire ("NATS/1.0\r\n",
+// "Key: value\r\n" each, "\r\n"), as the stream counts it against
+// max_msg_size. What a direct get adds to a stored event's headers (its
+// stream, sequence, subject and time) is not counted.
+func integrityHeaderSize(h nats.Header) int {
+	n := 0
+	for k, vs := range h {
+		switch k {
+		case "Nats-Stream", "Nats-Sequence", "Nats-Subject", "Nats-Time-Stamp", "Nats-Num-Pending", "Nats-Last-Sequence":
+			continue
+		}
+		if n == 0 {
+			n = len("NATS/1.0\r\n\r\n")
+		}
+		for _, v := range vs {
+			n += len(k) + len(": \r\n") + len(v)
+		}
+	}
+	return n
+}
+
+// floodResult counts the answers to a flood of pipelined requests.
+type floodResult struct {
+	sent, acks, errs, other, twice, unanswered int64
+	codes                                      map[string]int64 // error answers by code ("429", "503", "status 503", ...)
+}
+
+func (r floodResult) String() string {
+	keys := make([]string, 0, len(r.codes))
+	for k := range r.codes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s:%d", k, r.codes[k])
+	}
+	return fmt.Sprintf("sent %d: acked %d, errors %d (%s ), other answers %d, answered twice %d, unanswered %d",
+		r.sent, r.acks, r.errs, b.String(), r.other, r.twice, r.unanswered)
+}
+
+// flood pipelines n requests on subject over nc, each with a reply subject
+// of its own under one wildcard inbox subscription without pending limits,
+// as fast as nc takes them. It then waits until every request is answered,
+// or until the answers have stopped (nothing waiting in the ingest service
+// and none for a while), and counts them. paused is called once, when the
+// answers first pause (or all have come): what else publishes stops then,
+// so that "nothing waiting" is the flood's.
+func flood(t *testing.T, app *orderstore.Appliance, nc *nats.Conn, subject string, n int, payload []byte, paused func()) floodResult {
+	t.Helper()
+	answered := make([]atomic.Bool, n)
+	var acks, errs, other, twice, total atomic.Int64
+	var mu sync.Mutex
+	codes := map[string]int64{}
+	inbox := nats.NewInbox()
+	sub, err := nc.Subscribe(inbox+".*", func(m *nats.Msg) {
+		i, err := strconv.Atoi(m.Subject[len(inbox)+1:])
+		if err != nil || i < 0 || i >= n {
+			other.Add(1)
+			return
+		}
+		if answered[i].Swap(true) {
+			twice.Add(1)
+			return
+		}
+		total.Add(1)
+		code := ""
+		if s := m.Header.Get("Status"); s != "" {
+			code = "status " + s
+		} else {
+			var a struct {
+				Stream string `json:"stream"`
+				Seq    uint64 `json:"seq"`
+				Error  *struct {
+					Code int `json:"code"`
+				} `json:"error"`
+			}
+			switch err := json.Unmarshal(m.Data, &a); {
+			case err != nil:
+				other.Add(1)
+				return
+			case a.Error != nil:
+				code = strconv.Itoa(a.Error.Code)
+			case a.Stream == "ORDER_EVENTS" && a.Seq > 0:
+				acks.Add(1)
+				return
+			default:
+				other.Add(1)
+				return
+			}
+		}
+		errs.Add(1)
+		mu.Lock()
+		codes[code]++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	prefix := inbox + "."
+	t0 := time.Now()
+	var reply []byte
+	for i := range n {
+		reply = strconv.AppendInt(append(reply[:0], prefix...), int64(i), 10)
+		if err := nc.PublishRequest(subject, string(reply), payload); err != nil {
+			t.Fatalf("request %d of %d: %v (the client's connection: %v)", i, n, err, nc.LastError())
+		}
+	}
+	if err := nc.FlushTimeout(2 * time.Minute); err != nil {
+		t.Fatalf("flush after %d requests: %v", n, err)
+	}
+	sentIn := time.Since(t0)
+	defer func() {
+		t.Logf("flood: %d requests sent in %s, answers stopped after %s", n, sentIn.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+	}()
+	// The answers have stopped when the ingest service holds no publish
+	// (nothing it could still answer) and none arrived for a while.
+	const quiet = 6 * time.Second
+	last, lastChange := int64(-1), time.Now()
+	var pausedOnce sync.Once
+	defer pausedOnce.Do(paused)
+	embeddedtest.WaitFor(t, 3*time.Minute, func() error {
+		got := total.Load()
+		if got == int64(n) {
+			return nil
+		}
+		if got != last {
+			last, lastChange = got, time.Now()
+			return fmt.Errorf("%d of %d answered, still arriving", got, n)
+		}
+		pausedOnce.Do(paused)
+		st, err := integrityGetStatus(app)
+		if err != nil {
+			return err
+		}
+		if st.Ingest != nil && st.Ingest.Waiting != 0 {
+			lastChange = time.Now()
+			return fmt.Errorf("%d of %d answered, %d waiting in the ingest service", got, n, st.Ingest.Waiting)
+		}
+		if time.Since(lastChange) < quiet {
+			return fmt.Errorf("%d of %d answered, none for %s", got, n, time.Since(lastChange).Round(time.Millisecond))
+		}
+		return nil // stable: no more answers will come
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	r := floodResult{sent: int64(n), acks: acks.Load(), errs: errs.Load(), other: other.Load(), twice: twice.Load(),
+		unanswered: int64(n) - total.Load(), codes: map[string]int64{}}
+	for k, v := range codes {
+		r.codes[k] = v
+	}
+	return r
+}
+
+// Row 5: one connection pipelines far more requests than the appliance
+// can take at once. Every one gets an answer (an ack, a 429 or a 503),
+// none twice, and a well-behaved producer in another account publishing
+// during the flood gets its acks: each account has a budget of its own.
+// The flooder is an anonymous client (no users configured; the other
+// account is orderstore's own, HTTP ingest's) and a producer user (p1,
+// with p2 the well-behaved one).
+func TestEveryPublishAnswered(t *testing.T) {
+	n := *integrityFlood
+	payload := []byte(`{"order_id":"flood","pad":"` + strings.Repeat("x", max(0, *integrityFloodBytes-30)) + `"}`)
+	// The ingest path alone: the processor would only compete for the CPU.
+	noProcessor := func(c *orderstore.Config) { c.Processor.Enabled = false }
+	check := func(t *testing.T, r floodResult, wellAcked int64, wellErrs []string) {
+		t.Helper()
+		t.Logf("flood: %s", r)
+		t.Logf("well-behaved producer during the flood: %d acked, %d refused", wellAcked, len(wellErrs))
+		if r.unanswered != 0 {
+			t.Errorf("%d of %d pipelined publishes never got an answer: every publish must be answered (an ack, or an error saying what to do)", r.unanswered, r.sent)
+		}
+		if r.twice != 0 || r.other != 0 {
+			t.Errorf("%d answered twice, %d answers neither an ack nor an error", r.twice, r.other)
+		}
+		for code := range r.codes {
+			switch code {
+			case "429", "503", "status 429", "status 503":
+			default:
+				t.Errorf("%d publishes answered %s, want only acks, 429 (over budget) or 503", r.codes[code], code)
+			}
+		}
+		if wellAcked == 0 || len(wellErrs) > 0 {
+			t.Errorf("the well-behaved producer in another account got %d acks and %d errors during the flood (first: %v): want every publish acked", wellAcked, len(wellErrs), first(wellErrs))
+		}
+	}
+	// The well-behaved producer publishes one event at a time until the
+	// flood's answers have stopped.
+	wellBehaved := func(publish func(i int) error) (stop func() (int64, []string)) {
+		var acked atomic.Int64
+		var errs []string
+		var slowest time.Duration
+		done := make(chan struct{})
+		finished := make(chan struct{})
+		go func() {
+			defer close(finished)
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				t0 := time.Now()
+				err := publish(i)
+				took := time.Since(t0)
+				slowest = max(slowest, took)
+				if err != nil {
+					errs = append(errs, fmt.Sprintf("%v (after %s)", err, took.Round(time.Millisecond)))
+				} else {
+					acked.Add(1)
+				}
+			}
+		}()
+		return func() (int64, []string) {
+			close(done)
+			<-finished
+			t.Logf("well-behaved producer: its slowest answer took %s", slowest.Round(time.Millisecond))
+			return acked.Load(), errs
+		}
+	}
+
+	t.Run("anonymous", func(t *testing.T) {
+		app := orderstoretest.Start(t, noProcessor, func(c *orderstore.Config) { c.Admin.Listen = "127.0.0.1:0" })
+		nc, _ := integrityConnect(t, app, "", "")
+		hc := &http.Client{Timeout: 30 * time.Second}
+		stop := wellBehaved(func(i int) error {
+			body := fmt.Sprintf(`{"order_id":"calm-%d"}`, i%10)
+			req, _ := http.NewRequest("POST", "http://"+app.AdminAddr()+"/v1/events/created", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := hc.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != 201 {
+				b, _ := io.ReadAll(resp.Body)
+				return fmt.Errorf("HTTP ingest %d: %s", resp.StatusCode, b)
+			}
+			return nil
+		})
+		var acked int64
+		var errs []string
+		r := flood(t, app, nc, "orders.created", n, payload, func() { acked, errs = stop() })
+		check(t, r, acked, errs)
+	})
+
+	t.Run("producers", func(t *testing.T) {
+		app := orderstoretest.Start(t, securedConfig, noProcessor)
+		nc, _ := integrityConnect(t, app, "p1", p1Password)
+		_, p2 := integrityConnect(t, app, "p2", p2Password)
+		stop := wellBehaved(func(i int) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := p2.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":"calm-%d"}`, i%10))
+			return err
+		})
+		var acked int64
+		var errs []string
+		r := flood(t, app, nc, "orders.created", n, payload, func() { acked, errs = stop() })
+		check(t, r, acked, errs)
+		st, err := integrityGetStatus(app)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Under -race the flooder rarely gets ahead of the service far
+		// enough to exceed its account's budget; without it, it does.
+		t.Logf("guard %v (the flooding account's budget exceeded: %v)", st.Guard, r.codes["429"] > 0)
+		if r.codes["429"] > 0 && st.Guard["over_budget"] < uint64(r.codes["429"]) {
+			t.Errorf("%d answered 429, /v1/status guard.over_budget %d", r.codes["429"], st.Guard["over_budget"])
+		}
+	})
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
+// Row 7: a subject with a wildcard token names no single event type. In
+// every durability mode a publish on one gets a 400-class JetStream API
+// error and nothing is stored; HTTP ingest refuses such a type with a 4xx.
+func TestWildcardSubjectsRefused(t *testing.T) {
+	for _, mode := range integrityModes {
+		t.Run(mode.name, func(t *testing.T) {
+			app := orderstoretest.Start(t, mode.set, func(c *orderstore.Config) { c.Admin.Listen = "127.0.0.1:0" })
+			nc, js := integrityConnect(t, app, "", "")
+			ctx := context.Background()
+			for _, subj := range []string{"orders.*", "orders.>", "orders.a.*", "orders.*.b", "orders.a.>"} {
+				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				ack, err := js.Publish(pctx, subj, []byte(`{"order_id":"wild"}`))
+				cancel()
+				var apiErr *jetstream.APIError
+				if !errors.As(err, &apiErr) || apiErr.Code < 400 || apiErr.Code >= 500 {
+					t.Errorf("publish on %q: ack %+v, %v; want a 400-class JetStream API error", subj, ack, err)
+				}
+				// A plain publish (no reply) is not stored either.
+				if err := nc.Publish(subj, []byte(`{"order_id":"wild-plain"}`)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, typ := range []string{"*", "%2A", "%3E", ">"} {
+				if code, out := integrityPost(t, app, typ, `{"order_id":"wild-http"}`, ""); code < 400 || code >= 500 {
+					t.Errorf("POST /v1/events/%s = %d %v, want a 4xx", typ, code, out)
+				}
+			}
+			// The plain publishes went before this one on the same
+			// connection: once it is acked, they have been taken.
+			ack, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"tame"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ops := embeddedtest.JetStream(t, app)
+			if msgs, last := integrityMsgs(t, ops); msgs != 1 || ack.Sequence != 1 || last != 1 {
+				s, _ := ops.Stream(ctx, "ORDER_EVENTS")
+				var stored []string
+				for seq := uint64(1); seq <= last && len(stored) < 20; seq++ {
+					if m, err := s.GetMsg(ctx, seq); err == nil {
+						stored = append(stored, m.Subject)
+					}
+				}
+				t.Errorf("the stream holds %d events (last %d, the valid one acked as %d): %q; want only the valid one", msgs, last, ack.Sequence, stored)
+			}
+		})
+	}
+}
+
+// Row 8: a Nats-Msg-Id is a producer's own. Producer p1 using p2's id
+// first does not make p2's event a duplicate; p2 repeating its own id is
+// one; the same between HTTP ingest's Idempotency-Key and a NATS
+// producer's id. In every durability mode.
+func TestDedupeScopedToProducer(t *testing.T) {
+	for _, mode := range integrityModes {
+		t.Run(mode.name, func(t *testing.T) {
+			app := orderstoretest.Start(t, securedConfig, mode.set)
+			_, p1 := integrityConnect(t, app, "p1", p1Password)
+			_, p2 := integrityConnect(t, app, "p2", p2Password)
+			ctx := context.Background()
+			pub := func(who string, js jetstream.JetStream, order, id string) *jetstream.PubAck {
+				t.Helper()
+				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				ack, err := js.Publish(pctx, "orders.created", []byte(`{"order_id":"`+order+`"}`), jetstream.WithMsgID(id))
+				if err != nil {
+					t.Fatalf("%s publishing %s with id %q: %v", who, order, id, err)
+				}
+				return ack
+			}
+			// p1 takes p2's id first.
+			hijack := pub("p1", p1, "d-hijack", "p2-order-1")
+			if hijack.Duplicate {
+				t.Fatalf("p1's first use of an id: %+v", hijack)
+			}
+			own := pub("p2", p2, "d-own", "p2-order-1")
+			if own.Duplicate || own.Sequence == hijack.Sequence {
+				t.Errorf("p2's event with its id, used by p1 before: %+v (p1's was %d); want stored, not a duplicate of p1's", own, hijack.Sequence)
+			}
+			again := pub("p2", p2, "d-own", "p2-order-1")
+			if !again.Duplicate || again.Sequence != own.Sequence {
+				t.Errorf("p2 repeating its own id: %+v, want a duplicate of %d", again, own.Sequence)
+			}
+			if p1again := pub("p1", p1, "d-hijack", "p2-order-1"); !p1again.Duplicate || p1again.Sequence != hijack.Sequence {
+				t.Errorf("p1 repeating its id: %+v, want a duplicate of %d", p1again, hijack.Sequence)
+			}
+
+			// HTTP first, then a NATS producer with the same id.
+			code, out := integrityPost(t, app, "created", `{"order_id":"d-http"}`, "key-1")
+			if code != 201 {
+				t.Fatalf("POST with Idempotency-Key key-1: %d %v", code, out)
+			}
+			httpSeq := out["seq"]
+			if ack := pub("p1", p1, "d-nats", "key-1"); ack.Duplicate {
+				t.Errorf("p1's event with the id HTTP ingest used: %+v, want stored, not a duplicate", ack)
+			}
+			if code, out := integrityPost(t, app, "created", `{"order_id":"d-http"}`, "key-1"); code != 200 || out["duplicate"] != true || out["seq"] != httpSeq {
+				t.Errorf("POST repeating Idempotency-Key key-1: %d %v, want 200, a duplicate of %v", code, out, httpSeq)
+			}
+			// A NATS producer first, then HTTP with the same key.
+			natsFirst := pub("p2", p2, "d-nats2", "key-2")
+			if code, out := integrityPost(t, app, "created", `{"order_id":"d-http2"}`, "key-2"); code != 201 || out["seq"] == float64(natsFirst.Sequence) {
+				t.Errorf("POST with Idempotency-Key key-2, which p2 used before: %d %v; want 201, stored (p2's event is %d)", code, out, natsFirst.Sequence)
+			}
+			_, ops := connectAs(t, app, "ops", adminPassword)
+			if msgs, _ := integrityMsgs(t, ops); msgs != 6 {
+				t.Errorf("the stream holds %d events, want 6 (p1's, p2's, HTTP's and p1's key-1, p2's and HTTP's key-2)", msgs)
+			}
+		})
+	}
+}
+
+// Row 9: an event the stream would refuse for its size is refused up
+// front with a 400 naming stream.max_msg_size, not a 503: one of exactly
+// the max_payload nats advertises (it is larger than max_msg_size, room
+// for the headers orderstore adds), and one a byte over what fits with
+// the headers it is stored with; one that fits exactly is stored. In every
+// durability mode.
+func TestIngestRefusesUpFront(t *testing.T) {
+	for _, mode := range integrityModes {
+		t.Run(mode.name, func(t *testing.T) {
+			app := orderstoretest.Start(t, mode.set, func(c *orderstore.Config) { c.Processor.Enabled = false })
+			nc, js := integrityConnect(t, app, "", "")
+			ctx := context.Background()
+			maxMsg := int(app.Config().Stream.MaxMsgSize)
+			publish := func(data []byte) (*jetstream.PubAck, error) {
+				pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				defer cancel()
+				return js.Publish(pctx, "orders.created", data)
+			}
+			refused := func(what string, data []byte) {
+				t.Helper()
+				ack, err := publish(data)
+				var apiErr *jetstream.APIError
+				if !errors.As(err, &apiErr) || apiErr.Code < 400 || apiErr.Code >= 500 || !strings.Contains(apiErr.Description, "max_msg_size") {
+					t.Errorf("%s (%d bytes): ack %+v, %v; want a 400-class API error naming max_msg_size", what, len(data), ack, err)
+				}
+			}
+			// The headers an event without headers of its own is stored
+			// with (orderstore's, e.g. the epoch).
+			small, err := publish([]byte(`{"order_id":"small"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ops := embeddedtest.JetStream(t, app)
+			s, err := ops.Stream(ctx, "ORDER_EVENTS")
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := s.GetMsg(ctx, small.Sequence)
+			if err != nil {
+				t.Fatal(err)
+			}
+			added := integrityHeaderSize(m.Header)
+			t.Logf("advertised max_payload %d, stream.max_msg_size %d, headers added to an event %d bytes (%v)", nc.MaxPayload(), maxMsg, added, m.Header)
+
+			refused("an event of the advertised max_payload", make([]byte, nc.MaxPayload()))
+			fits := bytes.Repeat([]byte("f"), maxMsg-added)
+			refused("an event a byte over what fits with its headers", append(fits, 'f'))
+			ack, err := publish(fits)
+			if err != nil {
+				t.Fatalf("an event of max_msg_size minus the headers it is stored with (%d bytes): %v, want stored", len(fits), err)
+			}
+			got, err := s.GetMsg(ctx, ack.Sequence)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stored := len(got.Data) + integrityHeaderSize(got.Header); len(got.Data) != len(fits) || stored != maxMsg {
+				t.Errorf("stored %d bytes of payload, %d with headers; want %d and %d", len(got.Data), stored, len(fits), maxMsg)
+			}
+			// The event carries headers of its own: they count too.
+			h := nats.Header{"X-Producer": []string{strings.Repeat("h", 100)}}
+			withHdr := fits[:len(fits)-integrityHeaderSize(h)+len("NATS/1.0\r\n\r\n")]
+			if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "orders.created", Header: h, Data: withHdr}); err != nil {
+				t.Errorf("an event with a header of its own, exactly max_msg_size as stored: %v, want stored", err)
+			}
+			pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			_, err = js.PublishMsg(pctx, &nats.Msg{Subject: "orders.created", Header: h, Data: append(withHdr, 'h')})
+			cancel()
+			var apiErr *jetstream.APIError
+			if !errors.As(err, &apiErr) || apiErr.Code < 400 || apiErr.Code >= 500 || !strings.Contains(apiErr.Description, "max_msg_size") {
+				t.Errorf("an event with a header of its own, a byte over max_msg_size as stored: %v; want a 400-class API error naming max_msg_size", err)
+			}
+			if msgs, _ := integrityMsgs(t, ops); msgs != 3 {
+				t.Errorf("the stream holds %d events, want 3 (the small one and the two that fit)", msgs)
+			}
+		})
+	}
+}
+
+// integrityTmpfs mounts a tmpfs of size bytes on a fresh directory (the
+// test runs as root, as CI does) and unmounts it when the test ends.
+func integrityTmpfs(t *testing.T, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		t.Fatalf("mount tmpfs (needs root): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// Row 10: the disk fills while four producers each have many async
+// publishes in flight. Every publish gets an answer, an ack or an error;
+// none is left to the client's timeout (10 s here, twice jetstream's
+// default: what the stream dropped when its writes failed is answered as
+// soon as the store guard sees the failure). In every durability mode.
+func TestFullDiskAnswersInFlight(t *testing.T) {
+	for _, mode := range integrityModes {
+		t.Run(mode.name, func(t *testing.T) {
+			disk := integrityTmpfs(t, 48<<20)
+			cfg := orderstoretest.Config(t)
+			mode.set(&cfg)
+			cfg.JetStream.StoreDir = filepath.Join(disk, "store")
+			cfg.JetStream.AllowLowDisk = true // the disk is smaller than max_file_store on purpose
+			cfg.JetStream.DiskHeadroom = 1 << 20
+			cfg.Processor.Enabled = false // the producers alone fill the disk
+			ctx := context.Background()
+			app, err := orderstore.Start(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer app.Close(ctx)
+			if err := os.WriteFile(filepath.Join(disk, "filler"), make([]byte, 40<<20), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			const (
+				producers = 4
+				window    = 1000 // async publishes in flight per producer
+			)
+			type tally struct{ acked, refused, timedOut, other int }
+			var (
+				mu      sync.Mutex
+				total   tally
+				samples []string
+				seqs    []uint64    // acked
+				full    atomic.Bool // a publish was refused: stop publishing
+				wg      sync.WaitGroup
+			)
+			payload := fmt.Appendf(nil, `{"order_id":"full","pad":"%01000d"}`, 0)
+			for p := range producers {
+				nc, err := nats.Connect(app.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer nc.Close()
+				js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(window), jetstream.WithPublishAsyncTimeout(10*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				futures := make(chan jetstream.PubAckFuture, 4*window)
+				wg.Add(2)
+				go func() { // publishes until the disk is full
+					defer wg.Done()
+					defer close(futures)
+					for i := 0; i < 200_000 && !full.Load(); i++ {
+						f, err := js.PublishAsync("orders.created", payload, jetstream.WithStallWait(time.Minute))
+						if err != nil {
+							t.Errorf("producer %d: publish %d: %v", p, i, err)
+							return
+						}
+						futures <- f
+					}
+				}()
+				go func() { // collects every answer
+					defer wg.Done()
+					var mine tally
+					var mySamples []string
+					var mySeqs []uint64
+					for f := range futures {
+						select {
+						case ack := <-f.Ok():
+							mine.acked++
+							mySeqs = append(mySeqs, ack.Sequence)
+							continue
+						case err := <-f.Err():
+							var apiErr *jetstream.APIError
+							switch {
+							case errors.Is(err, jetstream.ErrAsyncPublishTimeout):
+								mine.timedOut++
+							case errors.As(err, &apiErr), errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
+								mine.refused++
+								full.Store(true)
+							default:
+								mine.other++
+							}
+							if len(mySamples) < 3 {
+								mySamples = append(mySamples, err.Error())
+							}
+						}
+					}
+					mu.Lock()
+					total.acked += mine.acked
+					total.refused += mine.refused
+					total.timedOut += mine.timedOut
+					total.other += mine.other
+					samples = append(samples, mySamples...)
+					seqs = append(seqs, mySeqs...)
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			t.Logf("%d producers, %d in flight each: %d acked, %d refused, %d timed out, %d other errors; e.g. %q",
+				producers, window, total.acked, total.refused, total.timedOut, total.other, samples)
+			if total.refused == 0 {
+				t.Fatal("no publish was refused: the disk never filled")
+			}
+			if total.timedOut != 0 || total.other != 0 {
+				t.Errorf("%d publishes in flight when the disk filled got no answer (timed out), %d another error: every publish must be answered, an ack or an error", total.timedOut, total.other)
+			}
+			// An ack named an event the stream holds, each its own.
+			_, last := integrityMsgs(t, embeddedtest.JetStream(t, app))
+			seen := map[uint64]bool{}
+			for _, seq := range seqs {
+				if seen[seq] || seq == 0 || seq > last {
+					t.Fatalf("ack of sequence %d: twice, or beyond the stream's last sequence %d", seq, last)
+				}
+				seen[seq] = true
+			}
+			select {
+			case <-app.Done():
+				t.Fatalf("orderstore stopped: %v", app.Wait())
+			default:
+			}
+		})
+	}
+}
