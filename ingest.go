@@ -19,6 +19,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/orderstore/orderstore/processor"
 )
 
 // ingestPrefix is where producers' publishes on the stream's subjects land
@@ -413,18 +415,7 @@ func requestAccount(info string) string {
 }
 
 // headerSize is a header's size on the wire.
-func headerSize(h nats.Header) int {
-	if len(h) == 0 {
-		return 0
-	}
-	n := len("NATS/1.0\r\n\r\n")
-	for k, v := range h {
-		for _, s := range v {
-			n += len(k) + 2 + len(s) + 2
-		}
-	}
-	return n
-}
+func headerSize(h nats.Header) int { return processor.HeaderSize(h) }
 
 // maxControlLine is nats' limit on a protocol line ("HPUB <subject>
 // <reply> <sizes>"): a client that sends a longer one is disconnected.

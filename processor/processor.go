@@ -1236,6 +1236,10 @@ func DeadLetterSubject(prefix, subject string) string {
 	return prefix + ".long." + hex.EncodeToString(sum[:16])
 }
 
+// HeaderSize is h's size on the wire (what a stream's max_msg_size
+// counts beside the payload).
+func HeaderSize(h nats.Header) int { return headerSize(h) }
+
 // headerSize is h's size on the wire.
 func headerSize(h nats.Header) int {
 	if len(h) == 0 {
