@@ -7,7 +7,9 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -117,21 +119,46 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 
 // FreePorts returns n TCP ports on 127.0.0.1 that were free a moment ago:
 // for route and leaf listeners, whose ports every node must know before
-// any starts.
+// any starts. They are drawn from below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range, 32768 and up by default), where every
+// random port (":0", -1) of this and every other process comes from: a
+// port chosen here is not taken by another listener's random bind or an
+// outgoing connection between the moment it is chosen and the moment it
+// is used (a cluster test once lost a route that way under a loaded run).
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
-	var ls []net.Listener
+	low, high := 20000, ephemeralLow()-1
 	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	seen := map[int]bool{}
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 10000 {
+			t.Fatalf("FreePorts: no %d free ports in %d..%d", n, low, high)
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
+		p := low + mrand.IntN(high-low+1)
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
 		l.Close()
+		ports = append(ports, p)
 	}
 	return ports
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// where it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil || lo <= 21000 {
+		return 32768
+	}
+	return lo
 }
