@@ -36,6 +36,9 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if *print {
+		if fc.JetStream.Durability == "" {
+			fc.JetStream.Durability = cfg.DurabilityMode() // what "" chose
+		}
 		b, err := fc.Encode()
 		if err != nil {
 			printErr(stderr, fmt.Errorf("encode config: %w", err))
@@ -52,7 +55,7 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case errors.Is(err, orderstore.ErrLocked):
 		// A running instance holds the store: that is not a config problem.
-		fmt.Fprintf(stderr, "preflight: %v (a running instance; the other checks need the lock)\n", err)
+		fmt.Fprintf(stderr, "%v (a running instance; the other checks need the lock)\n", err)
 		return exitOK
 	case err != nil:
 		printErr(stderr, err)

@@ -355,6 +355,22 @@ func decodeReason(err error) string {
 		s = s[i+3:]
 	}
 	s = strings.Replace(s, "incompatible types: TOML value has type", "wrong type: the value is a TOML", 1)
+	// Go's kinds mean nothing to a config's reader: say what TOML wants.
+	for kind, want := range map[string]string{
+		"destination has type slice":   "it must be a list, e.g. [\"a\", \"b\"]",
+		"destination has type string":  "it must be a string in quotes",
+		"destination has type bool":    "it must be true or false",
+		"destination has type int":     "it must be a whole number",
+		"destination has type int64":   "it must be a whole number",
+		"destination has type struct":  "it must be a table",
+		"destination has type map":     "it must be a table",
+		"destination has type float64": "it must be a number",
+	} {
+		if strings.HasSuffix(s, kind) {
+			s = strings.TrimSuffix(s, kind) + want
+			break
+		}
+	}
 	return s
 }
 
