@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -219,13 +220,44 @@ func (e *Errors) Keys() []string {
 }
 
 // Load reads and validates the file at path.
+//
+// Relative paths in it (store_dir, token_file, password_file, the TLS
+// files, credentials) are relative to the file's own directory, not to the
+// working directory (which is / under the shipped systemd unit).
 func Load(path string) (Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("config %q: %w", path, err)
 	}
 	defer f.Close()
-	return Parse(f, path)
+	cfg, err := Parse(f, path)
+	if abs, aerr := filepath.Abs(path); aerr == nil {
+		cfg.resolvePaths(filepath.Dir(abs))
+	}
+	return cfg, err
+}
+
+// resolvePaths makes every relative path of c relative to dir.
+func (c *Config) resolvePaths(dir string) {
+	rel := func(p *string) {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	tls := func(t *TLS) { rel(&t.CertFile); rel(&t.KeyFile); rel(&t.CAFile) }
+	rel(&c.JetStream.StoreDir)
+	rel(&c.Admin.TokenFile)
+	tls(&c.Admin.TLS)
+	tls(&c.Server.TLS)
+	tls(&c.Cluster.TLS)
+	tls(&c.LeafNode.TLS)
+	for i := range c.Server.Users {
+		rel(&c.Server.Users[i].PasswordFile)
+	}
+	for i := range c.LeafNode.Remotes {
+		rel(&c.LeafNode.Remotes[i].Credentials)
+		tls(&c.LeafNode.Remotes[i].TLS)
+	}
 }
 
 // Parse decodes r over [Default], rejects unknown keys and values of the

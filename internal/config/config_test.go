@@ -21,6 +21,9 @@ func TestExampleFileEqualsDefaults(t *testing.T) {
 	want.Server.Users = []User{} // the example writes users = [] explicitly
 	want.Admin.AllowedHosts = []string{}
 	want.Cluster.Routes, want.LeafNode.Remotes, want.Hub.Edges = []string{}, []LeafRemote{}, []string{}
+	// A relative path in a file is relative to the file's directory.
+	dir, _ := filepath.Abs("../..")
+	want.JetStream.StoreDir = filepath.Join(dir, want.JetStream.StoreDir)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("orderstore.example.toml differs from Default():\n got %+v\nwant %+v", got, want)
 	}
@@ -345,5 +348,33 @@ func TestDurabilityModes(t *testing.T) {
 	o.Cluster.Name, o.Cluster.Routes = "c", []string{"nats-route://127.0.0.1:6223"}
 	if got := o.DurabilityMode(); got != orderstore.DurabilityAlways {
 		t.Errorf("cluster default %q, want always", got)
+	}
+}
+
+// Relative paths in a file are relative to the file's directory (the
+// working directory is / under the shipped systemd unit); absolute ones
+// stay.
+func TestRelativePathsFollowTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "orderstore.toml")
+	body := "[jetstream]\nstore_dir = \"data\"\n[admin]\ntoken_file = \"secrets/token\"\n[admin.tls]\ncert_file = \"/etc/abs.crt\"\nkey_file = \"k.key\"\n" +
+		"[[server.users]]\nuser = \"p\"\npassword_file = \"p.pw\"\nrole = \"producer\"\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for got, want := range map[string]string{
+		c.JetStream.StoreDir:           filepath.Join(dir, "data"),
+		c.Admin.TokenFile:              filepath.Join(dir, "secrets/token"),
+		c.Admin.TLS.CertFile:           "/etc/abs.crt",
+		c.Admin.TLS.KeyFile:            filepath.Join(dir, "k.key"),
+		c.Server.Users[0].PasswordFile: filepath.Join(dir, "p.pw"),
+	} {
+		if got != want {
+			t.Errorf("path %q, want %q", got, want)
+		}
 	}
 }
