@@ -1033,6 +1033,12 @@ func startHint(cfg Config, err error) string {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "address already in use") || strings.Contains(msg, "bind"):
+		// The listener whose address the error names.
+		for _, l := range []struct{ key, addr string }{{"leafnode.listen", cfg.LeafNode.Listen}, {"cluster.listen", cfg.Cluster.Listen}} {
+			if _, port, err := net.SplitHostPort(l.addr); err == nil && port != "0" && strings.Contains(msg, ":"+port) {
+				return fmt.Sprintf("another process listens on %s; stop it or set %s to a free host:port", l.addr, l.key)
+			}
+		}
 		return fmt.Sprintf("another process listens on %s:%d; stop it or set server.port (or -1 for a random port)", cfg.Server.Host, cfg.Server.Port)
 	case strings.Contains(msg, "storage directory") || strings.Contains(msg, "store"):
 		return "check jetstream.store_dir: it must be a writable directory"
