@@ -22,7 +22,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -625,22 +624,6 @@ func TestIngestRefusesUpFront(t *testing.T) {
 	}
 }
 
-// integrityTmpfs mounts a tmpfs of size bytes on a fresh directory (the
-// test runs as root, as CI does) and unmounts it when the test ends.
-func integrityTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		t.Fatalf("mount tmpfs (needs root): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
 // Row 10: the disk fills while four producers each have many async
 // publishes in flight. Every publish gets an answer, an ack or an error;
 // none is left to the client's timeout (10 s here, twice jetstream's
@@ -649,7 +632,7 @@ func integrityTmpfs(t *testing.T, size int64) string {
 func TestFullDiskAnswersInFlight(t *testing.T) {
 	for _, mode := range integrityModes {
 		t.Run(mode.name, func(t *testing.T) {
-			disk := integrityTmpfs(t, 48<<20)
+			disk := tmpfs(t, 48<<20)
 			cfg := orderstoretest.Config(t)
 			mode.set(&cfg)
 			cfg.JetStream.StoreDir = filepath.Join(disk, "store")

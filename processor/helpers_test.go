@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,8 +80,19 @@ func (e *env) projection(t testing.TB) *processor.Projection {
 // stop is called; stop waits for Run and fails the test on its error.
 func (e *env) start(t testing.TB, h processor.Handler) (*processor.Processor, func()) {
 	t.Helper()
+	return e.startAdjusted(t, h, nil)
+}
+
+// startAdjusted is start with the processor's config adjusted (nil: as
+// processorConfig makes it).
+func (e *env) startAdjusted(t testing.TB, h processor.Handler, adjust func(*processor.Config)) (*processor.Processor, func()) {
+	t.Helper()
 	js := embeddedtest.JetStream(t, e.srv)
-	p, err := processor.New(js, e.processorConfig(h))
+	pc := e.processorConfig(h)
+	if adjust != nil {
+		adjust(&pc)
+	}
+	p, err := processor.New(js, pc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,25 +104,23 @@ func (e *env) start(t testing.TB, h processor.Handler) (*processor.Processor, fu
 	case err := <-done:
 		cancel()
 		t.Fatalf("processor Run returned before it was ready: %v", err)
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		cancel()
-		t.Fatalf("processor not ready within 5s")
+		t.Fatalf("processor not ready within 10s")
 	}
-	stopped := false
+	var once sync.Once
 	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("processor Run: %v", err)
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("processor Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("processor did not stop within 30s")
 			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("processor did not stop within 30s")
-		}
+		})
 	}
 	t.Cleanup(stop)
 	return p, stop

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/processor"
 )
 
@@ -221,41 +220,7 @@ func TestNonExclusivePairRecoversNothing(t *testing.T) {
 // config adjusted, until the test ends (or the returned stop).
 func startRecovering(t *testing.T, e *env, h processor.Handler, adjust func(*processor.Config)) (*processor.Processor, func()) {
 	t.Helper()
-	js := embeddedtest.JetStream(t, e.srv)
-	pc := e.processorConfig(h)
-	adjust(&pc)
-	p, err := processor.New(js, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	select {
-	case <-p.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("processor Run returned before it was ready: %v", err)
-	case <-time.After(10 * time.Second):
-		cancel()
-		t.Fatal("processor not ready within 10s")
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("processor Run: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("processor did not stop within 30s")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return p, stop
+	return e.startAdjusted(t, h, adjust)
 }
 
 // taker is another client on the processor's durable: it fetches and acks

@@ -231,17 +231,7 @@ func TestBackupRestoreCommands(t *testing.T) {
 	cfg := writeConfig(t, dir, filepath.Join(dir, "store"), "[admin]\nlisten = \"127.0.0.1:0\"\n")
 	p := start(t, nil, "run", "-config", cfg)
 	url := p.waitReady()
-	adminURL := ""
-	waitFor(t, 10*time.Second, func() error {
-		for _, l := range strings.Split(p.stderr.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "admin listening" {
-				adminURL = "http://" + m["addr"].(string)
-				return nil
-			}
-		}
-		return fmt.Errorf("no admin listening line")
-	})
+	adminURL := p.adminURL(t)
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)

@@ -331,13 +331,8 @@ routes = [%s]
 		if k == killed {
 			continue
 		}
-		for _, l := range strings.Split(p.stderr.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "admin listening" {
-				s := getJSON(t, "http://"+m["addr"].(string)+"/v1/status", 200)
-				t.Logf("node n%d: guard %v", k+1, s["guard"])
-			}
-		}
+		s := getJSON(t, p.adminURL(t)+"/v1/status", 200)
+		t.Logf("node n%d: guard %v", k+1, s["guard"])
 	}
 	for k, p := range procs {
 		if k == killed {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -63,17 +62,7 @@ func guardScenario(t *testing.T, cli, users string, producer []nats.Option, clie
 	cfg := writeConfig(t, dir, filepath.Join(dir, "store"), users+"\n[admin]\nlisten = \"127.0.0.1:0\"\n")
 	p := start(t, nil, "run", "-config", cfg)
 	natsURL := p.waitReady()
-	adminURL := ""
-	waitFor(t, 10*time.Second, func() error {
-		for _, l := range strings.Split(p.stderr.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "admin listening" {
-				adminURL = "http://" + m["addr"].(string)
-				return nil
-			}
-		}
-		return errors.New("no admin listening line")
-	})
+	adminURL := p.adminURL(t)
 	home := t.TempDir() // no contexts from the machine's ~/.config/nats
 	natsCmd := func(u cliUser, args ...string) *exec.Cmd {
 		a := []string{"-s", natsURL, "--timeout", "5s"}

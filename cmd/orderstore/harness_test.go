@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -145,6 +146,24 @@ func start(t testing.TB, cred *syscall.Credential, args ...string) *proc {
 }
 
 // waitReady waits for the "orderstore ready" line and returns its client URL.
+// adminURL waits for the child's "admin listening" log line (JSON logs)
+// and returns the listener's URL.
+func (p *proc) adminURL(t testing.TB) string {
+	t.Helper()
+	url := ""
+	waitFor(t, 10*time.Second, func() error {
+		for _, l := range strings.Split(p.stderr.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "admin listening" {
+				url = "http://" + m["addr"].(string)
+				return nil
+			}
+		}
+		return errors.New("no admin listening line")
+	})
+	return url
+}
+
 func (p *proc) waitReady() string {
 	p.t.Helper()
 	select {

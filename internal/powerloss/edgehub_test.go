@@ -3,7 +3,6 @@
 package powerloss_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,7 +14,6 @@ import (
 	"math/rand/v2"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -100,45 +98,11 @@ func runEdgeChild(store, leaf string) int {
 // until it is ready.
 func (rg *rig) startEdge(t *testing.T, leafPort int) *child {
 	t.Helper()
-	self, err := os.Executable()
+	c, err := startChild(t, "the edge", envEdgeStore+"="+rg.store, envEdgeLeaf+"="+strconv.Itoa(leafPort))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the edge did not start on its store (%s):\n%s", rg.store, err)
 	}
-	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), envEdgeStore+"="+rg.store, envEdgeLeaf+"="+strconv.Itoa(leafPort))
-	c := &child{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stderr = c.out
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if url, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
-				ready <- url
-			}
-			fmt.Fprintln(c.out, sc.Text())
-		}
-		cmd.Wait()
-		close(c.done)
-	}()
-	// Registered after the rig's: the edge is killed before the file
-	// systems are unmounted, also when the test fails.
-	t.Cleanup(func() { c.kill(t) })
-	select {
-	case c.url = <-ready:
-		return c
-	case <-c.done:
-		t.Fatalf("the edge did not start on its store (%s):\n%s", rg.store, c.output())
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("the edge is not ready after 2m:\n%s", c.output())
-	}
-	return nil
+	return c
 }
 
 func TestEdgePowerLossHub(t *testing.T) {

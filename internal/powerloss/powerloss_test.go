@@ -313,12 +313,22 @@ type child struct {
 // until it is ready; the error is its output when it exited before.
 func (rg *rig) start(t *testing.T, mode string) (*child, error) {
 	t.Helper()
+	return startChild(t, "the appliance", envStore+"="+rg.store, envSync+"="+mode)
+}
+
+// startChild runs the test binary with env added (which makes it a child
+// of one kind: the appliance, an edge) and waits until it prints READY;
+// the error is its output when it exited before. It is killed when the
+// test ends (registered after the rig's cleanup: before the file systems
+// are unmounted, also when the test fails).
+func startChild(t *testing.T, what string, env ...string) (*child, error) {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), envStore+"="+rg.store, envSync+"="+mode)
+	cmd.Env = append(os.Environ(), env...)
 	c := &child{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = c.out
 	stdout, err := cmd.StdoutPipe()
@@ -347,7 +357,7 @@ func (rg *rig) start(t *testing.T, mode string) (*child, error) {
 	case <-c.done:
 		return c, errors.New(c.output())
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("the appliance is not ready after 2m:\n%s", c.output())
+		t.Fatalf("%s is not ready after 2m:\n%s", what, c.output())
 		return nil, nil
 	}
 }
