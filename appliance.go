@@ -286,7 +286,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 			return nil, fmt.Errorf("start: processor: %w", ctx.Err())
 		}
 	}
-	log.Info("orderstore ready", "client_url", a.server().ClientURL(), "admin", a.AdminAddr(), "store_dir", rep.StoreDir)
+	log.Info("orderstore ready", "client_url", a.clientURLForLog(), "admin", a.AdminAddr(), "store_dir", rep.StoreDir)
 	return a, nil
 }
 
@@ -391,7 +391,7 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	a.setServer(srv)
 	a.startupNotes()
 	policy, desc := a.cfg.Durability()
-	a.log.Info("nats ready", "client_url", srv.ClientURL(), "took", time.Since(t0).Round(time.Millisecond).String(),
+	a.log.Info("nats ready", "client_url", a.clientURLForLog(), "took", time.Since(t0).Round(time.Millisecond).String(),
 		"durability", policy, "meaning", desc)
 
 	if a.cfg.Cluster.Enabled() {
@@ -419,6 +419,7 @@ func (a *Appliance) guardStats() *admin.GuardStats {
 	g := &admin.GuardStats{}
 	if in := a.ing; in != nil {
 		g.OverBudget, g.Unanswered, g.ForgedAnswers, g.ElectionRetries = in.refused.Load(), in.unanswer.Load(), in.forged.Load(), in.elections.Load()
+		g.Overloaded, g.ReplyCollisions = in.shed.Load(), in.collided.Load()
 	}
 	if a.dguard != nil {
 		g.ForeignConsumerRequests = a.dguard.refused.Load()
@@ -737,6 +738,18 @@ func (a *Appliance) runGroup() {
 // ClientURL returns the URL NATS clients connect to, with the real port
 // even when Server.Port was -1.
 func (a *Appliance) ClientURL() string { return a.server().ClientURL() }
+
+// clientURLForLog is ClientURL as a client must spell it: tls:// when
+// the client port requires TLS (nats.go dials nats:// in plaintext first).
+func (a *Appliance) clientURLForLog() string {
+	u := a.ClientURL()
+	if a.cfg.Server.TLS.CertFile != "" {
+		if rest, ok := strings.CutPrefix(u, "nats://"); ok {
+			return "tls://" + rest
+		}
+	}
+	return u
+}
 
 // InProcessConn returns a connection to the embedded server that bypasses
 // TCP, making *Appliance a nats.InProcessConnProvider:

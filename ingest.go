@@ -66,6 +66,15 @@ const (
 	// take every other's place.
 	ingestMaxInFlightAccount = 16384
 	ingestMaxBytesAccount    = 16 << 20
+	// Past ingestShedQueue publishes waiting to be taken, the service is
+	// behind what producers send: what an account sends while it has
+	// ingestFairShare or more in flight is answered 429 at once (cheaply,
+	// before any other work), so that the queue drains and every publish
+	// is answered well within a client's timeout. An account with fewer
+	// in flight (a producer waiting for its acks) is never refused for
+	// another's flood.
+	ingestShedQueue = 65536
+	ingestFairShare = 64
 	// What waits to be taken (the subscription's buffer): past it nats
 	// would drop publishes without a word, so the service answers
 	// everything it takes at once and keeps this far from full.
@@ -170,6 +179,7 @@ type ingest struct {
 	inFlight    int // len(pending)+len(stored)
 	inBytes     int
 	accounts    map[string]*budget
+	replies     map[string]*pendingPub // the producers' reply subjects in flight
 	kick        chan struct{}
 	stop        chan struct{}
 	done        chan struct{}
@@ -177,6 +187,8 @@ type ingest struct {
 	abort       context.CancelFunc
 
 	refused   atomic.Uint64 // answered 429: over a budget
+	shed      atomic.Uint64 // answered 429: the service was behind (ingestShedQueue)
+	collided  atomic.Uint64 // publishes left without an answer: nats gave a later one the same reply subject
 	forged    atomic.Uint64 // answers on an ack id that were not the stream's
 	unanswer  atomic.Uint64 // answered 503 because the stream did not answer
 	elections atomic.Uint64 // republishes retried while the stream had no leader
@@ -198,15 +210,26 @@ type pendingPub struct {
 	at      time.Time
 	msg     *nats.Msg // kept for a retry while the stream elects a leader
 	retries int
+	// orphaned: a later request arrived with the same reply subject
+	// (nats' service-import reply subjects have 6 random characters,
+	// one space for every request in flight), and nats now routes that
+	// subject to the later one's producer: an answer for this one would
+	// be taken as the other's, so it gets none.
+	orphaned bool
 }
 
 type ackReply struct {
-	reply   string
-	account string
-	data    []byte
-	header  nats.Header // a status the stream answered with (503 no responders)
-	size    int
+	p      *pendingPub
+	data   []byte
+	header nats.Header // a status the stream answered with (503 no responders)
 }
+
+// Answers the service sends without any detail of the publish.
+var (
+	answerOverloaded = apiError(429, 10077, "orderstore: overloaded: more publishes are waiting than it takes, and this account has many in flight: not stored; publish it again after a moment, with fewer in flight at once")
+	answerOverAcct   = apiError(429, 10077, "orderstore: too many events in flight from this account ("+strconv.Itoa(ingestMaxInFlightAccount)+" events or "+strconv.Itoa(ingestMaxBytesAccount>>20)+" MiB at most): not stored; publish it again after a moment, with fewer in flight at once")
+	answerOverAll    = apiError(429, 10077, "orderstore: too many events in flight ("+strconv.Itoa(ingestMaxInFlight)+" events or "+strconv.Itoa(ingestMaxBytes>>20)+" MiB at most, from every account): not stored; publish it again after a moment")
+)
 
 // startIngest subscribes the ingest service on nc.
 func startIngest(nc *nats.Conn, cfg ingestConfig, log *slog.Logger) (*ingest, error) {
@@ -215,7 +238,7 @@ func startIngest(nc *nats.Conn, cfg ingestConfig, log *slog.Logger) (*ingest, er
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
 	in := &ingest{nc: nc, cfg: cfg, log: log, ackPrefix: internalInboxPrefix + ".ingest." + nuid.Next() + ".",
-		ids: rand.NewChaCha8(seed), pending: map[string]*pendingPub{}, accounts: map[string]*budget{},
+		ids: rand.NewChaCha8(seed), pending: map[string]*pendingPub{}, accounts: map[string]*budget{}, replies: map[string]*pendingPub{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if in.cfg.Stats == nil {
 		in.cfg.Stats = &commitStats{}
@@ -289,6 +312,88 @@ func (in *ingest) onPublish(m *nats.Msg) {
 	if account == "" {
 		account = StreamAccount // orderstore's own: HTTP ingest, dead-letter replays
 	}
+	if m.Reply == "" { // a plain publish: nobody waits for an answer
+		if out, _ := in.republish(m, subject, account); out != nil {
+			if err := in.nc.PublishMsg(out); err != nil {
+				in.log.Warn("ingest: publish without reply lost", "subject", subject, "err", err)
+			}
+		}
+		return
+	}
+	// Admission first, before any work that costs: under overload the
+	// answer must be cheaper than what the producers send.
+	queued, _, _ := in.reqSub.Pending()
+	size := len(m.Data) + len(m.Subject) + len(m.Reply) + headerSize(m.Header) + 64
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		in.refuse(m, 503, "orderstore is stopping: the event was not stored, publish it again")
+		return
+	}
+	b := in.accounts[account]
+	if b == nil {
+		b = &budget{}
+		in.accounts[account] = b
+	}
+	var no []byte
+	switch {
+	case queued > ingestShedQueue && b.n >= ingestFairShare:
+		no = answerOverloaded
+		in.shed.Add(1)
+	case b.n >= ingestMaxInFlightAccount || b.n > 0 && b.bytes+size > ingestMaxBytesAccount:
+		no = answerOverAcct
+		in.refused.Add(1)
+	case in.inFlight >= ingestMaxInFlight || in.inFlight > 0 && in.inBytes+size > ingestMaxBytes:
+		no = answerOverAll
+		in.refused.Add(1)
+	}
+	if no != nil {
+		if b.n == 0 {
+			delete(in.accounts, account)
+		}
+		in.mu.Unlock()
+		in.reply(m.Reply, no)
+		return
+	}
+	p := &pendingPub{reply: m.Reply, account: account, size: size, at: time.Now()}
+	in.reserve(p)
+	id := in.newID()
+	in.mu.Unlock()
+	out, tooBig := in.republish(m, subject, account)
+	if out == nil {
+		in.mu.Lock()
+		in.release(p)
+		in.mu.Unlock()
+		in.reply(m.Reply, tooBig)
+		return
+	}
+	out.Reply = in.ackPrefix + id
+	p.msg = out
+	in.mu.Lock()
+	if old := in.replies[m.Reply]; old != nil {
+		// nats routes this reply subject to the new request's producer
+		// now (it gave both the same one): the old one's answer would
+		// reach the wrong producer.
+		old.orphaned = true
+		in.collided.Add(1)
+		in.log.Warn("ingest: nats gave two publishes in flight the same reply subject: the earlier gets no answer (its producer times out and should publish it again)", "reply", truncateSubject(m.Reply))
+	}
+	in.replies[m.Reply] = p
+	in.pending[id] = p
+	in.publishedLocked(id, p)
+	in.mu.Unlock()
+	if err := in.nc.PublishMsg(out); err != nil {
+		if p, ok := in.take(id); ok {
+			in.answerTo(p, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
+		}
+	}
+}
+
+// republish is the publish the service makes into the stream for m: the
+// Nats-Msg-Id scoped to account, nats' and orderstore's own headers
+// dropped, the epoch stamped. An event larger than the stream takes gets
+// nil and the answer that says so.
+func (in *ingest) republish(m *nats.Msg, subject, account string) (*nats.Msg, []byte) {
 	h := make(nats.Header, len(m.Header)+1)
 	for k, v := range m.Header {
 		switch {
@@ -308,54 +413,22 @@ func (in *ingest) onPublish(m *nats.Msg) {
 	if in.cfg.Epoch != "" {
 		h[EpochHeader] = []string{in.cfg.Epoch}
 	}
-	out := &nats.Msg{Subject: subject, Header: h, Data: m.Data}
 	stored := headerSize(h) + len(m.Data)
 	if in.cfg.MaxEvent > 0 && stored > in.cfg.MaxEvent {
-		in.refuse(m, 400, "the event takes %d bytes with its headers (orderstore adds %d of them), more than the stream's max_msg_size of %d: make it smaller, or raise stream.max_msg_size",
-			stored, max(0, stored-len(m.Data)-headerSize(m.Header)), in.cfg.MaxEvent)
-		return
+		return nil, apiError(400, 10077, fmt.Sprintf("orderstore: the event takes %d bytes with its headers (orderstore adds %d of them), more than the stream's max_msg_size of %d: make it smaller, or raise stream.max_msg_size",
+			stored, max(0, stored-len(m.Data)-headerSize(m.Header)), in.cfg.MaxEvent))
 	}
-	if m.Reply == "" { // a plain publish: nobody waits for an answer
-		if err := in.nc.PublishMsg(out); err != nil {
-			in.log.Warn("ingest: publish without reply lost", "subject", subject, "err", err)
-		}
-		return
-	}
-	size := len(m.Data) + len(m.Subject) + len(m.Reply) + headerSize(m.Header) + 64
+	return &nats.Msg{Subject: subject, Header: h, Data: m.Data}, nil
+}
+
+// answerTo sends p's producer its answer, unless nats now routes p's
+// reply subject to another producer.
+func (in *ingest) answerTo(p *pendingPub, data []byte) {
 	in.mu.Lock()
-	if in.closed {
-		in.mu.Unlock()
-		in.refuse(m, 503, "orderstore is stopping: the event was not stored, publish it again")
-		return
-	}
-	b := in.accounts[account]
-	if b == nil {
-		b = &budget{}
-		in.accounts[account] = b
-	}
-	if b.n >= ingestMaxInFlightAccount || b.n > 0 && b.bytes+size > ingestMaxBytesAccount ||
-		in.inFlight >= ingestMaxInFlight || in.inFlight > 0 && in.inBytes+size > ingestMaxBytes {
-		n, all := b.n, in.inFlight
-		in.mu.Unlock()
-		in.refused.Add(1)
-		in.refuse(m, 429, "too many events in flight (%d from this account, %d in all): not stored; publish it again after a moment (fewer in flight at once)", n, all)
-		return
-	}
-	id := in.newID()
-	out.Reply = in.ackPrefix + id
-	p := &pendingPub{reply: m.Reply, account: account, size: size, at: time.Now(), msg: out}
-	in.pending[id] = p
-	in.publishedLocked(id, p)
-	in.inFlight++
-	in.inBytes += size
-	b.n++
-	b.bytes += size
-	in.cfg.Stats.waiting.Store(int64(in.inFlight))
+	orphaned := p.orphaned
 	in.mu.Unlock()
-	if err := in.nc.PublishMsg(out); err != nil {
-		if p, ok := in.take(id); ok {
-			in.reply(p.reply, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
-		}
+	if !orphaned {
+		in.reply(p.reply, data)
 	}
 }
 
@@ -376,7 +449,7 @@ func (in *ingest) droppedBefore(no uint64) []*pendingPub {
 		o := in.order[in.orderHead]
 		if p, ok := in.pending[o.id]; ok && p.no == o.no {
 			delete(in.pending, o.id)
-			in.release(p.account, p.size)
+			in.release(p)
 			lost = append(lost, p)
 		}
 	}
@@ -442,20 +515,34 @@ func (in *ingest) take(id string) (*pendingPub, bool) {
 		return p, false
 	}
 	delete(in.pending, id)
-	in.release(p.account, p.size)
+	in.release(p)
 	return p, true
 }
 
-// release frees one event's place; in.mu held.
-func (in *ingest) release(account string, size int) {
+// reserve takes one event's place (its account's budget exists); in.mu
+// held.
+func (in *ingest) reserve(p *pendingPub) {
+	in.inFlight++
+	in.inBytes += p.size
+	b := in.accounts[p.account]
+	b.n++
+	b.bytes += p.size
+	in.cfg.Stats.waiting.Store(int64(in.inFlight))
+}
+
+// release frees one event's place, and its reply subject; in.mu held.
+func (in *ingest) release(p *pendingPub) {
 	in.inFlight--
-	in.inBytes -= size
-	if b := in.accounts[account]; b != nil {
+	in.inBytes -= p.size
+	if b := in.accounts[p.account]; b != nil {
 		b.n--
-		b.bytes -= size
+		b.bytes -= p.size
 		if b.n <= 0 {
-			delete(in.accounts, account)
+			delete(in.accounts, p.account)
 		}
+	}
+	if in.replies[p.reply] == p {
+		delete(in.replies, p.reply)
 	}
 	in.cfg.Stats.waiting.Store(int64(in.inFlight))
 }
@@ -521,9 +608,9 @@ func (in *ingest) onAck(m *nats.Msg) {
 		defer in.answerLost(lost)
 	}
 	if in.cfg.Sync == nil {
-		in.release(p.account, p.size)
+		in.release(p)
 		in.mu.Unlock()
-		in.answer(ackReply{reply: p.reply, data: m.Data, header: m.Header})
+		in.answer(ackReply{p: p, data: m.Data, header: m.Header})
 		in.count(1, answerAcked(m))
 		return
 	}
@@ -531,7 +618,7 @@ func (in *ingest) onAck(m *nats.Msg) {
 	// refused Nats-Expected-Last-Sequence may rest on an event acked in
 	// the same batch, which the round has yet to make durable. The
 	// answer goes back as the stream wrote it (headers included).
-	in.stored = append(in.stored, ackReply{reply: p.reply, account: p.account, data: append([]byte(nil), m.Data...), header: m.Header, size: p.size})
+	in.stored = append(in.stored, ackReply{p: p, data: append([]byte(nil), m.Data...), header: m.Header})
 	in.storedBytes += len(m.Data)
 	in.mu.Unlock()
 	select {
@@ -557,7 +644,7 @@ func (in *ingest) onLeaderElected(*nats.Msg) {
 			continue
 		}
 		delete(in.pending, id)
-		in.release(p.account, p.size)
+		in.release(p)
 		lost = append(lost, p)
 	}
 	msgs := make([]*nats.Msg, 0, len(again))
@@ -569,7 +656,7 @@ func (in *ingest) onLeaderElected(*nats.Msg) {
 	for i, m := range msgs {
 		if err := in.nc.PublishMsg(m); err != nil {
 			if p, ok := in.take(again[i]); ok {
-				in.reply(p.reply, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
+				in.answerTo(p, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
 			}
 		}
 	}
@@ -577,7 +664,7 @@ func (in *ingest) onLeaderElected(*nats.Msg) {
 		in.unanswer.Add(uint64(len(lost)))
 		msg := apiError(503, 10077, "orderstore: the stream's leader changed while the event was in flight: it may or may not be stored; publish it again (with a Nats-Msg-Id a retry is safe)")
 		for _, p := range lost {
-			in.reply(p.reply, msg)
+			in.answerTo(p, msg)
 		}
 	}
 }
@@ -587,7 +674,7 @@ func (in *ingest) answerLost(lost []*pendingPub) {
 	in.unanswer.Add(uint64(len(lost)))
 	msg := apiError(503, 10077, "orderstore: the stream dropped the event without an answer (a stream leader lost with it?): it may or may not be stored; publish it again with the same Nats-Msg-Id")
 	for _, p := range lost {
-		in.reply(p.reply, msg)
+		in.answerTo(p, msg)
 	}
 }
 
@@ -605,7 +692,7 @@ func (in *ingest) retry(id string) {
 	}
 	if err := in.nc.PublishMsg(p.msg); err != nil {
 		if p, ok := in.take(id); ok {
-			in.reply(p.reply, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
+			in.answerTo(p, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
 		}
 	}
 }
@@ -630,10 +717,15 @@ func (in *ingest) count(batch, acked int) {
 // answer sends the stream's answer on to the producer.
 func (in *ingest) answer(a ackReply) {
 	if len(a.header) > 0 {
-		in.nc.PublishMsg(&nats.Msg{Subject: a.reply, Header: a.header, Data: a.data})
+		in.mu.Lock()
+		orphaned := a.p.orphaned
+		in.mu.Unlock()
+		if !orphaned {
+			in.nc.PublishMsg(&nats.Msg{Subject: a.p.reply, Header: a.header, Data: a.data})
+		}
 		return
 	}
-	in.reply(a.reply, a.data)
+	in.answerTo(a.p, a.data)
 }
 
 // failPending answers every publish still waiting for the stream's answer
@@ -644,7 +736,7 @@ func (in *ingest) failPending(why string) {
 	var left []*pendingPub
 	for id, p := range in.pending {
 		delete(in.pending, id)
-		in.release(p.account, p.size)
+		in.release(p)
 		left = append(left, p)
 	}
 	in.order, in.orderHead = in.order[:0], 0
@@ -655,7 +747,7 @@ func (in *ingest) failPending(why string) {
 	in.unanswer.Add(uint64(len(left)))
 	msg := apiError(503, 10077, "orderstore: "+why+": the event may or may not be stored; publish it again with the same Nats-Msg-Id")
 	for _, p := range left {
-		in.reply(p.reply, msg)
+		in.answerTo(p, msg)
 	}
 }
 
@@ -696,7 +788,7 @@ func (in *ingest) commitLoop() {
 			acked := 0
 			for _, a := range batch {
 				if err != nil {
-					in.reply(a.reply, fail)
+					in.answerTo(a.p, fail)
 					continue
 				}
 				in.answer(a)
@@ -707,7 +799,7 @@ func (in *ingest) commitLoop() {
 			}
 			in.mu.Lock()
 			for _, a := range batch {
-				in.release(a.account, a.size)
+				in.release(a.p)
 			}
 			in.mu.Unlock()
 			if err == nil {
@@ -740,7 +832,7 @@ func (in *ingest) sweep() {
 		for id, p := range in.pending {
 			if time.Since(p.at) > ingestAnswerWithin {
 				delete(in.pending, id)
-				in.release(p.account, p.size)
+				in.release(p)
 				late = append(late, p)
 			}
 		}
@@ -751,7 +843,7 @@ func (in *ingest) sweep() {
 			if p.retries > 0 {
 				msg = "orderstore: the stream has no leader (an election that did not end in time): the event was not stored; publish it again"
 			}
-			in.reply(p.reply, apiError(503, 10077, msg))
+			in.answerTo(p, apiError(503, 10077, msg))
 		}
 	}
 }
@@ -794,11 +886,15 @@ func (in *ingest) Close(ctx context.Context) {
 	in.mu.Lock()
 	var left []string
 	for id, p := range in.pending {
-		left = append(left, p.reply)
+		if !p.orphaned {
+			left = append(left, p.reply)
+		}
 		delete(in.pending, id)
 	}
 	for _, a := range in.stored {
-		left = append(left, a.reply)
+		if !a.p.orphaned {
+			left = append(left, a.p.reply)
+		}
 	}
 	in.stored = nil
 	in.mu.Unlock()
@@ -845,8 +941,12 @@ func truncateSubject(s string) string {
 
 // apiError is a JetStream API error response, as nats-server writes it.
 func apiError(code, errCode int, description string) []byte {
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": code, "err_code": errCode, "description": description}})
-	return b
+	d, _ := json.Marshal(description)
+	b := make([]byte, 0, len(d)+64)
+	b = strconv.AppendInt(append(b, `{"error":{"code":`...), int64(code), 10)
+	b = append(append(b, `,"description":`...), d...)
+	b = strconv.AppendInt(append(b, `,"err_code":`...), int64(errCode), 10)
+	return append(b, "}}"...)
 }
 
 // Publish stores one event on subject (one of the stream's subjects) the

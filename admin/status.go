@@ -59,7 +59,13 @@ type GuardStats struct {
 	// them (nats dropped them: a full disk, a restart, a lost leader);
 	// ForgedAnswers: answers on an ack id that were not the stream's,
 	// ignored; ElectionRetries: republishes while the stream had no leader.
-	OverBudget      uint64 `json:"over_budget"`
+	OverBudget uint64 `json:"over_budget"`
+	// Overloaded: publishes answered 429 at once because the ingest
+	// service was behind what producers sent, from accounts with many in
+	// flight; ReplyCollisions: publishes left without an answer because
+	// nats gave a later publish in flight the same reply subject.
+	Overloaded      uint64 `json:"overloaded"`
+	ReplyCollisions uint64 `json:"reply_collisions"`
 	Unanswered      uint64 `json:"unanswered"`
 	ForgedAnswers   uint64 `json:"forged_answers"`
 	ElectionRetries uint64 `json:"election_retries"`
@@ -97,6 +103,9 @@ type StreamStatus struct {
 // ConsumerStatus is the processor's durable and its lag.
 type ConsumerStatus struct {
 	Name string `json:"name"`
+	// Stream is the stream the durable reads: ORDER_EVENTS, or on a hub
+	// its aggregate stream.
+	Stream string `json:"stream"`
 	processor.LagInfo
 }
 
@@ -160,7 +169,11 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) Status {
 		if lag, err := b.Processor.Lag(ctx); err != nil {
 			fail(err)
 		} else {
-			st.Consumer = &ConsumerStatus{Name: s.cfg.Durable, LagInfo: lag}
+			cs := s.cfg.ConsumerStream
+			if cs == "" {
+				cs = s.cfg.Stream
+			}
+			st.Consumer = &ConsumerStatus{Name: s.cfg.Durable, Stream: cs, LagInfo: lag}
 		}
 	}
 	st.DeadLetters.Stream = s.cfg.DeadLetterStream

@@ -419,7 +419,15 @@ func sourcesStr(l []*jetstream.StreamSource) string {
 		if s.Domain != "" {
 			n += "@" + s.Domain
 		} else if s.External != nil && s.External.APIPrefix != "" {
-			n += "@" + s.External.APIPrefix
+			// nats stores a source's domain d as the API prefix
+			// "$JS.d.API": the same source, spelled as declared.
+			p := s.External.APIPrefix
+			if d, ok := strings.CutPrefix(p, "$JS."); ok {
+				if d, ok := strings.CutSuffix(d, ".API"); ok && d != "" {
+					p = d
+				}
+			}
+			n += "@" + p
 		}
 		out = append(out, n)
 	}

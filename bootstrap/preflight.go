@@ -197,6 +197,11 @@ func duBytes(dir string) int64 {
 func dirHint(dir string, err error) string {
 	switch {
 	case errors.Is(err, fs.ErrPermission):
+		if _, serr := os.Stat(dir); errors.Is(serr, fs.ErrNotExist) {
+			// Nothing to chown yet: the service user may not create it
+			// in its parent.
+			return fmt.Sprintf("create it for the service user (e.g. install -d -o orderstore %s) or set jetstream.store_dir to a directory it owns", dir)
+		}
 		return fmt.Sprintf("give the service user write access (e.g. chown -R orderstore: %s) or set jetstream.store_dir to a directory it owns", dir)
 	case isNotDir(err):
 		return "a parent of jetstream.store_dir is a file, not a directory: fix the path"

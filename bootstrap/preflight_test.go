@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 func TestPreflightCreatesAndLocks(t *testing.T) {
@@ -215,4 +217,18 @@ func copyTestBinary(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return exe
+}
+
+// nats stores a source declared with a domain as an API prefix: the two
+// spellings are one source, not a change to apply at every restart.
+func TestSourcesStrSpellsDomainsOneWay(t *testing.T) {
+	declared := []*jetstream.StreamSource{{Name: "ORDER_EVENTS"}, {Name: "ORDER_EVENTS", Domain: "edge1"}}
+	stored := []*jetstream.StreamSource{{Name: "ORDER_EVENTS"}, {Name: "ORDER_EVENTS", External: &jetstream.ExternalStream{APIPrefix: "$JS.edge1.API"}}}
+	if a, b := sourcesStr(declared), sourcesStr(stored); a != b {
+		t.Fatalf("declared %s, stored %s: the same sources", a, b)
+	}
+	other := []*jetstream.StreamSource{{Name: "ORDER_EVENTS"}, {Name: "ORDER_EVENTS", External: &jetstream.ExternalStream{APIPrefix: "$JS.edge2.API"}}}
+	if sourcesStr(declared) == sourcesStr(other) {
+		t.Fatal("edge1 and edge2 spelled alike")
+	}
 }

@@ -37,6 +37,7 @@ import (
 	"log"
 	"log/slog"
 	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -71,12 +72,17 @@ var (
 	rate     = flag.Float64("rate", 0, "offered rate of the overload in requests/s (default: -factor times orderstore's sustained rate)")
 	serve    = flag.String("serve", "", "internal: run this target (orderstore or nats-always) in this process on -dir and print its URLs")
 	logLevel = flag.String("log", "warn", "what a target logs (to <dir>/<target>.log): error, warn or info")
+	pprofAt  = flag.String("pprof", "", "serve net/http/pprof of each target on this address (e.g. 127.0.0.1:6060), to profile it under load")
 )
 
 func main() {
 	flag.Parse()
 	log.SetFlags(0)
 	if *serve != "" {
+		if *pprofAt != "" {
+			runtime.SetBlockProfileRate(int(time.Millisecond))
+			go http.ListenAndServe(*pprofAt, nil)
+		}
 		runTarget(*serve, *dir)
 		return
 	}
@@ -171,7 +177,7 @@ func startChild(name, d string) (*child, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(self, "-serve", name, "-dir", d, "-log", *logLevel)
+	cmd := exec.Command(self, "-serve", name, "-dir", d, "-log", *logLevel, "-pprof", *pprofAt)
 	cmd.Stderr = logf
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -589,7 +595,7 @@ func guardString(g map[string]uint64) string {
 	if g == nil {
 		return ""
 	}
-	return fmt.Sprintf("; guard over_budget %d, unanswered (503) %d", g["over_budget"], g["unanswered"])
+	return fmt.Sprintf("; guard over_budget %d, overloaded %d, unanswered (503) %d, reply collisions %d", g["over_budget"], g["overloaded"], g["unanswered"], g["reply_collisions"])
 }
 
 func codes(m map[string]int64) string {

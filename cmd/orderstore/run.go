@@ -68,7 +68,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			logger.Info("start-up interrupted by signal, shutdown complete", "signal", sig, "cause", context.Cause(ctx).Error())
 			return exitOK
 		}
-		printErr(stderr, err)
+		printErr(stderr, byKey(err, cfgName))
 		return exitCode(err)
 	}
 	if err := sdnotify.Ready(); err != nil {
@@ -107,6 +107,43 @@ func signalName(ctx context.Context) (string, bool) {
 	}
 	return strings.CutSuffix(cause.Error(), " signal received")
 }
+
+// byKey restates a config problem Start found (a node name another node
+// of the cluster has) by the file's keys, naming the file, instead of the
+// Go fields a library caller sets.
+func byKey(err error, cfgName string) error {
+	var invalid *orderstore.ValidationError
+	if !errors.As(err, &invalid) {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "config %s: %d problem", cfgName, len(invalid.Problems))
+	if len(invalid.Problems) != 1 {
+		b.WriteString("s")
+	}
+	for _, p := range invalid.Problems {
+		key := p.Key
+		if key == "" {
+			key = p.Field
+		}
+		b.WriteString("\n  " + key)
+		if p.Value != "" {
+			b.WriteString(" = " + p.Value)
+		}
+		b.WriteString(": " + p.Reason)
+	}
+	hint := "fix the keys named above in " + cfgName + ", then start again (orderstore check -config FILE checks a file)"
+	return &exitCoded{withHint(errors.New(b.String()), hint), err}
+}
+
+// exitCoded is an error restated for the operator that keeps the exit
+// code of the one it restates.
+type exitCoded struct {
+	error
+	orig error
+}
+
+func (e *exitCoded) Unwrap() []error { return []error{e.error, e.orig} }
 
 // exitCode is 2 for what the operator must fix in the config (an invalid
 // value, a destructive change to a stored stream), else 1.

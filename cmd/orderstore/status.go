@@ -60,8 +60,12 @@ func printStatus(w io.Writer, st orderstore.Status) {
 		fmt.Fprintf(tw, "  oldest event\t%s old, max_age %s\n", (time.Duration(s.OldestAgeSeconds) * time.Second).String(), maxAge)
 	}
 	if c := st.Consumer; c != nil {
-		fmt.Fprintf(tw, "consumer %s\t%d unprocessed (%d pending, %d awaiting ack), %.1fs behind, %d redelivered, ack floor %d\n",
-			c.Name, c.Pending+uint64(c.AckPending), c.Pending, c.AckPending, c.SecondsBehind, c.Redelivered, c.AckFloor)
+		on := ""
+		if c.Stream != "" && c.Stream != s.Name {
+			on = " on " + c.Stream // a hub's aggregate stream, not the stream above
+		}
+		fmt.Fprintf(tw, "consumer %s%s\t%d unprocessed (%d pending, %d awaiting ack), %.1fs behind, %d redelivered, ack floor %d\n",
+			c.Name, on, c.Pending+uint64(c.AckPending), c.Pending, c.AckPending, c.SecondsBehind, c.Redelivered, c.AckFloor)
 	}
 	if p := st.Processor; p != nil {
 		state := "running"
@@ -86,9 +90,12 @@ func printStatus(w io.Writer, st orderstore.Status) {
 	fmt.Fprintf(tw, "store\t%s, %s free; JetStream stores %s of max_file_store %s\n", st.Store.Dir, config.ByteSize(st.Store.FreeBytes),
 		config.ByteSize(st.Store.JetStreamBytes), config.ByteSize(st.Store.JetStreamMaxBytes))
 	printTopology(tw, st.Topology)
-	if g := st.Guard; g != nil && g.OverBudget+g.Unanswered+g.ForgedAnswers+g.ForeignConsumerRequests > 0 {
-		fmt.Fprintf(tw, "refused\t%d publishes over their account's budget (429), %d the stream never answered (503), %d forged answers, %d requests on orderstore's own consumer\n",
-			g.OverBudget, g.Unanswered, g.ForgedAnswers, g.ForeignConsumerRequests)
+	if g := st.Guard; g != nil && g.OverBudget+g.Overloaded+g.Unanswered+g.ForgedAnswers+g.ForeignConsumerRequests > 0 {
+		fmt.Fprintf(tw, "refused\t%d publishes over their account's budget (429), %d while overloaded (429), %d the stream never answered (503), %d forged answers, %d requests on orderstore's own consumer\n",
+			g.OverBudget, g.Overloaded, g.Unanswered, g.ForgedAnswers, g.ForeignConsumerRequests)
+	}
+	if g := st.Guard; g != nil && g.ReplyCollisions > 0 {
+		fmt.Fprintf(tw, "unanswered\t%d publishes: nats gave a later publish in flight the same reply subject (their producers timed out)\n", g.ReplyCollisions)
 	}
 	for _, c := range st.Checks {
 		if !c.OK {
