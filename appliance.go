@@ -419,7 +419,7 @@ func (a *Appliance) guardStats() *admin.GuardStats {
 	g := &admin.GuardStats{}
 	if in := a.ing; in != nil {
 		g.OverBudget, g.Unanswered, g.ForgedAnswers, g.ElectionRetries = in.refused.Load(), in.unanswer.Load(), in.forged.Load(), in.elections.Load()
-		g.Overloaded, g.ReplyCollisions = in.shed.Load(), in.collided.Load()
+		g.Overloaded, g.ReplyCollisions, g.IngestPauses = in.shed.Load(), in.collided.Load(), in.pauses.Load()
 	}
 	if a.dguard != nil {
 		g.ForeignConsumerRequests = a.dguard.refused.Load()

@@ -2,6 +2,7 @@ package orderstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/base64"
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,7 +55,29 @@ func (c Config) ingestNodePrefix() string {
 	return b.String()
 }
 
-func (c Config) ingestSubject(subject string) string { return c.ingestNodePrefix() + subject }
+// ingestSubjectFor is where account's publishes on subject reach the
+// ingest service: each account's import has subjects of its own, so that
+// the service knows whose publish it takes from the subject alone and can
+// pause one account's publishes without touching another's.
+func (c Config) ingestSubjectFor(account, subject string) string {
+	return c.ingestNodePrefix() + account + "." + subject
+}
+
+// ingestAccounts are the accounts whose publishes the ingest service
+// takes: the client accounts that import the stream's subjects, and
+// orderstore's own (HTTP ingest, dead-letter replays).
+func (c Config) ingestAccounts() []string {
+	accts := []string{StreamAccount}
+	if len(c.Server.Users) == 0 {
+		return append(accts, AnonymousAccount)
+	}
+	for i, u := range c.Server.Users {
+		if u.Role != RoleReader {
+			accts = append(accts, userAccount(i, u.Name))
+		}
+	}
+	return accts
+}
 
 // Bounds of the ingest service.
 const (
@@ -75,6 +99,11 @@ const (
 	// another's flood.
 	ingestShedQueue = 65536
 	ingestFairShare = 64
+	// Past ingestPauseQueue publishes (or ingestPauseBytes) of one account
+	// waiting, the service pauses that account (see pause): what waits is
+	// answered within a fraction of a second, and nats answers the rest.
+	ingestPauseQueue = 16384
+	ingestPauseBytes = 32 << 20
 	// What waits to be taken (the subscription's buffer): past it nats
 	// would drop publishes without a word, so the service answers
 	// everything it takes at once and keeps this far from full.
@@ -112,7 +141,10 @@ const (
 type ingestConfig struct {
 	Subjects []string // the stream's subjects: nothing else is republished
 	Prefix   string   // where the imports deliver them (ingestNodePrefix)
-	Stream   string   // the stream's name: an answer naming another is not the stream's
+	// Accounts are the accounts whose publishes arrive, each on
+	// Prefix+account+"."+subject (ingestSubjectFor); none: StreamAccount.
+	Accounts []string
+	Stream   string // the stream's name: an answer naming another is not the stream's
 	// Sync makes what the stream stored durable before an ack (group
 	// commit); nil: nats's own durability, acks go out as they come.
 	Sync  func(ctx context.Context) error
@@ -130,7 +162,7 @@ type ingestConfig struct {
 }
 
 func (a *Appliance) ingestConfig() ingestConfig {
-	ic := ingestConfig{Subjects: a.cfg.Stream.Subjects, Prefix: a.cfg.ingestNodePrefix(), Stream: a.cfg.Stream.Name, MaxEvent: int(a.cfg.Stream.MaxMsgSize),
+	ic := ingestConfig{Subjects: a.cfg.Stream.Subjects, Prefix: a.cfg.ingestNodePrefix(), Accounts: a.cfg.ingestAccounts(), Stream: a.cfg.Stream.Name, MaxEvent: int(a.cfg.Stream.MaxMsgSize),
 		Epoch: a.epoch, Stats: &commitStats{}}
 	if a.cfg.JetStream.Domain != "" {
 		ic.Scope = a.cfg.JetStream.Domain + "/"
@@ -149,8 +181,11 @@ func (a *Appliance) ingestConfig() ingestConfig {
 //   - refuses at once what the stream must not take: wildcard tokens, a
 //     subject nats could not carry, an event above max_msg_size, a forged
 //     Nats-Request-Info, or an account over its in-flight budget (429);
-//   - scopes the Nats-Msg-Id to the publisher's account (so one producer
-//     cannot suppress another's event) and stamps the epoch;
+//   - scopes the Nats-Msg-Id to the publisher's account, which the subject
+//     names (so one producer cannot suppress another's event), and stamps
+//     the epoch;
+//   - pauses an account whose publishes pile up in front of it (nats
+//     answers them "no responders" meanwhile), not the others;
 //   - publishes it into the stream without waiting, with a reply subject
 //     nobody can guess, and takes only the stream's answer for it;
 //   - waits out an election (nats' "no responders") up to
@@ -165,10 +200,14 @@ type ingest struct {
 	log       *slog.Logger
 	ackPrefix string
 
-	reqSub, ackSub, leaderSub *nats.Subscription
+	ackSub, leaderSub *nats.Subscription
+	reqSubs           []*requests // one per account
+	pauses            atomic.Uint64
+	pubMu             sync.Mutex // held from recording a publish's place in order to making it
 
 	mu          sync.Mutex
 	closed      bool
+	closing     bool                   // Close has begun: a pause does not subscribe again
 	ids         *rand.ChaCha8          // unguessable ack ids
 	pending     map[string]*pendingPub // published, the stream's answer awaited
 	order       []published            // pending's publishes, in order, from orderHead (stale ones skipped)
@@ -195,6 +234,17 @@ type ingest struct {
 }
 
 type budget struct{ n, bytes int }
+
+// requests is one account's publishes: a subscription of their own, so
+// that one account's flood pauses that account alone.
+type requests struct {
+	account string
+	prefix  string                            // Prefix+account+"."
+	sub     atomic.Pointer[nats.Subscription] // replaced after a pause
+	paused  atomic.Bool                       // sub drains: nats answers new publishes itself
+	pauses  atomic.Uint64
+	logged  atomic.Int64 // when a pause was last logged (unix nanoseconds)
+}
 
 // published is one publish to the stream, in the order they were made.
 type published struct {
@@ -248,20 +298,29 @@ func startIngest(nc *nats.Conn, cfg ingestConfig, log *slog.Logger) (*ingest, er
 	if in.ackSub, err = nc.Subscribe(in.ackPrefix+"*", in.onAck); err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
-	// One subscription: a producer's events reach the stream in the order
-	// it sent them. In a cluster each node's service has subjects of its
-	// own (ingestNodePrefix), so it takes its own node's producers.
+	// One subscription per account: a producer's events reach the stream
+	// in the order it sent them. In a cluster each node's service has
+	// subjects of its own (ingestNodePrefix), so it takes its own node's
+	// producers.
 	if in.cfg.Prefix == "" {
 		in.cfg.Prefix = ingestPrefix
 	}
-	if in.reqSub, err = nc.QueueSubscribe(in.cfg.Prefix+">", "orderstore-ingest", in.onPublish); err != nil {
-		in.ackSub.Unsubscribe()
-		return nil, fmt.Errorf("ingest: %w", err)
+	if len(in.cfg.Accounts) == 0 {
+		in.cfg.Accounts = []string{StreamAccount}
 	}
-	for _, s := range []*nats.Subscription{in.ackSub, in.reqSub} {
-		if err := s.SetPendingLimits(ingestMaxPendingMsgs, ingestMaxPendingBytes); err != nil {
+	for _, acct := range in.cfg.Accounts {
+		rs := &requests{account: acct, prefix: in.cfg.Prefix + acct + "."}
+		if err := in.subscribeRequests(rs); err != nil {
+			for _, r := range in.reqSubs {
+				r.sub.Load().Unsubscribe()
+			}
+			in.ackSub.Unsubscribe()
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
+		in.reqSubs = append(in.reqSubs, rs)
+	}
+	if err := in.ackSub.SetPendingLimits(ingestMaxPendingMsgs, ingestMaxPendingBytes); err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
 	}
 	if cfg.Cluster {
 		if in.leaderSub, err = nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED."+cfg.Stream, in.onLeaderElected); err != nil {
@@ -276,6 +335,54 @@ func startIngest(nc *nats.Conn, cfg ingestConfig, log *slog.Logger) (*ingest, er
 	return in, nil
 }
 
+// subscribeRequests subscribes the service to an account's publishes.
+func (in *ingest) subscribeRequests(rs *requests) error {
+	sub, err := in.nc.QueueSubscribe(rs.prefix+">", "orderstore-ingest", func(m *nats.Msg) { in.onPublish(rs, m) })
+	if err != nil {
+		return err
+	}
+	if err := sub.SetPendingLimits(ingestMaxPendingMsgs, ingestMaxPendingBytes); err != nil {
+		sub.Unsubscribe()
+		return err
+	}
+	rs.sub.Store(sub)
+	return nil
+}
+
+// pause stops an account's publishes reaching the service until it has
+// taken those already on their way: it unsubscribes (nats answers what
+// the account's producers publish meanwhile at once, "503 no responders",
+// in each producer's own connection, where a flood costs the flooder),
+// answers what was delivered, and subscribes again.
+func (in *ingest) pause(rs *requests, sub *nats.Subscription) {
+	defer rs.paused.Store(false)
+	in.pauses.Add(1)
+	n := rs.pauses.Add(1)
+	if now, last := time.Now().UnixNano(), rs.logged.Load(); now-last > int64(10*time.Second) && rs.logged.CompareAndSwap(last, now) {
+		in.log.Warn("ingest: an account sends more than orderstore takes: its publishes are answered 503 no responders by nats until those on their way are taken (pauses so far)",
+			"account", rs.account, "pauses", n)
+	}
+	if err := sub.Drain(); err != nil {
+		return
+	}
+	for sub.IsValid() {
+		select {
+		case <-in.stop:
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+	in.mu.Lock()
+	closing := in.closing
+	in.mu.Unlock()
+	if closing {
+		return
+	}
+	if err := in.subscribeRequests(rs); err != nil {
+		in.log.Error("ingest: subscribing again after a pause failed: the account's producers get no responders", "account", rs.account, "err", err)
+	}
+}
+
 // refuse answers a publish with an error (nothing was stored).
 func (in *ingest) refuse(m *nats.Msg, code int, format string, args ...any) {
 	if m.Reply != "" {
@@ -285,8 +392,8 @@ func (in *ingest) refuse(m *nats.Msg, code int, format string, args ...any) {
 
 // onPublish takes one producer publish. It never blocks: what it cannot
 // take now is answered now.
-func (in *ingest) onPublish(m *nats.Msg) {
-	subject := strings.TrimPrefix(m.Subject, in.cfg.Prefix)
+func (in *ingest) onPublish(rs *requests, m *nats.Msg) {
+	subject := strings.TrimPrefix(m.Subject, rs.prefix)
 	if hasWildcard(subject) {
 		in.refuse(m, 400, "%s: a subject with a wildcard token ('*' or '>') names no single event type; publish on a literal subject", truncateSubject(subject))
 		return
@@ -302,16 +409,12 @@ func (in *ingest) onPublish(m *nats.Msg) {
 		in.refuse(m, 400, "a subject of %d bytes is longer than the %d the stream takes", len(subject), in.maxSubject())
 		return
 	}
-	account := ""
 	if infos := m.Header.Values(requestInfoHdr); len(infos) > 1 {
 		in.refuse(m, 400, "the %s header is nats' own (the publisher's account): a publish may not set it", requestInfoHdr)
 		return
-	} else if len(infos) == 1 {
-		account = requestAccount(infos[0])
 	}
-	if account == "" {
-		account = StreamAccount // orderstore's own: HTTP ingest, dead-letter replays
-	}
+	// The import the publish came through names its account.
+	account := rs.account
 	if m.Reply == "" { // a plain publish: nobody waits for an answer
 		if out, _ := in.republish(m, subject, account); out != nil {
 			if err := in.nc.PublishMsg(out); err != nil {
@@ -322,7 +425,11 @@ func (in *ingest) onPublish(m *nats.Msg) {
 	}
 	// Admission first, before any work that costs: under overload the
 	// answer must be cheaper than what the producers send.
-	queued, _, _ := in.reqSub.Pending()
+	sub := rs.sub.Load()
+	queued, queuedBytes, _ := sub.Pending()
+	if (queued > ingestPauseQueue || queuedBytes > ingestPauseBytes) && rs.paused.CompareAndSwap(false, true) {
+		go in.pause(rs, sub)
+	}
 	size := len(m.Data) + len(m.Subject) + len(m.Reply) + headerSize(m.Header) + 64
 	in.mu.Lock()
 	if in.closed {
@@ -380,9 +487,25 @@ func (in *ingest) onPublish(m *nats.Msg) {
 	}
 	in.replies[m.Reply] = p
 	in.pending[id] = p
+	in.mu.Unlock()
+	in.publish(id, p)
+}
+
+// publish makes p's publish into the stream, recording its place in the
+// order of publishes (the stream answers in that order).
+func (in *ingest) publish(id string, p *pendingPub) {
+	in.pubMu.Lock()
+	in.mu.Lock()
+	if cur, ok := in.pending[id]; !ok || cur != p || in.closed {
+		in.mu.Unlock()
+		in.pubMu.Unlock()
+		return // answered meanwhile
+	}
 	in.publishedLocked(id, p)
 	in.mu.Unlock()
-	if err := in.nc.PublishMsg(out); err != nil {
+	err := in.nc.PublishMsg(p.msg)
+	in.pubMu.Unlock()
+	if err != nil {
 		if p, ok := in.take(id); ok {
 			in.answerTo(p, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
 		}
@@ -475,16 +598,6 @@ func hasWildcard(subject string) bool {
 		}
 	}
 	return false
-}
-
-// requestAccount is the account in nats' Nats-Request-Info header.
-func requestAccount(info string) string {
-	_, rest, ok := strings.Cut(info, `"acc":"`)
-	if !ok {
-		return ""
-	}
-	acc, _, _ := strings.Cut(rest, `"`)
-	return acc
 }
 
 // headerSize is a header's size on the wire.
@@ -639,7 +752,6 @@ func (in *ingest) onLeaderElected(*nats.Msg) {
 	var lost []*pendingPub
 	for id, p := range in.pending {
 		if p.msg.Header.Get(nats.MsgIdHdr) != "" {
-			in.publishedLocked(id, p)
 			again = append(again, id)
 			continue
 		}
@@ -647,18 +759,16 @@ func (in *ingest) onLeaderElected(*nats.Msg) {
 		in.release(p)
 		lost = append(lost, p)
 	}
-	msgs := make([]*nats.Msg, 0, len(again))
-	for _, id := range again {
-		msgs = append(msgs, in.pending[id].msg)
+	// Again in the order they were first published.
+	slices.SortFunc(again, func(a, b string) int { return cmp.Compare(in.pending[a].no, in.pending[b].no) })
+	ps := make([]*pendingPub, len(again))
+	for i, id := range again {
+		ps[i] = in.pending[id]
 	}
 	in.mu.Unlock()
 	in.elections.Add(uint64(len(again)))
-	for i, m := range msgs {
-		if err := in.nc.PublishMsg(m); err != nil {
-			if p, ok := in.take(again[i]); ok {
-				in.answerTo(p, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
-			}
-		}
+	for i, id := range again {
+		in.publish(id, ps[i])
 	}
 	if len(lost) > 0 {
 		in.unanswer.Add(uint64(len(lost)))
@@ -682,18 +792,9 @@ func (in *ingest) answerLost(lost []*pendingPub) {
 func (in *ingest) retry(id string) {
 	in.mu.Lock()
 	p, ok := in.pending[id]
-	closed := in.closed
-	if ok && !closed {
-		in.publishedLocked(id, p)
-	}
 	in.mu.Unlock()
-	if !ok || closed {
-		return
-	}
-	if err := in.nc.PublishMsg(p.msg); err != nil {
-		if p, ok := in.take(id); ok {
-			in.answerTo(p, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
-		}
+	if ok {
+		in.publish(id, p)
 	}
 }
 
@@ -852,13 +953,26 @@ func (in *ingest) sweep() {
 // are still taken), waits (up to ctx) until those taken are answered, and
 // stops; what is still unanswered then gets a 503.
 func (in *ingest) Close(ctx context.Context) {
-	if err := in.reqSub.Drain(); err != nil {
-		in.reqSub.Unsubscribe()
+	in.mu.Lock()
+	in.closing = true
+	in.mu.Unlock()
+	for _, rs := range in.reqSubs {
+		for rs.paused.Load() && ctx.Err() == nil { // a pause subscribes again
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Millisecond):
+			}
+		}
+		if sub := rs.sub.Load(); sub.Drain() != nil {
+			sub.Unsubscribe()
+		}
 	}
-	for in.reqSub.IsValid() && ctx.Err() == nil {
-		select {
-		case <-ctx.Done():
-		case <-time.After(10 * time.Millisecond):
+	for _, rs := range in.reqSubs {
+		for rs.sub.Load().IsValid() && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 	}
 	for {
@@ -963,13 +1077,13 @@ func (a *Appliance) publishMsg(ctx context.Context, subject string, h nats.Heade
 	// With the ingest prefix and the connection's reply inbox (about 70
 	// bytes), a longer subject would make nats close orderstore's own
 	// connection, and the appliance with it.
-	if len(subject) > maxSubjectFor(len(a.cfg.ingestNodePrefix())+100) {
+	if len(subject) > maxSubjectFor(len(a.cfg.ingestNodePrefix())+len(StreamAccount)+1+100) {
 		return nil, fmt.Errorf("%d bytes: %w", len(subject), errSubjectTooLong)
 	}
 	// The ingest service's subject, answered like the stream: jetstream
 	// publishes there as it would on the stream's. It may hold an answer
 	// up to its ack timeout, longer than jetstream's default 5 s.
-	msg := &nats.Msg{Subject: a.cfg.ingestSubject(subject), Header: h, Data: data}
+	msg := &nats.Msg{Subject: a.cfg.ingestSubjectFor(StreamAccount, subject), Header: h, Data: data}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, ingestAckTimeout+5*time.Second)

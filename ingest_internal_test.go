@@ -72,7 +72,7 @@ func TestIngestReplyCollision(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	for i := range 2 {
-		if err := nc.PublishRequest(ingestPrefix+"orders.created", "producer.reply", fmt.Appendf(nil, `{"order_id":"c-%d"}`, i)); err != nil {
+		if err := nc.PublishRequest(ingestPrefix+StreamAccount+".orders.created", "producer.reply", fmt.Appendf(nil, `{"order_id":"c-%d"}`, i)); err != nil {
 			t.Fatal(err)
 		}
 	}

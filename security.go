@@ -92,7 +92,7 @@ func (c Config) accounts(id *internalIdentity) (accounts []embedded.Account, use
 	accounts = []embedded.Account{stream, sys}
 	users = []embedded.User{{Name: internalUser, Nkey: id.pub, Account: StreamAccount}}
 	client := func(name, role string) embedded.Account {
-		acc := embedded.Account{Name: name, Imports: c.roleImports(role)}
+		acc := embedded.Account{Name: name, Imports: c.roleImports(role, name)}
 		if role == RoleAdmin || role == RoleReader {
 			acc.Mappings = c.guardMappings()
 		}

@@ -51,7 +51,7 @@ func (c Config) internalSubjects() []internalSubject {
 	dlq := deadLetterSubjectPrefix(c.Processor.DeadLetterStream) + ".>"
 	rows := []internalSubject{}
 	for _, s := range c.Stream.Subjects {
-		rows = append(rows, internalSubject{Pattern: c.ingestSubject(s), Use: "producers' publishes on " + s + ", imported as " + s + " and taken by the ingest service", Producer: true, Admin: true})
+		rows = append(rows, internalSubject{Pattern: c.ingestNodePrefix() + "*." + s, Use: "producers' publishes on " + s + ", imported as " + s + " onto a subject of the account's own (the token after the prefix) and taken by the ingest service", Producer: true, Admin: true})
 	}
 	rows = append(rows,
 		internalSubject{Pattern: internalInboxPrefix + ".>", Use: "replies to orderstore's own connections: ingest acks, processor deliveries, projection reads"},
@@ -92,20 +92,21 @@ func (c Config) streamAccountExports() []embedded.Export {
 	return ex
 }
 
-// roleImports are the imports from StreamAccount of a role's account.
-// The ingest rows are imported as the stream's subjects.
-func (c Config) roleImports(role string) []embedded.Import {
+// roleImports are the imports from StreamAccount of a role's account
+// (named account). The ingest rows are imported as the stream's subjects,
+// onto the account's own ingest subjects.
+func (c Config) roleImports(role, account string) []embedded.Import {
 	var im []embedded.Import
 	ingest := map[string]string{}
 	for _, s := range c.Stream.Subjects {
-		ingest[c.ingestSubject(s)] = s
+		ingest[c.ingestNodePrefix()+"*."+s] = s
 	}
 	for _, r := range c.internalSubjects() {
 		if !(role == RoleProducer && r.Producer || role == RoleReader && r.Reader || role == RoleAdmin && r.Admin) {
 			continue
 		}
 		if s, ok := ingest[r.Pattern]; ok {
-			im = append(im, embedded.Import{Account: StreamAccount, Subject: s, To: r.Pattern})
+			im = append(im, embedded.Import{Account: StreamAccount, Subject: s, To: c.ingestSubjectFor(account, s)})
 			continue
 		}
 		im = append(im, embedded.Import{Account: StreamAccount, Subject: r.Pattern, Stream: r.Stream})

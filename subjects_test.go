@@ -31,7 +31,8 @@ type subjectRow struct {
 	pattern, subject string
 	// via is the subject an importing role publishes on to reach Subject
 	// (the ingest rows: a producer publishes orders.created, the ingest
-	// service takes _ORDERSTORE_INGEST.orders.created); "" is Subject.
+	// service takes _ORDERSTORE_INGEST.<its account>.orders.created); ""
+	// is Subject.
 	via string
 	// producer, reader, admin: the roles whose accounts import the row
 	// (the anonymous loopback client has the admin's imports; the system
@@ -51,7 +52,7 @@ type subjectRow struct {
 // dead-letter stream and a hub's edges.
 func expectedSubjects(edges ...string) []subjectRow {
 	rows := []subjectRow{
-		{pattern: "_ORDERSTORE_INGEST.orders.>", subject: "_ORDERSTORE_INGEST.orders.created", via: "orders.created", producer: true, admin: true},
+		{pattern: "_ORDERSTORE_INGEST.*.orders.>", subject: "_ORDERSTORE_INGEST.*.orders.created", via: "orders.created", producer: true, admin: true},
 		{pattern: "_INBOX_ORDERSTORE.>", subject: "_INBOX_ORDERSTORE.ingest.x.y"},
 		{pattern: "_ORDERSTORE_HUBWATCH.>", subject: "_ORDERSTORE_HUBWATCH.probe.1", edgeToHub: true},
 		{pattern: "_ORDERSTORE_GUARD.>", subject: "_ORDERSTORE_GUARD.next", reader: true, admin: true},
@@ -72,6 +73,12 @@ func expectedSubjects(edges ...string) []subjectRow {
 }
 
 // imports is the table's rule: which rows a role's account imports.
+// at is the row's subject for a principal in account: an ingest row's
+// "*" token is the publisher's account.
+func (r subjectRow) at(account string) string {
+	return strings.Replace(r.subject, ".*.", "."+account+".", 1)
+}
+
 func (r subjectRow) imports(role string) bool {
 	switch role {
 	case orderstore.RoleProducer:
@@ -218,6 +225,9 @@ type principal struct {
 	// answers; controlSeen, the subject StreamAccount sees that request
 	// on ("": it does not reach StreamAccount).
 	control, controlSeen string
+	// account is the principal's NATS account (an ingest row's subject
+	// names it).
+	account string
 }
 
 func (p principal) connect(t *testing.T, app *orderstore.Appliance) (*nats.Conn, jetstream.JetStream) {
@@ -245,15 +255,15 @@ func (p principal) connect(t *testing.T, app *orderstore.Appliance) (*nats.Conn,
 // role imports as a service (the stream's own subjects only through the
 // ingest service).
 func TestInternalSubjectsPerPrincipal(t *testing.T) {
-	jsAPI, ingest := "$JS.API.INFO", "_ORDERSTORE_INGEST.orders.created"
-	sys := principal{name: "system", role: "system", user: "sys", password: sysPassword, control: "$SYS.REQ.SERVER.PING"}
+	jsAPI := "$JS.API.INFO"
+	sys := principal{name: "system", role: "system", user: "sys", password: sysPassword, control: "$SYS.REQ.SERVER.PING", account: "SYS"}
 	users := []principal{
-		{name: "producer", role: orderstore.RoleProducer, user: "p1", password: p1Password, control: "orders.created", controlSeen: ingest},
-		{name: "reader", role: orderstore.RoleReader, user: "reader", password: readerPassword, control: jsAPI, controlSeen: jsAPI},
-		{name: "admin", role: orderstore.RoleAdmin, user: "ops", password: adminPassword, control: jsAPI, controlSeen: jsAPI},
+		{name: "producer", role: orderstore.RoleProducer, user: "p1", password: p1Password, control: "orders.created", controlSeen: "_ORDERSTORE_INGEST.USER1_p1.orders.created", account: "USER1_p1"},
+		{name: "reader", role: orderstore.RoleReader, user: "reader", password: readerPassword, control: jsAPI, controlSeen: jsAPI, account: "USER3_reader"},
+		{name: "admin", role: orderstore.RoleAdmin, user: "ops", password: adminPassword, control: jsAPI, controlSeen: jsAPI, account: "USER4_ops"},
 		sys,
 	}
-	anonymous := []principal{{name: "anonymous", role: orderstore.RoleAdmin, control: jsAPI, controlSeen: jsAPI}, sys}
+	anonymous := []principal{{name: "anonymous", role: orderstore.RoleAdmin, control: jsAPI, controlSeen: jsAPI, account: "ANONYMOUS"}, sys}
 	always := func(c *orderstore.Config) { c.JetStream.Durability = orderstore.DurabilityAlways }
 	// The default durability (group commit), and "always": the table is
 	// the same in every mode.
@@ -307,7 +317,7 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 					mine := newMsgLog(t, nil)
 					var subs []*nats.Subscription
 					for _, r := range rows {
-						s, err := nc.ChanSubscribe(r.subject, mine.ch)
+						s, err := nc.ChanSubscribe(r.at(p.account), mine.ch)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -321,7 +331,7 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 						t.Fatal(err)
 					}
 					for i, r := range rows {
-						if err := ic.Publish(r.subject, probe(fmt.Sprintf("s-%s-%d", p.name, i))); err != nil {
+						if err := ic.Publish(r.at(p.account), probe(fmt.Sprintf("s-%s-%d", p.name, i))); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -334,8 +344,8 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 					mine.waitFor(t, "answer to the control request on "+p.control, func() bool { return len(mine.on(ctl)) > 0 })
 					for i, r := range rows {
 						want := r.imports(p.role) && r.stream
-						if got := onSubject(mine.with(fmt.Sprintf("s-%s-%d", p.name, i)), r.subject); (len(got) > 0) != want {
-							t.Errorf("%s subscribed %s (row %s): received %d of orderstore's own publishes there, want them: %v", p.name, r.subject, r.pattern, len(got), want)
+						if got := onSubject(mine.with(fmt.Sprintf("s-%s-%d", p.name, i)), r.at(p.account)); (len(got) > 0) != want {
+							t.Errorf("%s subscribed %s (row %s): received %d of orderstore's own publishes there, want them: %v", p.name, r.at(p.account), r.pattern, len(got), want)
 						}
 					}
 					for _, s := range subs {
@@ -346,7 +356,7 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 					// on an ingest row's via), then its control request
 					// must reach orderstore's side after them.
 					for i, r := range rows {
-						m := &nats.Msg{Subject: r.subject, Data: probe(fmt.Sprintf("p-%s-%d", p.name, i))}
+						m := &nats.Msg{Subject: r.at(p.account), Data: probe(fmt.Sprintf("p-%s-%d", p.name, i))}
 						if r.onlyIngest {
 							// With a reply: through the ingest service it
 							// arrives with the service's own reply subject.
@@ -393,35 +403,35 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 						own.sync(t)
 					}
 					for i, r := range rows {
-						got := onSubject(own.with(fmt.Sprintf("p-%s-%d", p.name, i)), r.subject)
+						got := onSubject(own.with(fmt.Sprintf("p-%s-%d", p.name, i)), r.at(p.account))
 						if r.onlyIngest {
 							// Only the ingest service publishes here (its
 							// republish comes after the control): for a role
 							// that imports the ingest row, once, with the
 							// service's reply; for any other, never.
-							if ir, ok := ingestRow(rows, r.subject); ok && ir.imports(p.role) {
-								own.waitFor(t, p.name+"'s "+r.subject+" republished by the ingest service", func() bool {
-									got = onSubject(own.with(fmt.Sprintf("p-%s-%d", p.name, i)), r.subject)
+							if ir, ok := ingestRow(rows, r.at(p.account)); ok && ir.imports(p.role) {
+								own.waitFor(t, p.name+"'s "+r.at(p.account)+" republished by the ingest service", func() bool {
+									got = onSubject(own.with(fmt.Sprintf("p-%s-%d", p.name, i)), r.at(p.account))
 									return len(got) > 0
 								})
 							} else if len(got) > 0 {
-								t.Errorf("%s published %s: it reached StreamAccount's %s (%d times), want never", p.name, r.subject, r.pattern, len(got))
+								t.Errorf("%s published %s: it reached StreamAccount's %s (%d times), want never", p.name, r.at(p.account), r.pattern, len(got))
 							}
 							for _, m := range got {
 								if !strings.HasPrefix(m.Reply, "_INBOX_ORDERSTORE.ingest.") {
-									t.Errorf("%s published %s: it reached StreamAccount's %s directly (reply %q), not through the ingest service", p.name, r.subject, r.pattern, m.Reply)
+									t.Errorf("%s published %s: it reached StreamAccount's %s directly (reply %q), not through the ingest service", p.name, r.at(p.account), r.pattern, m.Reply)
 								}
 							}
 							continue
 						}
 						want := r.imports(p.role) && !r.stream && r.via == ""
 						if (len(got) > 0) != want {
-							t.Errorf("%s published %s (row %s): orderstore's side received it %d times, want it: %v", p.name, r.subject, r.pattern, len(got), want)
+							t.Errorf("%s published %s (row %s): orderstore's side received it %d times, want it: %v", p.name, r.at(p.account), r.pattern, len(got), want)
 						}
 						if r.via != "" {
-							got := onSubject(own.with(fmt.Sprintf("v-%s-%d", p.name, i)), r.subject)
+							got := onSubject(own.with(fmt.Sprintf("v-%s-%d", p.name, i)), r.at(p.account))
 							if want := r.imports(p.role); (len(got) > 0) != want {
-								t.Errorf("%s published %s (row %s through %s): orderstore's side received it %d times, want it: %v", p.name, r.via, r.pattern, r.subject, len(got), want)
+								t.Errorf("%s published %s (row %s through %s): orderstore's side received it %d times, want it: %v", p.name, r.via, r.pattern, r.at(p.account), len(got), want)
 							}
 						}
 					}

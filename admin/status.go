@@ -66,6 +66,10 @@ type GuardStats struct {
 	// nats gave a later publish in flight the same reply subject.
 	Overloaded      uint64 `json:"overloaded"`
 	ReplyCollisions uint64 `json:"reply_collisions"`
+	// IngestPauses: times an account's publishes waiting for the ingest
+	// service passed 16,384 (or 32 MiB) and the service paused that
+	// account (nats answers its publishes meanwhile: 503 no responders).
+	IngestPauses    uint64 `json:"ingest_pauses"`
 	Unanswered      uint64 `json:"unanswered"`
 	ForgedAnswers   uint64 `json:"forged_answers"`
 	ElectionRetries uint64 `json:"election_retries"`

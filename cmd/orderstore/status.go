@@ -94,6 +94,9 @@ func printStatus(w io.Writer, st orderstore.Status) {
 		fmt.Fprintf(tw, "refused\t%d publishes over their account's budget (429), %d while overloaded (429), %d the stream never answered (503), %d forged answers, %d requests on orderstore's own consumer\n",
 			g.OverBudget, g.Overloaded, g.Unanswered, g.ForgedAnswers, g.ForeignConsumerRequests)
 	}
+	if g := st.Guard; g != nil && g.IngestPauses > 0 {
+		fmt.Fprintf(tw, "overloaded\t%d pauses of a flooding account's publishes (nats answered them 503 no responders meanwhile)\n", g.IngestPauses)
+	}
 	if g := st.Guard; g != nil && g.ReplyCollisions > 0 {
 		fmt.Fprintf(tw, "unanswered\t%d publishes: nats gave a later publish in flight the same reply subject (their producers timed out)\n", g.ReplyCollisions)
 	}
