@@ -1059,6 +1059,24 @@ func startHint(cfg Config, err error) string {
 	return ""
 }
 
+// Hinted is an error that says what to do about it: the remedy the CLI
+// prints on a "hint:" line. Every error of Start, Close and the
+// appliance's methods that has a remedy carries one somewhere in its
+// chain (orderstore's own, and those of bootstrap's checks):
+//
+//	var h orderstore.Hinted
+//	if errors.As(err, &h) {
+//		fmt.Println("hint:", h.Hint())
+//	}
+type Hinted interface {
+	error
+	Hint() string
+}
+
+// WithHint returns err with hint attached (err itself if hint is empty):
+// for a program that wraps orderstore and adds remedies of its own.
+func WithHint(err error, hint string) error { return withHint(err, hint) }
+
 // hinted attaches the remedy the CLI prints on a "hint:" line.
 type hinted struct {
 	err  error

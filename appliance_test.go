@@ -138,7 +138,7 @@ func TestFailedStartCleansUp(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Fatalf("Start with a busy admin port = %v, want an error naming %s", err, ln.Addr())
 	}
-	var h interface{ Hint() string }
+	var h orderstore.Hinted
 	if !errors.As(err, &h) || !strings.Contains(h.Hint(), "admin.listen") {
 		t.Errorf("error %q has no hint naming admin.listen", err)
 	}

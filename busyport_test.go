@@ -41,7 +41,7 @@ func TestBusyListenerHintNamesItsKey(t *testing.T) {
 				app.Close(context.Background())
 				t.Fatalf("Start on a busy %s succeeded", tc.key)
 			}
-			var h interface{ Hint() string }
+			var h orderstore.Hinted
 			if !errors.As(err, &h) || !strings.Contains(h.Hint(), tc.key) || strings.Contains(h.Hint(), "server.port") {
 				t.Errorf("Start on a busy %s = %v, hint %q: want the hint to name %s", tc.key, err, hintOf(err), tc.key)
 			}
@@ -50,7 +50,7 @@ func TestBusyListenerHintNamesItsKey(t *testing.T) {
 }
 
 func hintOf(err error) string {
-	var h interface{ Hint() string }
+	var h orderstore.Hinted
 	if errors.As(err, &h) {
 		return h.Hint()
 	}

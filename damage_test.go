@@ -228,7 +228,7 @@ func TestEmptiedStreamIsRefusedAndTheProjectionKept(t *testing.T) {
 	}
 	for start := 1; start <= 2; start++ {
 		_, err := orderstore.Start(context.Background(), cfg)
-		var h interface{ Hint() string }
+		var h orderstore.Hinted
 		if err == nil || !strings.Contains(err.Error(), "is empty but the projection") || !errors.As(err, &h) || !strings.Contains(h.Hint(), "backup") {
 			t.Fatalf("start %d = %v, want a refusal with a hint", start, err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testenv"
 	"github.com/orderstore/orderstore/orderstoretest"
 )
 
@@ -23,6 +24,7 @@ import (
 // and unmounts it when the test ends.
 func tmpfs(t *testing.T, size int64) string {
 	t.Helper()
+	testenv.Require(t, testenv.Root())
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
 		t.Fatalf("mount tmpfs (needs root): %v", err)

@@ -1,6 +1,9 @@
 package orderstore
 
 import (
+	"os"
+	"path/filepath"
+
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/orderstore/orderstore/admin"
@@ -42,6 +45,25 @@ func Preflight(cfg Config) (PreflightReport, error) {
 		return rep, err
 	}
 	return rep, lock.Release()
+}
+
+// CheckStored compares cfg with what its store already holds (the
+// streams', the consumer's and the bucket's stored configs, read from the
+// store directory without starting nats; a running instance may hold
+// it): every change Start would refuse as a *[DriftError], joined. A new
+// store, or an object it does not hold yet, passes. `orderstore check`
+// runs it, so that check refuses what run refuses.
+func CheckStored(cfg Config) error {
+	dir, err := filepath.Abs(cfg.JetStream.StoreDir)
+	if err != nil {
+		return err
+	}
+	acct := filepath.Join(dir, "jetstream", StreamAccount)
+	if _, err := os.Stat(filepath.Join(acct, "streams")); err != nil {
+		// A store from before accounts: Start moves it, as it is.
+		acct = filepath.Join(dir, "jetstream", legacyAccount)
+	}
+	return bootstrap.CheckStored(acct, cfg.DeclareSpec())
 }
 
 // NATSServerVersion is the version of the embedded nats-server.

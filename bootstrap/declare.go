@@ -141,30 +141,8 @@ func declareStream(ctx context.Context, js jetstream.JetStream, want jetstream.S
 	}
 	have := s.CachedInfo().Config
 	state := s.CachedInfo().State
-
-	var bad []Change
-	if have.Storage != want.Storage {
-		bad = append(bad, Change{obj, "storage", have.Storage.String(), want.Storage.String()})
-	}
-	if have.Retention != want.Retention {
-		bad = append(bad, Change{obj, "retention", have.Retention.String(), want.Retention.String()})
-	}
-	var removed []string
-	for _, subj := range have.Subjects {
-		if !slices.Contains(want.Subjects, subj) {
-			removed = append(removed, subj)
-		}
-	}
-	if len(removed) > 0 {
-		bad = append(bad, Change{obj, "subjects", fmt.Sprintf("%q", have.Subjects), fmt.Sprintf("%q (removes %q: stored events on them would no longer match)", want.Subjects, removed)})
-	}
-	if have.Replicas != want.Replicas && want.Replicas != 0 {
-		bad = append(bad, Change{obj, "replicas", fmt.Sprint(have.Replicas), fmt.Sprint(want.Replicas)})
-	}
-	if len(bad) > 0 {
-		return &DriftError{Object: obj, Changes: bad, hint: fmt.Sprintf(
-			"to keep the stored events, set these keys back to the stored values; to really change them, back up the stream (nats stream backup %s DIR), remove it (nats stream rm %s) and start again",
-			want.Name, want.Name)}
+	if d := streamDrift(have, want); d != nil {
+		return d
 	}
 
 	var safe []Change
@@ -204,6 +182,62 @@ func declareStream(ctx context.Context, js jetstream.JetStream, want jetstream.S
 		res.Changes = append(res.Changes, c)
 	}
 	return nil
+}
+
+// streamDrift is what orderstore refuses to change in a stored stream
+// (have) to make it want: a change that would lose or strand its events.
+func streamDrift(have, want jetstream.StreamConfig) *DriftError {
+	obj := fmt.Sprintf("stream %q", want.Name)
+	var bad []Change
+	if have.Storage != want.Storage {
+		bad = append(bad, Change{obj, "storage", have.Storage.String(), want.Storage.String()})
+	}
+	if have.Retention != want.Retention {
+		bad = append(bad, Change{obj, "retention", have.Retention.String(), want.Retention.String()})
+	}
+	var removed []string
+	for _, subj := range have.Subjects {
+		if !slices.Contains(want.Subjects, subj) {
+			removed = append(removed, subj)
+		}
+	}
+	if len(removed) > 0 {
+		bad = append(bad, Change{obj, "subjects", fmt.Sprintf("%q", have.Subjects), fmt.Sprintf("%q (removes %q: stored events on them would no longer match)", want.Subjects, removed)})
+	}
+	if have.Replicas != want.Replicas && want.Replicas != 0 {
+		bad = append(bad, Change{obj, "replicas", fmt.Sprint(have.Replicas), fmt.Sprint(want.Replicas)})
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return &DriftError{Object: obj, Changes: bad, hint: fmt.Sprintf(
+		"to keep the stored events, set these keys back to the stored values; to really change them, back up the stream (nats stream backup %s DIR), remove it (nats stream rm %s) and start again",
+		want.Name, want.Name)}
+}
+
+// consumerDrift is what orderstore refuses to change in a stored consumer
+// (have) on stream: one that is not the processor's kind of consumer.
+func consumerDrift(stream string, have, want jetstream.ConsumerConfig) *DriftError {
+	obj := fmt.Sprintf("consumer %q on stream %q", want.Durable, stream)
+	var bad []Change
+	if have.AckPolicy != want.AckPolicy {
+		bad = append(bad, Change{obj, "ack_policy", have.AckPolicy.String(), want.AckPolicy.String()})
+	}
+	if have.DeliverPolicy != want.DeliverPolicy {
+		bad = append(bad, Change{obj, "deliver_policy", have.DeliverPolicy.String(), want.DeliverPolicy.String()})
+	}
+	if have.DeliverSubject != "" {
+		bad = append(bad, Change{obj, "type", "push consumer (deliver subject " + have.DeliverSubject + ")", "pull consumer"})
+	}
+	if have.Durable == "" {
+		bad = append(bad, Change{obj, "durable", "ephemeral", "durable"})
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return &DriftError{Object: obj, Changes: bad, hint: fmt.Sprintf(
+		"something other than orderstore created a consumer named %q (an ad-hoc CLI consumer?); remove it with `nats consumer rm %s %s` and restart: the processor resumes from the stream and its projection skips what it already applied",
+		want.Durable, stream, want.Durable)}
 }
 
 func declareBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, res *Result) error {
@@ -298,24 +332,8 @@ func declareConsumer(ctx context.Context, js jetstream.JetStream, stream string,
 		return errorf("declare", obj, "", err)
 	}
 	have := c.CachedInfo().Config
-
-	var bad []Change
-	if have.AckPolicy != want.AckPolicy {
-		bad = append(bad, Change{obj, "ack_policy", have.AckPolicy.String(), want.AckPolicy.String()})
-	}
-	if have.DeliverPolicy != want.DeliverPolicy {
-		bad = append(bad, Change{obj, "deliver_policy", have.DeliverPolicy.String(), want.DeliverPolicy.String()})
-	}
-	if have.DeliverSubject != "" {
-		bad = append(bad, Change{obj, "type", "push consumer (deliver subject " + have.DeliverSubject + ")", "pull consumer"})
-	}
-	if have.Durable == "" {
-		bad = append(bad, Change{obj, "durable", "ephemeral", "durable"})
-	}
-	if len(bad) > 0 {
-		return &DriftError{Object: obj, Changes: bad, hint: fmt.Sprintf(
-			"something other than orderstore created a consumer named %q (an ad-hoc CLI consumer?); remove it with `nats consumer rm %s %s` and restart: the processor resumes from the stream and its projection skips what it already applied",
-			want.Durable, stream, want.Durable)}
+	if d := consumerDrift(stream, have, want); d != nil {
+		return d
 	}
 
 	var safe []Change

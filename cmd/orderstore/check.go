@@ -46,6 +46,13 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		stdout.Write(b)
 	}
+	// What the store holds: a change run would refuse (exit 2), checked
+	// even while a running instance holds the store (its next start would
+	// refuse it).
+	if err := orderstore.CheckStored(cfg); err != nil {
+		printErr(stderr, err)
+		return exitCode(err)
+	}
 	fmt.Fprintf(stderr, "config %q is valid\n", name)
 	for _, w := range append(fc.SecretFileWarnings(name), cfg.PlaintextWarnings()...) {
 		fmt.Fprintf(stderr, "warning: %s\n", w)

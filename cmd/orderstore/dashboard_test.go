@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,21 +13,15 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/internal/testenv"
 )
 
 // The dashboard in a real headless browser (Debian's chromium): the numbers
 // on the page change as events are published, without a reload.
 func TestDashboardInBrowser(t *testing.T) {
-	browser := ""
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			browser = p
-			break
-		}
-	}
-	if browser == "" {
-		t.Fatal("no chromium on PATH: apt-get install -y chromium (.ci/run installs it)")
-	}
+	browser, missing := testenv.Browser()
+	testenv.Require(t, missing)
 	a := startInProcess(t, "")
 	nc, err := nats.Connect(a.natsURL)
 	if err != nil {

@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/internal/testenv"
 )
 
 var crashRounds = flag.Int("crash.rounds", 2, "SIGKILL rounds in TestSIGKILLUnderLoadLosesNoAck (CI runs the short version; try 20)")
@@ -191,6 +193,9 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.cred != nil {
+				testenv.Require(t, testenv.Root()) // to start the child as another user
+			}
 			dir := t.TempDir()
 			if tt.setup != nil {
 				tt.setup(t, dir)
@@ -258,7 +263,21 @@ func TestDestructiveStreamChangeRefused(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	p.wait(30 * time.Second)
 
-	p = start(t, nil, "run", "-config", writeConfig(t, dir, store, "[stream]\nsubjects = [\"orders.created\"]\n"))
+	// check refuses what run refuses, with the same words and exit code.
+	destructive := writeConfig(t, dir, store, "[stream]\nsubjects = [\"orders.created\"]\n")
+	var out, errb strings.Builder
+	if code := run(context.Background(), []string{"check", "-config", destructive}, &out, &errb); code != exitUsage {
+		t.Fatalf("check of a destructive change = %d, want %d\n%s", code, exitUsage, errb.String())
+	}
+	for _, w := range []string{`stream "ORDER_EVENTS": refusing a destructive change`, `subjects: stored ["orders.>"]`, "hint: to keep the stored events"} {
+		if !strings.Contains(errb.String(), w) {
+			t.Errorf("check output lacks %q:\n%s", w, errb.String())
+		}
+	}
+	if strings.Contains(errb.String(), "is valid") {
+		t.Errorf("check called the config valid before refusing it:\n%s", errb.String())
+	}
+	p = start(t, nil, "run", "-config", destructive)
 	if code := p.wait(30 * time.Second); code != exitUsage {
 		t.Fatalf("exit = %d, want %d\n%s", code, exitUsage, p.stderr)
 	}
@@ -267,8 +286,13 @@ func TestDestructiveStreamChangeRefused(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", w, p.stderr)
 		}
 	}
-	// A safe change is applied and logged as a diff.
-	p = start(t, nil, "run", "-config", writeConfig(t, dir, store, "[stream]\nmax_age = \"24h\"\n"))
+	// A safe change passes check, and run applies it and logs it as a diff.
+	safe := writeConfig(t, dir, store, "[stream]\nmax_age = \"24h\"\n")
+	errb.Reset()
+	if code := run(context.Background(), []string{"check", "-config", safe}, &out, &errb); code != exitOK {
+		t.Fatalf("check of a safe change = %d, want 0\n%s", code, errb.String())
+	}
+	p = start(t, nil, "run", "-config", safe)
 	p.waitReady()
 	if !strings.Contains(p.stderr.String(), `"msg":"config change applied"`) || !strings.Contains(p.stderr.String(), `"before":"168h0m0s","after":"24h0m0s"`) {
 		t.Errorf("safe change not logged as a diff:\n%s", p.stderr)

@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/orderstore/orderstore"
 )
 
 // Exit codes.
@@ -78,23 +80,14 @@ func printErr(w io.Writer, err error) {
 	}
 }
 
-// hintOf finds the first Hint() in err's chain.
+// hintOf finds the first hint in err's chain.
 func hintOf(err error) string {
-	var h interface{ Hint() string }
+	var h orderstore.Hinted
 	if errors.As(err, &h) {
 		return h.Hint()
 	}
 	return ""
 }
 
-// hinted attaches a hint to an error from a package that has none.
-type hinted struct {
-	err  error
-	hint string
-}
-
-func (h *hinted) Error() string { return h.err.Error() }
-func (h *hinted) Unwrap() error { return h.err }
-func (h *hinted) Hint() string  { return h.hint }
-
-func withHint(err error, hint string) error { return &hinted{err, hint} }
+// withHint attaches a hint to an error from a package that has none.
+func withHint(err error, hint string) error { return orderstore.WithHint(err, hint) }

@@ -15,12 +15,15 @@ import (
 	"testing"
 
 	"github.com/orderstore/orderstore/internal/powerfs"
+
+	"github.com/orderstore/orderstore/internal/testenv"
 )
 
 // mount mounts a power-loss file system on a temporary directory; it is
 // unmounted when the test ends, whatever happened.
 func mount(t testing.TB, mode powerfs.Mode) *powerfs.FS {
 	t.Helper()
+	testenv.Require(t, testenv.FUSE())
 	dir := t.TempDir()
 	p, err := powerfs.Mount(filepath.Join(dir, "mnt"), filepath.Join(dir, "backing"), powerfs.Options{Mode: mode})
 	if err != nil {
@@ -361,6 +364,7 @@ func TestCutFailsEveryOperation(t *testing.T) {
 // system: what ext4 synced survives a cut, the journal replays, and e2fsck
 // finds the result clean.
 func TestExt4OnLoop(t *testing.T) {
+	testenv.Require(t, testenv.Ext4())
 	p := mount(t, powerfs.Journal)
 	image := filepath.Join(p.Mountpoint(), "disk.img")
 	if err := powerfs.MkfsExt4(image, 256<<20); err != nil {

@@ -31,6 +31,8 @@ import (
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/internal/powerfs"
 	"github.com/orderstore/orderstore/processor"
+
+	"github.com/orderstore/orderstore/internal/testenv"
 )
 
 var (
@@ -194,6 +196,11 @@ type rig struct {
 
 func newRig(t *testing.T, ext4 bool) *rig {
 	t.Helper()
+	if ext4 {
+		testenv.Require(t, testenv.Ext4())
+	} else {
+		testenv.Require(t, testenv.FUSE())
+	}
 	dir := t.TempDir()
 	mode := powerfs.Journal
 	if *strictFlag {
