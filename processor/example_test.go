@@ -21,16 +21,25 @@ import (
 // A program runs its own handler with the processor's delivery, retry,
 // dead-letter and shutdown machinery.
 func ExampleNew() {
-	dir, _ := os.MkdirTemp("", "orderstore-example")
+	dir, err := os.MkdirTemp("", "orderstore-example")
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer os.RemoveAll(dir)
 	srv, err := embedded.Start(context.Background(), embedded.Config{StoreDir: dir, Port: -1, MaxStore: 10 << 30})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer srv.Close()
-	nc, _ := nats.Connect("", nats.InProcessServer(srv))
+	nc, err := nats.Connect("", nats.InProcessServer(srv))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 
 	// ORDER_EVENTS, its dead-letter stream and a durable "refunds".
@@ -60,6 +69,7 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	done := make(chan error)
 	go func() { done <- p.Run(runCtx) }()
 	select {
@@ -68,18 +78,58 @@ func ExampleNew() {
 		log.Fatal(err) // the consumer does not exist, ...
 	}
 
-	js.Publish(ctx, "orders.created", []byte(`{"order_id":"A"}`))
-	js.Publish(ctx, "orders.cancelled", []byte(`{"order_id":"A"}`))
-	js.Publish(ctx, "orders.cancelled", []byte(`{"order_id":"B","status":"fraud"}`))
-	for p.Stats().Processed+p.Stats().DeadLettered < 3 {
-		time.Sleep(10 * time.Millisecond)
+	events := []struct{ subject, data string }{
+		{"orders.created", `{"order_id":"A"}`},
+		{"orders.cancelled", `{"order_id":"A"}`},
+		{"orders.cancelled", `{"order_id":"B","status":"fraud"}`},
+	}
+	for _, e := range events {
+		if _, err := js.Publish(ctx, e.subject, []byte(e.data)); err != nil {
+			log.Fatalf("publish %s %s: %v", e.subject, e.data, err)
+		}
+	}
+
+	// Wait until all three are handled (acked or dead-lettered), at most
+	// 30s: past that something is broken, and what it printed instead
+	// fails the example.
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s := p.Stats()
+		if s.Processed+s.DeadLettered >= uint64(len(events)) {
+			break
+		}
+		select {
+		case <-tick.C:
+		case err := <-done:
+			fmt.Println("processor stopped before it handled every event:", err)
+			return
+		case <-deadline:
+			fmt.Printf("after 30s only %d of %d events handled (processed %d, dead-lettered %d)\n",
+				s.Processed+s.DeadLettered, len(events), s.Processed, s.DeadLettered)
+			stop()
+			<-done
+			return
+		}
 	}
 	stop()
-	<-done // drained: everything handled was acked
+	if err := <-done; err != nil { // drained: everything handled was acked
+		fmt.Println("processor:", err)
+	}
 
-	dls, _, _ := processor.ListDeadLetters(ctx, js, "ORDER_EVENTS_DLQ", 1, 10)
+	dls, _, err := processor.ListDeadLetters(ctx, js, "ORDER_EVENTS_DLQ", 1, 10)
+	if err != nil {
+		log.Fatal(err)
+	}
+	mu.Lock()
 	fmt.Println("refunded A:", refunded["A"])
-	fmt.Println("dead letters:", len(dls), dls[0].Subject, dls[0].Error)
+	mu.Unlock()
+	fmt.Print("dead letters: ", len(dls))
+	for _, d := range dls {
+		fmt.Print(" ", d.Subject, " ", d.Error)
+	}
+	fmt.Println()
 	// Output:
 	// refunded A: true
 	// dead letters: 1 orders.cancelled poison event: no refund for fraud

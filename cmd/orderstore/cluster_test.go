@@ -65,16 +65,27 @@ routes = [%s]
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
-	leaderOf := func() string {
-		for {
+	// leaderOf waits for ORDER_EVENTS to report a leader; the test fails
+	// (naming when) if it has none within 60s, an election's bound many
+	// times over.
+	leaderOf := func(when string) string {
+		t.Helper()
+		var leader string
+		waitFor(t, 60*time.Second, func() error {
 			c, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
 			st, err := js.Stream(c, "ORDER_EVENTS")
-			cancel()
-			if err == nil && st.CachedInfo().Cluster != nil && st.CachedInfo().Cluster.Leader != "" {
-				return st.CachedInfo().Cluster.Leader
+			if err != nil {
+				return fmt.Errorf("waiting for a leader of stream ORDER_EVENTS %s: stream info: %w", when, err)
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			cl := st.CachedInfo().Cluster
+			if cl == nil || cl.Leader == "" {
+				return fmt.Errorf("waiting for a leader of stream ORDER_EVENTS %s: stream info names none (cluster %+v)", when, cl)
+			}
+			leader = cl.Leader
+			return nil
+		})
+		return leader
 	}
 
 	// The producer: each event is retried until acked (same Nats-Msg-Id,
@@ -116,7 +127,7 @@ routes = [%s]
 	for i := range 200 {
 		publish(i)
 	}
-	leader := leaderOf()
+	leader := leaderOf("before the kill")
 	var killed int
 	fmt.Sscanf(leader, "n%d", &killed)
 	killed--
@@ -126,7 +137,7 @@ routes = [%s]
 	for i := 200; i < total; i++ {
 		publish(i)
 	}
-	newLeader := leaderOf()
+	newLeader := leaderOf("after the kill")
 	if newLeader == leader {
 		t.Errorf("the leader is still %s after it was killed", leader)
 	}
