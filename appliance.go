@@ -102,7 +102,7 @@ type Appliance struct {
 	closeErr  error
 }
 
-// Start runs the start-up of DESIGN.md in order: validate cfg, preflight
+// Start runs the start-up in order (README.md, "Start-up, in order"): validate cfg, preflight
 // and lock the store, open the admin listener (so a busy port fails at once
 // and /readyz answers "recovering" during a long recovery), start nats,
 // declare the stream, dead-letter stream, projection bucket and consumer,
@@ -867,21 +867,30 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 	return n, err
 }
 
-// Close stops the appliance and waits. In order:
+// Close stops the appliance and waits. In order (stop runs exactly these):
 //  1. the admin listener stops taking requests and finishes those in
 //     flight;
-//  2. the processor stops fetching, finishes and acks the events it holds;
-//  3. the internal connection drains;
-//  4. nats-server shuts down (Shutdown + WaitForShutdown: every stream
+//  2. the ingest service stops taking publishes and answers those it took
+//     (at most 10 s; what is left gets a 503 "may or may not be stored");
+//  3. the processor stops fetching, finishes and acks the events it holds
+//     (canceling it also ends the run group's other actors: the store
+//     guard's and the hub watcher's loops);
+//  4. orderstore's connections drain, one after the other: the hub
+//     watcher's, the ingest service's, the processor's, the internal one;
+//  5. the store guard stops (no restart of nats from here on);
+//  6. nats-server shuts down (Shutdown + WaitForShutdown: every stream
 //     flushed and closed);
-//  5. the store lock is released.
+//  7. group commit's committer stops;
+//  8. the run group's last actors are waited for;
+//  9. after a clean stop the store is marked stopped (the next start
+//     skips the crash checks), and the store lock is released.
 //
-// ctx bounds steps 1 to 3: when it ends, what is left in flight is cut off
-// (unacked events are redelivered on the next start) and the error says
-// which step it cut. Step 4 is always waited for, because releasing the
-// lock while nats still writes would let a second process corrupt the
-// store. Close is idempotent and safe to call concurrently: every call
-// waits for the first and returns its result.
+// ctx bounds steps 1 to 4 and 8: when it ends, what is left in flight is
+// cut off (unacked events are redelivered on the next start) and the
+// error says which step it cut. Step 6 is always waited for, because
+// releasing the lock while nats still writes would let a second process
+// corrupt the store. Close is idempotent and safe to call concurrently:
+// every call waits for the first and returns its result.
 func (a *Appliance) Close(ctx context.Context) error {
 	a.closeOnce.Do(func() {
 		a.closeErr = a.stop(ctx)

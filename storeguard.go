@@ -140,11 +140,23 @@ func (g *storeGuard) recover(ctx context.Context) error {
 		}
 	}
 	// What the stream had taken and not answered when its writes failed
-	// it will never answer.
-	if a.ing != nil {
-		a.ing.failPending("the store cannot write (disk full?)")
+	// it will never answer. The refusal goes up first (and reaches the
+	// server: a flush), so that a publish made after failPending is
+	// answered by it rather than dropped by the stream unanswered.
+	failPending := func() {
+		if a.ing != nil {
+			a.ing.failPending("the store cannot write (disk full?)")
+		}
 	}
 	ownFailed := g.ownFailed
+	select {
+	case <-ownFailed:
+		refuse()
+		_ = a.nc.Flush()
+		ownFailed = nil
+	default:
+	}
+	failPending()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -159,7 +171,9 @@ func (g *storeGuard) recover(ctx context.Context) error {
 			return nil
 		case <-ownFailed:
 			refuse()
+			_ = a.nc.Flush()
 			ownFailed = nil
+			failPending() // those published before the refusal was up
 		case <-t.C:
 		}
 	}
