@@ -20,6 +20,8 @@ import (
 
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
+
+	"github.com/orderstore/orderstore/internal/durable"
 )
 
 // Backups are JetStream snapshots, one directory per stream in the layout
@@ -198,7 +200,11 @@ func snapshotStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	sb, _ := json.Marshal(sr.State)
 	json.Unmarshal(sb, &state)
 	meta, _ := json.MarshalIndent(map[string]any{"config": sr.Config, "state": state}, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, backupMetaFile), meta, 0o600); err != nil {
+	if err := durable.WriteFile(filepath.Join(dir, backupMetaFile), meta, 0o600); err != nil {
+		return nil, err
+	}
+	// The data file's name, and the stream's directory in the backup's.
+	if err := errors.Join(durable.SyncDir(dir), durable.SyncDir(filepath.Dir(dir))); err != nil {
 		return nil, err
 	}
 	ms := sha256.Sum256(meta)
@@ -307,7 +313,7 @@ func Restore(ctx context.Context, cfg Config, dir string, progress func(BackupPr
 	if err := srv.Close(); err != nil {
 		return nil, err
 	}
-	if err := fsyncTree(filepath.Join(rep.StoreDir, "jetstream")); err != nil {
+	if err := durable.SyncTree(filepath.Join(rep.StoreDir, "jetstream")); err != nil {
 		return nil, fmt.Errorf("restore: sync the store: %w", err)
 	}
 	return m, nil
@@ -416,19 +422,9 @@ func writeJSONFile(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	// The manifest says the backup is complete: written last, atomically
+	// and durably, so that a crash never leaves a torn one.
+	return durable.WriteFile(path, b, 0o600)
 }
 
 // backupTar writes a backup as a tar stream: the backup is made in a

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/orderstore/orderstore/admin"
+
+	"github.com/orderstore/orderstore/internal/durable"
 )
 
 // committer makes what nats wrote to the store durable, in rounds (group
@@ -502,7 +504,7 @@ func (b *blockSyncer) sync() error {
 		}
 	}
 	if syncDir {
-		if err := fsyncPath(b.dir); err != nil {
+		if err := durable.SyncPath(b.dir); err != nil {
 			return err
 		}
 		b.dirSeen, b.dirSync = b.cur, false

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/orderstore/orderstore/internal/durable"
 )
 
 // storeSyncer returns one group-commit round for the store in dir:
@@ -23,7 +25,7 @@ func storeSyncer(dir string) (sync func() error, closeFn func(), how string, err
 	// write would pass for durable. There, fsync every file instead.
 	if st.Type == unix.FUSE_SUPER_MAGIC || !syncfsReportsErrors() {
 		js := filepath.Join(dir, "jetstream")
-		return func() error { return fsyncTree(js) }, func() {}, "fsync of every file", nil
+		return func() error { return durable.SyncTree(js) }, func() {}, "fsync of every file", nil
 	}
 	f, err := os.Open(dir)
 	if err != nil {

@@ -5,6 +5,8 @@ package orderstore
 import (
 	"os"
 	"path/filepath"
+
+	"github.com/orderstore/orderstore/internal/durable"
 )
 
 // storeSyncer returns one group-commit round for the store in dir: where
@@ -12,7 +14,7 @@ import (
 // jetstream/.
 func storeSyncer(dir string) (sync func() error, closeFn func(), how string, err error) {
 	js := filepath.Join(dir, "jetstream")
-	return func() error { return fsyncTree(js) }, func() {}, "fsync of every file", nil
+	return func() error { return durable.SyncTree(js) }, func() {}, "fsync of every file", nil
 }
 
 func fdatasync(f *os.File) error { return f.Sync() }

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/bootstrap"
+
+	"github.com/orderstore/orderstore/internal/durable"
 )
 
 // What start-up does about a damaged store (see docs/reliability.md):
@@ -235,16 +237,7 @@ func (a *Appliance) markRunning() error {
 	if _, err := os.Stat(path); err == nil {
 		a.unclean = true
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
-	if err != nil {
-		return fmt.Errorf("preflight: run marker %q: %w", path, err)
-	}
-	fmt.Fprintf(f, "%d\n", os.Getpid())
-	err = errors.Join(f.Sync(), f.Close())
-	if d, derr := os.Open(a.report.StoreDir); derr == nil {
-		err = errors.Join(err, d.Sync(), d.Close())
-	}
-	if err != nil {
+	if err := durable.WriteFile(path, fmt.Appendf(nil, "%d\n", os.Getpid()), 0o640); err != nil {
 		return fmt.Errorf("preflight: run marker %q: %w", path, err)
 	}
 	return nil
@@ -255,7 +248,7 @@ func (a *Appliance) markStopped() error {
 	if err := os.Remove(filepath.Join(a.report.StoreDir, runMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return nil
+	return durable.SyncDir(a.report.StoreDir)
 }
 
 // storeProblem reports whether a warning nats logged at start-up is about

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/orderstore/orderstore/embedded"
+
+	"github.com/orderstore/orderstore/internal/durable"
 )
 
 // StreamAccount is the NATS account that holds orderstore's streams,
@@ -265,13 +267,8 @@ func migrateLegacyAccount(storeDir string) (moved bool, err error) {
 	if err := os.Rename(old, cur); err != nil {
 		return false, fmt.Errorf("store: move %q to %q: %w", old, cur, err)
 	}
-	d, err := os.Open(js)
-	if err != nil {
+	if err := durable.SyncDir(js); err != nil {
 		return true, fmt.Errorf("store %q: %w", js, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return true, fmt.Errorf("store %q: fsync: %w", js, err)
 	}
 	return true, nil
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/internal/config"
+
+	"github.com/orderstore/orderstore/internal/durable"
 )
 
 // backupCmd asks the running appliance for a backup (POST /v1/backup, a
@@ -176,7 +178,8 @@ func untar(r io.Reader, dir string) error {
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			// Every file, directory and the backup's own name durable.
+			return errors.Join(durable.SyncTree(dir), durable.SyncDir(filepath.Dir(dir)))
 		}
 		if err != nil {
 			return err
@@ -194,10 +197,6 @@ func untar(r io.Reader, dir string) error {
 			return err
 		}
 		if _, err := io.Copy(f, tr); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Sync(); err != nil {
 			f.Close()
 			return err
 		}
