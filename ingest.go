@@ -120,6 +120,9 @@ const (
 	// An election (no stream leader: nats answers "no responders") is
 	// waited out this long, the republish retried, before a 503.
 	ingestElectionWait = 3500 * time.Millisecond
+	// ingestLeaderGrace is how long a publish in flight when a new
+	// stream leader is elected may wait for the new leader's answer.
+	ingestLeaderGrace = time.Second
 	// ingestHeadroom is what nats' max_payload is raised by, beyond the
 	// configured server.max_payload, so that the headers the service
 	// adds (the epoch, the scoped Nats-Msg-Id) always fit the republish.
@@ -260,6 +263,13 @@ type pendingPub struct {
 	at      time.Time
 	msg     *nats.Msg // kept for a retry while the stream elects a leader
 	retries int
+	// waitRetry: its last publish was answered "no responders" (nothing
+	// stored), and a retry will publish it again.
+	waitRetry bool
+	// suspect: it was in flight when a new stream leader was elected; if
+	// the new leader has not answered it by then, it is answered 503
+	// "may or may not be stored".
+	suspect time.Time
 	// orphaned: a later request arrived with the same reply subject
 	// (nats' service-import reply subjects have 6 random characters,
 	// one space for every request in flight), and nats now routes that
@@ -557,6 +567,7 @@ func (in *ingest) answerTo(p *pendingPub, data []byte) {
 
 // publishedLocked records a publish of p in order; in.mu held.
 func (in *ingest) publishedLocked(id string, p *pendingPub) {
+	p.waitRetry = false
 	in.pubNo++
 	p.no = in.pubNo
 	in.order = append(in.order, published{in.pubNo, id})
@@ -705,6 +716,7 @@ func (in *ingest) onAck(m *nats.Msg) {
 		// No responders: the stream has no leader (an election), or nats
 		// is stopping. Nothing was stored: publish again shortly.
 		p.retries++
+		p.waitRetry = true
 		wait := min(time.Duration(p.retries)*50*time.Millisecond, 500*time.Millisecond)
 		in.mu.Unlock()
 		in.elections.Add(1)
@@ -743,21 +755,22 @@ func (in *ingest) onAck(m *nats.Msg) {
 // onLeaderElected sees a new leader of the stream: what the old one took
 // and did not answer, it never will. An event with a Nats-Msg-Id is
 // published again (the new leader's dedupe answers "duplicate" if the old
-// one stored it), so its producer waits out the election; one without is
-// answered 503 "may or may not be stored" at once, before the producer's
-// own timeout.
+// one stored it), so its producer waits out the election; one waiting for
+// its retry (nats answered "no responders": nothing stored) is left to
+// its retry; one without an id gets ingestLeaderGrace for the new
+// leader's answer (it may have been published to the new leader already),
+// then 503 "may or may not be stored", before the producer's own timeout.
 func (in *ingest) onLeaderElected(*nats.Msg) {
 	in.mu.Lock()
 	var again []string
-	var lost []*pendingPub
 	for id, p := range in.pending {
-		if p.msg.Header.Get(nats.MsgIdHdr) != "" {
+		switch {
+		case p.waitRetry:
+		case p.msg.Header.Get(nats.MsgIdHdr) != "":
 			again = append(again, id)
-			continue
+		case p.suspect.IsZero():
+			p.suspect = time.Now().Add(ingestLeaderGrace)
 		}
-		delete(in.pending, id)
-		in.release(p)
-		lost = append(lost, p)
 	}
 	// Again in the order they were first published.
 	slices.SortFunc(again, func(a, b string) int { return cmp.Compare(in.pending[a].no, in.pending[b].no) })
@@ -769,13 +782,6 @@ func (in *ingest) onLeaderElected(*nats.Msg) {
 	in.elections.Add(uint64(len(again)))
 	for i, id := range again {
 		in.publish(id, ps[i])
-	}
-	if len(lost) > 0 {
-		in.unanswer.Add(uint64(len(lost)))
-		msg := apiError(503, 10077, "orderstore: the stream's leader changed while the event was in flight: it may or may not be stored; publish it again (with a Nats-Msg-Id a retry is safe)")
-		for _, p := range lost {
-			in.answerTo(p, msg)
-		}
 	}
 }
 
@@ -929,9 +935,10 @@ func (in *ingest) sweep() {
 		case <-t.C:
 		}
 		var late []*pendingPub
+		now := time.Now()
 		in.mu.Lock()
 		for id, p := range in.pending {
-			if time.Since(p.at) > ingestAnswerWithin {
+			if now.Sub(p.at) > ingestAnswerWithin || !p.suspect.IsZero() && now.After(p.suspect) && !p.waitRetry {
 				delete(in.pending, id)
 				in.release(p)
 				late = append(late, p)
@@ -941,7 +948,10 @@ func (in *ingest) sweep() {
 		in.unanswer.Add(uint64(len(late)))
 		for _, p := range late {
 			msg := "orderstore: the stream did not answer in time: the event may or may not be stored; publish it again with the same Nats-Msg-Id"
-			if p.retries > 0 {
+			switch {
+			case !p.suspect.IsZero():
+				msg = "orderstore: the stream's leader changed while the event was in flight: it may or may not be stored; publish it again (with a Nats-Msg-Id a retry is safe)"
+			case p.retries > 0:
 				msg = "orderstore: the stream has no leader (an election that did not end in time): the event was not stored; publish it again"
 			}
 			in.answerTo(p, apiError(503, 10077, msg))
