@@ -382,14 +382,30 @@ func (in *ingest) pause(rs *requests, sub *nats.Subscription) {
 		case <-time.After(time.Millisecond):
 		}
 	}
-	in.mu.Lock()
-	closing := in.closing
-	in.mu.Unlock()
-	if closing {
-		return
-	}
-	if err := in.subscribeRequests(rs); err != nil {
-		in.log.Error("ingest: subscribing again after a pause failed: the account's producers get no responders", "account", rs.account, "err", err)
+	// Subscribe again, until it works or the service stops: an account
+	// left without its subscription would get "no responders" for good.
+	// (A closed connection stops the appliance, readiness with it.)
+	var lastLog time.Time
+	for {
+		in.mu.Lock()
+		closing := in.closing
+		in.mu.Unlock()
+		if closing {
+			return
+		}
+		err := in.subscribeRequests(rs)
+		if err == nil {
+			return
+		}
+		if time.Since(lastLog) > 10*time.Second {
+			lastLog = time.Now()
+			in.log.Error("ingest: subscribing again after a pause failed, retrying: the account's producers get no responders meanwhile", "account", rs.account, "err", err)
+		}
+		select {
+		case <-in.stop:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
