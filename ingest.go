@@ -90,20 +90,29 @@ const (
 	// take every other's place.
 	ingestMaxInFlightAccount = 16384
 	ingestMaxBytesAccount    = 16 << 20
-	// Past ingestShedQueue publishes waiting to be taken, the service is
-	// behind what producers send: what an account sends while it has
-	// ingestFairShare or more in flight is answered 429 at once (cheaply,
-	// before any other work), so that the queue drains and every publish
-	// is answered well within a client's timeout. An account with fewer
-	// in flight (a producer waiting for its acks) is never refused for
-	// another's flood.
-	ingestShedQueue = 65536
+	// When the publishes the service answers took longer than
+	// ingestBehind from their arrival to their answer (the stream or the
+	// syncs are behind what producers send), what an account sends while
+	// it has ingestFairShare or more in flight is answered 429 at once
+	// (cheaply, before any other work), so that what is in flight drains
+	// and every publish is answered well within a client's timeout (5 s
+	// by default in nats.go and natscli). An account with fewer in flight
+	// (a producer waiting for its acks) is never refused for another's
+	// flood.
+	ingestBehind    = 2 * time.Second
 	ingestFairShare = 64
 	// Past ingestPauseQueue publishes (or ingestPauseBytes) of one account
-	// waiting, the service pauses that account (see pause): what waits is
-	// answered within a fraction of a second, and nats answers the rest.
+	// waiting to be taken, or when one of them has waited longer than
+	// ingestQueueDelay, the service pauses that account (see pause): what
+	// waits is answered within about ingestQueueDelay, and nats answers
+	// the rest.
 	ingestPauseQueue = 16384
 	ingestPauseBytes = 32 << 20
+	ingestQueueDelay = time.Second
+	// ingestRecentReplies: how long (one to two times it) the reply
+	// subject of a publish that left flight is remembered, longer than
+	// a publish waits to be taken.
+	ingestRecentReplies = 5 * time.Second
 	// What waits to be taken (the subscription's buffer): past it nats
 	// would drop publishes without a word, so the service answers
 	// everything it takes at once and keeps this far from full.
@@ -222,14 +231,23 @@ type ingest struct {
 	inBytes     int
 	accounts    map[string]*budget
 	replies     map[string]*pendingPub // the producers' reply subjects in flight
-	kick        chan struct{}
-	stop        chan struct{}
-	done        chan struct{}
-	abortCtx    context.Context // canceled when Close gives up waiting
-	abort       context.CancelFunc
+	// ended are the reply subjects of publishes that left flight lately
+	// (two generations of ingestRecentReplies each), see onPublish.
+	ended     [2]map[string]struct{}
+	endedFrom time.Time // when ended[0] began
+	kick      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	abortCtx  context.Context // canceled when Close gives up waiting
+	abort     context.CancelFunc
+
+	// latency is how long the last publishes answered took from their
+	// arrival to their answer (unix nanoseconds; 0 when nothing is in
+	// flight): past ingestBehind the service sheds heavy accounts.
+	latency atomic.Int64
 
 	refused   atomic.Uint64 // answered 429: over a budget
-	shed      atomic.Uint64 // answered 429: the service was behind (ingestShedQueue)
+	shed      atomic.Uint64 // answered 429: the service was behind (ingestBehind)
 	collided  atomic.Uint64 // publishes left without an answer: nats gave a later one the same reply subject
 	forged    atomic.Uint64 // answers on an ack id that were not the stream's
 	unanswer  atomic.Uint64 // answered 503 because the stream did not answer
@@ -247,6 +265,36 @@ type requests struct {
 	paused  atomic.Bool                       // sub drains: nats answers new publishes itself
 	pauses  atomic.Uint64
 	logged  atomic.Int64 // when a pause was last logged (unix nanoseconds)
+	// A probe of how long publishes wait to be taken, kept by the
+	// subscription's callback alone: the publish that was last in line
+	// when the probe began (the taken-th) has waited since then at least.
+	probe struct {
+		sub    *nats.Subscription // the subscription it counts on
+		taken  int64              // publishes taken on sub
+		target int64              // the last in line at the probe's start; 0: no probe
+		since  time.Time          // the probe's start
+	}
+}
+
+// waited notes one publish taken, with queued behind it, and returns how
+// long the one last in line when the probe began has waited untaken (0:
+// it was taken).
+func (rs *requests) waited(sub *nats.Subscription, queued int, now time.Time) time.Duration {
+	pr := &rs.probe
+	if pr.sub != sub { // a new subscription (after a pause): a new count
+		pr.sub, pr.taken, pr.target = sub, 0, 0
+	}
+	pr.taken++
+	if pr.target != 0 && pr.taken >= pr.target {
+		pr.target = 0 // taken
+	}
+	if pr.target == 0 {
+		if queued == 0 {
+			return 0
+		}
+		pr.target, pr.since = pr.taken+int64(queued), now
+	}
+	return now.Sub(pr.since)
 }
 
 // published is one publish to the stream, in the order they were made.
@@ -299,6 +347,7 @@ func startIngest(nc *nats.Conn, cfg ingestConfig, log *slog.Logger) (*ingest, er
 	}
 	in := &ingest{nc: nc, cfg: cfg, log: log, ackPrefix: internalInboxPrefix + ".ingest." + nuid.Next() + ".",
 		ids: rand.NewChaCha8(seed), pending: map[string]*pendingPub{}, accounts: map[string]*budget{}, replies: map[string]*pendingPub{},
+		ended: [2]map[string]struct{}{{}, {}}, endedFrom: time.Now(),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if in.cfg.Stats == nil {
 		in.cfg.Stats = &commitStats{}
@@ -453,9 +502,12 @@ func (in *ingest) onPublish(rs *requests, m *nats.Msg) {
 	// answer must be cheaper than what the producers send.
 	sub := rs.sub.Load()
 	queued, queuedBytes, _ := sub.Pending()
-	if (queued > ingestPauseQueue || queuedBytes > ingestPauseBytes) && rs.paused.CompareAndSwap(false, true) {
+	now := time.Now()
+	wait := rs.waited(sub, queued, now)
+	if (queued > ingestPauseQueue || queuedBytes > ingestPauseBytes || wait > ingestQueueDelay) && rs.paused.CompareAndSwap(false, true) {
 		go in.pause(rs, sub)
 	}
+	behind := time.Duration(in.latency.Load()) > ingestBehind
 	size := len(m.Data) + len(m.Subject) + len(m.Reply) + headerSize(m.Header) + 64
 	in.mu.Lock()
 	if in.closed {
@@ -470,7 +522,7 @@ func (in *ingest) onPublish(rs *requests, m *nats.Msg) {
 	}
 	var no []byte
 	switch {
-	case queued > ingestShedQueue && b.n >= ingestFairShare:
+	case behind && b.n >= ingestFairShare:
 		no = answerOverloaded
 		in.shed.Add(1)
 	case b.n >= ingestMaxInFlightAccount || b.n > 0 && b.bytes+size > ingestMaxBytesAccount:
@@ -488,7 +540,7 @@ func (in *ingest) onPublish(rs *requests, m *nats.Msg) {
 		in.reply(m.Reply, no)
 		return
 	}
-	p := &pendingPub{reply: m.Reply, account: account, size: size, at: time.Now()}
+	p := &pendingPub{reply: m.Reply, account: account, size: size, at: now}
 	in.reserve(p)
 	id := in.newID()
 	in.mu.Unlock()
@@ -510,6 +562,14 @@ func (in *ingest) onPublish(rs *requests, m *nats.Msg) {
 		old.orphaned = true
 		in.collided.Add(1)
 		in.log.Warn("ingest: nats gave two publishes in flight the same reply subject: the earlier gets no answer (its producer times out and should publish it again)", "reply", truncateSubject(m.Reply))
+	}
+	if _, ok := in.ended[0][m.Reply]; ok || in.endedBefore(m.Reply) {
+		// nats may have given this reply subject to this publish while an
+		// earlier one, answered since, still held it: that answer then
+		// reached this publish's producer, and nats routes no second one.
+		// The earlier producer gets no answer and times out.
+		in.collided.Add(1)
+		in.log.Warn("ingest: a publish came with the reply subject of one answered a moment ago: if nats gave it that subject before the answer, its producer took the earlier publish's answer for its own and the earlier one gets none (it times out and should publish it again)", "reply", truncateSubject(m.Reply))
 	}
 	in.replies[m.Reply] = p
 	in.pending[id] = p
@@ -670,10 +730,26 @@ func (in *ingest) reserve(p *pendingPub) {
 	in.cfg.Stats.waiting.Store(int64(in.inFlight))
 }
 
+// endedBefore reports whether reply is in the older generation of ended
+// ones; in.mu held.
+func (in *ingest) endedBefore(reply string) bool {
+	_, ok := in.ended[1][reply]
+	return ok
+}
+
+// answered notes how long p took from its arrival to its answer; in.mu
+// held.
+func (in *ingest) answered(p *pendingPub) {
+	in.latency.Store(int64(time.Since(p.at)))
+}
+
 // release frees one event's place, and its reply subject; in.mu held.
 func (in *ingest) release(p *pendingPub) {
 	in.inFlight--
 	in.inBytes -= p.size
+	if in.inFlight == 0 {
+		in.latency.Store(0) // nothing in flight: nothing is behind
+	}
 	if b := in.accounts[p.account]; b != nil {
 		b.n--
 		b.bytes -= p.size
@@ -683,6 +759,10 @@ func (in *ingest) release(p *pendingPub) {
 	}
 	if in.replies[p.reply] == p {
 		delete(in.replies, p.reply)
+		if now := time.Now(); now.Sub(in.endedFrom) > ingestRecentReplies {
+			in.ended[1], in.ended[0], in.endedFrom = in.ended[0], map[string]struct{}{}, now
+		}
+		in.ended[0][p.reply] = struct{}{}
 	}
 	in.cfg.Stats.waiting.Store(int64(in.inFlight))
 }
@@ -749,6 +829,7 @@ func (in *ingest) onAck(m *nats.Msg) {
 		defer in.answerLost(lost)
 	}
 	if in.cfg.Sync == nil {
+		in.answered(p)
 		in.release(p)
 		in.mu.Unlock()
 		in.answer(ackReply{p: p, data: m.Data, header: m.Header})
@@ -921,6 +1002,7 @@ func (in *ingest) commitLoop() {
 				}
 			}
 			in.mu.Lock()
+			in.answered(batch[0].p) // the oldest of the batch
 			for _, a := range batch {
 				in.release(a.p)
 			}

@@ -139,9 +139,9 @@ func main() {
 		if c.admin != "" {
 			r.guard = guardStats(c.admin)
 		}
-		fmt.Printf("%-12s overload:  offered %.0f/s (sent %d in %s: %.0f/s), %.0f acked/s; %d acked, %d answered with an error %s, %d unanswered, %d answered after %s; %d stored; settled after %s; VmHWM %s (VmRSS %s at the end)%s\n",
+		fmt.Printf("%-12s overload:  offered %.0f/s (sent %d in %s: %.0f/s), %.0f acked/s; %d acked, %d answered with an error %s, %d unanswered, %d answered after %s %s; %d stored; settled after %s; VmHWM %s (VmRSS %s at the end)%s\n",
 			name, offered, r.over.sent, r.over.sendTime.Round(time.Millisecond), float64(r.over.sent)/r.over.sendTime.Seconds(),
-			r.over.ackRate(), int64(r.over.acked), r.over.errs, codes(r.over.codes), r.over.unanswered, r.over.late, *late, r.over.stored,
+			r.over.ackRate(), int64(r.over.acked), r.over.errs, codes(r.over.codes), r.over.unanswered, r.over.late, *late, codes(r.over.lateCodes), r.over.stored,
 			r.over.elapsed.Round(time.Second), mib(r.overHWM), mib(r.overRSS), guardString(r.guard))
 		c.stop()
 		reports = append(reports, r)
@@ -149,9 +149,9 @@ func main() {
 
 	fmt.Printf("\n| target | sustained acked/s | offered/s (sent/s) | overload acked/s | answered with an error | unanswered | answered after %s | stored | peak RSS (VmHWM) |\n|---|---|---|---|---|---|---|---|---|\n", *late)
 	for _, r := range reports {
-		fmt.Printf("| %s | %.0f | %.0f (%.0f) | %.0f | %d %s | %d of %d | %d | %d | %s |\n", r.name, r.sustained, offered,
+		fmt.Printf("| %s | %.0f | %.0f (%.0f) | %.0f | %d %s | %d of %d | %d %s | %d | %s |\n", r.name, r.sustained, offered,
 			float64(r.over.sent)/r.over.sendTime.Seconds(), r.over.ackRate(), r.over.errs, codes(r.over.codes), r.over.unanswered, r.over.sent,
-			r.over.late, r.over.stored, mib(r.overHWM))
+			r.over.late, codes(r.over.lateCodes), r.over.stored, mib(r.overHWM))
 	}
 	fmt.Printf("\nreproduce: go run ./bench/overload -conns %d -window %d -factor %g -measure %s -duration %s -quiet %s -late %s -size %d\n",
 		*conns, *window, *factor, *measure, *duration, *quiet, *late, *size)
@@ -314,7 +314,7 @@ type phase struct {
 	late                   int64 // answered more than -late after they were sent
 	stored                 int64 // events the stream gained in the phase
 	acked                  float64
-	codes                  map[string]int64
+	codes, lateCodes       map[string]int64
 	sendTime, elapsed      time.Duration
 	start, lastAck         time.Time
 }
@@ -330,18 +330,19 @@ func (p phase) ackRate() float64 {
 // pipe is one client connection with a reply subject per request under
 // one wildcard inbox subscription without pending limits.
 type pipe struct {
-	nc       *nats.Conn
-	inbox    string
-	answered []atomic.Bool
-	sentAt   []atomic.Int64 // UnixNano
-	acked    atomic.Int64
-	errs     atomic.Int64
-	total    atomic.Int64
-	late     atomic.Int64
-	lastAck  atomic.Int64 // UnixNano
-	mu       sync.Mutex
-	codes    map[string]int64
-	slots    chan struct{}
+	nc        *nats.Conn
+	inbox     string
+	answered  []atomic.Bool
+	sentAt    []atomic.Int64 // UnixNano
+	acked     atomic.Int64
+	errs      atomic.Int64
+	total     atomic.Int64
+	late      atomic.Int64
+	lastAck   atomic.Int64 // UnixNano
+	mu        sync.Mutex
+	codes     map[string]int64
+	lateCodes map[string]int64 // what the late answers were
+	slots     chan struct{}
 }
 
 func newPipe(url string, max int, slots int) *pipe {
@@ -349,7 +350,7 @@ func newPipe(url string, max int, slots int) *pipe {
 	if err != nil {
 		log.Fatal(err)
 	}
-	p := &pipe{nc: nc, inbox: nats.NewInbox(), answered: make([]atomic.Bool, max), sentAt: make([]atomic.Int64, max), codes: map[string]int64{}}
+	p := &pipe{nc: nc, inbox: nats.NewInbox(), answered: make([]atomic.Bool, max), sentAt: make([]atomic.Int64, max), codes: map[string]int64{}, lateCodes: map[string]int64{}}
 	if slots > 0 {
 		p.slots = make(chan struct{}, slots)
 	}
@@ -370,7 +371,8 @@ func (p *pipe) onAnswer(m *nats.Msg) {
 		return
 	}
 	now := time.Now().UnixNano()
-	if now-p.sentAt[i].Load() > int64(*late) {
+	isLate := now-p.sentAt[i].Load() > int64(*late)
+	if isLate {
 		p.late.Add(1)
 	}
 	p.total.Add(1)
@@ -393,6 +395,11 @@ func (p *pipe) onAnswer(m *nats.Msg) {
 		case a.Seq > 0:
 			p.acked.Add(1)
 			p.lastAck.Store(now)
+			if isLate {
+				p.mu.Lock()
+				p.lateCodes["ack"]++
+				p.mu.Unlock()
+			}
 			return
 		default:
 			code = "other"
@@ -401,6 +408,9 @@ func (p *pipe) onAnswer(m *nats.Msg) {
 	p.errs.Add(1)
 	p.mu.Lock()
 	p.codes[code]++
+	if isLate {
+		p.lateCodes[code]++
+	}
 	p.mu.Unlock()
 }
 
@@ -449,7 +459,7 @@ func settle(c *child, pipes []*pipe, sent []int, t0 time.Time, sendTime time.Dur
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	ph := phase{sent: want, codes: map[string]int64{}, sendTime: sendTime, elapsed: time.Since(t0), start: t0}
+	ph := phase{sent: want, codes: map[string]int64{}, lateCodes: map[string]int64{}, sendTime: sendTime, elapsed: time.Since(t0), start: t0}
 	for _, p := range pipes {
 		ph.acked += float64(p.acked.Load())
 		ph.errs += p.errs.Load()
@@ -460,6 +470,9 @@ func settle(c *child, pipes []*pipe, sent []int, t0 time.Time, sendTime time.Dur
 		p.mu.Lock()
 		for k, v := range p.codes {
 			ph.codes[k] += v
+		}
+		for k, v := range p.lateCodes {
+			ph.lateCodes[k] += v
 		}
 		p.mu.Unlock()
 		p.nc.Close()
