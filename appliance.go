@@ -19,7 +19,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/oklog/run"
 
 	"github.com/orderstore/orderstore/admin"
 	"github.com/orderstore/orderstore/bootstrap"
@@ -42,73 +41,78 @@ var ErrProcessorDisabled = errors.New("orderstore: the processor is disabled")
 type Appliance struct {
 	cfg    Config
 	log    *slog.Logger
+	sup    *supervisor // every component, in start order, and their goroutines
 	lock   *bootstrap.Lock
 	report bootstrap.Report
 
-	// The embedded server; the store guard may restart it (a new *Server
-	// on the same store and port), so read it with server().
-	srvMu      sync.Mutex
-	srv        *embedded.Server
-	srvChanged chan struct{} // closed and replaced when srv is replaced
-	ec         embedded.Config
-	id         *internalIdentity             // how orderstore's own connections sign in
-	epoch      string                        // this run's EpochHeader value
-	backupMu   sync.Mutex                    // one backup at a time
-	hub        *hubWatch                     // a hub's source watcher; nil elsewhere
-	dupName    atomic.Pointer[string]        // nats' log line about another node with this node's name
-	nsrv       atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
-	guard      *storeGuard
-	// Two internal connections, so that neither part shares the other's
-	// fate: nc for declare, the admin API and lookups, pnc for the
-	// processor and its projection writes.
-	nc, pnc *nats.Conn
-	js, pjs jetstream.JetStream
-	// Group commit (durability "group-commit"): the store's sync; nil in
-	// other modes. The ingest service takes every producer's publish in
-	// every mode, on a connection of its own.
-	commit        *committer
-	ing           *ingest
-	inc           *nats.Conn
-	incClosed     chan struct{}
-	ingLive       atomic.Pointer[ingest] // ing, for the connection's handlers
-	dguard        *durableGuard          // answers clients' requests on the processor's durable
-	wnc           *nats.Conn             // the hub watcher's, with an inbox of its own; nil elsewhere
-	wncClosed     chan struct{}
-	proj          *processor.Projection // reads, on nc
-	proc          *processor.Processor  // nil when disabled
+	nats    *natsServer                   // the embedded server (the store guard may replace it)
+	nsrv    atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
+	id      *internalIdentity             // how orderstore's own connections sign in
+	epoch   string                        // this run's EpochHeader value
+	dupName atomic.Pointer[string]        // nats' log line about another node with this node's name
+	guard   *storeGuard
+	// orderstore's own connections, each of its own so that no part
+	// shares another's fate: for declare, the admin API and lookups
+	// (internal), the processor and its projection writes (processor),
+	// the ingest service (ingest), a hub's source watcher (hubwatch).
+	internal, processor, ingest, hubwatch conn
+	js, pjs                               jetstream.JetStream // on internal, on processor
+
+	commit   *committer             // group commit's syncs; nil in other modes
+	ing      *ingest                // takes every producer's publish, in every mode
+	ingLive  atomic.Pointer[ingest] // ing, for the connections' handlers
+	dguard   *durableGuard          // answers clients' requests on the processor's durable
+	hub      *hubWatch              // a hub's source watcher; nil elsewhere
+	proj     *processor.Projection  // reads, on internal
+	proc     *processor.Processor   // nil when disabled
+	backupMu sync.Mutex             // one backup at a time
+
 	stallAfter    time.Duration
 	recovery      []string // what start-up found and did about a damaged store
 	unclean       bool     // the last run did not stop cleanly
 	startFailed   bool     // Start failed: keep the run marker
 	consumerReset bool     // start-up declared the consumer again from the start
 
-	adm      *admin.Server
-	hs       *http.Server // nil when the admin listener is disabled
-	adminLn  net.Listener
-	serveErr chan error
-
-	groupStarted bool
-	procCancel   context.CancelFunc
-	procDone     chan struct{} // closed once the processor's Run returned
-	ncClosed     chan struct{} // closed once nc closed
-	pncClosed    chan struct{} // closed once pnc closed
-
-	closing chan struct{} // closed when Close begins
-	done    chan struct{} // closed when the run group returned
-	runErr  error
+	adm     *admin.Server
+	hs      *http.Server // nil when the admin listener is disabled
+	adminLn net.Listener
 
 	closeOnce sync.Once
 	closeDone chan struct{}
 	closeErr  error
 }
 
-// Start runs the start-up in order (README.md, "Start-up, in order"): validate cfg, preflight
-// and lock the store, open the admin listener (so a busy port fails at once
-// and /readyz answers "recovering" during a long recovery), start nats,
-// declare the stream, dead-letter stream, projection bucket and consumer,
-// run the recovery check, start the processor. It returns once the
-// processor consumes and every part runs, or with an error naming what
-// failed; on error everything it started is stopped and the lock released.
+// conn is one of orderstore's own connections.
+type conn struct {
+	*nats.Conn
+	closed chan struct{} // closed once it closed for good
+}
+
+// Start runs the start-up in order (README.md, "Start-up, in order"); each
+// step starts its components, which [Appliance.Close] stops in the reverse
+// order:
+//
+//  1. validate cfg;
+//  2. the store: preflight (store_dir, free disk), its lock, the run marker,
+//     a legacy layout moved;
+//  3. the admin handler and listener, so that a busy port fails at once and
+//     /readyz answers "recovering" during a long recovery;
+//  4. group commit's syncs (durability "group-commit");
+//  5. nats-server, and a watchdog on it;
+//  6. orderstore's internal and processor connections;
+//  7. the store guard;
+//  8. declare the stream, dead-letter stream, projection bucket and
+//     consumer, and run the recovery checks (a damaged store, lost
+//     sequences, this run's epoch, the metadata made durable);
+//  9. the processor;
+//  10. a hub's source watcher and its connection;
+//  11. the durable guard;
+//  12. the ingest service and its connection;
+//  13. the admin API's backend, and the admin listener's intake.
+//
+// It returns once the processor consumes and every part runs, or with an
+// error naming what failed; on error everything it started is stopped and
+// the lock released.
 //
 // ctx bounds start-up only (a canceled ctx aborts it); stop a running
 // appliance with [Appliance.Close].
@@ -118,46 +122,72 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	}
 	cfg.Stream.Subjects = append([]string(nil), cfg.Stream.Subjects...)
 	log := loggerOrDiscard(cfg.Logger)
-	a := &Appliance{
-		cfg:        cfg,
-		log:        log,
-		serveErr:   make(chan error, 1),
-		procDone:   make(chan struct{}),
-		ncClosed:   make(chan struct{}),
-		pncClosed:  make(chan struct{}),
-		incClosed:  make(chan struct{}),
-		wncClosed:  make(chan struct{}),
-		closing:    make(chan struct{}),
-		done:       make(chan struct{}),
-		closeDone:  make(chan struct{}),
-		srvChanged: make(chan struct{}),
-	}
-	a.guard = newStoreGuard(a)
-	a.epoch = newEpoch()
+	a := &Appliance{cfg: cfg, log: log, sup: newSupervisor(log), epoch: newEpoch(), closeDone: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			a.startFailed = true // an interrupted start-up may have left work undone
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			err = errors.Join(err, a.stop(cctx))
+			err = errors.Join(err, a.sup.stop(cctx))
 		}
 	}()
+	for _, step := range []func(context.Context) error{
+		a.openStore,
+		a.startAdmin,
+		a.startCommitter,
+		a.startNATS,
+		a.connectInternal,
+		a.startStoreGuard,
+		a.declare,
+		a.checkStore,
+		a.startProcessor,
+		a.startHubWatch,
+		a.startDurableGuard,
+		a.startIngest,
+		a.openAdmin,
+	} {
+		if err := step(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if a.proc != nil {
+		select {
+		case <-a.proc.Ready():
+		case <-a.sup.done:
+			return nil, fmt.Errorf("start: %w", a.sup.Err())
+		case <-ctx.Done():
+			return nil, fmt.Errorf("start: processor: %w", ctx.Err())
+		}
+	}
+	log.Info("orderstore ready", "client_url", a.clientURLForLog(), "admin", a.AdminAddr(), "store_dir", a.report.StoreDir)
+	return a, nil
+}
 
-	// Preflight comes before the admin listener: a second instance on the
-	// same store is told so, not that the admin port is busy.
+// openStore runs the preflight, takes the store's lock and marks it
+// running. Preflight comes before the admin listener: a second instance
+// on the same store is told so, not that the admin port is busy.
+func (a *Appliance) openStore(context.Context) error {
+	cfg, log := a.cfg, a.log
 	lock, rep, err := bootstrap.Preflight(cfg.preflightConfig())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	a.lock, a.report = lock, rep
+	a.sup.add(component{name: "store", stop: func(context.Context) error {
+		var errs []error
+		if !a.startFailed && a.sup.clean() {
+			errs = append(errs, a.markStopped()) // a clean stop: nats flushed every store
+		}
+		return errors.Join(append(errs, a.lock.Release())...)
+	}})
 	if err := a.markRunning(); err != nil {
-		return nil, err
+		return err
 	}
 	for _, w := range rep.Warnings {
 		log.Warn("preflight", "warning", w)
 	}
 	if moved, err := migrateLegacyAccount(rep.StoreDir); err != nil {
-		return nil, err
+		return err
 	} else if moved {
 		log.Info("store moved to its account", "from", "jetstream/"+legacyAccount, "to", "jetstream/"+StreamAccount)
 	}
@@ -167,132 +197,12 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	log.Info("preflight ok", "store_dir", rep.StoreDir, "lock", lock.Path(),
 		"free_disk", bytesize.Format(int64(rep.FreeBytes)), "used", bytesize.Format(rep.UsedBytes),
 		"max_file_store", bytesize.Format(cfg.JetStream.MaxFileStore))
-
-	if err := a.startAdmin(); err != nil {
-		return nil, err
-	}
-	if err := a.startNATS(ctx); err != nil {
-		return nil, err
-	}
-	if err := a.declare(ctx); err != nil {
-		return nil, err
-	}
-	if err := a.clusterRetry(ctx, "projection", func(c context.Context) (err error) {
-		a.proj, err = NewProjection(c, a.js, cfg)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	err = a.checkHighWater(dctx, cfg.DeclareSpec())
-	cancel()
-	if err != nil {
-		return nil, err
-	}
-	// This run's epoch and where it begins, before any event of it is
-	// stored (a hub checks each edge's epochs: edgeepoch.go).
-	if err := a.recordEpoch(ctx); err != nil {
-		return nil, err
-	}
-	// nats writes the metadata of what it declared (meta.inf, the
-	// consumer's state) without fsync: make it durable before any event is
-	// acknowledged.
-	if err := a.syncMetadata(ctx); err != nil {
-		return nil, err
-	}
-	if cfg.Processor.Enabled {
-		var h processor.Handler = cfg.Processor.Handler
-		if h == nil {
-			if h, err = NewProjection(ctx, a.pjs, cfg); err != nil {
-				return nil, err
-			}
-		}
-		pc := cfg.ProcessorSpec(h)
-		// Nobody else may bind it (the durable guard): a gap in what it
-		// is delivered is read back from the stream.
-		pc.Exclusive = true
-		if a.consumerReset {
-			// Declared again from the start: what lies below the stream's
-			// first sequence was processed by the consumer before.
-			if st, err := a.js.Stream(ctx, cfg.DeclareSpec().ConsumerStream()); err == nil && st.CachedInfo().State.FirstSeq > 0 {
-				pc.SeenUpTo = st.CachedInfo().State.FirstSeq - 1
-			}
-		}
-		if a.commit != nil {
-			// Projection writes and dead letters are made durable before
-			// their events are acked, so the consumer's ack floor is never
-			// ahead of the projection after a power cut.
-			pc.Sync = a.commit.SyncLazy
-		}
-		if a.proc, err = processor.New(a.pjs, pc); err != nil {
-			return nil, err
-		}
-		// In a cluster the consumer's Raft group may still be electing
-		// its leader: wait until it answers, so the processor starts on it.
-		if err := a.clusterRetry(ctx, "processor", func(c context.Context) error {
-			_, err := a.pjs.Consumer(c, pc.Stream, pc.Durable)
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		// The longest an event can rightly hold the ack floor: every
-		// delivery waits ack_wait, then the longest backoff.
-		a.stallAfter = time.Duration(cfg.Processor.MaxDeliver) * (cfg.Processor.AckWait + slices.Max(append([]time.Duration{0}, cfg.Processor.Backoff...)))
-	}
-	b := admin.Backend{JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks, Recovery: a.recovery, Topology: a.topology, Backup: a.backupTar,
-		Publish: func(ctx context.Context, subject string, h nats.Header, data []byte) (*jetstream.PubAck, error) {
-			return a.publishMsg(ctx, subject, h, data)
-		}}
-	if a.commit != nil {
-		b.Ingest = a.commit.ingestStats
-	}
-	if cfg.Hub.Enabled() {
-		// Its requests to the edges are answered over the leaf links, on
-		// an inbox prefix that is the only one of orderstore's to cross.
-		if a.wnc, _, err = a.connectInbox("orderstore-hubwatch", a.wncClosed, hubWatchInboxPrefix); err != nil {
-			return nil, err
-		}
-		a.hub = newHubWatch(a)
-	}
-	if a.proc != nil {
-		b.Processor = a
-	}
-	if s, d, ok := cfg.protectedConsumers(); ok {
-		if a.dguard, err = startDurableGuard(a.nc, s, d, log.With("component", "durable-guard")); err != nil {
-			return nil, err
-		}
-	}
-	if a.inc, _, err = a.connect("orderstore-ingest", a.incClosed); err != nil {
-		return nil, err
-	}
-	if a.ing, err = startIngest(a.inc, a.ingestConfig(), log.With("component", "ingest")); err != nil {
-		return nil, err
-	}
-	a.ingLive.Store(a.ing)
-	if a.commit != nil {
-		log.Info("group commit: producers are acked once a sync made their events durable",
-			"sync", "fdatasync of the stream's last blocks; "+a.commit.how+" for the rest")
-	}
-	b.Guard = a.guardStats
-	a.adm.SetBackend(b)
-
-	a.runGroup()
-	if a.proc != nil {
-		select {
-		case <-a.proc.Ready():
-		case <-a.done:
-			return nil, fmt.Errorf("start: %w", a.runErr)
-		case <-ctx.Done():
-			return nil, fmt.Errorf("start: processor: %w", ctx.Err())
-		}
-	}
-	log.Info("orderstore ready", "client_url", a.clientURLForLog(), "admin", a.AdminAddr(), "store_dir", rep.StoreDir)
-	return a, nil
+	return nil
 }
 
 // startAdmin builds the admin handler (readiness is served from it even
 // when the listener is disabled) and, unless Admin.Listen is "", listens.
-func (a *Appliance) startAdmin() error {
+func (a *Appliance) startAdmin(context.Context) error {
 	cfg := a.cfg
 	durable := ""
 	if cfg.Processor.Enabled {
@@ -344,7 +254,7 @@ func (a *Appliance) startAdmin() error {
 		ln = tls.NewListener(ln, tcfg)
 	}
 	a.adminLn = ln
-	a.hs = &http.Server{
+	hs := &http.Server{
 		Handler:           a.adm,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       cfg.Admin.ReadTimeout,
@@ -353,19 +263,91 @@ func (a *Appliance) startAdmin() error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(a.log.With("component", "admin").Handler(), slog.LevelWarn),
 	}
-	if a.hs.ReadHeaderTimeout > cfg.Admin.ReadTimeout && cfg.Admin.ReadTimeout > 0 {
-		a.hs.ReadHeaderTimeout = cfg.Admin.ReadTimeout
+	if hs.ReadHeaderTimeout > cfg.Admin.ReadTimeout && cfg.Admin.ReadTimeout > 0 {
+		hs.ReadHeaderTimeout = cfg.Admin.ReadTimeout
 	}
-	go func() {
-		if err := a.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.serveErr <- err
-		}
-	}()
+	a.hs = hs
+	served := make(chan struct{}) // closed once Serve returned, with serveErr
+	var serveErr error
+	go func() { serveErr = hs.Serve(ln); close(served) }()
+	a.sup.add(component{name: "admin listener " + cfg.Admin.Listen,
+		run: func(ctx context.Context) error {
+			select {
+			case <-served:
+				return serveErr
+			case <-ctx.Done():
+				return nil
+			}
+		},
+		// After the intake's graceful shutdown this closes nothing more;
+		// after a failed start it closes the listener and its connections.
+		stop: func(context.Context) error {
+			hs.Close()
+			<-served
+			return nil
+		}})
 	a.log.Info("admin listening", "addr", ln.Addr().String(), "token", cfg.Admin.Token != "", "tls", tcfg != nil)
 	return nil
 }
 
-// startNATS starts the embedded server and the internal connection.
+// openAdmin gives the admin API its backend; the admin listener's intake
+// is the last component to start and the first to stop: Close stops it
+// taking requests and finishes those in flight before anything else
+// stops.
+func (a *Appliance) openAdmin(context.Context) error {
+	b := admin.Backend{JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks, Recovery: a.recovery, Topology: a.topology, Backup: a.backupTar,
+		Publish: func(ctx context.Context, subject string, h nats.Header, data []byte) (*jetstream.PubAck, error) {
+			return a.publishMsg(ctx, subject, h, data)
+		},
+		Guard: a.guardStats,
+	}
+	if a.commit != nil {
+		b.Ingest = a.commit.ingestStats
+	}
+	if a.proc != nil {
+		b.Processor = a
+	}
+	a.adm.SetBackend(b)
+	if hs := a.hs; hs != nil {
+		a.sup.add(component{name: "admin intake", stop: func(ctx context.Context) error {
+			if err := hs.Shutdown(ctx); err != nil {
+				hs.Close()
+				return fmt.Errorf("admin listener %s: shutdown: %w", a.cfg.Admin.Listen, err)
+			}
+			return nil
+		}})
+	}
+	return nil
+}
+
+// startCommitter starts group commit's syncs (durability "group-commit"):
+// a failed sync stops the appliance, and the next start reads the store
+// back from disk. It stops after nats, which writes what it syncs.
+func (a *Appliance) startCommitter(context.Context) error {
+	if !a.cfg.groupCommit() {
+		return nil
+	}
+	msgs := filepath.Join(a.report.StoreDir, "jetstream", StreamAccount, "streams", a.cfg.Stream.Name, "msgs")
+	c, err := newCommitter(a.report.StoreDir, msgs)
+	if err != nil {
+		return err
+	}
+	a.commit = c
+	a.sup.add(component{name: "group commit",
+		run: func(ctx context.Context) error {
+			select {
+			case <-c.Failed():
+				return c.Err()
+			case <-ctx.Done():
+				return nil
+			}
+		},
+		stop: func(context.Context) error { c.Close(); return nil }})
+	return nil
+}
+
+// startNATS starts the embedded server, watched: when it stops on its
+// own, or switches JetStream off, the appliance fails.
 func (a *Appliance) startNATS(ctx context.Context) error {
 	id, err := newInternalIdentity()
 	if err != nil {
@@ -376,41 +358,63 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.nats = newNATSServer(func(srv *embedded.Server) {
+		a.nsrv.Store(srv.NATSServer())
+		if a.commit != nil {
+			a.commit.ForceFull() // nats recovered the store (again): sync all of it
+		}
+	})
+	// The store guard hears nats' errors from its start on; it runs once
+	// the internal connection exists (startStoreGuard).
+	a.guard = newStoreGuard(storeGuardConfig{StoreDir: a.report.StoreDir, Stream: a.cfg.Stream.Name, Subjects: a.cfg.Stream.Subjects,
+		Headroom: a.cfg.JetStream.DiskHeadroom, FailPending: func(why string) {
+			if in := a.ingLive.Load(); in != nil {
+				in.failPending(why)
+			}
+		}}, a.nats, a.log)
 	ec.OnError = func(msg string) {
 		a.guard.onNATSError(msg)
 		if strings.Contains(msg, "Remote server has a duplicate name") {
 			a.dupName.Store(&msg)
 		}
 	}
+	a.nats.cfg = ec
 	t0 := time.Now()
 	srv, err := embedded.Start(ctx, ec)
 	if err != nil {
 		return withHint(err, startHint(a.cfg, err))
 	}
-	a.ec = ec
-	a.setServer(srv)
+	a.nats.set(srv)
+	guard := a.guard
+	a.sup.add(component{name: "nats", run: func(ctx context.Context) error { return a.nats.watch(ctx, guard.restarting.Load) }, stop: a.nats.stop})
 	a.startupNotes()
 	policy, desc := a.cfg.Durability()
 	a.log.Info("nats ready", "client_url", a.clientURLForLog(), "took", time.Since(t0).Round(time.Millisecond).String(),
 		"durability", policy, "meaning", desc)
-
 	if a.cfg.Cluster.Enabled() {
 		if err := a.waitForMetaLeader(ctx); err != nil {
 			return err
 		}
 	}
-	if a.nc, a.js, err = a.connect("orderstore-internal", a.ncClosed); err != nil {
+	return nil
+}
+
+// connectInternal opens the internal connection (declare, the admin API,
+// lookups) and the processor's.
+func (a *Appliance) connectInternal(context.Context) (err error) {
+	if a.internal, a.js, err = a.connect("orderstore-internal", internalInboxPrefix); err != nil {
 		return err
 	}
-	if a.pnc, a.pjs, err = a.connect("orderstore-processor", a.pncClosed); err != nil {
-		return err
-	}
-	if a.cfg.groupCommit() {
-		msgs := filepath.Join(a.report.StoreDir, "jetstream", StreamAccount, "streams", a.cfg.Stream.Name, "msgs")
-		if a.commit, err = newCommitter(a.report.StoreDir, msgs); err != nil {
-			return err
-		}
-	}
+	a.processor, a.pjs, err = a.connect("orderstore-processor", internalInboxPrefix)
+	return err
+}
+
+// startStoreGuard runs the store guard: it refuses publishes while the
+// store cannot write and restarts nats once it can. It stops before nats
+// does (no restart from there on).
+func (a *Appliance) startStoreGuard(context.Context) error {
+	a.guard.cfg.Conn = a.internal.Conn
+	a.sup.add(component{name: "store guard", run: a.guard.run, stop: a.guard.stop})
 	return nil
 }
 
@@ -439,56 +443,29 @@ func newEpoch() string {
 }
 
 // server returns the embedded server running now.
-func (a *Appliance) server() *embedded.Server {
-	a.srvMu.Lock()
-	defer a.srvMu.Unlock()
-	return a.srv
-}
+func (a *Appliance) server() *embedded.Server { return a.nats.current() }
 
-// serverChanged returns a channel closed when the server is replaced.
-func (a *Appliance) serverChanged() <-chan struct{} {
-	a.srvMu.Lock()
-	defer a.srvMu.Unlock()
-	return a.srvChanged
-}
-
-func (a *Appliance) setServer(srv *embedded.Server) {
-	a.srvMu.Lock()
-	defer a.srvMu.Unlock()
-	a.srv = srv
-	a.nsrv.Store(srv.NATSServer())
-	if a.commit != nil {
-		a.commit.ForceFull() // nats recovered the store again: sync all of it
-	}
-	close(a.srvChanged)
-	a.srvChanged = make(chan struct{})
-}
-
-// connect opens an in-process connection that reconnects when the server
-// drops it (a slow consumer, a protocol error, an operator's kick) and
-// closes (for the watchdog) only when it cannot.
-func (a *Appliance) connect(name string, closed chan struct{}) (*nats.Conn, jetstream.JetStream, error) {
-	return a.connectInbox(name, closed, internalInboxPrefix)
-}
-
-// connectInbox is connect with replies on inbox.
-func (a *Appliance) connectInbox(name string, closed chan struct{}, inbox string) (*nats.Conn, jetstream.JetStream, error) {
+// connect opens one of orderstore's own connections, in-process, with
+// replies on inbox, as a component: it reconnects when the server drops
+// it (a slow consumer, a protocol error, an operator's kick, a restart by
+// the store guard) and closes only when it cannot, which fails the
+// appliance; its stop step drains it.
+func (a *Appliance) connect(name, inbox string) (conn, jetstream.JetStream, error) {
 	log := a.log.With("component", "nats-client", "conn", name)
+	c := conn{closed: make(chan struct{})}
 	// In-process through the appliance, so a reconnect reaches the server
 	// running now (the store guard may have restarted it). Reconnects give
 	// up after about 5 minutes without a server, the longest the guard
 	// gives a restart (stream recovery on a large store).
 	opts := []nats.Option{nats.InProcessServer(a), nats.Name(name),
 		nats.MaxReconnects(1200), nats.ReconnectWait(250 * time.Millisecond),
-		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
+		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if in := a.ingLive.Load(); in != nil && name == "orderstore-ingest" {
 				// Answers to what it passed on come on this connection.
 				in.failPending("the connection to the stream was lost")
 			}
-			select {
-			case <-a.closing:
-			default:
+			if !a.sup.stopping() {
 				log.Warn("internal connection lost, reconnecting", "err", err)
 			}
 		}),
@@ -498,14 +475,24 @@ func (a *Appliance) connectInbox(name string, closed chan struct{}, inbox string
 	opts = append(opts, a.id.options(inbox)...)
 	nc, err := nats.Connect("", opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect in-process (%s): %w", name, err)
+		return conn{}, nil, fmt.Errorf("connect in-process (%s): %w", name, err)
 	}
+	c.Conn = nc
+	a.sup.add(component{name: "connection " + name,
+		run: func(ctx context.Context) error {
+			select {
+			case <-c.closed:
+				return fmt.Errorf("internal nats connection %q closed and could not reconnect", name)
+			case <-ctx.Done():
+				return nil
+			}
+		},
+		stop: func(ctx context.Context) error { return drain(ctx, nc, c.closed) }})
 	js, err := jetstream.New(nc)
 	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("jetstream (%s): %w", name, err)
+		return conn{}, nil, fmt.Errorf("jetstream (%s): %w", name, err)
 	}
-	return nc, js, nil
+	return c, js, nil
 }
 
 // checks are the readiness checks of what admin cannot see: both internal
@@ -515,13 +502,18 @@ func (a *Appliance) checks(ctx context.Context) []admin.Check {
 	for _, c := range []struct {
 		name string
 		nc   *nats.Conn
-	}{{"admin", a.nc}, {"processor", a.pnc}, {"ingest", a.inc}} {
+	}{{"admin", a.internal.Conn}, {"processor", a.processor.Conn}, {"ingest", a.ingest.Conn}} {
 		if c.nc != nil && !c.nc.IsConnected() {
 			conns.OK = false
 			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the %s's internal connection is %s", c.name, c.nc.Status())
 		}
 	}
 	out := []admin.Check{conns, a.guard.check()}
+	if err := a.sup.Err(); err != nil {
+		// A part that stopped takes readiness with it.
+		out = append(out, admin.Check{Name: "components", Reason: err.Error() +
+			": the appliance stopped working; close it and start it again (orderstore run exits non-zero, so that systemd restarts it)"})
+	}
 	if a.commit != nil {
 		c := admin.Check{Name: "durability", OK: true}
 		if err := a.commit.Err(); err != nil {
@@ -594,145 +586,142 @@ func (a *Appliance) declare(ctx context.Context) error {
 	return nil
 }
 
-// runGroup starts the actors: the processor, the admin listener and
-// watchdogs on nats and on the internal connection. When one of them
-// fails, the group ends and [Appliance.Wait] returns its error; the
-// staged stop is [Appliance.Close]'s.
-func (a *Appliance) runGroup() {
-	a.groupStarted = true
-	var g run.Group
-	{ // watchdog on the embedded server (and on the one the store guard starts in its place)
-		stop := make(chan struct{})
-		g.Add(func() error {
-			for {
-				srv, changed := a.server(), a.serverChanged()
-				select {
-				case <-srv.Done():
-					if err := srv.Wait(); err != nil {
-						return err
-					}
-					select { // stopped on purpose: by Close, or by the guard for a restart
-					case <-changed:
-					case <-a.closing:
-						return nil
-					case <-stop:
-						return nil
-					}
-				case <-changed:
-				case <-stop:
-					return nil
-				}
-			}
-		}, func(error) { close(stop) })
+// checkStore runs what start-up checks after the declaration: the
+// projection's high-water mark against the stream (lost sequences
+// forgotten), this run's epoch recorded, the metadata nats wrote made
+// durable.
+func (a *Appliance) checkStore(ctx context.Context) error {
+	if err := a.clusterRetry(ctx, "projection", func(c context.Context) (err error) {
+		a.proj, err = NewProjection(c, a.js, a.cfg)
+		return err
+	}); err != nil {
+		return err
 	}
-	{ // watchdog on JetStream: nats switches it off on some store errors (a permission error) and says so only in a warning
-		stop := make(chan struct{})
-		g.Add(func() error {
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					return nil
-				case <-t.C:
-				}
-				if a.guard.restarting.Load() {
-					continue
-				}
-				if srv := a.server(); !srv.NATSServer().JetStreamEnabled() {
-					select {
-					case <-srv.Done(): // stopping: the other watchdog tells why
-						continue
-					case <-a.closing:
-						return nil
-					default:
-					}
-					return errors.New("nats switched JetStream off (see its log: a store that cannot be written?)")
-				}
-			}
-		}, func(error) { close(stop) })
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	err := a.checkHighWater(dctx, a.cfg.DeclareSpec())
+	cancel()
+	if err != nil {
+		return err
 	}
-	if a.commit != nil { // a failed sync stops the appliance: the next start reads the store back from disk
-		stop := make(chan struct{})
-		g.Add(func() error {
-			select {
-			case <-a.commit.Failed():
-				return a.commit.Err()
-			case <-stop:
-				return nil
-			}
-		}, func(error) { close(stop) })
+	// This run's epoch and where it begins, before any event of it is
+	// stored (a hub checks each edge's epochs: edgeepoch.go).
+	if err := a.recordEpoch(ctx); err != nil {
+		return err
 	}
-	if a.hub != nil { // a hub's source watcher
-		ctx, cancel := context.WithCancel(context.Background())
-		g.Add(func() error { return a.hub.run(ctx) }, func(error) { cancel() })
+	// nats writes the metadata of what it declared (meta.inf, the
+	// consumer's state) without fsync: make it durable before any event is
+	// acknowledged.
+	return a.syncMetadata(ctx)
+}
+
+// startProcessor runs the processor (unless disabled): its stop lets it
+// finish and ack the events it holds.
+func (a *Appliance) startProcessor(ctx context.Context) (err error) {
+	cfg := a.cfg
+	if !cfg.Processor.Enabled {
+		return nil
 	}
-	{ // the store guard: refuses publishes while the store cannot write, restarts nats once it can
-		ctx, cancel := context.WithCancel(context.Background())
-		g.Add(func() error { return a.guard.run(ctx) }, func(error) { cancel() })
-	}
-	for _, c := range []struct {
-		name   string
-		closed chan struct{}
-	}{{"orderstore-internal", a.ncClosed}, {"orderstore-processor", a.pncClosed}, {"orderstore-ingest", a.incClosed}, {"orderstore-hubwatch", a.wncClosed}} {
-		// watchdog on an internal connection: it reconnects by itself and
-		// closes only when it cannot
-		if c.name == "orderstore-hubwatch" && a.wnc == nil {
-			continue
-		}
-		stop := make(chan struct{})
-		g.Add(func() error {
-			select {
-			case <-c.closed:
-				select {
-				case <-a.closing:
-					return nil
-				default:
-					return fmt.Errorf("internal nats connection %q closed and could not reconnect", c.name)
-				}
-			case <-stop:
-				return nil
-			}
-		}, func(error) { close(stop) })
-	}
-	if a.proc != nil {
-		pctx, cancel := context.WithCancel(context.Background())
-		a.procCancel = cancel
-		g.Add(func() error {
-			defer close(a.procDone)
-			err := a.proc.Run(pctx)
-			if err == nil && pctx.Err() == nil {
-				err = errors.New("processor stopped")
-			}
+	var h processor.Handler = cfg.Processor.Handler
+	if h == nil {
+		if h, err = NewProjection(ctx, a.pjs, cfg); err != nil {
 			return err
-		}, func(error) { cancel() })
-	} else {
-		close(a.procDone)
-	}
-	if a.hs != nil {
-		stop := make(chan struct{})
-		g.Add(func() error {
-			select {
-			case err := <-a.serveErr:
-				return fmt.Errorf("admin listener %s: %w", a.cfg.Admin.Listen, err)
-			case <-stop:
-				return nil
-			}
-		}, func(error) { close(stop) })
-	}
-	go func() {
-		err := g.Run()
-		select {
-		case <-a.closing:
-			err = nil // stopped on request
-		default:
-			if err != nil {
-				a.log.Error("appliance failed", "err", err)
-			}
 		}
-		a.runErr = err
-		close(a.done)
-	}()
+	}
+	pc := cfg.ProcessorSpec(h)
+	// Nobody else may bind it (the durable guard): a gap in what it is
+	// delivered is read back from the stream.
+	pc.Exclusive = true
+	if a.consumerReset {
+		// Declared again from the start: what lies below the stream's
+		// first sequence was processed by the consumer before.
+		if st, err := a.js.Stream(ctx, cfg.DeclareSpec().ConsumerStream()); err == nil && st.CachedInfo().State.FirstSeq > 0 {
+			pc.SeenUpTo = st.CachedInfo().State.FirstSeq - 1
+		}
+	}
+	if a.commit != nil {
+		// Projection writes and dead letters are made durable before
+		// their events are acked, so the consumer's ack floor is never
+		// ahead of the projection after a power cut.
+		pc.Sync = a.commit.SyncLazy
+	}
+	proc, err := processor.New(a.pjs, pc)
+	if err != nil {
+		return err
+	}
+	// In a cluster the consumer's Raft group may still be electing its
+	// leader: wait until it answers, so the processor starts on it.
+	if err := a.clusterRetry(ctx, "processor", func(c context.Context) error {
+		_, err := a.pjs.Consumer(c, pc.Stream, pc.Durable)
+		return err
+	}); err != nil {
+		return err
+	}
+	// The longest an event can rightly hold the ack floor: every delivery
+	// waits ack_wait, then the longest backoff.
+	a.stallAfter = time.Duration(cfg.Processor.MaxDeliver) * (cfg.Processor.AckWait + slices.Max(append([]time.Duration{0}, cfg.Processor.Backoff...)))
+	a.proc = proc
+	a.sup.add(component{name: "processor", run: proc.Run})
+	return nil
+}
+
+// startHubWatch runs a hub's source watcher, with a connection of its own:
+// its requests to the edges are answered over the leaf links, on an inbox
+// prefix that is the only one of orderstore's to cross.
+func (a *Appliance) startHubWatch(context.Context) (err error) {
+	if !a.cfg.Hub.Enabled() {
+		return nil
+	}
+	if a.hubwatch, _, err = a.connect("orderstore-hubwatch", hubWatchInboxPrefix); err != nil {
+		return err
+	}
+	syncMeta := func(context.Context) error { return nil }
+	if c := a.commit; c != nil {
+		syncMeta = c.SyncAll
+	}
+	a.hub = newHubWatch(a.cfg, a.js, a.hubwatch.Conn, syncMeta, a.log)
+	a.sup.add(component{name: "hub watcher", run: a.hub.run})
+	return nil
+}
+
+// startDurableGuard answers clients' requests on the processor's durable
+// (and a hub's aggregate consumer): they are orderstore's alone.
+func (a *Appliance) startDurableGuard(context.Context) (err error) {
+	s, d, ok := a.cfg.protectedConsumers()
+	if !ok {
+		return nil
+	}
+	if a.dguard, err = startDurableGuard(a.internal.Conn, s, d, a.log.With("component", "durable-guard")); err != nil {
+		return err
+	}
+	g := a.dguard
+	a.sup.add(component{name: "durable guard", stop: func(context.Context) error { g.Close(); return nil }})
+	return nil
+}
+
+// startIngest runs the ingest service, with a connection of its own: it
+// takes every producer's publish in every mode. Its stop answers every
+// publish it took (at most 10 s; what is left gets a 503 "may or may not
+// be stored").
+func (a *Appliance) startIngest(context.Context) (err error) {
+	if a.ingest, _, err = a.connect("orderstore-ingest", internalInboxPrefix); err != nil {
+		return err
+	}
+	if a.ing, err = startIngest(a.ingest.Conn, a.ingestConfig(), a.log.With("component", "ingest")); err != nil {
+		return err
+	}
+	a.ingLive.Store(a.ing)
+	in := a.ing
+	a.sup.add(component{name: "ingest", stop: func(ctx context.Context) error {
+		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		in.Close(ictx)
+		return nil
+	}})
+	if a.commit != nil {
+		a.log.Info("group commit: producers are acked once a sync made their events durable",
+			"sync", "fdatasync of the stream's last blocks; "+a.commit.how+" for the rest")
+	}
+	return nil
 }
 
 // ClientURL returns the URL NATS clients connect to, with the real port
@@ -783,15 +772,15 @@ func (a *Appliance) Handler() http.Handler { return a.adm }
 
 // Done is closed when the appliance stopped running: a part failed (see
 // [Appliance.Wait]) or Close stopped it.
-func (a *Appliance) Done() <-chan struct{} { return a.done }
+func (a *Appliance) Done() <-chan struct{} { return a.sup.done }
 
 // Wait blocks until the appliance stops. It returns the error of the part
 // that failed (nats stopped, the processor's consumer vanished, the admin
 // listener failed), or nil after Close. After a failure, call Close to
 // stop the rest and release the store.
 func (a *Appliance) Wait() error {
-	<-a.done
-	return a.runErr
+	<-a.sup.done
+	return a.sup.Err()
 }
 
 // Ready reports whether the appliance is ready: JetStream answers, its
@@ -867,96 +856,42 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 	return n, err
 }
 
-// Close stops the appliance and waits. In order (stop runs exactly these):
-//  1. the admin listener stops taking requests and finishes those in
-//     flight;
-//  2. the ingest service stops taking publishes and answers those it took
-//     (at most 10 s; what is left gets a 503 "may or may not be stored");
-//  3. the processor stops fetching, finishes and acks the events it holds
-//     (canceling it also ends the run group's other actors: the store
-//     guard's and the hub watcher's loops);
-//  4. orderstore's connections drain, one after the other: the hub
-//     watcher's, the ingest service's, the processor's, the internal one;
-//  5. the store guard stops (no restart of nats from here on);
-//  6. nats-server shuts down (Shutdown + WaitForShutdown: every stream
+// Close stops the appliance and waits. It stops the components [Start]
+// started, last started first, each completely (its stop step, then its
+// goroutines) before the next:
+//
+//  1. the admin listener's intake: it stops taking requests and finishes
+//     those in flight;
+//  2. the ingest service: it stops taking publishes and answers those it
+//     took (at most 10 s; what is left gets a 503 "may or may not be
+//     stored"), then its connection drains;
+//  3. the durable guard;
+//  4. a hub's source watcher, then its connection drains;
+//  5. the processor: it stops fetching, finishes and acks the events it
+//     holds;
+//  6. the store guard: no restart of nats from here on (one under way is
+//     waited for);
+//  7. the processor's connection drains, then the internal one;
+//  8. nats-server shuts down (Shutdown + WaitForShutdown: every stream
 //     flushed and closed);
-//  7. group commit's committer stops;
-//  8. the run group's last actors are waited for;
-//  9. after a clean stop the store is marked stopped (the next start
+//  9. group commit's syncs stop;
+//  10. the admin listener closes;
+//  11. after a clean stop the store is marked stopped (the next start
 //     skips the crash checks), and the store lock is released.
 //
-// ctx bounds steps 1 to 4 and 8: when it ends, what is left in flight is
+// ctx bounds each step's wait: when it ends, what is left in flight is
 // cut off (unacked events are redelivered on the next start) and the
-// error says which step it cut. Step 6 is always waited for, because
-// releasing the lock while nats still writes would let a second process
-// corrupt the store. Close is idempotent and safe to call concurrently:
-// every call waits for the first and returns its result.
+// error says which step it cut. nats' shutdown is always waited for,
+// because releasing the lock while nats still writes would let a second
+// process corrupt the store. Close is idempotent and safe to call
+// concurrently: every call waits for the first and returns its result.
 func (a *Appliance) Close(ctx context.Context) error {
 	a.closeOnce.Do(func() {
-		a.closeErr = a.stop(ctx)
+		a.closeErr = a.sup.stop(ctx)
 		close(a.closeDone)
 	})
 	<-a.closeDone
 	return a.closeErr
-}
-
-// stop runs Close's steps for whatever has been started.
-func (a *Appliance) stop(ctx context.Context) error {
-	close(a.closing)
-	var errs []error
-	if a.hs != nil {
-		if err := a.hs.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("admin listener %s: shutdown: %w", a.cfg.Admin.Listen, err))
-			a.hs.Close()
-		}
-	}
-	if a.ing != nil {
-		// Answer every publish taken before the processor and the
-		// connections stop.
-		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		a.ing.Close(ictx)
-		cancel()
-	}
-	if a.groupStarted {
-		if a.procCancel != nil {
-			a.procCancel()
-		}
-		select {
-		case <-a.procDone:
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("processor: not drained: %w", ctx.Err()))
-		}
-	}
-	for _, c := range []struct {
-		nc     *nats.Conn
-		closed chan struct{}
-	}{{a.wnc, a.wncClosed}, {a.inc, a.incClosed}, {a.pnc, a.pncClosed}, {a.nc, a.ncClosed}} {
-		if c.nc != nil {
-			if err := drain(ctx, c.nc, c.closed); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	a.guard.stop() // no restart from here on
-	if srv := a.server(); srv != nil {
-		errs = append(errs, srv.Close())
-	}
-	if a.commit != nil {
-		a.commit.Close()
-	}
-	if a.groupStarted {
-		select {
-		case <-a.done:
-		case <-ctx.Done():
-		}
-	}
-	if a.lock != nil {
-		if !a.startFailed && errors.Join(errs...) == nil {
-			errs = append(errs, a.markStopped()) // a clean stop: nats flushed every store
-		}
-		errs = append(errs, a.lock.Release())
-	}
-	return errors.Join(errs...)
 }
 
 // drain drains nc and waits for it to close, at most 10s or until ctx

@@ -207,8 +207,8 @@ func TestWaitReportsAFailedPart(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), cfg.Processor.Durable) {
 		t.Fatalf("Wait = %v, want the processor's error naming its consumer", err)
 	}
-	if err := app.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), "consumer") {
-		t.Errorf("Ready after the consumer vanished = %v, want not ready naming the consumer", err)
+	if err := app.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), "consumer") || !strings.Contains(err.Error(), "components: processor: ") {
+		t.Errorf("Ready after the consumer vanished = %v, want not ready naming the consumer and the failed component", err)
 	}
 	if err := app.Close(context.Background()); err != nil {
 		t.Errorf("Close after a failure: %v", err)

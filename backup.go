@@ -106,7 +106,7 @@ func (a *Appliance) Backup(ctx context.Context, dir string, progress func(Backup
 		names = append(names, spec.Aggregate.Name)
 	}
 	for _, name := range names {
-		bs, err := snapshotStream(ctx, a.nc, a.js, name, filepath.Join(dir, name), progress)
+		bs, err := snapshotStream(ctx, a.internal.Conn, a.js, name, filepath.Join(dir, name), progress)
 		if err != nil {
 			return nil, fmt.Errorf("backup %q: %w", name, err)
 		}

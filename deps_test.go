@@ -26,7 +26,7 @@ func TestEmbeddedTestDependsOnNATSOnly(t *testing.T) {
 		case p == mod+"/embedded", p == mod+"/embedded/embeddedtest":
 		case strings.HasPrefix(p, mod):
 			t.Errorf("embeddedtest depends on %s", p)
-		case strings.Contains(p, "BurntSushi/toml"), strings.Contains(p, "prometheus"), strings.Contains(p, "oklog"):
+		case strings.Contains(p, "BurntSushi/toml"), strings.Contains(p, "prometheus"):
 			t.Errorf("embeddedtest depends on %s", p)
 		}
 	}
@@ -45,7 +45,7 @@ func TestCommandImportsOnlyTheLibrary(t *testing.T) {
 		case p == mod, p == mod+"/internal/config", p == mod+"/internal/sdnotify", p == mod+"/internal/durable":
 		case strings.HasPrefix(p, mod):
 			t.Errorf("cmd/orderstore imports %s directly", p)
-		case strings.HasPrefix(p, "github.com/nats-io/"), strings.Contains(p, "oklog"):
+		case strings.HasPrefix(p, "github.com/nats-io/"):
 			t.Errorf("cmd/orderstore imports %s: wiring belongs in the root package", p)
 		}
 	}

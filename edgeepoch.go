@@ -149,7 +149,7 @@ func (w *hubWatch) checkEpochs(ctx context.Context, edge string, epochs []epochS
 			continue
 		}
 		if err := w.repair(ctx, edge, epochs, ep); err != nil {
-			w.a.log.Warn("hub: check an edge's epoch", "edge", edge, "epoch", ep.epoch, "first_seq", ep.first, "err", err)
+			w.log.Warn("hub: check an edge's epoch", "edge", edge, "epoch", ep.epoch, "first_seq", ep.first, "err", err)
 			return // again on the next round
 		}
 		w.mu.Lock()
@@ -207,11 +207,10 @@ func (w *hubWatch) firstCopyFrom(ctx context.Context, st jetstream.Stream, edge 
 // the edge), moves them to the dead-letter stream, removes every copy
 // from the first lost one on, and sources the edge again from there.
 func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart, ep epochStart) error {
-	a := w.a
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	agg := *a.cfg.DeclareSpec().Aggregate
-	st, err := a.js.Stream(rctx, agg.Name)
+	agg := *w.cfg.DeclareSpec().Aggregate
+	st, err := w.js.Stream(rctx, agg.Name)
 	if err != nil {
 		return err
 	}
@@ -243,19 +242,19 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 	// Stop sourcing from edge while the copies are moved.
 	without := agg
 	without.Sources = slices.DeleteFunc(slices.Clone(agg.Sources), func(ss *jetstream.StreamSource) bool { return ss.Domain == edge })
-	if _, err := a.js.UpdateStream(rctx, without); err != nil {
+	if _, err := w.js.UpdateStream(rctx, without); err != nil {
 		return fmt.Errorf("stop sourcing: %w", err)
 	}
 	defer func() {
-		if _, err := a.js.UpdateStream(context.Background(), agg); err != nil {
-			a.log.Error("hub: source the edge again after a repair (the watcher retries)", "edge", edge, "err", err)
+		if _, err := w.js.UpdateStream(context.Background(), agg); err != nil {
+			w.log.Error("hub: source the edge again after a repair (the watcher retries)", "edge", edge, "err", err)
 		}
-		a.syncMetadata(context.Background())
+		w.syncMeta(context.Background())
 	}()
 	// Every copy from the first lost one on: the lost ones to the
 	// dead-letter stream, all of them out of the aggregate.
 	var orders []string
-	dlq := deadLetterSubjectPrefix(a.cfg.Processor.DeadLetterStream)
+	dlq := deadLetterSubjectPrefix(w.cfg.Processor.DeadLetterStream)
 	removed, moved := 0, 0
 	var firstLost, lastLost uint64
 	runs := map[string]bool{} // the epochs that lost copies: one per crash
@@ -283,7 +282,7 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 			h.Set("Orderstore-Original-Sequence", strconv.FormatUint(m.Sequence, 10))
 			h.Set("Orderstore-Error", fmt.Sprintf("lost at edge %s: its sequence %d was given to another event after a crash (epoch %s began at %d); it was never acknowledged there", edge, sseq, ep.epoch, ep.first))
 			h.Set("Orderstore-Dead-Lettered-At", time.Now().UTC().Format(time.RFC3339Nano))
-			if _, err := a.js.PublishMsg(rctx, &nats.Msg{Subject: dlq + "." + m.Subject, Header: h, Data: m.Data}); err != nil {
+			if _, err := w.js.PublishMsg(rctx, &nats.Msg{Subject: dlq + "." + m.Subject, Header: h, Data: m.Data}); err != nil {
 				return fmt.Errorf("move a lost event to the dead-letter stream: %w", err)
 			}
 			var ev struct {
@@ -313,9 +312,9 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 	s.LostEvents += n
 	s.Regressions += uint64(max(len(runs), 1))
 	s.LastRegression = fmt.Sprintf("%s: %d events copied from %s (its sequences %d-%d) were lost there in %d crash(es); moved to %s, %d copies sourced again",
-		time.Now().UTC().Format(time.RFC3339), n, edge, firstLost, lastLost, max(len(runs), 1), a.cfg.Processor.DeadLetterStream, removed)
+		time.Now().UTC().Format(time.RFC3339), n, edge, firstLost, lastLost, max(len(runs), 1), w.cfg.Processor.DeadLetterStream, removed)
 	w.mu.Unlock()
-	a.log.Error("hub: an edge lost events the hub had copied (a crash before they were durable there): they were never acknowledged; moved to the dead-letter stream",
+	w.log.Error("hub: an edge lost events the hub had copied (a crash before they were durable there): they were never acknowledged; moved to the dead-letter stream",
 		"edge", edge, "lost", n, "edge_seqs", fmt.Sprintf("%d-%d", firstLost, lastLost), "removed_copies", removed,
 		"orders", strings.Join(orders, ","), "hint", "the hub's projection of these orders still reflects the lost events until it is rebuilt")
 	return nil

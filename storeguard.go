@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -33,7 +34,9 @@ import (
 //     reconnect, publishing resumes. Nothing acknowledged is lost: an ack
 //     was only sent for what was stored.
 type storeGuard struct {
-	a *Appliance
+	cfg  storeGuardConfig
+	log  *slog.Logger
+	nats *natsServer // the server it restarts
 
 	mu    sync.Mutex
 	werr  string    // the write error; "" while the store writes
@@ -50,8 +53,20 @@ type storeGuard struct {
 	lastStart  time.Time // of the last restart, for the backoff
 }
 
-func newStoreGuard(a *Appliance) *storeGuard {
-	return &storeGuard{a: a, wake: make(chan struct{}, 1), stopped: make(chan struct{}), ownFailed: make(chan struct{})}
+// storeGuardConfig is what the store guard needs of the appliance.
+type storeGuardConfig struct {
+	StoreDir string
+	Stream   string   // whose write errors stop its publishers' answers
+	Subjects []string // the stream's subjects: refused while it cannot write
+	Headroom int64    // free disk the store needs before nats restarts
+	// Conn is where the refusals subscribe (set before the guard runs).
+	Conn *nats.Conn
+	// FailPending answers what the stream took and will never answer.
+	FailPending func(why string)
+}
+
+func newStoreGuard(cfg storeGuardConfig, srv *natsServer, log *slog.Logger) *storeGuard {
+	return &storeGuard{cfg: cfg, nats: srv, log: log, wake: make(chan struct{}, 1), stopped: make(chan struct{}), ownFailed: make(chan struct{})}
 }
 
 // onNATSError sees every error line of nats-server.
@@ -63,7 +78,7 @@ func (g *storeGuard) onNATSError(msg string) {
 	if g.werr == "" {
 		g.werr, g.since = msg, time.Now()
 	}
-	if strings.Contains(msg, "> "+g.a.cfg.Stream.Name+"'") {
+	if strings.Contains(msg, "> "+g.cfg.Stream+"'") {
 		g.ownOnce.Do(func() { close(g.ownFailed) })
 	}
 	g.mu.Unlock()
@@ -112,10 +127,9 @@ func (g *storeGuard) run(ctx context.Context) error {
 // recover refuses publishes while the store cannot write, waits for room,
 // and restarts nats.
 func (g *storeGuard) recover(ctx context.Context) error {
-	a := g.a
 	werr, _ := g.state()
-	a.log.Error("the store cannot write: publishers are refused until it can, then nats restarts", "err", werr,
-		"hint", "free disk space under "+a.report.StoreDir)
+	g.log.Error("the store cannot write: publishers are refused until it can, then nats restarts", "err", werr,
+		"hint", "free disk space under "+g.cfg.StoreDir)
 	// Publishers of the stream get an answer from us while it sends none.
 	var subs []*nats.Subscription
 	defer func() {
@@ -126,14 +140,14 @@ func (g *storeGuard) recover(ctx context.Context) error {
 	refuse := func() {
 		reply, _ := json.Marshal(map[string]any{"error": map[string]any{"code": 503, "err_code": 10077,
 			"description": "orderstore: the store cannot write (disk full?); retry later"}})
-		for _, subj := range a.cfg.Stream.Subjects {
-			sub, err := a.nc.Subscribe(subj, func(m *nats.Msg) {
+		for _, subj := range g.cfg.Subjects {
+			sub, err := g.cfg.Conn.Subscribe(subj, func(m *nats.Msg) {
 				if m.Reply != "" {
 					_ = m.Respond(reply)
 				}
 			})
 			if err != nil {
-				a.log.Warn("cannot refuse publishes while the store cannot write", "subject", subj, "err", err)
+				g.log.Warn("cannot refuse publishes while the store cannot write", "subject", subj, "err", err)
 				continue
 			}
 			subs = append(subs, sub)
@@ -144,15 +158,15 @@ func (g *storeGuard) recover(ctx context.Context) error {
 	// server: a flush), so that a publish made after failPending is
 	// answered by it rather than dropped by the stream unanswered.
 	failPending := func() {
-		if a.ing != nil {
-			a.ing.failPending("the store cannot write (disk full?)")
+		if g.cfg.FailPending != nil {
+			g.cfg.FailPending("the store cannot write (disk full?)")
 		}
 	}
 	ownFailed := g.ownFailed
 	select {
 	case <-ownFailed:
 		refuse()
-		_ = a.nc.Flush()
+		_ = g.cfg.Conn.Flush()
 		ownFailed = nil
 	default:
 	}
@@ -160,8 +174,8 @@ func (g *storeGuard) recover(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		free, err := bootstrap.FreeBytes(a.report.StoreDir)
-		if err == nil && free > uint64(max(a.cfg.JetStream.DiskHeadroom, 1<<20)) {
+		free, err := bootstrap.FreeBytes(g.cfg.StoreDir)
+		if err == nil && free > uint64(max(g.cfg.Headroom, 1<<20)) {
 			break
 		}
 		select {
@@ -171,7 +185,7 @@ func (g *storeGuard) recover(ctx context.Context) error {
 			return nil
 		case <-ownFailed:
 			refuse()
-			_ = a.nc.Flush()
+			_ = g.cfg.Conn.Flush()
 			ownFailed = nil
 			failPending() // those published before the refusal was up
 		case <-t.C:
@@ -197,7 +211,6 @@ func (g *storeGuard) restart(ctx context.Context) error {
 		return nil
 	default:
 	}
-	a := g.a
 	// Back off between restarts: a store that still cannot write must not
 	// make nats restart in a loop (each restart drops every client).
 	if wait := time.Until(g.lastStart.Add(g.backoff())); wait > 0 {
@@ -212,8 +225,8 @@ func (g *storeGuard) restart(ctx context.Context) error {
 	g.restarting.Store(true)
 	defer g.restarting.Store(false)
 	g.lastStart = time.Now()
-	old := a.server()
-	ec := a.ec
+	old := g.nats.current()
+	ec := g.nats.cfg
 	if ec.Port == -1 {
 		if u, err := url.Parse(old.ClientURL()); err == nil {
 			ec.Port, _ = strconv.Atoi(u.Port())
@@ -235,11 +248,11 @@ func (g *storeGuard) restart(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restart nats after a write error: %w", err)
 	}
-	a.setServer(srv)
+	g.nats.set(srv)
 	n := g.restarts.Add(1)
-	a.log.Info("store writable again: nats restarted", "took", time.Since(t0).Round(time.Millisecond).String(), "restarts", n)
+	g.log.Info("store writable again: nats restarted", "took", time.Since(t0).Round(time.Millisecond).String(), "restarts", n)
 	for _, p := range srv.StartupProblems() {
-		a.log.Warn("store recovery", "note", "nats: "+p)
+		g.log.Warn("store recovery", "note", "nats: "+p)
 	}
 	return nil
 }
@@ -255,8 +268,9 @@ func (g *storeGuard) backoff() time.Duration {
 }
 
 // stop ends restarts and waits for one under way.
-func (g *storeGuard) stop() {
+func (g *storeGuard) stop(context.Context) error {
 	g.stopOnce.Do(func() { close(g.stopped) })
 	g.restartMu.Lock()
 	g.restartMu.Unlock()
+	return nil
 }

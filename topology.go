@@ -3,6 +3,7 @@ package orderstore
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/admin"
@@ -36,7 +38,14 @@ const (
 )
 
 type hubWatch struct {
-	a       *Appliance
+	cfg   Config
+	js    jetstream.JetStream // the hub's own streams
+	edges *nats.Conn          // the edges' streams, over the leaf links (an inbox of its own)
+	log   *slog.Logger
+	// syncMeta makes the metadata nats rewrites (the aggregate's
+	// meta.inf) durable.
+	syncMeta func(context.Context) error
+
 	mu      sync.Mutex
 	st      map[string]*sourceState
 	checked map[string]map[string]bool // per edge, the epochs whose boundary was checked
@@ -47,9 +56,9 @@ type sourceState struct {
 	lastKick time.Time
 }
 
-func newHubWatch(a *Appliance) *hubWatch {
-	w := &hubWatch{a: a, st: map[string]*sourceState{}, checked: map[string]map[string]bool{}}
-	for _, e := range a.cfg.Hub.Edges {
+func newHubWatch(cfg Config, js jetstream.JetStream, edges *nats.Conn, syncMeta func(context.Context) error, log *slog.Logger) *hubWatch {
+	w := &hubWatch{cfg: cfg, js: js, edges: edges, syncMeta: syncMeta, log: log, st: map[string]*sourceState{}, checked: map[string]map[string]bool{}}
+	for _, e := range cfg.Hub.Edges {
 		w.st[e] = &sourceState{SourceStatus: admin.SourceStatus{Edge: e}}
 	}
 	return w
@@ -69,21 +78,20 @@ func (w *hubWatch) run(ctx context.Context) error {
 }
 
 func (w *hubWatch) check(ctx context.Context) {
-	a := w.a
-	agg := a.cfg.DeclareSpec().Aggregate
+	agg := w.cfg.DeclareSpec().Aggregate
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	st, err := a.js.Stream(cctx, agg.Name)
+	st, err := w.js.Stream(cctx, agg.Name)
 	if err != nil {
 		return
 	}
 	info := st.CachedInfo()
 	if len(info.Config.Sources) < len(agg.Sources) {
 		// A kick that removed a source and could not add it back.
-		if _, err := a.js.UpdateStream(cctx, *agg); err != nil {
-			a.log.Warn("hub: restore the aggregate stream's sources", "stream", agg.Name, "err", err)
-		} else if err := a.syncMetadata(cctx); err != nil {
-			a.log.Warn("hub: sync the aggregate stream's metadata", "stream", agg.Name, "err", err)
+		if _, err := w.js.UpdateStream(cctx, *agg); err != nil {
+			w.log.Warn("hub: restore the aggregate stream's sources", "stream", agg.Name, "err", err)
+		} else if err := w.syncMeta(cctx); err != nil {
+			w.log.Warn("hub: sync the aggregate stream's metadata", "stream", agg.Name, "err", err)
 		}
 	}
 	nats := map[string]*jetstream.StreamSourceInfo{}
@@ -92,12 +100,12 @@ func (w *hubWatch) check(ctx context.Context) {
 			nats[si.External.APIPrefix] = si
 		}
 	}
-	for _, edge := range a.cfg.Hub.Edges {
+	for _, edge := range w.cfg.Hub.Edges {
 		s := admin.SourceStatus{Edge: edge}
 		ectx, ecancel := context.WithTimeout(cctx, time.Second)
 		var epochs []epochStart
-		if ejs, err := jetstream.NewWithDomain(a.wnc, edge); err == nil {
-			if es, err := ejs.Stream(ectx, a.cfg.Stream.Name); err == nil {
+		if ejs, err := jetstream.NewWithDomain(w.edges, edge); err == nil {
+			if es, err := ejs.Stream(ectx, w.cfg.Stream.Name); err == nil {
 				s.Reachable, s.EdgeLastSeq = true, es.CachedInfo().State.LastSeq
 				epochs = parseEpochs(es.CachedInfo().Config.Metadata[epochsKey])
 			} else {
@@ -155,20 +163,19 @@ func (w *hubWatch) update(ctx context.Context, edge string, s admin.SourceStatus
 // kick makes nats create edge's source consumer again: the aggregate
 // without the source, then with it.
 func (w *hubWatch) kick(ctx context.Context, edge string, s admin.SourceStatus) {
-	a := w.a
-	agg := *a.cfg.DeclareSpec().Aggregate
+	agg := *w.cfg.DeclareSpec().Aggregate
 	without := agg
 	without.Sources = slices.DeleteFunc(slices.Clone(agg.Sources), func(ss *jetstream.StreamSource) bool { return ss.Domain == edge })
 	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := a.js.UpdateStream(kctx, without)
+	_, err := w.js.UpdateStream(kctx, without)
 	if err == nil {
-		_, err = a.js.UpdateStream(kctx, agg)
+		_, err = w.js.UpdateStream(kctx, agg)
 	}
 	if err == nil {
-		err = a.syncMetadata(kctx) // nats rewrote the aggregate's meta.inf without fsync
+		err = w.syncMeta(kctx) // nats rewrote the aggregate's meta.inf without fsync
 	}
-	a.log.Info("hub: source restarted", "edge", edge, "behind", s.Behind, "sourced_seq", s.SourcedSeq, "edge_last_seq", s.EdgeLastSeq,
+	w.log.Info("hub: source restarted", "edge", edge, "behind", s.Behind, "sourced_seq", s.SourcedSeq, "edge_last_seq", s.EdgeLastSeq,
 		"stalled_for", time.Since(s.LastAdvance).Round(time.Second).String(), "err", err)
 }
 
@@ -176,7 +183,7 @@ func (w *hubWatch) sources() []admin.SourceStatus {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []admin.SourceStatus
-	for _, e := range w.a.cfg.Hub.Edges {
+	for _, e := range w.cfg.Hub.Edges {
 		out = append(out, w.st[e].SourceStatus)
 	}
 	return out
