@@ -25,11 +25,12 @@ import (
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/internal/bytesize"
 	"github.com/orderstore/orderstore/processor"
+	"github.com/orderstore/orderstore/status"
 )
 
 // ErrNotFound is matched (errors.Is) by the errors of [Appliance.Order],
 // [Appliance.ReplayDeadLetter] and their kin for what does not exist.
-var ErrNotFound = admin.ErrNotFound
+var ErrNotFound = errors.New("orderstore: not found")
 
 // ErrProcessorDisabled is returned by [Appliance.Lag] when
 // Processor.Enabled is false.
@@ -295,7 +296,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 // taking requests and finishes those in flight before anything else
 // stops.
 func (a *Appliance) openAdmin(context.Context) error {
-	b := admin.Backend{JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks, Recovery: a.recovery, Topology: a.topology, Backup: a.backupTar,
+	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks, Recovery: a.recovery, Topology: a.topology, Backup: a.backupTar,
 		Publish: func(ctx context.Context, subject string, h nats.Header, data []byte) (*jetstream.PubAck, error) {
 			return a.publishMsg(ctx, subject, h, data)
 		},
@@ -419,8 +420,8 @@ func (a *Appliance) startStoreGuard(context.Context) error {
 }
 
 // guardStats is what the ingest service and the durable guard refused.
-func (a *Appliance) guardStats() *admin.GuardStats {
-	g := &admin.GuardStats{}
+func (a *Appliance) guardStats() *status.GuardStats {
+	g := &status.GuardStats{}
 	if in := a.ing; in != nil {
 		g.OverBudget, g.Unanswered, g.ForgedAnswers, g.ElectionRetries = in.refused.Load(), in.unanswer.Load(), in.forged.Load(), in.elections.Load()
 		g.Overloaded, g.ReplyCollisions, g.IngestPauses = in.shed.Load(), in.collided.Load(), in.pauses.Load()
@@ -497,8 +498,8 @@ func (a *Appliance) connect(name, inbox string) (conn, jetstream.JetStream, erro
 
 // checks are the readiness checks of what admin cannot see: both internal
 // connections are up, and the processor's ack floor moves.
-func (a *Appliance) checks(ctx context.Context) []admin.Check {
-	conns := admin.Check{Name: "connections", OK: true}
+func (a *Appliance) checks(ctx context.Context) []status.Check {
+	conns := status.Check{Name: "connections", OK: true}
 	for _, c := range []struct {
 		name string
 		nc   *nats.Conn
@@ -508,14 +509,14 @@ func (a *Appliance) checks(ctx context.Context) []admin.Check {
 			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the %s's internal connection is %s", c.name, c.nc.Status())
 		}
 	}
-	out := []admin.Check{conns, a.guard.check()}
+	out := []status.Check{conns, a.guard.check()}
 	if err := a.sup.Err(); err != nil {
 		// A part that stopped takes readiness with it.
-		out = append(out, admin.Check{Name: "components", Reason: err.Error() +
+		out = append(out, status.Check{Name: "components", Reason: err.Error() +
 			": the appliance stopped working; close it and start it again (orderstore run exits non-zero, so that systemd restarts it)"})
 	}
 	if a.commit != nil {
-		c := admin.Check{Name: "durability", OK: true}
+		c := status.Check{Name: "durability", OK: true}
 		if err := a.commit.Err(); err != nil {
 			c.OK, c.Reason = false, err.Error()+"; restart orderstore (it exits non-zero so that systemd does)"
 		}
@@ -526,7 +527,7 @@ func (a *Appliance) checks(ctx context.Context) []admin.Check {
 	}
 	if a.proc != nil {
 		pr := a.proc.Progress()
-		c := admin.Check{Name: "progress", OK: true}
+		c := status.Check{Name: "progress", OK: true}
 		if !pr.StuckSince.IsZero() && time.Since(pr.StuckSince) > a.stallAfter {
 			c.OK = false
 			c.Reason = fmt.Sprintf("the ack floor has been stuck at %d for %s with %d events outstanding, longer than an event can take (max_deliver × (ack_wait + longest backoff) = %s): an event cannot be settled; see the log and `orderstore dlq list`",
@@ -802,7 +803,7 @@ func (a *Appliance) Ready(ctx context.Context) error {
 }
 
 // Stats returns the processor's counters (zero when it is disabled).
-func (a *Appliance) Stats() processor.Stats {
+func (a *Appliance) Stats() Stats {
 	if a.proc == nil {
 		return processor.Stats{}
 	}
@@ -810,7 +811,7 @@ func (a *Appliance) Stats() processor.Stats {
 }
 
 // Lag returns how far the processor's consumer is behind the stream.
-func (a *Appliance) Lag(ctx context.Context) (processor.LagInfo, error) {
+func (a *Appliance) Lag(ctx context.Context) (Lag, error) {
 	if a.proc == nil {
 		return processor.LagInfo{}, ErrProcessorDisabled
 	}
@@ -819,7 +820,7 @@ func (a *Appliance) Lag(ctx context.Context) (processor.LagInfo, error) {
 
 // Order returns an order's projected state; an unknown or invalid id
 // matches [ErrNotFound].
-func (a *Appliance) Order(ctx context.Context, id string) (processor.Order, error) {
+func (a *Appliance) Order(ctx context.Context, id string) (Order, error) {
 	if !processor.ValidOrderID(id) {
 		return processor.Order{}, fmt.Errorf("order %q: %w", id, ErrNotFound)
 	}
@@ -832,13 +833,13 @@ func (a *Appliance) Order(ctx context.Context, id string) (processor.Order, erro
 
 // DeadLetters returns up to limit dead letters from sequence from on, and
 // the sequence to continue from (0 at the end).
-func (a *Appliance) DeadLetters(ctx context.Context, from uint64, limit int) ([]processor.DeadLetter, uint64, error) {
+func (a *Appliance) DeadLetters(ctx context.Context, from uint64, limit int) ([]DeadLetter, uint64, error) {
 	return processor.ListDeadLetters(ctx, a.js, a.cfg.Processor.DeadLetterStream, from, limit)
 }
 
 // LatestDeadLetters returns up to n of the most recent dead letters,
 // oldest first.
-func (a *Appliance) LatestDeadLetters(ctx context.Context, n int) ([]processor.DeadLetter, error) {
+func (a *Appliance) LatestDeadLetters(ctx context.Context, n int) ([]DeadLetter, error) {
 	return processor.LatestDeadLetters(ctx, a.js, a.cfg.Processor.DeadLetterStream, n)
 }
 
@@ -921,7 +922,7 @@ func drain(ctx context.Context, nc *nats.Conn, closed <-chan struct{}) error {
 	}
 }
 
-func buildOrUnknown(b BuildInfo) BuildInfo {
+func buildOrUnknown(b status.BuildInfo) status.BuildInfo {
 	for _, f := range []*string{&b.Version, &b.Commit, &b.Date, &b.GoVersion} {
 		if *f == "" {
 			*f = "unknown"

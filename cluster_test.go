@@ -17,6 +17,7 @@ import (
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/orderstoretest"
+	"github.com/orderstore/orderstore/status"
 )
 
 // clusterConfigs are three nodes' configurations of one R3 cluster on
@@ -157,7 +158,7 @@ func TestClusterNodeAwayAndDuplicateName(t *testing.T) {
 		}
 	}
 	embeddedtest.WaitFor(t, 30*time.Second, func() error {
-		var st orderstore.Status
+		var st status.Status
 		getStatus(t, apps[0], &st)
 		c := st.Topology.Cluster
 		if c.RoutesUp != 1 || len(c.Routes) != 3 || !c.Quorum || c.MetaLeader == "" {

@@ -12,9 +12,9 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/orderstore/orderstore/admin"
 	"github.com/orderstore/orderstore/internal/bytesize"
 	"github.com/orderstore/orderstore/processor"
+	"github.com/orderstore/orderstore/status"
 )
 
 // Config is the whole appliance, in plain Go. Its tables mirror the TOML
@@ -39,11 +39,8 @@ type Config struct {
 
 	// Build is the version reported by /metrics, /v1/status and the
 	// dashboard. Zero fields read "unknown".
-	Build BuildInfo
+	Build status.BuildInfo
 }
-
-// BuildInfo identifies the running build.
-type BuildInfo = admin.BuildInfo
 
 // ServerConfig is the NATS client listener ([server]).
 type ServerConfig struct {

@@ -35,14 +35,15 @@ func TestEmbeddedTestDependsOnNATSOnly(t *testing.T) {
 // cmd/orderstore is the CLI only: it reaches the appliance through the
 // root package and the file through internal/config, never the parts
 // (internal/sdnotify and internal/durable are helpers of its own: systemd's
-// notifications, a restored backup written durably).
+// notifications, a restored backup written durably; status is the JSON it
+// decodes).
 func TestCommandImportsOnlyTheLibrary(t *testing.T) {
 	imports := strings.Fields(goList(t, "-f", "{{join .Imports \" \"}}", "./cmd/orderstore")[0])
 	has := map[string]bool{}
 	for _, p := range imports {
 		has[p] = true
 		switch {
-		case p == mod, p == mod+"/internal/config", p == mod+"/internal/sdnotify", p == mod+"/internal/durable":
+		case p == mod, p == mod+"/internal/config", p == mod+"/internal/sdnotify", p == mod+"/internal/durable", p == mod+"/status":
 		case strings.HasPrefix(p, mod):
 			t.Errorf("cmd/orderstore imports %s directly", p)
 		case strings.HasPrefix(p, "github.com/nats-io/"):
@@ -73,6 +74,42 @@ func TestExamplesAndBenchmarksUsePublicPackages(t *testing.T) {
 			// (root, FUSE, a browser): test infrastructure, not a part.
 			if strings.HasPrefix(p, mod+"/internal/") && p != mod+"/internal/testenv" {
 				t.Errorf("%s (its examples, benchmarks or external tests) imports %s", pkg, p)
+			}
+		}
+	}
+}
+
+// The layering, from the bottom up: each package imports orderstore's
+// packages of the layers below it only, never one above (nor the root
+// package, except the CLI, the config mapping, the test kits and the
+// benchmarks, which sit on top). A new package needs a line here.
+func TestLayering(t *testing.T) {
+	layer := map[string]int{
+		// leaves: nats, the stdlib, or nothing of orderstore's
+		"embedded": 0, "processor": 0, "internal/bytesize": 0, "internal/durable": 0, "internal/sdnotify": 0,
+		"internal/powerfs": 0, "internal/powerloss": 0, "internal/testenv": 0,
+		// the parts the root package wires
+		"embedded/embeddedtest": 1, "bootstrap": 1, "status": 1,
+		"admin": 2,
+		"":      3, // the root package: the API and the start/stop sequence
+		// on top of the library
+		"internal/config": 4, "orderstoretest": 4, "cmd/orderstore": 5,
+		"bench/groupcommit": 5, "bench/overload": 5, "bench/processor": 5, "bench/scaleout": 5,
+	}
+	name := func(p string) string { return strings.TrimPrefix(strings.TrimPrefix(p, mod), "/") }
+	for _, l := range goList(t, "-f", "{{.ImportPath}}|{{join .Imports \" \"}}", "./...") {
+		pkg, imports, _ := strings.Cut(l, "|")
+		lp, ok := layer[name(pkg)]
+		if !ok {
+			t.Errorf("package %s has no layer in TestLayering: say where it sits", pkg)
+			continue
+		}
+		for _, p := range strings.Fields(imports) {
+			if p != mod && !strings.HasPrefix(p, mod+"/") {
+				continue
+			}
+			if li, ok := layer[name(p)]; !ok || li >= lp {
+				t.Errorf("%s (layer %d) imports %s (layer %d): a package reaches only down", pkg, lp, p, li)
 			}
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/orderstore/orderstore/admin"
+	"github.com/orderstore/orderstore/status"
 
 	"github.com/orderstore/orderstore/internal/durable"
 )
@@ -374,14 +374,14 @@ func (h *histogram) quantile(q float64) float64 {
 }
 
 // ingestStats are the committer's figures for the admin listener.
-func (c *committer) ingestStats() *admin.IngestStats {
+func (c *committer) ingestStats() *status.IngestStats {
 	s := &c.stats
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := func(x *histogram) admin.Histogram {
-		return admin.Histogram{Count: x.n, Sum: x.sum, Buckets: x.cumulative()}
+	h := func(x *histogram) status.Histogram {
+		return status.Histogram{Count: x.n, Sum: x.sum, Buckets: x.cumulative()}
 	}
-	return &admin.IngestStats{Sync: c.how, Syncs: s.syncs, SyncErrors: s.errors, Acked: s.acked, Waiting: s.waiting.Load(),
+	return &status.IngestStats{Sync: c.how, Syncs: s.syncs, SyncErrors: s.errors, Acked: s.acked, Waiting: s.waiting.Load(),
 		SyncP50Seconds: s.syncHist.quantile(0.5), SyncP99Seconds: s.syncHist.quantile(0.99),
 		SyncSeconds: h(&s.syncHist), BatchEvents: h(&s.batchHist)}
 }

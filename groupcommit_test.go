@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
-	"github.com/orderstore/orderstore/admin"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/orderstoretest"
+	"github.com/orderstore/orderstore/status"
 )
 
 // With the default durability (group commit), a producer on TCP gets the
@@ -103,7 +103,7 @@ func TestGroupCommitAcksLikeTheStream(t *testing.T) {
 		t.Fatalf("projection of a-2999: %+v, %v", o, err)
 	}
 
-	var status admin.Status
+	var status status.Status
 	adminJSON(t, app, "/v1/status", &status)
 	if status.Durability["mode"] != "group-commit" || !strings.Contains(status.Durability["description"], "survives power loss") {
 		t.Errorf("status durability %v", status.Durability)

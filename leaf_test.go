@@ -13,6 +13,7 @@ import (
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/orderstoretest"
+	"github.com/orderstore/orderstore/status"
 )
 
 func hubConfig(t testing.TB, leafPort int, edges ...string) func(*orderstore.Config) {
@@ -118,7 +119,7 @@ func TestEdgesForwardToHub(t *testing.T) {
 	}
 	// Status: the hub's sources in step, the edges' links up.
 	embeddedtest.WaitFor(t, 20*time.Second, func() error {
-		var st orderstore.Status
+		var st status.Status
 		getStatus(t, hub, &st)
 		if st.Topology == nil || len(st.Topology.Sources) != 2 {
 			return fmt.Errorf("hub topology = %+v", st.Topology)

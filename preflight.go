@@ -6,7 +6,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/orderstore/orderstore/admin"
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/processor"
 )
@@ -69,11 +68,10 @@ func CheckStored(cfg Config) error {
 // NATSServerVersion is the version of the embedded nats-server.
 const NATSServerVersion = server.VERSION
 
-// The types the appliance reports, from the packages that define them.
+// The processor's types the appliance's methods return, under the names
+// its API uses. The JSON shapes the appliance reports (/v1/status, its
+// topology, build information) are package status's.
 type (
-	// Status is /v1/status: readiness, stream usage against its limits,
-	// consumer lag, processor counters, dead letters, free disk.
-	Status = admin.Status
 	// Order is an order's projected state.
 	Order = processor.Order
 	// DeadLetter is one dead-lettered event.
@@ -82,8 +80,4 @@ type (
 	Stats = processor.Stats
 	// Lag is how far the processor's consumer is behind.
 	Lag = processor.LagInfo
-	// Topology is /v1/status's cluster, leaf links and a hub's sources.
-	Topology = admin.Topology
-	// ReplicaGroup is one replicated stream or consumer in a cluster.
-	ReplicaGroup = admin.ReplicaGroup
 )

@@ -15,6 +15,7 @@ import (
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/orderstoretest"
+	"github.com/orderstore/orderstore/status"
 )
 
 func adminJSON(t *testing.T, app *orderstore.Appliance, path string, out any) int {
@@ -184,7 +185,7 @@ func TestRetentionRemovedUnprocessedIsCounted(t *testing.T) {
 		}
 		return nil
 	})
-	var st orderstore.Status
+	var st status.Status
 	adminJSON(t, app, "/v1/status", &st)
 	if st.Processor == nil || st.Processor.RemovedUnprocessed != 15 {
 		t.Errorf("/v1/status processor = %+v, want removed_unprocessed 15", st.Processor)

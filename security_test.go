@@ -31,6 +31,7 @@ import (
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/orderstoretest"
+	"github.com/orderstore/orderstore/status"
 )
 
 // logBuffer collects an appliance's log lines (every level) for tests that
@@ -378,7 +379,7 @@ func TestRolesAndPrivateReplies(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer "+adminToken)
 		rec := httptest.NewRecorder()
 		app.Handler().ServeHTTP(rec, req)
-		var st orderstore.Status
+		var st status.Status
 		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || st.Guard == nil {
 			t.Fatalf("/v1/status: %d %s", rec.Code, rec.Body)
 		}

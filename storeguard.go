@@ -14,9 +14,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/orderstore/orderstore/admin"
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
+	"github.com/orderstore/orderstore/status"
 )
 
 // storeGuard handles a store that cannot write (a full disk, an I/O
@@ -96,8 +96,8 @@ func (g *storeGuard) state() (string, time.Time) {
 }
 
 // check is the readiness check "store_writes".
-func (g *storeGuard) check() admin.Check {
-	c := admin.Check{Name: "store_writes", OK: true}
+func (g *storeGuard) check() status.Check {
+	c := status.Check{Name: "store_writes", OK: true}
 	if werr, since := g.state(); werr != "" {
 		c.OK = false
 		c.Reason = fmt.Sprintf("the store cannot write since %s (%s): publishes are refused; orderstore restarts nats once free disk is at least jetstream.disk_headroom",

@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orderstore/orderstore/admin"
+	"github.com/orderstore/orderstore/status"
 )
 
 // A hub's sources, watched. nats-server retries a source whose edge was
@@ -52,14 +52,14 @@ type hubWatch struct {
 }
 
 type sourceState struct {
-	admin.SourceStatus
+	status.SourceStatus
 	lastKick time.Time
 }
 
 func newHubWatch(cfg Config, js jetstream.JetStream, edges *nats.Conn, syncMeta func(context.Context) error, log *slog.Logger) *hubWatch {
 	w := &hubWatch{cfg: cfg, js: js, edges: edges, syncMeta: syncMeta, log: log, st: map[string]*sourceState{}, checked: map[string]map[string]bool{}}
 	for _, e := range cfg.Hub.Edges {
-		w.st[e] = &sourceState{SourceStatus: admin.SourceStatus{Edge: e}}
+		w.st[e] = &sourceState{SourceStatus: status.SourceStatus{Edge: e}}
 	}
 	return w
 }
@@ -101,7 +101,7 @@ func (w *hubWatch) check(ctx context.Context) {
 		}
 	}
 	for _, edge := range w.cfg.Hub.Edges {
-		s := admin.SourceStatus{Edge: edge}
+		s := status.SourceStatus{Edge: edge}
 		ectx, ecancel := context.WithTimeout(cctx, time.Second)
 		var epochs []epochStart
 		if ejs, err := jetstream.NewWithDomain(w.edges, edge); err == nil {
@@ -133,7 +133,7 @@ func (w *hubWatch) check(ctx context.Context) {
 }
 
 // update records edge's new state and kicks its source when it is stuck.
-func (w *hubWatch) update(ctx context.Context, edge string, s admin.SourceStatus) {
+func (w *hubWatch) update(ctx context.Context, edge string, s status.SourceStatus) {
 	w.mu.Lock()
 	prev := w.st[edge]
 	now := time.Now()
@@ -162,7 +162,7 @@ func (w *hubWatch) update(ctx context.Context, edge string, s admin.SourceStatus
 
 // kick makes nats create edge's source consumer again: the aggregate
 // without the source, then with it.
-func (w *hubWatch) kick(ctx context.Context, edge string, s admin.SourceStatus) {
+func (w *hubWatch) kick(ctx context.Context, edge string, s status.SourceStatus) {
 	agg := *w.cfg.DeclareSpec().Aggregate
 	without := agg
 	without.Sources = slices.DeleteFunc(slices.Clone(agg.Sources), func(ss *jetstream.StreamSource) bool { return ss.Domain == edge })
@@ -179,10 +179,10 @@ func (w *hubWatch) kick(ctx context.Context, edge string, s admin.SourceStatus) 
 		"stalled_for", time.Since(s.LastAdvance).Round(time.Second).String(), "err", err)
 }
 
-func (w *hubWatch) sources() []admin.SourceStatus {
+func (w *hubWatch) sources() []status.SourceStatus {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []admin.SourceStatus
+	var out []status.SourceStatus
 	for _, e := range w.cfg.Hub.Edges {
 		out = append(out, w.st[e].SourceStatus)
 	}
@@ -201,13 +201,13 @@ func sourceSeq(h string) uint64 {
 }
 
 // topology is /v1/status's topology: nil on a lone node without leaf links.
-func (a *Appliance) topology(ctx context.Context) *admin.Topology {
+func (a *Appliance) topology(ctx context.Context) *status.Topology {
 	cfg := a.cfg
 	if !cfg.Cluster.Enabled() && cfg.LeafNode.Listen == "" && len(cfg.LeafNode.Remotes) == 0 && !cfg.Hub.Enabled() {
 		return nil
 	}
 	ns := a.server().NATSServer()
-	t := &admin.Topology{Node: cfg.Server.Name, Domain: cfg.JetStream.Domain}
+	t := &status.Topology{Node: cfg.Server.Name, Domain: cfg.JetStream.Domain}
 	if cfg.Cluster.Enabled() {
 		t.Cluster = a.clusterStatus(ctx, ns)
 	}
@@ -218,8 +218,8 @@ func (a *Appliance) topology(ctx context.Context) *admin.Topology {
 	return t
 }
 
-func (a *Appliance) clusterStatus(ctx context.Context, ns *server.Server) *admin.ClusterStatus {
-	cs := &admin.ClusterStatus{Name: a.cfg.Cluster.Name, RoutesUp: peersUp(ns)}
+func (a *Appliance) clusterStatus(ctx context.Context, ns *server.Server) *status.ClusterStatus {
+	cs := &status.ClusterStatus{Name: a.cfg.Cluster.Name, RoutesUp: peersUp(ns)}
 	for _, r := range a.cfg.Cluster.Routes {
 		cs.Routes = append(cs.Routes, redactURL(r))
 		if !ownRoute(r, a.cfg.Cluster.Listen) {
@@ -232,13 +232,13 @@ func (a *Appliance) clusterStatus(ctx context.Context, ns *server.Server) *admin
 			cs.Peers = append(cs.Peers, p.Name)
 		}
 	}
-	group := func(name string, ci *jetstream.ClusterInfo) *admin.ReplicaGroup {
+	group := func(name string, ci *jetstream.ClusterInfo) *status.ReplicaGroup {
 		if ci == nil {
 			return nil
 		}
-		g := &admin.ReplicaGroup{Name: name, Leader: ci.Leader}
+		g := &status.ReplicaGroup{Name: name, Leader: ci.Leader}
 		for _, r := range ci.Replicas {
-			g.Replicas = append(g.Replicas, admin.Replica{Name: r.Name, Current: r.Current, Offline: r.Offline, Lag: r.Lag, ActiveSeconds: r.Active.Seconds()})
+			g.Replicas = append(g.Replicas, status.Replica{Name: r.Name, Current: r.Current, Offline: r.Offline, Lag: r.Lag, ActiveSeconds: r.Active.Seconds()})
 		}
 		return g
 	}
@@ -256,18 +256,18 @@ func (a *Appliance) clusterStatus(ctx context.Context, ns *server.Server) *admin
 	return cs
 }
 
-func (a *Appliance) leafStatus(ns *server.Server) []admin.LeafStatus {
-	var out []admin.LeafStatus
+func (a *Appliance) leafStatus(ns *server.Server) []status.LeafStatus {
+	var out []status.LeafStatus
 	lz, err := ns.Leafz(&server.LeafzOptions{})
 	if err == nil {
 		for _, l := range lz.Leafs {
-			out = append(out, admin.LeafStatus{Remote: l.Name, Connected: true, Account: l.Account, RTT: l.RTT})
+			out = append(out, status.LeafStatus{Remote: l.Name, Connected: true, Account: l.Account, RTT: l.RTT})
 		}
 	}
 	// An edge's remotes that are down.
 	if len(a.cfg.LeafNode.Remotes) > 0 && (err != nil || len(lz.Leafs) == 0) {
 		for _, r := range a.cfg.LeafNode.Remotes {
-			out = append(out, admin.LeafStatus{Remote: redactURL(r.URL), Connected: false})
+			out = append(out, status.LeafStatus{Remote: redactURL(r.URL), Connected: false})
 		}
 	}
 	return out
@@ -275,8 +275,8 @@ func (a *Appliance) leafStatus(ns *server.Server) []admin.LeafStatus {
 
 // clusterCheck is /readyz's "cluster" check: the meta group, the stream
 // and the consumer each have a leader.
-func (a *Appliance) clusterCheck(ctx context.Context) admin.Check {
-	c := admin.Check{Name: "cluster", OK: true}
+func (a *Appliance) clusterCheck(ctx context.Context) status.Check {
+	c := status.Check{Name: "cluster", OK: true}
 	cs := a.clusterStatus(ctx, a.server().NATSServer())
 	if !cs.Quorum {
 		c.OK = false

@@ -37,6 +37,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderstore/orderstore/processor"
+
+	"github.com/orderstore/orderstore/status"
 )
 
 // Config is what the admin server knows from the start.
@@ -84,21 +86,12 @@ type Config struct {
 	// JetStream limit, if it has one).
 	MaxStore int64
 
-	Build BuildInfo
+	Build status.BuildInfo
 
 	// Monitoring maps paths such as "/varz" to nats-server's own handlers.
 	Monitoring map[string]http.HandlerFunc
 
 	Logger *slog.Logger
-}
-
-// BuildInfo is exported as orderstore_build_info and in /v1/status.
-type BuildInfo struct {
-	Version    string `json:"version"`
-	Commit     string `json:"commit"`
-	Date       string `json:"date"`
-	GoVersion  string `json:"go_version"`
-	NATSServer string `json:"nats_server_version"`
 }
 
 // Processor is what admin reads from the built-in processor.
@@ -114,40 +107,42 @@ type DeadLetters interface {
 	DeadLetters(ctx context.Context, from uint64, limit int) ([]processor.DeadLetter, uint64, error)
 	// LatestDeadLetters returns up to n of the most recent, newest last.
 	LatestDeadLetters(ctx context.Context, n int) ([]processor.DeadLetter, error)
-	// ReplayDeadLetter republishes one; unknown seq matches ErrNotFound.
+	// ReplayDeadLetter republishes one; an unknown seq matches
+	// Backend.NotFound.
 	ReplayDeadLetter(ctx context.Context, seq uint64) (newSeq uint64, err error)
 }
 
-// Orders reads the projection. An unknown id matches ErrNotFound.
+// Orders reads the projection. An unknown id matches Backend.NotFound.
 type Orders interface {
 	Order(ctx context.Context, id string) (processor.Order, error)
 }
 
-// ErrNotFound is returned by Orders and DeadLetters for what does not exist.
-var ErrNotFound = errors.New("not found")
-
 // Backend is everything that exists once the broker is up and declared.
 type Backend struct {
+	// NotFound is what Orders and DeadLetters return (wrapped) for what
+	// does not exist: answered 404. The backend owns it (orderstore's
+	// ErrNotFound).
+	NotFound    error
 	JS          jetstream.JetStream
 	Processor   Processor // nil when disabled
 	DeadLetters DeadLetters
 	Orders      Orders
 	// Checks, if set, adds readiness checks of the parts admin cannot see
 	// (connections, the processor's progress).
-	Checks func(ctx context.Context) []Check
+	Checks func(ctx context.Context) []status.Check
 	// Publish, if set, serves HTTP ingest (POST /v1/events/{type}).
 	Publish PublishFunc
 	// Ingest, if set, reports group commit's figures for /metrics and
 	// /v1/status.
-	Ingest func() *IngestStats
+	Ingest func() *status.IngestStats
 	// Guard, if set, reports what the ingest service and the durable
 	// guard refused.
-	Guard func() *GuardStats
+	Guard func() *status.GuardStats
 	// Backup, if set, writes a backup as a tar stream (POST /v1/backup).
 	Backup func(ctx context.Context, w io.Writer) error
 	// Topology, if set, reports the cluster, the leaf links and a hub's
 	// sources in /v1/status.
-	Topology func(ctx context.Context) *Topology
+	Topology func(ctx context.Context) *status.Topology
 	// Recovery lists what start-up found and did about a damaged store:
 	// served in /v1/status, counted in /metrics, and a warning (still
 	// ready) in /readyz.
@@ -346,25 +341,18 @@ func (s *Server) livez(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "durability": s.durability()})
 }
 
-// Check is one readiness condition.
-type Check struct {
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
-	Reason string `json:"reason,omitempty"`
-}
-
 // Readiness checks orderstore's own objects only (its stream, dead-letter
 // stream, projection bucket, consumer and processor): a broken ad-hoc
 // consumer elsewhere must not make the node unready. status is "ready",
 // "not ready" or "recovering" (the broker is not up yet).
-func (s *Server) Readiness(ctx context.Context) (string, []Check) {
+func (s *Server) Readiness(ctx context.Context) (string, []status.Check) {
 	b := s.backend.Load()
 	if b == nil {
-		return "recovering", []Check{{Name: "startup", OK: false, Reason: s.startingReason()}}
+		return "recovering", []status.Check{{Name: "startup", OK: false, Reason: s.startingReason()}}
 	}
-	var checks []Check
+	var checks []status.Check
 	add := func(name string, err error) {
-		c := Check{Name: name, OK: err == nil}
+		c := status.Check{Name: name, OK: err == nil}
 		if err != nil {
 			c.Reason = err.Error()
 		}
@@ -450,7 +438,7 @@ func (s *Server) Readiness(ctx context.Context) (string, []Check) {
 		checks = append(checks, b.Checks(ctx)...)
 	}
 	if n := len(b.Recovery); n > 0 {
-		checks = append(checks, Check{Name: "recovery", OK: true, Reason: fmt.Sprintf(
+		checks = append(checks, status.Check{Name: "recovery", OK: true, Reason: fmt.Sprintf(
 			"warning: start-up found a damaged store and recovered what it could (%d notes in /v1/status \"recovery\" and the log); check for lost events", n)})
 	}
 	for _, c := range checks {
@@ -476,7 +464,7 @@ func (s *Server) order(w http.ResponseWriter, r *http.Request, b *Backend) {
 	id := r.PathValue("id")
 	o, err := b.Orders.Order(r.Context(), id)
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case b.NotFound != nil && errors.Is(err, b.NotFound):
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("order %q not found", clip(id))})
 	case err != nil:
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
@@ -522,7 +510,7 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request, b *Backend) {
 	}
 	newSeq, err := b.DeadLetters.ReplayDeadLetter(r.Context(), seq)
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case b.NotFound != nil && errors.Is(err, b.NotFound):
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("dead letter %d not found", seq)})
 	case err != nil:
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/processor"
 )
 
 func testConfig() Config {
@@ -183,5 +184,35 @@ func TestReadinessChecksJetStreamStore(t *testing.T) {
 	code, m := do(t, s, "/readyz")
 	if code != 503 || !strings.Contains(fmt.Sprint(m["checks"]), "jetstream.max_file_store") {
 		t.Fatalf("/readyz with the store full = %d %v, want 503 naming max_file_store", code, m)
+	}
+}
+
+type notFoundOrders struct{ notFound error }
+
+func (o notFoundOrders) Order(_ context.Context, id string) (processor.Order, error) {
+	if id == "known" {
+		return processor.Order{OrderID: id, Status: "created"}, nil
+	}
+	return processor.Order{}, fmt.Errorf("order %q: %w", id, o.notFound)
+}
+
+// What the backend says does not exist (its own error, wrapped) is a
+// 404; any other error a 500.
+func TestNotFoundIsTheBackendsError(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	js := embeddedtest.JetStream(t, srv)
+	declare(t, js)
+	notFound := fmt.Errorf("the backend's not found")
+	s := New(testConfig())
+	s.SetBackend(Backend{JS: js, NotFound: notFound, Orders: notFoundOrders{notFound}})
+	if code, m := do(t, s, "/v1/orders/known"); code != 200 || m["status"] != "created" {
+		t.Errorf("/v1/orders/known = %d %v, want 200 created", code, m)
+	}
+	if code, m := do(t, s, "/v1/orders/nope"); code != 404 || !strings.Contains(fmt.Sprint(m["error"]), "not found") {
+		t.Errorf("/v1/orders/nope = %d %v, want 404", code, m)
+	}
+	s.SetBackend(Backend{JS: js, NotFound: fmt.Errorf("another"), Orders: notFoundOrders{notFound}})
+	if code, _ := do(t, s, "/v1/orders/nope"); code != 500 {
+		t.Errorf("/v1/orders/nope with another not-found error = %d, want 500", code)
 	}
 }

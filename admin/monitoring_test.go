@@ -16,6 +16,8 @@ import (
 
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/processor"
+
+	"github.com/orderstore/orderstore/status"
 )
 
 // The alert rules and the Grafana dashboard shipped in packaging/ query
@@ -66,12 +68,14 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	cfg := testConfig()
 	cfg.Durable = "order-processor"
 	s := New(cfg)
-	s.SetBackend(Backend{JS: js, Processor: fakeProcessor{}, Ingest: func() *IngestStats {
-		h := Histogram{Count: 1, Sum: 0.001, Buckets: map[float64]uint64{0.001: 1}}
-		return &IngestStats{Sync: "syncfs", Syncs: 1, Acked: 1, SyncSeconds: h, BatchEvents: h}
+	s.SetBackend(Backend{JS: js, Processor: fakeProcessor{}, Ingest: func() *status.IngestStats {
+		h := status.Histogram{Count: 1, Sum: 0.001, Buckets: map[float64]uint64{0.001: 1}}
+		return &status.IngestStats{Sync: "syncfs", Syncs: 1, Acked: 1, SyncSeconds: h, BatchEvents: h}
 	},
-		Guard:    func() *GuardStats { return &GuardStats{} },
-		Topology: func(context.Context) *Topology { return &Topology{Sources: []SourceStatus{{Edge: "edge-1"}}} }})
+		Guard: func() *status.GuardStats { return &status.GuardStats{} },
+		Topology: func(context.Context) *status.Topology {
+			return &status.Topology{Sources: []status.SourceStatus{{Edge: "edge-1"}}}
+		}})
 	scrape(s)
 
 	// Everything metrics.go describes must be among them, or the check

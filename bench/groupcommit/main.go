@@ -49,7 +49,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
-	"github.com/orderstore/orderstore/admin"
+	"github.com/orderstore/orderstore/status"
 )
 
 var (
@@ -276,7 +276,7 @@ func orderstoreTarget(durability string) func(string) (string, func(), func() ui
 			if *verbose {
 				rec := httptest.NewRecorder()
 				app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/status", nil))
-				var st admin.Status
+				var st status.Status
 				json.Unmarshal(rec.Body.Bytes(), &st)
 				if in := st.Ingest; in != nil && in.Syncs > lastSyncs {
 					fmt.Printf("    syncs %d (%.0f events/sync) p50 %.2fms p99 %.2fms mean %.2fms\n", in.Syncs-lastSyncs,

@@ -8,8 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/internal/config"
+	"github.com/orderstore/orderstore/status"
 )
 
 func statusCmd(args []string, stdout, stderr io.Writer) int {
@@ -25,7 +25,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 		printErr(stderr, err)
 		return exitUsage
 	}
-	var st orderstore.Status
+	var st status.Status
 	if err := c.do("GET", "/v1/status", &st); err != nil {
 		printErr(stderr, err)
 		return exitFailure
@@ -43,7 +43,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func printStatus(w io.Writer, st orderstore.Status) {
+func printStatus(w io.Writer, st status.Status) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "orderstore %s\t%s (nats-server %s)\n", st.Status, st.Build.Version, st.Build.NATSServer)
 	fmt.Fprintf(tw, "durability\t%s: %s\n", st.Durability["mode"], st.Durability["description"])
@@ -116,7 +116,7 @@ func printStatus(w io.Writer, st orderstore.Status) {
 
 // printTopology prints the node's cluster, its leaf links and a hub's
 // sources.
-func printTopology(tw io.Writer, t *orderstore.Topology) {
+func printTopology(tw io.Writer, t *status.Topology) {
 	if t == nil {
 		return
 	}
@@ -131,7 +131,7 @@ func printTopology(tw io.Writer, t *orderstore.Topology) {
 			q = "NO QUORUM"
 		}
 		fmt.Fprintf(tw, "cluster %s\t%s; meta leader %q; %d of %d other nodes reached; peers %v\n", c.Name, q, c.MetaLeader, c.RoutesUp, c.OtherNodes, c.Peers)
-		for _, g := range []*orderstore.ReplicaGroup{c.Stream, c.Consumer} {
+		for _, g := range []*status.ReplicaGroup{c.Stream, c.Consumer} {
 			if g == nil {
 				continue
 			}

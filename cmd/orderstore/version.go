@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/status"
 )
 
 // Set by goreleaser: -X main.version=... -X main.commit=... -X main.date=...
@@ -22,8 +23,8 @@ type buildInfo struct {
 }
 
 // info is b as the appliance reports it.
-func (b buildInfo) info() orderstore.BuildInfo {
-	return orderstore.BuildInfo{Version: b.Version, Commit: b.Commit, Date: b.Date, GoVersion: b.Go, NATSServer: b.NATSServer}
+func (b buildInfo) info() status.BuildInfo {
+	return status.BuildInfo{Version: b.Version, Commit: b.Commit, Date: b.Date, GoVersion: b.Go, NATSServer: b.NATSServer}
 }
 
 func getBuildInfo() buildInfo {

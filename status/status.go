@@ -1,0 +1,260 @@
+// Package status holds the JSON shapes orderstore reports: /v1/status
+// and what `orderstore status` prints, its readiness checks, topology and
+// build information. The admin listener serves them; the CLI and other
+// programs decode them. It has no behaviour of its own.
+package status
+
+import (
+	"time"
+
+	"github.com/orderstore/orderstore/processor"
+)
+
+// Status is the JSON of /v1/status and what `orderstore status` prints.
+type Status struct {
+	Status      string            `json:"status"` // ready, not ready, recovering
+	Checks      []Check           `json:"checks"`
+	Durability  map[string]string `json:"durability"`
+	Build       BuildInfo         `json:"build"`
+	Stream      StreamStatus      `json:"stream"`
+	Consumer    *ConsumerStatus   `json:"consumer,omitempty"`
+	Processor   *processor.Stats  `json:"processor,omitempty"`
+	DeadLetters DeadLetterStatus  `json:"dead_letters"`
+	Projection  ProjectionStatus  `json:"projection"`
+	Store       StoreStatus       `json:"store"`
+	Time        time.Time         `json:"time"`
+	Errors      []string          `json:"errors,omitempty"`
+	// Recovery is what start-up found and did about a damaged store.
+	Recovery []string `json:"recovery,omitempty"`
+	// Topology is the cluster, leaf links and a hub's sources; absent on
+	// a lone node.
+	Topology *Topology `json:"topology,omitempty"`
+	// Ingest is group commit's figures; absent in the other modes.
+	Ingest *IngestStats `json:"ingest,omitempty"`
+	// Guard is what the ingest service and the durable guard refused.
+	Guard *GuardStats `json:"guard,omitempty"`
+}
+
+// IngestStats are group commit's figures since start: syncs of the store,
+// events acknowledged after them, and their distributions.
+type IngestStats struct {
+	Sync       string `json:"sync"` // how a round syncs: "syncfs" or "fsync of every file"
+	Syncs      uint64 `json:"syncs"`
+	SyncErrors uint64 `json:"sync_errors"`
+	// Acked counts producers' events acknowledged after a sync; Waiting
+	// those taken and not yet answered.
+	Acked   uint64 `json:"acked"`
+	Waiting int64  `json:"waiting"`
+	// SyncP50Seconds and SyncP99Seconds estimate the sync time's
+	// quantiles from the histogram's buckets (an upper bound).
+	SyncP50Seconds float64   `json:"sync_p50_seconds"`
+	SyncP99Seconds float64   `json:"sync_p99_seconds"`
+	SyncSeconds    Histogram `json:"sync_seconds"`
+	BatchEvents    Histogram `json:"batch_events"`
+}
+
+// GuardStats count what orderstore answered with an error instead of
+// passing it on, since start.
+type GuardStats struct {
+	// OverBudget: publishes answered 429 (their account had too many in
+	// flight); Unanswered: answered 503 because the stream never answered
+	// them (nats dropped them: a full disk, a restart, a lost leader);
+	// ForgedAnswers: answers on an ack id that were not the stream's,
+	// ignored; ElectionRetries: republishes while the stream had no leader.
+	OverBudget uint64 `json:"over_budget"`
+	// Overloaded: publishes answered 429 at once because the ingest
+	// service answered publishes more than 2 s after they arrived, from
+	// accounts with 64 or more in flight; ReplyCollisions: publishes nats
+	// gave the reply subject of an earlier one still in flight or
+	// answered moments before (the earlier one's producer gets no answer).
+	Overloaded      uint64 `json:"overloaded"`
+	ReplyCollisions uint64 `json:"reply_collisions"`
+	// IngestPauses: times one of an account's publishes waited 1 s for
+	// the ingest service, or 16,384 of them (or 32 MiB) waited, and the
+	// service paused that account (nats answers its publishes meanwhile:
+	// 503 no responders).
+	IngestPauses    uint64 `json:"ingest_pauses"`
+	Unanswered      uint64 `json:"unanswered"`
+	ForgedAnswers   uint64 `json:"forged_answers"`
+	ElectionRetries uint64 `json:"election_retries"`
+	// ForeignConsumerRequests: client requests on orderstore's own
+	// consumer refused by the durable guard.
+	ForeignConsumerRequests uint64 `json:"foreign_consumer_requests"`
+}
+
+// Histogram is a cumulative histogram: Buckets maps each upper bound to
+// the observations at or below it.
+type Histogram struct {
+	Count   uint64             `json:"count"`
+	Sum     float64            `json:"sum"`
+	Buckets map[float64]uint64 `json:"-"`
+}
+
+// StreamStatus is ORDER_EVENTS' usage against its limits.
+type StreamStatus struct {
+	Name      string    `json:"name"`
+	Messages  uint64    `json:"messages"`
+	Bytes     uint64    `json:"bytes"`
+	FirstSeq  uint64    `json:"first_seq"`
+	LastSeq   uint64    `json:"last_seq"`
+	FirstTime time.Time `json:"first_time,omitzero"`
+	// OldestAgeSeconds is the age of the oldest stored event, to set
+	// against MaxAgeSeconds.
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	MaxBytes         int64   `json:"max_bytes"`
+	MaxMsgs          int64   `json:"max_msgs"`
+	MaxAgeSeconds    float64 `json:"max_age_seconds"`
+	// BytesPercent is Bytes / MaxBytes in percent; 0 when unlimited.
+	BytesPercent float64 `json:"bytes_percent"`
+}
+
+// ConsumerStatus is the processor's durable and its lag.
+type ConsumerStatus struct {
+	Name string `json:"name"`
+	// Stream is the stream the durable reads: ORDER_EVENTS, or on a hub
+	// its aggregate stream.
+	Stream string `json:"stream"`
+	processor.LagInfo
+}
+
+// DeadLetterStatus is the dead-letter stream's depth.
+type DeadLetterStatus struct {
+	Stream   string `json:"stream"`
+	Messages uint64 `json:"messages"`
+	Bytes    uint64 `json:"bytes"`
+	MaxBytes int64  `json:"max_bytes"` // processor.dead_letter_max_bytes; -1 unlimited
+}
+
+// ProjectionStatus is the projection bucket's usage against its limit.
+type ProjectionStatus struct {
+	Bucket   string `json:"bucket"`
+	Orders   uint64 `json:"orders"`
+	Bytes    uint64 `json:"bytes"`
+	MaxBytes int64  `json:"max_bytes"` // processor.projection_max_bytes; -1 unlimited
+}
+
+// StoreStatus is the store directory and its free disk.
+type StoreStatus struct {
+	Dir       string `json:"dir"`
+	FreeBytes uint64 `json:"free_bytes"`
+	// JetStreamBytes is what all streams store; JetStreamMaxBytes is
+	// jetstream.max_file_store.
+	JetStreamBytes    uint64 `json:"jetstream_bytes"`
+	JetStreamMaxBytes int64  `json:"jetstream_max_bytes"`
+}
+
+// BuildInfo is exported as orderstore_build_info and in /v1/status.
+type BuildInfo struct {
+	Version    string `json:"version"`
+	Commit     string `json:"commit"`
+	Date       string `json:"date"`
+	GoVersion  string `json:"go_version"`
+	NATSServer string `json:"nats_server_version"`
+}
+
+// Check is one readiness condition.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Topology is where this node stands beyond itself: its cluster, its leaf
+// links, and (on a hub) each edge's source. Nil on a lone node without
+// leaf links.
+type Topology struct {
+	Node string `json:"node"`
+	// Domain is this node's JetStream domain ("" none).
+	Domain  string         `json:"domain,omitempty"`
+	Cluster *ClusterStatus `json:"cluster,omitempty"`
+	// Leafnodes are this node's leaf links: an edge's remotes (up or
+	// down), a hub's connected edges.
+	Leafnodes []LeafStatus `json:"leafnodes,omitempty"`
+	// Sources are a hub's edges, as its aggregate stream sources them.
+	Sources []SourceStatus `json:"sources,omitempty"`
+}
+
+// ClusterStatus is the node's view of its NATS cluster.
+type ClusterStatus struct {
+	Name       string `json:"name"`
+	MetaLeader string `json:"meta_leader"`
+	// Routes are the configured route URLs (this node's own among them);
+	// RoutesUp is how many other nodes this node has routes to.
+	Routes   []string `json:"routes"`
+	RoutesUp int      `json:"routes_up"`
+	// OtherNodes is how many of Routes lead to other nodes (a node may
+	// list its own route).
+	OtherNodes int      `json:"other_nodes"`
+	Peers      []string `json:"peers,omitempty"`
+	// Stream and Consumer are the replica groups of the stream and the
+	// processor's consumer.
+	Stream   *ReplicaGroup `json:"stream,omitempty"`
+	Consumer *ReplicaGroup `json:"consumer,omitempty"`
+	// Quorum is true when the meta group, the stream and the consumer
+	// each have a leader: writes and acks can be accepted.
+	Quorum bool `json:"quorum"`
+}
+
+// ReplicaGroup is one Raft group: its leader and its other replicas.
+type ReplicaGroup struct {
+	Name     string    `json:"name"`
+	Leader   string    `json:"leader"`
+	Replicas []Replica `json:"replicas"`
+}
+
+// Replica is one follower of a group.
+type Replica struct {
+	Name    string `json:"name"`
+	Current bool   `json:"current"`
+	Offline bool   `json:"offline,omitempty"`
+	// Lag is how many operations it is behind the leader;
+	// ActiveSeconds how long since it was last heard from.
+	Lag           uint64  `json:"lag"`
+	ActiveSeconds float64 `json:"active_seconds"`
+}
+
+// LeafStatus is one leaf link.
+type LeafStatus struct {
+	// Remote is the other side's server name (or the configured URL of a
+	// remote that is down).
+	Remote    string `json:"remote"`
+	Connected bool   `json:"connected"`
+	Account   string `json:"account,omitempty"`
+	RTT       string `json:"rtt,omitempty"`
+}
+
+// SourceStatus is one edge's source on a hub.
+type SourceStatus struct {
+	Edge string `json:"edge"`
+	// Reachable is whether the edge's JetStream answered through the
+	// leaf link just now; EdgeLastSeq is its stream's last sequence.
+	Reachable   bool   `json:"reachable"`
+	EdgeLastSeq uint64 `json:"edge_last_seq"`
+	// SourcedSeq is the edge sequence of the newest event the aggregate
+	// holds from it; Behind = EdgeLastSeq - SourcedSeq events, for
+	// BehindSeconds (since the source last advanced while behind).
+	SourcedSeq    uint64  `json:"sourced_seq"`
+	Behind        uint64  `json:"behind"`
+	BehindSeconds float64 `json:"behind_seconds"`
+	// NATSLag and ActiveSeconds are what nats itself reports for the
+	// source (a source can stall while nats reports lag 0).
+	NATSLag       uint64  `json:"nats_lag"`
+	ActiveSeconds float64 `json:"active_seconds"`
+	// Stalled flags a source that has not advanced for a while although
+	// its edge, reachable, has more events.
+	Stalled bool   `json:"stalled"`
+	Error   string `json:"error,omitempty"`
+	// Regressed: the edge's last sequence is below the newest the
+	// aggregate holds from it (it lost events the hub had copied).
+	Regressed bool `json:"regressed,omitempty"`
+	// LostEvents counts events the aggregate had copied from the edge
+	// that the edge then lost in a crash (never acknowledged there): they
+	// were moved to the dead-letter stream and the edge sourced again.
+	// Regressions counts such repairs; LastRegression says what the last
+	// one did.
+	LostEvents     uint64 `json:"lost_events"`
+	Regressions    uint64 `json:"regressions"`
+	LastRegression string `json:"last_regression,omitempty"`
+	// LastAdvance is when SourcedSeq last grew.
+	LastAdvance time.Time `json:"last_advance,omitzero"`
+}
