@@ -24,6 +24,7 @@ import (
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/internal/bytesize"
+	"github.com/orderstore/orderstore/internal/ingest"
 	"github.com/orderstore/orderstore/processor"
 	"github.com/orderstore/orderstore/status"
 )
@@ -31,6 +32,20 @@ import (
 // ErrNotFound is matched (errors.Is) by the errors of [Appliance.Order],
 // [Appliance.ReplayDeadLetter] and their kin for what does not exist.
 var ErrNotFound = errors.New("orderstore: not found")
+
+// The processor's types the appliance's methods return, under the names
+// its API uses. The JSON shapes the appliance reports (/v1/status, its
+// topology, build information) are package status's.
+type (
+	// Order is an order's projected state.
+	Order = processor.Order
+	// DeadLetter is one dead-lettered event.
+	DeadLetter = processor.DeadLetter
+	// Stats are the processor's counters.
+	Stats = processor.Stats
+	// Lag is how far the processor's consumer is behind.
+	Lag = processor.LagInfo
+)
 
 // ErrProcessorDisabled is returned by [Appliance.Lag] when
 // Processor.Enabled is false.
@@ -46,12 +61,12 @@ type Appliance struct {
 	lock   *bootstrap.Lock
 	report bootstrap.Report
 
-	nats    *natsServer                   // the embedded server (the store guard may replace it)
-	nsrv    atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
-	id      *internalIdentity             // how orderstore's own connections sign in
-	epoch   string                        // this run's EpochHeader value
-	dupName atomic.Pointer[string]        // nats' log line about another node with this node's name
-	guard   *storeGuard
+	nats      *natsServer                   // the embedded server (the store guard may replace it)
+	monitored atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
+	id        *internalIdentity             // how orderstore's own connections sign in
+	epoch     string                        // this run's EpochHeader value
+	dupName   atomic.Pointer[string]        // nats' log line about another node with this node's name
+	guard     *storeGuard
 	// orderstore's own connections, each of its own so that no part
 	// shares another's fate: for declare, the admin API and lookups
 	// (internal), the processor and its projection writes (processor),
@@ -59,14 +74,14 @@ type Appliance struct {
 	internal, processor, ingest, hubwatch conn
 	js, pjs                               jetstream.JetStream // on internal, on processor
 
-	commit   *committer             // group commit's syncs; nil in other modes
-	ing      *ingest                // takes every producer's publish, in every mode
-	ingLive  atomic.Pointer[ingest] // ing, for the connections' handlers
-	dguard   *durableGuard          // answers clients' requests on the processor's durable
-	hub      *hubWatch              // a hub's source watcher; nil elsewhere
-	proj     *processor.Projection  // reads, on internal
-	proc     *processor.Processor   // nil when disabled
-	backupMu sync.Mutex             // one backup at a time
+	commit   *ingest.Committer              // group commit's syncs; nil in other modes
+	ing      *ingest.Service                // takes every producer's publish, in every mode
+	ingLive  atomic.Pointer[ingest.Service] // ing, for the connections' handlers
+	dguard   *durableGuard                  // answers clients' requests on the processor's durable
+	hub      *hubWatch                      // a hub's source watcher; nil elsewhere
+	proj     *processor.Projection          // reads, on internal
+	proc     *processor.Processor           // nil when disabled
+	backupMu sync.Mutex                     // one backup at a time
 
 	stallAfter    time.Duration
 	recovery      []string // what start-up found and did about a damaged store
@@ -74,9 +89,9 @@ type Appliance struct {
 	startFailed   bool     // Start failed: keep the run marker
 	consumerReset bool     // start-up declared the consumer again from the start
 
-	adm     *admin.Server
-	hs      *http.Server // nil when the admin listener is disabled
-	adminLn net.Listener
+	admin      *admin.Server
+	httpServer *http.Server // the admin listener's; nil when it is disabled
+	adminLn    net.Listener
 
 	closeOnce sync.Once
 	closeDone chan struct{}
@@ -209,9 +224,9 @@ func (a *Appliance) startAdmin(context.Context) error {
 	if cfg.Processor.Enabled {
 		durable = cfg.Processor.Durable
 	}
-	policy, desc := cfg.Durability()
+	policy, desc := cfg.DurabilityPolicy()
 	storeDir := a.report.StoreDir
-	a.adm = admin.New(admin.Config{
+	a.admin = admin.New(admin.Config{
 		Token:            cfg.Admin.Token,
 		AllowedHosts:     adminHosts(cfg.Admin),
 		Stream:           cfg.Stream.Name,
@@ -231,7 +246,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 		DiskHeadroom:     cfg.JetStream.DiskHeadroom,
 		MaxStore:         cfg.JetStream.MaxFileStore,
 		Build:            buildOrUnknown(cfg.Build),
-		Monitoring:       monitoring(a.nsrv.Load),
+		Monitoring:       monitoring(a.monitored.Load),
 		Logger:           a.log.With("component", "admin"),
 	})
 	if cfg.Admin.Listen == "" {
@@ -256,7 +271,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 	}
 	a.adminLn = ln
 	hs := &http.Server{
-		Handler:           a.adm,
+		Handler:           a.admin,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       cfg.Admin.ReadTimeout,
 		WriteTimeout:      cfg.Admin.WriteTimeout,
@@ -267,7 +282,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 	if hs.ReadHeaderTimeout > cfg.Admin.ReadTimeout && cfg.Admin.ReadTimeout > 0 {
 		hs.ReadHeaderTimeout = cfg.Admin.ReadTimeout
 	}
-	a.hs = hs
+	a.httpServer = hs
 	served := make(chan struct{}) // closed once Serve returned, with serveErr
 	var serveErr error
 	go func() { serveErr = hs.Serve(ln); close(served) }()
@@ -303,13 +318,13 @@ func (a *Appliance) openAdmin(context.Context) error {
 		Guard: a.guardStats,
 	}
 	if a.commit != nil {
-		b.Ingest = a.commit.ingestStats
+		b.Ingest = a.commit.Status
 	}
 	if a.proc != nil {
 		b.Processor = a
 	}
-	a.adm.SetBackend(b)
-	if hs := a.hs; hs != nil {
+	a.admin.SetBackend(b)
+	if hs := a.httpServer; hs != nil {
 		a.sup.add(component{name: "admin intake", stop: func(ctx context.Context) error {
 			if err := hs.Shutdown(ctx); err != nil {
 				hs.Close()
@@ -329,7 +344,7 @@ func (a *Appliance) startCommitter(context.Context) error {
 		return nil
 	}
 	msgs := filepath.Join(a.report.StoreDir, "jetstream", StreamAccount, "streams", a.cfg.Stream.Name, "msgs")
-	c, err := newCommitter(a.report.StoreDir, msgs)
+	c, err := ingest.NewCommitter(a.report.StoreDir, msgs)
 	if err != nil {
 		return err
 	}
@@ -360,7 +375,7 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 		return err
 	}
 	a.nats = newNATSServer(func(srv *embedded.Server) {
-		a.nsrv.Store(srv.NATSServer())
+		a.monitored.Store(srv.NATSServer())
 		if a.commit != nil {
 			a.commit.ForceFull() // nats recovered the store (again): sync all of it
 		}
@@ -370,7 +385,7 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	a.guard = newStoreGuard(storeGuardConfig{StoreDir: a.report.StoreDir, Stream: a.cfg.Stream.Name, Subjects: a.cfg.Stream.Subjects,
 		Headroom: a.cfg.JetStream.DiskHeadroom, FailPending: func(why string) {
 			if in := a.ingLive.Load(); in != nil {
-				in.failPending(why)
+				in.FailPending(why)
 			}
 		}}, a.nats, a.log)
 	ec.OnError = func(msg string) {
@@ -389,7 +404,7 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	guard := a.guard
 	a.sup.add(component{name: "nats", run: func(ctx context.Context) error { return a.nats.watch(ctx, guard.restarting.Load) }, stop: a.nats.stop})
 	a.startupNotes()
-	policy, desc := a.cfg.Durability()
+	policy, desc := a.cfg.DurabilityPolicy()
 	a.log.Info("nats ready", "client_url", a.clientURLForLog(), "took", time.Since(t0).Round(time.Millisecond).String(),
 		"durability", policy, "meaning", desc)
 	if a.cfg.Cluster.Enabled() {
@@ -423,8 +438,7 @@ func (a *Appliance) startStoreGuard(context.Context) error {
 func (a *Appliance) guardStats() *status.GuardStats {
 	g := &status.GuardStats{}
 	if in := a.ing; in != nil {
-		g.OverBudget, g.Unanswered, g.ForgedAnswers, g.ElectionRetries = in.refused.Load(), in.unanswer.Load(), in.forged.Load(), in.elections.Load()
-		g.Overloaded, g.ReplyCollisions, g.IngestPauses = in.shed.Load(), in.collided.Load(), in.pauses.Load()
+		in.Guard(g)
 	}
 	if a.dguard != nil {
 		g.ForeignConsumerRequests = a.dguard.refused.Load()
@@ -464,7 +478,7 @@ func (a *Appliance) connect(name, inbox string) (conn, jetstream.JetStream, erro
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if in := a.ingLive.Load(); in != nil && name == "orderstore-ingest" {
 				// Answers to what it passed on come on this connection.
-				in.failPending("the connection to the stream was lost")
+				in.FailPending("the connection to the stream was lost")
 			}
 			if !a.sup.stopping() {
 				log.Warn("internal connection lost, reconnecting", "err", err)
@@ -628,7 +642,7 @@ func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	pc := cfg.ProcessorSpec(h)
+	pc := cfg.ProcessorConfig(h)
 	// Nobody else may bind it (the durable guard): a gap in what it is
 	// delivered is read back from the stream.
 	pc.Exclusive = true
@@ -707,7 +721,7 @@ func (a *Appliance) startIngest(context.Context) (err error) {
 	if a.ingest, _, err = a.connect("orderstore-ingest", internalInboxPrefix); err != nil {
 		return err
 	}
-	if a.ing, err = startIngest(a.ingest.Conn, a.ingestConfig(), a.log.With("component", "ingest")); err != nil {
+	if a.ing, err = ingest.Start(a.ingest.Conn, a.ingestConfig(), a.log.With("component", "ingest")); err != nil {
 		return err
 	}
 	a.ingLive.Store(a.ing)
@@ -720,7 +734,7 @@ func (a *Appliance) startIngest(context.Context) (err error) {
 	}})
 	if a.commit != nil {
 		a.log.Info("group commit: producers are acked once a sync made their events durable",
-			"sync", "fdatasync of the stream's last blocks; "+a.commit.how+" for the rest")
+			"sync", "fdatasync of the stream's last blocks; "+a.commit.How()+" for the rest")
 	}
 	return nil
 }
@@ -769,7 +783,7 @@ func (a *Appliance) Config() Config { return a.cfg }
 
 // Handler returns the admin HTTP handler (health, metrics, API, dashboard),
 // for a program that serves it on a listener of its own.
-func (a *Appliance) Handler() http.Handler { return a.adm }
+func (a *Appliance) Handler() http.Handler { return a.admin }
 
 // Done is closed when the appliance stopped running: a part failed (see
 // [Appliance.Wait]) or Close stopped it.
@@ -789,7 +803,7 @@ func (a *Appliance) Wait() error {
 // declared, and the processor runs. The error names every failed check.
 // It is what /readyz serves.
 func (a *Appliance) Ready(ctx context.Context) error {
-	status, checks := a.adm.Readiness(ctx)
+	status, checks := a.admin.Readiness(ctx)
 	if status == "ready" {
 		return nil
 	}
@@ -960,6 +974,10 @@ func (c Config) DurabilityMode() string {
 // sync (Durability "group-commit").
 func (c Config) groupCommit() bool { return c.DurabilityMode() == DurabilityGroupCommit }
 
+// relaxedSync reports whether nats syncs on a timer ("interval"), so that
+// a power cut may lose acknowledged events.
+func (c Config) relaxedSync() bool { return c.DurabilityMode() == DurabilityInterval }
+
 // natsSyncInterval is the embedded server's sync_interval: 0 (always) for
 // "always", the interval for "interval", and nats' own default (2 min) for
 // group commit, where orderstore's syncs make events durable.
@@ -973,10 +991,10 @@ func (c Config) natsSyncInterval() time.Duration {
 	return 0
 }
 
-// Durability returns the durability mode ("group-commit", "always" or
+// DurabilityPolicy returns the durability mode ("group-commit", "always" or
 // "interval 1s") and its one-line meaning, as the startup log, /readyz and
 // `orderstore status` state it.
-func (c Config) Durability() (mode, description string) {
+func (c Config) DurabilityPolicy() (mode, description string) {
 	switch c.DurabilityMode() {
 	case DurabilityGroupCommit:
 		return DurabilityGroupCommit, "acked once one sync of the store made the event durable (group commit): an acknowledged event survives power loss"

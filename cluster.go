@@ -41,7 +41,7 @@ func (a *Appliance) waitForMetaLeader(ctx context.Context) error {
 				Reason: fmt.Sprintf("another node of cluster %q has the same name (nats: %s): every node needs its own", a.cfg.Cluster.Name, *msg)}}}
 		}
 		if metaLeader(ns) != "" && ns.JetStreamIsCurrent() {
-			a.adm.SetStarting("")
+			a.admin.SetStarting("")
 			a.log.Info("joined the cluster", "cluster", a.cfg.Cluster.Name, "meta_leader", metaLeader(ns), "took", time.Since(t0).Round(time.Millisecond).String())
 			return nil
 		}
@@ -51,7 +51,7 @@ func (a *Appliance) waitForMetaLeader(ctx context.Context) error {
 				others++
 			}
 		}
-		a.adm.SetStarting(fmt.Sprintf("waiting for a quorum of cluster %q (%d of %d other nodes reached): a majority of the nodes must run", a.cfg.Cluster.Name, peersUp(ns), others))
+		a.admin.SetStarting(fmt.Sprintf("waiting for a quorum of cluster %q (%d of %d other nodes reached): a majority of the nodes must run", a.cfg.Cluster.Name, peersUp(ns), others))
 		if time.Now().After(next) {
 			next = time.Now().Add(5 * time.Second)
 			a.log.Info("waiting for the JetStream meta leader", "cluster", a.cfg.Cluster.Name, "peers_up", peersUp(ns),

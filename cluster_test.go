@@ -16,6 +16,7 @@ import (
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/orderstoretest"
 	"github.com/orderstore/orderstore/status"
 )
@@ -144,7 +145,7 @@ func TestClusterSimultaneousStartConverges(t *testing.T) {
 // and catches up. A node with another's name is a config error.
 func TestClusterNodeAwayAndDuplicateName(t *testing.T) {
 	cfgs := clusterConfigs(t)
-	var logs logBuffer
+	var logs testkit.LockedBuffer
 	cfgs[0].Logger = debugLogger(&logs)
 	apps := startAll(t, cfgs)
 	ctx := context.Background()

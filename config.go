@@ -385,37 +385,75 @@ func DefaultConfig() Config {
 
 // FieldError is one problem with one field.
 type FieldError struct {
-	// Field is the Go path, e.g. "Stream.MaxAge"; Key is the same field
-	// in the TOML file, e.g. "stream.max_age".
+	// Field is the Go path, e.g. "Stream.MaxAge" ("" for what only a
+	// config file has); Key is the same field in the TOML file, e.g.
+	// "stream.max_age".
 	Field, Key string
 	// Value is the offending value, formatted; empty if none applies.
 	Value  string
 	Reason string
+	// Unknown marks the problem that lists every unknown key of a file
+	// (Key holds them, comma-separated).
+	Unknown bool
 }
 
+// Error names the problem by its Go field, or by its TOML key when it
+// has no field (a file's).
 func (e *FieldError) Error() string {
-	if e.Value != "" {
-		return fmt.Sprintf("%s = %s: %s", e.Field, e.Value, e.Reason)
+	name := e.Field
+	if name == "" {
+		name = e.Key
 	}
-	return fmt.Sprintf("%s: %s", e.Field, e.Reason)
+	if e.Unknown {
+		return "unknown keys: " + e.Key + " (hint: check the spelling against orderstore.example.toml)"
+	}
+	if e.Value != "" {
+		return fmt.Sprintf("%s = %s: %s", name, e.Value, e.Reason)
+	}
+	return fmt.Sprintf("%s: %s", name, e.Reason)
 }
 
-// ValidationError is every problem [Config.Validate] found.
+// ValidationError is every problem found at once: by [Config.Validate]
+// (named by Go field), or in a config file (File, named by TOML key).
+// It is orderstore's one problem-list error.
 type ValidationError struct {
+	// File is the config file the problems are in; "" for a Config
+	// built in Go.
+	File     string
 	Problems []*FieldError
 }
 
 func (e *ValidationError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "config: %d problem", len(e.Problems))
+	if e.File != "" {
+		fmt.Fprintf(&b, "config %q: %d problem", e.File, len(e.Problems))
+	} else {
+		fmt.Fprintf(&b, "config: %d problem", len(e.Problems))
+	}
 	if len(e.Problems) != 1 {
 		b.WriteString("s")
 	}
 	for _, p := range e.Problems {
 		b.WriteString("\n  ")
+		if e.File != "" {
+			// A file's reader knows its keys, not the Go fields.
+			q := *p
+			q.Field = ""
+			b.WriteString(q.Error())
+			continue
+		}
 		b.WriteString(p.Error())
 	}
 	return b.String()
+}
+
+// Keys returns the TOML key of every problem, in order.
+func (e *ValidationError) Keys() []string {
+	keys := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		keys[i] = p.Key
+	}
+	return keys
 }
 
 // Validate reports every problem of c at once as a *[ValidationError],

@@ -71,8 +71,9 @@ func TestExamplesAndBenchmarksUsePublicPackages(t *testing.T) {
 		}
 		for _, p := range check {
 			// internal/testenv says what a test needs of the machine
-			// (root, FUSE, a browser): test infrastructure, not a part.
-			if strings.HasPrefix(p, mod+"/internal/") && p != mod+"/internal/testenv" {
+			// (root, FUSE, a browser) and internal/testkit holds the
+			// shared test helpers: test infrastructure, not parts.
+			if strings.HasPrefix(p, mod+"/internal/") && p != mod+"/internal/testenv" && p != mod+"/internal/testkit" {
 				t.Errorf("%s (its examples, benchmarks or external tests) imports %s", pkg, p)
 			}
 		}
@@ -90,8 +91,9 @@ func TestLayering(t *testing.T) {
 		"internal/powerfs": 0, "internal/powerloss": 0, "internal/testenv": 0,
 		// the parts the root package wires
 		"embedded/embeddedtest": 1, "bootstrap": 1, "status": 1,
-		"admin": 2,
-		"":      3, // the root package: the API and the start/stop sequence
+		"internal/testkit": 2,
+		"admin":            2, "internal/ingest": 2,
+		"": 3, // the root package: the API and the start/stop sequence
 		// on top of the library
 		"internal/config": 4, "orderstoretest": 4, "cmd/orderstore": 5,
 		"bench/groupcommit": 5, "bench/overload": 5, "bench/processor": 5, "bench/scaleout": 5,

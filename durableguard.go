@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/orderstore/orderstore/internal/ingest"
 )
 
 // durableGuard answers every client request on orderstore's own consumer
@@ -30,7 +32,7 @@ func startDurableGuard(nc *nats.Conn, stream, durable string, log *slog.Logger) 
 		"no client may bind, pull, ack, change or delete it, or the projection would miss events; "+
 		"make a durable of your own, e.g. nats consumer add %s my-worker --pull --deliver all --ack explicit --defaults",
 		durable, stream, stream)
-	g := &durableGuard{log: log, why: apiError(403, 10077, desc),
+	g := &durableGuard{log: log, why: ingest.APIError(403, 10077, desc),
 		next: nats.Header{"Status": {"409"}, "Description": {desc}}}
 	var err error
 	if g.sub, err = nc.Subscribe(strings.TrimSuffix(guardPrefix, ".")+".>", g.on); err != nil {

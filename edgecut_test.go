@@ -1,8 +1,6 @@
 package orderstore_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,13 +10,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +22,7 @@ import (
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/orderstoretest"
 )
 
@@ -86,106 +82,30 @@ func edgeCutChildMain(store, leaf string) int {
 	return 1
 }
 
-// edgeCutChild is one run of the edge process.
+// edgeCutChild is one run of the edge process; its READY line says its
+// client URL and admin address.
 type edgeCutChild struct {
-	cmd        *exec.Cmd
-	out        *edgeCutBuffer
+	*testkit.Child
 	url, admin string
-	done       chan struct{}
 	store      string
 	t          testing.TB
 }
 
-type edgeCutBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *edgeCutBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *edgeCutBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 func startEdgeCutChild(t *testing.T, store string, leafPort int) *edgeCutChild {
 	t.Helper()
-	self, err := os.Executable()
+	c, err := testkit.StartChild(t, "the edge", edgeCutEnvStore+"="+store, edgeCutEnvLeaf+"="+strconv.Itoa(leafPort))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the edge exited while starting:\n%v", err)
 	}
-	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), edgeCutEnvStore+"="+store, edgeCutEnvLeaf+"="+strconv.Itoa(leafPort))
-	c := &edgeCutChild{cmd: cmd, out: &edgeCutBuffer{}, done: make(chan struct{}), store: store, t: t}
-	cmd.Stderr = c.out
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	f := strings.Fields(c.Ready)
+	if len(f) != 2 {
+		t.Fatalf("edge: READY line %q", c.Ready)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan []string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
-				ready <- strings.Fields(rest)
-			}
-			fmt.Fprintln(c.out, sc.Text())
-		}
-		io.Copy(io.Discard, stdout)
-		cmd.Wait()
-		close(c.done)
-	}()
-	t.Cleanup(func() {
-		c.kill()
-		if t.Failed() {
-			t.Logf("edge process (pid %d) output:\n%s", cmd.Process.Pid, c.out)
-		}
-	})
-	select {
-	case f := <-ready:
-		if len(f) != 2 {
-			t.Fatalf("edge: READY line %q", f)
-		}
-		c.url, c.admin = f[0], f[1]
-	case <-c.done:
-		t.Fatalf("the edge exited while starting:\n%s", c.out)
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("the edge is not ready after 2m:\n%s", c.out)
-	}
-	return c
+	return &edgeCutChild{Child: c, url: f[0], admin: f[1], store: store, t: t}
 }
 
 // kill is kill -9: nothing of the edge's shutdown runs.
-func (c *edgeCutChild) kill() {
-	select {
-	case <-c.done:
-		return
-	default:
-	}
-	c.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-c.done:
-	case <-time.After(30 * time.Second):
-		c.t.Errorf("the edge did not exit 30s after SIGKILL")
-	}
-}
-
-func (c *edgeCutChild) exited() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
+func (c *edgeCutChild) kill() { c.Kill(c.t) }
 
 // metric is the value of the edge's metric line that begins with name
 // (name includes its labels, if any).
@@ -531,7 +451,7 @@ func TestEdgePowerCutLostEventsRepairedAtHub(t *testing.T) {
 		t.Logf("hub source: %+v", s)
 		return nil
 	})
-	if edge.exited() {
+	if edge.Exited() {
 		t.Fatalf("the edge exited")
 	}
 }

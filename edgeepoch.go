@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/internal/ingest"
 )
 
 // An edge's power cut, seen from its hub. With group commit an event is in
@@ -180,7 +182,7 @@ func (w *hubWatch) firstCopyFrom(ctx context.Context, st jetstream.Stream, edge 
 		if err != nil {
 			return nil, err
 		}
-		return &hubCopy{seq: m.Sequence, sseq: sourceSeq(m.Header.Get(streamSourceHdr)), msg: m}, nil
+		return &hubCopy{seq: m.Sequence, sseq: sourceSeq(m.Header.Get(ingest.StreamSourceHeader)), msg: m}, nil
 	}
 	// The smallest h whose next copy is from at least from (or none).
 	lo, hi := max(info.State.FirstSeq, 1), info.State.LastSeq+1
@@ -234,7 +236,7 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 		} else if err != nil {
 			return err
 		}
-		c = &hubCopy{seq: m.Sequence, sseq: sourceSeq(m.Header.Get(streamSourceHdr)), msg: m}
+		c = &hubCopy{seq: m.Sequence, sseq: sourceSeq(m.Header.Get(ingest.StreamSourceHeader)), msg: m}
 	}
 	if len(lost) == 0 {
 		return nil
@@ -265,7 +267,7 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 		} else if err != nil {
 			return err
 		}
-		sseq := sourceSeq(m.Header.Get(streamSourceHdr))
+		sseq := sourceSeq(m.Header.Get(ingest.StreamSourceHeader))
 		if m.Header.Get(EpochHeader) != expectedEpoch(epochs, sseq) {
 			h := nats.Header{}
 			for k, v := range m.Header {
@@ -276,7 +278,7 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 			if id := m.Header.Get(nats.MsgIdHdr); id != "" {
 				h.Set("Orderstore-Original-Msg-Id", id)
 			}
-			h.Set("Orderstore-Original-Source", m.Header.Get(streamSourceHdr))
+			h.Set("Orderstore-Original-Source", m.Header.Get(ingest.StreamSourceHeader))
 			h.Set("Orderstore-Original-Stream", agg.Name)
 			h.Set("Orderstore-Original-Subject", m.Subject)
 			h.Set("Orderstore-Original-Sequence", strconv.FormatUint(m.Sequence, 10))

@@ -7,7 +7,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/orderstore/orderstore/bootstrap"
-	"github.com/orderstore/orderstore/processor"
 )
 
 // PreflightReport is what [Preflight] found: the absolute store directory,
@@ -67,17 +66,3 @@ func CheckStored(cfg Config) error {
 
 // NATSServerVersion is the version of the embedded nats-server.
 const NATSServerVersion = server.VERSION
-
-// The processor's types the appliance's methods return, under the names
-// its API uses. The JSON shapes the appliance reports (/v1/status, its
-// topology, build information) are package status's.
-type (
-	// Order is an order's projected state.
-	Order = processor.Order
-	// DeadLetter is one dead-lettered event.
-	DeadLetter = processor.DeadLetter
-	// Stats are the processor's counters.
-	Stats = processor.Stats
-	// Lag is how far the processor's consumer is behind.
-	Lag = processor.LagInfo
-)

@@ -147,7 +147,7 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 	}
 	why := ""
 	switch {
-	case last == 0 && hw > 0 && !(a.unclean && a.cfg.JetStream.SyncInterval > 0):
+	case last == 0 && hw > 0 && !(a.unclean && a.cfg.relaxedSync()):
 		// Nothing left to rebuild from: purging would destroy the only
 		// copy of the orders' state. Refused at every start until an
 		// operator decides. (After an unclean stop in a relaxed mode an
@@ -160,7 +160,7 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 	case hw > last:
 		why = fmt.Sprintf("stream %q ends at sequence %d but the projection had applied events up to %d: %d acknowledged events were lost from the store (see nats' recovery warnings)",
 			cs, last, hw, hw-last)
-	case a.unclean && a.cfg.JetStream.SyncInterval > 0 && spec.Consumer != nil && a.cfg.Processor.Handler == nil:
+	case a.unclean && a.cfg.relaxedSync() && spec.Consumer != nil && a.cfg.Processor.Handler == nil:
 		c, err := a.js.Consumer(ctx, cs, spec.Consumer.Durable)
 		if err != nil {
 			return fmt.Errorf("recovery check: consumer %q: %w", spec.Consumer.Durable, err)
@@ -268,4 +268,14 @@ func storeProblem(msg string) bool {
 		}
 	}
 	return false
+}
+
+// syncMetadata makes a stream or consumer change durable with group commit
+// (nats rewrites meta.inf and o.dat without fsync when it does not sync
+// every write); a no-op in the other modes.
+func (a *Appliance) syncMetadata(ctx context.Context) error {
+	if a.commit == nil {
+		return nil
+	}
+	return a.commit.SyncAll(ctx)
 }

@@ -2,7 +2,6 @@ package orderstore_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -30,30 +29,12 @@ import (
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/orderstoretest"
 	"github.com/orderstore/orderstore/status"
 )
 
-// logBuffer collects an appliance's log lines (every level) for tests that
-// look for lines or for secrets in them.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func debugLogger(buf *logBuffer) *slog.Logger {
+func debugLogger(buf *testkit.LockedBuffer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug - 4}))
 }
 
@@ -114,7 +95,7 @@ func rawConnect(t *testing.T, clientURL, connect string) string {
 func TestNoAnonymousDoorWithUsers(t *testing.T) {
 	for _, withSys := range []bool{false, true} {
 		t.Run(fmt.Sprintf("system_user=%v", withSys), func(t *testing.T) {
-			var logs logBuffer
+			var logs testkit.LockedBuffer
 			app := orderstoretest.Start(t, securedConfig, func(c *orderstore.Config) {
 				c.Logger = debugLogger(&logs)
 				if withSys {
@@ -173,7 +154,7 @@ func TestBcryptPasswordsAndNkeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub, _ := kp.PublicKey()
-	var logs logBuffer
+	var logs testkit.LockedBuffer
 	app := orderstoretest.Start(t, func(c *orderstore.Config) {
 		c.Logger = debugLogger(&logs)
 		c.Server.Users = []orderstore.User{
@@ -661,7 +642,7 @@ func TestConnectionFlood(t *testing.T) {
 
 // Test 4: the admin listener's guards, on a real socket.
 func TestAdminHardening(t *testing.T) {
-	var logs logBuffer
+	var logs testkit.LockedBuffer
 	app := orderstoretest.Start(t, securedConfig, func(c *orderstore.Config) {
 		c.Logger = debugLogger(&logs)
 		c.Admin.ReadTimeout, c.Admin.IdleTimeout = time.Second, time.Second
@@ -835,7 +816,7 @@ func TestAdminHardening(t *testing.T) {
 // (the CLI's check -print and syntax errors are tested in cmd/orderstore
 // and internal/config).
 func TestNoSecretInAdminResponsesOrLogs(t *testing.T) {
-	var logs logBuffer
+	var logs testkit.LockedBuffer
 	app := orderstoretest.Start(t, securedConfig, func(c *orderstore.Config) {
 		c.Logger = debugLogger(&logs)
 		c.Server.SystemUser, c.Server.SystemPassword = "sys", sysPassword

@@ -49,7 +49,7 @@ type Config struct {
 	Token string
 
 	// AllowedHosts are the host names a request's Host may carry besides
-	// IP addresses and "localhost" (see guard.go).
+	// IP addresses and "localhost" (see access.go).
 	AllowedHosts []string
 
 	// Stream, Durable, DeadLetterStream and ProjectionBucket name
@@ -206,7 +206,7 @@ func (s *Server) routes() {
 }
 
 // auth requires the token when one is configured. Failed attempts count
-// against the client's address (see guard.go).
+// against the client's address (see access.go).
 func (s *Server) auth(h http.Handler) http.Handler {
 	if s.cfg.Token == "" {
 		return h

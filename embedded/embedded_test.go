@@ -179,7 +179,7 @@ func TestCanceledContextLeavesNoListener(t *testing.T) {
 		t.Errorf("Start took %s with a canceled context", took)
 	}
 	// The port is free again: nothing was left listening.
-	waitFor(t, 5*time.Second, func() error {
+	embeddedtest.WaitFor(t, 5*time.Second, func() error {
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			return err
@@ -250,11 +250,6 @@ func TestEmbeddedImportsOnlyNATSAndStdlib(t *testing.T) {
 	}
 }
 
-func waitFor(t testing.TB, timeout time.Duration, f func() error) {
-	t.Helper()
-	embeddedtest.WaitFor(t, timeout, f)
-}
-
 // TestCanceledDuringNATSStartShutsItDown cancels ctx while nats-server is
 // inside its own Start (just begun, or recovering a stream) and checks that
 // Start returns only once that Start has returned and the server is shut
@@ -299,7 +294,7 @@ func TestCanceledDuringNATSStartShutsItDown(t *testing.T) {
 			if err := srv1.Close(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 10*time.Second, noNATSGoroutines)
+			embeddedtest.WaitFor(t, 10*time.Second, noNATSGoroutines)
 
 			port := freePort(t)
 			gate := newStartGate(tt.hold)
@@ -356,7 +351,7 @@ func TestCanceledDuringNATSStartShutsItDown(t *testing.T) {
 			}
 			// ... nats-server is gone (a stream store left open keeps a
 			// goroutine; the polling only lets exiting ones finish) ...
-			waitFor(t, 10*time.Second, noNATSGoroutines)
+			embeddedtest.WaitFor(t, 10*time.Second, noNATSGoroutines)
 			// ... and the store opens at once, with everything in it.
 			srv2 := embeddedtest.Start(t, func(c *embedded.Config) { c.StoreDir = store })
 			s, err := embeddedtest.JetStream(t, srv2).Stream(ctx, "RECOVER")

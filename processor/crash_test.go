@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/processor"
 )
 
@@ -45,7 +46,7 @@ func childProcessor(url string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	pc := cfg.ProcessorSpec(processor.NewProjection(js, kv))
+	pc := cfg.ProcessorConfig(processor.NewProjection(js, kv))
 	pc.BatchSize = 50 // small batches: kills land between apply and ack more often
 	pc.Logger = nil
 	p, err := processor.New(js, pc)
@@ -86,14 +87,14 @@ func TestCrashBetweenApplyAndAck(t *testing.T) {
 	for kill := 0; kill < *crashKills; kill++ {
 		cmd := exec.Command(self, "-test.run=^$")
 		cmd.Env = append(os.Environ(), "ORDERSTORE_PROCESSOR_CHILD="+e.srv.ClientURL())
-		out := &lockedBuffer{}
+		out := &testkit.LockedBuffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		before := applied()
 		// Let it work for a random while, then kill it mid-flight.
-		waitFor(t, 10*time.Second, func() error {
+		embeddedtest.WaitFor(t, 10*time.Second, func() error {
 			if !strings.Contains(out.String(), "child running") {
 				return fmt.Errorf("child not running: %s", out.String())
 			}
@@ -124,23 +125,6 @@ func TestCrashBetweenApplyAndAck(t *testing.T) {
 		}
 	}
 	t.Logf("final processor: %+v; %d events dead-lettered after max_deliver deliveries cut short by kills", p.Stats(), len(dls))
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // kvRevision is the projection bucket's last sequence: how many writes

@@ -64,7 +64,7 @@ func ExampleNew() {
 		return nil
 	})
 	// Delivery, retries and dead letters as the appliance configures them.
-	p, err := processor.New(js, cfg.ProcessorSpec(handler))
+	p, err := processor.New(js, cfg.ProcessorConfig(handler))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func newEnv(t testing.TB, adjust ...func(*orderstore.Config)) *env {
 
 // processorConfig is what the appliance runs, with h.
 func (e *env) processorConfig(h processor.Handler) processor.Config {
-	pc := e.cfg.ProcessorSpec(h)
+	pc := e.cfg.ProcessorConfig(h)
 	pc.Logger = nil
 	return pc
 }
@@ -178,7 +178,7 @@ func event(subject, orderID, status, msgID string) *nats.Msg {
 // waitCaughtUp waits until the durable has nothing pending or unacked.
 func (e *env) waitCaughtUp(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, func() error {
+	embeddedtest.WaitFor(t, timeout, func() error {
 		l, err := processor.Lag(context.Background(), e.js, e.cfg.Stream.Name, e.cfg.Processor.Durable)
 		if err != nil {
 			return err
@@ -307,9 +307,4 @@ func (e *env) checkProjection(t testing.TB) {
 	if bad > 0 {
 		t.Fatalf("%d of %d orders differ from the fold", bad, len(want))
 	}
-}
-
-func waitFor(t testing.TB, timeout time.Duration, f func() error) {
-	t.Helper()
-	embeddedtest.WaitFor(t, timeout, f)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/processor"
 )
 
@@ -237,7 +238,7 @@ func TestFailingEventDeadLettersAfterMaxDeliverAndReplays(t *testing.T) {
 		t.Error("second replay of the same dead letter succeeded")
 	}
 	e.waitCaughtUp(t, 10*time.Second)
-	waitFor(t, 5*time.Second, func() error {
+	embeddedtest.WaitFor(t, 5*time.Second, func() error {
 		o, err := proj.Get(context.Background(), "o-bad")
 		if err != nil {
 			return err
@@ -272,7 +273,7 @@ func TestGracefulShutdownDuringBurst(t *testing.T) {
 		return proj.Handle(ctx, ev)
 	})
 	p1, stop := e.start(t, slow)
-	waitFor(t, 30*time.Second, func() error {
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
 		if handled.Load() < 1500 {
 			return fmt.Errorf("handled %d", handled.Load())
 		}
@@ -288,7 +289,7 @@ func TestGracefulShutdownDuringBurst(t *testing.T) {
 	// can leave a few events delivered to the client but never handed out:
 	// they stay unacked and are redelivered after ack_wait.)
 	var l processor.LagInfo
-	waitFor(t, 5*time.Second, func() error {
+	embeddedtest.WaitFor(t, 5*time.Second, func() error {
 		var err error
 		l, err = processor.Lag(context.Background(), e.js, e.cfg.Stream.Name, e.cfg.Processor.Durable)
 		if err != nil {
@@ -350,7 +351,7 @@ func TestExhaustedDeliveriesAreDeadLettered(t *testing.T) {
 		t.Fatalf("consumer max_deliver = %d, want -1 (the processor enforces it)", md)
 	}
 	for i := 1; i <= e.cfg.Processor.MaxDeliver; i++ {
-		waitFor(t, 5*time.Second, func() error {
+		embeddedtest.WaitFor(t, 5*time.Second, func() error {
 			b, err := cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
 			if err != nil {
 				return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/processor"
 )
 
@@ -82,7 +83,7 @@ func TestExclusiveProcessorRetriesRecoveredEventsThatFail(t *testing.T) {
 			}
 			tk.halt(t)
 			e.publish(t, orderEvents(100, 50, 0, 2999))
-			waitFor(t, 30*time.Second, func() error {
+			embeddedtest.WaitFor(t, 30*time.Second, func() error {
 				if f.failures.Load() == 0 {
 					return fmt.Errorf("no recovered event failed yet (recovered %d)", p.Stats().Recovered)
 				}
@@ -92,7 +93,7 @@ func TestExclusiveProcessorRetriesRecoveredEventsThatFail(t *testing.T) {
 			// the ack floor pass every event that failed.
 			highest := f.highestFailed()
 			seed := uint64(5000)
-			waitFor(t, 30*time.Second, func() error {
+			embeddedtest.WaitFor(t, 30*time.Second, func() error {
 				seed++
 				e.publish(t, orderEvents(20, 50, 0, seed))
 				if fl := p.Stats().AckFloor; fl <= highest {
@@ -135,14 +136,14 @@ func TestExclusiveProcessorEventRedeliveredToAnotherClient(t *testing.T) {
 	e.publish(t, orderEvents(n, 50, 0, 3000))
 	// Every event was first delivered to the processor (and failed), so
 	// the other client gets redeliveries only.
-	waitFor(t, 30*time.Second, func() error {
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
 		if got := firstTries.Load(); got < n {
 			return fmt.Errorf("%d of %d events first delivered to the processor", got, n)
 		}
 		return nil
 	})
 	tk.Store(startTaker(t, e))
-	waitFor(t, 30*time.Second, func() error {
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
 		if got := tk.Load().redelivered.Load(); got < 20 {
 			return fmt.Errorf("the other client took %d redeliveries", got)
 		}
@@ -173,7 +174,7 @@ func TestExclusiveProcessorRecoversTheLastEventsTaken(t *testing.T) {
 	var last uint64
 	for i := 0; i < 500; i++ {
 		last = e.publish(t, orderEvents(1, 20, 0, 4100+uint64(i)))[0]
-		waitFor(t, 10*time.Second, func() error {
+		embeddedtest.WaitFor(t, 10*time.Second, func() error {
 			if tk.took(last) || p.Stats().LastAppliedSeq >= last {
 				return nil
 			}
@@ -400,7 +401,7 @@ func assertProjectionConverges(t *testing.T, e *env) {
 	t.Helper()
 	e.waitCaughtUp(t, 60*time.Second)
 	want := e.fold(t)
-	waitFor(t, 30*time.Second, func() error { return projectionDiff(e, want) })
+	embeddedtest.WaitFor(t, 30*time.Second, func() error { return projectionDiff(e, want) })
 	e.checkProjection(t)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/processor"
 )
 
@@ -54,7 +55,7 @@ func TestSettleFailuresAreLoggedAndCounted(t *testing.T) {
 				<-release
 				return tt.result
 			})
-			logs := &lockedBuffer{}
+			logs := &testkit.LockedBuffer{}
 			pc := e.processorConfig(h)
 			pc.Logger = slog.New(slog.NewTextHandler(logs, nil))
 			js := embeddedtest.JetStream(t, e.srv)
@@ -84,7 +85,7 @@ func TestSettleFailuresAreLoggedAndCounted(t *testing.T) {
 				}
 				return false
 			}
-			waitFor(t, 10*time.Second, func() error {
+			embeddedtest.WaitFor(t, 10*time.Second, func() error {
 				if st := p.Stats(); st.AckErrors != 1 || !warned() {
 					return fmt.Errorf("AckErrors = %d, want 1; Warn line with seq=1 and the error: %t; stats %+v", st.AckErrors, warned(), st)
 				}

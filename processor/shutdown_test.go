@@ -45,7 +45,7 @@ func TestRunWaitsForHandlersAfterDrainTimeout(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	waitFor(t, 10*time.Second, func() error {
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
 		if n := started.Load(); n < 4 {
 			return fmt.Errorf("%d handler calls started, want at least 4 blocked at once", n)
 		}
@@ -73,7 +73,7 @@ func TestRunWaitsForHandlersAfterDrainTimeout(t *testing.T) {
 
 	// The server sees exactly those acks; the events never handed to a
 	// handler stay unacked for redelivery. Nothing is settled afterwards.
-	waitFor(t, 10*time.Second, func() error {
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
 		c, err := e.js.Consumer(context.Background(), e.cfg.Stream.Name, e.cfg.Processor.Durable)
 		if err != nil {
 			return err
@@ -124,7 +124,7 @@ func TestRunStopsWithAFullPartition(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	waitFor(t, 10*time.Second, func() error {
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
 		l, err := processor.Lag(context.Background(), e.js, e.cfg.Stream.Name, e.cfg.Processor.Durable)
 		if err != nil {
 			return err
@@ -169,7 +169,7 @@ func TestRunReturnsWhenTheConsumerIsDeleted(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- p.Run(context.Background()) }()
-	waitFor(t, 10*time.Second, func() error {
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
 		if started.Load() != 1 {
 			return fmt.Errorf("handler not called yet")
 		}

@@ -59,7 +59,7 @@ func TestSyncBeforeSettling(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Handled, and redelivered after the failed syncs, yet never settled.
-	waitFor(t, 20*time.Second, func() error {
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
 		if n := applied.Load(); n < 150 {
 			return fmt.Errorf("%d handler calls", n)
 		}
@@ -73,7 +73,7 @@ func TestSyncBeforeSettling(t *testing.T) {
 		t.Fatalf("settled while the sync fails: ack floor %d, stats %+v", ci.AckFloor.Stream, p.Stats())
 	}
 	failing.Store(false)
-	waitFor(t, 20*time.Second, func() error {
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
 		ci, err := cons.Info(context.Background())
 		if err != nil {
 			return err

@@ -772,7 +772,7 @@ func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 		timed = &timedHandler{inner: h.(processor.BatchHandler)}
 		h = timed
 	}
-	pc := e.cfg.ProcessorSpec(h)
+	pc := e.cfg.ProcessorConfig(h)
 	pc.Workers, pc.BatchSize = o.workers, o.batch
 	pc.Logger = slog.New(countingHandler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}), &r.consumeErrs, &r.started}).With("component", "processor")
 	p, err := processor.New(js, pc)

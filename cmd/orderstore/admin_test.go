@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 
@@ -144,7 +145,7 @@ func TestAdminEndpoints(t *testing.T) {
 	}
 	js.Publish(ctx, "orders.shipped", []byte(`{"order_id":"o-1","status":"in-transit"}`))
 	js.Publish(ctx, "orders.created", []byte(`this is not json`))
-	waitFor(t, 10*time.Second, func() error {
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
 		st := getJSON(t, a.adminURL+"/v1/status", 200)
 		p := st["processor"].(map[string]any)
 		if p["processed"].(float64) != 11 || p["dead_lettered"].(float64) != 1 {
@@ -246,7 +247,7 @@ func TestAdminEndpoints(t *testing.T) {
 		}
 	}
 	out.Reset()
-	waitFor(t, 10*time.Second, func() error { // the replayed poison event is dead-lettered again
+	embeddedtest.WaitFor(t, 10*time.Second, func() error { // the replayed poison event is dead-lettered again
 		out.Reset()
 		if code := run(ctx, []string{"dlq", "list", "-admin", a.adminURL}, &out, &errb); code != 0 {
 			return fmt.Errorf("dlq list exit %d", code)

@@ -71,7 +71,7 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, w := range rep.Warnings {
 		fmt.Fprintf(stderr, "preflight warning: %s\n", w)
 	}
-	policy, desc := cfg.Durability()
+	policy, desc := cfg.DurabilityPolicy()
 	fmt.Fprintf(stderr, "preflight ok: store_dir %q writable, free disk %s, used %s, max_file_store %s, durability %s (%s)\n",
 		rep.StoreDir, config.ByteSize(rep.FreeBytes), config.ByteSize(rep.UsedBytes), fc.JetStream.MaxFileStore, policy, desc)
 	return exitOK

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/orderstoretest"
 )
 
@@ -71,7 +72,7 @@ routes = [%s]
 	leaderOf := func(when string) string {
 		t.Helper()
 		var leader string
-		waitFor(t, 60*time.Second, func() error {
+		embeddedtest.WaitFor(t, 60*time.Second, func() error {
 			c, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			st, err := js.Stream(c, "ORDER_EVENTS")
@@ -147,14 +148,14 @@ routes = [%s]
 	fold := map[string]map[string]any{}
 	seen := map[string]bool{}
 	var st jetstream.Stream
-	waitFor(t, 30*time.Second, func() (err error) { // the connection may be moving off the killed node
+	embeddedtest.WaitFor(t, 30*time.Second, func() (err error) { // the connection may be moving off the killed node
 		st, err = js.Stream(ctx, "ORDER_EVENTS")
 		return err
 	})
 	info := st.CachedInfo().State
 	for seq := info.FirstSeq; seq <= info.LastSeq; seq++ {
 		var m *jetstream.RawStreamMsg
-		waitFor(t, 30*time.Second, func() (err error) {
+		embeddedtest.WaitFor(t, 30*time.Second, func() (err error) {
 			m, err = st.GetMsg(ctx, seq)
 			return err
 		})
@@ -169,10 +170,11 @@ routes = [%s]
 		oid := ev["order_id"].(string)
 		f := fold[oid]
 		if f == nil {
-			f = map[string]any{"events": 0}
+			f = map[string]any{"events": 0, "seqs": []uint64(nil)}
 			fold[oid] = f
 		}
 		f["status"], f["last_seq"], f["events"] = ev["status"], m.Sequence, f["events"].(int)+1
+		f["seqs"] = append(fold[oid]["seqs"].([]uint64), m.Sequence) // for a failure's message
 	}
 	for id := range acked {
 		if !seen[id] {
@@ -194,7 +196,7 @@ routes = [%s]
 		}
 		defer nci.Close()
 		jsi, _ := jetstream.New(nci)
-		waitFor(t, 120*time.Second, func() error {
+		embeddedtest.WaitFor(t, 120*time.Second, func() error {
 			kv, err := jsi.KeyValue(ctx, "ORDERS")
 			if err != nil {
 				return err
@@ -211,7 +213,7 @@ routes = [%s]
 				}
 				json.Unmarshal(e.Value(), &o)
 				if o.Status != f["status"] || o.LastSeq != f["last_seq"] || o.Events != f["events"] {
-					return fmt.Errorf("node n%d: order %s = %+v, fold %v", i+1, oid, o, f)
+					return fmt.Errorf("node n%d: order %s = %s, fold %v", i+1, oid, e.Value(), f)
 				}
 			}
 			return nil
@@ -289,7 +291,7 @@ func TestBackupRestoreCommands(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ = jetstream.New(nc)
-	waitFor(t, 30*time.Second, func() error {
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
 		kv, err := js.KeyValue(context.Background(), "ORDERS")
 		if err != nil {
 			return err

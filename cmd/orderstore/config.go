@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 
+	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/internal/config"
 )
 
@@ -19,7 +20,7 @@ func loadConfig(flagPath string) (cfg config.Config, name string, err error) {
 		return config.Default(), "<built-in defaults>", nil
 	}
 	cfg, err = config.Load(path)
-	var cerrs *config.Errors
+	var cerrs *orderstore.ValidationError
 	switch {
 	case errors.As(err, &cerrs):
 		return cfg, path, withHint(err, "fix the keys above; orderstore.example.toml lists every key with its default")

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/internal/testenv"
 )
 
@@ -81,7 +82,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.__noReload = "still here"`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, func() error {
+	embeddedtest.WaitFor(t, 15*time.Second, func() error {
 		if s := text("#status"); s != "ready" {
 			return fmt.Errorf("status badge %q", s)
 		}
@@ -98,7 +99,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	js.Publish(context.Background(), "orders.created", []byte(`not json`))
 
-	waitFor(t, 20*time.Second, func() error {
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
 		if n := num("#stream-messages"); n != 26 {
 			return fmt.Errorf("stream-messages %d, want 26", n)
 		}

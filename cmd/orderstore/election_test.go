@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/orderstoretest"
 )
 
@@ -88,7 +89,7 @@ routes = [%s]
 		return "", errors.New("the stream has no leader")
 	}
 	var leader string
-	waitFor(t, 30*time.Second, func() (err error) {
+	embeddedtest.WaitFor(t, 30*time.Second, func() (err error) {
 		leader, err = leaderOf()
 		return err
 	})
@@ -196,7 +197,7 @@ routes = [%s]
 		defer mu.Unlock()
 		return len(acked), ackedAfterKill
 	}
-	waitFor(t, 30*time.Second, func() error {
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
 		if n, _ := count(); n < 200 {
 			return fmt.Errorf("%d events acked before the kill", n)
 		}
@@ -219,7 +220,7 @@ routes = [%s]
 	// The load goes on until a new leader took over and producers were
 	// acked by it.
 	var newLeader string
-	waitFor(t, 90*time.Second, func() error {
+	embeddedtest.WaitFor(t, 90*time.Second, func() error {
 		l, err := leaderOf()
 		if err != nil {
 			return err
@@ -274,14 +275,14 @@ routes = [%s]
 	seen := map[string]int{}
 	byIngest := map[string]map[string]int{}
 	var st jetstream.Stream
-	waitFor(t, 30*time.Second, func() (err error) {
+	embeddedtest.WaitFor(t, 30*time.Second, func() (err error) {
 		st, err = js.Stream(ctx, "ORDER_EVENTS")
 		return err
 	})
 	info := st.CachedInfo().State
 	for seq := info.FirstSeq; seq <= info.LastSeq; seq++ {
 		var m *jetstream.RawStreamMsg
-		waitFor(t, 30*time.Second, func() (err error) {
+		embeddedtest.WaitFor(t, 30*time.Second, func() (err error) {
 			m, err = st.GetMsg(ctx, seq)
 			return err
 		})

@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testkit"
 )
 
 // The durable guard, with the real NATS CLI against the built binary,
@@ -152,7 +154,7 @@ func guardScenario(t *testing.T, cli, users string, producer []nats.Option, clie
 	}
 	// Events are arriving (and the processor is behind or busy with
 	// some) before the first client tries.
-	waitFor(t, 30*time.Second, func() error {
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
 		if n := ackedSoFar(); n < 100 {
 			return fmt.Errorf("%d events acked", n)
 		}
@@ -166,7 +168,7 @@ func guardScenario(t *testing.T, cli, users string, producer []nats.Option, clie
 			// nats sub on a durable runs until stopped: what it printed by
 			// then is what a user sees.
 			cmd := natsCmd(u, "sub", "--stream", "ORDER_EVENTS", "--durable", "order-processor")
-			var out syncBuffer
+			var out testkit.LockedBuffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -194,7 +196,7 @@ func guardScenario(t *testing.T, cli, users string, producer []nats.Option, clie
 				return int(n)
 			}
 			before := guardCount()
-			waitFor(t, 15*time.Second, func() error {
+			embeddedtest.WaitFor(t, 15*time.Second, func() error {
 				if n := guardCount(); n <= before {
 					return fmt.Errorf("%s: nats sub --durable order-processor: no pull reached the durable guard (%d); it printed:\n%s", u.name, n, tail(out.String(), 1500))
 				}
@@ -277,7 +279,7 @@ func guardScenario(t *testing.T, cli, users string, producer []nats.Option, clie
 		w.events++
 		w.lastSeq = max(w.lastSeq, e.seq)
 	}
-	waitFor(t, 60*time.Second, func() error {
+	embeddedtest.WaitFor(t, 60*time.Second, func() error {
 		for order, w := range wants {
 			r := get(t, "GET", adminURL+"/v1/orders/"+url.PathEscape(order), "")
 			if r.code != 200 {

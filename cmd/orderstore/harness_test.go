@@ -2,11 +2,12 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testkit"
 	"io"
 	"os"
 	"os/exec"
@@ -69,27 +70,10 @@ func binary(t testing.TB) string {
 type proc struct {
 	t      testing.TB
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testkit.LockedBuffer
 	done   chan struct{}
 	ready  chan map[string]any
 	code   int
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start runs the binary with args and, if cred is non-nil, as that user.
@@ -100,7 +84,7 @@ func start(t testing.TB, cred *syscall.Credential, args ...string) *proc {
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
-	p := &proc{t: t, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{}), ready: make(chan map[string]any, 1)}
+	p := &proc{t: t, cmd: cmd, stderr: &testkit.LockedBuffer{}, done: make(chan struct{}), ready: make(chan map[string]any, 1)}
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	cmd.Stdout = p.stderr
@@ -151,7 +135,7 @@ func start(t testing.TB, cred *syscall.Credential, args ...string) *proc {
 func (p *proc) adminURL(t testing.TB) string {
 	t.Helper()
 	url := ""
-	waitFor(t, 10*time.Second, func() error {
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
 		for _, l := range strings.Split(p.stderr.String(), "\n") {
 			var m map[string]any
 			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "admin listening" {

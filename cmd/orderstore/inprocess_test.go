@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testkit"
 	"io"
 	"path/filepath"
 	"strings"
@@ -18,7 +18,7 @@ type inproc struct {
 	t        testing.TB
 	adminURL string
 	natsURL  string
-	log      *syncBuffer
+	log      *testkit.LockedBuffer
 	cancel   context.CancelFunc
 	done     chan int
 }
@@ -29,7 +29,7 @@ func startInProcess(t testing.TB, body string) *inproc {
 	cfg := writeConfig(t, dir, filepath.Join(dir, "store"), mergeTOML("[admin]\nlisten = \"127.0.0.1:0\"\n", body))
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	a := &inproc{t: t, log: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	a := &inproc{t: t, log: &testkit.LockedBuffer{}, cancel: cancel, done: make(chan int, 1)}
 	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(pr)
@@ -89,8 +89,3 @@ func (a *inproc) stop() int {
 }
 
 func (a *inproc) logHas(s string) bool { return strings.Contains(a.log.String(), s) }
-
-func waitFor(t testing.TB, timeout time.Duration, f func() error) {
-	t.Helper()
-	embeddedtest.WaitFor(t, timeout, f)
-}

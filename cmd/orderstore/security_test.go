@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/orderstoretest"
 )
 
@@ -89,13 +91,13 @@ role = "admin"
 
 	// p2 listens on everything a producer may subscribe to.
 	listen := natsCmd(url, "p2", "p2-password-1", "sub", "_INBOX.>")
-	var listened syncBuffer
+	var listened testkit.LockedBuffer
 	listen.Stdout, listen.Stderr = &listened, &listened
 	if err := listen.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer listen.Process.Kill()
-	waitFor(t, 10*time.Second, func() error {
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
 		if !strings.Contains(listened.String(), "Subscribing on _INBOX.>") {
 			return errors.New("nats sub has not subscribed yet: " + listened.String())
 		}
@@ -116,7 +118,7 @@ role = "admin"
 	expect(ok(url, "dash", "dash-password-1", "sub", "--stream", "ORDER_EVENTS", "--count", "2"), "orders.shipped")
 	ok(url, "dash", "dash-password-1", "consumer", "add", "ORDER_EVENTS", "dash-audit", "--pull", "--deliver", "all", "--ack", "explicit", "--defaults")
 	expect(ok(url, "dash", "dash-password-1", "consumer", "next", "ORDER_EVENTS", "dash-audit", "--count", "1"), "Acknowledged message")
-	waitFor(t, 10*time.Second, func() error {
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
 		out, err := natsCmd(url, "dash", "dash-password-1", "kv", "get", "ORDERS", "s-1", "--raw").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "shipped") {
 			return os.ErrNotExist

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/orderstore/orderstore/internal/testkit"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -25,7 +26,7 @@ import (
 type signalAtLine struct {
 	marker []byte
 	once   sync.Once
-	buf    syncBuffer
+	buf    testkit.LockedBuffer
 
 	mu     sync.Mutex
 	landed bool  // the signal canceled run's context while start-up was held

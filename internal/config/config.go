@@ -171,54 +171,6 @@ func Default() Config {
 	return c
 }
 
-// Error is one problem with one key.
-type Error struct {
-	Key    string // dotted TOML key, e.g. "stream.max_age"
-	Value  string // the offending value as written, if any
-	Reason string
-	// Unknown marks the entry that lists every unknown key (Key holds them,
-	// comma-separated).
-	Unknown bool
-}
-
-func (e *Error) Error() string {
-	if e.Unknown {
-		return "unknown keys: " + e.Key + " (hint: check the spelling against orderstore.example.toml)"
-	}
-	if e.Value != "" {
-		return fmt.Sprintf("%s = %s: %s", e.Key, e.Value, e.Reason)
-	}
-	return fmt.Sprintf("%s: %s", e.Key, e.Reason)
-}
-
-// Errors is every problem found in one file, reported at once.
-type Errors struct {
-	Name string // file name or "<defaults>"
-	List []*Error
-}
-
-func (e *Errors) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "config %q: %d problem", e.Name, len(e.List))
-	if len(e.List) != 1 {
-		b.WriteString("s")
-	}
-	for _, x := range e.List {
-		b.WriteString("\n  ")
-		b.WriteString(x.Error())
-	}
-	return b.String()
-}
-
-// Keys returns the dotted keys of every problem, for tests and callers.
-func (e *Errors) Keys() []string {
-	keys := make([]string, len(e.List))
-	for i, x := range e.List {
-		keys[i] = x.Key
-	}
-	return keys
-}
-
 // Load reads and validates the file at path.
 //
 // Relative paths in it (store_dir, token_file, password_file, the TLS
@@ -282,7 +234,7 @@ func Parse(r io.Reader, name string) (Config, error) {
 		return Config{}, fmt.Errorf("config %q: %s", name, maskQuoted(err.Error()))
 	}
 
-	errs := &Errors{Name: name}
+	errs := &orderstore.ValidationError{File: name}
 	failed := map[string]bool{}
 	var unknown []string
 	top := reflect.ValueOf(&cfg).Elem()
@@ -296,12 +248,12 @@ func Parse(r io.Reader, name string) (Config, error) {
 		// Decode key by key so one bad value does not hide the next.
 		var keys map[string]toml.Primitive
 		if typ := md.Type(tname); typ != "Hash" && typ != "" {
-			errs.add(tname, "", "must be a table, e.g. ["+tname+"]")
+			addProblem(errs, tname, "", "must be a table, e.g. ["+tname+"]")
 			failed[tname] = true
 			continue
 		}
 		if err := md.PrimitiveDecode(prim, &keys); err != nil {
-			errs.add(tname, "", "must be a table, e.g. ["+tname+"]")
+			addProblem(errs, tname, "", "must be a table, e.g. ["+tname+"]")
 			failed[tname] = true
 			continue
 		}
@@ -318,7 +270,7 @@ func Parse(r io.Reader, name string) (Config, error) {
 			// the default half-overwritten.
 			nv := reflect.New(fv.Type())
 			if err := md.PrimitiveDecode(kprim, nv.Interface()); err != nil {
-				errs.add(dotted, "", decodeReason(err))
+				addProblem(errs, dotted, "", decodeReason(err))
 				failed[dotted] = true
 				continue
 			}
@@ -340,15 +292,15 @@ func Parse(r io.Reader, name string) (Config, error) {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		errs.List = append([]*Error{{Key: strings.Join(unknown, ", "), Reason: "unknown keys", Unknown: true}}, errs.List...)
+		errs.Problems = append([]*orderstore.FieldError{{Key: strings.Join(unknown, ", "), Reason: "unknown keys", Unknown: true}}, errs.Problems...)
 	}
-	if len(errs.List) > 0 {
-		sortErrors(errs.List[boolToInt(len(unknown) > 0):])
-		errs.List = append(errs.List, cfg.validate()...)
+	if len(errs.Problems) > 0 {
+		sortErrors(errs.Problems[boolToInt(len(unknown) > 0):])
+		errs.Problems = append(errs.Problems, cfg.validate()...)
 		return Config{}, errs
 	}
 	if v := cfg.validate(); len(v) > 0 {
-		errs.List = v
+		errs.Problems = v
 		return Config{}, errs
 	}
 	return cfg, nil
@@ -406,7 +358,7 @@ func decodeReason(err error) string {
 	return s
 }
 
-func sortErrors(l []*Error) {
+func sortErrors(l []*orderstore.FieldError) {
 	sort.SliceStable(l, func(i, j int) bool { return l[i].Key < l[j].Key })
 }
 
@@ -421,6 +373,6 @@ func tagIndex(t reflect.Type) map[string]int {
 	return m
 }
 
-func (e *Errors) add(key, value, reason string) {
-	e.List = append(e.List, &Error{Key: key, Value: value, Reason: reason})
+func addProblem(e *orderstore.ValidationError, key, value, reason string) {
+	e.Problems = append(e.Problems, &orderstore.FieldError{Key: key, Value: value, Reason: reason})
 }

@@ -111,9 +111,9 @@ func TestParseErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse(strings.NewReader(tt.toml), "test.toml")
-			var errs *Errors
+			var errs *orderstore.ValidationError
 			if !errors.As(err, &errs) {
-				t.Fatalf("Parse() error = %v, want *Errors", err)
+				t.Fatalf("Parse() error = %v, want *orderstore.ValidationError", err)
 			}
 			if got := errs.Keys(); !reflect.DeepEqual(got, tt.wantKeys) {
 				t.Errorf("keys = %q, want %q\n%v", got, tt.wantKeys, err)

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"github.com/orderstore/orderstore"
+
 	"os"
 	"path/filepath"
 	"reflect"
@@ -117,9 +119,9 @@ subscribe = ["_INBOX.>"]
 		"[server.tls]\ncert_file = \"c\"\nbogus = 1\n":                                                  "server.tls.bogus",
 	} {
 		_, err := Parse(strings.NewReader(src), "f")
-		var errs *Errors
+		var errs *orderstore.ValidationError
 		if !asErrors(err, &errs) {
-			t.Errorf("%q: %v, want *Errors", src, err)
+			t.Errorf("%q: %v, want *orderstore.ValidationError", src, err)
 			continue
 		}
 		k, reason, _ := strings.Cut(key, " ")
@@ -135,8 +137,8 @@ subscribe = ["_INBOX.>"]
 	}
 }
 
-func asErrors(err error, target **Errors) bool {
-	e, ok := err.(*Errors)
+func asErrors(err error, target **orderstore.ValidationError) bool {
+	e, ok := err.(*orderstore.ValidationError)
 	if ok {
 		*target = e
 	}

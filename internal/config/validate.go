@@ -15,25 +15,25 @@ import (
 // Validate reports every problem of an already decoded Config at once.
 func (c Config) Validate() error {
 	if l := c.validate(); len(l) > 0 {
-		return &Errors{Name: "<config>", List: l}
+		return &orderstore.ValidationError{File: "<config>", Problems: l}
 	}
 	return nil
 }
 
-func (c Config) validate() []*Error {
-	var errs []*Error
+func (c Config) validate() []*orderstore.FieldError {
+	var errs []*orderstore.FieldError
 	bad := func(key string, value any, reason string) {
 		v := ""
 		if value != nil {
 			v = fmt.Sprintf("%q", fmt.Sprint(value))
 		}
-		errs = append(errs, &Error{Key: key, Value: v, Reason: reason})
+		errs = append(errs, &orderstore.FieldError{Key: key, Value: v, Reason: reason})
 	}
 	// What the appliance checks, named by the file's keys.
 	var ve *orderstore.ValidationError
 	if err := c.toOrderstore().Validate(); errors.As(err, &ve) {
 		for _, p := range ve.Problems {
-			errs = append(errs, &Error{Key: p.Key, Value: p.Value, Reason: p.Reason})
+			errs = append(errs, &orderstore.FieldError{Key: p.Key, Value: p.Value, Reason: p.Reason})
 		}
 	} else if err != nil {
 		bad("", nil, err.Error())

@@ -152,8 +152,8 @@ func TestEdgePowerLossHub(t *testing.T) {
 		runFor := time.Duration(300+r.IntN(1700)) * time.Millisecond
 		var deadline time.Time
 		embeddedtest.WaitFor(t, 60*time.Second, func() error {
-			if c.exited() {
-				t.Fatalf("run %d: the edge exited while publishing:\n%s", cut, c.output())
+			if c.Exited() {
+				t.Fatalf("run %d: the edge exited while publishing:\n%s", cut, c.Out.String())
 			}
 			if deadline.IsZero() {
 				n, err := hubCount(ctx, hjs)
@@ -178,8 +178,8 @@ func TestEdgePowerLossHub(t *testing.T) {
 		ejs := clientJetStream(t, c)
 		var edgeMsgs []streamEvent
 		embeddedtest.WaitFor(t, 2*time.Minute, func() error {
-			if c.exited() {
-				t.Fatalf("the edge exited:\n%s", c.output())
+			if c.Exited() {
+				t.Fatalf("the edge exited:\n%s", c.Out.String())
 			}
 			var err error
 			edgeMsgs, err = hubMatchesEdge(ctx, hjs, ejs, l)

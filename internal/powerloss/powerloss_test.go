@@ -3,7 +3,6 @@
 package powerloss_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,13 +13,11 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +30,7 @@ import (
 	"github.com/orderstore/orderstore/processor"
 
 	"github.com/orderstore/orderstore/internal/testenv"
+	"github.com/orderstore/orderstore/internal/testkit"
 )
 
 var (
@@ -152,8 +150,8 @@ func runCuts(t *testing.T, v variant, m syncMode, r *rand.Rand) {
 		runFor := time.Duration(300+r.IntN(1700)) * time.Millisecond
 		deadline := time.Now().Add(runFor)
 		embeddedtest.WaitFor(t, 30*time.Second, func() error {
-			if c.exited() {
-				t.Fatalf("cut %d: the appliance exited while publishing:\n%s", cut, c.output())
+			if c.Exited() {
+				t.Fatalf("cut %d: the appliance exited while publishing:\n%s", cut, c.Out.String())
 			}
 			if cycle.acked() == 0 || time.Now().Before(deadline) {
 				return fmt.Errorf("%d acked", cycle.acked())
@@ -272,10 +270,10 @@ func (rg *rig) mustStart(t *testing.T, m syncMode, cut int, tot *totals) *child 
 // cuts the power and kills it. It returns when the appliance stopped.
 func (rg *rig) powerCut(t *testing.T, c *child) time.Time {
 	t.Helper()
-	c.stopProcess(t)
+	c.StopProcess(t)
 	stopAt := time.Now()
 	rg.fs.Cut()
-	c.kill(t)
+	c.Kill(t)
 	return stopAt
 }
 
@@ -308,12 +306,11 @@ func syncPath(t *testing.T, path string) {
 	}
 }
 
-// child is one appliance process.
+// child is one appliance (or edge) process; url is what its READY line
+// says: its client URL.
 type child struct {
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	url  string
-	done chan struct{}
+	*testkit.Child
+	url string
 }
 
 // start runs the test binary as the appliance on the store and waits
@@ -330,100 +327,15 @@ func (rg *rig) start(t *testing.T, mode string) (*child, error) {
 // are unmounted, also when the test fails).
 func startChild(t *testing.T, what string, env ...string) (*child, error) {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), env...)
-	c := &child{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stderr = c.out
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if url, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
-				ready <- url
-			}
-			fmt.Fprintln(c.out, sc.Text())
-		}
-		cmd.Wait()
-		close(c.done)
-	}()
-	t.Cleanup(func() { c.kill(t) })
-	select {
-	case c.url = <-ready:
-		return c, nil
-	case <-c.done:
-		return c, errors.New(c.output())
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("%s is not ready after 2m:\n%s", what, c.output())
-		return nil, nil
-	}
-}
-
-func (c *child) exited() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (c *child) output() string { return c.out.String() }
-
-// stopProcess sends SIGSTOP and waits until every thread is stopped.
-func (c *child) stopProcess(t *testing.T) {
-	t.Helper()
-	pid := c.cmd.Process.Pid
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	embeddedtest.WaitFor(t, 10*time.Second, func() error {
-		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if err != nil {
-			return err
-		}
-		for _, task := range tasks {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
-			if err != nil {
-				continue // the thread is gone
-			}
-			// "pid (comm) S ...": the state follows the last ')'
-			s := string(b)
-			if i := strings.LastIndexByte(s, ')'); i < 0 || i+2 >= len(s) || (s[i+2] != 'T' && s[i+2] != 't') {
-				return fmt.Errorf("thread %s not stopped yet", task.Name())
-			}
-		}
-		return nil
-	})
-}
-
-func (c *child) kill(t testing.TB) {
-	if c.exited() {
-		return
-	}
-	c.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-c.done:
-	case <-time.After(30 * time.Second):
-		t.Errorf("the appliance did not exit 30s after SIGKILL")
-	}
+	c, err := testkit.StartChild(t, what, env...)
+	return &child{Child: c, url: c.Ready}, err
 }
 
 // recovered is what the appliance's log says it recovered at start-up:
 // nats' "Restored ..." lines and every warning or error.
 func (c *child) recovered() []string {
 	var out []string
-	for _, line := range strings.Split(c.output(), "\n") {
+	for _, line := range strings.Split(c.Out.String(), "\n") {
 		var rec struct {
 			Level, Msg string
 		}
@@ -611,8 +523,8 @@ func check(t *testing.T, c *child, l *ledger, m syncMode, stopAt time.Time, tot 
 
 	// 2. the projection, once the processor caught up
 	embeddedtest.WaitFor(t, 90*time.Second, func() error {
-		if c.exited() {
-			t.Fatalf("the appliance exited:\n%s", c.output())
+		if c.Exited() {
+			t.Fatalf("the appliance exited:\n%s", c.Out.String())
 		}
 		cons, err := js.Consumer(ctx, cfg.Stream.Name, cfg.Processor.Durable)
 		if err != nil {
@@ -775,21 +687,4 @@ func projection(t *testing.T, ctx context.Context, js jetstream.JetStream, bucke
 		out[k] = o
 	}
 	return out
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

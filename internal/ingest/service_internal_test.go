@@ -1,4 +1,4 @@
-package orderstore
+package ingest
 
 import (
 	"context"
@@ -26,26 +26,13 @@ import (
 // the collision is counted. Two requests with one reply subject stand in
 // for nats' collision.
 func TestIngestReplyCollision(t *testing.T) {
-	srv, err := embedded.Start(context.Background(), embedded.Config{StoreDir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ORDER_EVENTS", Subjects: []string{"orders.>"}}); err != nil {
-		t.Fatal(err)
-	}
+	srv, nc := newStream(t)
 	// Group commit's sync held until both requests are in flight, so that
 	// the first one's answer cannot go out before the second arrives.
 	release := make(chan struct{})
 	var syncs atomic.Int64
-	stats := &commitStats{batchHist: newHistogram(batchBuckets)}
-	cfg := ingestConfig{Subjects: []string{"orders.>"}, Prefix: ingestPrefix, Stream: "ORDER_EVENTS", Stats: stats,
+	stats := &Stats{batchHist: newHistogram(batchBuckets)}
+	cfg := Config{Subjects: []string{"orders.>"}, Prefix: Prefix, Accounts: []string{"ORDERSTORE"}, Stream: "ORDER_EVENTS", Stats: stats,
 		Sync: func(ctx context.Context) error {
 			syncs.Add(1)
 			select {
@@ -55,16 +42,7 @@ func TestIngestReplyCollision(t *testing.T) {
 				return ctx.Err()
 			}
 		}}
-	inc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inc.Close()
-	in, err := startIngest(inc, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close(context.Background())
+	in := startService(t, srv, cfg)
 
 	answers := make(chan *nats.Msg, 4)
 	sub, err := nc.ChanSubscribe("producer.reply", answers)
@@ -73,7 +51,7 @@ func TestIngestReplyCollision(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	for i := range 2 {
-		if err := nc.PublishRequest(ingestPrefix+StreamAccount+".orders.created", "producer.reply", fmt.Appendf(nil, `{"order_id":"c-%d"}`, i)); err != nil {
+		if err := nc.PublishRequest(Prefix+"ORDERSTORE"+".orders.created", "producer.reply", fmt.Appendf(nil, `{"order_id":"c-%d"}`, i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -110,7 +88,7 @@ func TestIngestReplyCollision(t *testing.T) {
 	})
 	// Anything sent after the last release would be on its way: a round
 	// trip through the server orders it before this flush's answer.
-	if err := inc.Flush(); err != nil {
+	if err := in.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {
@@ -143,25 +121,12 @@ func TestIngestReplyCollision(t *testing.T) {
 // to be taken, which the per-account pause at 16,384 made unreachable: a
 // slow disk left every publish to queue behind the others.)
 func TestIngestShedsWhenBehind(t *testing.T) {
-	srv, err := embedded.Start(context.Background(), embedded.Config{StoreDir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ORDER_EVENTS", Subjects: []string{"orders.>"}}); err != nil {
-		t.Fatal(err)
-	}
+	srv, nc := newStream(t)
 	// Each sync takes one token; closing the channel lets every sync by.
 	tokens := make(chan struct{}, 1)
 	var syncs atomic.Int64
-	cfg := ingestConfig{Subjects: []string{"orders.>"}, Prefix: ingestPrefix, Accounts: []string{"HEAVY", "LIGHT"}, Stream: "ORDER_EVENTS",
-		Stats: &commitStats{batchHist: newHistogram(batchBuckets)},
+	cfg := Config{Subjects: []string{"orders.>"}, Prefix: Prefix, Accounts: []string{"HEAVY", "LIGHT"}, Stream: "ORDER_EVENTS",
+		Stats: &Stats{batchHist: newHistogram(batchBuckets)},
 		Sync: func(ctx context.Context) error {
 			syncs.Add(1)
 			select {
@@ -171,16 +136,7 @@ func TestIngestShedsWhenBehind(t *testing.T) {
 				return ctx.Err()
 			}
 		}}
-	inc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inc.Close()
-	in, err := startIngest(inc, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close(context.Background())
+	in := startService(t, srv, cfg)
 
 	answers := map[string]chan *nats.Msg{}
 	for _, r := range []string{"heavy", "light"} {
@@ -193,7 +149,7 @@ func TestIngestShedsWhenBehind(t *testing.T) {
 	}
 	publish := func(account, reply string, i int) {
 		t.Helper()
-		if err := nc.PublishRequest(ingestPrefix+account+".orders.created", reply, fmt.Appendf(nil, `{"order_id":"o-%d"}`, i)); err != nil {
+		if err := nc.PublishRequest(Prefix+account+".orders.created", reply, fmt.Appendf(nil, `{"order_id":"o-%d"}`, i)); err != nil {
 			t.Fatal(err)
 		}
 		if err := nc.Flush(); err != nil {
@@ -341,30 +297,8 @@ func TestRequestsWaited(t *testing.T) {
 // answer is counted as a collision (before, it went uncounted: the
 // overload bench left 1 publish unanswered with 0 collisions counted).
 func TestIngestReplyReusedAfterAnswer(t *testing.T) {
-	srv, err := embedded.Start(context.Background(), embedded.Config{StoreDir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ORDER_EVENTS", Subjects: []string{"orders.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	inc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inc.Close()
-	in, err := startIngest(inc, ingestConfig{Subjects: []string{"orders.>"}, Prefix: ingestPrefix, Stream: "ORDER_EVENTS"}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close(context.Background())
+	srv, nc := newStream(t)
+	in := startService(t, srv, Config{Subjects: []string{"orders.>"}, Prefix: Prefix, Accounts: []string{"ORDERSTORE"}, Stream: "ORDER_EVENTS"})
 	answers := make(chan *nats.Msg, 4)
 	sub, err := nc.ChanSubscribe("producer.reply.*", answers)
 	if err != nil {
@@ -376,7 +310,7 @@ func TestIngestReplyReusedAfterAnswer(t *testing.T) {
 		if i == 2 {
 			reply = "producer.reply.other"
 		}
-		if err := nc.PublishRequest(ingestPrefix+StreamAccount+".orders.created", reply, fmt.Appendf(nil, `{"order_id":"r-%d"}`, i)); err != nil {
+		if err := nc.PublishRequest(Prefix+"ORDERSTORE"+".orders.created", reply, fmt.Appendf(nil, `{"order_id":"r-%d"}`, i)); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -391,4 +325,40 @@ func TestIngestReplyReusedAfterAnswer(t *testing.T) {
 	if n := in.collided.Load(); n != 1 {
 		t.Fatalf("collisions counted: %d, want 1 (the second publish on a reply subject answered a moment before; the third's is new)", n)
 	}
+}
+
+// newStream starts a server with ORDER_EVENTS and connects a producer.
+func newStream(t *testing.T) (*embedded.Server, *nats.Conn) {
+	t.Helper()
+	srv, err := embedded.Start(context.Background(), embedded.Config{StoreDir: t.TempDir(), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ORDER_EVENTS", Subjects: []string{"orders.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	return srv, nc
+}
+
+// startService runs the ingest service on a connection of its own.
+func startService(t *testing.T, srv *embedded.Server, cfg Config) *Service {
+	t.Helper()
+	inc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inc.Close)
+	in, err := Start(inc, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(context.Background()) })
+	return in
 }

@@ -1,4 +1,4 @@
-package orderstore
+package ingest
 
 import (
 	"fmt"

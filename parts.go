@@ -12,6 +12,8 @@ import (
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/processor"
+
+	"github.com/orderstore/orderstore/internal/ingest"
 )
 
 // internalConns are orderstore's own in-process connections (a hub has
@@ -31,8 +33,8 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *internalIdentity) (embed
 		Port:       c.Server.Port,
 		ServerName: c.Server.Name,
 		// Room for the headers the ingest service adds to an event of
-		// server.max_payload (see ingestHeadroom).
-		MaxPayload:       int32(c.Server.MaxPayload + ingestHeadroom),
+		// server.max_payload (see ingest.Headroom).
+		MaxPayload:       int32(c.Server.MaxPayload + ingest.Headroom),
 		MaxMemory:        c.JetStream.MaxMemoryStore,
 		MaxStore:         c.JetStream.MaxFileStore,
 		SyncInterval:     c.natsSyncInterval(),
@@ -180,11 +182,11 @@ const HubLocalPrefix = "hub"
 // a dead letter of orders.created is stored on "<prefix>.orders.created".
 func deadLetterSubjectPrefix(stream string) string { return "dlq." + stream }
 
-// ProcessorSpec returns the built-in processor's configuration for c, as
+// ProcessorConfig returns the built-in processor's configuration for c, as
 // the appliance runs it, with h as its handler (the appliance's is the
 // projection of [NewProjection]). Logger is c.Logger under
 // component=processor.
-func (c Config) ProcessorSpec(h processor.Handler) processor.Config {
+func (c Config) ProcessorConfig(h processor.Handler) processor.Config {
 	backoff := append([]time.Duration(nil), c.Processor.Backoff...)
 	return processor.Config{
 		Stream:                  c.DeclareSpec().ConsumerStream(),

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package orderstore
+package ingest
 
 import (
 	"os"

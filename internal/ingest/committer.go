@@ -1,4 +1,4 @@
-package orderstore
+package ingest
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/orderstore/orderstore/internal/durable"
 )
 
-// committer makes what nats wrote to the store durable, in rounds (group
+// Committer makes what nats wrote to the store durable, in rounds (group
 // commit). Every caller waiting when a round starts shares it; callers that
 // arrive during a round wait for the next one, which starts as soon as this
 // one ends. A lone caller therefore waits about one sync, and never a
@@ -47,7 +47,7 @@ import (
 // waiter of that round and every later caller gets the error, and Failed
 // is closed: the appliance stops, and the next start reads the store back
 // from the disk.
-type committer struct {
+type Committer struct {
 	dir    string       // the store directory (whose file system is synced)
 	full   func() error // a full round
 	close  func()       // releases what full holds open
@@ -62,11 +62,11 @@ type committer struct {
 	// forceFull makes the next round full (nats restarted: its recovery
 	// may have rewritten what the fast round follows).
 	forceFull atomic.Bool
-	stats     commitStats
+	stats     Stats
 }
 
-// commitStats are what /metrics and the dashboard show of the rounds.
-type commitStats struct {
+// Stats are what /metrics and the dashboard show of the rounds.
+type Stats struct {
 	mu        sync.Mutex
 	syncs     uint64
 	errors    uint64
@@ -76,10 +76,10 @@ type commitStats struct {
 	waiting   atomic.Int64
 }
 
-// newCommitter opens the store's syncs; streamMsgs is the msgs/ directory
+// NewCommitter opens the store's syncs; streamMsgs is the msgs/ directory
 // of the stream producers write to ("" makes every round full).
-func newCommitter(storeDir, streamMsgs string) (*committer, error) {
-	c := &committer{dir: storeDir, reqs: make(chan syncReq, 1024), stop: make(chan struct{}),
+func NewCommitter(storeDir, streamMsgs string) (*Committer, error) {
+	c := &Committer{dir: storeDir, reqs: make(chan syncReq, 1024), stop: make(chan struct{}),
 		done: make(chan struct{}), fail: make(chan struct{})}
 	c.stats.syncHist = newHistogram(syncBuckets)
 	c.stats.batchHist = newHistogram(batchBuckets)
@@ -126,7 +126,7 @@ const lazyMax = 10 * time.Millisecond
 // durable within it even when no producer publishes.
 const idleSync = time.Second
 
-func (c *committer) run() {
+func (c *Committer) run() {
 	defer close(c.done)
 	defer c.close()
 	defer c.blocks.closeAll()
@@ -233,7 +233,7 @@ func (c *committer) run() {
 }
 
 // drainStopped answers the callers still queued after the loop ended.
-func (c *committer) drainStopped() {
+func (c *Committer) drainStopped() {
 	err := errCommitterStopped
 	if p := c.err.Load(); p != nil {
 		err = *p
@@ -250,18 +250,18 @@ func (c *committer) drainStopped() {
 
 // Sync returns once a round that began after the call made every event
 // the stream acked before the call durable, or with why not.
-func (c *committer) Sync(ctx context.Context) error { return c.sync1(ctx, syncFast) }
+func (c *Committer) Sync(ctx context.Context) error { return c.round(ctx, syncFast) }
 
 // SyncAll returns once a full round that began after the call made
 // everything written before it durable: a stream, consumer or bucket
 // declared, the stream's metadata changed.
-func (c *committer) SyncAll(ctx context.Context) error { return c.sync1(ctx, syncFull) }
+func (c *Committer) SyncAll(ctx context.Context) error { return c.round(ctx, syncFull) }
 
 // SyncLazy is SyncAll for a caller nobody waits on: it waits for the next
 // full round, at most lazyMax, so that it rarely costs a round of its own.
-func (c *committer) SyncLazy(ctx context.Context) error { return c.sync1(ctx, syncLazy) }
+func (c *Committer) SyncLazy(ctx context.Context) error { return c.round(ctx, syncLazy) }
 
-func (c *committer) sync1(ctx context.Context, kind syncKind) error {
+func (c *Committer) round(ctx context.Context, kind syncKind) error {
 	if p := c.err.Load(); p != nil {
 		return *p
 	}
@@ -288,7 +288,7 @@ func (c *committer) sync1(ctx context.Context, kind syncKind) error {
 	}
 }
 
-func (c *committer) stoppedErr() error {
+func (c *Committer) stoppedErr() error {
 	if p := c.err.Load(); p != nil {
 		return *p
 	}
@@ -296,10 +296,10 @@ func (c *committer) stoppedErr() error {
 }
 
 // Failed is closed after the first failed sync.
-func (c *committer) Failed() <-chan struct{} { return c.fail }
+func (c *Committer) Failed() <-chan struct{} { return c.fail }
 
 // Err is the failed sync's error, or nil.
-func (c *committer) Err() error {
+func (c *Committer) Err() error {
 	if p := c.err.Load(); p != nil {
 		return *p
 	}
@@ -307,11 +307,11 @@ func (c *committer) Err() error {
 }
 
 // ForceFull makes the next round full.
-func (c *committer) ForceFull() { c.forceFull.Store(true) }
+func (c *Committer) ForceFull() { c.forceFull.Store(true) }
 
 // Close stops the loop once the round running now has ended, waiting at
 // most 30 s for a sync that hangs (its waiters get the error then).
-func (c *committer) Close() {
+func (c *Committer) Close() {
 	select {
 	case <-c.stop:
 	default:
@@ -373,8 +373,8 @@ func (h *histogram) quantile(q float64) float64 {
 	return h.bounds[len(h.bounds)-1]
 }
 
-// ingestStats are the committer's figures for the admin listener.
-func (c *committer) ingestStats() *status.IngestStats {
+// Status is the committer's figures for the admin listener.
+func (c *Committer) Status() *status.IngestStats {
 	s := &c.stats
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -384,16 +384,6 @@ func (c *committer) ingestStats() *status.IngestStats {
 	return &status.IngestStats{Sync: c.how, Syncs: s.syncs, SyncErrors: s.errors, Acked: s.acked, Waiting: s.waiting.Load(),
 		SyncP50Seconds: s.syncHist.quantile(0.5), SyncP99Seconds: s.syncHist.quantile(0.99),
 		SyncSeconds: h(&s.syncHist), BatchEvents: h(&s.batchHist)}
-}
-
-// syncMetadata makes a stream or consumer change durable with group commit
-// (nats rewrites meta.inf and o.dat without fsync when it does not sync
-// every write); a no-op in the other modes.
-func (a *Appliance) syncMetadata(ctx context.Context) error {
-	if a.commit == nil {
-		return nil
-	}
-	return a.commit.SyncAll(ctx)
 }
 
 // blockSyncer is the fast round: the stream's blocks that may have grown
@@ -537,3 +527,14 @@ func blockIndex(name string) (uint64, bool) {
 	n, err := strconv.ParseUint(s, 10, 64)
 	return n, err == nil
 }
+
+// Stats are the figures of the committer's rounds, which the ingest
+// service adds its batches and acks to (Config.Stats).
+func (c *Committer) Stats() *Stats { return &c.stats }
+
+// How says how a full round syncs ("syncfs", or "fsync of every file").
+func (c *Committer) How() string { return c.how }
+
+// InjectFault makes every sync fail with err from now on, as a disk that
+// reports a write-back error would (for tests).
+func (c *Committer) InjectFault(err error) { c.fault.Store(&err) }

@@ -1,4 +1,9 @@
-package orderstore
+// Package ingest takes every producer's publish into the stream and
+// answers it: the ingest service (admission, per-account budgets and
+// pauses, scoped message ids, the epoch, unforgeable acks) and group
+// commit's committer, which makes what the stream stored durable before
+// the service acknowledges it.
+package ingest
 
 import (
 	"bytes"
@@ -19,65 +24,19 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/orderstore/orderstore/processor"
+	"github.com/orderstore/orderstore/status"
 )
 
-// ingestPrefix is where producers' publishes on the stream's subjects land
-// in StreamAccount with durability "group-commit": every account imports
-// the subject S as a service that delivers it on ingestPrefix+S, where the
-// ingest service takes it. No client can publish on S in StreamAccount
+// Prefix is where producers' publishes on the stream's subjects land in
+// orderstore's own account: every client account imports the subject S
+// as a service that delivers it on Prefix[<node>.]<account>.S, where the
+// service takes it. No client can publish on S in orderstore's account
 // itself (only orderstore's own connections live there), so no publish
 // reaches the stream but through the ingest service.
-const ingestPrefix = "_ORDERSTORE_INGEST."
-
-// ingestNodePrefix is this node's ingest prefix: in a cluster each node's
-// client accounts import the stream's subjects onto its own node's
-// subjects ("_ORDERSTORE_INGEST.<node>."), so that a producer's publish is
-// taken by the ingest service of the node it is connected to, and stays
-// answered if another node dies; on a single node, ingestPrefix.
-func (c Config) ingestNodePrefix() string {
-	if !c.Cluster.Enabled() {
-		return ingestPrefix
-	}
-	var b strings.Builder
-	b.WriteString(ingestPrefix)
-	for _, r := range c.Server.Name {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('_')
-		}
-	}
-	b.WriteByte('.')
-	return b.String()
-}
-
-// ingestSubjectFor is where account's publishes on subject reach the
-// ingest service: each account's import has subjects of its own, so that
-// the service knows whose publish it takes from the subject alone and can
-// pause one account's publishes without touching another's.
-func (c Config) ingestSubjectFor(account, subject string) string {
-	return c.ingestNodePrefix() + account + "." + subject
-}
-
-// ingestAccounts are the accounts whose publishes the ingest service
-// takes: the client accounts that import the stream's subjects, and
-// orderstore's own (HTTP ingest, dead-letter replays).
-func (c Config) ingestAccounts() []string {
-	accts := []string{StreamAccount}
-	if len(c.Server.Users) == 0 {
-		return append(accts, AnonymousAccount)
-	}
-	for i, u := range c.Server.Users {
-		if u.Role != RoleReader {
-			accts = append(accts, userAccount(i, u.Name))
-		}
-	}
-	return accts
-}
+const Prefix = "_ORDERSTORE_INGEST."
 
 // Bounds of the ingest service.
 const (
@@ -124,18 +83,18 @@ const (
 	// order of the publishes), or when the store guard or the connection
 	// says it dropped them.
 	ingestAnswerWithin = 15 * time.Second
-	// ingestAckTimeout bounds a sync a batch waits for.
-	ingestAckTimeout = 30 * time.Second
+	// AckTimeout bounds a sync a batch waits for.
+	AckTimeout = 30 * time.Second
 	// An election (no stream leader: nats answers "no responders") is
 	// waited out this long, the republish retried, before a 503.
 	ingestElectionWait = 3500 * time.Millisecond
 	// ingestLeaderGrace is how long a publish in flight when a new
 	// stream leader is elected may wait for the new leader's answer.
 	ingestLeaderGrace = time.Second
-	// ingestHeadroom is what nats' max_payload is raised by, beyond the
+	// Headroom is what nats' max_payload is raised by, beyond the
 	// configured server.max_payload, so that the headers the service
 	// adds (the epoch, the scoped Nats-Msg-Id) always fit the republish.
-	ingestHeadroom = 4 << 10
+	Headroom = 4 << 10
 )
 
 // Headers the ingest service reads or writes.
@@ -144,13 +103,13 @@ const (
 	// random value at every start. A reader that saw sequence N with one
 	// epoch and later sees N with another knows the first was lost in a
 	// crash before it was acknowledged (docs/reliability.md).
-	EpochHeader     = "Orderstore-Epoch"
-	requestInfoHdr  = "Nats-Request-Info"  // set by nats on a service import: the publisher's account
-	streamSourceHdr = "Nats-Stream-Source" // set by nats when sourcing: never a producer's
+	EpochHeader        = "Orderstore-Epoch"
+	requestInfoHeader  = "Nats-Request-Info"  // set by nats on a service import: the publisher's account
+	StreamSourceHeader = "Nats-Stream-Source" // set by nats when sourcing: never a producer's
 )
 
-// ingestConfig is what the ingest service needs of the appliance.
-type ingestConfig struct {
+// Config is what the ingest service needs of the appliance.
+type Config struct {
 	Subjects []string // the stream's subjects: nothing else is republished
 	Prefix   string   // where the imports deliver them (ingestNodePrefix)
 	// Accounts are the accounts whose publishes arrive, each on
@@ -160,7 +119,7 @@ type ingestConfig struct {
 	// Sync makes what the stream stored durable before an ack (group
 	// commit); nil: nats's own durability, acks go out as they come.
 	Sync  func(ctx context.Context) error
-	Stats *commitStats
+	Stats *Stats
 	// MaxEvent is the stream's max_msg_size: a larger event (with the
 	// headers it is stored with) is refused up front.
 	MaxEvent int
@@ -171,22 +130,13 @@ type ingestConfig struct {
 	// Cluster: the stream has replicas, and a new leader may not answer
 	// what the old one took (see onLeaderElected).
 	Cluster bool
+	// Inbox is the inbox prefix of orderstore's own connections: the
+	// stream's answers come on Inbox+".ingest.<random>.<ack id>" (""
+	// nats' _INBOX).
+	Inbox string
 }
 
-func (a *Appliance) ingestConfig() ingestConfig {
-	ic := ingestConfig{Subjects: a.cfg.Stream.Subjects, Prefix: a.cfg.ingestNodePrefix(), Accounts: a.cfg.ingestAccounts(), Stream: a.cfg.Stream.Name, MaxEvent: int(a.cfg.Stream.MaxMsgSize),
-		Epoch: a.epoch, Stats: &commitStats{}}
-	if a.cfg.JetStream.Domain != "" {
-		ic.Scope = a.cfg.JetStream.Domain + "/"
-	}
-	ic.Cluster = a.cfg.Cluster.Enabled()
-	if a.commit != nil {
-		ic.Sync, ic.Stats = a.commit.Sync, &a.commit.stats
-	}
-	return ic
-}
-
-// ingest is the ingest service. Every producer's publish on the stream's
+// Service is the ingest service. Every producer's publish on the stream's
 // subjects reaches it (an import into each client account, in every
 // durability mode and topology), in arrival order. For each it:
 //
@@ -206,9 +156,9 @@ func (a *Appliance) ingestConfig() ingestConfig {
 //     it durable (group commit), or at once (the other modes).
 //
 // Every publish gets an answer: an ack, or an error saying what to do.
-type ingest struct {
+type Service struct {
 	nc        *nats.Conn
-	cfg       ingestConfig
+	cfg       Config
 	log       *slog.Logger
 	ackPrefix string
 
@@ -334,23 +284,26 @@ type ackReply struct {
 
 // Answers the service sends without any detail of the publish.
 var (
-	answerOverloaded = apiError(429, 10077, "orderstore: overloaded: more publishes are waiting than it takes, and this account has many in flight: not stored; publish it again after a moment, with fewer in flight at once")
-	answerOverAcct   = apiError(429, 10077, "orderstore: too many events in flight from this account ("+strconv.Itoa(ingestMaxInFlightAccount)+" events or "+strconv.Itoa(ingestMaxBytesAccount>>20)+" MiB at most): not stored; publish it again after a moment, with fewer in flight at once")
-	answerOverAll    = apiError(429, 10077, "orderstore: too many events in flight ("+strconv.Itoa(ingestMaxInFlight)+" events or "+strconv.Itoa(ingestMaxBytes>>20)+" MiB at most, from every account): not stored; publish it again after a moment")
+	answerOverloaded = APIError(429, 10077, "orderstore: overloaded: more publishes are waiting than it takes, and this account has many in flight: not stored; publish it again after a moment, with fewer in flight at once")
+	answerOverAcct   = APIError(429, 10077, "orderstore: too many events in flight from this account ("+strconv.Itoa(ingestMaxInFlightAccount)+" events or "+strconv.Itoa(ingestMaxBytesAccount>>20)+" MiB at most): not stored; publish it again after a moment, with fewer in flight at once")
+	answerOverAll    = APIError(429, 10077, "orderstore: too many events in flight ("+strconv.Itoa(ingestMaxInFlight)+" events or "+strconv.Itoa(ingestMaxBytes>>20)+" MiB at most, from every account): not stored; publish it again after a moment")
 )
 
-// startIngest subscribes the ingest service on nc.
-func startIngest(nc *nats.Conn, cfg ingestConfig, log *slog.Logger) (*ingest, error) {
+// Start subscribes the ingest service on nc.
+func Start(nc *nats.Conn, cfg Config, log *slog.Logger) (*Service, error) {
 	var seed [32]byte
 	if _, err := crand.Read(seed[:]); err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
-	in := &ingest{nc: nc, cfg: cfg, log: log, ackPrefix: internalInboxPrefix + ".ingest." + nuid.Next() + ".",
+	if cfg.Inbox == "" {
+		cfg.Inbox = nats.InboxPrefix[:len(nats.InboxPrefix)-1]
+	}
+	in := &Service{nc: nc, cfg: cfg, log: log, ackPrefix: cfg.Inbox + ".ingest." + nuid.Next() + ".",
 		ids: rand.NewChaCha8(seed), pending: map[string]*pendingPub{}, accounts: map[string]*budget{}, replies: map[string]*pendingPub{},
 		ended: [2]map[string]struct{}{{}, {}}, endedFrom: time.Now(),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if in.cfg.Stats == nil {
-		in.cfg.Stats = &commitStats{}
+		in.cfg.Stats = &Stats{}
 	}
 	in.abortCtx, in.abort = context.WithCancel(context.Background())
 	var err error
@@ -362,10 +315,7 @@ func startIngest(nc *nats.Conn, cfg ingestConfig, log *slog.Logger) (*ingest, er
 	// subjects of its own (ingestNodePrefix), so it takes its own node's
 	// producers.
 	if in.cfg.Prefix == "" {
-		in.cfg.Prefix = ingestPrefix
-	}
-	if len(in.cfg.Accounts) == 0 {
-		in.cfg.Accounts = []string{StreamAccount}
+		in.cfg.Prefix = Prefix
 	}
 	for _, acct := range in.cfg.Accounts {
 		rs := &requests{account: acct, prefix: in.cfg.Prefix + acct + "."}
@@ -395,7 +345,7 @@ func startIngest(nc *nats.Conn, cfg ingestConfig, log *slog.Logger) (*ingest, er
 }
 
 // subscribeRequests subscribes the service to an account's publishes.
-func (in *ingest) subscribeRequests(rs *requests) error {
+func (in *Service) subscribeRequests(rs *requests) error {
 	sub, err := in.nc.QueueSubscribe(rs.prefix+">", "orderstore-ingest", func(m *nats.Msg) { in.onPublish(rs, m) })
 	if err != nil {
 		return err
@@ -413,7 +363,7 @@ func (in *ingest) subscribeRequests(rs *requests) error {
 // the account's producers publish meanwhile at once, "503 no responders",
 // in each producer's own connection, where a flood costs the flooder),
 // answers what was delivered, and subscribes again.
-func (in *ingest) pause(rs *requests, sub *nats.Subscription) {
+func (in *Service) pause(rs *requests, sub *nats.Subscription) {
 	defer rs.paused.Store(false)
 	in.pauses.Add(1)
 	n := rs.pauses.Add(1)
@@ -459,15 +409,15 @@ func (in *ingest) pause(rs *requests, sub *nats.Subscription) {
 }
 
 // refuse answers a publish with an error (nothing was stored).
-func (in *ingest) refuse(m *nats.Msg, code int, format string, args ...any) {
+func (in *Service) refuse(m *nats.Msg, code int, format string, args ...any) {
 	if m.Reply != "" {
-		in.reply(m.Reply, apiError(code, 10077, "orderstore: "+fmt.Sprintf(format, args...)))
+		in.reply(m.Reply, APIError(code, 10077, "orderstore: "+fmt.Sprintf(format, args...)))
 	}
 }
 
 // onPublish takes one producer publish. It never blocks: what it cannot
 // take now is answered now.
-func (in *ingest) onPublish(rs *requests, m *nats.Msg) {
+func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 	subject := strings.TrimPrefix(m.Subject, rs.prefix)
 	if hasWildcard(subject) {
 		in.refuse(m, 400, "%s: a subject with a wildcard token ('*' or '>') names no single event type; publish on a literal subject", truncateSubject(subject))
@@ -484,8 +434,8 @@ func (in *ingest) onPublish(rs *requests, m *nats.Msg) {
 		in.refuse(m, 400, "a subject of %d bytes is longer than the %d the stream takes", len(subject), in.maxSubject())
 		return
 	}
-	if infos := m.Header.Values(requestInfoHdr); len(infos) > 1 {
-		in.refuse(m, 400, "the %s header is nats' own (the publisher's account): a publish may not set it", requestInfoHdr)
+	if infos := m.Header.Values(requestInfoHeader); len(infos) > 1 {
+		in.refuse(m, 400, "the %s header is nats' own (the publisher's account): a publish may not set it", requestInfoHeader)
 		return
 	}
 	// The import the publish came through names its account.
@@ -579,7 +529,7 @@ func (in *ingest) onPublish(rs *requests, m *nats.Msg) {
 
 // publish makes p's publish into the stream, recording its place in the
 // order of publishes (the stream answers in that order).
-func (in *ingest) publish(id string, p *pendingPub) {
+func (in *Service) publish(id string, p *pendingPub) {
 	in.pubMu.Lock()
 	in.mu.Lock()
 	if cur, ok := in.pending[id]; !ok || cur != p || in.closed {
@@ -593,7 +543,7 @@ func (in *ingest) publish(id string, p *pendingPub) {
 	in.pubMu.Unlock()
 	if err != nil {
 		if p, ok := in.take(id); ok {
-			in.answerTo(p, apiError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
+			in.answerTo(p, APIError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
 		}
 	}
 }
@@ -602,11 +552,11 @@ func (in *ingest) publish(id string, p *pendingPub) {
 // Nats-Msg-Id scoped to account, nats' and orderstore's own headers
 // dropped, the epoch stamped. An event larger than the stream takes gets
 // nil and the answer that says so.
-func (in *ingest) republish(m *nats.Msg, subject, account string) (*nats.Msg, []byte) {
+func (in *Service) republish(m *nats.Msg, subject, account string) (*nats.Msg, []byte) {
 	h := make(nats.Header, len(m.Header)+1)
 	for k, v := range m.Header {
 		switch {
-		case strings.EqualFold(k, requestInfoHdr), strings.EqualFold(k, streamSourceHdr), strings.EqualFold(k, EpochHeader):
+		case strings.EqualFold(k, requestInfoHeader), strings.EqualFold(k, StreamSourceHeader), strings.EqualFold(k, EpochHeader):
 			continue // nats' and orderstore's own, in any spelling
 		}
 		switch k {
@@ -624,7 +574,7 @@ func (in *ingest) republish(m *nats.Msg, subject, account string) (*nats.Msg, []
 	}
 	stored := headerSize(h) + len(m.Data)
 	if in.cfg.MaxEvent > 0 && stored > in.cfg.MaxEvent {
-		return nil, apiError(400, 10077, fmt.Sprintf("orderstore: the event takes %d bytes with its headers (orderstore adds %d of them), more than the stream's max_msg_size of %d: make it smaller, or raise stream.max_msg_size",
+		return nil, APIError(400, 10077, fmt.Sprintf("orderstore: the event takes %d bytes with its headers (orderstore adds %d of them), more than the stream's max_msg_size of %d: make it smaller, or raise stream.max_msg_size",
 			stored, max(0, stored-len(m.Data)-headerSize(m.Header)), in.cfg.MaxEvent))
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: m.Data}, nil
@@ -632,7 +582,7 @@ func (in *ingest) republish(m *nats.Msg, subject, account string) (*nats.Msg, []
 
 // answerTo sends p's producer its answer, unless nats now routes p's
 // reply subject to another producer.
-func (in *ingest) answerTo(p *pendingPub, data []byte) {
+func (in *Service) answerTo(p *pendingPub, data []byte) {
 	in.mu.Lock()
 	orphaned := p.orphaned
 	in.mu.Unlock()
@@ -642,7 +592,7 @@ func (in *ingest) answerTo(p *pendingPub, data []byte) {
 }
 
 // publishedLocked records a publish of p in order; in.mu held.
-func (in *ingest) publishedLocked(id string, p *pendingPub) {
+func (in *Service) publishedLocked(id string, p *pendingPub) {
 	p.waitRetry = false
 	in.pubNo++
 	p.no = in.pubNo
@@ -653,7 +603,7 @@ func (in *ingest) publishedLocked(id string, p *pendingPub) {
 // waiting: the stream answered a later one, and it answers in the order
 // of the publishes, so it dropped these (a stream leader lost with them);
 // in.mu held.
-func (in *ingest) droppedBefore(no uint64) []*pendingPub {
+func (in *Service) droppedBefore(no uint64) []*pendingPub {
 	var lost []*pendingPub
 	for ; in.orderHead < len(in.order) && in.order[in.orderHead].no < no; in.orderHead++ {
 		o := in.order[in.orderHead]
@@ -671,7 +621,7 @@ func (in *ingest) droppedBefore(no uint64) []*pendingPub {
 }
 
 // newID is an ack id nobody can guess; in.mu held.
-func (in *ingest) newID() string {
+func (in *Service) newID() string {
 	var b [16]byte
 	in.ids.Read(b[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
@@ -696,18 +646,18 @@ const maxControlLine = 4096
 
 // maxSubject is the longest subject the service republishes: what fits a
 // protocol line with its reply subject and sizes.
-func (in *ingest) maxSubject() int { return maxSubjectFor(len(in.ackPrefix) + 22) }
+func (in *Service) maxSubject() int { return MaxSubjectFor(len(in.ackPrefix) + 22) }
 
-// maxSubjectFor is the longest subject that fits one protocol line with a
+// MaxSubjectFor is the longest subject that fits one protocol line with a
 // reply subject of replyLen bytes ("HPUB <subject> <reply> <hdr> <total>").
-func maxSubjectFor(replyLen int) int { return maxControlLine - len("HPUB   ") - replyLen - 2*10 - 2 }
+func MaxSubjectFor(replyLen int) int { return maxControlLine - len("HPUB   ") - replyLen - 2*10 - 2 }
 
-// errSubjectTooLong is returned for a subject orderstore's own connection
+// ErrSubjectTooLong is returned for a subject orderstore's own connection
 // could not publish on without nats closing it.
-var errSubjectTooLong = errors.New("subject too long to publish: it would exceed nats' 4 KiB protocol line")
+var ErrSubjectTooLong = errors.New("subject too long to publish: it would exceed nats' 4 KiB protocol line")
 
 // take removes a pending publish, if it is still there.
-func (in *ingest) take(id string) (*pendingPub, bool) {
+func (in *Service) take(id string) (*pendingPub, bool) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	p, ok := in.pending[id]
@@ -721,7 +671,7 @@ func (in *ingest) take(id string) (*pendingPub, bool) {
 
 // reserve takes one event's place (its account's budget exists); in.mu
 // held.
-func (in *ingest) reserve(p *pendingPub) {
+func (in *Service) reserve(p *pendingPub) {
 	in.inFlight++
 	in.inBytes += p.size
 	b := in.accounts[p.account]
@@ -732,19 +682,19 @@ func (in *ingest) reserve(p *pendingPub) {
 
 // endedBefore reports whether reply is in the older generation of ended
 // ones; in.mu held.
-func (in *ingest) endedBefore(reply string) bool {
+func (in *Service) endedBefore(reply string) bool {
 	_, ok := in.ended[1][reply]
 	return ok
 }
 
 // answered notes how long p took from its arrival to its answer; in.mu
 // held.
-func (in *ingest) answered(p *pendingPub) {
+func (in *Service) answered(p *pendingPub) {
 	in.latency.Store(int64(time.Since(p.at)))
 }
 
 // release frees one event's place, and its reply subject; in.mu held.
-func (in *ingest) release(p *pendingPub) {
+func (in *Service) release(p *pendingPub) {
 	in.inFlight--
 	in.inBytes -= p.size
 	if in.inFlight == 0 {
@@ -770,7 +720,7 @@ func (in *ingest) release(p *pendingPub) {
 // streamAnswer reports whether m is what the stream (or nats for it)
 // answers a publish with: a status (503 no responders), a JetStream API
 // error, or a PubAck naming the stream with a sequence.
-func (in *ingest) streamAnswer(m *nats.Msg) bool {
+func (in *Service) streamAnswer(m *nats.Msg) bool {
 	if m.Header.Get("Status") != "" {
 		return len(m.Data) == 0
 	}
@@ -795,7 +745,7 @@ func (in *ingest) streamAnswer(m *nats.Msg) bool {
 }
 
 // onAck takes the stream's answer for one publish.
-func (in *ingest) onAck(m *nats.Msg) {
+func (in *Service) onAck(m *nats.Msg) {
 	id := strings.TrimPrefix(m.Subject, in.ackPrefix)
 	if !in.streamAnswer(m) {
 		in.forged.Add(1)
@@ -857,7 +807,7 @@ func (in *ingest) onAck(m *nats.Msg) {
 // its retry; one without an id gets ingestLeaderGrace for the new
 // leader's answer (it may have been published to the new leader already),
 // then 503 "may or may not be stored", before the producer's own timeout.
-func (in *ingest) onLeaderElected(*nats.Msg) {
+func (in *Service) onLeaderElected(*nats.Msg) {
 	in.mu.Lock()
 	var again []string
 	for id, p := range in.pending {
@@ -883,16 +833,16 @@ func (in *ingest) onLeaderElected(*nats.Msg) {
 }
 
 // answerLost answers publishes the stream dropped.
-func (in *ingest) answerLost(lost []*pendingPub) {
+func (in *Service) answerLost(lost []*pendingPub) {
 	in.unanswer.Add(uint64(len(lost)))
-	msg := apiError(503, 10077, "orderstore: the stream dropped the event without an answer (a stream leader lost with it?): it may or may not be stored; publish it again with the same Nats-Msg-Id")
+	msg := APIError(503, 10077, "orderstore: the stream dropped the event without an answer (a stream leader lost with it?): it may or may not be stored; publish it again with the same Nats-Msg-Id")
 	for _, p := range lost {
 		in.answerTo(p, msg)
 	}
 }
 
 // retry publishes a pending event again (the stream had no leader).
-func (in *ingest) retry(id string) {
+func (in *Service) retry(id string) {
 	in.mu.Lock()
 	p, ok := in.pending[id]
 	in.mu.Unlock()
@@ -908,7 +858,7 @@ func answerAcked(m *nats.Msg) int {
 	return 0
 }
 
-func (in *ingest) count(batch, acked int) {
+func (in *Service) count(batch, acked int) {
 	st := in.cfg.Stats
 	st.mu.Lock()
 	if in.cfg.Sync != nil { // a batch per sync; none without syncs
@@ -919,7 +869,7 @@ func (in *ingest) count(batch, acked int) {
 }
 
 // answer sends the stream's answer on to the producer.
-func (in *ingest) answer(a ackReply) {
+func (in *Service) answer(a ackReply) {
 	if len(a.header) > 0 {
 		in.mu.Lock()
 		orphaned := a.p.orphaned
@@ -932,10 +882,10 @@ func (in *ingest) answer(a ackReply) {
 	in.answerTo(a.p, a.data)
 }
 
-// failPending answers every publish still waiting for the stream's answer
+// FailPending answers every publish still waiting for the stream's answer
 // with a 503: the stream will not answer them (nats stopped storing, or
 // the connection to it was lost).
-func (in *ingest) failPending(why string) {
+func (in *Service) FailPending(why string) {
 	in.mu.Lock()
 	var left []*pendingPub
 	for id, p := range in.pending {
@@ -949,7 +899,7 @@ func (in *ingest) failPending(why string) {
 		return
 	}
 	in.unanswer.Add(uint64(len(left)))
-	msg := apiError(503, 10077, "orderstore: "+why+": the event may or may not be stored; publish it again with the same Nats-Msg-Id")
+	msg := APIError(503, 10077, "orderstore: "+why+": the event may or may not be stored; publish it again with the same Nats-Msg-Id")
 	for _, p := range left {
 		in.answerTo(p, msg)
 	}
@@ -958,7 +908,7 @@ func (in *ingest) failPending(why string) {
 // commitLoop acknowledges what the stream stored, one sync per batch. A
 // batch is everything stored while the previous sync ran (up to the
 // bounds), so it closes when that sync ends, never on a timer.
-func (in *ingest) commitLoop() {
+func (in *Service) commitLoop() {
 	defer close(in.done)
 	for {
 		select {
@@ -980,14 +930,14 @@ func (in *ingest) commitLoop() {
 			if len(batch) == 0 {
 				break
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), ingestAckTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), AckTimeout)
 			stop := context.AfterFunc(in.abortCtx, cancel)
 			err := in.cfg.Sync(ctx)
 			stop()
 			cancel()
 			var fail []byte
 			if err != nil {
-				fail = apiError(503, 10077, "orderstore: the event may not be on disk ("+err.Error()+"): not acknowledged; publish it again with the same Nats-Msg-Id once orderstore is back")
+				fail = APIError(503, 10077, "orderstore: the event may not be on disk ("+err.Error()+"): not acknowledged; publish it again with the same Nats-Msg-Id once orderstore is back")
 			}
 			acked := 0
 			for _, a := range batch {
@@ -1014,7 +964,7 @@ func (in *ingest) commitLoop() {
 	}
 }
 
-func (in *ingest) reply(subject string, data []byte) {
+func (in *Service) reply(subject string, data []byte) {
 	if err := in.nc.Publish(subject, data); err != nil {
 		in.log.Debug("ingest: reply lost (the producer will time out)", "err", err)
 	}
@@ -1023,7 +973,7 @@ func (in *ingest) reply(subject string, data []byte) {
 // sweep answers publishes whose stream answer never came (nats dropped
 // them: a restart by the store guard, a stream leader lost mid-write)
 // within ingestAnswerWithin, so that producers hear before they time out.
-func (in *ingest) sweep() {
+func (in *Service) sweep() {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -1052,7 +1002,7 @@ func (in *ingest) sweep() {
 			case p.retries > 0:
 				msg = "orderstore: the stream has no leader (an election that did not end in time): the event was not stored; publish it again"
 			}
-			in.answerTo(p, apiError(503, 10077, msg))
+			in.answerTo(p, APIError(503, 10077, msg))
 		}
 	}
 }
@@ -1060,7 +1010,7 @@ func (in *ingest) sweep() {
 // Close stops taking publishes (those already delivered to the service
 // are still taken), waits (up to ctx) until those taken are answered, and
 // stops; what is still unanswered then gets a 503.
-func (in *ingest) Close(ctx context.Context) {
+func (in *Service) Close(ctx context.Context) {
 	in.mu.Lock()
 	in.closing = true
 	in.mu.Unlock()
@@ -1121,7 +1071,7 @@ func (in *ingest) Close(ctx context.Context) {
 	in.stored = nil
 	in.mu.Unlock()
 	for _, r := range left {
-		in.reply(r, apiError(503, 10077, "orderstore is stopping: the event may or may not be stored; publish it again with the same Nats-Msg-Id"))
+		in.reply(r, APIError(503, 10077, "orderstore is stopping: the event may or may not be stored; publish it again with the same Nats-Msg-Id"))
 	}
 }
 
@@ -1161,8 +1111,8 @@ func truncateSubject(s string) string {
 	return strconv.Quote(s)
 }
 
-// apiError is a JetStream API error response, as nats-server writes it.
-func apiError(code, errCode int, description string) []byte {
+// APIError is a JetStream API error response, as nats-server writes it.
+func APIError(code, errCode int, description string) []byte {
 	d, _ := json.Marshal(description)
 	b := make([]byte, 0, len(d)+64)
 	b = strconv.AppendInt(append(b, `{"error":{"code":`...), int64(code), 10)
@@ -1171,42 +1121,8 @@ func apiError(code, errCode int, description string) []byte {
 	return append(b, "}}"...)
 }
 
-// Publish stores one event on subject (one of the stream's subjects) the
-// way a producer's publish is stored: through the ingest service (with
-// group commit acknowledged once durable). opts are jetstream's publish
-// options (WithMsgID, WithExpectLastSequence, ...); a message id is
-// scoped to orderstore's own account. It is what POST /v1/events/{type}
-// calls.
-func (a *Appliance) Publish(ctx context.Context, subject string, data []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	return a.publishMsg(ctx, subject, nil, data, opts...)
-}
-
-func (a *Appliance) publishMsg(ctx context.Context, subject string, h nats.Header, data []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	// With the ingest prefix and the connection's reply inbox (about 70
-	// bytes), a longer subject would make nats close orderstore's own
-	// connection, and the appliance with it.
-	if len(subject) > maxSubjectFor(len(a.cfg.ingestNodePrefix())+len(StreamAccount)+1+100) {
-		return nil, fmt.Errorf("%d bytes: %w", len(subject), errSubjectTooLong)
-	}
-	// The ingest service's subject, answered like the stream: jetstream
-	// publishes there as it would on the stream's. It may hold an answer
-	// up to its ack timeout, longer than jetstream's default 5 s.
-	msg := &nats.Msg{Subject: a.cfg.ingestSubjectFor(StreamAccount, subject), Header: h, Data: data}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, ingestAckTimeout+5*time.Second)
-		defer cancel()
-	}
-	return a.js.PublishMsg(ctx, msg, opts...)
-}
-
-// ingestJetStream is a JetStream whose publishes go through the ingest
-// service (acknowledged once durable).
-type ingestJetStream struct {
-	jetstream.JetStream
-	a *Appliance
-}
-
-func (j ingestJetStream) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	return j.a.publishMsg(ctx, msg.Subject, msg.Header, msg.Data, opts...)
+// Guard adds what the service refused or could not answer to g.
+func (in *Service) Guard(g *status.GuardStats) {
+	g.OverBudget, g.Unanswered, g.ForgedAnswers, g.ElectionRetries = in.refused.Load(), in.unanswer.Load(), in.forged.Load(), in.elections.Load()
+	g.Overloaded, g.ReplyCollisions, g.IngestPauses = in.shed.Load(), in.collided.Load(), in.pauses.Load()
 }

@@ -1,0 +1,197 @@
+package orderstore
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/status"
+)
+
+// A hub's sources, watched. nats-server retries a source whose edge was
+// unreachable on a backoff of its own (measured: about 40 s after the link
+// came back), and a source can stall while nats reports lag 0 (upstream
+// #6206, #8346). The watcher compares, every second, each edge's last
+// sequence (asked through the edge's domain, over the leaf link) with the
+// newest event the aggregate holds from it; when the edge has more and the
+// source has not advanced for sourceKickAfter, it removes the source and
+// adds it back (two stream updates): nats then creates the source's
+// consumer at once, starting after the last event the aggregate holds from
+// that edge, so nothing is sourced twice or skipped. A source behind for
+// sourceStallAfter is flagged stalled in /v1/status and `orderstore status`.
+const (
+	sourceWatchEvery = time.Second
+	sourceKickAfter  = 3 * time.Second
+	sourceKickEvery  = 10 * time.Second
+	sourceStallAfter = 30 * time.Second
+)
+
+type hubWatch struct {
+	cfg   Config
+	js    jetstream.JetStream // the hub's own streams
+	edges *nats.Conn          // the edges' streams, over the leaf links (an inbox of its own)
+	log   *slog.Logger
+	// syncMeta makes the metadata nats rewrites (the aggregate's
+	// meta.inf) durable.
+	syncMeta func(context.Context) error
+
+	mu      sync.Mutex
+	st      map[string]*sourceState
+	checked map[string]map[string]bool // per edge, the epochs whose boundary was checked
+}
+
+type sourceState struct {
+	status.SourceStatus
+	lastKick time.Time
+}
+
+func newHubWatch(cfg Config, js jetstream.JetStream, edges *nats.Conn, syncMeta func(context.Context) error, log *slog.Logger) *hubWatch {
+	w := &hubWatch{cfg: cfg, js: js, edges: edges, syncMeta: syncMeta, log: log, st: map[string]*sourceState{}, checked: map[string]map[string]bool{}}
+	for _, e := range cfg.Hub.Edges {
+		w.st[e] = &sourceState{SourceStatus: status.SourceStatus{Edge: e}}
+	}
+	return w
+}
+
+func (w *hubWatch) run(ctx context.Context) error {
+	t := time.NewTicker(sourceWatchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		w.check(ctx)
+	}
+}
+
+func (w *hubWatch) check(ctx context.Context) {
+	agg := w.cfg.DeclareSpec().Aggregate
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	st, err := w.js.Stream(cctx, agg.Name)
+	if err != nil {
+		return
+	}
+	info := st.CachedInfo()
+	if len(info.Config.Sources) < len(agg.Sources) {
+		// A kick that removed a source and could not add it back.
+		if _, err := w.js.UpdateStream(cctx, *agg); err != nil {
+			w.log.Warn("hub: restore the aggregate stream's sources", "stream", agg.Name, "err", err)
+		} else if err := w.syncMeta(cctx); err != nil {
+			w.log.Warn("hub: sync the aggregate stream's metadata", "stream", agg.Name, "err", err)
+		}
+	}
+	nats := map[string]*jetstream.StreamSourceInfo{}
+	for _, si := range info.Sources {
+		if si.External != nil {
+			nats[si.External.APIPrefix] = si
+		}
+	}
+	for _, edge := range w.cfg.Hub.Edges {
+		s := status.SourceStatus{Edge: edge}
+		ectx, ecancel := context.WithTimeout(cctx, time.Second)
+		var epochs []epochStart
+		if ejs, err := jetstream.NewWithDomain(w.edges, edge); err == nil {
+			if es, err := ejs.Stream(ectx, w.cfg.Stream.Name); err == nil {
+				s.Reachable, s.EdgeLastSeq = true, es.CachedInfo().State.LastSeq
+				epochs = parseEpochs(es.CachedInfo().Config.Metadata[epochsKey])
+			} else {
+				s.Error = "edge: " + err.Error()
+			}
+		}
+		ecancel()
+		if m, err := st.GetLastMsgForSubject(cctx, edge+".>"); err == nil {
+			s.SourcedSeq = sourceSeq(m.Header.Get("Nats-Stream-Source"))
+		}
+		if s.Reachable {
+			// The edge's sequence went backwards (it lost events the
+			// aggregate copied): an alarm until the repair below ends it.
+			s.Regressed = s.EdgeLastSeq < s.SourcedSeq
+			w.checkEpochs(ctx, edge, epochs, s.SourcedSeq)
+		}
+		if si := nats["$JS."+edge+".API"]; si != nil {
+			s.NATSLag, s.ActiveSeconds = si.Lag, si.Active.Seconds()
+			if si.Error != nil {
+				s.Error = strings.TrimPrefix(s.Error+"; ", "; ") + "source: " + si.Error.Error()
+			}
+		}
+		w.update(ctx, edge, s)
+	}
+}
+
+// update records edge's new state and kicks its source when it is stuck.
+func (w *hubWatch) update(ctx context.Context, edge string, s status.SourceStatus) {
+	w.mu.Lock()
+	prev := w.st[edge]
+	now := time.Now()
+	s.LastAdvance = prev.LastAdvance
+	s.LostEvents, s.Regressions, s.LastRegression = prev.LostEvents, prev.Regressions, prev.LastRegression
+	if s.SourcedSeq > prev.SourcedSeq || s.LastAdvance.IsZero() || s.EdgeLastSeq <= s.SourcedSeq {
+		s.LastAdvance = now
+	}
+	if s.Reachable && s.EdgeLastSeq > s.SourcedSeq {
+		s.Behind = s.EdgeLastSeq - s.SourcedSeq
+		s.BehindSeconds = now.Sub(s.LastAdvance).Seconds()
+	} else if !s.Reachable {
+		s.SourcedSeq = max(s.SourcedSeq, prev.SourcedSeq)
+	}
+	s.Stalled = s.Behind > 0 && now.Sub(s.LastAdvance) > sourceStallAfter
+	kick := s.Behind > 0 && now.Sub(s.LastAdvance) > sourceKickAfter && now.Sub(prev.lastKick) > sourceKickEvery
+	prev.SourceStatus = s
+	if kick {
+		prev.lastKick = now
+	}
+	w.mu.Unlock()
+	if kick {
+		w.kick(ctx, edge, s)
+	}
+}
+
+// kick makes nats create edge's source consumer again: the aggregate
+// without the source, then with it.
+func (w *hubWatch) kick(ctx context.Context, edge string, s status.SourceStatus) {
+	agg := *w.cfg.DeclareSpec().Aggregate
+	without := agg
+	without.Sources = slices.DeleteFunc(slices.Clone(agg.Sources), func(ss *jetstream.StreamSource) bool { return ss.Domain == edge })
+	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := w.js.UpdateStream(kctx, without)
+	if err == nil {
+		_, err = w.js.UpdateStream(kctx, agg)
+	}
+	if err == nil {
+		err = w.syncMeta(kctx) // nats rewrote the aggregate's meta.inf without fsync
+	}
+	w.log.Info("hub: source restarted", "edge", edge, "behind", s.Behind, "sourced_seq", s.SourcedSeq, "edge_last_seq", s.EdgeLastSeq,
+		"stalled_for", time.Since(s.LastAdvance).Round(time.Second).String(), "err", err)
+}
+
+func (w *hubWatch) sources() []status.SourceStatus {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []status.SourceStatus
+	for _, e := range w.cfg.Hub.Edges {
+		out = append(out, w.st[e].SourceStatus)
+	}
+	return out
+}
+
+// sourceSeq is the origin sequence in a Nats-Stream-Source header
+// ("<stream index name> <seq> ...").
+func sourceSeq(h string) uint64 {
+	f := strings.Fields(h)
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[1], 10, 64)
+	return n
+}
