@@ -257,7 +257,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 		return withHint(fmt.Errorf("admin listener %s: %w", cfg.Admin.Listen, err),
 			fmt.Sprintf("another process listens on %s; stop it or set admin.listen (\"\" disables the admin listener)", cfg.Admin.Listen))
 	}
-	tcfg, err := loadTLS("admin.tls", cfg.Admin.TLS)
+	tcfg, err := loadTLS("admin.tls", cfg.Admin.TLS, false)
 	if err != nil {
 		ln.Close()
 		return err

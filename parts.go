@@ -55,7 +55,7 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *internalIdentity) (embed
 	if err := c.scaleOut(&ec); err != nil {
 		return ec, err
 	}
-	if ec.TLS, err = loadTLS("server.tls", c.Server.TLS); err != nil {
+	if ec.TLS, err = loadTLS("server.tls", c.Server.TLS, false); err != nil {
 		return ec, err
 	}
 	return ec, nil

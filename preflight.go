@@ -32,10 +32,10 @@ func Preflight(cfg Config) (PreflightReport, error) {
 	if err := cfg.Validate(); err != nil {
 		return PreflightReport{}, err
 	}
-	if _, err := loadTLS("server.tls", cfg.Server.TLS); err != nil {
+	if _, err := loadTLS("server.tls", cfg.Server.TLS, false); err != nil {
 		return PreflightReport{}, err
 	}
-	if _, err := loadTLS("admin.tls", cfg.Admin.TLS); err != nil {
+	if _, err := loadTLS("admin.tls", cfg.Admin.TLS, false); err != nil {
 		return PreflightReport{}, err
 	}
 	lock, rep, err := bootstrap.Preflight(cfg.preflightConfig())

@@ -2,11 +2,9 @@ package orderstore
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 
 	"github.com/orderstore/orderstore/embedded"
@@ -23,7 +21,7 @@ func (c Config) scaleOut(ec *embedded.Config) error {
 			return err
 		}
 		ec.Cluster = embedded.Cluster{Name: cl.Name, Host: host, Port: port, Routes: cl.Routes, User: cl.User, Password: cl.Password}
-		if ec.Cluster.TLS, err = loadPeerTLS("cluster.tls", cl.TLS); err != nil {
+		if ec.Cluster.TLS, err = loadTLS("cluster.tls", cl.TLS, true); err != nil {
 			return err
 		}
 	}
@@ -39,7 +37,7 @@ func (c Config) scaleOut(ec *embedded.Config) error {
 		// is only what sourcing and the hub watcher need, both ways
 		// (the internal subjects table, subjects.go).
 		ec.LeafNode.FromLeaf, ec.LeafNode.ToLeaf = c.leafPermissions()
-		if ec.LeafNode.TLS, err = loadTLS("leafnode.tls", ln.TLS); err != nil {
+		if ec.LeafNode.TLS, err = loadTLS("leafnode.tls", ln.TLS, false); err != nil {
 			return err
 		}
 	}
@@ -54,7 +52,7 @@ func (c Config) scaleOut(ec *embedded.Config) error {
 	// consumer's own deliver subject.
 	denyImports, denyExports := c.leafDenies()
 	for i, r := range ln.Remotes {
-		t, err := loadPeerTLS(fmt.Sprintf("leafnode.remotes[%d].tls", i), r.TLS)
+		t, err := loadTLS(fmt.Sprintf("leafnode.remotes[%d].tls", i), r.TLS, true)
 		if err != nil {
 			return err
 		}
@@ -79,42 +77,6 @@ func splitHostPort(key, hostport string) (string, int, error) {
 	return host, port, nil
 }
 
-// loadPeerTLS is the TLS of a connection that both dials and accepts
-// (routes) or dials (a leaf remote): CAFile verifies the peer's
-// certificate, CertFile and KeyFile are presented to it.
-func loadPeerTLS(key string, t TLSConfig) (*tls.Config, error) {
-	if !t.Enabled() && t.CAFile == "" {
-		return nil, nil
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if t.MinVersion == "1.3" {
-		cfg.MinVersion = tls.VersionTLS13
-	}
-	if t.Enabled() {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, withHint(fmt.Errorf("%s: cert_file %q, key_file %q: %w", key, t.CertFile, t.KeyFile, err),
-				"both must be PEM files: the certificate (chain) and its unencrypted private key")
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("%s: ca_file %q: %w", key, t.CAFile, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s: ca_file %q holds no PEM certificate", key, t.CAFile)
-		}
-		cfg.RootCAs, cfg.ClientCAs = pool, pool
-		if t.Verify {
-			cfg.ClientAuth = tls.RequireAndVerifyClientCert
-		}
-	}
-	return cfg, nil
-}
-
 // CheckFiles loads every TLS certificate, key and CA file the config
 // names, as Start would, and reports every problem at once (each naming
 // its key): what `orderstore check` runs beside Validate.
@@ -125,12 +87,12 @@ func (c Config) CheckFiles() error {
 			errs = append(errs, err)
 		}
 	}
-	add(loadTLS("server.tls", c.Server.TLS))
-	add(loadTLS("admin.tls", c.Admin.TLS))
-	add(loadPeerTLS("cluster.tls", c.Cluster.TLS))
-	add(loadTLS("leafnode.tls", c.LeafNode.TLS))
+	add(loadTLS("server.tls", c.Server.TLS, false))
+	add(loadTLS("admin.tls", c.Admin.TLS, false))
+	add(loadTLS("cluster.tls", c.Cluster.TLS, true))
+	add(loadTLS("leafnode.tls", c.LeafNode.TLS, false))
 	for i, r := range c.LeafNode.Remotes {
-		add(loadPeerTLS(fmt.Sprintf("leafnode.remotes[%d].tls", i), r.TLS))
+		add(loadTLS(fmt.Sprintf("leafnode.remotes[%d].tls", i), r.TLS, true))
 	}
 	return errors.Join(errs...)
 }

@@ -209,35 +209,53 @@ func userAccount(i int, name string) string {
 	return b.String()
 }
 
-// loadTLS builds the tls.Config of a listener from its files. Errors name
-// the TOML key.
-func loadTLS(key string, t TLSConfig) (*tls.Config, error) {
-	if !t.Enabled() {
+// loadTLS loads a [*.tls] table as Start uses it, naming key in its
+// errors. A listener's (the client port, admin, a hub's leaf listener:
+// peer false) needs a certificate, and its CA verifies client
+// certificates (required with verify). A peer link's (cluster routes, an
+// edge's leaf remotes: peer true) CA verifies the other side both ways,
+// and a leaf remote may have no certificate of its own (it only verifies
+// the hub).
+func loadTLS(key string, t TLSConfig, peer bool) (*tls.Config, error) {
+	if !t.Enabled() && !(peer && t.CAFile != "") {
 		return nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-	if err != nil {
-		return nil, withHint(fmt.Errorf("%s: cert_file %q, key_file %q: %w", key, t.CertFile, t.KeyFile, err),
-			"both must be PEM files: the certificate (chain) and its unencrypted private key")
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if t.MinVersion == "1.3" {
 		cfg.MinVersion = tls.VersionTLS13
 	}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
+	if t.Enabled() {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("%s: ca_file %q: %w", key, t.CAFile, err)
+			return nil, withHint(fmt.Errorf("%s: cert_file %q, key_file %q: %w", key, t.CertFile, t.KeyFile, err),
+				"both must be PEM files: the certificate (chain) and its unencrypted private key")
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, withHint(fmt.Errorf("%s: ca_file %q holds no PEM certificate", key, t.CAFile), "it must be the PEM certificates of the CAs that sign client certificates")
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if t.CAFile == "" {
+		return cfg, nil
+	}
+	pem, err := os.ReadFile(t.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("%s: ca_file %q: %w", key, t.CAFile, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		hint := "it must be the PEM certificates of the CAs that sign client certificates"
+		if peer {
+			hint = "it must be the PEM certificates of the CAs that sign the other nodes' certificates"
 		}
-		cfg.ClientCAs = pool
+		return nil, withHint(fmt.Errorf("%s: ca_file %q holds no PEM certificate", key, t.CAFile), hint)
+	}
+	cfg.ClientCAs = pool
+	switch {
+	case t.Verify:
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	case !peer:
 		cfg.ClientAuth = tls.VerifyClientCertIfGiven
-		if t.Verify {
-			cfg.ClientAuth = tls.RequireAndVerifyClientCert
-		}
+	}
+	if peer {
+		cfg.RootCAs = pool
 	}
 	return cfg, nil
 }
