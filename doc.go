@@ -21,13 +21,16 @@
 //
 // # Lifecycle
 //
-// [Start] runs start-up in order (validate, preflight and store lock, admin
-// listener, nats, declare, recovery check, processor) and returns only a
-// ready [Appliance], or an error after stopping whatever it had started.
-// The parts then run in one run group: [Appliance.Wait] returns when one of
-// them fails (nats stopped, the processor's consumer vanished, the admin
-// listener failed) and [Appliance.Done] is closed. [Appliance.Close] stops
-// everything in the documented order and may be called any number of times.
+// [Start] runs start-up in order (validate, the store and its lock, the
+// admin listener, nats, the internal connections, declare and the recovery
+// checks, the processor, the ingest service) and returns only a ready
+// [Appliance], or an error after stopping whatever it had started. Each
+// step starts components, each owning its goroutines under one supervisor:
+// [Appliance.Wait] returns when one of them fails (nats stopped, a
+// connection could not reconnect, the processor's consumer vanished, the
+// admin listener failed), [Appliance.Done] is closed and [Appliance.Ready]
+// names it. [Appliance.Close] stops the components in the reverse order,
+// each completely before the next, and may be called any number of times.
 //
 // Package orderstoretest starts a whole appliance per test; package
 // embedded/embeddedtest a bare broker.

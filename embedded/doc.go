@@ -8,7 +8,7 @@
 // server is ready for connections, or with an error. A fatal error during
 // start-up (client port in use, unusable store directory) is returned as
 // soon as nats-server reports it, not after a timeout. The server never
-// installs signal handlers (orderstore's run group owns signals), logs into
+// installs signal handlers (the program that embeds it owns signals), logs into
 // log/slog, binds loopback unless told otherwise, and fsyncs every publish
 // before acknowledging it unless [Config.SyncInterval] says otherwise.
 //
