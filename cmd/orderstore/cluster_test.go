@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -213,7 +214,11 @@ routes = [%s]
 				}
 				json.Unmarshal(e.Value(), &o)
 				if o.Status != f["status"] || o.LastSeq != f["last_seq"] || o.Events != f["events"] {
-					return fmt.Errorf("node n%d: order %s = %s, fold %v", i+1, oid, e.Value(), f)
+					dead := "unknown"
+					if d, err := jsi.Stream(ctx, "ORDER_EVENTS_DLQ"); err == nil {
+						dead = strconv.FormatUint(d.CachedInfo().State.Msgs, 10)
+					}
+					return fmt.Errorf("node n%d: order %s = %s, fold %v (dead letters: %s)", i+1, oid, e.Value(), f, dead)
 				}
 			}
 			return nil
