@@ -24,6 +24,7 @@ import (
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/internal/bytesize"
+	"github.com/orderstore/orderstore/internal/duration"
 	"github.com/orderstore/orderstore/internal/ingest"
 	"github.com/orderstore/orderstore/processor"
 	"github.com/orderstore/orderstore/status"
@@ -595,9 +596,9 @@ func (a *Appliance) declare(ctx context.Context) error {
 		return err
 	}
 	st := a.cfg.Stream
-	a.log.Info("stream ready", "stream", st.Name, "subjects", st.Subjects, "max_age", formatDuration(st.MaxAge),
+	a.log.Info("stream ready", "stream", st.Name, "subjects", st.Subjects, "max_age", duration.Format(st.MaxAge),
 		"max_bytes", bytesize.Format(st.MaxBytes), "max_msgs", st.MaxMsgs, "discard", st.Discard,
-		"duplicate_window", formatDuration(st.DuplicateWindow))
+		"duplicate_window", duration.Format(st.DuplicateWindow))
 	return nil
 }
 
@@ -1001,7 +1002,7 @@ func (c Config) DurabilityPolicy() (mode, description string) {
 	case DurabilityAlways:
 		return DurabilityAlways, "fsync before every ack: an acknowledged event survives power loss"
 	}
-	d := formatDuration(c.JetStream.SyncInterval)
+	d := duration.Format(c.JetStream.SyncInterval)
 	return DurabilityInterval + " " + d, fmt.Sprintf("fsync every %s: a process crash loses nothing, power loss can lose up to %s of acknowledged events", d, d)
 }
 

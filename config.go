@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/orderstore/orderstore/internal/bytesize"
+	"github.com/orderstore/orderstore/internal/duration"
 	"github.com/orderstore/orderstore/processor"
 	"github.com/orderstore/orderstore/status"
 )
@@ -467,7 +468,7 @@ func (c Config) Validate() error {
 		case string:
 			v = strconv.Quote(x)
 		case time.Duration:
-			v = strconv.Quote(formatDuration(x))
+			v = strconv.Quote(duration.Format(x))
 		case size:
 			v = strconv.Quote(bytesize.Format(int64(x)))
 		default:
@@ -631,7 +632,7 @@ func (c Config) Validate() error {
 	if st.DuplicateWindow <= 0 {
 		bad("Stream.DuplicateWindow", st.DuplicateWindow, "must be positive")
 	} else if st.MaxAge > 0 && st.DuplicateWindow > st.MaxAge {
-		bad("Stream.DuplicateWindow", st.DuplicateWindow, "exceeds stream.max_age %s", formatDuration(st.MaxAge))
+		bad("Stream.DuplicateWindow", st.DuplicateWindow, "exceeds stream.max_age %s", duration.Format(st.MaxAge))
 	}
 	switch {
 	case st.Replicas != 1 && st.Replicas != 3 && st.Replicas != 5:
@@ -888,18 +889,6 @@ func tomlKey(field string) string {
 		parts[i] = p + idx
 	}
 	return strings.Join(parts, ".")
-}
-
-// formatDuration prints "168h" rather than "168h0m0s".
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 func isLoopback(host string) bool {

@@ -14,6 +14,7 @@ import (
 	"github.com/orderstore/orderstore/bootstrap"
 
 	"github.com/orderstore/orderstore/internal/durable"
+	"github.com/orderstore/orderstore/internal/duration"
 )
 
 // What start-up does about a damaged store (see docs/reliability.md):
@@ -181,7 +182,7 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 		}
 		if missing {
 			why = fmt.Sprintf("after an unclean stop with sync_interval %s, consumer %q has acknowledged up to sequence %d but the projection lacks event %d (its last writes were not synced)",
-				formatDuration(a.cfg.JetStream.SyncInterval), spec.Consumer.Durable, floor, seq)
+				duration.Format(a.cfg.JetStream.SyncInterval), spec.Consumer.Durable, floor, seq)
 		}
 	}
 	if why == "" {

@@ -241,7 +241,7 @@ func TestAdminEndpoints(t *testing.T) {
 	if code := run(ctx, []string{"status", "-admin", a.adminURL}, &out, &errb); code != 0 {
 		t.Errorf("status exit %d: %s", code, errb.String())
 	}
-	for _, w := range []string{"orderstore ready", "group-commit: acked once one sync", "stream ORDER_EVENTS", "processor", "dead letters"} {
+	for _, w := range []string{"orderstore ready", "group-commit: acked once one sync", "stream ORDER_EVENTS", "processor", "dead letters", "max_age 168h\n"} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("status output lacks %q:\n%s", w, out.String())
 		}

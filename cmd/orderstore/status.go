@@ -52,12 +52,12 @@ func printStatus(w io.Writer, st status.Status) {
 	fmt.Fprintf(tw, "  size\t%s of max_bytes %s (%.1f%%)\n", config.ByteSize(s.Bytes), config.ByteSize(s.MaxBytes), s.BytesPercent)
 	maxAge := "forever"
 	if s.MaxAgeSeconds > 0 {
-		maxAge = (time.Duration(s.MaxAgeSeconds) * time.Second).String()
+		maxAge = config.Duration(time.Duration(s.MaxAgeSeconds) * time.Second).String()
 	}
 	if s.Messages == 0 {
 		fmt.Fprintf(tw, "  oldest event\tnone (the stream is empty), max_age %s\n", maxAge)
 	} else {
-		fmt.Fprintf(tw, "  oldest event\t%s old, max_age %s\n", (time.Duration(s.OldestAgeSeconds) * time.Second).String(), maxAge)
+		fmt.Fprintf(tw, "  oldest event\t%s old, max_age %s\n", config.Duration(time.Duration(s.OldestAgeSeconds)*time.Second).String(), maxAge)
 	}
 	if c := st.Consumer; c != nil {
 		on := ""

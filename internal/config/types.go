@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orderstore/orderstore/internal/bytesize"
+	"github.com/orderstore/orderstore/internal/duration"
 )
 
 // Duration is a time.Duration written in TOML as a string with a unit ("72h",
@@ -32,24 +33,14 @@ func (d *Duration) UnmarshalText(b []byte) error {
 }
 
 // MarshalText writes the duration in the shortest form time.Duration prints.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(formatDuration(time.Duration(d))), nil }
+func (d Duration) MarshalText() ([]byte, error) {
+	return []byte(duration.Format(time.Duration(d))), nil
+}
 
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
-func (d Duration) String() string { return formatDuration(time.Duration(d)) }
-
-// formatDuration prints "168h" rather than "168h0m0s".
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
+func (d Duration) String() string { return duration.Format(time.Duration(d)) }
 
 // ByteSize is a size in bytes written in TOML as a string with an IEC unit:
 // "512MiB", "10GiB". Units are powers of 1024: B, KiB, MiB, GiB, TiB. SI
@@ -138,5 +129,5 @@ func (p SyncPolicy) String() string {
 	if p.Interval == 0 {
 		return ""
 	}
-	return formatDuration(p.Interval)
+	return duration.Format(p.Interval)
 }
