@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -26,6 +25,7 @@ import (
 	"github.com/orderstore/orderstore/internal/bytesize"
 	"github.com/orderstore/orderstore/internal/duration"
 	"github.com/orderstore/orderstore/internal/ingest"
+	"github.com/orderstore/orderstore/internal/storedir"
 	"github.com/orderstore/orderstore/processor"
 	"github.com/orderstore/orderstore/status"
 )
@@ -193,7 +193,7 @@ func (a *Appliance) openStore(context.Context) error {
 	a.sup.add(component{name: "store", stop: func(context.Context) error {
 		var errs []error
 		if !a.startFailed && a.sup.clean() {
-			errs = append(errs, a.markStopped()) // a clean stop: nats flushed every store
+			errs = append(errs, storedir.Dir(a.report.StoreDir).MarkStopped()) // a clean stop: nats flushed every store
 		}
 		return errors.Join(append(errs, a.lock.Release())...)
 	}})
@@ -203,7 +203,9 @@ func (a *Appliance) openStore(context.Context) error {
 	for _, w := range rep.Warnings {
 		log.Warn("preflight", "warning", w)
 	}
-	if moved, err := migrateLegacyAccount(rep.StoreDir); err != nil {
+	if moved, err := storedir.Dir(rep.StoreDir).MoveAccount(legacyAccount, StreamAccount); errors.Is(err, storedir.ErrBothAccounts) {
+		return withHint(err, "an older orderstore wrote the first, this one the second; keep one (move the other away) and start again")
+	} else if err != nil {
 		return err
 	} else if moved {
 		log.Info("store moved to its account", "from", "jetstream/"+legacyAccount, "to", "jetstream/"+StreamAccount)
@@ -344,7 +346,7 @@ func (a *Appliance) startCommitter(context.Context) error {
 	if !a.cfg.groupCommit() {
 		return nil
 	}
-	msgs := filepath.Join(a.report.StoreDir, "jetstream", StreamAccount, "streams", a.cfg.Stream.Name, "msgs")
+	msgs := storedir.Dir(a.report.StoreDir).Msgs(StreamAccount, a.cfg.Stream.Name)
 	c, err := ingest.NewCommitter(a.report.StoreDir, msgs)
 	if err != nil {
 		return err

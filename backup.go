@@ -22,6 +22,7 @@ import (
 	"github.com/orderstore/orderstore/embedded"
 
 	"github.com/orderstore/orderstore/internal/durable"
+	"github.com/orderstore/orderstore/internal/storedir"
 )
 
 // Backups are JetStream snapshots, one directory per stream in the layout
@@ -268,7 +269,7 @@ func Restore(ctx context.Context, cfg Config, dir string, progress func(BackupPr
 	}
 	defer lock.Release()
 	for _, acc := range []string{StreamAccount, legacyAccount} {
-		if entries, _ := os.ReadDir(filepath.Join(rep.StoreDir, "jetstream", acc, "streams")); len(entries) > 0 {
+		if storedir.Dir(rep.StoreDir).HasStreams(acc) {
 			return nil, withHint(fmt.Errorf("restore: store %q already holds streams", rep.StoreDir),
 				"restore into an empty jetstream.store_dir (move the old one away first)")
 		}
@@ -313,7 +314,7 @@ func Restore(ctx context.Context, cfg Config, dir string, progress func(BackupPr
 	if err := srv.Close(); err != nil {
 		return nil, err
 	}
-	if err := durable.SyncTree(filepath.Join(rep.StoreDir, "jetstream")); err != nil {
+	if err := durable.SyncTree(storedir.Dir(rep.StoreDir).JetStream()); err != nil {
 		return nil, fmt.Errorf("restore: sync the store: %w", err)
 	}
 	return m, nil

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/internal/storedir"
 )
 
 // PreflightReport is what [Preflight] found: the absolute store directory,
@@ -56,10 +57,10 @@ func CheckStored(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	acct := filepath.Join(dir, "jetstream", StreamAccount)
+	acct := storedir.Dir(dir).Account(StreamAccount)
 	if _, err := os.Stat(filepath.Join(acct, "streams")); err != nil {
 		// A store from before accounts: Start moves it, as it is.
-		acct = filepath.Join(dir, "jetstream", legacyAccount)
+		acct = storedir.Dir(dir).Account(legacyAccount)
 	}
 	return bootstrap.CheckStored(acct, cfg.DeclareSpec())
 }

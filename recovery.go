@@ -13,8 +13,8 @@ import (
 
 	"github.com/orderstore/orderstore/bootstrap"
 
-	"github.com/orderstore/orderstore/internal/durable"
 	"github.com/orderstore/orderstore/internal/duration"
+	"github.com/orderstore/orderstore/internal/storedir"
 )
 
 // What start-up does about a damaged store (see docs/reliability.md):
@@ -41,7 +41,7 @@ import (
 
 // streamDir is where nats keeps stream name's files.
 func (a *Appliance) streamDir(name string) string {
-	return filepath.Join(a.report.StoreDir, "jetstream", StreamAccount, "streams", name)
+	return storedir.Dir(a.report.StoreDir).Stream(StreamAccount, name)
 }
 
 func (a *Appliance) note(format string, args ...any) {
@@ -225,31 +225,11 @@ func (a *Appliance) startupNotes() {
 	}
 }
 
-// runMarker is a file in store_dir that exists while an appliance runs: if
-// it is there at start-up, the last one did not stop cleanly (a crash, a
-// kill, a power cut).
-const runMarker = "orderstore.running"
-
 // markRunning records whether the last run stopped cleanly and marks this
-// one as running. The marker is synced: it must survive the power cut it
-// is there to detect.
-func (a *Appliance) markRunning() error {
-	path := filepath.Join(a.report.StoreDir, runMarker)
-	if _, err := os.Stat(path); err == nil {
-		a.unclean = true
-	}
-	if err := durable.WriteFile(path, fmt.Appendf(nil, "%d\n", os.Getpid()), 0o640); err != nil {
-		return fmt.Errorf("preflight: run marker %q: %w", path, err)
-	}
-	return nil
-}
-
-// markStopped removes the marker after a clean stop.
-func (a *Appliance) markStopped() error {
-	if err := os.Remove(filepath.Join(a.report.StoreDir, runMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return durable.SyncDir(a.report.StoreDir)
+// one as running (storedir's run marker).
+func (a *Appliance) markRunning() (err error) {
+	a.unclean, err = storedir.Dir(a.report.StoreDir).MarkRunning(os.Getpid())
+	return err
 }
 
 // storeProblem reports whether a warning nats logged at start-up is about

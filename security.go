@@ -3,19 +3,15 @@ package orderstore
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"github.com/orderstore/orderstore/embedded"
-
-	"github.com/orderstore/orderstore/internal/durable"
 )
 
 // StreamAccount is the NATS account that holds orderstore's streams,
@@ -258,37 +254,6 @@ func loadTLS(key string, t TLSConfig, peer bool) (*tls.Config, error) {
 		cfg.RootCAs = pool
 	}
 	return cfg, nil
-}
-
-// migrateLegacyAccount moves a store written before accounts existed
-// (streams in nats' global account, jetstream/$G) to StreamAccount's
-// directory, once, before nats starts. A rename within one directory is
-// atomic; the directory is fsynced so the move survives a power cut.
-func migrateLegacyAccount(storeDir string) (moved bool, err error) {
-	js := filepath.Join(storeDir, "jetstream")
-	old, cur := filepath.Join(js, legacyAccount), filepath.Join(js, StreamAccount)
-	if _, err := os.Stat(old); errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	} else if err != nil {
-		return false, fmt.Errorf("store %q: %w", old, err)
-	}
-	if entries, _ := os.ReadDir(filepath.Join(old, "streams")); len(entries) == 0 {
-		return false, nil // nothing of ours there (nats made the directory)
-	}
-	if entries, _ := os.ReadDir(filepath.Join(cur, "streams")); len(entries) > 0 {
-		return false, withHint(fmt.Errorf("store %q: streams in both %q and %q", storeDir, old, cur),
-			"an older orderstore wrote the first, this one the second; keep one (move the other away) and start again")
-	}
-	if err := os.RemoveAll(cur); err != nil {
-		return false, fmt.Errorf("store %q: %w", cur, err)
-	}
-	if err := os.Rename(old, cur); err != nil {
-		return false, fmt.Errorf("store: move %q to %q: %w", old, cur, err)
-	}
-	if err := durable.SyncDir(js); err != nil {
-		return true, fmt.Errorf("store %q: %w", js, err)
-	}
-	return true, nil
 }
 
 // PlaintextWarnings returns what the start-up log warns about every time:

@@ -1,0 +1,99 @@
+// Package storedir is the store directory's layout and the files
+// orderstore keeps in it beside nats' own: where an account's streams
+// live, the run marker that tells a crash from a clean stop, and the move
+// of a store written before accounts existed. Every file it writes
+// survives a power cut (internal/durable).
+package storedir
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/orderstore/orderstore/internal/durable"
+)
+
+// Dir is an absolute store directory (jetstream.store_dir).
+type Dir string
+
+// JetStream is where nats keeps every account's streams.
+func (d Dir) JetStream() string { return filepath.Join(string(d), "jetstream") }
+
+// Account is where nats keeps account's streams and consumers.
+func (d Dir) Account(account string) string { return filepath.Join(d.JetStream(), account) }
+
+// Stream is where nats keeps stream name's files in account.
+func (d Dir) Stream(account, name string) string {
+	return filepath.Join(d.Account(account), "streams", name)
+}
+
+// Msgs is the directory of stream name's message blocks in account.
+func (d Dir) Msgs(account, name string) string { return filepath.Join(d.Stream(account, name), "msgs") }
+
+// HasStreams reports whether account holds any stream.
+func (d Dir) HasStreams(account string) bool {
+	entries, _ := os.ReadDir(filepath.Join(d.Account(account), "streams"))
+	return len(entries) > 0
+}
+
+// RunMarker is a file in the store directory that exists while an
+// appliance runs: if it is there at start-up, the last run did not stop
+// cleanly (a crash, a kill, a power cut).
+const RunMarker = "orderstore.running"
+
+// MarkRunning reports whether the last run stopped cleanly (unclean: it
+// did not) and marks this one as running, with pid. The marker is synced:
+// it must survive the power cut it is there to detect.
+func (d Dir) MarkRunning(pid int) (unclean bool, err error) {
+	path := filepath.Join(string(d), RunMarker)
+	if _, err := os.Stat(path); err == nil {
+		unclean = true
+	}
+	if err := durable.WriteFile(path, fmt.Appendf(nil, "%d\n", pid), 0o640); err != nil {
+		return unclean, fmt.Errorf("preflight: run marker %q: %w", path, err)
+	}
+	return unclean, nil
+}
+
+// MarkStopped removes the marker after a clean stop, durably.
+func (d Dir) MarkStopped() error {
+	if err := os.Remove(filepath.Join(string(d), RunMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return durable.SyncDir(string(d))
+}
+
+// ErrBothAccounts is returned by MoveAccount when both accounts hold
+// streams: which to keep is an operator's decision.
+var ErrBothAccounts = errors.New("streams in both accounts")
+
+// MoveAccount moves account from's streams to account to, once, before
+// nats starts (a store written before accounts existed keeps them in
+// nats' global account). Nothing moves when from holds no stream. A
+// rename within one directory is atomic; the directory is synced so the
+// move survives a power cut.
+func (d Dir) MoveAccount(from, to string) (moved bool, err error) {
+	old, cur := d.Account(from), d.Account(to)
+	if _, err := os.Stat(old); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("store %q: %w", old, err)
+	}
+	if !d.HasStreams(from) {
+		return false, nil // nothing of ours there (nats made the directory)
+	}
+	if d.HasStreams(to) {
+		return false, fmt.Errorf("store %q: %q and %q: %w", string(d), old, cur, ErrBothAccounts)
+	}
+	if err := os.RemoveAll(cur); err != nil {
+		return false, fmt.Errorf("store %q: %w", cur, err)
+	}
+	if err := os.Rename(old, cur); err != nil {
+		return false, fmt.Errorf("store: move %q to %q: %w", old, cur, err)
+	}
+	if err := durable.SyncDir(d.JetStream()); err != nil {
+		return true, fmt.Errorf("store %q: %w", d.JetStream(), err)
+	}
+	return true, nil
+}
