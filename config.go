@@ -150,14 +150,15 @@ func (h HubConfig) Enabled() bool { return h.Stream != "" }
 type TLSConfig struct {
 	// CertFile and KeyFile are PEM files: the listener's certificate
 	// (chain) and its private key. Both or neither.
-	CertFile, KeyFile string
+	CertFile string `toml:"cert_file"`
+	KeyFile  string `toml:"key_file"`
 	// CAFile is a PEM file of the CAs that sign client certificates; with
 	// Verify, every client must present one they signed. Client port only.
-	CAFile string
-	Verify bool
+	CAFile string `toml:"ca_file,omitempty"`
+	Verify bool   `toml:"verify,omitempty"`
 	// MinVersion is the lowest TLS version accepted: "1.2" (default) or
 	// "1.3".
-	MinVersion string
+	MinVersion string `toml:"min_version,omitempty"`
 }
 
 // Enabled reports whether a certificate is configured.

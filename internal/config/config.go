@@ -38,31 +38,31 @@ type Config struct {
 
 // Cluster joins a NATS cluster (JetStream over Raft routes).
 type Cluster struct {
-	Name     string   `toml:"name"`     // the cluster's name; "" runs a single node
-	Listen   string   `toml:"listen"`   // route listener host:port
-	Routes   []string `toml:"routes"`   // every node's nats-route:// URL (this one's too is fine)
-	User     string   `toml:"user"`     // route credentials, the same on every node
-	Password string   `toml:"password"` //
-	TLS      TLS      `toml:"tls"`      // [cluster.tls]
+	Name     string               `toml:"name"`     // the cluster's name; "" runs a single node
+	Listen   string               `toml:"listen"`   // route listener host:port
+	Routes   []string             `toml:"routes"`   // every node's nats-route:// URL (this one's too is fine)
+	User     string               `toml:"user"`     // route credentials, the same on every node
+	Password string               `toml:"password"` //
+	TLS      orderstore.TLSConfig `toml:"tls"`      // [cluster.tls]
 }
 
 // LeafNode links edges to a hub.
 type LeafNode struct {
-	Listen            string       `toml:"listen"`             // a hub's leaf listener host:port; "" none
-	User              string       `toml:"user"`               // what edges present to this hub
-	Password          string       `toml:"password"`           //
-	ReconnectInterval Duration     `toml:"reconnect_interval"` // an edge's wait between attempts
-	TLS               TLS          `toml:"tls"`                // [leafnode.tls]: the hub's listener
-	Remotes           []LeafRemote `toml:"remotes"`            // an edge's hubs
+	Listen            string               `toml:"listen"`             // a hub's leaf listener host:port; "" none
+	User              string               `toml:"user"`               // what edges present to this hub
+	Password          string               `toml:"password"`           //
+	ReconnectInterval Duration             `toml:"reconnect_interval"` // an edge's wait between attempts
+	TLS               orderstore.TLSConfig `toml:"tls"`                // [leafnode.tls]: the hub's listener
+	Remotes           []LeafRemote         `toml:"remotes"`            // an edge's hubs
 }
 
 // LeafRemote is one hub an edge connects to.
 type LeafRemote struct {
-	URL         string `toml:"url"`
-	User        string `toml:"user,omitempty"`
-	Password    string `toml:"password,omitempty"`
-	Credentials string `toml:"credentials,omitempty"`
-	TLS         TLS    `toml:"tls,omitempty"`
+	URL         string               `toml:"url"`
+	User        string               `toml:"user,omitempty"`
+	Password    string               `toml:"password,omitempty"`
+	Credentials string               `toml:"credentials,omitempty"`
+	TLS         orderstore.TLSConfig `toml:"tls,omitempty"`
 }
 
 // Hub makes this node a hub: an aggregate stream sourcing every edge.
@@ -73,26 +73,17 @@ type Hub struct {
 
 // Server is the NATS client listener.
 type Server struct {
-	Name             string   `toml:"name"`              // server name, shown by `nats server info`
-	Host             string   `toml:"host"`              // client listener address; loopback by default
-	Port             int      `toml:"port"`              // client port; -1 picks a random free port
-	MaxPayload       ByteSize `toml:"max_payload"`       // largest message a client may publish
-	SystemUser       string   `toml:"system_user"`       // system-account user for `nats server info`; empty disables
-	SystemPassword   string   `toml:"system_password"`   // its password (or a bcrypt hash)
-	Users            []User   `toml:"users"`             // client users; empty means anonymous clients are allowed (loopback only)
-	MaxConnections   int      `toml:"max_connections"`   // client connections; more are refused
-	MaxSubscriptions int      `toml:"max_subscriptions"` // subscriptions per connection; 0 unlimited
-	AllowPlaintext   bool     `toml:"allow_plaintext"`   // silence the no-TLS warning of a non-loopback host
-	TLS              TLS      `toml:"tls"`               // [server.tls]
-}
-
-// TLS is a listener's certificate files ([server.tls], [admin.tls]).
-type TLS struct {
-	CertFile   string `toml:"cert_file"`
-	KeyFile    string `toml:"key_file"`
-	CAFile     string `toml:"ca_file,omitempty"`     // client port: CAs of client certificates
-	Verify     bool   `toml:"verify,omitempty"`      // client port: require a client certificate
-	MinVersion string `toml:"min_version,omitempty"` // "1.2" (default) or "1.3"
+	Name             string               `toml:"name"`              // server name, shown by `nats server info`
+	Host             string               `toml:"host"`              // client listener address; loopback by default
+	Port             int                  `toml:"port"`              // client port; -1 picks a random free port
+	MaxPayload       ByteSize             `toml:"max_payload"`       // largest message a client may publish
+	SystemUser       string               `toml:"system_user"`       // system-account user for `nats server info`; empty disables
+	SystemPassword   string               `toml:"system_password"`   // its password (or a bcrypt hash)
+	Users            []User               `toml:"users"`             // client users; empty means anonymous clients are allowed (loopback only)
+	MaxConnections   int                  `toml:"max_connections"`   // client connections; more are refused
+	MaxSubscriptions int                  `toml:"max_subscriptions"` // subscriptions per connection; 0 unlimited
+	AllowPlaintext   bool                 `toml:"allow_plaintext"`   // silence the no-TLS warning of a non-loopback host
+	TLS              orderstore.TLSConfig `toml:"tls"`               // [server.tls]
 }
 
 // User is one NATS client user with its role or permissions.
@@ -148,12 +139,12 @@ type Processor struct {
 
 // Admin is the HTTP admin listener.
 type Admin struct {
-	Listen         string   `toml:"listen"`          // host:port; "" disables the listener
-	Token          string   `toml:"token"`           // bearer token; guards all but /livez and /readyz
-	TokenFile      string   `toml:"token_file"`      // file holding the token (trailing newline ignored)
-	AllowedHosts   []string `toml:"allowed_hosts"`   // Host header names accepted besides IPs and localhost
-	AllowPlaintext bool     `toml:"allow_plaintext"` // silence the no-TLS warning of a non-loopback listener
-	TLS            TLS      `toml:"tls"`             // [admin.tls]: cert_file, key_file
+	Listen         string               `toml:"listen"`          // host:port; "" disables the listener
+	Token          string               `toml:"token"`           // bearer token; guards all but /livez and /readyz
+	TokenFile      string               `toml:"token_file"`      // file holding the token (trailing newline ignored)
+	AllowedHosts   []string             `toml:"allowed_hosts"`   // Host header names accepted besides IPs and localhost
+	AllowPlaintext bool                 `toml:"allow_plaintext"` // silence the no-TLS warning of a non-loopback listener
+	TLS            orderstore.TLSConfig `toml:"tls"`             // [admin.tls]: cert_file, key_file
 }
 
 // Log is the process log.
@@ -196,7 +187,7 @@ func (c *Config) resolvePaths(dir string) {
 			*p = filepath.Join(dir, *p)
 		}
 	}
-	tls := func(t *TLS) { rel(&t.CertFile); rel(&t.KeyFile); rel(&t.CAFile) }
+	tls := func(t *orderstore.TLSConfig) { rel(&t.CertFile); rel(&t.KeyFile); rel(&t.CAFile) }
 	rel(&c.JetStream.StoreDir)
 	rel(&c.Admin.TokenFile)
 	tls(&c.Admin.TLS)

@@ -46,7 +46,7 @@ func TestExampleFileListsEveryKey(t *testing.T) {
 		ft := top.Field(i).Type
 		for j := range ft.NumField() {
 			key := strings.Split(ft.Field(j).Tag.Get("toml"), ",")[0]
-			if ft.Field(j).Type == reflect.TypeOf(TLS{}) {
+			if ft.Field(j).Type == reflect.TypeOf(orderstore.TLSConfig{}) {
 				if !strings.Contains(text, "\n["+table+"."+key+"]") {
 					t.Errorf("example lacks table [%s.%s]", table, key)
 				}

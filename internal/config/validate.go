@@ -114,7 +114,7 @@ func (c Config) toOrderstore() orderstore.Config {
 			Name: s.Name, Host: s.Host, Port: s.Port, MaxPayload: int64(s.MaxPayload),
 			SystemUser: s.SystemUser, SystemPassword: s.SystemPassword,
 			MaxConnections: s.MaxConnections, MaxSubscriptions: s.MaxSubscriptions, AllowPlaintext: s.AllowPlaintext,
-			TLS: orderstore.TLSConfig(s.TLS),
+			TLS: s.TLS,
 		},
 		JetStream: orderstore.JetStreamConfig{
 			StoreDir: j.StoreDir, MaxFileStore: int64(j.MaxFileStore), MaxMemoryStore: int64(j.MaxMemoryStore),
@@ -129,17 +129,17 @@ func (c Config) toOrderstore() orderstore.Config {
 			MaxAckPending: p.MaxAckPending, DeadLetterStream: p.DeadLetterStream, DeadLetterMaxAge: p.DeadLetterMaxAge.D(),
 			DeadLetterMaxBytes: int64(p.DeadLetterBytes), ProjectionBucket: p.ProjectionBucket, ProjectionMaxBytes: int64(p.ProjectionBytes),
 		},
-		Admin: orderstore.AdminConfig{Listen: c.Admin.Listen, Token: c.Admin.Token, TLS: orderstore.TLSConfig(c.Admin.TLS),
+		Admin: orderstore.AdminConfig{Listen: c.Admin.Listen, Token: c.Admin.Token, TLS: c.Admin.TLS,
 			AllowedHosts: c.Admin.AllowedHosts, AllowPlaintext: c.Admin.AllowPlaintext},
 	}
 	o.JetStream.Domain = j.Domain
 	cl, ln := c.Cluster, c.LeafNode
-	o.Cluster = orderstore.ClusterConfig{Name: cl.Name, Listen: cl.Listen, Routes: cl.Routes, User: cl.User, Password: cl.Password, TLS: orderstore.TLSConfig(cl.TLS)}
-	o.LeafNode = orderstore.LeafNodeConfig{Listen: ln.Listen, User: ln.User, Password: ln.Password, TLS: orderstore.TLSConfig(ln.TLS),
+	o.Cluster = orderstore.ClusterConfig{Name: cl.Name, Listen: cl.Listen, Routes: cl.Routes, User: cl.User, Password: cl.Password, TLS: cl.TLS}
+	o.LeafNode = orderstore.LeafNodeConfig{Listen: ln.Listen, User: ln.User, Password: ln.Password, TLS: ln.TLS,
 		ReconnectInterval: ln.ReconnectInterval.D()}
 	for _, r := range ln.Remotes {
 		o.LeafNode.Remotes = append(o.LeafNode.Remotes, orderstore.LeafRemote{URL: r.URL, User: r.User, Password: r.Password,
-			Credentials: r.Credentials, TLS: orderstore.TLSConfig(r.TLS)})
+			Credentials: r.Credentials, TLS: r.TLS})
 	}
 	o.Hub = orderstore.HubConfig{Stream: c.Hub.Stream, Edges: c.Hub.Edges}
 	def := orderstore.DefaultConfig().Admin
@@ -182,18 +182,18 @@ func fromOrderstore(o orderstore.Config) Config {
 		Processor: Processor{Enabled: p.Enabled, Durable: p.Durable, AckWait: Duration(p.AckWait), MaxDeliver: p.MaxDeliver,
 			MaxAckPending: p.MaxAckPending, DeadLetterStream: p.DeadLetterStream, DeadLetterMaxAge: Duration(p.DeadLetterMaxAge),
 			DeadLetterBytes: ByteSize(p.DeadLetterMaxBytes), ProjectionBucket: p.ProjectionBucket, ProjectionBytes: ByteSize(p.ProjectionMaxBytes)},
-		Admin: Admin{Listen: o.Admin.Listen, Token: o.Admin.Token, TLS: TLS(o.Admin.TLS), AllowedHosts: o.Admin.AllowedHosts,
+		Admin: Admin{Listen: o.Admin.Listen, Token: o.Admin.Token, TLS: o.Admin.TLS, AllowedHosts: o.Admin.AllowedHosts,
 			AllowPlaintext: o.Admin.AllowPlaintext},
 	}
 	c.Server.MaxConnections, c.Server.MaxSubscriptions, c.Server.AllowPlaintext = s.MaxConnections, s.MaxSubscriptions, s.AllowPlaintext
-	c.Server.TLS = TLS(s.TLS)
+	c.Server.TLS = s.TLS
 	c.JetStream.Domain = j.Domain
 	c.Cluster = Cluster{Name: o.Cluster.Name, Listen: o.Cluster.Listen, Routes: o.Cluster.Routes, User: o.Cluster.User,
-		Password: o.Cluster.Password, TLS: TLS(o.Cluster.TLS)}
+		Password: o.Cluster.Password, TLS: o.Cluster.TLS}
 	c.LeafNode = LeafNode{Listen: o.LeafNode.Listen, User: o.LeafNode.User, Password: o.LeafNode.Password,
-		ReconnectInterval: Duration(o.LeafNode.ReconnectInterval), TLS: TLS(o.LeafNode.TLS)}
+		ReconnectInterval: Duration(o.LeafNode.ReconnectInterval), TLS: o.LeafNode.TLS}
 	for _, r := range o.LeafNode.Remotes {
-		c.LeafNode.Remotes = append(c.LeafNode.Remotes, LeafRemote{URL: r.URL, User: r.User, Password: r.Password, Credentials: r.Credentials, TLS: TLS(r.TLS)})
+		c.LeafNode.Remotes = append(c.LeafNode.Remotes, LeafRemote{URL: r.URL, User: r.User, Password: r.Password, Credentials: r.Credentials, TLS: r.TLS})
 	}
 	c.Hub = Hub{Stream: o.Hub.Stream, Edges: o.Hub.Edges}
 	for _, u := range s.Users {
