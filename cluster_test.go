@@ -193,7 +193,7 @@ func TestClusterNodeAwayAndDuplicateName(t *testing.T) {
 	dup := cfgs[2]
 	dup.JetStream.StoreDir = t.TempDir()
 	dup.Server.Name = cfgs[0].Server.Name
-	dup.Cluster.Listen = fmt.Sprintf("127.0.0.1:%d", orderstoretest.FreePorts(t, 1)[0])
+	dup.Cluster.Listen = "127.0.0.1:0" // any free port: nobody routes to it
 	ctx2, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	app, err := orderstore.Start(ctx2, dup)
@@ -305,7 +305,7 @@ func TestClusterAndLeafOverTLS(t *testing.T) {
 	intruder := cfgs[0]
 	intruder.Server.Name = "n4"
 	intruder.JetStream.StoreDir = t.TempDir()
-	intruder.Cluster.Listen = fmt.Sprintf("127.0.0.1:%d", orderstoretest.FreePorts(t, 1)[0])
+	intruder.Cluster.Listen = "127.0.0.1:0" // any free port: it dials the others
 	intruder.Cluster.TLS = orderstore.TLSConfig{CertFile: other.ServerCert, KeyFile: other.ServerKey, CAFile: other.CA, Verify: true}
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
