@@ -217,6 +217,12 @@ routes = [%s]
 					dead := "unknown"
 					if d, err := jsi.Stream(ctx, "ORDER_EVENTS_DLQ"); err == nil {
 						dead = strconv.FormatUint(d.CachedInfo().State.Msgs, 10)
+						// Why the first few were dead-lettered.
+						for seq := d.CachedInfo().State.FirstSeq; seq > 0 && seq <= d.CachedInfo().State.LastSeq && seq < d.CachedInfo().State.FirstSeq+3; seq++ {
+							if m, err := d.GetMsg(ctx, seq); err == nil {
+								dead += fmt.Sprintf("; %s: %s", m.Header.Get("Orderstore-Original-Sequence"), m.Header.Get("Orderstore-Error"))
+							}
+						}
 					}
 					return fmt.Errorf("node n%d: order %s = %s, fold %v (dead letters: %s)", i+1, oid, e.Value(), f, dead)
 				}
