@@ -165,14 +165,14 @@ func TestValidateNamesEveryField(t *testing.T) {
 	if !errors.As(err, &ve) {
 		t.Fatalf("Validate = %v, want *ValidationError", err)
 	}
-	var fields, keys []string
+	var fields []string
 	for _, p := range ve.Problems {
-		fields, keys = append(fields, p.Field), append(keys, p.Key)
+		fields = append(fields, p.Field)
 	}
+	// (A file's problems are named by its keys: internal/config's tests.)
 	wantFields := []string{"JetStream.StoreDir", "Stream.MaxAge", "Processor.MaxDeliver"}
-	wantKeys := []string{"jetstream.store_dir", "stream.max_age", "processor.max_deliver"}
-	if strings.Join(fields, " ") != strings.Join(wantFields, " ") || strings.Join(keys, " ") != strings.Join(wantKeys, " ") {
-		t.Errorf("fields %q keys %q, want %q %q", fields, keys, wantFields, wantKeys)
+	if strings.Join(fields, " ") != strings.Join(wantFields, " ") {
+		t.Errorf("fields %q, want %q", fields, wantFields)
 	}
 	if _, err := orderstore.Start(context.Background(), cfg); !errors.As(err, &ve) {
 		t.Errorf("Start with an invalid config = %v, want *ValidationError", err)

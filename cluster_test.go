@@ -202,8 +202,8 @@ func TestClusterNodeAwayAndDuplicateName(t *testing.T) {
 		t.Fatal("a node with a duplicate name started")
 	}
 	var ve *orderstore.ValidationError
-	if !errors.As(err, &ve) || ve.Problems[0].Key != "server.name" {
-		t.Errorf("duplicate name: %v, want a config error naming server.name", err)
+	if !errors.As(err, &ve) || ve.Problems[0].Field != "Server.Name" {
+		t.Errorf("duplicate name: %v, want a config error naming Server.Name", err)
 	}
 	// Without a majority, /readyz says so.
 	if err := apps[1].Close(ctx); err != nil {

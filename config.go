@@ -85,19 +85,20 @@ type ServerConfig struct {
 type ClusterConfig struct {
 	// Name is the cluster's name, the same on every node. "" (the
 	// default) runs a single node.
-	Name string
+	Name string `toml:"name"`
 	// Listen is the route listener, host:port. Default "127.0.0.1:6222".
 	// A non-loopback address needs User and Password (or TLS with
 	// client certificates).
-	Listen string
+	Listen string `toml:"listen"`
 	// Routes are every node's route URL ("nats-route://host:6222");
 	// listing the node itself is fine.
-	Routes []string
+	Routes []string `toml:"routes"`
 	// User and Password are what every route presents.
-	User, Password string
+	User     string `toml:"user"`
+	Password string `toml:"password"`
 	// TLS secures the routes; CAFile and Verify check the peers'
 	// certificates.
-	TLS TLSConfig
+	TLS TLSConfig `toml:"tls"`
 }
 
 // Enabled reports whether the node runs in a cluster.
@@ -123,12 +124,14 @@ type LeafNodeConfig struct {
 type LeafRemote struct {
 	// URL is the hub's leaf listener: "nats-leaf://hub:7422" (or
 	// "tls://hub:7422").
-	URL string
+	URL string `toml:"url"`
 	// User and Password (or Credentials, a .creds file) sign in at the hub.
-	User, Password, Credentials string
+	User        string `toml:"user,omitempty"`
+	Password    string `toml:"password,omitempty"`
+	Credentials string `toml:"credentials,omitempty"`
 	// TLS: CAFile verifies the hub; CertFile and KeyFile present a
 	// client certificate.
-	TLS TLSConfig
+	TLS TLSConfig `toml:"tls,omitempty"`
 }
 
 // HubConfig makes this node a hub ([hub]): it declares Stream, which
@@ -137,9 +140,9 @@ type LeafRemote struct {
 type HubConfig struct {
 	// Stream is the aggregate stream's name, e.g. "ORDER_EVENTS_ALL". ""
 	// (the default) is no hub.
-	Stream string
+	Stream string `toml:"stream"`
 	// Edges are the edges' JetStream domains (their jetstream.domain).
-	Edges []string
+	Edges []string `toml:"edges"`
 }
 
 // Enabled reports whether the node is a hub.
@@ -389,7 +392,7 @@ func DefaultConfig() Config {
 type FieldError struct {
 	// Field is the Go path, e.g. "Stream.MaxAge" ("" for what only a
 	// config file has); Key is the same field in the TOML file, e.g.
-	// "stream.max_age".
+	// "stream.max_age", when the problem was found in a file.
 	Field, Key string
 	// Value is the offending value, formatted; empty if none applies.
 	Value  string
@@ -462,7 +465,7 @@ func (e *ValidationError) Keys() []string {
 // each naming its field; nil if c is valid.
 func (c Config) Validate() error {
 	var errs []*FieldError
-	bad := func(field string, value any, format string, args ...any) {
+	var bad badFunc = func(field string, value any, format string, args ...any) {
 		v := ""
 		switch x := value.(type) {
 		case nil:
@@ -475,9 +478,26 @@ func (c Config) Validate() error {
 		default:
 			v = fmt.Sprint(x)
 		}
-		errs = append(errs, &FieldError{Field: field, Key: tomlKey(field), Value: v, Reason: fmt.Sprintf(format, args...)})
+		errs = append(errs, &FieldError{Field: field, Value: v, Reason: fmt.Sprintf(format, args...)})
 	}
 
+	c.validateServer(bad)
+	c.validateJetStream(bad)
+	c.validateStream(bad)
+	c.validateScaleOut(bad)
+	c.validateProcessor(bad)
+	c.validateAdmin(bad)
+	if len(errs) > 0 {
+		return &ValidationError{Problems: errs}
+	}
+	return nil
+}
+
+// badFunc records one problem of Validate: the Go field, the offending
+// value (nil: none to show) and the reason.
+type badFunc func(field string, value any, format string, args ...any)
+
+func (c Config) validateServer(bad badFunc) {
 	s := c.Server
 	if s.Name == "" || strings.ContainsAny(s.Name, " \t\n") {
 		bad("Server.Name", s.Name, "must be non-empty and without spaces")
@@ -551,27 +571,32 @@ func (c Config) Validate() error {
 	if s.MaxSubscriptions < 0 {
 		bad("Server.MaxSubscriptions", s.MaxSubscriptions, "must be zero (unlimited) or positive")
 	}
-	validTLS := func(field string, t TLSConfig, client bool) {
-		if (t.CertFile == "") != (t.KeyFile == "") {
-			bad(field+".CertFile", nil, "cert_file and key_file go together")
-		}
-		if !client && (t.CAFile != "" || t.Verify) {
-			bad(field+".CAFile", nil, "client certificates (ca_file, verify) are for the client port only")
-		}
-		if t.Verify && t.CAFile == "" {
-			bad(field+".Verify", true, "needs ca_file: the CAs that sign client certificates")
-		}
-		if (t.Verify || t.CAFile != "") && !t.Enabled() {
-			bad(field+".CAFile", nil, "needs cert_file and key_file: client certificates are checked only over TLS")
-		}
-		switch t.MinVersion {
-		case "", "1.2", "1.3":
-		default:
-			bad(field+".MinVersion", clipValue(t.MinVersion), "must be \"1.2\" or \"1.3\"")
-		}
-	}
-	validTLS("Server.TLS", s.TLS, true)
+	validTLS(bad, "Server.TLS", s.TLS, true)
+}
 
+// validTLS checks one [TLSConfig]; client says whether it may verify
+// client certificates.
+func validTLS(bad badFunc, field string, t TLSConfig, client bool) {
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		bad(field+".CertFile", nil, "cert_file and key_file go together")
+	}
+	if !client && (t.CAFile != "" || t.Verify) {
+		bad(field+".CAFile", nil, "client certificates (ca_file, verify) are for the client port only")
+	}
+	if t.Verify && t.CAFile == "" {
+		bad(field+".Verify", true, "needs ca_file: the CAs that sign client certificates")
+	}
+	if (t.Verify || t.CAFile != "") && !t.Enabled() {
+		bad(field+".CAFile", nil, "needs cert_file and key_file: client certificates are checked only over TLS")
+	}
+	switch t.MinVersion {
+	case "", "1.2", "1.3":
+	default:
+		bad(field+".MinVersion", clipValue(t.MinVersion), "must be \"1.2\" or \"1.3\"")
+	}
+}
+
+func (c Config) validateJetStream(bad badFunc) {
 	j := c.JetStream
 	if j.StoreDir == "" {
 		bad("JetStream.StoreDir", j.StoreDir, "must be set")
@@ -597,7 +622,10 @@ func (c Config) Validate() error {
 	case mode == DurabilityGroupCommit && c.Cluster.Enabled():
 		bad("JetStream.Durability", j.Durability, "group-commit is for a single node: in a cluster the stream leader's quorum acks events; use \"always\"")
 	}
+}
 
+func (c Config) validateStream(bad badFunc) {
+	s, j := c.Server, c.JetStream
 	st := c.Stream
 	if !validName(st.Name) {
 		bad("Stream.Name", st.Name, "must be non-empty and may not contain spaces, '.', '*', '>', '/' or '\\'")
@@ -641,8 +669,10 @@ func (c Config) Validate() error {
 	case st.Replicas > 1 && !c.Cluster.Enabled():
 		bad("Stream.Replicas", st.Replicas, "needs a cluster: set [cluster] name, listen and routes on every node (or replicas = 1 on a single host)")
 	}
-	c.validateScaleOut(bad)
+}
 
+func (c Config) validateProcessor(bad badFunc) {
+	j, st := c.JetStream, c.Stream
 	p := c.Processor
 	if !validName(p.Durable) {
 		bad("Processor.Durable", p.Durable, "must be non-empty and may not contain spaces, '.', '*', '>', '/' or '\\'")
@@ -693,7 +723,9 @@ func (c Config) Validate() error {
 	if !validBucket(p.ProjectionBucket) {
 		bad("Processor.ProjectionBucket", p.ProjectionBucket, "must be a valid KV bucket name (letters, digits, '-' and '_')")
 	}
+}
 
+func (c Config) validateAdmin(bad badFunc) {
 	a := c.Admin
 	if a.Listen != "" {
 		host, port, err := net.SplitHostPort(a.Listen)
@@ -708,7 +740,7 @@ func (c Config) Validate() error {
 	if a.Token != "" && len(a.Token) < minTokenLen {
 		bad("Admin.Token", nil, "is %d characters, want at least %d (make one with `openssl rand -hex 24`)", len(a.Token), minTokenLen)
 	}
-	validTLS("Admin.TLS", a.TLS, false)
+	validTLS(bad, "Admin.TLS", a.TLS, false)
 	for i, h := range a.AllowedHosts {
 		if h == "" || strings.ContainsAny(h, "/ @?#") || len(h) > 253 {
 			bad(fmt.Sprintf("Admin.AllowedHosts[%d]", i), clipValue(h), "must be a host name as a browser sends it (e.g. \"orders.example.com\" or \"orders.example.com:8222\")")
@@ -717,14 +749,10 @@ func (c Config) Validate() error {
 	if a.ReadTimeout < 0 || a.WriteTimeout < 0 || a.IdleTimeout < 0 {
 		bad("Admin.ReadTimeout", nil, "timeouts must not be negative")
 	}
-	if len(errs) > 0 {
-		return &ValidationError{Problems: errs}
-	}
-	return nil
 }
 
 // validateScaleOut checks [cluster], [leafnode], [hub] and the domain.
-func (c Config) validateScaleOut(bad func(field string, value any, format string, args ...any)) {
+func (c Config) validateScaleOut(bad badFunc) {
 	cl := c.Cluster
 	if cl.Enabled() {
 		if !validName(cl.Name) {
@@ -852,45 +880,6 @@ func clipValue(s string) string {
 
 // size marks a byte count for Validate's messages.
 type size int64
-
-// tomlKey turns a Go field path into the file's key:
-// "JetStream.MaxFileStore" is "jetstream.max_file_store",
-// "Server.Users[0].Name" is "server.users[0].user".
-func tomlKey(field string) string {
-	parts := strings.Split(field, ".")
-	for i, p := range parts {
-		idx := ""
-		if k := strings.IndexByte(p, '['); k >= 0 {
-			p, idx = p[:k], p[k:]
-		}
-		switch {
-		case p == "JetStream":
-			p = "jetstream"
-		case p == "Name" && i > 0 && strings.HasPrefix(parts[i-1], "users["):
-			p = "user"
-		case p == "TLS":
-			p = "tls"
-		case p == "LeafNode":
-			p = "leafnode"
-		case p == "CAFile":
-			p = "ca_file"
-		default:
-			var b strings.Builder
-			for j, r := range p {
-				if unicode.IsUpper(r) {
-					if j > 0 {
-						b.WriteByte('_')
-					}
-					r = unicode.ToLower(r)
-				}
-				b.WriteRune(r)
-			}
-			p = b.String()
-		}
-		parts[i] = p + idx
-	}
-	return strings.Join(parts, ".")
-}
 
 func isLoopback(host string) bool {
 	if host == "localhost" {

@@ -857,37 +857,37 @@ func TestNoSecretInAdminResponsesOrLogs(t *testing.T) {
 // Validation: the holes the issue found are refused by name.
 func TestSecurityValidation(t *testing.T) {
 	tests := []struct {
-		name string
-		f    func(*orderstore.Config)
-		key  string
+		name  string
+		f     func(*orderstore.Config)
+		field string
 	}{
-		{"short token", func(c *orderstore.Config) { c.Admin.Token = "x" }, "admin.token"},
-		{"user without role", func(c *orderstore.Config) { c.Server.Users = []orderstore.User{{Name: "u", Password: "p"}} }, "server.users[0].role"},
+		{"short token", func(c *orderstore.Config) { c.Admin.Token = "x" }, "Admin.Token"},
+		{"user without role", func(c *orderstore.Config) { c.Server.Users = []orderstore.User{{Name: "u", Password: "p"}} }, "Server.Users[0].Role"},
 		{"unknown role", func(c *orderstore.Config) {
 			c.Server.Users = []orderstore.User{{Name: "u", Password: "p", Role: "root"}}
-		}, "server.users[0].role"},
-		{"no password", func(c *orderstore.Config) { c.Server.Users = []orderstore.User{{Name: "u", Role: "reader"}} }, "server.users[0].password"},
+		}, "Server.Users[0].Role"},
+		{"no password", func(c *orderstore.Config) { c.Server.Users = []orderstore.User{{Name: "u", Role: "reader"}} }, "Server.Users[0].Password"},
 		{"bad nkey", func(c *orderstore.Config) {
 			c.Server.Users = []orderstore.User{{Name: "u", Nkey: "SUABC", Role: "reader"}}
-		}, "server.users[0].nkey"},
+		}, "Server.Users[0].Nkey"},
 		{"nkey seed", func(c *orderstore.Config) {
 			c.Server.Users = []orderstore.User{{Name: "u", Nkey: "SUAMK2FG4MI6UE3ACF3FK3OIQBCEIEZV7NSWFFEW63UXMRLFM2XLAXK4GY", Role: "reader"}}
-		}, "server.users[0].nkey"},
+		}, "Server.Users[0].Nkey"},
 		{"reserved name", func(c *orderstore.Config) {
 			c.Server.Users = []orderstore.User{{Name: "orderstore-internal", Password: "p", Role: "admin"}}
-		}, "server.users[0].user"},
+		}, "Server.Users[0].Name"},
 		{"verify without ca", func(c *orderstore.Config) {
 			c.Server.TLS = orderstore.TLSConfig{CertFile: "c", KeyFile: "k", Verify: true}
-		}, "server.tls.verify"},
+		}, "Server.TLS.Verify"},
 		{"admin client certs", func(c *orderstore.Config) {
 			c.Admin.TLS = orderstore.TLSConfig{CertFile: "c", KeyFile: "k", CAFile: "ca"}
-		}, "admin.tls.ca_file"},
-		{"no max_connections", func(c *orderstore.Config) { c.Server.MaxConnections = 0 }, "server.max_connections"},
-		{"open port", func(c *orderstore.Config) { c.Server.Host = "0.0.0.0" }, "server.host"},
+		}, "Admin.TLS.CAFile"},
+		{"no max_connections", func(c *orderstore.Config) { c.Server.MaxConnections = 0 }, "Server.MaxConnections"},
+		{"open port", func(c *orderstore.Config) { c.Server.Host = "0.0.0.0" }, "Server.Host"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ve := expectProblem(t, tt.f, tt.key)
+			ve := expectProblem(t, tt.f, tt.field)
 			for _, p := range ve.Problems {
 				if strings.Contains(p.Error(), "x\"") && tt.name == "short token" || strings.Contains(p.Error(), "SUAMK2") {
 					t.Errorf("the message echoes the secret: %v", p)
@@ -904,8 +904,8 @@ func TestSecurityValidation(t *testing.T) {
 }
 
 // expectProblem applies f to the default config and checks that Validate
-// reports a problem at key.
-func expectProblem(t *testing.T, f func(*orderstore.Config), key string) *orderstore.ValidationError {
+// reports a problem at field (the file's keys: internal/config's tests).
+func expectProblem(t *testing.T, f func(*orderstore.Config), field string) *orderstore.ValidationError {
 	t.Helper()
 	c := orderstore.DefaultConfig()
 	f(&c)
@@ -914,10 +914,10 @@ func expectProblem(t *testing.T, f func(*orderstore.Config), key string) *orders
 		t.Fatalf("Validate() = %v, want a ValidationError", err)
 	}
 	for _, p := range ve.Problems {
-		if p.Key == key {
+		if p.Field == field {
 			return ve
 		}
 	}
-	t.Errorf("Validate() = %v, want a problem at %s", ve, key)
+	t.Errorf("Validate() = %v, want a problem at %s", ve, field)
 	return ve
 }

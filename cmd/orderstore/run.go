@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/internal/config"
 	"github.com/orderstore/orderstore/internal/sdnotify"
 )
 
@@ -122,7 +123,7 @@ func byKey(err error, cfgName string) error {
 		b.WriteString("s")
 	}
 	for _, p := range invalid.Problems {
-		key := p.Key
+		key := config.KeyOf(p.Field)
 		if key == "" {
 			key = p.Field
 		}

@@ -1,6 +1,8 @@
 // Package config defines orderstore's TOML file: its shape, built-in
 // defaults, strict decoding and validation, and its mapping onto
-// orderstore.Config ([Config.Orderstore]).
+// orderstore.Config ([Config.Orderstore]). The file's types are the one
+// table of its keys (keys.go): their tags drive the mapping both ways and
+// name every problem by its key ([KeyOf]).
 //
 // Precedence, stated once: the -config flag, then the ORDERSTORE_CONFIG
 // environment variable (for the path only), then the file's values, then the
@@ -25,50 +27,25 @@ import (
 
 // Config is the whole file. Each field is one TOML table.
 type Config struct {
-	Server    Server    `toml:"server"`
-	JetStream JetStream `toml:"jetstream"`
-	Stream    Stream    `toml:"stream"`
-	Processor Processor `toml:"processor"`
-	Admin     Admin     `toml:"admin"`
-	Cluster   Cluster   `toml:"cluster"`
-	LeafNode  LeafNode  `toml:"leafnode"`
-	Hub       Hub       `toml:"hub"`
-	Log       Log       `toml:"log"`
-}
-
-// Cluster joins a NATS cluster (JetStream over Raft routes).
-type Cluster struct {
-	Name     string               `toml:"name"`     // the cluster's name; "" runs a single node
-	Listen   string               `toml:"listen"`   // route listener host:port
-	Routes   []string             `toml:"routes"`   // every node's nats-route:// URL (this one's too is fine)
-	User     string               `toml:"user"`     // route credentials, the same on every node
-	Password string               `toml:"password"` //
-	TLS      orderstore.TLSConfig `toml:"tls"`      // [cluster.tls]
+	Server    Server                   `toml:"server"`
+	JetStream JetStream                `toml:"jetstream"`
+	Stream    Stream                   `toml:"stream"`
+	Processor Processor                `toml:"processor"`
+	Admin     Admin                    `toml:"admin"`
+	Cluster   orderstore.ClusterConfig `toml:"cluster"` // the library's own type: no key differs
+	LeafNode  LeafNode                 `toml:"leafnode"`
+	Hub       orderstore.HubConfig     `toml:"hub"`
+	Log       Log                      `toml:"log" lib:"-"`
 }
 
 // LeafNode links edges to a hub.
 type LeafNode struct {
-	Listen            string               `toml:"listen"`             // a hub's leaf listener host:port; "" none
-	User              string               `toml:"user"`               // what edges present to this hub
-	Password          string               `toml:"password"`           //
-	ReconnectInterval Duration             `toml:"reconnect_interval"` // an edge's wait between attempts
-	TLS               orderstore.TLSConfig `toml:"tls"`                // [leafnode.tls]: the hub's listener
-	Remotes           []LeafRemote         `toml:"remotes"`            // an edge's hubs
-}
-
-// LeafRemote is one hub an edge connects to.
-type LeafRemote struct {
-	URL         string               `toml:"url"`
-	User        string               `toml:"user,omitempty"`
-	Password    string               `toml:"password,omitempty"`
-	Credentials string               `toml:"credentials,omitempty"`
-	TLS         orderstore.TLSConfig `toml:"tls,omitempty"`
-}
-
-// Hub makes this node a hub: an aggregate stream sourcing every edge.
-type Hub struct {
-	Stream string   `toml:"stream"` // "" is no hub
-	Edges  []string `toml:"edges"`  // the edges' jetstream.domain
+	Listen            string                  `toml:"listen"`             // a hub's leaf listener host:port; "" none
+	User              string                  `toml:"user"`               // what edges present to this hub
+	Password          string                  `toml:"password"`           //
+	ReconnectInterval Duration                `toml:"reconnect_interval"` // an edge's wait between attempts
+	TLS               orderstore.TLSConfig    `toml:"tls"`                // [leafnode.tls]: the hub's listener
+	Remotes           []orderstore.LeafRemote `toml:"remotes"`            // an edge's hubs
 }
 
 // Server is the NATS client listener.
@@ -88,25 +65,25 @@ type Server struct {
 
 // User is one NATS client user with its role or permissions.
 type User struct {
-	User         string   `toml:"user"`
-	Password     string   `toml:"password,omitempty"`      // plaintext or a bcrypt hash ("$2a$...")
-	PasswordFile string   `toml:"password_file,omitempty"` // file holding the password instead
-	Nkey         string   `toml:"nkey,omitempty"`          // public user nkey instead of a password
-	Role         string   `toml:"role,omitempty"`          // producer, reader or admin
-	Publish      Subjects `toml:"publish,omitempty"`       // explicit lists instead of a role
-	Subscribe    Subjects `toml:"subscribe,omitempty"`
+	User         string   `toml:"user" lib:"Name"`
+	Password     string   `toml:"password,omitempty"`                          // plaintext or a bcrypt hash ("$2a$...")
+	PasswordFile string   `toml:"password_file,omitempty" lib:"-"`             // file holding the password instead
+	Nkey         string   `toml:"nkey,omitempty"`                              // public user nkey instead of a password
+	Role         string   `toml:"role,omitempty"`                              // producer, reader or admin
+	Publish      Subjects `toml:"publish,omitempty" lib:"Publish,PublishDeny"` // explicit lists instead of a role
+	Subscribe    Subjects `toml:"subscribe,omitempty" lib:"Subscribe,SubscribeDeny"`
 }
 
 // JetStream is the storage engine.
 type JetStream struct {
-	StoreDir       string     `toml:"store_dir"`               // where streams live; created if missing
-	MaxFileStore   ByteSize   `toml:"max_file_store"`          // disk JetStream may use in total
-	MaxMemoryStore ByteSize   `toml:"max_memory_store"`        // memory for memory-backed streams
-	Durability     string     `toml:"durability"`              // "group-commit", "always" or "interval"; "" chooses
-	SyncInterval   SyncPolicy `toml:"sync_interval,omitempty"` // with durability "interval": a duration
-	DiskHeadroom   ByteSize   `toml:"disk_headroom"`           // free disk wanted beyond max_file_store
-	AllowLowDisk   bool       `toml:"allow_low_disk"`          // turn the free-disk check into a warning
-	Domain         string     `toml:"domain"`                  // this node's JetStream domain (an edge's name)
+	StoreDir       string     `toml:"store_dir"`                                       // where streams live; created if missing
+	MaxFileStore   ByteSize   `toml:"max_file_store"`                                  // disk JetStream may use in total
+	MaxMemoryStore ByteSize   `toml:"max_memory_store"`                                // memory for memory-backed streams
+	Durability     string     `toml:"durability"`                                      // "group-commit", "always" or "interval"; "" chooses
+	SyncInterval   SyncPolicy `toml:"sync_interval,omitempty" lib:"SyncInterval,rule"` // with durability "interval": a duration
+	DiskHeadroom   ByteSize   `toml:"disk_headroom"`                                   // free disk wanted beyond max_file_store
+	AllowLowDisk   bool       `toml:"allow_low_disk"`                                  // turn the free-disk check into a warning
+	Domain         string     `toml:"domain"`                                          // this node's JetStream domain (an edge's name)
 }
 
 // Stream is the ORDER_EVENTS stream and its retention limits.
@@ -132,19 +109,19 @@ type Processor struct {
 	MaxAckPending    int        `toml:"max_ack_pending"`
 	DeadLetterStream string     `toml:"dead_letter_stream"`
 	DeadLetterMaxAge Duration   `toml:"dead_letter_max_age"`
-	DeadLetterBytes  ByteSize   `toml:"dead_letter_max_bytes"`
+	DeadLetterBytes  ByteSize   `toml:"dead_letter_max_bytes" lib:"DeadLetterMaxBytes"`
 	ProjectionBucket string     `toml:"projection_bucket"`
-	ProjectionBytes  ByteSize   `toml:"projection_max_bytes"`
+	ProjectionBytes  ByteSize   `toml:"projection_max_bytes" lib:"ProjectionMaxBytes"`
 }
 
 // Admin is the HTTP admin listener.
 type Admin struct {
-	Listen         string               `toml:"listen"`          // host:port; "" disables the listener
-	Token          string               `toml:"token"`           // bearer token; guards all but /livez and /readyz
-	TokenFile      string               `toml:"token_file"`      // file holding the token (trailing newline ignored)
-	AllowedHosts   []string             `toml:"allowed_hosts"`   // Host header names accepted besides IPs and localhost
-	AllowPlaintext bool                 `toml:"allow_plaintext"` // silence the no-TLS warning of a non-loopback listener
-	TLS            orderstore.TLSConfig `toml:"tls"`             // [admin.tls]: cert_file, key_file
+	Listen         string               `toml:"listen"`             // host:port; "" disables the listener
+	Token          string               `toml:"token"`              // bearer token; guards all but /livez and /readyz
+	TokenFile      string               `toml:"token_file" lib:"-"` // file holding the token (trailing newline ignored)
+	AllowedHosts   []string             `toml:"allowed_hosts"`      // Host header names accepted besides IPs and localhost
+	AllowPlaintext bool                 `toml:"allow_plaintext"`    // silence the no-TLS warning of a non-loopback listener
+	TLS            orderstore.TLSConfig `toml:"tls"`                // [admin.tls]: cert_file, key_file
 }
 
 // Log is the process log.

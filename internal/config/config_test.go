@@ -20,7 +20,7 @@ func TestExampleFileEqualsDefaults(t *testing.T) {
 	want := Default()
 	want.Server.Users = []User{} // the example writes users = [] explicitly
 	want.Admin.AllowedHosts = []string{}
-	want.Cluster.Routes, want.LeafNode.Remotes, want.Hub.Edges = []string{}, []LeafRemote{}, []string{}
+	want.Cluster.Routes, want.LeafNode.Remotes, want.Hub.Edges = []string{}, []orderstore.LeafRemote{}, []string{}
 	// A relative path in a file is relative to the file's directory.
 	dir, _ := filepath.Abs("../..")
 	want.JetStream.StoreDir = filepath.Join(dir, want.JetStream.StoreDir)
@@ -376,5 +376,74 @@ func TestRelativePathsFollowTheFile(t *testing.T) {
 		if got != want {
 			t.Errorf("path %q, want %q", got, want)
 		}
+	}
+}
+
+// The key table names Go fields by the file's keys, through slices and
+// renamed fields, and has nothing for what only the library has.
+func TestKeyOf(t *testing.T) {
+	for field, want := range map[string]string{
+		"Server.Users[2].Name":           "server.users[2].user",
+		"Server.Users[0].PublishDeny":    "server.users[0].publish.deny",
+		"Server.Users[0].Subscribe[3]":   "server.users[0].subscribe[3]",
+		"Server.TLS.CAFile":              "server.tls.ca_file",
+		"JetStream.MaxFileStore":         "jetstream.max_file_store",
+		"JetStream.SyncInterval":         "jetstream.sync_interval",
+		"Processor.DeadLetterMaxBytes":   "processor.dead_letter_max_bytes",
+		"LeafNode.Remotes[1].TLS.Verify": "leafnode.remotes[1].tls.verify",
+		"Server.Name":                    "server.name",
+		"Admin.IdleTimeout":              "", // the library's alone
+		"Logger":                         "",
+		"Server.Name.Nope":               "",
+		"Nope":                           "",
+	} {
+		if got := KeyOf(field); got != want {
+			t.Errorf("KeyOf(%q) = %q, want %q", field, got, want)
+		}
+	}
+}
+
+// Every field of orderstore.Config has a key in the file, but for the few
+// a library caller alone sets; and every key maps onto a field (copyFields
+// panics on a lib tag naming a missing field).
+func TestKeyTableCoversTheLibrary(t *testing.T) {
+	libraryOnly := map[string]bool{
+		"Logger": true, "Build": true, "Processor.Handler": true,
+		"Admin.ReadTimeout": true, "Admin.WriteTimeout": true, "Admin.IdleTimeout": true,
+	}
+	var walk func(typ reflect.Type, path string)
+	walk = func(typ reflect.Type, path string) {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			p := f.Name
+			if path != "" {
+				p = path + "." + f.Name
+			}
+			ft := f.Type
+			if ft.Kind() == reflect.Slice {
+				ft = ft.Elem()
+				p += "[0]"
+			}
+			if libraryOnly[strings.TrimSuffix(p, "[0]")] {
+				continue
+			}
+			if ft.Kind() == reflect.Struct && ft != reflect.TypeOf(time.Time{}) {
+				walk(ft, p)
+				continue
+			}
+			if KeyOf(p) == "" {
+				t.Errorf("orderstore.Config.%s has no key in the file: add it to the file's types (internal/config) or to libraryOnly", p)
+			}
+		}
+	}
+	walk(reflect.TypeOf(orderstore.Config{}), "")
+	// Both ways, a full config survives the round trip.
+	c := Default()
+	c.Server.Users = []User{{User: "u", Password: "p", Role: "producer", Publish: Subjects{Allow: []string{"orders.>"}, Deny: []string{"orders.x"}}}}
+	c.LeafNode.Remotes = []orderstore.LeafRemote{{URL: "nats-leaf://h:7422", TLS: orderstore.TLSConfig{CAFile: "ca.pem", Verify: true}}}
+	c.Processor.Backoff = []Duration{Duration(time.Second)}
+	c.Log = Log{}
+	if back := fromOrderstore(c.toOrderstore()); !reflect.DeepEqual(back, c) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", back, c)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/orderstore/orderstore"
 )
 
 // FuzzParse feeds arbitrary text to Parse. Whatever the input, Parse does
@@ -90,6 +92,6 @@ func normalizeEmpty(c *Config) {
 		c.Server.Users = []User{}
 	}
 	if c.LeafNode.Remotes == nil {
-		c.LeafNode.Remotes = []LeafRemote{}
+		c.LeafNode.Remotes = []orderstore.LeafRemote{}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -33,7 +34,13 @@ func (c Config) validate() []*orderstore.FieldError {
 	var ve *orderstore.ValidationError
 	if err := c.toOrderstore().Validate(); errors.As(err, &ve) {
 		for _, p := range ve.Problems {
-			errs = append(errs, &orderstore.FieldError{Key: p.Key, Value: p.Value, Reason: p.Reason})
+			key := KeyOf(p.Field)
+			if key == "" {
+				// A field the file has no key for is set from one
+				// that it has: the table misses a row.
+				key = p.Field
+			}
+			errs = append(errs, &orderstore.FieldError{Key: key, Value: p.Value, Reason: p.Reason})
 		}
 	} else if err != nil {
 		bad("", nil, err.Error())
@@ -106,60 +113,24 @@ func readSecretFile(key, path string) (string, error) {
 }
 
 // toOrderstore is the mapping without reading admin.token_file (a set
-// token_file stands in for the token, for validation).
+// token_file stands in for the token, for validation): the key table
+// (keys.go), then the rules it cannot state.
 func (c Config) toOrderstore() orderstore.Config {
-	s, j, st, p := c.Server, c.JetStream, c.Stream, c.Processor
-	o := orderstore.Config{
-		Server: orderstore.ServerConfig{
-			Name: s.Name, Host: s.Host, Port: s.Port, MaxPayload: int64(s.MaxPayload),
-			SystemUser: s.SystemUser, SystemPassword: s.SystemPassword,
-			MaxConnections: s.MaxConnections, MaxSubscriptions: s.MaxSubscriptions, AllowPlaintext: s.AllowPlaintext,
-			TLS: s.TLS,
-		},
-		JetStream: orderstore.JetStreamConfig{
-			StoreDir: j.StoreDir, MaxFileStore: int64(j.MaxFileStore), MaxMemoryStore: int64(j.MaxMemoryStore),
-			DiskHeadroom: int64(j.DiskHeadroom), AllowLowDisk: j.AllowLowDisk,
-		},
-		Stream: orderstore.StreamConfig{
-			Name: st.Name, Subjects: st.Subjects, MaxAge: st.MaxAge.D(), MaxBytes: int64(st.MaxBytes), MaxMsgs: st.MaxMsgs,
-			MaxMsgSize: int64(st.MaxMsgSize), Discard: st.Discard, DuplicateWindow: st.DuplicateWindow.D(), Replicas: st.Replicas,
-		},
-		Processor: orderstore.ProcessorConfig{
-			Enabled: p.Enabled, Durable: p.Durable, AckWait: p.AckWait.D(), MaxDeliver: p.MaxDeliver,
-			MaxAckPending: p.MaxAckPending, DeadLetterStream: p.DeadLetterStream, DeadLetterMaxAge: p.DeadLetterMaxAge.D(),
-			DeadLetterMaxBytes: int64(p.DeadLetterBytes), ProjectionBucket: p.ProjectionBucket, ProjectionMaxBytes: int64(p.ProjectionBytes),
-		},
-		Admin: orderstore.AdminConfig{Listen: c.Admin.Listen, Token: c.Admin.Token, TLS: c.Admin.TLS,
-			AllowedHosts: c.Admin.AllowedHosts, AllowPlaintext: c.Admin.AllowPlaintext},
-	}
-	o.JetStream.Domain = j.Domain
-	cl, ln := c.Cluster, c.LeafNode
-	o.Cluster = orderstore.ClusterConfig{Name: cl.Name, Listen: cl.Listen, Routes: cl.Routes, User: cl.User, Password: cl.Password, TLS: cl.TLS}
-	o.LeafNode = orderstore.LeafNodeConfig{Listen: ln.Listen, User: ln.User, Password: ln.Password, TLS: ln.TLS,
-		ReconnectInterval: ln.ReconnectInterval.D()}
-	for _, r := range ln.Remotes {
-		o.LeafNode.Remotes = append(o.LeafNode.Remotes, orderstore.LeafRemote{URL: r.URL, User: r.User, Password: r.Password,
-			Credentials: r.Credentials, TLS: r.TLS})
-	}
-	o.Hub = orderstore.HubConfig{Stream: c.Hub.Stream, Edges: c.Hub.Edges}
+	var o orderstore.Config
+	copyFields(reflect.ValueOf(&c).Elem(), reflect.ValueOf(&o).Elem(), true)
 	def := orderstore.DefaultConfig().Admin
 	o.Admin.ReadTimeout, o.Admin.WriteTimeout, o.Admin.IdleTimeout = def.ReadTimeout, def.WriteTimeout, def.IdleTimeout
 	// sync_interval from before durability existed: "always" is that
 	// mode, a duration the "interval" mode.
-	o.JetStream.Durability, o.JetStream.SyncInterval = j.Durability, j.SyncInterval.Interval
+	j := c.JetStream
+	o.JetStream.SyncInterval = j.SyncInterval.Interval
 	if j.Durability == "" && j.SyncInterval.Always {
 		o.JetStream.Durability = orderstore.DurabilityAlways
 	}
-	for _, u := range s.Users {
-		ou := orderstore.User{Name: u.User, Password: u.Password, Nkey: u.Nkey, Role: u.Role,
-			Publish: u.Publish.Allow, PublishDeny: u.Publish.Deny, Subscribe: u.Subscribe.Allow, SubscribeDeny: u.Subscribe.Deny}
-		if u.PasswordFile != "" && ou.Password == "" {
-			ou.Password = "<password_file>" // read by Orderstore; stands in for validation
+	for i, u := range c.Server.Users {
+		if u.PasswordFile != "" && u.Password == "" {
+			o.Server.Users[i].Password = "<password_file>" // read by Orderstore; stands in for validation
 		}
-		o.Server.Users = append(o.Server.Users, ou)
-	}
-	for _, d := range p.Backoff {
-		o.Processor.Backoff = append(o.Processor.Backoff, d.D())
 	}
 	if c.Admin.TokenFile != "" && o.Admin.Token == "" {
 		o.Admin.Token = "<admin.token_file>"
@@ -169,40 +140,9 @@ func (c Config) toOrderstore() orderstore.Config {
 
 // fromOrderstore is the file form of o (without [log]).
 func fromOrderstore(o orderstore.Config) Config {
-	s, j, st, p := o.Server, o.JetStream, o.Stream, o.Processor
-	c := Config{
-		Server: Server{Name: s.Name, Host: s.Host, Port: s.Port, MaxPayload: ByteSize(s.MaxPayload),
-			SystemUser: s.SystemUser, SystemPassword: s.SystemPassword},
-		JetStream: JetStream{StoreDir: j.StoreDir, MaxFileStore: ByteSize(j.MaxFileStore), MaxMemoryStore: ByteSize(j.MaxMemoryStore),
-			Durability: j.Durability, SyncInterval: SyncPolicy{Interval: j.SyncInterval},
-			DiskHeadroom: ByteSize(j.DiskHeadroom), AllowLowDisk: j.AllowLowDisk},
-		Stream: Stream{Name: st.Name, Subjects: append([]string(nil), st.Subjects...), MaxAge: Duration(st.MaxAge), MaxBytes: ByteSize(st.MaxBytes),
-			MaxMsgs: st.MaxMsgs, MaxMsgSize: ByteSize(st.MaxMsgSize), Discard: st.Discard, DuplicateWindow: Duration(st.DuplicateWindow),
-			Replicas: st.Replicas},
-		Processor: Processor{Enabled: p.Enabled, Durable: p.Durable, AckWait: Duration(p.AckWait), MaxDeliver: p.MaxDeliver,
-			MaxAckPending: p.MaxAckPending, DeadLetterStream: p.DeadLetterStream, DeadLetterMaxAge: Duration(p.DeadLetterMaxAge),
-			DeadLetterBytes: ByteSize(p.DeadLetterMaxBytes), ProjectionBucket: p.ProjectionBucket, ProjectionBytes: ByteSize(p.ProjectionMaxBytes)},
-		Admin: Admin{Listen: o.Admin.Listen, Token: o.Admin.Token, TLS: o.Admin.TLS, AllowedHosts: o.Admin.AllowedHosts,
-			AllowPlaintext: o.Admin.AllowPlaintext},
-	}
-	c.Server.MaxConnections, c.Server.MaxSubscriptions, c.Server.AllowPlaintext = s.MaxConnections, s.MaxSubscriptions, s.AllowPlaintext
-	c.Server.TLS = s.TLS
-	c.JetStream.Domain = j.Domain
-	c.Cluster = Cluster{Name: o.Cluster.Name, Listen: o.Cluster.Listen, Routes: o.Cluster.Routes, User: o.Cluster.User,
-		Password: o.Cluster.Password, TLS: o.Cluster.TLS}
-	c.LeafNode = LeafNode{Listen: o.LeafNode.Listen, User: o.LeafNode.User, Password: o.LeafNode.Password,
-		ReconnectInterval: Duration(o.LeafNode.ReconnectInterval), TLS: o.LeafNode.TLS}
-	for _, r := range o.LeafNode.Remotes {
-		c.LeafNode.Remotes = append(c.LeafNode.Remotes, LeafRemote{URL: r.URL, User: r.User, Password: r.Password, Credentials: r.Credentials, TLS: r.TLS})
-	}
-	c.Hub = Hub{Stream: o.Hub.Stream, Edges: o.Hub.Edges}
-	for _, u := range s.Users {
-		c.Server.Users = append(c.Server.Users, User{User: u.Name, Password: u.Password, Nkey: u.Nkey, Role: u.Role,
-			Publish: Subjects{Allow: u.Publish, Deny: u.PublishDeny}, Subscribe: Subjects{Allow: u.Subscribe, Deny: u.SubscribeDeny}})
-	}
-	for _, d := range p.Backoff {
-		c.Processor.Backoff = append(c.Processor.Backoff, Duration(d))
-	}
+	var c Config
+	copyFields(reflect.ValueOf(&c).Elem(), reflect.ValueOf(&o).Elem(), false)
+	c.JetStream.SyncInterval = SyncPolicy{Interval: o.JetStream.SyncInterval}
 	return c
 }
 
@@ -238,7 +178,7 @@ func (c Config) Redacted() Config {
 	if c.LeafNode.Password != "" {
 		c.LeafNode.Password = "<redacted>"
 	}
-	remotes := make([]LeafRemote, len(c.LeafNode.Remotes))
+	remotes := make([]orderstore.LeafRemote, len(c.LeafNode.Remotes))
 	for i, r := range c.LeafNode.Remotes {
 		if r.Password != "" {
 			r.Password = "<redacted>"

@@ -1,0 +1,24 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/orderstore/orderstore"
+)
+
+// A problem Start finds (a node name another node of the cluster has) is
+// restated by the file's keys, through the key table, naming the file.
+func TestByKeyNamesTheFilesKeys(t *testing.T) {
+	err := byKey(&orderstore.ValidationError{Problems: []*orderstore.FieldError{
+		{Field: "Server.Name", Value: `"n1"`, Reason: "node n2 of cluster orders has it too"},
+		{Field: "Server.Users[1].Name", Reason: "is reserved"},
+		{Field: "Admin.IdleTimeout", Reason: "a field the file has no key for"},
+	}}, "/etc/orderstore.toml")
+	msg := err.Error()
+	for _, want := range []string{"config /etc/orderstore.toml: 3 problems", `server.name = "n1": node n2`, "server.users[1].user: is reserved", "Admin.IdleTimeout: a field"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("byKey = %q, want it to contain %q", msg, want)
+		}
+	}
+}
