@@ -463,6 +463,9 @@ func (p *Projection) load(ctx context.Context, id string) (record, uint64, error
 	return r, e.Revision(), nil
 }
 
+// leaderReadTimeout bounds loadFromLeader's request.
+const leaderReadTimeout = 5 * time.Second
+
 // loadFromLeader is load answered by the bucket's stream leader (the
 // JetStream API's message get, where load's direct get may be answered by
 // any replica).
@@ -479,7 +482,11 @@ func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uin
 		prefix += "."
 	}
 	req, _ := json.Marshal(map[string]string{"last_by_subj": p.prefix + id})
-	msg, err := p.js.Conn().RequestWithContext(ctx, prefix+"STREAM.MSG.GET.KV_"+p.kv.Bucket(), req)
+	// Bounded like the jetstream package's own requests: a leader that
+	// dies with the request would otherwise never answer it.
+	rctx, cancel := context.WithTimeout(ctx, leaderReadTimeout)
+	defer cancel()
+	msg, err := p.js.Conn().RequestWithContext(rctx, prefix+"STREAM.MSG.GET.KV_"+p.kv.Bucket(), req)
 	if err != nil {
 		return record{}, 0, fmt.Errorf("projection %q: read from the leader: %w", id, err)
 	}
