@@ -51,6 +51,12 @@ type IngestStats struct {
 	SyncP99Seconds float64   `json:"sync_p99_seconds"`
 	SyncSeconds    Histogram `json:"sync_seconds"`
 	BatchEvents    Histogram `json:"batch_events"`
+	// Stages is where the publishes answered since the last status spent
+	// their time (the median and p90 of each stage), in a build made
+	// with -tags benchtrace only (bench/groupcommit). A producer that
+	// sets the header "Bench-T" to its send time in Unix nanoseconds has
+	// its way to the service measured too.
+	Stages string `json:"stages,omitempty"`
 }
 
 // GuardStats count what orderstore answered with an error instead of

@@ -62,6 +62,7 @@ var (
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	noProc    = flag.Bool("no-processor", false, "run orderstore without its processor (the ingest path alone)")
 	verbose   = flag.Bool("v", false, "print group commit's syncs per cell")
+	stagesOn  = flag.Bool("stages", false, "print where orderstore's publishes spend their time, per cell (build with -tags benchtrace); producers send their send time in a header")
 	reps      = flag.Int("reps", 3, "runs of each cell per target, in alternating order; the median is reported")
 	only      = flag.String("only", "", "comma-separated targets to run (nats-always, orderstore-always, orderstore-group-commit, nats-relaxed)")
 )
@@ -273,7 +274,7 @@ func orderstoreTarget(durability string) func(string) (string, func(), func() ui
 		}
 		lastSyncs, lastAcked := uint64(0), uint64(0)
 		stats := func() uint64 {
-			if *verbose {
+			if *verbose || *stagesOn {
 				rec := httptest.NewRecorder()
 				app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/status", nil))
 				var st status.Status
@@ -282,6 +283,12 @@ func orderstoreTarget(durability string) func(string) (string, func(), func() ui
 					fmt.Printf("    syncs %d (%.0f events/sync) p50 %.2fms p99 %.2fms mean %.2fms\n", in.Syncs-lastSyncs,
 						float64(in.Acked-lastAcked)/float64(in.Syncs-lastSyncs), in.SyncP50Seconds*1000, in.SyncP99Seconds*1000, in.SyncSeconds.Sum/float64(in.SyncSeconds.Count)*1000)
 					lastSyncs, lastAcked = in.Syncs, in.Acked
+				}
+				if in := st.Ingest; in != nil && *stagesOn {
+					if in.Stages == "" {
+						in.Stages = "    no stages recorded: build with -tags benchtrace\n"
+					}
+					fmt.Print(in.Stages)
 				}
 			}
 			return app.Stats().Processed
@@ -334,7 +341,11 @@ func load(url, name string, p, w, size int, projected func() uint64) result {
 				for ctx.Err() == nil {
 					k++
 					t := time.Now()
-					if _, err := js.Publish(context.Background(), "orders.created", payloads[k%len(payloads)]); err != nil {
+					msg := &nats.Msg{Subject: "orders.created", Data: payloads[k%len(payloads)]}
+					if *stagesOn {
+						msg.Header = nats.Header{"Bench-T": {strconv.FormatInt(time.Now().UnixNano(), 10)}}
+					}
+					if _, err := js.PublishMsg(context.Background(), msg); err != nil {
 						log.Fatalf("%s: publish: %v", name, err)
 					}
 					lats[i] = append(lats[i], time.Since(t))

@@ -383,7 +383,7 @@ func (c *Committer) Status() *status.IngestStats {
 	}
 	return &status.IngestStats{Sync: c.how, Syncs: s.syncs, SyncErrors: s.errors, Acked: s.acked, Waiting: s.waiting.Load(),
 		SyncP50Seconds: s.syncHist.quantile(0.5), SyncP99Seconds: s.syncHist.quantile(0.99),
-		SyncSeconds: h(&s.syncHist), BatchEvents: h(&s.batchHist)}
+		SyncSeconds: h(&s.syncHist), BatchEvents: h(&s.batchHist), Stages: StageReport()}
 }
 
 // blockSyncer is the fast round: the stream's blocks that may have grown

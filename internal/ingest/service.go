@@ -254,7 +254,8 @@ type published struct {
 }
 
 type pendingPub struct {
-	no      uint64 // of its last publish (a retry publishes it again)
+	st      *stages // nil unless StagesOn
+	no      uint64  // of its last publish (a retry publishes it again)
 	reply   string
 	account string
 	size    int
@@ -490,7 +491,7 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 		in.reply(m.Reply, no)
 		return
 	}
-	p := &pendingPub{reply: m.Reply, account: account, size: size, at: now}
+	p := &pendingPub{reply: m.Reply, account: account, size: size, at: now, st: newStages(m, now)}
 	in.reserve(p)
 	id := in.newID()
 	in.mu.Unlock()
@@ -523,6 +524,9 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 	}
 	in.replies[m.Reply] = p
 	in.pending[id] = p
+	if p.st != nil {
+		p.st.pub = time.Now()
+	}
 	in.mu.Unlock()
 	in.publish(id, p)
 }
@@ -758,6 +762,9 @@ func (in *Service) onAck(m *nats.Msg) {
 		in.mu.Unlock()
 		return // answered by the sweeper already
 	}
+	if p.st != nil {
+		p.st.ack = time.Now()
+	}
 	if m.Header.Get("Status") == "503" && time.Since(p.at) < ingestElectionWait {
 		// No responders: the stream has no leader (an election), or nats
 		// is stopping. Nothing was stored: publish again shortly.
@@ -932,9 +939,21 @@ func (in *Service) commitLoop() {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), AckTimeout)
 			stop := context.AfterFunc(in.abortCtx, cancel)
+			var sync0 time.Time
+			if StagesOn {
+				sync0 = time.Now()
+			}
 			err := in.cfg.Sync(ctx)
 			stop()
 			cancel()
+			if StagesOn {
+				sync1 := time.Now()
+				for _, a := range batch {
+					if a.p.st != nil {
+						a.p.st.sync0, a.p.st.sync1 = sync0, sync1
+					}
+				}
+			}
 			var fail []byte
 			if err != nil {
 				fail = APIError(503, 10077, "orderstore: the event may not be on disk ("+err.Error()+"): not acknowledged; publish it again with the same Nats-Msg-Id once orderstore is back")
@@ -949,6 +968,12 @@ func (in *Service) commitLoop() {
 				// nats writes an error answer with an "error" object.
 				if len(a.header) == 0 && !bytes.Contains(a.data, []byte(`"error":{`)) {
 					acked++
+				}
+			}
+			if StagesOn {
+				ans := time.Now()
+				for _, a := range batch {
+					a.p.st.done(ans)
 				}
 			}
 			in.mu.Lock()

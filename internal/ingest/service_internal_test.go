@@ -167,16 +167,21 @@ func TestIngestShedsWhenBehind(t *testing.T) {
 		}
 	}
 	const heavy = 2 * ingestFairShare
-	for i := range heavy {
-		publish("HEAVY", fmt.Sprintf("reply.heavy.%d", i), i)
-	}
-	embeddedtest.WaitFor(t, 30*time.Second, inFlight(heavy))
+	// The first publish alone, until its sync waits: the first round then
+	// answers it and none of the others, which stay in flight (were they
+	// all in the first round, nothing would be in flight after it, and
+	// nothing behind).
+	publish("HEAVY", "reply.heavy.0", 0)
 	embeddedtest.WaitFor(t, 30*time.Second, func() error {
 		if syncs.Load() == 0 {
 			return fmt.Errorf("no sync yet")
 		}
 		return nil
 	})
+	for i := 1; i < heavy; i++ {
+		publish("HEAVY", fmt.Sprintf("reply.heavy.%d", i), i)
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, inFlight(heavy))
 	// They arrived longer ago than ingestBehind (set back rather than
 	// waited for); one sync lets the first round go.
 	in.mu.Lock()
