@@ -236,42 +236,42 @@ func getStatus(t *testing.T, app *orderstore.Appliance, v any) {
 }
 
 // Test 4 (configuration part): misconfigurations are config errors naming
-// the key (the CLI exits 2 on them).
+// the field (a file's, its key: the CLI exits 2 on them).
 func TestScaleOutValidation(t *testing.T) {
 	cluster := func(c *orderstore.Config) {
 		c.Server.Name = "n1"
 		c.Cluster = orderstore.ClusterConfig{Name: "orders", Listen: "127.0.0.1:6222", Routes: []string{"nats-route://127.0.0.1:6222"}}
 	}
 	tests := []struct {
-		name string
-		f    func(*orderstore.Config)
-		key  string
+		name  string
+		f     func(*orderstore.Config)
+		field string
 	}{
-		{"cluster without server.name", func(c *orderstore.Config) { cluster(c); c.Server.Name = "orderstore" }, "server.name"},
-		{"replicas 3 without a cluster", func(c *orderstore.Config) { c.Stream.Replicas = 3 }, "stream.replicas"},
-		{"replicas 2", func(c *orderstore.Config) { cluster(c); c.Stream.Replicas = 2 }, "stream.replicas"},
-		{"illegal domain", func(c *orderstore.Config) { c.JetStream.Domain = "edge.1" }, "jetstream.domain"},
-		{"open route listener without auth", func(c *orderstore.Config) { cluster(c); c.Cluster.Listen = "0.0.0.0:6222" }, "cluster.listen"},
-		{"cluster without routes", func(c *orderstore.Config) { cluster(c); c.Cluster.Routes = nil }, "cluster.routes"},
-		{"bad route URL", func(c *orderstore.Config) { cluster(c); c.Cluster.Routes = []string{"10.0.0.1:6222"} }, "cluster.routes[0]"},
+		{"cluster without server.name", func(c *orderstore.Config) { cluster(c); c.Server.Name = "orderstore" }, "Server.Name"},
+		{"replicas 3 without a cluster", func(c *orderstore.Config) { c.Stream.Replicas = 3 }, "Stream.Replicas"},
+		{"replicas 2", func(c *orderstore.Config) { cluster(c); c.Stream.Replicas = 2 }, "Stream.Replicas"},
+		{"illegal domain", func(c *orderstore.Config) { c.JetStream.Domain = "edge.1" }, "JetStream.Domain"},
+		{"open route listener without auth", func(c *orderstore.Config) { cluster(c); c.Cluster.Listen = "0.0.0.0:6222" }, "Cluster.Listen"},
+		{"cluster without routes", func(c *orderstore.Config) { cluster(c); c.Cluster.Routes = nil }, "Cluster.Routes"},
+		{"bad route URL", func(c *orderstore.Config) { cluster(c); c.Cluster.Routes = []string{"10.0.0.1:6222"} }, "Cluster.Routes[0]"},
 		{"edge without a domain", func(c *orderstore.Config) {
 			c.LeafNode.Remotes = []orderstore.LeafRemote{{URL: "nats-leaf://hub:7422"}}
-		}, "jetstream.domain"},
-		{"open leaf listener without auth", func(c *orderstore.Config) { c.LeafNode.Listen = "0.0.0.0:7422" }, "leafnode.listen"},
+		}, "JetStream.Domain"},
+		{"open leaf listener without auth", func(c *orderstore.Config) { c.LeafNode.Listen = "0.0.0.0:7422" }, "LeafNode.Listen"},
 		{"hub without edges", func(c *orderstore.Config) {
 			c.LeafNode.Listen = "127.0.0.1:7422"
 			c.Hub.Stream = "ORDER_EVENTS_ALL"
-		}, "hub.edges"},
+		}, "Hub.Edges"},
 		{"hub edge with a bad domain", func(c *orderstore.Config) {
 			c.LeafNode.Listen = "127.0.0.1:7422"
 			c.Hub = orderstore.HubConfig{Stream: "ORDER_EVENTS_ALL", Edges: []string{"edge 1"}}
-		}, "hub.edges[0]"},
+		}, "Hub.Edges[0]"},
 		{"hub without a leaf listener", func(c *orderstore.Config) {
 			c.Hub = orderstore.HubConfig{Stream: "ORDER_EVENTS_ALL", Edges: []string{"edge-1"}}
-		}, "leafnode.listen"},
+		}, "LeafNode.Listen"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { expectProblem(t, tt.f, tt.key) })
+		t.Run(tt.name, func(t *testing.T) { expectProblem(t, tt.f, tt.field) })
 	}
 	ok := orderstore.DefaultConfig()
 	cluster(&ok)

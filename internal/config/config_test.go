@@ -392,6 +392,11 @@ func TestKeyOf(t *testing.T) {
 		"Processor.DeadLetterMaxBytes":   "processor.dead_letter_max_bytes",
 		"LeafNode.Remotes[1].TLS.Verify": "leafnode.remotes[1].tls.verify",
 		"Server.Name":                    "server.name",
+		"Cluster.Routes[0]":              "cluster.routes[0]",
+		"Hub.Edges[1]":                   "hub.edges[1]",
+		"LeafNode.Listen":                "leafnode.listen",
+		"JetStream.Domain":               "jetstream.domain",
+		"Stream.Replicas":                "stream.replicas",
 		"Admin.IdleTimeout":              "", // the library's alone
 		"Logger":                         "",
 		"Server.Name.Nope":               "",
