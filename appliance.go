@@ -25,6 +25,7 @@ import (
 	"github.com/orderstore/orderstore/internal/bytesize"
 	"github.com/orderstore/orderstore/internal/duration"
 	"github.com/orderstore/orderstore/internal/ingest"
+	"github.com/orderstore/orderstore/internal/natsrun"
 	"github.com/orderstore/orderstore/internal/storedir"
 	"github.com/orderstore/orderstore/processor"
 	"github.com/orderstore/orderstore/status"
@@ -62,12 +63,12 @@ type Appliance struct {
 	lock   *bootstrap.Lock
 	report bootstrap.Report
 
-	nats      *natsServer                   // the embedded server (the store guard may replace it)
+	nats      *natsrun.Server               // the embedded server (the store guard may replace it)
 	monitored atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
 	id        *internalIdentity             // how orderstore's own connections sign in
 	epoch     string                        // this run's EpochHeader value
 	dupName   atomic.Pointer[string]        // nats' log line about another node with this node's name
-	guard     *storeGuard
+	guard     *natsrun.StoreGuard
 	// orderstore's own connections, each of its own so that no part
 	// shares another's fate: for declare, the admin API and lookups
 	// (internal), the processor and its projection writes (processor),
@@ -377,7 +378,7 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.nats = newNATSServer(func(srv *embedded.Server) {
+	a.nats = natsrun.NewServer(func(srv *embedded.Server) {
 		a.monitored.Store(srv.NATSServer())
 		if a.commit != nil {
 			a.commit.ForceFull() // nats recovered the store (again): sync all of it
@@ -385,27 +386,27 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	})
 	// The store guard hears nats' errors from its start on; it runs once
 	// the internal connection exists (startStoreGuard).
-	a.guard = newStoreGuard(storeGuardConfig{StoreDir: a.report.StoreDir, Stream: a.cfg.Stream.Name, Subjects: a.cfg.Stream.Subjects,
+	a.guard = natsrun.NewStoreGuard(natsrun.GuardConfig{StoreDir: a.report.StoreDir, Stream: a.cfg.Stream.Name, Subjects: a.cfg.Stream.Subjects,
 		Headroom: a.cfg.JetStream.DiskHeadroom, FailPending: func(why string) {
 			if in := a.ingLive.Load(); in != nil {
 				in.FailPending(why)
 			}
 		}}, a.nats, a.log)
 	ec.OnError = func(msg string) {
-		a.guard.onNATSError(msg)
+		a.guard.OnNATSError(msg)
 		if strings.Contains(msg, "Remote server has a duplicate name") {
 			a.dupName.Store(&msg)
 		}
 	}
-	a.nats.cfg = ec
+	a.nats.Config = ec
 	t0 := time.Now()
 	srv, err := embedded.Start(ctx, ec)
 	if err != nil {
 		return withHint(err, startHint(a.cfg, err))
 	}
-	a.nats.set(srv)
+	a.nats.Set(srv)
 	guard := a.guard
-	a.sup.add(component{name: "nats", run: func(ctx context.Context) error { return a.nats.watch(ctx, guard.restarting.Load) }, stop: a.nats.stop})
+	a.sup.add(component{name: "nats", run: func(ctx context.Context) error { return a.nats.Watch(ctx, guard.Restarting) }, stop: a.nats.Stop})
 	a.startupNotes()
 	policy, desc := a.cfg.DurabilityPolicy()
 	a.log.Info("nats ready", "client_url", a.clientURLForLog(), "took", time.Since(t0).Round(time.Millisecond).String(),
@@ -432,8 +433,8 @@ func (a *Appliance) connectInternal(context.Context) (err error) {
 // store cannot write and restarts nats once it can. It stops before nats
 // does (no restart from there on).
 func (a *Appliance) startStoreGuard(context.Context) error {
-	a.guard.cfg.Conn = a.internal.Conn
-	a.sup.add(component{name: "store guard", run: a.guard.run, stop: a.guard.stop})
+	a.guard.SetConn(a.internal.Conn)
+	a.sup.add(component{name: "store guard", run: a.guard.Run, stop: a.guard.Stop})
 	return nil
 }
 
@@ -461,7 +462,7 @@ func newEpoch() string {
 }
 
 // server returns the embedded server running now.
-func (a *Appliance) server() *embedded.Server { return a.nats.current() }
+func (a *Appliance) server() *embedded.Server { return a.nats.Current() }
 
 // connect opens one of orderstore's own connections, in-process, with
 // replies on inbox, as a component: it reconnects when the server drops
@@ -533,7 +534,7 @@ func (a *Appliance) checks(ctx context.Context) []status.Check {
 			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the %s's internal connection is %s", c.name, c.nc.Status())
 		}
 	}
-	out := []status.Check{conns, a.guard.check()}
+	out := []status.Check{conns, a.guard.Check()}
 	if err := a.sup.Err(); err != nil {
 		// A part that stopped takes readiness with it.
 		out = append(out, status.Check{Name: "components", Reason: err.Error() +

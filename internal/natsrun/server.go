@@ -1,4 +1,7 @@
-package orderstore
+// Package natsrun runs the embedded nats-server as one of the appliance's
+// components, and the store guard that restarts it on the same store and
+// port once a store that could not write can again.
+package natsrun
 
 import (
 	"context"
@@ -9,13 +12,14 @@ import (
 	"github.com/orderstore/orderstore/embedded"
 )
 
-// natsServer is the embedded nats-server component: the server running
-// now, which the store guard may replace with a new one on the same store
-// and port (read it with current).
-type natsServer struct {
-	cfg embedded.Config
+// Server is the embedded nats-server component: the server running now,
+// which the store guard may replace with a new one on the same store and
+// port (read it with Current).
+type Server struct {
+	// Config is what the server runs with (and a restart starts again).
+	Config embedded.Config
 	// onReplace sees every server set, the first included (before
-	// anyone can read it with current).
+	// anyone can read it with Current).
 	onReplace func(*embedded.Server)
 
 	mu      sync.Mutex
@@ -23,26 +27,28 @@ type natsServer struct {
 	changed chan struct{} // closed and replaced when srv is replaced
 }
 
-func newNATSServer(onReplace func(*embedded.Server)) *natsServer {
-	return &natsServer{onReplace: onReplace, changed: make(chan struct{})}
+// NewServer returns the component; onReplace sees every server Set, the
+// first included.
+func NewServer(onReplace func(*embedded.Server)) *Server {
+	return &Server{onReplace: onReplace, changed: make(chan struct{})}
 }
 
-// current returns the server running now (nil before the first start).
-func (n *natsServer) current() *embedded.Server {
+// Current returns the server running now (nil before the first start).
+func (n *Server) Current() *embedded.Server {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.srv
 }
 
-// replaced returns a channel closed when the server is replaced.
-func (n *natsServer) replaced() <-chan struct{} {
+// Replaced returns a channel closed when the server is replaced.
+func (n *Server) Replaced() <-chan struct{} {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.changed
 }
 
-// set makes srv the server running now.
-func (n *natsServer) set(srv *embedded.Server) {
+// Set makes srv the server running now.
+func (n *Server) Set(srv *embedded.Server) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.srv = srv
@@ -53,16 +59,16 @@ func (n *natsServer) set(srv *embedded.Server) {
 	n.changed = make(chan struct{})
 }
 
-// watch is the component's run: it fails when the server stops on its
+// Watch is the component's run: it fails when the server stops on its
 // own (not for a restart by the store guard), or when nats switches
 // JetStream off (it does on some store errors, a permission error, and
 // says so only in a warning). restarting tells when the guard restarts
 // it.
-func (n *natsServer) watch(ctx context.Context, restarting func() bool) error {
+func (n *Server) Watch(ctx context.Context, restarting func() bool) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		srv, changed := n.current(), n.replaced()
+		srv, changed := n.Current(), n.Replaced()
 		select {
 		case <-ctx.Done():
 			return nil
@@ -92,10 +98,10 @@ func (n *natsServer) watch(ctx context.Context, restarting func() bool) error {
 	}
 }
 
-// stop shuts the server down and waits for it (every stream flushed and
+// Stop shuts the server down and waits for it (every stream flushed and
 // closed).
-func (n *natsServer) stop(context.Context) error {
-	if srv := n.current(); srv != nil {
+func (n *Server) Stop(context.Context) error {
+	if srv := n.Current(); srv != nil {
 		return srv.Close()
 	}
 	return nil

@@ -1,4 +1,4 @@
-package orderstore
+package natsrun
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-// storeGuard handles a store that cannot write (a full disk, an I/O
+// StoreGuard handles a store that cannot write (a full disk, an I/O
 // error). nats-server then marks the stream with a "critical write error",
 // stops storing, and sends publishers no reply at all, for good: they wait
 // until their own timeout, and publishing does not resume when the disk
@@ -33,10 +33,10 @@ import (
 //     streams load again, the internal connections and TCP clients
 //     reconnect, publishing resumes. Nothing acknowledged is lost: an ack
 //     was only sent for what was stored.
-type storeGuard struct {
-	cfg  storeGuardConfig
+type StoreGuard struct {
+	cfg  GuardConfig
 	log  *slog.Logger
-	nats *natsServer // the server it restarts
+	nats *Server // the server it restarts
 
 	mu    sync.Mutex
 	werr  string    // the write error; "" while the store writes
@@ -53,8 +53,8 @@ type storeGuard struct {
 	lastStart  time.Time // of the last restart, for the backoff
 }
 
-// storeGuardConfig is what the store guard needs of the appliance.
-type storeGuardConfig struct {
+// GuardConfig is what the store guard needs of the appliance.
+type GuardConfig struct {
 	StoreDir string
 	Stream   string   // whose write errors stop its publishers' answers
 	Subjects []string // the stream's subjects: refused while it cannot write
@@ -65,12 +65,13 @@ type storeGuardConfig struct {
 	FailPending func(why string)
 }
 
-func newStoreGuard(cfg storeGuardConfig, srv *natsServer, log *slog.Logger) *storeGuard {
-	return &storeGuard{cfg: cfg, nats: srv, log: log, wake: make(chan struct{}, 1), stopped: make(chan struct{}), ownFailed: make(chan struct{})}
+// NewStoreGuard returns the guard of srv.
+func NewStoreGuard(cfg GuardConfig, srv *Server, log *slog.Logger) *StoreGuard {
+	return &StoreGuard{cfg: cfg, nats: srv, log: log, wake: make(chan struct{}, 1), stopped: make(chan struct{}), ownFailed: make(chan struct{})}
 }
 
-// onNATSError sees every error line of nats-server.
-func (g *storeGuard) onNATSError(msg string) {
+// OnNATSError sees every error line of nats-server.
+func (g *StoreGuard) OnNATSError(msg string) {
 	if !strings.Contains(msg, "critical write error") {
 		return
 	}
@@ -89,14 +90,14 @@ func (g *storeGuard) onNATSError(msg string) {
 }
 
 // state is the write error and since when; "" while the store writes.
-func (g *storeGuard) state() (string, time.Time) {
+func (g *StoreGuard) state() (string, time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.werr, g.since
 }
 
-// check is the readiness check "store_writes".
-func (g *storeGuard) check() status.Check {
+// Check is the readiness check "store_writes".
+func (g *StoreGuard) Check() status.Check {
 	c := status.Check{Name: "store_writes", OK: true}
 	if werr, since := g.state(); werr != "" {
 		c.OK = false
@@ -106,7 +107,8 @@ func (g *storeGuard) check() status.Check {
 	return c
 }
 
-func (g *storeGuard) run(ctx context.Context) error {
+// Run is the component's run: it handles each write error nats reports.
+func (g *StoreGuard) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -126,7 +128,7 @@ func (g *storeGuard) run(ctx context.Context) error {
 
 // recover refuses publishes while the store cannot write, waits for room,
 // and restarts nats.
-func (g *storeGuard) recover(ctx context.Context) error {
+func (g *StoreGuard) recover(ctx context.Context) error {
 	werr, _ := g.state()
 	g.log.Error("the store cannot write: publishers are refused until it can, then nats restarts", "err", werr,
 		"hint", "free disk space under "+g.cfg.StoreDir)
@@ -203,7 +205,7 @@ func (g *storeGuard) recover(ctx context.Context) error {
 
 // restart replaces the embedded server with a new one on the same store
 // and port.
-func (g *storeGuard) restart(ctx context.Context) error {
+func (g *StoreGuard) restart(ctx context.Context) error {
 	g.restartMu.Lock()
 	defer g.restartMu.Unlock()
 	select {
@@ -225,8 +227,8 @@ func (g *storeGuard) restart(ctx context.Context) error {
 	g.restarting.Store(true)
 	defer g.restarting.Store(false)
 	g.lastStart = time.Now()
-	old := g.nats.current()
-	ec := g.nats.cfg
+	old := g.nats.Current()
+	ec := g.nats.Config
 	if ec.Port == -1 {
 		if u, err := url.Parse(old.ClientURL()); err == nil {
 			ec.Port, _ = strconv.Atoi(u.Port())
@@ -248,7 +250,7 @@ func (g *storeGuard) restart(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restart nats after a write error: %w", err)
 	}
-	g.nats.set(srv)
+	g.nats.Set(srv)
 	n := g.restarts.Add(1)
 	g.log.Info("store writable again: nats restarted", "took", time.Since(t0).Round(time.Millisecond).String(), "restarts", n)
 	for _, p := range srv.StartupProblems() {
@@ -259,7 +261,7 @@ func (g *storeGuard) restart(ctx context.Context) error {
 
 // backoff is the least time between two restarts: 5s, doubling with each
 // restart up to 5 minutes.
-func (g *storeGuard) backoff() time.Duration {
+func (g *StoreGuard) backoff() time.Duration {
 	d := 5 * time.Second
 	for i := int64(1); i < g.restarts.Load() && d < 5*time.Minute; i++ {
 		d *= 2
@@ -267,10 +269,16 @@ func (g *storeGuard) backoff() time.Duration {
 	return min(d, 5*time.Minute)
 }
 
-// stop ends restarts and waits for one under way.
-func (g *storeGuard) stop(context.Context) error {
+// Stop ends restarts and waits for one under way.
+func (g *StoreGuard) Stop(context.Context) error {
 	g.stopOnce.Do(func() { close(g.stopped) })
 	g.restartMu.Lock()
 	g.restartMu.Unlock()
 	return nil
 }
+
+// Restarting reports whether the guard is restarting nats now.
+func (g *StoreGuard) Restarting() bool { return g.restarting.Load() }
+
+// SetConn is where the refusals subscribe (set before Run).
+func (g *StoreGuard) SetConn(nc *nats.Conn) { g.cfg.Conn = nc }
