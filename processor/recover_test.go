@@ -492,11 +492,13 @@ func projectionDiff(e *env, want map[string]processor.Order) error {
 // Events waiting here behind a slow one (a partition held up by an
 // election, or by a handler taking its time) are kept from being
 // redelivered: their delivery count is not the seconds they waited. Before,
-// with ack_wait 1s and max_deliver 2, events that waited 4s behind a slow
-// one were dead-lettered without ever being handled.
+// with ack_wait 2s and max_deliver 2, events that waited 8s behind a slow
+// one were redelivered, and dead-lettered without ever being handled.
+// (The processor keeps them every ack_wait/3: a machine that starves it
+// for 2/3 of ack_wait would still see one redelivery.)
 func TestHeldEventsAreNotRedelivered(t *testing.T) {
 	e := newEnv(t, func(c *orderstore.Config) {
-		c.Processor.AckWait, c.Processor.MaxDeliver = time.Second, 2
+		c.Processor.AckWait, c.Processor.MaxDeliver = 2*time.Second, 2
 		c.Processor.Backoff = []time.Duration{100 * time.Millisecond}
 	})
 	var maxDelivered atomic.Uint64
@@ -509,7 +511,7 @@ func TestHeldEventsAreNotRedelivered(t *testing.T) {
 				break
 			}
 		}
-		slowOnce.Do(func() { time.Sleep(4 * time.Second) }) // the scenario: 4 ack_waits
+		slowOnce.Do(func() { time.Sleep(8 * time.Second) }) // the scenario: 4 ack_waits
 		return inner.Handle(ctx, ev)
 	}}
 	p, _ := e.startAdjusted(t, h, func(pc *processor.Config) { pc.Workers = 1 })
