@@ -196,10 +196,6 @@ type Processor struct {
 	// ack floor passes them.
 	gapsMu sync.Mutex
 	gaps   []seqRange
-	// Deliveries held here and not yet settled, by stream sequence: kept
-	// from being redelivered while they wait (keepHeld).
-	heldMu sync.Mutex
-	held   map[uint64]heldMsg
 
 	ready     chan struct{} // closed once Run consumes
 	readyOnce sync.Once
@@ -352,9 +348,6 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.requeue.Store(&enqueue)
 	defer p.requeue.Store(nil)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if md, err := m.Metadata(); err == nil {
-			p.hold(md.Sequence.Stream, m)
-		}
 		if md, err := m.Metadata(); err == nil && p.cfg.Exclusive {
 			p.awaitingMu.Lock()
 			delete(p.awaiting, md.Sequence.Stream)
@@ -395,13 +388,9 @@ func (p *Processor) Run(ctx context.Context) error {
 	floorCtx, stopFloor := context.WithCancel(context.Background())
 	var floorDone sync.WaitGroup
 	floorDone.Go(func() { p.watchFloor(floorCtx, cons) }) // keeps the ack floor fresh: handlers prune by it
-	floorDone.Go(func() { p.keepHeld(floorCtx, info.Config.AckWait) })
 	defer func() {
 		stopFloor()
 		floorDone.Wait()
-		p.heldMu.Lock()
-		p.held = nil // what was left unhandled is redelivered
-		p.heldMu.Unlock()
 	}()
 
 	// Handlers run on a context that outlives ctx by the drain: in-flight
@@ -634,65 +623,6 @@ func (p *Processor) noteDelivered(seq uint64) []jetstream.Msg {
 	// What the stream still holds between them was taken by someone
 	// else (deleted events are skipped).
 	return p.readBack(ctx, max(prev+1, first), seq)
-}
-
-// heldMsg is a delivery waiting here, and since when it was last kept.
-type heldMsg struct {
-	m    jetstream.Msg
-	kept time.Time
-}
-
-func (p *Processor) hold(seq uint64, m jetstream.Msg) {
-	p.heldMu.Lock()
-	if p.held == nil {
-		p.held = map[uint64]heldMsg{}
-	}
-	p.held[seq] = heldMsg{m, time.Now()}
-	p.heldMu.Unlock()
-}
-
-func (p *Processor) release(seq uint64) {
-	p.heldMu.Lock()
-	delete(p.held, seq)
-	p.heldMu.Unlock()
-}
-
-// keepHeld tells the server, for every delivery held here longer than a
-// third of ackWait, that it is in progress: an event waiting behind others
-// (a partition slowed by an election, a batch of retries) is not
-// redelivered, so its delivery count counts the processors that were
-// handed it and did not settle it (a crash, a stop), which is what
-// max_deliver bounds, not the seconds it waited here. A processor that
-// hangs keeps its events, and its ack floor stops: Progress reports it.
-func (p *Processor) keepHeld(ctx context.Context, ackWait time.Duration) {
-	if ackWait <= 0 {
-		ackWait = 30 * time.Second
-	}
-	every := max(ackWait/3, 100*time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		now := time.Now()
-		var due []jetstream.Msg
-		p.heldMu.Lock()
-		for seq, h := range p.held {
-			if now.Sub(h.kept) >= every {
-				due = append(due, h.m)
-				p.held[seq] = heldMsg{h.m, now}
-			}
-		}
-		p.heldMu.Unlock()
-		for _, m := range due {
-			if err := m.InProgress(); err != nil {
-				p.log.Debug("in progress", "err", err)
-			}
-		}
-	}
 }
 
 // seqRange is the stream sequences [from, upTo).
@@ -1299,7 +1229,6 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 // failure is logged and counted in AckErrors: the event stays unacked and
 // the server redelivers it after ack_wait.
 func (p *Processor) settled(op string, ev Event, err error) bool {
-	p.release(ev.Sequence)
 	if p.cfg.Exclusive && op == "nak" && !p.isRecovering(ev.Sequence) {
 		// Delivered here again, or taken (checkTaken).
 		p.awaitingMu.Lock()

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/processor"
 )
@@ -487,57 +486,4 @@ func projectionDiff(e *env, want map[string]processor.Order) error {
 		return fmt.Errorf("%d of %d orders missing, %d with other events than the fold %v", missing, len(want), differ, eg)
 	}
 	return nil
-}
-
-// Events waiting here behind a slow one (a partition held up by an
-// election, or by a handler taking its time) are kept from being
-// redelivered: their delivery count is not the seconds they waited. Before,
-// with ack_wait 2s and max_deliver 2, events that waited 8s behind a slow
-// one were redelivered, and dead-lettered without ever being handled.
-// (The processor keeps them every ack_wait/3: a machine that starves it
-// for 2/3 of ack_wait would still see one redelivery.)
-func TestHeldEventsAreNotRedelivered(t *testing.T) {
-	e := newEnv(t, func(c *orderstore.Config) {
-		c.Processor.AckWait, c.Processor.MaxDeliver = 2*time.Second, 2
-		c.Processor.Backoff = []time.Duration{100 * time.Millisecond}
-	})
-	var maxDelivered atomic.Uint64
-	var slowOnce sync.Once
-	inner := e.projection(t)
-	h := &appliedHandler{proj: inner, handle: func(ctx context.Context, ev processor.Event) error {
-		for {
-			cur := maxDelivered.Load()
-			if ev.Delivered <= cur || maxDelivered.CompareAndSwap(cur, ev.Delivered) {
-				break
-			}
-		}
-		slowOnce.Do(func() { time.Sleep(8 * time.Second) }) // the scenario: 4 ack_waits
-		return inner.Handle(ctx, ev)
-	}}
-	p, _ := e.startAdjusted(t, h, func(pc *processor.Config) { pc.Workers = 1 })
-	e.publish(t, orderEvents(200, 10, 0, 7100))
-	e.waitCaughtUp(t, 60*time.Second)
-	st := p.Stats()
-	t.Logf("stats %+v, highest delivery count handled %d", st, maxDelivered.Load())
-	if st.DeadLettered != 0 {
-		t.Errorf("%d events dead-lettered: they waited behind a slow one and were counted as deliveries", st.DeadLettered)
-	}
-	if maxDelivered.Load() != 1 {
-		t.Errorf("an event was handled on delivery %d: it was redelivered while it waited here", maxDelivered.Load())
-	}
-	assertProjectionConverges(t, e)
-}
-
-// appliedHandler is a Handler with the projection's Applied, as the
-// appliance's handler has it (one event at a time: no HandleBatch).
-type appliedHandler struct {
-	proj   *processor.Projection
-	handle func(context.Context, processor.Event) error
-}
-
-func (h *appliedHandler) Handle(ctx context.Context, ev processor.Event) error {
-	return h.handle(ctx, ev)
-}
-func (h *appliedHandler) Applied(ctx context.Context, ev processor.Event) (bool, error) {
-	return h.proj.Applied(ctx, ev)
 }
