@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -141,10 +140,6 @@ const (
 )
 
 // NewProjection returns the projection over kv; js publishes its writes.
-// Give js a bound on the wait for a write's ack
-// (jetstream.WithPublishAsyncTimeout; the appliance uses 10s): a write
-// whose ack is lost with a cluster node that died would otherwise hold the
-// processor's partition for good.
 func NewProjection(js jetstream.JetStream, kv jetstream.KeyValue) *Projection {
 	return &Projection{js: js, kv: kv, prefix: "$KV." + kv.Bucket() + ".", now: time.Now, cache: make(map[string]cached)}
 }
@@ -162,13 +157,9 @@ func (p *Projection) Get(ctx context.Context, orderID string) (Order, error) {
 	return r.Order, nil
 }
 
-// Applied reports whether ev is in its order's record, reading the bucket
-// (a "no" from the leader: a replica may lag behind).
+// Applied reports whether ev is in its order's record, reading the bucket.
 func (p *Projection) Applied(ctx context.Context, ev Event) (bool, error) {
 	r, _, err := p.load(ctx, ev.OrderID)
-	if err == nil && !r.hasApplied(ev.Sequence) {
-		r, _, err = p.loadFromLeader(ctx, ev.OrderID)
-	}
 	if err != nil {
 		return false, err
 	}
@@ -209,10 +200,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 		for k, i := range todo {
 			ids[k] = orders[i][0].OrderID
 		}
-		// A write refused because the key moved is read again from the
-		// bucket's leader: the replica that served the first read (a
-		// direct get) may lag behind, as a cluster node catching up does.
-		states := p.loadMany(ctx, ids, attempt > 0)
+		states := p.loadMany(ctx, ids)
 		var writes []write
 		for k, i := range todo {
 			id, evs, errs := ids[k], orders[i], results[i]
@@ -405,12 +393,12 @@ type loaded struct {
 
 // loadMany returns each order's last known state: from the cache, else
 // read from the bucket, up to loadParallel reads at once.
-func (p *Projection) loadMany(ctx context.Context, ids []string, fromLeader bool) []loaded {
+func (p *Projection) loadMany(ctx context.Context, ids []string) []loaded {
 	out := make([]loaded, len(ids))
 	var misses []int
 	p.mu.Lock()
 	for k, id := range ids {
-		if c, ok := p.cache[id]; ok && !fromLeader {
+		if c, ok := p.cache[id]; ok {
 			out[k] = loaded{rec: c.rec, rev: c.rev}
 		} else {
 			misses = append(misses, k)
@@ -427,11 +415,7 @@ func (p *Projection) loadMany(ctx context.Context, ids []string, fromLeader bool
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			load := p.load
-			if fromLeader {
-				load = p.loadFromLeader
-			}
-			r, rev, err := load(ctx, ids[k])
+			r, rev, err := p.load(ctx, ids[k])
 			out[k] = loaded{r, rev, err}
 		}()
 	}
@@ -461,62 +445,6 @@ func (p *Projection) load(ctx context.Context, id string) (record, uint64, error
 		return record{}, 0, fmt.Errorf("projection %q: stored value is not an order: %w", id, err)
 	}
 	return r, e.Revision(), nil
-}
-
-// leaderReadTimeout bounds loadFromLeader's request.
-const leaderReadTimeout = 5 * time.Second
-
-// loadFromLeader is load answered by the bucket's stream leader (the
-// JetStream API's message get, where load's direct get may be answered by
-// any replica).
-func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uint64, error) {
-	o := p.js.Options()
-	prefix := o.APIPrefix
-	switch {
-	case o.Domain != "":
-		prefix = "$JS." + o.Domain + ".API."
-	case prefix == "":
-		prefix = jetstream.DefaultAPIPrefix
-	}
-	if !strings.HasSuffix(prefix, ".") {
-		prefix += "."
-	}
-	req, _ := json.Marshal(map[string]string{"last_by_subj": p.prefix + id})
-	// Bounded like the jetstream package's own requests: a leader that
-	// dies with the request would otherwise never answer it.
-	rctx, cancel := context.WithTimeout(ctx, leaderReadTimeout)
-	defer cancel()
-	msg, err := p.js.Conn().RequestWithContext(rctx, prefix+"STREAM.MSG.GET.KV_"+p.kv.Bucket(), req)
-	if err != nil {
-		return record{}, 0, fmt.Errorf("projection %q: read from the leader: %w", id, err)
-	}
-	var resp struct {
-		Message *struct {
-			Seq  uint64 `json:"seq"`
-			Data []byte `json:"data"`
-			Hdrs []byte `json:"hdrs"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return record{}, 0, fmt.Errorf("projection %q: read from the leader: %w", id, err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return record{}, 0, nil
-	case resp.Error != nil:
-		return record{}, 0, fmt.Errorf("projection %q: read from the leader: %w", id, resp.Error)
-	case resp.Message == nil:
-		return record{}, 0, fmt.Errorf("projection %q: read from the leader: an empty answer", id)
-	}
-	if h := string(resp.Message.Hdrs); strings.Contains(h, "KV-Operation: DEL") || strings.Contains(h, "KV-Operation: PURGE") {
-		return record{}, resp.Message.Seq, nil // deleted: a write expects the marker
-	}
-	var r record
-	if err := json.Unmarshal(resp.Message.Data, &r); err != nil {
-		return record{}, 0, fmt.Errorf("projection %q: stored value is not an order: %w", id, err)
-	}
-	return r, resp.Message.Seq, nil
 }
 
 func (p *Projection) store(id string, r record, rev uint64) {

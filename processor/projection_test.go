@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"reflect"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/processor"
 )
 
@@ -80,39 +78,4 @@ func mustJSON(t testing.TB, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-// A retry after a write lost a race reads the order from the bucket's
-// leader: the same record and revision as a direct get on a single node,
-// for an order that exists, one that does not, and one deleted (a write
-// then expects the delete marker, not revision 0).
-func TestProjectionLoadFromLeader(t *testing.T) {
-	e := newEnv(t)
-	proj := e.projection(t)
-	ctx := context.Background()
-	if err := proj.Handle(ctx, processor.Event{OrderID: "o-1", Status: "created", Type: "created", Sequence: 1, Time: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	d, l, dr, lr, err := proj.LoadBoth(ctx, "o-1")
-	if err != nil || d.Status != "created" || !reflect.DeepEqual(d, l) || dr == 0 || dr != lr {
-		t.Errorf("o-1: direct %+v rev %d, leader %+v rev %d, err %v", d, dr, l, lr, err)
-	}
-	if _, _, dr, lr, err := proj.LoadBoth(ctx, "nope"); err != nil || dr != 0 || lr != 0 {
-		t.Errorf("missing order: revisions %d %d, err %v", dr, lr, err)
-	}
-	kv, err := embeddedtest.JetStream(t, e.srv).KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kv.Delete(ctx, "o-1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, l, _, lr, err := proj.LoadBoth(ctx, "o-1"); err != nil || lr <= dr || l.OrderID != "" {
-		t.Errorf("deleted order: leader %+v rev %d (want the marker's, past %d), err %v", l, lr, dr, err)
-	}
-	// And the next event of the deleted order is applied (its write
-	// expects the marker).
-	if err := proj.Handle(ctx, processor.Event{OrderID: "o-1", Status: "paid", Type: "paid", Sequence: 2, Time: time.Now()}); err != nil {
-		t.Errorf("an event of a deleted order: %v", err)
-	}
 }
