@@ -571,6 +571,9 @@ func (a *Appliance) declare(ctx context.Context) error {
 		// A clustered stream is loaded from the meta group's
 		// assignments, asynchronously: its files say nothing yet.
 		unloaded = a.notLoaded(dctx, spec)
+		if err := a.unloadedConsumer(dctx, spec); err != nil {
+			return err
+		}
 	}
 	if err := a.clusterRetry(dctx, "declare", func(ctx context.Context) error { return a.declareRecovering(ctx, spec) }); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/orderstoretest"
+	"github.com/orderstore/orderstore/processor"
 )
 
 // damagedStore returns a config whose store holds n processed events (over
@@ -169,7 +171,7 @@ func TestDamagedConsumerStateRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	app := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
-	if !hasNote(app, "could not read its state") {
+	if !hasNote(app, "nats did not load it") {
 		t.Errorf("recovery notes %q lack the consumer", app.Recovery())
 	}
 	embeddedtest.WaitFor(t, 30*time.Second, func() error {
@@ -239,5 +241,102 @@ func TestEmptiedStreamIsRefusedAndTheProjectionKept(t *testing.T) {
 	}
 	if st, err := os.Stat(kv[0]); err != nil || st.Size() == 0 {
 		t.Fatalf("the projection was emptied: %v %v", st, err)
+	}
+}
+
+// A consumer whose meta.inf a power cut left empty (nats writes it without
+// fsync in the relaxed modes) is not loaded by nats, and declaring it
+// again over its directory kept the empty meta.inf (skipped again at
+// every start) and the state file, which the same cut can leave ahead of
+// the stream: the consumer then waited for ever on deliveries past the
+// stream's end and skipped the new events that reuse those sequence
+// numbers. orderstore moves the directory out of nats' tree and declares
+// the consumer again from the start.
+func TestUnloadedConsumerIsDeclaredAgain(t *testing.T) {
+	cfg := damagedStore(t, 100)
+	ctx := context.Background()
+	// The store as it was at 100 events, and the consumer's state after
+	// 50 more were delivered: the stream lost the 50, the consumer's state
+	// did not.
+	before := t.TempDir()
+	if out, err := exec.Command("cp", "-a", cfg.JetStream.StoreDir+"/.", before).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	// The 50 are delivered, not acked (the handler holds them), as a
+	// power cut leaves a consumer that delivered events it had not
+	// settled yet.
+	held := cfg
+	held.Processor.Handler = processor.HandlerFunc(func(ctx context.Context, ev processor.Event) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	app, err := orderstore.Start(ctx, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := embeddedtest.JetStream(t, app)
+	for i := range 50 {
+		if _, err := js.Publish(ctx, "orders.paid", fmt.Appendf(nil, `{"order_id":"o-%d"}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		c, err := js.Consumer(ctx, "ORDER_EVENTS", "order-processor")
+		if err != nil {
+			return err
+		}
+		if ci := c.CachedInfo(); ci.Delivered.Stream != 150 || ci.AckFloor.Stream != 100 {
+			return fmt.Errorf("delivered %d, ack floor %d; want 150 and 100", ci.Delivered.Stream, ci.AckFloor.Stream)
+		}
+		return nil
+	})
+	js.Conn().Close()
+	if err := app.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ahead, err := os.ReadFile(filepath.Join(streamDir(cfg, "ORDER_EVENTS"), "obs", "order-processor", "o.dat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.JetStream.StoreDir = before
+	obs := filepath.Join(streamDir(cfg, "ORDER_EVENTS"), "obs", "order-processor")
+	if err := os.WriteFile(filepath.Join(obs, "o.dat"), ahead, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(obs, "meta.inf"), nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+
+	app = orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+	if !hasNote(app, "nats did not load it") {
+		t.Errorf("recovery notes %q lack the consumer nats did not load", app.Recovery())
+	}
+	moved, err := filepath.Glob(filepath.Join(before, "damaged", "*order-processor*"))
+	if err != nil || len(moved) != 1 {
+		t.Errorf("the consumer's directory moved aside: %q, %v; want one under %q", moved, err, filepath.Join(before, "damaged"))
+	}
+	// Caught up with the stream as it is, nothing awaiting an ack.
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if lag, err := app.Lag(ctx); err != nil || lag.AckFloor != 100 || lag.AckPending != 0 || lag.Pending != 0 {
+			return fmt.Errorf("lag %+v %v: want every one of the 100 events settled", lag, err)
+		}
+		return nil
+	})
+	newEventsProjected(t, app)
+	for i := range 20 {
+		// The 50 paid events were lost with the stream's tail: the
+		// projection is the fold of what the stream holds (o-0..o-19
+		// shipped since).
+		if o, err := app.Order(ctx, fmt.Sprintf("o-%d", i)); err != nil || o.Status != "shipped" || o.Events != 2 {
+			t.Fatalf("order o-%d = %+v, %v; want its stored event and the new one", i, o, err)
+		}
+	}
+	if err := app.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Declared afresh: the next start loads it and notes nothing.
+	app = orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+	if n := app.Recovery(); len(n) != 0 {
+		t.Errorf("recovery notes at the next start: %q, want none", n)
 	}
 }

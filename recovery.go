@@ -102,6 +102,51 @@ func (a *Appliance) checkReloaded(ctx context.Context, unloaded map[string]int64
 	return nil
 }
 
+// consumerDir is where nats keeps the processor's durable's files.
+func (a *Appliance) consumerDir(spec bootstrap.Spec) string {
+	return storedir.Dir(a.report.StoreDir).Consumer(StreamAccount, spec.ConsumerStream(), spec.Consumer.Durable)
+}
+
+// moveAside moves a consumer's directory nats could not use out of nats'
+// tree, so that it is declared again from the start of the stream (the
+// projection skips what it already applied).
+func (a *Appliance) moveAside(spec bootstrap.Spec, why string) error {
+	dir := a.consumerDir(spec)
+	aside, err := storedir.Dir(a.report.StoreDir).MoveAside(dir, time.Now())
+	if err != nil {
+		return withHint(fmt.Errorf("consumer %q: %s, and moving its directory aside failed: %w", spec.Consumer.Durable, why, err),
+			fmt.Sprintf("stop orderstore and move %q away; it is declared again from the start of the stream", dir))
+	}
+	a.note("consumer %q: %s; moved its directory to %q and declared it again from the start of the stream: the projection skips what it already applied",
+		spec.Consumer.Durable, why, aside)
+	a.consumerReset = true
+	return nil
+}
+
+// unloadedConsumer moves aside the processor's durable when its directory
+// is on disk but nats did not load it: its meta.inf or o.dat was
+// unreadable (nats writes them without fsync in the relaxed modes, and a
+// power cut can leave them empty). Declaring it over that directory would keep both the
+// unreadable meta.inf (nats writes it only when it is missing) and the
+// state file beside it, which a power cut can leave ahead of the stream:
+// the consumer would then skip the new events that reuse the lost
+// sequence numbers, or wait for ever on deliveries the stream no longer
+// has (nats reconciles a consumer with its stream only when it loads it
+// at start-up).
+func (a *Appliance) unloadedConsumer(ctx context.Context, spec bootstrap.Spec) error {
+	if spec.Consumer == nil {
+		return nil
+	}
+	if _, err := os.Stat(a.consumerDir(spec)); err != nil {
+		return nil // not on disk: a first start, or moved aside already
+	}
+	_, err := a.js.Consumer(ctx, spec.ConsumerStream(), spec.Consumer.Durable)
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil // loaded (or nats cannot tell now: the declaration will)
+	}
+	return a.moveAside(spec, "nats did not load it at start-up (its metadata, meta.inf, or its state, o.dat, unreadable, e.g. after a power cut with a relaxed sync_interval: see nats' warning)")
+}
+
 // declareRecovering declares spec; a consumer whose stored state nats
 // cannot read is moved aside and declared again.
 func (a *Appliance) declareRecovering(ctx context.Context, spec bootstrap.Spec) error {
@@ -109,15 +154,9 @@ func (a *Appliance) declareRecovering(ctx context.Context, spec bootstrap.Spec) 
 	if err == nil || spec.Consumer == nil || !strings.Contains(err.Error(), "error creating store for consumer") {
 		return err
 	}
-	dir := filepath.Join(a.streamDir(spec.ConsumerStream()), "obs", spec.Consumer.Durable)
-	aside := fmt.Sprintf("%s.damaged-%d", dir, time.Now().Unix())
-	if rerr := os.Rename(dir, aside); rerr != nil {
-		return withHint(fmt.Errorf("%w (moving its state %q aside failed: %v)", err, dir, rerr),
-			fmt.Sprintf("stop orderstore and move %q away; it is re-created from the start of the stream", dir))
+	if err := a.moveAside(spec, fmt.Sprintf("nats could not read its state (%v)", err)); err != nil {
+		return err
 	}
-	a.note("consumer %q: nats could not read its state (%v); moved it to %q and declared it again from the start of the stream: the projection skips what it already applied",
-		spec.Consumer.Durable, err, aside)
-	a.consumerReset = true
 	_, err = bootstrap.Declare(ctx, a.js, spec, a.log.With("component", "bootstrap"))
 	return err
 }

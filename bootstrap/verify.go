@@ -10,12 +10,13 @@ import (
 )
 
 // ErrAckFloorAhead is matched (errors.Is) by Verify's error when the
-// consumer's ack floor is ahead of the stream's last sequence.
+// consumer's ack floor, or the last sequence delivered to it, is ahead of
+// the stream's last sequence.
 var ErrAckFloorAhead = errors.New("consumer ahead of the stream")
 
 // Verify is the post-recovery check run after Declare: the stream exists
 // with the declared storage and subjects, and the durable consumer's ack
-// floor is not ahead of the stream's last sequence (nats-server#5412: after
+// floor and delivered sequence are not ahead of the stream's last sequence (nats-server#5412: after
 // a power cut a consumer can remember acks for messages the stream lost,
 // and would then silently skip the events published next).
 func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
@@ -57,10 +58,30 @@ func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
 	if err != nil {
 		return errorf("recovery check", cobj, "", err)
 	}
-	if ci.AckFloor.Stream > info.State.LastSeq {
-		return errorf("recovery check", cobj,
-			fmt.Sprintf("the stream lost events after a crash (power loss with a relaxed sync_interval?); to resume, reset the consumer: nats consumer rm %s %s, then restart (the projection skips what it already applied)", spec.ConsumerStream(), spec.Consumer.Durable),
-			fmt.Errorf("%w: ack floor %d is ahead of the stream's last sequence %d", ErrAckFloorAhead, ci.AckFloor.Stream, info.State.LastSeq))
+	if !consumerAhead(ci, info.State.LastSeq) {
+		return nil
 	}
-	return nil
+	// The stream's state was read first: read it again, so that events
+	// stored and delivered in between do not look like a consumer ahead.
+	if info, err = s.Info(ctx); err != nil {
+		return errorf("recovery check", obj, "", err)
+	}
+	if !consumerAhead(ci, info.State.LastSeq) {
+		return nil
+	}
+	what := fmt.Sprintf("ack floor %d", ci.AckFloor.Stream)
+	if ci.AckFloor.Stream <= info.State.LastSeq {
+		what = fmt.Sprintf("delivered sequence %d (%d awaiting an ack)", ci.Delivered.Stream, ci.NumAckPending)
+	}
+	return errorf("recovery check", cobj,
+		fmt.Sprintf("the stream lost events after a crash (power loss with a relaxed sync_interval?); to resume, reset the consumer: nats consumer rm %s %s, then restart (the projection skips what it already applied)", spec.ConsumerStream(), spec.Consumer.Durable),
+		fmt.Errorf("%w: %s is ahead of the stream's last sequence %d", ErrAckFloorAhead, what, info.State.LastSeq))
+}
+
+// consumerAhead reports whether a consumer acked or was delivered events
+// past the stream's last sequence: the stream lost them, and the
+// consumer would skip the events that reuse their sequence numbers (or
+// wait for ever for the acks of deliveries the stream no longer has).
+func consumerAhead(ci *jetstream.ConsumerInfo, last uint64) bool {
+	return ci.AckFloor.Stream > last || ci.Delivered.Stream > last
 }

@@ -522,7 +522,8 @@ func check(t *testing.T, c *child, l *ledger, m syncMode, stopAt time.Time, tot 
 	}
 
 	// 2. the projection, once the processor caught up
-	embeddedtest.WaitFor(t, 90*time.Second, func() error {
+	var ci *jetstream.ConsumerInfo
+	caughtUp := func() error {
 		if c.Exited() {
 			t.Fatalf("the appliance exited:\n%s", c.Out.String())
 		}
@@ -530,15 +531,31 @@ func check(t *testing.T, c *child, l *ledger, m syncMode, stopAt time.Time, tot 
 		if err != nil {
 			return err
 		}
-		ci, err := cons.Info(ctx)
-		if err != nil {
+		if ci, err = cons.Info(ctx); err != nil {
 			return err
 		}
 		if ci.NumPending != 0 || ci.NumAckPending != 0 {
 			return fmt.Errorf("consumer %s: %d pending, %d ack pending", cfg.Processor.Durable, ci.NumPending, ci.NumAckPending)
 		}
 		return nil
-	})
+	}
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := caughtUp()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			// Where it stands, and every goroutine's stack (in the
+			// appliance's output below).
+			info, _ := json.MarshalIndent(ci, "", "  ")
+			var sinfo []byte
+			if s, err := js.Stream(ctx, cfg.Stream.Name); err == nil {
+				sinfo, _ = json.MarshalIndent(s.CachedInfo().State, "", "  ")
+			}
+			c.Quit(t)
+			t.Fatalf("the processor did not catch up in 90s: %v\nconsumer: %s\nstream: %s", err, info, sinfo)
+		}
+	}
 	dead := map[uint64]bool{}
 	dls, _, err := processor.ListDeadLetters(ctx, js, cfg.Processor.DeadLetterStream, 1, 1_000_000)
 	if err != nil {

@@ -1,7 +1,8 @@
 // Package storedir is the store directory's layout and the files
 // orderstore keeps in it beside nats' own: where an account's streams
-// live, the run marker that tells a crash from a clean stop, and the move
-// of a store written before accounts existed. Every file it writes
+// live, the run marker that tells a crash from a clean stop, the move of
+// a store written before accounts existed, and where what nats could not
+// read is moved aside. Every file it writes
 // survives a power cut (internal/durable).
 package storedir
 
@@ -10,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/orderstore/orderstore/internal/durable"
 )
@@ -30,6 +33,37 @@ func (d Dir) Stream(account, name string) string {
 
 // Msgs is the directory of stream name's message blocks in account.
 func (d Dir) Msgs(account, name string) string { return filepath.Join(d.Stream(account, name), "msgs") }
+
+// Consumer is where nats keeps durable's files of stream name in account.
+func (d Dir) Consumer(account, stream, durable string) string {
+	return filepath.Join(d.Stream(account, stream), "obs", durable)
+}
+
+// Damaged is where MoveAside keeps what nats could not read: outside
+// nats' tree, so that nats never loads it again.
+func (d Dir) Damaged() string { return filepath.Join(string(d), "damaged") }
+
+// MoveAside moves path (a stream's or consumer's directory nats could not
+// read) to Damaged, named after its place in the store and the time, and
+// returns where it went. The move survives a power cut (both directories
+// are synced).
+func (d Dir) MoveAside(path string, now time.Time) (string, error) {
+	rel, err := filepath.Rel(d.JetStream(), path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return "", fmt.Errorf("store %q: %q is not in nats' directory", string(d), path)
+	}
+	if err := os.MkdirAll(d.Damaged(), 0o750); err != nil {
+		return "", fmt.Errorf("store %q: %w", d.Damaged(), err)
+	}
+	to := filepath.Join(d.Damaged(), strings.ReplaceAll(rel, string(filepath.Separator), "_")+now.UTC().Format(".20060102T150405.000000000"))
+	if err := os.Rename(path, to); err != nil {
+		return "", fmt.Errorf("store: move %q to %q: %w", path, to, err)
+	}
+	if err := errors.Join(durable.SyncDir(filepath.Dir(path)), durable.SyncDir(d.Damaged()), durable.SyncDir(string(d))); err != nil {
+		return to, fmt.Errorf("store: after moving %q to %q: %w", path, to, err)
+	}
+	return to, nil
+}
 
 // HasStreams reports whether account holds any stream.
 func (d Dir) HasStreams(account string) bool {

@@ -41,7 +41,8 @@ func StartChild(t testing.TB, what string, env ...string) (*Child, error) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), env...)
+	// GOTRACEBACK=all: Quit's stack dump shows every goroutine.
+	cmd.Env = append(append(os.Environ(), "GOTRACEBACK=all"), env...)
 	c := &Child{Cmd: cmd, Out: &LockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = c.Out
 	stdout, err := cmd.StdoutPipe()
@@ -108,6 +109,23 @@ func (c *Child) Kill(t testing.TB) {
 	case <-c.done:
 	case <-time.After(30 * time.Second):
 		t.Errorf("the child (pid %d) did not exit 30s after SIGKILL", c.Cmd.Process.Pid)
+	}
+}
+
+// Quit sends SIGQUIT: the Go runtime prints every goroutine's stack to
+// Out and exits. It is what a test does before it fails on a child that
+// stopped making progress, to show where. It waits until the child
+// exited.
+func (c *Child) Quit(t testing.TB) {
+	if c.Exited() {
+		return
+	}
+	c.Cmd.Process.Signal(syscall.SIGCONT) // a stopped child cannot dump
+	c.Cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		c.Kill(t)
 	}
 }
 
