@@ -507,12 +507,19 @@ func (a *Appliance) connect(name, inbox string) (conn, jetstream.JetStream, erro
 			}
 		},
 		stop: func(ctx context.Context) error { return drain(ctx, nc, c.closed) }})
-	js, err := jetstream.New(nc)
+	// A write whose ack never comes (its stream's leader died with it)
+	// fails after internalAckTimeout, to be retried, instead of holding
+	// the processor's partition for good.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(internalAckTimeout))
 	if err != nil {
 		return conn{}, nil, fmt.Errorf("jetstream (%s): %w", name, err)
 	}
 	return c, js, nil
 }
+
+// internalAckTimeout bounds the wait for the ack of an internal
+// connection's asynchronous write (the projection's).
+const internalAckTimeout = 10 * time.Second
 
 // checks are the readiness checks of what admin cannot see: both internal
 // connections are up, and the processor's ack floor moves.
@@ -653,6 +660,9 @@ func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 	// Nobody else may bind it (the durable guard): a gap in what it is
 	// delivered is read back from the stream.
 	pc.Exclusive = true
+	// In a cluster every node runs a processor on the durable: what a
+	// sibling was delivered is read back only if it was not applied.
+	pc.Shared = cfg.Cluster.Enabled()
 	if a.consumerReset {
 		// Declared again from the start: what lies below the stream's
 		// first sequence was processed by the consumer before.

@@ -175,16 +175,26 @@ func (a *Appliance) checkHighWater(ctx context.Context, spec bootstrap.Spec) err
 	}
 	// The projection's sequence numbers are those of the stream the
 	// consumer reads (a hub's aggregate stream).
+	// A restarted cluster node may not reach the streams yet (no
+	// responders until their replicas have a leader): the reads are
+	// retried like the declaration.
 	cs := spec.ConsumerStream()
-	s, err := a.js.Stream(ctx, cs)
-	if err != nil {
-		return fmt.Errorf("recovery check: stream %q: %w", cs, err)
+	var (
+		s  jetstream.Stream
+		hw uint64
+	)
+	if err := a.clusterRetry(ctx, "recovery check", func(c context.Context) (err error) {
+		if s, err = a.js.Stream(c, cs); err != nil {
+			return fmt.Errorf("recovery check: stream %q: %w", cs, err)
+		}
+		if hw, err = a.proj.HighWater(c, 256); err != nil {
+			return fmt.Errorf("recovery check: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	last := s.CachedInfo().State.LastSeq
-	hw, err := a.proj.HighWater(ctx, 256)
-	if err != nil {
-		return fmt.Errorf("recovery check: %w", err)
-	}
 	why := ""
 	switch {
 	case last == 0 && hw > 0 && !(a.unclean && a.cfg.relaxedSync()):

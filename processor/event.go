@@ -75,6 +75,21 @@ type AppliedChecker interface {
 	Applied(ctx context.Context, ev Event) (bool, error)
 }
 
+// Withholder is an optional interface: a Handler that can record, in the
+// state the event would change, that it will not apply an event. The
+// processor calls it before it dead-letters an event whose deliveries ran
+// out without a result. Withhold reports whether the event was applied
+// already (then it is acked, not dead-lettered). Otherwise it records the
+// event as withheld, so that a later Handle of it is a duplicate: a
+// processor that still holds an earlier delivery of the event (a sibling
+// on a shared durable, or this one, slowed past ack_wait) cannot apply it
+// after it was dead-lettered. An event is then never both applied and a
+// dead letter. A Handler without it is asked [AppliedChecker.Applied]
+// instead, which leaves that race open.
+type Withholder interface {
+	Withhold(ctx context.Context, ev Event) (applied bool, err error)
+}
+
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, ev Event) error
 

@@ -278,6 +278,9 @@ func (e *env) checkProjection(t testing.TB) {
 		if err := json.Unmarshal(entry.Value(), &o); err != nil {
 			t.Fatal(err)
 		}
+		if o.Events == 0 {
+			continue // only withheld (dead-lettered) events: no order
+		}
 		got[k] = o
 	}
 	bad := 0

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +80,14 @@ type Config struct {
 	// place and counts it (Stats.Recovered), instead of leaving it out of
 	// the projection.
 	Exclusive bool
+	// Shared says the durable is shared by processors of the same
+	// application (the nodes of a cluster each run one): with Exclusive,
+	// a jump in the sequences delivered here is then expected (a sibling
+	// got those events). Such events are read back only once the ack floor
+	// has passed them, and applied only if the handler, an
+	// [AppliedChecker], says that they were not (a sibling applies what it
+	// acks); without an AppliedChecker, nothing is read back.
+	Shared bool
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -182,6 +192,10 @@ type Processor struct {
 	recPending map[uint64]struct{}
 	awaitingMu sync.Mutex
 	awaiting   map[uint64]struct{}
+	// Shared: the sequence ranges delivered elsewhere, to check once the
+	// ack floor passes them.
+	gapsMu sync.Mutex
+	gaps   []seqRange
 
 	ready     chan struct{} // closed once Run consumes
 	readyOnce sync.Once
@@ -602,9 +616,124 @@ func (p *Processor) noteDelivered(seq uint64) []jetstream.Msg {
 	if !p.cfg.Exclusive {
 		return nil
 	}
+	if p.cfg.Shared {
+		p.addGap(max(prev+1, first), seq)
+		return nil
+	}
 	// What the stream still holds between them was taken by someone
 	// else (deleted events are skipped).
 	return p.readBack(ctx, max(prev+1, first), seq)
+}
+
+// seqRange is the stream sequences [from, upTo).
+type seqRange struct{ from, upTo uint64 }
+
+// maxGaps bounds the ranges a Shared processor keeps to check; past it
+// the oldest are merged (a range may span events applied here too: they
+// are checked like the others).
+const maxGaps = 4096
+
+// addGap notes [from, upTo) to check; the ranges stay in order.
+func (p *Processor) addGap(from, upTo uint64) {
+	if from >= upTo {
+		return
+	}
+	p.gapsMu.Lock()
+	defer p.gapsMu.Unlock()
+	if n := len(p.gaps); n > 0 && p.gaps[n-1].upTo == from {
+		p.gaps[n-1].upTo = upTo
+		return
+	}
+	i := sort.Search(len(p.gaps), func(i int) bool { return p.gaps[i].from >= from })
+	p.gaps = slices.Insert(p.gaps, i, seqRange{from, upTo})
+	if len(p.gaps) > maxGaps {
+		p.gaps[1].from = p.gaps[0].from
+		p.gaps = p.gaps[1:]
+	}
+}
+
+// checkGaps reads back what a Shared processor's siblings were delivered,
+// once the ack floor has passed it, and returns the events that the
+// handler has not applied: taken by someone else after all.
+func (p *Processor) checkGaps(ctx context.Context, floor uint64) []jetstream.Msg {
+	ac, ok := p.cfg.Handler.(AppliedChecker)
+	p.gapsMu.Lock()
+	var due []seqRange
+	for len(p.gaps) > 0 && p.gaps[0].upTo-1 <= floor {
+		due = append(due, p.gaps[0])
+		p.gaps = p.gaps[1:]
+	}
+	p.gapsMu.Unlock()
+	if !ok {
+		return nil
+	}
+	var out []jetstream.Msg
+	for i, g := range due {
+		ms, next, err := p.unapplied(ctx, ac, g)
+		if err != nil {
+			// Checked again at the next look (with the rest).
+			p.log.Warn("cannot check the events a sibling processor was delivered; will retry", "from_seq", next, "to_seq", g.upTo-1, "err", err)
+			p.gapsMu.Lock()
+			p.gaps = append(append([]seqRange{{next, g.upTo}}, due[i+1:]...), p.gaps...)
+			p.gapsMu.Unlock()
+			return append(out, ms...)
+		}
+		out = append(out, ms...)
+	}
+	return out
+}
+
+// unapplied reads the events of g from the stream and returns those the
+// handler has not applied (poison events are skipped: they are dead
+// letters, never applied), as recovered events; on an error, also the
+// sequence to go on from.
+func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange) ([]jetstream.Msg, uint64, error) {
+	s, err := p.js.Stream(ctx, p.cfg.Stream)
+	if err != nil {
+		return nil, g.from, err
+	}
+	var out []jetstream.Msg
+	next := max(g.from, s.CachedInfo().State.FirstSeq)
+	for next < g.upTo && len(out) < maxRecover {
+		m, err := s.GetMsg(ctx, next, jetstream.WithGetMsgSubject(">"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break // nothing more (deleted events are skipped by the subject filter)
+		}
+		if err != nil {
+			return p.recoveredMsgs(out, g.upTo), next, err
+		}
+		if m.Sequence >= g.upTo {
+			break
+		}
+		ev := Event{Subject: m.Subject, Type: eventType(m.Subject), Data: m.Data, Header: m.Header, Sequence: m.Sequence, Time: m.Time}
+		var poison error
+		ev.OrderID, ev.Status, poison = parse(m.Subject, m.Data)
+		if poison == nil {
+			applied, err := ac.Applied(ctx, ev)
+			if err != nil {
+				return p.recoveredMsgs(out, g.upTo), next, err
+			}
+			if !applied {
+				out = append(out, &recoveredMsg{m: m, stream: p.cfg.Stream, consumer: p.cfg.Durable, delivered: 1, p: p})
+			}
+		}
+		next = m.Sequence + 1
+	}
+	return p.recoveredMsgs(out, g.upTo), next, nil
+}
+
+// recoveredMsgs marks out as recovered (pending until settled; counted
+// in Stats.Recovered once applied) and logs them.
+func (p *Processor) recoveredMsgs(out []jetstream.Msg, upTo uint64) []jetstream.Msg {
+	if len(out) == 0 {
+		return nil
+	}
+	for _, m := range out {
+		p.recoveredStart(m.(*recoveredMsg).m.Sequence)
+	}
+	p.log.Error("events were taken from the processor's durable by another client: read back from the stream to apply them",
+		"stream", p.cfg.Stream, "consumer", p.cfg.Durable, "events", len(out), "first_seq", out[0].(*recoveredMsg).m.Sequence, "before_seq", upTo)
+	return out
 }
 
 // safeFloor is the ack floor events are handed out with: the consumer's,
@@ -664,16 +793,10 @@ func (p *Processor) readBack(ctx context.Context, from, upTo uint64) []jetstream
 		if m.Sequence >= upTo {
 			break
 		}
-		p.recoveredStart(m.Sequence)
 		out = append(out, &recoveredMsg{m: m, stream: p.cfg.Stream, consumer: p.cfg.Durable, delivered: 1, p: p})
 		next = m.Sequence + 1
 	}
-	if len(out) > 0 {
-		p.recovered.Add(uint64(len(out)))
-		p.log.Error("events were taken from the processor's durable by another client: read back from the stream and applied",
-			"stream", p.cfg.Stream, "consumer", p.cfg.Durable, "events", len(out), "first_seq", out[0].(*recoveredMsg).m.Sequence, "before_seq", upTo)
-	}
-	return out
+	return p.recoveredMsgs(out, upTo)
 }
 
 // checkTaken is the floor watcher's part of Exclusive: events nak'ed that
@@ -699,13 +822,24 @@ func (p *Processor) checkTaken(ctx context.Context, info *jetstream.ConsumerInfo
 	p.awaitingMu.Unlock()
 	var out []jetstream.Msg
 	for _, seq := range taken {
+		if p.cfg.Shared {
+			p.addGap(seq, seq+1) // delivered to a sibling again
+			continue
+		}
 		out = append(out, p.readBack(ctx, seq, seq+1)...)
 	}
 	// Nothing pending or awaiting an ack, yet delivered past what this
 	// processor saw: the tail went to someone else.
 	if prev := p.highestSeen.Load(); info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > prev {
 		p.highestSeen.Store(info.Delivered.Stream)
-		out = append(out, p.readBack(ctx, prev+1, info.Delivered.Stream+1)...)
+		if p.cfg.Shared {
+			p.addGap(prev+1, info.Delivered.Stream+1)
+		} else {
+			out = append(out, p.readBack(ctx, prev+1, info.Delivered.Stream+1)...)
+		}
+	}
+	if p.cfg.Shared {
+		out = append(out, p.checkGaps(ctx, floor)...)
 	}
 	for _, m := range out {
 		if !(*enqueue)(m) {
@@ -976,10 +1110,19 @@ func (p *Processor) sync(ctx context.Context) error {
 // exhausted settles an event delivered more than MaxDeliver times without
 // a result: acked if the handler had applied it before it was cut short,
 // else dead-lettered without handling it again (an event that crashes the
-// process every time must not crash-loop it forever).
+// process every time must not crash-loop it forever). A [Withholder]
+// records first that it will not apply it, so that nobody still holding
+// an earlier delivery applies it after that.
 func (p *Processor) exhausted(ctx context.Context, it item, dls *deadLetters) {
-	if ac, ok := p.cfg.Handler.(AppliedChecker); ok {
-		applied, err := ac.Applied(ctx, it.ev)
+	check := func(ctx context.Context, ev Event) (bool, error) { return false, nil }
+	ok := false
+	if w, is := p.cfg.Handler.(Withholder); is {
+		check, ok = w.Withhold, true
+	} else if ac, is := p.cfg.Handler.(AppliedChecker); is {
+		check, ok = ac.Applied, true
+	}
+	if ok {
+		applied, err := check(ctx, it.ev)
 		if err != nil {
 			p.failed.Add(1)
 			p.log.Warn("cannot tell whether an exhausted event was applied, will retry", "seq", it.ev.Sequence, "err", err)
@@ -1059,6 +1202,9 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 			return
 		}
 		p.processed.Add(1)
+		if _, ok := m.(*recoveredMsg); ok {
+			p.recovered.Add(1) // read back, and applied here
+		}
 		for {
 			cur := p.lastApplied.Load()
 			if ev.Sequence <= cur || p.lastApplied.CompareAndSwap(cur, ev.Sequence) {

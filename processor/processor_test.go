@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -417,4 +418,82 @@ func TestReady(t *testing.T) {
 	default:
 		t.Error("Ready not closed after Run returned")
 	}
+}
+
+// holdFirst holds the first handling of event seq until release is
+// closed, then applies it through inner, as a processor slowed past
+// ack_wait on it would (or a sibling on a shared durable still holding an
+// earlier delivery).
+type holdFirst struct {
+	inner   processor.Handler
+	seq     uint64
+	once    sync.Once
+	held    chan struct{}
+	release chan struct{}
+	result  chan error
+}
+
+func (h *holdFirst) Handle(ctx context.Context, ev processor.Event) error {
+	first := false
+	if ev.Sequence == h.seq {
+		h.once.Do(func() { first = true })
+	}
+	if !first {
+		return h.inner.Handle(ctx, ev)
+	}
+	close(h.held)
+	<-h.release
+	err := h.inner.Handle(ctx, ev)
+	h.result <- err
+	return err
+}
+
+// failing fails every event (its deliveries run out) and withholds through
+// the projection, as the built-in handler does.
+type failing struct{ p *processor.Projection }
+
+func (f failing) Handle(context.Context, processor.Event) error { return errors.New("transient: injected") }
+func (f failing) Withhold(ctx context.Context, ev processor.Event) (bool, error) {
+	return f.p.Withhold(ctx, ev)
+}
+
+// An event held by one processor past ack_wait is redelivered to another
+// until its deliveries run out and it is dead-lettered; the first one then
+// finishes applying it. The event must not end up both applied and a
+// dead letter: the dead-letter path withholds it in the order's record
+// first, and the late apply is a duplicate. (Before, both happened: in a
+// cluster, where every node's processor shares the durable, a loaded node
+// did this to acknowledged events.)
+func TestExhaustedEventIsNotAppliedLate(t *testing.T) {
+	e := newEnv(t)
+	seqs := e.publish(t, []*nats.Msg{event("orders.created", "o-1", "", "")})
+	e.publish(t, []*nats.Msg{event("orders.created", "o-late", "", "")})
+	h := &holdFirst{inner: e.projection(t), seq: seqs[0] + 1, held: make(chan struct{}), release: make(chan struct{}), result: make(chan error, 1)}
+	p1, _ := e.start(t, h)
+	select {
+	case <-h.held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first processor never handled the event")
+	}
+	p2, _ := e.start(t, failing{e.projection(t)})
+	embeddedtest.WaitFor(t, 60*time.Second, func() error {
+		dls, _, err := processor.ListDeadLetters(context.Background(), e.js, e.cfg.Processor.DeadLetterStream, 1, 10)
+		if err != nil || len(dls) == 0 {
+			return fmt.Errorf("no dead letter yet (%v)", err)
+		}
+		if dls[0].OriginalSequence != h.seq || !contains(dls[0].Error, "without a result") {
+			return fmt.Errorf("dead letter %+v, want event %d without a result", dls[0], h.seq)
+		}
+		return nil
+	})
+	close(h.release)
+	if err := <-h.result; !errors.Is(err, processor.ErrDuplicate) {
+		t.Errorf("the late apply of a dead-lettered event returned %v, want ErrDuplicate", err)
+	}
+	e.waitCaughtUp(t, 30*time.Second)
+	if o, err := e.projection(t).Get(context.Background(), "o-late"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("order o-late = %+v, %v: its only event is a dead letter, want not found", o, err)
+	}
+	e.checkProjection(t)
+	t.Logf("p1 %+v\np2 %+v", p1.Stats(), p2.Stats())
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,11 +50,16 @@ type record struct {
 	// they make applying idempotent under any redelivery or reordering.
 	Applied      []uint64 `json:"applied,omitempty"`
 	AppliedFloor uint64   `json:"applied_floor,omitempty"`
+	// Withheld lists the sequences above AppliedFloor that were not
+	// applied and never will be: dead-lettered when their deliveries ran
+	// out ([Projection.Withhold]).
+	Withheld []uint64 `json:"withheld,omitempty"`
 }
 
-// hasApplied reports whether the event with sequence seq is in the record.
+// hasApplied reports whether the event with sequence seq is in the record:
+// applied, or withheld from it.
 func (r *record) hasApplied(seq uint64) bool {
-	return seq <= r.AppliedFloor || slices.Contains(r.Applied, seq)
+	return seq <= r.AppliedFloor || slices.Contains(r.Applied, seq) || slices.Contains(r.Withheld, seq)
 }
 
 // apply folds ev into r. The result depends only on the set of applied
@@ -94,11 +100,18 @@ func (r *record) prune(floor uint64) {
 		return
 	}
 	r.AppliedFloor = floor
-	i, _ := slices.BinarySearch(r.Applied, floor+1)
-	r.Applied = slices.Delete(r.Applied, 0, i)
-	if len(r.Applied) == 0 {
-		r.Applied = nil
+	r.Applied = pruned(r.Applied, floor)
+	r.Withheld = pruned(r.Withheld, floor)
+}
+
+// pruned is seqs (sorted) without those at or below floor.
+func pruned(seqs []uint64, floor uint64) []uint64 {
+	i, _ := slices.BinarySearch(seqs, floor+1)
+	seqs = slices.Delete(seqs, 0, i)
+	if len(seqs) == 0 {
+		return nil
 	}
+	return seqs
 }
 
 // ErrDuplicate is returned (wrapped) by a Handler for an event it had
@@ -140,6 +153,10 @@ const (
 )
 
 // NewProjection returns the projection over kv; js publishes its writes.
+// Give js a bound on the wait for a write's ack
+// (jetstream.WithPublishAsyncTimeout; the appliance uses 10s): a write
+// whose ack is lost with a cluster node that died would otherwise hold the
+// processor's partition for good.
 func NewProjection(js jetstream.JetStream, kv jetstream.KeyValue) *Projection {
 	return &Projection{js: js, kv: kv, prefix: "$KV." + kv.Bucket() + ".", now: time.Now, cache: make(map[string]cached)}
 }
@@ -154,12 +171,65 @@ func (p *Projection) Get(ctx context.Context, orderID string) (Order, error) {
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return Order{}, fmt.Errorf("projection %q: %w", orderID, err)
 	}
+	if r.Events == 0 {
+		// Only withheld events: no order yet.
+		return Order{}, jetstream.ErrKeyNotFound
+	}
 	return r.Order, nil
 }
 
-// Applied reports whether ev is in its order's record, reading the bucket.
+// Withhold records that ev will not be applied (it is dead-lettered), in
+// its order's record, unless it was applied already: see [Withholder]. It
+// reads the order from the bucket's leader and writes by compare-and-set,
+// so a processor applying ev at the same moment either wins (Withhold
+// reports it applied) or finds it withheld (a duplicate). An order with
+// no applied event gets a record with its id, 0 events and the withheld
+// sequence; Get reports it not found.
+func (p *Projection) Withhold(ctx context.Context, ev Event) (applied bool, err error) {
+	for attempt := 0; attempt < 50; attempt++ {
+		r, rev, err := p.loadFromLeader(ctx, ev.OrderID)
+		if err != nil {
+			return false, err
+		}
+		if slices.Contains(r.Withheld, ev.Sequence) {
+			return false, nil // by an earlier try, whose dead letter failed
+		}
+		if r.hasApplied(ev.Sequence) {
+			return true, nil
+		}
+		if r.OrderID == "" {
+			r.OrderID = ev.OrderID
+		}
+		i, _ := slices.BinarySearch(r.Withheld, ev.Sequence)
+		r.Withheld = slices.Insert(slices.Clone(r.Withheld), i, ev.Sequence)
+		r.prune(ev.AckFloor)
+		r.UpdatedAt = p.now().UTC()
+		data, err := json.Marshal(r)
+		if err != nil {
+			return false, err
+		}
+		msg := &nats.Msg{Subject: p.prefix + ev.OrderID, Data: data, Header: nats.Header{}}
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+		ack, err := p.js.PublishMsg(ctx, msg)
+		if err == nil {
+			p.store(ev.OrderID, r, ack.Sequence)
+			return false, nil
+		}
+		p.forget(ev.OrderID)
+		if !isWrongLastSequence(err) {
+			return false, fmt.Errorf("projection %q: withhold event %d: %w", ev.OrderID, ev.Sequence, err)
+		}
+	}
+	return false, fmt.Errorf("projection %q: withhold event %d: the order kept changing under 50 tries", ev.OrderID, ev.Sequence)
+}
+
+// Applied reports whether ev is in its order's record, reading the bucket
+// (a "no" from the leader: a replica may lag behind).
 func (p *Projection) Applied(ctx context.Context, ev Event) (bool, error) {
 	r, _, err := p.load(ctx, ev.OrderID)
+	if err == nil && !r.hasApplied(ev.Sequence) {
+		r, _, err = p.loadFromLeader(ctx, ev.OrderID)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -200,7 +270,10 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 		for k, i := range todo {
 			ids[k] = orders[i][0].OrderID
 		}
-		states := p.loadMany(ctx, ids)
+		// A write refused because the key moved is read again from the
+		// bucket's leader: the replica that served the first read (a
+		// direct get) may lag behind, as a cluster node catching up does.
+		states := p.loadMany(ctx, ids, attempt > 0)
 		var writes []write
 		for k, i := range todo {
 			id, evs, errs := ids[k], orders[i], results[i]
@@ -211,6 +284,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 			}
 			next := st.rec
 			next.Applied = slices.Clone(st.rec.Applied)
+			next.Withheld = slices.Clone(st.rec.Withheld)
 			changed := false
 			var floor uint64
 			for j, ev := range evs {
@@ -393,12 +467,12 @@ type loaded struct {
 
 // loadMany returns each order's last known state: from the cache, else
 // read from the bucket, up to loadParallel reads at once.
-func (p *Projection) loadMany(ctx context.Context, ids []string) []loaded {
+func (p *Projection) loadMany(ctx context.Context, ids []string, fromLeader bool) []loaded {
 	out := make([]loaded, len(ids))
 	var misses []int
 	p.mu.Lock()
 	for k, id := range ids {
-		if c, ok := p.cache[id]; ok {
+		if c, ok := p.cache[id]; ok && !fromLeader {
 			out[k] = loaded{rec: c.rec, rev: c.rev}
 		} else {
 			misses = append(misses, k)
@@ -415,7 +489,11 @@ func (p *Projection) loadMany(ctx context.Context, ids []string) []loaded {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			r, rev, err := p.load(ctx, ids[k])
+			load := p.load
+			if fromLeader {
+				load = p.loadFromLeader
+			}
+			r, rev, err := load(ctx, ids[k])
 			out[k] = loaded{r, rev, err}
 		}()
 	}
@@ -445,6 +523,62 @@ func (p *Projection) load(ctx context.Context, id string) (record, uint64, error
 		return record{}, 0, fmt.Errorf("projection %q: stored value is not an order: %w", id, err)
 	}
 	return r, e.Revision(), nil
+}
+
+// leaderReadTimeout bounds loadFromLeader's request.
+const leaderReadTimeout = 5 * time.Second
+
+// loadFromLeader is load answered by the bucket's stream leader (the
+// JetStream API's message get, where load's direct get may be answered by
+// any replica).
+func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uint64, error) {
+	o := p.js.Options()
+	prefix := o.APIPrefix
+	switch {
+	case o.Domain != "":
+		prefix = "$JS." + o.Domain + ".API."
+	case prefix == "":
+		prefix = jetstream.DefaultAPIPrefix
+	}
+	if !strings.HasSuffix(prefix, ".") {
+		prefix += "."
+	}
+	req, _ := json.Marshal(map[string]string{"last_by_subj": p.prefix + id})
+	// Bounded like the jetstream package's own requests: a leader that
+	// dies with the request would otherwise never answer it.
+	rctx, cancel := context.WithTimeout(ctx, leaderReadTimeout)
+	defer cancel()
+	msg, err := p.js.Conn().RequestWithContext(rctx, prefix+"STREAM.MSG.GET.KV_"+p.kv.Bucket(), req)
+	if err != nil {
+		return record{}, 0, fmt.Errorf("projection %q: read from the leader: %w", id, err)
+	}
+	var resp struct {
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Data []byte `json:"data"`
+			Hdrs []byte `json:"hdrs"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return record{}, 0, fmt.Errorf("projection %q: read from the leader: %w", id, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return record{}, 0, nil
+	case resp.Error != nil:
+		return record{}, 0, fmt.Errorf("projection %q: read from the leader: %w", id, resp.Error)
+	case resp.Message == nil:
+		return record{}, 0, fmt.Errorf("projection %q: read from the leader: an empty answer", id)
+	}
+	if h := string(resp.Message.Hdrs); strings.Contains(h, "KV-Operation: DEL") || strings.Contains(h, "KV-Operation: PURGE") {
+		return record{}, resp.Message.Seq, nil // deleted: a write expects the marker
+	}
+	var r record
+	if err := json.Unmarshal(resp.Message.Data, &r); err != nil {
+		return record{}, 0, fmt.Errorf("projection %q: stored value is not an order: %w", id, err)
+	}
+	return r, resp.Message.Seq, nil
 }
 
 func (p *Projection) store(id string, r record, rev uint64) {

@@ -57,6 +57,22 @@ func TestRecordHasAppliedAndPrune(t *testing.T) {
 	}
 }
 
+// A withheld sequence counts as handled (a later apply is a duplicate)
+// and is pruned with the applied ones.
+func TestRecordWithheld(t *testing.T) {
+	r := record{Applied: []uint64{4}, Withheld: []uint64{6, 9}, AppliedFloor: 2}
+	if !r.hasApplied(6) || !r.hasApplied(9) || r.hasApplied(7) {
+		t.Errorf("hasApplied with withheld %v: 6 %t, 9 %t, 7 %t; want true, true, false", r.Withheld, r.hasApplied(6), r.hasApplied(9), r.hasApplied(7))
+	}
+	if r.apply(Event{Sequence: 6}) || r.Events != 0 {
+		t.Errorf("apply of a withheld event changed the record: %+v", r)
+	}
+	r.prune(6)
+	if r.Applied != nil || !slices.Equal(r.Withheld, []uint64{9}) {
+		t.Errorf("after prune(6): applied %v, withheld %v; want nil, [9]", r.Applied, r.Withheld)
+	}
+}
+
 // The bucket's values keep the JSON they had when Order carried the
 // bookkeeping itself: a store written before reads the same, and what is
 // written now reads the same in a binary from before.

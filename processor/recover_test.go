@@ -24,30 +24,88 @@ import (
 // event back from the stream and applies it: the projection still equals
 // the fold of the stream, and Stats.Recovered counts exactly the events
 // the other client was first delivered.
+//
+// A Shared processor (a cluster node's) does the same for what a client
+// that is not a sibling took, once the ack floor has passed it.
 func TestExclusiveProcessorRecoversEventsTakenFromItsDurable(t *testing.T) {
-	e := newEnv(t)
-	p, _ := startRecovering(t, e, e.projection(t), func(pc *processor.Config) { pc.Exclusive = true })
-	tk := startTaker(t, e)
-	for b := uint64(0); b < 200 && tk.first.Load() < 100; b++ {
-		e.publish(t, orderEvents(100, 50, 0, 1000+b))
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			e := newEnv(t)
+			p, _ := startRecovering(t, e, e.projection(t), func(pc *processor.Config) { pc.Exclusive, pc.Shared = true, shared })
+			tk := startTaker(t, e)
+			for b := uint64(0); b < 200 && tk.first.Load() < 100; b++ {
+				e.publish(t, orderEvents(100, 50, 0, 1000+b))
+			}
+			tk.halt(t)
+			// The gap the last taken events left shows in what the
+			// processor is delivered next.
+			e.publish(t, orderEvents(100, 50, 0, 999))
+			assertProjectionConverges(t, e)
+			assertRecoveredExactly(t, p, tk)
+		})
 	}
-	tk.halt(t)
-	// The gap the last taken events left shows in what the processor is
-	// delivered next.
-	e.publish(t, orderEvents(100, 50, 0, 999))
+}
 
-	assertProjectionConverges(t, e)
+// assertRecoveredExactly waits until p has counted every event the taker
+// was first delivered as recovered (counted once applied), and no more.
+func assertRecoveredExactly(t *testing.T, p *processor.Processor, tk *taker) {
+	t.Helper()
+	if tk.first.Load() == 0 {
+		t.Fatal("the other client took nothing: the test tests nothing")
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if st := p.Stats(); st.Recovered < tk.first.Load() {
+			return fmt.Errorf("Recovered = %d, want %d (every event first delivered to the other client, read back once)", st.Recovered, tk.first.Load())
+		}
+		return nil
+	})
 	st := p.Stats()
 	t.Logf("the other client took %d events (first deliveries), was redelivered %d; processor stats %+v", tk.first.Load(), tk.redelivered.Load(), st)
-	if st.Recovered == 0 {
-		t.Fatalf("Recovered = 0 though another client took %d events from the durable", tk.first.Load())
-	}
 	if st.Recovered != tk.first.Load() {
 		t.Errorf("Recovered = %d, want %d (every event first delivered to the other client, read back once)", st.Recovered, tk.first.Load())
 	}
 	if st.RemovedUnprocessed != 0 {
 		t.Errorf("RemovedUnprocessed = %d: events taken by another client were counted as removed by the stream's limits", st.RemovedUnprocessed)
 	}
+}
+
+// The processors of a cluster's nodes share the durable (Exclusive and
+// Shared): each is delivered part of the stream, which is their design,
+// so none may read back and apply again what a sibling applied. Without
+// Shared each would take its siblings for thieves.
+func TestSharedProcessorsRecoverNothing(t *testing.T) {
+	e := newEnv(t)
+	shared := func(pc *processor.Config) { pc.Exclusive, pc.Shared = true, true }
+	p1, _ := startRecovering(t, e, e.projection(t), shared)
+	p2, _ := startRecovering(t, e, e.projection(t), shared)
+	for b := uint64(0); b < 20; b++ {
+		e.publish(t, orderEvents(300, 50, 0, 4000+b))
+	}
+	assertProjectionConverges(t, e)
+	// The floor watchers look every second: give them time to see the
+	// floor pass every gap (the gaps are empty once they have).
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if g1, g2 := p1.PendingGaps(), p2.PendingGaps(); g1+g2 > 0 {
+			return fmt.Errorf("gaps still to check: p1 %d, p2 %d", g1, g2)
+		}
+		return nil
+	})
+	pairRecoveredNothing(t, p1, p2, "Shared processors recovered events their sibling applied")
+}
+
+// pairRecoveredNothing checks that both processors worked, so that each
+// saw gaps, and that neither recovered anything; it returns their stats.
+func pairRecoveredNothing(t *testing.T, p1, p2 *processor.Processor, what string) (s1, s2 processor.Stats) {
+	t.Helper()
+	s1, s2 = p1.Stats(), p2.Stats()
+	t.Logf("p1 %+v\np2 %+v", s1, s2)
+	if s1.Processed == 0 || s2.Processed == 0 {
+		t.Fatalf("one processor did nothing, so neither saw a gap: %+v %+v", s1, s2)
+	}
+	if s1.Recovered != 0 || s2.Recovered != 0 {
+		t.Errorf("%s: p1 %d, p2 %d", what, s1.Recovered, s2.Recovered)
+	}
+	return s1, s2
 }
 
 // An event read back from the stream has no delivery of its own: whoever
@@ -204,14 +262,7 @@ func TestNonExclusivePairRecoversNothing(t *testing.T) {
 	p2, _ := e.start(t, &flaky{inner: e.projection(t), failShare: 7})
 	e.publish(t, orderEvents(3_000, 300, 0, 32))
 	e.waitCaughtUp(t, 60*time.Second)
-	s1, s2 := p1.Stats(), p2.Stats()
-	t.Logf("p1 %+v\np2 %+v", s1, s2)
-	if s1.Processed == 0 || s2.Processed == 0 {
-		t.Fatalf("one processor did nothing, so neither saw a gap: %+v %+v", s1, s2)
-	}
-	if s1.Recovered != 0 || s2.Recovered != 0 {
-		t.Errorf("non-Exclusive processors recovered events: p1 %d, p2 %d (want 0: sharing the durable is their design)", s1.Recovered, s2.Recovered)
-	}
+	s1, s2 := pairRecoveredNothing(t, p1, p2, "non-Exclusive processors recovered events (want 0: sharing the durable is their design)")
 	if s1.RemovedUnprocessed != 0 || s2.RemovedUnprocessed != 0 {
 		t.Errorf("events counted as removed unprocessed: p1 %d, p2 %d", s1.RemovedUnprocessed, s2.RemovedUnprocessed)
 	}

@@ -135,6 +135,26 @@ routes = [%s]
 	killed--
 	procs[killed].cmd.Process.Signal(syscall.SIGKILL)
 	procs[killed].wait(30 * time.Second)
+	// A failure shows what every processor said, the killed one's too.
+	all := append([]*proc(nil), procs...)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for k, p := range append(all, procs[killed]) {
+			var lines []string
+			for _, l := range strings.Split(p.stderr.String(), "\n") {
+				if strings.Contains(l, `"component":"processor"`) && !strings.Contains(l, `"level":"INFO"`) {
+					lines = append(lines, l)
+				}
+			}
+			name := fmt.Sprintf("n%d", k+1)
+			if k == 3 {
+				name = fmt.Sprintf("n%d after its restart", killed+1)
+			}
+			t.Logf("%s: processor warnings (%d):\n%s", name, len(lines), tail(strings.Join(lines, "\n"), 6000))
+		}
+	})
 	t.Logf("killed the stream leader %s", leader)
 	for i := 200; i < total; i++ {
 		publish(i)
@@ -224,16 +244,46 @@ routes = [%s]
 							}
 						}
 					}
-					return fmt.Errorf("node n%d: order %s = %s, fold %v (dead letters: %s)", i+1, oid, e.Value(), f, dead)
+					// Where the difference is: the bucket's replicas, the
+					// consumer, and the order as the bucket's leader has it.
+					where := ""
+					if ks, err := jsi.Stream(ctx, "KV_ORDERS"); err == nil {
+						ci := ks.CachedInfo()
+						where += fmt.Sprintf("; bucket last_seq %d, cluster %+v", ci.State.LastSeq, ci.Cluster)
+						for _, r := range ci.Cluster.Replicas {
+							where += fmt.Sprintf(" replica %s current %v lag %d active %s", r.Name, r.Current, r.Lag, r.Active)
+						}
+					}
+					if c, err := jsi.Consumer(ctx, "ORDER_EVENTS", "order-processor"); err == nil {
+						ci := c.CachedInfo()
+						where += fmt.Sprintf("; consumer ack floor %d, pending %d, ack pending %d, waiting %d", ci.AckFloor.Stream, ci.NumPending, ci.NumAckPending, ci.NumWaiting)
+					}
+					if m, err := nci.Request("$JS.API.STREAM.MSG.GET.KV_ORDERS", []byte(`{"last_by_subj":"$KV.ORDERS.`+oid+`"}`), 5*time.Second); err == nil {
+						where += "; the leader has " + tail(string(m.Data), 300)
+					}
+					return fmt.Errorf("node n%d: order %s = %s, fold %v (dead letters: %s%s)", i+1, oid, e.Value(), f, dead, where)
 				}
 			}
 			return nil
 		})
 	}
+	// Losing a node is no event's fault: nothing was dead-lettered, and no
+	// node took its siblings' share of the durable for events taken by
+	// someone else.
+	if d, err := js.Stream(ctx, "ORDER_EVENTS_DLQ"); err != nil {
+		t.Errorf("dead-letter stream: %v", err)
+	} else if n := d.CachedInfo().State.Msgs; n != 0 {
+		t.Errorf("%d events dead-lettered across the kill of a node", n)
+	}
 	for _, p := range procs {
 		p.signal(syscall.SIGTERM)
 		if code := p.wait(60 * time.Second); code != 0 {
 			t.Errorf("exit %d", code)
+		}
+	}
+	for k, p := range append(all, procs[killed]) {
+		if strings.Contains(p.stderr.String(), "taken from the processor's durable") {
+			t.Errorf("process %d logged events taken from the durable: a sibling's share taken for a thief's", k)
 		}
 	}
 }
