@@ -452,7 +452,9 @@ func (h *holdFirst) Handle(ctx context.Context, ev processor.Event) error {
 // the projection, as the built-in handler does.
 type failing struct{ p *processor.Projection }
 
-func (f failing) Handle(context.Context, processor.Event) error { return errors.New("transient: injected") }
+func (f failing) Handle(context.Context, processor.Event) error {
+	return errors.New("transient: injected")
+}
 func (f failing) Withhold(ctx context.Context, ev processor.Event) (bool, error) {
 	return f.p.Withhold(ctx, ev)
 }
