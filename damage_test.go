@@ -196,27 +196,41 @@ func TestDamagedConsumerStateRecovers(t *testing.T) {
 // A stream whose meta.inf nats cannot read is skipped by nats; orderstore
 // declares it again with its configuration, nats reads its blocks, and no
 // event is lost. It is reported.
+// Both files emptied, or only the checksum (nats then rewrote neither,
+// and skipped the stream again at every start).
 func TestUnloadedStreamIsReloaded(t *testing.T) {
-	cfg := damagedStore(t, 100)
-	dir := streamDir(cfg, "ORDER_EVENTS")
-	for _, f := range []string{"meta.inf", "meta.sum"} {
-		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o640); err != nil {
-			t.Fatal(err)
-		}
+	for _, emptied := range [][]string{{"meta.inf", "meta.sum"}, {"meta.sum"}} {
+		t.Run(strings.Join(emptied, "+"), func(t *testing.T) {
+			cfg := damagedStore(t, 100)
+			dir := streamDir(cfg, "ORDER_EVENTS")
+			for _, f := range emptied {
+				if err := os.WriteFile(filepath.Join(dir, f), nil, 0o640); err != nil {
+					t.Fatal(err)
+				}
+			}
+			app := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+			if !hasNote(app, "declared it again") {
+				t.Errorf("recovery notes %q lack the reloaded stream", app.Recovery())
+			}
+			js := embeddedtest.JetStream(t, app)
+			s, err := js.Stream(context.Background(), "ORDER_EVENTS")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := s.CachedInfo().State; st.Msgs != 100 || st.LastSeq != 100 {
+				t.Fatalf("stream after the reload: %+v, want the 100 events", st)
+			}
+			newEventsProjected(t, app)
+			if err := app.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			// Its metadata was written again: the next start loads it.
+			app = orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+			if n := app.Recovery(); len(n) != 0 {
+				t.Errorf("recovery notes at the next start: %q, want none", n)
+			}
+		})
 	}
-	app := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
-	if !hasNote(app, "declared it again") {
-		t.Errorf("recovery notes %q lack the reloaded stream", app.Recovery())
-	}
-	js := embeddedtest.JetStream(t, app)
-	s, err := js.Stream(context.Background(), "ORDER_EVENTS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st := s.CachedInfo().State; st.Msgs != 100 || st.LastSeq != 100 {
-		t.Fatalf("stream after the reload: %+v, want the 100 events", st)
-	}
-	newEventsProjected(t, app)
 }
 
 // The stream's only block deleted: the stream comes back empty while the

@@ -51,6 +51,11 @@ func (f *flaky) Handle(ctx context.Context, ev processor.Event) error {
 	return f.HandleBatch(ctx, [][]processor.Event{{ev}})[0][0]
 }
 
+// Withhold is the projection's: the processor's dead-letter path needs it.
+func (f *flaky) Withhold(ctx context.Context, ev processor.Event) (bool, error) {
+	return f.inner.Withhold(ctx, ev)
+}
+
 func (f *flaky) HandleBatch(ctx context.Context, orders [][]processor.Event) [][]error {
 	f.calls.Add(1)
 	out := make([][]error, len(orders))

@@ -137,6 +137,7 @@ type Projection struct {
 	atomicOnce sync.Once
 	atomic     bool // the bucket's stream accepts atomic batches
 	atomicOff  bool
+	replicated bool // the bucket has replicas, which may lag (read once, with atomic)
 
 	mu    sync.Mutex
 	cache map[string]cached // last known value and revision per order
@@ -187,7 +188,7 @@ func (p *Projection) Get(ctx context.Context, orderID string) (Order, error) {
 // sequence; Get reports it not found.
 func (p *Projection) Withhold(ctx context.Context, ev Event) (applied bool, err error) {
 	for attempt := 0; attempt < 50; attempt++ {
-		r, rev, err := p.loadFromLeader(ctx, ev.OrderID)
+		r, rev, err := p.loadLatest(ctx, ev.OrderID)
 		if err != nil {
 			return false, err
 		}
@@ -228,7 +229,7 @@ func (p *Projection) Withhold(ctx context.Context, ev Event) (applied bool, err 
 func (p *Projection) Applied(ctx context.Context, ev Event) (bool, error) {
 	r, _, err := p.load(ctx, ev.OrderID)
 	if err == nil && !r.hasApplied(ev.Sequence) {
-		r, _, err = p.loadFromLeader(ctx, ev.OrderID)
+		r, _, err = p.loadLatest(ctx, ev.OrderID)
 	}
 	if err != nil {
 		return false, err
@@ -385,19 +386,43 @@ func (p *Projection) SetAtomicBatches(on bool) { p.atomicOff = !on }
 
 // useAtomic reports, once, whether the bucket's stream allows atomic batches.
 func (p *Projection) useAtomic(ctx context.Context) bool {
+	p.bucketOnce(ctx)
+	return p.atomic && !p.atomicOff
+}
+
+// bucketOnce reads, once, what the projection needs to know of its
+// bucket's stream: whether it accepts atomic batches and whether it has
+// replicas. Unknown (the read failed): no atomic batches, reads from the
+// leader.
+func (p *Projection) bucketOnce(ctx context.Context) {
 	p.atomicOnce.Do(func() {
-		if p.atomicOff {
-			return
-		}
+		p.replicated = true
 		st, err := p.kv.Status(ctx)
 		if err != nil {
 			return
 		}
 		if ks, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-			p.atomic = ks.StreamInfo().Config.AllowAtomicPublish
+			cfg := ks.StreamInfo().Config
+			p.atomic = cfg.AllowAtomicPublish
+			p.replicated = cfg.Replicas > 1
 		}
 	})
-	return p.atomic
+}
+
+// loadLatest is load where its answer must be the latest: from the
+// bucket's leader when the bucket has replicas (a direct get may be
+// answered by one that lags), else a direct get (its only server is the
+// leader, and direct gets do not queue behind the JetStream API), unless
+// that finds no order: a deleted one's marker has a revision that a write
+// must expect, which only the leader's answer gives.
+func (p *Projection) loadLatest(ctx context.Context, id string) (record, uint64, error) {
+	p.bucketOnce(ctx)
+	if !p.replicated {
+		if r, rev, err := p.load(ctx, id); err != nil || rev != 0 {
+			return r, rev, err
+		}
+	}
+	return p.loadFromLeader(ctx, id)
 }
 
 // commitAtomic publishes msgs as one atomic batch and returns the stream
@@ -491,7 +516,7 @@ func (p *Projection) loadMany(ctx context.Context, ids []string, fromLeader bool
 			defer func() { <-sem; wg.Done() }()
 			load := p.load
 			if fromLeader {
-				load = p.loadFromLeader
+				load = p.loadLatest
 			}
 			r, rev, err := load(ctx, ids[k])
 			out[k] = loaded{r, rev, err}
