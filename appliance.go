@@ -24,8 +24,10 @@ import (
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/internal/bytesize"
 	"github.com/orderstore/orderstore/internal/duration"
+	"github.com/orderstore/orderstore/internal/hint"
 	"github.com/orderstore/orderstore/internal/ingest"
 	"github.com/orderstore/orderstore/internal/natsrun"
+	"github.com/orderstore/orderstore/internal/recovery"
 	"github.com/orderstore/orderstore/internal/storedir"
 	"github.com/orderstore/orderstore/processor"
 	"github.com/orderstore/orderstore/status"
@@ -85,11 +87,10 @@ type Appliance struct {
 	proc     *processor.Processor           // nil when disabled
 	backupMu sync.Mutex                     // one backup at a time
 
-	stallAfter    time.Duration
-	recovery      []string // what start-up found and did about a damaged store
-	unclean       bool     // the last run did not stop cleanly
-	startFailed   bool     // Start failed: keep the run marker
-	consumerReset bool     // start-up declared the consumer again from the start
+	stallAfter  time.Duration
+	rc          *recovery.Check // what start-up found and did about a damaged store
+	unclean     bool            // the last run did not stop cleanly
+	startFailed bool            // Start failed: keep the run marker
 
 	admin      *admin.Server
 	httpServer *http.Server // the admin listener's; nil when it is disabled
@@ -201,6 +202,12 @@ func (a *Appliance) openStore(context.Context) error {
 	if err := a.markRunning(); err != nil {
 		return err
 	}
+	var interval time.Duration
+	if cfg.relaxedSync() {
+		interval = cfg.JetStream.SyncInterval
+	}
+	a.rc = &recovery.Check{Dir: storedir.Dir(rep.StoreDir), Account: StreamAccount, Spec: cfg.DeclareSpec(), Log: a.log,
+		Retry: a.clusterRetry, Unclean: a.unclean, SyncInterval: interval, BuiltinProjection: cfg.Processor.Handler == nil}
 	for _, w := range rep.Warnings {
 		log.Warn("preflight", "warning", w)
 	}
@@ -315,7 +322,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 // taking requests and finishes those in flight before anything else
 // stops.
 func (a *Appliance) openAdmin(context.Context) error {
-	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks, Recovery: a.recovery, Topology: a.topology, Backup: a.backupTar,
+	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks, Recovery: a.rc.Notes(), Topology: a.topology, Backup: a.backupTar,
 		Publish: func(ctx context.Context, subject string, h nats.Header, data []byte) (*jetstream.PubAck, error) {
 			return a.publishMsg(ctx, subject, h, data)
 		},
@@ -407,7 +414,7 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	a.nats.Set(srv)
 	guard := a.guard
 	a.sup.add(component{name: "nats", run: func(ctx context.Context) error { return a.nats.Watch(ctx, guard.Restarting) }, stop: a.nats.Stop})
-	a.startupNotes()
+	a.rc.StartupProblems(a.server().StartupProblems())
 	policy, desc := a.cfg.DurabilityPolicy()
 	a.log.Info("nats ready", "client_url", a.clientURLForLog(), "took", time.Since(t0).Round(time.Millisecond).String(),
 		"durability", policy, "meaning", desc)
@@ -565,7 +572,6 @@ func (a *Appliance) checks(ctx context.Context) []status.Check {
 
 // declare declares what the config names and runs the recovery check.
 func (a *Appliance) declare(ctx context.Context) error {
-	spec := a.cfg.DeclareSpec()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	if a.cfg.Cluster.Enabled() {
 		// Peers may still be electing stream leaders: retry for longer.
@@ -573,39 +579,8 @@ func (a *Appliance) declare(ctx context.Context) error {
 		dctx, cancel = context.WithTimeout(ctx, clusterDeclareTimeout)
 	}
 	defer cancel()
-	var unloaded map[string]int64
-	if !a.cfg.Cluster.Enabled() {
-		// A clustered stream is loaded from the meta group's
-		// assignments, asynchronously: its files say nothing yet.
-		unloaded = a.notLoaded(dctx, spec)
-		if err := a.unloadedConsumer(dctx, spec); err != nil {
-			return err
-		}
-	}
-	if err := a.clusterRetry(dctx, "declare", func(ctx context.Context) error { return a.declareRecovering(ctx, spec) }); err != nil {
-		return err
-	}
-	if err := a.checkReloaded(dctx, unloaded); err != nil {
-		return err
-	}
-	err := a.clusterRetry(dctx, "recovery check", func(ctx context.Context) error { return bootstrap.Verify(ctx, a.js, spec) })
-	if errors.Is(err, bootstrap.ErrAckFloorAhead) && spec.Consumer != nil {
-		// The stream lost its last events (a power cut with a relaxed
-		// sync_interval): a consumer past them would skip the events that
-		// reuse their sequence numbers. Declare it again from the start;
-		// the projection skips what it applied (and checkHighWater makes
-		// it forget the lost sequence numbers).
-		if derr := a.js.DeleteConsumer(dctx, spec.ConsumerStream(), spec.Consumer.Durable); derr != nil {
-			return errors.Join(err, fmt.Errorf("reset consumer %q: %w", spec.Consumer.Durable, derr))
-		}
-		if derr := a.declareRecovering(dctx, spec); derr != nil {
-			return derr
-		}
-		a.note("consumer %q was ahead of the stream (%v): the stream lost its last events; declared it again from the start of the stream, the projection skips what it already applied", spec.Consumer.Durable, err)
-		a.consumerReset = true
-		err = bootstrap.Verify(dctx, a.js, spec)
-	}
-	if err != nil {
+	a.rc.JS = a.js
+	if err := a.rc.Declare(dctx, a.cfg.Cluster.Enabled()); err != nil {
 		return err
 	}
 	st := a.cfg.Stream
@@ -627,7 +602,7 @@ func (a *Appliance) checkStore(ctx context.Context) error {
 		return err
 	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	err := a.checkHighWater(dctx, a.cfg.DeclareSpec())
+	err := a.rc.HighWater(dctx, a.proj)
 	cancel()
 	if err != nil {
 		return err
@@ -663,7 +638,7 @@ func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 	// In a cluster every node runs a processor on the durable: what a
 	// sibling was delivered is read back only if it was not applied.
 	pc.Shared = cfg.Cluster.Enabled()
-	if a.consumerReset {
+	if a.rc.ConsumerReset() {
 		// Declared again from the start: what lies below the stream's
 		// first sequence was processed by the consumer before.
 		if st, err := a.js.Stream(ctx, cfg.DeclareSpec().ConsumerStream()); err == nil && st.CachedInfo().State.FirstSeq > 0 {
@@ -790,7 +765,7 @@ func (a *Appliance) AdminAddr() string {
 // Recovery returns what start-up found and did about a damaged store (nats'
 // recovery warnings, a consumer declared again, lost sequence numbers);
 // empty after a clean start.
-func (a *Appliance) Recovery() []string { return a.recovery }
+func (a *Appliance) Recovery() []string { return a.rc.Notes() }
 
 // StoreDir returns the absolute store directory.
 func (a *Appliance) StoreDir() string { return a.report.StoreDir }
@@ -1057,24 +1032,8 @@ type Hinted interface {
 // for a program that wraps orderstore and adds remedies of its own.
 func WithHint(err error, hint string) error { return withHint(err, hint) }
 
-// hinted attaches the remedy the CLI prints on a "hint:" line.
-type hinted struct {
-	err  error
-	hint string
-}
-
-func (h *hinted) Error() string { return h.err.Error() }
-func (h *hinted) Unwrap() error { return h.err }
-
-// Hint says what to do about the error.
-func (h *hinted) Hint() string { return h.hint }
-
-func withHint(err error, hint string) error {
-	if hint == "" {
-		return err
-	}
-	return &hinted{err, hint}
-}
+// withHint attaches the remedy the CLI prints on a "hint:" line.
+func withHint(err error, h string) error { return hint.Wrap(err, h) }
 
 // monitoring mounts nats-server's own monitoring endpoints; until the
 // server exists they answer 503.

@@ -34,6 +34,19 @@ func (d Dir) Stream(account, name string) string {
 // Msgs is the directory of stream name's message blocks in account.
 func (d Dir) Msgs(account, name string) string { return filepath.Join(d.Stream(account, name), "msgs") }
 
+// MsgsSize is the size of stream name's message blocks in account (0:
+// none, or unreadable).
+func (d Dir) MsgsSize(account, name string) int64 {
+	blks, _ := filepath.Glob(filepath.Join(d.Msgs(account, name), "*.blk"))
+	var size int64
+	for _, b := range blks {
+		if st, err := os.Stat(b); err == nil {
+			size += st.Size()
+		}
+	}
+	return size
+}
+
 // Consumer is where nats keeps durable's files of stream name in account.
 func (d Dir) Consumer(account, stream, durable string) string {
 	return filepath.Join(d.Stream(account, stream), "obs", durable)

@@ -1,0 +1,372 @@
+// Package recovery is start-up's look at what a crash, a power cut or a
+// damaged file left in the store, and what it does about it (see
+// docs/reliability.md):
+//
+//   - nats-server's own recovery warnings (a damaged or truncated block, an
+//     unreadable metadata file, a consumer moved back) are kept and reported;
+//   - a stream nats skipped (its meta.inf unreadable, as after a power cut
+//     in a relaxed mode) is declared again with its configuration, and nats
+//     reads its message blocks; if that brings nothing back, start-up fails
+//     naming the directory, and so does every later start while the
+//     projection holds orders of a stream that is now empty;
+//   - a consumer nats did not load, or whose state it cannot read, is moved
+//     out of nats' tree and declared again from the start of the stream
+//     (the projection skips what it already applied), and so is a consumer
+//     ahead of the stream;
+//   - a stream that ends below what the projection applied lost events: the
+//     projection is rebuilt from what the stream holds (its bucket purged,
+//     the consumer declared again from the start), so that it is the fold
+//     of the stream again and new events, which reuse the lost sequence
+//     numbers, are applied instead of skipped.
+//
+// Every such finding is a note: logged at start-up, listed in /v1/status
+// and `orderstore status`, counted by orderstore_recovery_notes, and named
+// by /readyz's "recovery" check (ready, with a warning).
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/internal/duration"
+	"github.com/orderstore/orderstore/internal/hint"
+	"github.com/orderstore/orderstore/internal/storedir"
+	"github.com/orderstore/orderstore/processor"
+)
+
+// Check is one start-up's recovery check of the objects Spec declares.
+type Check struct {
+	JS      jetstream.JetStream
+	Dir     storedir.Dir
+	Account string // where the streams live
+	Spec    bootstrap.Spec
+	Log     *slog.Logger
+	// Retry runs f again while a cluster elects its leaders (nil: once).
+	Retry func(ctx context.Context, what string, f func(context.Context) error) error
+	// Unclean: the last run did not stop cleanly.
+	Unclean bool
+	// SyncInterval > 0: nats syncs on a timer (the relaxed mode), so an
+	// unclean stop may have lost that long of writes.
+	SyncInterval time.Duration
+	// BuiltinProjection: the projection is the built-in one, whose records
+	// say which events they applied.
+	BuiltinProjection bool
+
+	notes         []string
+	consumerReset bool
+}
+
+// Note records a finding and logs it.
+func (c *Check) Note(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	c.notes = append(c.notes, msg)
+	c.Log.Warn("store recovery", "note", msg)
+}
+
+// Notes are the findings so far.
+func (c *Check) Notes() []string { return c.notes }
+
+// ConsumerReset reports whether the consumer was declared again from the
+// start of the stream.
+func (c *Check) ConsumerReset() bool { return c.consumerReset }
+
+func (c *Check) retry(ctx context.Context, what string, f func(context.Context) error) error {
+	if c.Retry == nil {
+		return f(ctx)
+	}
+	return c.Retry(ctx, what, f)
+}
+
+func (c *Check) declare(ctx context.Context) error {
+	_, err := bootstrap.Declare(ctx, c.JS, c.Spec, c.Log.With("component", "bootstrap"))
+	return err
+}
+
+// StartupProblems turns nats-server's start-up warnings about the store
+// into notes.
+func (c *Check) StartupProblems(problems []string) {
+	for _, p := range problems {
+		if StoreProblem(p) {
+			c.Note("nats: %s", p)
+		}
+	}
+}
+
+// StoreProblem reports whether a warning nats logged at start-up is about
+// the store (a damaged block, unreadable metadata, a consumer moved back)
+// rather than the network (a hub or route not reachable yet) or the
+// config (plaintext passwords).
+func StoreProblem(msg string) bool {
+	m := strings.ToLower(msg)
+	for _, s := range []string{"plaintext passwords", "leafnode", "route", "connect", "gateway", "cluster", "raft", "meta leader"} {
+		if strings.Contains(m, s) {
+			return false
+		}
+	}
+	for _, s := range []string{"stream", "consumer", "block", "msgs", "meta", "checksum", "recover", "store", "corrupt", "truncat", "index", "state"} {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Declare declares the spec, as start-up does, with what nats left
+// unloaded brought back first: in a single node (clustered streams are
+// loaded from the meta group's assignments, asynchronously, so their
+// files say nothing yet), the streams nats skipped are declared again
+// and must come back with their events, and a consumer nats did not load
+// is moved aside. Then the recovery check: a consumer ahead of the stream
+// is declared again from the start.
+func (c *Check) Declare(ctx context.Context, clustered bool) error {
+	var unloaded map[string]int64
+	if !clustered {
+		unloaded = c.notLoaded(ctx)
+		if err := c.unloadedConsumer(ctx); err != nil {
+			return err
+		}
+	}
+	if err := c.retry(ctx, "declare", c.declareRecovering); err != nil {
+		return err
+	}
+	if err := c.checkReloaded(ctx, unloaded); err != nil {
+		return err
+	}
+	spec := c.Spec
+	err := c.retry(ctx, "recovery check", func(ctx context.Context) error { return bootstrap.Verify(ctx, c.JS, spec) })
+	if !errors.Is(err, bootstrap.ErrAckFloorAhead) || spec.Consumer == nil {
+		return err
+	}
+	// The stream lost its last events (a power cut with a relaxed
+	// sync_interval): a consumer past them would skip the events that
+	// reuse their sequence numbers. Declare it again from the start; the
+	// projection skips what it applied (and HighWater makes it forget the
+	// lost sequence numbers).
+	if derr := c.JS.DeleteConsumer(ctx, spec.ConsumerStream(), spec.Consumer.Durable); derr != nil {
+		return errors.Join(err, fmt.Errorf("reset consumer %q: %w", spec.Consumer.Durable, derr))
+	}
+	if derr := c.declareRecovering(ctx); derr != nil {
+		return derr
+	}
+	c.Note("consumer %q was ahead of the stream (%v): the stream lost its last events; declared it again from the start of the stream, the projection skips what it already applied", spec.Consumer.Durable, err)
+	c.consumerReset = true
+	return bootstrap.Verify(ctx, c.JS, spec)
+}
+
+// notLoaded returns the streams of the spec that have message files on
+// disk which nats did not load (their meta.inf unreadable, as after a
+// power cut in a relaxed sync mode, where nats writes it without fsync).
+func (c *Check) notLoaded(ctx context.Context) map[string]int64 {
+	names := []string{c.Spec.Stream.Name}
+	if c.Spec.DeadLetter != nil {
+		names = append(names, c.Spec.DeadLetter.Name)
+	}
+	if c.Spec.Projection != nil {
+		names = append(names, "KV_"+c.Spec.Projection.Bucket)
+	}
+	out := map[string]int64{}
+	for _, name := range names {
+		if _, err := c.JS.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if size := c.Dir.MsgsSize(c.Account, name); size > 0 {
+			out[name] = size
+		}
+	}
+	return out
+}
+
+// checkReloaded runs after the declaration for the streams nats had not
+// loaded: declaring them with their known configuration makes nats read
+// their message blocks again. If it did not (the stream is empty),
+// start-up fails rather than serve an empty stream over the old files.
+func (c *Check) checkReloaded(ctx context.Context, unloaded map[string]int64) error {
+	for name, size := range unloaded {
+		dir := c.Dir.Stream(c.Account, name)
+		s, err := c.JS.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("recovery check: stream %q: %w", name, err)
+		}
+		st := s.CachedInfo().State
+		if st.Msgs == 0 && st.LastSeq == 0 {
+			return hint.Wrap(fmt.Errorf("recovery check: stream %q has %d bytes of message blocks in %q that nats did not load, and declaring it again did not bring them back", name, size, dir),
+				fmt.Sprintf("stop orderstore, restore %q from a backup (or move it away to start with an empty stream, keeping the old files for inspection)", dir))
+		}
+		c.Note("stream %q: nats could not read its metadata (meta.inf, e.g. after a power cut with a relaxed sync_interval) and skipped it; orderstore declared it again with its configuration and nats recovered %d events (sequences %d..%d) from its blocks",
+			name, st.Msgs, st.FirstSeq, st.LastSeq)
+	}
+	return nil
+}
+
+// consumerDir is where nats keeps the processor's durable's files.
+func (c *Check) consumerDir() string {
+	return c.Dir.Consumer(c.Account, c.Spec.ConsumerStream(), c.Spec.Consumer.Durable)
+}
+
+// moveAside moves a consumer's directory nats could not use out of nats'
+// tree, so that it is declared again from the start of the stream (the
+// projection skips what it already applied).
+func (c *Check) moveAside(why string) error {
+	dir := c.consumerDir()
+	durable := c.Spec.Consumer.Durable
+	aside, err := c.Dir.MoveAside(dir, time.Now())
+	if err != nil {
+		return hint.Wrap(fmt.Errorf("consumer %q: %s, and moving its directory aside failed: %w", durable, why, err),
+			fmt.Sprintf("stop orderstore and move %q away; it is declared again from the start of the stream", dir))
+	}
+	c.Note("consumer %q: %s; moved its directory to %q and declared it again from the start of the stream: the projection skips what it already applied",
+		durable, why, aside)
+	c.consumerReset = true
+	return nil
+}
+
+// unloadedConsumer moves aside the processor's durable when its directory
+// is on disk but nats did not load it: its meta.inf or o.dat was
+// unreadable (nats writes them without fsync in the relaxed modes, and a
+// power cut can leave them empty). Declaring it over that directory would
+// keep both the unreadable meta.inf (nats writes it only when it is
+// missing) and the state file beside it, which a power cut can leave ahead
+// of the stream: the consumer would then skip the new events that reuse
+// the lost sequence numbers, or wait for ever on deliveries the stream no
+// longer has (nats reconciles a consumer with its stream only when it
+// loads it at start-up).
+func (c *Check) unloadedConsumer(ctx context.Context) error {
+	if c.Spec.Consumer == nil {
+		return nil
+	}
+	if _, err := os.Stat(c.consumerDir()); err != nil {
+		return nil // not on disk: a first start, or moved aside already
+	}
+	_, err := c.JS.Consumer(ctx, c.Spec.ConsumerStream(), c.Spec.Consumer.Durable)
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil // loaded (or nats cannot tell now: the declaration will)
+	}
+	return c.moveAside("nats did not load it at start-up (its metadata, meta.inf, or its state, o.dat, unreadable, e.g. after a power cut with a relaxed sync_interval: see nats' warning)")
+}
+
+// declareRecovering declares the spec; a consumer whose stored state nats
+// cannot read is moved aside and declared again.
+func (c *Check) declareRecovering(ctx context.Context) error {
+	err := c.declare(ctx)
+	if err == nil || c.Spec.Consumer == nil || !strings.Contains(err.Error(), "error creating store for consumer") {
+		return err
+	}
+	if err := c.moveAside(fmt.Sprintf("nats could not read its state (%v)", err)); err != nil {
+		return err
+	}
+	return c.declare(ctx)
+}
+
+// HighWater compares the stream's last sequence with the highest the
+// projection applied: a stream that ends below it lost acknowledged events
+// (a damaged block, a power cut with a relaxed sync_interval), and the next
+// events will reuse those sequences. After an unclean stop with a relaxed
+// sync_interval, the bucket may also have lost its last writes while the
+// consumer's acks survived: a consumer whose ack floor is past what the
+// projection holds would never deliver those events again. Either way the
+// projection is rebuilt.
+func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error {
+	spec := c.Spec
+	if proj == nil || spec.Projection == nil {
+		return nil
+	}
+	// The projection's sequence numbers are those of the stream the
+	// consumer reads (a hub's aggregate stream).
+	// A restarted cluster node may not reach the streams yet (no
+	// responders until their replicas have a leader): the reads are
+	// retried like the declaration.
+	cs := spec.ConsumerStream()
+	var (
+		s  jetstream.Stream
+		hw uint64
+	)
+	if err := c.retry(ctx, "recovery check", func(ctx context.Context) (err error) {
+		if s, err = c.JS.Stream(ctx, cs); err != nil {
+			return fmt.Errorf("recovery check: stream %q: %w", cs, err)
+		}
+		if hw, err = proj.HighWater(ctx, 256); err != nil {
+			return fmt.Errorf("recovery check: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	last := s.CachedInfo().State.LastSeq
+	relaxed := c.SyncInterval > 0
+	why := ""
+	switch {
+	case last == 0 && hw > 0 && !(c.Unclean && relaxed):
+		// Nothing left to rebuild from: purging would destroy the only
+		// copy of the orders' state. Refused at every start until an
+		// operator decides. (After an unclean stop in a relaxed mode an
+		// empty stream is the documented loss, the events of the last
+		// interval: the projection is rebuilt, to empty, below.)
+		return hint.Wrap(fmt.Errorf("recovery check: stream %q is empty but the projection %q holds orders applied up to sequence %d: the stream's events are gone (a deleted or unreadable store?)",
+			cs, spec.Projection.Bucket, hw),
+			fmt.Sprintf("restore %q from a backup; or, to accept the loss and start over, remove the projection (its directory %q) and start again",
+				c.Dir.Stream(c.Account, cs), c.Dir.Stream(c.Account, "KV_"+spec.Projection.Bucket)))
+	case hw > last:
+		why = fmt.Sprintf("stream %q ends at sequence %d but the projection had applied events up to %d: %d acknowledged events were lost from the store (see nats' recovery warnings)",
+			cs, last, hw, hw-last)
+	case c.Unclean && relaxed && spec.Consumer != nil && c.BuiltinProjection:
+		cons, err := c.JS.Consumer(ctx, cs, spec.Consumer.Durable)
+		if err != nil {
+			return fmt.Errorf("recovery check: consumer %q: %w", spec.Consumer.Durable, err)
+		}
+		// The bucket may have lost the writes of its last sync interval
+		// while the consumer's acks of those events survived. Check the
+		// events acknowledged in that time (and a margin) against the
+		// projection.
+		floor := cons.CachedInfo().AckFloor.Stream
+		kvs, err := c.JS.Stream(ctx, "KV_"+spec.Projection.Bucket)
+		if err != nil {
+			return fmt.Errorf("recovery check: projection bucket: %w", err)
+		}
+		notBefore := kvs.CachedInfo().State.LastTime.Add(-3*c.SyncInterval - 2*time.Second)
+		seq, missing, err := proj.Unapplied(ctx, s, 1, floor, 20000, notBefore)
+		if err != nil {
+			return fmt.Errorf("recovery check: %w", err)
+		}
+		if missing {
+			why = fmt.Sprintf("after an unclean stop with sync_interval %s, consumer %q has acknowledged up to sequence %d but the projection lacks event %d (its last writes were not synced)",
+				duration.Format(c.SyncInterval), spec.Consumer.Durable, floor, seq)
+		}
+	}
+	if why == "" {
+		return nil
+	}
+	// The projection holds the effect of events the stream no longer has,
+	// and the next events will reuse their sequence numbers: rebuild it
+	// from what the stream holds, so that it is again the fold of the
+	// stream (the events lost are gone from both).
+	// The consumer is reset first and the bucket purged second: if
+	// start-up stops in between, the next start finds the same condition
+	// and does it again.
+	if spec.Consumer != nil {
+		if err := c.JS.DeleteConsumer(ctx, cs, spec.Consumer.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("recovery check: rebuild the projection: reset consumer %q: %w", spec.Consumer.Durable, err)
+		}
+		if err := c.declareRecovering(ctx); err != nil {
+			return err
+		}
+		c.consumerReset = true
+	}
+	kvs, err := c.JS.Stream(ctx, "KV_"+spec.Projection.Bucket)
+	if err != nil {
+		return fmt.Errorf("recovery check: projection bucket: %w", err)
+	}
+	if err := kvs.Purge(ctx); err != nil {
+		return fmt.Errorf("recovery check: rebuild the projection: purge: %w", err)
+	}
+	c.Note("%s; the projection is rebuilt from the %d events the stream holds, so that it is the fold of the stream again (and new events reusing lost sequence numbers are applied)",
+		why, s.CachedInfo().State.Msgs)
+	return nil
+}
