@@ -24,6 +24,7 @@ import (
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/internal/bytesize"
 	"github.com/orderstore/orderstore/internal/duration"
+	"github.com/orderstore/orderstore/internal/edgehub"
 	"github.com/orderstore/orderstore/internal/hint"
 	"github.com/orderstore/orderstore/internal/ingest"
 	"github.com/orderstore/orderstore/internal/natsrun"
@@ -82,7 +83,7 @@ type Appliance struct {
 	ing      *ingest.Service                // takes every producer's publish, in every mode
 	ingLive  atomic.Pointer[ingest.Service] // ing, for the connections' handlers
 	dguard   *durableGuard                  // answers clients' requests on the processor's durable
-	hub      *hubWatch                      // a hub's source watcher; nil elsewhere
+	hub      *edgehub.Watcher               // a hub's source watcher; nil elsewhere
 	proj     *processor.Projection          // reads, on internal
 	proc     *processor.Processor           // nil when disabled
 	backupMu sync.Mutex                     // one backup at a time
@@ -608,7 +609,7 @@ func (a *Appliance) checkStore(ctx context.Context) error {
 		return err
 	}
 	// This run's epoch and where it begins, before any event of it is
-	// stored (a hub checks each edge's epochs: edgeepoch.go).
+	// stored (a hub checks each edge's epochs: internal/edgehub).
 	if err := a.recordEpoch(ctx); err != nil {
 		return err
 	}
@@ -616,6 +617,15 @@ func (a *Appliance) checkStore(ctx context.Context) error {
 	// consumer's state) without fsync: make it durable before any event is
 	// acknowledged.
 	return a.syncMetadata(ctx)
+}
+
+// recordEpoch records where this run's epoch begins in the stream's
+// metadata (not in a cluster: no hub sources a cluster by epoch).
+func (a *Appliance) recordEpoch(ctx context.Context) error {
+	if a.cfg.Cluster.Enabled() {
+		return nil
+	}
+	return edgehub.RecordEpoch(ctx, a.js, a.cfg.Stream.Name, a.epoch)
 }
 
 // startProcessor runs the processor (unless disabled): its stop lets it
@@ -685,8 +695,10 @@ func (a *Appliance) startHubWatch(context.Context) (err error) {
 	if c := a.commit; c != nil {
 		syncMeta = c.SyncAll
 	}
-	a.hub = newHubWatch(a.cfg, a.js, a.hubwatch.Conn, syncMeta, a.log)
-	a.sup.add(component{name: "hub watcher", run: a.hub.run})
+	a.hub = edgehub.New(edgehub.Config{Edges: a.cfg.Hub.Edges, Stream: a.cfg.Stream.Name, Spec: a.cfg.DeclareSpec(), DeadLetterStream: a.cfg.Processor.DeadLetterStream,
+		DeadLetterPrefix: deadLetterSubjectPrefix(a.cfg.Processor.DeadLetterStream)},
+		a.js, a.hubwatch.Conn, syncMeta, a.log)
+	a.sup.add(component{name: "hub watcher", run: a.hub.Run})
 	return nil
 }
 

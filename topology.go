@@ -27,7 +27,7 @@ func (a *Appliance) topology(ctx context.Context) *status.Topology {
 	}
 	t.Leafnodes = a.leafStatus(ns)
 	if a.hub != nil {
-		t.Sources = a.hub.sources()
+		t.Sources = a.hub.Sources()
 	}
 	return t
 }

@@ -1,4 +1,4 @@
-package orderstore
+package edgehub
 
 import (
 	"context"
@@ -12,8 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/orderstore/orderstore/internal/ingest"
 )
 
 // An edge's power cut, seen from its hub. With group commit an event is in
@@ -24,7 +22,7 @@ import (
 // were acknowledged and never copy the acknowledged one that took its
 // sequence.
 //
-// So every run of a node has an epoch (EpochHeader, stamped on each event
+// So every run of a node has an epoch (Config.EpochHeader, stamped on each event
 // by the ingest service), and the stream records in its metadata where
 // each epoch began (epochsKey: the first sequence it could write). The
 // hub's watcher checks each epoch boundary of each edge once: every event
@@ -39,6 +37,10 @@ import (
 // epochsKey is the stream metadata key of the epochs' list:
 // "<epoch>:<first seq>,..." oldest first.
 const epochsKey = "orderstore_epochs"
+
+// streamSourceHeader is what nats stamps on each event it sources: the
+// source's stream, domain and sequence.
+const streamSourceHeader = "Nats-Stream-Source"
 
 // maxEpochs is how many epochs the list keeps.
 const maxEpochs = 32
@@ -78,22 +80,19 @@ func formatEpochs(es []epochStart) string {
 	return b.String()
 }
 
-// recordEpoch writes this run's epoch and its first sequence to the
-// stream's metadata, before any event of this run is stored (the caller
-// syncs the metadata). Not in a cluster: there each node's ingest service
-// writes to the one stream, and no hub sources a cluster's stream by epoch.
-func (a *Appliance) recordEpoch(ctx context.Context) error {
-	if a.cfg.Cluster.Enabled() {
-		return nil
-	}
-	st, err := a.js.Stream(ctx, a.cfg.Stream.Name)
+// RecordEpoch writes this run's epoch and its first sequence to stream's
+// metadata, before any event of this run is stored (the caller syncs the
+// metadata). Not in a cluster: there each node's ingest service writes to
+// the one stream, and no hub sources a cluster's stream by epoch.
+func RecordEpoch(ctx context.Context, js jetstream.JetStream, stream, epoch string) error {
+	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return fmt.Errorf("epoch: %w", err)
 	}
 	info := st.CachedInfo()
 	cfg := info.Config
 	es := parseEpochs(cfg.Metadata[epochsKey])
-	es = append(es, epochStart{a.epoch, info.State.LastSeq + 1})
+	es = append(es, epochStart{epoch, info.State.LastSeq + 1})
 	if len(es) > maxEpochs {
 		es = es[len(es)-maxEpochs:]
 	}
@@ -103,8 +102,8 @@ func (a *Appliance) recordEpoch(ctx context.Context) error {
 	}
 	md[epochsKey] = formatEpochs(es)
 	cfg.Metadata = md
-	if _, err := a.js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("epoch: record it in stream %q: %w", a.cfg.Stream.Name, err)
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("epoch: record it in stream %q: %w", stream, err)
 	}
 	return nil
 }
@@ -123,7 +122,7 @@ func expectedEpoch(es []epochStart, seq uint64) string {
 
 // checkEpochs checks edge's epoch boundaries the watcher has not yet
 // checked, and repairs the aggregate where the edge lost events.
-func (w *hubWatch) checkEpochs(ctx context.Context, edge string, epochs []epochStart, sourced uint64) {
+func (w *Watcher) checkEpochs(ctx context.Context, edge string, epochs []epochStart, sourced uint64) {
 	if len(epochs) < 2 {
 		return
 	}
@@ -169,7 +168,7 @@ type hubCopy struct {
 // firstCopyFrom is the aggregate's first event from edge whose edge
 // sequence is at least from (a binary search: the copies of one edge are
 // in the edge's order).
-func (w *hubWatch) firstCopyFrom(ctx context.Context, st jetstream.Stream, edge string, from uint64) (*hubCopy, error) {
+func (w *Watcher) firstCopyFrom(ctx context.Context, st jetstream.Stream, edge string, from uint64) (*hubCopy, error) {
 	info, err := st.Info(ctx)
 	if err != nil {
 		return nil, err
@@ -182,7 +181,7 @@ func (w *hubWatch) firstCopyFrom(ctx context.Context, st jetstream.Stream, edge 
 		if err != nil {
 			return nil, err
 		}
-		return &hubCopy{seq: m.Sequence, sseq: sourceSeq(m.Header.Get(ingest.StreamSourceHeader)), msg: m}, nil
+		return &hubCopy{seq: m.Sequence, sseq: sourceSeq(m.Header.Get(streamSourceHeader)), msg: m}, nil
 	}
 	// The smallest h whose next copy is from at least from (or none).
 	lo, hi := max(info.State.FirstSeq, 1), info.State.LastSeq+1
@@ -208,10 +207,10 @@ func (w *hubWatch) firstCopyFrom(ctx context.Context, st jetstream.Stream, edge 
 // against the epochs, and, where copies are of an earlier epoch (lost at
 // the edge), moves them to the dead-letter stream, removes every copy
 // from the first lost one on, and sources the edge again from there.
-func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart, ep epochStart) error {
+func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, ep epochStart) error {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	agg := *w.cfg.DeclareSpec().Aggregate
+	agg := *w.cfg.Spec.Aggregate
 	st, err := w.js.Stream(rctx, agg.Name)
 	if err != nil {
 		return err
@@ -225,7 +224,7 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 	var lost []hubCopy
 	c := first
 	for c != nil && len(lost) < maxRepair {
-		got, want := c.msg.Header.Get(EpochHeader), expectedEpoch(epochs, c.sseq)
+		got, want := c.msg.Header.Get(w.cfg.EpochHeader), expectedEpoch(epochs, c.sseq)
 		if got == want || got == "" && want == "" {
 			break
 		}
@@ -236,7 +235,7 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 		} else if err != nil {
 			return err
 		}
-		c = &hubCopy{seq: m.Sequence, sseq: sourceSeq(m.Header.Get(ingest.StreamSourceHeader)), msg: m}
+		c = &hubCopy{seq: m.Sequence, sseq: sourceSeq(m.Header.Get(streamSourceHeader)), msg: m}
 	}
 	if len(lost) == 0 {
 		return nil
@@ -256,7 +255,7 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 	// Every copy from the first lost one on: the lost ones to the
 	// dead-letter stream, all of them out of the aggregate.
 	var orders []string
-	dlq := deadLetterSubjectPrefix(w.cfg.Processor.DeadLetterStream)
+	dlq := w.cfg.DeadLetterPrefix
 	removed, moved := 0, 0
 	var firstLost, lastLost uint64
 	runs := map[string]bool{} // the epochs that lost copies: one per crash
@@ -267,8 +266,8 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 		} else if err != nil {
 			return err
 		}
-		sseq := sourceSeq(m.Header.Get(ingest.StreamSourceHeader))
-		if m.Header.Get(EpochHeader) != expectedEpoch(epochs, sseq) {
+		sseq := sourceSeq(m.Header.Get(streamSourceHeader))
+		if m.Header.Get(w.cfg.EpochHeader) != expectedEpoch(epochs, sseq) {
 			h := nats.Header{}
 			for k, v := range m.Header {
 				if !strings.HasPrefix(k, "Nats-") { // nats refuses its own (Nats-Stream-Source) on a publish
@@ -278,7 +277,7 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 			if id := m.Header.Get(nats.MsgIdHdr); id != "" {
 				h.Set("Orderstore-Original-Msg-Id", id)
 			}
-			h.Set("Orderstore-Original-Source", m.Header.Get(ingest.StreamSourceHeader))
+			h.Set("Orderstore-Original-Source", m.Header.Get(streamSourceHeader))
 			h.Set("Orderstore-Original-Stream", agg.Name)
 			h.Set("Orderstore-Original-Subject", m.Subject)
 			h.Set("Orderstore-Original-Sequence", strconv.FormatUint(m.Sequence, 10))
@@ -294,7 +293,7 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 				orders = append(orders, ev.OrderID)
 			}
 			moved++
-			runs[m.Header.Get(EpochHeader)] = true
+			runs[m.Header.Get(w.cfg.EpochHeader)] = true
 			if firstLost == 0 {
 				firstLost = sseq
 			}
@@ -314,7 +313,7 @@ func (w *hubWatch) repair(ctx context.Context, edge string, epochs []epochStart,
 	s.LostEvents += n
 	s.Regressions += uint64(max(len(runs), 1))
 	s.LastRegression = fmt.Sprintf("%s: %d events copied from %s (its sequences %d-%d) were lost there in %d crash(es); moved to %s, %d copies sourced again",
-		time.Now().UTC().Format(time.RFC3339), n, edge, firstLost, lastLost, max(len(runs), 1), w.cfg.Processor.DeadLetterStream, removed)
+		time.Now().UTC().Format(time.RFC3339), n, edge, firstLost, lastLost, max(len(runs), 1), w.cfg.DeadLetterStream, removed)
 	w.mu.Unlock()
 	w.log.Error("hub: an edge lost events the hub had copied (a crash before they were durable there): they were never acknowledged; moved to the dead-letter stream",
 		"edge", edge, "lost", n, "edge_seqs", fmt.Sprintf("%d-%d", firstLost, lastLost), "removed_copies", removed,

@@ -1,4 +1,8 @@
-package orderstore
+// Package edgehub is what edges and their hub add to nats' sourcing: the
+// epochs an edge records (where each run's events begin) and the hub's
+// watcher of its sources (a stalled source restarted, an edge's lost
+// events repaired in the aggregate). docs/topologies.md says why.
+package edgehub
 
 import (
 	"context"
@@ -12,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/status"
 )
 
@@ -33,7 +38,24 @@ const (
 	sourceStallAfter = 30 * time.Second
 )
 
-type hubWatch struct {
+// Config is what the watcher needs of the hub's configuration.
+type Config struct {
+	Edges []string // the edges' names (their JetStream domains)
+	// Stream is the edges' stream's name (the same on every edge).
+	Stream string
+	// Spec declares the hub's aggregate stream (with its sources) and its
+	// consumer.
+	Spec bootstrap.Spec
+	// DeadLetterStream takes the events an edge lost, on subjects with
+	// DeadLetterPrefix (the processor's dead-letter subjects).
+	DeadLetterStream, DeadLetterPrefix string
+	// EpochHeader is the header each event's epoch is stamped on (by the
+	// edge's ingest service).
+	EpochHeader string
+}
+
+// Watcher watches a hub's sources; Run runs it, Sources reports them.
+type Watcher struct {
 	cfg   Config
 	js    jetstream.JetStream // the hub's own streams
 	edges *nats.Conn          // the edges' streams, over the leaf links (an inbox of its own)
@@ -52,15 +74,18 @@ type sourceState struct {
 	lastKick time.Time
 }
 
-func newHubWatch(cfg Config, js jetstream.JetStream, edges *nats.Conn, syncMeta func(context.Context) error, log *slog.Logger) *hubWatch {
-	w := &hubWatch{cfg: cfg, js: js, edges: edges, syncMeta: syncMeta, log: log, st: map[string]*sourceState{}, checked: map[string]map[string]bool{}}
-	for _, e := range cfg.Hub.Edges {
+// New returns the watcher of the hub's sources: js reaches the hub's own
+// streams, edges the edges' (over the leaf links, on an inbox of its
+// own); syncMeta makes the metadata nats rewrites durable.
+func New(cfg Config, js jetstream.JetStream, edges *nats.Conn, syncMeta func(context.Context) error, log *slog.Logger) *Watcher {
+	w := &Watcher{cfg: cfg, js: js, edges: edges, syncMeta: syncMeta, log: log, st: map[string]*sourceState{}, checked: map[string]map[string]bool{}}
+	for _, e := range cfg.Edges {
 		w.st[e] = &sourceState{SourceStatus: status.SourceStatus{Edge: e}}
 	}
 	return w
 }
 
-func (w *hubWatch) run(ctx context.Context) error {
+func (w *Watcher) Run(ctx context.Context) error {
 	t := time.NewTicker(sourceWatchEvery)
 	defer t.Stop()
 	for {
@@ -73,8 +98,8 @@ func (w *hubWatch) run(ctx context.Context) error {
 	}
 }
 
-func (w *hubWatch) check(ctx context.Context) {
-	agg := w.cfg.DeclareSpec().Aggregate
+func (w *Watcher) check(ctx context.Context) {
+	agg := w.cfg.Spec.Aggregate
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	st, err := w.js.Stream(cctx, agg.Name)
@@ -96,12 +121,12 @@ func (w *hubWatch) check(ctx context.Context) {
 			nats[si.External.APIPrefix] = si
 		}
 	}
-	for _, edge := range w.cfg.Hub.Edges {
+	for _, edge := range w.cfg.Edges {
 		s := status.SourceStatus{Edge: edge}
 		ectx, ecancel := context.WithTimeout(cctx, time.Second)
 		var epochs []epochStart
 		if ejs, err := jetstream.NewWithDomain(w.edges, edge); err == nil {
-			if es, err := ejs.Stream(ectx, w.cfg.Stream.Name); err == nil {
+			if es, err := ejs.Stream(ectx, w.cfg.Stream); err == nil {
 				s.Reachable, s.EdgeLastSeq = true, es.CachedInfo().State.LastSeq
 				epochs = parseEpochs(es.CachedInfo().Config.Metadata[epochsKey])
 			} else {
@@ -129,7 +154,7 @@ func (w *hubWatch) check(ctx context.Context) {
 }
 
 // update records edge's new state and kicks its source when it is stuck.
-func (w *hubWatch) update(ctx context.Context, edge string, s status.SourceStatus) {
+func (w *Watcher) update(ctx context.Context, edge string, s status.SourceStatus) {
 	w.mu.Lock()
 	prev := w.st[edge]
 	now := time.Now()
@@ -158,8 +183,8 @@ func (w *hubWatch) update(ctx context.Context, edge string, s status.SourceStatu
 
 // kick makes nats create edge's source consumer again: the aggregate
 // without the source, then with it.
-func (w *hubWatch) kick(ctx context.Context, edge string, s status.SourceStatus) {
-	agg := *w.cfg.DeclareSpec().Aggregate
+func (w *Watcher) kick(ctx context.Context, edge string, s status.SourceStatus) {
+	agg := *w.cfg.Spec.Aggregate
 	without := agg
 	without.Sources = slices.DeleteFunc(slices.Clone(agg.Sources), func(ss *jetstream.StreamSource) bool { return ss.Domain == edge })
 	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -175,11 +200,11 @@ func (w *hubWatch) kick(ctx context.Context, edge string, s status.SourceStatus)
 		"stalled_for", time.Since(s.LastAdvance).Round(time.Second).String(), "err", err)
 }
 
-func (w *hubWatch) sources() []status.SourceStatus {
+func (w *Watcher) Sources() []status.SourceStatus {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []status.SourceStatus
-	for _, e := range w.cfg.Hub.Edges {
+	for _, e := range w.cfg.Edges {
 		out = append(out, w.st[e].SourceStatus)
 	}
 	return out
