@@ -696,7 +696,7 @@ func (a *Appliance) startHubWatch(context.Context) (err error) {
 		syncMeta = c.SyncAll
 	}
 	a.hub = edgehub.New(edgehub.Config{Edges: a.cfg.Hub.Edges, Stream: a.cfg.Stream.Name, Spec: a.cfg.DeclareSpec(), DeadLetterStream: a.cfg.Processor.DeadLetterStream,
-		DeadLetterPrefix: deadLetterSubjectPrefix(a.cfg.Processor.DeadLetterStream)},
+		DeadLetterPrefix: deadLetterSubjectPrefix(a.cfg.Processor.DeadLetterStream), EpochHeader: EpochHeader},
 		a.js, a.hubwatch.Conn, syncMeta, a.log)
 	a.sup.add(component{name: "hub watcher", run: a.hub.Run})
 	return nil

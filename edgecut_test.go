@@ -260,7 +260,9 @@ func TestEdgePowerCutLostEventsRepairedAtHub(t *testing.T) {
 	)
 	ctx := context.Background()
 	leafPort := orderstoretest.FreePorts(t, 1)[0]
-	hub := orderstoretest.Start(t, hubConfig(t, leafPort, edgeCutName))
+	hubCfg := orderstoretest.Config(t)
+	hubConfig(t, leafPort, edgeCutName)(&hubCfg)
+	hub := orderstoretest.Start(t, func(c *orderstore.Config) { *c = hubCfg })
 	hjs := embeddedtest.JetStream(t, hub)
 	store := t.TempDir()
 	msgsDir := edgeCutMsgsDir(store)
@@ -453,6 +455,32 @@ func TestEdgePowerCutLostEventsRepairedAtHub(t *testing.T) {
 	})
 	if edge.Exited() {
 		t.Fatalf("the edge exited")
+	}
+
+	// 5. The hub restarts: its watcher checks every epoch boundary again
+	// and finds each copy from the boundary on carrying its epoch:
+	// nothing more is dead-lettered, the aggregate is unchanged.
+	if err := hub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hub = orderstoretest.Start(t, func(c *orderstore.Config) { *c = hubCfg })
+	hjs = embeddedtest.JetStream(t, hub)
+	embeddedtest.WaitFor(t, 60*time.Second, func() error {
+		var st edgeCutStatus
+		getStatus(t, hub, &st)
+		if st.Topology == nil || len(st.Topology.Sources) != 1 || !st.Topology.Sources[0].Reachable {
+			return fmt.Errorf("hub topology %+v: waiting for the watcher to reach the edge (its epochs are checked then)", st.Topology)
+		}
+		if s := st.Topology.Sources[0]; s.LostEvents != 0 || s.Regressions != 0 {
+			t.Fatalf("after the hub's restart: source %+v, want nothing lost again", s)
+		}
+		return nil
+	})
+	if got, err := edgeCutLostAtEdge(ctx, hjs, "ORDER_EVENTS_DLQ"); err != nil || !slices.Equal(got, lost) {
+		t.Errorf("dead letters lost at the edge after the hub's restart: %v (%v), want %v", got, err, lost)
+	}
+	if err := hubHolds(want)(); err != nil {
+		t.Errorf("after the hub's restart: %v", err)
 	}
 }
 

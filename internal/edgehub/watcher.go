@@ -78,6 +78,10 @@ type sourceState struct {
 // streams, edges the edges' (over the leaf links, on an inbox of its
 // own); syncMeta makes the metadata nats rewrites durable.
 func New(cfg Config, js jetstream.JetStream, edges *nats.Conn, syncMeta func(context.Context) error, log *slog.Logger) *Watcher {
+	if cfg.EpochHeader == "" || cfg.DeadLetterPrefix == "" || cfg.Spec.Aggregate == nil {
+		// Without them every copy would look lost at its edge.
+		panic("edgehub: Config needs EpochHeader, DeadLetterPrefix and an aggregate Spec")
+	}
 	w := &Watcher{cfg: cfg, js: js, edges: edges, syncMeta: syncMeta, log: log, st: map[string]*sourceState{}, checked: map[string]map[string]bool{}}
 	for _, e := range cfg.Edges {
 		w.st[e] = &sourceState{SourceStatus: status.SourceStatus{Edge: e}}
