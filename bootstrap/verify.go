@@ -58,7 +58,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
 	if err != nil {
 		return errorf("recovery check", cobj, "", err)
 	}
-	if !consumerAhead(ci, info.State.LastSeq) {
+	if !consumerAhead(ci, info) {
 		return nil
 	}
 	// The stream's state was read first: read it again, so that events
@@ -66,7 +66,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
 	if info, err = s.Info(ctx); err != nil {
 		return errorf("recovery check", obj, "", err)
 	}
-	if !consumerAhead(ci, info.State.LastSeq) {
+	if !consumerAhead(ci, info) {
 		return nil
 	}
 	what := fmt.Sprintf("ack floor %d", ci.AckFloor.Stream)
@@ -82,6 +82,19 @@ func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
 // past the stream's last sequence: the stream lost them, and the
 // consumer would skip the events that reuse their sequence numbers (or
 // wait for ever for the acks of deliveries the stream no longer has).
-func consumerAhead(ci *jetstream.ConsumerInfo, last uint64) bool {
+//
+// A replicated stream without a leader answers from whichever replica the
+// request reached, maybe one still catching up: nothing is judged then
+// (a reset would delete the consumer every node's processor shares). Its
+// deliveries are not judged either (a node catching up may be behind
+// them); its ack floor is, as before.
+func consumerAhead(ci *jetstream.ConsumerInfo, info *jetstream.StreamInfo) bool {
+	last := info.State.LastSeq
+	if info.Cluster != nil && info.Config.Replicas > 1 {
+		if info.Cluster.Leader == "" {
+			return false
+		}
+		return ci.AckFloor.Stream > last
+	}
 	return ci.AckFloor.Stream > last || ci.Delivered.Stream > last
 }

@@ -80,15 +80,21 @@ type AppliedChecker interface {
 // processor calls it before it dead-letters an event whose deliveries ran
 // out without a result. Withhold reports whether the event was applied
 // already (then it is acked, not dead-lettered). Otherwise it records the
-// event as withheld, so that a later Handle of it is a duplicate: a
+// event as withheld, so that a later Handle of it returns ErrWithheld: a
 // processor that still holds an earlier delivery of the event (a sibling
 // on a shared durable, or this one, slowed past ack_wait) cannot apply it
-// after it was dead-lettered. An event is then never both applied and a
+// after it was dead-lettered, and dead-letters it too (if the first dead
+// letter failed, the event is not lost). An event is then never both applied and a
 // dead letter. A Handler without it is asked [AppliedChecker.Applied]
 // instead, which leaves that race open.
 type Withholder interface {
 	Withhold(ctx context.Context, ev Event) (applied bool, err error)
 }
+
+// ErrWithheld is returned (wrapped) by a Handler for an event it withheld
+// (see [Withholder]): the processor dead-letters it (again: the
+// dead-letter stream stores it once) instead of applying it.
+var ErrWithheld = errors.New("withheld: dead-lettered when its deliveries ran out")
 
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, ev Event) error

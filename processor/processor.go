@@ -86,7 +86,12 @@ type Config struct {
 	// got those events). Such events are read back only once the ack floor
 	// has passed them, and applied only if the handler, an
 	// [AppliedChecker], says that they were not (a sibling applies what it
-	// acks); without an AppliedChecker, nothing is read back.
+	// acks); without an AppliedChecker, nothing is read back. Its limit: the
+	// projection forgets which events at or below the ack floor it applied
+	// (it keeps only that floor), so an event of an order written again
+	// after the floor passed the event counts as applied: an outside client
+	// that took it from the shared durable goes unnoticed then. The durable
+	// guard, not this check, keeps outside clients off the durable.
 	Shared bool
 	// Logger; nil discards.
 	Logger *slog.Logger
@@ -670,23 +675,26 @@ func (p *Processor) checkGaps(ctx context.Context, floor uint64) []jetstream.Msg
 	var out []jetstream.Msg
 	for i, g := range due {
 		ms, next, err := p.unapplied(ctx, ac, g)
-		if err != nil {
-			// Checked again at the next look (with the rest).
-			p.log.Warn("cannot check the events a sibling processor was delivered; will retry", "from_seq", next, "to_seq", g.upTo-1, "err", err)
+		out = append(out, ms...)
+		if err != nil || next < g.upTo {
+			// An error, or maxRecover reached: the rest at the next look.
+			if err != nil {
+				p.log.Warn("cannot check the events a sibling processor was delivered; will retry", "from_seq", next, "to_seq", g.upTo-1, "err", err)
+			}
 			p.gapsMu.Lock()
 			p.gaps = append(append([]seqRange{{next, g.upTo}}, due[i+1:]...), p.gaps...)
 			p.gapsMu.Unlock()
-			return append(out, ms...)
+			return out
 		}
-		out = append(out, ms...)
 	}
 	return out
 }
 
 // unapplied reads the events of g from the stream and returns those the
 // handler has not applied (poison events are skipped: they are dead
-// letters, never applied), as recovered events; on an error, also the
-// sequence to go on from.
+// letters, never applied), as recovered events, and the sequence to go on
+// from: g.upTo once it read them all, less after maxRecover of them or an
+// error.
 func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange) ([]jetstream.Msg, uint64, error) {
 	s, err := p.js.Stream(ctx, p.cfg.Stream)
 	if err != nil {
@@ -697,12 +705,14 @@ func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange
 	for next < g.upTo && len(out) < maxRecover {
 		m, err := s.GetMsg(ctx, next, jetstream.WithGetMsgSubject(">"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break // nothing more (deleted events are skipped by the subject filter)
+			next = g.upTo // nothing more (deleted events are skipped by the subject filter)
+			break
 		}
 		if err != nil {
 			return p.recoveredMsgs(out, g.upTo), next, err
 		}
 		if m.Sequence >= g.upTo {
+			next = g.upTo
 			break
 		}
 		ev := Event{Subject: m.Subject, Type: eventType(m.Subject), Data: m.Data, Header: m.Header, Sequence: m.Sequence, Time: m.Time}
@@ -1108,12 +1118,22 @@ func (p *Processor) sync(ctx context.Context) error {
 }
 
 // exhausted settles an event delivered more than MaxDeliver times without
-// a result: acked if the handler had applied it before it was cut short,
-// else dead-lettered without handling it again (an event that crashes the
-// process every time must not crash-loop it forever). A [Withholder]
-// records first that it will not apply it, so that nobody still holding
-// an earlier delivery applies it after that.
+// a result: see deadLetterUnapplied. It is dead-lettered without handling
+// it again (an event that crashes the process every time must not
+// crash-loop it forever).
 func (p *Processor) exhausted(ctx context.Context, it item, dls *deadLetters) {
+	p.deadLetterUnapplied(ctx, it, fmt.Errorf("delivered %d times without a result (max_deliver %d): the processor stopped or exceeded ack_wait on it",
+		it.ev.Delivered, p.cfg.MaxDeliver), dls)
+}
+
+// deadLetterUnapplied dead-letters an event that ran out of deliveries
+// (cause says how), unless the handler applied it after all (an earlier
+// delivery, here or at a sibling, cut short after its write; a write whose
+// ack timed out): then it is acked. A [Withholder] records first that it
+// will not apply it, so that nobody still holding an earlier delivery
+// applies it after that; an [AppliedChecker] is asked (which leaves that
+// race open); without either it is dead-lettered.
+func (p *Processor) deadLetterUnapplied(ctx context.Context, it item, cause error, dls *deadLetters) {
 	check := func(ctx context.Context, ev Event) (bool, error) { return false, nil }
 	ok := false
 	if w, is := p.cfg.Handler.(Withholder); is {
@@ -1125,14 +1145,14 @@ func (p *Processor) exhausted(ctx context.Context, it item, dls *deadLetters) {
 		applied, err := check(ctx, it.ev)
 		if err != nil {
 			p.failed.Add(1)
-			p.log.Warn("cannot tell whether an exhausted event was applied, will retry", "seq", it.ev.Sequence, "err", err)
+			p.log.Warn("cannot tell whether an event out of deliveries was applied, will retry", "seq", it.ev.Sequence, "err", err)
 			p.settled("nak", it.ev, it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
 			return
 		}
 		if applied {
 			if err := p.sync(ctx); err != nil {
 				p.failed.Add(1)
-				p.log.Warn("cannot make an exhausted event's effect durable, will retry", "seq", it.ev.Sequence, "err", err)
+				p.log.Warn("cannot make an applied event's effect durable, will retry", "seq", it.ev.Sequence, "err", err)
 				p.settled("nak", it.ev, it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
 				return
 			}
@@ -1142,8 +1162,7 @@ func (p *Processor) exhausted(ctx context.Context, it item, dls *deadLetters) {
 			return
 		}
 	}
-	p.deadLetter(ctx, it.msg, it.ev, fmt.Errorf("delivered %d times without a result (max_deliver %d): the processor stopped or exceeded ack_wait on it",
-		it.ev.Delivered, p.cfg.MaxDeliver), dls)
+	p.deadLetter(ctx, it.msg, it.ev, cause, dls)
 }
 
 // handleOrder handles one order's events in turn; once ctx is canceled it
@@ -1211,6 +1230,11 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 				break
 			}
 		}
+	case errors.Is(err, ErrWithheld):
+		// Dead-lettered elsewhere (or that dead letter failed and this
+		// delivery is its retry): the dead letter again, which the
+		// dead-letter stream stores once, then the ack.
+		p.deadLetter(ctx, m, ev, err, dls)
 	case errors.Is(err, ErrDuplicate):
 		if p.settled("ack", ev, m.Ack()) {
 			p.duplicates.Add(1)
@@ -1223,7 +1247,7 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 	case errors.Is(err, ErrPoison):
 		p.deadLetter(ctx, m, ev, err, dls)
 	case ev.Delivered >= uint64(p.cfg.MaxDeliver):
-		p.deadLetter(ctx, m, ev, fmt.Errorf("failed %d deliveries: %w", ev.Delivered, err), dls)
+		p.deadLetterUnapplied(ctx, it, fmt.Errorf("failed %d deliveries: %w", ev.Delivered, err), dls)
 	default:
 		p.failed.Add(1)
 		i := min(int(ev.Delivered)-1, len(p.cfg.Backoff)-1)

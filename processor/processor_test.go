@@ -468,7 +468,7 @@ func (f failing) Withhold(ctx context.Context, ev processor.Event) (bool, error)
 // until its deliveries run out and it is dead-lettered; the first one then
 // finishes applying it. The event must not end up both applied and a
 // dead letter: the dead-letter path withholds it in the order's record
-// first, and the late apply is a duplicate. (Before, both happened: in a
+// first, and the late apply finds it withheld and dead-letters it too. (Before, both happened: in a
 // cluster, where every node's processor shares the durable, a loaded node
 // did this to acknowledged events.)
 func TestExhaustedEventIsNotAppliedLate(t *testing.T) {
@@ -494,10 +494,20 @@ func TestExhaustedEventIsNotAppliedLate(t *testing.T) {
 		return nil
 	})
 	close(h.release)
-	if err := <-h.result; !errors.Is(err, processor.ErrDuplicate) {
-		t.Errorf("the late apply of a dead-lettered event returned %v, want ErrDuplicate", err)
+	if err := <-h.result; !errors.Is(err, processor.ErrWithheld) {
+		t.Errorf("the late apply of a dead-lettered event returned %v, want ErrWithheld", err)
 	}
 	e.waitCaughtUp(t, 30*time.Second)
+	// The late one dead-letters it too (had the first dead letter
+	// failed, the event would not be lost): the stream stores it once.
+	if dls, _, err := processor.ListDeadLetters(context.Background(), e.js, e.cfg.Processor.DeadLetterStream, 1, 10); err != nil || len(dls) != 1 {
+		t.Errorf("dead letters %+v (%v), want the one", dls, err)
+	}
+	if st := p1.Stats(); st.DeadLettered == 0 || st.Processed != 1 {
+		// (its deliveries queued behind the held one are dead-lettered
+		// too, each counted, the copy stored once)
+		t.Errorf("the holding processor's stats %+v: want its held event dead-lettered, the other applied", st)
+	}
 	if o, err := e.projection(t).Get(context.Background(), "o-late"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("order o-late = %+v, %v: its only event is a dead letter, want not found", o, err)
 	}

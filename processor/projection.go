@@ -134,10 +134,11 @@ type Projection struct {
 	prefix string // "$KV.<bucket>."
 	now    func() time.Time
 
-	atomicOnce sync.Once
+	bucketMu   sync.Mutex
+	bucketRead bool // atomic and replicated are known
 	atomic     bool // the bucket's stream accepts atomic batches
 	atomicOff  bool
-	replicated bool // the bucket has replicas, which may lag (read once, with atomic)
+	replicated bool // the bucket has replicas, which may lag
 
 	mu    sync.Mutex
 	cache map[string]cached // last known value and revision per order
@@ -290,6 +291,10 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 			var floor uint64
 			for j, ev := range evs {
 				floor = max(floor, ev.AckFloor)
+				if slices.Contains(next.Withheld, ev.Sequence) {
+					errs[j] = fmt.Errorf("event %d of order %q: %w", ev.Sequence, id, ErrWithheld)
+					continue
+				}
 				if next.apply(ev) {
 					changed, errs[j] = true, nil
 				} else {
@@ -386,27 +391,33 @@ func (p *Projection) SetAtomicBatches(on bool) { p.atomicOff = !on }
 
 // useAtomic reports, once, whether the bucket's stream allows atomic batches.
 func (p *Projection) useAtomic(ctx context.Context) bool {
-	p.bucketOnce(ctx)
-	return p.atomic && !p.atomicOff
+	atomic, _ := p.bucketOnce(ctx)
+	return atomic && !p.atomicOff
 }
 
-// bucketOnce reads, once, what the projection needs to know of its
-// bucket's stream: whether it accepts atomic batches and whether it has
-// replicas. Unknown (the read failed): no atomic batches, reads from the
-// leader.
-func (p *Projection) bucketOnce(ctx context.Context) {
-	p.atomicOnce.Do(func() {
-		p.replicated = true
-		st, err := p.kv.Status(ctx)
-		if err != nil {
-			return
-		}
-		if ks, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-			cfg := ks.StreamInfo().Config
-			p.atomic = cfg.AllowAtomicPublish
-			p.replicated = cfg.Replicas > 1
-		}
-	})
+// bucketOnce reads what the projection needs to know of its bucket's
+// stream, until a read succeeds: whether it accepts atomic batches and
+// whether it has replicas. While unknown: no atomic batches, reads from
+// the leader.
+func (p *Projection) bucketOnce(ctx context.Context) (atomic, replicated bool) {
+	p.bucketMu.Lock()
+	defer p.bucketMu.Unlock()
+	defer func() { atomic, replicated = p.atomic, p.replicated }()
+	if p.bucketRead {
+		return
+	}
+	p.atomic, p.replicated = false, true
+	st, err := p.kv.Status(ctx)
+	if err != nil {
+		return
+	}
+	if ks, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		cfg := ks.StreamInfo().Config
+		p.atomic = cfg.AllowAtomicPublish
+		p.replicated = cfg.Replicas > 1
+		p.bucketRead = true
+	}
+	return
 }
 
 // loadLatest is load where its answer must be the latest: from the
@@ -416,8 +427,7 @@ func (p *Projection) bucketOnce(ctx context.Context) {
 // that finds no order: a deleted one's marker has a revision that a write
 // must expect, which only the leader's answer gives.
 func (p *Projection) loadLatest(ctx context.Context, id string) (record, uint64, error) {
-	p.bucketOnce(ctx)
-	if !p.replicated {
+	if _, replicated := p.bucketOnce(ctx); !replicated {
 		if r, rev, err := p.load(ctx, id); err != nil || rev != 0 {
 			return r, rev, err
 		}

@@ -128,7 +128,7 @@ func TestProjectionWithhold(t *testing.T) {
 	ev := func(id string, seq uint64) processor.Event {
 		return processor.Event{OrderID: id, Status: "paid", Type: "paid", Sequence: seq, Time: time.Now()}
 	}
-	// Withheld first: the apply is a duplicate, also from a projection
+	// Withheld first: the apply is refused as withheld, also from a projection
 	// whose cache holds the order as it was before.
 	if err := p2.Handle(ctx, ev("o-1", 1)); err != nil {
 		t.Fatal(err)
@@ -136,8 +136,8 @@ func TestProjectionWithhold(t *testing.T) {
 	if applied, err := p1.Withhold(ctx, ev("o-1", 2)); err != nil || applied {
 		t.Fatalf("Withhold of an event not applied = %t, %v; want false", applied, err)
 	}
-	if err := p2.Handle(ctx, ev("o-1", 2)); !errors.Is(err, processor.ErrDuplicate) {
-		t.Errorf("Handle of a withheld event (stale cache) = %v, want ErrDuplicate", err)
+	if err := p2.Handle(ctx, ev("o-1", 2)); !errors.Is(err, processor.ErrWithheld) {
+		t.Errorf("Handle of a withheld event (stale cache) = %v, want ErrWithheld", err)
 	}
 	if o, err := p1.Get(ctx, "o-1"); err != nil || o.Events != 1 || o.LastSeq != 1 {
 		t.Errorf("o-1 = %+v, %v; want its one applied event", o, err)

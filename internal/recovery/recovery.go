@@ -61,6 +61,7 @@ type Check struct {
 	BuiltinProjection bool
 
 	notes         []string
+	problems      []string // nats' start-up warnings
 	consumerReset bool
 }
 
@@ -93,6 +94,7 @@ func (c *Check) declare(ctx context.Context) error {
 // StartupProblems turns nats-server's start-up warnings about the store
 // into notes.
 func (c *Check) StartupProblems(problems []string) {
+	c.problems = append(c.problems, problems...)
 	for _, p := range problems {
 		if StoreProblem(p) {
 			c.Note("nats: %s", p)
@@ -166,6 +168,9 @@ func (c *Check) Declare(ctx context.Context, clustered bool) error {
 // power cut in a relaxed sync mode, where nats writes it without fsync).
 func (c *Check) notLoaded(ctx context.Context) map[string]int64 {
 	names := []string{c.Spec.Stream.Name}
+	if c.Spec.Aggregate != nil {
+		names = append(names, c.Spec.Aggregate.Name)
+	}
 	if c.Spec.DeadLetter != nil {
 		names = append(names, c.Spec.DeadLetter.Name)
 	}
@@ -249,7 +254,26 @@ func (c *Check) unloadedConsumer(ctx context.Context) error {
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil // loaded (or nats cannot tell now: the declaration will)
 	}
+	if !c.natsNamedConsumer() {
+		// Not loaded for another reason (a limit, a key), its files
+		// intact: the declaration says what.
+		return nil
+	}
 	return c.moveAside("nats did not load it at start-up (its metadata, meta.inf, or its state, o.dat, unreadable, e.g. after a power cut with a relaxed sync_interval: see nats' warning)")
+}
+
+// natsNamedConsumer reports whether one of nats' start-up warnings names
+// the processor's durable: its files (meta.inf) or its state (o.dat, in
+// "Error adding consumer 'account > stream > durable': ...").
+func (c *Check) natsNamedConsumer() bool {
+	dir := c.consumerDir()
+	name := fmt.Sprintf("> %s > %s'", c.Spec.ConsumerStream(), c.Spec.Consumer.Durable)
+	for _, p := range c.problems {
+		if strings.Contains(p, dir) || strings.Contains(p, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // declareRecovering declares the spec; a consumer whose stored state nats
