@@ -1131,14 +1131,26 @@ func (p *Processor) exhausted(ctx context.Context, it item, dls *deadLetters) {
 // delivery, here or at a sibling, cut short after its write; a write whose
 // ack timed out): then it is acked. A [Withholder] records first that it
 // will not apply it, so that nobody still holding an earlier delivery
-// applies it after that; an [AppliedChecker] is asked (which leaves that
-// race open); without either it is dead-lettered.
+// applies it after that (if that mark cannot be written, as in a full
+// bucket, an [AppliedChecker] is asked instead); an [AppliedChecker] alone
+// is asked (which leaves that race open); without either it is
+// dead-lettered.
 func (p *Processor) deadLetterUnapplied(ctx context.Context, it item, cause error, dls *deadLetters) {
 	check := func(ctx context.Context, ev Event) (bool, error) { return false, nil }
 	ok := false
+	ac, isChecker := p.cfg.Handler.(AppliedChecker)
 	if w, is := p.cfg.Handler.(Withholder); is {
-		check, ok = w.Withhold, true
-	} else if ac, is := p.cfg.Handler.(AppliedChecker); is {
+		check, ok = func(ctx context.Context, ev Event) (bool, error) {
+			applied, err := w.Withhold(ctx, ev)
+			if err != nil && isChecker {
+				// The mark cannot be written (a full projection bucket,
+				// where nobody can apply the event either): asked instead.
+				p.log.Warn("cannot withhold an event out of deliveries in its order's record; dead-lettered if it was not applied", "seq", ev.Sequence, "err", err)
+				return ac.Applied(ctx, ev)
+			}
+			return applied, err
+		}, true
+	} else if isChecker {
 		check, ok = ac.Applied, true
 	}
 	if ok {
