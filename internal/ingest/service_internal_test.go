@@ -194,6 +194,14 @@ func TestIngestShedsWhenBehind(t *testing.T) {
 		if d := time.Duration(in.latency.Load()); d <= ingestBehind {
 			return fmt.Errorf("latency %s, want past %s", d, ingestBehind)
 		}
+		// The answers the round sent have arrived (they travel through
+		// nats after the service counted them out).
+		in.mu.Lock()
+		left := in.inFlight
+		in.mu.Unlock()
+		if got := len(answers["heavy"]); got != heavy-left {
+			return fmt.Errorf("%d answers arrived of the %d sent (%d still in flight)", got, heavy-left, left)
+		}
 		return nil
 	})
 	first := len(answers["heavy"])
