@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -266,7 +267,9 @@ func (c *Check) unloadedConsumer(ctx context.Context) error {
 // the processor's durable: its files (meta.inf) or its state (o.dat, in
 // "Error adding consumer 'account > stream > durable': ...").
 func (c *Check) natsNamedConsumer() bool {
-	dir := c.consumerDir()
+	// The directory's tail: nats names it as its store_dir was given to
+	// it, which may be relative.
+	dir := string(filepath.Separator) + filepath.Join(c.Account, "streams", c.Spec.ConsumerStream(), "obs", c.Spec.Consumer.Durable) + string(filepath.Separator)
 	name := fmt.Sprintf("> %s > %s'", c.Spec.ConsumerStream(), c.Spec.Consumer.Durable)
 	for _, p := range c.problems {
 		if strings.Contains(p, dir) || strings.Contains(p, name) {
