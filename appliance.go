@@ -85,6 +85,7 @@ type Appliance struct {
 	dguard   *durableGuard                  // answers clients' requests on the processor's durable
 	hub      *edgehub.Watcher               // a hub's source watcher; nil elsewhere
 	proj     *processor.Projection          // reads, on internal
+	hstream  historyStream                  // the stream history reads come from
 	proc     *processor.Processor           // nil when disabled
 	backupMu sync.Mutex                     // one backup at a time
 
@@ -323,7 +324,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 // taking requests and finishes those in flight before anything else
 // stops.
 func (a *Appliance) openAdmin(context.Context) error {
-	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, Checks: a.checks, Recovery: a.rc.Notes(), Topology: a.topology, Backup: a.backupTar,
+	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, History: historyBackend{a}, Checks: a.checks, Recovery: a.rc.Notes(), Topology: a.topology, Backup: a.backupTar,
 		Publish: func(ctx context.Context, subject string, h nats.Header, data []byte) (*jetstream.PubAck, error) {
 			return a.publishMsg(ctx, subject, h, data)
 		},

@@ -85,8 +85,8 @@ type BackupProgress struct {
 	BytesTotal    uint64 // the stream's size (the snapshot is compressed: usually less arrives)
 }
 
-// Backup writes a consistent backup of the projection bucket, the
-// dead-letter stream and the stream into dir (created; it must be empty),
+// Backup writes a consistent backup of the projection bucket, its history
+// index, the dead-letter stream and the stream into dir (created; it must be empty),
 // while the appliance runs. progress, if set, is called every few
 // chunks.
 func (a *Appliance) Backup(ctx context.Context, dir string, progress func(BackupProgress)) (*BackupManifest, error) {
@@ -98,6 +98,10 @@ func (a *Appliance) Backup(ctx context.Context, dir string, progress func(Backup
 	var names []string
 	if spec.Projection != nil {
 		names = append(names, "KV_"+spec.Projection.Bucket)
+	}
+	if spec.History != nil {
+		// After the projection: a chunk a record counts is in the backup.
+		names = append(names, spec.History.Name)
 	}
 	if spec.DeadLetter != nil {
 		names = append(names, spec.DeadLetter.Name)

@@ -308,12 +308,60 @@ type ProcessorConfig struct {
 	// DeadLetterMaxBytes + ProjectionMaxBytes must fit in
 	// JetStream.MaxFileStore.
 	ProjectionMaxBytes int64
+	// HistoryMaxBytes caps the history index, in bytes: per order, the
+	// stream sequences of its events (about 8 bytes per event), so that
+	// an order's events and its state as of any moment are found without
+	// reading the stream. It is kept in the stream "KV_<projection
+	// bucket>_HISTORY"; beyond the limit (or stream.max_age) the oldest
+	// chunks go, and the events they listed show as no longer retained.
+	// 0 (the default) is 512 MiB (about 60 million events), or what
+	// jetstream.max_file_store leaves next to the stream, the dead letters
+	// and the projection if that is less.
+	HistoryMaxBytes int64
 	// Handler, when set, runs instead of the built-in projection, with the
 	// same delivery, retry, dead-letter and shutdown machinery (a program
 	// embedding orderstore with its own logic). Nil runs the projection of
 	// [NewProjection]. It has no TOML key.
 	Handler processor.Handler
 }
+
+// Default and least size of the history index (Processor.HistoryMaxBytes 0).
+const (
+	defaultHistoryBytes = 512 << 20
+	minHistoryBytes     = 1 << 20
+)
+
+func histTerm(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return " + processor.history_max_bytes " + bytesize.Format(n)
+}
+
+// historyMaxBytes is the history index's limit: Processor.HistoryMaxBytes,
+// or by default 512 MiB or what max_file_store leaves, if less.
+func (c Config) historyMaxBytes() int64 {
+	p, st, j := c.Processor, c.Stream, c.JetStream
+	if p.HistoryMaxBytes > 0 {
+		return p.HistoryMaxBytes
+	}
+	n := int64(defaultHistoryBytes)
+	if j.MaxFileStore > 0 {
+		used := p.DeadLetterMaxBytes + p.ProjectionMaxBytes
+		if st.MaxBytes > 0 {
+			used += st.MaxBytes
+			if c.Hub.Enabled() {
+				used += st.MaxBytes
+			}
+		}
+		n = max(min(n, j.MaxFileStore-used), minHistoryBytes)
+	}
+	return n
+}
+
+// HistoryBucket is the KV bucket of the history index's chunks:
+// "<ProjectionBucket>_HISTORY".
+func (p ProcessorConfig) HistoryBucket() string { return p.ProjectionBucket + "_HISTORY" }
 
 // AdminConfig is the HTTP admin listener ([admin]).
 type AdminConfig struct {
@@ -708,20 +756,29 @@ func (c Config) validateProcessor(bad badFunc) {
 	if p.ProjectionMaxBytes <= 0 {
 		bad("Processor.ProjectionMaxBytes", size(p.ProjectionMaxBytes), "must be a positive size")
 	}
+	if p.HistoryMaxBytes < 0 {
+		bad("Processor.HistoryMaxBytes", size(p.HistoryMaxBytes), "must be a positive size, or 0 for the default")
+	}
+	hist := max(p.HistoryMaxBytes, 0) // the default takes what is left
 	if st.MaxBytes > 0 && p.DeadLetterMaxBytes > 0 && p.ProjectionMaxBytes > 0 && j.MaxFileStore > 0 && st.MaxBytes <= j.MaxFileStore {
-		sum := st.MaxBytes + p.DeadLetterMaxBytes + p.ProjectionMaxBytes
+		sum := st.MaxBytes + p.DeadLetterMaxBytes + p.ProjectionMaxBytes + hist
 		if c.Hub.Enabled() {
 			sum += st.MaxBytes // the aggregate stream has the stream's limits
 		}
 		if sum > j.MaxFileStore {
-			bad("Stream.MaxBytes", size(st.MaxBytes), "stream.max_bytes (twice on a hub: its aggregate stream has the same limit) + processor.dead_letter_max_bytes %s + processor.projection_max_bytes %s = %s exceeds jetstream.max_file_store %s: lower them or raise max_file_store",
-				bytesize.Format(p.DeadLetterMaxBytes), bytesize.Format(p.ProjectionMaxBytes), bytesize.Format(sum), bytesize.Format(j.MaxFileStore))
+			bad("Stream.MaxBytes", size(st.MaxBytes), "stream.max_bytes (twice on a hub: its aggregate stream has the same limit) + processor.dead_letter_max_bytes %s + processor.projection_max_bytes %s%s = %s exceeds jetstream.max_file_store %s: lower them or raise max_file_store",
+				bytesize.Format(p.DeadLetterMaxBytes), bytesize.Format(p.ProjectionMaxBytes), histTerm(hist), bytesize.Format(sum), bytesize.Format(j.MaxFileStore))
+		} else if hist == 0 && j.MaxFileStore-sum < minHistoryBytes {
+			bad("JetStream.MaxFileStore", size(j.MaxFileStore), "leaves %s for the history index next to the stream, the dead letters and the projection; it needs %s: raise max_file_store or lower stream.max_bytes",
+				bytesize.Format(j.MaxFileStore-sum), bytesize.Format(minHistoryBytes))
 		}
-	} else if st.MaxBytes == -1 && j.MaxFileStore > 0 && p.DeadLetterMaxBytes+p.ProjectionMaxBytes >= j.MaxFileStore {
-		bad("JetStream.MaxFileStore", size(j.MaxFileStore), "leaves no room for the stream next to processor.dead_letter_max_bytes and projection_max_bytes")
+	} else if st.MaxBytes == -1 && j.MaxFileStore > 0 && p.DeadLetterMaxBytes+p.ProjectionMaxBytes+hist >= j.MaxFileStore {
+		bad("JetStream.MaxFileStore", size(j.MaxFileStore), "leaves no room for the stream next to processor.dead_letter_max_bytes, projection_max_bytes and history_max_bytes")
 	}
 	if !validBucket(p.ProjectionBucket) {
 		bad("Processor.ProjectionBucket", p.ProjectionBucket, "must be a valid KV bucket name (letters, digits, '-' and '_')")
+	} else if b := p.HistoryBucket(); !validBucket(b) {
+		bad("Processor.ProjectionBucket", p.ProjectionBucket, "is too long: its history bucket %q must be a valid KV bucket name", b)
 	}
 }
 

@@ -125,6 +125,25 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		Storage:     jetstream.FileStorage,
 		Replicas:    st.Replicas,
 	}
+	hb := p.HistoryBucket()
+	spec.History = &jetstream.StreamConfig{
+		Name:        "KV_" + hb,
+		Description: "order history index (managed by orderstore)",
+		Subjects:    []string{"$KV." + hb + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		// A chunk lists events stored before it was written: once
+		// max_age has passed, the stream holds none of them.
+		MaxAge:            st.MaxAge,
+		MaxBytes:          c.historyMaxBytes(),
+		MaxMsgsPerSubject: 1,
+		Discard:           jetstream.DiscardOld,
+		Duplicates:        2 * time.Minute,
+		Replicas:          st.Replicas,
+		AllowDirect:       true,
+		AllowRollup:       true,
+		DenyDelete:        true,
+	}
 	if h := c.Hub; h.Enabled() {
 		agg := spec.Stream
 		agg.Name, agg.Subjects = h.Stream, nil
@@ -212,6 +231,11 @@ func NewProjection(ctx context.Context, js jetstream.JetStream, c Config) (*proc
 	}
 	proj := processor.NewProjection(js, kv)
 	proj.SetAtomicBatches(c.DurabilityMode() == DurabilityAlways)
+	hkv, err := js.KeyValue(ctx, c.Processor.HistoryBucket())
+	if err != nil {
+		return nil, fmt.Errorf("history bucket %q: %w", c.Processor.HistoryBucket(), err)
+	}
+	proj.SetHistory(hkv)
 	return proj, nil
 }
 

@@ -127,6 +127,9 @@ type Backend struct {
 	Processor   Processor // nil when disabled
 	DeadLetters DeadLetters
 	Orders      Orders
+	// History, if set, serves an order's events, its state as of a
+	// point and its dead letters.
+	History History
 	// Checks, if set, adds readiness checks of the parts admin cannot see
 	// (connections, the processor's progress).
 	Checks func(ctx context.Context) []status.Check
@@ -192,6 +195,8 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})))
 	s.mux.Handle("GET /v1/status", s.auth(s.needBackend(s.status)))
 	s.mux.Handle("GET /v1/orders/{id}", s.auth(s.needBackend(s.order)))
+	s.mux.Handle("GET /v1/orders/{id}/events", s.auth(s.needBackend(s.orderEvents)))
+	s.mux.Handle("GET /v1/orders/{id}/dlq", s.auth(s.needBackend(s.orderDeadLetters)))
 	s.mux.Handle("GET /v1/dlq", s.auth(s.needBackend(s.dlqList)))
 	s.mux.Handle("POST /v1/dlq/{seq}/replay", s.auth(s.needBackend(s.dlqReplay)))
 	s.mux.Handle("POST /v1/backup", s.auth(s.needBackend(s.backup)))
@@ -461,6 +466,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) order(w http.ResponseWriter, r *http.Request, b *Backend) {
+	if q := r.URL.Query(); q.Has("as_of") || q.Has("as_of_seq") {
+		s.orderAsOf(w, r, b)
+		return
+	}
 	id := r.PathValue("id")
 	o, err := b.Orders.Order(r.Context(), id)
 	switch {

@@ -24,6 +24,11 @@ type Spec struct {
 	DeadLetter *jetstream.StreamConfig
 	// Projection is the projection KV bucket; nil declares none.
 	Projection *jetstream.KeyValueConfig
+	// History is the stream of the projection's history index, read as a
+	// KV bucket ("KV_<bucket>"); a stream, not a KeyValueConfig, because
+	// it discards its oldest chunks when full (a bucket refuses new
+	// writes). nil declares none.
+	History *jetstream.StreamConfig
 	// Aggregate is a hub's stream that sources Stream and the edges'
 	// streams; nil declares none. When set, Consumer lives on it.
 	Aggregate *jetstream.StreamConfig
@@ -97,6 +102,11 @@ func Declare(ctx context.Context, js jetstream.JetStream, spec Spec, logger *slo
 	}
 	if spec.Projection != nil {
 		if err := declareBucket(ctx, js, *spec.Projection, res); err != nil {
+			return res, err
+		}
+	}
+	if spec.History != nil {
+		if err := declareStream(ctx, js, *spec.History, res); err != nil {
 			return res, err
 		}
 	}

@@ -24,8 +24,8 @@ func TestDeclareIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Created) != 4 {
-		t.Errorf("created %q, want stream, dlq, bucket, consumer", res.Created)
+	if len(res.Created) != 5 {
+		t.Errorf("created %q, want stream, dlq, bucket, history, consumer", res.Created)
 	}
 	res, err = bootstrap.Declare(ctx, js, spec, nil)
 	if err != nil {

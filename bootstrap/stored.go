@@ -39,6 +39,7 @@ func CheckStored(accountDir string, spec Spec) error {
 	stream(&spec.Stream)
 	stream(spec.DeadLetter)
 	stream(spec.Aggregate)
+	stream(spec.History)
 	if c := spec.Consumer; c != nil {
 		s := spec.ConsumerStream()
 		var have jetstream.ConsumerConfig

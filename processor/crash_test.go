@@ -46,7 +46,14 @@ func childProcessor(url string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	pc := cfg.ProcessorConfig(processor.NewProjection(js, kv))
+	proj := processor.NewProjection(js, kv)
+	hkv, err := js.KeyValue(context.Background(), cfg.Processor.HistoryBucket())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	proj.SetHistory(hkv)
+	pc := cfg.ProcessorConfig(proj)
 	pc.BatchSize = 50 // small batches: kills land between apply and ack more often
 	pc.Logger = nil
 	p, err := processor.New(js, pc)
@@ -115,9 +122,13 @@ func TestCrashBetweenApplyAndAck(t *testing.T) {
 	}
 	// Restart: one clean processor finishes the work (redeliveries of what
 	// the killed ones held come after ack_wait).
-	p, _ := e.start(t, e.projection(t))
+	proj := e.projection(t)
+	p, _ := e.start(t, proj)
 	e.waitCaughtUp(t, 60*time.Second)
 	e.checkProjection(t)
+	// The history index too: every applied event listed once, in order,
+	// and the state as of random points the oracle's.
+	e.checkHistory(t, proj, 60, r)
 	dls, _, _ := processor.ListDeadLetters(context.Background(), e.js, e.cfg.Processor.DeadLetterStream, 1, 100_000)
 	for _, d := range dls {
 		if !strings.Contains(d.Error, "without a result") {

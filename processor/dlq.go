@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -280,4 +281,43 @@ func Lag(ctx context.Context, js jetstream.JetStream, stream, durable string) (L
 	l.OldestAt = m.Time
 	l.SecondsBehind = max(time.Since(m.Time).Seconds(), 0)
 	return l, nil
+}
+
+// OrderDeadLetters returns up to limit dead letters of one order (by the
+// "order_id" of their payloads), newest first, from the most recent scan
+// dead letters in stream (the dead-letter stream has no per-order index:
+// the scan bounds the cost). complete is false when older dead letters
+// were left unread.
+func OrderDeadLetters(ctx context.Context, js jetstream.JetStream, stream, orderID string, scan, limit int) (out []DeadLetter, complete bool, err error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, false, fmt.Errorf("dead letters %q: %w", stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("dead letters %q: %w", stream, err)
+	}
+	st := info.State
+	out = []DeadLetter{}
+	if st.Msgs == 0 {
+		return out, true, nil
+	}
+	seq, read := st.LastSeq, 0
+	for ; seq >= st.FirstSeq && seq > 0 && read < scan && len(out) < limit; seq-- {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // replayed: removed
+		}
+		if err != nil {
+			return out, false, fmt.Errorf("dead letters %q: seq %d: %w", stream, seq, err)
+		}
+		read++
+		var env struct {
+			OrderID string `json:"order_id"`
+		}
+		if json.Unmarshal(m.Data, &env) == nil && env.OrderID == orderID {
+			out = append(out, deadLetterFrom(m))
+		}
+	}
+	return out, seq < st.FirstSeq || seq == 0, nil
 }

@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -73,7 +74,13 @@ func (e *env) projection(t testing.TB) *processor.Projection {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return processor.NewProjection(js, kv)
+	p := processor.NewProjection(js, kv)
+	hkv, err := js.KeyValue(context.Background(), e.cfg.Processor.HistoryBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetHistory(hkv)
+	return p
 }
 
 // start runs a processor with h on its own connection until the returned
@@ -190,9 +197,17 @@ func (e *env) waitCaughtUp(t testing.TB, timeout time.Duration) {
 	})
 }
 
-// fold computes, independently of the processor, the projection the stream
-// implies: every valid event not dead-lettered, in stream order.
-func (e *env) fold(t testing.TB) map[string]processor.Order {
+// oracleEvent is one event the oracle folds.
+type oracleEvent struct {
+	seq          uint64
+	subj, status string
+	data         []byte
+	at           time.Time
+}
+
+// oracle reads, independently of the processor, every valid event not
+// dead-lettered, per order, in stream order.
+func (e *env) oracle(t testing.TB) map[string][]oracleEvent {
 	t.Helper()
 	ctx := context.Background()
 	dead := map[uint64]bool{}
@@ -208,49 +223,64 @@ func (e *env) fold(t testing.TB) map[string]processor.Order {
 		t.Fatal(err)
 	}
 	info, _ := s.Info(ctx)
-	// Replayed events name the original they replace.
-	type rec struct {
-		seq  uint64
-		subj string
-		data []byte
-		at   time.Time
-	}
-	var all []rec
+	var all []*jetstream.RawStreamMsg
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // deleted
+		}
 		if err != nil {
 			t.Fatalf("get %d: %v", seq, err)
 		}
+		// Replayed events name the original they replace.
 		if r := m.Header.Get(processor.HeaderReplayOf); r != "" {
 			orig, _ := strconv.ParseUint(r, 10, 64)
 			dead[orig] = true
 		}
-		all = append(all, rec{m.Sequence, m.Subject, m.Data, m.Time})
+		all = append(all, m)
 	}
-	out := map[string]processor.Order{}
-	for _, r := range all {
-		if dead[r.seq] {
+	out := map[string][]oracleEvent{}
+	for _, m := range all {
+		if dead[m.Sequence] {
 			continue
 		}
 		var body struct {
 			OrderID string `json:"order_id"`
 			Status  string `json:"status"`
 		}
-		if json.Unmarshal(r.data, &body) != nil || !processor.ValidOrderID(body.OrderID) {
+		if json.Unmarshal(m.Data, &body) != nil || !processor.ValidOrderID(body.OrderID) {
 			continue
 		}
+		out[body.OrderID] = append(out[body.OrderID], oracleEvent{m.Sequence, m.Subject, body.Status, m.Data, m.Time.UTC()})
+	}
+	return out
+}
+
+// foldOracle folds one order's oracle events: the state they imply.
+func foldOracle(id string, evs []oracleEvent) processor.Order {
+	var o processor.Order
+	for _, r := range evs {
 		typ := r.subj[strings.LastIndex(r.subj, ".")+1:]
-		o := out[body.OrderID]
 		if o.Events == 0 {
-			o.OrderID, o.FirstSeq, o.FirstEventAt = body.OrderID, r.seq, r.at.UTC()
+			o.OrderID, o.FirstSeq, o.FirstEventAt = id, r.seq, r.at
 		}
 		o.Events++
-		o.LastSeq, o.LastEvent, o.LastEventAt = r.seq, typ, r.at.UTC()
-		o.Status = body.Status
+		o.LastSeq, o.LastEvent, o.LastEventAt = r.seq, typ, r.at
+		o.Status = r.status
 		if o.Status == "" {
 			o.Status = typ
 		}
-		out[body.OrderID] = o
+	}
+	return o
+}
+
+// fold computes, independently of the processor, the projection the stream
+// implies: every valid event not dead-lettered, in stream order.
+func (e *env) fold(t testing.TB) map[string]processor.Order {
+	t.Helper()
+	out := map[string]processor.Order{}
+	for id, evs := range e.oracle(t) {
+		out[id] = foldOracle(id, evs)
 	}
 	return out
 }

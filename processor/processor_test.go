@@ -110,6 +110,7 @@ func TestProjectionEqualsFold(t *testing.T) {
 	p, _ := e.start(t, f)
 	e.waitCaughtUp(t, 60*time.Second)
 	e.checkProjection(t)
+	e.checkHistory(t, f.inner, 30, rand.New(rand.NewPCG(1, 1)))
 	// The projection's writes went in atomic batches (one fsync per batch
 	// under sync_interval "always"), not one by one.
 	kvs, _ := e.js.Stream(context.Background(), "KV_"+e.cfg.Processor.ProjectionBucket)
@@ -144,6 +145,7 @@ func TestTwoProcessorsSameDurable(t *testing.T) {
 	e.publish(t, orderEvents(4_000, 300, 0, 4))
 	e.waitCaughtUp(t, 60*time.Second)
 	e.checkProjection(t)
+	e.checkHistory(t, e.projection(t), 30, rand.New(rand.NewPCG(3, 3)))
 	s1, s2 := p1.Stats(), p2.Stats()
 	if s1.Processed == 0 || s2.Processed == 0 {
 		t.Errorf("one processor did nothing: %+v %+v", s1, s2)

@@ -54,6 +54,13 @@ type record struct {
 	// applied and never will be: dead-lettered when their deliveries ran
 	// out ([Projection.Withhold]).
 	Withheld []uint64 `json:"withheld,omitempty"`
+	// History is the history index's tail: the sequences of applied
+	// events not yet sealed into one of the order's HistoryChunks chunks
+	// in the history bucket (see history.go). HistoryBase counts the
+	// events applied before the index began, which it does not list.
+	History       []uint64 `json:"history,omitempty"`
+	HistoryChunks int      `json:"history_chunks,omitempty"`
+	HistoryBase   int      `json:"history_base,omitempty"`
 }
 
 // hasApplied reports whether the event with sequence seq is in the record:
@@ -139,6 +146,9 @@ type Projection struct {
 	atomic     bool // the bucket's stream accepts atomic batches
 	atomicOff  bool
 	replicated bool // the bucket has replicas, which may lag
+
+	hist       jetstream.KeyValue // the history index's chunks; nil: no index
+	histPrefix string             // "$KV.<history bucket>."
 
 	mu    sync.Mutex
 	cache map[string]cached // last known value and revision per order
@@ -266,6 +276,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 		next record
 		msg  *nats.Msg
 		fut  jetstream.PubAckFuture
+		seal []*nats.Msg // history chunks to write before msg
 	}
 	for attempt := 0; len(todo) > 0; attempt++ {
 		ids := make([]string, len(todo))
@@ -287,6 +298,10 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 			next := st.rec
 			next.Applied = slices.Clone(st.rec.Applied)
 			next.Withheld = slices.Clone(st.rec.Withheld)
+			next.History = slices.Clone(st.rec.History)
+			if p.hist != nil {
+				next.historyBaseline()
+			}
 			changed := false
 			var floor uint64
 			for j, ev := range evs {
@@ -296,6 +311,9 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 					continue
 				}
 				if next.apply(ev) {
+					if p.hist != nil {
+						next.indexHistory(ev.Sequence)
+					}
 					changed, errs[j] = true, nil
 				} else {
 					errs[j] = ErrDuplicate
@@ -305,6 +323,11 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 				continue
 			}
 			next.prune(floor)
+			seal, err := p.sealWrites(id, &next)
+			if err != nil {
+				fill(errs, err)
+				continue
+			}
 			next.UpdatedAt = p.now().UTC()
 			data, err := json.Marshal(next)
 			if err != nil {
@@ -313,8 +336,16 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 			}
 			msg := &nats.Msg{Subject: p.prefix + id, Data: data, Header: nats.Header{}}
 			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(st.rev, 10))
-			writes = append(writes, write{i: i, id: id, next: next, msg: msg})
+			writes = append(writes, write{i: i, id: id, next: next, msg: msg, seal: seal})
 		}
+		// Sealed history chunks are written (and acknowledged) before the
+		// records that count them: a record never names a chunk that is
+		// not there. A chunk written for a record that then loses its
+		// compare-and-set is written again, the same, by the retry.
+		writes = writeSeals(p, ctx, writes, func(w write) []*nats.Msg { return w.seal }, func(w write, err error) {
+			p.forget(w.id)
+			fill(results[w.i], fmt.Errorf("projection %q: history index: %w", w.id, err))
+		})
 		// publishEach sends writes one by one, all in flight at once.
 		publishEach := func(ws []write) {
 			for k := range ws {

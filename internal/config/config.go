@@ -112,6 +112,7 @@ type Processor struct {
 	DeadLetterBytes  ByteSize   `toml:"dead_letter_max_bytes" lib:"DeadLetterMaxBytes"`
 	ProjectionBucket string     `toml:"projection_bucket"`
 	ProjectionBytes  ByteSize   `toml:"projection_max_bytes" lib:"ProjectionMaxBytes"`
+	HistoryBytes     ByteSize   `toml:"history_max_bytes" lib:"HistoryMaxBytes"`
 }
 
 // Admin is the HTTP admin listener.

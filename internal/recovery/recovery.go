@@ -178,6 +178,9 @@ func (c *Check) notLoaded(ctx context.Context) map[string]int64 {
 	if c.Spec.Projection != nil {
 		names = append(names, "KV_"+c.Spec.Projection.Bucket)
 	}
+	if c.Spec.History != nil {
+		names = append(names, c.Spec.History.Name)
+	}
 	out := map[string]int64{}
 	for _, name := range names {
 		if _, err := c.JS.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {

@@ -1,0 +1,192 @@
+package admin
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/orderstore/orderstore/processor"
+)
+
+// History reads an order's story through the projection's history index.
+// Unknown orders match Backend.NotFound; processor.ErrNotRetained and
+// processor.ErrNoHistory are answered 410 and 501.
+type History interface {
+	OrderEvents(ctx context.Context, id string, from, limit int, states bool) (processor.HistoryPage, error)
+	OrderAsOf(ctx context.Context, id string, point processor.AsOfPoint) (processor.AsOfState, error)
+	// OrderDeadLetters returns the order's dead letters among the most
+	// recent ones (complete: all were read).
+	OrderDeadLetters(ctx context.Context, id string) (items []processor.DeadLetter, complete bool, err error)
+}
+
+// historyEvent is an event of GET /v1/orders/{id}/events.
+type historyEvent struct {
+	Position int    `json:"position"`
+	Seq      uint64 `json:"seq"`
+	// Retained false: the stream no longer holds it (only seq is known;
+	// 0 when the index entry listing it is gone too).
+	Retained bool `json:"retained"`
+	// Replaced: the stream holds another event at seq (this one was lost
+	// in a power cut before it was durable, and its sequence reused).
+	Replaced bool                `json:"replaced,omitempty"`
+	Edge     string              `json:"edge,omitempty"`
+	Subject  string              `json:"subject,omitempty"`
+	Type     string              `json:"type,omitempty"`
+	Time     *time.Time          `json:"time,omitempty"`
+	Headers  map[string][]string `json:"headers,omitempty"`
+	// Data is the payload when it is JSON; DataBase64 otherwise.
+	Data       json.RawMessage  `json:"data,omitempty"`
+	DataBase64 string           `json:"data_base64,omitempty"`
+	State      *processor.Order `json:"state,omitempty"`
+}
+
+func toHistoryEvent(e processor.HistoryEvent) historyEvent {
+	h := historyEvent{Position: e.Position, Seq: e.Sequence, Retained: e.Retained, Replaced: e.Replaced, Edge: e.Edge,
+		Subject: e.Subject, Type: e.Type, Headers: e.Header, State: e.State}
+	if e.Retained {
+		t := e.Time
+		h.Time = &t
+		if json.Valid(e.Data) {
+			h.Data = e.Data
+		} else {
+			h.DataBase64 = base64.StdEncoding.EncodeToString(e.Data)
+		}
+	}
+	return h
+}
+
+// historyError answers err of a history call; false when there is none.
+func (s *Server) historyError(w http.ResponseWriter, b *Backend, id string, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case b.NotFound != nil && errors.Is(err, b.NotFound):
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("order %q not found", clip(id))})
+	case errors.Is(err, processor.ErrNotRetained):
+		writeJSON(w, http.StatusGone, map[string]string{"error": err.Error(),
+			"hint": "the stream's retention (stream.max_age, max_bytes, max_msgs) removed the order's events up to that point; ask for a later point"})
+	case errors.Is(err, processor.ErrNoHistory):
+		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": err.Error(),
+			"hint": "a custom processor Handler replaces the projection that keeps the history index"})
+	default:
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+	}
+	return true
+}
+
+// orderEvents serves GET /v1/orders/{id}/events?from=&limit=&states=.
+func (s *Server) orderEvents(w http.ResponseWriter, r *http.Request, b *Backend) {
+	if b.History == nil {
+		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this server keeps no order history"})
+		return
+	}
+	id := r.PathValue("id")
+	q := r.URL.Query()
+	from, err := queryInt(q.Get("from"), 0)
+	if err != nil || from < 0 {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "from must be a position in the order's history: 0 or more"})
+		return
+	}
+	limit, err := queryInt(q.Get("limit"), 100)
+	if err != nil || limit < 1 || limit > processor.MaxHistoryPage {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("limit must be 1..%d", processor.MaxHistoryPage)})
+		return
+	}
+	states, err := queryBool(q.Get("states"))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "states must be true or false"})
+		return
+	}
+	page, err := b.History.OrderEvents(r.Context(), id, from, limit, states)
+	if s.historyError(w, b, id, err) {
+		return
+	}
+	evs := make([]historyEvent, len(page.Events))
+	for i, e := range page.Events {
+		evs[i] = toHistoryEvent(e)
+	}
+	out := map[string]any{"order_id": page.OrderID, "total": page.Total, "from": page.From, "events": evs}
+	if page.Unindexed > 0 {
+		out["unindexed"] = page.Unindexed
+	}
+	if page.Next > 0 {
+		out["next"] = page.Next
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// orderAsOf serves GET /v1/orders/{id}?as_of=RFC3339&as_of_seq=N.
+func (s *Server) orderAsOf(w http.ResponseWriter, r *http.Request, b *Backend) {
+	if b.History == nil {
+		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this server keeps no order history"})
+		return
+	}
+	id := r.PathValue("id")
+	q := r.URL.Query()
+	var point processor.AsOfPoint
+	if v := q.Get("as_of"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("as_of %q is not an RFC 3339 time, e.g. 2026-12-02T14:02:00Z", clip(v))})
+			return
+		}
+		point.Time = t
+	}
+	if v := q.Get("as_of_seq"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("as_of_seq %q must be a stream sequence: 1 or more", clip(v))})
+			return
+		}
+		point.Seq = n
+	}
+	st, err := b.History.OrderAsOf(r.Context(), id, point)
+	if s.historyError(w, b, id, err) {
+		return
+	}
+	asOf := map[string]any{"events": st.Folded, "complete": st.Complete, "last_seq": st.Last}
+	if point.Seq > 0 {
+		asOf["seq"] = point.Seq
+	}
+	if !point.Time.IsZero() {
+		asOf["time"] = point.Time
+	}
+	if st.NotRetained > 0 {
+		asOf["not_retained"] = st.NotRetained
+	}
+	if st.Unindexed > 0 {
+		asOf["unindexed"] = st.Unindexed
+	}
+	// The order's fields, and where they stand.
+	body, _ := json.Marshal(st.Order)
+	var out map[string]any
+	json.Unmarshal(body, &out)
+	out["as_of"] = asOf
+	writeJSON(w, http.StatusOK, out)
+}
+
+// orderDeadLetters serves GET /v1/orders/{id}/dlq.
+func (s *Server) orderDeadLetters(w http.ResponseWriter, r *http.Request, b *Backend) {
+	if b.History == nil {
+		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this server keeps no order history"})
+		return
+	}
+	id := r.PathValue("id")
+	items, complete, err := b.History.OrderDeadLetters(r.Context(), id)
+	if s.historyError(w, b, id, err) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"order_id": id, "items": items, "complete": complete})
+}
+
+func queryBool(s string) (bool, error) {
+	if s == "" {
+		return false, nil
+	}
+	return strconv.ParseBool(s)
+}

@@ -1,0 +1,183 @@
+package orderstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/processor"
+)
+
+// An order's history, read through the projection's history index
+// (processor/history.go): its events, and its state as of any moment.
+type (
+	// OrderEvent is one event of an order's history.
+	OrderEvent = processor.HistoryEvent
+	// OrderHistory is a page of an order's history.
+	OrderHistory = processor.HistoryPage
+	// AsOf is a point in an order's history: a stream sequence, a time,
+	// or both.
+	AsOf = processor.AsOfPoint
+	// OrderAsOf is an order's state as of a point.
+	OrderAsOf = processor.AsOfState
+)
+
+// ErrNotRetained is matched by [Appliance.OrderAsOf]'s error for a point
+// before the first event of the order that the stream still holds.
+var ErrNotRetained = processor.ErrNotRetained
+
+// ErrNoHistory is matched by the history calls' error when the appliance
+// keeps no history index: a custom Processor.Handler replaces the
+// projection that keeps it.
+var ErrNoHistory = processor.ErrNoHistory
+
+// historyStream is the stream the projection folds (a hub's aggregate),
+// read by sequence; looked up once.
+type historyStream struct {
+	mu sync.Mutex
+	s  jetstream.Stream
+}
+
+func (h *historyStream) get(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.s != nil {
+		return h.s, nil
+	}
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("stream %q: %w", name, err)
+	}
+	h.s = s
+	return s, nil
+}
+
+// OrderEvents returns up to limit (at most 1000) of an order's events,
+// oldest first, from position from (0 is its first event), with the
+// position to go on from (0 at the end). Events the stream no longer
+// holds are listed with Retained false. On a hub each event's Edge names
+// where it came from. An unknown or invalid id matches [ErrNotFound].
+func (a *Appliance) OrderEvents(ctx context.Context, id string, from, limit int) (OrderHistory, error) {
+	return a.orderEvents(ctx, id, from, limit, false)
+}
+
+// OrderEventStates is [Appliance.OrderEvents] with each event's State:
+// the order's state after it, by the live projection's fold. It folds
+// every event before from too.
+func (a *Appliance) OrderEventStates(ctx context.Context, id string, from, limit int) (OrderHistory, error) {
+	return a.orderEvents(ctx, id, from, limit, true)
+}
+
+func (a *Appliance) orderEvents(ctx context.Context, id string, from, limit int, states bool) (OrderHistory, error) {
+	if err := a.historyReady(id); err != nil {
+		return OrderHistory{}, err
+	}
+	s, err := a.hstream.get(ctx, a.js, a.cfg.DeclareSpec().ConsumerStream())
+	if err != nil {
+		return OrderHistory{}, err
+	}
+	read := a.proj.History
+	if states {
+		read = a.proj.HistoryStates
+	}
+	page, err := read(ctx, s, id, from, limit)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return OrderHistory{}, fmt.Errorf("order %q: %w", id, ErrNotFound)
+	}
+	if a.cfg.Hub.Enabled() {
+		for i := range page.Events {
+			page.Events[i].Edge = edgeOf(page.Events[i].Subject)
+		}
+	}
+	return page, err
+}
+
+// OrderAsOf returns an order's state as of point: the fold of its events
+// up to it, by the same code as the live projection. An order without
+// events up to the point (or an unknown or invalid id) matches
+// [ErrNotFound]; a point before the first event the stream still holds
+// matches [ErrNotRetained].
+func (a *Appliance) OrderAsOf(ctx context.Context, id string, point AsOf) (OrderAsOf, error) {
+	if err := a.historyReady(id); err != nil {
+		return OrderAsOf{}, err
+	}
+	s, err := a.hstream.get(ctx, a.js, a.cfg.DeclareSpec().ConsumerStream())
+	if err != nil {
+		return OrderAsOf{}, err
+	}
+	st, err := a.proj.AsOf(ctx, s, id, point)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return st, fmt.Errorf("order %q had no event as of %s: %w", id, describePoint(point), ErrNotFound)
+	}
+	return st, err
+}
+
+func (a *Appliance) historyReady(id string) error {
+	if a.cfg.Processor.Handler != nil {
+		return fmt.Errorf("order %q: %w", id, ErrNoHistory)
+	}
+	if !processor.ValidOrderID(id) {
+		return fmt.Errorf("order %q: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// edgeOf is the edge an aggregate stream's subject came from: its first
+// token (HubLocalPrefix for the hub's own events).
+func edgeOf(subject string) string {
+	if i := strings.IndexByte(subject, '.'); i > 0 {
+		return subject[:i]
+	}
+	return ""
+}
+
+func describePoint(p AsOf) string {
+	var parts []string
+	if p.Seq > 0 {
+		parts = append(parts, fmt.Sprintf("sequence %d", p.Seq))
+	}
+	if !p.Time.IsZero() {
+		parts = append(parts, p.Time.UTC().Format(time.RFC3339Nano))
+	}
+	if len(parts) == 0 {
+		return "now"
+	}
+	return strings.Join(parts, " and ")
+}
+
+// historyBackend is the admin server's view of the history calls.
+type historyBackend struct{ a *Appliance }
+
+func (h historyBackend) OrderEvents(ctx context.Context, id string, from, limit int, states bool) (OrderHistory, error) {
+	if !states {
+		return h.a.OrderEvents(ctx, id, from, limit)
+	}
+	return h.a.OrderEventStates(ctx, id, from, limit)
+}
+
+func (h historyBackend) OrderAsOf(ctx context.Context, id string, point AsOf) (OrderAsOf, error) {
+	return h.a.OrderAsOf(ctx, id, point)
+}
+
+func (h historyBackend) OrderDeadLetters(ctx context.Context, id string) ([]DeadLetter, bool, error) {
+	return h.a.OrderDeadLetters(ctx, id)
+}
+
+// orderDeadLetterScan bounds how many of the most recent dead letters
+// OrderDeadLetters reads: the dead-letter stream has no per-order index.
+const orderDeadLetterScan = 10_000
+
+// OrderDeadLetters returns up to 100 dead letters of an order, newest
+// first, among the 10,000 most recent (complete: all dead letters were
+// read).
+func (a *Appliance) OrderDeadLetters(ctx context.Context, id string) ([]DeadLetter, bool, error) {
+	if !processor.ValidOrderID(id) {
+		return nil, false, fmt.Errorf("order %q: %w", id, ErrNotFound)
+	}
+	return processor.OrderDeadLetters(ctx, a.js, a.cfg.Processor.DeadLetterStream, id, orderDeadLetterScan, 100)
+}

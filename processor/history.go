@@ -1,0 +1,490 @@
+package processor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// An order's history index: the stream sequences of the events the
+// projection applied to it, in stream order, so that its events can be
+// read back (and folded again, up to any point) without reading the
+// stream. The newest sequences are kept in the order's record (its
+// "history" tail); every HistoryChunk of them that lie at or below the
+// consumer's ack floor (no earlier event of the order can still arrive)
+// are sealed into one value of the history bucket, under
+// "<order id>.<chunk number>". A lookup therefore costs one read of the
+// record, one read per HistoryChunk events and one read per event: it
+// grows with the order's events, never with the stream. The record stays
+// small (at most the unsealed tail) however many events an order has.
+
+// HistoryChunk is how many sequences one sealed chunk of an order's
+// history index holds.
+const HistoryChunk = 256
+
+// MaxHistoryPage bounds the events of one history page.
+const MaxHistoryPage = 1000
+
+// maxHistoryPageBytes bounds the payload and header bytes of one page:
+// a page stops early (Next says where to go on) rather than exceed it.
+const maxHistoryPageBytes = 4 << 20
+
+// historyGetParallel bounds the event reads of a page in flight at once.
+const historyGetParallel = 16
+
+// ErrNoHistory says the projection keeps no history index
+// ([Projection.SetHistory] was not called).
+var ErrNoHistory = errors.New("the projection keeps no history index")
+
+// ErrNotRetained is returned (wrapped) by [Projection.AsOf] for a point
+// before the first event of the order that the stream still holds.
+var ErrNotRetained = errors.New("the stream no longer holds the order's events up to that point")
+
+// SetHistory makes the projection keep each order's history index, with
+// its sealed chunks in kv (the appliance's "<projection bucket>_HISTORY").
+// Call it before the first batch. Records written before the index
+// existed count their earlier events as unindexed ([HistoryPage.Unindexed]).
+func (p *Projection) SetHistory(kv jetstream.KeyValue) {
+	p.hist = kv
+	p.histPrefix = "$KV." + kv.Bucket() + "."
+}
+
+// historyCount is how many of r's events the index lists.
+func (r *record) historyCount() int { return r.HistoryChunks*HistoryChunk + len(r.History) }
+
+// historyBaseline counts the events of a record written before the index
+// existed (or while it was off) as unindexed. Call it before applying.
+func (r *record) historyBaseline() {
+	if n := r.Events - r.HistoryBase - r.historyCount(); n > 0 {
+		r.HistoryBase += n
+	}
+}
+
+// indexHistory adds seq to r's history tail (sorted: a retried event can
+// arrive after later ones).
+func (r *record) indexHistory(seq uint64) {
+	i, found := slices.BinarySearch(r.History, seq)
+	if !found {
+		r.History = slices.Insert(r.History, i, seq)
+	}
+}
+
+// sealable returns the chunks of r's tail ready to be sealed: every
+// HistoryChunk sequences at or below the applied floor, oldest first.
+func (r *record) sealable() [][]uint64 {
+	n, _ := slices.BinarySearch(r.History, r.AppliedFloor+1)
+	var out [][]uint64
+	for i := 0; i+HistoryChunk <= n; i += HistoryChunk {
+		out = append(out, r.History[i:i+HistoryChunk])
+	}
+	return out
+}
+
+// historyKey is the history bucket's key of chunk n of an order. The
+// chunk number, a last token without dots, keeps keys of different
+// orders apart ("a.1" chunk 0 is "a.1.0"; "a" chunk 1 is "a.1").
+func historyKey(orderID string, n int) string { return orderID + "." + strconv.Itoa(n) }
+
+// sealWrites returns the writes of the chunks next seals, and seals them
+// in next (its tail shrinks, its chunk count grows).
+func (p *Projection) sealWrites(id string, next *record) ([]*nats.Msg, error) {
+	if p.hist == nil {
+		return nil, nil
+	}
+	var msgs []*nats.Msg
+	chunks := next.sealable()
+	for _, c := range chunks {
+		data, err := json.Marshal(c)
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, &nats.Msg{Subject: p.histPrefix + historyKey(id, next.HistoryChunks), Data: data})
+		next.HistoryChunks++
+	}
+	if len(chunks) > 0 {
+		next.History = slices.Clone(next.History[len(chunks)*HistoryChunk:])
+		if len(next.History) == 0 {
+			next.History = nil
+		}
+	}
+	return msgs, nil
+}
+
+// HistoryEvent is one event of an order's history.
+type HistoryEvent struct {
+	// Position is the event's place in the order's indexed history, from 0.
+	Position int
+	Sequence uint64
+	// Retained is false when the stream no longer holds the event
+	// (retention removed it): only Sequence is known.
+	Retained bool
+	// Replaced is true when the stream holds, at Sequence, an event of
+	// another order: the applied event was lost (a power cut before it
+	// was durable, with a relaxed sync_interval) and its sequence reused.
+	Replaced bool
+	// Edge is, on a hub, the edge the event came from (the first token of
+	// its subject in the aggregate stream; "hub" for the hub's own).
+	Edge    string
+	Subject string
+	Type    string
+	Status  string
+	Time    time.Time
+	Header  nats.Header
+	Data    []byte
+	// State is the order's state after the event, from
+	// [Projection.HistoryStates]; nil otherwise.
+	State *Order
+}
+
+// HistoryPage is a page of an order's history.
+type HistoryPage struct {
+	OrderID string
+	// Total is how many events the index lists; Unindexed how many
+	// earlier events the order had when the index began (an upgrade from
+	// a version without one): those are not listed.
+	Total, Unindexed int
+	// Events are the page's, oldest first, from position From.
+	From   int
+	Events []HistoryEvent
+	// Next is the position to read on from; 0 at the end.
+	Next int
+}
+
+// History returns up to limit (at most MaxHistoryPage) of an order's
+// events from position from (0 is its first indexed event), read from
+// stream s, the stream the projection folds. An unknown order is
+// jetstream.ErrKeyNotFound.
+func (p *Projection) History(ctx context.Context, s jetstream.Stream, orderID string, from, limit int) (HistoryPage, error) {
+	if p.hist == nil {
+		return HistoryPage{}, ErrNoHistory
+	}
+	if from < 0 {
+		return HistoryPage{}, fmt.Errorf("history of %q: position %d is negative", orderID, from)
+	}
+	limit = min(max(limit, 1), MaxHistoryPage)
+	r, err := p.readRecord(ctx, orderID)
+	if err != nil {
+		return HistoryPage{}, err
+	}
+	page := HistoryPage{OrderID: orderID, Total: r.historyCount(), Unindexed: r.HistoryBase, From: from}
+	seqs, err := p.historySeqs(ctx, orderID, r, from, limit)
+	if err != nil {
+		return page, err
+	}
+	page.Events, err = p.historyEvents(ctx, s, orderID, from, seqs)
+	if err != nil {
+		return page, err
+	}
+	if next := from + len(page.Events); next < page.Total {
+		page.Next = next
+	}
+	return page, nil
+}
+
+// readRecord reads an order's record; a record of withheld events only
+// is not an order.
+func (p *Projection) readRecord(ctx context.Context, orderID string) (record, error) {
+	e, err := p.kv.Get(ctx, orderID)
+	if err != nil {
+		return record{}, err
+	}
+	var r record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return record{}, fmt.Errorf("projection %q: stored value is not an order: %w", orderID, err)
+	}
+	if r.Events == 0 {
+		return record{}, jetstream.ErrKeyNotFound
+	}
+	return r, nil
+}
+
+// historySeqs returns the sequences at positions [from, from+limit) of
+// r's index.
+func (p *Projection) historySeqs(ctx context.Context, orderID string, r record, from, limit int) ([]uint64, error) {
+	var out []uint64
+	sealed := r.HistoryChunks * HistoryChunk
+	for pos := from; pos < from+limit && pos < r.historyCount(); {
+		if pos >= sealed {
+			end := min(from+limit, r.historyCount())
+			return append(out, r.History[pos-sealed:end-sealed]...), nil
+		}
+		n := pos / HistoryChunk
+		e, err := p.hist.Get(ctx, historyKey(orderID, n))
+		if err != nil {
+			return out, fmt.Errorf("history of %q: chunk %d of its index: %w (lost with a power cut before it was durable? rebuild the projection)", orderID, n, err)
+		}
+		var chunk []uint64
+		if err := json.Unmarshal(e.Value(), &chunk); err != nil || len(chunk) != HistoryChunk {
+			return out, fmt.Errorf("history of %q: chunk %d of its index is damaged (%d sequences, %v)", orderID, n, len(chunk), err)
+		}
+		end := min(from+limit, (n+1)*HistoryChunk)
+		out = append(out, chunk[pos-n*HistoryChunk:end-n*HistoryChunk]...)
+		pos = end
+	}
+	return out, nil
+}
+
+// historyEvents reads the events at seqs (positions from on) from s,
+// historyGetParallel at once, and cuts the page where its bytes pass
+// maxHistoryPageBytes.
+func (p *Projection) historyEvents(ctx context.Context, s jetstream.Stream, orderID string, from int, seqs []uint64) ([]HistoryEvent, error) {
+	out := make([]HistoryEvent, len(seqs))
+	errs := make([]error, len(seqs))
+	sem := make(chan struct{}, historyGetParallel)
+	var wg sync.WaitGroup
+	for i, seq := range seqs {
+		out[i] = HistoryEvent{Position: from + i, Sequence: seq}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			m, err := s.GetMsg(ctx, seq)
+			switch {
+			case errors.Is(err, jetstream.ErrMsgNotFound):
+				return
+			case err != nil:
+				errs[i] = fmt.Errorf("history of %q: event %d: %w", orderID, seq, err)
+				return
+			}
+			ev := &out[i]
+			ev.Retained = true
+			ev.Subject, ev.Type, ev.Time, ev.Header, ev.Data = m.Subject, eventType(m.Subject), m.Time.UTC(), m.Header, m.Data
+			id, status, perr := parse(m.Subject, m.Data)
+			if perr != nil || id != orderID {
+				ev.Replaced = true
+				return
+			}
+			ev.Status = status
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	size := 0
+	for i := range out {
+		size += len(out[i].Data) + headerSize(out[i].Header)
+		if size > maxHistoryPageBytes && i > 0 {
+			return out[:i], nil
+		}
+	}
+	return out, nil
+}
+
+// AsOfPoint is a point in an order's history: its events up to stream
+// sequence Seq (0: no bound) and stored at or before Time (zero: no
+// bound).
+type AsOfPoint struct {
+	Seq  uint64
+	Time time.Time
+}
+
+func (a AsOfPoint) includes(seq uint64, t time.Time) bool {
+	return (a.Seq == 0 || seq <= a.Seq) && (a.Time.IsZero() || !t.After(a.Time))
+}
+
+// AsOfState is an order's state as of a point.
+type AsOfState struct {
+	// Order is the fold of the order's events up to the point, by the
+	// projection's own fold (UpdatedAt is the last folded event's time).
+	Order Order
+	// Folded counts the events folded. NotRetained counts the events up
+	// to the point that the stream no longer holds, and Unindexed those
+	// older than the history index: neither is in Order. Complete is
+	// true when both are 0.
+	Folded, NotRetained, Unindexed int
+	Complete                       bool
+	// Last is the sequence of the last folded event.
+	Last uint64
+}
+
+// AsOf folds an order's events up to point, read through its history
+// index from stream s, with the same fold as the live projection: at a
+// point past its last event it equals [Projection.Get] (but UpdatedAt).
+// An order with no event up to the point is jetstream.ErrKeyNotFound; a
+// point before the first event the stream still holds is ErrNotRetained.
+func (p *Projection) AsOf(ctx context.Context, s jetstream.Stream, orderID string, point AsOfPoint) (AsOfState, error) {
+	if p.hist == nil {
+		return AsOfState{}, ErrNoHistory
+	}
+	r, err := p.readRecord(ctx, orderID)
+	if err != nil {
+		return AsOfState{}, err
+	}
+	st, _, err := p.foldUpTo(ctx, s, orderID, r, point, r.historyCount())
+	if err != nil {
+		return st, err
+	}
+	if st.Folded == 0 {
+		if st.NotRetained > 0 || r.HistoryBase > 0 {
+			return st, fmt.Errorf("order %q: %w (%d events not retained, %d older than the history index)", orderID, ErrNotRetained, st.NotRetained, r.HistoryBase)
+		}
+		return st, jetstream.ErrKeyNotFound
+	}
+	return st, nil
+}
+
+// foldUpTo folds the events of r's index at positions below end that lie
+// within point, and returns the state and the fold's record.
+func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID string, r record, point AsOfPoint, end int) (AsOfState, record, error) {
+	var folded record
+	st := AsOfState{Unindexed: r.HistoryBase}
+	pending := 0 // events not retained, before the next retained one
+	done := false
+	for from := 0; from < end && !done; from += HistoryChunk {
+		seqs, err := p.historySeqs(ctx, orderID, r, from, min(HistoryChunk, end-from))
+		if err != nil {
+			return st, folded, err
+		}
+		evs, err := p.historyEventsAll(ctx, s, orderID, from, seqs)
+		if err != nil {
+			return st, folded, err
+		}
+		for _, he := range evs {
+			if !he.Retained {
+				if point.Seq != 0 && he.Sequence > point.Seq {
+					done = true
+					break
+				}
+				pending++
+				continue
+			}
+			if he.Replaced {
+				continue
+			}
+			if !point.includes(he.Sequence, he.Time) {
+				done = true
+				break
+			}
+			st.NotRetained += pending
+			pending = 0
+			folded.apply(he.event(orderID))
+			st.Folded++
+			st.Last = he.Sequence
+		}
+	}
+	// Events not retained before the first event past the point (or the
+	// end) are counted within it: with a time point their times are
+	// unknown, and an answer that may miss them says so.
+	st.NotRetained += pending
+	st.Order = folded.Order
+	st.Order.UpdatedAt = folded.LastEventAt
+	st.Complete = st.NotRetained == 0 && st.Unindexed == 0
+	return st, folded, nil
+}
+
+// historyEventsAll is historyEvents without the page's byte bound.
+func (p *Projection) historyEventsAll(ctx context.Context, s jetstream.Stream, orderID string, from int, seqs []uint64) ([]HistoryEvent, error) {
+	evs, err := p.historyEvents(ctx, s, orderID, from, seqs)
+	for err == nil && len(evs) < len(seqs) {
+		var more []HistoryEvent
+		more, err = p.historyEvents(ctx, s, orderID, from+len(evs), seqs[len(evs):])
+		evs = append(evs, more...)
+	}
+	return evs, err
+}
+
+// event is he as the fold sees it.
+func (he *HistoryEvent) event(orderID string) Event {
+	return Event{Subject: he.Subject, Type: he.Type, OrderID: orderID, Status: he.Status, Data: he.Data, Header: he.Header, Sequence: he.Sequence, Time: he.Time}
+}
+
+// HistoryStates is [Projection.History] with, for each listed event, the
+// order's state after it (State; nil before any event was folded): the
+// fold of the order's events up to it, by the live projection's fold. It
+// folds every event before the page too, so its cost grows with from.
+func (p *Projection) HistoryStates(ctx context.Context, s jetstream.Stream, orderID string, from, limit int) (HistoryPage, error) {
+	page, err := p.History(ctx, s, orderID, from, limit)
+	if err != nil || len(page.Events) == 0 {
+		return page, err
+	}
+	r, err := p.readRecord(ctx, orderID)
+	if err != nil {
+		return page, err
+	}
+	_, folded, err := p.foldUpTo(ctx, s, orderID, r, AsOfPoint{}, min(from, r.historyCount()))
+	if err != nil {
+		return page, err
+	}
+	for i := range page.Events {
+		he := &page.Events[i]
+		if he.Retained && !he.Replaced {
+			folded.apply(he.event(orderID))
+		}
+		if folded.Events > 0 {
+			o := folded.Order
+			o.UpdatedAt = o.LastEventAt
+			he.State = &o
+		}
+	}
+	return page, nil
+}
+
+// writeSeals writes the sealed chunks of writes, all in flight at once,
+// and returns the writes whose chunks are stored (failed calls fail for
+// the others).
+func writeSeals[W any](p *Projection, ctx context.Context, writes []W, seals func(W) []*nats.Msg, failed func(W, error)) []W {
+	type pending struct {
+		w    int
+		futs []jetstream.PubAckFuture
+		err  error
+	}
+	var ps []pending
+	for k, w := range writes {
+		if len(seals(w)) == 0 {
+			continue
+		}
+		pd := pending{w: k}
+		for _, m := range seals(w) {
+			f, err := p.js.PublishMsgAsync(m)
+			if err != nil {
+				pd.err = err
+				break
+			}
+			pd.futs = append(pd.futs, f)
+		}
+		ps = append(ps, pd)
+	}
+	if len(ps) == 0 {
+		return writes
+	}
+	bad := map[int]bool{}
+	for _, pd := range ps {
+		err := pd.err
+		for _, f := range pd.futs {
+			select {
+			case <-f.Ok():
+			case e := <-f.Err():
+				err = cmpOr(err, e)
+			case <-ctx.Done():
+				err = cmpOr(err, ctx.Err())
+			}
+		}
+		if err != nil {
+			bad[pd.w] = true
+			failed(writes[pd.w], err)
+		}
+	}
+	out := writes[:0:0]
+	for k, w := range writes {
+		if !bad[k] {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,232 @@
+package processor_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/processor"
+)
+
+// checkHistory compares, for up to n orders (the hottest first, then
+// random ones), the history index with the oracle: every event listed in
+// stream order with its bytes, and the state as of random sequences and
+// times equal to the oracle's fold up to there.
+func (e *env) checkHistory(t testing.TB, p *processor.Projection, n int, r *rand.Rand) {
+	t.Helper()
+	ctx := context.Background()
+	want := e.oracle(t)
+	s, err := e.js.Stream(ctx, e.cfg.Stream.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	slices.SortStableFunc(ids, func(a, b string) int { return len(want[b]) - len(want[a]) })
+	hot, rest := ids[:min(3, len(ids))], ids[min(3, len(ids)):]
+	r.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
+	sample := append(slices.Clone(hot), rest[:min(max(n-len(hot), 0), len(rest))]...)
+	for _, id := range sample {
+		evs := want[id]
+		var got []processor.HistoryEvent
+		for from := 0; ; {
+			page, err := p.History(ctx, s, id, from, 1+r.IntN(300))
+			if err != nil {
+				t.Fatalf("history of %q from %d: %v", id, from, err)
+			}
+			if page.Total != len(evs) || page.Unindexed != 0 {
+				t.Fatalf("history of %q: total %d, unindexed %d; the stream holds %d of its events", id, page.Total, page.Unindexed, len(evs))
+			}
+			got = append(got, page.Events...)
+			if page.Next == 0 {
+				break
+			}
+			if page.Next != from+len(page.Events) {
+				t.Fatalf("history of %q: page from %d has %d events but next is %d", id, from, len(page.Events), page.Next)
+			}
+			from = page.Next
+		}
+		if len(got) != len(evs) {
+			t.Fatalf("history of %q lists %d events, the oracle %d", id, len(got), len(evs))
+		}
+		for i, g := range got {
+			w := evs[i]
+			if g.Position != i || g.Sequence != w.seq || !g.Retained || g.Replaced || g.Subject != w.subj || string(g.Data) != string(w.data) || !g.Time.Equal(w.at) {
+				t.Fatalf("history of %q, event %d: got %+v, want seq %d %s %s", id, i, g, w.seq, w.subj, w.data)
+			}
+		}
+		// As of random points, by sequence and by time.
+		for range 4 {
+			k := r.IntN(len(evs))
+			for _, point := range []processor.AsOfPoint{{Seq: evs[k].seq}, {Time: evs[k].at}} {
+				var upto []oracleEvent
+				for _, ev := range evs {
+					if (point.Seq == 0 || ev.seq <= point.Seq) && (point.Time.IsZero() || !ev.at.After(point.Time)) {
+						upto = append(upto, ev)
+					}
+				}
+				st, err := p.AsOf(ctx, s, id, point)
+				if err != nil {
+					t.Fatalf("%q as of %+v: %v", id, point, err)
+				}
+				wo := foldOracle(id, upto)
+				wo.UpdatedAt = wo.LastEventAt
+				if st.Order != wo || !st.Complete || st.Folded != len(upto) {
+					t.Fatalf("%q as of %+v:\n got %+v (folded %d, complete %v)\nwant %+v (%d events)", id, point, st.Order, st.Folded, st.Complete, wo, len(upto))
+				}
+			}
+		}
+		// Before its first event, the order did not exist.
+		if evs[0].seq > 1 {
+			if _, err := p.AsOf(ctx, s, id, processor.AsOfPoint{Seq: evs[0].seq - 1}); !errors.Is(err, jetstream.ErrKeyNotFound) {
+				t.Fatalf("%q as of sequence %d, before its first event: %v, want not found", id, evs[0].seq-1, err)
+			}
+		}
+		// At its last event, the fold is the live projection's state.
+		live, err := p.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := p.AsOf(ctx, s, id, processor.AsOfPoint{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live.UpdatedAt = st.Order.UpdatedAt
+		if st.Order != live {
+			t.Fatalf("%q as of now: %+v, live projection %+v", id, st.Order, live)
+		}
+	}
+}
+
+// An order's history index lists every event it applied, in stream
+// order, across sealed chunks and the record's tail; the record stays
+// small however many events the order has; as-of folds match an
+// independent fold.
+func TestHistoryIndex(t *testing.T) {
+	e := newEnv(t)
+	r := rand.New(rand.NewPCG(7, 7))
+	var msgs []*nats.Msg
+	// One hot order (several chunks), a few warm ones, many cold ones,
+	// interleaved; retried deliveries reorder some of them.
+	for i := range 3000 {
+		id := fmt.Sprintf("cold-%d", r.IntN(400))
+		switch x := r.IntN(10); {
+		case x < 4:
+			id = "hot"
+		case x < 6:
+			id = fmt.Sprintf("warm-%d", r.IntN(5))
+		}
+		msgs = append(msgs, event("orders."+[]string{"created", "paid", "shipped"}[i%3], id, []string{"", "open", "done"}[r.IntN(3)], ""))
+	}
+	p := e.projection(t)
+	e.start(t, &flaky{inner: p, failShare: 17})
+	// In waves: a chunk is sealed once the consumer's ack floor has
+	// passed its events, which a later event of the order carries.
+	for wave := range 3 {
+		e.publish(t, msgs[wave*1000:(wave+1)*1000])
+		e.waitCaughtUp(t, 60*time.Second)
+	}
+	kv, err := e.js.KeyValue(context.Background(), e.cfg.Processor.ProjectionBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Events        int      `json:"events"`
+		History       []uint64 `json:"history"`
+		HistoryChunks int      `json:"history_chunks"`
+	}
+	var size int
+	// The hot order's record keeps only the unsealed tail: once the
+	// processor's view of the ack floor (refreshed every second) has
+	// passed the earlier waves, the next event seals them.
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		e.publish(t, []*nats.Msg{event("orders.paid", "hot", "", "")})
+		e.waitCaughtUp(t, 60*time.Second)
+		entry, err := kv.Get(context.Background(), "hot")
+		if err != nil {
+			return err
+		}
+		size = len(entry.Value())
+		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.HistoryChunks*processor.HistoryChunk+len(rec.History) != rec.Events {
+			t.Fatalf("hot order: %d events, but %d chunks and a tail of %d", rec.Events, rec.HistoryChunks, len(rec.History))
+		}
+		if len(rec.History) >= processor.HistoryChunk {
+			return fmt.Errorf("hot order: a tail of %d sequences, %d chunks", len(rec.History), rec.HistoryChunks)
+		}
+		return nil
+	})
+	t.Logf("hot order: %d events, %d chunks, a tail of %d, record %d bytes", rec.Events, rec.HistoryChunks, len(rec.History), size)
+	e.checkProjection(t)
+	e.checkHistory(t, p, 40, r)
+}
+
+// Events the stream no longer holds are listed as such, by sequence; a
+// point before the first retained one says so; a later point folds what
+// is left and says it is incomplete.
+func TestHistoryRetention(t *testing.T) {
+	e := newEnv(t)
+	var msgs []*nats.Msg
+	for i := range 20 {
+		msgs = append(msgs, event("orders.step", "o-1", fmt.Sprintf("s%d", i), ""))
+	}
+	seqs := e.publish(t, msgs)
+	p := e.projection(t)
+	e.start(t, p)
+	e.waitCaughtUp(t, 30*time.Second)
+	ctx := context.Background()
+	s, err := e.js.Stream(ctx, e.cfg.Stream.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Retention removes the first 8 (a purge up to them does the same).
+	if err := s.Purge(ctx, jetstream.WithPurgeSequence(seqs[8])); err != nil {
+		t.Fatal(err)
+	}
+	page, err := p.History(ctx, s, "o-1", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Events) != 20 || page.Next != 0 {
+		t.Fatalf("history lists %d events (next %d), want all 20", len(page.Events), page.Next)
+	}
+	for i, ev := range page.Events {
+		if ev.Sequence != seqs[i] || ev.Retained != (i >= 8) {
+			t.Errorf("event %d: sequence %d retained %v; want sequence %d retained %v", i, ev.Sequence, ev.Retained, seqs[i], i >= 8)
+		}
+	}
+	if _, err := p.AsOf(ctx, s, "o-1", processor.AsOfPoint{Seq: seqs[5]}); !errors.Is(err, processor.ErrNotRetained) {
+		t.Errorf("as of sequence %d (removed): %v, want ErrNotRetained", seqs[5], err)
+	}
+	st, err := p.AsOf(ctx, s, "o-1", processor.AsOfPoint{Seq: seqs[12]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Complete || st.NotRetained != 8 || st.Folded != 5 || st.Order.Status != "s12" || st.Last != seqs[12] {
+		t.Errorf("as of sequence %d: %+v; want 5 folded, 8 not retained, status s12, incomplete", seqs[12], st)
+	}
+	// Paging bounds: a negative position is refused, a huge limit capped.
+	if _, err := p.History(ctx, s, "o-1", -1, 10); err == nil {
+		t.Error("a negative position was accepted")
+	}
+	if page, err := p.History(ctx, s, "o-1", 25, 1<<30); err != nil || len(page.Events) != 0 || page.Next != 0 {
+		t.Errorf("past the end: %+v, %v", page, err)
+	}
+	if _, err := p.History(ctx, s, "nobody", 0, 10); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("unknown order: %v", err)
+	}
+}
