@@ -144,4 +144,37 @@ func TestEdgesForwardToHub(t *testing.T) {
 		}
 		return nil
 	})
+	// One order's story told by two edges: the hub's history lists both
+	// events, in the aggregate's order, each with its edge.
+	for _, e := range []struct {
+		app  *orderstore.Appliance
+		subj string
+	}{{e1, "orders.created"}, {e2, "orders.shipped"}} {
+		js := embeddedtest.JetStream(t, e.app)
+		if _, err := js.Publish(ctx, e.subj, []byte(`{"order_id":"shared-1"}`)); err != nil {
+			t.Fatal(err)
+		}
+		embeddedtest.WaitFor(t, 20*time.Second, func() error {
+			o, err := hub.Order(ctx, "shared-1")
+			if err != nil {
+				return err
+			}
+			if o.LastEvent != e.subj[len("orders."):] {
+				return fmt.Errorf("hub's shared-1: %+v", o)
+			}
+			return nil
+		})
+	}
+	h, err := hub.OrderEvents(ctx, "shared-1", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Events) != 2 || h.Events[0].Edge != "edge-1" || h.Events[1].Edge != "edge-2" || h.Events[0].Subject != "edge-1.orders.created" ||
+		h.Events[1].Type != "shipped" || !h.Events[0].Retained || h.Events[0].Sequence >= h.Events[1].Sequence {
+		t.Errorf("hub's history of shared-1: %+v", h)
+	}
+	st, err := hub.OrderAsOf(ctx, "shared-1", orderstore.AsOf{Seq: h.Events[0].Sequence})
+	if err != nil || st.Order.LastEvent != "created" || st.Folded != 1 || !st.Complete {
+		t.Errorf("hub's shared-1 as of its first event: %+v, %v", st, err)
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/orderstoretest"
 	"github.com/orderstore/orderstore/processor"
 )
@@ -198,12 +198,7 @@ func (e *env) waitCaughtUp(t testing.TB, timeout time.Duration) {
 }
 
 // oracleEvent is one event the oracle folds.
-type oracleEvent struct {
-	seq          uint64
-	subj, status string
-	data         []byte
-	at           time.Time
-}
+type oracleEvent = testkit.OracleEvent
 
 // oracle reads, independently of the processor, every valid event not
 // dead-lettered, per order, in stream order.
@@ -251,28 +246,13 @@ func (e *env) oracle(t testing.TB) map[string][]oracleEvent {
 		if json.Unmarshal(m.Data, &body) != nil || !processor.ValidOrderID(body.OrderID) {
 			continue
 		}
-		out[body.OrderID] = append(out[body.OrderID], oracleEvent{m.Sequence, m.Subject, body.Status, m.Data, m.Time.UTC()})
+		out[body.OrderID] = append(out[body.OrderID], oracleEvent{Seq: m.Sequence, Subject: m.Subject, Status: body.Status, Data: m.Data, Time: m.Time.UTC()})
 	}
 	return out
 }
 
 // foldOracle folds one order's oracle events: the state they imply.
-func foldOracle(id string, evs []oracleEvent) processor.Order {
-	var o processor.Order
-	for _, r := range evs {
-		typ := r.subj[strings.LastIndex(r.subj, ".")+1:]
-		if o.Events == 0 {
-			o.OrderID, o.FirstSeq, o.FirstEventAt = id, r.seq, r.at
-		}
-		o.Events++
-		o.LastSeq, o.LastEvent, o.LastEventAt = r.seq, typ, r.at
-		o.Status = r.status
-		if o.Status == "" {
-			o.Status = typ
-		}
-	}
-	return o
-}
+func foldOracle(id string, evs []oracleEvent) processor.Order { return testkit.FoldOrder(id, evs) }
 
 // fold computes, independently of the processor, the projection the stream
 // implies: every valid event not dead-lettered, in stream order.

@@ -63,17 +63,17 @@ func (e *env) checkHistory(t testing.TB, p *processor.Projection, n int, r *rand
 		}
 		for i, g := range got {
 			w := evs[i]
-			if g.Position != i || g.Sequence != w.seq || !g.Retained || g.Replaced || g.Subject != w.subj || string(g.Data) != string(w.data) || !g.Time.Equal(w.at) {
-				t.Fatalf("history of %q, event %d: got %+v, want seq %d %s %s", id, i, g, w.seq, w.subj, w.data)
+			if g.Position != i || g.Sequence != w.Seq || !g.Retained || g.Replaced || g.Subject != w.Subject || string(g.Data) != string(w.Data) || !g.Time.Equal(w.Time) {
+				t.Fatalf("history of %q, event %d: got %+v, want seq %d %s %s", id, i, g, w.Seq, w.Subject, w.Data)
 			}
 		}
 		// As of random points, by sequence and by time.
 		for range 4 {
 			k := r.IntN(len(evs))
-			for _, point := range []processor.AsOfPoint{{Seq: evs[k].seq}, {Time: evs[k].at}} {
+			for _, point := range []processor.AsOfPoint{{Seq: evs[k].Seq}, {Time: evs[k].Time}} {
 				var upto []oracleEvent
 				for _, ev := range evs {
-					if (point.Seq == 0 || ev.seq <= point.Seq) && (point.Time.IsZero() || !ev.at.After(point.Time)) {
+					if (point.Seq == 0 || ev.Seq <= point.Seq) && (point.Time.IsZero() || !ev.Time.After(point.Time)) {
 						upto = append(upto, ev)
 					}
 				}
@@ -89,9 +89,9 @@ func (e *env) checkHistory(t testing.TB, p *processor.Projection, n int, r *rand
 			}
 		}
 		// Before its first event, the order did not exist.
-		if evs[0].seq > 1 {
-			if _, err := p.AsOf(ctx, s, id, processor.AsOfPoint{Seq: evs[0].seq - 1}); !errors.Is(err, jetstream.ErrKeyNotFound) {
-				t.Fatalf("%q as of sequence %d, before its first event: %v, want not found", id, evs[0].seq-1, err)
+		if evs[0].Seq > 1 {
+			if _, err := p.AsOf(ctx, s, id, processor.AsOfPoint{Seq: evs[0].Seq - 1}); !errors.Is(err, jetstream.ErrKeyNotFound) {
+				t.Fatalf("%q as of sequence %d, before its first event: %v, want not found", id, evs[0].Seq-1, err)
 			}
 		}
 		// At its last event, the fold is the live projection's state.

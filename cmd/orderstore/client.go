@@ -103,12 +103,15 @@ func (c *adminClient) do(method, path string, out any) error {
 		return withHint(fmt.Errorf("admin %s%s: 401 unauthorized", c.base, path), "pass -token, set $ORDERSTORE_ADMIN_TOKEN, or -config with admin.token")
 	}
 	if resp.StatusCode >= 300 {
-		var e struct{ Error string }
+		var e struct{ Error, Hint string }
 		json.Unmarshal(body, &e)
 		if e.Error == "" {
 			e.Error = strings.TrimSpace(string(body))
 		}
 		err := fmt.Errorf("admin %s %s: %s: %s", method, path, resp.Status, e.Error)
+		if e.Hint != "" {
+			return withHint(err, e.Hint)
+		}
 		if resp.StatusCode == http.StatusServiceUnavailable {
 			// Not an answer: the appliance is starting (recovering its
 			// streams) and has no data to give yet.

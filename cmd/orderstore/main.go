@@ -31,6 +31,7 @@ commands:
   run      [-config FILE]            run the appliance (no file: built-in defaults)
   check    [-config FILE] [-print]   validate the config and preflight; -print shows the effective config
   status   [-admin URL] [-json]      summary of a running instance (durability, stream vs limits, lag, DLQ)
+  order    ID [-events] [-as-of T]   an order's state, its events (-events), its state as of a time or sequence
   dlq list [-from SEQ] [-limit N]    list dead letters of a running instance
   dlq replay SEQ... | -all           republish dead letters to their original subjects
   backup   [-config FILE] DIR        back up the stream, dead letters and projection of a running instance
@@ -54,6 +55,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return checkCmd(ctx, rest, stdout, stderr)
 	case "status":
 		return statusCmd(rest, stdout, stderr)
+	case "order":
+		return orderCmd(rest, stdout, stderr)
 	case "dlq":
 		return dlqCmd(rest, stdout, stderr)
 	case "backup":

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/orderstore/orderstore"
+)
+
+const orderUsage = `usage: orderstore order [flags] ID
+  ID alone prints the order's current state (the projection).
+  -events          its events, oldest first (-from POS, -limit N, -all; -states adds the state after each)
+  -as-of WHEN      its state as of WHEN: an RFC 3339 time (2026-12-02T14:02:00Z) or a stream sequence
+  -json            print the API's JSON
+  and -admin URL, -token T, -config FILE to reach the admin listener
+`
+
+// orderCmd prints an order's state, its history or its state as of a
+// point, from a running instance's admin API.
+func orderCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("order", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, orderUsage) }
+	client := clientFlags(fs)
+	events := fs.Bool("events", false, "list the order's events")
+	from := fs.Int("from", 0, "events: first position (0 is the order's first event)")
+	limit := fs.Int("limit", 100, "events: at most this many (1..1000)")
+	all := fs.Bool("all", false, "events: every event, page by page")
+	states := fs.Bool("states", false, "events: the order's state after each")
+	asOf := fs.String("as-of", "", "state as of an RFC 3339 time or a stream sequence")
+	asJSON := fs.Bool("json", false, "print JSON")
+	// Flags may come before or after the id.
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	var id string
+	if fs.NArg() > 0 {
+		id = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return exitUsage
+		}
+	}
+	if id == "" || fs.NArg() > 0 {
+		fmt.Fprint(stderr, orderUsage)
+		return exitUsage
+	}
+	if *events && *asOf != "" {
+		fmt.Fprintln(stderr, "orderstore order: -events and -as-of do not go together")
+		return exitUsage
+	}
+	if *limit < 1 || *limit > 1000 || *from < 0 {
+		fmt.Fprintln(stderr, "orderstore order: -limit must be 1..1000 and -from 0 or more")
+		return exitUsage
+	}
+	q := url.Values{}
+	if *asOf != "" {
+		if n, err := strconv.ParseUint(*asOf, 10, 64); err == nil {
+			q.Set("as_of_seq", strconv.FormatUint(n, 10))
+		} else if _, err := time.Parse(time.RFC3339Nano, *asOf); err == nil {
+			q.Set("as_of", *asOf)
+		} else {
+			fmt.Fprintf(stderr, "orderstore order: -as-of %q is neither an RFC 3339 time (2026-12-02T14:02:00Z) nor a stream sequence\n", *asOf)
+			return exitUsage
+		}
+	}
+	c, err := client()
+	if err != nil {
+		printErr(stderr, err)
+		return exitUsage
+	}
+	path := "/v1/orders/" + url.PathEscape(id)
+	if !*events {
+		if len(q) > 0 {
+			path += "?" + q.Encode()
+		}
+		var o map[string]any
+		if err := c.do("GET", path, &o); err != nil {
+			printErr(stderr, err)
+			return exitFailure
+		}
+		printOrder(stdout, o, *asJSON)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	if !*asJSON {
+		fmt.Fprintln(tw, "POS\tSEQ\tTIME\tTYPE\tEDGE\tSTATUS AFTER\tDATA")
+	}
+	for pos := *from; ; {
+		q.Set("from", strconv.Itoa(pos))
+		q.Set("limit", strconv.Itoa(*limit))
+		if *states {
+			q.Set("states", "true")
+		}
+		var page historyPage
+		if err := c.do("GET", path+"/events?"+q.Encode(), &page); err != nil {
+			tw.Flush()
+			printErr(stderr, err)
+			return exitFailure
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			enc.Encode(page)
+		} else {
+			for _, e := range page.Events {
+				fmt.Fprintln(tw, e.row())
+			}
+		}
+		if page.Unindexed > 0 && pos == *from && !*asJSON {
+			defer fmt.Fprintf(stderr, "%d earlier events of this order predate the history index and are not listed\n", page.Unindexed)
+		}
+		if page.Next == 0 || !*all {
+			tw.Flush()
+			if page.Next != 0 {
+				fmt.Fprintf(stderr, "more: orderstore order -events -from %d %s (or -all)\n", page.Next, id)
+			}
+			if page.Total == 0 && !*asJSON {
+				fmt.Fprintln(stderr, "no events listed")
+			}
+			return exitOK
+		}
+		pos = page.Next
+	}
+}
+
+// historyPage is GET /v1/orders/{id}/events.
+type historyPage struct {
+	OrderID   string         `json:"order_id"`
+	Total     int            `json:"total"`
+	Unindexed int            `json:"unindexed,omitempty"`
+	From      int            `json:"from"`
+	Next      int            `json:"next,omitempty"`
+	Events    []historyEvent `json:"events"`
+}
+
+type historyEvent struct {
+	Position   int                 `json:"position"`
+	Seq        uint64              `json:"seq"`
+	Retained   bool                `json:"retained"`
+	Replaced   bool                `json:"replaced,omitempty"`
+	Edge       string              `json:"edge,omitempty"`
+	Subject    string              `json:"subject,omitempty"`
+	Type       string              `json:"type,omitempty"`
+	Time       *time.Time          `json:"time,omitempty"`
+	Headers    map[string][]string `json:"headers,omitempty"`
+	Data       json.RawMessage     `json:"data,omitempty"`
+	DataBase64 string              `json:"data_base64,omitempty"`
+	State      *orderstore.Order   `json:"state,omitempty"`
+}
+
+func (e historyEvent) row() string {
+	if !e.Retained {
+		return fmt.Sprintf("%d\t%d\t-\t-\t\t\t(no longer retained)", e.Position, e.Seq)
+	}
+	data := preview(e.Data)
+	if e.DataBase64 != "" {
+		b, _ := base64.StdEncoding.DecodeString(e.DataBase64)
+		data = preview(b)
+	}
+	if e.Replaced {
+		data = "(lost: the stream holds another event at this sequence) " + data
+	}
+	status := ""
+	if e.State != nil {
+		status = e.State.Status
+	}
+	t := ""
+	if e.Time != nil {
+		t = e.Time.Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("%d\t%d\t%s\t%s\t%s\t%s\t%s", e.Position, e.Seq, t, clip(e.Type, 40), e.Edge, clip(status, 40), data)
+}
+
+// printOrder prints an order (with "as_of" when asked as of a point).
+func printOrder(w io.Writer, o map[string]any, asJSON bool) {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(o)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, k := range []string{"order_id", "status", "last_event", "events", "first_seq", "last_seq", "first_event_at", "last_event_at", "updated_at"} {
+		if v, ok := o[k]; ok {
+			fmt.Fprintf(tw, "%s\t%v\n", k, v)
+		}
+	}
+	if a, ok := o["as_of"].(map[string]any); ok {
+		line := fmt.Sprintf("the fold of %v events up to sequence %v", a["events"], a["last_seq"])
+		if a["complete"] != true {
+			line += fmt.Sprintf("; INCOMPLETE: %v events no longer retained, %v older than the history index", orZero(a["not_retained"]), orZero(a["unindexed"]))
+		}
+		fmt.Fprintf(tw, "as_of\t%s\n", line)
+	}
+	tw.Flush()
+}
+
+func orZero(v any) any {
+	if v == nil {
+		return 0
+	}
+	return v
+}

@@ -1,0 +1,205 @@
+package orderstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testkit"
+	"github.com/orderstore/orderstore/orderstoretest"
+)
+
+// historyOracle reads the stream: every event per order, in stream order.
+func historyOracle(t *testing.T, js jetstream.JetStream) map[string][]testkit.OracleEvent {
+	t.Helper()
+	ctx := context.Background()
+	s, err := js.Stream(ctx, "ORDER_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]testkit.OracleEvent{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b struct{ OrderID, Status string }
+		if err := json.Unmarshal(m.Data, &b); err != nil {
+			t.Fatal(err)
+		}
+		out[b.OrderID] = append(out[b.OrderID], testkit.OracleEvent{Seq: m.Sequence, Subject: m.Subject, Status: b.Status, Data: m.Data, Time: m.Time.UTC()})
+	}
+	return out
+}
+
+// An order's history and its state as of random points, over HTTP and the
+// library, equal an independent fold of the stream, before and after a
+// restart; hostile paging and points get a clear 4xx.
+func TestOrderHistoryMatchesTheStream(t *testing.T) {
+	store := t.TempDir()
+	cfgFn := func(c *orderstore.Config) {
+		c.JetStream.StoreDir = store
+		c.Admin.Listen = "127.0.0.1:0"
+	}
+	app := orderstoretest.Start(t, cfgFn)
+	r := rand.New(rand.NewPCG(9, 9))
+	ids := []string{"hot/1", "A/b=c_d-e.f", "o-2", "o-3", "o-4"}
+	publish := func(app *orderstore.Appliance, n int) {
+		js := embeddedtest.JetStream(t, app)
+		for i := range n {
+			id := ids[r.IntN(len(ids))]
+			if r.IntN(2) == 0 {
+				id = "hot/1"
+			}
+			typ := []string{"created", "paid", "shipped"}[r.IntN(3)]
+			body := fmt.Sprintf(`{"order_id":%q,"status":"s-%d","i":%d}`, id, i, i)
+			if _, err := js.Publish(context.Background(), "orders."+typ, []byte(body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		embeddedtest.WaitFor(t, 60*time.Second, func() error {
+			l, err := app.Lag(context.Background())
+			if err != nil {
+				return err
+			}
+			if l.Pending+uint64(l.AckPending) != 0 {
+				return fmt.Errorf("lag %+v", l)
+			}
+			return nil
+		})
+	}
+	check := func(app *orderstore.Appliance) {
+		t.Helper()
+		want := historyOracle(t, embeddedtest.JetStream(t, app))
+		for _, id := range ids {
+			evs := want[id]
+			if len(evs) == 0 {
+				continue
+			}
+			var got []json.RawMessage
+			for from := 0; ; {
+				var page struct {
+					Total, Next int
+					Events      []json.RawMessage
+				}
+				path := fmt.Sprintf("/v1/orders/%s/events?from=%d&limit=%d&states=true", url.PathEscape(id), from, 1+r.IntN(150))
+				if code := adminJSON(t, app, path, &page); code != 200 {
+					t.Fatalf("GET %s: %d", path, code)
+				}
+				if page.Total != len(evs) {
+					t.Fatalf("%s: total %d, the stream holds %d of its events", id, page.Total, len(evs))
+				}
+				got = append(got, page.Events...)
+				if page.Next == 0 {
+					break
+				}
+				from = page.Next
+			}
+			if len(got) != len(evs) {
+				t.Fatalf("%s: %d events listed, the stream holds %d", id, len(got), len(evs))
+			}
+			for i, raw := range got {
+				var e struct {
+					Seq      uint64
+					Retained bool
+					Subject  string
+					Data     json.RawMessage
+					State    *orderstore.Order
+				}
+				if err := json.Unmarshal(raw, &e); err != nil {
+					t.Fatal(err)
+				}
+				w := testkit.FoldOrder(id, evs[:i+1])
+				w.UpdatedAt = w.LastEventAt
+				if e.Seq != evs[i].Seq || !e.Retained || e.Subject != evs[i].Subject || string(e.Data) != string(evs[i].Data) || e.State == nil || *e.State != w {
+					t.Fatalf("%s event %d: %s\nwant seq %d %s %s, state %+v", id, i, raw, evs[i].Seq, evs[i].Subject, evs[i].Data, w)
+				}
+			}
+			for range 5 {
+				k := r.IntN(len(evs))
+				w := testkit.FoldOrder(id, evs[:k+1])
+				w.UpdatedAt = w.LastEventAt
+				for _, q := range []string{fmt.Sprintf("as_of_seq=%d", evs[k].Seq), "as_of=" + url.QueryEscape(evs[k].Time.Format(time.RFC3339Nano))} {
+					var o struct {
+						orderstore.Order
+						AsOf struct {
+							Events   int
+							Complete bool
+						} `json:"as_of"`
+					}
+					path := "/v1/orders/" + url.PathEscape(id) + "?" + q
+					if code := adminJSON(t, app, path, &o); code != 200 {
+						t.Fatalf("GET %s: %d", path, code)
+					}
+					if o.Order != w || o.AsOf.Events != k+1 || !o.AsOf.Complete {
+						t.Fatalf("GET %s:\n got %+v %+v\nwant %+v", path, o.Order, o.AsOf, w)
+					}
+				}
+				st, err := app.OrderAsOf(context.Background(), id, orderstore.AsOf{Seq: evs[k].Seq})
+				if err != nil || st.Order != w {
+					t.Fatalf("OrderAsOf(%s, %d) = %+v, %v; want %+v", id, evs[k].Seq, st.Order, err, w)
+				}
+			}
+			// Before its first event it did not exist.
+			if _, err := app.OrderAsOf(context.Background(), id, orderstore.AsOf{Time: evs[0].Time.Add(-time.Nanosecond)}); !errors.Is(err, orderstore.ErrNotFound) {
+				t.Fatalf("%s as of before its first event: %v", id, err)
+			}
+		}
+	}
+	publish(app, 700)
+	check(app)
+
+	// Hostile requests: a clear 4xx each, and the appliance keeps serving.
+	for _, c := range []struct {
+		path string
+		code int
+	}{
+		{"/v1/orders/hot%2F1/events?from=-1", 400},
+		{"/v1/orders/hot%2F1/events?from=x", 400},
+		{"/v1/orders/hot%2F1/events?limit=0", 400},
+		{"/v1/orders/hot%2F1/events?limit=1001", 400},
+		{"/v1/orders/hot%2F1/events?limit=99999999999999999999999", 400},
+		{"/v1/orders/hot%2F1/events?states=maybe", 400},
+		{"/v1/orders/hot%2F1/events?from=99999999", 200},
+		{"/v1/orders/hot%2F1?as_of=yesterday", 400},
+		{"/v1/orders/hot%2F1?as_of_seq=0", 400},
+		{"/v1/orders/hot%2F1?as_of_seq=-5", 400},
+		{"/v1/orders/hot%2F1?as_of=1999-01-01T00:00:00Z", 404},
+		{"/v1/orders/" + strings.Repeat("x", 5000) + "/events", 404},
+		{"/v1/orders/a%20b/events", 404},
+		{"/v1/orders/a..b?as_of_seq=3", 404},
+		{"/v1/orders/nobody/events", 404},
+		{"/v1/orders/nobody/dlq", 200},
+		{"/v1/orders/%FF%FE/dlq", 404},
+	} {
+		var answer map[string]any
+		if code := adminJSON(t, app, c.path, &answer); code != c.code || code >= 400 && answer["error"] == nil {
+			t.Errorf("GET %s: %d %v, want %d with an error", c.path[:min(len(c.path), 80)], code, answer, c.code)
+		}
+	}
+
+	// Restart on the same store: the same answers, and more events.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := app.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	app = orderstoretest.Start(t, cfgFn)
+	check(app)
+	publish(app, 300)
+	check(app)
+}
