@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/orderstore/orderstore/processor"
@@ -61,10 +62,13 @@ func toHistoryEvent(e processor.HistoryEvent) historyEvent {
 }
 
 // historyError answers err of a history call; false when there is none.
-func (s *Server) historyError(w http.ResponseWriter, b *Backend, id string, err error) bool {
+// asOf describes the point asked for, if any.
+func (s *Server) historyError(w http.ResponseWriter, b *Backend, id, asOf string, err error) bool {
 	switch {
 	case err == nil:
 		return false
+	case b.NotFound != nil && errors.Is(err, b.NotFound) && asOf != "":
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("order %q had no event as of %s (or is not known)", clip(id), asOf)})
 	case b.NotFound != nil && errors.Is(err, b.NotFound):
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("order %q not found", clip(id))})
 	case errors.Is(err, processor.ErrNotRetained):
@@ -103,7 +107,7 @@ func (s *Server) orderEvents(w http.ResponseWriter, r *http.Request, b *Backend)
 		return
 	}
 	page, err := b.History.OrderEvents(r.Context(), id, from, limit, states)
-	if s.historyError(w, b, id, err) {
+	if s.historyError(w, b, id, "", err) {
 		return
 	}
 	evs := make([]historyEvent, len(page.Events))
@@ -146,7 +150,14 @@ func (s *Server) orderAsOf(w http.ResponseWriter, r *http.Request, b *Backend) {
 		point.Seq = n
 	}
 	st, err := b.History.OrderAsOf(r.Context(), id, point)
-	if s.historyError(w, b, id, err) {
+	var at []string
+	if point.Seq > 0 {
+		at = append(at, fmt.Sprintf("sequence %d", point.Seq))
+	}
+	if !point.Time.IsZero() {
+		at = append(at, point.Time.Format(time.RFC3339Nano))
+	}
+	if s.historyError(w, b, id, strings.Join(at, " and "), err) {
 		return
 	}
 	asOf := map[string]any{"events": st.Folded, "complete": st.Complete, "last_seq": st.Last}
@@ -178,7 +189,7 @@ func (s *Server) orderDeadLetters(w http.ResponseWriter, r *http.Request, b *Bac
 	}
 	id := r.PathValue("id")
 	items, complete, err := b.History.OrderDeadLetters(r.Context(), id)
-	if s.historyError(w, b, id, err) {
+	if s.historyError(w, b, id, "", err) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"order_id": id, "items": items, "complete": complete})

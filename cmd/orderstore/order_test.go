@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+)
+
+// orderstore order ID [-events | -as-of WHEN] against a running instance.
+func TestOrderCommand(t *testing.T) {
+	a := startInProcess(t, "")
+	nc, err := nats.Connect(a.natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	var seqs []uint64
+	for i, typ := range []string{"created", "paid", "shipped"} {
+		ack, err := js.Publish(ctx, "orders."+typ, []byte(fmt.Sprintf(`{"order_id":"A/1","status":"st-%d"}`, i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ack.Sequence)
+	}
+	cli := func(args ...string) (int, string, string) {
+		var out, errb strings.Builder
+		code := run(ctx, append([]string{"order"}, append(args, "-admin", a.adminURL)...), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		if code, out, errs := cli("A/1"); code != 0 || !strings.Contains(out, "st-2") {
+			return fmt.Errorf("exit %d: %s %s", code, out, errs)
+		}
+		return nil
+	})
+	code, out, errs := cli("A/1", "-events", "-states", "-limit", "2")
+	if code != 0 || !strings.Contains(out, "created") || !strings.Contains(out, "st-1") || strings.Contains(out, "shipped") ||
+		!strings.Contains(errs, "more: orderstore order -events -from 2 A/1") {
+		t.Errorf("order -events -limit 2: exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = cli("-events", "-all", "-limit", "1", "A/1")
+	if code != 0 || strings.Count(out, "\n") != 4 || !strings.Contains(out, "shipped") {
+		t.Errorf("order -events -all: exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = cli("A/1", "-as-of", fmt.Sprint(seqs[1]))
+	if code != 0 || !strings.Contains(out, "st-1") || !strings.Contains(out, "the fold of 2 events") || strings.Contains(out, "INCOMPLETE") {
+		t.Errorf("order -as-of %d: exit %d\n%s\n%s", seqs[1], code, out, errs)
+	}
+	code, _, errs = cli("A/1", "-as-of", "1999-01-01T00:00:00Z")
+	if code != exitFailure || !strings.Contains(errs, "404") || !strings.Contains(errs, "had no event as of") {
+		t.Errorf("order -as-of before it existed: exit %d %s", code, errs)
+	}
+	for _, bad := range [][]string{{}, {"A/1", "-as-of", "yesterday"}, {"A/1", "-events", "-as-of", "3"}, {"A/1", "-limit", "0", "-events"}, {"A/1", "B/2"}} {
+		if code, _, _ := cli(bad...); code != exitUsage {
+			t.Errorf("order %q: exit %d, want %d", bad, code, exitUsage)
+		}
+	}
+	if code, _, errs := cli("nobody", "-events"); code != exitFailure || !strings.Contains(errs, "not found") {
+		t.Errorf("order nobody -events: exit %d %s", code, errs)
+	}
+}
