@@ -396,6 +396,17 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 	if err := kvs.Purge(ctx); err != nil {
 		return fmt.Errorf("recovery check: rebuild the projection: purge: %w", err)
 	}
+	// The history index goes with it (a record counts only chunks it
+	// wrote, so an old chunk is never read, but it would hold space).
+	if h := spec.History; h != nil {
+		if hs, err := c.JS.Stream(ctx, h.Name); err == nil {
+			if err := hs.Purge(ctx); err != nil {
+				return fmt.Errorf("recovery check: rebuild the projection: purge its history index: %w", err)
+			}
+		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("recovery check: history index: %w", err)
+		}
+	}
 	c.Note("%s; the projection is rebuilt from the %d events the stream holds, so that it is the fold of the stream again (and new events reusing lost sequence numbers are applied)",
 		why, s.CachedInfo().State.Msgs)
 	return nil
