@@ -60,6 +60,11 @@ func (p *Projection) SetHistory(kv jetstream.KeyValue) {
 // historyCount is how many of r's events the index lists.
 func (r *record) historyCount() int { return r.HistoryChunks*HistoryChunk + len(r.History) }
 
+// unindexed is how many of r's events its index does not list: those
+// applied before the index began (a record not written since counts them
+// all).
+func (r *record) unindexed() int { return max(r.Events-r.historyCount(), 0) }
+
 // historyBaseline counts the events of a record written before the index
 // existed (or while it was off) as unindexed. Call it before applying.
 func (r *record) historyBaseline() {
@@ -174,7 +179,7 @@ func (p *Projection) History(ctx context.Context, s jetstream.Stream, orderID st
 	if err != nil {
 		return HistoryPage{}, err
 	}
-	page := HistoryPage{OrderID: orderID, Total: r.historyCount(), Unindexed: r.HistoryBase, From: from}
+	page := HistoryPage{OrderID: orderID, Total: r.historyCount(), Unindexed: r.unindexed(), From: from}
 	seqs, err := p.historySeqs(ctx, orderID, r, from, limit)
 	if err != nil {
 		return page, err
@@ -203,6 +208,9 @@ func (p *Projection) readRecord(ctx context.Context, orderID string) (record, er
 	if r.Events == 0 {
 		return record{}, jetstream.ErrKeyNotFound
 	}
+	if r.HistoryChunks < 0 || r.HistoryChunks > r.Events/HistoryChunk || r.historyCount() > r.Events {
+		return record{}, fmt.Errorf("projection %q: the record's history index lists %d events of its %d (written by hand?)", orderID, r.historyCount(), r.Events)
+	}
 	return r, nil
 }
 
@@ -217,19 +225,47 @@ func (p *Projection) historySeqs(ctx context.Context, orderID string, r record, 
 			return append(out, r.History[pos-sealed:end-sealed]...), nil
 		}
 		n := pos / HistoryChunk
-		e, err := p.hist.Get(ctx, historyKey(orderID, n))
+		chunk, err := p.readChunk(ctx, orderID, n)
 		if err != nil {
-			return out, fmt.Errorf("history of %q: chunk %d of its index: %w (lost with a power cut before it was durable? rebuild the projection)", orderID, n, err)
-		}
-		var chunk []uint64
-		if err := json.Unmarshal(e.Value(), &chunk); err != nil || len(chunk) != HistoryChunk {
-			return out, fmt.Errorf("history of %q: chunk %d of its index is damaged (%d sequences, %v)", orderID, n, len(chunk), err)
+			return out, err
 		}
 		end := min(from+limit, (n+1)*HistoryChunk)
 		out = append(out, chunk[pos-n*HistoryChunk:end-n*HistoryChunk]...)
 		pos = end
 	}
 	return out, nil
+}
+
+// readChunk reads chunk n of an order's index. A chunk that is gone (the
+// history bucket's limits, history_max_bytes or max_age, dropped it; or a
+// power cut before it was durable) lists HistoryChunk unknown sequences
+// (0): events no longer retained.
+func (p *Projection) readChunk(ctx context.Context, orderID string, n int) ([]uint64, error) {
+	key := historyKey(orderID, n)
+	var data []byte
+	e, err := p.hist.Get(ctx, key)
+	switch {
+	case err == nil:
+		data = e.Value()
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// A replica may lag behind the one that served the record: ask
+		// the leader before calling it gone.
+		d, seq, deleted, lerr := p.getFromLeader(ctx, "KV_"+p.hist.Bucket(), p.histPrefix+key)
+		if lerr != nil {
+			return nil, fmt.Errorf("history of %q: chunk %d of its index: %w", orderID, n, lerr)
+		}
+		if seq == 0 || deleted {
+			return make([]uint64, HistoryChunk), nil
+		}
+		data = d
+	default:
+		return nil, fmt.Errorf("history of %q: chunk %d of its index: %w", orderID, n, err)
+	}
+	var chunk []uint64
+	if err := json.Unmarshal(data, &chunk); err != nil || len(chunk) != HistoryChunk {
+		return nil, fmt.Errorf("history of %q: chunk %d of its index is damaged (%d sequences, %v)", orderID, n, len(chunk), err)
+	}
+	return chunk, nil
 }
 
 // historyEvents reads the events at seqs (positions from on) from s,
@@ -242,6 +278,9 @@ func (p *Projection) historyEvents(ctx context.Context, s jetstream.Stream, orde
 	var wg sync.WaitGroup
 	for i, seq := range seqs {
 		out[i] = HistoryEvent{Position: from + i, Sequence: seq}
+		if seq == 0 {
+			continue // its index chunk is gone: not retained
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -324,8 +363,8 @@ func (p *Projection) AsOf(ctx context.Context, s jetstream.Stream, orderID strin
 		return st, err
 	}
 	if st.Folded == 0 {
-		if st.NotRetained > 0 || r.HistoryBase > 0 {
-			return st, fmt.Errorf("order %q: %w (%d events not retained, %d older than the history index)", orderID, ErrNotRetained, st.NotRetained, r.HistoryBase)
+		if st.NotRetained > 0 || st.Unindexed > 0 {
+			return st, fmt.Errorf("order %q: %w (%d events not retained, %d older than the history index)", orderID, ErrNotRetained, st.NotRetained, st.Unindexed)
 		}
 		return st, jetstream.ErrKeyNotFound
 	}
@@ -336,10 +375,13 @@ func (p *Projection) AsOf(ctx context.Context, s jetstream.Stream, orderID strin
 // within point, and returns the state and the fold's record.
 func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID string, r record, point AsOfPoint, end int) (AsOfState, record, error) {
 	var folded record
-	st := AsOfState{Unindexed: r.HistoryBase}
+	st := AsOfState{Unindexed: r.unindexed()}
 	pending := 0 // events not retained, before the next retained one
 	done := false
 	for from := 0; from < end && !done; from += HistoryChunk {
+		if err := ctx.Err(); err != nil {
+			return st, folded, err
+		}
 		seqs, err := p.historySeqs(ctx, orderID, r, from, min(HistoryChunk, end-from))
 		if err != nil {
 			return st, folded, err
@@ -350,7 +392,7 @@ func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID s
 		}
 		for _, he := range evs {
 			if !he.Retained {
-				if point.Seq != 0 && he.Sequence > point.Seq {
+				if point.Seq != 0 && he.Sequence > point.Seq && he.Sequence != 0 {
 					done = true
 					break
 				}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,6 +174,40 @@ func TestHistoryIndex(t *testing.T) {
 	t.Logf("hot order: %d events, %d chunks, a tail of %d, record %d bytes", rec.Events, rec.HistoryChunks, len(rec.History), size)
 	e.checkProjection(t)
 	e.checkHistory(t, p, 40, r)
+
+	// A chunk the history bucket's limits dropped: its events show as no
+	// longer retained (sequences unknown), and a fold past them says it
+	// is incomplete.
+	ctx := context.Background()
+	hs, err := e.js.Stream(ctx, "KV_"+e.cfg.Processor.HistoryBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hs.Purge(ctx, jetstream.WithPurgeSubject("$KV."+e.cfg.Processor.HistoryBucket()+".hot.0")); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := e.js.Stream(ctx, e.cfg.Stream.Name)
+	page, err := p.History(ctx, s, "hot", 250, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range page.Events {
+		if gone := ev.Position < processor.HistoryChunk; ev.Retained == gone || gone && ev.Sequence != 0 {
+			t.Errorf("after chunk 0 went: %+v", ev)
+		}
+	}
+	st, err := p.AsOf(ctx, s, "hot", processor.AsOfPoint{})
+	if err != nil || st.Complete || st.NotRetained != processor.HistoryChunk || st.Folded != rec.Events-processor.HistoryChunk {
+		t.Errorf("as of now after chunk 0 went: %+v, %v", st, err)
+	}
+	// A record whose index was written by hand to claim more than it has
+	// is refused with an error, not followed.
+	if _, err := kv.Put(ctx, "forged", []byte(`{"order_id":"forged","events":3,"history_chunks":4611686018427387904}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.History(ctx, s, "forged", 0, 10); err == nil || !strings.Contains(err.Error(), "history index lists") {
+		t.Errorf("forged record: %v", err)
+	}
 }
 
 // Events the stream no longer holds are listed as such, by sequence; a

@@ -598,6 +598,26 @@ const leaderReadTimeout = 5 * time.Second
 // JetStream API's message get, where load's direct get may be answered by
 // any replica).
 func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uint64, error) {
+	data, seq, deleted, err := p.getFromLeader(ctx, "KV_"+p.kv.Bucket(), p.prefix+id)
+	switch {
+	case err != nil:
+		return record{}, 0, fmt.Errorf("projection %q: read from the leader: %w", id, err)
+	case seq == 0:
+		return record{}, 0, nil
+	case deleted:
+		return record{}, seq, nil // deleted: a write expects the marker
+	}
+	var r record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return record{}, 0, fmt.Errorf("projection %q: stored value is not an order: %w", id, err)
+	}
+	return r, seq, nil
+}
+
+// getFromLeader reads the last message on subject of stream from the
+// stream's leader: its data and sequence (0: there is none), and whether
+// it is a KV delete or purge marker.
+func (p *Projection) getFromLeader(ctx context.Context, stream, subject string) (data []byte, seq uint64, deleted bool, err error) {
 	o := p.js.Options()
 	prefix := o.APIPrefix
 	switch {
@@ -609,14 +629,14 @@ func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uin
 	if !strings.HasSuffix(prefix, ".") {
 		prefix += "."
 	}
-	req, _ := json.Marshal(map[string]string{"last_by_subj": p.prefix + id})
+	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
 	// Bounded like the jetstream package's own requests: a leader that
 	// dies with the request would otherwise never answer it.
 	rctx, cancel := context.WithTimeout(ctx, leaderReadTimeout)
 	defer cancel()
-	msg, err := p.js.Conn().RequestWithContext(rctx, prefix+"STREAM.MSG.GET.KV_"+p.kv.Bucket(), req)
+	msg, err := p.js.Conn().RequestWithContext(rctx, prefix+"STREAM.MSG.GET."+stream, req)
 	if err != nil {
-		return record{}, 0, fmt.Errorf("projection %q: read from the leader: %w", id, err)
+		return nil, 0, false, err
 	}
 	var resp struct {
 		Message *struct {
@@ -627,24 +647,18 @@ func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uin
 		Error *jetstream.APIError `json:"error"`
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return record{}, 0, fmt.Errorf("projection %q: read from the leader: %w", id, err)
+		return nil, 0, false, err
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return record{}, 0, nil
+		return nil, 0, false, nil
 	case resp.Error != nil:
-		return record{}, 0, fmt.Errorf("projection %q: read from the leader: %w", id, resp.Error)
+		return nil, 0, false, resp.Error
 	case resp.Message == nil:
-		return record{}, 0, fmt.Errorf("projection %q: read from the leader: an empty answer", id)
+		return nil, 0, false, errors.New("an empty answer")
 	}
-	if h := string(resp.Message.Hdrs); strings.Contains(h, "KV-Operation: DEL") || strings.Contains(h, "KV-Operation: PURGE") {
-		return record{}, resp.Message.Seq, nil // deleted: a write expects the marker
-	}
-	var r record
-	if err := json.Unmarshal(resp.Message.Data, &r); err != nil {
-		return record{}, 0, fmt.Errorf("projection %q: stored value is not an order: %w", id, err)
-	}
-	return r, resp.Message.Seq, nil
+	h := string(resp.Message.Hdrs)
+	return resp.Message.Data, resp.Message.Seq, strings.Contains(h, "KV-Operation: DEL") || strings.Contains(h, "KV-Operation: PURGE"), nil
 }
 
 func (p *Projection) store(id string, r record, rev uint64) {
