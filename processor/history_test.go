@@ -264,4 +264,31 @@ func TestHistoryRetention(t *testing.T) {
 	if _, err := p.History(ctx, s, "nobody", 0, 10); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("unknown order: %v", err)
 	}
+
+	// An index that names another order's event (planted by hand, or a
+	// sequence reused after a power cut): listed as replaced, not folded.
+	other := e.publish(t, []*nats.Msg{event("orders.step", "o-2", "theirs", "")})[0]
+	kv, err := e.js.KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(ctx, "o-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	json.Unmarshal(entry.Value(), &raw)
+	raw["history"].([]any)[19] = other
+	forged, _ := json.Marshal(raw)
+	if _, err := kv.Put(ctx, "o-1", forged); err != nil {
+		t.Fatal(err)
+	}
+	page, err = p.History(ctx, s, "o-1", 19, 1)
+	if err != nil || len(page.Events) != 1 || !page.Events[0].Replaced || page.Events[0].Sequence != other {
+		t.Errorf("a planted sequence: %+v, %v", page, err)
+	}
+	st, err = p.AsOf(ctx, s, "o-1", processor.AsOfPoint{})
+	if err != nil || st.Order.Status != "s18" || st.Folded != 11 {
+		t.Errorf("as of now with a planted sequence: %+v, %v; want status s18 of 11 folded", st, err)
+	}
 }
