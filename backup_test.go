@@ -77,7 +77,7 @@ func TestBackupWhilePublishingRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Streams) != 3 || m.Streams[2].Name != "ORDER_EVENTS" || m.Streams[2].LastSeq < uint64(ackedBefore) {
+	if len(m.Streams) != 4 || m.Streams[3].Name != "ORDER_EVENTS" || m.Streams[3].LastSeq < uint64(ackedBefore) {
 		t.Fatalf("manifest = %+v", m)
 	}
 	if _, err := orderstore.ReadBackupManifest(dir); err != nil {
@@ -95,8 +95,8 @@ func TestBackupWhilePublishingRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := st.CachedInfo().State.LastSeq
-	if last < m.Streams[2].LastSeq || last < uint64(ackedBefore) {
-		t.Fatalf("restored stream ends at %d, backup at %d, acked before the backup %d", last, m.Streams[2].LastSeq, ackedBefore)
+	if last < m.Streams[3].LastSeq || last < uint64(ackedBefore) {
+		t.Fatalf("restored stream ends at %d, backup at %d, acked before the backup %d", last, m.Streams[3].LastSeq, ackedBefore)
 	}
 	// Dedupe state: an event acked before the backup comes back a duplicate.
 	if ack, err := rjs.Publish(ctx, "orders.created", []byte(`{"order_id":"b-1"}`), jetstream.WithMsgID("bm-16999")); err != nil || !ack.Duplicate {

@@ -309,14 +309,15 @@ type ProcessorConfig struct {
 	// JetStream.MaxFileStore.
 	ProjectionMaxBytes int64
 	// HistoryMaxBytes caps the history index, in bytes: per order, the
-	// stream sequences of its events (about 8 bytes per event), so that
-	// an order's events and its state as of any moment are found without
-	// reading the stream. It is kept in the stream "KV_<projection
-	// bucket>_HISTORY"; beyond the limit (or stream.max_age) the oldest
-	// chunks go, and the events they listed show as no longer retained.
-	// 0 (the default) is 512 MiB (about 60 million events), or what
-	// jetstream.max_file_store leaves next to the stream, the dead letters
-	// and the projection if that is less.
+	// stream sequences of its events, so that an order's events and its
+	// state as of any moment are found without reading the stream. It is
+	// kept in the stream "KV_<projection bucket>_HISTORY", in chunks of
+	// 256 sequences (about 2.5 KiB on disk, counted at their largest,
+	// HistoryChunkMaxBytes: the limit lists at least 43,000 events per
+	// MiB); beyond it (or stream.max_age) the oldest chunks go, and the
+	// events they listed show as no longer retained. 0 (the default) is
+	// 512 MiB, or what jetstream.max_file_store leaves next to the
+	// stream, the dead letters and the projection if that is less.
 	HistoryMaxBytes int64
 	// Handler, when set, runs instead of the built-in projection, with the
 	// same delivery, retry, dead-letter and shutdown machinery (a program
@@ -328,7 +329,7 @@ type ProcessorConfig struct {
 // Default and least size of the history index (Processor.HistoryMaxBytes 0).
 const (
 	defaultHistoryBytes = 512 << 20
-	minHistoryBytes     = 1 << 20
+	minHistoryBytes     = 1 << 20 // 170 chunks
 )
 
 func histTerm(n int64) string {

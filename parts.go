@@ -134,8 +134,15 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		Storage:     jetstream.FileStorage,
 		// A chunk lists events stored before it was written: once
 		// max_age has passed, the stream holds none of them.
-		MaxAge:            st.MaxAge,
-		MaxBytes:          c.historyMaxBytes(),
+		MaxAge: st.MaxAge,
+		// Bounded by its count of chunks, each at most
+		// HistoryChunkMaxBytes, not by max_bytes: nats reserves a
+		// stream's max_bytes against max_file_store, and an index that
+		// had to shrink (max_file_store lowered) would leave the account
+		// over its reservation, refusing every stream's update.
+		MaxBytes:          -1,
+		MaxMsgs:           c.historyMaxBytes() / HistoryChunkMaxBytes,
+		MaxMsgSize:        HistoryChunkMaxBytes,
 		MaxMsgsPerSubject: 1,
 		Discard:           jetstream.DiscardOld,
 		Duplicates:        2 * time.Minute,
@@ -192,6 +199,12 @@ func deadLetterDedupe(maxAge time.Duration) time.Duration {
 	}
 	return 720 * time.Hour
 }
+
+// HistoryChunkMaxBytes is the most one chunk of the history index takes
+// on disk (256 sequences of up to 20 digits, its subject with the longest
+// order id, nats' record overhead): processor.history_max_bytes allows
+// history_max_bytes / HistoryChunkMaxBytes chunks.
+const HistoryChunkMaxBytes = 6 << 10
 
 // HubLocalPrefix prefixes the subjects of a hub's own events in its
 // aggregate stream (an edge's are prefixed with the edge's domain).

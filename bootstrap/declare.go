@@ -92,6 +92,11 @@ func Declare(ctx context.Context, js jetstream.JetStream, spec Spec, logger *slo
 		logger = slog.New(slog.DiscardHandler)
 	}
 	res := &Result{}
+	if spec.History != nil {
+		if err := declareStream(ctx, js, *spec.History, res); err != nil {
+			return res, err
+		}
+	}
 	if err := declareStream(ctx, js, spec.Stream, res); err != nil {
 		return res, err
 	}
@@ -102,11 +107,6 @@ func Declare(ctx context.Context, js jetstream.JetStream, spec Spec, logger *slo
 	}
 	if spec.Projection != nil {
 		if err := declareBucket(ctx, js, *spec.Projection, res); err != nil {
-			return res, err
-		}
-	}
-	if spec.History != nil {
-		if err := declareStream(ctx, js, *spec.History, res); err != nil {
 			return res, err
 		}
 	}
@@ -394,7 +394,7 @@ func streamHint(err error) string {
 		case 10065: // subjects overlap
 			return "another stream already captures these subjects; remove it or change stream.subjects"
 		case 10047: // insufficient resources
-			return "stream.max_bytes does not fit in jetstream.max_file_store next to the other streams (dead letters, projection): raise max_file_store or lower max_bytes"
+			return "stream.max_bytes does not fit in jetstream.max_file_store next to the other streams (dead letters, projection, history index): raise max_file_store or lower max_bytes"
 		}
 	}
 	return ""

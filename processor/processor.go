@@ -1344,13 +1344,14 @@ func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, c
 	msg := &nats.Msg{Subject: DeadLetterSubject(p.cfg.DeadLetterSubjectPrefix, ev.Subject), Header: h, Data: data}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := p.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(p.cfg.DeadLetterStream)); err != nil {
+	ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(p.cfg.DeadLetterStream))
+	if err != nil {
 		p.failed.Add(1)
 		p.log.Error("dead-letter publish failed, will retry the event", "seq", ev.Sequence, "dead_letter_stream", p.cfg.DeadLetterStream, "err", err)
 		p.settled("nak", ev, m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
 		return
 	}
-	*dls = append(*dls, deadLettered{m: m, ev: ev, cause: cause, poison: poison, trimmed: h.Get(HeaderTrimmed)})
+	*dls = append(*dls, deadLettered{m: m, ev: ev, cause: cause, poison: poison, trimmed: h.Get(HeaderTrimmed), again: ack.Duplicate})
 }
 
 // deadLetters are a batch's events copied to the dead-letter stream whose
@@ -1364,6 +1365,7 @@ type deadLettered struct {
 	cause   error
 	poison  bool
 	trimmed string
+	again   bool // the dead-letter stream held it already (a redelivery dead-lettered twice): not counted again
 }
 
 // finishDeadLetters makes the batch's dead letters durable, then
@@ -1385,12 +1387,17 @@ func (p *Processor) finishDeadLetters(ctx context.Context, dls deadLetters) {
 		// If the term is lost the event comes back and is dead-lettered
 		// again: the copy is deduplicated by its Nats-Msg-Id, and counted
 		// then.
+		// Counted once the copy is durable, and once per event: a
+		// redelivery that raced the term (ack_wait passed meanwhile) is
+		// dead-lettered again, stored once, and not counted again.
+		if !d.again {
+			p.deadLettered.Add(1)
+			if d.poison {
+				p.poison.Add(1)
+			}
+		}
 		if !p.settled("term", d.ev, d.m.TermWithReason("dead-lettered to "+p.cfg.DeadLetterStream)) {
 			continue
-		}
-		p.deadLettered.Add(1)
-		if d.poison {
-			p.poison.Add(1)
 		}
 		p.log.Warn("event dead-lettered", "seq", d.ev.Sequence, "subject", truncate(d.ev.Subject, 256), "deliveries", d.ev.Delivered,
 			"poison", d.poison, "trimmed", d.trimmed, "err", truncate(d.cause.Error(), 1024))

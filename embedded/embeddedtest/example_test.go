@@ -86,6 +86,7 @@ func Example_withoutTestingT() {
 	}
 	fmt.Printf("read back %s: %s\n", m.Subject, m.Data)
 	// Output:
+	// declared stream "KV_ORDERS_HISTORY"
 	// declared stream "ORDER_EVENTS"
 	// declared stream "ORDER_EVENTS_DLQ"
 	// declared kv bucket "ORDERS"
