@@ -208,3 +208,328 @@ function renderIngest(g) {
   setText("ingest-waiting", fmtInt(g.waiting));
   setText("ingest-errors", fmtInt(g.sync_errors));
 }
+
+// ---- An order's page: its state, its events as a timeline with the state
+// after each, and its dead letters with a replay button. Opened by the
+// search form or a deep link (#order=<id, URI-encoded>). Everything from
+// the API is written with textContent: payloads and ids are data, never
+// markup.
+
+const PAGE = 50; // events per request
+// ORDER_ID is what the server accepts as an order id (processor.ValidOrderID).
+const ORDER_ID = /^[-\/_=.a-zA-Z0-9]{1,256}$/;
+function validOrderID(id) {
+  return ORDER_ID.test(id) && !id.startsWith(".") && !id.endsWith(".") && !id.includes("..");
+}
+let view = null; // {id, gen, next, lastSeq, loading}
+let viewGen = 0;
+
+// api calls the admin API: the session cookie (or no token) authorizes it,
+// and a POST carries the JSON Content-Type the server wants from the
+// dashboard (a cross-site form cannot send one). It resolves to {status,
+// body}; a body that is not JSON becomes {error: its text}.
+async function api(url, opts = {}) {
+  const init = { credentials: "same-origin", cache: "no-store", headers: {} };
+  if (opts.post) {
+    init.method = "POST";
+    init.headers["Content-Type"] = "application/json";
+    init.body = "{}";
+  }
+  const r = await fetch(url, init);
+  if (r.status === 401) { location.reload(); throw new Error("unauthorized"); }
+  const text = await r.text();
+  let body;
+  try { body = JSON.parse(text); } catch (e) { body = { error: text.trim() || "HTTP " + r.status }; }
+  if (body === null || typeof body !== "object") body = { error: "HTTP " + r.status };
+  return { status: r.status, body };
+}
+
+function orderURL(id, tail) { return "/v1/orders/" + encodeURIComponent(id) + (tail || ""); }
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  return e;
+}
+function fmtTime(t) {
+  if (!t) return "–";
+  const d = new Date(t);
+  return isNaN(d) ? String(t) : d.toISOString().replace("T", " ").replace("Z", " UTC");
+}
+// payloadText is an event's payload for a <pre>: pretty JSON, or the
+// bytes as UTF-8 text when the payload is not JSON.
+function payloadText(data, b64) {
+  if (data !== undefined) return JSON.stringify(data, null, 2);
+  if (b64 === undefined || b64 === null) return "";
+  let bytes;
+  try { bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)); } catch (e) { return b64; }
+  const text = new TextDecoder("utf-8").decode(bytes);
+  try { return JSON.stringify(JSON.parse(text), null, 2); } catch (e) { return text; }
+}
+
+function orderError(msg) {
+  $("order-error").hidden = !msg;
+  $("order-error").textContent = msg || "";
+}
+
+// openOrder shows the order id (or a message saying why it cannot).
+function openOrder(id) {
+  const gen = ++viewGen;
+  view = null;
+  $("order").hidden = false;
+  $("order-title").textContent = id;
+  $("order-status").textContent = ""; $("order-status").className = "badge";
+  $("order-body").hidden = true;
+  delete $("order").dataset.loaded;
+  $("order-dlq-msg").hidden = true;
+  $("asof-state").hidden = true; $("asof-note").hidden = true;
+  if ($("order-id").value !== id) $("order-id").value = id;
+  if (!validOrderID(id)) {
+    orderError("not an order id: " + JSON.stringify(id) + " (1 to 256 letters, digits, '-', '_', '=', '/', '.')");
+    return;
+  }
+  orderError("");
+  view = { id, gen, next: 0, lastSeq: null, loading: false };
+  loadOrder(view, true);
+}
+
+function closeOrder() {
+  viewGen++;
+  view = null;
+  $("order").hidden = true;
+  if (location.hash) window.history.replaceState(null, "", location.pathname + location.search);
+}
+
+// loadOrder reads the order's state and dead letters and, on first (or
+// when new events arrived and every page is shown), its events.
+async function loadOrder(v, first) {
+  if (v.loading) { v.again = Math.max(v.again || 0, first ? 2 : 1); return; } // once this load is done
+  v.loading = true;
+  try {
+    const o = await api(orderURL(v.id));
+    if (v.gen !== viewGen) return;
+    if (o.status !== 200) {
+      orderError(o.status === 404 ? "order " + JSON.stringify(v.id) + " not found" : "order: " + (o.body.error || "HTTP " + o.status));
+      $("order-body").hidden = true;
+      return;
+    }
+    orderError("");
+    renderOrderState(o.body);
+    $("order-body").hidden = false;
+    if (first) {
+      $("timeline").replaceChildren();
+      v.next = 0;
+      v.lastSeq = o.body.last_seq;
+      await loadEvents(v, 0);
+    } else if (o.body.last_seq !== v.lastSeq && v.next === null) {
+      v.lastSeq = o.body.last_seq;
+      await loadEvents(v, v.shown);
+    }
+    await loadOrderDLQ(v);
+    if (v.gen === viewGen) $("order").dataset.loaded = v.id;
+  } catch (e) {
+    if (v.gen === viewGen) orderError("cannot reach orderstore: " + e.message);
+  } finally {
+    v.loading = false;
+    const again = v.again;
+    v.again = 0;
+    if (again && v.gen === viewGen) loadOrder(v, again === 2);
+  }
+}
+
+function renderOrderState(o) {
+  badge("order-status", o.status || "–", "");
+  const rows = [["status", o.status], ["last event", o.last_event], ["events", fmtInt(o.events)],
+    ["sequences", fmtInt(o.first_seq) + " … " + fmtInt(o.last_seq)],
+    ["first event", fmtTime(o.first_event_at)], ["last event at", fmtTime(o.last_event_at)], ["updated", fmtTime(o.updated_at)]];
+  $("order-state").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", "", k), el("dd", "", v)]));
+}
+
+// loadEvents appends the page of events from position from.
+async function loadEvents(v, from) {
+  $("timeline-more").disabled = true;
+  const r = await api(orderURL(v.id, "/events?states=true&limit=" + PAGE + "&from=" + from));
+  if (v.gen !== viewGen) return;
+  $("timeline-more").disabled = false;
+  if (r.status !== 200) {
+    orderError("events: " + (r.body.error || "HTTP " + r.status) + (r.body.hint ? " (" + r.body.hint + ")" : ""));
+    return;
+  }
+  const p = r.body;
+  const list = $("timeline");
+  for (const e of p.events || []) {
+    if (list.querySelector('li[data-position="' + Number(e.position) + '"]')) continue; // shown already
+    list.appendChild(renderEvent(e));
+  }
+  v.shown = (p.from || 0) + (p.events || []).length;
+  v.next = p.next ?? null;
+  $("timeline-more").hidden = v.next === null;
+  setText("timeline-count", "(" + fmtInt(list.children.length) + " of " + fmtInt(p.total) + " events" +
+    (p.unindexed ? ", " + fmtInt(p.unindexed) + " not indexed yet" : "") + ")");
+}
+
+// renderEvent is one event of the timeline: when, what, where in the
+// stream, its payload, and the order's state after it.
+function renderEvent(e) {
+  const li = el("li", "event");
+  li.dataset.position = e.position;
+  li.dataset.seq = e.seq;
+  const head = el("div", "ev-head");
+  head.append(el("span", "ev-time", e.retained ? fmtTime(e.time) : "–"), el("span", "ev-type", e.type || ""),
+    el("span", "ev-seq", "seq " + (e.seq ? e.seq : "unknown")));
+  if (e.edge) head.appendChild(el("span", "ev-edge", "edge " + e.edge));
+  if (e.subject) head.appendChild(el("span", "ev-subject muted", e.subject));
+  li.appendChild(head);
+  if (!e.retained) {
+    li.classList.add("gone");
+    li.appendChild(el("p", "muted ev-gone", "no longer retained: the stream's retention removed this event"));
+  } else {
+    if (e.replaced) li.appendChild(el("p", "warn", "replaced: this event was lost in a power cut before it was durable; the stream holds another event at this seq"));
+    const body = el("div", "ev-body");
+    const pay = el("div", "ev-payload");
+    pay.appendChild(el("div", "muted small", e.data !== undefined ? "payload" : "payload (not JSON)"));
+    pay.appendChild(el("pre", "json", payloadText(e.data, e.data_base64)));
+    if (e.headers && Object.keys(e.headers).length) {
+      const d = el("details", "ev-headers");
+      d.appendChild(el("summary", "muted small", "headers"));
+      d.appendChild(el("pre", "json", Object.entries(e.headers).map(([k, vs]) => vs.map((v) => k + ": " + v).join("\n")).join("\n")));
+      pay.appendChild(d);
+    }
+    body.appendChild(pay);
+    body.appendChild(renderStateAfter(e.state));
+    li.appendChild(body);
+  }
+  if (e.retained === false && e.state) li.appendChild(renderStateAfter(e.state));
+  return li;
+}
+
+function renderStateAfter(s) {
+  const box = el("div", "ev-state");
+  box.appendChild(el("div", "muted small", "state after"));
+  if (!s) { box.appendChild(el("div", "muted", "–")); return box; }
+  const line = el("div", "ev-state-line");
+  line.append(el("span", "ev-state-status", s.status), el("span", "muted", " · "), el("span", "ev-state-events", s.events + (s.events === 1 ? " event" : " events")));
+  box.appendChild(line);
+  const d = el("details");
+  d.appendChild(el("summary", "muted small", "JSON"));
+  d.appendChild(el("pre", "json ev-state-json", JSON.stringify(s, null, 2)));
+  box.appendChild(d);
+  return box;
+}
+
+async function loadOrderDLQ(v) {
+  const r = await api(orderURL(v.id, "/dlq"));
+  if (v.gen !== viewGen) return;
+  const tb = $("order-dlq-rows");
+  if (r.status !== 200) {
+    setText("order-dlq-note", "");
+    tb.replaceChildren(deadLetterNote("cannot read: " + (r.body.error || "HTTP " + r.status)));
+    return;
+  }
+  setText("order-dlq-note", r.body.complete ? "" : "(among the most recent dead letters)");
+  const items = r.body.items || [];
+  if (!items.length) { tb.replaceChildren(deadLetterNote("none")); return; }
+  tb.replaceChildren(...items.map((d) => {
+    const tr = el("tr");
+    tr.dataset.seq = d.seq;
+    tr.append(el("td", "", d.seq), el("td", "", d.subject), el("td", "", d.original_seq));
+    const err = el("td", "err", d.error + (d.poison ? " (poison)" : ""));
+    err.title = d.error;
+    tr.appendChild(err);
+    const pay = el("td");
+    pay.appendChild(el("pre", "json", payloadText(undefined, d.data)));
+    tr.appendChild(pay);
+    const act = el("td");
+    const b = el("button", "replay", "Replay");
+    b.type = "button";
+    b.addEventListener("click", () => replay(v, d.seq, b));
+    act.appendChild(b);
+    tr.appendChild(act);
+    return tr;
+  }));
+}
+
+function deadLetterNote(text) {
+  const tr = el("tr"), td = el("td", "muted", text);
+  td.colSpan = 6;
+  tr.appendChild(td);
+  return tr;
+}
+
+// replay publishes the dead letter seq again (POST /v1/dlq/{seq}/replay),
+// then reloads the order.
+async function replay(v, seq, button) {
+  button.disabled = true;
+  const msg = $("order-dlq-msg");
+  try {
+    const r = await api("/v1/dlq/" + encodeURIComponent(seq) + "/replay", { post: true });
+    if (v.gen !== viewGen) return;
+    msg.hidden = false;
+    if (r.status === 200) {
+      msg.className = "small ok";
+      msg.textContent = "dead letter " + seq + " replayed as event seq " + r.body.new_seq;
+    } else {
+      msg.className = "small error";
+      msg.textContent = "replay of dead letter " + seq + " failed: " + (r.body.error || "HTTP " + r.status);
+      button.disabled = false;
+    }
+    await loadOrder(v, false);
+  } catch (e) {
+    msg.hidden = false; msg.className = "small error";
+    msg.textContent = "replay of dead letter " + seq + " failed: " + e.message;
+    button.disabled = false;
+  }
+}
+
+// showAsOf shows the order's state as of a time (RFC 3339) or a stream seq.
+async function showAsOf(v, point) {
+  const q = /^\d+$/.test(point) ? "as_of_seq=" + point : "as_of=" + encodeURIComponent(point);
+  const r = await api(orderURL(v.id, "?" + q));
+  if (v.gen !== viewGen) return;
+  const note = $("asof-note"), pre = $("asof-state");
+  note.hidden = false;
+  if (r.status !== 200) {
+    note.textContent = r.body.error || "HTTP " + r.status;
+    pre.hidden = true;
+    return;
+  }
+  const a = r.body.as_of || {};
+  note.textContent = "after " + fmtInt(a.events) + " events, up to seq " + fmtInt(a.last_seq) +
+    (a.complete ? "" : " (incomplete" + (a.not_retained ? ": " + fmtInt(a.not_retained) + " no longer retained" : "") + ")");
+  pre.hidden = false;
+  pre.textContent = JSON.stringify(r.body, null, 2);
+}
+
+// orderFromHash is the order id of a #order=<id> link; null for none.
+function orderFromHash() {
+  const h = location.hash;
+  if (!h.startsWith("#order=")) return null;
+  try { return decodeURIComponent(h.slice(7)); } catch (e) { return h.slice(7); }
+}
+function route() {
+  const id = orderFromHash();
+  if (id === null) { if (!$("order").hidden) { viewGen++; view = null; $("order").hidden = true; } return; }
+  openOrder(id);
+}
+
+$("order-search").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const id = $("order-id").value.trim();
+  if (!id) return;
+  const hash = "#order=" + encodeURIComponent(id);
+  if (location.hash === hash) openOrder(id); else location.hash = hash; // hashchange opens it
+});
+$("order-asof").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const p = $("asof-input").value.trim();
+  if (view && p) showAsOf(view, p);
+});
+$("timeline-more").addEventListener("click", () => { if (view && view.next !== null) loadEvents(view, view.next); });
+$("order-refresh").addEventListener("click", () => { if (view) loadOrder(view, true); });
+$("order-close").addEventListener("click", closeOrder);
+window.addEventListener("hashchange", route);
+route();
+// The open order's state and dead letters follow the stream, as the rest
+// of the page does; new events are appended once every page is shown.
+setInterval(() => { if (view) loadOrder(view, false); }, 5000);

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,30 +35,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
-	// Chromium occasionally dies while it starts on a loaded machine (seen
-	// twice under go test -race ./..., with nothing but crashpad noise on
-	// its stderr): starting the browser is retried, the page never is.
-	var bctx context.Context
-	for attempt := 1; ; attempt++ {
-		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-		c, cancelCtx := chromedp.NewContext(actx)
-		err := chromedp.Do(c) // starts the browser
-		if err == nil {
-			defer cancelAlloc()
-			defer cancelCtx()
-			bctx = c
-			break
-		}
-		cancelCtx()
-		cancelAlloc()
-		if attempt == 3 {
-			t.Fatalf("chromium did not start in 3 attempts: %v", err)
-		}
-		t.Logf("chromium did not start (attempt %d), retrying: %v", attempt, err)
-	}
-	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	ctx, cancel := context.WithTimeout(startBrowser(t, browser), 90*time.Second)
 	defer cancel()
 
 	text := func(sel string) string {
@@ -135,6 +116,40 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("durability line %q", d)
 	}
 
+	screenshot(t, ctx, "dashboard.png")
+}
+
+// startBrowser starts headless chromium at path and returns its context,
+// closed when the test ends.
+func startBrowser(t *testing.T, path string) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
+	// Chromium occasionally dies while it starts on a loaded machine (seen
+	// twice under go test -race ./..., with nothing but crashpad noise on
+	// its stderr): starting the browser is retried, the page never is.
+	for attempt := 1; ; attempt++ {
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		c, cancelCtx := chromedp.NewContext(actx)
+		err := chromedp.Do(c) // starts the browser
+		if err == nil {
+			t.Cleanup(cancelAlloc)
+			t.Cleanup(cancelCtx)
+			return c
+		}
+		cancelCtx()
+		cancelAlloc()
+		if attempt == 3 {
+			t.Fatalf("chromium did not start in 3 attempts: %v", err)
+		}
+		t.Logf("chromium did not start (attempt %d), retrying: %v", attempt, err)
+	}
+}
+
+// screenshot saves the page as name in $ORDERSTORE_ARTIFACTS (CI keeps
+// it), else in a temporary directory.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
@@ -144,9 +159,395 @@ func TestDashboardInBrowser(t *testing.T) {
 		dir = t.TempDir()
 	}
 	os.MkdirAll(dir, 0o755)
-	path := filepath.Join(dir, "dashboard.png")
+	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+}
+
+// timelinePage is what the order page shows, read from the DOM.
+type timelinePage struct {
+	Loaded string `json:"loaded"` // the order whose page finished loading
+	Title  string `json:"title"`
+	Error  string `json:"error"`
+	Count  string `json:"count"`
+	More   bool   `json:"more"` // the "load more" button is shown
+	Events []struct {
+		Seq      uint64 `json:"seq"` // data-seq
+		SeqText  string `json:"seq_text"`
+		Type     string `json:"type"`
+		Time     string `json:"time"`
+		Payload  string `json:"payload"`
+		Headers  string `json:"headers"`
+		Status   string `json:"status"`   // of the state after the event
+		NEvents  string `json:"n_events"` // of the state after the event
+		State    string `json:"state"`    // the state's JSON
+		Retained bool   `json:"retained"` // not shown as "no longer retained"
+	} `json:"events"`
+	DLQ []struct {
+		Seq    uint64 `json:"seq"`
+		Text   string `json:"text"`
+		Replay bool   `json:"replay"` // has a Replay button
+	} `json:"dlq"`
+	DLQMsg string `json:"dlq_msg"`
+	// What injected markup would leave behind: the page itself has no
+	// image, one script (app.js) and no inline event handler.
+	Images   int      `json:"images"`
+	Scripts  []string `json:"scripts"`
+	Handlers int      `json:"handlers"`
+}
+
+const readTimeline = `JSON.stringify((() => {
+  const q = (root, sel) => { const e = root.querySelector(sel); return e ? e.textContent : ""; };
+  return {
+    loaded: document.getElementById("order").dataset.loaded || "",
+    title: q(document, "#order-title"),
+    error: document.getElementById("order-error").hidden ? "" : q(document, "#order-error"),
+    count: q(document, "#timeline-count"),
+    more: !document.getElementById("timeline-more").hidden,
+    events: [...document.querySelectorAll("#timeline > li")].map((li) => ({
+      seq: Number(li.dataset.seq), seq_text: q(li, ".ev-seq"), type: q(li, ".ev-type"), time: q(li, ".ev-time"),
+      payload: q(li, ".ev-payload > pre"), headers: q(li, ".ev-headers pre"),
+      status: q(li, ".ev-state-status"), n_events: q(li, ".ev-state-events"), state: q(li, ".ev-state-json"),
+      retained: !li.classList.contains("gone"),
+    })),
+    dlq: [...document.querySelectorAll("#order-dlq-rows tr[data-seq]")].map((tr) => ({
+      seq: Number(tr.dataset.seq), text: tr.textContent, replay: !!tr.querySelector("button.replay"),
+    })),
+    dlq_msg: document.getElementById("order-dlq-msg").hidden ? "" : q(document, "#order-dlq-msg"),
+    images: document.querySelectorAll("img").length,
+    scripts: [...document.querySelectorAll("script")].map((s) => s.getAttribute("src") || "inline"),
+    handlers: document.querySelectorAll("[onerror], [onload], [onclick], [onmouseover]").length,
+  };
+})())`
+
+// An order's page in a real headless browser, signed in with the admin
+// token: opened by a deep link, its timeline lists exactly the events the
+// API returns (seq, type, time, payload) with the state after each, in
+// pages; its dead letter has a Replay button that replays it through the
+// session; markup in payloads, headers and typed ids stays text.
+func TestDashboardOrderTimeline(t *testing.T) {
+	browser, missing := testenv.Browser()
+	testenv.Require(t, missing)
+	const token = "timeline-token-0123456789"
+	a := startInProcess(t, "[admin]\ntoken = \""+token+"\"\n")
+	nc, err := nats.Connect(a.natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+
+	const (
+		id        = "A/b=c_d-e.f" // valid, with the characters a URL treats apart
+		xssImg    = `<img src=x onerror=alert(1)>`
+		xssScript = `</script><script>alert(1)</script>`
+		fillers   = 50 // with the 3 other events, more than the page's 50
+	)
+	publish := func(subject string, v map[string]any, h nats.Header) {
+		t.Helper()
+		data, _ := json.Marshal(v)
+		if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: subject, Data: data, Header: h}); err != nil {
+			t.Fatalf("publish %s: %v", subject, err)
+		}
+	}
+	publish("orders.created", map[string]any{"order_id": id, "customer": xssImg}, nats.Header{"X-Note": {xssScript}})
+	publish("orders.created", map[string]any{"order_id": "other-1"}, nil)
+	publish("orders.paid", map[string]any{"order_id": id, "status": "paid", "note": xssScript}, nil)
+	for i := range fillers {
+		publish("orders.noted", map[string]any{"order_id": id, "n": i}, nil)
+	}
+	// Poison: a status longer than 256 bytes, dead-lettered at once.
+	publish("orders.updated", map[string]any{"order_id": id, "status": strings.Repeat("x", 300), "comment": xssImg}, nil)
+	publish("orders.shipped", map[string]any{"order_id": id, "status": "shipped", "carrier": xssImg + xssScript}, nil)
+	const want = 3 + fillers
+
+	api := func(path string, v any) error {
+		r := get(t, "GET", a.adminURL+path, token)
+		if r.code != http.StatusOK {
+			return fmt.Errorf("GET %s = %d: %s", path, r.code, r.body)
+		}
+		return json.Unmarshal(r.body, v)
+	}
+	orderPath := "/v1/orders/" + url.PathEscape(id)
+	type deadLetters struct {
+		Items []struct {
+			Seq uint64 `json:"seq"`
+		} `json:"items"`
+	}
+	var dlq deadLetters
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		var o struct {
+			Events int `json:"events"`
+		}
+		if err := api(orderPath, &o); err != nil {
+			return err
+		}
+		if o.Events != want {
+			return fmt.Errorf("order has %d events, want %d", o.Events, want)
+		}
+		if err := api(orderPath+"/dlq", &dlq); err != nil {
+			return err
+		}
+		if len(dlq.Items) != 1 {
+			return fmt.Errorf("order has %d dead letters, want 1", len(dlq.Items))
+		}
+		return nil
+	})
+	type apiEvent struct {
+		Seq      uint64          `json:"seq"`
+		Retained bool            `json:"retained"`
+		Type     string          `json:"type"`
+		Time     time.Time       `json:"time"`
+		Data     json.RawMessage `json:"data"`
+		State    struct {
+			Status string `json:"status"`
+			Events int    `json:"events"`
+		} `json:"state"`
+	}
+	var events struct {
+		Total  int        `json:"total"`
+		Events []apiEvent `json:"events"`
+	}
+	if err := api(orderPath+"/events?states=true&limit=1000", &events); err != nil {
+		t.Fatal(err)
+	}
+	if events.Total != want || len(events.Events) != want {
+		t.Fatalf("API: %d of %d events, want %d", len(events.Events), events.Total, want)
+	}
+
+	ctx, cancel := context.WithTimeout(startBrowser(t, browser), 120*time.Second)
+	defer cancel()
+	read := func() timelinePage {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](readTimeline))
+		if err != nil {
+			t.Fatalf("read the page: %v", err)
+		}
+		var p timelinePage
+		if err := json.Unmarshal([]byte(s), &p); err != nil {
+			t.Fatalf("read the page: %v\n%s", err, s)
+		}
+		return p
+	}
+	// noInjection checks that no markup of the data became elements.
+	noInjection := func(p timelinePage) {
+		t.Helper()
+		if p.Images != 0 || p.Handlers != 0 || len(p.Scripts) != 1 || p.Scripts[0] != "/ui/app.js" {
+			t.Errorf("markup from the data became elements: %d <img>, %d elements with event handlers, scripts %q",
+				p.Images, p.Handlers, p.Scripts)
+		}
+	}
+	// checkEvents compares the timeline with the API's events, in order.
+	checkEvents := func(p timelinePage, apiEvents []apiEvent) {
+		t.Helper()
+		if len(p.Events) != len(apiEvents) {
+			t.Fatalf("timeline lists %d events, want %d", len(p.Events), len(apiEvents))
+		}
+		for i, e := range apiEvents {
+			got := p.Events[i]
+			if got.Seq != e.Seq || got.SeqText != fmt.Sprintf("seq %d", e.Seq) || got.Type != e.Type || !got.Retained {
+				t.Errorf("timeline entry %d: seq %d (%q), type %q, retained %v; want seq %d, type %q, retained",
+					i, got.Seq, got.SeqText, got.Type, got.Retained, e.Seq, e.Type)
+			}
+			if wantTime := e.Time.UTC().Format("2006-01-02 15:04:05.000 UTC"); got.Time != wantTime {
+				t.Errorf("timeline entry %d: time %q, want %q", i, got.Time, wantTime)
+			}
+			var gotData, wantData any
+			if err := json.Unmarshal([]byte(got.Payload), &gotData); err != nil {
+				t.Errorf("timeline entry %d: payload %q is not the event's JSON: %v", i, got.Payload, err)
+			}
+			json.Unmarshal(e.Data, &wantData)
+			if !reflect.DeepEqual(gotData, wantData) {
+				t.Errorf("timeline entry %d: payload %s, want %s", i, got.Payload, e.Data)
+			}
+			if got.Status != e.State.Status || !strings.HasPrefix(got.NEvents, strconv.Itoa(e.State.Events)+" event") {
+				t.Errorf("timeline entry %d: state after %q, %q; want status %q, %d events", i, got.Status, got.NEvents, e.State.Status, e.State.Events)
+			}
+			var state struct {
+				OrderID string `json:"order_id"`
+				LastSeq uint64 `json:"last_seq"`
+			}
+			if err := json.Unmarshal([]byte(got.State), &state); err != nil || state.OrderID != id || state.LastSeq != e.Seq {
+				t.Errorf("timeline entry %d: state JSON %q (%v), want order %q at last_seq %d", i, got.State, err, id, e.Seq)
+			}
+		}
+	}
+	waitLoaded := func(what string, cond func(p timelinePage) error) timelinePage {
+		t.Helper()
+		var p timelinePage
+		embeddedtest.WaitFor(t, 20*time.Second, func() error {
+			p = read()
+			if p.Loaded != id {
+				return fmt.Errorf("%s: order page not loaded (loaded %q, error %q)", what, p.Loaded, p.Error)
+			}
+			return cond(p)
+		})
+		return p
+	}
+
+	// Sign in through the login page's form, in the browser (under the
+	// old Referrer-Policy no-referrer the browser posted it with
+	// "Origin: null", and it was refused 403), then open the order.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(a.adminURL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`input[name="token"]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), token),
+		chromedp.Submit(chromedp.CSS(`input[name="token"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#order-search`)),
+	); err != nil {
+		body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		t.Fatalf("sign in through the login form: %v; the page says: %s", err, body)
+	}
+	if login, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!document.querySelector('input[name="token"]')`)); err != nil || login {
+		t.Fatalf("still on the login page after signing in (%v)", err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(a.adminURL+"/#order="+url.QueryEscape(id))); err != nil {
+		t.Fatal(err)
+	}
+
+	// The first page: 50 events, and a button for the rest.
+	p := waitLoaded("deep link", func(p timelinePage) error {
+		if len(p.Events) != 50 {
+			return fmt.Errorf("timeline lists %d events, want the first page of 50", len(p.Events))
+		}
+		return nil
+	})
+	if p.Title != id || p.Error != "" {
+		t.Errorf("order page title %q, error %q; want %q and no error", p.Title, p.Error, id)
+	}
+	if !p.More || !strings.Contains(p.Count, fmt.Sprintf("50 of %d events", want)) {
+		t.Errorf("first page: load more shown %v, count %q; want shown, \"50 of %d events\"", p.More, p.Count, want)
+	}
+	checkEvents(p, events.Events[:50])
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#timeline-more"))); err != nil {
+		t.Fatal(err)
+	}
+	p = waitLoaded("load more", func(p timelinePage) error {
+		if len(p.Events) != want {
+			return fmt.Errorf("timeline lists %d events after load more, want %d", len(p.Events), want)
+		}
+		return nil
+	})
+	checkEvents(p, events.Events)
+	if p.More || !strings.Contains(p.Count, fmt.Sprintf("%d of %d events", want, want)) {
+		t.Errorf("all loaded: load more shown %v, count %q", p.More, p.Count)
+	}
+	// The markup is shown as text: in payloads and in headers.
+	if first := p.Events[0]; !strings.Contains(first.Payload, xssImg) || !strings.Contains(first.Headers, "\nX-Note: "+xssScript) {
+		t.Errorf("first event: payload %q, headers %q; want the markup as text", first.Payload, first.Headers)
+	}
+	if last := p.Events[len(p.Events)-1]; !strings.Contains(last.Payload, xssImg+xssScript) || last.Status != "shipped" {
+		t.Errorf("last event: payload %q, status %q; want the markup as text, shipped", last.Payload, last.Status)
+	}
+	noInjection(p)
+
+	// The state as of an event: the one after the timeline's second.
+	second := events.Events[1]
+	if err := chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS("#asof-input"), strconv.FormatUint(second.Seq, 10)),
+		chromedp.Click(chromedp.CSS(`#order-asof button[type="submit"]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("asof-note").textContent + "\n" + document.getElementById("asof-state").textContent`))
+		if err != nil {
+			return err
+		}
+		note, state, _ := strings.Cut(s, "\n")
+		var o struct {
+			Status string `json:"status"`
+			Events int    `json:"events"`
+		}
+		json.Unmarshal([]byte(state), &o)
+		if wantNote := fmt.Sprintf("after 2 events, up to seq %d", second.Seq); note != wantNote || o.Status != second.State.Status || o.Events != 2 {
+			return fmt.Errorf("as of seq %d: %q, state %q; want %q and status %q", second.Seq, note, state, wantNote, second.State.Status)
+		}
+		return nil
+	})
+
+	// The dead letter, with its payload as text and a Replay button.
+	if len(p.DLQ) != 1 || p.DLQ[0].Seq != dlq.Items[0].Seq || !p.DLQ[0].Replay ||
+		!strings.Contains(p.DLQ[0].Text, xssImg) || !strings.Contains(p.DLQ[0].Text, "poison") {
+		t.Fatalf("order's dead letters on the page %+v, want seq %d with a Replay button and its payload as text", p.DLQ, dlq.Items[0].Seq)
+	}
+	screenshot(t, ctx, "dashboard-order.png")
+
+	// From here on, a CSP violation would mean injected markup tried to run.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__csp = [];
+document.addEventListener("securitypolicyviolation", (e) => window.__csp.push(e.violatedDirective + " " + e.blockedURI)); true`)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Replay through the session (POST with the JSON Content-Type, from
+	// the page's origin): the poison comes back as a new dead letter.
+	old := dlq.Items[0].Seq
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#order-dlq-rows button.replay"))); err != nil {
+		t.Fatal(err)
+	}
+	p = waitLoaded("replay", func(p timelinePage) error {
+		if !strings.Contains(p.DLQMsg, fmt.Sprintf("dead letter %d replayed as event seq", old)) {
+			return fmt.Errorf("replay message %q", p.DLQMsg)
+		}
+		if err := api(orderPath+"/dlq", &dlq); err != nil {
+			return err
+		}
+		if len(dlq.Items) != 1 || dlq.Items[0].Seq == old {
+			return fmt.Errorf("API: dead letters %+v, want one new one (the replayed poison again)", dlq.Items)
+		}
+		if len(p.DLQ) != 1 || p.DLQ[0].Seq != dlq.Items[0].Seq || !p.DLQ[0].Replay {
+			return fmt.Errorf("page: dead letters %+v, want seq %d with a Replay button", p.DLQ, dlq.Items[0].Seq)
+		}
+		return nil
+	})
+	// The poison was not applied: the timeline is still the API's.
+	if err := api(orderPath+"/events?states=true&limit=1000", &events); err != nil {
+		t.Fatal(err)
+	}
+	checkEvents(p, events.Events)
+
+	// Typed into the search box: markup is no order id, and says so as
+	// text; an unknown id is not found; the order opens again.
+	search := func(typed string) {
+		t.Helper()
+		if err := chromedp.Do(ctx,
+			chromedp.SetValue(chromedp.CSS("#order-id"), typed),
+			chromedp.Click(chromedp.CSS(`#order-search button[type="submit"]`)),
+		); err != nil {
+			t.Fatal(err)
+		}
+	}
+	search(xssImg)
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		if p = read(); !strings.Contains(p.Error, "not an order id: "+strconv.Quote(xssImg)) || p.Title != xssImg {
+			return fmt.Errorf("searched %q: title %q, error %q", xssImg, p.Title, p.Error)
+		}
+		return nil
+	})
+	noInjection(p)
+	search("no-such-order")
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		if p = read(); p.Error != `order "no-such-order" not found` {
+			return fmt.Errorf("searched an unknown order: error %q", p.Error)
+		}
+		return nil
+	})
+	search(id)
+	p = waitLoaded("search", func(p timelinePage) error {
+		if len(p.Events) != 50 || len(p.DLQ) != 1 {
+			return fmt.Errorf("timeline lists %d events and %d dead letters, want 50 and 1", len(p.Events), len(p.DLQ))
+		}
+		return nil
+	})
+	checkEvents(p, events.Events[:50])
+	noInjection(p)
+	violations, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.__csp`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(violations) != 0 {
+		t.Errorf("the page broke its Content-Security-Policy (injected markup tried to run): %q", violations)
+	}
 }
