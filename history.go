@@ -106,11 +106,22 @@ func (a *Appliance) OrderAsOf(ctx context.Context, id string, point AsOf) (Order
 	if err := a.historyReady(id); err != nil {
 		return OrderAsOf{}, err
 	}
+	return a.FoldOrderEvents(ctx, id, point, nil)
+}
+
+// FoldOrderEvents calls fn with each event of an order up to point, in
+// stream order: the events OrderAsOf folds, for a fold of your own code
+// (your Handler's, say). It returns what OrderAsOf does, with the same
+// errors.
+func (a *Appliance) FoldOrderEvents(ctx context.Context, id string, point AsOf, fn func(processor.Event) error) (OrderAsOf, error) {
+	if err := a.historyReady(id); err != nil {
+		return OrderAsOf{}, err
+	}
 	s, err := a.hstream.get(ctx, a.js, a.cfg.DeclareSpec().ConsumerStream())
 	if err != nil {
 		return OrderAsOf{}, err
 	}
-	st, err := a.proj.AsOf(ctx, s, id, point)
+	st, err := a.proj.FoldEvents(ctx, s, id, point, fn)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return st, fmt.Errorf("order %q had no event as of %s: %w", id, describePoint(point), ErrNotFound)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/orderstoretest"
+	"github.com/orderstore/orderstore/processor"
 )
 
 // historyOracle reads the stream: every event per order, in stream order.
@@ -152,6 +153,17 @@ func TestOrderHistoryMatchesTheStream(t *testing.T) {
 				st, err := app.OrderAsOf(context.Background(), id, orderstore.AsOf{Seq: evs[k].Seq})
 				if err != nil || st.Order != w {
 					t.Fatalf("OrderAsOf(%s, %d) = %+v, %v; want %+v", id, evs[k].Seq, st.Order, err, w)
+				}
+				// A fold of one's own code sees the same events.
+				var seen []uint64
+				if _, err := app.FoldOrderEvents(context.Background(), id, orderstore.AsOf{Seq: evs[k].Seq}, func(ev processor.Event) error {
+					if ev.OrderID != id || string(ev.Data) != string(evs[len(seen)].Data) {
+						return fmt.Errorf("event %d: %+v", len(seen), ev)
+					}
+					seen = append(seen, ev.Sequence)
+					return nil
+				}); err != nil || len(seen) != k+1 || seen[k] != evs[k].Seq {
+					t.Fatalf("FoldOrderEvents(%s, %d): %v, saw %v", id, evs[k].Seq, err, seen)
 				}
 			}
 			// Before its first event it did not exist.

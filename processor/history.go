@@ -351,6 +351,15 @@ type AsOfState struct {
 // An order with no event up to the point is jetstream.ErrKeyNotFound; a
 // point before the first event the stream still holds is ErrNotRetained.
 func (p *Projection) AsOf(ctx context.Context, s jetstream.Stream, orderID string, point AsOfPoint) (AsOfState, error) {
+	return p.FoldEvents(ctx, s, orderID, point, nil)
+}
+
+// FoldEvents calls fn (if set) with each event of the order up to point,
+// in stream order: the events AsOf folds, which it returns folded by the
+// projection's own fold too. With it a program folds an order's history
+// with its own code (a [Handler] of its own, say), and gets the same
+// answers about retention. An error from fn stops it and is returned.
+func (p *Projection) FoldEvents(ctx context.Context, s jetstream.Stream, orderID string, point AsOfPoint, fn func(Event) error) (AsOfState, error) {
 	if p.hist == nil {
 		return AsOfState{}, ErrNoHistory
 	}
@@ -358,7 +367,7 @@ func (p *Projection) AsOf(ctx context.Context, s jetstream.Stream, orderID strin
 	if err != nil {
 		return AsOfState{}, err
 	}
-	st, _, err := p.foldUpTo(ctx, s, orderID, r, point, r.historyCount())
+	st, _, err := p.foldUpTo(ctx, s, orderID, r, point, r.historyCount(), fn)
 	if err != nil {
 		return st, err
 	}
@@ -373,7 +382,7 @@ func (p *Projection) AsOf(ctx context.Context, s jetstream.Stream, orderID strin
 
 // foldUpTo folds the events of r's index at positions below end that lie
 // within point, and returns the state and the fold's record.
-func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID string, r record, point AsOfPoint, end int) (AsOfState, record, error) {
+func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID string, r record, point AsOfPoint, end int, fn func(Event) error) (AsOfState, record, error) {
 	var folded record
 	st := AsOfState{Unindexed: r.unindexed()}
 	pending := 0 // events not retained, before the next retained one
@@ -408,7 +417,13 @@ func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID s
 			}
 			st.NotRetained += pending
 			pending = 0
-			folded.apply(he.event(orderID))
+			ev := he.event(orderID)
+			if fn != nil {
+				if err := fn(ev); err != nil {
+					return st, folded, err
+				}
+			}
+			folded.apply(ev)
 			st.Folded++
 			st.Last = he.Sequence
 		}
@@ -452,7 +467,7 @@ func (p *Projection) HistoryStates(ctx context.Context, s jetstream.Stream, orde
 	if err != nil {
 		return page, err
 	}
-	_, folded, err := p.foldUpTo(ctx, s, orderID, r, AsOfPoint{}, min(from, r.historyCount()))
+	_, folded, err := p.foldUpTo(ctx, s, orderID, r, AsOfPoint{}, min(from, r.historyCount()), nil)
 	if err != nil {
 		return page, err
 	}
