@@ -30,6 +30,7 @@ import (
 	"github.com/orderstore/orderstore/internal/natsrun"
 	"github.com/orderstore/orderstore/internal/recovery"
 	"github.com/orderstore/orderstore/internal/storedir"
+	"github.com/orderstore/orderstore/internal/validate"
 	"github.com/orderstore/orderstore/processor"
 	"github.com/orderstore/orderstore/status"
 )
@@ -86,6 +87,7 @@ type Appliance struct {
 	hub      *edgehub.Watcher               // a hub's source watcher; nil elsewhere
 	proj     *processor.Projection          // reads, on internal
 	hstream  historyStream                  // the stream history reads come from
+	validator *validate.Validator           // schema validation at ingest
 	proc     *processor.Processor           // nil when disabled
 	backupMu sync.Mutex                     // one backup at a time
 
@@ -141,9 +143,13 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	v, err := cfg.validator()
+	if err != nil {
+		return nil, err
+	}
 	cfg.Stream.Subjects = append([]string(nil), cfg.Stream.Subjects...)
 	log := loggerOrDiscard(cfg.Logger)
-	a := &Appliance{cfg: cfg, log: log, sup: newSupervisor(log), epoch: newEpoch(), closeDone: make(chan struct{})}
+	a := &Appliance{cfg: cfg, log: log, sup: newSupervisor(log), epoch: newEpoch(), closeDone: make(chan struct{}), validator: v}
 	defer func() {
 		if err != nil {
 			a.startFailed = true // an interrupted start-up may have left work undone
@@ -324,7 +330,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 // taking requests and finishes those in flight before anything else
 // stops.
 func (a *Appliance) openAdmin(context.Context) error {
-	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, History: historyBackend{a}, Checks: a.checks, Recovery: a.rc.Notes(), Topology: a.topology, Backup: a.backupTar,
+	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, History: historyBackend{a}, Validation: a.validationStats, Checks: a.checks, Recovery: a.rc.Notes(), Topology: a.topology, Backup: a.backupTar,
 		Publish: func(ctx context.Context, subject string, h nats.Header, data []byte) (*jetstream.PubAck, error) {
 			return a.publishMsg(ctx, subject, h, data)
 		},

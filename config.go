@@ -3,8 +3,10 @@ package orderstore
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +34,9 @@ type Config struct {
 	Cluster   ClusterConfig
 	LeafNode  LeafNodeConfig
 	Hub       HubConfig
+	// Validation checks every event at ingest against JSON Schemas
+	// ([validation]). Default: none.
+	Validation ValidationConfig
 
 	// Logger receives every component's log lines (component=nats,
 	// bootstrap, processor, admin). Nil discards them. When it is enabled
@@ -360,6 +365,28 @@ func (c Config) historyMaxBytes() int64 {
 	return n
 }
 
+// ValidationConfig is schema validation at ingest ([validation]): every
+// way an event comes in (NATS publishes in every durability mode and
+// topology, HTTP ingest, dead-letter replays) passes it, and an invalid
+// event is refused (422, naming the schema, the JSON pointer and the
+// keyword) before anything is stored.
+type ValidationConfig struct {
+	// Schemas maps an event type (the subject's last token: "created" for
+	// orders.created) to a JSON Schema file (draft 2020-12 unless its
+	// "$schema" says otherwise). A schema may $ref local files, never a
+	// URL. Changing a file applies from the next start; stored events are
+	// never touched.
+	Schemas map[string]string `toml:"schemas"`
+	// UnknownTypes is what happens to an event of a type without a
+	// schema: "accept" (the default) or "reject".
+	UnknownTypes string `toml:"unknown_types"`
+	// Func, when set, is called for every event the schemas passed (and
+	// for types without one, when accepted): a non-nil error refuses it,
+	// with its text. It has no TOML key: an embedding program's own check.
+	// It runs on the ingest path of every publish: keep it fast.
+	Func func(subject string, data []byte) error `toml:"-"`
+}
+
 // HistoryBucket is the KV bucket of the history index's chunks:
 // "<ProjectionBucket>_HISTORY".
 func (p ProcessorConfig) HistoryBucket() string { return p.ProjectionBucket + "_HISTORY" }
@@ -431,9 +458,10 @@ func DefaultConfig() Config {
 			ProjectionBucket:   "ORDERS",
 			ProjectionMaxBytes: 512 << 20,
 		},
-		Admin:    AdminConfig{Listen: "127.0.0.1:8222", ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 15 * time.Second},
-		Cluster:  ClusterConfig{Listen: "127.0.0.1:6222"},
-		LeafNode: LeafNodeConfig{ReconnectInterval: time.Second},
+		Admin:      AdminConfig{Listen: "127.0.0.1:8222", ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 15 * time.Second},
+		Cluster:    ClusterConfig{Listen: "127.0.0.1:6222"},
+		LeafNode:   LeafNodeConfig{ReconnectInterval: time.Second},
+		Validation: ValidationConfig{UnknownTypes: "accept"},
 	}
 }
 
@@ -536,6 +564,7 @@ func (c Config) Validate() error {
 	c.validateScaleOut(bad)
 	c.validateProcessor(bad)
 	c.validateAdmin(bad)
+	c.validateValidation(bad)
 	if len(errs) > 0 {
 		return &ValidationError{Problems: errs}
 	}
@@ -780,6 +809,22 @@ func (c Config) validateProcessor(bad badFunc) {
 		bad("Processor.ProjectionBucket", p.ProjectionBucket, "must be a valid KV bucket name (letters, digits, '-' and '_')")
 	} else if b := p.HistoryBucket(); !validBucket(b) {
 		bad("Processor.ProjectionBucket", p.ProjectionBucket, "is too long: its history bucket %q must be a valid KV bucket name", b)
+	}
+}
+
+func (c Config) validateValidation(bad badFunc) {
+	v := c.Validation
+	switch v.UnknownTypes {
+	case "", "accept", "reject":
+	default:
+		bad("Validation.UnknownTypes", v.UnknownTypes, `must be "accept" or "reject"`)
+	}
+	for _, typ := range slices.Sorted(maps.Keys(v.Schemas)) {
+		if typ == "" || strings.ContainsAny(typ, ".*> \t") {
+			bad("Validation.Schemas", typ, "is not an event type: the last token of a subject (\"created\" for orders.created), without '.', '*', '>' or spaces")
+		} else if v.Schemas[typ] == "" {
+			bad("Validation.Schemas", typ, "names no schema file")
+		}
 	}
 }
 

@@ -75,6 +75,9 @@ func (a *Appliance) ingestConfig() ingest.Config {
 		ic.Scope = a.cfg.JetStream.Domain + "/"
 	}
 	ic.Cluster = a.cfg.Cluster.Enabled()
+	if a.validator.Enabled() {
+		ic.Validate, ic.InvalidCode = a.validator.Check, ValidationErrCode
+	}
 	if a.commit != nil {
 		ic.Sync, ic.Stats = a.commit.Sync, a.commit.Stats()
 	}

@@ -77,8 +77,8 @@ func splitHostPort(key, hostport string) (string, int, error) {
 	return host, port, nil
 }
 
-// CheckFiles loads every TLS certificate, key and CA file the config
-// names, as Start would, and reports every problem at once (each naming
+// CheckFiles loads every TLS certificate, key and CA file and compiles
+// every schema file the config names, as Start would, and reports every problem at once (each naming
 // its key): what `orderstore check` runs beside Validate.
 func (c Config) CheckFiles() error {
 	var errs []error
@@ -93,6 +93,9 @@ func (c Config) CheckFiles() error {
 	add(loadTLS("leafnode.tls", c.LeafNode.TLS, false))
 	for i, r := range c.LeafNode.Remotes {
 		add(loadTLS(fmt.Sprintf("leafnode.remotes[%d].tls", i), r.TLS, true))
+	}
+	if _, err := c.validator(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

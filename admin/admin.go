@@ -138,6 +138,9 @@ type Backend struct {
 	// Ingest, if set, reports group commit's figures for /metrics and
 	// /v1/status.
 	Ingest func() *status.IngestStats
+	// Validation, if set, reports schema validation at ingest (nil when
+	// it checks nothing).
+	Validation func() *status.ValidationStats
 	// Guard, if set, reports what the ingest service and the durable
 	// guard refused.
 	Guard func() *status.GuardStats

@@ -54,6 +54,7 @@ var (
 	descGCAcked       = desc("group_commit_acked_events_total", "Producers' events acknowledged after a group-commit sync.")
 	descGCWaiting     = desc("group_commit_acks_waiting", "Producers' events taken by the ingest service and not yet answered.")
 	descGCSyncErrors  = desc("group_commit_sync_errors_total", "Failed group-commit syncs (the first one stops orderstore).")
+	descRejected      = desc("validation_rejected_total", "Events refused at ingest by schema validation ([validation]), nothing stored, by event type (\"other\" for types without a schema) and reason (the schema keyword that failed, or invalid_json, unknown_type, func).", "type", "reason")
 	descScrapeErrors  = desc("scrape_errors", "Parts of the state that could not be read during this scrape.")
 )
 
@@ -61,7 +62,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descReady, descSyncAlways, descAckDurable, descBuild, descStreamMsgs, descStreamBytes, descStreamFirst,
 		descStreamLast, descStreamAge, descMaxBytes, descMaxMsgs, descMaxAge, descPending, descAckPending, descRedelivered, descAckFloor,
 		descBehind, descEvents, descLastApplied, descProcRunning, descRemoved, descRecovered, descLostAtEdge, descEdgeRegress, descIngestRefused, descAckErrors, descRecovery, descDLQ, descFree, descJSUsed, descJSMax, descCheck, descScrapeErrors,
-		descSyncSeconds, descBatchEvents, descGCAcked, descGCWaiting, descGCSyncErrors} {
+		descSyncSeconds, descBatchEvents, descGCAcked, descGCWaiting, descGCSyncErrors, descRejected} {
 		ch <- d
 	}
 }
@@ -141,6 +142,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}{{g.OverBudget, "over_budget"}, {g.Overloaded, "overloaded"}, {g.ReplyCollisions, "reply_collision"}, {g.IngestPauses, "ingest_pause"}, {g.Unanswered, "unanswered"}, {g.ForgedAnswers, "forged_answer"},
 			{g.ElectionRetries, "election_retry"}, {g.ForeignConsumerRequests, "foreign_consumer_request"}} {
 			ch <- prometheus.MustNewConstMetric(descIngestRefused, prometheus.CounterValue, float64(c.v), c.reason)
+		}
+	}
+	if v := st.Validation; v != nil {
+		for _, c := range v.Rejected {
+			ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(c.Events), c.Type, c.Reason)
 		}
 	}
 	if t := st.Topology; t != nil {

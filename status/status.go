@@ -33,6 +33,29 @@ type Status struct {
 	Ingest *IngestStats `json:"ingest,omitempty"`
 	// Guard is what the ingest service and the durable guard refused.
 	Guard *GuardStats `json:"guard,omitempty"`
+	// Validation is schema validation at ingest; absent when it checks
+	// nothing.
+	Validation *ValidationStats `json:"validation,omitempty"`
+}
+
+// ValidationStats are schema validation's settings and what it refused
+// since start.
+type ValidationStats struct {
+	Schemas       map[string]string `json:"schemas"`       // event type -> schema file
+	UnknownTypes  string            `json:"unknown_types"` // accept or reject
+	Func          bool              `json:"func"`          // an embedding program's own check is set
+	RejectedTotal uint64            `json:"rejected_total"`
+	// Rejected counts refusals per event type ("other" for types without
+	// a schema) and reason (the schema keyword that failed, or
+	// invalid_json, unknown_type, func).
+	Rejected []ValidationCount `json:"rejected,omitempty"`
+}
+
+// ValidationCount is how many events of a type were refused for a reason.
+type ValidationCount struct {
+	Type   string `json:"type"`
+	Reason string `json:"reason"`
+	Events uint64 `json:"events"`
 }
 
 // IngestStats are group commit's figures since start: syncs of the store,

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -52,5 +53,59 @@ key_file = "`+missing("server.key")+`"
 	errb.Reset()
 	if code := run(context.Background(), []string{"check", "-config", cfg}, &out, &errb); code == exitOK || !strings.Contains(errb.String(), "server.tls") || strings.Contains(errb.String(), "is valid") {
 		t.Errorf("check with missing TLS files: exit %d\n%s", code, errb.String())
+	}
+}
+
+// check compiles every schema of [validation], relative to the config
+// file, and names each bad one by its key, file and position; run refuses
+// them the same way, and with good ones it refuses invalid events.
+func TestCheckCompilesSchemas(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "schemas"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{
+		"good.json":   `{"type":"object","required":["order_id"]}`,
+		"syntax.json": "{\n  \"type\": \"object\",\n  \"required\": [\"order_id\",]\n}",
+		"wrong.json":  `{"type":"object","properties":{"amount":{"minimum":"zero"}}}`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, "schemas", name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := writeConfig(t, dir, filepath.Join(dir, "store"), `
+[validation]
+schemas = { created = "schemas/good.json", paid = "schemas/syntax.json", shipped = "schemas/wrong.json", cancelled = "schemas/missing.json" }
+unknown_types = "reject"
+`)
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"check", "-config", cfg}, &out, &errb)
+	got := errb.String()
+	if code == exitOK || strings.Contains(got, "is valid") {
+		t.Fatalf("check exit %d on bad schemas:\n%s", code, got)
+	}
+	for _, w := range []string{
+		`validation.schemas.paid = "` + filepath.Join(dir, "schemas", "syntax.json") + `": line 3, column`,
+		`validation.schemas.shipped = "` + filepath.Join(dir, "schemas", "wrong.json") + `": not a valid JSON Schema`, "/properties/amount/minimum",
+		`validation.schemas.cancelled = "` + filepath.Join(dir, "schemas", "missing.json") + `"`,
+	} {
+		if !strings.Contains(got, w) {
+			t.Errorf("check output lacks %q:\n%s", w, got)
+		}
+	}
+	if strings.Contains(got, "validation.schemas.created") {
+		t.Errorf("check reports the good schema:\n%s", got)
+	}
+	if code := run(context.Background(), []string{"run", "-config", cfg}, &out, &errb); code == exitOK {
+		t.Errorf("run started with bad schemas")
+	}
+	// Good schemas only: valid.
+	cfg = writeConfig(t, dir, filepath.Join(dir, "store"), `
+[validation]
+schemas = { created = "schemas/good.json" }
+`)
+	errb.Reset()
+	if code := run(context.Background(), []string{"check", "-config", cfg}, &out, &errb); code != exitOK {
+		t.Errorf("check with a good schema: exit %d\n%s", code, errb.String())
 	}
 }

@@ -35,6 +35,8 @@ type Config struct {
 	Cluster   orderstore.ClusterConfig `toml:"cluster"` // the library's own type: no key differs
 	LeafNode  LeafNode                 `toml:"leafnode"`
 	Hub       orderstore.HubConfig     `toml:"hub"`
+	// Validation is the library's own type too: schemas by event type.
+	Validation orderstore.ValidationConfig `toml:"validation"`
 	Log       Log                      `toml:"log" lib:"-"`
 }
 
@@ -143,7 +145,7 @@ func Default() Config {
 // Load reads and validates the file at path.
 //
 // Relative paths in it (store_dir, token_file, password_file, the TLS
-// files, credentials) are relative to the file's own directory, not to the
+// files, credentials, schema files) are relative to the file's own directory, not to the
 // working directory (which is / under the shipped systemd unit).
 func Load(path string) (Config, error) {
 	f, err := os.Open(path)
@@ -178,6 +180,14 @@ func (c *Config) resolvePaths(dir string) {
 	for i := range c.LeafNode.Remotes {
 		rel(&c.LeafNode.Remotes[i].Credentials)
 		tls(&c.LeafNode.Remotes[i].TLS)
+	}
+	if len(c.Validation.Schemas) > 0 {
+		schemas := make(map[string]string, len(c.Validation.Schemas))
+		for typ, file := range c.Validation.Schemas {
+			rel(&file)
+			schemas[typ] = file
+		}
+		c.Validation.Schemas = schemas
 	}
 }
 

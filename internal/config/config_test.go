@@ -46,6 +46,9 @@ func TestExampleFileListsEveryKey(t *testing.T) {
 		ft := top.Field(i).Type
 		for j := range ft.NumField() {
 			key := strings.Split(ft.Field(j).Tag.Get("toml"), ",")[0]
+			if key == "-" {
+				continue // the library's only (a func): no key
+			}
 			if ft.Field(j).Type == reflect.TypeOf(orderstore.TLSConfig{}) {
 				if !strings.Contains(text, "\n["+table+"."+key+"]") {
 					t.Errorf("example lacks table [%s.%s]", table, key)

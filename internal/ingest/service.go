@@ -130,6 +130,11 @@ type Config struct {
 	// Cluster: the stream has replicas, and a new leader may not answer
 	// what the old one took (see onLeaderElected).
 	Cluster bool
+	// Validate, if set, checks each event (its subject and payload) before
+	// anything is stored: an error refuses it with code 422, err_code
+	// InvalidCode and the error's text.
+	Validate    func(subject string, data []byte) error
+	InvalidCode int
 	// Inbox is the inbox prefix of orderstore's own connections: the
 	// stream's answers come on Inbox+".ingest.<random>.<ack id>" (""
 	// nats' _INBOX).
@@ -202,6 +207,24 @@ type Service struct {
 	forged    atomic.Uint64 // answers on an ack id that were not the stream's
 	unanswer  atomic.Uint64 // answered 503 because the stream did not answer
 	elections atomic.Uint64 // republishes retried while the stream had no leader
+	invalid   atomic.Uint64 // refused by Config.Validate
+
+	invalidLogMu sync.Mutex
+	invalidLog   time.Time // when a refused plain publish (nobody to tell) was last logged
+}
+
+// logInvalid logs a refused event that had no reply subject (nobody to
+// tell), at most once a second: the publisher cannot be told, the
+// operator can (and the count is in the metrics).
+func (in *Service) logInvalid(subject string, err error) {
+	in.invalidLogMu.Lock()
+	defer in.invalidLogMu.Unlock()
+	if time.Since(in.invalidLog) < time.Second {
+		return
+	}
+	in.invalidLog = time.Now()
+	in.log.Warn("ingest: an event published without a reply subject failed validation and was not stored (the publisher cannot be told; publish with a request, or JetStream publish, to see the error)",
+		"subject", truncateSubject(subject), "err", err)
 }
 
 type budget struct{ n, bytes int }
@@ -438,6 +461,17 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 	if infos := m.Header.Values(requestInfoHeader); len(infos) > 1 {
 		in.refuse(m, 400, "the %s header is nats' own (the publisher's account): a publish may not set it", requestInfoHeader)
 		return
+	}
+	if v := in.cfg.Validate; v != nil {
+		if err := v(subject, m.Data); err != nil {
+			in.invalid.Add(1)
+			if m.Reply == "" {
+				in.logInvalid(subject, err)
+				return
+			}
+			in.reply(m.Reply, APIError(422, in.cfg.InvalidCode, "orderstore: "+truncateSubject(subject)+": "+err.Error()+" (nothing was stored)"))
+			return
+		}
 	}
 	// The import the publish came through names its account.
 	account := rs.account

@@ -1,0 +1,269 @@
+// Package validate checks events against JSON Schemas (draft 2020-12 by
+// default) at ingest: one schema file per event type (the subject's last
+// token), what to do with a type that has none, and a program's own check.
+// A refused event names the schema, the JSON pointer of the failing value
+// and the schema keyword that failed.
+package validate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// Unknown-type policies.
+const (
+	Accept = "accept" // an event of a type without a schema is stored
+	Reject = "reject" // it is refused
+)
+
+// Reasons a rejection is counted under besides a schema keyword.
+const (
+	ReasonInvalidJSON = "invalid_json" // the payload is not JSON
+	ReasonUnknownType = "unknown_type" // no schema for its type, with unknown_types = "reject"
+	ReasonFunc        = "func"         // the program's own check refused it
+)
+
+// Rejection is an event refused: its type, the schema file, where in the
+// event and which keyword.
+type Rejection struct {
+	Type    string // event type (the subject's last token)
+	Schema  string // schema file ("" for unknown types and the program's check)
+	Pointer string // JSON pointer of the failing value in the event ("" for the whole)
+	Keyword string // the schema keyword that failed, or a Reason*
+	Message string
+}
+
+func (r *Rejection) Error() string {
+	switch r.Keyword {
+	case ReasonUnknownType:
+		return fmt.Sprintf("event type %q has no schema and validation.unknown_types is \"reject\"", r.Type)
+	case ReasonFunc:
+		return fmt.Sprintf("event type %q refused by the program's check: %s", r.Type, r.Message)
+	case ReasonInvalidJSON:
+		return fmt.Sprintf("event type %q does not match schema %q: not JSON: %s", r.Type, r.Schema, r.Message)
+	}
+	at := r.Pointer
+	if at == "" {
+		at = "(the event)"
+	}
+	return fmt.Sprintf("event type %q does not match schema %q: at %s: keyword %q: %s", r.Type, r.Schema, at, r.Keyword, r.Message)
+}
+
+// Count is how many events of a type were refused for a reason.
+type Count struct {
+	Type, Reason string
+	N            uint64
+}
+
+// Validator checks events. The zero value and nil accept everything.
+type Validator struct {
+	schemas map[string]*jsonschema.Schema
+	files   map[string]string
+	reject  bool
+	fn      func(subject string, data []byte) error
+
+	mu     sync.Mutex
+	counts map[[2]string]uint64
+}
+
+// maxCountKeys bounds the distinct (type, reason) pairs counted: a
+// producer inventing event types must not grow the metrics without end
+// (types without a schema are counted as "other").
+const maxCountKeys = 1000
+
+// Compile loads and compiles the schema of each event type (file paths),
+// with unknownTypes Accept ("" too) or Reject, and fn, if set, as a last
+// check. Every problem is reported at once, each naming its event type,
+// file and, where it has one, the position in the file.
+func Compile(schemas map[string]string, unknownTypes string, fn func(subject string, data []byte) error) (*Validator, error) {
+	v := &Validator{schemas: map[string]*jsonschema.Schema{}, files: map[string]string{}, fn: fn, counts: map[[2]string]uint64{}}
+	var errs []error
+	switch unknownTypes {
+	case "", Accept:
+	case Reject:
+		v.reject = true
+	default:
+		errs = append(errs, fmt.Errorf("validation.unknown_types %q: must be %q or %q", unknownTypes, Accept, Reject))
+	}
+	types := slices.Sorted(maps.Keys(schemas))
+	for _, typ := range types {
+		file := schemas[typ]
+		key := fmt.Sprintf("validation.schemas.%s", typ)
+		if typ == "" || strings.ContainsAny(typ, ".*> \t") {
+			errs = append(errs, fmt.Errorf("%s: %q is not an event type (a subject's last token, without '.', '*', '>' or spaces)", key, typ))
+			continue
+		}
+		sch, err := compileFile(file)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s = %q: %w", key, file, err))
+			continue
+		}
+		v.schemas[typ], v.files[typ] = sch, file
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// compileFile compiles one schema file; a JSON syntax error names its
+// line and column.
+func compileFile(file string) (*jsonschema.Schema, error) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(src))
+	if err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			line, col := position(src, se.Offset)
+			return nil, fmt.Errorf("line %d, column %d: not JSON: %v", line, col, se)
+		}
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	// Only local files: a schema that names a URL is refused, not fetched.
+	c.UseLoader(jsonschema.SchemeURLLoader{"file": jsonschema.FileLoader{}})
+	if err := c.AddResource(abs, doc); err != nil {
+		return nil, err
+	}
+	sch, err := c.Compile(abs)
+	if err != nil {
+		return nil, fmt.Errorf("not a valid JSON Schema: %s", strings.ReplaceAll(err.Error(), "file://"+abs, "the file"))
+	}
+	return sch, nil
+}
+
+// position is the 1-based line and column of byte offset off in src.
+func position(src []byte, off int64) (line, col int) {
+	off = min(max(off, 1), int64(len(src)))
+	before := src[:off-1]
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = int(off-1) - bytes.LastIndexByte(before, '\n')
+	return line, col
+}
+
+// Enabled reports whether v checks anything.
+func (v *Validator) Enabled() bool {
+	return v != nil && (len(v.schemas) > 0 || v.reject || v.fn != nil)
+}
+
+// Check validates one event on subject. A refusal is a *Rejection, and
+// counted. data is never changed.
+func (v *Validator) Check(subject string, data []byte) error {
+	if !v.Enabled() {
+		return nil
+	}
+	typ := subject
+	if i := strings.LastIndexByte(subject, '.'); i >= 0 {
+		typ = subject[i+1:]
+	}
+	sch, ok := v.schemas[typ]
+	switch {
+	case ok:
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+		if err != nil {
+			return v.refused(&Rejection{Type: typ, Schema: v.files[typ], Keyword: ReasonInvalidJSON, Message: err.Error()})
+		}
+		if err := sch.Validate(inst); err != nil {
+			var ve *jsonschema.ValidationError
+			if !errors.As(err, &ve) {
+				return v.refused(&Rejection{Type: typ, Schema: v.files[typ], Keyword: "schema", Message: err.Error()})
+			}
+			return v.refused(rejection(typ, v.files[typ], ve))
+		}
+	case v.reject:
+		return v.refused(&Rejection{Type: typ, Keyword: ReasonUnknownType})
+	}
+	if v.fn != nil {
+		if err := v.fn(subject, data); err != nil {
+			return v.refused(&Rejection{Type: typ, Keyword: ReasonFunc, Message: err.Error()})
+		}
+	}
+	return nil
+}
+
+var printer = message.NewPrinter(language.English)
+
+// rejection describes the first leaf cause of ve: the most precise place
+// and keyword.
+func rejection(typ, file string, ve *jsonschema.ValidationError) *Rejection {
+	for len(ve.Causes) > 0 {
+		ve = ve.Causes[0]
+	}
+	r := &Rejection{Type: typ, Schema: file, Keyword: "schema", Message: ve.ErrorKind.LocalizedString(printer)}
+	if kp := ve.ErrorKind.KeywordPath(); len(kp) > 0 {
+		r.Keyword = kp[len(kp)-1]
+	}
+	for _, tok := range ve.InstanceLocation {
+		r.Pointer += "/" + strings.ReplaceAll(strings.ReplaceAll(tok, "~", "~0"), "/", "~1")
+	}
+	if len(r.Message) > 512 {
+		r.Message = r.Message[:512] + "..."
+	}
+	return r
+}
+
+func (v *Validator) refused(r *Rejection) error {
+	typ := r.Type
+	if _, ok := v.schemas[typ]; !ok {
+		typ = "other" // no schema: a producer's invention must not make a label
+	}
+	reason := r.Keyword
+	v.mu.Lock()
+	k := [2]string{typ, reason}
+	if _, ok := v.counts[k]; ok || len(v.counts) < maxCountKeys {
+		v.counts[k]++
+	} else {
+		v.counts[[2]string{"other", "other"}]++
+	}
+	v.mu.Unlock()
+	return r
+}
+
+// Counts returns the refusals so far, per type and reason, sorted.
+func (v *Validator) Counts() []Count {
+	if v == nil {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make([]Count, 0, len(v.counts))
+	for k, n := range v.counts {
+		out = append(out, Count{Type: k[0], Reason: k[1], N: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Type != out[j].Type {
+			return out[i].Type < out[j].Type
+		}
+		return out[i].Reason < out[j].Reason
+	})
+	return out
+}
+
+// Schemas returns each event type's schema file.
+func (v *Validator) Schemas() map[string]string {
+	if v == nil {
+		return nil
+	}
+	return maps.Clone(v.files)
+}

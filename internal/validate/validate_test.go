@@ -1,0 +1,113 @@
+package validate
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func write(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const created = `{
+  "type": "object",
+  "required": ["order_id", "amount"],
+  "properties": {
+    "order_id": {"type": "string", "minLength": 1},
+    "amount": {"type": "number", "minimum": 0},
+    "items": {"type": "array", "items": {"type": "object", "required": ["sku"]}}
+  }
+}`
+
+func TestCheck(t *testing.T) {
+	file := write(t, "created.json", created)
+	v, err := Compile(map[string]string{"created": file}, Reject, func(subject string, data []byte) error {
+		if strings.Contains(string(data), "forbidden") {
+			return errors.New("no forbidden words")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		subject, data string
+		keyword, ptr  string // "" keyword: accepted
+	}{
+		{"orders.created", `{"order_id":"1","amount":3}`, "", ""},
+		{"orders.created", `{"order_id":"1","amount":-1}`, "minimum", "/amount"},
+		{"orders.created", `{"order_id":"1"}`, "required", ""},
+		{"orders.created", `{"order_id":"1","amount":1,"items":[{"sku":"a"},{}]}`, "required", "/items/1"},
+		{"orders.created", `{"order_id":"1","amount":"x"}`, "type", "/amount"},
+		{"orders.created", `not json`, ReasonInvalidJSON, ""},
+		{"orders.created", `{"order_id":"1","amount":1,"note":"forbidden"}`, ReasonFunc, ""},
+		{"orders.paid", `{"order_id":"1"}`, ReasonUnknownType, ""},
+	} {
+		err := v.Check(c.subject, []byte(c.data))
+		var r *Rejection
+		switch {
+		case c.keyword == "" && err != nil:
+			t.Errorf("%s %s: refused: %v", c.subject, c.data, err)
+		case c.keyword == "":
+		case !errors.As(err, &r):
+			t.Errorf("%s %s: %v, want a rejection by %q", c.subject, c.data, err, c.keyword)
+		case r.Keyword != c.keyword || r.Pointer != c.ptr:
+			t.Errorf("%s %s: keyword %q at %q (%v), want %q at %q", c.subject, c.data, r.Keyword, r.Pointer, err, c.keyword, c.ptr)
+		case c.keyword == "minimum" && (!strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "/amount") || !strings.Contains(err.Error(), `"minimum"`)):
+			t.Errorf("the message names no schema, pointer or keyword: %v", err)
+		}
+	}
+	counts := v.Counts()
+	if len(counts) == 0 || counts[0].Type != "created" {
+		t.Errorf("counts %+v", counts)
+	}
+	// Types invented by producers share one label.
+	for i := range 2000 {
+		v.Check("orders.t"+strings.Repeat("x", i%50)+string(rune('a'+i%26)), []byte(`{}`))
+	}
+	if n := len(v.Counts()); n > maxCountKeys+1 {
+		t.Errorf("%d count keys", n)
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	syntax := write(t, "bad.json", "{\n  \"type\": \"object\",\n  \"required\": [\"a\",]\n}")
+	wrong := write(t, "wrong.json", `{"type": 5}`)
+	remote := write(t, "remote.json", `{"$ref": "https://example.com/s.json"}`)
+	_, err := Compile(map[string]string{"a": syntax, "b": wrong, "c": "/nonexistent.json", "d.e": syntax, "f": remote}, "maybe", nil)
+	if err == nil {
+		t.Fatal("compiled")
+	}
+	msg := err.Error()
+	for _, w := range []string{
+		`validation.schemas.a = "` + syntax + `": line 3, column`,
+		`validation.schemas.b = "` + wrong + `": not a valid JSON Schema`, "/type",
+		`validation.schemas.c = "/nonexistent.json"`,
+		`validation.schemas.d.e: "d.e" is not an event type`,
+		`validation.schemas.f`,
+		`validation.unknown_types "maybe"`,
+	} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("error lacks %q:\n%s", w, msg)
+		}
+	}
+}
+
+func TestDisabled(t *testing.T) {
+	var v *Validator
+	if v.Enabled() || v.Check("orders.x", []byte("anything")) != nil {
+		t.Error("a nil validator checks")
+	}
+	v, err := Compile(nil, "", nil)
+	if err != nil || v.Enabled() {
+		t.Errorf("empty: %v %v", v.Enabled(), err)
+	}
+}
