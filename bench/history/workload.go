@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -103,13 +105,24 @@ func eventMsg(id, typ string) *nats.Msg {
 }
 
 // targetSeqs are the stream sequences of each target order's events, in
-// the order published (stream order).
+// stream order.
 type targetSeqs [][]uint64
+
+// retryable is a publish the appliance asks to send again: a 429 (its
+// ingest service sheds load: "publish it again after a moment") or no
+// responders (the account's publishes are paused).
+func retryable(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		(errors.As(err, &apiErr) && apiErr.Code == 429)
+}
 
 // publish publishes the workload's n events, async with up to window
 // unacked, and returns once every one is acked, with the target orders'
-// sequences.
-func publish(ctx context.Context, js jetstream.JetStream, w *workload, window int) (targetSeqs, time.Duration, error) {
+// sequences and how many publishes were sent again. A publish the
+// appliance turns away for now (retryable) is sent again after a pause, as
+// a producer would.
+func publish(ctx context.Context, js jetstream.JetStream, w *workload, window int) (targetSeqs, int, time.Duration, error) {
 	seqs := make(targetSeqs, w.targets)
 	for t := range seqs {
 		seqs[t] = make([]uint64, w.perTarget)
@@ -119,17 +132,29 @@ func publish(ctx context.Context, js jetstream.JetStream, w *workload, window in
 		target, j int
 	}
 	ring := make([]inflight, window)
+	retries := 0
 	wait := func(p inflight) error {
-		select {
-		case ack := <-p.f.Ok():
-			if p.target >= 0 {
-				seqs[p.target][p.j] = ack.Sequence
+		for attempt := 0; ; attempt++ {
+			select {
+			case ack := <-p.f.Ok():
+				if p.target >= 0 {
+					seqs[p.target][p.j] = ack.Sequence
+				}
+				return nil
+			case err := <-p.f.Err():
+				if !retryable(err) || attempt >= 100 {
+					return fmt.Errorf("publish: %w", err)
+				}
+				retries++
+				if err := sleep(ctx, 20*time.Millisecond); err != nil {
+					return err
+				}
+				if p.f, err = js.PublishMsgAsync(p.f.Msg()); err != nil {
+					return fmt.Errorf("publish again: %w", err)
+				}
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-			return nil
-		case err := <-p.f.Err():
-			return fmt.Errorf("publish: %w", err)
-		case <-ctx.Done():
-			return ctx.Err()
 		}
 	}
 	t0 := time.Now()
@@ -137,32 +162,36 @@ func publish(ctx context.Context, js jetstream.JetStream, w *workload, window in
 	for i := range w.n {
 		if i%1024 == 0 {
 			if ctx.Err() != nil {
-				return nil, 0, ctx.Err()
+				return nil, retries, 0, ctx.Err()
 			}
 			if time.Since(lastLog) >= 10*time.Second {
 				lastLog = time.Now()
-				logf("   published %s of %s", num(i), num(w.n))
+				logf("   published %s of %s (%d sent again)", num(i), num(w.n), retries)
 			}
 		}
 		slot := i % window
 		if ring[slot].f != nil {
 			if err := wait(ring[slot]); err != nil {
-				return nil, 0, err
+				return nil, retries, 0, err
 			}
 		}
 		id, typ, target, j := w.next()
 		f, err := js.PublishMsgAsync(eventMsg(id, typ))
 		if err != nil {
-			return nil, 0, fmt.Errorf("publish %d: %w", i, err)
+			return nil, retries, 0, fmt.Errorf("publish %d: %w", i, err)
 		}
 		ring[slot] = inflight{f, target, j}
 	}
 	for _, p := range ring {
 		if p.f != nil {
 			if err := wait(p); err != nil {
-				return nil, 0, err
+				return nil, retries, 0, err
 			}
 		}
 	}
-	return seqs, time.Since(t0), nil
+	// An event sent again may have been stored after the target's next.
+	for _, s := range seqs {
+		slices.Sort(s)
+	}
+	return seqs, retries, time.Since(t0), nil
 }

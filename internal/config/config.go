@@ -37,7 +37,7 @@ type Config struct {
 	Hub       orderstore.HubConfig     `toml:"hub"`
 	// Validation is the library's own type too: schemas by event type.
 	Validation orderstore.ValidationConfig `toml:"validation"`
-	Log       Log                      `toml:"log" lib:"-"`
+	Log        Log                         `toml:"log" lib:"-"`
 }
 
 // LeafNode links edges to a hub.
