@@ -83,3 +83,32 @@ func TestNATSCLIWalkthrough(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	p.wait(30 * time.Second)
 }
+
+// natscli shows a validation refusal: the schema, the JSON pointer and the
+// keyword (issue: "natscli shows it").
+func TestNATSCLIShowsValidationErrors(t *testing.T) {
+	cli := natsCLI(t)
+	dir := t.TempDir()
+	schema := filepath.Join(dir, "created.json")
+	if err := os.WriteFile(schema, []byte(`{"type":"object","required":["order_id","amount"],"properties":{"amount":{"type":"number","minimum":0}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, dir, filepath.Join(dir, "store"), "[validation]\nschemas = { created = \"created.json\" }\n")
+	home := t.TempDir()
+	p := start(t, nil, "run", "-config", cfg)
+	url := p.waitReady()
+	nats := func(args ...string) (string, error) {
+		cmd := exec.Command(cli, append([]string{"-s", url, "--timeout", "5s"}, args...)...)
+		cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := nats("pub", "-J", "orders.created", `{"order_id":"1","amount":-3}`)
+	if err == nil || !strings.Contains(out, schema) || !strings.Contains(out, `at /amount: keyword "minimum"`) || !strings.Contains(out, "nothing was stored") {
+		t.Errorf("nats pub -J of an invalid event: %v\n%s", err, out)
+	}
+	out, err = nats("pub", "-J", "orders.created", `{"order_id":"1","amount":3}`)
+	if err != nil || !strings.Contains(out, "Stored in Stream: ORDER_EVENTS Sequence: 1") {
+		t.Errorf("nats pub -J of a valid event: %v\n%s", err, out)
+	}
+}
