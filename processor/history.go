@@ -76,16 +76,30 @@ func (r *record) historyBaseline() {
 // indexHistory adds seq to r's history tail (sorted: a retried event can
 // arrive after later ones).
 func (r *record) indexHistory(seq uint64) {
+	if seq < r.HistorySealedMax {
+		r.HistoryUnordered = true
+	}
 	i, found := slices.BinarySearch(r.History, seq)
 	if !found {
 		r.History = slices.Insert(r.History, i, seq)
 	}
 }
 
+// maxHistoryTail bounds an order's unsealed tail: past it the oldest
+// sequences are sealed even above the ack floor, so that a hot order's
+// record stays far below max_payload however far the floor lags.
+const maxHistoryTail = 4 * HistoryChunk
+
 // sealable returns the chunks of r's tail ready to be sealed: every
-// HistoryChunk sequences at or below the applied floor, oldest first.
+// HistoryChunk sequences at or below the applied floor, oldest first
+// (no earlier event of the order can still arrive), and past
+// maxHistoryTail the oldest regardless (an event retried after that,
+// rare, is listed after the sealed chunks, out of stream order).
 func (r *record) sealable() [][]uint64 {
 	n, _ := slices.BinarySearch(r.History, r.AppliedFloor+1)
+	if over := len(r.History) - maxHistoryTail; over > n {
+		n = over
+	}
 	var out [][]uint64
 	for i := 0; i+HistoryChunk <= n; i += HistoryChunk {
 		out = append(out, r.History[i:i+HistoryChunk])
@@ -113,6 +127,7 @@ func (p *Projection) sealWrites(id string, next *record) ([]*nats.Msg, error) {
 		}
 		msgs = append(msgs, &nats.Msg{Subject: p.histPrefix + historyKey(id, next.HistoryChunks), Data: data})
 		next.HistoryChunks++
+		next.HistorySealedMax = max(next.HistorySealedMax, c[len(c)-1])
 	}
 	if len(chunks) > 0 {
 		next.History = slices.Clone(next.History[len(chunks)*HistoryChunk:])
@@ -355,7 +370,8 @@ func (p *Projection) AsOf(ctx context.Context, s jetstream.Stream, orderID strin
 }
 
 // FoldEvents calls fn (if set) with each event of the order up to point,
-// in stream order: the events AsOf folds, which it returns folded by the
+// in stream order (in index order for an index that is out of order, see
+// record.HistoryUnordered: rare, after a retry of a very hot order): the events AsOf folds, which it returns folded by the
 // projection's own fold too. With it a program folds an order's history
 // with its own code (a [Handler] of its own, say), and gets the same
 // answers about retention. An error from fn stops it and is returned.
@@ -402,8 +418,11 @@ func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID s
 		for _, he := range evs {
 			if !he.Retained {
 				if point.Seq != 0 && he.Sequence > point.Seq && he.Sequence != 0 {
-					done = true
-					break
+					if !r.HistoryUnordered {
+						done = true
+						break
+					}
+					continue
 				}
 				pending++
 				continue
@@ -412,8 +431,13 @@ func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID s
 				continue
 			}
 			if !point.includes(he.Sequence, he.Time) {
-				done = true
-				break
+				// Past the point: the rest is too, unless the index is
+				// out of order.
+				if !r.HistoryUnordered {
+					done = true
+					break
+				}
+				continue
 			}
 			st.NotRetained += pending
 			pending = 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/processor"
 )
@@ -291,4 +293,64 @@ func TestHistoryRetention(t *testing.T) {
 	if err != nil || st.Order.Status != "s18" || st.Folded != 11 {
 		t.Errorf("as of now with a planted sequence: %+v, %v; want status s18 of 11 folded", st, err)
 	}
+}
+
+var hotEvents = flag.Int("history.hot", 100_000, "events of the one hot order in TestHistoryOfAHotOrder")
+
+// An order with 100,000 events: its record stays small (the index is
+// sealed into chunks as the ack floor passes), a page anywhere in its
+// history costs one chunk read and its events, and a fold over all of it
+// holds one chunk of events at a time.
+func TestHistoryOfAHotOrder(t *testing.T) {
+	e := newEnv(t, func(c *orderstore.Config) { c.Processor.MaxAckPending = 2000 })
+	p := e.projection(t)
+	e.start(t, p)
+	n := *hotEvents
+	msgs := make([]*nats.Msg, 0, 10_000)
+	for i := range n {
+		msgs = append(msgs, event("orders.step", "hot", fmt.Sprintf("s%d", i), ""))
+		if len(msgs) == cap(msgs) || i == n-1 {
+			e.publish(t, msgs)
+			msgs = msgs[:0]
+		}
+	}
+	e.waitCaughtUp(t, 5*time.Minute)
+	ctx := context.Background()
+	kv, err := e.js.KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(ctx, "hot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tail holds at most 4 chunks' worth, and the record (with the
+	// idempotency bookkeeping, which the ack floor prunes) stays far below
+	// max_payload.
+	var tail struct {
+		History []uint64 `json:"history"`
+	}
+	json.Unmarshal(entry.Value(), &tail)
+	if size := len(entry.Value()); size > 256<<10 || len(tail.History) > 5*processor.HistoryChunk {
+		t.Errorf("the hot order's record is %d bytes, its history tail %d sequences", size, len(tail.History))
+	}
+	s, _ := e.js.Stream(ctx, e.cfg.Stream.Name)
+	page, err := p.History(ctx, s, "hot", n-100, 1000)
+	if err != nil || len(page.Events) != 100 || page.Next != 0 || page.Events[99].Status != fmt.Sprintf("s%d", n-1) || page.Total != n {
+		t.Fatalf("the last page: %d events, next %d, total %d, %v", len(page.Events), page.Next, page.Total, err)
+	}
+	page, err = p.History(ctx, s, "hot", n/2, 10)
+	if err != nil || len(page.Events) != 10 || page.Events[0].Status != fmt.Sprintf("s%d", n/2) {
+		t.Fatalf("a page in the middle: %+v, %v", page.Events, err)
+	}
+	st, err := p.AsOf(ctx, s, "hot", processor.AsOfPoint{Seq: page.Events[0].Sequence})
+	if err != nil || st.Folded != n/2+1 || st.Order.Status != fmt.Sprintf("s%d", n/2) || !st.Complete {
+		t.Fatalf("as of the middle: %+v, %v", st, err)
+	}
+	var rec struct {
+		History       []uint64 `json:"history"`
+		HistoryChunks int      `json:"history_chunks"`
+	}
+	json.Unmarshal(entry.Value(), &rec)
+	t.Logf("%d events: record %d bytes, %d chunks, a tail of %d", n, len(entry.Value()), rec.HistoryChunks, len(rec.History))
 }

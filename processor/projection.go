@@ -61,6 +61,12 @@ type record struct {
 	History       []uint64 `json:"history,omitempty"`
 	HistoryChunks int      `json:"history_chunks,omitempty"`
 	HistoryBase   int      `json:"history_base,omitempty"`
+	// HistorySealedMax is the highest sequence sealed into a chunk;
+	// HistoryUnordered is set once an event below it was indexed (a retry
+	// that arrived after its order's tail had to be sealed early): the
+	// index is then not in stream order, and folds read all of it.
+	HistorySealedMax uint64 `json:"history_sealed_max,omitempty"`
+	HistoryUnordered bool   `json:"history_unordered,omitempty"`
 }
 
 // hasApplied reports whether the event with sequence seq is in the record:
