@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
 	"time"
 )
 
@@ -133,3 +135,36 @@ func TestRecordJSONIsUnchanged(t *testing.T) {
 		})
 	}
 }
+
+// A tail past maxHistoryTail is sealed above the ack floor; an event that
+// arrives below what was sealed marks the index out of order.
+func TestHistoryTailBound(t *testing.T) {
+	var r record
+	for seq := uint64(1001); seq <= 2300; seq++ {
+		r.indexHistory(seq)
+	}
+	chunks := r.sealable()
+	if len(chunks) != 1 || chunks[0][0] != 1001 || len(chunks[0]) != HistoryChunk {
+		t.Fatalf("sealable: %d chunks", len(chunks))
+	}
+	p := &Projection{hist: nil}
+	if msgs, _ := p.sealWrites("o", &r); msgs != nil {
+		t.Fatal("sealed without a history bucket")
+	}
+	p.histPrefix = "$KV.H."
+	p.hist = fakeKV{}
+	msgs, err := p.sealWrites("o", &r)
+	if err != nil || len(msgs) != 1 || msgs[0].Subject != "$KV.H.o.0" || r.HistoryChunks != 1 || len(r.History) != 1300-HistoryChunk || r.HistorySealedMax != 1256 {
+		t.Fatalf("sealWrites: %v %v, %d chunks, tail %d, sealed max %d", msgs, err, r.HistoryChunks, len(r.History), r.HistorySealedMax)
+	}
+	if r.HistoryUnordered {
+		t.Fatal("out of order before any late event")
+	}
+	r.indexHistory(999) // a retry, late
+	if !r.HistoryUnordered || r.History[0] != 999 {
+		t.Fatalf("a late event: unordered %v, tail starts %d", r.HistoryUnordered, r.History[0])
+	}
+}
+
+// fakeKV stands for a history bucket sealWrites never calls.
+type fakeKV struct{ jetstream.KeyValue }
