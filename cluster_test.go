@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -74,7 +76,17 @@ func startAll(t testing.TB, cfgs []orderstore.Config) []*orderstore.Appliance {
 }
 
 func TestClusterR3Basics(t *testing.T) {
-	apps := startAll(t, clusterConfigs(t))
+	// Every node validates what its producers send (one schema file, the
+	// same config on each).
+	schema := filepath.Join(t.TempDir(), "created.json")
+	if err := os.WriteFile(schema, []byte(`{"type":"object","required":["order_id"],"properties":{"order_id":{"pattern":"^c-"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgs := clusterConfigs(t)
+	for i := range cfgs {
+		cfgs[i].Validation.Schemas = map[string]string{"created": schema}
+	}
+	apps := startAll(t, cfgs)
 	ctx := context.Background()
 	nc, err := nats.Connect(apps[0].ClientURL())
 	if err != nil {
@@ -99,6 +111,23 @@ func TestClusterR3Basics(t *testing.T) {
 	}
 	if r := st.CachedInfo().Config.Replicas; r != 3 {
 		t.Errorf("replicas = %d", r)
+	}
+	// An invalid event is refused by whichever node takes it; nothing is
+	// stored on any.
+	for i, a := range apps {
+		js := embeddedtest.JetStream(t, a)
+		_, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"x-1"}`))
+		var api *jetstream.APIError
+		if !errors.As(err, &api) || api.Code != 422 || !strings.Contains(api.Description, `at /order_id: keyword "pattern"`) {
+			t.Errorf("node %d: an invalid event: %v", i+1, err)
+		}
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 10 {
+		t.Errorf("after the refusals the stream holds %d events, want 10", info.State.Msgs)
 	}
 }
 
