@@ -80,16 +80,16 @@ type Appliance struct {
 	internal, processor, ingest, hubwatch conn
 	js, pjs                               jetstream.JetStream // on internal, on processor
 
-	commit    *ingest.Committer              // group commit's syncs; nil in other modes
-	ing       *ingest.Service                // takes every producer's publish, in every mode
-	ingLive   atomic.Pointer[ingest.Service] // ing, for the connections' handlers
-	dguard    *durableGuard                  // answers clients' requests on the processor's durable
-	hub       *edgehub.Watcher               // a hub's source watcher; nil elsewhere
-	proj      *processor.Projection          // reads, on internal
-	hstream   historyStream                  // the stream history reads come from
-	validator *validate.Validator            // schema validation at ingest
-	proc      *processor.Processor           // nil when disabled
-	backupMu  sync.Mutex                     // one backup at a time
+	commit    *ingest.Committer                  // group commit's syncs; nil in other modes
+	ing       *ingest.Service                    // takes every producer's publish, in every mode
+	ingLive   atomic.Pointer[ingest.Service]     // ing, for the connections' handlers
+	dguard    *durableGuard                      // answers clients' requests on the processor's durable
+	hub       *edgehub.Watcher                   // a hub's source watcher; nil elsewhere
+	proj      *processor.Projection              // reads, on internal
+	hstream   historyStream                      // the stream history reads come from
+	validator atomic.Pointer[validate.Validator] // schema validation at ingest; swapped by SetValidation
+	proc      *processor.Processor               // nil when disabled
+	backupMu  sync.Mutex                         // one backup at a time
 
 	stallAfter  time.Duration
 	rc          *recovery.Check // what start-up found and did about a damaged store
@@ -149,7 +149,8 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	}
 	cfg.Stream.Subjects = append([]string(nil), cfg.Stream.Subjects...)
 	log := loggerOrDiscard(cfg.Logger)
-	a := &Appliance{cfg: cfg, log: log, sup: newSupervisor(log), epoch: newEpoch(), closeDone: make(chan struct{}), validator: v}
+	a := &Appliance{cfg: cfg, log: log, sup: newSupervisor(log), epoch: newEpoch(), closeDone: make(chan struct{})}
+	a.validator.Store(v)
 	defer func() {
 		if err != nil {
 			a.startFailed = true // an interrupted start-up may have left work undone

@@ -374,8 +374,9 @@ type ValidationConfig struct {
 	// Schemas maps an event type (the subject's last token: "created" for
 	// orders.created) to a JSON Schema file (draft 2020-12 unless its
 	// "$schema" says otherwise). A schema may $ref local files, never a
-	// URL. Changing a file applies from the next start; stored events are
-	// never touched.
+	// URL. A change applies from the next start, or from the next publish
+	// with [Appliance.SetValidation] (SIGHUP for `orderstore run`); stored
+	// events are never touched.
 	Schemas map[string]string `toml:"schemas"`
 	// UnknownTypes is what happens to an event of a type without a
 	// schema: "accept" (the default) or "reject".

@@ -75,9 +75,9 @@ func (a *Appliance) ingestConfig() ingest.Config {
 		ic.Scope = a.cfg.JetStream.Domain + "/"
 	}
 	ic.Cluster = a.cfg.Cluster.Enabled()
-	if a.validator.Enabled() {
-		ic.Validate, ic.InvalidCode = a.validator.Check, ValidationErrCode
-	}
+	// Always set: SetValidation may turn validation on while it runs.
+	ic.Validate = func(subject string, data []byte) error { return a.validator.Load().Check(subject, data) }
+	ic.InvalidCode = ValidationErrCode
 	if a.commit != nil {
 		ic.Sync, ic.Stats = a.commit.Sync, a.commit.Stats()
 	}

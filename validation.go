@@ -1,6 +1,8 @@
 package orderstore
 
 import (
+	"fmt"
+
 	"github.com/orderstore/orderstore/internal/hint"
 	"github.com/orderstore/orderstore/internal/validate"
 	"github.com/orderstore/orderstore/status"
@@ -23,11 +25,11 @@ const ValidationErrCode = 10422
 // validationStats reports what validation refused, for /metrics and
 // /v1/status; nil when it checks nothing.
 func (a *Appliance) validationStats() *status.ValidationStats {
-	v := a.validator
+	v := a.validator.Load()
 	if !v.Enabled() {
 		return nil
 	}
-	st := &status.ValidationStats{Schemas: v.Schemas(), UnknownTypes: a.cfg.Validation.UnknownTypes, Func: a.cfg.Validation.Func != nil}
+	st := &status.ValidationStats{Schemas: v.Schemas(), UnknownTypes: v.UnknownTypes(), Func: v.HasFunc()}
 	if st.UnknownTypes == "" {
 		st.UnknownTypes = validate.Accept
 	}
@@ -36,4 +38,29 @@ func (a *Appliance) validationStats() *status.ValidationStats {
 		st.RejectedTotal += c.N
 	}
 	return st
+}
+
+// SetValidation replaces the schema validation of a running appliance:
+// the schemas are compiled first (an error leaves the current ones in
+// place), then every publish from the next on is checked against them.
+// Stored events are never touched. The refusal counts carry over.
+// `orderstore run` calls it on SIGHUP with the config file's [validation].
+func (a *Appliance) SetValidation(vc ValidationConfig) error {
+	c := a.cfg
+	c.Validation = vc
+	var bad []*FieldError
+	c.validateValidation(func(field string, value any, format string, args ...any) {
+		bad = append(bad, &FieldError{Field: field, Value: fmt.Sprint(value), Reason: fmt.Sprintf(format, args...)})
+	})
+	if len(bad) > 0 {
+		return &ValidationError{Problems: bad}
+	}
+	v, err := c.validator()
+	if err != nil {
+		return err
+	}
+	v.InheritCounts(a.validator.Load())
+	a.validator.Store(v)
+	a.log.Info("validation set", "schemas", len(vc.Schemas), "unknown_types", v.UnknownTypes(), "func", vc.Func != nil)
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -75,6 +76,17 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := sdnotify.Ready(); err != nil {
 		logger.Warn("sd_notify", "err", err)
 	}
+
+	// SIGHUP reloads [validation] from the config file: the schemas apply
+	// from the next publish. Everything else needs a restart.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			reloadValidation(app, *configPath, logger)
+		}
+	}()
 
 	var failed error
 	select {
@@ -155,4 +167,20 @@ func exitCode(err error) int {
 		return exitUsage
 	}
 	return exitFailure
+}
+
+// reloadValidation reads the config file again and applies its
+// [validation] to the running appliance (SIGHUP). A file or schema that
+// does not load leaves the running validation as it is.
+func reloadValidation(app *orderstore.Appliance, configPath string, logger *slog.Logger) {
+	fc, name, err := loadConfig(configPath)
+	if err != nil {
+		logger.Error("SIGHUP: the config file does not load; validation unchanged", "config", name, "err", err)
+		return
+	}
+	if err := app.SetValidation(fc.Validation); err != nil {
+		logger.Error("SIGHUP: the schemas do not compile; validation unchanged", "config", name, "err", err)
+		return
+	}
+	logger.Info("SIGHUP: validation reloaded from the config file (other changes need a restart)", "config", name, "schemas", len(fc.Validation.Schemas))
 }

@@ -267,3 +267,29 @@ func (v *Validator) Schemas() map[string]string {
 	}
 	return maps.Clone(v.files)
 }
+
+// UnknownTypes is the unknown-type policy: Accept or Reject.
+func (v *Validator) UnknownTypes() string {
+	if v != nil && v.reject {
+		return Reject
+	}
+	return Accept
+}
+
+// HasFunc reports whether a program's own check is set.
+func (v *Validator) HasFunc() bool { return v != nil && v.fn != nil }
+
+// InheritCounts adds old's refusal counts to v's (a reload keeps them).
+func (v *Validator) InheritCounts(old *Validator) {
+	if v == nil || old == nil || old == v {
+		return
+	}
+	old.mu.Lock()
+	counts := maps.Clone(old.counts)
+	old.mu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for k, n := range counts {
+		v.counts[k] += n
+	}
+}

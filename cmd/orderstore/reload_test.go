@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+)
+
+// A schema change applies from the next publish: SIGHUP reloads
+// [validation] from the config file while orderstore runs; schemas that
+// do not compile leave the running ones in place.
+func TestSIGHUPReloadsValidation(t *testing.T) {
+	dir := t.TempDir()
+	store := filepath.Join(dir, "store")
+	cfg := writeConfig(t, dir, store, "")
+	p := start(t, nil, "run", "-config", cfg)
+	url := p.waitReady()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	invalid := []byte(`{"order_id":"1","amount":-1}`)
+	if _, err := js.Publish(ctx, "orders.created", invalid); err != nil {
+		t.Fatalf("without a schema: %v", err)
+	}
+	schema := filepath.Join(dir, "created.json")
+	if err := os.WriteFile(schema, []byte(`{"properties":{"amount":{"minimum":0}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The same file, now with the schema.
+	next, err := os.ReadFile(writeConfig(t, dir, store, "[validation]\nschemas = { created = \"created.json\" }\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, next, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.signal(syscall.SIGHUP)
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		_, err := js.Publish(ctx, "orders.created", invalid)
+		var api *jetstream.APIError
+		if !errors.As(err, &api) || api.Code != 422 {
+			return fmt.Errorf("after SIGHUP with a schema: %v", err)
+		}
+		return nil
+	})
+	// The event stored before the schema is untouched.
+	s, _ := js.Stream(ctx, "ORDER_EVENTS")
+	if m, err := s.GetMsg(ctx, 1); err != nil || string(m.Data) != string(invalid) {
+		t.Errorf("the first event: %q, %v", m.Data, err)
+	}
+	// A schema that does not compile: refused, the running one stays.
+	if err := os.WriteFile(schema, []byte(`{"properties":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.signal(syscall.SIGHUP)
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		if !strings.Contains(p.stderr.String(), "the schemas do not compile; validation unchanged") {
+			return fmt.Errorf("no log line for the bad schema yet")
+		}
+		return nil
+	})
+	_, err = js.Publish(ctx, "orders.created", invalid)
+	var api *jetstream.APIError
+	if !errors.As(err, &api) || api.Code != 422 {
+		t.Errorf("after a bad schema: %v, want the running schema to refuse", err)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+}
