@@ -73,6 +73,9 @@ func exportedMetrics(t *testing.T) map[string]bool {
 		return &status.IngestStats{Sync: "syncfs", Syncs: 1, Acked: 1, SyncSeconds: h, BatchEvents: h}
 	},
 		Guard: func() *status.GuardStats { return &status.GuardStats{} },
+		Validation: func() *status.ValidationStats {
+			return &status.ValidationStats{Rejected: []status.ValidationCount{{Type: "created", Reason: "minimum", Events: 1}}}
+		},
 		Topology: func(context.Context) *status.Topology {
 			return &status.Topology{Sources: []status.SourceStatus{{Edge: "edge-1"}}}
 		}})

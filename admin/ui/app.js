@@ -8,6 +8,8 @@ const WINDOW_MS = 5 * 60 * 1000;
 let lastProcessed = null, lastTime = null;
 const ingestHistory = []; // {t, lag: events/s}
 let lastAcked = null, lastAckedTime = null;
+const valHistory = []; // {t, lag: refused events/s}
+let lastRejected = null, lastRejectedTime = null, valShown = "";
 
 function fmtInt(n) { return (n ?? 0).toLocaleString("en-US"); }
 function fmtBytes(n) {
@@ -39,6 +41,7 @@ function render(st) {
   setText("version", "v" + st.build.version + " · nats-server " + st.build.nats_server_version);
   setText("durability", "durability: " + st.durability.mode + " — " + st.durability.description);
   renderIngest(st.ingest);
+  renderValidation(st.validation);
   const s = st.stream;
   setText("stream-name", s.name);
   setText("stream-messages", fmtInt(s.messages));
@@ -207,6 +210,57 @@ function renderIngest(g) {
   setText("ingest-batch", g.batch_events.count ? (g.batch_events.sum / g.batch_events.count).toFixed(1) : "–");
   setText("ingest-waiting", fmtInt(g.waiting));
   setText("ingest-errors", fmtInt(g.sync_errors));
+}
+
+// renderValidation shows schema validation at ingest: the schema of each
+// event type, the policy for the other types, what was refused (per type
+// and reason, most first) and the refusal rate. Hidden when validation
+// checks nothing. Types, reasons and files are written as text: a type
+// is a subject's token, chosen by whoever publishes.
+const VAL_ROWS = 10; // refusal rows shown; the rest are summed up below
+function renderValidation(v) {
+  $("validation").hidden = !v;
+  if (!v) { lastRejected = null; return; }
+  const schemas = Object.entries(v.schemas || {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  setText("val-summary", "(" + schemas.length + (schemas.length === 1 ? " schema)" : " schemas)"));
+  setText("val-unknown", v.unknown_types === "reject" ? "reject" : "accept");
+  setText("val-func", v.func ? "set" : "none");
+  setText("val-total", fmtInt(v.rejected_total));
+  const now = Date.now();
+  if (lastRejected !== null && now > lastRejectedTime && v.rejected_total >= lastRejected) {
+    const rate = (v.rejected_total - lastRejected) * 1000 / (now - lastRejectedTime);
+    setText("val-rate", rate.toFixed(1));
+    valHistory.push({ t: now, lag: rate });
+    while (valHistory.length && valHistory[0].t < now - WINDOW_MS) valHistory.shift();
+    drawSeries("val-chart", valHistory);
+  }
+  lastRejected = v.rejected_total; lastRejectedTime = now;
+
+  const rows = (v.rejected || []).slice().sort((a, b) => b.events - a.events ||
+    (a.type < b.type ? -1 : a.type > b.type ? 1 : 0) || (a.reason < b.reason ? -1 : a.reason > b.reason ? 1 : 0));
+  const shown = JSON.stringify([schemas, rows]);
+  if (shown === valShown) return; // unchanged: leave the tables be
+  valShown = shown;
+  $("val-schemas").replaceChildren(...(schemas.length ? schemas.map(([typ, file]) => {
+    const tr = el("tr");
+    tr.append(el("td", "vtype", typ), el("td", "vfile", file));
+    return tr;
+  }) : [valNote("none", 2)]));
+  $("val-rows").replaceChildren(...(rows.length ? rows.slice(0, VAL_ROWS).map((r) => {
+    const tr = el("tr");
+    tr.append(el("td", "vtype", r.type), el("td", "vreason", r.reason), el("td", "vcount", fmtInt(r.events)));
+    return tr;
+  }) : [valNote("none", 3)]));
+  const rest = rows.slice(VAL_ROWS);
+  $("val-more").hidden = !rest.length;
+  $("val-more").textContent = rest.length ? "and " + fmtInt(rest.reduce((n, r) => n + r.events, 0)) + " more in " +
+    rest.length + " other type/reason pairs (orderstore_validation_rejected_total in /metrics)" : "";
+}
+function valNote(text, cols) {
+  const tr = el("tr"), td = el("td", "muted", text);
+  td.colSpan = cols;
+  tr.appendChild(td);
+  return tr;
 }
 
 // ---- An order's page: its state, its events as a timeline with the state

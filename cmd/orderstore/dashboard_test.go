@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -18,8 +19,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/internal/testenv"
+	"github.com/orderstore/orderstore/status"
 )
 
 // The dashboard in a real headless browser (Debian's chromium): the numbers
@@ -114,6 +117,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if d := text("#durability"); !strings.Contains(d, "durability: group-commit") || !strings.Contains(d, "survives power loss") {
 		t.Errorf("durability line %q", d)
+	}
+	// No [validation]: /v1/status has no "validation", and no card shows.
+	if hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("validation").hidden`)); err != nil || !hidden {
+		t.Errorf("validation card hidden = %v (%v) without validation, want hidden", hidden, err)
 	}
 
 	screenshot(t, ctx, "dashboard.png")
@@ -549,5 +556,276 @@ document.addEventListener("securitypolicyviolation", (e) => window.__csp.push(e.
 	}
 	if len(violations) != 0 {
 		t.Errorf("the page broke its Content-Security-Policy (injected markup tried to run): %q", violations)
+	}
+}
+
+// validationSchema is the schema of "created" events in the validation
+// tests: an order id and a non-negative amount.
+const validationSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "required": ["order_id", "amount"],
+  "properties": {
+    "order_id": {"type": "string", "minLength": 1},
+    "amount": {"type": "number", "minimum": 0}
+  }
+}`
+
+// validationCard is what the dashboard's validation card shows, read from
+// the DOM.
+type validationCard struct {
+	Hidden   bool       `json:"hidden"`
+	Summary  string     `json:"summary"`
+	Unknown  string     `json:"unknown"`
+	Func     string     `json:"func"`
+	Total    string     `json:"total"`
+	Rate     string     `json:"rate"`
+	Charted  bool       `json:"charted"` // the chart has a point above 0
+	Schemas  [][]string `json:"schemas"` // rows of cells
+	Rejected [][]string `json:"rejected"`
+	More     string     `json:"more"`
+	// What injected markup would leave behind (the page has no image,
+	// no svg, one script and no inline event handler) or run.
+	Images   int      `json:"images"`
+	SVGs     int      `json:"svgs"`
+	Scripts  []string `json:"scripts"`
+	Handlers int      `json:"handlers"`
+	Alerts   int      `json:"alerts"`
+	CSP      []string `json:"csp"`
+}
+
+const readValidationCard = `JSON.stringify((() => {
+  const q = (sel) => document.querySelector(sel).textContent;
+  const rows = (sel) => [...document.querySelectorAll(sel + " tr")].map((tr) => [...tr.children].map((td) => td.textContent));
+  return {
+    hidden: document.getElementById("validation").hidden || document.getElementById("validation").offsetParent === null,
+    summary: q("#val-summary"), unknown: q("#val-unknown"), func: q("#val-func"), total: q("#val-total"), rate: q("#val-rate"),
+    charted: valHistory.some((p) => p.lag > 0),
+    schemas: rows("#val-schemas"), rejected: rows("#val-rows"),
+    more: document.getElementById("val-more").hidden ? "" : q("#val-more"),
+    images: document.querySelectorAll("img").length,
+    svgs: document.querySelectorAll("svg").length,
+    scripts: [...document.querySelectorAll("script")].map((s) => s.getAttribute("src") || "inline"),
+    handlers: document.querySelectorAll("[onerror], [onload], [onclick], [onmouseover]").length,
+    alerts: window.__alerts || 0,
+    csp: window.__csp || [],
+  };
+})())`
+
+// The validation card in a real headless browser: shown when /v1/status
+// has "validation", with the schema of each type, the unknown-types
+// policy, the total refused and the refusals per type and reason, all as
+// /v1/status has them, updated in place as producers are refused. Event
+// types and schema files carrying markup stay text. `orderstore status`
+// prints the same counts on its validation line, and /metrics has them.
+func TestDashboardValidation(t *testing.T) {
+	browser, missing := testenv.Browser()
+	testenv.Require(t, missing)
+	const (
+		// A type with a schema of its own: its name is a metric label and a
+		// row of the card. Config refuses '>' and spaces in a type.
+		hostileType = `x<svg/onload=alert(1)//`
+		// A type without a schema, refused (unknown_types = "reject") and
+		// counted as "other": its name reaches no page.
+		unknownType = `x<b>y</b>`
+	)
+	dir := t.TempDir()
+	schemaFile := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	created := schemaFile("created.json", validationSchema)
+	hostile := schemaFile(`<img src=x onerror=alert(1)>.json`, `{"type": "object", "required": ["order_id"]}`)
+	a := startInProcess(t, fmt.Sprintf("[validation]\nschemas = { created = %q, %q = %q }\nunknown_types = \"reject\"\n",
+		created, hostileType, hostile))
+	nc, err := nats.Connect(a.natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+
+	ctx, cancel := context.WithTimeout(startBrowser(t, browser), 90*time.Second)
+	defer cancel()
+	read := func() validationCard {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](readValidationCard))
+		if err != nil {
+			t.Fatalf("read the card: %v", err)
+		}
+		var c validationCard
+		if err := json.Unmarshal([]byte(s), &c); err != nil {
+			t.Fatalf("read the card: %v\n%s", err, s)
+		}
+		return c
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(a.adminURL+"/"), chromedp.WaitVisible(chromedp.CSS("#validation"))); err != nil {
+		t.Fatal(err)
+	}
+	// From here on, markup that tried to run would break the page's
+	// Content-Security-Policy or call alert.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__csp = []; window.__alerts = 0;
+window.alert = () => { window.__alerts++; };
+document.addEventListener("securitypolicyviolation", (e) => window.__csp.push(e.violatedDirective + " " + e.blockedURI)); true`)); err != nil {
+		t.Fatal(err)
+	}
+	wantSchemas := [][]string{{"created", created}, {hostileType, hostile}}
+	embeddedtest.WaitFor(t, 15*time.Second, func() error {
+		c := read()
+		if c.Hidden || c.Total != "0" || c.Summary != "(2 schemas)" || c.Unknown != "reject" || c.Func != "none" ||
+			!reflect.DeepEqual(c.Schemas, wantSchemas) || !reflect.DeepEqual(c.Rejected, [][]string{{"none"}}) {
+			return fmt.Errorf("before any refusal the card shows %+v", c)
+		}
+		return nil
+	})
+
+	// Refused over NATS: 422, err_code 10422, nothing stored.
+	publish := func(subject, data string, valid bool) {
+		t.Helper()
+		_, err := js.Publish(context.Background(), subject, []byte(data))
+		var api *jetstream.APIError
+		switch {
+		case valid && err != nil:
+			t.Fatalf("publish %s %s: %v", subject, data, err)
+		case !valid && (!errors.As(err, &api) || api.Code != 422 || api.ErrorCode != orderstore.ValidationErrCode):
+			t.Fatalf("publish %s %s: %v; want 422, err_code %d", subject, data, err, orderstore.ValidationErrCode)
+		}
+	}
+	publish("orders.created", `{"order_id":"v-1","amount":1}`, true)
+	publish("orders."+hostileType, `{"order_id":"h-1"}`, true)
+	for i := range 3 {
+		publish("orders.created", fmt.Sprintf(`{"order_id":"m-%d","amount":-1}`, i), false) // created/minimum
+	}
+	for i := range 2 {
+		publish("orders.created", fmt.Sprintf(`{"order_id":"r-%d"}`, i), false) // created/required
+	}
+	publish("orders.created", `not json`, false)                        // created/invalid_json
+	publish("orders."+hostileType, `{"note":"`+unknownType+`"}`, false) // hostile/required
+	publish("orders."+unknownType, `{"order_id":"u-1"}`, false)         // other/unknown_type
+	publish("orders."+unknownType, `{"order_id":"u-2"}`, false)
+	publish("orders.paid", `{"order_id":"v-1"}`, false)
+	const refused = 10
+
+	// /v1/status has them, per type and reason.
+	var st struct {
+		Stream struct {
+			Messages uint64 `json:"messages"`
+		} `json:"stream"`
+		Validation struct {
+			Schemas       map[string]string `json:"schemas"`
+			UnknownTypes  string            `json:"unknown_types"`
+			RejectedTotal uint64            `json:"rejected_total"`
+			Rejected      []struct {
+				Type   string `json:"type"`
+				Reason string `json:"reason"`
+				Events uint64 `json:"events"`
+			} `json:"rejected"`
+		} `json:"validation"`
+	}
+	if err := json.Unmarshal(get(t, "GET", a.adminURL+"/v1/status", "").body, &st); err != nil {
+		t.Fatal(err)
+	}
+	wantCounts := map[[2]string]uint64{{"created", "minimum"}: 3, {"other", "unknown_type"}: 3, {"created", "required"}: 2,
+		{"created", "invalid_json"}: 1, {hostileType, "required"}: 1}
+	gotCounts := map[[2]string]uint64{}
+	for _, r := range st.Validation.Rejected {
+		gotCounts[[2]string{r.Type, r.Reason}] = r.Events
+	}
+	if v := st.Validation; v.RejectedTotal != refused || !reflect.DeepEqual(gotCounts, wantCounts) || v.UnknownTypes != "reject" ||
+		!reflect.DeepEqual(v.Schemas, map[string]string{"created": created, hostileType: hostile}) || st.Stream.Messages != 2 {
+		t.Fatalf("/v1/status: %d events stored, validation %+v; want 2 stored and %d refused: %v", st.Stream.Messages, v, refused, wantCounts)
+	}
+
+	// The card shows the same, most refused first, without a reload.
+	wantRows := [][]string{{"created", "minimum", "3"}, {"other", "unknown_type", "3"}, {"created", "required", "2"},
+		{"created", "invalid_json", "1"}, {hostileType, "required", "1"}}
+	var c validationCard
+	embeddedtest.WaitFor(t, 15*time.Second, func() error {
+		c = read()
+		if c.Hidden || c.Total != strconv.Itoa(refused) || !reflect.DeepEqual(c.Rejected, wantRows) || c.More != "" {
+			return fmt.Errorf("card: total %q, rows %q, more %q; want %d and %q", c.Total, c.Rejected, c.More, refused, wantRows)
+		}
+		if !c.Charted {
+			return fmt.Errorf("the refusal chart has no point above 0")
+		}
+		return nil
+	})
+	if !reflect.DeepEqual(c.Schemas, wantSchemas) || c.Unknown != "reject" {
+		t.Errorf("card: schemas %q, unknown types %q; want %q and reject", c.Schemas, c.Unknown, wantSchemas)
+	}
+	if _, err := strconv.ParseFloat(c.Rate, 64); err != nil {
+		t.Errorf("card: refusal rate %q is not a number", c.Rate)
+	}
+	if c.Images != 0 || c.SVGs != 0 || c.Handlers != 0 || len(c.Scripts) != 1 || c.Scripts[0] != "/ui/app.js" || c.Alerts != 0 || len(c.CSP) != 0 {
+		t.Errorf("markup from type names or schema files became elements or ran: %d <img>, %d <svg>, %d handlers, scripts %q, %d alerts, CSP violations %q",
+			c.Images, c.SVGs, c.Handlers, c.Scripts, c.Alerts, c.CSP)
+	}
+	screenshot(t, ctx, "dashboard-validation.png")
+
+	// orderstore status: one line, the largest counts first.
+	var out, errb strings.Builder
+	if code := run(context.Background(), []string{"status", "-admin", a.adminURL}, &out, &errb); code != 0 {
+		t.Fatalf("orderstore status = %d: %s%s", code, out.String(), errb.String())
+	}
+	wantLine := "2 schemas (created, " + hostileType + "), unknown types rejected; 10 events refused: created/minimum 3, other/unknown_type 3, created/required 2, created/invalid_json 1, " + hostileType + "/required 1"
+	if line := statusLine(out.String(), "validation"); line != wantLine {
+		t.Errorf("orderstore status: validation line %q, want %q\n%s", line, wantLine, out.String())
+	}
+	// /metrics: the same counts.
+	metrics := string(get(t, "GET", a.adminURL+"/metrics", "").body)
+	for _, m := range []string{`orderstore_validation_rejected_total{reason="minimum",type="created"} 3`,
+		`orderstore_validation_rejected_total{reason="unknown_type",type="other"} 3`} {
+		if !strings.Contains(metrics, "\n"+m+"\n") {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+}
+
+// statusLine is the text after the label of the line of orderstore
+// status's output that starts with label ("" when there is none).
+func statusLine(out, label string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(l, label+" "); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return ""
+}
+
+// orderstore status's validation line: absent without validation; the
+// schemas and the refusals bounded to the first few, largest first.
+func TestStatusValidationLine(t *testing.T) {
+	line := func(v *status.ValidationStats) string {
+		var b strings.Builder
+		printStatus(&b, status.Status{Validation: v})
+		return statusLine(b.String(), "validation")
+	}
+	vc := func(typ, reason string, n uint64) status.ValidationCount {
+		return status.ValidationCount{Type: typ, Reason: reason, Events: n}
+	}
+	if l := line(nil); l != "" {
+		t.Errorf("without validation: %q, want no line", l)
+	}
+	for _, c := range []struct {
+		v    status.ValidationStats
+		want string
+	}{
+		{status.ValidationStats{Schemas: map[string]string{"created": "/s/c.json"}, UnknownTypes: "accept"},
+			"1 schema (created), unknown types accepted; nothing refused"},
+		{status.ValidationStats{UnknownTypes: "reject", Func: true, RejectedTotal: 4,
+			Rejected: []status.ValidationCount{vc("other", "func", 1), vc("other", "unknown_type", 3)}},
+			"no schemas, unknown types rejected, plus the program's own check; 4 events refused: other/unknown_type 3, other/func 1"},
+		{status.ValidationStats{
+			Schemas: map[string]string{"g": "g", "f": "f", "e": "e", "d": "d", "c": "c", "b": "b", "a": "a"}, UnknownTypes: "accept", RejectedTotal: 31,
+			Rejected: []status.ValidationCount{vc("a", "minimum", 1), vc("a", "required", 9), vc("b", "type", 2), vc("c", "type", 9),
+				vc("d", "enum", 3), vc("e", "invalid_json", 4), vc("other", "other", 3)}},
+			"7 schemas (a, b, c, d, e, 2 more), unknown types accepted; 31 events refused: a/required 9, c/type 9, e/invalid_json 4, d/enum 3, other/other 3, and 3 more in 2 other type/reason pairs"},
+	} {
+		if got := line(&c.v); got != c.want {
+			t.Errorf("validation line\n got %q\nwant %q", got, c.want)
+		}
 	}
 }

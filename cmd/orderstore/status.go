@@ -1,10 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -90,6 +94,7 @@ func printStatus(w io.Writer, st status.Status) {
 	fmt.Fprintf(tw, "store\t%s, %s free; JetStream stores %s of max_file_store %s\n", st.Store.Dir, config.ByteSize(st.Store.FreeBytes),
 		config.ByteSize(st.Store.JetStreamBytes), config.ByteSize(st.Store.JetStreamMaxBytes))
 	printTopology(tw, st.Topology)
+	printValidation(tw, st.Validation)
 	if g := st.Guard; g != nil && g.OverBudget+g.Overloaded+g.Unanswered+g.ForgedAnswers+g.ForeignConsumerRequests > 0 {
 		fmt.Fprintf(tw, "refused\t%d publishes over their account's budget (429), %d while overloaded (429), %d the stream never answered (503), %d forged answers, %d requests on orderstore's own consumer\n",
 			g.OverBudget, g.Overloaded, g.Unanswered, g.ForgedAnswers, g.ForeignConsumerRequests)
@@ -112,6 +117,69 @@ func printStatus(w io.Writer, st status.Status) {
 		fmt.Fprintf(tw, "error\t%s\n", e)
 	}
 	tw.Flush()
+}
+
+// statusTop is how many schemas and refusal counts the validation line
+// names; the JSON (-json) and /metrics have them all.
+const statusTop = 5
+
+// printValidation prints schema validation's settings and what it
+// refused, the largest counts first; nothing when it checks nothing.
+func printValidation(tw io.Writer, v *status.ValidationStats) {
+	if v == nil {
+		return
+	}
+	types := slices.Sorted(maps.Keys(v.Schemas))
+	var b strings.Builder
+	switch len(types) {
+	case 0:
+		b.WriteString("no schemas")
+	case 1:
+		b.WriteString("1 schema (")
+	default:
+		fmt.Fprintf(&b, "%d schemas (", len(types))
+	}
+	if len(types) > 0 {
+		b.WriteString(strings.Join(types[:min(len(types), statusTop)], ", "))
+		if len(types) > statusTop {
+			fmt.Fprintf(&b, ", %d more", len(types)-statusTop)
+		}
+		b.WriteString(")")
+	}
+	if v.UnknownTypes == "reject" {
+		b.WriteString(", unknown types rejected")
+	} else {
+		b.WriteString(", unknown types accepted")
+	}
+	if v.Func {
+		b.WriteString(", plus the program's own check")
+	}
+	if v.RejectedTotal == 0 {
+		b.WriteString("; nothing refused")
+	} else {
+		fmt.Fprintf(&b, "; %d events refused: ", v.RejectedTotal)
+		counts := slices.Clone(v.Rejected)
+		slices.SortStableFunc(counts, func(x, y status.ValidationCount) int {
+			if x.Events != y.Events {
+				return cmp.Compare(y.Events, x.Events)
+			}
+			return cmp.Or(cmp.Compare(x.Type, y.Type), cmp.Compare(x.Reason, y.Reason))
+		})
+		for i, c := range counts[:min(len(counts), statusTop)] {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s/%s %d", c.Type, c.Reason, c.Events)
+		}
+		if rest := counts[min(len(counts), statusTop):]; len(rest) > 0 {
+			var n uint64
+			for _, c := range rest {
+				n += c.Events
+			}
+			fmt.Fprintf(&b, ", and %d more in %d other type/reason pairs", n, len(rest))
+		}
+	}
+	fmt.Fprintf(tw, "validation\t%s\n", b.String())
 }
 
 // printTopology prints the node's cluster, its leaf links and a hub's
