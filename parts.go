@@ -71,8 +71,8 @@ func (c Config) preflightConfig() bootstrap.PreflightConfig {
 }
 
 // DeclareSpec returns what the appliance declares for c at start-up: the
-// stream, the dead-letter stream, the projection bucket and, when the
-// processor is enabled, its durable consumer. Pass it to
+// stream, the dead-letter stream, the projection bucket, its history
+// index and, when the processor is enabled, its durable consumer. Pass it to
 // [bootstrap.Declare] to declare the same objects on any NATS server.
 func (c Config) DeclareSpec() bootstrap.Spec {
 	st := c.Stream

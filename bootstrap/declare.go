@@ -82,8 +82,9 @@ func (e *DriftError) Error() string {
 // Hint says what to do.
 func (e *DriftError) Hint() string { return e.hint }
 
-// Declare creates or updates, idempotently, the stream, the dead-letter
-// stream, the projection bucket and the durable consumer of spec. Safe
+// Declare creates or updates, idempotently, the history index, the
+// stream, the dead-letter stream, the projection bucket and the durable
+// consumer of spec. Safe
 // differences (limits, max_deliver, ack_wait, added subjects) are applied
 // and logged as before/after; destructive ones return a *DriftError and
 // change nothing.

@@ -76,8 +76,9 @@ func Start(t testing.TB, opts ...func(*orderstore.Config)) *orderstore.Appliance
 
 // DeclareOrderEvents declares, on nc's server, exactly what the appliance
 // declares with its built-in defaults adjusted by opts: the ORDER_EVENTS
-// stream (orders.>), the dead-letter stream, the ORDERS projection bucket
-// and the order-processor durable consumer. It returns the spec declared.
+// stream (orders.>), the dead-letter stream, the ORDERS projection bucket,
+// its history index (KV_ORDERS_HISTORY) and the order-processor durable
+// consumer. It returns the spec declared.
 // Use it to test your own consumers against a bare broker
 // (embeddedtest.Start) or any NATS server.
 func DeclareOrderEvents(t testing.TB, nc *nats.Conn, opts ...func(*orderstore.Config)) bootstrap.Spec {
