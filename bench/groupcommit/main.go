@@ -6,12 +6,18 @@
 //   - orderstore with durability "always";
 //   - orderstore with durability "group-commit" (the default);
 //   - nats-server with sync_interval 2m: not durable on power loss, the
-//     ceiling.
+//     ceiling;
+//   - orderstore-group-commit-validated: group commit with schema
+//     validation at ingest (an order-created JSON Schema on
+//     orders.created), to price validation against orderstore-group-commit
+//     in the same run (not in the default set: name it in -only).
 //
 // Each target gets a fresh store with ORDER_EVENTS (orders.>). A Go load
 // generator runs 1, 8 and 64 concurrent producers (each its own TCP
 // connection, one acked publish in flight, i.e. js.Publish in a loop) with
-// 128 B and 1 KiB events for -cell each, and reports msgs/s and the p50
+// 128 B and 1 KiB events for -cell each (every target gets the same bytes:
+// order-created events valid against the schema, padded to the size with
+// a notes field, where one fits in the size), and reports msgs/s and the p50
 // and p99 time from publish to ack. With -window > 1 it adds cells where
 // each producer keeps that many async publishes in flight. orderstore runs
 // its processor: the projected events/s over the same cell and the
@@ -57,20 +63,27 @@ var (
 	cell      = flag.Duration("cell", 3*time.Second, "how long each load cell runs")
 	producers = flag.String("producers", "1,8,64", "concurrent producers per cell")
 	sizes     = flag.String("sizes", "128,1024", "event sizes in bytes")
-	window    = flag.Int("window", 16, "extra cells with this many async publishes in flight per producer (64 producers, 128 B); 0 skips them")
-	natsMsgs  = flag.Int("nats-bench-msgs", 20000, "messages per natscli `nats bench js pub async` run (sync runs take a tenth)")
+	window    = flag.Int("window", 16, "extra cells with this many async publishes in flight per producer (64 producers, -window-sizes); 0 skips them")
+	winSizes  = flag.String("window-sizes", "128", "event sizes in bytes of the -window cells")
+	natsMsgs  = flag.Int("nats-bench-msgs", 20000, "messages per natscli `nats bench js pub async` run (sync runs take a tenth); 0 skips natscli")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	noProc    = flag.Bool("no-processor", false, "run orderstore without its processor (the ingest path alone)")
 	verbose   = flag.Bool("v", false, "print group commit's syncs per cell")
 	stagesOn  = flag.Bool("stages", false, "print where orderstore's publishes spend their time, per cell (build with -tags benchtrace); producers send their send time in a header")
 	reps      = flag.Int("reps", 3, "runs of each cell per target, in alternating order; the median is reported")
-	only      = flag.String("only", "", "comma-separated targets to run (nats-always, orderstore-always, orderstore-group-commit, nats-relaxed)")
+	only      = flag.String("only", "", "comma-separated targets to run (nats-always, orderstore-always, orderstore-group-commit, nats-relaxed; orderstore-group-commit-validated runs only when named here)")
 )
 
 type target struct {
 	name  string
 	start func(dir string) (url string, stop func(), projected func() uint64, err error)
+	// validated: the target refuses what orderCreatedSchema refuses, so
+	// it runs only cells whose events are order-created events.
+	validated bool
 }
+
+// validatedTarget is group commit with schema validation at ingest.
+const validatedTarget = "orderstore-group-commit-validated"
 
 type result struct {
 	target, load string
@@ -100,12 +113,20 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	natsCLI := findNATS()
+	natsCLI := ""
+	if *natsMsgs > 0 {
+		natsCLI = findNATS()
+	}
+	schema := filepath.Join(*dir, "order-created.schema.json")
+	if err := os.WriteFile(schema, []byte(orderCreatedSchema), 0o644); err != nil {
+		log.Fatal(err)
+	}
 	targets := []target{
-		{"nats-always", natsTarget(0)},
-		{"orderstore-always", orderstoreTarget(orderstore.DurabilityAlways)},
-		{"orderstore-group-commit", orderstoreTarget(orderstore.DurabilityGroupCommit)},
-		{"nats-relaxed", natsTarget(2 * time.Minute)},
+		{"nats-always", natsTarget(0), false},
+		{"orderstore-always", orderstoreTarget(orderstore.DurabilityAlways, ""), false},
+		{"orderstore-group-commit", orderstoreTarget(orderstore.DurabilityGroupCommit, ""), false},
+		{"nats-relaxed", natsTarget(2 * time.Minute), false},
+		{validatedTarget, orderstoreTarget(orderstore.DurabilityGroupCommit, schema), true},
 	}
 	fmt.Printf("group commit figures: nats-server %s, %d CPU, stores in %s, %s per cell, %d reps (median)\n\n", server.VERSION, runtimeCPUs(), *dir, *cell, *reps)
 	// Every target runs at once (an idle one costs nothing); each load cell
@@ -114,10 +135,12 @@ func main() {
 	type running struct {
 		name, url, dir string
 		projected      func() uint64
+		validated      bool
 	}
 	var live []running
 	for i, t := range targets {
-		if *only != "" && !slices.Contains(strings.Split(*only, ","), t.name) {
+		named := slices.Contains(strings.Split(*only, ","), t.name)
+		if !named && (*only != "" || t.validated) {
 			continue
 		}
 		d := filepath.Join(*dir, fmt.Sprintf("%d-%s", i, t.name))
@@ -126,7 +149,7 @@ func main() {
 			log.Fatalf("%s: %v", t.name, err)
 		}
 		defer stop()
-		live = append(live, running{t.name, url, d, projected})
+		live = append(live, running{t.name, url, d, projected, t.validated})
 	}
 	type cellSpec struct{ p, w, size int }
 	var cells []cellSpec
@@ -136,13 +159,18 @@ func main() {
 		}
 	}
 	if *window > 1 {
-		cells = append(cells, cellSpec{64, *window, 128})
+		for _, size := range ints(*winSizes) {
+			cells = append(cells, cellSpec{64, *window, size})
+		}
 	}
 	var results []result
-	runCell := func(run func(rt running) result) {
+	// runCell runs one cell on every live target but the validated one
+	// when !orders (its events would be refused).
+	runCell := func(orders bool, run func(rt running) result) {
+		targets := slices.DeleteFunc(slices.Clone(live), func(rt running) bool { return rt.validated && !orders })
 		byTarget := map[string][]result{}
 		for rep := range *reps {
-			order := slices.Clone(live)
+			order := slices.Clone(targets)
 			if rep%2 == 1 {
 				slices.Reverse(order)
 			}
@@ -152,21 +180,51 @@ func main() {
 				byTarget[rt.name] = append(byTarget[rt.name], r)
 			}
 		}
-		for _, rt := range live {
+		for _, rt := range targets {
 			rs := byTarget[rt.name]
 			slices.SortFunc(rs, func(a, b result) int { return cmpFloat(a.rate, b.rate) })
 			results = append(results, rs[len(rs)/2])
 		}
 	}
 	for _, c := range cells {
-		runCell(func(rt running) result { return load(rt.url, rt.name, c.p, c.w, c.size, rt.projected) })
+		payloads, orders := events(c.size)
+		if !orders && slices.ContainsFunc(live, func(rt running) bool { return rt.validated }) {
+			fmt.Printf("%d B is too small for an order-created event: %s skips the %d B cells\n", c.size, validatedTarget, c.size)
+		}
+		runCell(orders, func(rt running) result { return load(rt.url, rt.name, c.p, c.w, c.size, payloads, rt.projected) })
 	}
 	if natsCLI != "" {
 		for _, mode := range []string{"sync", "async"} {
-			runCell(func(rt running) result { return natsBench(natsCLI, rt.url, rt.name, mode, rt.dir) })
+			// orders.bench: a type without a schema, accepted.
+			runCell(true, func(rt running) result { return natsBench(natsCLI, rt.url, rt.name, mode, rt.dir) })
 		}
 	}
 	table(results)
+	validationCost(results)
+}
+
+// validationCost prints, per load, the validated target's rate and
+// latencies against orderstore-group-commit's of the same run.
+func validationCost(results []result) {
+	plain := map[string]result{}
+	for _, r := range results {
+		if r.target == "orderstore-group-commit" {
+			plain[r.load] = r
+		}
+	}
+	head := false
+	for _, r := range results {
+		p, ok := plain[r.load]
+		if r.target != validatedTarget || !ok || p.rate == 0 {
+			continue
+		}
+		if !head {
+			fmt.Printf("\n| load | group commit msgs/s | validated msgs/s | validated / unvalidated | p50 (unvalidated / validated) | p99 (unvalidated / validated) |\n|---|---|---|---|---|---|\n")
+			head = true
+		}
+		ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+		fmt.Printf("| %s | %.0f | %.0f | %.3f | %s / %s | %s / %s |\n", r.load, p.rate, r.rate, r.rate/p.rate, ms(p.p50), ms(r.p50), ms(p.p99), ms(r.p99))
+	}
 }
 
 func print(r result) {
@@ -252,11 +310,16 @@ func natsTarget(syncInterval time.Duration) func(string) (string, func(), func()
 	}
 }
 
-func orderstoreTarget(durability string) func(string) (string, func(), func() uint64, error) {
+// orderstoreTarget is orderstore with durability; schema, when set, is
+// the JSON Schema file every orders.created event is validated against.
+func orderstoreTarget(durability, schema string) func(string) (string, func(), func() uint64, error) {
 	return func(dir string) (string, func(), func() uint64, error) {
 		cfg := orderstore.DefaultConfig()
 		cfg.JetStream.StoreDir = dir
 		cfg.JetStream.Durability = durability
+		if schema != "" {
+			cfg.Validation = orderstore.ValidationConfig{Schemas: map[string]string{"created": schema}, UnknownTypes: "accept"}
+		}
 		cfg.Processor.Enabled = !*noProc
 		cfg.Server.Port = -1
 		cfg.Admin.Listen = ""
@@ -297,14 +360,9 @@ func orderstoreTarget(durability string) func(string) (string, func(), func() ui
 	}
 }
 
-// load runs p producers, each with w publishes in flight, for one cell.
-func load(url, name string, p, w, size int, projected func() uint64) result {
-	// 1,000 orders, each event a JSON object of size bytes.
-	payloads := make([][]byte, 1000)
-	for i := range payloads {
-		head := fmt.Sprintf(`{"order_id":"o-%d","pad":"`, i)
-		payloads[i] = []byte(head + strings.Repeat("x", max(0, size-len(head)-2)) + `"}`)
-	}
+// load runs p producers, each with w publishes in flight, for one cell,
+// publishing payloads in turn on orders.created.
+func load(url, name string, p, w, size int, payloads [][]byte, projected func() uint64) result {
 	var conns []*nats.Conn
 	var jss []jetstream.JetStream
 	for range p {
