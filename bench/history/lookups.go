@@ -1,0 +1,394 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore"
+)
+
+// The lookups measured, in the order they run for each picked order.
+const (
+	kindHistory  = iota // OrderEvents(id, 0, perTarget): the whole history in one page
+	kindAsOfSeq         // OrderAsOf(id, {Seq: a random point of its lifetime})
+	kindAsOfTime        // OrderAsOf(id, {Time: a random point of its lifetime})
+	nKinds
+)
+
+var kindNames = [nKinds]string{"history (OrderEvents, all its events)", "as-of by sequence (OrderAsOf{Seq})", "as-of by time (OrderAsOf{Time})"}
+
+// latencies summarises one kind's lookups.
+type latencies struct {
+	N              int
+	P50, P99, Mean time.Duration
+	Max            time.Duration
+}
+
+func summarise(ds []time.Duration) latencies {
+	if len(ds) == 0 {
+		return latencies{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	q := func(p float64) time.Duration {
+		i := int(float64(len(s))*p+0.999999) - 1
+		return s[min(max(i, 0), len(s)-1)]
+	}
+	return latencies{N: len(s), P50: q(0.50), P99: q(0.99), Mean: sum / time.Duration(len(s)), Max: s[len(s)-1]}
+}
+
+// sizeResult is one stream size's run.
+type sizeResult struct {
+	Events   int
+	Orders   int // background orders
+	Load     time.Duration
+	Retries  int           // publishes sent again (the appliance shed them: 429)
+	CatchUp  time.Duration // from the last publish ack until the processor had nothing pending
+	Lookups  [nKinds]latencies
+	Span     [2]uint64 // the target orders' first and last sequence (over all targets)
+	Verified int       // lookups whose result was checked against the published events
+	Others   string    // other processes' CPU share while the lookups ran
+}
+
+// target is what the benchmark knows of a target order: its events'
+// sequences (from the publish acks) and times (from its history).
+type target struct {
+	id    string
+	seqs  []uint64
+	times []time.Time
+}
+
+// loaded is a stream size's appliance, loaded and caught up, with what
+// the benchmark knows of its target orders.
+type loaded struct {
+	res     *sizeResult
+	env     *env
+	targets []target
+}
+
+// loadSize starts a fresh appliance (processor on, as `orderstore run`),
+// publishes the workload of n events over TCP, waits until the processor
+// has applied all of them, and checks the target orders' histories. The
+// caller closes l.env.
+func loadSize(ctx context.Context, o options, n int) (*loaded, error) {
+	res := &sizeResult{Events: n}
+	w, err := newWorkload(o.seed, n, o.targets, o.perTarget, o.eventsPerOrder)
+	if err != nil {
+		return nil, err
+	}
+	res.Orders = len(w.count)
+	logf("=== %s events: %d target orders of %d events, %s background orders", num(n), o.targets, o.perTarget, num(res.Orders))
+	e, err := newEnv(ctx, o, n, true)
+	if err != nil {
+		return nil, err
+	}
+	l := &loaded{res: res, env: e}
+	pjs, err := e.publisherJS(o)
+	if err != nil {
+		return l, err
+	}
+	logf("   publishing (async, window %d, TCP) with the appliance's processor running", o.window)
+	seqs, retries, loadDur, err := publish(ctx, pjs, w, o.window)
+	if err != nil {
+		return l, err
+	}
+	res.Load, res.Retries = loadDur, retries
+	logf("   published %s in %s (%s events/s, %d sent again); waiting for the processor", num(n), secs(loadDur), num(int(float64(n)/loadDur.Seconds())), retries)
+	t0 := time.Now()
+	if err := e.applianceCaughtUp(ctx, uint64(n), o.catchupTimeout); err != nil {
+		return l, err
+	}
+	res.CatchUp = time.Since(t0)
+	logf("   caught up %s after the last ack", secs(res.CatchUp))
+	// The processor refreshes its view of the ack floor every second: let
+	// it see the final floor, as it would in a running appliance.
+	if err := sleep(ctx, 2*time.Second); err != nil {
+		return l, err
+	}
+
+	// The target orders went through the live processor: their history
+	// lists exactly their published events.
+	l.targets = make([]target, o.targets)
+	res.Span = [2]uint64{^uint64(0), 0}
+	for t := range l.targets {
+		tg := &l.targets[t]
+		tg.id, tg.seqs = targetID(t), seqs[t]
+		page, err := e.app.OrderEvents(ctx, tg.id, 0, o.perTarget)
+		if err != nil {
+			return l, fmt.Errorf("history of %s: %w", tg.id, err)
+		}
+		if err := checkHistory(page, tg.seqs); err != nil {
+			return l, err
+		}
+		for _, ev := range page.Events {
+			tg.times = append(tg.times, ev.Time)
+		}
+		res.Span[0] = min(res.Span[0], tg.seqs[0])
+		res.Span[1] = max(res.Span[1], tg.seqs[len(tg.seqs)-1])
+	}
+	return l, nil
+}
+
+// measureLookups times the lookups on every loaded appliance, one at a
+// time, interleaved: each round picks a target order of each size in
+// turn (the first size rotating) and runs each kind on it, so that drift
+// on the machine (other processes, the page cache) does not favour one
+// size.
+func measureLookups(ctx context.Context, o options, ls []*loaded) error {
+	stopProf, err := startProfile(o, "lookups")
+	if err != nil {
+		return err
+	}
+	defer stopProf()
+	rng := rand.New(rand.NewPCG(o.seed, 0x100c))
+	lat := make([][nKinds][]time.Duration, len(ls))
+	m0, c0, t0 := machineBusy(), cpuTime(), time.Now()
+	logf("=== %d lookups of each kind per stream size (after %d discarded), one at a time, sizes interleaved", o.lookups, o.warmup)
+	for i := range o.warmup + o.lookups {
+		if i%500 == 0 && i > 0 {
+			logf("   round %d of %d", i, o.warmup+o.lookups)
+		}
+		for j := range ls {
+			li := (i + j) % len(ls)
+			l := ls[li]
+			tg := &l.targets[rng.IntN(len(l.targets))]
+			for k := range nKinds {
+				d, err := lookup(ctx, l.env.app, tg, k, rng)
+				if err != nil {
+					return fmt.Errorf("%s events: %s of %s: %w", num(l.res.Events), kindNames[k], tg.id, err)
+				}
+				if i >= o.warmup {
+					lat[li][k] = append(lat[li][k], d)
+					l.res.Verified++
+				}
+			}
+		}
+	}
+	stopProf()
+	others := othersShare(m0, c0, t0)
+	for li, l := range ls {
+		l.res.Others = others
+		for k := range nKinds {
+			l.res.Lookups[k] = summarise(lat[li][k])
+			x := l.res.Lookups[k]
+			logf("   %9s events: %-36s p50 %s  p99 %s  mean %s  max %s", num(l.res.Events), kindNames[k], ms(x.P50), ms(x.P99), ms(x.Mean), ms(x.Max))
+		}
+	}
+	return nil
+}
+
+// lookup times one lookup of kind k and checks its result against what
+// was published.
+func lookup(ctx context.Context, a *orderstore.Appliance, tg *target, k int, rng *rand.Rand) (time.Duration, error) {
+	first, last := tg.seqs[0], tg.seqs[len(tg.seqs)-1]
+	switch k {
+	case kindHistory:
+		t0 := time.Now()
+		page, err := a.OrderEvents(ctx, tg.id, 0, len(tg.seqs))
+		d := time.Since(t0)
+		if err != nil {
+			return d, err
+		}
+		return d, checkHistory(page, tg.seqs)
+	case kindAsOfSeq:
+		point := first + rng.Uint64N(last-first+1)
+		t0 := time.Now()
+		st, err := a.OrderAsOf(ctx, tg.id, orderstore.AsOf{Seq: point})
+		d := time.Since(t0)
+		if err != nil {
+			return d, err
+		}
+		want := sort.Search(len(tg.seqs), func(i int) bool { return tg.seqs[i] > point })
+		if st.Folded != want || st.Last != tg.seqs[want-1] || !st.Complete || st.Order.Events != want {
+			return d, fmt.Errorf("as of sequence %d: folded %d (last %d, complete %v), want %d (last %d)", point, st.Folded, st.Last, st.Complete, want, tg.seqs[want-1])
+		}
+		return d, nil
+	default:
+		t1, t2 := tg.times[0], tg.times[len(tg.times)-1]
+		point := t1.Add(time.Duration(rng.Int64N(int64(t2.Sub(t1)) + 1)))
+		t0 := time.Now()
+		st, err := a.OrderAsOf(ctx, tg.id, orderstore.AsOf{Time: point})
+		d := time.Since(t0)
+		if err != nil {
+			return d, err
+		}
+		want := sort.Search(len(tg.times), func(i int) bool { return tg.times[i].After(point) })
+		if st.Folded != want || !st.Complete || st.Order.Events != want {
+			return d, fmt.Errorf("as of %s: folded %d (complete %v), want %d", point.Format(time.RFC3339Nano), st.Folded, st.Complete, want)
+		}
+		return d, nil
+	}
+}
+
+// checkHistory checks a history page against the published sequences.
+func checkHistory(page orderstore.OrderHistory, seqs []uint64) error {
+	if page.Total != len(seqs) || page.Unindexed != 0 || len(page.Events) != len(seqs) || page.Next != 0 {
+		return fmt.Errorf("history of %s: total %d, unindexed %d, %d events, next %d; want %d events",
+			page.OrderID, page.Total, page.Unindexed, len(page.Events), page.Next, len(seqs))
+	}
+	for i, ev := range page.Events {
+		if !ev.Retained || ev.Replaced || ev.Sequence != seqs[i] || ev.Position != i {
+			return fmt.Errorf("history of %s: event %d is sequence %d (retained %v, replaced %v), want %d",
+				page.OrderID, i, ev.Sequence, ev.Retained, ev.Replaced, seqs[i])
+		}
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- appliance
+
+type env struct {
+	dir    string
+	cfg    orderstore.Config
+	app    *orderstore.Appliance
+	conns  []*nats.Conn
+	closed bool
+}
+
+// newEnv starts a fresh appliance on a temporary store: the defaults
+// but a random client port, no admin listener, -sync, and room for n
+// events. With processor false it runs without its processor (the
+// processor-rate step starts its own).
+func newEnv(ctx context.Context, o options, n int, processor bool) (_ *env, err error) {
+	dir, err := os.MkdirTemp(o.tmp, "orderstore-bench-history-")
+	if err != nil {
+		return nil, err
+	}
+	e := &env{dir: dir}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	cfg := orderstore.DefaultConfig()
+	cfg.JetStream.StoreDir = dir
+	cfg.Server.Port = -1
+	cfg.Admin.Listen = ""
+	if err := applySync(&cfg, o.sync); err != nil {
+		return nil, err
+	}
+	// Room for the events (about 150 bytes each on disk) many times over.
+	if need := int64(n) * 2048; need > cfg.Stream.MaxBytes {
+		cfg.Stream.MaxBytes = need
+		cfg.JetStream.MaxFileStore = need + 2<<30
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	// e.cfg keeps the processor on: its DeclareSpec and ProcessorConfig
+	// are the appliance's.
+	e.cfg = cfg
+	acfg := cfg
+	acfg.Processor.Enabled = processor
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if e.app, err = orderstore.Start(sctx, acfg); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// applySync sets the durability -sync names: "" keeps the default (group
+// commit), "always", or a duration (durability "interval").
+func applySync(cfg *orderstore.Config, mode string) error {
+	switch mode {
+	case "", orderstore.DurabilityGroupCommit:
+		return nil
+	case orderstore.DurabilityAlways:
+		cfg.JetStream.Durability = orderstore.DurabilityAlways
+		return nil
+	}
+	d, err := time.ParseDuration(mode)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("-sync %q: want group-commit, always or a positive duration", mode)
+	}
+	cfg.JetStream.Durability, cfg.JetStream.SyncInterval = orderstore.DurabilityInterval, d
+	return nil
+}
+
+// connect opens a connection: in-process as the appliance's own, or over
+// TCP as an external producer.
+func (e *env) connect(tcp bool, name string, jsopts ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
+	var nc *nats.Conn
+	var err error
+	if tcp {
+		nc, err = nats.Connect(e.app.ClientURL(), nats.Name(name))
+	} else {
+		nc, err = nats.Connect("", nats.InProcessServer(e.app), nats.Name(name))
+	}
+	if err != nil {
+		return nil, err
+	}
+	e.conns = append(e.conns, nc)
+	return jetstream.New(nc, jsopts...)
+}
+
+func (e *env) publisherJS(o options) (jetstream.JetStream, error) {
+	return e.connect(true, "bench-history-publisher",
+		jetstream.WithPublishAsyncMaxPending(max(4000, 2*o.window)),
+		jetstream.WithPublishAsyncTimeout(60*time.Second))
+}
+
+// applianceCaughtUp waits until the appliance's processor has nothing
+// pending or unacked and has applied want events.
+func (e *env) applianceCaughtUp(ctx context.Context, want uint64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	lastLog := time.Now()
+	for {
+		if err := sleep(ctx, 25*time.Millisecond); err != nil {
+			return err
+		}
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		l, err := e.app.Lag(lctx)
+		cancel()
+		st := e.app.Stats()
+		if err == nil && l.Pending == 0 && l.AckPending == 0 && st.Processed+st.Duplicates+st.DeadLettered >= want {
+			if st.DeadLettered > 0 || st.Processed != want {
+				return fmt.Errorf("processor: %d processed, %d dead-lettered, %d duplicates of %d events", st.Processed, st.DeadLettered, st.Duplicates, want)
+			}
+			return nil
+		}
+		if time.Since(lastLog) >= 10*time.Second {
+			lastLog = time.Now()
+			logf("   processed %s, pending %s, ack pending %d", num(int(st.Processed)), num(int(l.Pending)), l.AckPending)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not caught up after %s: pending %d, ack pending %d, processed %d", timeout, l.Pending, l.AckPending, st.Processed)
+		}
+	}
+}
+
+// close closes the connections, stops the appliance and removes the store.
+func (e *env) close() {
+	if e.closed {
+		return
+	}
+	e.closed = true
+	for _, nc := range e.conns {
+		nc.Close()
+	}
+	if e.app != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		if err := e.app.Close(cctx); err != nil {
+			logf("warning: closing the appliance: %v", err)
+		}
+		cancel()
+	}
+	if err := os.RemoveAll(e.dir); err != nil {
+		logf("warning: removing %s: %v", e.dir, err)
+	}
+}

@@ -1,0 +1,411 @@
+// Command history benchmarks the order history index (processor/history.go):
+//
+//	go run ./bench/history                    # 10k vs 1M events, processor over 200k events
+//	go run ./bench/history -sizes 10000,100000 -proc-events 50000 -proc-reps 1
+//
+// Lookups: for each stream size (-sizes), a fresh appliance with its
+// processor on is loaded with that many events, among them -targets
+// orders of exactly -order-events events each, spread over the whole
+// stream; once every processor has applied every event, -lookups of each
+// kind are timed one at a time, the sizes interleaved: an order's whole history
+// (Appliance.OrderEvents), its state as of a random sequence and as of a
+// random time of its lifetime (Appliance.OrderAsOf). Goal: the p99 of the
+// largest stream is at most 1.5 times the smallest's.
+//
+// Processor rate: a processor as the appliance builds it runs over a
+// pre-loaded stream of -proc-events events, with the index and without it
+// (a fresh store each run, alternating which goes first, -proc-reps
+// each). Goal: with / without at least 0.8.
+//
+// See bench/README.md, "bench/history".
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/orderstore/orderstore"
+)
+
+// The goals of the issue.
+const (
+	goalP99Ratio  = 1.5 // p99 of the largest stream / p99 of the smallest, at most
+	goalRateRatio = 0.8 // processor rate with the index / without, at least
+)
+
+type options struct {
+	sizes          []int
+	targets        int
+	perTarget      int
+	eventsPerOrder int
+	lookups        int
+	warmup         int
+	procEvents     int
+	procReps       int
+	window         int
+	sync           string
+	seed           uint64
+	tmp            string
+	catchupTimeout time.Duration
+	cpuprofile     string
+	out            string
+}
+
+func main() {
+	var o options
+	var sizes string
+	flag.StringVar(&sizes, "sizes", "10000,1000000", "comma-separated stream sizes (events) of the lookup step, each in a fresh appliance; empty skips the step")
+	flag.IntVar(&o.targets, "targets", 4, "target orders whose history is looked up")
+	flag.IntVar(&o.perTarget, "order-events", 100, "events of each target order, spread evenly over the whole stream")
+	flag.IntVar(&o.eventsPerOrder, "events-per-order", 10, "the other events go to (events / this) background orders, each event to one at random")
+	flag.IntVar(&o.lookups, "lookups", 2000, "timed lookups of each kind per stream size")
+	flag.IntVar(&o.warmup, "warmup", 100, "lookups of each kind before the timed ones (discarded)")
+	flag.IntVar(&o.procEvents, "proc-events", 200_000, "events of the processor-rate step (0 skips it)")
+	flag.IntVar(&o.procReps, "proc-reps", 4, "runs of the processor-rate step with the index and as many without (alternating; the median is used)")
+	flag.IntVar(&o.window, "window", 1000, "async publishes in flight while loading")
+	flag.StringVar(&o.sync, "sync", "", "durability: empty or group-commit (the default), always, or a sync_interval such as 1s (durability \"interval\")")
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of the event generator and of the lookups' random points")
+	flag.StringVar(&o.tmp, "tmp", "", "parent of the temporary store dirs (default: the system temp dir)")
+	flag.DurationVar(&o.catchupTimeout, "catchup-timeout", 20*time.Minute, "give up waiting for a processor to catch up after this long")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write CPU profiles of each lookup step and processor run to PREFIX-<step>.pprof")
+	flag.StringVar(&o.out, "out", "", "also write the markdown results to this file")
+	flag.Parse()
+	for _, s := range strings.Split(sizes, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "-sizes: %q is not a positive number\n", s)
+			os.Exit(2)
+		}
+		o.sizes = append(o.sizes, n)
+	}
+	if o.targets <= 0 || o.perTarget <= 0 || o.eventsPerOrder <= 0 || o.lookups <= 0 || o.warmup < 0 || o.procEvents < 0 || o.procReps <= 0 || o.window <= 0 || flag.NArg() > 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	cfg := orderstore.DefaultConfig()
+	if err := applySync(&cfg, o.sync); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/history:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	started := time.Now()
+	fmt.Println(machine())
+	sizes, err := lookups(ctx, o)
+	if err != nil {
+		return err
+	}
+	var procs []procRun
+	if o.procEvents > 0 {
+		for rep := 1; rep <= o.procReps; rep++ {
+			order := []bool{true, false}
+			if rep%2 == 0 {
+				order = []bool{false, true}
+			}
+			for _, index := range order {
+				r, err := procRate(ctx, o, o.procEvents, index, rep)
+				if err != nil {
+					return fmt.Errorf("processor rate %s, rep %d: %w", r.label(), rep, err)
+				}
+				procs = append(procs, r)
+			}
+		}
+	}
+	report := markdown(o, started, sizes, procs)
+	fmt.Println()
+	fmt.Print(report)
+	if o.out != "" {
+		if err := os.WriteFile(o.out, []byte(report), 0o644); err != nil {
+			return err
+		}
+		fmt.Println("\nresults written to", o.out)
+	}
+	return nil
+}
+
+// lookups loads an appliance per stream size, all kept running, then
+// times the lookups on all of them, interleaved.
+func lookups(ctx context.Context, o options) ([]*sizeResult, error) {
+	var ls []*loaded
+	defer func() {
+		for _, l := range ls {
+			l.env.close()
+		}
+	}()
+	for _, n := range o.sizes {
+		l, err := loadSize(ctx, o, n)
+		if l != nil {
+			ls = append(ls, l)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s events: %w", num(n), err)
+		}
+	}
+	if len(ls) == 0 {
+		return nil, nil
+	}
+	if err := measureLookups(ctx, o, ls); err != nil {
+		return nil, err
+	}
+	var out []*sizeResult
+	for _, l := range ls {
+		out = append(out, l.res)
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------- output
+
+func markdown(o options, started time.Time, sizes []*sizeResult, procs []procRun) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "bench/history, %s: %s\n\n", started.UTC().Format("2006-01-02"), machine())
+	if len(sizes) > 0 {
+		fmt.Fprintf(&b, "Lookups of %d target orders of %d events each (spread over the whole stream), %s of each kind per stream, one at a time, the streams' appliances running side by side and their lookups interleaved, after %d discarded:\n\n",
+			o.targets, o.perTarget, num(o.lookups), o.warmup)
+		b.WriteString("| lookup |")
+		for _, s := range sizes {
+			fmt.Fprintf(&b, " %s events: p50 / p99 / mean |", num(s.Events))
+		}
+		first, last := sizes[0], sizes[len(sizes)-1]
+		fmt.Fprintf(&b, " p99 %s / p99 %s (goal <= %.1f) |\n|---|", short(last.Events), short(first.Events), goalP99Ratio)
+		for range sizes {
+			b.WriteString("---:|")
+		}
+		b.WriteString("---|\n")
+		for k := range nKinds {
+			fmt.Fprintf(&b, "| %s |", kindNames[k])
+			for _, s := range sizes {
+				l := s.Lookups[k]
+				fmt.Fprintf(&b, " %s / %s / %s |", ms(l.P50), ms(l.P99), ms(l.Mean))
+			}
+			ratio := float64(last.Lookups[k].P99) / float64(max(first.Lookups[k].P99, 1))
+			fmt.Fprintf(&b, " **%.2f** %s |\n", ratio, passFail(ratio <= goalP99Ratio))
+		}
+		b.WriteString("\n")
+		for _, s := range sizes {
+			fmt.Fprintf(&b, "- %s events (%s background orders): loaded in %s (%s events/s acked, the appliance's processor running; %d publishes shed and sent again), processor caught up %s after the last ack; target sequences %d..%d; %s lookups checked against the published events; other processes used %s of the CPU while the lookups ran\n",
+				num(s.Events), num(s.Orders), secs(s.Load), num(int(float64(s.Events)/s.Load.Seconds())), s.Retries, secs(s.CatchUp), s.Span[0], s.Span[1], num(s.Verified), s.Others)
+		}
+		b.WriteString("\n")
+	}
+	if len(procs) > 0 {
+		fmt.Fprintf(&b, "Processor rate over a pre-loaded stream of %s events (fresh store each run), from its start until its consumer has nothing pending or unacked:\n\n", num(o.procEvents))
+		fmt.Fprintf(&b, "| run | rep | time | events/s | CPU (%d cores = %d%%) | CPU per event (the whole process: nats-server, processor, lag polls) | other processes' CPU |\n|---|---:|---:|---:|---:|---:|---:|\n", runtime.NumCPU(), 100*runtime.NumCPU())
+		for _, r := range procs {
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.label(), r.Rep, secs(r.Dur), num(int(r.rate())), cpuShare(r.CPU, r.Dur), perEvent(r.CPU, r.N), r.Others)
+		}
+		with, without := median(procs, true, procRun.rate), median(procs, false, procRun.rate)
+		ratio := with / without
+		cw, cwo := median(procs, true, procRun.cpuPerEvent), median(procs, false, procRun.cpuPerEvent)
+		fmt.Fprintf(&b, "\nMedian with the index %s events/s, without %s events/s: with / without **%.2f** (goal >= %.1f) %s. CPU per event (median): %.1f µs with, %.1f µs without (without / with %.2f).\n\n",
+			num(int(with)), num(int(without)), ratio, goalRateRatio, passFail(ratio >= goalRateRatio), cw, cwo, cwo/cw)
+	}
+	fmt.Fprintf(&b, "Reproduce: `%s`\n", command())
+	return b.String()
+}
+
+// median is the median of f over the runs with (index) or without the index.
+func median(rs []procRun, index bool, f func(procRun) float64) float64 {
+	var v []float64
+	for _, r := range rs {
+		if r.Index == index {
+			v = append(v, f(r))
+		}
+	}
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	if len(v)%2 == 0 {
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return v[len(v)/2]
+}
+
+func machine() string {
+	return fmt.Sprintf("machine: %d CPUs (GOMAXPROCS %d), %s %s/%s, nats-server %s (embedded), load average %s",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, orderstore.NATSServerVersion, loadavg())
+}
+
+func command() string {
+	args := []string{"go", "run", "./bench/history"}
+	for _, a := range os.Args[1:] {
+		if strings.ContainsAny(a, " \t\"'$`\\") {
+			a = strconv.Quote(a)
+		}
+		args = append(args, a)
+	}
+	return strings.Join(args, " ")
+}
+
+func passFail(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}
+
+// short is a stream size as 10k, 1M.
+func short(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return strconv.Itoa(n/1_000_000) + "M"
+	case n >= 1000 && n%1000 == 0:
+		return strconv.Itoa(n/1000) + "k"
+	}
+	return num(n)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+func secs(d time.Duration) string {
+	if d < 10*time.Second {
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	}
+	return fmt.Sprintf("%.1f s", d.Seconds())
+}
+
+func perEvent(cpu time.Duration, n int) string {
+	if cpu <= 0 || n <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f µs", float64(cpu)/float64(time.Microsecond)/float64(n))
+}
+
+func cpuShare(cpu, d time.Duration) string {
+	if cpu <= 0 || d <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*cpu.Seconds()/d.Seconds())
+}
+
+// num formats n with thousands separators.
+func num(n int) string {
+	s := strconv.Itoa(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var out []byte
+	for i := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+// machineBusy is the CPU time every process of the machine has used
+// since boot (/proc/stat: all but idle and iowait); 0 where there is no
+// /proc/stat.
+func machineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var ticks int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is counted in user
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
+}
+
+// othersShare is the CPU share the machine's other processes used since
+// busy0, cpu0 (this process) and t0, as "35%" of one core; "-" where it
+// cannot be told.
+func othersShare(busy0, cpu0 time.Duration, t0 time.Time) string {
+	busy, cpu, d := machineBusy(), cpuTime(), time.Since(t0)
+	if busy0 <= 0 || busy <= 0 || cpu0 <= 0 || d <= 0 {
+		return "-"
+	}
+	others := max((busy-busy0)-(cpu-cpu0), 0)
+	return fmt.Sprintf("%.0f%%", 100*others.Seconds()/d.Seconds())
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "n/a"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "n/a"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// startProfile starts a CPU profile of one step when -cpuprofile is set;
+// the returned stop is idempotent.
+func startProfile(o options, step string) (func(), error) {
+	if o.cpuprofile == "" {
+		return func() {}, nil
+	}
+	name := fmt.Sprintf("%s-%s.pprof", o.cpuprofile, step)
+	f, err := os.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+			logf("   CPU profile: %s", name)
+		})
+	}, nil
+}
