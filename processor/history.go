@@ -289,36 +289,46 @@ func (p *Projection) readChunk(ctx context.Context, orderID string, n int) ([]ui
 func (p *Projection) historyEvents(ctx context.Context, s jetstream.Stream, orderID string, from int, seqs []uint64) ([]HistoryEvent, error) {
 	out := make([]HistoryEvent, len(seqs))
 	errs := make([]error, len(seqs))
-	sem := make(chan struct{}, historyGetParallel)
-	var wg sync.WaitGroup
 	for i, seq := range seqs {
 		out[i] = HistoryEvent{Position: from + i, Sequence: seq}
-		if seq == 0 {
-			continue // its index chunk is gone: not retained
-		}
+	}
+	// A few workers for the whole page (not a goroutine per event, whose
+	// stack would grow anew through the request path for each one).
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(historyGetParallel, len(seqs)) {
 		wg.Add(1)
-		sem <- struct{}{}
 		go func() {
-			defer func() { <-sem; wg.Done() }()
-			m, err := s.GetMsg(ctx, seq)
-			switch {
-			case errors.Is(err, jetstream.ErrMsgNotFound):
-				return
-			case err != nil:
-				errs[i] = fmt.Errorf("history of %q: event %d: %w", orderID, seq, err)
-				return
+			defer wg.Done()
+			for i := range next {
+				seq := seqs[i]
+				if seq == 0 {
+					continue // its index chunk is gone: not retained
+				}
+				m, err := s.GetMsg(ctx, seq)
+				switch {
+				case errors.Is(err, jetstream.ErrMsgNotFound):
+					continue
+				case err != nil:
+					errs[i] = fmt.Errorf("history of %q: event %d: %w", orderID, seq, err)
+					continue
+				}
+				ev := &out[i]
+				ev.Retained = true
+				ev.Subject, ev.Type, ev.Time, ev.Header, ev.Data = m.Subject, eventType(m.Subject), m.Time.UTC(), m.Header, m.Data
+				id, status, perr := parse(m.Subject, m.Data)
+				if perr != nil || id != orderID {
+					ev.Replaced = true
+					continue
+				}
+				ev.Status = status
 			}
-			ev := &out[i]
-			ev.Retained = true
-			ev.Subject, ev.Type, ev.Time, ev.Header, ev.Data = m.Subject, eventType(m.Subject), m.Time.UTC(), m.Header, m.Data
-			id, status, perr := parse(m.Subject, m.Data)
-			if perr != nil || id != orderID {
-				ev.Replaced = true
-				return
-			}
-			ev.Status = status
 		}()
 	}
+	for i := range seqs {
+		next <- i
+	}
+	close(next)
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
