@@ -187,6 +187,9 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 			return nil, fmt.Errorf("start: processor: %w", ctx.Err())
 		}
 	}
+	if cfg.historyMaxBytes() == 0 && cfg.Processor.Handler == nil {
+		log.Warn("no history index: jetstream.max_file_store leaves no room for it next to the stream, the dead letters and the projection; an order's events and its state as of a moment cannot be looked up (raise max_file_store and set processor.history_max_bytes)")
+	}
 	log.Info("orderstore ready", "client_url", a.clientURLForLog(), "admin", a.AdminAddr(), "store_dir", a.report.StoreDir)
 	return a, nil
 }

@@ -317,12 +317,15 @@ type ProcessorConfig struct {
 	// stream sequences of its events, so that an order's events and its
 	// state as of any moment are found without reading the stream. It is
 	// kept in the stream "KV_<projection bucket>_HISTORY", in chunks of
-	// 256 sequences (about 2.5 KiB on disk, counted at their largest,
-	// HistoryChunkMaxBytes: the limit lists at least 43,000 events per
-	// MiB); beyond it (or stream.max_age) the oldest chunks go, and the
-	// events they listed show as no longer retained. 0 (the default) is
-	// 512 MiB, or what jetstream.max_file_store leaves next to the
-	// stream, the dead letters and the projection if that is less.
+	// 256 sequences (about 2.5 KiB on disk each, counted at their largest,
+	// HistoryChunkMaxBytes: the limit lists 43,690 events per MiB); beyond
+	// it (or stream.max_age) the oldest chunks go, and the events they
+	// listed show as no longer retained. 0 (the default) is 512 MiB, or
+	// what jetstream.max_file_store leaves next to the stream, the dead
+	// letters and the projection if that is less; under 1 MiB left there
+	// is no index (the history calls answer ErrNoHistory, saying why).
+	// Stream.MaxBytes + DeadLetterMaxBytes + ProjectionMaxBytes +
+	// HistoryMaxBytes must fit in JetStream.MaxFileStore.
 	HistoryMaxBytes int64
 	// Handler, when set, runs instead of the built-in projection, with the
 	// same delivery, retry, dead-letter and shutdown machinery (a program
@@ -345,7 +348,10 @@ func histTerm(n int64) string {
 }
 
 // historyMaxBytes is the history index's limit: Processor.HistoryMaxBytes,
-// or by default 512 MiB or what max_file_store leaves, if less.
+// or by default 512 MiB or what max_file_store leaves, if less; 0 (no
+// index) when that is less than 1 MiB: a config that gives the stream,
+// the dead letters and the projection all of max_file_store keeps working
+// as before, without the index (the history calls say why).
 func (c Config) historyMaxBytes() int64 {
 	p, st, j := c.Processor, c.Stream, c.JetStream
 	if p.HistoryMaxBytes > 0 {
@@ -360,7 +366,9 @@ func (c Config) historyMaxBytes() int64 {
 				used += st.MaxBytes
 			}
 		}
-		n = max(min(n, j.MaxFileStore-used), minHistoryBytes)
+		if n = min(n, j.MaxFileStore-used); n < minHistoryBytes {
+			return 0
+		}
 	}
 	return n
 }
@@ -799,9 +807,6 @@ func (c Config) validateProcessor(bad badFunc) {
 		if sum > j.MaxFileStore {
 			bad("Stream.MaxBytes", size(st.MaxBytes), "stream.max_bytes (twice on a hub: its aggregate stream has the same limit) + processor.dead_letter_max_bytes %s + processor.projection_max_bytes %s%s = %s exceeds jetstream.max_file_store %s: lower them or raise max_file_store",
 				bytesize.Format(p.DeadLetterMaxBytes), bytesize.Format(p.ProjectionMaxBytes), histTerm(hist), bytesize.Format(sum), bytesize.Format(j.MaxFileStore))
-		} else if hist == 0 && j.MaxFileStore-sum < minHistoryBytes {
-			bad("JetStream.MaxFileStore", size(j.MaxFileStore), "leaves %s for the history index next to the stream, the dead letters and the projection; it needs %s: raise max_file_store or lower stream.max_bytes",
-				bytesize.Format(j.MaxFileStore-sum), bytesize.Format(minHistoryBytes))
 		}
 	} else if st.MaxBytes == -1 && j.MaxFileStore > 0 && p.DeadLetterMaxBytes+p.ProjectionMaxBytes+hist >= j.MaxFileStore {
 		bad("JetStream.MaxFileStore", size(j.MaxFileStore), "leaves no room for the stream next to processor.dead_letter_max_bytes, projection_max_bytes and history_max_bytes")

@@ -130,7 +130,10 @@ func (a *Appliance) FoldOrderEvents(ctx context.Context, id string, point AsOf, 
 
 func (a *Appliance) historyReady(id string) error {
 	if a.cfg.Processor.Handler != nil {
-		return fmt.Errorf("order %q: %w", id, ErrNoHistory)
+		return fmt.Errorf("order %q: %w: a custom Processor.Handler replaces the projection that keeps it", id, ErrNoHistory)
+	}
+	if a.cfg.historyMaxBytes() == 0 {
+		return fmt.Errorf("order %q: %w: jetstream.max_file_store leaves no room for it next to the stream, the dead letters and the projection (raise max_file_store and set processor.history_max_bytes)", id, ErrNoHistory)
 	}
 	if !processor.ValidOrderID(id) {
 		return fmt.Errorf("order %q: %w", id, ErrNotFound)

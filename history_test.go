@@ -215,3 +215,28 @@ func TestOrderHistoryMatchesTheStream(t *testing.T) {
 	publish(app, 300)
 	check(app)
 }
+
+// A config that gives the stream, the dead letters and the projection all
+// of max_file_store (valid before the history index existed) still
+// starts, without the index; the history calls say why.
+func TestNoRoomForTheHistoryIndex(t *testing.T) {
+	app := orderstoretest.Start(t, func(c *orderstore.Config) {
+		c.JetStream.MaxFileStore = 1 << 30
+		c.Stream.MaxBytes = 1<<30 - c.Processor.DeadLetterMaxBytes - c.Processor.ProjectionMaxBytes
+	})
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, app)
+	if _, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"n-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		_, err := app.Order(ctx, "n-1")
+		return err
+	})
+	if _, err := app.OrderEvents(ctx, "n-1", 0, 10); !errors.Is(err, orderstore.ErrNoHistory) || !strings.Contains(err.Error(), "max_file_store") {
+		t.Errorf("history without room for the index: %v", err)
+	}
+	if _, err := js.Stream(ctx, "KV_ORDERS_HISTORY"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("the index's stream: %v, want none", err)
+	}
+}

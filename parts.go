@@ -125,31 +125,8 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		Storage:     jetstream.FileStorage,
 		Replicas:    st.Replicas,
 	}
-	hb := p.HistoryBucket()
-	spec.History = &jetstream.StreamConfig{
-		Name:        "KV_" + hb,
-		Description: "order history index (managed by orderstore)",
-		Subjects:    []string{"$KV." + hb + ".>"},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		// A chunk lists events stored before it was written: once
-		// max_age has passed, the stream holds none of them.
-		MaxAge: st.MaxAge,
-		// Bounded by its count of chunks, each at most
-		// HistoryChunkMaxBytes, not by max_bytes: nats reserves a
-		// stream's max_bytes against max_file_store, and an index that
-		// had to shrink (max_file_store lowered) would leave the account
-		// over its reservation, refusing every stream's update.
-		MaxBytes:          -1,
-		MaxMsgs:           c.historyMaxBytes() / HistoryChunkMaxBytes,
-		MaxMsgSize:        HistoryChunkMaxBytes,
-		MaxMsgsPerSubject: 1,
-		Discard:           jetstream.DiscardOld,
-		Duplicates:        2 * time.Minute,
-		Replicas:          st.Replicas,
-		AllowDirect:       true,
-		AllowRollup:       true,
-		DenyDelete:        true,
+	if hmax := c.historyMaxBytes(); hmax > 0 {
+		spec.History = c.historySpec(hmax)
 	}
 	if h := c.Hub; h.Enabled() {
 		agg := spec.Stream
@@ -200,6 +177,38 @@ func deadLetterDedupe(maxAge time.Duration) time.Duration {
 	return 720 * time.Hour
 }
 
+// historySpec is the history index's stream, read as a KV bucket
+// ("KV_<bucket>_HISTORY"), hmax bytes at most.
+func (c Config) historySpec(hmax int64) *jetstream.StreamConfig {
+	st := c.Stream
+	hb := c.Processor.HistoryBucket()
+	return &jetstream.StreamConfig{
+		Name:        "KV_" + hb,
+		Description: "order history index (managed by orderstore)",
+		Subjects:    []string{"$KV." + hb + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		// A chunk lists events stored before it was written: once
+		// max_age has passed, the stream holds none of them.
+		MaxAge: st.MaxAge,
+		// Bounded by its count of chunks, each at most
+		// HistoryChunkMaxBytes, not by max_bytes: nats reserves a
+		// stream's max_bytes against max_file_store, and an index that
+		// had to shrink (max_file_store lowered) would leave the account
+		// over its reservation, refusing every stream's update.
+		MaxBytes:          -1,
+		MaxMsgs:           hmax / HistoryChunkMaxBytes,
+		MaxMsgSize:        HistoryChunkMaxBytes,
+		MaxMsgsPerSubject: 1,
+		Discard:           jetstream.DiscardOld,
+		Duplicates:        2 * time.Minute,
+		Replicas:          st.Replicas,
+		AllowDirect:       true,
+		AllowRollup:       true,
+		DenyDelete:        true,
+	}
+}
+
 // HistoryChunkMaxBytes is the most one chunk of the history index takes
 // on disk (256 sequences of up to 20 digits, its subject with the longest
 // order id, nats' record overhead): processor.history_max_bytes allows
@@ -244,11 +253,13 @@ func NewProjection(ctx context.Context, js jetstream.JetStream, c Config) (*proc
 	}
 	proj := processor.NewProjection(js, kv)
 	proj.SetAtomicBatches(c.DurabilityMode() == DurabilityAlways)
-	hkv, err := js.KeyValue(ctx, c.Processor.HistoryBucket())
-	if err != nil {
-		return nil, fmt.Errorf("history bucket %q: %w", c.Processor.HistoryBucket(), err)
+	if c.historyMaxBytes() > 0 {
+		hkv, err := js.KeyValue(ctx, c.Processor.HistoryBucket())
+		if err != nil {
+			return nil, fmt.Errorf("history bucket %q: %w", c.Processor.HistoryBucket(), err)
+		}
+		proj.SetHistory(hkv)
 	}
-	proj.SetHistory(hkv)
 	return proj, nil
 }
 

@@ -76,7 +76,7 @@ func (s *Server) historyError(w http.ResponseWriter, b *Backend, id, asOf string
 			"hint": "the stream's retention (stream.max_age, max_bytes, max_msgs) removed the order's events up to that point; ask for a later point"})
 	case errors.Is(err, processor.ErrNoHistory):
 		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": err.Error(),
-			"hint": "a custom processor Handler replaces the projection that keeps the history index"})
+			"hint": "the history index is kept by the built-in projection, within processor.history_max_bytes"})
 	default:
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 	}
