@@ -671,6 +671,9 @@ func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 		// their events are acked, so the consumer's ack floor is never
 		// ahead of the projection after a power cut.
 		pc.Sync = a.commit.SyncLazy
+		if proj, ok := h.(*processor.Projection); ok {
+			proj.SetHistorySync(a.commit.SyncLazy)
+		}
 	}
 	proc, err := processor.New(a.pjs, pc)
 	if err != nil {

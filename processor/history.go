@@ -48,6 +48,11 @@ var ErrNoHistory = errors.New("the projection keeps no history index")
 // before the first event of the order that the stream still holds.
 var ErrNotRetained = errors.New("the stream no longer holds the order's events up to that point")
 
+// SetHistorySync sets what makes the history index's sealed chunks
+// durable before the records that count them are written: the store's
+// sync in a mode where nats does not fsync each write (group commit).
+func (p *Projection) SetHistorySync(sync func(context.Context) error) { p.histSync = sync }
+
 // SetHistory makes the projection keep each order's history index, with
 // its sealed chunks in kv (the appliance's "<projection bucket>_HISTORY").
 // Call it before the first batch. Records written before the index
@@ -522,7 +527,7 @@ func (p *Projection) HistoryStates(ctx context.Context, s jetstream.Stream, orde
 // writeSeals writes the sealed chunks of writes, all in flight at once,
 // and returns the writes whose chunks are stored (failed calls fail for
 // the others).
-func writeSeals[W any](p *Projection, ctx context.Context, writes []W, seals func(W) []*nats.Msg, failed func(W, error)) []W {
+func writeSeals[W any](p *Projection, ctx context.Context, writes []W, seals func(W) []*nats.Msg, failed func(W, error)) (out []W) {
 	type pending struct {
 		w    int
 		futs []jetstream.PubAckFuture
@@ -564,7 +569,20 @@ func writeSeals[W any](p *Projection, ctx context.Context, writes []W, seals fun
 			failed(writes[pd.w], err)
 		}
 	}
-	out := writes[:0:0]
+	// Durable before the records that count them (group commit: nats
+	// syncs nothing itself), so that a power cut cannot keep a record and
+	// lose its chunk.
+	if p.histSync != nil && len(bad) < len(ps) {
+		if err := p.histSync(ctx); err != nil {
+			for _, pd := range ps {
+				if !bad[pd.w] {
+					bad[pd.w] = true
+					failed(writes[pd.w], fmt.Errorf("sync the history index: %w", err))
+				}
+			}
+		}
+	}
+	out = writes[:0:0]
 	for k, w := range writes {
 		if !bad[k] {
 			out = append(out, w)

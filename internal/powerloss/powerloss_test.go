@@ -55,13 +55,14 @@ func TestMain(m *testing.M) {
 }
 
 // applianceConfig is what the child runs: a store that fits a small disk
-// (stream.max_bytes 256MiB + dead letters 256MiB + projection 512MiB =
-// max_file_store 1GiB), no admin listener, a random port, and redelivery
-// within seconds of a restart.
+// (stream.max_bytes 256MiB + dead letters 256MiB + projection 512MiB +
+// history index 64MiB = max_file_store 1GiB + 64MiB), no admin listener,
+// a random port, and redelivery within seconds of a restart.
 func applianceConfig(store string, m syncMode) orderstore.Config {
 	cfg := orderstore.DefaultConfig()
 	cfg.JetStream.StoreDir = store
-	cfg.JetStream.MaxFileStore = 1 << 30
+	cfg.JetStream.MaxFileStore = 1<<30 + 64<<20
+	cfg.Processor.HistoryMaxBytes = 64 << 20
 	cfg.JetStream.DiskHeadroom = 16 << 20
 	cfg.JetStream.Durability = m.durability
 	cfg.JetStream.SyncInterval = m.interval
@@ -410,7 +411,11 @@ func newCycle(t *testing.T, c *child, l *ledger, cut int) *cycle {
 				batch := make([]inflight, 0, window)
 				for range window {
 					typ := eventTypes[r.IntN(len(eventTypes))]
-					body := map[string]string{"order_id": fmt.Sprintf("o-%d", r.IntN(orders)), "event_id": fmt.Sprintf("c%d-p%d-%d", cut, w, i)}
+					id := fmt.Sprintf("o-%d", r.IntN(orders))
+					if r.IntN(4) == 0 {
+						id = "hot" // a quarter of the events: its history index seals chunks
+					}
+					body := map[string]string{"order_id": id, "event_id": fmt.Sprintf("c%d-p%d-%d", cut, w, i)}
 					if r.IntN(3) == 0 {
 						body["status"] = "status-" + strconv.Itoa(r.IntN(5))
 					}
@@ -467,10 +472,11 @@ func (cy *cycle) stop() {
 }
 
 type totals struct {
-	acked, lost      int
-	refused          int // starts refused by the recovery check
-	maxLostAge       time.Duration
-	projMismatchCuts int
+	acked, lost         int
+	refused             int // starts refused by the recovery check
+	maxLostAge          time.Duration
+	projMismatchCuts    int
+	historyMismatchCuts int
 }
 
 // check verifies the appliance after a (re)start: every acked event is in
@@ -588,13 +594,89 @@ func check(t *testing.T, c *child, l *ledger, m syncMode, stopAt time.Time, tot 
 		}
 		t.Errorf("%d of %d orders differ from the fold (durability %s)", len(diffs), len(want), m.name)
 	}
+	// 3. the history index: each order's indexed sequences are the
+	// stream's events of that order (no hole, none foreign).
+	holes := checkHistory(t, ctx, js, cfg, msgs, dead)
+	if len(holes) > 0 {
+		tot.historyMismatchCuts++
+		for _, h := range holes[:min(len(holes), 10)] {
+			if m.strict() {
+				t.Errorf("history index differs from the stream: %s", h)
+			} else {
+				t.Logf("history index differs from the stream (durability %s: a chunk or a record written within the interval before the cut): %s", m.name, h)
+			}
+		}
+	}
 	var first uint64
 	if len(msgs) > 0 {
 		first = slices.Min(slices.Collect(maps.Keys(msgs)))
 	}
-	return fmt.Sprintf("after the restart: %d acked events expected and present, %d lost (oldest acked %s before the cut); stream %d events from seq %d; %d orders match the fold; %d dead letters; appliance log: %s",
-		expected, len(lost), oldest.Round(time.Millisecond), len(msgs), first, len(want)-len(diffs), len(dls), strings.Join(c.recovered(), " | "))
+	return fmt.Sprintf("after the restart: %d acked events expected and present, %d lost (oldest acked %s before the cut); stream %d events from seq %d; %d orders match the fold; %d orders' history differs; %d dead letters; appliance log: %s",
+		expected, len(lost), oldest.Round(time.Millisecond), len(msgs), first, len(want)-len(diffs), len(holes), len(dls), strings.Join(c.recovered(), " | "))
 }
+
+// checkHistory compares each order's history index (the record's tail
+// and its sealed chunks) with the stream's events of that order, and
+// returns the differences.
+func checkHistory(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg orderstore.Config, msgs map[uint64]storedMsg, dead map[uint64]bool) []string {
+	t.Helper()
+	want := map[string][]uint64{}
+	for _, seq := range slices.Sorted(maps.Keys(msgs)) {
+		if dead[seq] {
+			continue
+		}
+		var b struct {
+			OrderID string `json:"order_id"`
+		}
+		if json.Unmarshal(msgs[seq].data, &b) != nil || !processor.ValidOrderID(b.OrderID) {
+			continue
+		}
+		want[b.OrderID] = append(want[b.OrderID], seq)
+	}
+	kv, err := js.KeyValue(ctx, cfg.Processor.ProjectionBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hkv, err := js.KeyValue(ctx, cfg.Processor.HistoryBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var diffs []string
+	for _, id := range slices.Sorted(maps.Keys(want)) {
+		e, err := kv.Get(ctx, id)
+		if err != nil {
+			diffs = append(diffs, fmt.Sprintf("%s: %v", id, err))
+			continue
+		}
+		var r struct {
+			History       []uint64 `json:"history"`
+			HistoryChunks int      `json:"history_chunks"`
+		}
+		if err := json.Unmarshal(e.Value(), &r); err != nil {
+			t.Fatal(err)
+		}
+		var got []uint64
+		for n := range r.HistoryChunks {
+			c, err := hkv.Get(ctx, fmt.Sprintf("%s.%d", id, n))
+			if err != nil {
+				diffs = append(diffs, fmt.Sprintf("%s: chunk %d of %d: %v", id, n, r.HistoryChunks, err))
+				got = nil
+				break
+			}
+			var seqs []uint64
+			json.Unmarshal(c.Value(), &seqs)
+			got = append(got, seqs...)
+		}
+		got = append(got, r.History...)
+		slices.Sort(got)
+		if !slices.Equal(got, want[id]) {
+			diffs = append(diffs, fmt.Sprintf("%s: index lists %d sequences %v, the stream holds %d %v", id, len(got), clip(got), len(want[id]), clip(want[id])))
+		}
+	}
+	return diffs
+}
+
+func clip(s []uint64) []uint64 { return s[:min(len(s), 8)] }
 
 type storedMsg struct {
 	subject string
