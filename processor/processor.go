@@ -177,8 +177,12 @@ type Processor struct {
 	log *slog.Logger
 
 	processed, failed, deadLettered, poison, duplicates atomic.Uint64
-	ackErrors, lastApplied, ackFloor                    atomic.Uint64
-	running                                             atomic.Bool
+
+	dlMu                             sync.Mutex
+	dlSeen                           map[uint64]struct{} // dead letters counted (firstDeadLetter)
+	dlOrder                          []uint64
+	ackErrors, lastApplied, ackFloor atomic.Uint64
+	running                          atomic.Bool
 
 	// Progress, kept by watchFloor: when the ack floor last moved (or
 	// nothing was outstanding), and how many events are outstanding.
@@ -1347,14 +1351,13 @@ func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, c
 	msg := &nats.Msg{Subject: DeadLetterSubject(p.cfg.DeadLetterSubjectPrefix, ev.Subject), Header: h, Data: data}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(p.cfg.DeadLetterStream))
-	if err != nil {
+	if _, err := p.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(p.cfg.DeadLetterStream)); err != nil {
 		p.failed.Add(1)
 		p.log.Error("dead-letter publish failed, will retry the event", "seq", ev.Sequence, "dead_letter_stream", p.cfg.DeadLetterStream, "err", err)
 		p.settled("nak", ev, m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
 		return
 	}
-	*dls = append(*dls, deadLettered{m: m, ev: ev, cause: cause, poison: poison, trimmed: h.Get(HeaderTrimmed), again: ack.Duplicate})
+	*dls = append(*dls, deadLettered{m: m, ev: ev, cause: cause, poison: poison, trimmed: h.Get(HeaderTrimmed)})
 }
 
 // deadLetters are a batch's events copied to the dead-letter stream whose
@@ -1368,7 +1371,30 @@ type deadLettered struct {
 	cause   error
 	poison  bool
 	trimmed string
-	again   bool // the dead-letter stream held it already (a redelivery dead-lettered twice): not counted again
+}
+
+// deadLetterMemory bounds the sequences firstDeadLetter remembers.
+const deadLetterMemory = 100_000
+
+// firstDeadLetter reports whether this processor counts the dead letter of
+// the event at seq for the first time, and remembers it (the oldest
+// forgotten past deadLetterMemory).
+func (p *Processor) firstDeadLetter(seq uint64) bool {
+	p.dlMu.Lock()
+	defer p.dlMu.Unlock()
+	if _, ok := p.dlSeen[seq]; ok {
+		return false
+	}
+	if p.dlSeen == nil {
+		p.dlSeen = map[uint64]struct{}{}
+	}
+	p.dlSeen[seq] = struct{}{}
+	p.dlOrder = append(p.dlOrder, seq)
+	if len(p.dlOrder) > deadLetterMemory {
+		delete(p.dlSeen, p.dlOrder[0])
+		p.dlOrder = p.dlOrder[1:]
+	}
+	return true
 }
 
 // finishDeadLetters makes the batch's dead letters durable, then
@@ -1390,10 +1416,10 @@ func (p *Processor) finishDeadLetters(ctx context.Context, dls deadLetters) {
 		// If the term is lost the event comes back and is dead-lettered
 		// again: the copy is deduplicated by its Nats-Msg-Id, and counted
 		// then.
-		// Counted once the copy is durable, and once per event: a
+		// Counted once the copy is durable, and once per event here: a
 		// redelivery that raced the term (ack_wait passed meanwhile) is
 		// dead-lettered again, stored once, and not counted again.
-		if !d.again {
+		if p.firstDeadLetter(d.ev.Sequence) {
 			p.deadLettered.Add(1)
 			if d.poison {
 				p.poison.Add(1)
