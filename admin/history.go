@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orderstore/orderstore/processor"
+	"github.com/orderstore/orderstore/status"
 )
 
 // History reads an order's story through the projection's history index.
@@ -25,29 +26,8 @@ type History interface {
 	OrderDeadLetters(ctx context.Context, id string) (items []processor.DeadLetter, complete bool, err error)
 }
 
-// historyEvent is an event of GET /v1/orders/{id}/events.
-type historyEvent struct {
-	Position int    `json:"position"`
-	Seq      uint64 `json:"seq"`
-	// Retained false: the stream no longer holds it (only seq is known;
-	// 0 when the index entry listing it is gone too).
-	Retained bool `json:"retained"`
-	// Replaced: the stream holds another event at seq (this one was lost
-	// in a power cut before it was durable, and its sequence reused).
-	Replaced bool                `json:"replaced,omitempty"`
-	Edge     string              `json:"edge,omitempty"`
-	Subject  string              `json:"subject,omitempty"`
-	Type     string              `json:"type,omitempty"`
-	Time     *time.Time          `json:"time,omitempty"`
-	Headers  map[string][]string `json:"headers,omitempty"`
-	// Data is the payload when it is JSON; DataBase64 otherwise.
-	Data       json.RawMessage  `json:"data,omitempty"`
-	DataBase64 string           `json:"data_base64,omitempty"`
-	State      *processor.Order `json:"state,omitempty"`
-}
-
-func toHistoryEvent(e processor.HistoryEvent) historyEvent {
-	h := historyEvent{Position: e.Position, Seq: e.Sequence, Retained: e.Retained, Replaced: e.Replaced, Edge: e.Edge,
+func toHistoryEvent(e processor.HistoryEvent) status.OrderEvent {
+	h := status.OrderEvent{Position: e.Position, Seq: e.Sequence, Retained: e.Retained, Replaced: e.Replaced, Edge: e.Edge,
 		Subject: e.Subject, Type: e.Type, Headers: e.Header, State: e.State}
 	if e.Retained {
 		t := e.Time
@@ -110,16 +90,10 @@ func (s *Server) orderEvents(w http.ResponseWriter, r *http.Request, b *Backend)
 	if s.historyError(w, b, id, "", err) {
 		return
 	}
-	evs := make([]historyEvent, len(page.Events))
+	out := status.OrderEvents{OrderID: page.OrderID, Total: page.Total, Unindexed: page.Unindexed, From: page.From, Next: page.Next,
+		Events: make([]status.OrderEvent, len(page.Events))}
 	for i, e := range page.Events {
-		evs[i] = toHistoryEvent(e)
-	}
-	out := map[string]any{"order_id": page.OrderID, "total": page.Total, "from": page.From, "events": evs}
-	if page.Unindexed > 0 {
-		out["unindexed"] = page.Unindexed
-	}
-	if page.Next > 0 {
-		out["next"] = page.Next
+		out.Events[i] = toHistoryEvent(e)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

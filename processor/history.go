@@ -215,7 +215,8 @@ func (p *Projection) History(ctx context.Context, s jetstream.Stream, orderID st
 }
 
 // readRecord reads an order's record; a record of withheld events only
-// is not an order.
+// is not an order, and one whose history index claims more than it holds
+// (written by hand) is refused.
 func (p *Projection) readRecord(ctx context.Context, orderID string) (record, error) {
 	e, err := p.kv.Get(ctx, orderID)
 	if err != nil {
@@ -223,9 +224,10 @@ func (p *Projection) readRecord(ctx context.Context, orderID string) (record, er
 	}
 	var r record
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return record{}, fmt.Errorf("projection %q: stored value is not an order: %w", orderID, err)
+		return record{}, fmt.Errorf("projection %q: %w", orderID, err)
 	}
 	if r.Events == 0 {
+		// Only withheld events: no order yet.
 		return record{}, jetstream.ErrKeyNotFound
 	}
 	if r.HistoryChunks < 0 || r.HistoryChunks > r.Events/HistoryChunk || r.historyCount() > r.Events {

@@ -182,19 +182,8 @@ func NewProjection(js jetstream.JetStream, kv jetstream.KeyValue) *Projection {
 
 // Get returns an order's projected state, or jetstream.ErrKeyNotFound.
 func (p *Projection) Get(ctx context.Context, orderID string) (Order, error) {
-	e, err := p.kv.Get(ctx, orderID)
-	if err != nil {
-		return Order{}, err
-	}
-	var r record
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return Order{}, fmt.Errorf("projection %q: %w", orderID, err)
-	}
-	if r.Events == 0 {
-		// Only withheld events: no order yet.
-		return Order{}, jetstream.ErrKeyNotFound
-	}
-	return r.Order, nil
+	r, err := p.readRecord(ctx, orderID)
+	return r.Order, err
 }
 
 // Withhold records that ev will not be applied (it is dead-lettered), in

@@ -1,10 +1,11 @@
 // Package status holds the JSON shapes orderstore reports: /v1/status
 // and what `orderstore status` prints, its readiness checks, topology and
-// build information. The admin listener serves them; the CLI and other
+// build information, and an order's history (/v1/orders/{id}/events). The admin listener serves them; the CLI and other
 // programs decode them. It has no behaviour of its own.
 package status
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/orderstore/orderstore/processor"
@@ -286,4 +287,38 @@ type SourceStatus struct {
 	LastRegression string `json:"last_regression,omitempty"`
 	// LastAdvance is when SourcedSeq last grew.
 	LastAdvance time.Time `json:"last_advance,omitzero"`
+}
+
+// OrderEvents is a page of an order's history (GET /v1/orders/{id}/events).
+type OrderEvents struct {
+	OrderID string `json:"order_id"`
+	// Total is how many events the history index lists; Unindexed how
+	// many earlier ones predate it (not listed).
+	Total     int `json:"total"`
+	Unindexed int `json:"unindexed,omitempty"`
+	From      int `json:"from"`
+	// Next is the from of the next page; absent at the end.
+	Next   int          `json:"next,omitempty"`
+	Events []OrderEvent `json:"events"`
+}
+
+// OrderEvent is one event of an order's history.
+type OrderEvent struct {
+	Position int    `json:"position"`
+	Seq      uint64 `json:"seq"`
+	// Retained false: the stream no longer holds it (only seq is known;
+	// 0 when the index entry listing it is gone too).
+	Retained bool `json:"retained"`
+	// Replaced: the stream holds another event at seq (this one was lost
+	// in a power cut before it was durable, and its sequence reused).
+	Replaced bool                `json:"replaced,omitempty"`
+	Edge     string              `json:"edge,omitempty"`
+	Subject  string              `json:"subject,omitempty"`
+	Type     string              `json:"type,omitempty"`
+	Time     *time.Time          `json:"time,omitempty"`
+	Headers  map[string][]string `json:"headers,omitempty"`
+	// Data is the payload when it is JSON; DataBase64 otherwise.
+	Data       json.RawMessage  `json:"data,omitempty"`
+	DataBase64 string           `json:"data_base64,omitempty"`
+	State      *processor.Order `json:"state,omitempty"`
 }

@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/status"
 )
 
 const orderUsage = `usage: orderstore order [flags] ID
@@ -98,7 +98,7 @@ func orderCmd(args []string, stdout, stderr io.Writer) int {
 		if *states {
 			q.Set("states", "true")
 		}
-		var page historyPage
+		var page status.OrderEvents
 		if err := c.do("GET", path+"/events?"+q.Encode(), &page); err != nil {
 			tw.Flush()
 			printErr(stderr, err)
@@ -110,7 +110,7 @@ func orderCmd(args []string, stdout, stderr io.Writer) int {
 			enc.Encode(page)
 		} else {
 			for _, e := range page.Events {
-				fmt.Fprintln(tw, e.row())
+				fmt.Fprintln(tw, eventRow(e))
 			}
 		}
 		if page.Unindexed > 0 && pos == *from && !*asJSON {
@@ -130,32 +130,8 @@ func orderCmd(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// historyPage is GET /v1/orders/{id}/events.
-type historyPage struct {
-	OrderID   string         `json:"order_id"`
-	Total     int            `json:"total"`
-	Unindexed int            `json:"unindexed,omitempty"`
-	From      int            `json:"from"`
-	Next      int            `json:"next,omitempty"`
-	Events    []historyEvent `json:"events"`
-}
-
-type historyEvent struct {
-	Position   int                 `json:"position"`
-	Seq        uint64              `json:"seq"`
-	Retained   bool                `json:"retained"`
-	Replaced   bool                `json:"replaced,omitempty"`
-	Edge       string              `json:"edge,omitempty"`
-	Subject    string              `json:"subject,omitempty"`
-	Type       string              `json:"type,omitempty"`
-	Time       *time.Time          `json:"time,omitempty"`
-	Headers    map[string][]string `json:"headers,omitempty"`
-	Data       json.RawMessage     `json:"data,omitempty"`
-	DataBase64 string              `json:"data_base64,omitempty"`
-	State      *orderstore.Order   `json:"state,omitempty"`
-}
-
-func (e historyEvent) row() string {
+// eventRow is one event as a line of the -events table.
+func eventRow(e status.OrderEvent) string {
 	if !e.Retained {
 		return fmt.Sprintf("%d\t%d\t-\t-\t\t\t(no longer retained)", e.Position, e.Seq)
 	}
