@@ -322,7 +322,7 @@ func (p *Projection) historyEvents(ctx context.Context, s jetstream.Stream, orde
 				}
 				ev := &out[i]
 				ev.Retained = true
-				ev.Subject, ev.Type, ev.Time, ev.Header, ev.Data = m.Subject, eventType(m.Subject), m.Time.UTC(), m.Header, m.Data
+				ev.Subject, ev.Type, ev.Time, ev.Header, ev.Data = m.Subject, eventType(m.Subject), m.Time.UTC(), eventHeader(m.Header), m.Data
 				id, status, perr := parse(m.Subject, m.Data)
 				if perr != nil || id != orderID {
 					ev.Replaced = true
@@ -348,6 +348,21 @@ func (p *Projection) historyEvents(ctx context.Context, s jetstream.Stream, orde
 		}
 	}
 	return out, nil
+}
+
+// directGetHeaders are what a direct get adds to a message's headers
+// (where it is, not what the producer sent).
+var directGetHeaders = []string{"Nats-Stream", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Subject", "Nats-Last-Sequence", "Nats-Num-Pending", "Nats-UpTo-Sequence"}
+
+// eventHeader is h without directGetHeaders; nil when nothing is left.
+func eventHeader(h nats.Header) nats.Header {
+	for _, k := range directGetHeaders {
+		h.Del(k)
+	}
+	if len(h) == 0 {
+		return nil
+	}
+	return h
 }
 
 // AsOfPoint is a point in an order's history: its events up to stream

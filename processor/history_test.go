@@ -66,7 +66,8 @@ func (e *env) checkHistory(t testing.TB, p *processor.Projection, n int, r *rand
 		}
 		for i, g := range got {
 			w := evs[i]
-			if g.Position != i || g.Sequence != w.Seq || !g.Retained || g.Replaced || g.Subject != w.Subject || string(g.Data) != string(w.Data) || !g.Time.Equal(w.Time) {
+			if g.Position != i || g.Sequence != w.Seq || !g.Retained || g.Replaced || g.Subject != w.Subject || string(g.Data) != string(w.Data) || !g.Time.Equal(w.Time) ||
+				g.Header.Get("Nats-Sequence") != "" || g.Header.Get("Nats-Stream") != "" {
 				t.Fatalf("history of %q, event %d: got %+v, want seq %d %s %s", id, i, g, w.Seq, w.Subject, w.Data)
 			}
 		}

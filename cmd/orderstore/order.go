@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"flag"
@@ -89,9 +90,6 @@ func orderCmd(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	if !*asJSON {
-		fmt.Fprintln(tw, "POS\tSEQ\tTIME\tTYPE\tEDGE\tSTATUS AFTER\tDATA")
-	}
 	for pos := *from; ; {
 		q.Set("from", strconv.Itoa(pos))
 		q.Set("limit", strconv.Itoa(*limit))
@@ -103,6 +101,9 @@ func orderCmd(args []string, stdout, stderr io.Writer) int {
 			tw.Flush()
 			printErr(stderr, err)
 			return exitFailure
+		}
+		if !*asJSON && pos == *from {
+			fmt.Fprintln(tw, "POS\tSEQ\tTIME\tTYPE\tEDGE\tSTATUS AFTER\tDATA")
 		}
 		if *asJSON {
 			enc := json.NewEncoder(stdout)
@@ -135,7 +136,9 @@ func eventRow(e status.OrderEvent) string {
 	if !e.Retained {
 		return fmt.Sprintf("%d\t%d\t-\t-\t\t\t(no longer retained)", e.Position, e.Seq)
 	}
-	data := preview(e.Data)
+	var compact bytes.Buffer
+	json.Compact(&compact, e.Data) // the API indents it
+	data := preview(compact.Bytes())
 	if e.DataBase64 != "" {
 		b, _ := base64.StdEncoding.DecodeString(e.DataBase64)
 		data = preview(b)

@@ -47,6 +47,9 @@ func TestOrderCommand(t *testing.T) {
 		!strings.Contains(errs, "more: orderstore order -events -from 2 A/1") {
 		t.Errorf("order -events -limit 2: exit %d\n%s\n%s", code, out, errs)
 	}
+	if !strings.Contains(out, `{"order_id":"A/1","status":"st-0"}`) {
+		t.Errorf("order -events: the payload is not shown compact:\n%s", out)
+	}
 	code, out, errs = cli("-events", "-all", "-limit", "1", "A/1")
 	if code != 0 || strings.Count(out, "\n") != 4 || !strings.Contains(out, "shipped") {
 		t.Errorf("order -events -all: exit %d\n%s\n%s", code, out, errs)
