@@ -27,15 +27,14 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/bench/benchkit"
 )
 
 // The goals of the issue.
@@ -280,13 +279,6 @@ func short(n int) string {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
-func secs(d time.Duration) string {
-	if d < 10*time.Second {
-		return fmt.Sprintf("%.2f s", d.Seconds())
-	}
-	return fmt.Sprintf("%.1f s", d.Seconds())
-}
-
 func perEvent(cpu time.Duration, n int) string {
 	if cpu <= 0 || n <= 0 {
 		return "-"
@@ -299,24 +291,6 @@ func cpuShare(cpu, d time.Duration) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.0f%%", 100*cpu.Seconds()/d.Seconds())
-}
-
-// num formats n with thousands separators.
-func num(n int) string {
-	s := strconv.Itoa(n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var out []byte
-	for i := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			out = append(out, ',')
-		}
-		out = append(out, s[i])
-	}
-	if neg {
-		return "-" + string(out)
-	}
-	return string(out)
 }
 
 // machineBusy is the CPU time every process of the machine has used
@@ -358,33 +332,6 @@ func othersShare(busy0, cpu0 time.Duration, t0 time.Time) string {
 	return fmt.Sprintf("%.0f%%", 100*others.Seconds()/d.Seconds())
 }
 
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "n/a"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "n/a"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // startProfile starts a CPU profile of one step when -cpuprofile is set;
 // the returned stop is idempotent.
 func startProfile(o options, step string) (func(), error) {
@@ -392,20 +339,15 @@ func startProfile(o options, step string) (func(), error) {
 		return func() {}, nil
 	}
 	name := fmt.Sprintf("%s-%s.pprof", o.cpuprofile, step)
-	f, err := os.Create(name)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			pprof.StopCPUProfile()
-			f.Close()
-			logf("   CPU profile: %s", name)
-		})
-	}, nil
+	return benchkit.CPUProfile(name)
 }
+
+// The helpers every bench main shares (bench/benchkit).
+var (
+	cpuTime = benchkit.CPUTime
+	loadavg = benchkit.LoadAvg
+	secs    = benchkit.Secs
+	num     = benchkit.Num
+	logf    = benchkit.Logf
+	sleep   = benchkit.Sleep
+)

@@ -21,7 +21,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/bench/benchkit"
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/processor"
 )
@@ -1186,18 +1186,6 @@ func command() string {
 	return strings.Join(args, " ")
 }
 
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "n/a"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "n/a"
-	}
-	return strings.Join(f[:3], " ")
-}
-
 func metStr(ok bool) string {
 	if ok {
 		return "met"
@@ -1212,46 +1200,6 @@ func yesNo(ok bool) string {
 	return "no"
 }
 
-func secs(d time.Duration) string {
-	if d < 10*time.Second {
-		return fmt.Sprintf("%.2f s", d.Seconds())
-	}
-	return fmt.Sprintf("%.1f s", d.Seconds())
-}
-
-// num formats n with thousands separators.
-func num(n int) string {
-	s := strconv.Itoa(n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var out []byte
-	for i := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			out = append(out, ',')
-		}
-		out = append(out, s[i])
-	}
-	if neg {
-		return "-" + string(out)
-	}
-	return string(out)
-}
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // startProfile starts a CPU profile of one step when -cpuprofile is set; the
 // returned stop is idempotent.
 func startProfile(o options, mode, step string) (func(), error) {
@@ -1259,20 +1207,15 @@ func startProfile(o options, mode, step string) (func(), error) {
 		return func() {}, nil
 	}
 	name := fmt.Sprintf("%s-%s-%s.pprof", o.cpuprofile, mode, step)
-	f, err := os.Create(name)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			pprof.StopCPUProfile()
-			f.Close()
-			logf("   CPU profile: %s", name)
-		})
-	}, nil
+	return benchkit.CPUProfile(name)
 }
+
+// The helpers every bench main shares (bench/benchkit).
+var (
+	cpuTime = benchkit.CPUTime
+	loadavg = benchkit.LoadAvg
+	secs    = benchkit.Secs
+	num     = benchkit.Num
+	logf    = benchkit.Logf
+	sleep   = benchkit.Sleep
+)

@@ -1,15 +1,15 @@
 //go:build unix
 
-package main
+package benchkit
 
 import (
 	"syscall"
 	"time"
 )
 
-// cpuTime is the CPU time (user + system) this process has used so far:
+// CPUTime is the CPU time (user + system) this process has used so far:
 // the embedded server, the clients and the processor together.
-func cpuTime() time.Duration {
+func CPUTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
