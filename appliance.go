@@ -28,6 +28,7 @@ import (
 	"github.com/orderstore/orderstore/internal/hint"
 	"github.com/orderstore/orderstore/internal/ingest"
 	"github.com/orderstore/orderstore/internal/natsrun"
+	"github.com/orderstore/orderstore/internal/rebuild"
 	"github.com/orderstore/orderstore/internal/recovery"
 	"github.com/orderstore/orderstore/internal/storedir"
 	"github.com/orderstore/orderstore/internal/validate"
@@ -80,16 +81,22 @@ type Appliance struct {
 	internal, processor, ingest, hubwatch conn
 	js, pjs                               jetstream.JetStream // on internal, on processor
 
-	commit    *ingest.Committer                  // group commit's syncs; nil in other modes
-	ing       *ingest.Service                    // takes every producer's publish, in every mode
-	ingLive   atomic.Pointer[ingest.Service]     // ing, for the connections' handlers
-	dguard    *durableGuard                      // answers clients' requests on the processor's durable
-	hub       *edgehub.Watcher                   // a hub's source watcher; nil elsewhere
-	proj      *processor.Projection              // reads, on internal
-	hstream   historyStream                      // the stream history reads come from
-	validator atomic.Pointer[validate.Validator] // schema validation at ingest; swapped by SetValidation
-	proc      *processor.Processor               // nil when disabled
-	backupMu  sync.Mutex                         // one backup at a time
+	commit             *ingest.Committer                  // group commit's syncs; nil in other modes
+	ing                *ingest.Service                    // takes every producer's publish, in every mode
+	ingLive            atomic.Pointer[ingest.Service]     // ing, for the connections' handlers
+	dguard             *durableGuard                      // answers clients' requests on the processor's durable
+	hub                *edgehub.Watcher                   // a hub's source watcher; nil elsewhere
+	proj               *processor.Projection              // reads, on internal
+	hstream            historyStream                      // the stream history reads come from
+	validator          atomic.Pointer[validate.Validator] // schema validation at ingest; swapped by SetValidation
+	proc               *processor.Processor               // nil when disabled
+	procHandler        processor.Handler                  // the processor's handler
+	pause              *pausable                          // runs proc; a rebuild's takeover pauses it
+	reads              atomic.Pointer[shadowReads]        // during a rebuild's takeover: reads from the shadow
+	rebuild            *rebuild.Runner                    // nil when the projection cannot be rebuilt
+	rebuildUnsupported error                              // why not
+	handlerVersion     string                             // the fold's version (processor.Versioned)
+	backupMu           sync.Mutex                         // one backup at a time
 
 	stallAfter  time.Duration
 	rc          *recovery.Check // what start-up found and did about a damaged store
@@ -168,7 +175,9 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		a.startStoreGuard,
 		a.declare,
 		a.checkStore,
+		a.openRebuild,
 		a.startProcessor,
+		a.runRebuild,
 		a.startHubWatch,
 		a.startDurableGuard,
 		a.startIngest,
@@ -338,7 +347,8 @@ func (a *Appliance) openAdmin(context.Context) error {
 		Publish: func(ctx context.Context, subject string, h nats.Header, data []byte) (*jetstream.PubAck, error) {
 			return a.publishMsg(ctx, subject, h, data)
 		},
-		Guard: a.guardStats,
+		Guard:   a.guardStats,
+		Rebuild: rebuildBackend{a},
 	}
 	if a.commit != nil {
 		b.Ingest = a.commit.Status
@@ -572,7 +582,9 @@ func (a *Appliance) checks(ctx context.Context) []status.Check {
 	if a.proc != nil {
 		pr := a.proc.Progress()
 		c := status.Check{Name: "progress", OK: true}
-		if !pr.StuckSince.IsZero() && time.Since(pr.StuckSince) > a.stallAfter {
+		if a.pause.paused() {
+			c.Reason = "paused while a projection rebuild takes over"
+		} else if !pr.StuckSince.IsZero() && time.Since(pr.StuckSince) > a.stallAfter {
 			c.OK = false
 			c.Reason = fmt.Sprintf("the ack floor has been stuck at %d for %s with %d events outstanding, longer than an event can take (max_deliver × (ack_wait + longest backoff) = %s): an event cannot be settled; see the log and `orderstore dlq list`",
 				pr.AckFloor, time.Since(pr.StuckSince).Round(time.Second), pr.Outstanding, a.stallAfter)
@@ -690,8 +702,9 @@ func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 	// The longest an event can rightly hold the ack floor: every delivery
 	// waits ack_wait, then the longest backoff.
 	a.stallAfter = time.Duration(cfg.Processor.MaxDeliver) * (cfg.Processor.AckWait + slices.Max(append([]time.Duration{0}, cfg.Processor.Backoff...)))
-	a.proc = proc
-	a.sup.add(component{name: "processor", run: proc.Run})
+	a.proc, a.procHandler = proc, h
+	a.pause = &pausable{proc: proc}
+	a.sup.add(component{name: "processor", run: a.pause.run})
 	return nil
 }
 
@@ -856,7 +869,9 @@ func (a *Appliance) Order(ctx context.Context, id string) (Order, error) {
 	if !processor.ValidOrderID(id) {
 		return processor.Order{}, fmt.Errorf("order %q: %w", id, ErrNotFound)
 	}
-	o, err := a.proj.Get(ctx, id)
+	proj, done := a.projFor(ctx, id)
+	o, err := proj.Get(ctx, id)
+	done()
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return processor.Order{}, fmt.Errorf("order %q: %w", id, ErrNotFound)
 	}

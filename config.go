@@ -46,6 +46,8 @@ type Config struct {
 	// Build is the version reported by /metrics, /v1/status and the
 	// dashboard. Zero fields read "unknown".
 	Build status.BuildInfo
+
+	rebuildPace time.Duration // tests: a projection rebuild's pause after each step
 }
 
 // ServerConfig is the NATS client listener ([server]).

@@ -93,7 +93,7 @@ func TestLayering(t *testing.T) {
 		// the parts the root package wires
 		"embedded/embeddedtest": 1, "bootstrap": 1, "status": 1,
 		"internal/testkit": 2,
-		"admin":            2, "internal/ingest": 2, "internal/natsrun": 2, "internal/recovery": 2, "internal/edgehub": 2,
+		"admin":            2, "internal/ingest": 2, "internal/natsrun": 2, "internal/recovery": 2, "internal/edgehub": 2, "internal/rebuild": 2,
 		"": 3, // the root package: the API and the start/stop sequence
 		// on top of the library
 		"internal/config": 4, "orderstoretest": 4, "cmd/orderstore": 5,

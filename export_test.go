@@ -1,6 +1,14 @@
 package orderstore
 
-import "github.com/nats-io/nats.go/jetstream"
+import (
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// SetRebuildPace makes a projection rebuild pause d after each fold step:
+// slow enough to stop it half-way.
+func SetRebuildPace(c *Config, d time.Duration) { c.rebuildPace = d }
 
 // FailSyncs makes every group-commit sync of app fail with err from now
 // on, as a disk that reports a write-back error would.

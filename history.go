@@ -81,9 +81,11 @@ func (a *Appliance) orderEvents(ctx context.Context, id string, from, limit int,
 	if err != nil {
 		return OrderHistory{}, err
 	}
-	read := a.proj.History
+	proj, done := a.projFor(ctx, id)
+	defer done()
+	read := proj.History
 	if states {
-		read = a.proj.HistoryStates
+		read = proj.HistoryStates
 	}
 	page, err := read(ctx, s, id, from, limit)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -121,7 +123,7 @@ func (a *Appliance) FoldOrderEvents(ctx context.Context, id string, point AsOf, 
 	if err != nil {
 		return OrderAsOf{}, err
 	}
-	st, err := a.proj.FoldEvents(ctx, s, id, point, fn)
+	st, err := a.foldEvents(ctx, s, id, point, fn)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return st, fmt.Errorf("order %q had no event as of %s: %w", id, describePoint(point), ErrNotFound)
 	}
@@ -194,4 +196,10 @@ func (a *Appliance) OrderDeadLetters(ctx context.Context, id string) ([]DeadLett
 		return nil, false, fmt.Errorf("order %q: %w", id, ErrNotFound)
 	}
 	return processor.OrderDeadLetters(ctx, a.js, a.cfg.Processor.DeadLetterStream, id, orderDeadLetterScan, 100)
+}
+
+func (a *Appliance) foldEvents(ctx context.Context, s jetstream.Stream, id string, point processor.AsOfPoint, fn func(processor.Event) error) (processor.AsOfState, error) {
+	proj, done := a.projFor(ctx, id)
+	defer done()
+	return proj.FoldEvents(ctx, s, id, point, fn)
 }

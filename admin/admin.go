@@ -153,6 +153,8 @@ type Backend struct {
 	// served in /v1/status, counted in /metrics, and a warning (still
 	// ready) in /readyz.
 	Recovery []string
+	// Rebuild, if set, rebuilds the projection (/v1/projection/rebuild).
+	Rebuild Rebuild
 }
 
 // Server is the admin HTTP handler.
@@ -203,6 +205,9 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /v1/dlq", s.auth(s.needBackend(s.dlqList)))
 	s.mux.Handle("POST /v1/dlq/{seq}/replay", s.auth(s.needBackend(s.dlqReplay)))
 	s.mux.Handle("POST /v1/backup", s.auth(s.needBackend(s.backup)))
+	s.mux.Handle("POST /v1/projection/rebuild", s.auth(s.needBackend(s.rebuildStart)))
+	s.mux.Handle("GET /v1/projection/rebuild", s.auth(s.needBackend(s.rebuildGet)))
+	s.mux.Handle("DELETE /v1/projection/rebuild", s.auth(s.needBackend(s.rebuildCancel)))
 	s.mux.Handle("POST /v1/events/{type}", s.auth(s.needBackend(s.publishEvent)))
 	for path, h := range s.cfg.Monitoring {
 		s.mux.Handle("GET "+path, s.auth(h))

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/orderstore/orderstore/status"
 )
 
 // collector reads the state at scrape time: no background polling, no
@@ -16,53 +18,58 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	descUp            = desc("up", "1 once the broker is up and orderstore's objects are declared; 0 while starting.")
-	descReady         = desc("ready", "1 when /readyz reports ready.")
-	descAckDurable    = desc("ack_durable", "1 when every publish ack means the event survives power loss (durability \"group-commit\" or \"always\").")
-	descSyncAlways    = desc("sync_always", "1 when nats fsyncs every event before its publish ack (durability \"always\"); 0 with group commit, where orderstore syncs.")
-	descBuild         = desc("build_info", "Build information; always 1.", "version", "commit", "go_version", "nats_server_version")
-	descStreamMsgs    = desc("stream_messages", "Events stored in the stream.", "stream")
-	descStreamBytes   = desc("stream_bytes", "Bytes stored in the stream.", "stream")
-	descStreamFirst   = desc("stream_first_sequence", "First sequence in the stream.", "stream")
-	descStreamLast    = desc("stream_last_sequence", "Last sequence in the stream.", "stream")
-	descStreamAge     = desc("stream_oldest_message_age_seconds", "Age of the oldest stored event.", "stream")
-	descMaxBytes      = desc("stream_max_bytes", "Configured stream.max_bytes; -1 unlimited.", "stream")
-	descMaxMsgs       = desc("stream_max_messages", "Configured stream.max_msgs; -1 unlimited.", "stream")
-	descMaxAge        = desc("stream_max_age_seconds", "Configured stream.max_age; 0 forever.", "stream")
-	descPending       = desc("consumer_pending_messages", "Events not yet delivered to the processor.", "consumer")
-	descAckPending    = desc("consumer_ack_pending_messages", "Events delivered to the processor and not yet acked.", "consumer")
-	descRedelivered   = desc("consumer_redelivered_messages", "Unacked events delivered more than once.", "consumer")
-	descAckFloor      = desc("consumer_ack_floor_sequence", "Every event at or below this sequence is processed.", "consumer")
-	descBehind        = desc("consumer_seconds_behind", "Age of the oldest unprocessed event; 0 when caught up.", "consumer")
-	descEvents        = desc("processor_events_total", "Events handled by the processor, by result.", "result")
-	descLastApplied   = desc("processor_last_applied_sequence", "Highest stream sequence the processor applied.")
-	descProcRunning   = desc("processor_running", "1 while the processor consumes.")
-	descRemoved       = desc("processor_events_removed_unprocessed_total", "Events the stream's retention limits removed before the processor was delivered them.")
-	descRecovered     = desc("processor_events_recovered_total", "Events another client took from the processor's durable, which the processor read back from the stream and applied.")
-	descLostAtEdge    = desc("hub_edge_lost_events_total", "Events the hub had copied from an edge that the edge lost in a crash before they were durable (never acknowledged there); moved to the dead-letter stream.", "edge")
-	descEdgeRegress   = desc("hub_edge_regressions_total", "Times an edge's sequence went backwards under events the hub had copied (each repaired).", "edge")
-	descIngestRefused = desc("guard_refused_total", "What orderstore answered with an error instead of passing it on (publishes over their account's budget or shed while the ingest service was behind, publishes left unanswered by a nats reply-subject collision, pauses of a flooding account's publishes (nats answers them 503 no responders meanwhile), publishes the stream never answered, forged answers, retries during an election, requests on orderstore's own consumer), by reason.", "reason")
-	descAckErrors     = desc("processor_settle_errors_total", "Acks, naks and terms that could not be sent (the event is redelivered).")
-	descRecovery      = desc("recovery_notes", "What start-up found and did about a damaged store (see /v1/status recovery); 0 after a clean start.")
-	descDLQ           = desc("dead_letter_messages", "Events in the dead-letter stream.", "stream")
-	descFree          = desc("store_free_bytes", "Free disk under store_dir for the service user.")
-	descJSUsed        = desc("jetstream_store_bytes", "Bytes JetStream stores on disk, all streams together.")
-	descJSMax         = desc("jetstream_max_store_bytes", "jetstream.max_file_store: what JetStream may store on disk.")
-	descCheck         = desc("ready_check", "1 when the readiness check passes, 0 when it fails (its reason is in /readyz).", "check")
-	descSyncSeconds   = desc("group_commit_sync_seconds", "Time of one group-commit sync of the store (durability \"group-commit\").")
-	descBatchEvents   = desc("group_commit_batch_events", "Events acknowledged after one group-commit sync.")
-	descGCAcked       = desc("group_commit_acked_events_total", "Producers' events acknowledged after a group-commit sync.")
-	descGCWaiting     = desc("group_commit_acks_waiting", "Producers' events taken by the ingest service and not yet answered.")
-	descGCSyncErrors  = desc("group_commit_sync_errors_total", "Failed group-commit syncs (the first one stops orderstore).")
-	descRejected      = desc("validation_rejected_total", "Events refused at ingest by schema validation ([validation]), nothing stored, by event type (\"other\" for types without a schema) and reason (the schema keyword that failed, or invalid_json, unknown_type, func).", "type", "reason")
-	descScrapeErrors  = desc("scrape_errors", "Parts of the state that could not be read during this scrape.")
+	descUp             = desc("up", "1 once the broker is up and orderstore's objects are declared; 0 while starting.")
+	descReady          = desc("ready", "1 when /readyz reports ready.")
+	descAckDurable     = desc("ack_durable", "1 when every publish ack means the event survives power loss (durability \"group-commit\" or \"always\").")
+	descSyncAlways     = desc("sync_always", "1 when nats fsyncs every event before its publish ack (durability \"always\"); 0 with group commit, where orderstore syncs.")
+	descBuild          = desc("build_info", "Build information; always 1.", "version", "commit", "go_version", "nats_server_version")
+	descStreamMsgs     = desc("stream_messages", "Events stored in the stream.", "stream")
+	descStreamBytes    = desc("stream_bytes", "Bytes stored in the stream.", "stream")
+	descStreamFirst    = desc("stream_first_sequence", "First sequence in the stream.", "stream")
+	descStreamLast     = desc("stream_last_sequence", "Last sequence in the stream.", "stream")
+	descStreamAge      = desc("stream_oldest_message_age_seconds", "Age of the oldest stored event.", "stream")
+	descMaxBytes       = desc("stream_max_bytes", "Configured stream.max_bytes; -1 unlimited.", "stream")
+	descMaxMsgs        = desc("stream_max_messages", "Configured stream.max_msgs; -1 unlimited.", "stream")
+	descMaxAge         = desc("stream_max_age_seconds", "Configured stream.max_age; 0 forever.", "stream")
+	descPending        = desc("consumer_pending_messages", "Events not yet delivered to the processor.", "consumer")
+	descAckPending     = desc("consumer_ack_pending_messages", "Events delivered to the processor and not yet acked.", "consumer")
+	descRedelivered    = desc("consumer_redelivered_messages", "Unacked events delivered more than once.", "consumer")
+	descAckFloor       = desc("consumer_ack_floor_sequence", "Every event at or below this sequence is processed.", "consumer")
+	descBehind         = desc("consumer_seconds_behind", "Age of the oldest unprocessed event; 0 when caught up.", "consumer")
+	descEvents         = desc("processor_events_total", "Events handled by the processor, by result.", "result")
+	descLastApplied    = desc("processor_last_applied_sequence", "Highest stream sequence the processor applied.")
+	descProcRunning    = desc("processor_running", "1 while the processor consumes.")
+	descRemoved        = desc("processor_events_removed_unprocessed_total", "Events the stream's retention limits removed before the processor was delivered them.")
+	descRecovered      = desc("processor_events_recovered_total", "Events another client took from the processor's durable, which the processor read back from the stream and applied.")
+	descLostAtEdge     = desc("hub_edge_lost_events_total", "Events the hub had copied from an edge that the edge lost in a crash before they were durable (never acknowledged there); moved to the dead-letter stream.", "edge")
+	descEdgeRegress    = desc("hub_edge_regressions_total", "Times an edge's sequence went backwards under events the hub had copied (each repaired).", "edge")
+	descIngestRefused  = desc("guard_refused_total", "What orderstore answered with an error instead of passing it on (publishes over their account's budget or shed while the ingest service was behind, publishes left unanswered by a nats reply-subject collision, pauses of a flooding account's publishes (nats answers them 503 no responders meanwhile), publishes the stream never answered, forged answers, retries during an election, requests on orderstore's own consumer), by reason.", "reason")
+	descAckErrors      = desc("processor_settle_errors_total", "Acks, naks and terms that could not be sent (the event is redelivered).")
+	descRecovery       = desc("recovery_notes", "What start-up found and did about a damaged store (see /v1/status recovery); 0 after a clean start.")
+	descDLQ            = desc("dead_letter_messages", "Events in the dead-letter stream.", "stream")
+	descFree           = desc("store_free_bytes", "Free disk under store_dir for the service user.")
+	descJSUsed         = desc("jetstream_store_bytes", "Bytes JetStream stores on disk, all streams together.")
+	descJSMax          = desc("jetstream_max_store_bytes", "jetstream.max_file_store: what JetStream may store on disk.")
+	descCheck          = desc("ready_check", "1 when the readiness check passes, 0 when it fails (its reason is in /readyz).", "check")
+	descSyncSeconds    = desc("group_commit_sync_seconds", "Time of one group-commit sync of the store (durability \"group-commit\").")
+	descBatchEvents    = desc("group_commit_batch_events", "Events acknowledged after one group-commit sync.")
+	descGCAcked        = desc("group_commit_acked_events_total", "Producers' events acknowledged after a group-commit sync.")
+	descGCWaiting      = desc("group_commit_acks_waiting", "Producers' events taken by the ingest service and not yet answered.")
+	descGCSyncErrors   = desc("group_commit_sync_errors_total", "Failed group-commit syncs (the first one stops orderstore).")
+	descRejected       = desc("validation_rejected_total", "Events refused at ingest by schema validation ([validation]), nothing stored, by event type (\"other\" for types without a schema) and reason (the schema keyword that failed, or invalid_json, unknown_type, func).", "type", "reason")
+	descRebuildRunning = desc("projection_rebuild_running", "1 while a projection rebuild is under way (folding or taking over), else 0.")
+	descRebuildDone    = desc("projection_rebuild_events_done", "Events (by stream sequence) the rebuild under way or the last one folded into its shadow.")
+	descRebuildTotal   = desc("projection_rebuild_events_total", "Events (by stream sequence) the rebuild under way or the last one has to fold, up to the stream's head.")
+	descRebuildRate    = desc("projection_rebuild_rate", "Events per second the rebuild under way folds (over the last seconds).")
+	descRebuildFailed  = desc("projection_rebuild_failed", "1 when the last projection rebuild failed or its takeover is left to the next start, else 0.")
+	descScrapeErrors   = desc("scrape_errors", "Parts of the state that could not be read during this scrape.")
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descReady, descSyncAlways, descAckDurable, descBuild, descStreamMsgs, descStreamBytes, descStreamFirst,
 		descStreamLast, descStreamAge, descMaxBytes, descMaxMsgs, descMaxAge, descPending, descAckPending, descRedelivered, descAckFloor,
 		descBehind, descEvents, descLastApplied, descProcRunning, descRemoved, descRecovered, descLostAtEdge, descEdgeRegress, descIngestRefused, descAckErrors, descRecovery, descDLQ, descFree, descJSUsed, descJSMax, descCheck, descScrapeErrors,
-		descSyncSeconds, descBatchEvents, descGCAcked, descGCWaiting, descGCSyncErrors, descRejected} {
+		descSyncSeconds, descBatchEvents, descGCAcked, descGCWaiting, descGCSyncErrors, descRejected, descRebuildRunning, descRebuildDone, descRebuildTotal, descRebuildRate, descRebuildFailed} {
 		ch <- d
 	}
 }
@@ -148,6 +155,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, c := range v.Rejected {
 			ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(c.Events), c.Type, c.Reason)
 		}
+	}
+	if rb := st.Rebuild; rb != nil {
+		running, failed := 0.0, 0.0
+		if rb.Running() {
+			running = 1
+		}
+		if rb.State == status.RebuildFailed || rb.Error != "" {
+			failed = 1
+		}
+		gauge(descRebuildRunning, running)
+		gauge(descRebuildFailed, failed)
+		gauge(descRebuildDone, float64(rb.Done))
+		gauge(descRebuildTotal, float64(rb.Total))
+		gauge(descRebuildRate, rb.Rate)
 	}
 	if t := st.Topology; t != nil {
 		for _, src := range t.Sources {

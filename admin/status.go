@@ -21,6 +21,9 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) status.Status {
 	if b.Validation != nil {
 		st.Validation = b.Validation()
 	}
+	if b.Rebuild != nil {
+		st.Rebuild = b.Rebuild.RebuildStatus()
+	}
 	st.Status, st.Checks = s.Readiness(ctx)
 	st.Recovery = b.Recovery
 	st.Stream = status.StreamStatus{Name: s.cfg.Stream, MaxBytes: s.cfg.MaxBytes, MaxMsgs: s.cfg.MaxMsgs, MaxAgeSeconds: s.cfg.MaxAge.Seconds()}

@@ -173,3 +173,45 @@ func eventType(subject string) string {
 	}
 	return subject
 }
+
+// EventOf returns the Event of a stream message as the processor hands it
+// to a Handler on its first delivery, with floor as its AckFloor. An
+// envelope that can never be applied is an error wrapping ErrPoison. A
+// rebuild folds the stream through it, by the same rules as the processor.
+func EventOf(subject string, data []byte, header nats.Header, seq uint64, t time.Time, floor uint64) (Event, error) {
+	ev := Event{Subject: subject, Type: eventType(subject), Data: data, Header: header, Sequence: seq, Time: t, Delivered: 1, AckFloor: floor}
+	var err error
+	ev.OrderID, ev.Status, err = parse(subject, data)
+	return ev, err
+}
+
+// Versioned is an optional interface: a Handler that names the version of
+// its fold. The appliance records the version its projection was built
+// with; when a start finds another, it rebuilds the projection in the
+// background (a [Rebuilder] handler, or the built-in projection) and
+// serves the old one until the new one takes over. Change the version
+// whenever the fold would give another state for the same events.
+type Versioned interface {
+	Version() string
+}
+
+// Rebuilder is an optional interface: a Handler whose projection can be
+// rebuilt beside the live one. A rebuild folds the stream, from its start,
+// into Shadow's handler while the live processor goes on; once the shadow
+// has caught up, the live processor is paused, the shadow folds the last
+// events, Takeover makes its state the live one, and the live processor
+// resumes (events it applies again after Takeover must be duplicates to
+// the handler: it is idempotent on Event.Sequence).
+type Rebuilder interface {
+	// Shadow returns the handler that folds into the shadow projection:
+	// an empty one when fresh is set, else the one a rebuild interrupted
+	// by a restart had begun (its events are delivered again from the
+	// last durable position: the handler must be idempotent).
+	Shadow(ctx context.Context, fresh bool) (Handler, error)
+	// Takeover makes the shadow the live projection and drops the
+	// shadow. It is called with the live processor paused, and again at
+	// the next start if a crash interrupted it: it must be idempotent.
+	Takeover(ctx context.Context) error
+	// Discard drops the shadow of a canceled rebuild.
+	Discard(ctx context.Context) error
+}

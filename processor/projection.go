@@ -739,3 +739,29 @@ func (p *Projection) Unapplied(ctx context.Context, s jetstream.Stream, from, to
 	}
 	return 0, false, nil
 }
+
+// ProjectionVersion is the version of the built-in projection's fold
+// ([Versioned]): a new orderstore that folds events differently changes
+// it, and the projection is rebuilt in the background at its first start.
+const ProjectionVersion = "orders/1"
+
+// Version returns ProjectionVersion.
+func (p *Projection) Version() string { return ProjectionVersion }
+
+// ForgetAll drops every cached record: another writer (a rebuild's
+// takeover) rewrote the bucket. A write from a stale cache entry would
+// only be refused and read again; this saves those round trips.
+func (p *Projection) ForgetAll() {
+	p.mu.Lock()
+	clear(p.cache)
+	p.mu.Unlock()
+}
+
+// Bucket returns the name of the projection's bucket, and of its history
+// index's ("" without one).
+func (p *Projection) Bucket() (records, history string) {
+	if p.hist != nil {
+		history = p.hist.Bucket()
+	}
+	return p.kv.Bucket(), history
+}

@@ -37,6 +37,77 @@ type Status struct {
 	// Validation is schema validation at ingest; absent when it checks
 	// nothing.
 	Validation *ValidationStats `json:"validation,omitempty"`
+	// Rebuild is the projection rebuild under way, or the last one;
+	// absent when none ran.
+	Rebuild *Rebuild `json:"rebuild,omitempty"`
+}
+
+// Rebuild states of [Rebuild].
+const (
+	RebuildFolding    = "folding"     // the shadow folds the stream; reads served by the live projection
+	RebuildTakingOver = "taking over" // the live processor is paused; the shadow's orders are copied in
+	RebuildDone       = "done"
+	RebuildCanceled   = "canceled"
+	RebuildFailed     = "failed"
+)
+
+// Rebuild is a projection rebuild: GET /v1/projection/rebuild, the
+// "rebuild" of /v1/status, and what `orderstore projection rebuild`
+// follows.
+type Rebuild struct {
+	ID     string `json:"id"`
+	State  string `json:"state"`  // RebuildFolding, ...
+	Reason string `json:"reason"` // "requested", "the handler's version changed from ... to ..."
+	// FromSeq is the first stream sequence folded; Position the last
+	// folded (every event up to it is in the shadow); Head the stream's
+	// last sequence when last read.
+	FromSeq  uint64 `json:"from_seq"`
+	Position uint64 `json:"position"`
+	Head     uint64 `json:"head"`
+	// Done of Total events (by sequence) folded; Rate events per second
+	// over the last seconds, ETA seconds left at that rate.
+	Done       uint64  `json:"done"`
+	Total      uint64  `json:"total"`
+	Rate       float64 `json:"rate"`
+	ETASeconds float64 `json:"eta_seconds"`
+	// Skipped: poison events, and events that are dead letters (the live
+	// projection does not hold them either).
+	Poison       uint64 `json:"poison"`
+	DeadLettered uint64 `json:"dead_lettered"`
+	// At the takeover: orders whose state was replaced by the rebuilt
+	// one; Partial, orders some of whose events the stream no longer
+	// holds (or that precede FromSeq), kept as they were unless
+	// ReplacePartial; Conflicts, orders with an event dead-lettered after
+	// the rebuild folded it, kept as they were; Untouched, orders with
+	// no event in the folded range, kept.
+	Rebuilt        uint64 `json:"rebuilt"`
+	Partial        uint64 `json:"partial"`
+	Conflicts      uint64 `json:"conflicts"`
+	Untouched      uint64 `json:"untouched"`
+	ReplacePartial bool   `json:"replace_partial,omitempty"`
+	// Copied of ToCopy orders during the takeover.
+	Copied    uint64     `json:"copied,omitempty"`
+	ToCopy    uint64     `json:"to_copy,omitempty"`
+	Version   string     `json:"version,omitempty"` // the fold's version being built
+	StartedAt time.Time  `json:"started_at"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	Error     string     `json:"error,omitempty"`
+}
+
+// RebuildRequest is what a rebuild is asked (POST /v1/projection/rebuild's
+// body; all optional).
+type RebuildRequest struct {
+	// FromSeq or FromTime: fold from there instead of the stream's first
+	// event; orders with earlier events keep their state unless
+	// ReplacePartial.
+	FromSeq        uint64    `json:"from_seq,omitempty"`
+	FromTime       time.Time `json:"from_time,omitzero"`
+	ReplacePartial bool      `json:"replace_partial,omitempty"`
+}
+
+// Running reports whether the rebuild is under way.
+func (r *Rebuild) Running() bool {
+	return r != nil && (r.State == RebuildFolding || r.State == RebuildTakingOver)
 }
 
 // ValidationStats are schema validation's settings and what it refused

@@ -1,0 +1,468 @@
+package orderstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/admin"
+	"github.com/orderstore/orderstore/internal/bytesize"
+	"github.com/orderstore/orderstore/internal/durable"
+	"github.com/orderstore/orderstore/internal/rebuild"
+	"github.com/orderstore/orderstore/internal/storedir"
+	"github.com/orderstore/orderstore/processor"
+	"github.com/orderstore/orderstore/status"
+)
+
+// Errors of [Appliance.RebuildProjection] and [Appliance.CancelRebuild].
+var (
+	// ErrRebuildRunning: a rebuild is already under way.
+	ErrRebuildRunning = rebuild.ErrRunning
+	// ErrNoRebuild: there is no rebuild to cancel.
+	ErrNoRebuild = rebuild.ErrNotRunning
+	// ErrRebuildTakingOver: the rebuild is in its takeover, which cannot
+	// be canceled.
+	ErrRebuildTakingOver = rebuild.ErrTakingOver
+	// ErrRebuildUnsupported: this appliance cannot rebuild its projection
+	// (see the error's text: a cluster, or a custom Processor.Handler
+	// that is not a processor.Rebuilder).
+	ErrRebuildUnsupported = errors.New("the projection cannot be rebuilt here")
+	// ErrRebuildNoRoom: the storage budget cannot hold the shadow beside
+	// the live projection (the error gives the numbers).
+	ErrRebuildNoRoom = errors.New("no room for the rebuild's shadow projection")
+)
+
+// rebuildStateFile and projectionStateFile are in the store directory:
+// the rebuild's durable position, and the version the projection was
+// built with.
+const (
+	rebuildStateFile    = "rebuild.json"
+	projectionStateFile = "projection.json"
+)
+
+// shadowSuffix names the shadow bucket: "<bucket>_REBUILD" (and its
+// history index "<bucket>_REBUILD_HISTORY").
+const shadowSuffix = "_REBUILD"
+
+// RebuildProjection starts rebuilding the projection from the stream, in
+// the background: the fold runs into a shadow projection while the live
+// processor goes on, and the shadow takes over once it has caught up
+// (docs/rebuild.md). It returns at once with the rebuild's state; follow
+// it with [Appliance.RebuildStatus].
+func (a *Appliance) RebuildProjection(ctx context.Context, req status.RebuildRequest) (*status.Rebuild, error) {
+	if a.rebuild == nil {
+		return nil, a.rebuildUnsupported
+	}
+	return a.rebuild.Start(ctx, rebuild.Options{FromSeq: req.FromSeq, FromTime: req.FromTime, ReplacePartial: req.ReplacePartial})
+}
+
+// RebuildStatus returns the rebuild under way or the last one (nil: none
+// ran on this store).
+func (a *Appliance) RebuildStatus() *status.Rebuild {
+	if a.rebuild == nil {
+		return nil
+	}
+	return a.rebuild.Status()
+}
+
+// CancelRebuild stops the rebuild under way and drops its shadow; the
+// live projection stays as it was.
+func (a *Appliance) CancelRebuild() error {
+	if a.rebuild == nil {
+		return ErrNoRebuild
+	}
+	return a.rebuild.Cancel()
+}
+
+// openRebuild sets up the rebuild runner and finishes a takeover a stop
+// interrupted, before the processor runs.
+func (a *Appliance) openRebuild(ctx context.Context) error {
+	cfg := a.cfg
+	var target rebuild.Target
+	switch h := cfg.Processor.Handler.(type) {
+	case nil:
+		a.handlerVersion = processor.ProjectionVersion
+		target = a.bucketsTarget()
+	case processor.Rebuilder:
+		if v, ok := h.(processor.Versioned); ok {
+			a.handlerVersion = v.Version()
+		}
+		target = handlerTarget{h}
+	default:
+		if v, ok := h.(processor.Versioned); ok {
+			a.handlerVersion = v.Version()
+		}
+		a.rebuildUnsupported = fmt.Errorf("%w: the custom Processor.Handler does not implement processor.Rebuilder", ErrRebuildUnsupported)
+	}
+	if cfg.Cluster.Enabled() {
+		a.rebuildUnsupported = fmt.Errorf("%w: in a cluster every node's processor writes the projection, and a rebuild would have to pause them all at once, which orderstore does not do yet; rebuild on a single node (stop the cluster, start one node alone, rebuild, start the others)", ErrRebuildUnsupported)
+		target = nil
+	}
+	if target == nil {
+		return nil
+	}
+	r, err := rebuild.New(rebuild.Config{
+		JS: a.pjs, Stream: cfg.DeclareSpec().ConsumerStream(), DeadLetterStream: cfg.Processor.DeadLetterStream,
+		StatePath: filepath.Join(a.report.StoreDir, rebuildStateFile), Target: target, Version: a.handlerVersion,
+		Pause: a.pauseProcessor, Check: a.rebuildBudget, Log: a.log.With("component", "rebuild"), Pace: cfg.rebuildPace,
+		Done: func(st *status.Rebuild) error { return a.recordVersion(st.Version) },
+	})
+	if err != nil {
+		return err
+	}
+	a.rebuild = r
+	if r.TakeoverPending() {
+		if err := r.FinishTakeover(ctx); err != nil {
+			return fmt.Errorf("projection rebuild: finishing the takeover a stop interrupted: %w", err)
+		}
+	}
+	return nil
+}
+
+// runRebuild runs the rebuild runner (after the processor: it stops
+// first), which goes on with a fold under way, and starts one when the
+// handler's version changed.
+func (a *Appliance) runRebuild(context.Context) error {
+	if a.rebuild == nil {
+		return a.checkVersion(a.handlerVersion, false)
+	}
+	if err := a.checkVersion(a.handlerVersion, true); err != nil {
+		return err
+	}
+	a.sup.add(component{name: "projection rebuild", run: a.rebuild.Run})
+	return nil
+}
+
+// projectionState is projection.json.
+type projectionState struct {
+	Version string `json:"version"`
+}
+
+// checkVersion compares the handler's version with the one the
+// projection was built with, records it the first time, and starts a
+// rebuild (canRebuild) when it changed.
+func (a *Appliance) checkVersion(version string, canRebuild bool) error {
+	if version == "" {
+		return nil
+	}
+	path := filepath.Join(a.report.StoreDir, projectionStateFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return a.recordVersion(version)
+	}
+	if err != nil {
+		return fmt.Errorf("projection state %q: %w", path, err)
+	}
+	var ps projectionState
+	if err := json.Unmarshal(data, &ps); err != nil {
+		a.log.Warn("projection state unreadable; taking the handler's version as the projection's", "path", path, "err", err)
+		return a.recordVersion(version)
+	}
+	if ps.Version == version {
+		return nil
+	}
+	if !canRebuild {
+		a.log.Warn("the handler's version changed, but this appliance cannot rebuild its projection: it stays as the old version built it",
+			"was", ps.Version, "now", version, "why", a.rebuildUnsupported)
+		return nil
+	}
+	if st := a.rebuild.Status(); st.Running() {
+		return nil // under way already (its end records the version)
+	}
+	reason := fmt.Sprintf("the handler's version changed from %q to %q", ps.Version, version)
+	if _, err := a.rebuild.Start(context.Background(), rebuild.Options{Reason: reason}); err != nil {
+		a.log.Error("projection rebuild for a new handler version could not start; the projection stays as the old version built it", "err", err)
+	}
+	return nil
+}
+
+func (a *Appliance) recordVersion(version string) error {
+	if version == "" {
+		return nil
+	}
+	data, _ := json.Marshal(projectionState{Version: version})
+	return durable.WriteFile(filepath.Join(a.report.StoreDir, projectionStateFile), append(data, '\n'), 0o640)
+}
+
+// bucketsTarget is the built-in projection's rebuild target.
+func (a *Appliance) bucketsTarget() *rebuild.Buckets {
+	cfg := a.cfg
+	spec := cfg.DeclareSpec()
+	shadow := *spec.Projection
+	shadow.Bucket += shadowSuffix
+	shadow.Description = "order projection being rebuilt (managed by orderstore; dropped after the takeover)"
+	b := &rebuild.Buckets{JS: a.pjs, Live: cfg.Processor.ProjectionBucket, ShadowBucket: shadow, Log: a.log.With("component", "rebuild"),
+		Reads: a.setShadowReads, Sync: a.syncStreams}
+	if spec.History != nil {
+		b.LiveHistory = cfg.Processor.HistoryBucket()
+		h := *spec.History
+		hb := shadow.Bucket + "_HISTORY"
+		h.Name, h.Subjects, h.Description = "KV_"+hb, []string{"$KV." + hb + ".>"}, "order history index being rebuilt (managed by orderstore)"
+		b.ShadowHistory = &h
+	}
+	b.Projection = func(records, history jetstream.KeyValue) *processor.Projection {
+		p := processor.NewProjection(a.pjs, records)
+		if history != nil {
+			p.SetHistory(history)
+		}
+		return p
+	}
+	b.Forget = func() {
+		if p, ok := a.procHandler.(*processor.Projection); ok {
+			p.ForgetAll()
+		}
+	}
+	return b
+}
+
+// handlerTarget rebuilds a custom handler that is a processor.Rebuilder.
+type handlerTarget struct{ r processor.Rebuilder }
+
+func (h handlerTarget) Shadow(ctx context.Context, fresh bool) (processor.Handler, error) {
+	return h.r.Shadow(ctx, fresh)
+}
+func (h handlerTarget) Durable(context.Context) error { return nil } // the handler's own storage
+func (h handlerTarget) Takeover(ctx context.Context, _ *rebuild.Takeover) error {
+	return h.r.Takeover(ctx)
+}
+func (h handlerTarget) Discard(ctx context.Context) error { return h.r.Discard(ctx) }
+
+// syncStreams makes the named streams' writes durable, as the durability
+// mode asks: group commit's full round, nothing in "always" (nats synced
+// each write), an fsync of the streams' files with a relaxed interval.
+func (a *Appliance) syncStreams(ctx context.Context, streams ...string) error {
+	switch {
+	case a.commit != nil:
+		return a.commit.SyncAll(ctx)
+	case a.cfg.DurabilityMode() == DurabilityAlways:
+		return nil
+	}
+	dir := storedir.Dir(a.report.StoreDir)
+	var errs []error
+	for _, s := range streams {
+		if err := durable.SyncTree(dir.Stream(StreamAccount, s)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rebuildBudget refuses a rebuild whose shadow the storage budget cannot
+// hold beside the live projection: nats' reservation for the shadow
+// bucket's max_bytes within jetstream.max_file_store, and the free disk.
+func (a *Appliance) rebuildBudget(ctx context.Context) error {
+	cfg := a.cfg
+	bytesOf := func(name string) (uint64, error) {
+		s, err := a.js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		return s.CachedInfo().State.Bytes, nil
+	}
+	recBytes, err := bytesOf("KV_" + cfg.Processor.ProjectionBucket)
+	if err != nil {
+		return err
+	}
+	var histBytes uint64
+	if cfg.historyMaxBytes() > 0 {
+		if histBytes, err = bytesOf("KV_" + cfg.Processor.HistoryBucket()); err != nil {
+			return err
+		}
+	}
+	// The shadow bucket reserves the live one's max_bytes; on disk it
+	// takes about what the live one stores.
+	var reserve uint64
+	if cfg.Processor.ProjectionMaxBytes > 0 {
+		reserve = uint64(cfg.Processor.ProjectionMaxBytes)
+	}
+	// nats reserves a stream's max_bytes within the server's
+	// max_file_store when it is created.
+	if srv := a.monitored.Load(); srv != nil && reserve > 0 {
+		jsz, err := srv.Jsz(nil)
+		if err != nil {
+			return fmt.Errorf("rebuild: jetstream info: %w", err)
+		}
+		if max := jsz.Config.MaxStore; max > 0 {
+			avail := max - min(max, int64(jsz.ReservedStore))
+			if int64(reserve) > avail {
+				return fmt.Errorf("%w: the shadow bucket reserves %s (processor.projection_max_bytes, as the live one), and jetstream.max_file_store (%s) has %s left beside what the streams reserve (%s); raise jetstream.max_file_store by %s, or lower processor.projection_max_bytes",
+					ErrRebuildNoRoom, bytesize.Format(int64(reserve)), bytesize.Format(max), bytesize.Format(avail),
+					bytesize.Format(int64(jsz.ReservedStore)), bytesize.Format(int64(reserve)-avail))
+			}
+		}
+	}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(a.report.StoreDir, &fs); err == nil {
+		free := uint64(fs.Bavail) * uint64(fs.Bsize)
+		if need := recBytes + histBytes; need+uint64(cfg.JetStream.DiskHeadroom) > free {
+			return fmt.Errorf("%w: the shadow needs about %s of disk (the live projection's records and history index), and %s is free of which jetstream.disk_headroom keeps %s; free disk space under %s",
+				ErrRebuildNoRoom, bytesize.Format(int64(need)), bytesize.Format(int64(free)), bytesize.Format(cfg.JetStream.DiskHeadroom), a.report.StoreDir)
+		}
+	}
+	return nil
+}
+
+// shadowReads is where the appliance's reads go during a takeover.
+type shadowReads struct {
+	shadow *processor.Projection
+	live   func(orderID string) bool
+	mu     sync.RWMutex // held for reading by each read from the shadow
+	closed bool         // the takeover is over: the shadow may be gone
+}
+
+// setShadowReads switches reads to the shadow, or back (shadow nil) once
+// every read from the shadow finished.
+func (a *Appliance) setShadowReads(shadow *processor.Projection, live func(string) bool) {
+	if shadow != nil {
+		a.reads.Store(&shadowReads{shadow: shadow, live: live})
+		return
+	}
+	if old := a.reads.Swap(nil); old != nil {
+		old.mu.Lock()
+		old.closed = true
+		old.mu.Unlock()
+	}
+}
+
+// projFor is the projection an order is read from, and what to call when
+// the read is done: the live one, or during a takeover the shadow for the
+// orders it rebuilt.
+func (a *Appliance) projFor(ctx context.Context, id string) (*processor.Projection, func()) {
+	r := a.reads.Load()
+	if r == nil || r.live(id) {
+		return a.proj, func() {}
+	}
+	r.mu.RLock()
+	if r.closed {
+		r.mu.RUnlock()
+		return a.proj, func() {}
+	}
+	if _, err := r.shadow.Get(ctx, id); err != nil {
+		r.mu.RUnlock()
+		return a.proj, func() {}
+	}
+	return r.shadow, r.mu.RUnlock
+}
+
+// pausable runs the processor so that a rebuild's takeover can pause it:
+// the processor drains and stops, and runs again on resume.
+type pausable struct {
+	proc *processor.Processor
+
+	mu        sync.Mutex
+	cancelRun context.CancelFunc
+	runDone   chan struct{}
+	resume    chan struct{} // non-nil while paused
+}
+
+func (p *pausable) run(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		if r := p.resume; r != nil {
+			p.mu.Unlock()
+			select {
+			case <-r:
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		p.cancelRun, p.runDone = cancel, done
+		p.mu.Unlock()
+		err := p.proc.Run(rctx)
+		cancel()
+		close(done)
+		if err != nil || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// paused reports whether a takeover holds the processor.
+func (p *pausable) paused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.resume != nil
+}
+
+func (a *Appliance) pauseProcessor(ctx context.Context) (func(), error) {
+	p := a.pause
+	if p == nil {
+		return func() {}, nil
+	}
+	p.mu.Lock()
+	if p.resume != nil {
+		p.mu.Unlock()
+		return nil, errors.New("the processor is paused already")
+	}
+	ch := make(chan struct{})
+	p.resume = ch
+	cancel, done := p.cancelRun, p.runDone
+	p.mu.Unlock()
+	var once sync.Once
+	resume := func() {
+		once.Do(func() {
+			p.mu.Lock()
+			p.resume = nil
+			p.mu.Unlock()
+			close(ch)
+		})
+	}
+	if cancel != nil {
+		cancel()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			resume()
+			return nil, ctx.Err()
+		}
+	}
+	a.log.Info("processor paused for the projection rebuild's takeover")
+	return func() {
+		resume()
+		a.log.Info("processor resumed after the projection rebuild's takeover")
+	}, nil
+}
+
+// rebuildBackend is the admin API's view of the rebuild: refusals carry
+// their HTTP status.
+type rebuildBackend struct{ a *Appliance }
+
+func (b rebuildBackend) RebuildProjection(ctx context.Context, req status.RebuildRequest) (*status.Rebuild, error) {
+	st, err := b.a.RebuildProjection(ctx, req)
+	return st, rebuildHTTPError(err)
+}
+
+func (b rebuildBackend) RebuildStatus() *status.Rebuild { return b.a.RebuildStatus() }
+
+func (b rebuildBackend) CancelRebuild() error { return rebuildHTTPError(b.a.CancelRebuild()) }
+
+func rebuildHTTPError(err error) error {
+	code := 0
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrRebuildRunning), errors.Is(err, ErrNoRebuild), errors.Is(err, ErrRebuildTakingOver):
+		code = http.StatusConflict
+	case errors.Is(err, ErrRebuildUnsupported):
+		code = http.StatusNotImplemented
+	case errors.Is(err, ErrRebuildNoRoom):
+		code = http.StatusInsufficientStorage
+	default:
+		return err
+	}
+	return &admin.RebuildError{Code: code, Err: err}
+}
