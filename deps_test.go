@@ -97,7 +97,7 @@ func TestLayering(t *testing.T) {
 		"": 3, // the root package: the API and the start/stop sequence
 		// on top of the library
 		"internal/config": 4, "orderstoretest": 4, "cmd/orderstore": 5,
-		"bench/benchkit": 4, "bench/groupcommit": 5, "bench/history": 5, "bench/overload": 5, "bench/processor": 5, "bench/scaleout": 5,
+		"bench/benchkit": 4, "bench/groupcommit": 5, "bench/history": 5, "bench/overload": 5, "bench/processor": 5, "bench/rebuild": 5, "bench/scaleout": 5,
 	}
 	name := func(p string) string { return strings.TrimPrefix(strings.TrimPrefix(p, mod), "/") }
 	for _, l := range goList(t, "-f", "{{.ImportPath}}|{{join .Imports \" \"}}", "./...") {
