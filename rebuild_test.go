@@ -7,13 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
@@ -301,6 +305,370 @@ func TestRebuildProjection(t *testing.T) {
 	for _, m := range []string{"orderstore_projection_rebuild_running 0", fmt.Sprintf("orderstore_projection_rebuild_events_done %d", st.Done)} {
 		if !bytes.Contains(metrics, []byte(m)) {
 			t.Errorf("/metrics lacks %q", m)
+		}
+	}
+}
+
+// With rebuildKillEnvStore set the test binary is an appliance on that
+// store whose rebuilds go slowly: the parent kills it with SIGKILL in the
+// middle of one.
+const rebuildKillEnvStore = "ORDERSTORE_REBUILDKILL_STORE"
+
+func init() {
+	if store := os.Getenv(rebuildKillEnvStore); store != "" {
+		os.Exit(rebuildKillChild(store))
+	}
+}
+
+func rebuildKillConfig(store string) orderstore.Config {
+	cfg := orderstore.DefaultConfig() // durability group-commit
+	cfg.JetStream.StoreDir = store
+	cfg.JetStream.MaxFileStore = 4 << 30
+	cfg.JetStream.DiskHeadroom = 16 << 20
+	cfg.Stream.MaxBytes = 1 << 30
+	cfg.Server.Port = -1
+	cfg.Admin.Listen = "127.0.0.1:0"
+	return cfg
+}
+
+func rebuildKillChild(store string) int {
+	cfg := rebuildKillConfig(store)
+	orderstore.SetRebuildPace(&cfg, 300*time.Millisecond)
+	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	app, err := orderstore.Start(ctx, cfg)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "START FAILED: %v\n", err)
+		return 1
+	}
+	fmt.Printf("READY %s %s\n", app.ClientURL(), app.AdminAddr())
+	err = app.Wait()
+	fmt.Fprintf(os.Stderr, "STOPPED: %v\n", err)
+	return 1
+}
+
+// A rebuild killed with SIGKILL half-way goes on from its durable
+// position at the next start (the same rebuild, not a new one), and the
+// projection it hands over equals an independent fold of the stream.
+func TestRebuildResumesAfterKill(t *testing.T) {
+	store := t.TempDir()
+	c, err := testkit.StartChild(t, "the appliance", rebuildKillEnvStore+"="+store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, adminAddr, _ := strings.Cut(c.Ready, " ")
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, 500)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("k-%d", i)
+	}
+	publishOrders(t, js, ids, 0, 20000)
+	get := func(path string, out any) int {
+		resp, err := http.Get("http://" + adminAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return resp.StatusCode
+	}
+	embeddedtest.WaitFor(t, 2*time.Minute, func() error {
+		var st status.Status
+		get("/v1/status", &st)
+		if st.Consumer == nil || st.Consumer.Pending+uint64(st.Consumer.AckPending) != 0 || st.Stream.LastSeq != 20000 {
+			return fmt.Errorf("not projected yet: %+v", st.Consumer)
+		}
+		return nil
+	})
+	kv, err := js.KeyValue(context.Background(), "ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids[:100] {
+		if err := kv.Delete(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := http.Post("http://"+adminAddr+"/v1/projection/rebuild", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started status.Rebuild
+	json.NewDecoder(resp.Body).Decode(&started)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST: %d %+v", resp.StatusCode, started)
+	}
+	var mid status.Rebuild
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		get("/v1/projection/rebuild", &mid)
+		if mid.State != status.RebuildFolding || mid.Done < 4000 {
+			return fmt.Errorf("not half-way yet: %s %d of %d", mid.State, mid.Done, mid.Total)
+		}
+		return nil
+	})
+	c.Kill(t)
+	t.Logf("killed at %d of %d events", mid.Done, mid.Total)
+
+	cfg := rebuildKillConfig(store)
+	cfg.Logger = embeddedtest.Logger(t)
+	app, err := orderstore.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { app.Close(context.Background()) })
+	var end *status.Rebuild
+	embeddedtest.WaitFor(t, 2*time.Minute, func() error {
+		end = app.RebuildStatus()
+		if end == nil || end.State != status.RebuildDone {
+			return fmt.Errorf("rebuild after the restart: %+v", end)
+		}
+		return nil
+	})
+	if end.ID != started.ID {
+		t.Fatalf("the rebuild after the restart is %s, want the one killed (%s) going on", end.ID, started.ID)
+	}
+	if end.Rebuilt != uint64(len(ids)) || end.Error != "" {
+		t.Fatalf("rebuild's end: %+v", end)
+	}
+	waitProjected(t, app)
+	checkProjectionIsTheFold(t, app)
+}
+
+// The storage budget that cannot hold the shadow beside the live
+// projection refuses a rebuild up front, with the numbers, over HTTP
+// (507) and in the library (ErrRebuildNoRoom); nothing is created.
+func TestRebuildRefusedWithoutRoom(t *testing.T) {
+	app := orderstoretest.Start(t, func(c *orderstore.Config) { c.Admin.Listen = "127.0.0.1:0" }) // 2 GiB max_file_store
+	var body map[string]string
+	if code := adminSend(t, app, "POST", "/v1/projection/rebuild", "", &body); code != http.StatusInsufficientStorage {
+		t.Fatalf("POST: %d %v, want 507", code, body)
+	}
+	for _, want := range []string{"512MiB", "raise jetstream.max_file_store by 256MiB", "processor.projection_max_bytes"} {
+		if !strings.Contains(body["error"], want) {
+			t.Errorf("refusal %q does not name %q", body["error"], want)
+		}
+	}
+	if _, err := app.RebuildProjection(context.Background(), status.RebuildRequest{}); !errors.Is(err, orderstore.ErrRebuildNoRoom) {
+		t.Fatalf("library: %v, want ErrRebuildNoRoom", err)
+	}
+	if _, err := embeddedtest.JetStream(t, app).Stream(context.Background(), "KV_ORDERS_REBUILD"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("shadow after a refusal: %v", err)
+	}
+	if code := adminSend(t, app, "GET", "/v1/projection/rebuild", "", &body); code != http.StatusNotFound {
+		t.Fatalf("GET with none run: %d", code)
+	}
+	if code := adminSend(t, app, "DELETE", "/v1/projection/rebuild", "", &body); code != http.StatusConflict {
+		t.Fatalf("DELETE with none running: %d", code)
+	}
+	for _, bad := range []string{`{"from_seq":"x"}`, `{"nope":1}`, `{"from_seq":5,"from_time":"2026-01-01T00:00:00Z"}`} {
+		if code := adminSend(t, app, "POST", "/v1/projection/rebuild", bad, &body); code != http.StatusBadRequest {
+			t.Errorf("POST %s: %d, want 400", bad, code)
+		}
+	}
+}
+
+func roomyConfig(c *orderstore.Config) {
+	c.Admin.Listen = "127.0.0.1:0"
+	c.JetStream.MaxFileStore = 4 << 30
+}
+
+// A canceled rebuild drops its shadow and leaves the live projection as
+// it was, and says so.
+func TestRebuildCancel(t *testing.T) {
+	app := orderstoretest.Start(t, roomyConfig, func(c *orderstore.Config) { orderstore.SetRebuildPace(c, time.Second) })
+	js := embeddedtest.JetStream(t, app)
+	publishOrders(t, js, []string{"c-1", "c-2", "c-3"}, 0, 9000)
+	waitProjected(t, app)
+	ctx := context.Background()
+	kv, _ := js.KeyValue(ctx, "ORDERS")
+	if err := kv.Delete(ctx, "c-2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.RebuildProjection(ctx, status.RebuildRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if st := app.RebuildStatus(); st.Done == 0 {
+			return fmt.Errorf("not folding yet: %+v", st)
+		}
+		return nil
+	})
+	var st status.Rebuild
+	if code := adminSend(t, app, "DELETE", "/v1/projection/rebuild", "", &st); code != http.StatusAccepted {
+		t.Fatalf("DELETE: %d", code)
+	}
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if st := app.RebuildStatus(); st.State != status.RebuildCanceled {
+			return fmt.Errorf("state %+v", st)
+		}
+		return nil
+	})
+	if _, err := js.Stream(ctx, "KV_ORDERS_REBUILD"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("shadow after cancel: %v", err)
+	}
+	if _, err := app.Order(ctx, "c-2"); !errors.Is(err, orderstore.ErrNotFound) {
+		t.Fatalf("c-2 after a canceled rebuild: %v, want it still gone (the live projection as it was)", err)
+	}
+	if err := app.CancelRebuild(); !errors.Is(err, orderstore.ErrNoRebuild) {
+		t.Fatalf("cancel again: %v", err)
+	}
+}
+
+// Dead letters are not folded: a poison event, an event in the
+// dead-letter stream, and one replayed from it (its original is skipped,
+// the replay folded in its place): the rebuilt projection holds what the
+// live one would, not the events twice.
+func TestRebuildSkipsDeadLetters(t *testing.T) {
+	app := orderstoretest.Start(t, roomyConfig)
+	js := embeddedtest.JetStream(t, app)
+	ctx := context.Background()
+	ids := []string{"d-1", "d-2", "d-3"}
+	publishOrders(t, js, ids, 0, 30)
+	if _, err := js.Publish(ctx, "orders.created", []byte(`{"no_order_id":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Two valid events the processor "dead-lettered": their dead letters
+	// name them. One stays, one is replayed.
+	var dead []uint64
+	for i := range 2 {
+		ack, err := js.Publish(ctx, "orders.paid", fmt.Appendf(nil, `{"order_id":"d-%d","status":"late"}`, i+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead = append(dead, ack.Sequence)
+	}
+	publishOrders(t, js, ids, 100, 30)
+	waitProjected(t, app)
+	var dlqSeqs []uint64
+	for i, seq := range dead {
+		m := nats.NewMsg("dlq.ORDER_EVENTS_DLQ.orders.paid")
+		m.Data = fmt.Appendf(nil, `{"order_id":"d-%d","status":"late"}`, i+1)
+		m.Header.Set("Orderstore-Original-Stream", "ORDER_EVENTS")
+		m.Header.Set("Orderstore-Original-Subject", "orders.paid")
+		m.Header.Set("Orderstore-Original-Sequence", strconv.FormatUint(seq, 10))
+		m.Header.Set("Orderstore-Error", "test: exhausted")
+		ack, err := js.PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dlqSeqs = append(dlqSeqs, ack.Sequence)
+	}
+	replayed, err := app.ReplayDeadLetter(ctx, dlqSeqs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitProjected(t, app)
+	if _, err := app.RebuildProjection(ctx, status.RebuildRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	var end *status.Rebuild
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if end = app.RebuildStatus(); end.State != status.RebuildDone {
+			return fmt.Errorf("state %+v", end)
+		}
+		return nil
+	})
+	if end.Poison != 1 || end.DeadLettered != 2 {
+		t.Fatalf("skipped: poison %d, dead letters %d; want 1 and 2 (%+v)", end.Poison, end.DeadLettered, end)
+	}
+	want := streamOracle(t, js, "ORDER_EVENTS")
+	for id, evs := range want {
+		kept := evs[:0:0]
+		for _, e := range evs {
+			if e.Seq != dead[0] && e.Seq != dead[1] {
+				kept = append(kept, e)
+			}
+		}
+		w := testkit.FoldOrder(id, kept)
+		got, err := app.Order(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.UpdatedAt = time.Time{}
+		if got != w {
+			t.Fatalf("order %s after the rebuild:\n got  %+v\n want %+v (the dead letters %v left out, the replay %d in)", id, got, w, dead, replayed)
+		}
+	}
+}
+
+// Orders whose early events the stream no longer holds (purged, or before
+// from_seq) cannot be re-folded: the rebuild counts them as partial and
+// keeps their state, unless asked to replace it.
+func TestRebuildKeepsWhatTheStreamNoLongerHolds(t *testing.T) {
+	app := orderstoretest.Start(t, roomyConfig)
+	js := embeddedtest.JetStream(t, app)
+	ctx := context.Background()
+	publishOrders(t, js, []string{"old-1", "old-2"}, 0, 20) // seqs 1-20
+	publishOrders(t, js, []string{"old-1", "new-1", "new-2"}, 20, 30)
+	waitProjected(t, app)
+	s, err := js.Stream(ctx, "ORDER_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Purge(ctx, jetstream.WithPurgeSequence(11)); err != nil { // keeps 11 on
+		t.Fatal(err)
+	}
+	before := map[string]orderstore.Order{}
+	for _, id := range []string{"old-1", "old-2", "new-1", "new-2"} {
+		if before[id], err = app.Order(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(req status.RebuildRequest) *status.Rebuild {
+		t.Helper()
+		if _, err := app.RebuildProjection(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		var end *status.Rebuild
+		embeddedtest.WaitFor(t, time.Minute, func() error {
+			if end = app.RebuildStatus(); end.State != status.RebuildDone {
+				return fmt.Errorf("state %+v", end)
+			}
+			return nil
+		})
+		return end
+	}
+	end := run(status.RebuildRequest{})
+	if end.FromSeq != 11 || end.Partial != 2 || end.Rebuilt != 2 {
+		t.Fatalf("after a purge: %+v, want from 11, 2 partial (old-1, old-2), 2 rebuilt", end)
+	}
+	for id, o := range before {
+		got, _ := app.Order(ctx, id)
+		if got.Events != o.Events || got.Status != o.Status || got.FirstSeq != o.FirstSeq {
+			t.Errorf("order %s after the rebuild: %+v, was %+v", id, got, o)
+		}
+	}
+	// Told otherwise, and from a later sequence: old-1 and new-1 become
+	// the fold of what is folded.
+	end = run(status.RebuildRequest{FromSeq: 30, ReplacePartial: true})
+	if end.FromSeq != 30 || end.Rebuilt != 3 || end.Partial != 0 || end.Untouched != 1 {
+		t.Fatalf("from 30, replacing: %+v, want 3 rebuilt (old-1, new-1, new-2), old-2 untouched", end)
+	}
+	want := streamOracle(t, js, "ORDER_EVENTS")
+	for _, id := range []string{"old-1", "new-1"} {
+		var evs []testkit.OracleEvent
+		for _, e := range want[id] {
+			if e.Seq >= 30 {
+				evs = append(evs, e)
+			}
+		}
+		w := testkit.FoldOrder(id, evs)
+		got, _ := app.Order(ctx, id)
+		got.UpdatedAt = time.Time{}
+		if got != w {
+			t.Fatalf("order %s replaced:\n got  %+v\n want %+v", id, got, w)
 		}
 	}
 }

@@ -84,8 +84,8 @@ type Config struct {
 	// until resume is called. Nil: there is none.
 	Pause func(ctx context.Context) (resume func(), err error)
 	// Check refuses a rebuild up front (the storage budget).
-	Check     func(ctx context.Context) error
-	Log       *slog.Logger
+	Check func(ctx context.Context) error
+	Log   *slog.Logger
 	// Done is called when a rebuild took over (the appliance records
 	// the version the projection is now built with).
 	Done      func(st *status.Rebuild) error
@@ -644,13 +644,13 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 			break // past the takeover's head: the live processor's
 		}
 		lastSeq = seq
-		if f.skip[seq] {
-			dead++
-			continue
-		}
 		ev, err := processor.EventOf(m.Subject(), m.Data(), m.Headers(), seq, md.Timestamp, floor)
 		if err != nil {
 			poison++
+			continue
+		}
+		if f.skip[seq] {
+			dead++
 			continue
 		}
 		if of, err := strconv.ParseUint(ev.Header.Get(processor.HeaderReplayOf), 10, 64); err == nil && of >= st.FromSeq && (!f.skip[of] || of <= f.resumed) {
