@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +26,7 @@ import (
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/orderstoretest"
+	"github.com/orderstore/orderstore/processor"
 	"github.com/orderstore/orderstore/status"
 )
 
@@ -152,8 +155,15 @@ func checkProjectionIsTheFold(t *testing.T, app *orderstore.Appliance) {
 // before the rebuild), the rebuilt projection equals an independent fold
 // of the stream, history included, the shadow is gone, and status and
 // metrics tell what happened.
+// In every durability mode.
 func TestRebuildProjection(t *testing.T) {
-	app := orderstoretest.Start(t, func(c *orderstore.Config) {
+	for _, mode := range integrityModes {
+		t.Run(mode.name, func(t *testing.T) { testRebuildProjection(t, mode.set) })
+	}
+}
+
+func testRebuildProjection(t *testing.T, mode func(*orderstore.Config)) {
+	app := orderstoretest.Start(t, mode, func(c *orderstore.Config) {
 		c.Admin.Listen = "127.0.0.1:0"
 		c.JetStream.MaxFileStore = 4 << 30 // room for the shadow bucket's reservation
 		orderstore.SetRebuildPace(c, 20*time.Millisecond)
@@ -671,4 +681,178 @@ func TestRebuildKeepsWhatTheStreamNoLongerHolds(t *testing.T) {
 			t.Fatalf("order %s replaced:\n got  %+v\n want %+v", id, got, w)
 		}
 	}
+}
+
+// versionedFold is a library user's handler that keeps its projection in
+// memory: version "v1" counts an order's events, "v2" sums their "i"
+// fields. It is a processor.Rebuilder: its shadow is a second map.
+type versionedFold struct {
+	version string
+	mu      sync.Mutex
+	live    map[string]int
+	seen    map[uint64]bool
+	shadow  map[string]int
+	sseen   map[uint64]bool
+}
+
+func newVersionedFold(version string) *versionedFold {
+	return &versionedFold{version: version, live: map[string]int{}, seen: map[uint64]bool{}}
+}
+
+func (h *versionedFold) Version() string { return h.version }
+
+func (h *versionedFold) apply(m map[string]int, seen map[uint64]bool, ev processor.Event) {
+	if seen[ev.Sequence] {
+		return
+	}
+	seen[ev.Sequence] = true
+	if h.version == "v1" {
+		m[ev.OrderID]++
+		return
+	}
+	var b struct{ I int }
+	json.Unmarshal(ev.Data, &b)
+	m[ev.OrderID] += b.I
+}
+
+func (h *versionedFold) Handle(_ context.Context, ev processor.Event) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.apply(h.live, h.seen, ev)
+	return nil
+}
+
+func (h *versionedFold) Shadow(_ context.Context, fresh bool) (processor.Handler, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if fresh || h.shadow == nil {
+		h.shadow, h.sseen = map[string]int{}, map[uint64]bool{}
+	}
+	return processor.HandlerFunc(func(_ context.Context, ev processor.Event) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.apply(h.shadow, h.sseen, ev)
+		return nil
+	}), nil
+}
+
+func (h *versionedFold) Takeover(context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.shadow != nil {
+		h.live, h.seen, h.shadow, h.sseen = h.shadow, h.sseen, nil, nil
+	}
+	return nil
+}
+
+func (h *versionedFold) Discard(context.Context) error {
+	h.mu.Lock()
+	h.shadow, h.sseen = nil, nil
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *versionedFold) snapshot() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.live)
+}
+
+// A library user's handler declares its version: a start with a new one
+// rebuilds its projection in the background, the old one serving until
+// the new one takes over, and records the version (the next start does
+// not rebuild again). The built-in projection's version works the same.
+func TestRebuildOnNewHandlerVersion(t *testing.T) {
+	store := t.TempDir()
+	ctx := context.Background()
+	ids := []string{"v-1", "v-2", "v-3"}
+	v1 := newVersionedFold("v1")
+	app := orderstoretest.Start(t, roomyConfig, func(c *orderstore.Config) {
+		c.JetStream.StoreDir = store
+		c.Processor.Handler = v1
+	})
+	publishOrders(t, embeddedtest.JetStream(t, app), ids, 0, 300)
+	waitProjected(t, app)
+	if app.RebuildStatus() != nil {
+		t.Fatalf("a rebuild on the first start: %+v", app.RebuildStatus())
+	}
+	if err := app.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	counts := v1.snapshot()
+	if counts["v-1"] != 100 {
+		t.Fatalf("v1 fold: %v", counts)
+	}
+
+	// v2 starts from what v1 built (its storage survived the restart).
+	v2 := newVersionedFold("v2")
+	v2.live = maps.Clone(counts)
+	for seq := uint64(1); seq <= 300; seq++ {
+		v2.seen[seq] = true
+	}
+	app = orderstoretest.Start(t, roomyConfig, func(c *orderstore.Config) {
+		c.JetStream.StoreDir = store
+		c.Processor.Handler = v2
+	})
+	var end *status.Rebuild
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		end = app.RebuildStatus()
+		if end == nil || end.State != status.RebuildDone {
+			if got := v2.snapshot(); !maps.Equal(got, counts) {
+				t.Fatalf("before the takeover the old projection must be served: %v, was %v", got, counts)
+			}
+			return fmt.Errorf("rebuild: %+v", end)
+		}
+		return nil
+	})
+	if !strings.Contains(end.Reason, `from "v1" to "v2"`) || end.Version != "v2" {
+		t.Fatalf("rebuild: reason %q, version %q", end.Reason, end.Version)
+	}
+	want := map[string]int{}
+	for i := range 300 {
+		want[ids[i%3]] += i
+	}
+	if got := v2.snapshot(); !maps.Equal(got, want) {
+		t.Fatalf("after the takeover: %v, want the v2 fold %v", got, want)
+	}
+	if err := app.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	app = orderstoretest.Start(t, roomyConfig, func(c *orderstore.Config) {
+		c.JetStream.StoreDir = store
+		c.Processor.Handler = v2
+	})
+	if st := app.RebuildStatus(); st == nil || st.ID != end.ID {
+		t.Fatalf("the same version started again: %+v, want the last rebuild (%s) and no new one", st, end.ID)
+	}
+	if err := app.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The built-in projection, as built by an older fold.
+	store2 := t.TempDir()
+	app = orderstoretest.Start(t, roomyConfig, func(c *orderstore.Config) { c.JetStream.StoreDir = store2 })
+	publishOrders(t, embeddedtest.JetStream(t, app), ids, 0, 30)
+	waitProjected(t, app)
+	if err := app.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(store2, "projection.json"), []byte(`{"version":"orders/0"}`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	app = orderstoretest.Start(t, roomyConfig, func(c *orderstore.Config) { c.JetStream.StoreDir = store2 })
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if end = app.RebuildStatus(); end == nil || end.State != status.RebuildDone {
+			return fmt.Errorf("rebuild: %+v", end)
+		}
+		return nil
+	})
+	if !strings.Contains(end.Reason, `"orders/0" to "`+processor.ProjectionVersion+`"`) || end.Rebuilt != 3 {
+		t.Fatalf("built-in rebuild: %+v", end)
+	}
+	data, _ := os.ReadFile(filepath.Join(store2, "projection.json"))
+	if !strings.Contains(string(data), processor.ProjectionVersion) {
+		t.Fatalf("projection.json after the rebuild: %s", data)
+	}
+	checkProjectionIsTheFold(t, app)
 }
