@@ -856,3 +856,69 @@ func TestRebuildOnNewHandlerVersion(t *testing.T) {
 	}
 	checkProjectionIsTheFold(t, app)
 }
+
+// A hub rebuilds its projection from its aggregate stream (every edge's
+// events), and an edge from its own stream, while the edge keeps
+// forwarding.
+func TestRebuildOnHubAndEdge(t *testing.T) {
+	leafPort := orderstoretest.FreePorts(t, 1)[0]
+	edge := orderstoretest.Start(t, edgeConfig("edge-1", leafPort), func(c *orderstore.Config) { c.JetStream.MaxFileStore = 4 << 30 })
+	hub := orderstoretest.Start(t, hubConfig(t, leafPort, "edge-1"))
+	ctx := context.Background()
+	ids := []string{"h-1", "h-2", "h-3"}
+	publishOrders(t, embeddedtest.JetStream(t, edge), ids, 0, 90)
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		o, err := hub.Order(ctx, "h-3")
+		if err != nil || o.Events != 30 {
+			return fmt.Errorf("hub's h-3: %+v %v", o, err)
+		}
+		return nil
+	})
+	waitProjected(t, hub)
+	for _, app := range []*orderstore.Appliance{hub, edge} {
+		kv, err := embeddedtest.JetStream(t, app).KeyValue(ctx, "ORDERS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := kv.Delete(ctx, "h-2"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := app.RebuildProjection(ctx, status.RebuildRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publishOrders(t, embeddedtest.JetStream(t, edge), ids, 90, 30)
+	for _, app := range []*orderstore.Appliance{hub, edge} {
+		embeddedtest.WaitFor(t, time.Minute, func() error {
+			if st := app.RebuildStatus(); st.State != status.RebuildDone {
+				return fmt.Errorf("rebuild: %+v", st)
+			}
+			return nil
+		})
+	}
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		o, err := hub.Order(ctx, "h-3")
+		if err != nil || o.Events != 40 {
+			return fmt.Errorf("hub's h-3: %+v %v", o, err)
+		}
+		return nil
+	})
+	waitProjected(t, hub)
+	waitProjected(t, edge)
+	for _, c := range []struct {
+		app    *orderstore.Appliance
+		stream string
+	}{{hub, "ORDER_EVENTS_ALL"}, {edge, "ORDER_EVENTS"}} {
+		want := streamOracle(t, embeddedtest.JetStream(t, c.app), c.stream)
+		for _, id := range ids {
+			got, err := c.app.Order(ctx, id)
+			if err != nil {
+				t.Fatalf("%s: order %s: %v", c.stream, id, err)
+			}
+			got.UpdatedAt = time.Time{}
+			if w := testkit.FoldOrder(id, want[id]); got != w || w.Events != 40 {
+				t.Fatalf("%s: order %s:\n got  %+v\n want %+v", c.stream, id, got, w)
+			}
+		}
+	}
+}
