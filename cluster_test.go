@@ -105,6 +105,11 @@ func TestClusterR3Basics(t *testing.T) {
 			return err
 		})
 	}
+	// A projection rebuild is refused in a cluster, saying why and what
+	// to do instead.
+	if _, err := apps[0].RebuildProjection(ctx, status.RebuildRequest{}); !errors.Is(err, orderstore.ErrRebuildUnsupported) || !strings.Contains(err.Error(), "single node") {
+		t.Errorf("rebuild in a cluster: %v, want ErrRebuildUnsupported naming what to do", err)
+	}
 	st, err := js.Stream(ctx, "ORDER_EVENTS")
 	if err != nil {
 		t.Fatal(err)
