@@ -38,6 +38,9 @@ var (
 	// ErrRebuildNoRoom: the storage budget cannot hold the shadow beside
 	// the live projection (the error gives the numbers).
 	ErrRebuildNoRoom = errors.New("no room for the rebuild's shadow projection")
+	// ErrRebuildBadRequest: options that cannot be met (from_seq past the
+	// stream's end, from_seq and from_time together).
+	ErrRebuildBadRequest = rebuild.ErrBadRequest
 )
 
 // rebuildStateFile and projectionStateFile are in the store directory:
@@ -461,6 +464,8 @@ func rebuildHTTPError(err error) error {
 		code = http.StatusNotImplemented
 	case errors.Is(err, ErrRebuildNoRoom):
 		code = http.StatusInsufficientStorage
+	case errors.Is(err, ErrRebuildBadRequest):
+		code = http.StatusBadRequest
 	default:
 		return err
 	}

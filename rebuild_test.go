@@ -476,6 +476,9 @@ func TestRebuildRefusedWithoutRoom(t *testing.T) {
 	if _, err := embeddedtest.JetStream(t, app).Stream(context.Background(), "KV_ORDERS_REBUILD"); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("shadow after a refusal: %v", err)
 	}
+	if _, err := app.RebuildProjection(context.Background(), status.RebuildRequest{FromSeq: 1 << 40}); !errors.Is(err, orderstore.ErrRebuildBadRequest) {
+		t.Fatalf("from_seq past the end: %v, want ErrRebuildBadRequest", err)
+	}
 	if code := adminSend(t, app, "GET", "/v1/projection/rebuild", "", &body); code != http.StatusNotFound {
 		t.Fatalf("GET with none run: %d", code)
 	}

@@ -100,6 +100,9 @@ var ErrRunning = errors.New("a projection rebuild is already under way")
 // ErrNotRunning is returned when there is no rebuild to cancel.
 var ErrNotRunning = errors.New("no projection rebuild is under way")
 
+// ErrBadRequest is returned for options that cannot be met.
+var ErrBadRequest = errors.New("bad rebuild request")
+
 // ErrTakingOver is returned for a cancel during the takeover.
 var ErrTakingOver = errors.New("the rebuild is taking over (the live processor is paused while the rebuilt orders are copied in); it cannot be canceled now and ends in moments")
 
@@ -211,7 +214,16 @@ func (r *Runner) FinishTakeover(ctx context.Context) error {
 // Start begins a rebuild in the background (Run runs it).
 func (r *Runner) Start(ctx context.Context, opts Options) (*status.Rebuild, error) {
 	if opts.FromSeq > 0 && !opts.FromTime.IsZero() {
-		return nil, errors.New("rebuild: give from_seq or from_time, not both")
+		return nil, fmt.Errorf("%w: give from_seq or from_time, not both", ErrBadRequest)
+	}
+	if opts.FromSeq > 0 {
+		s, err := r.cfg.JS.Stream(ctx, r.cfg.Stream)
+		if err != nil {
+			return nil, fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
+		}
+		if last := s.CachedInfo().State.LastSeq; opts.FromSeq > last+1 {
+			return nil, fmt.Errorf("%w: from_seq %d is past the stream's last sequence (%d)", ErrBadRequest, opts.FromSeq, last)
+		}
 	}
 	r.mu.Lock()
 	running := r.st.running()
