@@ -653,7 +653,11 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 		}
 		seq := md.Sequence.Stream
 		if upTo > 0 && seq > upTo {
-			break // past the takeover's head: the live processor's
+			// Past the takeover's head (the live processor's): an
+			// ordered consumer delivers in order, so every event up to
+			// the head was delivered.
+			lastSeq = upTo
+			break
 		}
 		lastSeq = seq
 		ev, err := processor.EventOf(m.Subject(), m.Data(), m.Headers(), seq, md.Timestamp, floor)
