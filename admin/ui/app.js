@@ -36,12 +36,13 @@ async function getJSON(url) {
   return r.json();
 }
 
-function render(st) {
+function render(st, sent) {
   badge("status", st.status, st.status === "ready" ? "ok" : st.status === "recovering" ? "warn" : "bad");
   setText("version", "v" + st.build.version + " · nats-server " + st.build.nats_server_version);
   setText("durability", "durability: " + st.durability.mode + " — " + st.durability.description);
   renderIngest(st.ingest);
   renderValidation(st.validation);
+  rbFromStatus(st.rebuild, sent);
   const s = st.stream;
   setText("stream-name", s.name);
   setText("stream-messages", fmtInt(s.messages));
@@ -171,9 +172,10 @@ function renderDLQ(items) {
 
 async function tick() {
   try {
+    const sent = Date.now();
     const st = await getJSON("/v1/status");
     if (st.error) throw new Error(st.error);
-    render(st);
+    render(st, sent);
     $("error").hidden = true;
   } catch (e) {
     $("error").hidden = false;
@@ -280,14 +282,17 @@ let viewGen = 0;
 
 // api calls the admin API: the session cookie (or no token) authorizes it,
 // and a POST carries the JSON Content-Type the server wants from the
-// dashboard (a cross-site form cannot send one). It resolves to {status,
-// body}; a body that is not JSON becomes {error: its text}.
+// dashboard (a cross-site form cannot send one). opts: {post: true} or
+// {method: "POST" | "DELETE", body: a POST's JSON text, "{}" if none}. It
+// resolves to {status, body}; a body that is not JSON becomes {error: its
+// text}.
 async function api(url, opts = {}) {
   const init = { credentials: "same-origin", cache: "no-store", headers: {} };
-  if (opts.post) {
-    init.method = "POST";
+  const method = opts.method || (opts.post ? "POST" : "GET");
+  if (method !== "GET") init.method = method;
+  if (method === "POST") {
     init.headers["Content-Type"] = "application/json";
-    init.body = "{}";
+    init.body = opts.body ?? "{}";
   }
   const r = await fetch(url, init);
   if (r.status === 401) { location.reload(); throw new Error("unauthorized"); }
@@ -587,3 +592,181 @@ route();
 // The open order's state and dead letters follow the stream, as the rest
 // of the page does; new events are appended once every page is shown.
 setInterval(() => { if (view) loadOrder(view, false); }, 5000);
+
+// ---- The projection rebuild: the one under way or the last one, from
+// /v1/status's "rebuild" (polled with the rest of the page): its state,
+// progress, what it skipped and, at the end, what it did. "Rebuild
+// projection" asks for a confirmation, then starts one (POST
+// /v1/projection/rebuild); "Cancel" stops one that folds (DELETE). The
+// server's answer, a refusal's text included, is shown in the card; all of
+// it is written as text.
+
+let rbLast = null; // the rebuild shown (null: none ran)
+let rbBusy = false; // a request of the card is under way
+let rbAsk = null; // what the confirm step asks: {body, what}
+let rbAnswered = 0; // when the server last answered a request of the card
+const RB_BADGE = { folding: "warn", "taking over": "warn", done: "ok", canceled: "", failed: "bad" };
+
+function rbRunning(rb) { return !!rb && (rb.state === "folding" || rb.state === "taking over"); }
+
+// rbFromStatus shows /v1/status's rebuild, unless that status was asked
+// before the server answered the card's last request (it would show the
+// rebuild as it was before it).
+function rbFromStatus(rb, sent) {
+  if (sent !== undefined && sent < rbAnswered) return;
+  renderRebuild(rb);
+}
+
+function renderRebuild(rb) {
+  rb = rb || null;
+  rbLast = rb;
+  const card = $("rebuild");
+  card.dataset.state = rb ? rb.state : "";
+  card.dataset.id = rb ? rb.id : "";
+  $("rb-none").hidden = !!rb;
+  $("rb-body").hidden = !rb;
+  $("rb-state").hidden = !rb;
+  if (rb) {
+    badge("rb-state", rb.state, RB_BADGE[rb.state] ?? "");
+    $("rb-state").title = "rebuild " + rb.id + (rb.version ? ", projection version " + rb.version : "");
+    setText("rb-reason", rb.reason || "–");
+    setText("rb-from-seq", rb.from_seq ? fmtInt(rb.from_seq) + (rb.head ? " … " + fmtInt(rb.head) : "") : "–");
+    let frac;
+    if (rb.state === "taking over") {
+      setText("rb-progress-label", "copied");
+      setText("rb-progress", fmtInt(rb.copied) + " of " + fmtInt(rb.to_copy) + " orders");
+      frac = rb.to_copy ? rb.copied / rb.to_copy : 0;
+    } else {
+      frac = rb.total ? rb.done / rb.total : rb.state === "done" ? 1 : 0;
+      setText("rb-progress-label", "folded");
+      setText("rb-progress", fmtInt(rb.done) + " of " + fmtInt(rb.total) + " events" +
+        (rb.total ? " (" + Math.floor(100 * Math.min(1, frac)) + "%)" : ""));
+    }
+    $("rb-bar").style.width = 100 * Math.min(1, Math.max(0, frac || 0)) + "%";
+    const folding = rb.state === "folding";
+    setText("rb-rate", folding && rb.rate > 0 ? rb.rate.toFixed(1) + " events/s" : "–");
+    setText("rb-eta", folding && rb.rate > 0 ? fmtDur(rb.eta_seconds) : "–");
+    setText("rb-skipped", fmtInt(rb.poison) + " poison, " + fmtInt(rb.dead_lettered) +
+      (rb.dead_lettered === 1 ? " dead letter" : " dead letters"));
+    setText("rb-started", fmtTime(rb.started_at));
+    const took = rb.ended_at ? (Date.parse(rb.ended_at) - Date.parse(rb.started_at)) / 1000 : NaN;
+    setText("rb-ended", rb.ended_at ? fmtTime(rb.ended_at) + (took >= 0 ? " (" + fmtDur(took) + ")" : "") : "–");
+    $("rb-summary").hidden = rb.state !== "done";
+    setText("rb-rebuilt", fmtInt(rb.rebuilt));
+    setText("rb-partial", fmtInt(rb.partial) + (rb.replace_partial ? " (replace partial: rebuilt too)" : ""));
+    setText("rb-conflicts", fmtInt(rb.conflicts));
+    setText("rb-untouched", fmtInt(rb.untouched));
+    $("rb-error").hidden = !rb.error;
+    setText("rb-error", rb.error ? "error: " + rb.error : "");
+  }
+  const running = rbRunning(rb);
+  if (running && rbAsk) rbConfirmClose(); // started elsewhere meanwhile
+  $("rb-form").hidden = running;
+  $("rb-start").disabled = rbBusy || !!rbAsk;
+  $("rb-cancel").hidden = !(rb && rb.state === "folding");
+  $("rb-cancel").disabled = rbBusy;
+}
+
+function rbMessage(text, ok) {
+  const m = $("rb-msg");
+  m.hidden = !text;
+  m.className = "small " + (ok ? "ok" : "error");
+  m.textContent = text || "";
+}
+
+function rbConfirmClose() {
+  rbAsk = null;
+  $("rb-confirm").hidden = true;
+  $("rb-from").disabled = false;
+  $("rb-replace").disabled = false;
+  $("rb-start").disabled = rbBusy;
+}
+
+// The form asks first: what the rebuild will do, to confirm.
+$("rb-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  if (rbBusy || rbAsk || rbRunning(rbLast)) return;
+  let from = $("rb-from").value.trim();
+  const replace = $("rb-replace").checked;
+  const parts = [];
+  let what;
+  if (/^\d+$/.test(from)) from = from.replace(/^0+(?=\d)/, "");
+  if (from === "" || from === "0") {
+    what = "from the stream's first event";
+  } else if (/^\d+$/.test(from)) {
+    parts.push('"from_seq":' + from); // digits only: the JSON number, exact however large
+    what = "from stream seq " + from;
+  } else if (/^\d{4}-\d\d-\d\dT\d\d:\d\d/.test(from)) {
+    parts.push('"from_time":' + JSON.stringify(from));
+    what = "from the first event at or after " + from;
+  } else {
+    rbMessage("from: a stream seq (e.g. 1042) or an RFC 3339 time (e.g. 2026-12-01T00:00:00Z), or nothing for the whole stream", false);
+    return;
+  }
+  if (replace) parts.push('"replace_partial":true');
+  rbMessage("");
+  rbAsk = { body: "{" + parts.join(",") + "}", what };
+  const whole = parts.length === (replace ? 1 : 0); // no from_seq, no from_time
+  setText("rb-confirm-text", "Rebuild the projection " + what +
+    (whole ? (replace ? ", replacing the state of orders whose earlier events the stream no longer holds" :
+      "; orders whose earlier events the stream no longer holds keep their state") :
+      (replace ? ", replacing the state of orders with earlier events too" : "; orders with earlier events keep their state")) +
+    "? The live projection serves reads meanwhile; the processor pauses briefly while the rebuilt orders are copied in.");
+  $("rb-from").disabled = true;
+  $("rb-replace").disabled = true;
+  $("rb-start").disabled = true;
+  $("rb-confirm").hidden = false;
+  $("rb-confirm-yes").focus();
+});
+$("rb-confirm-no").addEventListener("click", rbConfirmClose);
+$("rb-confirm-yes").addEventListener("click", rbStart);
+$("rb-cancel").addEventListener("click", rbCancel);
+
+// rbStart starts the rebuild the confirm step showed.
+async function rbStart() {
+  const ask = rbAsk;
+  if (!ask || rbBusy) return;
+  rbBusy = true;
+  rbConfirmClose();
+  renderRebuild(rbLast);
+  try {
+    const r = await api("/v1/projection/rebuild", { method: "POST", body: ask.body });
+    rbAnswered = Date.now();
+    if (r.status === 202 && r.body.id) {
+      rbMessage("rebuild " + r.body.id + " started " + ask.what, true);
+      renderRebuild(r.body);
+    } else {
+      rbMessage("rebuild refused: " + (r.body.error || "no reason given") + " (HTTP " + r.status + ")", false);
+    }
+  } catch (e) {
+    rbMessage("rebuild not started: " + e.message, false);
+  } finally {
+    rbBusy = false;
+    renderRebuild(rbLast);
+    tick();
+  }
+}
+
+// rbCancel asks the rebuild under way to stop (the live projection stays
+// as it was).
+async function rbCancel() {
+  if (rbBusy) return;
+  rbBusy = true;
+  renderRebuild(rbLast);
+  try {
+    const r = await api("/v1/projection/rebuild", { method: "DELETE" });
+    rbAnswered = Date.now();
+    if (r.status === 202) {
+      rbMessage("cancel requested: the shadow is dropped and the live projection stays as it was", true);
+      if (r.body.id) renderRebuild(r.body);
+    } else {
+      rbMessage("cancel refused: " + (r.body.error || "no reason given") + " (HTTP " + r.status + ")", false);
+    }
+  } catch (e) {
+    rbMessage("cancel not sent: " + e.message, false);
+  } finally {
+    rbBusy = false;
+    renderRebuild(rbLast);
+    tick();
+  }
+}
