@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"regexp"
@@ -78,7 +80,8 @@ func exportedMetrics(t *testing.T) map[string]bool {
 		},
 		Topology: func(context.Context) *status.Topology {
 			return &status.Topology{Sources: []status.SourceStatus{{Edge: "edge-1"}}}
-		}})
+		},
+		Rebuild: lastRebuild{&status.Rebuild{State: status.RebuildFailed, Error: "test"}}})
 	scrape(s)
 
 	// Everything metrics.go describes must be among them, or the check
@@ -437,3 +440,12 @@ func TestDashboardUsesExportedMetrics(t *testing.T) {
 		}
 	}
 }
+
+// lastRebuild is a backend whose last rebuild is r.
+type lastRebuild struct{ r *status.Rebuild }
+
+func (l lastRebuild) RebuildProjection(context.Context, status.RebuildRequest) (*status.Rebuild, error) {
+	return nil, &RebuildError{Code: http.StatusConflict, Err: errors.New("test")}
+}
+func (l lastRebuild) RebuildStatus() *status.Rebuild { return l.r }
+func (l lastRebuild) CancelRebuild() error           { return nil }
