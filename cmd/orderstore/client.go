@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -77,11 +79,47 @@ func clientFlags(fs *flag.FlagSet) func() (*adminClient, error) {
 }
 
 func (c *adminClient) do(method, path string, out any) error {
+	return c.send(context.Background(), method, path, nil, out)
+}
+
+// apiError is the admin API's refusal of a request: its HTTP status and
+// the error it gave.
+type apiError struct {
+	Method, Path string
+	Code         int    // 409
+	Status       string // "409 Conflict"
+	Msg          string
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("admin %s %s: %s: %s", e.Method, e.Path, e.Status, e.Msg)
+}
+
+// statusOf is the HTTP status of the admin API's refusal in err's chain
+// (0: none).
+func statusOf(err error) int {
+	var e *apiError
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return 0
+}
+
+// send sends a request (a POST's body: in as JSON, "{}" when nil) and
+// decodes the answer into out; ctx ends the wait for it.
+func (c *adminClient) send(ctx context.Context, method, path string, in, out any) error {
 	var reqBody io.Reader
 	if method == http.MethodPost {
-		reqBody = strings.NewReader("{}")
+		data := []byte("{}")
+		if in != nil {
+			var err error
+			if data, err = json.Marshal(in); err != nil {
+				return err
+			}
+		}
+		reqBody = bytes.NewReader(data)
 	}
-	req, err := http.NewRequest(method, c.base+path, reqBody)
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, reqBody)
 	if err != nil {
 		return err
 	}
@@ -108,7 +146,7 @@ func (c *adminClient) do(method, path string, out any) error {
 		if e.Error == "" {
 			e.Error = strings.TrimSpace(string(body))
 		}
-		err := fmt.Errorf("admin %s %s: %s: %s", method, path, resp.Status, e.Error)
+		err := &apiError{Method: method, Path: path, Code: resp.StatusCode, Status: resp.Status, Msg: e.Error}
 		if e.Hint != "" {
 			return withHint(err, e.Hint)
 		}

@@ -19,6 +19,9 @@ const (
 	exitOK      = 0 // success, or a clean shutdown on a signal
 	exitFailure = 1 // runtime failure
 	exitUsage   = 2 // usage or configuration error
+	// exitInterrupted: Ctrl-C stopped a command following a background
+	// task (128 + SIGINT, as a shell reports it); the task goes on.
+	exitInterrupted = 130
 )
 
 func main() {
@@ -34,6 +37,8 @@ commands:
   order    ID [-events] [-as-of T]   an order's state, its events (-events), its state as of a time or sequence
   dlq list [-from SEQ] [-limit N]    list dead letters of a running instance
   dlq replay SEQ... | -all           republish dead letters to their original subjects
+  projection rebuild [-from-seq N]   rebuild the projection from the stream beside the live one; -cancel stops it
+  projection status                  the projection rebuild under way, or the last one
   backup   [-config FILE] DIR        back up the stream, dead letters and projection of a running instance
   restore  [-config FILE] DIR        restore a backup into an empty store (orderstore stopped)
   version                            print version, commit, build date, Go and nats-server versions
@@ -59,6 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return orderCmd(rest, stdout, stderr)
 	case "dlq":
 		return dlqCmd(rest, stdout, stderr)
+	case "projection":
+		return projectionCmd(ctx, rest, stdout, stderr)
 	case "backup":
 		return backupCmd(ctx, rest, stdout, stderr)
 	case "restore":

@@ -91,6 +91,9 @@ func printStatus(w io.Writer, st status.Status) {
 		config.ByteSize(st.DeadLetters.Bytes), config.ByteSize(st.DeadLetters.MaxBytes))
 	fmt.Fprintf(tw, "projection\t%d orders in %s, %s of projection_max_bytes %s\n", st.Projection.Orders, st.Projection.Bucket,
 		config.ByteSize(st.Projection.Bytes), config.ByteSize(st.Projection.MaxBytes))
+	if r := st.Rebuild; r.Running() {
+		fmt.Fprintf(tw, "  rebuild\t%s (orderstore projection status)\n", rebuildBrief(r))
+	}
 	fmt.Fprintf(tw, "store\t%s, %s free; JetStream stores %s of max_file_store %s\n", st.Store.Dir, config.ByteSize(st.Store.FreeBytes),
 		config.ByteSize(st.Store.JetStreamBytes), config.ByteSize(st.Store.JetStreamMaxBytes))
 	printTopology(tw, st.Topology)
