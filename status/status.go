@@ -70,8 +70,10 @@ type Rebuild struct {
 	Total      uint64  `json:"total"`
 	Rate       float64 `json:"rate"`
 	ETASeconds float64 `json:"eta_seconds"`
-	// Skipped: poison events, and events that are dead letters (the live
-	// projection does not hold them either).
+	// Skipped, as the live projection does not hold them either: Poison,
+	// events that can never be applied (whether or not the live
+	// processor dead-lettered them); DeadLettered, valid events that are
+	// dead letters, or originals of replayed ones.
 	Poison       uint64 `json:"poison"`
 	DeadLettered uint64 `json:"dead_lettered"`
 	// At the takeover: orders whose state was replaced by the rebuilt

@@ -569,15 +569,18 @@ func (f *folder) scanDeadLetters(ctx context.Context, s jetstream.Stream, from u
 				return end, nil
 			}
 			h := m.Headers()
-			if h.Get(processor.HeaderStream) != f.r.cfg.Stream {
-				continue
-			}
 			orig, err := strconv.ParseUint(h.Get(processor.HeaderSequence), 10, 64)
-			if err != nil || orig == 0 {
+			if h.Get(processor.HeaderStream) != f.r.cfg.Stream || err != nil || orig == 0 {
+				if md.NumPending == 0 {
+					return end, nil
+				}
 				continue
 			}
 			ev, _ := processor.EventOf(h.Get(processor.HeaderSubject), m.Data(), nil, orig, time.Time{}, 0)
 			fn(md.Sequence.Stream, orig, ev.OrderID)
+			if md.NumPending == 0 {
+				return end, nil // the last one: no need to wait out the fetch
+			}
 		}
 		if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return 0, err
@@ -618,7 +621,7 @@ func (f *folder) replays(ctx context.Context, from, to uint64) error {
 			if of, err := strconv.ParseUint(m.Headers().Get(processor.HeaderReplayOf), 10, 64); err == nil && of > 0 {
 				f.skip[of] = true
 			}
-			if md.Sequence.Stream == to {
+			if md.Sequence.Stream == to || md.NumPending == 0 {
 				return nil
 			}
 		}
