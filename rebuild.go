@@ -116,7 +116,8 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 		JS: a.pjs, Stream: cfg.DeclareSpec().ConsumerStream(), DeadLetterStream: cfg.Processor.DeadLetterStream,
 		StatePath: filepath.Join(a.report.StoreDir, rebuildStateFile), Target: target, Version: a.handlerVersion,
 		Pause: a.pauseProcessor, Check: a.rebuildBudget, Log: a.log.With("component", "rebuild"), Pace: cfg.rebuildPace,
-		Done: func(st *status.Rebuild) error { return a.recordVersion(st.Version) },
+		Done:       func(st *status.Rebuild) error { return a.recordVersion(st.Version) },
+		SyncSource: func(ctx context.Context) error { return a.syncStreams(ctx, cfg.DeclareSpec().ConsumerStream()) },
 	})
 	if err != nil {
 		return err
@@ -126,6 +127,9 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 		if err := r.FinishTakeover(ctx); err != nil {
 			return fmt.Errorf("projection rebuild: finishing the takeover a stop interrupted: %w", err)
 		}
+	}
+	if err := r.Cleanup(ctx); err != nil {
+		a.log.Warn("projection rebuild: dropping a shadow left by a crash", "err", err)
 	}
 	return nil
 }
@@ -236,7 +240,8 @@ func (h handlerTarget) Durable(context.Context) error { return nil } // the hand
 func (h handlerTarget) Takeover(ctx context.Context, _ *rebuild.Takeover) error {
 	return h.r.Takeover(ctx)
 }
-func (h handlerTarget) Discard(ctx context.Context) error { return h.r.Discard(ctx) }
+func (h handlerTarget) Discard(ctx context.Context) error         { return h.r.Discard(ctx) }
+func (h handlerTarget) HighWater(context.Context) (uint64, error) { return 0, nil } // the handler's own storage
 
 // syncStreams makes the named streams' writes durable, as the durability
 // mode asks: group commit's full round, nothing in "always" (nats synced

@@ -269,7 +269,17 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	if b.Log != nil {
 		b.Log.Info("projection rebuild: copied into the live projection", "rebuilt", t.Rebuilt, "partial_kept", t.Partial, "conflicts_kept", t.Conflicts, "untouched", untouched)
 	}
-	return b.Discard(ctx)
+	return nil
+}
+
+// HighWater is the highest stream sequence among the shadow bucket's
+// last writes.
+func (b *Buckets) HighWater(ctx context.Context) (uint64, error) {
+	kv, hkv, err := b.openShadow(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return b.Projection(kv, hkv).HighWater(ctx, 4*copyParallel*64)
 }
 
 // listKeys lists a bucket's keys (none: empty, not an error).

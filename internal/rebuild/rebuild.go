@@ -44,6 +44,11 @@ type Target interface {
 	Takeover(ctx context.Context, t *Takeover) error
 	// Discard drops the shadow.
 	Discard(ctx context.Context) error
+	// HighWater is about the highest stream sequence the shadow folded
+	// (0: it cannot tell): a resumed rebuild whose shadow is ahead of
+	// the stream (a power cut took events the shadow had folded) starts
+	// over.
+	HighWater(ctx context.Context) (uint64, error)
 }
 
 // Takeover is what a takeover is told, and what it reports.
@@ -85,7 +90,11 @@ type Config struct {
 	Pause func(ctx context.Context) (resume func(), err error)
 	// Check refuses a rebuild up front (the storage budget).
 	Check func(ctx context.Context) error
-	Log   *slog.Logger
+	// SyncSource makes the stream's events durable up to what was
+	// folded, before a checkpoint or the takeover records a position
+	// (nil: nats synced each event).
+	SyncSource func(ctx context.Context) error
+	Log        *slog.Logger
 	// Done is called when a rebuild took over (the appliance records
 	// the version the projection is now built with).
 	Done      func(st *status.Rebuild) error
@@ -206,6 +215,17 @@ func (r *Runner) FinishTakeover(ctx context.Context) error {
 	r.mu.Unlock()
 	if st == nil || st.State != status.RebuildTakingOver {
 		return nil
+	}
+	s, err := r.cfg.JS.Stream(ctx, r.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
+	}
+	if last := s.CachedInfo().State.LastSeq; last < st.Position {
+		// The shadow folded events the stream lost: copying it would
+		// put them in the projection. Start over instead (the recovery
+		// check made the live projection forget them).
+		r.startOver(st, fmt.Sprintf("the stream ends at %d, below the takeover's position %d: a power cut took events it had folded", last, st.Position))
+		return r.save(st)
 	}
 	r.log.Info("projection rebuild: finishing the takeover a stop interrupted", "id", st.ID)
 	return r.takeover(ctx, st)
@@ -388,21 +408,72 @@ type folder struct {
 	resumed uint64 // the position this run began at: what lies below was folded by an earlier run
 }
 
+// startOver makes st a fresh rebuild from its first sequence: its shadow
+// cannot be trusted or is gone.
+func (r *Runner) startOver(st *state, why string) {
+	r.log.Warn("projection rebuild starts over", "id", st.ID, "position", st.Position, "why", why)
+	r.update(func() {
+		st.State, st.Fresh, st.Error = status.RebuildFolding, true, ""
+		if st.FromSeq > 0 {
+			st.Position = st.FromSeq - 1
+		}
+		st.Poison, st.DeadLettered, st.DLQScanned, st.Keep = 0, 0, 0, nil
+		st.Copied, st.ToCopy = 0, 0
+	})
+}
+
+// trusted reports why a resumed rebuild's shadow cannot be trusted ("":
+// it can): the stream ends below what it folded, so a power cut took
+// events the shadow holds (their sequences will name other events).
+func (r *Runner) trusted(ctx context.Context, st *state, last uint64) (string, error) {
+	if st.Position > last {
+		return fmt.Sprintf("the stream ends at %d, below the rebuild's position %d: a power cut took events it had folded", last, st.Position), nil
+	}
+	hw, err := r.cfg.Target.HighWater(ctx)
+	if err != nil {
+		return "", fmt.Errorf("shadow: %w", err)
+	}
+	if hw > last {
+		return fmt.Sprintf("the stream ends at %d, below the shadow's events (up to %d): a power cut took events it had folded", last, hw), nil
+	}
+	return "", nil
+}
+
 func (r *Runner) fold(ctx context.Context, st *state) error {
 	js := r.cfg.JS
-	h, err := r.cfg.Target.Shadow(ctx, st.Fresh)
+	stream, err := js.Stream(ctx, r.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
+	}
+	info := stream.CachedInfo()
+	if !st.Fresh {
+		why, err := r.trusted(ctx, st, info.State.LastSeq)
+		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			why, err = "its shadow is gone (it was never made durable before a power cut, or was deleted)", nil
+		}
+		if err != nil {
+			return err
+		}
+		if why != "" {
+			r.startOver(st, why)
+		}
+	}
+	fresh := st.Fresh
+	h, err := r.cfg.Target.Shadow(ctx, fresh)
 	if err != nil {
 		return fmt.Errorf("shadow: %w", err)
 	}
-	f := &folder{r: r, st: st, h: h, skip: map[uint64]bool{}, keep: map[string]bool{}}
+	if fresh {
+		// The new shadow's metadata (nats writes it without fsync)
+		// durable before the state file says it exists.
+		if err := r.cfg.Target.Durable(ctx); err != nil {
+			return fmt.Errorf("making the shadow durable: %w", err)
+		}
+	}
+	f := &folder{r: r, st: st, h: h, stream: stream, skip: map[uint64]bool{}, keep: map[string]bool{}}
 	for _, id := range st.Keep {
 		f.keep[id] = true
 	}
-	if f.stream, err = js.Stream(ctx, r.cfg.Stream); err != nil {
-		return fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
-	}
-	info := f.stream.CachedInfo()
-	fresh := st.Fresh
 	if st.Position == 0 {
 		if err := f.start(ctx, info.State); err != nil {
 			return err
@@ -754,14 +825,28 @@ func (f *folder) applyOnce(ctx context.Context, orders [][]processor.Event) erro
 	return nil
 }
 
+// durable makes the stream's events and the shadow's writes durable: a
+// position recorded next is never past what survives a power cut.
+func (r *Runner) durable(ctx context.Context) error {
+	if r.cfg.SyncSource != nil {
+		if err := r.cfg.SyncSource(ctx); err != nil {
+			return fmt.Errorf("making the stream durable: %w", err)
+		}
+	}
+	if err := r.cfg.Target.Durable(ctx); err != nil {
+		return fmt.Errorf("making the shadow durable: %w", err)
+	}
+	return nil
+}
+
 // checkpoint makes the shadow durable and then records the position, with
 // the dead letters that arrived meanwhile.
 func (f *folder) checkpoint(ctx context.Context) error {
 	if err := f.newDeadLetters(ctx); err != nil {
 		return err
 	}
-	if err := f.r.cfg.Target.Durable(ctx); err != nil {
-		return fmt.Errorf("making the shadow durable: %w", err)
+	if err := f.r.durable(ctx); err != nil {
+		return err
 	}
 	f.r.update(func() { f.st.Keep = keys(f.keep) })
 	return f.r.save(f.st)
@@ -821,8 +906,8 @@ func (f *folder) catchUpAndTakeOver(ctx context.Context) error {
 	if err := f.newDeadLetters(ctx); err != nil {
 		return err
 	}
-	if err := r.cfg.Target.Durable(ctx); err != nil {
-		return fmt.Errorf("making the shadow durable: %w", err)
+	if err := r.durable(ctx); err != nil {
+		return err
 	}
 	r.update(func() {
 		st.State = status.RebuildTakingOver
@@ -885,7 +970,27 @@ func (r *Runner) takeover(ctx context.Context, st *state) error {
 	}
 	r.log.Info("projection rebuild done", "id", st.ID, "position", st.Position, "rebuilt", t.Rebuilt, "partial_kept", t.Partial,
 		"conflicts_kept", t.Conflicts, "untouched", t.Untouched, "poison", st.Poison, "dead_letters", st.DeadLettered)
-	return r.save(st)
+	if err := r.save(st); err != nil {
+		return err
+	}
+	// Dropped once its end is recorded (a crash before: the next start
+	// drops it, Cleanup).
+	if err := r.cfg.Target.Discard(ctx); err != nil {
+		r.log.Warn("projection rebuild: dropping the shadow", "err", err)
+	}
+	return nil
+}
+
+// Cleanup drops a shadow no rebuild under way uses (left by a crash after
+// a rebuild ended). Call it at start-up.
+func (r *Runner) Cleanup(ctx context.Context) error {
+	r.mu.Lock()
+	running := r.st.running()
+	r.mu.Unlock()
+	if running {
+		return nil
+	}
+	return r.cfg.Target.Discard(ctx)
 }
 
 func keys(m map[string]bool) []string {
