@@ -27,7 +27,14 @@
 // What is not part of the relaxed contract is reported, not failed: the
 // projection differing from the fold.
 //
-// go test runs 3 cuts per variant and mode (about a minute with -race).
+// TestPowerLossDuringRebuild does the same (FUSE, every mode) with a
+// projection rebuild under way: a rebuild is started over the admin API
+// while producers publish, the power is cut while it folds, takes over or
+// has just ended, and after the restart the same rebuild must finish by
+// itself before the same checks run.
+//
+// go test runs 3 cuts per variant and mode (about a minute with -race,
+// and another for TestPowerLossDuringRebuild).
 // The long run:
 //
 //	go test ./internal/powerloss -timeout 60m -v -powerloss.cuts=50

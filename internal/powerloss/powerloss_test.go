@@ -43,10 +43,15 @@ var (
 const (
 	envStore = "ORDERSTORE_POWERLOSS_STORE"
 	envSync  = "ORDERSTORE_POWERLOSS_SYNC"
+	// envRebuild "1": the appliance for TestPowerLossDuringRebuild (an
+	// admin listener, room for a rebuild's shadow; rebuildConfig).
+	envRebuild = "ORDERSTORE_POWERLOSS_REBUILD"
 )
 
 // With ORDERSTORE_POWERLOSS_STORE set the test binary is the appliance: it
-// starts on that store, prints "READY <client url>" and runs until killed.
+// starts on that store, prints "READY <client url>" (with
+// ORDERSTORE_POWERLOSS_REBUILD: "READY <client url> <admin address>") and
+// runs until killed.
 func TestMain(m *testing.M) {
 	if store := os.Getenv(envStore); store != "" {
 		os.Exit(runChild(store, os.Getenv(envSync)))
@@ -81,6 +86,10 @@ func runChild(store, mode string) int {
 		return 2
 	}
 	cfg := applianceConfig(store, m)
+	rebuild := os.Getenv(envRebuild) != ""
+	if rebuild {
+		rebuildConfig(&cfg)
+	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	app, err := orderstore.Start(ctx, cfg)
@@ -93,7 +102,11 @@ func runChild(store, mode string) int {
 		}
 		return 1
 	}
-	fmt.Printf("READY %s\n", app.ClientURL())
+	if rebuild {
+		fmt.Printf("READY %s %s\n", app.ClientURL(), app.AdminAddr())
+	} else {
+		fmt.Printf("READY %s\n", app.ClientURL())
+	}
 	err = app.Wait()
 	fmt.Fprintf(os.Stderr, "STOPPED: %v\n", err)
 	return 1
@@ -257,9 +270,9 @@ func (rg *rig) detach() error {
 
 // mustStart starts the appliance. After any cut, in any durability mode,
 // it must start by itself: a start it refuses ends the test.
-func (rg *rig) mustStart(t *testing.T, m syncMode, cut int, tot *totals) *child {
+func (rg *rig) mustStart(t *testing.T, m syncMode, cut int, tot *totals, env ...string) *child {
 	t.Helper()
-	c, err := rg.start(t, m.name)
+	c, err := rg.start(t, m.name, env...)
 	if err != nil {
 		tot.refused++
 		t.Fatalf("cut %d: the appliance did not start on the store (%s):\n%s", cut, rg.store, err)
@@ -308,17 +321,19 @@ func syncPath(t *testing.T, path string) {
 }
 
 // child is one appliance (or edge) process; url is what its READY line
-// says: its client URL.
+// says: its client URL, and admin its admin listener's address when the
+// line names one.
 type child struct {
 	*testkit.Child
-	url string
+	url, admin string
 }
 
-// start runs the test binary as the appliance on the store and waits
-// until it is ready; the error is its output when it exited before.
-func (rg *rig) start(t *testing.T, mode string) (*child, error) {
+// start runs the test binary as the appliance on the store (env added)
+// and waits until it is ready; the error is its output when it exited
+// before.
+func (rg *rig) start(t *testing.T, mode string, env ...string) (*child, error) {
 	t.Helper()
-	return startChild(t, "the appliance", envStore+"="+rg.store, envSync+"="+mode)
+	return startChild(t, "the appliance", append([]string{envStore + "=" + rg.store, envSync + "=" + mode}, env...)...)
 }
 
 // startChild runs the test binary with env added (which makes it a child
@@ -329,7 +344,8 @@ func (rg *rig) start(t *testing.T, mode string) (*child, error) {
 func startChild(t *testing.T, what string, env ...string) (*child, error) {
 	t.Helper()
 	c, err := testkit.StartChild(t, what, env...)
-	return &child{Child: c, url: c.Ready}, err
+	url, admin, _ := strings.Cut(c.Ready, " ")
+	return &child{Child: c, url: url, admin: admin}, err
 }
 
 // recovered is what the appliance's log says it recovered at start-up:
