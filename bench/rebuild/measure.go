@@ -1,0 +1,520 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/status"
+)
+
+// ---------------------------------------------------------------- live processor
+
+// procRun is the live processor catching up a backlog.
+type procRun struct {
+	Rep     int
+	N       int           // events it processed in the timed span
+	Before  int           // events processed before the span (while the appliance started)
+	Dur     time.Duration // from the appliance's start returning until the processor has nothing pending or unacked
+	Startup time.Duration // the appliance's start
+	CPU     time.Duration
+	Others  string // the other processes' CPU share meanwhile
+}
+
+func (r procRun) rate() float64 { return rate(r.N, r.Dur) }
+
+// liveProcessor starts the appliance with its processor on a store
+// holding n events its consumer has not processed, and times the
+// processor from the start's return until its consumer has nothing
+// pending or unacked (processor.Lag), as bench/history times a processor
+// from its start. The events processed while the appliance was starting
+// are left out of the rate.
+func liveProcessor(ctx context.Context, o options, e *env, rep, n int) (procRun, error) {
+	r := procRun{Rep: rep}
+	t0 := time.Now()
+	if err := e.start(ctx, true); err != nil {
+		return r, err
+	}
+	stopProf, err := startProfile(o, fmt.Sprintf("live-processor-%d", rep))
+	if err != nil {
+		return r, err
+	}
+	defer stopProf()
+	t1, c1, m1 := time.Now(), cpuTime(), startOthers()
+	r.Startup = t1.Sub(t0)
+	r.Before = int(e.app.Stats().Processed)
+	if err := e.caughtUp(ctx, uint64(n), o.catchupTimeout); err != nil {
+		return r, err
+	}
+	r.Dur, r.CPU, r.Others = time.Since(t1), cpuTime()-c1, m1.share()
+	stopProf()
+	st := e.app.Stats()
+	if st.Processed != uint64(n) || st.DeadLettered > 0 {
+		return r, fmt.Errorf("processor: %d processed, %d duplicates, %d dead-lettered of %d events", st.Processed, st.Duplicates, st.DeadLettered, n)
+	}
+	r.N = n - r.Before
+	return r, nil
+}
+
+// ---------------------------------------------------------------- rebuild
+
+// rebuildRun is one rebuild, start to done, from RebuildStatus polled
+// every 20 ms.
+type rebuildRun struct {
+	Rep    int
+	Ingest bool // producers published all along
+	Final  status.Rebuild
+	// Setup: from the start until the first event is folded (the
+	// dead-letter scan and the read of every event's headers for
+	// replays). Fold: until the state is "taking over" (it includes the
+	// last catch-up with the live processor paused). Takeover: until
+	// done.
+	Setup, Fold, Takeover, Total time.Duration
+	Folded                       uint64 // events folded in the fold phase
+	CPU                          time.Duration
+	Others                       string // the other processes' CPU share meanwhile
+	// The producers' acked publishes at the start, the fold's start, the
+	// takeover's start and the end (Ingest only).
+	Acked [4]int64
+	// The live processor's largest backlog seen (pending + ack pending,
+	// sampled every 500 ms) and its time.
+	MaxBacklog uint64
+	MaxBehind  float64
+	// Orders spot-checked before and after, and those that differ.
+	Checked, Differ int
+	FirstDiff       string
+}
+
+func (r rebuildRun) events() uint64 { return r.Final.Total }
+
+// rate is the rebuild's rate: events folded over the whole rebuild.
+func (r rebuildRun) rate() float64 { return rate(int(r.events()), r.Total) }
+
+// foldRate is the fold phase's rate.
+func (r rebuildRun) foldRate() float64 { return rate(int(r.Folded), r.Fold) }
+
+// ingestIn is the producers' acked rate in phase k (0 setup, 1 fold, 2
+// takeover).
+func (r rebuildRun) ingestIn(k int) float64 {
+	d := []time.Duration{r.Setup, r.Fold, r.Takeover}[k]
+	return rate(int(r.Acked[k+1]-r.Acked[k]), d)
+}
+
+// rebuild runs one rebuild to its end. acked, if not nil, counts the
+// producers' acked publishes.
+func rebuild(ctx context.Context, o options, e *env, prof string, acked *atomic.Int64) (rebuildRun, error) {
+	var r rebuildRun
+	r.Ingest = acked != nil
+	count := func() int64 {
+		if acked == nil {
+			return 0
+		}
+		return acked.Load()
+	}
+	stopProf, err := startProfile(o, prof)
+	if err != nil {
+		return r, err
+	}
+	defer stopProf()
+	c0, m0 := cpuTime(), startOthers()
+	r.Acked[0] = count()
+	st, err := e.app.RebuildProjection(ctx, status.RebuildRequest{})
+	if err != nil {
+		return r, fmt.Errorf("starting the rebuild: %w", err)
+	}
+	id := st.ID
+	var foldAt, takeoverAt time.Time
+	var foldDone0 uint64
+	lastLog, lastLag := time.Now(), time.Time{}
+	deadline := time.Now().Add(o.catchupTimeout)
+	for {
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return r, err
+		}
+		s := e.app.RebuildStatus()
+		now := time.Now()
+		if s == nil || s.ID != id {
+			return r, fmt.Errorf("rebuild %s: status shows %+v", id, s)
+		}
+		if foldAt.IsZero() && s.Done > 0 {
+			foldAt, foldDone0 = now, s.Done
+			r.Acked[1] = count()
+		}
+		if takeoverAt.IsZero() && s.State != status.RebuildFolding {
+			takeoverAt = now
+			r.Folded = s.Done - foldDone0
+			r.Acked[2] = count()
+			if foldAt.IsZero() {
+				foldAt, r.Acked[1] = now, r.Acked[2]
+			}
+		}
+		if r.Ingest && now.Sub(lastLag) >= 500*time.Millisecond {
+			lastLag = now
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if l, err := e.app.Lag(lctx); err == nil {
+				r.MaxBacklog = max(r.MaxBacklog, l.Pending+uint64(max(l.AckPending, 0)))
+				r.MaxBehind = max(r.MaxBehind, l.SecondsBehind)
+			}
+			cancel()
+		}
+		switch s.State {
+		case status.RebuildDone:
+			r.Acked[3] = count()
+			r.CPU, r.Others = cpuTime()-c0, m0.share()
+			stopProf()
+			r.Final = *s
+			end := now
+			if s.EndedAt != nil {
+				end = *s.EndedAt
+			}
+			r.Total = end.Sub(s.StartedAt)
+			r.Setup = foldAt.Sub(s.StartedAt)
+			r.Fold = takeoverAt.Sub(foldAt)
+			r.Takeover = end.Sub(takeoverAt)
+			return r, nil
+		case status.RebuildFailed, status.RebuildCanceled:
+			return r, fmt.Errorf("rebuild %s %s: %s", id, s.State, s.Error)
+		}
+		if now.Sub(lastLog) >= 10*time.Second {
+			lastLog = now
+			logf("   %s: %s of %s events (%.0f/s)", s.State, num(int(s.Done)), num(int(s.Total)), s.Rate)
+		}
+		if now.After(deadline) {
+			return r, fmt.Errorf("rebuild %s not done after %s: %+v", id, o.catchupTimeout, s)
+		}
+	}
+}
+
+// sampleOrders reads k orders picked at random (a fixed seed), with
+// their UpdatedAt cleared (the rebuild writes every record again).
+func sampleOrders(ctx context.Context, e *env, orders, k int, seed uint64) (map[string]orderstore.Order, error) {
+	r := rand.New(rand.NewPCG(seed, 0xc4ec))
+	out := map[string]orderstore.Order{}
+	for range k {
+		id := orderID(r.IntN(orders))
+		o, err := e.app.Order(ctx, id)
+		if errors.Is(err, orderstore.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("order %s: %w", id, err)
+		}
+		o.UpdatedAt = time.Time{}
+		out[id] = o
+	}
+	return out, nil
+}
+
+// compareOrders counts the orders of before that read differently now.
+func compareOrders(ctx context.Context, e *env, before map[string]orderstore.Order, r *rebuildRun) error {
+	for id, want := range before {
+		got, err := e.app.Order(ctx, id)
+		if err != nil {
+			return fmt.Errorf("order %s after the rebuild: %w", id, err)
+		}
+		got.UpdatedAt = time.Time{}
+		r.Checked++
+		if got != want {
+			r.Differ++
+			if r.FirstDiff == "" {
+				r.FirstDiff = fmt.Sprintf("%s: before %+v, after %+v", id, want, got)
+			}
+		}
+	}
+	return nil
+}
+
+// recordSize is the projection bucket's records and stored bytes (0, 0
+// when it cannot be read).
+func recordSize(ctx context.Context, e *env) (records, bytes uint64) {
+	js, err := e.connect(false, "bench-rebuild-size")
+	if err != nil {
+		return 0, 0
+	}
+	kv, err := js.KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
+	if err != nil {
+		return 0, 0
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return 0, 0
+	}
+	return st.Values(), st.Bytes()
+}
+
+// ---------------------------------------------------------------- ingest
+
+// producers publish events of the same shape as the loaded ones, each
+// over its own TCP connection, one synchronous publish at a time, as
+// external producers would.
+type producers struct {
+	js     []jetstream.JetStream
+	orders int
+	size   int
+	seed   uint64
+	round  atomic.Uint64 // a new random stream per run
+	acked  atomic.Int64  // acked publishes since the producers were made
+	resent atomic.Int64
+}
+
+func newProducers(e *env, o options) (*producers, error) {
+	p := &producers{orders: o.orders, size: o.size, seed: o.seed}
+	for i := range o.producers {
+		js, err := e.connect(true, fmt.Sprintf("bench-rebuild-producer-%d", i))
+		if err != nil {
+			return nil, err
+		}
+		p.js = append(p.js, js)
+	}
+	return p, nil
+}
+
+// run publishes until stop is closed, and returns every publish's
+// latency (from its send until its ack).
+func (p *producers) run(ctx context.Context, stop <-chan struct{}) ([]time.Duration, error) {
+	round := p.round.Add(1)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		all  []time.Duration
+		errs []error
+	)
+	for i, js := range p.js {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(p.seed+round, uint64(i)))
+			lat := make([]time.Duration, 0, 1<<14)
+			var err error
+		loop:
+			for {
+				select {
+				case <-stop:
+					break loop
+				case <-ctx.Done():
+					err = ctx.Err()
+					break loop
+				default:
+				}
+				msg := eventMsg(orderID(r.IntN(p.orders)), types[1+r.IntN(3)], p.size)
+				t0 := time.Now()
+				if err = publishSync(ctx, js, msg, &p.resent); err != nil {
+					break
+				}
+				lat = append(lat, time.Since(t0))
+				p.acked.Add(1)
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("producer %d: %w", i, err))
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return all, errors.Join(errs...)
+}
+
+// publishSync publishes msg and waits for its ack, sending it again
+// after a pause when the appliance asks so.
+func publishSync(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, resent *atomic.Int64) error {
+	for attempt := 0; ; attempt++ {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := js.PublishMsg(pctx, msg)
+		cancel()
+		if err == nil || !retryable(err) || attempt >= 100 {
+			return err
+		}
+		resent.Add(1)
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// ingestRun is one window of live ingest.
+type ingestRun struct {
+	Rep     int
+	Rebuild bool // a rebuild was folding all along
+	Acked   int
+	Dur     time.Duration
+	P50     time.Duration
+	P99     time.Duration
+	CPU     time.Duration
+	Others  string // the other processes' CPU share meanwhile
+	// Projected: what the live processor processed during the window;
+	// Backlog: what it had not yet processed at its end.
+	Projected uint64
+	Backlog   uint64
+	// Folded: events the rebuild folded during the window; RebuildState
+	// its state at the window's end (it should still be "folding").
+	Folded       uint64
+	RebuildState string
+	// Group commit's rounds during the window (GET /v1/status "ingest"):
+	// syncs, their mean time, and how a round syncs.
+	Syncs    uint64
+	SyncMean time.Duration
+	SyncHow  string
+}
+
+func (r ingestRun) rate() float64 { return rate(r.Acked, r.Dur) }
+
+// ingestWindow runs the producers for d, with or without a rebuild
+// folding meanwhile. With one, the window opens once the rebuild folds
+// (its first event folded) and the rebuild is canceled after it.
+func ingestWindow(ctx context.Context, o options, e *env, p *producers, rep int, withRebuild bool) (ingestRun, error) {
+	r := ingestRun{Rep: rep, Rebuild: withRebuild}
+	// Every window starts with the live processor caught up.
+	if err := e.caughtUp(ctx, 0, o.catchupTimeout); err != nil {
+		return r, err
+	}
+	var id string
+	var s0 *status.Rebuild
+	if withRebuild {
+		st, err := e.app.RebuildProjection(ctx, status.RebuildRequest{})
+		if err != nil {
+			return r, fmt.Errorf("starting the rebuild: %w", err)
+		}
+		id = st.ID
+		deadline := time.Now().Add(5 * time.Minute)
+		for {
+			if err := sleep(ctx, 10*time.Millisecond); err != nil {
+				return r, err
+			}
+			s0 = e.app.RebuildStatus()
+			if s0 == nil || s0.ID != id || !s0.Running() {
+				return r, fmt.Errorf("rebuild %s ended before the window: %+v", id, s0)
+			}
+			if s0.Done > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return r, fmt.Errorf("rebuild %s folded nothing in 5 minutes", id)
+			}
+		}
+	}
+	stopProf, err := startProfile(o, fmt.Sprintf("ingest-%s-%d", map[bool]string{true: "rebuild", false: "alone"}[withRebuild], rep))
+	if err != nil {
+		return r, err
+	}
+	defer stopProf()
+	p0 := e.app.Stats().Processed
+	stop := make(chan struct{})
+	timer := time.AfterFunc(o.duration, func() { close(stop) })
+	defer timer.Stop()
+	g0 := ingestStats(e)
+	a0, t0, c0, m0 := p.acked.Load(), time.Now(), cpuTime(), startOthers()
+	lat, err := p.run(ctx, stop)
+	r.Dur, r.CPU, r.Acked, r.Others = time.Since(t0), cpuTime()-c0, int(p.acked.Load()-a0), m0.share()
+	if g1 := ingestStats(e); g0 != nil && g1 != nil {
+		r.SyncHow = g1.Sync
+		r.Syncs = g1.SyncSeconds.Count - g0.SyncSeconds.Count
+		if r.Syncs > 0 {
+			r.SyncMean = time.Duration((g1.SyncSeconds.Sum - g0.SyncSeconds.Sum) / float64(r.Syncs) * float64(time.Second))
+		}
+	}
+	stopProf()
+	if err != nil {
+		return r, err
+	}
+	r.Projected = e.app.Stats().Processed - p0
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if l, err := e.app.Lag(lctx); err == nil {
+		r.Backlog = l.Pending + uint64(max(l.AckPending, 0))
+	}
+	cancel()
+	slices.Sort(lat)
+	r.P50, r.P99 = quantile(lat, 0.50), quantile(lat, 0.99)
+	if withRebuild {
+		s1 := e.app.RebuildStatus()
+		r.RebuildState = s1.State
+		r.Folded = s1.Position - s0.Position
+		if err := cancelRebuild(ctx, e, id); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// ingestStats is group commit's figures, from the appliance's admin API
+// served in-process (GET /v1/status); nil when there are none.
+func ingestStats(e *env) *status.IngestStats {
+	req := httptest.NewRequest(http.MethodGet, "/v1/status", nil)
+	req.Host, req.RemoteAddr = "127.0.0.1", "127.0.0.1:1"
+	rec := httptest.NewRecorder()
+	e.app.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		return nil
+	}
+	var st status.Status
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
+		return nil
+	}
+	return st.Ingest
+}
+
+// cancelRebuild cancels rebuild id and waits until it ended (one taking
+// over cannot be canceled: it is let finish).
+func cancelRebuild(ctx context.Context, e *env, id string) error {
+	err := e.app.CancelRebuild()
+	if err != nil && !errors.Is(err, orderstore.ErrNoRebuild) && !errors.Is(err, orderstore.ErrRebuildTakingOver) {
+		return fmt.Errorf("canceling the rebuild: %w", err)
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		s := e.app.RebuildStatus()
+		if s == nil || s.ID != id || !s.Running() {
+			if s != nil && s.State == status.RebuildFailed {
+				return fmt.Errorf("rebuild %s failed: %s", id, s.Error)
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("rebuild %s still %s 5 minutes after its cancel", id, s.State)
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// ---------------------------------------------------------------- helpers
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// quantile of sorted s.
+func quantile(s []time.Duration, q float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	i := int(float64(len(s))*q+0.999999) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return s[len(s)/2]
+}
