@@ -6,8 +6,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// SetRebuildPace makes a projection rebuild pause d after each fold step:
-// slow enough to stop it half-way.
+// SetRebuildPace makes a projection rebuild fold 1,000 events per step
+// and pause d after each: slow enough to stop it half-way.
 func SetRebuildPace(c *Config, d time.Duration) { c.rebuildPace = d }
 
 // FailSyncs makes every group-commit sync of app fail with err from now

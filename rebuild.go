@@ -112,10 +112,14 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 	if target == nil {
 		return nil
 	}
-	r, err := rebuild.New(rebuild.Config{
+	batch := 0 // the default
+	if cfg.rebuildPace > 0 {
+		batch = 1000 // tests: small steps, each followed by the pace
+	}
+	r, err := rebuild.New(rebuild.Config{BatchSize: batch,
 		JS: a.pjs, Stream: cfg.DeclareSpec().ConsumerStream(), DeadLetterStream: cfg.Processor.DeadLetterStream,
 		StatePath: filepath.Join(a.report.StoreDir, rebuildStateFile), Target: target, Version: a.handlerVersion,
-		Pause: a.pauseProcessor, Check: a.rebuildBudget, Log: a.log.With("component", "rebuild"), Pace: cfg.rebuildPace,
+		Pause: a.pauseProcessor, Check: a.rebuildBudget, Log: a.log.With("component", "rebuild"), Pace: cfg.rebuildPace, Yield: true,
 		Done:       func(st *status.Rebuild) error { return a.recordVersion(st.Version) },
 		SyncSource: func(ctx context.Context) error { return a.syncStreams(ctx, cfg.DeclareSpec().ConsumerStream()) },
 	})

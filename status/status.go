@@ -70,6 +70,10 @@ type Rebuild struct {
 	Total      uint64  `json:"total"`
 	Rate       float64 `json:"rate"`
 	ETASeconds float64 `json:"eta_seconds"`
+	// Paced: the fold yields the CPU to producers, who are publishing
+	// (it then works at most the share of the time that keeps it twice
+	// as fast as they are, and at least a quarter).
+	Paced bool `json:"paced,omitempty"`
 	// Skipped, as the live projection does not hold them either: Poison,
 	// events that can never be applied (whether or not the live
 	// processor dead-lettered them); DeadLettered, valid events that are

@@ -19,6 +19,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -98,9 +99,12 @@ type Config struct {
 	// Done is called when a rebuild took over (the appliance records
 	// the version the projection is now built with).
 	Done      func(st *status.Rebuild) error
-	BatchSize int           // events per fold step; default 2000
+	BatchSize int           // events per fold step; default 20000
 	Every     time.Duration // between checkpoints; default 2s
 	Pace      time.Duration // a pause after each fold step (tests slow a rebuild down to stop it half-way)
+	// Yield makes the fold yield the CPU while producers publish (see
+	// folder.pace).
+	Yield bool
 }
 
 // ErrRunning is returned when a rebuild is asked while one runs.
@@ -148,7 +152,7 @@ type sample struct {
 // way is Pending.
 func New(cfg Config) (*Runner, error) {
 	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 2000
+		cfg.BatchSize = 20000
 	}
 	if cfg.Every <= 0 {
 		cfg.Every = 2 * time.Second
@@ -403,10 +407,42 @@ type folder struct {
 	h       processor.Handler
 	stream  jetstream.Stream
 	cons    jetstream.Consumer
+	skipMu  sync.Mutex      // the replay scan adds to skip while the fold reads it
 	skip    map[uint64]bool // dead letters (and replayed originals): not folded
 	keep    map[string]bool
 	resumed uint64 // the position this run began at: what lies below was folded by an earlier run
+
+	batches chan fetched // the reader's batches, one fetched ahead of the fold
+
+	// The replay scan runs ahead of the fold up to scanTo: the fold
+	// waits until it passed what it folds.
+	scanTo   uint64
+	scanned  atomic.Uint64
+	scanDone chan struct{}
+
+	// Pacing: while producers publish, the fold yields the CPU (see
+	// pace).
+	lastHead   uint64
+	lastHeadAt time.Time
+	ingest     float64 // events/s producers stored, last measured
+	foldRate   float64 // events per second of the fold's own work
 }
+
+// fetched is one batch the reader fetched.
+type fetched struct {
+	msgs []jetstream.Msg
+	err  error
+}
+
+// catchUp is how close to the stream's head the fold must be to take
+// over.
+const catchUp = 2000
+
+// applyParallel chunks of applyChunk orders are applied at once.
+const (
+	applyParallel = 4
+	applyChunk    = 1000
+)
 
 // startOver makes st a fresh rebuild from its first sequence: its shadow
 // cannot be trusted or is gone.
@@ -492,26 +528,39 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 	if err := f.deadLetters(ctx, fresh); err != nil {
 		return err
 	}
-	if err := f.replays(ctx, st.Position+1, info.State.LastSeq); err != nil {
-		return err
-	}
 	r.log.Info("projection rebuild folding", "id", st.ID, "from_seq", st.FromSeq, "position", st.Position, "head", info.State.LastSeq)
 	if f.cons, err = js.OrderedConsumer(ctx, r.cfg.Stream, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: st.Position + 1}); err != nil {
 		return fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
 	}
+	// The replay scan and the reader run beside the fold, and end with
+	// it.
+	gctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
+	f.scanTo, f.scanDone = info.State.LastSeq, make(chan struct{})
+	f.scanned.Store(st.Position)
+	wg.Go(func() {
+		defer close(f.scanDone)
+		if err := f.replays(gctx, st.Position+1, f.scanTo); err != nil && gctx.Err() == nil {
+			r.log.Warn("projection rebuild: reading the stream's replays failed; an order with a replayed event keeps its state", "err", err)
+		}
+	})
+	f.batches = make(chan fetched, 1)
+	wg.Go(func() { f.read(gctx) })
+	f.lastHead, f.lastHeadAt = info.State.LastSeq, time.Now()
 	last := time.Now()
 	for {
+		t0 := time.Now()
 		n, err := f.step(ctx, 0)
 		if err != nil {
 			return err
 		}
-		if r.cfg.Pace > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(r.cfg.Pace):
-			}
+		if err := f.pace(ctx, n, time.Since(t0)); err != nil {
+			return err
 		}
 		if time.Since(last) >= r.cfg.Every {
 			if err := f.checkpoint(ctx); err != nil {
@@ -526,12 +575,82 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 				return fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
 			}
 			r.update(func() { st.Head = si.State.LastSeq })
-			if st.Position+uint64(r.cfg.BatchSize) >= si.State.LastSeq {
+			if st.Position+catchUp >= si.State.LastSeq {
 				return f.catchUpAndTakeOver(ctx)
 			}
 		}
 	}
 }
+
+// read fetches batches from the stream ahead of the fold until ctx is
+// done or a fetch fails.
+func (f *folder) read(ctx context.Context) {
+	for ctx.Err() == nil {
+		b, err := f.cons.Fetch(f.r.cfg.BatchSize, jetstream.FetchMaxWait(250*time.Millisecond))
+		var out fetched
+		if err != nil {
+			out.err = err
+		} else {
+			for m := range b.Messages() {
+				out.msgs = append(out.msgs, m)
+			}
+			if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+				out.err = err
+			}
+		}
+		select {
+		case f.batches <- out:
+		case <-ctx.Done():
+			return
+		}
+		if out.err != nil {
+			return
+		}
+	}
+}
+
+// pace yields the CPU while producers publish: the fold then works at
+// most the share of the time that keeps it twice as fast as the
+// producers (so that it still catches up), and at least a quarter.
+// Without producers it runs flat out.
+func (f *folder) pace(ctx context.Context, n int, work time.Duration) error {
+	r := f.r
+	if n > 0 && work > 0 {
+		rate := float64(n) / work.Seconds()
+		if f.foldRate == 0 {
+			f.foldRate = rate
+		}
+		f.foldRate = 0.8*f.foldRate + 0.2*rate
+	}
+	if since := time.Since(f.lastHeadAt); since >= time.Second {
+		if si, err := f.stream.Info(ctx); err == nil {
+			head := si.State.LastSeq
+			f.ingest = float64(head-min(head, f.lastHead)) / since.Seconds()
+			f.lastHead, f.lastHeadAt = head, time.Now()
+			r.update(func() { f.st.Head = max(f.st.Head, head) })
+		}
+	}
+	var sleep time.Duration
+	if f.ingest >= minIngestToPace && f.foldRate > 0 && r.cfg.Yield {
+		duty := min(max(2*f.ingest/f.foldRate, 0.25), 1)
+		sleep = time.Duration(float64(work) * (1/duty - 1))
+	}
+	r.update(func() { f.st.Paced = sleep > 0 })
+	sleep += r.cfg.Pace
+	if sleep <= 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(sleep):
+		return nil
+	}
+}
+
+// minIngestToPace is the producers' rate (events/s) from which the fold
+// yields the CPU.
+const minIngestToPace = 100
 
 // start sets where a fresh rebuild begins.
 func (f *folder) start(ctx context.Context, ss jetstream.StreamState) error {
@@ -597,6 +716,8 @@ func (f *folder) deadLetters(ctx context.Context, all bool) error {
 // when it may have been folded already (after the fold passed it and
 // unknown to it then), its order is kept as it is.
 func (f *folder) dead(orig uint64, orderID string, known bool) {
+	f.skipMu.Lock()
+	defer f.skipMu.Unlock()
 	if known || orig > f.st.Position {
 		f.skip[orig] = true
 		return
@@ -604,6 +725,24 @@ func (f *folder) dead(orig uint64, orderID string, known bool) {
 	if orig >= f.st.FromSeq && orderID != "" && !f.skip[orig] {
 		f.keep[orderID] = true
 	}
+}
+
+// waitScan waits until the replay scan passed seq (or ended).
+func (f *folder) waitScan(ctx context.Context, seq uint64) error {
+	if f.scanDone == nil {
+		return nil
+	}
+	seq = min(seq, f.scanTo)
+	for f.scanned.Load() < seq {
+		select {
+		case <-f.scanDone:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // scanDeadLetters calls fn for each dead letter of the folded stream
@@ -690,8 +829,11 @@ func (f *folder) replays(ctx context.Context, from, to uint64) error {
 				return nil
 			}
 			if of, err := strconv.ParseUint(m.Headers().Get(processor.HeaderReplayOf), 10, 64); err == nil && of > 0 {
+				f.skipMu.Lock()
 				f.skip[of] = true
+				f.skipMu.Unlock()
 			}
+			f.scanned.Store(md.Sequence.Stream)
 			if md.Sequence.Stream == to || md.NumPending == 0 {
 				return nil
 			}
@@ -705,10 +847,21 @@ func (f *folder) replays(ctx context.Context, from, to uint64) error {
 // step folds the next batch, stopping after sequence upTo (0: no bound).
 // It returns how many messages it took.
 func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
-	b, err := f.cons.Fetch(f.r.cfg.BatchSize, jetstream.FetchMaxWait(250*time.Millisecond))
-	if err != nil {
-		return 0, fmt.Errorf("stream %q: %w", f.r.cfg.Stream, err)
+	var b fetched
+	select {
+	case b = <-f.batches:
+	case <-ctx.Done():
+		return 0, ctx.Err()
 	}
+	if len(b.msgs) > 0 {
+		if md, err := b.msgs[len(b.msgs)-1].Metadata(); err == nil {
+			if err := f.waitScan(ctx, md.Sequence.Stream); err != nil {
+				return 0, err
+			}
+		}
+	}
+	f.skipMu.Lock()
+	defer f.skipMu.Unlock()
 	st := f.st
 	floor := st.Position
 	var (
@@ -719,7 +872,7 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 		poison  uint64
 		dead    uint64
 	)
-	for m := range b.Messages() {
+	for _, m := range b.msgs {
 		n++
 		md, err := m.Metadata()
 		if err != nil {
@@ -757,10 +910,13 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 		}
 		orders[i] = append(orders[i], ev)
 	}
-	if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
-		return n, fmt.Errorf("stream %q: %w", f.r.cfg.Stream, err)
+	if b.err != nil && ctx.Err() == nil {
+		return n, fmt.Errorf("stream %q: %w", f.r.cfg.Stream, b.err)
 	}
-	if err := f.apply(ctx, orders); err != nil {
+	f.skipMu.Unlock()
+	err := f.apply(ctx, orders)
+	f.skipMu.Lock()
+	if err != nil {
 		return n, err
 	}
 	f.r.update(func() {
@@ -780,6 +936,36 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 // apply folds one batch into the shadow, retrying what fails (the fold is
 // idempotent on sequence) for about a minute.
 func (f *folder) apply(ctx context.Context, orders [][]processor.Event) error {
+	if len(orders) <= applyChunk {
+		return f.applyChunk(ctx, orders)
+	}
+	// Chunks of distinct orders, a few at once: the shadow's writes are
+	// pipelined without holding more in flight than a connection takes.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, applyParallel)
+	var wg sync.WaitGroup
+	for from := 0; from < len(orders); from += applyChunk {
+		chunk := orders[from:min(from+applyChunk, len(orders))]
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := f.applyChunk(ctx, chunk); err != nil {
+				cancel(err)
+			}
+		})
+	}
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+func (f *folder) applyChunk(ctx context.Context, orders [][]processor.Event) error {
 	if len(orders) == 0 {
 		return nil
 	}
