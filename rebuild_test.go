@@ -238,13 +238,14 @@ func testRebuildProjection(t *testing.T, mode func(*orderstore.Config)) {
 			}
 		})
 	}
-	// Producers, all along.
+	// Producers, all along (at most 2,500 events/s: the test's paced
+	// rebuild must be able to catch up with them).
 	wg.Go(func() {
 		for i := 6000; ; i += 50 {
 			select {
 			case <-stop:
 				return
-			default:
+			case <-time.After(20 * time.Millisecond):
 			}
 			publishOrders(t, js, ids[1:], i, 50)
 		}

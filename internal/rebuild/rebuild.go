@@ -99,7 +99,7 @@ type Config struct {
 	// Done is called when a rebuild took over (the appliance records
 	// the version the projection is now built with).
 	Done      func(st *status.Rebuild) error
-	BatchSize int           // events per fold step; default 20000
+	BatchSize int           // events per fold step; default 50000
 	Every     time.Duration // between checkpoints; default 2s
 	Pace      time.Duration // a pause after each fold step (tests slow a rebuild down to stop it half-way)
 	// Yield makes the fold yield the CPU while producers publish (see
@@ -152,7 +152,7 @@ type sample struct {
 // way is Pending.
 func New(cfg Config) (*Runner, error) {
 	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 20000
+		cfg.BatchSize = 50000
 	}
 	if cfg.Every <= 0 {
 		cfg.Every = 2 * time.Second
@@ -424,8 +424,10 @@ type folder struct {
 	// pace).
 	lastHead   uint64
 	lastHeadAt time.Time
-	ingest     float64 // events/s producers stored, last measured
-	foldRate   float64 // events per second of the fold's own work
+	ingest     float64       // events/s producers stored, last measured
+	foldRate   float64       // events per second of the fold's own work
+	duty       float64       // the share of the time the fold works (1: flat out)
+	rested     time.Duration // slept by yield: not the fold's work
 }
 
 // fetched is one batch the reader fetched.
@@ -506,7 +508,7 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 			return fmt.Errorf("making the shadow durable: %w", err)
 		}
 	}
-	f := &folder{r: r, st: st, h: h, stream: stream, skip: map[uint64]bool{}, keep: map[string]bool{}}
+	f := &folder{r: r, st: st, h: h, stream: stream, skip: map[uint64]bool{}, keep: map[string]bool{}, duty: 1}
 	for _, id := range st.Keep {
 		f.keep[id] = true
 	}
@@ -615,6 +617,8 @@ func (f *folder) read(ctx context.Context) {
 // Without producers it runs flat out.
 func (f *folder) pace(ctx context.Context, n int, work time.Duration) error {
 	r := f.r
+	work -= f.rested
+	f.rested = 0
 	if n > 0 && work > 0 {
 		rate := float64(n) / work.Seconds()
 		if f.foldRate == 0 {
@@ -630,27 +634,44 @@ func (f *folder) pace(ctx context.Context, n int, work time.Duration) error {
 			r.update(func() { f.st.Head = max(f.st.Head, head) })
 		}
 	}
-	var sleep time.Duration
+	f.duty = 1
 	if f.ingest >= minIngestToPace && f.foldRate > 0 && r.cfg.Yield {
-		duty := min(max(2*f.ingest/f.foldRate, 0.25), 1)
-		sleep = time.Duration(float64(work) * (1/duty - 1))
+		f.duty = min(max(2*f.ingest/f.foldRate, minDuty), 1)
 	}
-	r.update(func() { f.st.Paced = sleep > 0 })
-	sleep += r.cfg.Pace
-	if sleep <= 0 {
+	r.update(func() { f.st.Paced = f.duty < 1 })
+	if r.cfg.Pace <= 0 {
 		return nil
 	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(sleep):
+	case <-time.After(r.cfg.Pace):
+		return nil
+	}
+}
+
+// yield sleeps after work so that the fold works the duty share of the
+// time (apply calls it after each chunk while paced).
+func (f *folder) yield(ctx context.Context, work time.Duration) error {
+	if f.duty >= 1 {
+		return nil
+	}
+	rest := time.Duration(float64(work) * (1/f.duty - 1))
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(rest):
+		f.rested += rest
 		return nil
 	}
 }
 
 // minIngestToPace is the producers' rate (events/s) from which the fold
-// yields the CPU.
-const minIngestToPace = 100
+// yields the CPU; minDuty the least share of the time it works then.
+const (
+	minIngestToPace = 100
+	minDuty         = 0.1
+)
 
 // start sets where a fresh rebuild begins.
 func (f *folder) start(ctx context.Context, ss jetstream.StreamState) error {
@@ -936,8 +957,22 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 // apply folds one batch into the shadow, retrying what fails (the fold is
 // idempotent on sequence) for about a minute.
 func (f *folder) apply(ctx context.Context, orders [][]processor.Event) error {
-	if len(orders) <= applyChunk {
+	if len(orders) <= applyChunk && f.duty >= 1 {
 		return f.applyChunk(ctx, orders)
+	}
+	if f.duty < 1 {
+		// Paced: one small chunk at a time, each followed by its
+		// share of rest, so that producers never wait behind a burst.
+		for from := 0; from < len(orders); from += applyChunk / 4 {
+			t0 := time.Now()
+			if err := f.applyChunk(ctx, orders[from:min(from+applyChunk/4, len(orders))]); err != nil {
+				return err
+			}
+			if err := f.yield(ctx, time.Since(t0)); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	// Chunks of distinct orders, a few at once: the shadow's writes are
 	// pipelined without holding more in flight than a connection takes.
