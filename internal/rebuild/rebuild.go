@@ -437,8 +437,11 @@ type fetched struct {
 }
 
 // catchUp is how close to the stream's head the fold must be to take
-// over.
-const catchUp = 2000
+// over; fetchMax the most events one pull asks for.
+const (
+	catchUp  = 2000
+	fetchMax = 2000
+)
 
 // applyParallel chunks of applyChunk orders are applied at once.
 const (
@@ -588,16 +591,27 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 // done or a fetch fails.
 func (f *folder) read(ctx context.Context) {
 	for ctx.Err() == nil {
-		b, err := f.cons.Fetch(f.r.cfg.BatchSize, jetstream.FetchMaxWait(250*time.Millisecond))
+		// A step's events in pulls of at most fetchMax: nats serves a
+		// pull in one go, and a long one holds up the producers'
+		// publishes to the same stream.
 		var out fetched
-		if err != nil {
-			out.err = err
-		} else {
+		for len(out.msgs) < f.r.cfg.BatchSize && out.err == nil {
+			want := min(fetchMax, f.r.cfg.BatchSize-len(out.msgs))
+			b, err := f.cons.Fetch(want, jetstream.FetchMaxWait(250*time.Millisecond))
+			if err != nil {
+				out.err = err
+				break
+			}
+			got := 0
 			for m := range b.Messages() {
 				out.msgs = append(out.msgs, m)
+				got++
 			}
 			if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 				out.err = err
+			}
+			if got < want || ctx.Err() != nil {
+				break // at the head for now
 			}
 		}
 		select {
