@@ -212,13 +212,14 @@ var types = []string{"created", "paid", "shipped", "delivered", "cancelled"}
 // shipped, delivered; later ones paid, shipped, delivered (30% each) or
 // cancelled (10%).
 type generator struct {
-	r     *rand.Rand
-	count []int32
-	size  int
+	r       *rand.Rand
+	count   []int32
+	size    int
+	id, seq uint64 // message ids: "bench-<id>-<seq>"
 }
 
 func newGenerator(seed, stream uint64, orders, size int) *generator {
-	return &generator{r: rand.New(rand.NewPCG(seed, stream)), count: make([]int32, orders), size: size}
+	return &generator{r: rand.New(rand.NewPCG(seed, stream)), count: make([]int32, orders), size: size, id: stream}
 }
 
 func (g *generator) next() *nats.Msg {
@@ -238,7 +239,16 @@ func (g *generator) next() *nats.Msg {
 			typ = types[4]
 		}
 	}
-	return eventMsg(orderID(o), typ, g.size)
+	m := eventMsg(orderID(o), typ, g.size)
+	// An id, so that a publish sent again after a timeout (nats' reply
+	// subject collisions leave about one in 10^6 unanswered: bench/README's
+	// overload section) is stored once.
+	g.seq++
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("bench-%d-%d", g.id, g.seq))
+	return m
 }
 
 // distinct is how many orders got at least one event.
@@ -270,7 +280,8 @@ func eventMsg(id, typ string, size int) *nats.Msg {
 // ingest service sheds load) or no responders (publishes paused).
 func retryable(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout) ||
 		(errors.As(err, &apiErr) && apiErr.Code == 429)
 }
 
