@@ -91,3 +91,50 @@ func CPUProfile(name string) (func(), error) {
 		})
 	}, nil
 }
+
+// Ms formats d in milliseconds with two decimals.
+func Ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+// PerEvent is cpu per event in microseconds ("-" when unknown).
+func PerEvent(cpu time.Duration, n int) string {
+	if cpu <= 0 || n <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f µs", float64(cpu)/float64(time.Microsecond)/float64(n))
+}
+
+// CPUShare is cpu as a percentage of d (200% is two cores busy).
+func CPUShare(cpu, d time.Duration) string {
+	if cpu <= 0 || d <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*cpu.Seconds()/d.Seconds())
+}
+
+// MachineBusy is the CPU time every process of the machine has used
+// since boot (/proc/stat: all but idle and iowait); 0 without
+// /proc/stat. The machine here is shared: a step that shared the cores is
+// slower for it, and the benches report what other processes used.
+func MachineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var ticks int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is counted in user
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/bench/benchkit"
 )
 
 // The lookups measured, in the order they run for each picked order.
@@ -155,7 +156,7 @@ func measureLookups(ctx context.Context, o options, ls []*loaded) error {
 	defer stopProf()
 	rng := rand.New(rand.NewPCG(o.seed, 0x100c))
 	lat := make([][nKinds][]time.Duration, len(ls))
-	m0, c0, t0 := machineBusy(), cpuTime(), time.Now()
+	m0, c0, t0 := benchkit.MachineBusy(), cpuTime(), time.Now()
 	logf("=== %d lookups of each kind per stream size (after %d discarded), one at a time, sizes interleaved", o.lookups, o.warmup)
 	for i := range o.warmup + o.lookups {
 		if i%500 == 0 && i > 0 {
@@ -184,7 +185,7 @@ func measureLookups(ctx context.Context, o options, ls []*loaded) error {
 		for k := range nKinds {
 			l.res.Lookups[k] = summarise(lat[li][k])
 			x := l.res.Lookups[k]
-			logf("   %9s events: %-36s p50 %s  p99 %s  mean %s  max %s", num(l.res.Events), kindNames[k], ms(x.P50), ms(x.P99), ms(x.Mean), ms(x.Max))
+			logf("   %9s events: %-36s p50 %s  p99 %s  mean %s  max %s", num(l.res.Events), kindNames[k], benchkit.Ms(x.P50), benchkit.Ms(x.P99), benchkit.Ms(x.Mean), benchkit.Ms(x.Max))
 		}
 	}
 	return nil

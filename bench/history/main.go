@@ -197,7 +197,7 @@ func markdown(o options, started time.Time, sizes []*sizeResult, procs []procRun
 			fmt.Fprintf(&b, "| %s |", kindNames[k])
 			for _, s := range sizes {
 				l := s.Lookups[k]
-				fmt.Fprintf(&b, " %s / %s / %s |", ms(l.P50), ms(l.P99), ms(l.Mean))
+				fmt.Fprintf(&b, " %s / %s / %s |", benchkit.Ms(l.P50), benchkit.Ms(l.P99), benchkit.Ms(l.Mean))
 			}
 			ratio := float64(last.Lookups[k].P99) / float64(max(first.Lookups[k].P99, 1))
 			fmt.Fprintf(&b, " **%.2f** %s |\n", ratio, passFail(ratio <= goalP99Ratio))
@@ -213,7 +213,7 @@ func markdown(o options, started time.Time, sizes []*sizeResult, procs []procRun
 		fmt.Fprintf(&b, "Processor rate over a pre-loaded stream of %s events (fresh store each run), from its start until its consumer has nothing pending or unacked:\n\n", num(o.procEvents))
 		fmt.Fprintf(&b, "| run | rep | time | events/s | CPU (%d cores = %d%%) | CPU per event (the whole process: nats-server, processor, lag polls) | other processes' CPU |\n|---|---:|---:|---:|---:|---:|---:|\n", runtime.NumCPU(), 100*runtime.NumCPU())
 		for _, r := range procs {
-			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.label(), r.Rep, secs(r.Dur), num(int(r.rate())), cpuShare(r.CPU, r.Dur), perEvent(r.CPU, r.N), r.Others)
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.label(), r.Rep, secs(r.Dur), num(int(r.rate())), benchkit.CPUShare(r.CPU, r.Dur), benchkit.PerEvent(r.CPU, r.N), r.Others)
 		}
 		with, without := median(procs, true, procRun.rate), median(procs, false, procRun.rate)
 		ratio := with / without
@@ -277,54 +277,11 @@ func short(n int) string {
 	return num(n)
 }
 
-func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
-
-func perEvent(cpu time.Duration, n int) string {
-	if cpu <= 0 || n <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f µs", float64(cpu)/float64(time.Microsecond)/float64(n))
-}
-
-func cpuShare(cpu, d time.Duration) string {
-	if cpu <= 0 || d <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.0f%%", 100*cpu.Seconds()/d.Seconds())
-}
-
-// machineBusy is the CPU time every process of the machine has used
-// since boot (/proc/stat: all but idle and iowait); 0 where there is no
-// /proc/stat.
-func machineBusy() time.Duration {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0
-	}
-	var ticks int64
-	for i, v := range f[1:] {
-		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is counted in user
-			continue
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
-}
-
 // othersShare is the CPU share the machine's other processes used since
 // busy0, cpu0 (this process) and t0, as "35%" of one core; "-" where it
 // cannot be told.
 func othersShare(busy0, cpu0 time.Duration, t0 time.Time) string {
-	busy, cpu, d := machineBusy(), cpuTime(), time.Since(t0)
+	busy, cpu, d := benchkit.MachineBusy(), cpuTime(), time.Since(t0)
 	if busy0 <= 0 || busy <= 0 || cpu0 <= 0 || d <= 0 {
 		return "-"
 	}

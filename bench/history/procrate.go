@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/bench/benchkit"
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/processor"
 )
@@ -124,7 +125,7 @@ func procRate(ctx context.Context, o options, n int, index bool, rep int) (procR
 	defer stopProf()
 	rctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	t0, c0, m0 := time.Now(), cpuTime(), machineBusy()
+	t0, c0, m0 := time.Now(), cpuTime(), benchkit.MachineBusy()
 	go func() { done <- p.Run(rctx) }()
 	err = caughtUp(ctx, lagJS, e, p, done, uint64(n), o.catchupTimeout)
 	r.Dur, r.CPU, r.Others = time.Since(t0), cpuTime()-c0, othersShare(m0, c0, t0)
@@ -142,7 +143,7 @@ func procRate(ctx context.Context, o options, n int, index bool, rep int) (procR
 	if err != nil {
 		return r, err
 	}
-	logf("   %s events/s (%s, CPU %s, other processes %s)", num(int(r.rate())), secs(r.Dur), cpuShare(r.CPU, r.Dur), r.Others)
+	logf("   %s events/s (%s, CPU %s, other processes %s)", num(int(r.rate())), secs(r.Dur), benchkit.CPUShare(r.CPU, r.Dur), r.Others)
 	// The target orders were projected; with the index, their history
 	// lists their events.
 	stream, err := js.Stream(ctx, e.cfg.Stream.Name)

@@ -196,7 +196,7 @@ func run(ctx context.Context, o options) (err error) {
 			return fmt.Errorf("live processor, rep %d: %w", rep, err)
 		}
 		res.Live = append(res.Live, l)
-		logf("   %s events/s (%s; %s processed during the %s start; CPU %s, other processes %s)", num(int(l.rate())), secs(l.Dur), num(l.Before), secs(l.Startup), cpuShare(l.CPU, l.Dur), l.Others)
+		logf("   %s events/s (%s; %s processed during the %s start; CPU %s, other processes %s)", num(int(l.rate())), secs(l.Dur), num(l.Before), secs(l.Startup), benchkit.CPUShare(l.CPU, l.Dur), l.Others)
 		// Its view of the ack floor settles.
 		if err := sleep(ctx, 2*time.Second); err != nil {
 			return err
@@ -229,7 +229,7 @@ func run(ctx context.Context, o options) (err error) {
 			res.Records, res.RecordBytes = recordSize(ctx, e)
 		}
 		logf("   %s events in %s: %s events/s (setup %s, fold %s at %s/s, takeover %s: %s orders copied; CPU %s, other processes %s); %d of %d orders checked differ",
-			num(int(r.events())), secs(r.Total), num(int(r.rate())), secs(r.Setup), secs(r.Fold), num(int(r.foldRate())), secs(r.Takeover), num(int(r.Final.Rebuilt)), cpuShare(r.CPU, r.Total), r.Others, r.Differ, r.Checked)
+			num(int(r.events())), secs(r.Total), num(int(r.rate())), secs(r.Setup), secs(r.Fold), num(int(r.foldRate())), secs(r.Takeover), num(int(r.Final.Rebuilt)), benchkit.CPUShare(r.CPU, r.Total), r.Others, r.Differ, r.Checked)
 		if r.Differ > 0 {
 			logf("   first difference: %s", r.FirstDiff)
 		}
@@ -247,7 +247,7 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		res.Folds = append(res.Folds, r)
 		logf("   %s events/s (%s: waiting for fetches %s, in HandleBatch %s; %.2f record writes per event; CPU %s, other processes %s)",
-			num(int(r.rate())), secs(r.Dur), secs(r.Fetch), secs(r.Apply), float64(r.Writes)/float64(max(r.N, 1)), cpuShare(r.CPU, r.Dur), r.Others)
+			num(int(r.rate())), secs(r.Dur), secs(r.Fetch), secs(r.Apply), float64(r.Writes)/float64(max(r.N, 1)), benchkit.CPUShare(r.CPU, r.Dur), r.Others)
 	}
 
 	// 4. ingest windows, without and with a rebuild folding.
@@ -272,7 +272,7 @@ func run(ctx context.Context, o options) (err error) {
 				extra = fmt.Sprintf("; rebuild folded %s/s, %s at the end", num(int(rate(int(r.Folded), r.Dur))), r.RebuildState)
 			}
 			logf("   %s acked/s (p50 %s, p99 %s); %s syncs/s (%s mean, %.1f events each); live processor %s/s, backlog %s%s; other processes %s",
-				num(int(r.rate())), ms(r.P50), ms(r.P99), num(int(rate(int(r.Syncs), r.Dur))), ms(r.SyncMean), float64(r.Acked)/float64(max(r.Syncs, 1)),
+				num(int(r.rate())), benchkit.Ms(r.P50), benchkit.Ms(r.P99), num(int(rate(int(r.Syncs), r.Dur))), benchkit.Ms(r.SyncMean), float64(r.Acked)/float64(max(r.Syncs, 1)),
 				num(int(rate(int(r.Projected), r.Dur))), num(int(r.Backlog)), extra, r.Others)
 		}
 	}
@@ -348,7 +348,7 @@ func markdown(o options, res *results) string {
 			lr = l.rate()
 			liveRates = append(liveRates, lr)
 			fmt.Fprintf(&b, "| %d | live processor over the backlog (%s processed during the %s start) | %s | %s | **%s** | | | | %s | %s | %s | |\n",
-				rep, num(l.Before), secs(l.Startup), num(l.N), secs(l.Dur), num(int(l.rate())), cpuShare(l.CPU, l.Dur), perEvent(l.CPU, l.N), l.Others)
+				rep, num(l.Before), secs(l.Startup), num(l.N), secs(l.Dur), num(int(l.rate())), benchkit.CPUShare(l.CPU, l.Dur), benchkit.PerEvent(l.CPU, l.N), l.Others)
 		}
 		for _, r := range res.Rebuilds {
 			if r.Rep != rep {
@@ -356,7 +356,7 @@ func markdown(o options, res *results) string {
 			}
 			fmt.Fprintf(&b, "| %d | rebuild, no ingest | %s | %s | **%s** | %s | %s (%s) | %s (%s) | %s | %s | %s | %d of %d |\n",
 				r.Rep, num(int(r.events())), secs(r.Total), num(int(r.rate())), secs(r.Setup), secs(r.Fold), num(int(r.foldRate())),
-				secs(r.Takeover), num(int(r.Final.Rebuilt)), cpuShare(r.CPU, r.Total), perEvent(r.CPU, int(r.events())), r.Others, r.Differ, r.Checked)
+				secs(r.Takeover), num(int(r.Final.Rebuilt)), benchkit.CPUShare(r.CPU, r.Total), benchkit.PerEvent(r.CPU, int(r.events())), r.Others, r.Differ, r.Checked)
 			rebuildRates = append(rebuildRates, r.rate())
 			foldRates = append(foldRates, r.foldRate())
 			if lr > 0 {
@@ -367,7 +367,7 @@ func markdown(o options, res *results) string {
 	if r := res.Full; r != nil {
 		fmt.Fprintf(&b, "| | rebuild with %d producers publishing all along | %s | %s | %s | %s | %s (%s) | %s (%s) | %s | %s | %s | |\n",
 			o.producers, num(int(r.events())), secs(r.Total), num(int(r.rate())), secs(r.Setup), secs(r.Fold), num(int(r.foldRate())),
-			secs(r.Takeover), num(int(r.Final.Rebuilt)), cpuShare(r.CPU, r.Total), perEvent(r.CPU, int(r.events())), r.Others)
+			secs(r.Takeover), num(int(r.Final.Rebuilt)), benchkit.CPUShare(r.CPU, r.Total), benchkit.PerEvent(r.CPU, int(r.events())), r.Others)
 	}
 	if res.Records > 0 {
 		fmt.Fprintf(&b, "\nThe projection bucket after the first rebuild: %s records, %s bytes stored (%s per record, as nats counts them).\n",
@@ -383,7 +383,7 @@ func markdown(o options, res *results) string {
 		fmt.Fprintf(&b, "| events per fetch | events/s | time | waiting for fetches | in HandleBatch | record writes per event | CPU (%d cores = %d%%) | CPU per event | other processes' CPU |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n", cores, 100*cores)
 		for _, r := range res.Folds {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.2f | %s | %s | %s |\n", r.foldVariant, num(int(r.rate())), secs(r.Dur), secs(r.Fetch), secs(r.Apply),
-				float64(r.Writes)/float64(max(r.N, 1)), cpuShare(r.CPU, r.Dur), perEvent(r.CPU, r.N), r.Others)
+				float64(r.Writes)/float64(max(r.N, 1)), benchkit.CPUShare(r.CPU, r.Dur), benchkit.PerEvent(r.CPU, r.N), r.Others)
 		}
 	}
 	if len(res.Ingest) > 0 {
@@ -413,11 +413,11 @@ func markdown(o options, res *results) string {
 				state = " (" + w.RebuildState + " at the end)"
 			}
 			fmt.Fprintf(&b, "| %d | %s (%s / %s) | %s (%s / %s) | %.2f | %s/s%s | %s / %s (%s / %s) | %s, %s / %s, %s | %s / %s | %s / %s |\n", rep,
-				num(int(a.rate())), ms(a.P50), ms(a.P99), num(int(w.rate())), ms(w.P50), ms(w.P99), w.rate()/a.rate(),
+				num(int(a.rate())), benchkit.Ms(a.P50), benchkit.Ms(a.P99), num(int(w.rate())), benchkit.Ms(w.P50), benchkit.Ms(w.P99), w.rate()/a.rate(),
 				num(int(rate(int(w.Folded), w.Dur))), state,
 				num(int(rate(int(a.Projected), a.Dur))), num(int(rate(int(w.Projected), w.Dur))), num(int(a.Backlog)), num(int(w.Backlog)),
-				num(int(rate(int(a.Syncs), a.Dur))), ms(a.SyncMean), num(int(rate(int(w.Syncs), w.Dur))), ms(w.SyncMean),
-				cpuShare(a.CPU, a.Dur), cpuShare(w.CPU, w.Dur), a.Others, w.Others)
+				num(int(rate(int(a.Syncs), a.Dur))), benchkit.Ms(a.SyncMean), num(int(rate(int(w.Syncs), w.Dur))), benchkit.Ms(w.SyncMean),
+				benchkit.CPUShare(a.CPU, a.Dur), benchkit.CPUShare(w.CPU, w.Dur), a.Others, w.Others)
 		}
 		if len(pairs) > 0 {
 			ratio := median(with) / median(without)
@@ -459,62 +459,18 @@ func passFail(ok bool) string {
 	return "FAIL"
 }
 
-func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
-
-func perEvent(cpu time.Duration, n int) string {
-	if cpu <= 0 || n <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f µs", float64(cpu)/float64(time.Microsecond)/float64(n))
-}
-
-func cpuShare(cpu, d time.Duration) string {
-	if cpu <= 0 || d <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.0f%%", 100*cpu.Seconds()/d.Seconds())
-}
-
-// machineBusy is the CPU time every process of the machine has used
-// since boot (/proc/stat: all but idle and iowait); 0 without
-// /proc/stat. As bench/history's: the machine here is shared, and a step
-// that shared the cores is slower for it.
-func machineBusy() time.Duration {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0
-	}
-	var ticks int64
-	for i, v := range f[1:] {
-		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is in user
-			continue
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
-}
-
 // others measures the CPU the machine's other processes use.
 type others struct {
 	busy, cpu time.Duration
 	t         time.Time
 }
 
-func startOthers() others { return others{machineBusy(), cpuTime(), time.Now()} }
+func startOthers() others { return others{benchkit.MachineBusy(), cpuTime(), time.Now()} }
 
 // share is the other processes' CPU since o, as "35%" of one core; "-"
 // where it cannot be told.
 func (o others) share() string {
-	busy, cpu, d := machineBusy(), cpuTime(), time.Since(o.t)
+	busy, cpu, d := benchkit.MachineBusy(), cpuTime(), time.Since(o.t)
 	if o.busy <= 0 || busy <= 0 || d <= 0 {
 		return "-"
 	}
