@@ -216,6 +216,9 @@ type Rebuilder interface {
 	// shadow. It is called with the live processor paused, and again at
 	// the next start if a crash interrupted it: it must be idempotent.
 	Takeover(ctx context.Context) error
-	// Discard drops the shadow of a canceled rebuild.
+	// Discard drops the shadow of a canceled or failed rebuild, and of
+	// one that ended (after its end is recorded); it is also called at
+	// start-up when no rebuild is under way, for a shadow a crash left:
+	// it must be idempotent and cheap when there is none.
 	Discard(ctx context.Context) error
 }
