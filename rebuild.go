@@ -9,11 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/admin"
+	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/internal/bytesize"
 	"github.com/orderstore/orderstore/internal/durable"
 	"github.com/orderstore/orderstore/internal/rebuild"
@@ -314,9 +314,7 @@ func (a *Appliance) rebuildBudget(ctx context.Context) error {
 			}
 		}
 	}
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(a.report.StoreDir, &fs); err == nil {
-		free := uint64(fs.Bavail) * uint64(fs.Bsize)
+	if free, err := bootstrap.FreeBytes(a.report.StoreDir); err == nil {
 		if need := recBytes + histBytes; need+uint64(cfg.JetStream.DiskHeadroom) > free {
 			return fmt.Errorf("%w: the shadow needs about %s of disk (the live projection's records and history index), and %s is free of which jetstream.disk_headroom keeps %s; free disk space under %s",
 				ErrRebuildNoRoom, bytesize.Format(int64(need)), bytesize.Format(int64(free)), bytesize.Format(cfg.JetStream.DiskHeadroom), a.report.StoreDir)
