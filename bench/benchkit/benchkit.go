@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -137,4 +138,32 @@ func MachineBusy() time.Duration {
 		ticks += n
 	}
 	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
+}
+
+// Machine describes the machine a bench runs on: CPUs, Go, the embedded
+// nats-server's version (natsVersion), the load average.
+func Machine(natsVersion string) string {
+	return fmt.Sprintf("machine: %d CPUs (GOMAXPROCS %d), %s %s/%s, nats-server %s (embedded), load average %s",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, natsVersion, LoadAvg())
+}
+
+// Command is the command line that repeats this run of the bench at pkg
+// ("./bench/history"), its arguments quoted where a shell needs it.
+func Command(pkg string) string {
+	args := []string{"go", "run", pkg}
+	for _, a := range os.Args[1:] {
+		if strings.ContainsAny(a, " \t\"'$`\\") {
+			a = strconv.Quote(a)
+		}
+		args = append(args, a)
+	}
+	return strings.Join(args, " ")
+}
+
+// PassFail is "PASS" or "FAIL".
+func PassFail(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
 }

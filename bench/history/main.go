@@ -111,7 +111,7 @@ func main() {
 
 func run(ctx context.Context, o options) error {
 	started := time.Now()
-	fmt.Println(machine())
+	fmt.Println(benchkit.Machine(orderstore.NATSServerVersion))
 	sizes, err := lookups(ctx, o)
 	if err != nil {
 		return err
@@ -179,7 +179,7 @@ func lookups(ctx context.Context, o options) ([]*sizeResult, error) {
 
 func markdown(o options, started time.Time, sizes []*sizeResult, procs []procRun) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "bench/history, %s: %s\n\n", started.UTC().Format("2006-01-02"), machine())
+	fmt.Fprintf(&b, "bench/history, %s: %s\n\n", started.UTC().Format("2006-01-02"), benchkit.Machine(orderstore.NATSServerVersion))
 	if len(sizes) > 0 {
 		fmt.Fprintf(&b, "Lookups of %d target orders of %d events each (spread over the whole stream), %s of each kind per stream, one at a time, the streams' appliances running side by side and their lookups interleaved, after %d discarded:\n\n",
 			o.targets, o.perTarget, num(o.lookups), o.warmup)
@@ -200,7 +200,7 @@ func markdown(o options, started time.Time, sizes []*sizeResult, procs []procRun
 				fmt.Fprintf(&b, " %s / %s / %s |", benchkit.Ms(l.P50), benchkit.Ms(l.P99), benchkit.Ms(l.Mean))
 			}
 			ratio := float64(last.Lookups[k].P99) / float64(max(first.Lookups[k].P99, 1))
-			fmt.Fprintf(&b, " **%.2f** %s |\n", ratio, passFail(ratio <= goalP99Ratio))
+			fmt.Fprintf(&b, " **%.2f** %s |\n", ratio, benchkit.PassFail(ratio <= goalP99Ratio))
 		}
 		b.WriteString("\n")
 		for _, s := range sizes {
@@ -219,9 +219,9 @@ func markdown(o options, started time.Time, sizes []*sizeResult, procs []procRun
 		ratio := with / without
 		cw, cwo := median(procs, true, procRun.cpuPerEvent), median(procs, false, procRun.cpuPerEvent)
 		fmt.Fprintf(&b, "\nMedian with the index %s events/s, without %s events/s: with / without **%.2f** (goal >= %.1f) %s. CPU per event (median): %.1f µs with, %.1f µs without (without / with %.2f).\n\n",
-			num(int(with)), num(int(without)), ratio, goalRateRatio, passFail(ratio >= goalRateRatio), cw, cwo, cwo/cw)
+			num(int(with)), num(int(without)), ratio, goalRateRatio, benchkit.PassFail(ratio >= goalRateRatio), cw, cwo, cwo/cw)
 	}
-	fmt.Fprintf(&b, "Reproduce: `%s`\n", command())
+	fmt.Fprintf(&b, "Reproduce: `%s`\n", benchkit.Command("./bench/history"))
 	return b.String()
 }
 
@@ -241,29 +241,6 @@ func median(rs []procRun, index bool, f func(procRun) float64) float64 {
 		return (v[len(v)/2-1] + v[len(v)/2]) / 2
 	}
 	return v[len(v)/2]
-}
-
-func machine() string {
-	return fmt.Sprintf("machine: %d CPUs (GOMAXPROCS %d), %s %s/%s, nats-server %s (embedded), load average %s",
-		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, orderstore.NATSServerVersion, loadavg())
-}
-
-func command() string {
-	args := []string{"go", "run", "./bench/history"}
-	for _, a := range os.Args[1:] {
-		if strings.ContainsAny(a, " \t\"'$`\\") {
-			a = strconv.Quote(a)
-		}
-		args = append(args, a)
-	}
-	return strings.Join(args, " ")
-}
-
-func passFail(ok bool) string {
-	if ok {
-		return "PASS"
-	}
-	return "FAIL"
 }
 
 // short is a stream size as 10k, 1M.

@@ -43,7 +43,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -139,7 +138,7 @@ type results struct {
 }
 
 func run(ctx context.Context, o options) (err error) {
-	res := &results{Started: time.Now(), Machine: machine()}
+	res := &results{Started: time.Now(), Machine: benchkit.Machine(orderstore.NATSServerVersion)}
 	res.LoadAvg[0] = loadavg()
 	fmt.Println(res.Machine)
 	defer func() {
@@ -376,7 +375,7 @@ func markdown(o options, res *results) string {
 	if live := median(liveRates); live > 0 && len(rebuildRates) > 0 {
 		rr, fr := median(rebuildRates), median(foldRates)
 		fmt.Fprintf(&b, "\nRebuild (median, start to done) %s events/s / live processor (median) %s events/s = **%.2f** (goal >= %.1f) **%s**; median of the reps' ratios %.2f; the fold phase alone (median %s events/s) / live = %.2f.\n",
-			num(int(rr)), num(int(live)), rr/live, goalRebuildRatio, passFail(rr/live >= goalRebuildRatio), median(pairs), num(int(fr)), fr/live)
+			num(int(rr)), num(int(live)), rr/live, goalRebuildRatio, benchkit.PassFail(rr/live >= goalRebuildRatio), median(pairs), num(int(fr)), fr/live)
 	}
 	if len(res.Folds) > 0 {
 		fmt.Fprintf(&b, "\nAnalysis: the whole stream folded outside the appliance the way the rebuild folds (an ordered consumer's Fetch, events grouped by order, Projection.HandleBatch into a scratch bucket and history index made like the shadow's), without its checkpoints, dead-letter and replay scans and takeover. Its connection is a client's, whose API requests and acks cross service imports into the stream's account (the appliance's own connections are in that account): compare the variants with each other, not with the rebuild's rate:\n\n")
@@ -422,7 +421,7 @@ func markdown(o options, res *results) string {
 		if len(pairs) > 0 {
 			ratio := median(with) / median(without)
 			fmt.Fprintf(&b, "\nIngest with a rebuild (median %s acked/s) / without (median %s acked/s) = **%.2f** (goal >= %.1f) **%s**; median of the reps' ratios %.2f.\n",
-				num(int(median(with))), num(int(median(without))), ratio, goalIngestRatio, passFail(ratio >= goalIngestRatio), median(pairs))
+				num(int(median(with))), num(int(median(without))), ratio, goalIngestRatio, benchkit.PassFail(ratio >= goalIngestRatio), median(pairs))
 		}
 	}
 	if r := res.Full; r != nil {
@@ -432,31 +431,8 @@ func markdown(o options, res *results) string {
 	if res.Resends > 0 {
 		fmt.Fprintf(&b, "\nProducers' publishes sent again after a 429: %d.\n", res.Resends)
 	}
-	fmt.Fprintf(&b, "\nReproduce: `%s`\n", command())
+	fmt.Fprintf(&b, "\nReproduce: `%s`\n", benchkit.Command("./bench/rebuild"))
 	return b.String()
-}
-
-func machine() string {
-	return fmt.Sprintf("machine: %d CPUs (GOMAXPROCS %d), %s %s/%s, nats-server %s (embedded), load average %s",
-		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, orderstore.NATSServerVersion, loadavg())
-}
-
-func command() string {
-	args := []string{"go", "run", "./bench/rebuild"}
-	for _, a := range os.Args[1:] {
-		if strings.ContainsAny(a, " \t\"'$`\\") {
-			a = strconv.Quote(a)
-		}
-		args = append(args, a)
-	}
-	return strings.Join(args, " ")
-}
-
-func passFail(ok bool) string {
-	if ok {
-		return "PASS"
-	}
-	return "FAIL"
 }
 
 // others measures the CPU the machine's other processes use.
