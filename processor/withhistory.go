@@ -1,0 +1,163 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// WithHistory returns a Handler that applies each event to h and then, once
+// h has applied it, to p: the built-in projection keeps each order's state
+// and its history index beside h's own state, so that an order's events and
+// its state as of any moment can be looked up ([Projection.History],
+// [Projection.AsOf], and [Projection.FoldEvents], which hands each event to
+// a fold of h's own code) while h stays the logic that runs. The appliance
+// wraps a custom Processor.Handler this way on its own.
+//
+// h decides: an event h fails (or calls poison) is retried (or
+// dead-lettered) and never indexed; an event h applied is indexed, and if
+// the index's write fails the event is retried (h must be idempotent on
+// ev.Sequence, as every Handler). What p records is therefore a subset of
+// what h applied, and it answers [AppliedChecker] for h where h cannot.
+//
+// Before an event whose deliveries ran out is dead-lettered, h's own
+// [Withholder] (or else [AppliedChecker]) is asked, as the processor asks
+// any handler; with neither, an event counts as applied only if p indexed
+// it, and p withholds it (a later delivery is then indexed as a dead
+// letter, not as applied). The guarantee that an event is never both
+// applied and a dead letter is h's own: it holds as far as h implements
+// [Withholder].
+func WithHistory(h Handler, p *Projection) Handler {
+	return &withHistory{h: h, p: p}
+}
+
+type withHistory struct {
+	h Handler
+	p *Projection
+}
+
+// Unwrap returns the handler that runs: the one WithHistory was given.
+func (w *withHistory) Unwrap() Handler { return w.h }
+
+// Projection returns the projection that keeps the history index.
+func (w *withHistory) Projection() *Projection { return w.p }
+
+func (w *withHistory) Handle(ctx context.Context, ev Event) error {
+	return w.HandleBatch(ctx, [][]Event{{ev}})[0][0]
+}
+
+// HandleBatch runs h on the batch (its own HandleBatch if it has one, else
+// each event in turn, each order's in stream order), then indexes the
+// events h applied.
+func (w *withHistory) HandleBatch(ctx context.Context, orders [][]Event) [][]error {
+	var res [][]error
+	if bh, ok := w.h.(BatchHandler); ok {
+		res = bh.HandleBatch(ctx, orders)
+		if len(res) != len(orders) {
+			return failEach(orders, fmt.Errorf("handler returned %d results for %d orders", len(res), len(orders)))
+		}
+		for i := range res {
+			if len(res[i]) != len(orders[i]) {
+				return failEach(orders, fmt.Errorf("handler returned %d results for %d events", len(res[i]), len(orders[i])))
+			}
+		}
+	} else {
+		res = make([][]error, len(orders))
+		for i, evs := range orders {
+			res[i] = make([]error, len(evs))
+			for j, ev := range evs {
+				if ctx.Err() != nil {
+					res[i][j] = ctx.Err()
+					continue
+				}
+				res[i][j] = safeHandle(ctx, w.h, ev) // a panic fails its event only
+			}
+		}
+	}
+	// The events h applied, by order, for the projection; where each came
+	// from.
+	var index [][]Event
+	var from [][][2]int
+	for i, evs := range orders {
+		var applied []Event
+		var at [][2]int
+		for j, ev := range evs {
+			if res[i][j] == nil || errors.Is(res[i][j], ErrDuplicate) {
+				applied = append(applied, ev)
+				at = append(at, [2]int{i, j})
+			}
+		}
+		if len(applied) > 0 {
+			index, from = append(index, applied), append(from, at)
+		}
+	}
+	if len(index) == 0 {
+		return res
+	}
+	pres := w.p.HandleBatch(ctx, index)
+	for k := range index {
+		for m, at := range from[k] {
+			perr := pres[k][m]
+			switch {
+			case perr == nil:
+				res[at[0]][at[1]] = nil // new to the index: applied
+			case errors.Is(perr, ErrDuplicate):
+				// Indexed before: h's answer stands.
+			default:
+				res[at[0]][at[1]] = fmt.Errorf("history index: %w", perr)
+			}
+		}
+	}
+	return res
+}
+
+func failEach(orders [][]Event, err error) [][]error {
+	out := make([][]error, len(orders))
+	for i, evs := range orders {
+		out[i] = fill(make([]error, len(evs)), err)
+	}
+	return out
+}
+
+// Withhold asks h (a [Withholder], else an [AppliedChecker]); with
+// neither, p withholds it (what p indexed answers). An event h applied is
+// indexed before the answer, so that the history lists it.
+func (w *withHistory) Withhold(ctx context.Context, ev Event) (bool, error) {
+	var applied bool
+	var err error
+	switch h := w.h.(type) {
+	case Withholder:
+		applied, err = h.Withhold(ctx, ev)
+	case AppliedChecker:
+		applied, err = h.Applied(ctx, ev)
+	default:
+		// p's record decides, by compare-and-set: a later delivery h
+		// applies is then refused by the index and dead-lettered too.
+		return w.p.Withhold(ctx, ev)
+	}
+	if err != nil || !applied {
+		return applied, err
+	}
+	return true, w.index(ctx, ev)
+}
+
+// Applied asks h (an [AppliedChecker]); without it, what p indexed
+// answers (p indexes only what h applied).
+func (w *withHistory) Applied(ctx context.Context, ev Event) (bool, error) {
+	ac, ok := w.h.(AppliedChecker)
+	if !ok {
+		return w.p.Applied(ctx, ev)
+	}
+	applied, err := ac.Applied(ctx, ev)
+	if err != nil || !applied {
+		return applied, err
+	}
+	return true, w.index(ctx, ev)
+}
+
+func (w *withHistory) index(ctx context.Context, ev Event) error {
+	if err := w.p.Handle(ctx, ev); err != nil && !errors.Is(err, ErrDuplicate) {
+		return fmt.Errorf("history index: %w", err)
+	}
+	return nil
+}
