@@ -196,7 +196,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 			return nil, fmt.Errorf("start: processor: %w", ctx.Err())
 		}
 	}
-	if cfg.historyMaxBytes() == 0 && cfg.Processor.Handler == nil {
+	if cfg.historyMaxBytes() == 0 {
 		log.Warn("no history index: jetstream.max_file_store leaves no room for it next to the stream, the dead letters and the projection; an order's events and its state as of a moment cannot be looked up (raise max_file_store and set processor.history_max_bytes)")
 	}
 	log.Info("orderstore ready", "client_url", a.clientURLForLog(), "admin", a.AdminAddr(), "store_dir", a.report.StoreDir)
@@ -228,7 +228,7 @@ func (a *Appliance) openStore(context.Context) error {
 		interval = cfg.JetStream.SyncInterval
 	}
 	a.rc = &recovery.Check{Dir: storedir.Dir(rep.StoreDir), Account: StreamAccount, Spec: cfg.DeclareSpec(), Log: a.log,
-		Retry: a.clusterRetry, Unclean: a.unclean, SyncInterval: interval, BuiltinProjection: cfg.Processor.Handler == nil}
+		Retry: a.clusterRetry, Unclean: a.unclean, SyncInterval: interval, BuiltinProjection: cfg.Processor.Handler == nil || cfg.historyMaxBytes() > 0}
 	for _, w := range rep.Warnings {
 		log.Warn("preflight", "warning", w)
 	}
@@ -658,10 +658,17 @@ func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 	if !cfg.Processor.Enabled {
 		return nil
 	}
-	var h processor.Handler = cfg.Processor.Handler
-	if h == nil {
-		if h, err = NewProjection(ctx, a.pjs, cfg); err != nil {
-			return err
+	// The built-in projection; or a custom handler, with the projection
+	// beside it keeping the history index when there is room for one.
+	proj, err := NewProjection(ctx, a.pjs, cfg)
+	if err != nil {
+		return err
+	}
+	var h processor.Handler = proj
+	if cfg.Processor.Handler != nil {
+		h = cfg.Processor.Handler
+		if cfg.historyMaxBytes() > 0 {
+			h = processor.WithHistory(h, proj)
 		}
 	}
 	pc := cfg.ProcessorConfig(h)
@@ -683,9 +690,7 @@ func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 		// their events are acked, so the consumer's ack floor is never
 		// ahead of the projection after a power cut.
 		pc.Sync = a.commit.SyncLazy
-		if proj, ok := h.(*processor.Projection); ok {
-			proj.SetHistorySync(a.commit.SyncLazy)
-		}
+		proj.SetHistorySync(a.commit.SyncLazy)
 	}
 	proc, err := processor.New(a.pjs, pc)
 	if err != nil {

@@ -329,10 +329,14 @@ type ProcessorConfig struct {
 	// Stream.MaxBytes + DeadLetterMaxBytes + ProjectionMaxBytes +
 	// HistoryMaxBytes must fit in JetStream.MaxFileStore.
 	HistoryMaxBytes int64
-	// Handler, when set, runs instead of the built-in projection, with the
-	// same delivery, retry, dead-letter and shutdown machinery (a program
-	// embedding orderstore with its own logic). Nil runs the projection of
-	// [NewProjection]. It has no TOML key.
+	// Handler, when set, runs your logic instead of the built-in projection,
+	// with the same delivery, retry, dead-letter and shutdown machinery (a
+	// program embedding orderstore with its own logic). The projection
+	// still runs beside it, after it, for the events it applied
+	// ([processor.WithHistory]), so that an order's history and its state
+	// as of a moment can be looked up (unless max_file_store leaves no room
+	// for the history index). Nil runs the projection of [NewProjection]
+	// alone. It has no TOML key.
 	Handler processor.Handler
 }
 

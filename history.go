@@ -32,8 +32,9 @@ type (
 var ErrNotRetained = processor.ErrNotRetained
 
 // ErrNoHistory is matched by the history calls' error when the appliance
-// keeps no history index: a custom Processor.Handler replaces the
-// projection that keeps it.
+// keeps no history index: jetstream.max_file_store leaves no room for it.
+// (A custom Processor.Handler gets the index too: the projection runs
+// beside it, see processor.WithHistory.)
 var ErrNoHistory = processor.ErrNoHistory
 
 // historyStream is the stream the projection folds (a hub's aggregate),
@@ -131,9 +132,6 @@ func (a *Appliance) FoldOrderEvents(ctx context.Context, id string, point AsOf, 
 }
 
 func (a *Appliance) historyReady(id string) error {
-	if a.cfg.Processor.Handler != nil {
-		return fmt.Errorf("order %q: %w: a custom Processor.Handler replaces the projection that keeps it", id, ErrNoHistory)
-	}
 	if a.cfg.historyMaxBytes() == 0 {
 		return fmt.Errorf("order %q: %w: jetstream.max_file_store leaves no room for it next to the stream, the dead letters and the projection (raise max_file_store and set processor.history_max_bytes)", id, ErrNoHistory)
 	}

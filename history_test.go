@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -224,4 +226,109 @@ func TestNoRoomForTheHistoryIndex(t *testing.T) {
 	if _, err := js.Stream(ctx, "KV_ORDERS_HISTORY"); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Errorf("the index's stream: %v, want none", err)
 	}
+}
+
+// countingFold is a library user's own handler: how many events of each
+// order it applied, and which.
+type countingFold struct {
+	mu   sync.Mutex
+	seqs map[string][]uint64
+}
+
+func (h *countingFold) Handle(_ context.Context, ev processor.Event) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if slices.Contains(h.seqs[ev.OrderID], ev.Sequence) {
+		return processor.ErrDuplicate
+	}
+	h.seqs[ev.OrderID] = append(h.seqs[ev.OrderID], ev.Sequence)
+	return nil
+}
+
+// A custom Processor.Handler gets an order's history and its state as of
+// a moment, through the library and HTTP: the projection runs beside it
+// and keeps the index (it used to answer ErrNoHistory). The history lists
+// what the handler applied; FoldOrderEvents hands the handler's own fold
+// the same events; a restart keeps it all.
+func TestHistoryWithACustomHandler(t *testing.T) {
+	store := t.TempDir()
+	h := &countingFold{seqs: map[string][]uint64{}}
+	cfgFn := func(c *orderstore.Config) {
+		c.JetStream.StoreDir = store
+		c.Admin.Listen = "127.0.0.1:0"
+		c.Processor.Handler = h
+	}
+	app := orderstoretest.Start(t, cfgFn)
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, app)
+	for i := range 120 {
+		body := fmt.Sprintf(`{"order_id":"c-%d","status":"s-%d"}`, i%3, i)
+		if _, err := js.Publish(ctx, "orders.paid", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	embeddedtest.WaitFor(t, 60*time.Second, func() error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if n := len(h.seqs["c-0"]) + len(h.seqs["c-1"]) + len(h.seqs["c-2"]); n != 120 {
+			return fmt.Errorf("the handler applied %d of 120", n)
+		}
+		return nil
+	})
+	want := historyOracle(t, js)
+	check := func(app *orderstore.Appliance) {
+		t.Helper()
+		embeddedtest.WaitFor(t, 30*time.Second, func() error {
+			l, err := app.Lag(ctx)
+			if err != nil {
+				return err
+			}
+			if l.Pending+uint64(l.AckPending) != 0 {
+				return fmt.Errorf("lag %+v", l)
+			}
+			return nil
+		})
+		for id, evs := range want {
+			page, err := app.OrderEvents(ctx, id, 0, 1000)
+			if err != nil {
+				t.Fatalf("history of %s: %v", id, err)
+			}
+			var got []uint64
+			for _, e := range page.Events {
+				got = append(got, e.Sequence)
+			}
+			h.mu.Lock()
+			applied := slices.Sorted(slices.Values(h.seqs[id]))
+			h.mu.Unlock()
+			if !slices.Equal(got, applied) || len(got) != len(evs) {
+				t.Fatalf("history of %s lists %v; the handler applied %v; the stream holds %d", id, got, applied, len(evs))
+			}
+			mid := evs[len(evs)/2]
+			st, err := app.OrderAsOf(ctx, id, orderstore.AsOf{Seq: mid.Seq})
+			if err != nil {
+				t.Fatalf("%s as of %d: %v", id, mid.Seq, err)
+			}
+			if w := testkit.FoldOrder(id, evs[:len(evs)/2+1]); st.Order.Status != w.Status || st.Order.Events != w.Events || !st.Complete {
+				t.Errorf("%s as of %d: %+v, the fold %+v", id, mid.Seq, st, w)
+			}
+			// The handler's own fold of the same events: its count.
+			n := 0
+			if _, err := app.FoldOrderEvents(ctx, id, orderstore.AsOf{Seq: mid.Seq}, func(processor.Event) error { n++; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if n != len(evs)/2+1 {
+				t.Errorf("%s: the handler's fold up to %d got %d events, want %d", id, mid.Seq, n, len(evs)/2+1)
+			}
+			var httpPage struct{ Total int }
+			if code := adminJSON(t, app, "/v1/orders/"+id+"/events", &httpPage); code != 200 || httpPage.Total != len(evs) {
+				t.Errorf("GET /v1/orders/%s/events: %d, total %d, want 200 and %d", id, code, httpPage.Total, len(evs))
+			}
+		}
+	}
+	check(app)
+	if err := app.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	app = orderstoretest.Start(t, cfgFn)
+	check(app)
 }
