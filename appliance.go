@@ -27,6 +27,7 @@ import (
 	"github.com/orderstore/orderstore/internal/edgehub"
 	"github.com/orderstore/orderstore/internal/hint"
 	"github.com/orderstore/orderstore/internal/ingest"
+	"github.com/orderstore/orderstore/internal/natsconf"
 	"github.com/orderstore/orderstore/internal/natsrun"
 	"github.com/orderstore/orderstore/internal/rebuild"
 	"github.com/orderstore/orderstore/internal/recovery"
@@ -70,7 +71,7 @@ type Appliance struct {
 
 	nats      *natsrun.Server               // the embedded server (the store guard may replace it)
 	monitored atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
-	id        *internalIdentity             // how orderstore's own connections sign in
+	id        *natsconf.Identity            // how orderstore's own connections sign in
 	epoch     string                        // this run's EpochHeader value
 	dupName   atomic.Pointer[string]        // nats' log line about another node with this node's name
 	guard     *natsrun.StoreGuard
@@ -289,7 +290,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 		return withHint(fmt.Errorf("admin listener %s: %w", cfg.Admin.Listen, err),
 			fmt.Sprintf("another process listens on %s; stop it or set admin.listen (\"\" disables the admin listener)", cfg.Admin.Listen))
 	}
-	tcfg, err := loadTLS("admin.tls", cfg.Admin.TLS, false)
+	tcfg, err := natsconf.LoadTLS("admin.tls", cfg.Admin.TLS, false)
 	if err != nil {
 		ln.Close()
 		return err
@@ -398,7 +399,7 @@ func (a *Appliance) startCommitter(context.Context) error {
 // startNATS starts the embedded server, watched: when it stops on its
 // own, or switches JetStream off, the appliance fails.
 func (a *Appliance) startNATS(ctx context.Context) error {
-	id, err := newInternalIdentity()
+	id, err := natsconf.NewIdentity()
 	if err != nil {
 		return err
 	}
@@ -451,10 +452,10 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 // connectInternal opens the internal connection (declare, the admin API,
 // lookups) and the processor's.
 func (a *Appliance) connectInternal(context.Context) (err error) {
-	if a.internal, a.js, err = a.connect("orderstore-internal", internalInboxPrefix); err != nil {
+	if a.internal, a.js, err = a.connect("orderstore-internal", natsconf.InternalInbox); err != nil {
 		return err
 	}
-	a.processor, a.pjs, err = a.connect("orderstore-processor", internalInboxPrefix)
+	a.processor, a.pjs, err = a.connect("orderstore-processor", natsconf.InternalInbox)
 	return err
 }
 
@@ -520,7 +521,7 @@ func (a *Appliance) connect(name, inbox string) (conn, jetstream.JetStream, erro
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info("internal connection reconnected") }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("internal connection", "err", err) }),
 	}
-	opts = append(opts, a.id.options(inbox)...)
+	opts = append(opts, a.id.Options(inbox)...)
 	nc, err := nats.Connect("", opts...)
 	if err != nil {
 		return conn{}, nil, fmt.Errorf("connect in-process (%s): %w", name, err)
@@ -720,7 +721,7 @@ func (a *Appliance) startHubWatch(context.Context) (err error) {
 	if !a.cfg.Hub.Enabled() {
 		return nil
 	}
-	if a.hubwatch, _, err = a.connect("orderstore-hubwatch", hubWatchInboxPrefix); err != nil {
+	if a.hubwatch, _, err = a.connect("orderstore-hubwatch", natsconf.HubWatchInbox); err != nil {
 		return err
 	}
 	syncMeta := func(context.Context) error { return nil }
@@ -737,7 +738,7 @@ func (a *Appliance) startHubWatch(context.Context) (err error) {
 // startDurableGuard answers clients' requests on the processor's durable
 // (and a hub's aggregate consumer): they are orderstore's alone.
 func (a *Appliance) startDurableGuard(context.Context) (err error) {
-	s, d, ok := a.cfg.protectedConsumers()
+	s, d, ok := a.cfg.natsInput().ProtectedConsumers()
 	if !ok {
 		return nil
 	}
@@ -754,7 +755,7 @@ func (a *Appliance) startDurableGuard(context.Context) (err error) {
 // publish it took (at most 10 s; what is left gets a 503 "may or may not
 // be stored").
 func (a *Appliance) startIngest(context.Context) (err error) {
-	if a.ingest, _, err = a.connect("orderstore-ingest", internalInboxPrefix); err != nil {
+	if a.ingest, _, err = a.connect("orderstore-ingest", natsconf.InternalInbox); err != nil {
 		return err
 	}
 	if a.ing, err = ingest.Start(a.ingest.Conn, a.ingestConfig(), a.log.With("component", "ingest")); err != nil {

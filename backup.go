@@ -22,6 +22,7 @@ import (
 	"github.com/orderstore/orderstore/embedded"
 
 	"github.com/orderstore/orderstore/internal/durable"
+	"github.com/orderstore/orderstore/internal/natsconf"
 	"github.com/orderstore/orderstore/internal/storedir"
 )
 
@@ -278,7 +279,7 @@ func Restore(ctx context.Context, cfg Config, dir string, progress func(BackupPr
 				"restore into an empty jetstream.store_dir (move the old one away first)")
 		}
 	}
-	id, err := newInternalIdentity()
+	id, err := natsconf.NewIdentity()
 	if err != nil {
 		return nil, err
 	}
@@ -304,7 +305,7 @@ func Restore(ctx context.Context, cfg Config, dir string, progress func(BackupPr
 		return nil, err
 	}
 	defer srv.Close()
-	nc, err := nats.Connect(srv.ClientURL(), id.options(internalInboxPrefix)...)
+	nc, err := nats.Connect(srv.ClientURL(), id.Options(natsconf.InternalInbox)...)
 	if err != nil {
 		return nil, err
 	}

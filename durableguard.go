@@ -10,11 +10,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/orderstore/orderstore/internal/ingest"
+	"github.com/orderstore/orderstore/internal/natsconf"
 )
 
 // durableGuard answers every client request on orderstore's own consumer
 // (the processor's durable; on a hub, its aggregate stream's), which the
-// client accounts' subject mappings send here (Config.guardMappings):
+// client accounts' subject mappings send here (natsconf: guardMappings):
 // such a client would take events from the processor, and the projection
 // would silently miss them. It gets a JetStream API error that says why and
 // how to make a consumer of its own; an ack is dropped and counted.
@@ -35,7 +36,7 @@ func startDurableGuard(nc *nats.Conn, stream, durable string, log *slog.Logger) 
 	g := &durableGuard{log: log, why: ingest.APIError(403, 10077, desc),
 		next: nats.Header{"Status": {"409"}, "Description": {desc}}}
 	var err error
-	if g.sub, err = nc.Subscribe(strings.TrimSuffix(guardPrefix, ".")+".>", g.on); err != nil {
+	if g.sub, err = nc.Subscribe(strings.TrimSuffix(natsconf.GuardPrefix, ".")+".>", g.on); err != nil {
 		return nil, fmt.Errorf("durable guard: %w", err)
 	}
 	return g, nil
@@ -43,7 +44,7 @@ func startDurableGuard(nc *nats.Conn, stream, durable string, log *slog.Logger) 
 
 func (g *durableGuard) on(m *nats.Msg) {
 	g.refused.Add(1)
-	verb, _, _ := strings.Cut(strings.TrimPrefix(m.Subject, guardPrefix), ".")
+	verb, _, _ := strings.Cut(strings.TrimPrefix(m.Subject, natsconf.GuardPrefix), ".")
 	if now := time.Now().UnixNano(); now-g.lastWarn.Load() > int64(10*time.Second) {
 		g.lastWarn.Store(now)
 		g.log.Warn("a client tried to use orderstore's own consumer: refused", "verb", verb, "refused_so_far", g.refused.Load())

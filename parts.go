@@ -14,6 +14,7 @@ import (
 	"github.com/orderstore/orderstore/processor"
 
 	"github.com/orderstore/orderstore/internal/ingest"
+	"github.com/orderstore/orderstore/internal/natsconf"
 )
 
 // internalConns are orderstore's own in-process connections (a hub has
@@ -24,9 +25,10 @@ const internalConns = 3
 // hubWatchConns is the hub watcher's connection.
 const hubWatchConns = 1
 
-// embeddedConfig is the embedded server for c: the account layout of
-// [Config.accounts] with id as orderstore's own user, TLS, limits.
-func (c Config) embeddedConfig(logger *slog.Logger, id *internalIdentity) (embedded.Config, error) {
+// embeddedConfig is the embedded server for c: its limits, and the
+// accounts, users, cluster, leaf node and TLS options internal/natsconf
+// makes of c, with id as orderstore's own user.
+func (c Config) embeddedConfig(logger *slog.Logger, id *natsconf.Identity) (embedded.Config, error) {
 	ec := embedded.Config{
 		StoreDir:   c.JetStream.StoreDir,
 		Host:       c.Server.Host,
@@ -48,17 +50,8 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *internalIdentity) (embed
 		// max_connections slot that long, not nats' default 2s.
 		AuthTimeout: time.Second,
 	}
-	var err error
-	if ec.Accounts, ec.Users, ec.NoAuthUser, err = c.accounts(id); err != nil {
-		return ec, err
-	}
-	if err := c.scaleOut(&ec); err != nil {
-		return ec, err
-	}
-	if ec.TLS, err = loadTLS("server.tls", c.Server.TLS, false); err != nil {
-		return ec, err
-	}
-	return ec, nil
+	err := c.natsInput().Apply(&ec, id)
+	return ec, err
 }
 
 func (c Config) preflightConfig() bootstrap.PreflightConfig {

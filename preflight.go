@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/internal/natsconf"
 	"github.com/orderstore/orderstore/internal/storedir"
 )
 
@@ -33,10 +34,10 @@ func Preflight(cfg Config) (PreflightReport, error) {
 	if err := cfg.Validate(); err != nil {
 		return PreflightReport{}, err
 	}
-	if _, err := loadTLS("server.tls", cfg.Server.TLS, false); err != nil {
+	if _, err := natsconf.LoadTLS("server.tls", cfg.Server.TLS, false); err != nil {
 		return PreflightReport{}, err
 	}
-	if _, err := loadTLS("admin.tls", cfg.Admin.TLS, false); err != nil {
+	if _, err := natsconf.LoadTLS("admin.tls", cfg.Admin.TLS, false); err != nil {
 		return PreflightReport{}, err
 	}
 	lock, rep, err := bootstrap.Preflight(cfg.preflightConfig())

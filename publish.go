@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/internal/ingest"
+	"github.com/orderstore/orderstore/internal/natsconf"
 )
 
 // EpochHeader names the run of the node that stored the event: a new
@@ -44,32 +45,14 @@ func (c Config) ingestNodePrefix() string {
 	return b.String()
 }
 
-// ingestSubjectFor is where account's publishes on subject reach the
-// ingest service: each account's import has subjects of its own, so that
-// the service knows whose publish it takes from the subject alone and can
-// pause one account's publishes without touching another's.
+// ingestSubjectFor is where account's publishes on subject reach this
+// node's ingest service (natsconf.IngestSubject).
 func (c Config) ingestSubjectFor(account, subject string) string {
-	return c.ingestNodePrefix() + account + "." + subject
-}
-
-// ingestAccounts are the accounts whose publishes the ingest service
-// takes: the client accounts that import the stream's subjects, and
-// orderstore's own (HTTP ingest, dead-letter replays).
-func (c Config) ingestAccounts() []string {
-	accts := []string{StreamAccount}
-	if len(c.Server.Users) == 0 {
-		return append(accts, AnonymousAccount)
-	}
-	for i, u := range c.Server.Users {
-		if u.Role != RoleReader {
-			accts = append(accts, userAccount(i, u.Name))
-		}
-	}
-	return accts
+	return natsconf.IngestSubject(c.ingestNodePrefix(), account, subject)
 }
 
 func (a *Appliance) ingestConfig() ingest.Config {
-	ic := ingest.Config{Inbox: internalInboxPrefix, Subjects: a.cfg.Stream.Subjects, Prefix: a.cfg.ingestNodePrefix(), Accounts: a.cfg.ingestAccounts(), Stream: a.cfg.Stream.Name, MaxEvent: int(a.cfg.Stream.MaxMsgSize),
+	ic := ingest.Config{Inbox: natsconf.InternalInbox, Subjects: a.cfg.Stream.Subjects, Prefix: a.cfg.ingestNodePrefix(), Accounts: a.cfg.natsInput().IngestAccounts(), Stream: a.cfg.Stream.Name, MaxEvent: int(a.cfg.Stream.MaxMsgSize),
 		Epoch: a.epoch, Stats: &ingest.Stats{}}
 	if a.cfg.JetStream.Domain != "" {
 		ic.Scope = a.cfg.JetStream.Domain + "/"

@@ -23,7 +23,7 @@ import (
 	"github.com/orderstore/orderstore/orderstoretest"
 )
 
-// subjectRow is one row of the internal subjects table (subjects.go) as
+// subjectRow is one row of the internal subjects table (internal/natsconf/subjects.go) as
 // this test expects it, written out again here so that a change of the
 // product's table shows up as a change of behaviour: Pattern as
 // StreamAccount sees it, and Subject, a concrete subject it matches.

@@ -1,0 +1,214 @@
+package natsconf
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"github.com/orderstore/orderstore/embedded"
+)
+
+// StreamAccount is the NATS account that holds orderstore's streams,
+// consumers and bucket (in store_dir/jetstream/ORDERSTORE). Only
+// orderstore's own connections live in it, and, when no users are
+// configured, anonymous loopback clients. Every configured user has an
+// account of its own that imports what its role allows from here.
+const StreamAccount = "ORDERSTORE"
+
+// Names of orderstore's own users; a configured user may not take them.
+const (
+	internalUser  = "orderstore-internal"
+	anonymousUser = "orderstore-anonymous"
+)
+
+// AnonymousAccount is where anonymous loopback clients land when no users
+// are configured and durability is "group-commit": outside StreamAccount,
+// so that their publishes reach the stream only through the ingest
+// service. (In the other modes they land in StreamAccount.)
+const AnonymousAccount = "ANONYMOUS"
+
+// InternalInbox is the inbox prefix of orderstore's own connections:
+// an anonymous loopback client (the one other client in StreamAccount) is
+// refused subscriptions on it, so the processor's deliveries and the
+// projection's reads stay private.
+const InternalInbox = "_INBOX_ORDERSTORE"
+
+func ReservedUser(name string) bool {
+	return name == internalUser || name == anonymousUser
+}
+
+// Identity is how orderstore's own connections sign in: a fresh
+// user nkey per start, held in memory only. An nkey rather than a password
+// keeps nats' "plaintext passwords detected" warning for the operator's own
+// passwords.
+type Identity struct {
+	kp  nkeys.KeyPair
+	pub string
+}
+
+func NewIdentity() (*Identity, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, fmt.Errorf("internal nkey: %w", err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("internal nkey: %w", err)
+	}
+	return &Identity{kp: kp, pub: pub}, nil
+}
+
+func (id *Identity) Options(inbox string) []nats.Option {
+	return []nats.Option{
+		nats.Nkey(id.pub, func(nonce []byte) ([]byte, error) { return id.kp.Sign(nonce) }),
+		nats.CustomInboxPrefix(inbox),
+	}
+}
+
+// accounts is the account layout of the security section of README.md:
+// StreamAccount with JetStream and orderstore's own user, the system
+// account's read-only server requests, and one account per configured user
+// (or, with no users, ANONYMOUS for loopback clients) importing what its
+// role allows from here. Exports, imports and the durable guard's mappings
+// all come from the internal subjects table (subjects.go).
+func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []embedded.User, noAuthUser string, err error) {
+	stream := embedded.Account{Name: StreamAccount, JetStream: true, Exports: in.streamAccountExports()}
+	sys := embedded.Account{Name: "SYS"}
+	for _, e := range sysReadOnly {
+		sys.Exports = append(sys.Exports, embedded.Export{Subject: e, Streamed: true})
+	}
+	accounts = []embedded.Account{stream, sys}
+	users = []embedded.User{{Name: internalUser, Nkey: id.pub, Account: StreamAccount}}
+	client := func(name, role string) embedded.Account {
+		acc := embedded.Account{Name: name, Imports: in.roleImports(role, name)}
+		if role == RoleAdmin || role == RoleReader {
+			acc.Mappings = in.guardMappings()
+		}
+		if role == RoleAdmin {
+			for _, s := range sysReadOnly {
+				acc.Imports = append(acc.Imports, embedded.Import{Account: "SYS", Subject: s})
+			}
+		}
+		return acc
+	}
+
+	if len(in.Users) == 0 {
+		// Anonymous loopback clients (Validate refuses them elsewhere)
+		// land in an account of their own with an admin's imports, so
+		// that their publishes reach the stream only through the ingest
+		// service and orderstore's own consumers only through the guard.
+		// The no-auth user is an nkey whose seed is thrown away: nats
+		// skips the signature only for the no-auth user, so nobody can
+		// sign in as it, and no plaintext password is configured.
+		anon, aerr := NewIdentity()
+		if aerr != nil {
+			return nil, nil, "", aerr
+		}
+		accounts = append(accounts, client(AnonymousAccount, RoleAdmin))
+		users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: AnonymousAccount,
+			PublishDeny: in.guardDenies()})
+		return accounts, users, anon.pub, nil
+	}
+
+	for i, u := range in.Users {
+		role := u.Role
+		if role != RoleProducer && role != RoleReader {
+			role = RoleAdmin // RoleAdmin, or explicit lists on top of the admin's imports
+		}
+		acc := client(userAccount(i, u.Name), role)
+		eu := embedded.User{Name: u.Name, Password: u.Password, Nkey: u.Nkey, Account: acc.Name,
+			Publish: u.Publish, Subscribe: u.Subscribe, PublishDeny: u.PublishDeny, SubscribeDeny: u.SubscribeDeny}
+		switch u.Role {
+		case RoleProducer:
+			eu.Publish = append([]string(nil), in.Subjects...)
+			eu.Subscribe = []string{"_INBOX.>"}
+		case RoleReader:
+			eu.Publish, eu.PublishDeny = in.readerPermissions()
+		default:
+			eu.PublishDeny = append(eu.PublishDeny, in.guardDenies()...)
+		}
+		accounts = append(accounts, acc)
+		users = append(users, eu)
+	}
+	return accounts, users, "", nil
+}
+
+// sysReadOnly are the system account's requests an admin may make: the
+// server pings `nats server info/report/list` send, and the monitoring
+// requests of one server. Kicking clients, lame-duck mode and reloads stay
+// with the system user.
+var sysReadOnly = []string{
+	"$SYS.REQ.SERVER.PING",
+	"$SYS.REQ.SERVER.PING.*",
+	"$SYS.REQ.SERVER.*.VARZ", "$SYS.REQ.SERVER.*.CONNZ", "$SYS.REQ.SERVER.*.SUBSZ",
+	"$SYS.REQ.SERVER.*.ROUTEZ", "$SYS.REQ.SERVER.*.GATEWAYZ", "$SYS.REQ.SERVER.*.LEAFZ",
+	"$SYS.REQ.SERVER.*.ACCOUNTZ", "$SYS.REQ.SERVER.*.JSZ", "$SYS.REQ.SERVER.*.HEALTHZ",
+	"$SYS.REQ.SERVER.*.STATSZ", "$SYS.REQ.SERVER.*.IDZ", "$SYS.REQ.SERVER.*.RAFTZ",
+}
+
+// readerPermissions lets a reader look and read, never change: stream and
+// consumer info, message gets, its own consumers (create, fetch, ack,
+// delete), and nothing on the processor's consumer but its info.
+func (in Input) readerPermissions() (allow, deny []string) {
+	allow = []string{
+		"$JS.API.INFO",
+		"$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST", "$JS.API.STREAM.INFO.*",
+		"$JS.API.STREAM.MSG.GET.*", "$JS.API.DIRECT.GET.>",
+		"$JS.API.CONSUMER.CREATE.>", "$JS.API.CONSUMER.DURABLE.CREATE.>",
+		"$JS.API.CONSUMER.INFO.>", "$JS.API.CONSUMER.NAMES.*", "$JS.API.CONSUMER.LIST.*",
+		"$JS.API.CONSUMER.MSG.NEXT.>", "$JS.API.CONSUMER.DELETE.>",
+		"$JS.ACK.>",
+		// What the durable guard's mappings make of the requests below.
+		GuardPrefix + ">",
+	}
+	s, d := in.Stream, in.Durable
+	deny = []string{
+		// The subject-less create takes the consumer's name from the
+		// request body, where no permission can see it.
+		"$JS.API.CONSUMER.CREATE." + s,
+		"$JS.API.CONSUMER.CREATE." + s + "." + d, "$JS.API.CONSUMER.CREATE." + s + "." + d + ".>",
+		"$JS.API.CONSUMER.DURABLE.CREATE." + s + "." + d,
+		"$JS.API.CONSUMER.DELETE." + s + "." + d,
+		"$JS.API.CONSUMER.MSG.NEXT." + s + "." + d,
+		// Both ack subject formats nats-server 2.15 listens on: the
+		// classic one and "$JS.ACK.<domain>.<account hash>.<stream>.
+		// <consumer>...", where a "+NXT" is also a pull request.
+		"$JS.ACK." + s + "." + d + ".>",
+		"$JS.ACK.*.*." + s + "." + d + ".>",
+	}
+	return allow, deny
+}
+
+// userAccount names user i's account: "USER<i>_" and the name's letters,
+// digits, '_' and '-' (what /connz and `nats server report` show).
+func userAccount(i int, name string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "USER%d_", i+1)
+	for _, r := range name {
+		if b.Len() >= 64 {
+			break
+		}
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// IngestAccounts are the accounts whose publishes the ingest service
+// takes: the client accounts that import the stream's subjects, and
+// orderstore's own (HTTP ingest, dead-letter replays).
+func (in Input) IngestAccounts() []string {
+	accts := []string{StreamAccount}
+	if len(in.Users) == 0 {
+		return append(accts, AnonymousAccount)
+	}
+	for i, u := range in.Users {
+		if u.Role != RoleReader {
+			accts = append(accts, userAccount(i, u.Name))
+		}
+	}
+	return accts
+}

@@ -1,0 +1,209 @@
+package natsconf
+
+import (
+	"github.com/orderstore/orderstore/embedded"
+)
+
+// The internal subjects: every subject orderstore's own parts use, in one
+// table. Every account export and import (accounts.go), every role's
+// permissions, the hub's leaf listener permissions and the edges' leaf
+// deny lists (scaleout.go) are derived from it, and the principals test
+// (the root package's subjects_test.go) tries each row as every principal.
+//
+// A row names who may use the subject besides orderstore's own
+// connections in StreamAccount:
+//   - the client roles that reach it (through an import from
+//     StreamAccount, so that the subject is theirs only in that form);
+//   - whether it crosses a leaf link, and in which direction: a hub's
+//     requests and flow-control answers go out to its edges, the edges'
+//     sourced events and API answers come back. Nothing else crosses.
+type internalSubject struct {
+	// Pattern is the subject as StreamAccount sees it.
+	Pattern string
+	// Use says what it carries.
+	Use string
+	// Producer, Reader, Admin: the roles whose accounts import it (the
+	// anonymous loopback client, when no users are configured, has the
+	// admin's). A service import unless Stream.
+	Producer, Reader, Admin bool
+	// Stream is a stream export (messages published in StreamAccount are
+	// delivered to importers' subscribers), not a service.
+	Stream bool
+	// Streamed is a service answering one request with several messages.
+	Streamed bool
+	// HubToEdge and EdgeToHub: it crosses the leaf link that way.
+	HubToEdge, EdgeToHub bool
+}
+
+// HubWatchInbox is the inbox prefix of the hub watcher's connection:
+// its requests to the edges' JetStream API are answered on it, over the
+// leaf link, and nothing else of orderstore's is.
+const HubWatchInbox = "_ORDERSTORE_HUBWATCH"
+
+// GuardPrefix is where requests on the processor's durable (and the hub's
+// aggregate consumer) from any client are mapped: the durable guard
+// answers them with an error saying why and how to make a consumer of
+// one's own.
+const GuardPrefix = "_ORDERSTORE_GUARD."
+
+// internalSubjects is the table for in.
+func (in Input) internalSubjects() []internalSubject {
+	dlq := in.DeadLetterSubjects
+	rows := []internalSubject{}
+	for _, s := range in.Subjects {
+		rows = append(rows, internalSubject{Pattern: in.NodeIngestPrefix + "*." + s, Use: "producers' publishes on " + s + ", imported as " + s + " onto a subject of the account's own (the token after the prefix) and taken by the ingest service", Producer: true, Admin: true})
+	}
+	rows = append(rows,
+		internalSubject{Pattern: InternalInbox + ".>", Use: "replies to orderstore's own connections: ingest acks, processor deliveries, projection reads"},
+		internalSubject{Pattern: HubWatchInbox + ".>", Use: "the hub watcher's replies from edges (stream info, message gets)", EdgeToHub: true},
+		internalSubject{Pattern: GuardPrefix + ">", Use: "requests on orderstore's own consumers, answered by the durable guard", Reader: true, Admin: true},
+		internalSubject{Pattern: "$JS.API.>", Use: "the JetStream API of the stream's account (readers: read-only verbs)", Reader: true, Admin: true, Streamed: true},
+		internalSubject{Pattern: "$JS.ACK.>", Use: "consumer acks (never on orderstore's own consumers)", Reader: true, Admin: true},
+		internalSubject{Pattern: "$JS.FC.>", Use: "flow control of push consumers and sources", Admin: true, HubToEdge: true},
+		internalSubject{Pattern: "$KV.>", Use: "the projection bucket", Admin: true},
+		internalSubject{Pattern: dlq, Use: "dead letters", Admin: true},
+		internalSubject{Pattern: "_INBOX.>", Use: "deliveries of clients' own push consumers and KV watches in the stream's account", Admin: true, Stream: true},
+		internalSubject{Pattern: "$JS.EVENT.>", Use: "JetStream advisories of the stream's account"},
+		internalSubject{Pattern: "$JS.S.>", Use: "events a hub sources from an edge (deliveries, heartbeats, flow-control requests)", EdgeToHub: true},
+		internalSubject{Pattern: "$JSC.R.>", Use: "nats' own replies to a hub's source-consumer requests", EdgeToHub: true},
+	)
+	for _, e := range in.Edges {
+		rows = append(rows, internalSubject{Pattern: "$JS." + e + ".API.>", Use: "the hub's requests to edge " + e + "'s JetStream API (sourcing, the watcher)", HubToEdge: true})
+	}
+	for _, s := range in.Subjects {
+		rows = append(rows, internalSubject{Pattern: s, Use: "the stream's own subjects: only the ingest service publishes them"})
+	}
+	if in.Cluster.Enabled() {
+		// The other nodes' ingest services: no principal's, and no leaf's.
+		rows = append(rows, internalSubject{Pattern: in.IngestPrefix + ">", Use: "every node's ingest service"})
+	}
+	return rows
+}
+
+// streamAccountExports are StreamAccount's exports: every row some role
+// imports.
+func (in Input) streamAccountExports() []embedded.Export {
+	var ex []embedded.Export
+	for _, r := range in.internalSubjects() {
+		if r.Producer || r.Reader || r.Admin {
+			ex = append(ex, embedded.Export{Subject: r.Pattern, Streamed: r.Streamed, Stream: r.Stream})
+		}
+	}
+	return ex
+}
+
+// roleImports are the imports from StreamAccount of a role's account
+// (named account). The ingest rows are imported as the stream's subjects,
+// onto the account's own ingest subjects.
+func (in Input) roleImports(role, account string) []embedded.Import {
+	var im []embedded.Import
+	ingest := map[string]string{}
+	for _, s := range in.Subjects {
+		ingest[in.NodeIngestPrefix+"*."+s] = s
+	}
+	for _, r := range in.internalSubjects() {
+		if !(role == RoleProducer && r.Producer || role == RoleReader && r.Reader || role == RoleAdmin && r.Admin) {
+			continue
+		}
+		if s, ok := ingest[r.Pattern]; ok {
+			im = append(im, embedded.Import{Account: StreamAccount, Subject: s, To: IngestSubject(in.NodeIngestPrefix, account, s)})
+			continue
+		}
+		im = append(im, embedded.Import{Account: StreamAccount, Subject: r.Pattern, Stream: r.Stream})
+	}
+	return im
+}
+
+// leafPermissions are a hub's leaf listener allow lists: what a leaf peer
+// may send in (fromLeaf) and what is sent out to it (toLeaf).
+func (in Input) leafPermissions() (fromLeaf, toLeaf []string) {
+	for _, r := range in.internalSubjects() {
+		if r.EdgeToHub {
+			fromLeaf = append(fromLeaf, r.Pattern)
+		}
+		if r.HubToEdge {
+			toLeaf = append(toLeaf, r.Pattern)
+		}
+	}
+	return fromLeaf, toLeaf
+}
+
+// leafDenies are an edge remote's deny lists: every row that does not
+// cross the link in that direction. nats' remote options take deny lists
+// only; the hub's allow lists (leafPermissions) bound the rest.
+func (in Input) leafDenies() (denyImports, denyExports []string) {
+	for _, r := range in.internalSubjects() {
+		if !r.HubToEdge {
+			denyImports = append(denyImports, r.Pattern)
+		}
+		if !r.EdgeToHub {
+			denyExports = append(denyExports, r.Pattern)
+		}
+	}
+	// The edge's own domain API answers the hub (nats maps it), and the
+	// projection bucket and dead letters of every name stay local.
+	return denyImports, denyExports
+}
+
+// ProtectedConsumers are the consumers only orderstore's own connections
+// may bind, pull, ack, change or delete: the processor's durable (on the
+// hub, its aggregate stream's).
+func (in Input) ProtectedConsumers() (stream, durable string, ok bool) {
+	// With the processor disabled, nothing of orderstore's consumes it:
+	// an operator may then change or remove it with natscli.
+	if !in.Processor || in.Durable == "" {
+		return "", "", false
+	}
+	return in.ConsumerStream, in.Durable, true
+}
+
+// guardMappings map every client publish that would bind, pull, ack,
+// change or delete a protected consumer to the durable guard, which
+// answers with an error. A mapping, not a permission: nats' permission
+// error tells a client nothing of why or what to do instead.
+func (in Input) guardMappings() []embedded.Mapping {
+	s, d, ok := in.ProtectedConsumers()
+	if !ok {
+		return nil
+	}
+	var m []embedded.Mapping
+	add := func(from, verb string) { m = append(m, embedded.Mapping{From: from, To: GuardPrefix + verb}) }
+	for _, v := range []struct{ from, verb string }{
+		{"$JS.API.CONSUMER.CREATE." + s + "." + d, "create"},
+		{"$JS.API.CONSUMER.DURABLE.CREATE." + s + "." + d, "create"},
+		{"$JS.API.CONSUMER.DELETE." + s + "." + d, "delete"},
+		{"$JS.API.CONSUMER.MSG.NEXT." + s + "." + d, "next"},
+		{"$JS.API.CONSUMER.PAUSE." + s + "." + d, "pause"},
+		{"$JS.API.CONSUMER.UNPIN." + s + "." + d, "unpin"},
+		{"$JS.API.CONSUMER.RESET." + s + "." + d, "reset"},
+		{"$JS.API.CONSUMER.LEADER.STEPDOWN." + s + "." + d, "stepdown"},
+	} {
+		add(v.from, v.verb)
+	}
+	// A filtered create names its filter after the durable; both ack
+	// subject formats of nats-server 2.15 (where "+NXT" is a pull too).
+	// (A mapping's destination takes its source's wildcards.)
+	add("$JS.API.CONSUMER.CREATE."+s+"."+d+".>", "create.>")
+	add("$JS.ACK."+s+"."+d+".>", "ack.>")
+	add("$JS.ACK.*.*."+s+"."+d+".>", "ack.{{wildcard(1)}}.{{wildcard(2)}}.>")
+	return m
+}
+
+// guardDenies are publish denies that no mapping can express: the
+// subject-less create names its consumer in the request body.
+func (in Input) guardDenies() []string {
+	s, _, ok := in.ProtectedConsumers()
+	if !ok {
+		return nil
+	}
+	return []string{"$JS.API.CONSUMER.CREATE." + s}
+}
+
+// IngestSubject is where account's publishes on subject reach the ingest
+// service of the node whose ingest prefix is nodePrefix: each account's
+// import has subjects of its own, so that the service knows whose publish
+// it takes from the subject alone and can pause one account's publishes
+// without touching another's.
+func IngestSubject(nodePrefix, account, subject string) string {
+	return nodePrefix + account + "." + subject
+}
