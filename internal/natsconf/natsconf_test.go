@@ -1,0 +1,132 @@
+package natsconf
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func input() Input {
+	return Input{Stream: "ORDER_EVENTS", Subjects: []string{"orders.>"}, DeadLetterSubjects: "dlq.ORDER_EVENTS_DLQ.>",
+		Processor: true, Durable: "orderstore-processor", ConsumerStream: "ORDER_EVENTS",
+		IngestPrefix: "_ORDERSTORE_INGEST.", NodeIngestPrefix: "_ORDERSTORE_INGEST."}
+}
+
+// A disabled processor protects nothing: no guard mappings, no denies
+// (an operator may change its consumer with natscli).
+func TestNothingProtectedWithoutTheProcessor(t *testing.T) {
+	in := input()
+	if _, _, ok := in.ProtectedConsumers(); !ok || len(in.guardMappings()) == 0 || len(in.guardDenies()) != 1 {
+		t.Fatalf("processor on: protected %v, %d mappings, denies %q", ok, len(in.guardMappings()), in.guardDenies())
+	}
+	in.Processor = false
+	if _, _, ok := in.ProtectedConsumers(); ok || in.guardMappings() != nil || in.guardDenies() != nil {
+		t.Errorf("processor off: protected %v, mappings %v, denies %q, want none", ok, in.guardMappings(), in.guardDenies())
+	}
+}
+
+// Every row crosses the leaf link only where the hub allows it, and the
+// edge denies it every other way: the two lists split the table.
+func TestLeafListsSplitTheTable(t *testing.T) {
+	in := input()
+	in.Edges = []string{"edge-1"}
+	fromLeaf, toLeaf := in.leafPermissions()
+	denyImports, denyExports := in.leafDenies()
+	for _, r := range in.internalSubjects() {
+		if slices.Contains(toLeaf, r.Pattern) == slices.Contains(denyImports, r.Pattern) {
+			t.Errorf("%s: in the hub's toLeaf %v, in the edge's denyImports %v", r.Pattern, slices.Contains(toLeaf, r.Pattern), slices.Contains(denyImports, r.Pattern))
+		}
+		if slices.Contains(fromLeaf, r.Pattern) == slices.Contains(denyExports, r.Pattern) {
+			t.Errorf("%s: in the hub's fromLeaf %v, in the edge's denyExports %v", r.Pattern, slices.Contains(fromLeaf, r.Pattern), slices.Contains(denyExports, r.Pattern))
+		}
+	}
+	if !slices.Contains(toLeaf, "$JS.edge-1.API.>") {
+		t.Errorf("toLeaf %q lacks the edge's API", toLeaf)
+	}
+}
+
+func TestAccountNamesAndIngestAccounts(t *testing.T) {
+	if got := userAccount(1, "ann o'brien.x*"); got != "USER2_annobrienx" {
+		t.Errorf("userAccount = %q", got)
+	}
+	if got := userAccount(0, strings.Repeat("a", 100)); len(got) != 64 {
+		t.Errorf("userAccount of a long name: %d characters, want 64", len(got))
+	}
+	in := input()
+	if got := in.IngestAccounts(); !slices.Equal(got, []string{StreamAccount, AnonymousAccount}) {
+		t.Errorf("no users: ingest accounts %q", got)
+	}
+	in.Users = []User{{Name: "p", Role: RoleProducer}, {Name: "r", Role: RoleReader}, {Name: "x", Publish: []string{"a"}}}
+	if got := in.IngestAccounts(); !slices.Equal(got, []string{StreamAccount, "USER1_p", "USER3_x"}) {
+		t.Errorf("users: ingest accounts %q", got)
+	}
+	for _, n := range []string{"orderstore-internal", "orderstore-anonymous"} {
+		if !ReservedUser(n) {
+			t.Errorf("%s is not reserved", n)
+		}
+	}
+}
+
+// caFile writes a self-signed CA certificate and returns its path.
+func caFile(t *testing.T) string {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestLoadTLS(t *testing.T) {
+	ca := caFile(t)
+	// Nothing configured; a listener's CA without a certificate is nothing.
+	for _, c := range []struct {
+		tc   TLSConfig
+		peer bool
+	}{{TLSConfig{}, false}, {TLSConfig{}, true}, {TLSConfig{CAFile: ca}, false}} {
+		if cfg, err := LoadTLS("x.tls", c.tc, c.peer); cfg != nil || err != nil {
+			t.Errorf("%+v peer %v: %v, %v, want nil", c.tc, c.peer, cfg, err)
+		}
+	}
+	// A leaf remote verifies its hub with a CA alone, both ways, TLS 1.3.
+	cfg, err := LoadTLS("leafnode.remotes[0].tls", TLSConfig{CAFile: ca, Verify: true, MinVersion: "1.3"}, true)
+	if err != nil || cfg.RootCAs == nil || cfg.ClientCAs == nil || cfg.ClientAuth != tls.RequireAndVerifyClientCert || cfg.MinVersion != tls.VersionTLS13 {
+		t.Errorf("peer with a CA: %+v, %v", cfg, err)
+	}
+	// Errors name the key and carry a hint.
+	notPEM := filepath.Join(t.TempDir(), "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var hinted interface{ Hint() string }
+	_, err = LoadTLS("cluster.tls", TLSConfig{CAFile: notPEM}, true)
+	if err == nil || !strings.Contains(err.Error(), "cluster.tls: ca_file") || !errors.As(err, &hinted) || !strings.Contains(hinted.Hint(), "other nodes") {
+		t.Errorf("a CA file without PEM: %v", err)
+	}
+	_, err = LoadTLS("server.tls", TLSConfig{CertFile: notPEM, KeyFile: notPEM}, false)
+	if err == nil || !strings.Contains(err.Error(), "server.tls: cert_file") || !errors.As(err, &hinted) {
+		t.Errorf("a bad certificate: %v", err)
+	}
+}
