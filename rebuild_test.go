@@ -480,6 +480,11 @@ func TestRebuildRefusedWithoutRoom(t *testing.T) {
 	if _, err := app.RebuildProjection(context.Background(), status.RebuildRequest{FromSeq: 1 << 40}); !errors.Is(err, orderstore.ErrRebuildBadRequest) {
 		t.Fatalf("from_seq past the end: %v, want ErrRebuildBadRequest", err)
 	}
+	// A from_time after every event would fold nothing and keep every
+	// order as it is: refused, naming the last event's time.
+	if _, err := app.RebuildProjection(context.Background(), status.RebuildRequest{FromTime: time.Now().Add(time.Hour)}); !errors.Is(err, orderstore.ErrRebuildBadRequest) || !strings.Contains(err.Error(), "after every event") {
+		t.Fatalf("from_time after every event: %v, want ErrRebuildBadRequest", err)
+	}
 	if code := adminSend(t, app, "GET", "/v1/projection/rebuild", "", &body); code != http.StatusNotFound {
 		t.Fatalf("GET with none run: %d", code)
 	}
@@ -865,9 +870,9 @@ func TestRebuildOnNewHandlerVersion(t *testing.T) {
 // events), and an edge from its own stream, while the edge keeps
 // forwarding.
 func TestRebuildOnHubAndEdge(t *testing.T) {
-	leafPort := orderstoretest.FreePorts(t, 1)[0]
-	edge := orderstoretest.Start(t, edgeConfig("edge-1", leafPort), func(c *orderstore.Config) { c.JetStream.MaxFileStore = 4 << 30 })
-	hub := orderstoretest.Start(t, hubConfig(t, leafPort, "edge-1"))
+	leaf := orderstoretest.Addrs(t, 1)[0]
+	edge := orderstoretest.Start(t, edgeConfig("edge-1", leaf), func(c *orderstore.Config) { c.JetStream.MaxFileStore = 4 << 30 })
+	hub := orderstoretest.Start(t, hubConfig(t, leaf, "edge-1"))
 	ctx := context.Background()
 	ids := []string{"h-1", "h-2", "h-3"}
 	publishOrders(t, embeddedtest.JetStream(t, edge), ids, 0, 90)

@@ -240,13 +240,23 @@ func (r *Runner) Start(ctx context.Context, opts Options) (*status.Rebuild, erro
 	if opts.FromSeq > 0 && !opts.FromTime.IsZero() {
 		return nil, fmt.Errorf("%w: give from_seq or from_time, not both", ErrBadRequest)
 	}
-	if opts.FromSeq > 0 {
+	if opts.FromSeq > 0 || !opts.FromTime.IsZero() {
 		s, err := r.cfg.JS.Stream(ctx, r.cfg.Stream)
 		if err != nil {
 			return nil, fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
 		}
-		if last := s.CachedInfo().State.LastSeq; opts.FromSeq > last+1 {
+		ss := s.CachedInfo().State
+		if last := ss.LastSeq; opts.FromSeq > last+1 {
 			return nil, fmt.Errorf("%w: from_seq %d is past the stream's last sequence (%d)", ErrBadRequest, opts.FromSeq, last)
+		}
+		// A time after every event would fold nothing and keep every
+		// order as it is: surely not what was meant.
+		if !opts.FromTime.IsZero() && (ss.Msgs == 0 || opts.FromTime.After(ss.LastTime)) {
+			last := "the stream is empty"
+			if ss.Msgs > 0 {
+				last = "its last event was stored at " + ss.LastTime.UTC().Format(time.RFC3339Nano)
+			}
+			return nil, fmt.Errorf("%w: from_time %s is after every event of stream %q (%s): nothing would be folded", ErrBadRequest, opts.FromTime.UTC().Format(time.RFC3339Nano), r.cfg.Stream, last)
 		}
 	}
 	r.mu.Lock()
