@@ -24,18 +24,19 @@ import (
 )
 
 // clusterConfigs are three nodes' configurations of one R3 cluster on
-// loopback.
+// loopback (route addresses of orderstoretest.Addrs: every node lists
+// them all before any starts, and a node keeps its own when it restarts).
 func clusterConfigs(t testing.TB) []orderstore.Config {
-	ports := orderstoretest.FreePorts(t, 3)
+	addrs := orderstoretest.Addrs(t, 3)
 	var routes []string
-	for _, p := range ports {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	for _, a := range addrs {
+		routes = append(routes, "nats-route://"+a)
 	}
 	var cfgs []orderstore.Config
-	for i, p := range ports {
+	for i, a := range addrs {
 		c := orderstoretest.Config(t)
 		c.Server.Name = fmt.Sprintf("n%d", i+1)
-		c.Cluster = orderstore.ClusterConfig{Name: "orders", Listen: fmt.Sprintf("127.0.0.1:%d", p), Routes: routes}
+		c.Cluster = orderstore.ClusterConfig{Name: "orders", Listen: a, Routes: routes}
 		c.Stream.Replicas = 3
 		cfgs = append(cfgs, c)
 	}
@@ -349,11 +350,11 @@ func TestClusterAndLeafOverTLS(t *testing.T) {
 	}
 
 	// Leaf over TLS.
-	leafPort := orderstoretest.FreePorts(t, 1)[0]
-	hub := orderstoretest.Start(t, hubConfig(t, leafPort, "edge-1"), func(c *orderstore.Config) {
+	leaf := orderstoretest.Addrs(t, 1)[0]
+	hub := orderstoretest.Start(t, hubConfig(t, leaf, "edge-1"), func(c *orderstore.Config) {
 		c.LeafNode.TLS = orderstore.TLSConfig{CertFile: certs.ServerCert, KeyFile: certs.ServerKey}
 	})
-	edge := orderstoretest.Start(t, edgeConfig("edge-1", leafPort), func(c *orderstore.Config) {
+	edge := orderstoretest.Start(t, edgeConfig("edge-1", leaf), func(c *orderstore.Config) {
 		c.LeafNode.Remotes[0].TLS = orderstore.TLSConfig{CAFile: certs.CA}
 	})
 	if _, err := embeddedtest.JetStream(t, edge).Publish(ctx, "orders.created", []byte(`{"order_id":"leaf-tls"}`)); err != nil {

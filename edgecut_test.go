@@ -44,7 +44,7 @@ import (
 // store, prints "READY <client url> <admin address>" and runs until killed.
 const (
 	edgeCutEnvStore = "ORDERSTORE_EDGECUT_STORE"
-	edgeCutEnvLeaf  = "ORDERSTORE_EDGECUT_LEAF" // the hub's leaf port
+	edgeCutEnvLeaf  = "ORDERSTORE_EDGECUT_LEAF" // the hub's leaf address
 	edgeCutName     = "edge-1"
 )
 
@@ -55,11 +55,6 @@ func init() {
 }
 
 func edgeCutChildMain(store, leaf string) int {
-	port, err := strconv.Atoi(leaf)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s=%q: %v\n", edgeCutEnvLeaf, leaf, err)
-		return 2
-	}
 	cfg := orderstore.DefaultConfig() // durability group-commit
 	cfg.JetStream.StoreDir = store
 	cfg.JetStream.MaxFileStore = 2 << 30
@@ -67,7 +62,7 @@ func edgeCutChildMain(store, leaf string) int {
 	cfg.Stream.MaxBytes = 1 << 30
 	cfg.Server.Port = -1
 	cfg.Admin.Listen = "127.0.0.1:0"
-	edgeConfig(edgeCutName, port)(&cfg)
+	edgeConfig(edgeCutName, leaf)(&cfg)
 	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	app, err := orderstore.Start(ctx, cfg)
@@ -91,9 +86,9 @@ type edgeCutChild struct {
 	t          testing.TB
 }
 
-func startEdgeCutChild(t *testing.T, store string, leafPort int) *edgeCutChild {
+func startEdgeCutChild(t *testing.T, store, leaf string) *edgeCutChild {
 	t.Helper()
-	c, err := testkit.StartChild(t, "the edge", edgeCutEnvStore+"="+store, edgeCutEnvLeaf+"="+strconv.Itoa(leafPort))
+	c, err := testkit.StartChild(t, "the edge", edgeCutEnvStore+"="+store, edgeCutEnvLeaf+"="+leaf)
 	if err != nil {
 		t.Fatalf("the edge exited while starting:\n%v", err)
 	}
@@ -259,9 +254,9 @@ func TestEdgePowerCutLostEventsRepairedAtHub(t *testing.T) {
 		m = 30 // acked after the restart (m > k: some land past the hub's last copy)
 	)
 	ctx := context.Background()
-	leafPort := orderstoretest.FreePorts(t, 1)[0]
+	leaf := orderstoretest.Addrs(t, 1)[0]
 	hubCfg := orderstoretest.Config(t)
-	hubConfig(t, leafPort, edgeCutName)(&hubCfg)
+	hubConfig(t, leaf, edgeCutName)(&hubCfg)
 	hub := orderstoretest.Start(t, func(c *orderstore.Config) { *c = hubCfg })
 	hjs := embeddedtest.JetStream(t, hub)
 	store := t.TempDir()
@@ -286,7 +281,7 @@ func TestEdgePowerCutLostEventsRepairedAtHub(t *testing.T) {
 	}
 
 	// 1. The edge acks n events; the hub sources them.
-	edge := startEdgeCutChild(t, store, leafPort)
+	edge := startEdgeCutChild(t, store, leaf)
 	var acked []edgeCutAck
 	publishAcked := func(edge *edgeCutChild, prefix string, count int) {
 		t.Helper()
@@ -374,7 +369,7 @@ func TestEdgePowerCutLostEventsRepairedAtHub(t *testing.T) {
 	}
 
 	// 4. The edge starts again on its store and acks m more events.
-	edge = startEdgeCutChild(t, store, leafPort)
+	edge = startEdgeCutChild(t, store, leaf)
 	publishAcked(edge, "after", m)
 	if got := acked[n].seq; got != n+1 {
 		t.Fatalf("the first event acked after the restart took sequence %d, want %d: the reproduction did not lose the unacked events", got, n+1)

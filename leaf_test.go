@@ -16,22 +16,25 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-func hubConfig(t testing.TB, leafPort int, edges ...string) func(*orderstore.Config) {
+// hubConfig makes the hub listen for edges on leaf (an address of
+// orderstoretest.Addrs: the edges know it before the hub starts, and it
+// keeps it when it restarts).
+func hubConfig(t testing.TB, leaf string, edges ...string) func(*orderstore.Config) {
 	return func(c *orderstore.Config) {
 		c.Server.Name = "hub"
 		c.JetStream.Domain = "hub"
-		c.LeafNode.Listen = fmt.Sprintf("127.0.0.1:%d", leafPort)
+		c.LeafNode.Listen = leaf
 		c.LeafNode.User, c.LeafNode.Password = "edge", "leaf-secret-1"
 		c.Hub = orderstore.HubConfig{Stream: "ORDER_EVENTS_ALL", Edges: edges}
 		c.JetStream.MaxFileStore = 4 << 30
 	}
 }
 
-func edgeConfig(name string, leafPort int) func(*orderstore.Config) {
+func edgeConfig(name, leaf string) func(*orderstore.Config) {
 	return func(c *orderstore.Config) {
 		c.Server.Name = name
 		c.JetStream.Domain = name
-		c.LeafNode.Remotes = []orderstore.LeafRemote{{URL: fmt.Sprintf("nats-leaf://127.0.0.1:%d", leafPort), User: "edge", Password: "leaf-secret-1"}}
+		c.LeafNode.Remotes = []orderstore.LeafRemote{{URL: "nats-leaf://" + leaf, User: "edge", Password: "leaf-secret-1"}}
 		c.LeafNode.ReconnectInterval = 250 * time.Millisecond
 	}
 }
@@ -40,9 +43,9 @@ func edgeConfig(name string, leafPort int) func(*orderstore.Config) {
 // hub's aggregate stream once it starts, each exactly once and in its
 // edge's order; each edge's own stream holds only its own events.
 func TestEdgesForwardToHub(t *testing.T) {
-	leafPort := orderstoretest.FreePorts(t, 1)[0]
-	e1 := orderstoretest.Start(t, edgeConfig("edge-1", leafPort))
-	e2 := orderstoretest.Start(t, edgeConfig("edge-2", leafPort))
+	leaf := orderstoretest.Addrs(t, 1)[0]
+	e1 := orderstoretest.Start(t, edgeConfig("edge-1", leaf))
+	e2 := orderstoretest.Start(t, edgeConfig("edge-2", leaf))
 	ctx := context.Background()
 	const n = 50
 	publish := func(app *orderstore.Appliance, edge string, from, to int) {
@@ -57,7 +60,7 @@ func TestEdgesForwardToHub(t *testing.T) {
 	publish(e1, "edge-1", 0, n)
 	publish(e2, "edge-2", 0, n)
 
-	hub := orderstoretest.Start(t, hubConfig(t, leafPort, "edge-1", "edge-2"))
+	hub := orderstoretest.Start(t, hubConfig(t, leaf, "edge-1", "edge-2"))
 	hjs := embeddedtest.JetStream(t, hub)
 	// More events once the link is up.
 	embeddedtest.WaitFor(t, 30*time.Second, func() error {

@@ -447,9 +447,9 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 // startRogue starts a stock nats-server (no JetStream, random ports,
 // loopback) that joins the hub's leaf listener with the hub's leaf user
 // and password, as anyone holding them could, and waits for the link.
-func startRogue(t *testing.T, leafPort int) *server.Server {
+func startRogue(t *testing.T, leaf string) *server.Server {
 	t.Helper()
-	u, err := url.Parse(fmt.Sprintf("nats-leaf://edge:leaf-secret-1@127.0.0.1:%d", leafPort))
+	u, err := url.Parse("nats-leaf://edge:leaf-secret-1@" + leaf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,10 +528,10 @@ func storedMarkers(t *testing.T, js jetstream.JetStream, stream string) map[stri
 // edge's sourcing keeps working, each event exactly once.
 func TestRogueLeafPeer(t *testing.T) {
 	ctx := context.Background()
-	leafPort := orderstoretest.FreePorts(t, 1)[0]
-	hub := orderstoretest.Start(t, hubConfig(t, leafPort, "edge-1"))
-	edge := orderstoretest.Start(t, edgeConfig("edge-1", leafPort))
-	rogue := startRogue(t, leafPort)
+	leaf := orderstoretest.Addrs(t, 1)[0]
+	hub := orderstoretest.Start(t, hubConfig(t, leaf, "edge-1"))
+	edge := orderstoretest.Start(t, edgeConfig("edge-1", leaf))
+	rogue := startRogue(t, leaf)
 	hjs, ejs := embeddedtest.JetStream(t, hub), embeddedtest.JetStream(t, edge) // producers (anonymous loopback)
 	ic := orderstore.InternalJetStream(hub).Conn()                              // orderstore's own side of the hub
 	rows := expectedSubjects("edge-1")

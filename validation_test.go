@@ -202,9 +202,9 @@ func TestValidationAppliesFromTheNextPublish(t *testing.T) {
 // An embedding program's own check, and the edge of a hub: an event
 // refused at the edge never reaches the hub.
 func TestValidationFuncAtAnEdge(t *testing.T) {
-	leafPort := orderstoretest.FreePorts(t, 1)[0]
-	hub := orderstoretest.Start(t, hubConfig(t, leafPort, "edge-1"))
-	edge := orderstoretest.Start(t, edgeConfig("edge-1", leafPort), func(c *orderstore.Config) {
+	leaf := orderstoretest.Addrs(t, 1)[0]
+	hub := orderstoretest.Start(t, hubConfig(t, leaf, "edge-1"))
+	edge := orderstoretest.Start(t, edgeConfig("edge-1", leaf), func(c *orderstore.Config) {
 		c.Validation.Func = func(subject string, data []byte) error {
 			var e struct{ Region string }
 			if json.Unmarshal(data, &e) != nil || e.Region == "" {

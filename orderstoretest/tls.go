@@ -7,12 +7,16 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	mrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -22,7 +26,7 @@ import (
 // tests that make real TLS handshakes (see [TLS]).
 type Certs struct {
 	CA                    string // the CA's certificate
-	ServerCert, ServerKey string // for 127.0.0.1, ::1 and localhost
+	ServerCert, ServerKey string // for 127.0.0.1, ::1, localhost and the address of [Addrs]
 	ClientCert, ClientKey string // signed by the CA, for client authentication
 	// OtherCA is a second CA that signed nothing here: a client trusting
 	// only it must fail to verify the server.
@@ -47,7 +51,7 @@ func TLS(t testing.TB) Certs {
 	leaf(t, ca, caKey, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "localhost"},
 		DNSNames:    []string{"localhost"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP(ownLoopback(t).addr())},
 		// Both: cluster nodes present it when they dial each other too.
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}, f.ServerCert, f.ServerKey)
@@ -117,36 +121,92 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 	}
 }
 
-// FreePorts returns n TCP ports on 127.0.0.1 that were free a moment ago:
-// for route and leaf listeners, whose ports every node must know before
-// any starts. They are drawn from below the kernel's ephemeral range
-// (net.ipv4.ip_local_port_range, 32768 and up by default), where every
-// random port (":0", -1) of this and every other process comes from: a
-// port chosen here is not taken by another listener's random bind or an
-// outgoing connection between the moment it is chosen and the moment it
-// is used (a cluster test once lost a route that way under a loaded run).
-func FreePorts(t testing.TB, n int) []int {
+// Addrs returns n listen addresses ("host:port") for the route, leaf or
+// client listeners of t whose addresses must be known before they start
+// (each cluster node lists every node's route; edges dial a hub that is
+// not up yet) or must stay the same when their server restarts. They are
+// ports of a loopback address of t's own, a random 127.x.y.z (Linux
+// routes all of 127.0.0.0/8 to lo), where nothing else listens: unlike a
+// port of 127.0.0.1 that was free a moment ago, no other test's or
+// process's listener or connection can take one between now and when it
+// is used, nor while its server is down. (Outgoing connections to it come
+// from 127.0.0.1, and the ports lie below the kernel's ephemeral range,
+// net.ipv4.ip_local_port_range, where every random port of a listener on
+// all addresses comes from.) Each call returns further ports of the same
+// address; the server certificate of [TLS] for the same t is valid for
+// it. Config validation counts it as loopback, as 127.0.0.1.
+//
+// Where 127.0.0.1 is the only loopback address (macOS), they are ports of
+// 127.0.0.1 that were free a moment ago.
+func Addrs(t testing.TB, n int) []string {
 	t.Helper()
+	lb := ownLoopback(t)
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
 	low, high := 20000, ephemeralLow()-1
-	var ports []int
-	seen := map[int]bool{}
-	for tries := 0; len(ports) < n; tries++ {
+	var addrs []string
+	for tries := 0; len(addrs) < n; tries++ {
 		if tries > 10000 {
-			t.Fatalf("FreePorts: no %d free ports in %d..%d", n, low, high)
+			t.Fatalf("Addrs: no %d free ports on %s in %d..%d", n, lb.host, low, high)
 		}
-		p := low + mrand.IntN(high-low+1)
-		if seen[p] {
+		if lb.next < low || lb.next > high {
+			lb.next = low + mrand.IntN(high-low+1)
+		}
+		addr := net.JoinHostPort(lb.host, strconv.Itoa(lb.next))
+		lb.next++
+		// Only a listener on all addresses with this port (a service's
+		// fixed port) or an address 127.x.y.z not routed to lo (macOS)
+		// stops this.
+		l, err := net.Listen("tcp", addr)
+		if errors.Is(err, syscall.EADDRNOTAVAIL) && lb.host != "127.0.0.1" {
+			lb.host = "127.0.0.1"
 			continue
 		}
-		seen[p] = true
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
 			continue
 		}
 		l.Close()
-		ports = append(ports, p)
+		addrs = append(addrs, addr)
 	}
-	return ports
+	return addrs
+}
+
+// loopback is t's own loopback address and the next port [Addrs] tries
+// on it.
+type loopback struct {
+	mu   sync.Mutex
+	host string
+	next int
+}
+
+func (lb *loopback) addr() string {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	return lb.host
+}
+
+var (
+	loopbacksMu sync.Mutex
+	loopbacks   = map[testing.TB]*loopback{}
+)
+
+// ownLoopback is t's loopback address: a random 127.x.y.z, x > 0 (clear
+// of 127.0.0.1, systemd-resolved's 127.0.0.53 and Debian's 127.0.1.1 for
+// the host name), the same for every call with t.
+func ownLoopback(t testing.TB) *loopback {
+	loopbacksMu.Lock()
+	defer loopbacksMu.Unlock()
+	if lb, ok := loopbacks[t]; ok {
+		return lb
+	}
+	lb := &loopback{host: fmt.Sprintf("127.%d.%d.%d", 1+mrand.IntN(254), mrand.IntN(256), 1+mrand.IntN(254))}
+	loopbacks[t] = lb
+	t.Cleanup(func() {
+		loopbacksMu.Lock()
+		delete(loopbacks, t)
+		loopbacksMu.Unlock()
+	})
+	return lb
 }
 
 // ephemeralLow is the first port of the kernel's ephemeral range (32768

@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
-	"github.com/orderstore/orderstore/orderstoretest"
 )
 
 // Test 1 of the scale-out issue: a 3-node R3 cluster of real processes.
@@ -26,29 +25,12 @@ import (
 // lost, the projection equals the fold of the stream, and the killed node
 // restarts and catches up.
 func TestClusterSIGKILLStreamLeader(t *testing.T) {
-	ports := orderstoretest.FreePorts(t, 6) // 3 client, 3 route
-	var routes []string
-	for i := range 3 {
-		routes = append(routes, fmt.Sprintf("\"nats-route://127.0.0.1:%d\"", ports[3+i]))
-	}
+	bodies, urls := clusterNodes(t)
 	dir := t.TempDir()
 	cfgs := make([]string, 3)
 	procs := make([]*proc, 3)
-	urls := make([]string, 3)
 	for i := range 3 {
-		cfgs[i] = writeConfig(t, dir, filepath.Join(dir, fmt.Sprint("store", i)), fmt.Sprintf(`[server]
-name = "n%d"
-port = %d
-[stream]
-replicas = 3
-[processor]
-ack_wait = "5s"
-[cluster]
-name = "orders"
-listen = "127.0.0.1:%d"
-routes = [%s]
-`, i+1, ports[i], ports[3+i], strings.Join(routes, ", ")))
-		urls[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
+		cfgs[i] = writeConfig(t, dir, filepath.Join(dir, fmt.Sprint("store", i)), bodies[i])
 	}
 	var wg sync.WaitGroup
 	for i := range 3 {

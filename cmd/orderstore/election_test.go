@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
-	"github.com/orderstore/orderstore/orderstoretest"
 )
 
 // Reliability row 11, the election: a 3-node R3 cluster of real
@@ -32,30 +31,11 @@ import (
 // other failures (publishes lost with the leader, timeouts) are counted
 // and logged, not asserted.
 func TestClusterElectionProducersSeeNoNoResponders(t *testing.T) {
-	ports := orderstoretest.FreePorts(t, 6) // 3 client, 3 route
-	var routes []string
-	for i := range 3 {
-		routes = append(routes, fmt.Sprintf("\"nats-route://127.0.0.1:%d\"", ports[3+i]))
-	}
+	bodies, urls := clusterNodes(t)
 	dir := t.TempDir()
 	procs := make([]*proc, 3)
-	urls := make([]string, 3)
 	for i := range 3 {
-		cfg := writeConfig(t, dir, filepath.Join(dir, fmt.Sprint("store", i)), fmt.Sprintf(`[server]
-name = "n%d"
-port = %d
-[stream]
-replicas = 3
-[processor]
-ack_wait = "5s"
-[admin]
-listen = "127.0.0.1:0"
-[cluster]
-name = "orders"
-listen = "127.0.0.1:%d"
-routes = [%s]
-`, i+1, ports[i], ports[3+i], strings.Join(routes, ", ")))
-		urls[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
+		cfg := writeConfig(t, dir, filepath.Join(dir, fmt.Sprint("store", i)), bodies[i]+"[admin]\nlisten = \"127.0.0.1:0\"\n")
 		procs[i] = start(t, nil, "run", "-config", cfg)
 	}
 	var wg sync.WaitGroup

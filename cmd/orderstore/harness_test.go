@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/internal/testkit"
+	"github.com/orderstore/orderstore/orderstoretest"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -190,6 +193,38 @@ func writeConfig(t testing.TB, dir, store, body string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// clusterNodes returns the config bodies (for writeConfig) of three nodes
+// n1..n3 of one R3 cluster, ack_wait 5s, and their client URLs. Their
+// client and route listeners are on addresses of orderstoretest.Addrs:
+// every node lists every route before any starts, and a node killed and
+// started again on its config is where the others and the clients left it.
+func clusterNodes(t testing.TB) (bodies, urls []string) {
+	t.Helper()
+	addrs := orderstoretest.Addrs(t, 6) // 3 client, 3 route
+	var routes []string
+	for _, a := range addrs[3:] {
+		routes = append(routes, strconv.Quote("nats-route://"+a))
+	}
+	for i, a := range addrs[:3] {
+		host, port, _ := net.SplitHostPort(a)
+		bodies = append(bodies, fmt.Sprintf(`[server]
+name = "n%d"
+host = %q
+port = %s
+[stream]
+replicas = 3
+[processor]
+ack_wait = "5s"
+[cluster]
+name = "orders"
+listen = %q
+routes = [%s]
+`, i+1, host, port, addrs[3+i], strings.Join(routes, ", ")))
+		urls = append(urls, "nats://"+a)
+	}
+	return bodies, urls
 }
 
 // mergeTOML appends body's keys into base's tables (body wins; a table in

@@ -48,7 +48,7 @@ var edgeCutsFlag = flag.Int("powerloss.edgecuts", 3, "power cuts of the edge in 
 
 const (
 	envEdgeStore = "ORDERSTORE_POWERLOSS_EDGE_STORE"
-	envEdgeLeaf  = "ORDERSTORE_POWERLOSS_EDGE_LEAF" // the hub's leaf port
+	envEdgeLeaf  = "ORDERSTORE_POWERLOSS_EDGE_LEAF" // the hub's leaf address
 	edgeName     = "edge-1"
 	aggStream    = "ORDER_EVENTS_ALL"
 	leafUser     = "edge"
@@ -65,15 +65,10 @@ func init() {
 }
 
 func runEdgeChild(store, leaf string) int {
-	port, err := strconv.Atoi(leaf)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s=%q: %v\n", envEdgeLeaf, leaf, err)
-		return 2
-	}
 	cfg := applianceConfig(store, modes["group-commit"])
 	cfg.Server.Name = edgeName
 	cfg.JetStream.Domain = edgeName
-	cfg.LeafNode.Remotes = []orderstore.LeafRemote{{URL: fmt.Sprintf("nats-leaf://127.0.0.1:%d", port), User: leafUser, Password: leafPassword}}
+	cfg.LeafNode.Remotes = []orderstore.LeafRemote{{URL: "nats-leaf://" + leaf, User: leafUser, Password: leafPassword}}
 	cfg.LeafNode.ReconnectInterval = 250 * time.Millisecond
 	// No processor at the edge (the hub projects): nothing but the
 	// producers' acks and the committer's idle round (every second) syncs
@@ -96,9 +91,9 @@ func runEdgeChild(store, leaf string) int {
 
 // startEdge runs the test binary as the edge on the rig's store and waits
 // until it is ready.
-func (rg *rig) startEdge(t *testing.T, leafPort int) *child {
+func (rg *rig) startEdge(t *testing.T, leaf string) *child {
 	t.Helper()
-	c, err := startChild(t, "the edge", envEdgeStore+"="+rg.store, envEdgeLeaf+"="+strconv.Itoa(leafPort))
+	c, err := startChild(t, "the edge", envEdgeStore+"="+rg.store, envEdgeLeaf+"="+leaf)
 	if err != nil {
 		t.Fatalf("the edge did not start on its store (%s):\n%s", rg.store, err)
 	}
@@ -115,11 +110,11 @@ func TestEdgePowerLossHub(t *testing.T) {
 	t0 := time.Now()
 	ctx := context.Background()
 
-	leafPort := orderstoretest.FreePorts(t, 1)[0]
+	leaf := orderstoretest.Addrs(t, 1)[0]
 	hub := orderstoretest.Start(t, func(c *orderstore.Config) {
 		c.Server.Name = "hub"
 		c.JetStream.Domain = "hub"
-		c.LeafNode.Listen = fmt.Sprintf("127.0.0.1:%d", leafPort)
+		c.LeafNode.Listen = leaf
 		c.LeafNode.User, c.LeafNode.Password = leafUser, leafPassword
 		c.Hub = orderstore.HubConfig{Stream: aggStream, Edges: []string{edgeName}}
 		c.JetStream.MaxFileStore = 4 << 30
@@ -128,7 +123,7 @@ func TestEdgePowerLossHub(t *testing.T) {
 
 	rg := newRig(t, false)
 	l := &ledger{acked: map[uint64]*event{}}
-	c := rg.startEdge(t, leafPort)
+	c := rg.startEdge(t, leaf)
 	acked, edgeLost := 0, 0
 	var wantLost, wantRepairs uint64 // copies the hub held past the edge's end after a cut; cuts that left any
 	lostData := map[string]bool{}    // the events the hub copied and the edge lost
@@ -230,7 +225,7 @@ func TestEdgePowerLossHub(t *testing.T) {
 		rg.powerCut(t, c)
 		rg.restore(t)
 		phase("cut and restore")
-		c = rg.startEdge(t, leafPort)
+		c = rg.startEdge(t, leaf)
 		phase("restart")
 
 		// The edge kept every event it acknowledged (group commit).
