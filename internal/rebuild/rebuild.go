@@ -329,14 +329,20 @@ func (r *Runner) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case st := <-r.jobs:
-			r.job(ctx, st)
+			if err := r.job(ctx, st); err != nil {
+				return err
+			}
 		}
 	}
 }
 
 // job runs one rebuild to its end (done, canceled, failed) or until ctx
-// is done (it stays under way, for the next start).
-func (r *Runner) job(ctx context.Context, st *state) {
+// is done (it stays under way, for the next start). A takeover that kept
+// failing is its error: the live processor stays paused (it would write
+// orders the takeover has yet to copy, and the copy would then overwrite
+// what it wrote), so the appliance must fail and start again, and the
+// next start finishes the takeover before the processor runs.
+func (r *Runner) job(ctx context.Context, st *state) error {
 	jctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r.mu.Lock()
@@ -348,20 +354,24 @@ func (r *Runner) job(ctx context.Context, st *state) {
 	}
 	err := r.fold(jctx, st)
 	if err == nil {
-		return
+		return nil
 	}
 	r.mu.Lock()
 	canceled = r.canceled
 	r.cancel = nil
 	r.mu.Unlock()
 	var left errTakeoverLeft
-	if errors.As(err, &left) || st.State == status.RebuildTakingOver {
-		r.log.Error("projection rebuild: the takeover failed; the next start finishes it", "id", st.ID, "err", err)
-		return
+	if errors.As(err, &left) || r.takingOver(st) {
+		if ctx.Err() != nil {
+			r.log.Info("projection rebuild: stopped with the appliance while taking over; the next start finishes the takeover before the processor runs", "id", st.ID)
+			return nil
+		}
+		r.log.Error("projection rebuild: the takeover failed; the processor stays paused and orderstore stops, so that the next start finishes the takeover before the processor runs", "id", st.ID, "err", err)
+		return fmt.Errorf("projection rebuild %s: the takeover failed (the next start finishes it before the processor runs): %w", st.ID, err)
 	}
 	if ctx.Err() != nil && !canceled {
 		r.log.Info("projection rebuild stopped with the appliance; it goes on at the next start", "id", st.ID, "position", st.Position)
-		return
+		return nil
 	}
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer dcancel()
@@ -383,6 +393,14 @@ func (r *Runner) job(ctx context.Context, st *state) {
 		r.log.Error("projection rebuild: state", "err", serr)
 	}
 	r.mu.Unlock()
+	return nil
+}
+
+// takingOver reports whether st's takeover has begun and not ended.
+func (r *Runner) takingOver(st *state) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return st.State == status.RebuildTakingOver
 }
 
 // save writes st durably.
@@ -1124,7 +1142,14 @@ func (f *folder) catchUpAndTakeOver(ctx context.Context) error {
 			return fmt.Errorf("pausing the live processor: %w", err)
 		}
 	}
-	defer resume()
+	defer func() {
+		// Once the takeover has begun, the processor runs again only
+		// after it ended: what it applied now, the takeover's copy
+		// (finished by the next start) would overwrite.
+		if !r.takingOver(st) {
+			resume()
+		}
+	}()
 	si, err := f.stream.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
@@ -1165,18 +1190,28 @@ func (f *folder) catchUpAndTakeOver(ctx context.Context) error {
 	// A takeover that fails is tried again (the live processor stays
 	// paused) for a while, then left to the next start.
 	var terr error
-	for attempt := 0; attempt < 10; attempt++ {
+	for attempt := 0; attempt < takeoverTries; attempt++ {
 		if terr = r.takeover(ctx, st); terr == nil || ctx.Err() != nil {
 			return terr
+		}
+		if attempt == takeoverTries-1 {
+			break
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Duration(attempt+1) * time.Second):
+		case <-time.After(time.Duration(attempt+1) * takeoverBackoff):
 		}
 	}
 	return errTakeoverLeft{terr}
 }
+
+// A takeover is tried takeoverTries times, the n-th retry after n times
+// takeoverBackoff (about 45 s in all), before the rebuild gives up on it.
+var (
+	takeoverTries   = 10
+	takeoverBackoff = time.Second
+)
 
 // errTakeoverLeft is a takeover that kept failing: it stays under way,
 // for the next start to finish, and its shadow is kept.

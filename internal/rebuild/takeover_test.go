@@ -1,0 +1,153 @@
+package rebuild
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/processor"
+	"github.com/orderstore/orderstore/status"
+)
+
+// fakeTarget folds into memory; its Takeover does what the test says.
+type fakeTarget struct {
+	mu       sync.Mutex
+	folded   map[uint64]bool
+	takeover func(ctx context.Context) error
+	tries    atomic.Int32
+	entered  chan struct{} // closed at the first Takeover
+	once     sync.Once
+}
+
+func (f *fakeTarget) Shadow(context.Context, bool) (processor.Handler, error) {
+	return processor.HandlerFunc(func(_ context.Context, ev processor.Event) error {
+		f.mu.Lock()
+		f.folded[ev.Sequence] = true
+		f.mu.Unlock()
+		return nil
+	}), nil
+}
+func (f *fakeTarget) Durable(context.Context) error { return nil }
+func (f *fakeTarget) Takeover(ctx context.Context, _ *Takeover) error {
+	f.tries.Add(1)
+	f.once.Do(func() { close(f.entered) })
+	return f.takeover(ctx)
+}
+func (f *fakeTarget) Discard(context.Context) error             { return nil }
+func (f *fakeTarget) HighWater(context.Context) (uint64, error) { return 0, nil }
+
+// pauser stands for the live processor: paused or running.
+type pauser struct{ paused, resumes atomic.Int32 }
+
+func (p *pauser) pause(context.Context) (func(), error) {
+	p.paused.Store(1)
+	return func() { p.paused.Store(0); p.resumes.Add(1) }, nil
+}
+
+func newTakeoverRunner(t *testing.T, target *fakeTarget, p *pauser) (*Runner, string) {
+	t.Helper()
+	srv := embeddedtest.Start(t)
+	js := embeddedtest.JetStream(t, srv)
+	ctx := context.Background()
+	for _, sc := range []jetstream.StreamConfig{{Name: "EVENTS", Subjects: []string{"orders.>"}}, {Name: "DLQ", Subjects: []string{"dlq.>"}}} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 50 {
+		if _, err := js.Publish(ctx, "orders.paid", fmt.Appendf(nil, `{"order_id":"o-%d"}`, i%5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "rebuild.json")
+	r, err := New(Config{JS: js, Stream: "EVENTS", DeadLetterStream: "DLQ", StatePath: path, Target: target, Pause: p.pause})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, path
+}
+
+// A stop during the takeover leaves the live processor paused: what it
+// applied before the next start finishes the takeover, the takeover's
+// copy would overwrite. (It used to resume it on the way out.)
+func TestTakeoverStoppedKeepsTheProcessorPaused(t *testing.T) {
+	target := &fakeTarget{folded: map[uint64]bool{}, entered: make(chan struct{}),
+		takeover: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }}
+	p := &pauser{}
+	r, path := newTakeoverRunner(t, target, p)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	if _, err := r.Start(context.Background(), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-target.entered:
+	case err := <-done:
+		t.Fatalf("Run returned before the takeover: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no takeover within 60s")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run, stopped: %v", err)
+	}
+	if p.paused.Load() != 1 || p.resumes.Load() != 0 {
+		t.Errorf("after a stop during the takeover the processor was resumed %d times (paused %d), want it left paused", p.resumes.Load(), p.paused.Load())
+	}
+	r2, err := New(Config{StatePath: path, Target: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r2.TakeoverPending() {
+		t.Errorf("the next start does not see the takeover to finish")
+	}
+}
+
+// A takeover that keeps failing fails the runner (the appliance stops
+// and starts again, finishing it first), and the processor stays paused.
+// (It used to resume the processor and wait for a restart that nothing
+// asked for.)
+func TestTakeoverThatKeepsFailingFailsTheRunner(t *testing.T) {
+	tries, backoff := takeoverTries, takeoverBackoff
+	takeoverTries, takeoverBackoff = 3, time.Millisecond
+	t.Cleanup(func() { takeoverTries, takeoverBackoff = tries, backoff })
+	target := &fakeTarget{folded: map[uint64]bool{}, entered: make(chan struct{}),
+		takeover: func(context.Context) error { return errors.New("the bucket is full") }}
+	p := &pauser{}
+	r, _ := newTakeoverRunner(t, target, p)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	if _, err := r.Start(context.Background(), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not fail within 60s")
+	}
+	if err == nil || !strings.Contains(err.Error(), "the bucket is full") || target.tries.Load() != 3 {
+		t.Errorf("Run: %v after %d tries, want the takeover's error after 3", err, target.tries.Load())
+	}
+	if p.paused.Load() != 1 || p.resumes.Load() != 0 {
+		t.Errorf("after a failed takeover the processor was resumed %d times, want it left paused", p.resumes.Load())
+	}
+	if st := r.Status(); st.State != status.RebuildTakingOver {
+		t.Errorf("state %q, want %q", st.State, status.RebuildTakingOver)
+	}
+	target.mu.Lock()
+	defer target.mu.Unlock()
+	if len(target.folded) != 50 {
+		t.Errorf("folded %d events, want 50", len(target.folded))
+	}
+}
