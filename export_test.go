@@ -3,6 +3,7 @@ package orderstore
 import (
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -18,3 +19,21 @@ func FailSyncs(app *Appliance, err error) { app.commit.InjectFault(err) }
 // one principal that may touch the processor's durable (tests make a part
 // fail with it).
 func InternalJetStream(app *Appliance) jetstream.JetStream { return app.js }
+
+// IngestQueued is what app's ingest service has yet to take: publishes
+// waiting in its subscriptions, and bytes nats holds for its connection.
+// With both 0 and nothing in flight (status ingest.waiting), no answer to
+// an earlier publish is still on its way through the service.
+func IngestQueued(app *Appliance) (queued, natsPending int) {
+	queued = app.ing.Queued()
+	if srv := app.monitored.Load(); srv != nil {
+		if cz, err := srv.Connz(&server.ConnzOptions{Limit: 10000}); err == nil {
+			for _, c := range cz.Conns {
+				if c.Name == "orderstore-ingest" {
+					natsPending += c.Pending
+				}
+			}
+		}
+	}
+	return queued, natsPending
+}

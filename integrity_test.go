@@ -244,11 +244,13 @@ func flood(t *testing.T, app *orderstore.Appliance, conns []*nats.Conn, subject 
 		codes[code]++
 		mu.Unlock()
 	}
+	var subs []*nats.Subscription
 	for c, nc := range conns {
 		sub, err := nc.Subscribe(inbox+"."+strconv.Itoa(c)+".*", onAnswer)
 		if err != nil {
 			t.Fatal(err)
 		}
+		subs = append(subs, sub)
 		defer sub.Unsubscribe()
 		if err := sub.SetPendingLimits(-1, -1); err != nil {
 			t.Fatal(err)
@@ -311,6 +313,26 @@ func flood(t *testing.T, app *orderstore.Appliance, conns []*nats.Conn, subject 
 		if st.Ingest != nil && st.Ingest.Waiting != 0 {
 			lastChange = time.Now()
 			return fmt.Errorf("%d of %d answered, %d waiting in the ingest service", got, n, st.Ingest.Waiting)
+		}
+		// Publishes nats delivered that the service has not taken yet (a
+		// starved process takes nothing for seconds: a quiet spell alone
+		// said "done" too early, and one of 50,000 counted unanswered).
+		if queued, pending := orderstore.IngestQueued(app); queued != 0 || pending != 0 {
+			lastChange = time.Now()
+			return fmt.Errorf("%d of %d answered, %d publishes and %d bytes queued for the ingest service", got, n, queued, pending)
+		}
+		// Answers on their way to the flooder: a flush brings what nats
+		// holds for its connections into their subscriptions.
+		for c, nc := range conns {
+			if err := nc.FlushTimeout(30 * time.Second); err != nil {
+				return fmt.Errorf("flush of flood connection %d: %v", c, err)
+			}
+		}
+		for _, sub := range subs {
+			if msgs, _, err := sub.Pending(); err != nil || msgs != 0 {
+				lastChange = time.Now()
+				return fmt.Errorf("%d of %d answered, %d answers not read yet (%v)", got, n, msgs, err)
+			}
 		}
 		if time.Since(lastChange) < quiet {
 			return fmt.Errorf("%d of %d answered, none for %s", got, n, time.Since(lastChange).Round(time.Millisecond))

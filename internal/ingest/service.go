@@ -1181,6 +1181,20 @@ func APIError(code, errCode int, description string) []byte {
 }
 
 // Guard adds what the service refused or could not answer to g.
+// Queued is how many publishes nats delivered to the service that it has
+// not taken yet (they wait in its subscriptions).
+func (in *Service) Queued() int {
+	n := 0
+	for _, rs := range in.reqSubs {
+		if sub := rs.sub.Load(); sub != nil {
+			if msgs, _, err := sub.Pending(); err == nil {
+				n += msgs
+			}
+		}
+	}
+	return n
+}
+
 func (in *Service) Guard(g *status.GuardStats) {
 	g.OverBudget, g.Unanswered, g.ForgedAnswers, g.ElectionRetries = in.refused.Load(), in.unanswer.Load(), in.forged.Load(), in.elections.Load()
 	g.Overloaded, g.ReplyCollisions, g.IngestPauses = in.shed.Load(), in.collided.Load(), in.pauses.Load()
