@@ -35,6 +35,8 @@ const AnonymousAccount = "ANONYMOUS"
 // projection's reads stay private.
 const InternalInbox = "_INBOX_ORDERSTORE"
 
+// ReservedUser reports whether name is one of orderstore's own users,
+// which a configured user may not take.
 func ReservedUser(name string) bool {
 	return name == internalUser || name == anonymousUser
 }
@@ -48,6 +50,7 @@ type Identity struct {
 	pub string
 }
 
+// NewIdentity makes a fresh identity: a new user nkey.
 func NewIdentity() (*Identity, error) {
 	kp, err := nkeys.CreateUser()
 	if err != nil {
@@ -60,6 +63,8 @@ func NewIdentity() (*Identity, error) {
 	return &Identity{kp: kp, pub: pub}, nil
 }
 
+// Options sign a connection in as id, with inbox as its inbox prefix
+// (InternalInbox, HubWatchInbox).
 func (id *Identity) Options(inbox string) []nats.Option {
 	return []nats.Option{
 		nats.Nkey(id.pub, func(nonce []byte) ([]byte, error) { return id.kp.Sign(nonce) }),
