@@ -904,7 +904,25 @@ func (f *folder) replays(ctx context.Context, from, to uint64) error {
 		if n == 0 {
 			return nil
 		}
+		// Two steps ahead of the fold at most: a scan racing through the
+		// stream while producers publish to it slows their publishes
+		// (the stream serves both), and the fold needs it only a step
+		// ahead.
+		for ahead := 2 * uint64(f.r.cfg.BatchSize); f.scanned.Load() > f.position()+ahead; {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
 	}
+}
+
+// position is the last sequence the fold folded.
+func (f *folder) position() uint64 {
+	f.r.mu.Lock()
+	defer f.r.mu.Unlock()
+	return f.st.Position
 }
 
 // step folds the next batch, stopping after sequence upTo (0: no bound).
