@@ -25,6 +25,8 @@
 //
 //     go run ./bench/overload                    # about 2 minutes on 2 cores
 //     go run ./bench/overload -duration 20s -conns 32 -dir /var/tmp
+//     go build -o /tmp/overload ./bench/overload && taskset -c 1 /tmp/overload -target-cpus 0
+//     # target and load generator on a CPU each
 package main
 
 import (
@@ -59,20 +61,21 @@ import (
 )
 
 var (
-	dir      = flag.String("dir", "", "directory for the stores (default: a temporary one under $TMPDIR)")
-	conns    = flag.Int("conns", 16, "pipelining client connections")
-	window   = flag.Int("window", 256, "requests in flight per connection while the sustained rate is measured")
-	factor   = flag.Float64("factor", 10, "offered load of the overload, as a multiple of orderstore's sustained acked rate")
-	measure  = flag.Duration("measure", 10*time.Second, "how long the sustained rate is measured")
-	duration = flag.Duration("duration", 10*time.Second, "how long the overload is offered")
-	quiet    = flag.Duration("quiet", 10*time.Second, "after a phase, answers are waited for until nothing changed (answers, events stored, orderstore's ingest waiting) for this long")
-	late     = flag.Duration("late", 5*time.Second, "an answer later than this after its request is counted late (jetstream's default publish timeout)")
-	size     = flag.Int("size", 128, "event size in bytes")
-	only     = flag.String("only", "", "comma-separated targets to run (orderstore, nats-always); without orderstore, -rate sets the offered rate")
-	rate     = flag.Float64("rate", 0, "offered rate of the overload in requests/s (default: -factor times orderstore's sustained rate)")
-	serve    = flag.String("serve", "", "internal: run this target (orderstore or nats-always) in this process on -dir and print its URLs")
-	logLevel = flag.String("log", "warn", "what a target logs (to <dir>/<target>.log): error, warn or info")
-	pprofAt  = flag.String("pprof", "", "serve net/http/pprof of each target on this address (e.g. 127.0.0.1:6060), to profile it under load")
+	dir        = flag.String("dir", "", "directory for the stores (default: a temporary one under $TMPDIR)")
+	conns      = flag.Int("conns", 16, "pipelining client connections")
+	window     = flag.Int("window", 256, "requests in flight per connection while the sustained rate is measured")
+	factor     = flag.Float64("factor", 10, "offered load of the overload, as a multiple of orderstore's sustained acked rate")
+	measure    = flag.Duration("measure", 10*time.Second, "how long the sustained rate is measured")
+	duration   = flag.Duration("duration", 10*time.Second, "how long the overload is offered")
+	quiet      = flag.Duration("quiet", 10*time.Second, "after a phase, answers are waited for until nothing changed (answers, events stored, orderstore's ingest waiting) for this long")
+	late       = flag.Duration("late", 5*time.Second, "an answer later than this after its request is counted late (jetstream's default publish timeout)")
+	size       = flag.Int("size", 128, "event size in bytes")
+	only       = flag.String("only", "", "comma-separated targets to run (orderstore, nats-always); without orderstore, -rate sets the offered rate")
+	rate       = flag.Float64("rate", 0, "offered rate of the overload in requests/s (default: -factor times orderstore's sustained rate)")
+	serve      = flag.String("serve", "", "internal: run this target (orderstore or nats-always) in this process on -dir and print its URLs")
+	logLevel   = flag.String("log", "warn", "what a target logs (to <dir>/<target>.log): error, warn or info")
+	pprofAt    = flag.String("pprof", "", "serve net/http/pprof of each target on this address (e.g. 127.0.0.1:6060), to profile it under load")
+	targetCPUs = flag.String("target-cpus", "", "run each target on these CPUs only (taskset -c syntax, e.g. 0), so that the load generator, run under taskset on the others, takes no CPU from it")
 )
 
 func main() {
@@ -177,7 +180,11 @@ func startChild(name, d string) (*child, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(self, "-serve", name, "-dir", d, "-log", *logLevel, "-pprof", *pprofAt)
+	args := []string{self, "-serve", name, "-dir", d, "-log", *logLevel, "-pprof", *pprofAt}
+	if *targetCPUs != "" {
+		args = append([]string{"taskset", "-c", *targetCPUs}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stderr = logf
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
