@@ -1068,7 +1068,7 @@ func header(o options, started time.Time) string {
 	fmt.Fprintf(&b, "- date: %s, host %s, %s/%s, %d CPUs, %s, nats-server %s (embedded)\n",
 		started.UTC().Format(time.RFC3339), host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), server.VERSION)
 	fmt.Fprintf(&b, "- load average at the end of the run: %s (this process alone uses up to %d.0 while busy)\n", loadavg(), runtime.NumCPU())
-	fmt.Fprintf(&b, "- command: `%s`\n", command())
+	fmt.Fprintf(&b, "- command: `%s`\n", benchkit.Command("./bench/processor"))
 	fmt.Fprintf(&b, "- events: JSON `{\"order_id\":\"order-NNNNNN\",\"status\":TYPE}` with a Nats-Msg-Id, on orders.{created,paid,shipped,delivered,cancelled}; each event picks one of the orders uniformly at random (seed %d)\n", o.seed)
 	fmt.Fprintf(&b, "- publishers: %s connection, async publishes, %d unacked at most\n", o.pubConn, o.window)
 	return b.String()
@@ -1171,19 +1171,8 @@ func summary(o options, rs []*modeResult) string {
 			b.WriteString(" - | - | - | - | - | - |\n")
 		}
 	}
-	fmt.Fprintf(&b, "\nReproduce: `%s`\n", command())
+	fmt.Fprintf(&b, "\nReproduce: `%s`\n", benchkit.Command("./bench/processor"))
 	return b.String()
-}
-
-func command() string {
-	args := []string{"go", "run", "./bench/processor"}
-	for _, a := range os.Args[1:] {
-		if strings.ContainsAny(a, " \t\"'$`\\") {
-			a = strconv.Quote(a)
-		}
-		args = append(args, a)
-	}
-	return strings.Join(args, " ")
 }
 
 func metStr(ok bool) string {
