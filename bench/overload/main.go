@@ -58,6 +58,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/internal/ingest"
 )
 
 var (
@@ -76,6 +77,7 @@ var (
 	logLevel   = flag.String("log", "warn", "what a target logs (to <dir>/<target>.log): error, warn or info")
 	pprofAt    = flag.String("pprof", "", "serve net/http/pprof of each target on this address (e.g. 127.0.0.1:6060), to profile it under load")
 	targetCPUs = flag.String("target-cpus", "", "run each target on these CPUs only (taskset -c syntax, e.g. 0), so that the load generator, run under taskset on the others, takes no CPU from it")
+	stagesOn   = flag.Bool("stages", false, "send each request's send time in a header and print where orderstore's publishes spent their time (build with -tags benchtrace)")
 )
 
 func main() {
@@ -135,10 +137,16 @@ func main() {
 			}
 			offered = *factor * r.sustained
 		}
+		if *stagesOn && c.admin != "" {
+			fmt.Print(stageReport(c.admin))
+		}
 		before := streamMsgs(c.url)
 		r.over = overload(c, payload, offered)
 		r.over.stored = streamMsgs(c.url) - before
 		r.overHWM, r.overRSS = c.mem()
+		if *stagesOn && c.admin != "" {
+			fmt.Print(stageReport(c.admin))
+		}
 		if c.admin != "" {
 			r.guard = guardStats(c.admin)
 		}
@@ -424,8 +432,16 @@ func (p *pipe) onAnswer(m *nats.Msg) {
 // request sends request i; false if the connection did not take it (it
 // is not counted as sent).
 func (p *pipe) request(subject string, i int, payload []byte) bool {
-	p.sentAt[i].Store(time.Now().UnixNano())
-	if err := p.nc.PublishRequest(subject, p.inbox+"."+strconv.Itoa(i), payload); err != nil {
+	now := time.Now().UnixNano()
+	p.sentAt[i].Store(now)
+	var err error
+	if *stagesOn {
+		m := &nats.Msg{Subject: subject, Reply: p.inbox + "." + strconv.Itoa(i), Data: payload, Header: nats.Header{ingest.StageHeader: []string{strconv.FormatInt(now, 10)}}}
+		err = p.nc.PublishMsg(m)
+	} else {
+		err = p.nc.PublishRequest(subject, p.inbox+"."+strconv.Itoa(i), payload)
+	}
+	if err != nil {
 		log.Printf("publish: %v (this connection stops sending)", err)
 		return false
 	}
@@ -452,7 +468,7 @@ func settle(c *child, pipes []*pipe, sent []int, t0 time.Time, sendTime time.Dur
 	}
 	state := func() string {
 		s := fmt.Sprintf("%d %d", answered(), streamMsgs(c.url))
-		if c.admin != "" {
+		if c.admin != "" && !*stagesOn { // a status call takes the stages recorded
 			s += fmt.Sprintf(" %d", ingestWaiting(c.admin))
 		}
 		return s
@@ -595,6 +611,26 @@ func streamMsgs(url string) int64 {
 		return -1
 	}
 	return int64(s.CachedInfo().State.Msgs)
+}
+
+// stageReport is ingest.stages of orderstore's /v1/status: where the
+// publishes answered since the last report spent their time.
+func stageReport(admin string) string {
+	resp, err := http.Get(admin + "/v1/status")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Ingest *struct {
+			Stages string `json:"stages"`
+		} `json:"ingest"`
+	}
+	json.NewDecoder(resp.Body).Decode(&st)
+	if st.Ingest == nil || st.Ingest.Stages == "" {
+		return "    no stages recorded: build with -tags benchtrace\n"
+	}
+	return st.Ingest.Stages
 }
 
 // guardStats is the "guard" object of orderstore's /v1/status.

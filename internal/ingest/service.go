@@ -435,6 +435,9 @@ func (in *Service) pause(rs *requests, sub *nats.Subscription) {
 // refuse answers a publish with an error (nothing was stored).
 func (in *Service) refuse(m *nats.Msg, code int, format string, args ...any) {
 	if m.Reply != "" {
+		in.mu.Lock()
+		in.answeredAtOnce(m.Reply)
+		in.mu.Unlock()
 		in.reply(m.Reply, APIError(code, 10077, "orderstore: "+fmt.Sprintf(format, args...)))
 	}
 }
@@ -469,6 +472,9 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 				in.logInvalid(subject, err)
 				return
 			}
+			in.mu.Lock()
+			in.answeredAtOnce(m.Reply)
+			in.mu.Unlock()
 			in.reply(m.Reply, APIError(422, in.cfg.InvalidCode, "orderstore: "+truncateSubject(subject)+": "+err.Error()+" (nothing was stored)"))
 			return
 		}
@@ -521,6 +527,7 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 		if b.n == 0 {
 			delete(in.accounts, account)
 		}
+		in.answeredAtOnce(m.Reply)
 		in.mu.Unlock()
 		in.reply(m.Reply, no)
 		return
@@ -533,6 +540,7 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 	if out == nil {
 		in.mu.Lock()
 		in.release(p)
+		in.answeredAtOnce(m.Reply)
 		in.mu.Unlock()
 		in.reply(m.Reply, tooBig)
 		return
@@ -540,22 +548,7 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 	out.Reply = in.ackPrefix + id
 	p.msg = out
 	in.mu.Lock()
-	if old := in.replies[m.Reply]; old != nil {
-		// nats routes this reply subject to the new request's producer
-		// now (it gave both the same one): the old one's answer would
-		// reach the wrong producer.
-		old.orphaned = true
-		in.collided.Add(1)
-		in.log.Warn("ingest: nats gave two publishes in flight the same reply subject: the earlier gets no answer (its producer times out and should publish it again)", "reply", truncateSubject(m.Reply))
-	}
-	if _, ok := in.ended[0][m.Reply]; ok || in.endedBefore(m.Reply) {
-		// nats may have given this reply subject to this publish while an
-		// earlier one, answered since, still held it: that answer then
-		// reached this publish's producer, and nats routes no second one.
-		// The earlier producer gets no answer and times out.
-		in.collided.Add(1)
-		in.log.Warn("ingest: a publish came with the reply subject of one answered a moment ago: if nats gave it that subject before the answer, its producer took the earlier publish's answer for its own and the earlier one gets none (it times out and should publish it again)", "reply", truncateSubject(m.Reply))
-	}
+	in.checkReply(m.Reply)
 	in.replies[m.Reply] = p
 	in.pending[id] = p
 	if p.st != nil {
@@ -718,6 +711,48 @@ func (in *Service) reserve(p *pendingPub) {
 	in.cfg.Stats.waiting.Store(int64(in.inFlight))
 }
 
+// checkReply looks for another publish with reply subject r, that of a
+// publish taken now; in.mu held. nats' service-import reply subjects have
+// 6 random characters, one space for every request in flight, nats'
+// buffers included, so two may get the same one (about one in 10^6 at
+// 16,384 in flight).
+func (in *Service) checkReply(r string) {
+	if old := in.replies[r]; old != nil {
+		// nats routes this reply subject to the new request's producer
+		// now (it gave both the same one): the old one's answer would
+		// reach the wrong producer.
+		old.orphaned = true
+		in.collided.Add(1)
+		in.log.Warn("ingest: nats gave two publishes in flight the same reply subject: the earlier gets no answer (its producer times out and should publish it again)", "reply", truncateSubject(r))
+	}
+	if _, ok := in.ended[0][r]; ok || in.endedBefore(r) {
+		// nats may have given this reply subject to this publish while an
+		// earlier one, answered since, still held it: that answer then
+		// reached this publish's producer, and nats routes no second one.
+		// The earlier producer gets no answer and times out.
+		in.collided.Add(1)
+		in.log.Warn("ingest: a publish came with the reply subject of one answered a moment ago: if nats gave it that subject before the answer, its producer took the earlier publish's answer for its own and the earlier one gets none (it times out and should publish it again)", "reply", truncateSubject(r))
+	}
+}
+
+// answeredAtOnce notes a publish with reply subject r answered at once, without
+// going into flight (a 4xx); in.mu held. Its answer ends nats' route for
+// r: a publish in flight with the same subject gets none, and one that
+// comes with it soon may have taken this answer for its own.
+func (in *Service) answeredAtOnce(r string) {
+	in.checkReply(r)
+	in.ended0(r)
+}
+
+// ended0 records r as the reply subject of a publish answered now; in.mu
+// held.
+func (in *Service) ended0(r string) {
+	if now := time.Now(); now.Sub(in.endedFrom) > ingestRecentReplies {
+		in.ended[1], in.ended[0], in.endedFrom = in.ended[0], map[string]struct{}{}, now
+	}
+	in.ended[0][r] = struct{}{}
+}
+
 // endedBefore reports whether reply is in the older generation of ended
 // ones; in.mu held.
 func (in *Service) endedBefore(reply string) bool {
@@ -747,10 +782,7 @@ func (in *Service) release(p *pendingPub) {
 	}
 	if in.replies[p.reply] == p {
 		delete(in.replies, p.reply)
-		if now := time.Now(); now.Sub(in.endedFrom) > ingestRecentReplies {
-			in.ended[1], in.ended[0], in.endedFrom = in.ended[0], map[string]struct{}{}, now
-		}
-		in.ended[0][p.reply] = struct{}{}
+		in.ended0(p.reply)
 	}
 	in.cfg.Stats.waiting.Store(int64(in.inFlight))
 }

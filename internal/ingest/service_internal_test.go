@@ -375,3 +375,106 @@ func startService(t *testing.T, srv *embedded.Server, cfg Config) *Service {
 	t.Cleanup(func() { in.Close(context.Background()) })
 	return in
 }
+
+// A publish answered at once (refused: a wildcard, a budget, a failed
+// validation) ends nats' route for its reply subject like an ack does:
+// a publish in flight with the same subject gets no answer from then on
+// (nats routed the refusal to its producer... or the other way round),
+// and one that comes with it a moment later may have taken the refusal
+// for its own. Both are collisions, counted; before, a refusal was
+// neither checked nor remembered, and in the 10x overload bench one
+// publish a run went unanswered with no collision counted.
+func TestIngestReplyCollisionWithARefusal(t *testing.T) {
+	srv, nc := newStream(t)
+	release := make(chan struct{})
+	var syncs atomic.Int64
+	stats := &Stats{batchHist: newHistogram(batchBuckets)}
+	in := startService(t, srv, Config{Subjects: []string{"orders.>"}, Prefix: Prefix, Accounts: []string{"ORDERSTORE"}, Stream: "ORDER_EVENTS", Stats: stats,
+		Sync: func(ctx context.Context) error {
+			syncs.Add(1)
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}})
+	answers := make(chan *nats.Msg, 8)
+	sub, err := nc.ChanSubscribe("producer.reply.*", answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	next := func(want string) *nats.Msg {
+		t.Helper()
+		select {
+		case m := <-answers:
+			if !strings.Contains(string(m.Data), want) {
+				t.Fatalf("answer %q on %s, want one with %s", m.Data, m.Subject, want)
+			}
+			return m
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no answer, want one with %s", want)
+			return nil
+		}
+	}
+
+	// A refusal, then a publish with its reply subject.
+	if err := nc.PublishRequest(Prefix+"ORDERSTORE.orders.*", "producer.reply.a", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	next(`"code":400`)
+	if err := nc.PublishRequest(Prefix+"ORDERSTORE.orders.created", "producer.reply.a", []byte(`{"order_id":"a"}`)); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if n := in.collided.Load(); n != 1 {
+			return fmt.Errorf("collisions counted: %d, want 1 (a publish on the reply subject of a refusal a moment before)", n)
+		}
+		return nil
+	})
+
+	// A publish in flight (its sync held), then a refusal with its reply
+	// subject: the one in flight gets no answer.
+	if err := nc.PublishRequest(Prefix+"ORDERSTORE.orders.created", "producer.reply.b", []byte(`{"order_id":"b"}`)); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		if in.replies["producer.reply.b"] == nil || syncs.Load() == 0 {
+			return fmt.Errorf("the publish on producer.reply.b is not in flight yet (%d syncs)", syncs.Load())
+		}
+		return nil
+	})
+	if err := nc.PublishRequest(Prefix+"ORDERSTORE.orders.>", "producer.reply.b", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	next(`"code":400`)
+	if n := in.collided.Load(); n != 2 {
+		t.Fatalf("collisions counted: %d, want 2 (a refusal on the reply subject of a publish in flight)", n)
+	}
+	close(release)
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		if in.inFlight != 0 {
+			return fmt.Errorf("%d still in flight", in.inFlight)
+		}
+		return nil
+	})
+	if err := in.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// What is left: the ack of the publish on producer.reply.a (it was
+	// stored), nothing on producer.reply.b (orphaned).
+	next(`"seq":`)
+	select {
+	case m := <-answers:
+		t.Fatalf("an answer %q on %s: the publish in flight when its reply subject was refused must get none (it would reach the refused one's producer)", m.Data, m.Subject)
+	default:
+	}
+}

@@ -64,7 +64,7 @@ func StageReport() string {
 	if len(rows) == 0 {
 		return ""
 	}
-	out := fmt.Sprintf("    stages of %d publishes (p50 / p90):\n", len(rows))
+	out := fmt.Sprintf("    stages of %d publishes (p50 / p90 / p99 / max):\n", len(rows))
 	for k, name := range []string{"producer's send to the service's take", "take to the stream publish",
 		"stream publish to its ack", "ack to the sync's start", "sync", "sync's end to the answer sent", "in the service"} {
 		v := make([]time.Duration, len(rows))
@@ -72,7 +72,8 @@ func StageReport() string {
 			v[i] = rows[i][k]
 		}
 		slices.Sort(v)
-		out += fmt.Sprintf("      %-40s %8s %8s\n", name, v[len(v)/2].Round(time.Microsecond), v[len(v)*9/10].Round(time.Microsecond))
+		out += fmt.Sprintf("      %-40s %8s %8s %8s %8s\n", name, v[len(v)/2].Round(time.Microsecond), v[len(v)*9/10].Round(time.Microsecond),
+			v[len(v)*99/100].Round(time.Microsecond), v[len(v)-1].Round(time.Microsecond))
 	}
 	return out
 }
