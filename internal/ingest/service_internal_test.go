@@ -33,15 +33,7 @@ func TestIngestReplyCollision(t *testing.T) {
 	var syncs atomic.Int64
 	stats := &Stats{batchHist: newHistogram(batchBuckets)}
 	cfg := Config{Subjects: []string{"orders.>"}, Prefix: Prefix, Accounts: []string{"ORDERSTORE"}, Stream: "ORDER_EVENTS", Stats: stats,
-		Sync: func(ctx context.Context) error {
-			syncs.Add(1)
-			select {
-			case <-release:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}}
+		Sync: heldSync(release, &syncs)}
 	in := startService(t, srv, cfg)
 
 	answers := make(chan *nats.Msg, 4)
@@ -340,6 +332,20 @@ func TestIngestReplyReusedAfterAnswer(t *testing.T) {
 	}
 }
 
+// heldSync is a group-commit sync that counts its calls and returns once
+// release is closed.
+func heldSync(release chan struct{}, syncs *atomic.Int64) func(context.Context) error {
+	return func(ctx context.Context) error {
+		syncs.Add(1)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // newStream starts a server with ORDER_EVENTS and connects a producer.
 func newStream(t *testing.T) (*embedded.Server, *nats.Conn) {
 	t.Helper()
@@ -390,15 +396,7 @@ func TestIngestReplyCollisionWithARefusal(t *testing.T) {
 	var syncs atomic.Int64
 	stats := &Stats{batchHist: newHistogram(batchBuckets)}
 	in := startService(t, srv, Config{Subjects: []string{"orders.>"}, Prefix: Prefix, Accounts: []string{"ORDERSTORE"}, Stream: "ORDER_EVENTS", Stats: stats,
-		Sync: func(ctx context.Context) error {
-			syncs.Add(1)
-			select {
-			case <-release:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}})
+		Sync: heldSync(release, &syncs)})
 	answers := make(chan *nats.Msg, 8)
 	sub, err := nc.ChanSubscribe("producer.reply.*", answers)
 	if err != nil {
