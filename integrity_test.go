@@ -828,3 +828,79 @@ func TestFullDiskAnswersInFlight(t *testing.T) {
 		})
 	}
 }
+
+// While the ingest service pauses an account (a flood, see
+// TestEveryPublishAnswered), nats answers that account's publishes "no
+// responders" at once, for every principal that publishes (the anonymous
+// client, a producer whose permissions name only the stream's subjects,
+// an admin), without passing them through the account's service import:
+// that import takes the stream account's lock twice per request, where
+// the service's own answers queue, and under a 10x flood made every
+// answer late (bench/README.md). Another account is not paused; the end
+// of a pause lets the account in again; nobody can listen where the
+// paused publishes go.
+func TestIngestPauseAnswersAtOnce(t *testing.T) {
+	for _, c := range []struct{ name, user, password string }{{"anonymous", "", ""}, {"producer", "p1", p1Password}, {"admin", "ops", adminPassword}} {
+		t.Run(c.name, func(t *testing.T) {
+			var app *orderstore.Appliance
+			if c.user == "" {
+				app = orderstoretest.Start(t)
+			} else {
+				app = orderstoretest.Start(t, securedConfig)
+			}
+			_, js := integrityConnect(t, app, c.user, c.password)
+			publish := func(js jetstream.JetStream) error {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"p-1"}`))
+				return err
+			}
+			if err := publish(js); err != nil {
+				t.Fatalf("before the pause: %v", err)
+			}
+			if err := orderstore.PauseIngest(app, c.user, true); err != nil {
+				t.Fatal(err)
+			}
+			err := publish(js)
+			if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
+				t.Fatalf("paused: %v, want nats' no responders at once", err)
+			}
+			if c.user != "" {
+				// Another account's producer still gets in.
+				_, js2 := integrityConnect(t, app, "p2", p2Password)
+				if err := publish(js2); err != nil {
+					t.Fatalf("p2 while %s is paused: %v", c.user, err)
+				}
+			}
+			// Nobody of the account listens where its paused publishes go.
+			// (A producer may subscribe only to _INBOX.>.)
+			if c.user != "p1" {
+				errc := make(chan error, 1)
+				lc, _ := integrityConnect(t, app, c.user, c.password, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+					select {
+					case errc <- err:
+					default:
+					}
+				}))
+				if _, err := lc.SubscribeSync("_ORDERSTORE_PAUSED.>"); err != nil {
+					t.Fatal(err)
+				}
+				lc.Flush()
+				select {
+				case err := <-errc:
+					if !errors.Is(err, nats.ErrPermissionViolation) {
+						t.Fatalf("subscribing to the paused publishes: %v, want a permissions violation", err)
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatal("subscribing to the paused publishes was not refused")
+				}
+			}
+			if err := orderstore.PauseIngest(app, c.user, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := publish(js); err != nil {
+				t.Fatalf("after the pause: %v", err)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package orderstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -61,10 +62,46 @@ func (a *Appliance) ingestConfig() ingest.Config {
 	// Always set: SetValidation may turn validation on while it runs.
 	ic.Validate = func(subject string, data []byte) error { return a.validator.Load().Check(subject, data) }
 	ic.InvalidCode = ValidationErrCode
+	ic.Pause = a.pauseIngest
 	if a.commit != nil {
 		ic.Sync, ic.Stats = a.commit.Sync, a.commit.Stats()
 	}
 	return ic
+}
+
+// pauseIngest pauses a client account's publishes, or ends the pause
+// (ingest.Config.Pause): each of the stream's subjects is mapped in that
+// account to natsconf.PausedPrefix and the subject, where nothing is
+// imported and nobody may listen, so that nats answers "no responders"
+// without passing the publish through the account's service import.
+// orderstore's own account publishes without an import: not paused so.
+func (a *Appliance) pauseIngest(account string, paused bool) error {
+	if account == StreamAccount {
+		return ingest.ErrNoPause
+	}
+	srv := a.server()
+	if srv == nil {
+		return errors.New("nats is not running")
+	}
+	acc, err := srv.NATSServer().LookupAccount(account)
+	if err != nil {
+		return fmt.Errorf("account %s: %w", account, err)
+	}
+	if !paused {
+		for _, s := range a.cfg.Stream.Subjects {
+			acc.RemoveMapping(s)
+		}
+		return nil
+	}
+	for i, s := range a.cfg.Stream.Subjects {
+		if err := acc.AddMapping(s, natsconf.PausedPrefix+s); err != nil {
+			for _, done := range a.cfg.Stream.Subjects[:i] {
+				acc.RemoveMapping(done)
+			}
+			return fmt.Errorf("account %s: mapping %s: %w", account, s, err)
+		}
+	}
+	return nil
 }
 
 // Publish stores one event on subject (one of the stream's subjects) the

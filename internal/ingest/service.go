@@ -68,6 +68,20 @@ const (
 	ingestPauseQueue = 16384
 	ingestPauseBytes = 32 << 20
 	ingestQueueDelay = time.Second
+	// What nats-server has delivered to the service's connection but the
+	// connection has not read waits in front of the subscriptions, where
+	// their count and the probe cannot see it (up to nats' max_pending,
+	// 64 MiB: at 10x overload on one CPU, 14 s of publishes). Every
+	// ingestBacklogEvery the service sends a PING; its PONG waits behind
+	// that backlog. One not back within ingestBacklogLimit pauses the
+	// accounts that sent their share and at least ingestBacklogMin since
+	// the last PING on time. The limit is short because a flood grows the
+	// backlog fast: at 10x what the service takes, by 9 s a second; the
+	// floor keeps a moderate producer from being paused for a stall of
+	// the whole process (a slow CPU, the race detector).
+	ingestBacklogEvery = 50 * time.Millisecond
+	ingestBacklogLimit = 250 * time.Millisecond
+	ingestBacklogMin   = 1024
 	// ingestRecentReplies: how long (one to two times it) the reply
 	// subject of a publish that left flight is remembered, longer than
 	// a publish waits to be taken.
@@ -135,6 +149,11 @@ type Config struct {
 	// InvalidCode and the error's text.
 	Validate    func(subject string, data []byte) error
 	InvalidCode int
+	// Pause, if set, pauses an account's publishes (paused) or ends the
+	// pause: while paused nats answers them "no responders" without
+	// passing them through the account's import (see pauseMapped). It
+	// returns ErrNoPause for an account it cannot pause.
+	Pause func(account string, paused bool) error
 	// Inbox is the inbox prefix of orderstore's own connections: the
 	// stream's answers come on Inbox+".ingest.<random>.<ack id>" (""
 	// nats' _INBOX).
@@ -237,7 +256,8 @@ type requests struct {
 	sub     atomic.Pointer[nats.Subscription] // replaced after a pause
 	paused  atomic.Bool                       // sub drains: nats answers new publishes itself
 	pauses  atomic.Uint64
-	logged  atomic.Int64 // when a pause was last logged (unix nanoseconds)
+	logged  atomic.Int64  // when a pause was last logged (unix nanoseconds)
+	recent  atomic.Uint64 // publishes taken since watchBacklog last looked
 	// A probe of how long publishes wait to be taken, kept by the
 	// subscription's callback alone: the publish that was last in line
 	// when the probe began (the taken-th) has waited since then at least.
@@ -365,6 +385,7 @@ func Start(nc *nats.Conn, cfg Config, log *slog.Logger) (*Service, error) {
 	}
 	go in.commitLoop()
 	go in.sweep()
+	go in.watchBacklog()
 	return in, nil
 }
 
@@ -394,6 +415,9 @@ func (in *Service) pause(rs *requests, sub *nats.Subscription) {
 	if now, last := time.Now().UnixNano(), rs.logged.Load(); now-last > int64(10*time.Second) && rs.logged.CompareAndSwap(last, now) {
 		in.log.Warn("ingest: an account sends more than orderstore takes: its publishes are answered 503 no responders by nats until those on their way are taken (pauses so far)",
 			"account", rs.account, "pauses", n)
+	}
+	if in.pauseMapped(rs, sub) {
+		return
 	}
 	if err := sub.Drain(); err != nil {
 		return
@@ -431,6 +455,115 @@ func (in *Service) pause(rs *requests, sub *nats.Subscription) {
 		}
 	}
 }
+
+// watchBacklog pauses the accounts that fill the service's connection
+// (see ingestBacklogLimit): a PING whose PONG is late says that what
+// nats-server holds for the connection will be taken late.
+func (in *Service) watchBacklog() {
+	t := time.NewTicker(ingestBacklogEvery)
+	defer t.Stop()
+	counts := make([]uint64, len(in.reqSubs))
+	for {
+		select {
+		case <-in.stop:
+			return
+		case <-t.C:
+		}
+		err := in.nc.FlushTimeout(ingestBacklogLimit)
+		if !errors.Is(err, nats.ErrTimeout) {
+			// On time (or the connection is down: the appliance sees
+			// to that): a new count.
+			for _, rs := range in.reqSubs {
+				rs.recent.Store(0)
+			}
+			continue
+		}
+		var total uint64
+		active := uint64(0)
+		for i, rs := range in.reqSubs {
+			counts[i] = rs.recent.Swap(0)
+			total += counts[i]
+			if counts[i] > 0 {
+				active++
+			}
+		}
+		for i, rs := range in.reqSubs {
+			// Its share or more, and many: an account with a few
+			// publishes is not paused for another's flood.
+			if counts[i] >= ingestBacklogMin && counts[i]*active >= total && rs.paused.CompareAndSwap(false, true) {
+				go in.pause(rs, rs.sub.Load())
+			}
+		}
+	}
+}
+
+// pauseMapped pauses an account through Config.Pause: nats maps its
+// publishes away from the import, and answers them "no responders" at
+// once, until the service has taken those already on their way (what
+// nats delivered before the mapping: a flush's PONG comes after it, then
+// the subscription's pending ones). false: Config.Pause is not set or
+// cannot pause this account; the caller unsubscribes instead.
+//
+// Unsubscribing does the same for the service, not for nats: a publish
+// with nobody subscribed still goes through the account's service import,
+// which sets up and removes a response import in the stream's account
+// under that account's lock, where the service's own answers queue too.
+// Under a 10x flood on 2 cores that made every answer wait seconds
+// (bench/README.md, "Where the late ones waited").
+func (in *Service) pauseMapped(rs *requests, sub *nats.Subscription) bool {
+	if in.cfg.Pause == nil {
+		return false
+	}
+	if err := in.cfg.Pause(rs.account, true); err != nil {
+		if !errors.Is(err, ErrNoPause) {
+			in.log.Warn("ingest: pausing an account by a mapping failed; unsubscribing instead", "account", rs.account, "err", err)
+		}
+		return false
+	}
+	defer func() {
+		// Until this works, nats answers the account's publishes itself:
+		// retried for as long as the service runs.
+		for {
+			err := in.cfg.Pause(rs.account, false)
+			if err == nil {
+				return
+			}
+			in.log.Error("ingest: ending an account's pause failed, retrying: its producers get no responders meanwhile", "account", rs.account, "err", err)
+			select {
+			case <-in.stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	for {
+		if err := in.nc.FlushTimeout(time.Second); err == nil {
+			break
+		} else if errors.Is(err, nats.ErrConnectionClosed) {
+			return true
+		}
+		select {
+		case <-in.stop:
+			return true
+		default:
+		}
+	}
+	for {
+		if n, _, err := sub.Pending(); err != nil || n == 0 {
+			return true
+		}
+		select {
+		case <-in.stop:
+			return true
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// ErrNoPause is what Config.Pause returns for an account it cannot pause
+// (the stream's own, whose publishes need no import): the service
+// unsubscribes instead.
+var ErrNoPause = errors.New("ingest: this account is not paused by a mapping")
 
 // refuse answers a publish with an error (nothing was stored).
 func (in *Service) refuse(m *nats.Msg, code int, format string, args ...any) {
@@ -491,6 +624,7 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 	}
 	// Admission first, before any work that costs: under overload the
 	// answer must be cheaper than what the producers send.
+	rs.recent.Add(1)
 	sub := rs.sub.Load()
 	queued, queuedBytes, _ := sub.Pending()
 	now := time.Now()

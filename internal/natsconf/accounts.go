@@ -113,7 +113,7 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 		}
 		accounts = append(accounts, client(AnonymousAccount, RoleAdmin))
 		users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: AnonymousAccount,
-			PublishDeny: in.guardDenies()})
+			PublishDeny: in.guardDenies(), SubscribeDeny: []string{PausedPrefix + ">"}})
 		return accounts, users, anon.pub, nil
 	}
 
@@ -129,10 +129,19 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 		case RoleProducer:
 			eu.Publish = append([]string(nil), in.Subjects...)
 			eu.Subscribe = []string{"_INBOX.>"}
+			// nats checks a publish against the permissions after the
+			// account's mappings, and while the ingest service pauses
+			// the account its publishes are mapped to PausedPrefix:
+			// allowed, so that nats answers them "no responders".
+			eu.Publish = append(eu.Publish, PausedPrefix+">")
 		case RoleReader:
 			eu.Publish, eu.PublishDeny = in.readerPermissions()
 		default:
 			eu.PublishDeny = append(eu.PublishDeny, in.guardDenies()...)
+			eu.SubscribeDeny = append(eu.SubscribeDeny, PausedPrefix+">")
+			if len(eu.Publish) > 0 { // as for a producer
+				eu.Publish = append(eu.Publish, PausedPrefix+">")
+			}
 		}
 		accounts = append(accounts, acc)
 		users = append(users, eu)

@@ -46,6 +46,12 @@ const HubWatchInbox = "_ORDERSTORE_HUBWATCH"
 // one's own.
 const GuardPrefix = "_ORDERSTORE_GUARD."
 
+// PausedPrefix is where a client account's publishes on the stream's
+// subjects are mapped while the ingest service pauses that account: no
+// import and nobody listens there, so nats answers each publish "no
+// responders" at once (ingest.Config.Pause). Nobody may subscribe to it.
+const PausedPrefix = "_ORDERSTORE_PAUSED."
+
 // internalSubjects is the table for in.
 func (in Input) internalSubjects() []internalSubject {
 	dlq := in.DeadLetterSubjects
