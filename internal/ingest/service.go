@@ -220,13 +220,15 @@ type Service struct {
 	// flight): past ingestBehind the service sheds heavy accounts.
 	latency atomic.Int64
 
-	refused   atomic.Uint64 // answered 429: over a budget
-	shed      atomic.Uint64 // answered 429: the service was behind (ingestBehind)
-	collided  atomic.Uint64 // publishes left without an answer: nats gave a later one the same reply subject
-	forged    atomic.Uint64 // answers on an ack id that were not the stream's
-	unanswer  atomic.Uint64 // answered 503 because the stream did not answer
-	elections atomic.Uint64 // republishes retried while the stream had no leader
-	invalid   atomic.Uint64 // refused by Config.Validate
+	refused  atomic.Uint64 // answered 429: over a budget
+	shed     atomic.Uint64 // answered 429: the service was behind (ingestBehind)
+	collided atomic.Uint64 // publishes left without an answer: nats gave a later one the same reply subject
+	// collideLogged is when a collision was last logged (unix nanoseconds).
+	collideLogged atomic.Int64
+	forged        atomic.Uint64 // answers on an ack id that were not the stream's
+	unanswer      atomic.Uint64 // answered 503 because the stream did not answer
+	elections     atomic.Uint64 // republishes retried while the stream had no leader
+	invalid       atomic.Uint64 // refused by Config.Validate
 
 	invalidLogMu sync.Mutex
 	invalidLog   time.Time // when a refused plain publish (nobody to tell) was last logged
@@ -857,7 +859,7 @@ func (in *Service) checkReply(r string) {
 		// reach the wrong producer.
 		old.orphaned = true
 		in.collided.Add(1)
-		in.log.Warn("ingest: nats gave two publishes in flight the same reply subject: the earlier gets no answer (its producer times out and should publish it again)", "reply", truncateSubject(r))
+		in.warnCollision("ingest: nats gave two publishes in flight the same reply subject: the earlier gets no answer (its producer times out and should publish it again)", r)
 	}
 	if _, ok := in.ended[0][r]; ok || in.endedBefore(r) {
 		// nats may have given this reply subject to this publish while an
@@ -865,8 +867,21 @@ func (in *Service) checkReply(r string) {
 		// reached this publish's producer, and nats routes no second one.
 		// The earlier producer gets no answer and times out.
 		in.collided.Add(1)
-		in.log.Warn("ingest: a publish came with the reply subject of one answered a moment ago: if nats gave it that subject before the answer, its producer took the earlier publish's answer for its own and the earlier one gets none (it times out and should publish it again)", "reply", truncateSubject(r))
+		in.warnCollision("ingest: a publish came with the reply subject of one answered a moment ago: if nats gave it that subject before the answer, its producer took the earlier publish's answer for its own and the earlier one gets none (it times out and should publish it again); at a high rate most of these are chance (the subject was free again)", r)
 	}
+}
+
+// warnCollision logs a reply-subject collision, at most once every 10 s
+// (each is counted): the second kind is mostly chance at a high rate,
+// about rate² × 7.5 s / 62⁶ a second (one every 8 s at 30,000 answers a
+// second), since a reply subject answered a moment ago may have been
+// free again when nats gave it out.
+func (in *Service) warnCollision(msg, reply string) {
+	now := time.Now().UnixNano()
+	if last := in.collideLogged.Load(); now-last < int64(10*time.Second) || !in.collideLogged.CompareAndSwap(last, now) {
+		return
+	}
+	in.log.Warn(msg, "reply", truncateSubject(reply), "collisions_so_far", in.collided.Load())
 }
 
 // answeredAtOnce notes a publish with reply subject r answered at once, without
