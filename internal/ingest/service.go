@@ -539,15 +539,21 @@ func (in *Service) pauseMapped(rs *requests, sub *nats.Subscription) bool {
 		}
 	}()
 	for {
-		if err := in.nc.FlushTimeout(time.Second); err == nil {
+		err := in.nc.FlushTimeout(time.Second)
+		if err == nil {
 			break
-		} else if errors.Is(err, nats.ErrConnectionClosed) {
+		}
+		if errors.Is(err, nats.ErrConnectionClosed) {
 			return true
+		}
+		wait := time.Duration(0) // a timeout: the backlog is long, flush again
+		if !errors.Is(err, nats.ErrTimeout) {
+			wait = 10 * time.Millisecond // reconnecting: not in a hot loop
 		}
 		select {
 		case <-in.stop:
 			return true
-		default:
+		case <-time.After(wait):
 		}
 	}
 	for {
