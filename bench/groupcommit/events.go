@@ -1,6 +1,7 @@
 package main
 
 import (
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -9,42 +10,11 @@ import (
 // orderCreatedSchema is what the validated target checks every
 // orders.created event against: a realistic order-created event. Its
 // "format" is an annotation only (draft 2020-12 does not assert it).
-const orderCreatedSchema = `{
-  "$schema": "https://json-schema.org/draft/2020-12/schema",
-  "title": "order created",
-  "type": "object",
-  "required": ["order_id", "amount", "currency", "items", "customer"],
-  "properties": {
-    "order_id": {"type": "string", "minLength": 1, "maxLength": 256},
-    "amount": {"type": "number", "minimum": 0},
-    "currency": {"enum": ["EUR", "USD", "GBP", "CHF", "JPY"]},
-    "items": {
-      "type": "array",
-      "minItems": 1,
-      "maxItems": 100,
-      "items": {
-        "type": "object",
-        "required": ["sku", "qty", "price"],
-        "properties": {
-          "sku": {"type": "string", "minLength": 1, "maxLength": 64},
-          "qty": {"type": "integer", "minimum": 1},
-          "price": {"type": "number", "minimum": 0}
-        }
-      }
-    },
-    "customer": {
-      "type": "object",
-      "required": ["id", "email"],
-      "properties": {
-        "id": {"type": "string", "minLength": 1},
-        "email": {"type": "string", "format": "email"}
-      }
-    },
-    "notes": {"type": "string"}
-  },
-  "additionalProperties": true
-}
-`
+//
+// internal/validate's BenchmarkCheck reads the same file.
+//
+//go:embed order-created.schema.json
+var orderCreatedSchema string
 
 type orderItem struct {
 	SKU   string  `json:"sku"`
