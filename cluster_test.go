@@ -371,3 +371,41 @@ func TestClusterAndLeafOverTLS(t *testing.T) {
 		return err
 	})
 }
+
+// A pause is one node's (TestIngestPauseAnswersAtOnce): in an R3 cluster
+// the account's producers on that node get nats' no responders at once,
+// those on another node are still stored and acked, and after the pause
+// the paused node's producers are acked again. The mapping is the
+// node's own: nothing of it crosses a route.
+func TestClusterIngestPauseIsTheNodes(t *testing.T) {
+	apps := startAll(t, clusterConfigs(t))
+	publish := func(app *orderstore.Appliance) error {
+		_, js := integrityConnect(t, app, "", "")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"c-1"}`), jetstream.WithRetryAttempts(0))
+		return err
+	}
+	// Both nodes take publishes (the stream has its leader and replicas).
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if err := publish(apps[0]); err != nil {
+			return err
+		}
+		return publish(apps[1])
+	})
+	if err := orderstore.PauseIngest(apps[0], "", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(apps[0]); !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("node 1 paused, a producer on it: %v, want nats' no responders at once", err)
+	}
+	if err := publish(apps[1]); err != nil {
+		t.Fatalf("node 1 paused, a producer on node 2: %v, want its ack", err)
+	}
+	if err := orderstore.PauseIngest(apps[0], "", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(apps[0]); err != nil {
+		t.Fatalf("after the pause, a producer on node 1: %v", err)
+	}
+}

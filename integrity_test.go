@@ -840,15 +840,28 @@ func TestFullDiskAnswersInFlight(t *testing.T) {
 // of a pause lets the account in again; nobody can listen where the
 // paused publishes go.
 func TestIngestPauseAnswersAtOnce(t *testing.T) {
-	for _, c := range []struct{ name, user, password string }{{"anonymous", "", ""}, {"producer", "p1", p1Password}, {"admin", "ops", adminPassword}} {
+	// The principals under group commit (the default), and the anonymous
+	// one under the other durability modes (the service is the same).
+	for _, c := range []struct{ name, user, password, durability string }{
+		{"anonymous", "", "", ""}, {"producer", "p1", p1Password, ""}, {"admin", "ops", adminPassword, ""},
+		{"anonymous/always", "", "", "always"}, {"anonymous/interval", "", "", "interval"},
+	} {
 		t.Run(c.name, func(t *testing.T) {
+			mode := func(cfg *orderstore.Config) {
+				if c.durability != "" {
+					cfg.JetStream.Durability = c.durability
+				}
+				if c.durability == orderstore.DurabilityInterval {
+					cfg.JetStream.SyncInterval = time.Second
+				}
+			}
 			var app *orderstore.Appliance
 			if c.user == "" {
-				app = orderstoretest.Start(t)
+				app = orderstoretest.Start(t, mode)
 			} else {
-				app = orderstoretest.Start(t, securedConfig)
+				app = orderstoretest.Start(t, securedConfig, mode)
 			}
-			_, js := integrityConnect(t, app, c.user, c.password)
+			nc, js := integrityConnect(t, app, c.user, c.password)
 			publish := func(js jetstream.JetStream) error {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
@@ -864,6 +877,15 @@ func TestIngestPauseAnswersAtOnce(t *testing.T) {
 			err := publish(js)
 			if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
 				t.Fatalf("paused: %v, want nats' no responders at once", err)
+			}
+			// A subject near nats' protocol line limit, mapped 19 bytes
+			// longer, is answered the same way, and the connection lives.
+			long := "orders." + strings.Repeat("x", 3900)
+			if _, err := nc.Request(long, []byte(`{}`), 10*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+				t.Fatalf("paused, a %d-byte subject: %v, want no responders", len(long), err)
+			}
+			if !nc.IsConnected() {
+				t.Fatalf("paused, a long subject closed the producer's connection: %v", nc.LastError())
 			}
 			if c.user != "" {
 				// Another account's producer still gets in.
