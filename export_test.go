@@ -6,29 +6,14 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/orderstore/orderstore/internal/natsconf"
 )
 
 // PauseIngest pauses the publishes of user's account ("": the anonymous
 // one) as the ingest service does under a flood, or ends the pause.
 func PauseIngest(app *Appliance, user string, paused bool) error {
-	acct := natsconf.AnonymousAccount
-	if user != "" {
-		accts, k := app.cfg.natsInput().IngestAccounts()[1:], 0
-		acct = ""
-		for _, u := range app.cfg.Server.Users {
-			if u.Role == RoleReader {
-				continue
-			}
-			if u.Name == user {
-				acct = accts[k]
-			}
-			k++
-		}
-		if acct == "" {
-			return fmt.Errorf("no producing user %q", user)
-		}
+	acct := app.cfg.natsInput().AccountOf(user)
+	if acct == "" {
+		return fmt.Errorf("no user %q", user)
 	}
 	return app.pauseIngest(acct, paused)
 }

@@ -130,3 +130,16 @@ func TestLoadTLS(t *testing.T) {
 		t.Errorf("a bad certificate: %v", err)
 	}
 }
+
+func TestAccountOf(t *testing.T) {
+	anon := Input{}
+	if got := anon.AccountOf(""); got != AnonymousAccount {
+		t.Fatalf("no users: %q, want %q", got, AnonymousAccount)
+	}
+	in := Input{Users: []User{{Name: "p1", Role: RoleProducer}, {Name: "ann o'brien", Role: RoleAdmin}}}
+	for user, want := range map[string]string{"p1": "USER1_p1", "ann o'brien": "USER2_annobrien", "": "", "nobody": ""} {
+		if got := in.AccountOf(user); got != want {
+			t.Errorf("AccountOf(%q) = %q, want %q", user, got, want)
+		}
+	}
+}
