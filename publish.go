@@ -81,6 +81,9 @@ func (a *Appliance) pauseIngest(account string, paused bool) error {
 	}
 	srv := a.server()
 	if srv == nil {
+		if !paused {
+			return nil // no server, no mapping: the next one starts without it
+		}
 		return errors.New("nats is not running")
 	}
 	acc, err := srv.NATSServer().LookupAccount(account)
