@@ -55,6 +55,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/bench/benchkit"
 	"github.com/orderstore/orderstore/status"
 )
 
@@ -401,7 +402,7 @@ func load(url, name string, p, w, size int, payloads [][]byte, projected func() 
 					t := time.Now()
 					msg := &nats.Msg{Subject: "orders.created", Data: payloads[k%len(payloads)]}
 					if *stagesOn {
-						msg.Header = nats.Header{"Bench-T": {strconv.FormatInt(time.Now().UnixNano(), 10)}}
+						msg.Header = nats.Header{benchkit.StageHeader: {strconv.FormatInt(time.Now().UnixNano(), 10)}}
 					}
 					if _, err := js.PublishMsg(context.Background(), msg); err != nil {
 						log.Fatalf("%s: publish: %v", name, err)

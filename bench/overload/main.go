@@ -58,6 +58,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/bench/benchkit"
 )
 
 var (
@@ -435,7 +436,7 @@ func (p *pipe) request(subject string, i int, payload []byte) bool {
 	p.sentAt[i].Store(now)
 	var err error
 	if *stagesOn {
-		m := &nats.Msg{Subject: subject, Reply: p.inbox + "." + strconv.Itoa(i), Data: payload, Header: nats.Header{stageHeader: []string{strconv.FormatInt(now, 10)}}}
+		m := &nats.Msg{Subject: subject, Reply: p.inbox + "." + strconv.Itoa(i), Data: payload, Header: nats.Header{benchkit.StageHeader: []string{strconv.FormatInt(now, 10)}}}
 		err = p.nc.PublishMsg(m)
 	} else {
 		err = p.nc.PublishRequest(subject, p.inbox+"."+strconv.Itoa(i), payload)
@@ -611,11 +612,6 @@ func streamMsgs(url string) int64 {
 	}
 	return int64(s.CachedInfo().State.Msgs)
 }
-
-// stageHeader carries a request's send time to a benchtrace build
-// (internal/ingest's StageHeader; a benchmark imports public packages
-// only).
-const stageHeader = "Bench-T"
 
 // stageReport is ingest.stages of orderstore's /v1/status: where the
 // publishes answered since the last report spent their time.
