@@ -202,6 +202,40 @@ func TestDashboardRebuild(t *testing.T) {
 			t.Fatalf("click %s: %v", sel, err)
 		}
 	}
+	// clickUntil clicks sel until cond holds: a real click, again after 5 s
+	// without its effect. chromium places a click at the button's
+	// coordinates, and the cards above it grow as the status polls fill
+	// them: under a loaded machine a click landed beside the Rebuild
+	// button once (a full run: no confirm step in 60 s). Every click here
+	// is harmless twice (the page ignores a second one).
+	clickUntil := func(sel, what string, cond func(c rebuildCard) error) rebuildCard {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			click(sel)
+			var c rebuildCard
+			var err error
+			for again := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				c = read()
+				if err = cond(c); err == nil {
+					return c
+				}
+				if time.Now().After(again) {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v\ncard: %+v", what, err, c)
+			}
+			t.Logf("%s: %v 5 s after clicking %s: clicking again", what, err, sel)
+		}
+	}
+	confirmGone := func(c rebuildCard) error {
+		if c.Confirm != "" {
+			return fmt.Errorf("the confirm step is still shown")
+		}
+		return nil
+	}
 	waitCard := func(what string, cond func(c rebuildCard) error) rebuildCard {
 		t.Helper()
 		var c rebuildCard
@@ -260,15 +294,13 @@ func TestDashboardRebuild(t *testing.T) {
 	})
 
 	// The button asks first; Back sends nothing.
-	click("#rb-start")
-	c = waitCard("confirm step", func(c rebuildCard) error {
+	c = clickUntil("#rb-start", "confirm step", func(c rebuildCard) error {
 		if !strings.HasPrefix(c.Confirm, "Rebuild the projection from the stream's first event; orders whose earlier events the stream no longer holds keep their state?") {
 			return fmt.Errorf("confirm %q", c.Confirm)
 		}
 		return nil
 	})
-	click("#rb-confirm-no")
-	c = waitCard("back", func(c rebuildCard) error {
+	c = clickUntil("#rb-confirm-no", "back", func(c rebuildCard) error {
 		if c.Confirm != "" || !c.Form {
 			return fmt.Errorf("confirm still shown")
 		}
@@ -279,14 +311,13 @@ func TestDashboardRebuild(t *testing.T) {
 	}
 
 	// Rebuild, confirm: the card follows it to its end.
-	click("#rb-start")
-	waitCard("confirm step", func(c rebuildCard) error {
+	clickUntil("#rb-start", "confirm step", func(c rebuildCard) error {
 		if c.Confirm == "" {
 			return fmt.Errorf("no confirm step")
 		}
 		return nil
 	})
-	click("#rb-confirm-yes")
+	clickUntil("#rb-confirm-yes", "confirmed", confirmGone)
 	c, rb = waitDone("full rebuild", "")
 	if rb.Rebuilt != orders || rb.Partial != 0 || rb.Conflicts != 0 || rb.Untouched != 0 || rb.Done != events || rb.Total != events ||
 		rb.Poison+rb.DeadLettered != 1 || rb.ReplacePartial || rb.Reason != "requested" {
@@ -355,14 +386,13 @@ func TestDashboardRebuild(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	click("#rb-start")
-	waitCard("confirm step", func(c rebuildCard) error {
+	clickUntil("#rb-start", "confirm step", func(c rebuildCard) error {
 		if want := fmt.Sprintf("Rebuild the projection from stream seq %d, replacing the state of orders with earlier events too?", paidSeq); !strings.HasPrefix(c.Confirm, want) {
 			return fmt.Errorf("confirm %q, want %q", c.Confirm, want)
 		}
 		return nil
 	})
-	click("#rb-confirm-yes")
+	clickUntil("#rb-confirm-yes", "confirmed", confirmGone)
 	c, rb = waitDone("rebuild from a seq", first)
 	if rb.FromSeq != paidSeq || !rb.ReplacePartial || rb.Rebuilt != 10 || rb.Partial != 0 || rb.Untouched != 5 || rb.Conflicts != 0 {
 		t.Errorf("rebuild from seq %d replacing partial orders: %+v; want 10 rebuilt, 0 partial, 5 untouched", paidSeq, rb)
@@ -381,14 +411,13 @@ func TestDashboardRebuild(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	click("#rb-start")
-	waitCard("confirm step", func(c rebuildCard) error {
+	clickUntil("#rb-start", "confirm step", func(c rebuildCard) error {
 		if want := "Rebuild the projection from the first event at or after " + badTime + "; orders with earlier events keep their state?"; !strings.HasPrefix(c.Confirm, want) {
 			return fmt.Errorf("confirm %q, want %q", c.Confirm, want)
 		}
 		return nil
 	})
-	click("#rb-confirm-yes")
+	clickUntil("#rb-confirm-yes", "confirmed", confirmGone)
 	c = waitCard("bad from_time", func(c rebuildCard) error {
 		if !strings.HasPrefix(c.Msg, "rebuild refused: ") || !strings.HasSuffix(c.Msg, " (HTTP 400)") || !strings.Contains(c.Msg, badTime) || c.MsgOK {
 			return fmt.Errorf("message %q", c.Msg)
