@@ -96,8 +96,9 @@ type Config struct {
 	// (nil: nats synced each event).
 	SyncSource func(ctx context.Context) error
 	Log        *slog.Logger
-	// Done is called when a rebuild took over (the appliance records
-	// the version the projection is now built with).
+	// Done is called when a rebuild took over, before its state says
+	// done (the appliance records the version the projection is now
+	// built with).
 	Done      func(st *status.Rebuild) error
 	BatchSize int           // events per fold step; default 50000
 	Every     time.Duration // between checkpoints; default 2s
@@ -1267,17 +1268,22 @@ func (r *Runner) takeover(ctx context.Context, st *state) error {
 		_ = r.save(st)
 		return fmt.Errorf("takeover: %w", err)
 	}
+	// Recorded (the version the projection is now built with) before
+	// anyone is told it is done.
+	if r.cfg.Done != nil {
+		r.mu.Lock()
+		done := st.Rebuild
+		r.mu.Unlock()
+		if err := r.cfg.Done(&done); err != nil {
+			r.log.Error("projection rebuild: recording its end", "err", err)
+		}
+	}
 	end := time.Now().UTC()
 	r.update(func() {
 		st.State, st.EndedAt, st.Error = status.RebuildDone, &end, ""
 		st.Rebuilt, st.Partial, st.Conflicts, st.Untouched = t.Rebuilt, t.Partial, t.Conflicts, t.Untouched
 		st.Keep = nil
 	})
-	if r.cfg.Done != nil {
-		if err := r.cfg.Done(&st.Rebuild); err != nil {
-			r.log.Error("projection rebuild: recording its end", "err", err)
-		}
-	}
 	r.log.Info("projection rebuild done", "id", st.ID, "position", st.Position, "rebuilt", t.Rebuilt, "partial_kept", t.Partial,
 		"conflicts_kept", t.Conflicts, "untouched", t.Untouched, "poison", st.Poison, "dead_letters", st.DeadLettered)
 	if err := r.save(st); err != nil {
