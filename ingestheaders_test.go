@@ -13,8 +13,8 @@ import (
 	"github.com/orderstore/orderstore/orderstoretest"
 )
 
-// The headers a producer may not set: nats' own account stamp
-// (Nats-Request-Info) in a second spelling is refused, a forged
+// The headers a producer may not set: nats' own account stamp of a
+// service import (Nats-Request-Info), in any spelling, is dropped, a forged
 // Nats-Stream-Source and Orderstore-Epoch are replaced; every stored event
 // carries this run's epoch, and the stream's metadata lists where each run
 // began, across a restart.
@@ -25,9 +25,9 @@ func TestIngestOwnsItsHeaders(t *testing.T) {
 	js := embeddedtest.JetStream(t, app)
 	ctx := context.Background()
 
-	// nats removes every exact-case Nats-Request-Info a publisher sets
-	// and stamps its own (the publisher's account); another spelling is
-	// dropped by the ingest service.
+	// The account comes from the subject the publisher's account's
+	// import delivers on, never from a header: the ingest service drops
+	// Nats-Request-Info in every spelling.
 	exact := &nats.Msg{Subject: "orders.created", Data: []byte(`{"order_id":"f-2"}`), Header: nats.Header{
 		"Nats-Request-Info":  {`{"acc":"USER1_a"}`, `{"acc":"USER1_victim"}`},
 		"Nats-Stream-Source": {"ORDER_EVENTS:xyz 999999"},

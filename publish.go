@@ -53,7 +53,7 @@ func (c Config) ingestSubjectFor(account, subject string) string {
 }
 
 func (a *Appliance) ingestConfig() ingest.Config {
-	ic := ingest.Config{Inbox: natsconf.InternalInbox, Subjects: a.cfg.Stream.Subjects, Prefix: a.cfg.ingestNodePrefix(), Accounts: a.cfg.natsInput().IngestAccounts(), Stream: a.cfg.Stream.Name, MaxEvent: int(a.cfg.Stream.MaxMsgSize),
+	ic := ingest.Config{Inbox: natsconf.InternalInbox, Answers: natsconf.ReplyPrefix, Own: StreamAccount, Subjects: a.cfg.Stream.Subjects, Prefix: a.cfg.ingestNodePrefix(), Accounts: a.cfg.natsInput().IngestAccounts(), Stream: a.cfg.Stream.Name, MaxEvent: int(a.cfg.Stream.MaxMsgSize),
 		Epoch: a.epoch, Stats: &ingest.Stats{}}
 	if a.cfg.JetStream.Domain != "" {
 		ic.Scope = a.cfg.JetStream.Domain + "/"

@@ -17,9 +17,8 @@ import (
 const StreamAccount = natsconf.StreamAccount
 
 // AnonymousAccount is where anonymous loopback clients land when no users
-// are configured and durability is "group-commit": outside StreamAccount,
-// so that their publishes reach the stream only through the ingest
-// service. (In the other modes they land in StreamAccount.)
+// are configured, in every durability mode: outside StreamAccount, so that
+// their publishes reach the stream only through the ingest service.
 const AnonymousAccount = natsconf.AnonymousAccount
 
 // legacyAccount is where stores written before accounts (orderstore up to

@@ -44,6 +44,10 @@ type subjectRow struct {
 	// onlyIngest: the stream's own subjects, which only the ingest
 	// service publishes in StreamAccount.
 	onlyIngest bool
+	// answers: what StreamAccount publishes on Subject (the account
+	// named by its "*") is delivered in that account on answers, and
+	// nowhere else (the ingest service's answers).
+	answers string
 	// hubToEdge, edgeToHub: the leaf link directions it crosses.
 	hubToEdge, edgeToHub bool
 }
@@ -53,6 +57,7 @@ type subjectRow struct {
 func expectedSubjects(edges ...string) []subjectRow {
 	rows := []subjectRow{
 		{pattern: "_ORDERSTORE_INGEST.*.orders.>", subject: "_ORDERSTORE_INGEST.*.orders.created", via: "orders.created", producer: true, admin: true},
+		{pattern: "_ORDERSTORE_REPLY.*.>", subject: "_ORDERSTORE_REPLY.*._INBOX.probe", answers: "_INBOX.probe", producer: true, admin: true, stream: true},
 		{pattern: "_INBOX_ORDERSTORE.>", subject: "_INBOX_ORDERSTORE.ingest.x.y"},
 		{pattern: "_ORDERSTORE_HUBWATCH.>", subject: "_ORDERSTORE_HUBWATCH.probe.1", edgeToHub: true},
 		{pattern: "_ORDERSTORE_GUARD.>", subject: "_ORDERSTORE_GUARD.next", reader: true, admin: true},
@@ -322,6 +327,18 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 							t.Fatal(err)
 						}
 						subs = append(subs, s)
+						if r.answers != "" {
+							s, err := nc.ChanSubscribe(r.answers, mine.ch)
+							if err != nil {
+								t.Fatal(err)
+							}
+							subs = append(subs, s)
+						}
+					}
+					// Another client account's answers reach only it.
+					other := "USER1_p1"
+					if p.account == other {
+						other = "USER4_ops"
 					}
 					ctl := "_INBOX.ctl" + nuid.Next()
 					if _, err := nc.ChanSubscribe(ctl, mine.ch); err != nil {
@@ -334,6 +351,11 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 						if err := ic.Publish(r.at(p.account), probe(fmt.Sprintf("s-%s-%d", p.name, i))); err != nil {
 							t.Fatal(err)
 						}
+						if r.answers != "" {
+							if err := ic.Publish(r.at(other), probe(fmt.Sprintf("o-%s-%d", p.name, i))); err != nil {
+								t.Fatal(err)
+							}
+						}
 					}
 					if err := ic.Flush(); err != nil {
 						t.Fatal(err)
@@ -343,6 +365,16 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 					}
 					mine.waitFor(t, "answer to the control request on "+p.control, func() bool { return len(mine.on(ctl)) > 0 })
 					for i, r := range rows {
+						if r.answers != "" {
+							if got := mine.with(fmt.Sprintf("o-%s-%d", p.name, i)); len(got) > 0 {
+								t.Errorf("%s received %s's answers (%s): %v", p.name, other, r.at(other), subjectsOf(got))
+							}
+							got := mine.with(fmt.Sprintf("s-%s-%d", p.name, i))
+							if want := r.imports(p.role); len(onSubject(got, r.answers)) != len(got) || (len(got) > 0) != want {
+								t.Errorf("%s subscribed %s and %s (row %s): received orderstore's publish on %s as %v, want it on %s: %v", p.name, r.at(p.account), r.answers, r.pattern, r.at(p.account), subjectsOf(got), r.answers, want)
+							}
+							continue
+						}
 						want := r.imports(p.role) && r.stream
 						if got := onSubject(mine.with(fmt.Sprintf("s-%s-%d", p.name, i)), r.at(p.account)); (len(got) > 0) != want {
 							t.Errorf("%s subscribed %s (row %s): received %d of orderstore's own publishes there, want them: %v", p.name, r.at(p.account), r.pattern, len(got), want)

@@ -215,10 +215,13 @@ type Account struct {
 	// JetStream enables JetStream for the account, without limits of its
 	// own (the server's MaxMemory and MaxStore bound it).
 	JetStream bool
-	// Exports are the services other accounts may import from it.
+	// Exports are the services and message streams other accounts may
+	// import from it.
 	Exports []Export
-	// Imports bring other accounts' exported services into it: a publish
-	// on Subject here is delivered there, and its replies come back.
+	// Imports bring other accounts' exports into it: for a service, a
+	// publish on Subject here is delivered there, and its replies come
+	// back; for a stream, what is published on Subject there is
+	// delivered to subscribers here.
 	Imports []Import
 	// Mappings rewrite a client's publish subject in this account before
 	// it is delivered (nats subject mappings): From (wildcards allowed)
@@ -238,12 +241,16 @@ type Export struct {
 	// Stream exports a message stream instead of a service: what is
 	// published on Subject here is delivered to importers' subscribers.
 	Stream bool
+	// Accounts, if set, are the only accounts that may import it.
+	Accounts []string
 }
 
 // Import is a service import of Subject from Account: a publish on Subject
 // here is delivered on To there (To "" is Subject; with wildcards, To
 // takes them in the same order). With Stream it is a stream import of
-// Subject instead (To unused).
+// Subject instead: what is published on Subject there is delivered here
+// on To ("" is Subject; with wildcards, as for a service, so that
+// "x.>" to ">" delivers x.a.b as a.b).
 type Import struct {
 	Account, Subject, To string
 	Stream               bool
@@ -281,6 +288,13 @@ func (c Config) Validate() error {
 		for _, im := range a.Imports {
 			if !accounts[im.Account] || im.Account == "" {
 				errs = append(errs, fmt.Errorf("Accounts[%d]: import of %q from unknown account %q", i, im.Subject, im.Account))
+			}
+		}
+		for _, e := range a.Exports {
+			for _, name := range e.Accounts {
+				if !accounts[name] || name == "" {
+					errs = append(errs, fmt.Errorf("Accounts[%d]: export of %q to unknown account %q", i, e.Subject, name))
+				}
 			}
 		}
 	}
@@ -468,13 +482,17 @@ func (c Config) options() (*server.Options, error) {
 			if e.Streamed {
 				rt = server.Streamed
 			}
+			var to []*server.Account
+			for _, name := range e.Accounts {
+				to = append(to, account(name))
+			}
 			if e.Stream {
-				if err := acc.AddStreamExport(e.Subject, nil); err != nil {
+				if err := acc.AddStreamExport(e.Subject, to); err != nil {
 					return nil, fmt.Errorf("account %q: stream export %q: %w", a.Name, e.Subject, err)
 				}
 				continue
 			}
-			if err := acc.AddServiceExportWithResponse(e.Subject, rt, nil); err != nil {
+			if err := acc.AddServiceExportWithResponse(e.Subject, rt, to); err != nil {
 				return nil, fmt.Errorf("account %q: export %q: %w", a.Name, e.Subject, err)
 			}
 		}
@@ -482,7 +500,7 @@ func (c Config) options() (*server.Options, error) {
 	for _, a := range c.Accounts {
 		for _, im := range a.Imports {
 			if im.Stream {
-				if err := byName[a.Name].AddStreamImport(byName[im.Account], im.Subject, ""); err != nil {
+				if err := byName[a.Name].AddMappedStreamImport(byName[im.Account], im.Subject, im.To); err != nil {
 					return nil, fmt.Errorf("account %q: stream import %q from %q: %w", a.Name, im.Subject, im.Account, err)
 				}
 				continue

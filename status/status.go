@@ -171,11 +171,12 @@ type GuardStats struct {
 	OverBudget uint64 `json:"over_budget"`
 	// Overloaded: publishes answered 429 at once because the ingest
 	// service answered publishes more than 2 s after they arrived, from
-	// accounts with 64 or more in flight; ReplyCollisions: publishes nats
-	// gave the reply subject of an earlier one still in flight or
-	// answered moments before (the earlier one's producer gets no answer).
-	Overloaded      uint64 `json:"overloaded"`
-	ReplyCollisions uint64 `json:"reply_collisions"`
+	// accounts with 64 or more in flight; Unanswerable: publishes whose
+	// reply subject was too long to answer on (with the prefix and
+	// account name orderstore puts before it, past nats' 4 KiB protocol
+	// line): neither stored nor answered.
+	Overloaded   uint64 `json:"overloaded"`
+	Unanswerable uint64 `json:"unanswerable"`
 	// IngestPauses: times one of an account's publishes waited 1 s for
 	// the ingest service, or 16,384 of them (or 32 MiB) waited, and the
 	// service paused that account (nats answers its publishes meanwhile:

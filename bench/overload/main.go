@@ -651,7 +651,7 @@ func guardString(g map[string]uint64) string {
 	if g == nil {
 		return ""
 	}
-	return fmt.Sprintf("; guard over_budget %d, overloaded %d, ingest pauses %d, unanswered (503) %d, reply collisions %d", g["over_budget"], g["overloaded"], g["ingest_pauses"], g["unanswered"], g["reply_collisions"])
+	return fmt.Sprintf("; guard over_budget %d, overloaded %d, ingest pauses %d, unanswered (503) %d, unanswerable %d", g["over_budget"], g["overloaded"], g["ingest_pauses"], g["unanswered"], g["unanswerable"])
 }
 
 func codes(m map[string]int64) string {

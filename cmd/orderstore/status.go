@@ -105,8 +105,8 @@ func printStatus(w io.Writer, st status.Status) {
 	if g := st.Guard; g != nil && g.IngestPauses > 0 {
 		fmt.Fprintf(tw, "overloaded\t%d pauses of a flooding account's publishes (nats answered them 503 no responders meanwhile)\n", g.IngestPauses)
 	}
-	if g := st.Guard; g != nil && g.ReplyCollisions > 0 {
-		fmt.Fprintf(tw, "unanswered\t%d publishes: nats gave a later publish in flight the same reply subject (their producers timed out)\n", g.ReplyCollisions)
+	if g := st.Guard; g != nil && g.Unanswerable > 0 {
+		fmt.Fprintf(tw, "unanswerable\t%d publishes: their reply subject was too long to answer on (not stored; their producers timed out)\n", g.Unanswerable)
 	}
 	for _, c := range st.Checks {
 		if !c.OK {

@@ -82,10 +82,6 @@ const (
 	ingestBacklogEvery = 50 * time.Millisecond
 	ingestBacklogLimit = 250 * time.Millisecond
 	ingestBacklogMin   = 1024
-	// ingestRecentReplies: how long (one to two times it) the reply
-	// subject of a publish that left flight is remembered, longer than
-	// a publish waits to be taken.
-	ingestRecentReplies = 5 * time.Second
 	// What waits to be taken (the subscription's buffer): past it nats
 	// would drop publishes without a word, so the service answers
 	// everything it takes at once and keeps this far from full.
@@ -118,7 +114,7 @@ const (
 	// epoch and later sees N with another knows the first was lost in a
 	// crash before it was acknowledged (docs/reliability.md).
 	EpochHeader        = "Orderstore-Epoch"
-	requestInfoHeader  = "Nats-Request-Info"  // set by nats on a service import: the publisher's account
+	requestInfoHeader  = "Nats-Request-Info"  // nats' own on a service import: dropped from a producer's publish
 	StreamSourceHeader = "Nats-Stream-Source" // set by nats when sourcing: never a producer's
 )
 
@@ -154,6 +150,12 @@ type Config struct {
 	// passing them through the account's import (see pauseMapped). It
 	// returns ErrNoPause for an account it cannot pause.
 	Pause func(account string, paused bool) error
+	// Answers is where a client account's publishes are answered:
+	// Answers+account+"."+reply, which nats delivers in that account on
+	// reply (natsconf.ReplySubject); "" answers on reply itself, as for
+	// publishes of the service's own account (Own).
+	Answers string
+	Own     string
 	// Inbox is the inbox prefix of orderstore's own connections: the
 	// stream's answers come on Inbox+".ingest.<random>.<ack id>" (""
 	// nats' _INBOX).
@@ -161,12 +163,13 @@ type Config struct {
 }
 
 // Service is the ingest service. Every producer's publish on the stream's
-// subjects reaches it (an import into each client account, in every
-// durability mode and topology), in arrival order. For each it:
+// subjects reaches it (a stream import from each client account, in every
+// durability mode and topology), in arrival order, with the producer's own
+// reply subject, which it answers on through Config.Answers. For each it:
 //
 //   - refuses at once what the stream must not take: wildcard tokens, a
-//     subject nats could not carry, an event above max_msg_size, a forged
-//     Nats-Request-Info, or an account over its in-flight budget (429);
+//     subject nats could not carry, an event above max_msg_size, or an
+//     account over its in-flight budget (429);
 //   - scopes the Nats-Msg-Id to the publisher's account, which the subject
 //     names (so one producer cannot suppress another's event), and stamps
 //     the epoch;
@@ -204,31 +207,31 @@ type Service struct {
 	inFlight    int // len(pending)+len(stored)
 	inBytes     int
 	accounts    map[string]*budget
-	replies     map[string]*pendingPub // the producers' reply subjects in flight
-	// ended are the reply subjects of publishes that left flight lately
-	// (two generations of ingestRecentReplies each), see onPublish.
-	ended     [2]map[string]struct{}
-	endedFrom time.Time // when ended[0] began
-	kick      chan struct{}
-	stop      chan struct{}
-	done      chan struct{}
-	abortCtx  context.Context // canceled when Close gives up waiting
-	abort     context.CancelFunc
+	kick        chan struct{}
+	stop        chan struct{}
+	done        chan struct{}
+	abortCtx    context.Context // canceled when Close gives up waiting
+	abort       context.CancelFunc
 
 	// latency is how long the last publishes answered took from their
 	// arrival to their answer (unix nanoseconds; 0 when nothing is in
 	// flight): past ingestBehind the service sheds heavy accounts.
 	latency atomic.Int64
+	// arrivalSkew is set back from each publish's arrival (tests: publishes
+	// that arrived long ago without waiting for it).
+	arrivalSkew atomic.Int64
 
-	refused  atomic.Uint64 // answered 429: over a budget
-	shed     atomic.Uint64 // answered 429: the service was behind (ingestBehind)
-	collided atomic.Uint64 // publishes left without an answer: nats gave a later one the same reply subject
-	// collideLogged is when a collision was last logged (unix nanoseconds).
-	collideLogged atomic.Int64
-	forged        atomic.Uint64 // answers on an ack id that were not the stream's
-	unanswer      atomic.Uint64 // answered 503 because the stream did not answer
-	elections     atomic.Uint64 // republishes retried while the stream had no leader
-	invalid       atomic.Uint64 // refused by Config.Validate
+	refused atomic.Uint64 // answered 429: over a budget
+	shed    atomic.Uint64 // answered 429: the service was behind (ingestBehind)
+	// unanswerable: publishes not stored because their answer's subject
+	// (Answers, the account, the reply subject) would not fit nats'
+	// protocol line; unanswerableLogged: when one was last logged.
+	unanswerable       atomic.Uint64
+	unanswerableLogged atomic.Int64
+	forged             atomic.Uint64 // answers on an ack id that were not the stream's
+	unanswer           atomic.Uint64 // answered 503 because the stream did not answer
+	elections          atomic.Uint64 // republishes retried while the stream had no leader
+	invalid            atomic.Uint64 // refused by Config.Validate
 
 	invalidLogMu sync.Mutex
 	invalidLog   time.Time // when a refused plain publish (nobody to tell) was last logged
@@ -255,6 +258,7 @@ type budget struct{ n, bytes int }
 type requests struct {
 	account string
 	prefix  string                            // Prefix+account+"."
+	answers string                            // Answers+account+".", or "" (Config.Answers)
 	sub     atomic.Pointer[nats.Subscription] // replaced after a pause
 	paused  atomic.Bool                       // sub drains: nats answers new publishes itself
 	pauses  atomic.Uint64
@@ -301,7 +305,7 @@ type published struct {
 type pendingPub struct {
 	st      *stages // nil unless StagesOn
 	no      uint64  // of its last publish (a retry publishes it again)
-	reply   string
+	reply   string  // where it is answered (requests.answers and the producer's reply subject)
 	account string
 	size    int
 	at      time.Time
@@ -314,12 +318,6 @@ type pendingPub struct {
 	// the new leader has not answered it by then, it is answered 503
 	// "may or may not be stored".
 	suspect time.Time
-	// orphaned: a later request arrived with the same reply subject
-	// (nats' service-import reply subjects have 6 random characters,
-	// one space for every request in flight), and nats now routes that
-	// subject to the later one's producer: an answer for this one would
-	// be taken as the other's, so it gets none.
-	orphaned bool
 }
 
 type ackReply struct {
@@ -345,8 +343,7 @@ func Start(nc *nats.Conn, cfg Config, log *slog.Logger) (*Service, error) {
 		cfg.Inbox = nats.InboxPrefix[:len(nats.InboxPrefix)-1]
 	}
 	in := &Service{nc: nc, cfg: cfg, log: log, ackPrefix: cfg.Inbox + ".ingest." + nuid.Next() + ".",
-		ids: rand.NewChaCha8(seed), pending: map[string]*pendingPub{}, accounts: map[string]*budget{}, replies: map[string]*pendingPub{},
-		ended: [2]map[string]struct{}{{}, {}}, endedFrom: time.Now(),
+		ids: rand.NewChaCha8(seed), pending: map[string]*pendingPub{}, accounts: map[string]*budget{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if in.cfg.Stats == nil {
 		in.cfg.Stats = &Stats{}
@@ -365,6 +362,9 @@ func Start(nc *nats.Conn, cfg Config, log *slog.Logger) (*Service, error) {
 	}
 	for _, acct := range in.cfg.Accounts {
 		rs := &requests{account: acct, prefix: in.cfg.Prefix + acct + "."}
+		if in.cfg.Answers != "" && acct != in.cfg.Own {
+			rs.answers = in.cfg.Answers + acct + "."
+		}
 		if err := in.subscribeRequests(rs); err != nil {
 			for _, r := range in.reqSubs {
 				r.sub.Load().Unsubscribe()
@@ -574,36 +574,49 @@ func (in *Service) pauseMapped(rs *requests, sub *nats.Subscription) bool {
 var ErrNoPause = errors.New("ingest: this account is not paused by a mapping")
 
 // refuse answers a publish with an error (nothing was stored).
-func (in *Service) refuse(m *nats.Msg, code int, format string, args ...any) {
+func (in *Service) refuse(rs *requests, m *nats.Msg, code int, format string, args ...any) {
 	if m.Reply != "" {
-		in.mu.Lock()
-		in.answeredAtOnce(m.Reply)
-		in.mu.Unlock()
-		in.reply(m.Reply, APIError(code, 10077, "orderstore: "+fmt.Sprintf(format, args...)))
+		in.reply(rs.answers+m.Reply, APIError(code, 10077, "orderstore: "+fmt.Sprintf(format, args...)))
 	}
+}
+
+// answerable reports whether a publish's answer fits nats' protocol line
+// (a longer one would make nats close the service's connection): the
+// reply subject the producer chose, with the account's prefix before it.
+// One that does not is neither stored nor answered, and counted.
+func (in *Service) answerable(rs *requests, m *nats.Msg) bool {
+	if m.Reply == "" || len(rs.answers)+len(m.Reply) <= MaxSubjectFor(0) {
+		return true
+	}
+	n := in.unanswerable.Add(1)
+	now := time.Now().UnixNano()
+	if last := in.unanswerableLogged.Load(); now-last > int64(10*time.Second) && in.unanswerableLogged.CompareAndSwap(last, now) {
+		in.log.Warn("ingest: a publish's reply subject is too long to answer on: not stored, and its producer gets no answer (it times out)",
+			"account", rs.account, "reply_bytes", len(m.Reply), "longest", MaxSubjectFor(0)-len(rs.answers), "so_far", n)
+	}
+	return false
 }
 
 // onPublish takes one producer publish. It never blocks: what it cannot
 // take now is answered now.
 func (in *Service) onPublish(rs *requests, m *nats.Msg) {
+	if !in.answerable(rs, m) {
+		return
+	}
 	subject := strings.TrimPrefix(m.Subject, rs.prefix)
 	if hasWildcard(subject) {
-		in.refuse(m, 400, "%s: a subject with a wildcard token ('*' or '>') names no single event type; publish on a literal subject", truncateSubject(subject))
+		in.refuse(rs, m, 400, "%s: a subject with a wildcard token ('*' or '>') names no single event type; publish on a literal subject", truncateSubject(subject))
 		return
 	}
 	if !matchesAny(in.cfg.Subjects, subject) {
 		// Only the stream's subjects are imported here.
-		in.refuse(m, 400, "%s is not a subject of the stream", truncateSubject(subject))
+		in.refuse(rs, m, 400, "%s is not a subject of the stream", truncateSubject(subject))
 		return
 	}
 	if len(subject) > in.maxSubject() {
 		// Its republish would exceed nats' protocol line (4 KiB), and nats
 		// would close the ingest service's connection for it.
-		in.refuse(m, 400, "a subject of %d bytes is longer than the %d the stream takes", len(subject), in.maxSubject())
-		return
-	}
-	if infos := m.Header.Values(requestInfoHeader); len(infos) > 1 {
-		in.refuse(m, 400, "the %s header is nats' own (the publisher's account): a publish may not set it", requestInfoHeader)
+		in.refuse(rs, m, 400, "a subject of %d bytes is longer than the %d the stream takes", len(subject), in.maxSubject())
 		return
 	}
 	if v := in.cfg.Validate; v != nil {
@@ -613,10 +626,7 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 				in.logInvalid(subject, err)
 				return
 			}
-			in.mu.Lock()
-			in.answeredAtOnce(m.Reply)
-			in.mu.Unlock()
-			in.reply(m.Reply, APIError(422, in.cfg.InvalidCode, "orderstore: "+truncateSubject(subject)+": "+err.Error()+" (nothing was stored)"))
+			in.reply(rs.answers+m.Reply, APIError(422, in.cfg.InvalidCode, "orderstore: "+truncateSubject(subject)+": "+err.Error()+" (nothing was stored)"))
 			return
 		}
 	}
@@ -645,7 +655,7 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 	in.mu.Lock()
 	if in.closed {
 		in.mu.Unlock()
-		in.refuse(m, 503, "orderstore is stopping: the event was not stored, publish it again")
+		in.refuse(rs, m, 503, "orderstore is stopping: the event was not stored, publish it again")
 		return
 	}
 	b := in.accounts[account]
@@ -669,12 +679,11 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 		if b.n == 0 {
 			delete(in.accounts, account)
 		}
-		in.answeredAtOnce(m.Reply)
 		in.mu.Unlock()
-		in.reply(m.Reply, no)
+		in.reply(rs.answers+m.Reply, no)
 		return
 	}
-	p := &pendingPub{reply: m.Reply, account: account, size: size, at: now, st: newStages(m, now)}
+	p := &pendingPub{reply: rs.answers + m.Reply, account: account, size: size, at: now.Add(-time.Duration(in.arrivalSkew.Load())), st: newStages(m, now)}
 	in.reserve(p)
 	id := in.newID()
 	in.mu.Unlock()
@@ -682,16 +691,13 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 	if out == nil {
 		in.mu.Lock()
 		in.release(p)
-		in.answeredAtOnce(m.Reply)
 		in.mu.Unlock()
-		in.reply(m.Reply, tooBig)
+		in.reply(p.reply, tooBig)
 		return
 	}
 	out.Reply = in.ackPrefix + id
 	p.msg = out
 	in.mu.Lock()
-	in.checkReply(m.Reply)
-	in.replies[m.Reply] = p
 	in.pending[id] = p
 	if p.st != nil {
 		p.st.pub = time.Now()
@@ -753,16 +759,8 @@ func (in *Service) republish(m *nats.Msg, subject, account string) (*nats.Msg, [
 	return &nats.Msg{Subject: subject, Header: h, Data: m.Data}, nil
 }
 
-// answerTo sends p's producer its answer, unless nats now routes p's
-// reply subject to another producer.
-func (in *Service) answerTo(p *pendingPub, data []byte) {
-	in.mu.Lock()
-	orphaned := p.orphaned
-	in.mu.Unlock()
-	if !orphaned {
-		in.reply(p.reply, data)
-	}
-}
+// answerTo sends p's producer its answer.
+func (in *Service) answerTo(p *pendingPub, data []byte) { in.reply(p.reply, data) }
 
 // publishedLocked records a publish of p in order; in.mu held.
 func (in *Service) publishedLocked(id string, p *pendingPub) {
@@ -853,68 +851,6 @@ func (in *Service) reserve(p *pendingPub) {
 	in.cfg.Stats.waiting.Store(int64(in.inFlight))
 }
 
-// checkReply looks for another publish with reply subject r, that of a
-// publish taken now; in.mu held. nats' service-import reply subjects have
-// 6 random characters, one space for every request in flight, nats'
-// buffers included, so two may get the same one (about one in 10^6 at
-// 16,384 in flight).
-func (in *Service) checkReply(r string) {
-	if old := in.replies[r]; old != nil {
-		// nats routes this reply subject to the new request's producer
-		// now (it gave both the same one): the old one's answer would
-		// reach the wrong producer.
-		old.orphaned = true
-		in.collided.Add(1)
-		in.warnCollision("ingest: nats gave two publishes in flight the same reply subject: the earlier gets no answer (its producer times out and should publish it again)", r)
-	}
-	if _, ok := in.ended[0][r]; ok || in.endedBefore(r) {
-		// nats may have given this reply subject to this publish while an
-		// earlier one, answered since, still held it: that answer then
-		// reached this publish's producer, and nats routes no second one.
-		// The earlier producer gets no answer and times out.
-		in.collided.Add(1)
-		in.warnCollision("ingest: a publish came with the reply subject of one answered a moment ago: if nats gave it that subject before the answer, its producer took the earlier publish's answer for its own and the earlier one gets none (it times out and should publish it again); at a high rate most of these are chance (the subject was free again)", r)
-	}
-}
-
-// warnCollision logs a reply-subject collision, at most once every 10 s
-// (each is counted): the second kind is mostly chance at a high rate,
-// about rate² × 7.5 s / 62⁶ a second (one every 8 s at 30,000 answers a
-// second), since a reply subject answered a moment ago may have been
-// free again when nats gave it out.
-func (in *Service) warnCollision(msg, reply string) {
-	now := time.Now().UnixNano()
-	if last := in.collideLogged.Load(); now-last < int64(10*time.Second) || !in.collideLogged.CompareAndSwap(last, now) {
-		return
-	}
-	in.log.Warn(msg, "reply", truncateSubject(reply), "collisions_so_far", in.collided.Load())
-}
-
-// answeredAtOnce notes a publish with reply subject r answered at once, without
-// going into flight (a 4xx); in.mu held. Its answer ends nats' route for
-// r: a publish in flight with the same subject gets none, and one that
-// comes with it soon may have taken this answer for its own.
-func (in *Service) answeredAtOnce(r string) {
-	in.checkReply(r)
-	in.ended0(r)
-}
-
-// ended0 records r as the reply subject of a publish answered now; in.mu
-// held.
-func (in *Service) ended0(r string) {
-	if now := time.Now(); now.Sub(in.endedFrom) > ingestRecentReplies {
-		in.ended[1], in.ended[0], in.endedFrom = in.ended[0], map[string]struct{}{}, now
-	}
-	in.ended[0][r] = struct{}{}
-}
-
-// endedBefore reports whether reply is in the older generation of ended
-// ones; in.mu held.
-func (in *Service) endedBefore(reply string) bool {
-	_, ok := in.ended[1][reply]
-	return ok
-}
-
 // answered notes how long p took from its arrival to its answer; in.mu
 // held.
 func (in *Service) answered(p *pendingPub) {
@@ -934,10 +870,6 @@ func (in *Service) release(p *pendingPub) {
 		if b.n <= 0 {
 			delete(in.accounts, p.account)
 		}
-	}
-	if in.replies[p.reply] == p {
-		delete(in.replies, p.reply)
-		in.ended0(p.reply)
 	}
 	in.cfg.Stats.waiting.Store(int64(in.inFlight))
 }
@@ -1099,12 +1031,7 @@ func (in *Service) count(batch, acked int) {
 // answer sends the stream's answer on to the producer.
 func (in *Service) answer(a ackReply) {
 	if len(a.header) > 0 {
-		in.mu.Lock()
-		orphaned := a.p.orphaned
-		in.mu.Unlock()
-		if !orphaned {
-			in.nc.PublishMsg(&nats.Msg{Subject: a.p.reply, Header: a.header, Data: a.data})
-		}
+		in.nc.PublishMsg(&nats.Msg{Subject: a.p.reply, Header: a.header, Data: a.data})
 		return
 	}
 	in.answerTo(a.p, a.data)
@@ -1304,15 +1231,11 @@ func (in *Service) Close(ctx context.Context) {
 	in.mu.Lock()
 	var left []string
 	for id, p := range in.pending {
-		if !p.orphaned {
-			left = append(left, p.reply)
-		}
+		left = append(left, p.reply)
 		delete(in.pending, id)
 	}
 	for _, a := range in.stored {
-		if !a.p.orphaned {
-			left = append(left, a.p.reply)
-		}
+		left = append(left, a.p.reply)
 	}
 	in.stored = nil
 	in.mu.Unlock()
@@ -1384,5 +1307,5 @@ func (in *Service) Queued() int {
 
 func (in *Service) Guard(g *status.GuardStats) {
 	g.OverBudget, g.Unanswered, g.ForgedAnswers, g.ElectionRetries = in.refused.Load(), in.unanswer.Load(), in.forged.Load(), in.elections.Load()
-	g.Overloaded, g.ReplyCollisions, g.IngestPauses = in.shed.Load(), in.collided.Load(), in.pauses.Load()
+	g.Overloaded, g.Unanswerable, g.IngestPauses = in.shed.Load(), in.unanswerable.Load(), in.pauses.Load()
 }

@@ -88,6 +88,15 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 	users = []embedded.User{{Name: internalUser, Nkey: id.pub, Account: StreamAccount}}
 	client := func(name, role string) embedded.Account {
 		acc := embedded.Account{Name: name, Imports: in.roleImports(role, name)}
+		ex, im, sex, sim := in.ingestLinks(role, name)
+		acc.Exports = append(acc.Exports, ex...)
+		acc.Imports = append(acc.Imports, im...)
+		// StreamAccount imports before the client accounts do (embedded
+		// adds the imports in the accounts' order): nats refuses the
+		// second of two stream imports that would form a cycle, and the
+		// answers' import ("...>" to ">") could look like one to it.
+		accounts[0].Exports = append(accounts[0].Exports, sex...)
+		accounts[0].Imports = append(accounts[0].Imports, sim...)
 		if role == RoleAdmin || role == RoleReader {
 			acc.Mappings = in.guardMappings()
 		}

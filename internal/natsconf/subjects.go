@@ -1,6 +1,8 @@
 package natsconf
 
 import (
+	"strings"
+
 	"github.com/orderstore/orderstore/embedded"
 )
 
@@ -26,6 +28,16 @@ type internalSubject struct {
 	// anonymous loopback client, when no users are configured, has the
 	// admin's). A service import unless Stream.
 	Producer, Reader, Admin bool
+	// Ingest: the roles' accounts do not import this row but export the
+	// stream's subjects to StreamAccount, which imports each account's
+	// publishes onto a subject of this row that names the account (a
+	// stream import: no response import per request, see ReplyPrefix).
+	Ingest bool
+	// Reply: StreamAccount exports each of the roles' accounts its own
+	// part of this row, which that account imports without the prefix
+	// and its name: the ingest service's answers, on the producer's own
+	// reply subject.
+	Reply bool
 	// Stream is a stream export (messages published in StreamAccount are
 	// delivered to importers' subscribers), not a service.
 	Stream bool
@@ -52,14 +64,28 @@ const GuardPrefix = "_ORDERSTORE_GUARD."
 // responders" at once (ingest.Config.Pause). Nobody may subscribe to it.
 const PausedPrefix = "_ORDERSTORE_PAUSED."
 
+// ReplyPrefix is where the ingest service answers a client account's
+// publishes: ReplyPrefix+account+"."+reply in StreamAccount is delivered
+// in that account on reply, the producer's own reply subject. A producer's
+// publish reaches the service by a stream import, so that nats sets up no
+// response import for it: no lock of StreamAccount's taken per request,
+// and no reply subject of nats' (6 random characters in one space per
+// account) that two publishes in flight could share.
+const ReplyPrefix = "_ORDERSTORE_REPLY."
+
+// ReplySubject is where the ingest service answers a publish from account
+// with reply subject reply.
+func ReplySubject(account, reply string) string { return ReplyPrefix + account + "." + reply }
+
 // internalSubjects is the table for in.
 func (in Input) internalSubjects() []internalSubject {
 	dlq := in.DeadLetterSubjects
 	rows := []internalSubject{}
 	for _, s := range in.Subjects {
-		rows = append(rows, internalSubject{Pattern: in.NodeIngestPrefix + "*." + s, Use: "producers' publishes on " + s + ", imported as " + s + " onto a subject of the account's own (the token after the prefix) and taken by the ingest service", Producer: true, Admin: true})
+		rows = append(rows, internalSubject{Pattern: in.NodeIngestPrefix + "*." + s, Use: "producers' publishes on " + s + ", exported by their accounts and imported here onto a subject naming the account (the token after the prefix), taken by the ingest service", Producer: true, Admin: true, Ingest: true})
 	}
 	rows = append(rows,
+		internalSubject{Pattern: ReplyPrefix + "*.>", Use: "the ingest service's answers to an account's publishes, delivered there on the producer's own reply subject (the rest after the account's token)", Producer: true, Admin: true, Stream: true, Reply: true},
 		internalSubject{Pattern: InternalInbox + ".>", Use: "replies to orderstore's own connections: ingest acks, processor deliveries, projection reads"},
 		internalSubject{Pattern: HubWatchInbox + ".>", Use: "the hub watcher's replies from edges (stream info, message gets)", EdgeToHub: true},
 		internalSubject{Pattern: GuardPrefix + ">", Use: "requests on orderstore's own consumers, answered by the durable guard", Reader: true, Admin: true},
@@ -87,10 +113,13 @@ func (in Input) internalSubjects() []internalSubject {
 }
 
 // streamAccountExports are StreamAccount's exports: every row some role
-// imports.
+// imports (an account's own answers: ingestLinks).
 func (in Input) streamAccountExports() []embedded.Export {
 	var ex []embedded.Export
 	for _, r := range in.internalSubjects() {
+		if r.Ingest || r.Reply {
+			continue
+		}
 		if r.Producer || r.Reader || r.Admin {
 			ex = append(ex, embedded.Export{Subject: r.Pattern, Streamed: r.Streamed, Stream: r.Stream})
 		}
@@ -103,21 +132,43 @@ func (in Input) streamAccountExports() []embedded.Export {
 // onto the account's own ingest subjects.
 func (in Input) roleImports(role, account string) []embedded.Import {
 	var im []embedded.Import
-	ingest := map[string]string{}
-	for _, s := range in.Subjects {
-		ingest[in.NodeIngestPrefix+"*."+s] = s
-	}
 	for _, r := range in.internalSubjects() {
-		if !(role == RoleProducer && r.Producer || role == RoleReader && r.Reader || role == RoleAdmin && r.Admin) {
-			continue
-		}
-		if s, ok := ingest[r.Pattern]; ok {
-			im = append(im, embedded.Import{Account: StreamAccount, Subject: s, To: IngestSubject(in.NodeIngestPrefix, account, s)})
-			continue
+		if !roleHas(r, role) || r.Ingest || r.Reply {
+			continue // ingestLinks
 		}
 		im = append(im, embedded.Import{Account: StreamAccount, Subject: r.Pattern, Stream: r.Stream})
 	}
 	return im
+}
+
+func roleHas(r internalSubject, role string) bool {
+	return role == RoleProducer && r.Producer || role == RoleReader && r.Reader || role == RoleAdmin && r.Admin
+}
+
+// ingestLinks are what carries a role's account's publishes on the
+// stream's subjects to the ingest service and its answers back, all
+// stream exports and imports (ReplyPrefix says why): the account
+// exports the stream's subjects to StreamAccount only, StreamAccount
+// imports them onto the account's ingest subjects (the Ingest rows) and
+// exports the account its own part of the Reply row, which the account
+// imports onto the reply subjects as its producers sent them.
+func (in Input) ingestLinks(role, account string) (accountExports []embedded.Export, accountImports []embedded.Import, streamExports []embedded.Export, streamImports []embedded.Import) {
+	for _, r := range in.internalSubjects() {
+		if !roleHas(r, role) {
+			continue
+		}
+		switch {
+		case r.Reply:
+			own := ReplyPrefix + account + ".>"
+			streamExports = append(streamExports, embedded.Export{Subject: own, Stream: true, Accounts: []string{account}})
+			accountImports = append(accountImports, embedded.Import{Account: StreamAccount, Subject: own, To: ">", Stream: true})
+		case r.Ingest:
+			s := strings.TrimPrefix(r.Pattern, in.NodeIngestPrefix+"*.")
+			accountExports = append(accountExports, embedded.Export{Subject: s, Stream: true, Accounts: []string{StreamAccount}})
+			streamImports = append(streamImports, embedded.Import{Account: account, Subject: s, To: IngestSubject(in.NodeIngestPrefix, account, s), Stream: true})
+		}
+	}
+	return accountExports, accountImports, streamExports, streamImports
 }
 
 // leafPermissions are a hub's leaf listener allow lists: what a leaf peer
