@@ -480,6 +480,49 @@ func TestEveryPublishAnswered(t *testing.T) {
 		}
 	})
 
+	// A producer pipelining plain publishes (no reply subject: nobody to
+	// answer, so no budget of in-flight answers holds them back) must not
+	// starve another account either: the flooding account is the one
+	// paused (its plain publishes dropped meanwhile, as core NATS drops
+	// what it cannot deliver), never the well-behaved one.
+	t.Run("plain", func(t *testing.T) {
+		app := orderstoretest.Start(t, securedConfig, noProcessor)
+		nc, js1 := integrityConnect(t, app, "p1", p1Password)
+		_, p2 := integrityConnect(t, app, "p2", p2Password)
+		stop := wellBehaved(func(i int) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := p2.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":"calm-%d"}`, i%10))
+			return err
+		})
+		for range n {
+			if err := nc.Publish("orders.created", payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := nc.FlushTimeout(5 * time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		// The flooder's own acked publish comes after its plain ones on
+		// its connection: once it is acked, the service has taken them.
+		embeddedtest.WaitFor(t, 5*time.Minute, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := js1.Publish(ctx, "orders.created", []byte(`{"order_id":"after-the-flood"}`))
+			return err
+		})
+		acked, errs := stop()
+		st, err := integrityGetStatus(app)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, _ := integrityMsgs(t, orderstore.InternalJetStream(app))
+		t.Logf("plain flood of %d: %d events stored in all; guard %v", n, msgs, st.Guard)
+		if acked == 0 || len(errs) > 0 {
+			t.Errorf("the well-behaved producer in another account got %d acks and %d errors during a flood of plain publishes (first: %v): want every publish acked", acked, len(errs), first(errs))
+		}
+	})
+
 	// Many connections of one producer pipelining at once: the ingest
 	// service falls behind what they send (the queue in front of it
 	// grows), sheds the flooding account with 429s, and the well-behaved

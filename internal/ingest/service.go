@@ -632,16 +632,11 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 	}
 	// The import the publish came through names its account.
 	account := rs.account
-	if m.Reply == "" { // a plain publish: nobody waits for an answer
-		if out, _ := in.republish(m, subject, account); out != nil {
-			if err := in.nc.PublishMsg(out); err != nil {
-				in.log.Warn("ingest: publish without reply lost", "subject", subject, "err", err)
-			}
-		}
-		return
-	}
 	// Admission first, before any work that costs: under overload the
-	// answer must be cheaper than what the producers send.
+	// answer must be cheaper than what the producers send. A plain
+	// publish counts as much as a request: a flood of them is its
+	// account's to pay for (paused: nats drops its plain publishes
+	// meanwhile, as it drops what it cannot deliver), not another's.
 	rs.recent.Add(1)
 	sub := rs.sub.Load()
 	queued, queuedBytes, _ := sub.Pending()
@@ -649,6 +644,14 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 	wait := rs.waited(sub, queued, now)
 	if (queued > ingestPauseQueue || queuedBytes > ingestPauseBytes || wait > ingestQueueDelay) && rs.paused.CompareAndSwap(false, true) {
 		go in.pause(rs, sub)
+	}
+	if m.Reply == "" { // a plain publish: nobody waits for an answer
+		if out, _ := in.republish(m, subject, account); out != nil {
+			if err := in.nc.PublishMsg(out); err != nil {
+				in.log.Warn("ingest: publish without reply lost", "subject", subject, "err", err)
+			}
+		}
+		return
 	}
 	behind := time.Duration(in.latency.Load()) > ingestBehind
 	size := len(m.Data) + len(m.Subject) + len(m.Reply) + headerSize(m.Header) + 64
