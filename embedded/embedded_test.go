@@ -435,3 +435,57 @@ func freePort(t testing.TB) int {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }
+
+// A stream export limited to named accounts, and a stream import mapped
+// onto other subjects: what account A publishes on x.<rest> reaches B's
+// subscribers on y.<rest>, and only B may import it.
+func TestStreamExportToAccountsAndMappedImport(t *testing.T) {
+	users := []embedded.User{{Name: "a", Password: "pa", Account: "A"}, {Name: "b", Password: "pb", Account: "B"}}
+	srv := embeddedtest.Start(t, func(c *embedded.Config) {
+		c.Accounts = []embedded.Account{
+			{Name: "A", Exports: []embedded.Export{{Subject: "x.>", Stream: true, Accounts: []string{"B"}}}},
+			{Name: "B", Imports: []embedded.Import{{Account: "A", Subject: "x.>", To: "y.>", Stream: true}}},
+		}
+		c.Users = users
+	})
+	a, err := nats.Connect(srv.ClientURL(), nats.UserInfo("a", "pa"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := nats.Connect(srv.ClientURL(), nats.UserInfo("b", "pb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sub, err := b.SubscribeSync("y.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Publish("x.one.two", []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil || m.Subject != "y.one.two" || string(m.Data) != "hi" {
+		t.Fatalf("B received %v, %v; want \"hi\" on y.one.two", m, err)
+	}
+
+	// A third account may not import what A exports to B alone.
+	_, err = embedded.Start(context.Background(), embedded.Config{StoreDir: t.TempDir(), Port: -1, Users: users,
+		Accounts: []embedded.Account{
+			{Name: "A", Exports: []embedded.Export{{Subject: "x.>", Stream: true, Accounts: []string{"B"}}}},
+			{Name: "B"},
+			{Name: "C", Imports: []embedded.Import{{Account: "A", Subject: "x.>", Stream: true}}},
+		}})
+	if err == nil || !strings.Contains(err.Error(), `stream import "x.>"`) {
+		t.Fatalf("an import of an export to another account: %v, want it refused", err)
+	}
+	// An export to an account that does not exist is a config error.
+	cfg := embedded.Config{StoreDir: t.TempDir(), Accounts: []embedded.Account{{Name: "A", Exports: []embedded.Export{{Subject: "x.>", Stream: true, Accounts: []string{"NOPE"}}}}}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `export of "x.>" to unknown account "NOPE"`) {
+		t.Fatalf("Validate: %v, want the unknown account named", err)
+	}
+}
