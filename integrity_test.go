@@ -429,6 +429,17 @@ func TestEveryPublishAnswered(t *testing.T) {
 		}
 	}
 
+	// ackedPublish publishes one event at a time through js, each waiting for
+	// its ack.
+	ackedPublish := func(js jetstream.JetStream) func(i int) error {
+		return func(i int) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := js.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":"calm-%d"}`, i%10))
+			return err
+		}
+	}
+
 	t.Run("anonymous", func(t *testing.T) {
 		app := orderstoretest.Start(t, noProcessor, func(c *orderstore.Config) { c.Admin.Listen = "127.0.0.1:0" })
 		nc, _ := integrityConnect(t, app, "", "")
@@ -458,12 +469,7 @@ func TestEveryPublishAnswered(t *testing.T) {
 		app := orderstoretest.Start(t, securedConfig, noProcessor)
 		nc, _ := integrityConnect(t, app, "p1", p1Password)
 		_, p2 := integrityConnect(t, app, "p2", p2Password)
-		stop := wellBehaved(func(i int) error {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_, err := p2.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":"calm-%d"}`, i%10))
-			return err
-		})
+		stop := wellBehaved(ackedPublish(p2))
 		var acked int64
 		var errs []string
 		r := flood(t, app, []*nats.Conn{nc}, "orders.created", n, payload, func() { acked, errs = stop() })
@@ -489,12 +495,7 @@ func TestEveryPublishAnswered(t *testing.T) {
 		app := orderstoretest.Start(t, securedConfig, noProcessor)
 		nc, js1 := integrityConnect(t, app, "p1", p1Password)
 		_, p2 := integrityConnect(t, app, "p2", p2Password)
-		stop := wellBehaved(func(i int) error {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_, err := p2.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":"calm-%d"}`, i%10))
-			return err
-		})
+		stop := wellBehaved(ackedPublish(p2))
 		for range n {
 			if err := nc.Publish("orders.created", payload); err != nil {
 				t.Fatal(err)
@@ -535,12 +536,7 @@ func TestEveryPublishAnswered(t *testing.T) {
 			conns[i], _ = integrityConnect(t, app, "p1", p1Password)
 		}
 		_, p2 := integrityConnect(t, app, "p2", p2Password)
-		stop := wellBehaved(func(i int) error {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_, err := p2.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":"calm-%d"}`, i%10))
-			return err
-		})
+		stop := wellBehaved(ackedPublish(p2))
 		var acked int64
 		var errs []string
 		r := flood(t, app, conns, "orders.created", n, payload, func() { acked, errs = stop() })
