@@ -27,6 +27,7 @@
 //     go run ./bench/overload -duration 20s -conns 32 -dir /var/tmp
 //     go build -o /tmp/overload ./bench/overload && taskset -c 1 /tmp/overload -target-cpus 0
 //     # target and load generator on a CPU each
+//     go run ./bench/overload -idle 10s          # idle memory of each target, no load
 package main
 
 import (
@@ -38,6 +39,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
@@ -59,6 +61,7 @@ import (
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/bench/benchkit"
+	"github.com/orderstore/orderstore/bootstrap"
 )
 
 var (
@@ -77,6 +80,8 @@ var (
 	logLevel   = flag.String("log", "warn", "what a target logs (to <dir>/<target>.log): error, warn or info")
 	pprofAt    = flag.String("pprof", "", "serve net/http/pprof of each target on this address (e.g. 127.0.0.1:6060), to profile it under load")
 	targetCPUs = flag.String("target-cpus", "", "run each target on these CPUs only (taskset -c syntax, e.g. 0), so that the load generator, run under taskset on the others, takes no CPU from it")
+	idle       = flag.Duration("idle", 0, "instead of the load: start each target, leave it idle this long and report its resident memory (VmRSS), the standalone nats-server declaring every stream, consumer and bucket orderstore declares (issue 19: orderstore at most 1.3 times that)")
+	natsBin    = flag.String("nats-server", "", "with -idle: a nats-server binary (v2.15.3: go install github.com/nats-io/nats-server/v2@v2.15.3) to measure as the standalone server instead of the one embedded in this program")
 	stagesOn   = flag.Bool("stages", false, "send each request's send time in a header and print where orderstore's publishes spent their time (build with -tags benchtrace)")
 )
 
@@ -102,6 +107,10 @@ func main() {
 	names := []string{"orderstore", "nats-always"}
 	if *only != "" {
 		names = slices.DeleteFunc(names, func(n string) bool { return !slices.Contains(strings.Split(*only, ","), n) })
+	}
+	if *idle > 0 {
+		idleMemory(names)
+		return
 	}
 	fmt.Printf("overload figures: nats-server %s, %d CPU, stores in %s; %d connections, %d B events; sustained: %d in flight per connection for %s; overload: %.0fx for %s; a phase ends when nothing changed for %s\n\n",
 		server.VERSION, runtime.NumCPU(), *dir, *conns, *size, *window, *measure, *factor, *duration, *quiet)
@@ -188,7 +197,7 @@ func startChild(name, d string) (*child, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	args := []string{self, "-serve", name, "-dir", d, "-log", *logLevel, "-pprof", *pprofAt}
+	args := []string{self, "-serve", name, "-dir", d, "-log", *logLevel, "-pprof", *pprofAt, "-idle", idle.String()}
 	if *targetCPUs != "" {
 		args = append([]string{"taskset", "-c", *targetCPUs}, args...)
 	}
@@ -302,7 +311,13 @@ func runTarget(name, d string) {
 			log.Fatal(err)
 		}
 		js, _ := jetstream.New(nc)
-		if _, err := js.CreateStream(context.Background(), cfg.DeclareSpec().Stream); err != nil {
+		if *idle > 0 {
+			// What orderstore declares: the stream, the processor's
+			// consumer, the dead letters, the projection and its history.
+			if _, err := bootstrap.Declare(context.Background(), js, cfg.DeclareSpec(), slog.New(slog.DiscardHandler)); err != nil {
+				log.Fatalf("nats-server: %v", err)
+			}
+		} else if _, err := js.CreateStream(context.Background(), cfg.DeclareSpec().Stream); err != nil {
 			log.Fatalf("nats-server: ORDER_EVENTS: %v", err)
 		}
 		nc.Close()
@@ -321,6 +336,85 @@ func runTarget(name, d string) {
 	case <-eof:
 	}
 	stop()
+}
+
+// idleMemory starts each target in turn, leaves it idle for -idle and
+// prints its resident memory, and orderstore's over the standalone
+// server's.
+func idleMemory(names []string) {
+	fmt.Printf("idle memory: nats-server %s, %d CPU, stores in %s, each target idle for %s after it is ready\n\n| target | VmRSS | VmHWM |\n|---|---|---|\n",
+		server.VERSION, runtime.NumCPU(), *dir, *idle)
+	rss := map[string]int64{}
+	for _, name := range names {
+		start := startChild
+		if name == "nats-always" && *natsBin != "" {
+			start = startNATSServer
+		}
+		c, err := start(name, filepath.Join(*dir, name))
+		if err != nil {
+			log.Fatalf("%s: %v", name, err)
+		}
+		time.Sleep(*idle)
+		hwm, r := c.mem()
+		c.stop()
+		rss[name] = r
+		fmt.Printf("| %s | %s | %s |\n", name, mib(r), mib(hwm))
+	}
+	if o, n := rss["orderstore"], rss["nats-always"]; o > 0 && n > 0 {
+		fmt.Printf("\norderstore / standalone nats-server: %.2f (goal <= 1.3)\n", float64(o)/float64(n))
+	}
+}
+
+// startNATSServer runs the -nats-server binary on d, with JetStream, on a
+// free loopback port, and declares on it what orderstore declares.
+func startNATSServer(_, d string) (*child, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command(*natsBin, "-js", "-sd", d, "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	var nc *nats.Conn
+	for i := 0; ; i++ {
+		if nc, err = nats.Connect(url); err == nil {
+			break
+		}
+		if i == 100 {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, fmt.Errorf("%s did not start: %v", *natsBin, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := bootstrap.Declare(context.Background(), js, orderstore.DefaultConfig().DeclareSpec(), slog.New(slog.DiscardHandler)); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, err
+	}
+	return &child{cmd: cmd, stdin: termOnClose{cmd, stdin}, url: url}, nil
+}
+
+// termOnClose sends its process SIGTERM when closed: nats-server does not
+// stop when its stdin closes, as the targets of this program do.
+type termOnClose struct {
+	cmd *exec.Cmd
+	io.WriteCloser
+}
+
+func (t termOnClose) Close() error {
+	t.WriteCloser.Close()
+	return t.cmd.Process.Signal(syscall.SIGTERM)
 }
 
 // phase is what became of the requests of one phase.
