@@ -73,7 +73,8 @@ func (a *Appliance) ingestConfig() ingest.Config {
 // (ingest.Config.Pause): each of the stream's subjects is mapped in that
 // account to natsconf.PausedPrefix and the subject, where nothing is
 // imported and nobody may listen, so that nats answers "no responders"
-// without passing the publish through the account's service import.
+// without passing the publish on to this node's ingest service (or, in a
+// cluster, to another node's: the pause is this node's).
 // orderstore's own account publishes without an import: not paused so.
 func (a *Appliance) pauseIngest(account string, paused bool) error {
 	if account == StreamAccount {

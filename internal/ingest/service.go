@@ -506,12 +506,15 @@ func (in *Service) watchBacklog() {
 // the subscription's pending ones). false: Config.Pause is not set or
 // cannot pause this account; the caller unsubscribes instead.
 //
-// Unsubscribing does the same for the service, not for nats: a publish
-// with nobody subscribed still goes through the account's service import,
-// which sets up and removes a response import in the stream's account
-// under that account's lock, where the service's own answers queue too.
-// Under a 10x flood on 2 cores that made every answer wait seconds
-// (bench/README.md, "Where the late ones waited").
+// Unsubscribing is not the same: in a cluster the account's publishes
+// would go to another node's service instead (one queue group spans the
+// nodes), and the subscription would churn. Before producers' publishes
+// came by stream imports it was worse: a publish with nobody subscribed
+// still went through the account's service import, which set up and
+// removed a response import in the stream's account under that account's
+// lock, where the service's own answers queued too; under a 10x flood on
+// 2 cores every answer waited seconds (bench/README.md, "Where the late
+// ones waited").
 func (in *Service) pauseMapped(rs *requests, sub *nats.Subscription) bool {
 	if in.cfg.Pause == nil {
 		return false
