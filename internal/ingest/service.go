@@ -68,6 +68,13 @@ const (
 	ingestPauseQueue = 16384
 	ingestPauseBytes = 32 << 20
 	ingestQueueDelay = time.Second
+	// A publish taken after it waited ingestShedWait in line (as the probe
+	// measures it: a lower bound) is answered 429 at once, before any work
+	// that costs. Under a flood the line holds what nats delivered before
+	// a pause took hold (at 10x, 100,000 publishes and more), which the
+	// service would otherwise store one by one, answering the last of them
+	// seconds past a client's timeout.
+	ingestShedWait = time.Second
 	// What nats-server has delivered to the service's connection but the
 	// connection has not read waits in front of the subscriptions, where
 	// their count and the probe cannot see it (up to nats' max_pending,
@@ -329,6 +336,7 @@ type ackReply struct {
 // Answers the service sends without any detail of the publish.
 var (
 	answerOverloaded = APIError(429, 10077, "orderstore: overloaded: more publishes are waiting than it takes, and this account has many in flight: not stored; publish it again after a moment, with fewer in flight at once")
+	answerWaited     = APIError(429, 10077, "orderstore: overloaded: the event waited too long to be taken (more publishes arrive than it stores): not stored; publish it again after a moment, with fewer in flight at once")
 	answerOverAcct   = APIError(429, 10077, "orderstore: too many events in flight from this account ("+strconv.Itoa(ingestMaxInFlightAccount)+" events or "+strconv.Itoa(ingestMaxBytesAccount>>20)+" MiB at most): not stored; publish it again after a moment, with fewer in flight at once")
 	answerOverAll    = APIError(429, 10077, "orderstore: too many events in flight ("+strconv.Itoa(ingestMaxInFlight)+" events or "+strconv.Itoa(ingestMaxBytes>>20)+" MiB at most, from every account): not stored; publish it again after a moment")
 )
@@ -603,7 +611,33 @@ func (in *Service) answerable(rs *requests, m *nats.Msg) bool {
 // onPublish takes one producer publish. It never blocks: what it cannot
 // take now is answered now.
 func (in *Service) onPublish(rs *requests, m *nats.Msg) {
+	// Admission first, before any work that costs: under overload the
+	// answer must be cheaper than what the producers send. Every publish
+	// taken counts (the probe counts what is taken on the subscription),
+	// and a plain one as much as a request: a flood of them is its
+	// account's to pay for (paused: nats drops its plain publishes
+	// meanwhile, as it drops what it cannot deliver), not another's.
+	rs.recent.Add(1)
+	sub := m.Sub // the one that delivered it: after a pause's unsubscribe, the old one drains beside the new
+	if sub == nil {
+		sub = rs.sub.Load()
+	}
+	queued, queuedBytes, _ := sub.Pending()
+	now := time.Now()
+	wait := rs.waited(sub, queued, now)
+	if (queued > ingestPauseQueue || queuedBytes > ingestPauseBytes || wait > ingestQueueDelay) && rs.paused.CompareAndSwap(false, true) {
+		go in.pause(rs, sub)
+	}
 	if !in.answerable(rs, m) {
+		return
+	}
+	if wait > ingestShedWait && m.Reply != "" {
+		// It waited that long in line at least, and would wait about as
+		// long again in flight: answered now, cheaply (before its subject
+		// is checked or its event validated), so that the line drains at
+		// the rate of answers, not of stores.
+		in.shed.Add(1)
+		in.reply(rs.answers+m.Reply, answerWaited)
 		return
 	}
 	subject := strings.TrimPrefix(m.Subject, rs.prefix)
@@ -635,19 +669,6 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 	}
 	// The import the publish came through names its account.
 	account := rs.account
-	// Admission first, before any work that costs: under overload the
-	// answer must be cheaper than what the producers send. A plain
-	// publish counts as much as a request: a flood of them is its
-	// account's to pay for (paused: nats drops its plain publishes
-	// meanwhile, as it drops what it cannot deliver), not another's.
-	rs.recent.Add(1)
-	sub := rs.sub.Load()
-	queued, queuedBytes, _ := sub.Pending()
-	now := time.Now()
-	wait := rs.waited(sub, queued, now)
-	if (queued > ingestPauseQueue || queuedBytes > ingestPauseBytes || wait > ingestQueueDelay) && rs.paused.CompareAndSwap(false, true) {
-		go in.pause(rs, sub)
-	}
 	if m.Reply == "" { // a plain publish: nobody waits for an answer
 		if out, _ := in.republish(m, subject, account); out != nil {
 			if err := in.nc.PublishMsg(out); err != nil {

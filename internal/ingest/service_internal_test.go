@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -353,4 +354,94 @@ func startService(t *testing.T, srv *embedded.Server, cfg Config) *Service {
 	}
 	t.Cleanup(func() { in.Close(context.Background()) })
 	return in
+}
+
+// What waited in line longer than ingestShedWait (the subscription's
+// buffer, where nats delivers faster than the service stores under a
+// flood) is answered 429 at once when taken, and not stored: the line
+// drains at the rate of answers. Here the service is held while 40
+// publishes wait behind one it has begun: the two it began are stored,
+// the 40 get the 429 that says why, and nothing of theirs is in the
+// stream.
+func TestIngestShedsWhatWaitedInLine(t *testing.T) {
+	srv, nc := newStream(t)
+	holdA, holdB := make(chan struct{}), make(chan struct{})
+	inB := make(chan struct{})
+	validate := func(_ string, data []byte) error {
+		switch {
+		case strings.Contains(string(data), "hold-a"):
+			<-holdA // a send, or the close of release
+		case strings.Contains(string(data), "hold-b"):
+			close(inB)
+			<-holdB
+		}
+		return nil
+	}
+	in := startService(t, srv, Config{Subjects: []string{"orders.>"}, Prefix: Prefix, Accounts: []string{"ORDERSTORE"}, Stream: "ORDER_EVENTS", Validate: validate})
+	answers := make(chan *nats.Msg, 64)
+	if _, err := nc.ChanSubscribe("producer.>", answers); err != nil {
+		t.Fatal(err)
+	}
+	pub := func(reply, body string) {
+		t.Helper()
+		if err := nc.PublishRequest(Prefix+"ORDERSTORE.orders.created", reply, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub("producer.a", `{"order_id":"hold-a"}`)
+	pub("producer.b", `{"order_id":"hold-b"}`)
+	const behind = 40
+	for i := range behind {
+		pub(fmt.Sprintf("producer.q%d", i), fmt.Sprintf(`{"order_id":"q-%d"}`, i))
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { close(holdA); close(holdB) }) }
+	t.Cleanup(release)
+	// All of them delivered to the service, the first one taken (nats.go
+	// counts the one its callback holds as pending too).
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if n := in.Queued(); n != behind+2 {
+			return fmt.Errorf("%d delivered to the service and not done, want %d", n, behind+2)
+		}
+		return nil
+	})
+	holdA <- struct{}{}
+	<-inB // the second taken, with the 40 behind it: the probe begins
+	time.Sleep(ingestShedWait + 200*time.Millisecond)
+	release()
+
+	got := map[string]string{}
+	for len(got) < behind+2 {
+		select {
+		case m := <-answers:
+			got[m.Subject] = string(m.Data)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d answers, want %d: %v", len(got), behind+2, got)
+		}
+	}
+	for _, r := range []string{"producer.a", "producer.b"} {
+		if !strings.Contains(got[r], `"stream":"ORDER_EVENTS"`) {
+			t.Errorf("%s answered %q, want its ack", r, got[r])
+		}
+	}
+	for i := range behind {
+		r := fmt.Sprintf("producer.q%d", i)
+		if !strings.Contains(got[r], `"code":429`) || !strings.Contains(got[r], "waited too long") {
+			t.Errorf("%s answered %q, want 429 waited too long", r, got[r])
+		}
+	}
+	if n := in.shed.Load(); n != behind {
+		t.Errorf("shed %d, want %d", n, behind)
+	}
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(context.Background(), "ORDER_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.CachedInfo().State.Msgs; n != 2 {
+		t.Errorf("the stream holds %d events, want the 2 taken in time", n)
+	}
 }

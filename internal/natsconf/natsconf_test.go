@@ -37,6 +37,49 @@ func TestNothingProtectedWithoutTheProcessor(t *testing.T) {
 	}
 }
 
+// No client account holds a mapping: nats would try each against every
+// publish there, events included (a quarter of its CPU under a flood from
+// the anonymous account). The durable guard's mappings are GateAccount's,
+// through which every client reaches the JetStream API and the acks.
+func TestGuardMappingsOnlyInTheGate(t *testing.T) {
+	for _, users := range [][]User{nil, {{Name: "p", Role: RoleProducer}, {Name: "r", Role: RoleReader}, {Name: "a", Role: RoleAdmin}}} {
+		in := input()
+		in.Users = users
+		id, err := NewIdentity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		accounts, _, _, err := in.accounts(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gate bool
+		for _, a := range accounts {
+			if a.Name == GateAccount {
+				gate = true
+				if !slices.Equal(a.Mappings, in.guardMappings()) || len(a.Mappings) == 0 {
+					t.Errorf("%s mappings %v, want the guard's %v", a.Name, a.Mappings, in.guardMappings())
+				}
+				continue
+			}
+			if len(a.Mappings) > 0 {
+				t.Errorf("users %v: account %s has mappings %v, want none", users, a.Name, a.Mappings)
+			}
+			for _, im := range a.Imports {
+				if (im.Subject == "$JS.API.>" || im.Subject == "$JS.ACK.>") && im.Account != GateAccount {
+					t.Errorf("users %v: account %s imports %s from %s, want from %s", users, a.Name, im.Subject, im.Account, GateAccount)
+				}
+				if strings.HasPrefix(im.Subject, GuardPrefix) {
+					t.Errorf("users %v: account %s imports the guard's %s itself", users, a.Name, im.Subject)
+				}
+			}
+		}
+		if !gate {
+			t.Errorf("users %v: no %s account", users, GateAccount)
+		}
+	}
+}
+
 // Every row crosses the leaf link only where the hub allows it, and the
 // edge denies it every other way: the two lists split the table.
 func TestLeafListsSplitTheTable(t *testing.T) {
