@@ -60,6 +60,17 @@ const (
 	// flood.
 	ingestBehind    = 2 * time.Second
 	ingestFairShare = 64
+	// Little's law on what is in flight: past the events the stream
+	// acknowledges in ingestFlightFor (at the rate of the last second or
+	// so, never below ingestMinFlight), while answers already come more
+	// than ingestFlightLate after arrival, a publish would wait longer
+	// than that in flight: the same 429 for an account with its fair
+	// share in flight. The 16,384 an account may have in flight are 2 to
+	// 3 s of acks at a 10x overload's rate on one CPU, which with the time
+	// in line before came past a 5 s client timeout.
+	ingestFlightFor  = time.Second
+	ingestFlightLate = 500 * time.Millisecond
+	ingestMinFlight  = 4096
 	// Past ingestPauseQueue publishes (or ingestPauseBytes) of one account
 	// waiting to be taken, or when one of them has waited longer than
 	// ingestQueueDelay, the service pauses that account (see pause): what
@@ -69,8 +80,9 @@ const (
 	ingestPauseBytes = 32 << 20
 	ingestQueueDelay = time.Second
 	// A publish taken after it waited ingestShedWait in line (as the probe
-	// measures it: a lower bound) is answered 429 at once, before any work
-	// that costs. Under a flood the line holds what nats delivered before
+	// measures it, or, while its account is paused, since the pause began:
+	// lower bounds both) is answered 429 at once, before any work that
+	// costs. Under a flood the line holds what nats delivered before
 	// a pause took hold (at 10x, 100,000 publishes and more), which the
 	// service would otherwise store one by one, answering the last of them
 	// seconds past a client's timeout.
@@ -212,13 +224,20 @@ type Service struct {
 	stored      []ackReply // answered by the stream, a sync awaited
 	storedBytes int
 	inFlight    int // len(pending)+len(stored)
-	inBytes     int
-	accounts    map[string]*budget
-	kick        chan struct{}
-	stop        chan struct{}
-	done        chan struct{}
-	abortCtx    context.Context // canceled when Close gives up waiting
-	abort       context.CancelFunc
+	// completed counts the publishes that left flight; flightCap is what
+	// may be in flight while answers are late (ingestFlightFor), from
+	// the rate they leave at (flightRate, flightAt: sweep's last look).
+	completed, flightLast uint64
+	flightRate            float64
+	flightAt              time.Time
+	flightCap, minFlight  int
+	inBytes               int
+	accounts              map[string]*budget
+	kick                  chan struct{}
+	stop                  chan struct{}
+	done                  chan struct{}
+	abortCtx              context.Context // canceled when Close gives up waiting
+	abort                 context.CancelFunc
 
 	// latency is how long the last publishes answered took from their
 	// arrival to their answer (unix nanoseconds; 0 when nothing is in
@@ -268,9 +287,13 @@ type requests struct {
 	answers string                            // Answers+account+".", or "" (Config.Answers)
 	sub     atomic.Pointer[nats.Subscription] // replaced after a pause
 	paused  atomic.Bool                       // sub drains: nats answers new publishes itself
-	pauses  atomic.Uint64
-	logged  atomic.Int64  // when a pause was last logged (unix nanoseconds)
-	recent  atomic.Uint64 // publishes taken since watchBacklog last looked
+	// pausedAt is when the pause began (unix nanoseconds): what the
+	// service takes during it was delivered before, and has waited at
+	// least since then.
+	pausedAt atomic.Int64
+	pauses   atomic.Uint64
+	logged   atomic.Int64  // when a pause was last logged (unix nanoseconds)
+	recent   atomic.Uint64 // publishes taken since watchBacklog last looked
 	// A probe of how long publishes wait to be taken, kept by the
 	// subscription's callback alone: the publish that was last in line
 	// when the probe began (the taken-th) has waited since then at least.
@@ -351,7 +374,7 @@ func Start(nc *nats.Conn, cfg Config, log *slog.Logger) (*Service, error) {
 		cfg.Inbox = nats.InboxPrefix[:len(nats.InboxPrefix)-1]
 	}
 	in := &Service{nc: nc, cfg: cfg, log: log, ackPrefix: cfg.Inbox + ".ingest." + nuid.Next() + ".",
-		ids: rand.NewChaCha8(seed), pending: map[string]*pendingPub{}, accounts: map[string]*budget{},
+		ids: rand.NewChaCha8(seed), pending: map[string]*pendingPub{}, accounts: map[string]*budget{}, flightCap: ingestMinFlight, minFlight: ingestMinFlight,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if in.cfg.Stats == nil {
 		in.cfg.Stats = &Stats{}
@@ -419,7 +442,11 @@ func (in *Service) subscribeRequests(rs *requests) error {
 // in each producer's own connection, where a flood costs the flooder),
 // answers what was delivered, and subscribes again.
 func (in *Service) pause(rs *requests, sub *nats.Subscription) {
-	defer rs.paused.Store(false)
+	rs.pausedAt.Store(time.Now().UnixNano())
+	defer func() {
+		rs.pausedAt.Store(0) // before the next pause's start is stored, 0: no bound
+		rs.paused.Store(false)
+	}()
 	in.pauses.Add(1)
 	n := rs.pauses.Add(1)
 	if now, last := time.Now().UnixNano(), rs.logged.Load(); now-last > int64(10*time.Second) && rs.logged.CompareAndSwap(last, now) {
@@ -625,6 +652,10 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 	queued, queuedBytes, _ := sub.Pending()
 	now := time.Now()
 	wait := rs.waited(sub, queued, now)
+	if at := rs.pausedAt.Load(); at != 0 && rs.paused.Load() {
+		// Paused: what is taken now was delivered before the pause began.
+		wait = max(wait, now.Sub(time.Unix(0, at)))
+	}
 	if (queued > ingestPauseQueue || queuedBytes > ingestPauseBytes || wait > ingestQueueDelay) && rs.paused.CompareAndSwap(false, true) {
 		go in.pause(rs, sub)
 	}
@@ -677,7 +708,8 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 		}
 		return
 	}
-	behind := time.Duration(in.latency.Load()) > ingestBehind
+	late := time.Duration(in.latency.Load())
+	behind := late > ingestBehind
 	size := len(m.Data) + len(m.Subject) + len(m.Reply) + headerSize(m.Header) + 64
 	in.mu.Lock()
 	if in.closed {
@@ -689,6 +721,9 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 	if b == nil {
 		b = &budget{}
 		in.accounts[account] = b
+	}
+	if late > ingestFlightLate && in.inFlight >= in.flightCap {
+		behind = true
 	}
 	var no []byte
 	switch {
@@ -886,6 +921,7 @@ func (in *Service) answered(p *pendingPub) {
 
 // release frees one event's place, and its reply subject; in.mu held.
 func (in *Service) release(p *pendingPub) {
+	in.completed++
 	in.inFlight--
 	in.inBytes -= p.size
 	if in.inFlight == 0 {
@@ -1185,6 +1221,7 @@ func (in *Service) sweep() {
 		var late []*pendingPub
 		now := time.Now()
 		in.mu.Lock()
+		in.updateFlightCap(now)
 		for id, p := range in.pending {
 			if now.Sub(p.at) > ingestAnswerWithin || !p.suspect.IsZero() && now.After(p.suspect) && !p.waitRetry {
 				delete(in.pending, id)
@@ -1205,6 +1242,18 @@ func (in *Service) sweep() {
 			in.answerTo(p, APIError(503, 10077, msg))
 		}
 	}
+}
+
+// updateFlightCap sets flightCap from the rate publishes left flight at
+// since the last call (an average of the last second or so); in.mu held.
+func (in *Service) updateFlightCap(now time.Time) {
+	if !in.flightAt.IsZero() {
+		if d := now.Sub(in.flightAt).Seconds(); d > 0 {
+			in.flightRate = 0.5*in.flightRate + 0.5*float64(in.completed-in.flightLast)/d
+		}
+	}
+	in.flightLast, in.flightAt = in.completed, now
+	in.flightCap = max(in.minFlight, int(in.flightRate*ingestFlightFor.Seconds()))
 }
 
 // Close stops taking publishes (those already delivered to the service

@@ -128,7 +128,17 @@ func TestIngestUnanswerableReply(t *testing.T) {
 // nothing is behind. (Before, the service shed only past 65,536 waiting
 // to be taken, which the per-account pause at 16,384 made unreachable: a
 // slow disk left every publish to queue behind the others.)
+//
+// The same holds, sooner, once answers come later than ingestFlightLate
+// and more is in flight than the stream acknowledged in the last
+// ingestFlightFor (Little's law: a publish would wait longer than that in
+// flight).
 func TestIngestShedsWhenBehind(t *testing.T) {
+	t.Run("answers_late", func(t *testing.T) { shedsWhenBehind(t, 2*ingestBehind, false) })
+	t.Run("more_in_flight_than_acked_in_a_second", func(t *testing.T) { shedsWhenBehind(t, 2*ingestFlightLate, true) })
+}
+
+func shedsWhenBehind(t *testing.T, skew time.Duration, little bool) {
 	srv, nc := newStream(t)
 	// Each sync takes one token; closing the channel lets every sync by.
 	tokens := make(chan struct{}, 1)
@@ -145,6 +155,11 @@ func TestIngestShedsWhenBehind(t *testing.T) {
 			}
 		}}
 	in := startService(t, srv, cfg)
+	if little {
+		in.mu.Lock()
+		in.minFlight = 1 // the bound is the rate alone
+		in.mu.Unlock()
+	}
 
 	answers := map[string]chan *nats.Msg{}
 	for _, r := range []string{"heavy", "light"} {
@@ -180,7 +195,7 @@ func TestIngestShedsWhenBehind(t *testing.T) {
 	// all in the first round, nothing would be in flight after it, and
 	// nothing behind). They arrived longer ago than ingestBehind (set
 	// back rather than waited for); one sync lets the first round go.
-	in.arrivalSkew.Store(int64(2 * ingestBehind))
+	in.arrivalSkew.Store(int64(skew))
 	publish("HEAVY", "reply.heavy.0", 0)
 	embeddedtest.WaitFor(t, 30*time.Second, func() error {
 		if syncs.Load() == 0 {
@@ -195,8 +210,8 @@ func TestIngestShedsWhenBehind(t *testing.T) {
 	in.arrivalSkew.Store(0)
 	tokens <- struct{}{}
 	embeddedtest.WaitFor(t, 30*time.Second, func() error {
-		if d := time.Duration(in.latency.Load()); d <= ingestBehind {
-			return fmt.Errorf("latency %s, want past %s", d, ingestBehind)
+		if d := time.Duration(in.latency.Load()); d < skew {
+			return fmt.Errorf("latency %s, want past %s", d, skew)
 		}
 		// The answers the round sent have arrived (they travel through
 		// nats after the service counted them out).
@@ -213,6 +228,18 @@ func TestIngestShedsWhenBehind(t *testing.T) {
 		t.Fatalf("%d of %d answered after one sync, want some and not all", first, heavy)
 	}
 
+	if little {
+		// Nothing leaves flight while the syncs wait: the rate, and the
+		// bound with it, fall below what is in flight.
+		embeddedtest.WaitFor(t, 30*time.Second, func() error {
+			in.mu.Lock()
+			defer in.mu.Unlock()
+			if in.flightCap >= in.inFlight {
+				return fmt.Errorf("bound %d, %d in flight", in.flightCap, in.inFlight)
+			}
+			return nil
+		})
+	}
 	publish("HEAVY", "reply.heavy.over", heavy)
 	publish("LIGHT", "reply.light.0", 0)
 	var over *nats.Msg
