@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/orderstoretest"
+	"github.com/orderstore/orderstore/processor"
 	"github.com/orderstore/orderstore/status"
 )
 
@@ -407,5 +409,61 @@ func TestClusterIngestPauseIsTheNodes(t *testing.T) {
 	}
 	if err := publish(apps[0]); err != nil {
 		t.Fatalf("after the pause, a producer on node 1: %v", err)
+	}
+}
+
+// In a cluster every node's processor shares the durable, so two of them
+// can write one order's record at the same moment. On a replicated bucket
+// nats refuses the loser's compare-and-set with 10164 ("wrong last
+// sequence", without the sequence: the key has a write in flight) where a
+// single node says 10071; both mean the race was lost, and the loser reads
+// the record again and re-applies. (Until they did, the loser failed its
+// event, and an order's events redelivered in step kept colliding until
+// one was dead-lettered: an R3 cluster lost an event from its projection
+// so, after a leader was killed under load.)
+func TestClusterProjectionWritersRace(t *testing.T) {
+	apps := startAll(t, clusterConfigs(t))
+	ctx := context.Background()
+	projs := make([]*processor.Projection, 2)
+	for i := range projs {
+		js := embeddedtest.JetStream(t, apps[i], nats.Name(fmt.Sprint("writer ", i)))
+		p, err := orderstore.NewProjection(ctx, js, apps[i].Config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		projs[i] = p
+	}
+	const rounds = 40
+	var seq atomic.Uint64
+	for r := range rounds {
+		start := make(chan struct{})
+		errs := make([]error, len(projs))
+		var wg sync.WaitGroup
+		for i, p := range projs {
+			ev, err := processor.EventOf("orders.paid", []byte(`{"order_id":"race"}`), nil, seq.Add(1), time.Now(), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				errs[i] = p.Handle(ctx, ev)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: writer %d: %v", r+1, i, err)
+			}
+		}
+	}
+	o, err := projs[0].Get(ctx, "race")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Events != rounds*len(projs) {
+		t.Errorf("the order counts %d events, want %d: %+v", o.Events, rounds*len(projs), o)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -227,6 +228,9 @@ func (p *Projection) Withhold(ctx context.Context, ev Event) (applied bool, err 
 		if !isWrongLastSequence(err) {
 			return false, fmt.Errorf("projection %q: withhold event %d: %w", ev.OrderID, ev.Sequence, err)
 		}
+		if inFlightAtLeader(err) {
+			conflictPause(ctx, attempt)
+		}
 	}
 	return false, fmt.Errorf("projection %q: withhold event %d: the order kept changing under 50 tries", ev.OrderID, ev.Sequence)
 }
@@ -274,7 +278,12 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 		fut  jetstream.PubAckFuture
 		seal []*nats.Msg // history chunks to write before msg
 	}
+	inFlight := false // a write of the last attempt found another in flight at the leader
 	for attempt := 0; len(todo) > 0; attempt++ {
+		if inFlight {
+			conflictPause(ctx, attempt)
+			inFlight = false
+		}
 		ids := make([]string, len(todo))
 		for k, i := range todo {
 			ids[k] = orders[i][0].OrderID
@@ -392,8 +401,11 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 			case err := <-w.fut.Err():
 				p.forget(w.id)
 				if isWrongLastSequence(err) && attempt < 50 {
-					// Another processor wrote it first: read again, re-apply.
+					// Another processor wrote it first, or is writing it
+					// (in a cluster every node's processor takes events
+					// of any order): read again, re-apply.
 					todo = append(todo, w.i)
+					inFlight = inFlight || inFlightAtLeader(err)
 					continue
 				}
 				fill(results[w.i], fmt.Errorf("projection %q: %w", w.id, err))
@@ -516,9 +528,34 @@ const (
 	headerBatchCommit = "Nats-Batch-Commit"
 )
 
+// isWrongLastSequence reports a compare-and-set that lost its race: the
+// key moved (10071, with the key's last sequence), or, on a replicated
+// bucket, a write to it is in flight at the leader (10164, without it).
 func isWrongLastSequence(err error) bool {
 	var api *jetstream.APIError
-	return errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// inFlightAtLeader reports the 10164 of isWrongLastSequence: the other
+// write has not been applied yet, and a read now would most likely find
+// the record it replaces.
+func inFlightAtLeader(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// conflictPause waits a moment before the attempt-th retry of a write
+// that found another in flight at the leader (a few milliseconds, longer
+// with each attempt, jittered so that two writers part): the other write
+// is then applied, and the read that follows finds it.
+func conflictPause(ctx context.Context, attempt int) {
+	d := time.Duration(rand.Int64N(int64(min(time.Millisecond<<min(attempt, 6), 50*time.Millisecond)))) + time.Millisecond
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 type loaded struct {

@@ -386,18 +386,20 @@ func startService(t *testing.T, srv *embedded.Server, cfg Config) *Service {
 // What waited in line longer than ingestShedWait (the subscription's
 // buffer, where nats delivers faster than the service stores under a
 // flood) is answered 429 at once when taken, and not stored: the line
-// drains at the rate of answers. Here the service is held while 40
-// publishes wait behind one it has begun: the two it began are stored,
-// the 40 get the 429 that says why, and nothing of theirs is in the
-// stream.
+// drains at the rate of answers. Here the service is held on one publish
+// while a second and 40 more queue behind it; the second is taken with
+// the 40 in line (the probe begins), and held past ingestShedWait: the
+// two are stored, the 40 get the 429 that says why, and nothing of theirs
+// is in the stream.
 func TestIngestShedsWhatWaitedInLine(t *testing.T) {
 	srv, nc := newStream(t)
 	holdA, holdB := make(chan struct{}), make(chan struct{})
-	inB := make(chan struct{})
+	inA, inB := make(chan struct{}), make(chan struct{})
 	validate := func(_ string, data []byte) error {
 		switch {
 		case strings.Contains(string(data), "hold-a"):
-			<-holdA // a send, or the close of release
+			close(inA)
+			<-holdA
 		case strings.Contains(string(data), "hold-b"):
 			close(inB)
 			<-holdB
@@ -415,7 +417,13 @@ func TestIngestShedsWhatWaitedInLine(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	var once sync.Once
+	release := func() { once.Do(func() { close(holdA); close(holdB) }) }
+	t.Cleanup(release)
+	// The first taken alone: what it finds in line is not what this test
+	// is about (the probe it begins ends with the second).
 	pub("producer.a", `{"order_id":"hold-a"}`)
+	<-inA
 	pub("producer.b", `{"order_id":"hold-b"}`)
 	const behind = 40
 	for i := range behind {
@@ -424,10 +432,7 @@ func TestIngestShedsWhatWaitedInLine(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
-	release := func() { once.Do(func() { close(holdA); close(holdB) }) }
-	t.Cleanup(release)
-	// All of them delivered to the service, the first one taken (nats.go
+	// All of them delivered to the service behind the first (nats.go
 	// counts the one its callback holds as pending too).
 	embeddedtest.WaitFor(t, 30*time.Second, func() error {
 		if n := in.Queued(); n != behind+2 {
