@@ -459,11 +459,16 @@ func TestClusterProjectionWritersRace(t *testing.T) {
 			}
 		}
 	}
-	o, err := projs[0].Get(ctx, "race")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.Events != rounds*len(projs) {
-		t.Errorf("the order counts %d events, want %d: %+v", o.Events, rounds*len(projs), o)
-	}
+	// Every event in the record (a read is a direct get, which a replica
+	// that has not applied the last write yet may answer: poll).
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		o, err := projs[0].Get(ctx, "race")
+		if err != nil {
+			return err
+		}
+		if o.Events != rounds*len(projs) {
+			return fmt.Errorf("the order counts %d events, want %d: %+v", o.Events, rounds*len(projs), o)
+		}
+		return nil
+	})
 }
