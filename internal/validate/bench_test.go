@@ -44,19 +44,41 @@ func BenchmarkCheck(b *testing.B) {
 	})
 	b.Run("decode", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := jsonschema.UnmarshalJSON(bytes.NewReader(ev)); err != nil {
+			if _, err := decode(ev); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("validate decoded", func(b *testing.B) {
-		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(ev))
+		inst, err := decode(ev)
 		if err != nil {
 			b.Fatal(err)
 		}
 		sch := v.schemas["created"]
 		for b.Loop() {
 			if err := sch.Validate(inst); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkDecode compares the decoder Check uses with the JSON Schema
+// library's own (encoding/json).
+func BenchmarkDecode(b *testing.B) {
+	ev := benchEvent()
+	b.Run("jsonschema.UnmarshalJSON", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := jsonschema.UnmarshalJSON(bytes.NewReader(ev)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decode(ev); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -180,7 +180,7 @@ func (v *Validator) Check(subject string, data []byte) error {
 	sch, ok := v.schemas[typ]
 	switch {
 	case ok:
-		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+		inst, err := decode(data)
 		if err != nil {
 			return v.refused(&Rejection{Type: typ, Schema: v.files[typ], Keyword: ReasonInvalidJSON, Message: err.Error()})
 		}

@@ -48,6 +48,13 @@ func TestCheck(t *testing.T) {
 		{"orders.created", `{"order_id":"1","amount":1,"items":[{"sku":"a"},{}]}`, "required", "/items/1"},
 		{"orders.created", `{"order_id":"1","amount":"x"}`, "type", "/amount"},
 		{"orders.created", `not json`, ReasonInvalidJSON, ""},
+		{"orders.created", `{"order_id":"1","amount":3} {"order_id":"2","amount":-1}`, ReasonInvalidJSON, ""},
+		{"orders.created", "{\"order_id\":\"\xff\",\"amount\":3}", ReasonInvalidJSON, ""},
+		{"orders.created", `{"order_id":"\ud800","amount":3}`, ReasonInvalidJSON, ""},
+		// A repeated name: its last value is checked, the one the
+		// processor reads.
+		{"orders.created", `{"order_id":"1","amount":-1,"amount":3}`, "", ""},
+		{"orders.created", `{"order_id":"1","amount":3,"amount":-1}`, "minimum", "/amount"},
 		{"orders.created", `{"order_id":"1","amount":1,"note":"forbidden"}`, ReasonFunc, ""},
 		{"orders.paid", `{"order_id":"1"}`, ReasonUnknownType, ""},
 	} {

@@ -1,0 +1,103 @@
+package validate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// decode parses an event into the values the JSON Schema library
+// validates (what its UnmarshalJSON gives: map[string]any, []any, string,
+// json.Number, bool, nil), with jsontext's single-pass tokenizer instead
+// of encoding/json's scan-then-decode: a third of a check's time went to
+// decoding (bench/README.md, "Cost of schema validation"). As encoding/json
+// does, a repeated name keeps its last value; unlike it, invalid UTF-8 is
+// refused (JSON text is UTF-8: RFC 8259, section 8.1), as is anything
+// after the one value.
+func decode(data []byte) (any, error) {
+	d := decoders.Get().(*jsontext.Decoder)
+	defer func() {
+		d.Reset(emptyReader)
+		decoders.Put(d)
+	}()
+	d.Reset(bytes.NewReader(data), jsontext.AllowDuplicateNames(true))
+	v, err := decodeValue(d)
+	if err == nil {
+		if _, err = d.ReadToken(); err == io.EOF {
+			return v, nil
+		} else if err == nil {
+			err = errors.New("another value after the event's")
+		}
+	}
+	// jsontext's errors name the place: "invalid character 'x' at start
+	// of value after offset 7".
+	return nil, errors.New(strings.TrimPrefix(err.Error(), "jsontext: "))
+}
+
+var (
+	decoders    = sync.Pool{New: func() any { return jsontext.NewDecoder(emptyReader) }}
+	emptyReader = bytes.NewReader(nil)
+)
+
+func decodeValue(d *jsontext.Decoder) (any, error) {
+	tok, err := d.ReadToken()
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	switch tok.Kind() {
+	case '{':
+		obj := map[string]any{}
+		for d.PeekKind() != '}' {
+			name, err := d.ReadToken()
+			if err != nil {
+				return nil, err
+			}
+			if name.Kind() != '"' {
+				return nil, fmt.Errorf("an object name is a %v", name.Kind())
+			}
+			key := name.String()
+			v, err := decodeValue(d)
+			if err != nil {
+				return nil, err
+			}
+			obj[key] = v
+		}
+		if _, err := d.ReadToken(); err != nil {
+			return nil, err
+		}
+		return obj, nil
+	case '[':
+		arr := []any{}
+		for d.PeekKind() != ']' {
+			v, err := decodeValue(d)
+			if err != nil {
+				return nil, err
+			}
+			arr = append(arr, v)
+		}
+		if _, err := d.ReadToken(); err != nil {
+			return nil, err
+		}
+		return arr, nil
+	case '"':
+		return tok.String(), nil
+	case '0':
+		return json.Number(tok.String()), nil
+	case 't':
+		return true, nil
+	case 'f':
+		return false, nil
+	case 'n':
+		return nil, nil
+	}
+	return nil, fmt.Errorf("unexpected %v", tok.Kind())
+}
