@@ -26,7 +26,8 @@ func decode(data []byte) (any, error) {
 		d.Reset(emptyReader)
 		decoders.Put(d)
 	}()
-	d.Reset(bytes.NewReader(data), jsontext.AllowDuplicateNames(true))
+	// A bytes.Buffer is parsed in place (a bytes.Reader would be copied).
+	d.Reset(bytes.NewBuffer(data), jsontext.AllowDuplicateNames(true))
 	v, err := decodeValue(d)
 	if err == nil {
 		if _, err = d.ReadToken(); err == io.EOF {
