@@ -52,12 +52,20 @@ func (c Config) ingestSubjectFor(account, subject string) string {
 	return natsconf.IngestSubject(c.ingestNodePrefix(), account, subject)
 }
 
+// msgIDScope prefixes the Nats-Msg-Id the ingest service stores (see
+// ingest.Config.Scope): the node's domain, so that ids from two edges
+// never collide in a hub's aggregate stream.
+func (c Config) msgIDScope() string {
+	if c.JetStream.Domain != "" {
+		return c.JetStream.Domain + "/"
+	}
+	return ""
+}
+
 func (a *Appliance) ingestConfig() ingest.Config {
 	ic := ingest.Config{Inbox: natsconf.InternalInbox, Answers: natsconf.ReplyPrefix, Own: StreamAccount, Subjects: a.cfg.Stream.Subjects, Prefix: a.cfg.ingestNodePrefix(), Accounts: a.cfg.natsInput().IngestAccounts(), Stream: a.cfg.Stream.Name, MaxEvent: int(a.cfg.Stream.MaxMsgSize),
 		Epoch: a.epoch, Stats: &ingest.Stats{}}
-	if a.cfg.JetStream.Domain != "" {
-		ic.Scope = a.cfg.JetStream.Domain + "/"
-	}
+	ic.Scope = a.cfg.msgIDScope()
 	ic.Cluster = a.cfg.Cluster.Enabled()
 	// Always set: SetValidation may turn validation on while it runs.
 	ic.Validate = func(subject string, data []byte) error { return a.validator.Load().Check(subject, data) }

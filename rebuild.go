@@ -16,6 +16,7 @@ import (
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/internal/bytesize"
 	"github.com/orderstore/orderstore/internal/durable"
+	"github.com/orderstore/orderstore/internal/ingest"
 	"github.com/orderstore/orderstore/internal/rebuild"
 	"github.com/orderstore/orderstore/internal/storedir"
 	"github.com/orderstore/orderstore/processor"
@@ -118,7 +119,9 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 	}
 	r, err := rebuild.New(rebuild.Config{BatchSize: batch,
 		JS: a.pjs, Stream: cfg.DeclareSpec().ConsumerStream(), DeadLetterStream: cfg.Processor.DeadLetterStream,
-		StatePath: filepath.Join(a.report.StoreDir, rebuildStateFile), Target: target, Version: a.handlerVersion,
+		// This node's own replays, as its ingest service stores them.
+		ReplayMsgID: ingest.Config{Scope: cfg.msgIDScope()}.ScopedMsgID(StreamAccount, processor.ReplayMsgIDPrefix(cfg.Processor.DeadLetterStream)),
+		StatePath:   filepath.Join(a.report.StoreDir, rebuildStateFile), Target: target, Version: a.handlerVersion,
 		Pause: a.pauseProcessor, Check: a.rebuildBudget, Log: a.log.With("component", "rebuild"), Pace: cfg.rebuildPace, Yield: true,
 		Done:       func(st *status.Rebuild) error { return a.recordVersion(st.Version) },
 		SyncSource: func(ctx context.Context) error { return a.syncStreams(ctx, cfg.DeclareSpec().ConsumerStream()) },

@@ -936,3 +936,145 @@ func TestRebuildOnHubAndEdge(t *testing.T) {
 		}
 	}
 }
+
+// The takeover replaces what the live projection holds of a rebuilt
+// order whole: history chunks past the rebuilt record's are deleted, a
+// live record that cannot be read is replaced (not a takeover that fails
+// at every try), and an order the stream no longer names stays as it is.
+func TestRebuildTakeoverReplacesStaleState(t *testing.T) {
+	app := orderstoretest.Start(t, roomyConfig)
+	js := embeddedtest.JetStream(t, app)
+	ctx := context.Background()
+	ids := []string{"s-1", "s-2", "s.dotted.3"}
+	publishOrders(t, js, ids, 0, 30)
+	waitProjected(t, app)
+	kv, err := js.KeyValue(ctx, "ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hkv, err := js.KeyValue(ctx, "ORDERS_HISTORY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// s-1's live record claims three sealed chunks of history, which a
+	// buggy handler wrote; s-2's record is damaged; "ghost" is an order
+	// the stream does not name.
+	e, err := kv.Get(ctx, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec["history_chunks"] = 3
+	data, _ := json.Marshal(rec)
+	if _, err := kv.Put(ctx, "s-1", data); err != nil {
+		t.Fatal(err)
+	}
+	for n := range 3 {
+		if _, err := hkv.Put(ctx, fmt.Sprintf("s-1.%d", n), []byte(`[1,2,3]`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kv.Put(ctx, "s-2", []byte(`{"events":`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "ghost", []byte(`{"order_id":"ghost","status":"kept","events":1,"first_seq":1}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := app.RebuildProjection(ctx, status.RebuildRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	var end *status.Rebuild
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if end = app.RebuildStatus(); end.State != status.RebuildDone {
+			return fmt.Errorf("state %+v", end)
+		}
+		return nil
+	})
+	if end.Rebuilt != uint64(len(ids)) || end.Untouched != 1 || end.Partial != 0 || end.Conflicts != 0 {
+		t.Fatalf("rebuild's end: %+v; want %d rebuilt, 1 untouched", end, len(ids))
+	}
+	for n := range 3 {
+		if _, err := hkv.Get(ctx, fmt.Sprintf("s-1.%d", n)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Errorf("stale history chunk s-1.%d after the rebuild: %v, want it deleted", n, err)
+		}
+	}
+	if g, err := kv.Get(ctx, "ghost"); err != nil || !strings.Contains(string(g.Value()), `"kept"`) {
+		t.Errorf("an order the stream does not name: %v, want it as it was", err)
+	}
+	checkProjectionIsTheFold(t, app)
+}
+
+// Orderstore-Replay-Of is orderstore's own: the rebuild leaves out the
+// event a replay names (it was a dead letter, the replay is folded in its
+// place). A producer that sets it on its own event, in any spelling and
+// in every durability mode, must not make a rebuild drop another order's
+// acknowledged event: the ingest service drops the header.
+func TestRebuildIgnoresForgedReplayOf(t *testing.T) {
+	for _, mode := range integrityModes {
+		t.Run(mode.name, func(t *testing.T) {
+			app := orderstoretest.Start(t, roomyConfig, mode.set)
+			js := embeddedtest.JetStream(t, app)
+			ctx := context.Background()
+			victim, err := js.Publish(ctx, "orders.paid", []byte(`{"order_id":"victim","status":"paid"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, name := range []string{processor.HeaderReplayOf, "orderstore-replay-of"} {
+				m := &nats.Msg{Subject: "orders.created", Data: fmt.Appendf(nil, `{"order_id":"forger-%d"}`, i),
+					Header: nats.Header{name: {strconv.FormatUint(victim.Sequence, 10)}}}
+				ack, err := js.PublishMsg(ctx, m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := js.Stream(ctx, "ORDER_EVENTS")
+				if err != nil {
+					t.Fatal(err)
+				}
+				stored, err := s.GetMsg(ctx, ack.Sequence)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for k := range stored.Header {
+					if strings.EqualFold(k, processor.HeaderReplayOf) {
+						t.Errorf("stored event %d carries the producer's %s header %v", ack.Sequence, k, stored.Header[k])
+					}
+				}
+			}
+			waitProjected(t, app)
+			// A handler bug lost the victim's record: the rebuild is
+			// what brings it back.
+			kv, err := js.KeyValue(ctx, "ORDERS")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := kv.Delete(ctx, "victim"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := app.RebuildProjection(ctx, status.RebuildRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			var end *status.Rebuild
+			embeddedtest.WaitFor(t, time.Minute, func() error {
+				if end = app.RebuildStatus(); end.State != status.RebuildDone {
+					return fmt.Errorf("state %+v", end)
+				}
+				return nil
+			})
+			if end.DeadLettered != 0 || end.Rebuilt != 3 {
+				t.Errorf("rebuild's end: %d left out as dead letters, %d rebuilt; want 0 and 3 (%+v)", end.DeadLettered, end.Rebuilt, end)
+			}
+			o, err := app.Order(ctx, "victim")
+			if err != nil {
+				t.Fatalf("the victim's order after the rebuild: %v (its acknowledged event %d was dropped)", err, victim.Sequence)
+			}
+			if o.Status != "paid" || o.Events != 1 {
+				t.Fatalf("the victim's order after the rebuild: %+v, want its one event folded", o)
+			}
+			checkProjectionIsTheFold(t, app)
+		})
+	}
+}

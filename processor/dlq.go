@@ -175,6 +175,11 @@ func GetDeadLetter(ctx context.Context, js jetstream.JetStream, stream string, s
 	return deadLetterFrom(m), nil
 }
 
+// ReplayMsgIDPrefix begins the Nats-Msg-Id of every event Replay
+// republishes from dead-letter stream dlq ("replay-<dlq>-<sequence>"):
+// a replay done twice is stored once.
+func ReplayMsgIDPrefix(dlq string) string { return "replay-" + dlq + "-" }
+
 // Replay republishes dead letter seq to its original subject, with its
 // original headers and payload plus Orderstore-Replay-Of, and removes it
 // from the dead-letter stream. It returns the event's new stream sequence.
@@ -221,7 +226,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 		h.Set(HeaderOriginalMsgID, id)
 	}
 	h.Set(HeaderReplayOf, strconv.FormatUint(d.OriginalSequence, 10))
-	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("replay-%s-%d", stream, seq))
+	h.Set(jetstream.MsgIDHeader, ReplayMsgIDPrefix(stream)+strconv.FormatUint(seq, 10))
 	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: d.Subject, Header: h, Data: d.Data})
 	if err != nil {
 		return 0, fmt.Errorf("replay dead letter %d to %q: %w", seq, d.Subject, err)

@@ -789,6 +789,10 @@ func (in *Service) publish(id string, p *pendingPub) {
 	}
 }
 
+// ScopedMsgID is the Nats-Msg-Id stored for a producer's id in account:
+// "<scope><account>:<id>".
+func (c Config) ScopedMsgID(account, id string) string { return c.Scope + account + ":" + id }
+
 // republish is the publish the service makes into the stream for m: the
 // Nats-Msg-Id scoped to account, nats' and orderstore's own headers
 // dropped, the epoch stamped. An event larger than the stream takes gets
@@ -799,13 +803,18 @@ func (in *Service) republish(m *nats.Msg, subject, account string) (*nats.Msg, [
 		switch {
 		case strings.EqualFold(k, requestInfoHeader), strings.EqualFold(k, StreamSourceHeader), strings.EqualFold(k, EpochHeader):
 			continue // nats' and orderstore's own, in any spelling
+		case strings.EqualFold(k, processor.HeaderReplayOf) && account != in.cfg.Own:
+			// Set by orderstore's own replay of a dead letter alone: a
+			// producer's would have a rebuild leave out the event it
+			// names (another producer's).
+			continue
 		}
 		switch k {
 		case nats.MsgIdHdr:
 			// Scoped to the publisher's account: producer A cannot make
 			// producer B's event a duplicate by using its id first.
 			if len(v) > 0 && v[0] != "" {
-				v = []string{in.cfg.Scope + account + ":" + v[0]}
+				v = []string{in.cfg.ScopedMsgID(account, v[0])}
 			}
 		}
 		h[k] = v

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/processor"
@@ -42,9 +44,6 @@ type Buckets struct {
 	Sync func(ctx context.Context, streams ...string) error
 	Log  *slog.Logger
 }
-
-// Parallel copies at once during the takeover.
-const copyParallel = 32
 
 func (b *Buckets) shadowStreams() []string {
 	s := []string{"KV_" + b.ShadowBucket.Bucket}
@@ -119,22 +118,12 @@ type recordHead struct {
 	HistoryChunks int    `json:"history_chunks"`
 }
 
-func readHead(ctx context.Context, kv jetstream.KeyValue, id string) (recordHead, jetstream.KeyValueEntry, error) {
-	e, err := kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return recordHead{}, nil, nil
-	}
-	if err != nil {
-		return recordHead{}, nil, err
-	}
-	var h recordHead
-	if err := json.Unmarshal(e.Value(), &h); err != nil {
-		return recordHead{}, nil, fmt.Errorf("order %q: %w", id, err)
-	}
-	return h, e, nil
-}
-
-// Takeover copies the rebuilt orders into the live buckets.
+// Takeover copies the rebuilt orders into the live buckets. Every read
+// and write is streamed: the buckets are read by watchers (each key's
+// last value, pushed by nats) and the copies are pipelined
+// (copyWindow unacknowledged at most), not one request and its answer
+// at a time; a copy is idempotent, so a takeover cut short is done
+// again whole.
 func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	skv, shkv, err := b.openShadow(ctx)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -154,114 +143,121 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 			return fmt.Errorf("history index %q: %w", b.LiveHistory, err)
 		}
 	}
-	ids, err := listKeys(ctx, skv)
-	if err != nil {
-		return fmt.Errorf("shadow bucket %q: %w", b.ShadowBucket.Bucket, err)
-	}
-	inShadow := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		inShadow[id] = true
-	}
-	// Which orders keep their live state: conflicts, and partial ones.
-	kept := make([]bool, len(ids))
-	liveChunks := make([]int, len(ids))
-	var partial, conflicts atomic.Uint64
-	if err := parallel(ctx, len(ids), func(i int) error {
-		id := ids[i]
-		if t.Keep[id] {
-			kept[i] = true
-			conflicts.Add(1)
-			return nil
+	// The live records' heads: which orders keep their live state
+	// (partial ones), and how many history chunks each has. A record
+	// that cannot be read is replaced by the rebuilt one.
+	live := map[string]recordHead{}
+	var unreadable int
+	if err := eachValue(ctx, lkv, func(id string, value []byte) error {
+		var h recordHead
+		if json.Unmarshal(value, &h) != nil {
+			unreadable++
 		}
-		h, _, err := readHead(ctx, lkv, id)
-		if err != nil {
-			return err
-		}
-		liveChunks[i] = h.HistoryChunks
-		if h.Events > 0 && h.FirstSeq < t.From && !t.ReplacePartial {
-			kept[i] = true
-			partial.Add(1)
-		}
+		live[id] = h
 		return nil
 	}); err != nil {
-		return err
+		return fmt.Errorf("projection bucket %q: %w", b.Live, err)
 	}
-	keptSet := map[string]bool{}
-	var todo []int
-	for i, id := range ids {
-		if kept[i] {
-			keptSet[id] = true
-		} else {
-			todo = append(todo, i)
+	if unreadable > 0 && b.Log != nil {
+		b.Log.Warn("projection rebuild: live records that cannot be read are replaced by the rebuilt ones", "unreadable", unreadable)
+	}
+	partialLive := func(id string) bool {
+		h := live[id]
+		return h.Events > 0 && h.FirstSeq < t.From && !t.ReplacePartial
+	}
+	keptLive := func(id string) bool { return t.Keep[id] || partialLive(id) }
+	// The shadow's orders: what is copied, and what is kept.
+	inShadow := map[string]bool{}
+	var partial, conflicts, total uint64
+	if err := eachValue(ctx, skv, func(id string, value []byte) error {
+		switch {
+		case t.Keep[id]:
+			conflicts++
+		case partialLive(id):
+			partial++
+		default:
+			var h recordHead
+			if err := json.Unmarshal(value, &h); err != nil {
+				return fmt.Errorf("order %q: %w", id, err)
+			}
+			total++
 		}
+		inShadow[id] = true
+		return nil
+	}); err != nil {
+		return fmt.Errorf("shadow bucket %q: %w", b.ShadowBucket.Bucket, err)
 	}
 	shadow := b.Projection(skv, shkv)
-	b.Reads(shadow, func(id string) bool { return keptSet[id] })
+	b.Reads(shadow, keptLive)
 	defer b.Reads(nil, nil)
-	var copied atomic.Uint64
-	total := uint64(len(todo))
 	if t.Progress != nil {
 		t.Progress(0, total)
 	}
-	if err := parallel(ctx, len(todo), func(k int) error {
-		i := todo[k]
-		id := ids[i]
-		h, e, err := readHead(ctx, skv, id)
-		if err != nil || e == nil {
+	// The history chunks first, then the records that name them (a
+	// reader of the live buckets meets no record whose chunks are not
+	// there yet), then the old index's chunks past the new one's end.
+	if lhkv != nil {
+		w := newCopier(ctx, b.JS)
+		err := eachValue(ctx, shkv, func(key string, value []byte) error {
+			dot := strings.LastIndexByte(key, '.')
+			if dot <= 0 || keptLive(key[:dot]) {
+				return nil
+			}
+			if !inShadow[key[:dot]] {
+				return nil // an order the shadow does not hold
+			}
+			return w.put("$KV."+b.LiveHistory+"."+key, value)
+		})
+		if err := errors.Join(err, w.wait()); err != nil {
+			return fmt.Errorf("copying the history index into %q: %w", b.LiveHistory, err)
+		}
+	}
+	w := newCopier(ctx, b.JS)
+	var copied uint64
+	err = eachValue(ctx, skv, func(id string, value []byte) error {
+		if keptLive(id) {
+			return nil
+		}
+		var h recordHead
+		if err := json.Unmarshal(value, &h); err != nil {
+			return fmt.Errorf("order %q: %w", id, err)
+		}
+		if err := w.put("$KV."+b.Live+"."+id, value); err != nil {
 			return err
 		}
 		if lhkv != nil {
-			for n := range h.HistoryChunks {
-				key := id + "." + strconv.Itoa(n)
-				c, err := shkv.Get(ctx, key)
-				if errors.Is(err, jetstream.ErrKeyNotFound) {
-					continue // gone by its limits: read as not retained
-				}
-				if err != nil {
-					return fmt.Errorf("shadow history of %q: %w", id, err)
-				}
-				if _, err := lhkv.Put(ctx, key, c.Value()); err != nil {
-					return fmt.Errorf("history of %q: %w", id, err)
+			for n := h.HistoryChunks; n < live[id].HistoryChunks; n++ {
+				if err := w.del("$KV." + b.LiveHistory + "." + id + "." + strconv.Itoa(n)); err != nil {
+					return err
 				}
 			}
 		}
-		if _, err := lkv.Put(ctx, id, e.Value()); err != nil {
-			return fmt.Errorf("order %q: %w", id, err)
-		}
-		if lhkv != nil {
-			// Chunks of the old index past the new one's end.
-			for n := h.HistoryChunks; n < liveChunks[i]; n++ {
-				if err := lhkv.Delete(ctx, id+"."+strconv.Itoa(n)); err != nil {
-					return fmt.Errorf("history of %q: %w", id, err)
-				}
-			}
-		}
-		c := copied.Add(1)
-		if t.Progress != nil && (c%256 == 0 || c == total) {
-			t.Progress(c, total)
+		copied++
+		if t.Progress != nil && copied%256 == 0 {
+			t.Progress(copied, total)
 		}
 		return nil
-	}); err != nil {
-		return err
+	})
+	if err := errors.Join(err, w.wait()); err != nil {
+		return fmt.Errorf("copying the records into %q: %w", b.Live, err)
 	}
-	live := []string{"KV_" + b.Live}
+	if t.Progress != nil {
+		t.Progress(copied, total)
+	}
+	streams := []string{"KV_" + b.Live}
 	if lhkv != nil {
-		live = append(live, "KV_"+b.LiveHistory)
+		streams = append(streams, "KV_"+b.LiveHistory)
 	}
-	if err := b.Sync(ctx, live...); err != nil {
+	if err := b.Sync(ctx, streams...); err != nil {
 		return fmt.Errorf("making the copy durable: %w", err)
 	}
-	liveIDs, err := listKeys(ctx, lkv)
-	if err != nil {
-		return fmt.Errorf("projection bucket %q: %w", b.Live, err)
-	}
 	var untouched uint64
-	for _, id := range liveIDs {
+	for id := range live {
 		if !inShadow[id] {
 			untouched++
 		}
 	}
-	t.Rebuilt, t.Partial, t.Conflicts, t.Untouched = copied.Load(), partial.Load(), conflicts.Load(), untouched
+	t.Rebuilt, t.Partial, t.Conflicts, t.Untouched = copied, partial, conflicts, untouched
 	b.Reads(nil, nil)
 	if b.Forget != nil {
 		b.Forget()
@@ -272,6 +268,127 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	return nil
 }
 
+// eachValue calls fn with every key of kv and its last value (deleted
+// keys left out), as a watcher delivers them.
+func eachValue(ctx context.Context, kv jetstream.KeyValue, fn func(key string, value []byte) error) error {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("the watcher stopped before it delivered every key")
+			}
+			if e == nil {
+				return nil // every key delivered
+			}
+			if err := fn(e.Key(), e.Value()); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// copyWindow is how many of the takeover's writes are unacknowledged at
+// most; copyAckWait how long one may go unanswered.
+const (
+	copyWindow  = 1024
+	copyAckWait = 30 * time.Second
+)
+
+// copier pipelines the takeover's KV writes: published without waiting
+// for each one's ack, copyWindow in flight at most, every ack checked.
+type copier struct {
+	ctx      context.Context
+	js       jetstream.JetStream
+	inflight chan jetstream.PubAckFuture
+	done     chan struct{}
+	mu       sync.Mutex
+	err      error
+}
+
+func newCopier(ctx context.Context, js jetstream.JetStream) *copier {
+	c := &copier{ctx: ctx, js: js, inflight: make(chan jetstream.PubAckFuture, copyWindow), done: make(chan struct{})}
+	go c.collect()
+	return c
+}
+
+func (c *copier) collect() {
+	defer close(c.done)
+	timer := time.NewTimer(copyAckWait)
+	defer timer.Stop()
+	for f := range c.inflight {
+		if c.failed() != nil {
+			continue // drain
+		}
+		timer.Reset(copyAckWait)
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			c.fail(fmt.Errorf("%s: %w", f.Msg().Subject, err))
+		case <-timer.C:
+			c.fail(fmt.Errorf("%s: no ack in %s", f.Msg().Subject, copyAckWait))
+		case <-c.ctx.Done():
+			c.fail(c.ctx.Err())
+		}
+	}
+}
+
+func (c *copier) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+func (c *copier) failed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *copier) put(subject string, value []byte) error {
+	return c.send(&nats.Msg{Subject: subject, Data: value})
+}
+
+func (c *copier) del(subject string) error {
+	m := nats.NewMsg(subject)
+	m.Header.Set("KV-Operation", "DEL")
+	return c.send(m)
+}
+
+func (c *copier) send(m *nats.Msg) error {
+	if err := c.failed(); err != nil {
+		return err
+	}
+	f, err := c.js.PublishMsgAsync(m)
+	if err != nil {
+		return fmt.Errorf("%s: %w", m.Subject, err)
+	}
+	select {
+	case c.inflight <- f:
+		return nil
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	}
+}
+
+// wait waits for every write's ack; the first failure.
+func (c *copier) wait() error {
+	close(c.inflight)
+	<-c.done
+	return c.failed()
+}
+
+// highWaterScan is how many of the shadow's last writes HighWater reads.
+const highWaterScan = 8192
+
 // HighWater is the highest stream sequence among the shadow bucket's
 // last writes.
 func (b *Buckets) HighWater(ctx context.Context) (uint64, error) {
@@ -279,46 +396,5 @@ func (b *Buckets) HighWater(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return b.Projection(kv, hkv).HighWater(ctx, 4*copyParallel*64)
-}
-
-// listKeys lists a bucket's keys (none: empty, not an error).
-func listKeys(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
-	l, err := kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for k := range l.Keys() {
-		out = append(out, k)
-	}
-	_ = l.Stop() // the lister stopped itself once it listed every key
-	return out, nil
-}
-
-// parallel runs fn(0..n-1), copyParallel at once; the first error stops it.
-func parallel(ctx context.Context, n int, fn func(i int) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	next := atomic.Int64{}
-	var wg sync.WaitGroup
-	for range min(copyParallel, n) {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					cancel(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return context.Cause(ctx)
+	return b.Projection(kv, hkv).HighWater(ctx, highWaterScan)
 }

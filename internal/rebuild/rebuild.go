@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,9 +84,14 @@ type Config struct {
 	JS               jetstream.JetStream
 	Stream           string // the stream the live processor folds
 	DeadLetterStream string
-	StatePath        string // the durable state file
-	Target           Target
-	Version          string // the fold's version, reported
+	// ReplayMsgID begins the Nats-Msg-Id of this node's replays from
+	// the dead letters: only an event whose id begins so is believed
+	// to be a replay (its Replay-Of header names the event the fold
+	// leaves out). "": none is.
+	ReplayMsgID string
+	StatePath   string // the durable state file
+	Target      Target
+	Version     string // the fold's version, reported
 	// Pause stops the live processor, after it settled what it holds,
 	// until resume is called. Nil: there is none.
 	Pause func(ctx context.Context) (resume func(), err error)
@@ -904,7 +910,7 @@ func (f *folder) replays(ctx context.Context, from, to uint64) error {
 			if md.Sequence.Stream > to {
 				return nil
 			}
-			if of, err := strconv.ParseUint(m.Headers().Get(processor.HeaderReplayOf), 10, 64); err == nil && of > 0 {
+			if of := f.r.replayOf(m.Headers()); of > 0 {
 				f.skipMu.Lock()
 				f.skip[of] = true
 				f.skipMu.Unlock()
@@ -929,6 +935,25 @@ func (f *folder) replays(ctx context.Context, from, to uint64) error {
 			}
 		}
 	}
+}
+
+// replayOf is the original's sequence an event replayed from the dead
+// letters names, 0 for any other event. Only this node's own replays
+// are believed: their Nats-Msg-Id begins with Config.ReplayMsgID, which
+// no producer's can (the ingest service scopes a producer's id with its
+// account, and drops a producer's Replay-Of header; an event stored
+// before it did may still carry one), nor an edge's replay sourced into
+// a hub (whose Replay-Of names a sequence of the edge's stream; the
+// hub's own dead letter of the original is what leaves it out there).
+func (r *Runner) replayOf(h nats.Header) uint64 {
+	if r.cfg.ReplayMsgID == "" || !strings.HasPrefix(h.Get(nats.MsgIdHdr), r.cfg.ReplayMsgID) {
+		return 0
+	}
+	of, err := strconv.ParseUint(h.Get(processor.HeaderReplayOf), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return of
 }
 
 // position is the last sequence the fold folded.
@@ -990,7 +1015,7 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 			dead++
 			continue
 		}
-		if of, err := strconv.ParseUint(ev.Header.Get(processor.HeaderReplayOf), 10, 64); err == nil && of >= st.FromSeq && (!f.skip[of] || of <= f.resumed) {
+		if of := f.r.replayOf(ev.Header); of > 0 && of >= st.FromSeq && (!f.skip[of] || of <= f.resumed) {
 			// Replayed from the dead letters after the fold took its
 			// original (or before a restart, when it cannot tell):
 			// the order is kept as it is.
