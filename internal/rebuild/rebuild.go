@@ -581,14 +581,23 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 		stop()
 		wg.Wait()
 	}()
-	f.scanTo, f.scanDone = info.State.LastSeq, make(chan struct{})
-	f.scanned.Store(st.Position)
-	wg.Go(func() {
-		defer close(f.scanDone)
-		if err := f.replays(gctx, st.Position+1, f.scanTo); err != nil && gctx.Err() == nil {
-			r.log.Warn("projection rebuild: reading the stream's replays failed; an order with a replayed event keeps its state", "err", err)
-		}
-	})
+	// The scan reads every event's headers, so that an order with a
+	// replayed event is rebuilt rather than kept as it is. Without a
+	// dead letter ever (the dead-letter stream's last sequence is 0)
+	// there is no replay of this node's to find: a replay is of a
+	// dead letter. Without the scan, the fold still leaves no event
+	// twice: a replay whose original it folded keeps its order as it
+	// is (step).
+	if st.DLQScanned > 0 {
+		f.scanTo, f.scanDone = info.State.LastSeq, make(chan struct{})
+		f.scanned.Store(st.Position)
+		wg.Go(func() {
+			defer close(f.scanDone)
+			if err := f.replays(gctx, st.Position+1, f.scanTo); err != nil && gctx.Err() == nil {
+				r.log.Warn("projection rebuild: reading the stream's replays failed; an order with a replayed event keeps its state", "err", err)
+			}
+		})
+	}
 	f.batches = make(chan fetched, 1)
 	wg.Go(func() { f.read(gctx) })
 	f.lastHead, f.lastHeadAt = info.State.LastSeq, time.Now()
