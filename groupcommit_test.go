@@ -264,6 +264,7 @@ func TestHTTPIngest(t *testing.T) {
 		{"bad type", "cre.ated", `{"order_id":"h-2"}`, nil, 400},
 		{"type too long", strings.Repeat("t", 65), `{"order_id":"h-2"}`, nil, 400},
 		{"long Idempotency-Key", "created", `{"order_id":"h-2"}`, map[string]string{"Idempotency-Key": strings.Repeat("k", 300)}, 400},
+		{"a replay's Idempotency-Key", "created", `{"order_id":"h-2"}`, map[string]string{"Idempotency-Key": "replay-ORDER_EVENTS_DLQ-1"}, 400},
 		{"too large", "created", `{"order_id":"h-2","pad":"` + strings.Repeat("x", 2<<20) + `"}`, nil, 413},
 		{"form", "created", `order_id=h-2`, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415},
 		{"no token", "created", `{"order_id":"h-2"}`, map[string]string{"Authorization": ""}, 401},

@@ -25,6 +25,10 @@ type PublishFunc func(ctx context.Context, subject string, h nats.Header, data [
 // Nats-Msg-Id).
 const maxIdempotencyKey = 256
 
+// replayIDPrefix begins the ids of the replays of dead letters
+// (processor.ReplayMsgIDPrefix).
+const replayIDPrefix = "replay-"
+
 // EventSubject is the subject an event of type typ is published on over
 // HTTP: the first stream subject ending in ".>" or ".*", with typ in place
 // of the wildcard ("orders.>" and "created" make "orders.created"). ok is
@@ -100,6 +104,13 @@ func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend
 	if key := r.Header.Get("Idempotency-Key"); key != "" {
 		if len(key) > maxIdempotencyKey || !utf8.ValidString(key) || strings.ContainsAny(key, "\r\n\x00") {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("Idempotency-Key must be at most %d bytes of text", maxIdempotencyKey)})
+			return
+		}
+		if strings.HasPrefix(key, replayIDPrefix) {
+			// Stored in orderstore's own scope, as its replays of dead
+			// letters are: the key would make a later replay a
+			// duplicate, and the dead letter be removed unreplayed.
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("Idempotency-Key may not begin with %q: orderstore's replays of dead letters use such ids", replayIDPrefix)})
 			return
 		}
 		h.Set(jetstream.MsgIDHeader, key)
