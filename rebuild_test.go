@@ -589,16 +589,7 @@ func TestRebuildSkipsDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitProjected(t, app)
-	if _, err := app.RebuildProjection(ctx, status.RebuildRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	var end *status.Rebuild
-	embeddedtest.WaitFor(t, time.Minute, func() error {
-		if end = app.RebuildStatus(); end.State != status.RebuildDone {
-			return fmt.Errorf("state %+v", end)
-		}
-		return nil
-	})
+	end := rebuildToTheEnd(t, app)
 	if end.Poison != 1 || end.DeadLettered != 2 {
 		t.Fatalf("skipped: poison %d, dead letters %d; want 1 and 2 (%+v)", end.Poison, end.DeadLettered, end)
 	}
@@ -984,16 +975,7 @@ func TestRebuildTakeoverReplacesStaleState(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := app.RebuildProjection(ctx, status.RebuildRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	var end *status.Rebuild
-	embeddedtest.WaitFor(t, time.Minute, func() error {
-		if end = app.RebuildStatus(); end.State != status.RebuildDone {
-			return fmt.Errorf("state %+v", end)
-		}
-		return nil
-	})
+	end := rebuildToTheEnd(t, app)
 	if end.Rebuilt != uint64(len(ids)) || end.Untouched != 1 || end.Partial != 0 || end.Conflicts != 0 {
 		t.Fatalf("rebuild's end: %+v; want %d rebuilt, 1 untouched", end, len(ids))
 	}
@@ -1054,16 +1036,7 @@ func TestRebuildIgnoresForgedReplayOf(t *testing.T) {
 			if err := kv.Delete(ctx, "victim"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := app.RebuildProjection(ctx, status.RebuildRequest{}); err != nil {
-				t.Fatal(err)
-			}
-			var end *status.Rebuild
-			embeddedtest.WaitFor(t, time.Minute, func() error {
-				if end = app.RebuildStatus(); end.State != status.RebuildDone {
-					return fmt.Errorf("state %+v", end)
-				}
-				return nil
-			})
+			end := rebuildToTheEnd(t, app)
 			if end.DeadLettered != 0 || end.Rebuilt != 3 {
 				t.Errorf("rebuild's end: %d left out as dead letters, %d rebuilt; want 0 and 3 (%+v)", end.DeadLettered, end.Rebuilt, end)
 			}
@@ -1077,4 +1050,21 @@ func TestRebuildIgnoresForgedReplayOf(t *testing.T) {
 			checkProjectionIsTheFold(t, app)
 		})
 	}
+}
+
+// rebuildToTheEnd rebuilds app's projection from the stream's first event
+// and waits until the rebuild is done.
+func rebuildToTheEnd(t *testing.T, app *orderstore.Appliance) *status.Rebuild {
+	t.Helper()
+	if _, err := app.RebuildProjection(context.Background(), status.RebuildRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	var end *status.Rebuild
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if end = app.RebuildStatus(); end.State != status.RebuildDone {
+			return fmt.Errorf("state %+v", end)
+		}
+		return nil
+	})
+	return end
 }
