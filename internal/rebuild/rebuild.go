@@ -582,13 +582,16 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 		wg.Wait()
 	}()
 	// The scan reads every event's headers, so that an order with a
-	// replayed event is rebuilt rather than kept as it is. Without a
-	// dead letter ever (the dead-letter stream's last sequence is 0)
-	// there is no replay of this node's to find: a replay is of a
-	// dead letter. Without the scan, the fold still leaves no event
+	// replayed event is rebuilt rather than kept as it is. A replay
+	// removes the dead letter it replays, so while the dead-letter
+	// stream holds every dead letter it ever held (none at all, or
+	// none removed: its message count is its last sequence), there is
+	// no replay of this node's to find. (A replay cut short before
+	// its dead letter was removed needs no scan: its original is still
+	// a dead letter.) Without the scan, the fold still folds no event
 	// twice: a replay whose original it folded keeps its order as it
 	// is (step).
-	if st.DLQScanned > 0 {
+	if f.mayHaveReplays(ctx) {
 		f.scanTo, f.scanDone = info.State.LastSeq, make(chan struct{})
 		f.scanned.Store(st.Position)
 		wg.Go(func() {
@@ -816,6 +819,20 @@ func (f *folder) dead(orig uint64, orderID string, known bool) {
 	if orig >= f.st.FromSeq && orderID != "" && !f.skip[orig] {
 		f.keep[orderID] = true
 	}
+}
+
+// mayHaveReplays reports whether the dead-letter stream ever lost a dead
+// letter (a replay removes the one it replays); true when it cannot tell.
+func (f *folder) mayHaveReplays(ctx context.Context) bool {
+	s, err := f.r.cfg.JS.Stream(ctx, f.r.cfg.DeadLetterStream)
+	if err != nil {
+		return true
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return true
+	}
+	return info.State.Msgs != info.State.LastSeq
 }
 
 // waitScan waits until the replay scan passed seq (or ended).
