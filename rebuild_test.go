@@ -601,7 +601,7 @@ func testRebuildSkipsDeadLetters(t *testing.T, replay bool) {
 		}
 	}
 	waitProjected(t, app)
-	end := rebuildToTheEnd(t, app)
+	end := rebuildToTheEnd(t, app, status.RebuildRequest{})
 	if end.Poison != 1 || end.DeadLettered != 2 {
 		t.Fatalf("skipped: poison %d, dead letters %d; want 1 and 2 (%+v)", end.Poison, end.DeadLettered, end)
 	}
@@ -648,20 +648,7 @@ func TestRebuildKeepsWhatTheStreamNoLongerHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := func(req status.RebuildRequest) *status.Rebuild {
-		t.Helper()
-		if _, err := app.RebuildProjection(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-		var end *status.Rebuild
-		embeddedtest.WaitFor(t, time.Minute, func() error {
-			if end = app.RebuildStatus(); end.State != status.RebuildDone {
-				return fmt.Errorf("state %+v", end)
-			}
-			return nil
-		})
-		return end
-	}
+	run := func(req status.RebuildRequest) *status.Rebuild { return rebuildToTheEnd(t, app, req) }
 	end := run(status.RebuildRequest{})
 	if end.FromSeq != 11 || end.Partial != 2 || end.Rebuilt != 2 {
 		t.Fatalf("after a purge: %+v, want from 11, 2 partial (old-1, old-2), 2 rebuilt", end)
@@ -987,7 +974,7 @@ func TestRebuildTakeoverReplacesStaleState(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	end := rebuildToTheEnd(t, app)
+	end := rebuildToTheEnd(t, app, status.RebuildRequest{})
 	if end.Rebuilt != uint64(len(ids)) || end.Untouched != 1 || end.Partial != 0 || end.Conflicts != 0 {
 		t.Fatalf("rebuild's end: %+v; want %d rebuilt, 1 untouched", end, len(ids))
 	}
@@ -1048,7 +1035,7 @@ func TestRebuildIgnoresForgedReplayOf(t *testing.T) {
 			if err := kv.Delete(ctx, "victim"); err != nil {
 				t.Fatal(err)
 			}
-			end := rebuildToTheEnd(t, app)
+			end := rebuildToTheEnd(t, app, status.RebuildRequest{})
 			if end.DeadLettered != 0 || end.Rebuilt != 3 {
 				t.Errorf("rebuild's end: %d left out as dead letters, %d rebuilt; want 0 and 3 (%+v)", end.DeadLettered, end.Rebuilt, end)
 			}
@@ -1064,11 +1051,11 @@ func TestRebuildIgnoresForgedReplayOf(t *testing.T) {
 	}
 }
 
-// rebuildToTheEnd rebuilds app's projection from the stream's first event
-// and waits until the rebuild is done.
-func rebuildToTheEnd(t *testing.T, app *orderstore.Appliance) *status.Rebuild {
+// rebuildToTheEnd rebuilds app's projection as req says and waits until
+// the rebuild is done.
+func rebuildToTheEnd(t *testing.T, app *orderstore.Appliance, req status.RebuildRequest) *status.Rebuild {
 	t.Helper()
-	if _, err := app.RebuildProjection(context.Background(), status.RebuildRequest{}); err != nil {
+	if _, err := app.RebuildProjection(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
 	var end *status.Rebuild
