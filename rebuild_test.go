@@ -1067,3 +1067,67 @@ func rebuildToTheEnd(t *testing.T, app *orderstore.Appliance, req status.Rebuild
 	})
 	return end
 }
+
+// An edge's replay of a dead letter reaches a hub with an
+// Orderstore-Replay-Of that names a sequence of the edge's stream, not of
+// the hub's: a hub's rebuild folds it like any other event, as the hub's
+// live processor did, and leaves no hub event out on its word.
+func TestRebuildOnHubIgnoresEdgeReplays(t *testing.T) {
+	leaf := orderstoretest.Addrs(t, 1)[0]
+	edge := orderstoretest.Start(t, edgeConfig("edge-1", leaf), func(c *orderstore.Config) { c.JetStream.MaxFileStore = 4 << 30 })
+	hub := orderstoretest.Start(t, hubConfig(t, leaf, "edge-1"))
+	ctx := context.Background()
+	ejs := embeddedtest.JetStream(t, edge)
+	ids := []string{"r-1", "r-2", "r-3"}
+	publishOrders(t, ejs, ids, 0, 30)
+	late, err := ejs.Publish(ctx, "orders.paid", []byte(`{"order_id":"r-1","status":"late"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The edge's processor "dead-lettered" it; the edge replays it.
+	m := nats.NewMsg("dlq.ORDER_EVENTS_DLQ.orders.paid")
+	m.Data = []byte(`{"order_id":"r-1","status":"late"}`)
+	m.Header.Set("Orderstore-Original-Stream", "ORDER_EVENTS")
+	m.Header.Set("Orderstore-Original-Subject", "orders.paid")
+	m.Header.Set("Orderstore-Original-Sequence", strconv.FormatUint(late.Sequence, 10))
+	m.Header.Set("Orderstore-Error", "test: exhausted")
+	dl, err := ejs.PublishMsg(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := edge.ReplayDeadLetter(ctx, dl.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	// 10 events of r-1, the late one and its replay, all at the hub.
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		o, err := hub.Order(ctx, "r-1")
+		if err != nil || o.Events != 12 {
+			return fmt.Errorf("hub's r-1: %+v %v", o, err)
+		}
+		return nil
+	})
+	waitProjected(t, hub)
+	hjs := embeddedtest.JetStream(t, hub)
+	kv, err := hjs.KeyValue(ctx, "ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "r-1"); err != nil {
+		t.Fatal(err)
+	}
+	end := rebuildToTheEnd(t, hub, status.RebuildRequest{})
+	if end.DeadLettered != 0 {
+		t.Errorf("the hub's rebuild left out %d events as dead letters, want 0 (%+v)", end.DeadLettered, end)
+	}
+	want := streamOracle(t, hjs, "ORDER_EVENTS_ALL")
+	for _, id := range ids {
+		got, err := hub.Order(ctx, id)
+		if err != nil {
+			t.Fatalf("hub's %s after the rebuild: %v", id, err)
+		}
+		got.UpdatedAt = time.Time{}
+		if w := testkit.FoldOrder(id, want[id]); got != w {
+			t.Fatalf("hub's %s after the rebuild:\n got  %+v\n want %+v (every event of the hub's stream)", id, got, w)
+		}
+	}
+}
