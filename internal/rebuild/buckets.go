@@ -169,17 +169,13 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	// The shadow's orders: what is copied, and what is kept.
 	inShadow := map[string]bool{}
 	var partial, conflicts, total uint64
-	if err := eachValue(ctx, skv, func(id string, value []byte) error {
+	if err := eachValue(ctx, skv, func(id string, _ []byte) error {
 		switch {
 		case t.Keep[id]:
 			conflicts++
 		case partialLive(id):
 			partial++
 		default:
-			var h recordHead
-			if err := json.Unmarshal(value, &h); err != nil {
-				return fmt.Errorf("order %q: %w", id, err)
-			}
 			total++
 		}
 		inShadow[id] = true
