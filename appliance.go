@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -80,7 +81,10 @@ type Appliance struct {
 	// (internal), the processor and its projection writes (processor),
 	// the ingest service (ingest), a hub's source watcher (hubwatch).
 	internal, processor, ingest, hubwatch conn
-	js, pjs                               jetstream.JetStream // on internal, on processor
+	// ingestFrom are the connections each account's publishes arrive on
+	// (ingest.Config.Connect), by account.
+	ingestFrom map[string]*nats.Conn
+	js, pjs    jetstream.JetStream // on internal, on processor
 
 	commit             *ingest.Committer                  // group commit's syncs; nil in other modes
 	ing                *ingest.Service                    // takes every producer's publish, in every mode
@@ -564,6 +568,12 @@ func (a *Appliance) checks(ctx context.Context) []status.Check {
 			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the %s's internal connection is %s", c.name, c.nc.Status())
 		}
 	}
+	for _, acct := range slices.Sorted(maps.Keys(a.ingestFrom)) {
+		if nc := a.ingestFrom[acct]; nc != nil && !nc.IsConnected() {
+			conns.OK = false
+			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the connection account %s's publishes arrive on is %s (they are answered no responders meanwhile)", acct, nc.Status())
+		}
+	}
 	out := []status.Check{conns, a.guard.Check()}
 	if err := a.sup.Err(); err != nil {
 		// A part that stopped takes readiness with it.
@@ -750,6 +760,10 @@ func (a *Appliance) startDurableGuard(context.Context) (err error) {
 	return nil
 }
 
+// ingestConnPrefix and the account name the connection an account's
+// publishes arrive on.
+const ingestConnPrefix = "orderstore-ingest "
+
 // startIngest runs the ingest service, with a connection of its own: it
 // takes every producer's publish in every mode. Its stop answers every
 // publish it took (at most 10 s; what is left gets a 503 "may or may not
@@ -758,9 +772,19 @@ func (a *Appliance) startIngest(context.Context) (err error) {
 	if a.ingest, _, err = a.connect("orderstore-ingest", natsconf.InternalInbox); err != nil {
 		return err
 	}
-	if a.ing, err = ingest.Start(a.ingest.Conn, a.ingestConfig(), a.log.With("component", "ingest")); err != nil {
+	ic := a.ingestConfig()
+	// Each account's publishes arrive on a connection of their own (see
+	// ingest.Config.Connect), each a component like the others.
+	from := map[string]*nats.Conn{}
+	ic.Connect = func(account string) (*nats.Conn, error) {
+		c, _, err := a.connect(ingestConnPrefix+account, natsconf.InternalInbox)
+		from[account] = c.Conn
+		return c.Conn, err
+	}
+	if a.ing, err = ingest.Start(a.ingest.Conn, ic, a.log.With("component", "ingest")); err != nil {
 		return err
 	}
+	a.ingestFrom = from
 	a.ingLive.Store(a.ing)
 	in := a.ing
 	a.sup.add(component{name: "ingest", stop: func(ctx context.Context) error {

@@ -2,6 +2,7 @@ package orderstore
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -40,7 +41,7 @@ func IngestQueued(app *Appliance) (queued, natsPending int) {
 	if srv := app.monitored.Load(); srv != nil {
 		if cz, err := srv.Connz(&server.ConnzOptions{Limit: 10000}); err == nil {
 			for _, c := range cz.Conns {
-				if c.Name == "orderstore-ingest" {
+				if strings.HasPrefix(c.Name, ingestConnPrefix) {
 					natsPending += c.Pending
 				}
 			}

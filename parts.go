@@ -17,9 +17,10 @@ import (
 	"github.com/orderstore/orderstore/internal/natsconf"
 )
 
-// internalConns are orderstore's own in-process connections (a hub has
-// one more, its watcher's: hubWatchConns), which nats
-// counts among its connections: max_connections counts clients only.
+// internalConns are orderstore's own in-process connections besides the
+// one per account its ingest service takes publishes on (a hub has one
+// more, its watcher's: hubWatchConns), which nats counts among its
+// connections: max_connections counts clients only.
 const internalConns = 3
 
 // hubWatchConns is the hub watcher's connection.
@@ -44,11 +45,17 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *natsconf.Identity) (embe
 		Debug:            logger.Enabled(context.Background(), slog.LevelDebug),
 		SystemUser:       c.Server.SystemUser,
 		SystemPassword:   c.Server.SystemPassword,
-		MaxConnections:   c.Server.MaxConnections + internalConns + hubWatchConns*b2i(c.Hub.Enabled()),
+		MaxConnections:   c.Server.MaxConnections + internalConns + len(c.natsInput().IngestAccounts()) + hubWatchConns*b2i(c.Hub.Enabled()),
 		MaxSubscriptions: c.Server.MaxSubscriptions,
 		// One second to sign in: a socket that never does holds a
 		// max_connections slot that long, not nats' default 2s.
 		AuthTimeout: time.Second,
+		// A connection that falls behind (a reader that does not read,
+		// or the ingest service's connection of a flooding account)
+		// costs itself alone: nats drops what it cannot take and answers
+		// the requests among them "no responders", rather than stalling
+		// every producer and closing the connection with all it held.
+		DropForSlowConsumers: true,
 	}
 	err := c.natsInput().Apply(&ec, id)
 	return ec, err

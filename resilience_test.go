@@ -67,8 +67,10 @@ func TestKickedInternalConnectionsReconnect(t *testing.T) {
 		}
 		kicked++
 	}
-	if kicked != 3 { // admin, processor, ingest (group commit is the default)
-		t.Fatalf("kicked %d internal connections, want 3 (connz: %+v)", kicked, connz.Conns)
+	// admin, processor, ingest (group commit is the default), and the
+	// ingest service's one per account (orderstore's own, the anonymous)
+	if kicked != 5 {
+		t.Fatalf("kicked %d internal connections, want 5 (connz: %+v)", kicked, connz.Conns)
 	}
 	embeddedtest.WaitFor(t, 20*time.Second, func() error { return app.Ready(ctx) })
 	select {

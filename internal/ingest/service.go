@@ -179,6 +179,17 @@ type Config struct {
 	// stream's answers come on Inbox+".ingest.<random>.<ack id>" (""
 	// nats' _INBOX).
 	Inbox string
+	// Connect, if set, opens the connection an account's publishes
+	// arrive on, one per account (nil: they all arrive on the service's
+	// own). nats holds what it delivers to a connection and the
+	// connection has not read yet (up to max_pending, 64 MiB); a flood
+	// that filled one shared connection closed it, with every account's
+	// publishes waiting there, and stalled or refused the other
+	// accounts' meanwhile. On a connection of its own a flood fills that
+	// account's alone (with nats dropping what a connection is too far
+	// behind to take, embedded.Config.DropForSlowConsumers, and
+	// answering it "no responders").
+	Connect func(account string) (*nats.Conn, error)
 }
 
 // Service is the ingest service. Every producer's publish on the stream's
@@ -283,6 +294,7 @@ type budget struct{ n, bytes int }
 // that one account's flood pauses that account alone.
 type requests struct {
 	account string
+	nc      *nats.Conn                        // the connection they arrive on
 	prefix  string                            // Prefix+account+"."
 	answers string                            // Answers+account+".", or "" (Config.Answers)
 	sub     atomic.Pointer[nats.Subscription] // replaced after a pause
@@ -392,7 +404,16 @@ func Start(nc *nats.Conn, cfg Config, log *slog.Logger) (*Service, error) {
 		in.cfg.Prefix = Prefix
 	}
 	for _, acct := range in.cfg.Accounts {
-		rs := &requests{account: acct, prefix: in.cfg.Prefix + acct + "."}
+		rs := &requests{account: acct, prefix: in.cfg.Prefix + acct + ".", nc: nc}
+		if cfg.Connect != nil {
+			if rs.nc, err = cfg.Connect(acct); err != nil {
+				for _, r := range in.reqSubs {
+					r.sub.Load().Unsubscribe()
+				}
+				in.ackSub.Unsubscribe()
+				return nil, fmt.Errorf("ingest: a connection for account %s's publishes: %w", acct, err)
+			}
+		}
 		if in.cfg.Answers != "" && acct != in.cfg.Own {
 			rs.answers = in.cfg.Answers + acct + "."
 		}
@@ -413,18 +434,22 @@ func Start(nc *nats.Conn, cfg Config, log *slog.Logger) (*Service, error) {
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
 	}
-	if err := nc.Flush(); err != nil {
-		return nil, fmt.Errorf("ingest: %w", err)
+	for _, c := range in.conns() {
+		if err := c.Flush(); err != nil {
+			return nil, fmt.Errorf("ingest: %w", err)
+		}
 	}
 	go in.commitLoop()
 	go in.sweep()
-	go in.watchBacklog()
+	for _, c := range in.conns() {
+		go in.watchBacklog(c)
+	}
 	return in, nil
 }
 
 // subscribeRequests subscribes the service to an account's publishes.
 func (in *Service) subscribeRequests(rs *requests) error {
-	sub, err := in.nc.QueueSubscribe(rs.prefix+">", "orderstore-ingest", func(m *nats.Msg) { in.onPublish(rs, m) })
+	sub, err := rs.nc.QueueSubscribe(rs.prefix+">", "orderstore-ingest", func(m *nats.Msg) { in.onPublish(rs, m) })
 	if err != nil {
 		return err
 	}
@@ -493,38 +518,56 @@ func (in *Service) pause(rs *requests, sub *nats.Subscription) {
 	}
 }
 
-// watchBacklog pauses the accounts that fill the service's connection
-// (see ingestBacklogLimit): a PING whose PONG is late says that what
-// nats-server holds for the connection will be taken late.
-func (in *Service) watchBacklog() {
+// conns are the connections publishes arrive on (Config.Connect), each
+// once.
+func (in *Service) conns() []*nats.Conn {
+	var cs []*nats.Conn
+	for _, rs := range in.reqSubs {
+		if !slices.Contains(cs, rs.nc) {
+			cs = append(cs, rs.nc)
+		}
+	}
+	return cs
+}
+
+// watchBacklog pauses the accounts that fill nc, a connection publishes
+// arrive on (see ingestBacklogLimit): a PING whose PONG is late says that
+// what nats-server holds for the connection will be taken late.
+func (in *Service) watchBacklog(nc *nats.Conn) {
 	t := time.NewTicker(ingestBacklogEvery)
 	defer t.Stop()
-	counts := make([]uint64, len(in.reqSubs))
+	var on []*requests
+	for _, rs := range in.reqSubs {
+		if rs.nc == nc {
+			on = append(on, rs)
+		}
+	}
+	counts := make([]uint64, len(on))
 	for {
 		select {
 		case <-in.stop:
 			return
 		case <-t.C:
 		}
-		err := in.nc.FlushTimeout(ingestBacklogLimit)
+		err := nc.FlushTimeout(ingestBacklogLimit)
 		if !errors.Is(err, nats.ErrTimeout) {
 			// On time (or the connection is down: the appliance sees
 			// to that): a new count.
-			for _, rs := range in.reqSubs {
+			for _, rs := range on {
 				rs.recent.Store(0)
 			}
 			continue
 		}
 		var total uint64
 		active := uint64(0)
-		for i, rs := range in.reqSubs {
+		for i, rs := range on {
 			counts[i] = rs.recent.Swap(0)
 			total += counts[i]
 			if counts[i] > 0 {
 				active++
 			}
 		}
-		for i, rs := range in.reqSubs {
+		for i, rs := range on {
 			// Its share or more, and many: an account with a few
 			// publishes is not paused for another's flood.
 			if counts[i] >= ingestBacklogMin && counts[i]*active >= total && rs.paused.CompareAndSwap(false, true) {
@@ -577,7 +620,7 @@ func (in *Service) pauseMapped(rs *requests, sub *nats.Subscription) bool {
 		}
 	}()
 	for {
-		err := in.nc.FlushTimeout(time.Second)
+		err := rs.nc.FlushTimeout(time.Second)
 		if err == nil {
 			break
 		}
