@@ -781,6 +781,22 @@ func (a *Appliance) startIngest(context.Context) (err error) {
 		from[account] = c.Conn
 		return c.Conn, err
 	}
+	ic.Held = func(nc *nats.Conn) int {
+		srv, cid := a.monitored.Load(), uint64(0)
+		if srv != nil {
+			cid, _ = nc.GetClientID()
+		}
+		if cid == 0 {
+			return -1
+		}
+		// Among orderstore's own account's connections alone: nats
+		// copies the connections it looks through.
+		cz, err := srv.Connz(&server.ConnzOptions{Account: StreamAccount, CID: cid})
+		if err != nil || len(cz.Conns) != 1 {
+			return -1
+		}
+		return cz.Conns[0].Pending
+	}
 	if a.ing, err = ingest.Start(a.ingest.Conn, ic, a.log.With("component", "ingest")); err != nil {
 		return err
 	}

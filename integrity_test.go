@@ -390,6 +390,13 @@ func TestEveryPublishAnswered(t *testing.T) {
 				t.Errorf("%d publishes answered %s, want only acks, 429 (over budget) or 503", r.codes[code], code)
 			}
 		}
+		// nats answers 503 no responders itself while the service pauses
+		// the account, or once a connection is far behind: the service
+		// pauses the account before that (what nats holds for the
+		// connection, past 16 MiB), so the guard tells of it.
+		if r.codes["status 503"] > 0 && st.Guard["ingest_pauses"] == 0 {
+			t.Errorf("%d publishes answered 503 no responders by nats, and guard.ingest_pauses is 0: the guard must tell that the account was turned away", r.codes["status 503"])
+		}
 		if wellAcked == 0 || len(wellErrs) > 0 {
 			t.Errorf("the well-behaved producer in another account got %d acks and %d errors during the flood (first: %v): want every publish acked", wellAcked, len(wellErrs), first(wellErrs))
 		}

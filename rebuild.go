@@ -107,7 +107,7 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 		a.rebuildUnsupported = fmt.Errorf("%w: the custom Processor.Handler does not implement processor.Rebuilder", ErrRebuildUnsupported)
 	}
 	if cfg.Cluster.Enabled() {
-		a.rebuildUnsupported = fmt.Errorf("%w: in a cluster every node's processor writes the projection, and a rebuild would have to pause them all at once, which orderstore does not do yet; rebuild on a single node (stop the cluster, start one node alone, rebuild, start the others)", ErrRebuildUnsupported)
+		a.rebuildUnsupported = fmt.Errorf("%w: in a cluster every node's processor writes the projection, and a rebuild would have to pause them all at once, which orderstore does not do yet (nor can one node of the cluster run alone: the stream's replicas need a quorum); see docs/rebuild.md", ErrRebuildUnsupported)
 		target = nil
 	}
 	if target == nil {

@@ -101,6 +101,13 @@ const (
 	ingestBacklogEvery = 50 * time.Millisecond
 	ingestBacklogLimit = 250 * time.Millisecond
 	ingestBacklogMin   = 1024
+	// Past ingestHeldLimit of what nats holds for a connection
+	// publishes arrive on (Config.Held), its accounts are paused: a
+	// quarter of nats' max_pending (64 MiB), well before the three
+	// quarters past which nats drops what it would deliver there
+	// (embedded.Config.DropForSlowConsumers), answering requests "no
+	// responders" but counting nothing; a pause is counted and logged.
+	ingestHeldLimit = 16 << 20
 	// What waits to be taken (the subscription's buffer): past it nats
 	// would drop publishes without a word, so the service answers
 	// everything it takes at once and keeps this far from full.
@@ -190,6 +197,12 @@ type Config struct {
 	// behind to take, embedded.Config.DropForSlowConsumers, and
 	// answering it "no responders").
 	Connect func(account string) (*nats.Conn, error)
+	// Held, if set, returns how many bytes nats holds for nc (a
+	// connection publishes arrive on) that nc has not read yet; -1 when
+	// it cannot tell. Past ingestHeldLimit the account is paused (see
+	// watchBacklog) before nats would begin to drop what it delivers
+	// there, which nobody counts.
+	Held func(nc *nats.Conn) int
 }
 
 // Service is the ingest service. Every producer's publish on the stream's
@@ -549,14 +562,17 @@ func (in *Service) watchBacklog(nc *nats.Conn) {
 			return
 		case <-t.C:
 		}
-		err := nc.FlushTimeout(ingestBacklogLimit)
-		if !errors.Is(err, nats.ErrTimeout) {
-			// On time (or the connection is down: the appliance sees
-			// to that): a new count.
-			for _, rs := range on {
-				rs.recent.Store(0)
+		held := in.cfg.Held != nil && in.cfg.Held(nc) >= ingestHeldLimit
+		if !held {
+			err := nc.FlushTimeout(ingestBacklogLimit)
+			if !errors.Is(err, nats.ErrTimeout) {
+				// On time (or the connection is down: the appliance
+				// sees to that): a new count.
+				for _, rs := range on {
+					rs.recent.Store(0)
+				}
+				continue
 			}
-			continue
 		}
 		var total uint64
 		active := uint64(0)
@@ -569,8 +585,12 @@ func (in *Service) watchBacklog(nc *nats.Conn) {
 		}
 		for i, rs := range on {
 			// Its share or more, and many: an account with a few
-			// publishes is not paused for another's flood.
-			if counts[i] >= ingestBacklogMin && counts[i]*active >= total && rs.paused.CompareAndSwap(false, true) {
+			// publishes is not paused for another's flood. What nats
+			// holds for a connection of one account's alone is that
+			// account's, however few the service took meanwhile.
+			heavy := counts[i] >= ingestBacklogMin && counts[i]*active >= total ||
+				held && (len(on) == 1 || counts[i] > 0 && counts[i]*active >= total)
+			if heavy && rs.paused.CompareAndSwap(false, true) {
 				go in.pause(rs, rs.sub.Load())
 			}
 		}
