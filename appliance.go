@@ -513,10 +513,11 @@ func (a *Appliance) connect(name, inbox string) (conn, jetstream.JetStream, erro
 	opts := []nats.Option{nats.InProcessServer(a), nats.Name(name),
 		nats.MaxReconnects(1200), nats.ReconnectWait(250 * time.Millisecond),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if in := a.ingLive.Load(); in != nil && name == "orderstore-ingest" {
-				// Answers to what it passed on come on this connection.
-				in.FailPending("the connection to the stream was lost")
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if in := a.ingLive.Load(); in != nil && strings.HasPrefix(name, "orderstore-ingest") {
+				// The stream's answers to what the service published
+				// on this connection come on it.
+				in.FailPendingOn(nc, "the connection to the stream was lost")
 			}
 			if !a.sup.stopping() {
 				log.Warn("internal connection lost, reconnecting", "err", err)

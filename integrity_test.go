@@ -377,6 +377,12 @@ func TestEveryPublishAnswered(t *testing.T) {
 		if r.unanswered != 0 {
 			t.Errorf("%d of %d pipelined publishes never got an answer: every publish must be answered (an ack, or an error saying what to do)", r.unanswered, r.sent)
 		}
+		// The stream answers all it is given: none was answered 503
+		// for want of its answer (the service's connection lost, or an
+		// answer taken for a sign that an earlier one was dropped).
+		if n := st.Guard["unanswered"]; n != 0 {
+			t.Errorf("guard.unanswered %v: the stream's answer to a publish it was given never reached the service", n)
+		}
 		if n := st.Guard["unanswerable"]; n != 0 {
 			t.Errorf("guard.unanswerable %v: no reply subject of the flood is too long to answer on", n)
 		}

@@ -188,7 +188,8 @@ type Config struct {
 	Inbox string
 	// Connect, if set, opens the connection an account's publishes
 	// arrive on, one per account (nil: they all arrive on the service's
-	// own). nats holds what it delivers to a connection and the
+	// own), which then carries all of theirs: the republish, the
+	// stream's answers and the answers to their producers. nats holds what it delivers to a connection and the
 	// connection has not read yet (up to max_pending, 64 MiB); a flood
 	// that filled one shared connection closed it, with every account's
 	// publishes waiting there, and stalled or refused the other
@@ -232,20 +233,18 @@ type Service struct {
 	log       *slog.Logger
 	ackPrefix string
 
-	ackSub, leaderSub *nats.Subscription
-	reqSubs           []*requests // one per account
-	pauses            atomic.Uint64
-	pubMu             sync.Mutex // held from recording a publish's place in order to making it
+	leaderSub *nats.Subscription
+	reqSubs   []*requests // one per account
+	links     []*link     // the connections they arrive on, each once
+	pauses    atomic.Uint64
 
 	mu          sync.Mutex
 	closed      bool
 	closing     bool                   // Close has begun: a pause does not subscribe again
 	ids         *rand.ChaCha8          // unguessable ack ids
 	pending     map[string]*pendingPub // published, the stream's answer awaited
-	order       []published            // pending's publishes, in order, from orderHead (stale ones skipped)
-	orderHead   int
-	pubNo       uint64     // of the last publish
-	stored      []ackReply // answered by the stream, a sync awaited
+	pubNo       uint64                 // of the last publish (on any link)
+	stored      []ackReply             // answered by the stream, a sync awaited
 	storedBytes int
 	inFlight    int // len(pending)+len(stored)
 	// completed counts the publishes that left flight; flightCap is what
@@ -303,11 +302,28 @@ func (in *Service) logInvalid(subject string, err error) {
 
 type budget struct{ n, bytes int }
 
+// link is a connection publishes arrive on (Config.Connect: one per
+// account; otherwise the service's own), which carries everything of
+// theirs: the republish into the stream, the stream's answers (on
+// ackPrefix) and the answers to their producers. nats answers what one
+// connection publishes in the order it was published, so each link keeps
+// its own order.
+type link struct {
+	nc        *nats.Conn
+	ackPrefix string
+	ackSub    *nats.Subscription
+	pubMu     sync.Mutex // held from recording a publish's place in order to making it
+	// order is the link's publishes awaiting an answer, in order, from
+	// orderHead (stale ones skipped); in.mu held.
+	order     []published
+	orderHead int
+}
+
 // requests is one account's publishes: a subscription of their own, so
 // that one account's flood pauses that account alone.
 type requests struct {
 	account string
-	nc      *nats.Conn                        // the connection they arrive on
+	l       *link                             // the connection they arrive on
 	prefix  string                            // Prefix+account+"."
 	answers string                            // Answers+account+".", or "" (Config.Answers)
 	sub     atomic.Pointer[nats.Subscription] // replaced after a pause
@@ -358,6 +374,7 @@ type published struct {
 }
 
 type pendingPub struct {
+	l       *link   // the connection it was published on, and is answered on
 	st      *stages // nil unless StagesOn
 	no      uint64  // of its last publish (a retry publishes it again)
 	reply   string  // where it is answered (requests.answers and the producer's reply subject)
@@ -406,9 +423,16 @@ func Start(nc *nats.Conn, cfg Config, log *slog.Logger) (*Service, error) {
 	}
 	in.abortCtx, in.abort = context.WithCancel(context.Background())
 	var err error
-	if in.ackSub, err = nc.Subscribe(in.ackPrefix+"*", in.onAck); err != nil {
+	fail := func(err error) (*Service, error) {
+		for _, r := range in.reqSubs {
+			r.sub.Load().Unsubscribe()
+		}
+		for _, l := range in.links {
+			l.ackSub.Unsubscribe()
+		}
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
+	var own *link // nc's, when an account's publishes arrive there
 	// One subscription per account: a producer's events reach the stream
 	// in the order it sent them. In a cluster each node's service has
 	// subjects of its own (ingestNodePrefix), so it takes its own node's
@@ -417,30 +441,31 @@ func Start(nc *nats.Conn, cfg Config, log *slog.Logger) (*Service, error) {
 		in.cfg.Prefix = Prefix
 	}
 	for _, acct := range in.cfg.Accounts {
-		rs := &requests{account: acct, prefix: in.cfg.Prefix + acct + ".", nc: nc}
-		if cfg.Connect != nil {
-			if rs.nc, err = cfg.Connect(acct); err != nil {
-				for _, r := range in.reqSubs {
-					r.sub.Load().Unsubscribe()
-				}
-				in.ackSub.Unsubscribe()
-				return nil, fmt.Errorf("ingest: a connection for account %s's publishes: %w", acct, err)
+		rs := &requests{account: acct, prefix: in.cfg.Prefix + acct + "."}
+		switch {
+		case cfg.Connect != nil:
+			c, err := cfg.Connect(acct)
+			if err != nil {
+				return fail(fmt.Errorf("a connection for account %s's publishes: %w", acct, err))
 			}
+			if rs.l, err = in.newLink(c); err != nil {
+				return fail(err)
+			}
+		case own == nil:
+			if own, err = in.newLink(nc); err != nil {
+				return fail(err)
+			}
+			fallthrough
+		default:
+			rs.l = own
 		}
 		if in.cfg.Answers != "" && acct != in.cfg.Own {
 			rs.answers = in.cfg.Answers + acct + "."
 		}
 		if err := in.subscribeRequests(rs); err != nil {
-			for _, r := range in.reqSubs {
-				r.sub.Load().Unsubscribe()
-			}
-			in.ackSub.Unsubscribe()
-			return nil, fmt.Errorf("ingest: %w", err)
+			return fail(err)
 		}
 		in.reqSubs = append(in.reqSubs, rs)
-	}
-	if err := in.ackSub.SetPendingLimits(ingestMaxPendingMsgs, ingestMaxPendingBytes); err != nil {
-		return nil, fmt.Errorf("ingest: %w", err)
 	}
 	if cfg.Cluster {
 		if in.leaderSub, err = nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED."+cfg.Stream, in.onLeaderElected); err != nil {
@@ -462,7 +487,7 @@ func Start(nc *nats.Conn, cfg Config, log *slog.Logger) (*Service, error) {
 
 // subscribeRequests subscribes the service to an account's publishes.
 func (in *Service) subscribeRequests(rs *requests) error {
-	sub, err := rs.nc.QueueSubscribe(rs.prefix+">", "orderstore-ingest", func(m *nats.Msg) { in.onPublish(rs, m) })
+	sub, err := rs.l.nc.QueueSubscribe(rs.prefix+">", "orderstore-ingest", func(m *nats.Msg) { in.onPublish(rs, m) })
 	if err != nil {
 		return err
 	}
@@ -535,12 +560,26 @@ func (in *Service) pause(rs *requests, sub *nats.Subscription) {
 // once.
 func (in *Service) conns() []*nats.Conn {
 	var cs []*nats.Conn
-	for _, rs := range in.reqSubs {
-		if !slices.Contains(cs, rs.nc) {
-			cs = append(cs, rs.nc)
-		}
+	for _, l := range in.links {
+		cs = append(cs, l.nc)
 	}
 	return cs
+}
+
+// newLink subscribes to the stream's answers on nc, with an ack prefix
+// of its own.
+func (in *Service) newLink(nc *nats.Conn) (*link, error) {
+	l := &link{nc: nc, ackPrefix: in.ackPrefix + strconv.Itoa(len(in.links)) + "."}
+	var err error
+	if l.ackSub, err = nc.Subscribe(l.ackPrefix+"*", func(m *nats.Msg) { in.onAck(l, m) }); err != nil {
+		return nil, err
+	}
+	if err := l.ackSub.SetPendingLimits(ingestMaxPendingMsgs, ingestMaxPendingBytes); err != nil {
+		l.ackSub.Unsubscribe()
+		return nil, err
+	}
+	in.links = append(in.links, l)
+	return l, nil
 }
 
 // watchBacklog pauses the accounts that fill nc, a connection publishes
@@ -551,7 +590,7 @@ func (in *Service) watchBacklog(nc *nats.Conn) {
 	defer t.Stop()
 	var on []*requests
 	for _, rs := range in.reqSubs {
-		if rs.nc == nc {
+		if rs.l.nc == nc {
 			on = append(on, rs)
 		}
 	}
@@ -640,7 +679,7 @@ func (in *Service) pauseMapped(rs *requests, sub *nats.Subscription) bool {
 		}
 	}()
 	for {
-		err := rs.nc.FlushTimeout(time.Second)
+		err := rs.l.nc.FlushTimeout(time.Second)
 		if err == nil {
 			break
 		}
@@ -677,7 +716,7 @@ var ErrNoPause = errors.New("ingest: this account is not paused by a mapping")
 // refuse answers a publish with an error (nothing was stored).
 func (in *Service) refuse(rs *requests, m *nats.Msg, code int, format string, args ...any) {
 	if m.Reply != "" {
-		in.reply(rs.answers+m.Reply, APIError(code, 10077, "orderstore: "+fmt.Sprintf(format, args...)))
+		in.replyOn(rs.l, rs.answers+m.Reply, APIError(code, 10077, "orderstore: "+fmt.Sprintf(format, args...)))
 	}
 }
 
@@ -731,7 +770,7 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 		// is checked or its event validated), so that the line drains at
 		// the rate of answers, not of stores.
 		in.shed.Add(1)
-		in.reply(rs.answers+m.Reply, answerWaited)
+		in.replyOn(rs.l, rs.answers+m.Reply, answerWaited)
 		return
 	}
 	subject := strings.TrimPrefix(m.Subject, rs.prefix)
@@ -757,7 +796,7 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 				in.logInvalid(subject, err)
 				return
 			}
-			in.reply(rs.answers+m.Reply, APIError(422, in.cfg.InvalidCode, "orderstore: "+truncateSubject(subject)+": "+err.Error()+" (nothing was stored)"))
+			in.replyOn(rs.l, rs.answers+m.Reply, APIError(422, in.cfg.InvalidCode, "orderstore: "+truncateSubject(subject)+": "+err.Error()+" (nothing was stored)"))
 			return
 		}
 	}
@@ -765,7 +804,7 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 	account := rs.account
 	if m.Reply == "" { // a plain publish: nobody waits for an answer
 		if out, _ := in.republish(m, subject, account); out != nil {
-			if err := in.nc.PublishMsg(out); err != nil {
+			if err := rs.l.nc.PublishMsg(out); err != nil {
 				in.log.Warn("ingest: publish without reply lost", "subject", subject, "err", err)
 			}
 		}
@@ -805,10 +844,10 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 			delete(in.accounts, account)
 		}
 		in.mu.Unlock()
-		in.reply(rs.answers+m.Reply, no)
+		in.replyOn(rs.l, rs.answers+m.Reply, no)
 		return
 	}
-	p := &pendingPub{reply: rs.answers + m.Reply, account: account, size: size, at: now.Add(-time.Duration(in.arrivalSkew.Load())), st: newStages(m, now)}
+	p := &pendingPub{l: rs.l, reply: rs.answers + m.Reply, account: account, size: size, at: now.Add(-time.Duration(in.arrivalSkew.Load())), st: newStages(m, now)}
 	in.reserve(p)
 	id := in.newID()
 	in.mu.Unlock()
@@ -817,10 +856,10 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 		in.mu.Lock()
 		in.release(p)
 		in.mu.Unlock()
-		in.reply(p.reply, tooBig)
+		in.answerTo(p, tooBig)
 		return
 	}
-	out.Reply = in.ackPrefix + id
+	out.Reply = rs.l.ackPrefix + id
 	p.msg = out
 	in.mu.Lock()
 	in.pending[id] = p
@@ -834,17 +873,17 @@ func (in *Service) onPublish(rs *requests, m *nats.Msg) {
 // publish makes p's publish into the stream, recording its place in the
 // order of publishes (the stream answers in that order).
 func (in *Service) publish(id string, p *pendingPub) {
-	in.pubMu.Lock()
+	p.l.pubMu.Lock()
 	in.mu.Lock()
 	if cur, ok := in.pending[id]; !ok || cur != p || in.closed {
 		in.mu.Unlock()
-		in.pubMu.Unlock()
+		p.l.pubMu.Unlock()
 		return // answered meanwhile
 	}
 	in.publishedLocked(id, p)
 	in.mu.Unlock()
-	err := in.nc.PublishMsg(p.msg)
-	in.pubMu.Unlock()
+	err := p.l.nc.PublishMsg(p.msg)
+	p.l.pubMu.Unlock()
 	if err != nil {
 		if p, ok := in.take(id); ok {
 			in.answerTo(p, APIError(503, 10077, "orderstore: the event could not be passed to its stream: "+err.Error()))
@@ -894,33 +933,33 @@ func (in *Service) republish(m *nats.Msg, subject, account string) (*nats.Msg, [
 }
 
 // answerTo sends p's producer its answer.
-func (in *Service) answerTo(p *pendingPub, data []byte) { in.reply(p.reply, data) }
+func (in *Service) answerTo(p *pendingPub, data []byte) { in.replyOn(p.l, p.reply, data) }
 
 // publishedLocked records a publish of p in order; in.mu held.
 func (in *Service) publishedLocked(id string, p *pendingPub) {
 	p.waitRetry = false
 	in.pubNo++
 	p.no = in.pubNo
-	in.order = append(in.order, published{in.pubNo, id})
+	p.l.order = append(p.l.order, published{in.pubNo, id})
 }
 
-// droppedBefore takes the publishes made before no that are still
-// waiting: the stream answered a later one, and it answers in the order
-// of the publishes, so it dropped these (a stream leader lost with them);
-// in.mu held.
-func (in *Service) droppedBefore(no uint64) []*pendingPub {
+// droppedBefore takes the publishes made on l before no that are still
+// waiting: the stream answered a later one, and it answers what one
+// connection published in the order of the publishes, so it dropped these
+// (a stream leader lost with them); in.mu held.
+func (in *Service) droppedBefore(l *link, no uint64) []*pendingPub {
 	var lost []*pendingPub
-	for ; in.orderHead < len(in.order) && in.order[in.orderHead].no < no; in.orderHead++ {
-		o := in.order[in.orderHead]
+	for ; l.orderHead < len(l.order) && l.order[l.orderHead].no < no; l.orderHead++ {
+		o := l.order[l.orderHead]
 		if p, ok := in.pending[o.id]; ok && p.no == o.no {
 			delete(in.pending, o.id)
 			in.release(p)
 			lost = append(lost, p)
 		}
 	}
-	if in.orderHead > 1024 && in.orderHead > len(in.order)/2 { // amortized O(1) per publish
-		in.order = append(in.order[:0], in.order[in.orderHead:]...)
-		in.orderHead = 0
+	if l.orderHead > 1024 && l.orderHead > len(l.order)/2 { // amortized O(1) per publish
+		l.order = append(l.order[:0], l.order[l.orderHead:]...)
+		l.orderHead = 0
 	}
 	return lost
 }
@@ -951,7 +990,7 @@ const maxControlLine = 4096
 
 // maxSubject is the longest subject the service republishes: what fits a
 // protocol line with its reply subject and sizes.
-func (in *Service) maxSubject() int { return MaxSubjectFor(len(in.ackPrefix) + 22) }
+func (in *Service) maxSubject() int { return MaxSubjectFor(len(in.ackPrefix) + 6 + 22) }
 
 // MaxSubjectFor is the longest subject that fits one protocol line with a
 // reply subject of replyLen bytes ("HPUB <subject> <reply> <hdr> <total>").
@@ -1036,9 +1075,9 @@ func (in *Service) streamAnswer(m *nats.Msg) bool {
 	return err == nil && v > 0
 }
 
-// onAck takes the stream's answer for one publish.
-func (in *Service) onAck(m *nats.Msg) {
-	id := strings.TrimPrefix(m.Subject, in.ackPrefix)
+// onAck takes the stream's answer for one publish made on l.
+func (in *Service) onAck(l *link, m *nats.Msg) {
+	id := strings.TrimPrefix(m.Subject, l.ackPrefix)
 	if !in.streamAnswer(m) {
 		in.forged.Add(1)
 		in.log.Warn("ingest: an answer on an ack id that is not the stream's was ignored", "subject", truncateSubject(m.Subject), "bytes", len(m.Data))
@@ -1046,7 +1085,7 @@ func (in *Service) onAck(m *nats.Msg) {
 	}
 	in.mu.Lock()
 	p, ok := in.pending[id]
-	if !ok {
+	if !ok || p.l != l {
 		in.mu.Unlock()
 		return // answered by the sweeper already
 	}
@@ -1068,7 +1107,7 @@ func (in *Service) onAck(m *nats.Msg) {
 	var lost []*pendingPub
 	if m.Header.Get("Status") == "" {
 		// The stream's own answer (nats' statuses come out of order).
-		lost = in.droppedBefore(p.no)
+		lost = in.droppedBefore(l, p.no)
 	}
 	if len(lost) > 0 {
 		defer in.answerLost(lost)
@@ -1166,24 +1205,35 @@ func (in *Service) count(batch, acked int) {
 // answer sends the stream's answer on to the producer.
 func (in *Service) answer(a ackReply) {
 	if len(a.header) > 0 {
-		in.nc.PublishMsg(&nats.Msg{Subject: a.p.reply, Header: a.header, Data: a.data})
+		a.p.l.nc.PublishMsg(&nats.Msg{Subject: a.p.reply, Header: a.header, Data: a.data})
 		return
 	}
 	in.answerTo(a.p, a.data)
 }
 
 // FailPending answers every publish still waiting for the stream's answer
-// with a 503: the stream will not answer them (nats stopped storing, or
-// the connection to it was lost).
-func (in *Service) FailPending(why string) {
+// with a 503: the stream will not answer them (nats stopped storing).
+func (in *Service) FailPending(why string) { in.FailPendingOn(nil, why) }
+
+// FailPendingOn answers with a 503 every publish made on nc (nil: on any
+// connection) still waiting for the stream's answer: it will not come
+// (nc's connection to the server was lost).
+func (in *Service) FailPendingOn(nc *nats.Conn, why string) {
 	in.mu.Lock()
 	var left []*pendingPub
 	for id, p := range in.pending {
+		if nc != nil && p.l.nc != nc {
+			continue
+		}
 		delete(in.pending, id)
 		in.release(p)
 		left = append(left, p)
 	}
-	in.order, in.orderHead = in.order[:0], 0
+	for _, l := range in.links {
+		if nc == nil || l.nc == nc {
+			l.order, l.orderHead = l.order[:0], 0
+		}
+	}
 	in.mu.Unlock()
 	if len(left) == 0 {
 		return
@@ -1269,6 +1319,13 @@ func (in *Service) commitLoop() {
 				in.count(len(batch), acked)
 			}
 		}
+	}
+}
+
+// replyOn answers on l's connection.
+func (in *Service) replyOn(l *link, subject string, data []byte) {
+	if err := l.nc.Publish(subject, data); err != nil {
+		in.log.Debug("ingest: reply lost (the producer will time out)", "err", err)
 	}
 }
 
@@ -1372,7 +1429,9 @@ func (in *Service) Close(ctx context.Context) {
 	in.abort() // a sync still running is given up on: its batch gets an error
 	close(in.stop)
 	<-in.done
-	in.ackSub.Unsubscribe()
+	for _, l := range in.links {
+		l.ackSub.Unsubscribe()
+	}
 	if in.leaderSub != nil {
 		in.leaderSub.Unsubscribe()
 	}
