@@ -16,9 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/orderstore/orderstore/natsserver/server"
 
 	"github.com/orderstore/orderstore/admin"
 	"github.com/orderstore/orderstore/bootstrap"

@@ -43,6 +43,28 @@ func TestProgramInAnotherModule(t *testing.T) {
 		}
 	}
 
+	// It links orderstore's patched nats-server (natsserver/, with group
+	// commit) with no replace directive of its own: a replace in
+	// orderstore's go.mod would not reach it.
+	deps := exec.Command(goTool, "list", "-deps", ".")
+	deps.Dir, deps.Env = mod, env
+	out, err = deps.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps in %s: %v\n%s", mod, err, out)
+	}
+	patched := false
+	for _, p := range strings.Fields(string(out)) {
+		switch {
+		case p == "github.com/orderstore/orderstore/natsserver/server":
+			patched = true
+		case strings.HasPrefix(p, "github.com/nats-io/nats-server/"):
+			t.Errorf("the program links upstream's %s instead of orderstore's patched copy", p)
+		}
+	}
+	if !patched {
+		t.Errorf("the program does not link github.com/orderstore/orderstore/natsserver/server")
+	}
+
 	run := exec.Command(goTool, "run", ".", filepath.Join(t.TempDir(), "store"))
 	run.Dir, run.Env = mod, env
 	var stdout, stderr bytes.Buffer

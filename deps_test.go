@@ -23,7 +23,7 @@ const mod = "github.com/orderstore/orderstore"
 func TestEmbeddedTestDependsOnNATSOnly(t *testing.T) {
 	for _, p := range goList(t, "-deps", mod+"/embedded/embeddedtest") {
 		switch {
-		case p == mod+"/embedded", p == mod+"/embedded/embeddedtest":
+		case p == mod+"/embedded", p == mod+"/embedded/embeddedtest", strings.HasPrefix(p, mod+"/natsserver/"):
 		case strings.HasPrefix(p, mod):
 			t.Errorf("embeddedtest depends on %s", p)
 		case strings.Contains(p, "BurntSushi/toml"), strings.Contains(p, "prometheus"):
@@ -102,8 +102,15 @@ func TestLayering(t *testing.T) {
 		"bench/benchkit": 4, "bench/groupcommit": 5, "bench/history": 5, "bench/overload": 5, "bench/processor": 5, "bench/rebuild": 5, "bench/scaleout": 5,
 	}
 	name := func(p string) string { return strings.TrimPrefix(strings.TrimPrefix(p, mod), "/") }
+	// natsserver/ is the patched copy of nats-server, below everything:
+	// its packages keep upstream's own layering and import nothing else of
+	// orderstore's (TestPatchedServerImportsOnlyItself).
+	const natsserver = "natsserver/"
 	for _, l := range goList(t, "-f", "{{.ImportPath}}|{{join .Imports \" \"}}", "./...") {
 		pkg, imports, _ := strings.Cut(l, "|")
+		if strings.HasPrefix(name(pkg), natsserver) {
+			continue
+		}
 		lp, ok := layer[name(pkg)]
 		if !ok {
 			t.Errorf("package %s has no layer in TestLayering: say where it sits", pkg)
@@ -113,8 +120,30 @@ func TestLayering(t *testing.T) {
 			if p != mod && !strings.HasPrefix(p, mod+"/") {
 				continue
 			}
+			if strings.HasPrefix(name(p), natsserver) {
+				continue
+			}
 			if li, ok := layer[name(p)]; !ok || li >= lp {
 				t.Errorf("%s (layer %d) imports %s (layer %d): a package reaches only down", pkg, lp, p, li)
+			}
+		}
+	}
+}
+
+// The patched copy of nats-server imports nothing of orderstore's but
+// itself, and never upstream's module (two servers' packages in one binary).
+func TestPatchedServerImportsOnlyItself(t *testing.T) {
+	lines := goList(t, "-f", "{{.ImportPath}}|{{join .Imports \" \"}}", "./natsserver/...")
+	if len(lines) < 10 {
+		t.Fatalf("go list ./natsserver/... lists %d packages, want the server and its subpackages", len(lines))
+	}
+	for _, l := range lines {
+		pkg, imports, _ := strings.Cut(l, "|")
+		for _, p := range strings.Fields(imports) {
+			switch {
+			case strings.HasPrefix(p, mod+"/natsserver/"):
+			case strings.HasPrefix(p, mod), strings.HasPrefix(p, "github.com/nats-io/nats-server/"):
+				t.Errorf("%s imports %s", pkg, p)
 			}
 		}
 	}

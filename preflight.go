@@ -4,7 +4,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/orderstore/orderstore/natsserver/server"
 
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/internal/natsconf"

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/orderstore/orderstore/natsserver/server"
 
 	"github.com/orderstore/orderstore/status"
 )

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/orderstore/orderstore/natsserver/server"
 )
 
 // Config describes one embedded server. It is plain data; the zero value is

@@ -233,20 +233,30 @@ func TestSystemUserCanReachSystemAccount(t *testing.T) {
 }
 
 // TestEmbeddedImportsOnlyNATSAndStdlib guards the dependency direction of
-// the design card: embedded is a leaf.
+// the design card: embedded is a leaf, whose nats-server is orderstore's
+// patched copy (natsserver/), never the upstream module.
 func TestEmbeddedImportsOnlyNATSAndStdlib(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "github.com/orderstore/orderstore/embedded").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
+	patched := false
 	for _, p := range strings.Fields(string(out)) {
 		switch {
 		case p == "github.com/orderstore/orderstore/embedded":
+		case p == "github.com/orderstore/orderstore/natsserver/server":
+			patched = true
+		case strings.HasPrefix(p, "github.com/orderstore/orderstore/natsserver/"):
+		case strings.HasPrefix(p, "github.com/nats-io/nats-server/"):
+			t.Errorf("embedded depends on upstream's %s, not orderstore's patched copy", p)
 		case strings.HasPrefix(p, "github.com/orderstore/"):
 			t.Errorf("embedded depends on %s", p)
 		case strings.Contains(p, "BurntSushi/toml"), strings.Contains(p, "prometheus"), strings.Contains(p, "oklog"):
 			t.Errorf("embedded depends on %s", p)
 		}
+	}
+	if !patched {
+		t.Errorf("embedded does not link github.com/orderstore/orderstore/natsserver/server:\n%s", out)
 	}
 }
 
@@ -380,7 +390,7 @@ func noNATSGoroutines() error {
 	}
 	var left []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "nats-io/nats-server/") {
+		if strings.Contains(g, "orderstore/natsserver/") || strings.Contains(g, "nats-io/nats-server/") {
 			left = append(left, g)
 		}
 	}
