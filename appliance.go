@@ -86,7 +86,7 @@ type Appliance struct {
 	ingestFrom map[string]*nats.Conn
 	js, pjs    jetstream.JetStream // on internal, on processor
 
-	commit             *ingest.Committer                  // group commit's syncs; nil in other modes
+	commit             *ingest.Committer                  // group commit's figures and failure; nil in other modes
 	ing                *ingest.Service                    // takes every producer's publish, in every mode
 	ingLive            atomic.Pointer[ingest.Service]     // ing, for the connections' handlers
 	dguard             *durableGuard                      // answers clients' requests on the processor's durable
@@ -132,7 +132,8 @@ type conn struct {
 //     a legacy layout moved;
 //  3. the admin handler and listener, so that a busy port fails at once and
 //     /readyz answers "recovering" during a long recovery;
-//  4. group commit's syncs (durability "group-commit");
+//  4. group commit's watch (durability "group-commit"; nats-server's file
+//     store syncs, and a failed sync fails the appliance);
 //  5. nats-server, and a watchdog on it;
 //  6. orderstore's internal and processor connections;
 //  7. the store guard;
@@ -374,18 +375,14 @@ func (a *Appliance) openAdmin(context.Context) error {
 	return nil
 }
 
-// startCommitter starts group commit's syncs (durability "group-commit"):
-// a failed sync stops the appliance, and the next start reads the store
-// back from disk. It stops after nats, which writes what it syncs.
+// startCommitter follows group commit (durability "group-commit"), which
+// the embedded nats-server runs in its file store: a failed sync stops the
+// appliance, and the next start reads the store back from disk.
 func (a *Appliance) startCommitter(context.Context) error {
 	if !a.cfg.groupCommit() {
 		return nil
 	}
-	msgs := storedir.Dir(a.report.StoreDir).Msgs(StreamAccount, a.cfg.Stream.Name)
-	c, err := ingest.NewCommitter(a.report.StoreDir, msgs)
-	if err != nil {
-		return err
-	}
+	c := ingest.NewCommitter()
 	a.commit = c
 	a.sup.add(component{name: "group commit",
 		run: func(ctx context.Context) error {
@@ -395,8 +392,7 @@ func (a *Appliance) startCommitter(context.Context) error {
 			case <-ctx.Done():
 				return nil
 			}
-		},
-		stop: func(context.Context) error { c.Close(); return nil }})
+		}})
 	return nil
 }
 
@@ -412,11 +408,11 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if c := a.commit; c != nil {
+		ec.GroupCommit, ec.GroupCommitRound, ec.GroupCommitFailed = true, c.Round, c.Fail
+	}
 	a.nats = natsrun.NewServer(func(srv *embedded.Server) {
 		a.monitored.Store(srv.NATSServer())
-		if a.commit != nil {
-			a.commit.ForceFull() // nats recovered the store (again): sync all of it
-		}
 	})
 	// The store guard hears nats' errors from its start on; it runs once
 	// the internal connection exists (startStoreGuard).
@@ -427,6 +423,11 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 			}
 		}}, a.nats, a.log)
 	ec.OnError = func(msg string) {
+		if c := a.commit; c != nil && c.Err() != nil {
+			// A failed group commit sync is final: the appliance stops
+			// (startCommitter), rather than the guard restarting nats.
+			return
+		}
 		a.guard.OnNATSError(msg)
 		if strings.Contains(msg, "Remote server has a duplicate name") {
 			a.dupName.Store(&msg)
@@ -697,13 +698,6 @@ func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 			pc.SeenUpTo = st.CachedInfo().State.FirstSeq - 1
 		}
 	}
-	if a.commit != nil {
-		// Projection writes and dead letters are made durable before
-		// their events are acked, so the consumer's ack floor is never
-		// ahead of the projection after a power cut.
-		pc.Sync = a.commit.SyncLazy
-		proj.SetHistorySync(a.commit.SyncLazy)
-	}
 	proc, err := processor.New(a.pjs, pc)
 	if err != nil {
 		return err
@@ -735,10 +729,9 @@ func (a *Appliance) startHubWatch(context.Context) (err error) {
 	if a.hubwatch, _, err = a.connect("orderstore-hubwatch", natsconf.HubWatchInbox); err != nil {
 		return err
 	}
+	// With group commit the watcher's writes are acked once synced, as in
+	// "always"; its metadata (the sources' config) is synced as written.
 	syncMeta := func(context.Context) error { return nil }
-	if c := a.commit; c != nil {
-		syncMeta = c.SyncAll
-	}
 	a.hub = edgehub.New(edgehub.Config{Edges: a.cfg.Hub.Edges, Stream: a.cfg.Stream.Name, Spec: a.cfg.DeclareSpec(), DeadLetterStream: a.cfg.Processor.DeadLetterStream,
 		DeadLetterPrefix: deadLetterSubjectPrefix(a.cfg.Processor.DeadLetterStream), EpochHeader: EpochHeader},
 		a.js, a.hubwatch.Conn, syncMeta, a.log)
@@ -812,7 +805,7 @@ func (a *Appliance) startIngest(context.Context) (err error) {
 	}})
 	if a.commit != nil {
 		a.log.Info("group commit: producers are acked once a sync made their events durable",
-			"sync", "fdatasync of the stream's last blocks; "+a.commit.How()+" for the rest")
+			"sync", ingest.How)
 	}
 	return nil
 }
@@ -969,7 +962,7 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 //  7. the processor's connection drains, then the internal one;
 //  8. nats-server shuts down (Shutdown + WaitForShutdown: every stream
 //     flushed and closed);
-//  9. group commit's syncs stop;
+//  9. group commit's watch stops;
 //  10. the admin listener closes;
 //  11. after a clean stop the store is marked stopped (the next start
 //     skips the crash checks), and the store lock is released.

@@ -25,7 +25,9 @@ func SetRebuildPace(c *Config, d time.Duration) { c.rebuildPace = d }
 
 // FailSyncs makes every group-commit sync of app fail with err from now
 // on, as a disk that reports a write-back error would.
-func FailSyncs(app *Appliance, err error) { app.commit.InjectFault(err) }
+func FailSyncs(app *Appliance, err error) {
+	app.nats.Current().NATSServer().InjectGroupCommitFault(err)
+}
 
 // InternalJetStream is orderstore's own JetStream connection of app: the
 // one principal that may touch the processor's durable (tests make a part

@@ -72,7 +72,7 @@ func (a *Appliance) ingestConfig() ingest.Config {
 	ic.InvalidCode = ValidationErrCode
 	ic.Pause = a.pauseIngest
 	if a.commit != nil {
-		ic.Sync, ic.Stats = a.commit.Sync, a.commit.Stats()
+		ic.Stats = a.commit.Stats()
 	}
 	return ic
 }

@@ -251,13 +251,11 @@ func (h handlerTarget) Discard(ctx context.Context) error         { return h.r.D
 func (h handlerTarget) HighWater(context.Context) (uint64, error) { return 0, nil } // the handler's own storage
 
 // syncStreams makes the named streams' writes durable, as the durability
-// mode asks: group commit's full round, nothing in "always" (nats synced
-// each write), an fsync of the streams' files with a relaxed interval.
+// mode asks: nothing with group commit or in "always" (nats acked each
+// write once synced), an fsync of the streams' files with a relaxed
+// interval.
 func (a *Appliance) syncStreams(ctx context.Context, streams ...string) error {
-	switch {
-	case a.commit != nil:
-		return a.commit.SyncAll(ctx)
-	case a.cfg.DurabilityMode() == DurabilityAlways:
+	if !a.cfg.relaxedSync() {
 		return nil
 	}
 	dir := storedir.Dir(a.report.StoreDir)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 
+	"github.com/orderstore/orderstore/internal/durable"
 	"github.com/orderstore/orderstore/internal/storedir"
 )
 
@@ -18,12 +19,12 @@ func (a *Appliance) markRunning() (err error) {
 	return err
 }
 
-// syncMetadata makes a stream or consumer change durable with group commit
-// (nats rewrites meta.inf and o.dat without fsync when it does not sync
-// every write); a no-op in the other modes.
-func (a *Appliance) syncMetadata(ctx context.Context) error {
+// syncMetadata makes what start-up declared durable with group commit: nats
+// syncs the metadata files it writes, not the directories it makes for a
+// new stream, bucket or consumer. A no-op in the other modes.
+func (a *Appliance) syncMetadata(context.Context) error {
 	if a.commit == nil {
 		return nil
 	}
-	return a.commit.SyncAll(ctx)
+	return durable.SyncTree(storedir.Dir(a.report.StoreDir).JetStream())
 }

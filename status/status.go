@@ -139,7 +139,7 @@ type ValidationCount struct {
 // IngestStats are group commit's figures since start: syncs of the store,
 // events acknowledged after them, and their distributions.
 type IngestStats struct {
-	Sync       string `json:"sync"` // how a round syncs: "syncfs" or "fsync of every file"
+	Sync       string `json:"sync"` // how a round syncs: "fdatasync in nats-server's file store"
 	Syncs      uint64 `json:"syncs"`
 	SyncErrors uint64 `json:"sync_errors"`
 	// Acked counts producers' events acknowledged after a sync; Waiting

@@ -100,7 +100,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		if n := num("#ingest-acked"); n != 26 {
 			return fmt.Errorf("group commit acked %d, want 26", n)
 		}
-		if s := text("#ingest-sync"); s != "(syncfs)" && s != "(fsync of every file)" {
+		if s := text("#ingest-sync"); s != "(fdatasync in nats-server's file store)" {
 			return fmt.Errorf("group commit sync %q", s)
 		}
 		if s := text("#sync-p99"); s == "–" || s == "" {

@@ -12,8 +12,8 @@
 // appliance starts again on the same store, and the test checks what it
 // recovered:
 //
-//   - durability "group-commit" (orderstore acks after its own sync of the
-//     store: syncfs on ext4, an fsync of every file on the FUSE mount) and
+//   - durability "group-commit" (nats-server's patched file store acks
+//     after one fdatasync of the blocks written since its last round) and
 //     "always" (nats fsyncs every event): every acknowledged event is in
 //     the stream, byte for byte, and once the processor caught up the
 //     projection (the ORDERS bucket) equals the fold of the stream;

@@ -1,3 +1,6 @@
+// Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
+// (patches: 0001-group-commit.patch; see natsserver/README.md).
+
 // Copyright 2019-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
 // you may not use this file except in compliance with the License.
@@ -71,6 +74,11 @@ type FileStoreConfig struct {
 	SyncAlways bool
 	// SyncOnFlush relaxes SyncAlways to flush writes on FlushAllPending.
 	SyncOnFlush bool
+	// GroupCommit (orderstore) skips the per-write sync and has PubAcks
+	// parked until one sync covers them (groupcommit.go). It goes with
+	// SyncOnFlush, so the store's own rewrites (compaction, metadata, keys)
+	// stay synced as they are written.
+	GroupCommit bool
 	// AsyncFlush allows async flush to batch write operations.
 	AsyncFlush bool
 	// Cipher is the cipher to use when encrypting.
@@ -225,6 +233,7 @@ type fileStore struct {
 	lpex        time.Time // Last PurgeEx call.
 	dios        *diskIOSemaphore
 	sources     map[string]*StreamSourceState
+	gc          *groupCommit // orderstore: nil unless fcfg.GroupCommit
 }
 
 // Represents a message store block and its data.
@@ -484,6 +493,11 @@ func newFileStoreWithCreatedAndMode(fcfg FileStoreConfig, cfg StreamConfig, crea
 
 	// Set flush in place to AsyncFlush which by default is false.
 	fs.fip = !fcfg.AsyncFlush
+
+	// orderstore: group commit's committer, stopped by stop.
+	if fcfg.GroupCommit {
+		fs.gc = newGroupCommit(fs, groupCommitMsgDir(fcfg.StoreDir))
+	}
 
 	// Check if this is a new setup.
 	mdir := filepath.Join(fcfg.StoreDir, msgDir)
@@ -5285,6 +5299,10 @@ func (fs *fileStore) newMsgBlockForWrite() (*msgBlock, error) {
 		return nil, fmt.Errorf("Error creating msg block file: %v", err)
 	}
 	mb.mfd = mfd
+	// orderstore: the next group commit round syncs the directory too.
+	if fs.gc != nil {
+		fs.gc.created()
+	}
 
 	// Check if encryption is enabled.
 	if fs.prf != nil {
@@ -8934,6 +8952,10 @@ func (mb *msgBlock) flushPendingMsgsLocked() (*LostStreamData, error) {
 		}
 	} else {
 		mb.needSync = true
+		// orderstore: the next group commit round syncs this block.
+		if gc := mb.fs.gc; gc != nil {
+			gc.written(mb.index, mb.mfn)
+		}
 	}
 
 	// Check for additional writes while we were writing to the disk.
@@ -12870,6 +12892,13 @@ func (fs *fileStore) stop(delete, writeState bool) error {
 		fs.mu.Lock()
 
 		fs.checkAndFlushLastBlock()
+	}
+	// orderstore: a last group commit round (sync, then answer the parked
+	// acks), before the blocks close.
+	if gc := fs.gc; gc != nil {
+		fs.mu.Unlock()
+		gc.stop()
+		fs.mu.Lock()
 	}
 	fs.closeAllMsgBlocks(false)
 

@@ -1,3 +1,6 @@
+// Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
+// (patches: 0001-group-commit.patch; see natsserver/README.md).
+
 // Copyright 2012-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
 // you may not use this file except in compliance with the License.
@@ -169,6 +172,8 @@ type Info struct {
 type Server struct {
 	// Fields accessed with atomic operations need to be 64-bit aligned
 	gcid uint64
+	// orderstore: a fault every group commit sync fails with (tests).
+	gcFault atomic.Pointer[error]
 	// How often user logon fails due to the issuer account not being pinned.
 	pinnedAccFail uint64
 	stats
@@ -2623,6 +2628,10 @@ func (s *Server) Shutdown() {
 	// This is for JetStream R1 Pull Consumers to allow signaling
 	// that pending pull requests are invalid.
 	s.signalPullConsumers()
+
+	// orderstore: sync and answer what group commit holds while the
+	// publishers are still connected.
+	s.groupCommitFlushAll()
 
 	s.mu.Lock()
 	clients := make([]*client, 0, len(s.clients))

@@ -1,3 +1,6 @@
+// Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
+// (patches: 0001-group-commit.patch; see natsserver/README.md).
+
 // Copyright 2019-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
 // you may not use this file except in compliance with the License.
@@ -1111,6 +1114,12 @@ func (a *Account) addStreamWithAssignmentAndMode(config *StreamConfig, fsConfig 
 	// Grab configured sync interval.
 	fsCfg.SyncInterval = s.getOpts().SyncInterval
 	fsCfg.SyncAlways = s.getOpts().SyncAlways
+	// orderstore: group commit for the R1 streams of a server that is not
+	// clustered (a clustered stream's durability is its Raft log's).
+	if o := s.getOpts(); o.GroupCommit && !o.SyncAlways && config.Replicas <= 1 && !s.JetStreamIsClustered() &&
+		config.PersistMode != AsyncPersistMode {
+		fsCfg.GroupCommit, fsCfg.SyncOnFlush = true, true
+	}
 	fsCfg.Compression = config.Compression
 	// Async flushing is only allowed if the stream has a sync log backing it.
 	fsCfg.AsyncFlush = !fsCfg.SyncAlways && config.Replicas > 1
@@ -7134,7 +7143,8 @@ func (mset *stream) processJetStreamMsgWithBatch(subject, reply string, hdr, msg
 					if canRespond {
 						response := append(pubAck, strconv.FormatUint(seq, 10)...)
 						response = append(response, ",\"duplicate\": true}"...)
-						outq.sendMsg(reply, response)
+						// orderstore: behind the original's sync.
+						mset.sendPubAck(outq, reply, response, name)
 					}
 					return errMsgIdDuplicate
 				}
@@ -7408,7 +7418,7 @@ func (mset *stream) processJetStreamMsgWithBatch(subject, reply string, hdr, msg
 			} else {
 				response = append(response, '}')
 			}
-			outq.sendMsg(reply, response)
+			mset.sendPubAck(outq, reply, response, name) // orderstore
 		}
 		return nil
 	}
@@ -7503,6 +7513,14 @@ func (mset *stream) processJetStreamMsgWithBatch(subject, reply string, hdr, msg
 			// the stream if it was replicated.
 			s.RateLimitErrorf("JetStream failed to store a msg on stream '%s > %s': %v", accName, name, err)
 			mset.setWriteErrLocked(err)
+			// orderstore: a standalone stream answers the publisher (every
+			// publish gets an answer: here, that the store cannot write).
+			if canRespond && !isClustered {
+				resp.PubAck = &PubAck{Stream: name}
+				resp.Error = NewJSStreamStoreFailedError(err, Unless(err))
+				response, _ = json.Marshal(resp)
+				outq.sendMsg(reply, response)
+			}
 			return err
 		}
 
@@ -7614,7 +7632,7 @@ func (mset *stream) processJetStreamMsgWithBatch(subject, reply string, hdr, msg
 		} else {
 			response = append(response, '}')
 		}
-		outq.sendMsg(reply, response)
+		mset.sendPubAck(outq, reply, response, name) // orderstore
 	}
 
 	// Signal consumers for new messages.
@@ -8950,6 +8968,16 @@ func (mset *stream) stop(deleteFlag, advisory bool) error {
 	// Send stream delete advisory after the consumers.
 	if deleteFlag && advisory {
 		mset.sendDeleteAdvisoryLocked()
+	}
+
+	// orderstore: with group commit, sync and answer the parked acks, and
+	// let the send loop take them, before it quits.
+	if fs, ok := mset.store.(*fileStore); ok && fs.gc != nil && mset.qch != nil {
+		outq := mset.outq
+		mset.mu.Unlock()
+		fs.groupCommitFlush()
+		outq.waitEmpty(time.Second)
+		mset.mu.Lock()
 	}
 
 	// Quit channel, do this after sending the delete advisory

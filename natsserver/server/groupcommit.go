@@ -1,0 +1,368 @@
+// Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
+// (patches: 0001-group-commit.patch; see natsserver/README.md).
+
+// Copyright 2026 The orderstore Authors
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+// http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
+package server
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// groupCommit makes a file store's writes durable in rounds (orderstore's
+// patch 0001-group-commit). The store skips the per-write sync; every
+// PubAck is parked here instead of sent. A round takes every parked ack and
+// every block written since the round before, syncs those blocks (and the
+// msgs directory when a block file appeared) without holding a store lock,
+// then sends the acks in the order they were parked. Writes and acks that
+// arrive during a round wait for the next one, which starts as soon as this
+// one ends: a lone writer waits one sync, and there is no timer.
+//
+// Invariant: a write registers its block (dirty) before its ack is parked,
+// and a round syncs after it took the registrations, so every ack a round
+// sends was covered by a sync of this round or of an earlier one.
+//
+// The first failed sync is final: the kernel may have dropped the pages it
+// could not write, so no later sync can vouch for them. The store's write
+// error is set (later writes fail), the acks of that round and every later
+// one become errors, and Options.GroupCommitError is called once.
+type groupCommit struct {
+	fs   *fileStore
+	mdir string // the store's msgs directory
+
+	mu      sync.Mutex
+	cond    *sync.Cond        // signals a finished round
+	acks    []gcAck           // parked, in store order
+	dirty   map[uint32]string // block index -> file, written since the last round
+	dirSync bool              // a block file appeared since the last round
+	err     error             // the first failed sync: final
+	rounds  uint64            // rounds finished
+	inRound bool
+	stopped bool
+
+	kick chan struct{} // capacity 1: work is waiting
+	quit chan struct{}
+	done chan struct{} // closed when run returned
+}
+
+// gcAck is one parked PubAck.
+type gcAck struct {
+	outq   *jsOutQ
+	reply  string
+	msg    []byte
+	stream string
+}
+
+// gcTestBeforeSync, set by tests before a server starts, runs in every
+// round before its sync; an error it returns fails the sync.
+var gcTestBeforeSync func(stream string) error
+
+func newGroupCommit(fs *fileStore, mdir string) *groupCommit {
+	g := &groupCommit{fs: fs, mdir: mdir, dirty: map[uint32]string{},
+		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	g.cond = sync.NewCond(&g.mu)
+	go g.run()
+	return g
+}
+
+func (g *groupCommit) signal() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+// written notes that block index (file mfn) was written to. It is called
+// with the block's lock held and takes only g.mu.
+func (g *groupCommit) written(index uint32, mfn string) {
+	g.mu.Lock()
+	if _, ok := g.dirty[index]; !ok {
+		g.dirty[index] = mfn
+	}
+	g.mu.Unlock()
+	g.signal()
+}
+
+// created notes that a block file appeared: the next round syncs the
+// directory too.
+func (g *groupCommit) created() {
+	g.mu.Lock()
+	g.dirSync = true
+	g.mu.Unlock()
+}
+
+// park holds a PubAck until a round has synced what it acknowledges. After
+// a failed sync (or once stopped) it answers with the error at once.
+func (g *groupCommit) park(outq *jsOutQ, reply string, msg []byte, stream string) {
+	if outq == nil {
+		return
+	}
+	g.mu.Lock()
+	if err := g.err; err != nil {
+		g.mu.Unlock()
+		outq.sendMsg(reply, gcErrorResponse(stream, err))
+		return
+	}
+	if g.stopped {
+		g.mu.Unlock()
+		outq.sendMsg(reply, gcErrorResponse(stream, ErrStoreClosed))
+		return
+	}
+	g.acks = append(g.acks, gcAck{outq: outq, reply: reply, msg: msg, stream: stream})
+	g.mu.Unlock()
+	g.signal()
+}
+
+func gcErrorResponse(stream string, err error) []byte {
+	resp := &JSPubAckResponse{PubAck: &PubAck{Stream: stream}, Error: NewJSStreamStoreFailedError(err, Unless(err))}
+	b, _ := json.Marshal(resp)
+	return b
+}
+
+func (g *groupCommit) run() {
+	defer close(g.done)
+	var spare []gcAck
+	for {
+		select {
+		case <-g.kick:
+		case <-g.quit:
+			// stop set stopped first, so nothing is parked after this
+			// last round: sync, then answer.
+			g.round(spare)
+			return
+		}
+		spare = g.round(spare)
+	}
+}
+
+// round runs one round and returns the acks slice for reuse.
+func (g *groupCommit) round(spare []gcAck) []gcAck {
+	g.mu.Lock()
+	acks, dirty, dirSync := g.acks, g.dirty, g.dirSync
+	if len(acks) == 0 && len(dirty) == 0 && !dirSync {
+		g.rounds++
+		g.cond.Broadcast()
+		g.mu.Unlock()
+		return spare
+	}
+	g.acks, g.dirSync = spare[:0], false
+	g.dirty = make(map[uint32]string, len(dirty))
+	g.inRound = true
+	failed := g.err
+	g.mu.Unlock()
+
+	if failed == nil && gcTestBeforeSync != nil {
+		failed = gcTestBeforeSync(g.fs.cfg.Name)
+	}
+	if failed == nil && g.fs.srv != nil {
+		if p := g.fs.srv.gcFault.Load(); p != nil {
+			failed = *p
+		}
+	}
+	start := time.Now()
+	if failed == nil {
+		failed = g.sync(dirty, dirSync)
+	}
+	took := time.Since(start)
+
+	g.mu.Lock()
+	first := failed != nil && g.err == nil
+	if failed != nil && g.err == nil {
+		g.err = failed
+	}
+	g.mu.Unlock()
+	if first {
+		g.fs.mu.Lock()
+		g.fs.setWriteErr(failed)
+		g.fs.mu.Unlock()
+		if s := g.fs.srv; s != nil {
+			s.Errorf("JetStream group commit: sync of stream '%s' failed, its store refuses writes from now on: %v", g.fs.cfg.Name, failed)
+			if cb := s.getOpts().GroupCommitError; cb != nil {
+				cb(g.fs.cfg.Name, failed)
+			}
+		}
+	}
+	for i, a := range acks {
+		if failed != nil {
+			a.outq.sendMsg(a.reply, gcErrorResponse(a.stream, failed))
+		} else {
+			a.outq.sendMsg(a.reply, a.msg)
+		}
+		acks[i] = gcAck{}
+	}
+
+	g.mu.Lock()
+	g.inRound = false
+	g.rounds++
+	g.cond.Broadcast()
+	g.mu.Unlock()
+	if s := g.fs.srv; s != nil && failed == nil {
+		if cb := s.getOpts().GroupCommitRound; cb != nil {
+			cb(g.fs.cfg.Name, len(acks), took)
+		}
+	}
+	return acks
+}
+
+// sync makes the given blocks (and the directory) durable. A block file
+// that no longer exists was removed by a purge, compact or delete: there is
+// nothing left of it to sync.
+func (g *groupCommit) sync(dirty map[uint32]string, dirSync bool) error {
+	dios := g.fs.dios
+	for _, mfn := range dirty {
+		dios.acquire()
+		f, err := os.OpenFile(mfn, os.O_RDONLY, 0)
+		if err != nil {
+			dios.release()
+			if os.IsNotExist(err) {
+				continue
+			}
+			return err
+		}
+		err = datasync(f)
+		f.Close()
+		dios.release()
+		if err != nil {
+			return err
+		}
+	}
+	if dirSync && canFsyncDirectories {
+		dios.acquire()
+		err := syncDir(g.mdir)
+		dios.release()
+		if err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// flush waits until a round that started after this call has finished: what
+// was written and parked before it is synced and answered.
+func (g *groupCommit) flush() error {
+	g.mu.Lock()
+	want := g.rounds + 1
+	if g.inRound {
+		want++
+	}
+	if g.stopped {
+		err := g.err
+		g.mu.Unlock()
+		return err
+	}
+	g.mu.Unlock()
+	g.signal()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for g.rounds < want && !g.stopped {
+		g.cond.Wait()
+	}
+	return g.err
+}
+
+// stop runs a last round (sync, then answer: a graceful stop drops no
+// parked ack) and stops the committer. A publish parked after stop began
+// is answered with ErrStoreClosed at once.
+func (g *groupCommit) stop() {
+	g.mu.Lock()
+	if g.stopped {
+		g.mu.Unlock()
+		return
+	}
+	g.stopped = true
+	g.mu.Unlock()
+	close(g.quit)
+	<-g.done
+	g.mu.Lock()
+	g.cond.Broadcast()
+	g.mu.Unlock()
+}
+
+// Err returns the failed sync that ended group commit, if any.
+func (g *groupCommit) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+// groupCommitMsgDir is the directory whose entries a round syncs.
+func groupCommitMsgDir(storeDir string) string { return filepath.Join(storeDir, msgDir) }
+
+// groupCommitFlush (orderstore) waits for a round that started after the
+// call: what was written and parked before it is synced and answered.
+// Without group commit it does nothing.
+func (fs *fileStore) groupCommitFlush() error {
+	if fs.gc == nil {
+		return nil
+	}
+	return fs.gc.flush()
+}
+
+// sendPubAck (orderstore) sends a PubAck, or with group commit parks it
+// until a sync covers what it acknowledges. Errors are never parked: they
+// go out with outq.sendMsg at once.
+// Lock should be held.
+func (mset *stream) sendPubAck(outq *jsOutQ, reply string, response []byte, stream string) {
+	if fs, ok := mset.store.(*fileStore); ok && fs.gc != nil {
+		fs.gc.park(outq, reply, response, stream)
+		return
+	}
+	outq.sendMsg(reply, response)
+}
+
+// waitEmpty (orderstore) waits, at most max, until the queue's send loop has
+// taken every message.
+func (q *jsOutQ) waitEmpty(max time.Duration) {
+	if q == nil {
+		return
+	}
+	deadline := time.Now().Add(max)
+	for q.len() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// groupCommitFlushAll (orderstore) syncs and answers the parked acks of
+// every group commit store, for Shutdown before it closes the clients.
+func (s *Server) groupCommitFlushAll() {
+	if !s.getOpts().GroupCommit {
+		return
+	}
+	s.accounts.Range(func(_, v any) bool {
+		acc, ok := v.(*Account)
+		if !ok {
+			return true
+		}
+		for _, mset := range acc.streams() {
+			mset.mu.RLock()
+			fs, ok := mset.store.(*fileStore)
+			outq := mset.outq
+			mset.mu.RUnlock()
+			if ok && fs.gc != nil {
+				fs.gc.flush()
+				outq.waitEmpty(time.Second)
+			}
+		}
+		return true
+	})
+}
+
+// InjectGroupCommitFault (orderstore, for tests) makes every later group
+// commit sync of this server fail with err, as a disk that reports a
+// write-back error would.
+func (s *Server) InjectGroupCommitFault(err error) { s.gcFault.Store(&err) }

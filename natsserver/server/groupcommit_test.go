@@ -1,0 +1,404 @@
+// Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
+// (patches: 0001-group-commit.patch; see natsserver/README.md).
+
+// Copyright 2026 The orderstore Authors
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+// http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// gcServer starts a standalone server with group commit and a stream
+// ORDERS (orders.>) on a file store; the server is shut down at cleanup.
+func gcServer(t *testing.T, edit func(*Options)) (*Server, *nats.Conn) {
+	t.Helper()
+	o := &Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true,
+		StoreDir: t.TempDir(), GroupCommit: true}
+	if edit != nil {
+		edit(o)
+	}
+	s, err := NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.AddStream(&nats.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: nats.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	return s, nc
+}
+
+func gcStore(t *testing.T, s *Server, stream string) *fileStore {
+	t.Helper()
+	acc := s.GlobalAccount()
+	mset, err := acc.lookupStream(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, ok := mset.store.(*fileStore)
+	if !ok {
+		t.Fatalf("stream %s has a %T", stream, mset.store)
+	}
+	return fs
+}
+
+// gcHold installs a sync hook that holds every round of stream until
+// release is called, and reports each round it holds on entered.
+func gcHold(t *testing.T, stream string) (entered <-chan struct{}, release func()) {
+	t.Helper()
+	in := make(chan struct{}, 1024)
+	gate := make(chan struct{})
+	var once sync.Once
+	gcTestBeforeSync = func(name string) error {
+		if name == stream {
+			in <- struct{}{}
+			<-gate
+		}
+		return nil
+	}
+	release = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	return in, release
+}
+
+func gcResetHooks(t *testing.T) {
+	t.Helper()
+	gcTestBeforeSync = nil
+	t.Cleanup(func() { gcTestBeforeSync = nil })
+}
+
+func pubAckOf(t *testing.T, m *nats.Msg) JSPubAckResponse {
+	t.Helper()
+	var r JSPubAckResponse
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		t.Fatalf("ack %q: %v", m.Data, err)
+	}
+	return r
+}
+
+// Group commit is on for R1 file streams, KV buckets included, and off when
+// sync_interval is always (which takes precedence) or the stream is in
+// memory.
+func TestGroupCommitWhichStores(t *testing.T) {
+	gcResetHooks(t)
+	s, nc := gcServer(t, nil)
+	js, _ := nc.JetStream()
+	if _, err := js.CreateKeyValue(&nats.KeyValueConfig{Bucket: "PROJ", Storage: nats.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.AddStream(&nats.StreamConfig{Name: "MEM", Subjects: []string{"mem"}, Storage: nats.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"ORDERS", "KV_PROJ"} {
+		if gcStore(t, s, name).gc == nil {
+			t.Errorf("stream %s: no group commit", name)
+		}
+	}
+	if mset, _ := s.GlobalAccount().lookupStream("MEM"); mset == nil {
+		t.Fatal("no MEM")
+	} else if _, ok := mset.store.(*fileStore); ok {
+		t.Error("MEM has a file store")
+	}
+
+	s2, _ := gcServer(t, func(o *Options) { o.SyncAlways = true })
+	if fs := gcStore(t, s2, "ORDERS"); fs.gc != nil || !fs.syncAlways.Load() {
+		t.Errorf("sync always: gc=%v syncAlways=%v, want no group commit", fs.gc != nil, fs.syncAlways.Load())
+	}
+	s3, _ := gcServer(t, func(o *Options) { o.GroupCommit = false })
+	if gcStore(t, s3, "ORDERS").gc != nil {
+		t.Error("GroupCommit off, yet the store has a committer")
+	}
+}
+
+// An ack (a duplicate's too) is not sent before the round that syncs its
+// event; once the round is done every ack arrives, the original's before
+// its duplicate's.
+func TestGroupCommitAckWaitsForSync(t *testing.T) {
+	gcResetHooks(t)
+	entered, release := gcHold(t, "ORDERS")
+	s, nc := gcServer(t, nil)
+	fs := gcStore(t, s, "ORDERS")
+
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := func(id string) {
+		m := nats.NewMsg("orders.created")
+		m.Reply = inbox
+		m.Data = []byte(`{"order_id":"A-1"}`)
+		m.Header.Set(JSMsgId, id)
+		if err := nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub("a")
+	<-entered // the round holding a's ack (or a round before it) is held
+	pub("a")  // its duplicate
+	pub("b")
+	// Both are stored or seen as duplicates, and parked behind the held round.
+	for {
+		var st StreamState
+		fs.FastState(&st)
+		fs.gc.mu.Lock()
+		parked := len(fs.gc.acks)
+		fs.gc.mu.Unlock()
+		if st.Msgs == 2 && parked >= 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := sub.Pending(); n != 0 {
+		t.Fatalf("%d acks arrived while their sync was held", n)
+	}
+	release()
+
+	var got []string
+	for i := 0; i < 3; i++ {
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("ack %d: %v", i, err)
+		}
+		r := pubAckOf(t, m)
+		if r.Error != nil {
+			t.Fatalf("ack %d: %v", i, r.Error)
+		}
+		got = append(got, fmt.Sprintf("%d/%v", r.Sequence, r.Duplicate))
+	}
+	if want := "1/false 1/true 2/false"; strings.Join(got, " ") != want {
+		t.Fatalf("acks %q, want %q", strings.Join(got, " "), want)
+	}
+}
+
+// Many publishers share rounds, every publish is acked with its own
+// sequence, and the stream holds each once.
+func TestGroupCommitConcurrentPublishers(t *testing.T) {
+	gcResetHooks(t)
+	var rounds atomic.Int64
+	gcTestBeforeSync = func(name string) error {
+		if name == "ORDERS" {
+			rounds.Add(1)
+		}
+		return nil
+	}
+	s, _ := gcServer(t, nil)
+	const pubs, each = 16, 200
+	var wg sync.WaitGroup
+	seqs := make(chan uint64, pubs*each)
+	errs := make(chan error, pubs)
+	for p := 0; p < pubs; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := nats.Connect(s.ClientURL())
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer nc.Close()
+			js, _ := nc.JetStream()
+			for i := 0; i < each; i++ {
+				a, err := js.Publish(fmt.Sprintf("orders.p%d", p), []byte("x"), nats.MsgId(fmt.Sprintf("%d-%d", p, i)))
+				if err != nil {
+					errs <- err
+					return
+				}
+				seqs <- a.Sequence
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	close(seqs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	seen := map[uint64]bool{}
+	for q := range seqs {
+		if seen[q] {
+			t.Fatalf("sequence %d acked twice", q)
+		}
+		seen[q] = true
+	}
+	if len(seen) != pubs*each {
+		t.Fatalf("%d acks, want %d", len(seen), pubs*each)
+	}
+	var st StreamState
+	gcStore(t, s, "ORDERS").FastState(&st)
+	if st.Msgs != pubs*each {
+		t.Fatalf("stream holds %d, want %d", st.Msgs, pubs*each)
+	}
+	if rounds.Load() == 0 {
+		t.Fatal("no group commit round ran")
+	}
+	t.Logf("%d acks in %d rounds", pubs*each, rounds.Load())
+}
+
+// A failed sync is final: the acks it held and every later publish get an
+// error, nothing is acked after it, the store refuses writes, and
+// GroupCommitError is called once.
+func TestGroupCommitFailedSyncIsFinal(t *testing.T) {
+	gcResetHooks(t)
+	var fail atomic.Bool
+	eio := errors.New("input/output error (injected)")
+	gcTestBeforeSync = func(name string) error {
+		if name == "ORDERS" && fail.Load() {
+			return eio
+		}
+		return nil
+	}
+	var calls atomic.Int64
+	var reported atomic.Value
+	s, nc := gcServer(t, func(o *Options) {
+		o.GroupCommitError = func(stream string, err error) { calls.Add(1); reported.Store(stream + ": " + err.Error()) }
+	})
+	js, _ := nc.JetStream()
+	if _, err := js.Publish("orders.created", []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true)
+	for i := 0; i < 3; i++ {
+		_, err := js.Publish("orders.created", []byte("after"))
+		var apiErr *nats.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != nats.ErrorCode(ApiErrors[JSStreamStoreFailedF].ErrCode) {
+			t.Fatalf("publish %d after the failed sync: %v, want a store failed error (%d)", i, err, ApiErrors[JSStreamStoreFailedF].ErrCode)
+		}
+	}
+	fail.Store(false) // the disk "recovers": group commit must stay failed
+	if _, err := js.Publish("orders.created", []byte("later")); err == nil {
+		t.Fatal("a publish was acked after a failed sync")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("GroupCommitError called %d times, want 1", n)
+	}
+	if r, _ := reported.Load().(string); !strings.Contains(r, "ORDERS") || !strings.Contains(r, "injected") {
+		t.Fatalf("GroupCommitError got %q", r)
+	}
+	fs := gcStore(t, s, "ORDERS")
+	fs.mu.RLock()
+	werr := fs.werr
+	fs.mu.RUnlock()
+	if werr == nil {
+		t.Fatal("the store's write error is not set")
+	}
+}
+
+// A graceful shutdown with acks parked syncs, then answers them: none is
+// dropped.
+func TestGroupCommitShutdownAnswersParkedAcks(t *testing.T) {
+	gcResetHooks(t)
+	entered, release := gcHold(t, "ORDERS")
+	s, nc := gcServer(t, nil)
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg("orders.created")
+	m.Reply, m.Data = inbox, []byte("x")
+	if err := nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	stopped := make(chan struct{})
+	go func() { s.Shutdown(); close(stopped) }()
+	release()
+	got, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("no answer to a publish parked at shutdown: %v", err)
+	}
+	if r := pubAckOf(t, got); r.Error != nil || r.Sequence != 1 {
+		t.Fatalf("answer %s, want an ack of sequence 1", got.Data)
+	}
+	<-stopped
+}
+
+// What was acked is in the block files when the server restarts (the
+// round's sync happened; the restart reads the blocks back).
+func TestGroupCommitAckedSurvivesRestart(t *testing.T) {
+	gcResetHooks(t)
+	dir := t.TempDir()
+	s, nc := gcServer(t, func(o *Options) { o.StoreDir = dir })
+	js, _ := nc.JetStream()
+	for i := 0; i < 100; i++ {
+		if _, err := js.Publish("orders.created", []byte(fmt.Sprintf("%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc.Close()
+	s.Shutdown()
+	s.WaitForShutdown()
+	blks, _ := filepath.Glob(filepath.Join(dir, JetStreamStoreDir, globalAccountName, streamsDir, "ORDERS", msgDir, "*.blk"))
+	if len(blks) == 0 {
+		t.Fatal("no block files")
+	}
+	for _, b := range blks {
+		if _, err := os.Stat(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s2, err := NewServer(&Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: dir, GroupCommit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.Start()
+	defer func() { s2.Shutdown(); s2.WaitForShutdown() }()
+	if !s2.ReadyForConnections(10 * time.Second) {
+		t.Fatal("not ready")
+	}
+	var st StreamState
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if mset, err := s2.GlobalAccount().lookupStream("ORDERS"); err == nil {
+			mset.store.FastState(&st)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("stream not recovered")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st.Msgs != 100 || st.LastSeq != 100 {
+		t.Fatalf("after restart: %d messages, last %d; want 100, 100", st.Msgs, st.LastSeq)
+	}
+}
