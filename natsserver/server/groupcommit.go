@@ -43,6 +43,7 @@ import (
 // one become errors, and Options.GroupCommitError is called once.
 type groupCommit struct {
 	fs   *fileStore
+	name string // the stream's (fs.cfg is the store's to change)
 	mdir string // the store's msgs directory
 
 	mu      sync.Mutex
@@ -73,7 +74,7 @@ type gcAck struct {
 var gcTestBeforeSync func(stream string) error
 
 func newGroupCommit(fs *fileStore, mdir string) *groupCommit {
-	g := &groupCommit{fs: fs, mdir: mdir, dirty: map[uint32]string{},
+	g := &groupCommit{fs: fs, name: fs.cfg.Name, mdir: mdir, dirty: map[uint32]string{},
 		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	g.cond = sync.NewCond(&g.mu)
 	go g.run()
@@ -167,7 +168,7 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 	g.mu.Unlock()
 
 	if failed == nil && gcTestBeforeSync != nil {
-		failed = gcTestBeforeSync(g.fs.cfg.Name)
+		failed = gcTestBeforeSync(g.name)
 	}
 	if failed == nil && g.fs.srv != nil {
 		if p := g.fs.srv.gcFault.Load(); p != nil {
@@ -191,9 +192,9 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 		g.fs.setWriteErr(failed)
 		g.fs.mu.Unlock()
 		if s := g.fs.srv; s != nil {
-			s.Errorf("JetStream group commit: sync of stream '%s' failed, its store refuses writes from now on: %v", g.fs.cfg.Name, failed)
+			s.Errorf("JetStream group commit: sync of stream '%s' failed, its store refuses writes from now on: %v", g.name, failed)
 			if cb := s.getOpts().GroupCommitError; cb != nil {
-				cb(g.fs.cfg.Name, failed)
+				cb(g.name, failed)
 			}
 		}
 	}
@@ -213,7 +214,7 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 	g.mu.Unlock()
 	if s := g.fs.srv; s != nil && failed == nil {
 		if cb := s.getOpts().GroupCommitRound; cb != nil {
-			cb(g.fs.cfg.Name, len(acks), took)
+			cb(g.name, len(acks), took)
 		}
 	}
 	return acks

@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0001-group-commit.patch; see natsserver/README.md).
+// (patches: 0001-group-commit.patch, 0002-admission.patch; see natsserver/README.md).
 
 // Copyright 2019-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -6582,6 +6582,13 @@ func (mset *stream) getDirectRequest(req *JSApiMsgGetRequest, reply string) {
 func (mset *stream) processInboundJetStreamMsg(_ *subscription, c *client, _ *Account, subject, reply string, rmsg []byte) {
 	hdr, msg := c.msgParts(copyBytes(rmsg)) // Need to copy.
 	hdr = removeHeaderStatusIfPresent(hdr)
+	// orderstore: admission, on the publisher's own goroutine.
+	if admit := mset.srv.getOpts().JetStreamAdmit; admit != nil {
+		var ok bool
+		if hdr, ok = mset.admit(admit, c, subject, reply, hdr, msg); !ok {
+			return
+		}
+	}
 	if mt, traceOnly := c.isMsgTraceEnabled(); mt != nil {
 		// If message is delivered, we need to disable the message trace headers
 		// to prevent a trace event to be generated when a stored message

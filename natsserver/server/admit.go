@@ -1,0 +1,75 @@
+// Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
+// (patches: 0002-admission.patch; see natsserver/README.md).
+
+// Copyright 2026 The orderstore Authors
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+// http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
+package server
+
+import "encoding/json"
+
+// AdmitMsg (orderstore's patch 0002-admission) is a message published into
+// a stream, as Options.JetStreamAdmit sees it.
+//
+// JetStreamAdmit runs on the publisher's own goroutine (its connection's
+// read loop), before the message is queued for the stream: the work it does
+// spreads over every CPU, and each connection pays for its own messages.
+// It sees what clients, leaf nodes and internal clients publish on the
+// stream's subjects at this server; it does not see what the stream sources
+// or mirrors. In a cluster only the stream's leader subscribes to its
+// subjects, and a publish made at another node arrives from a route
+// (Kind "Router") in the stream's account.
+//
+// It returns the headers to store (nil keeps the message's own; a non-nil
+// value replaces them, in NATS wire form "NATS/1.0\r\n...\r\n\r\n") or an
+// error: the publisher then gets that error as its PubAck (when it asked
+// for a reply), at once, and nothing is stored. It must not keep Header or
+// Data after it returns.
+type AdmitMsg struct {
+	Stream        string // the stream's name
+	StreamAccount string // the stream's account
+	Account       string // the account the publisher's connection is bound to
+	Kind          string // the publisher's connection: "Client", "Leafnode", "Router", "JetStream", "System", "Account", ...
+	Subject       string
+	Reply         string
+	Header        []byte // NATS wire form, or nil
+	Data          []byte
+}
+
+// admit runs the admission hook for one inbound message; false means it
+// was refused (and answered).
+func (mset *stream) admit(admit func(*AdmitMsg) ([]byte, *ApiError), c *client, subject, reply string, hdr, msg []byte) ([]byte, bool) {
+	m := AdmitMsg{Subject: subject, Reply: reply, Header: hdr, Data: msg, Kind: c.kindString()}
+	mset.mu.RLock()
+	m.Stream = mset.cfg.Name
+	if mset.acc != nil {
+		m.StreamAccount = mset.acc.Name
+	}
+	mset.mu.RUnlock()
+	if c.acc != nil {
+		m.Account = c.acc.Name
+	}
+	nhdr, apiErr := admit(&m)
+	if apiErr != nil {
+		if reply != _EMPTY_ {
+			resp := &JSPubAckResponse{PubAck: &PubAck{Stream: m.Stream}, Error: apiErr}
+			b, _ := json.Marshal(resp)
+			mset.outq.sendMsg(reply, b)
+		}
+		return nil, false
+	}
+	if nhdr != nil {
+		hdr = nhdr
+	}
+	return hdr, true
+}
