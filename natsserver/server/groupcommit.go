@@ -20,8 +20,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nuid"
 )
 
 // groupCommit makes a file store's writes durable in rounds (orderstore's
@@ -326,15 +329,31 @@ func (mset *stream) sendPubAck(outq *jsOutQ, reply string, response []byte, stre
 	outq.sendMsg(reply, response)
 }
 
-// waitEmpty (orderstore) waits, at most max, until the queue's send loop has
-// taken every message.
-func (q *jsOutQ) waitEmpty(max time.Duration) {
-	if q == nil {
+// outqSent (orderstore) waits, at most max, until the stream's send loop
+// has delivered everything queued on outq before the call: it queues a
+// marker to an internal subscription of c (the stream's own client) and
+// waits for it, since the loop delivers in order.
+func (mset *stream) outqSent(c *client, outq *jsOutQ, max time.Duration) {
+	if outq == nil || c == nil {
 		return
 	}
-	deadline := time.Now().Add(max)
-	for q.len() > 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	subj := "_ORDERSTORE_GC_SENT." + nuid.Next()
+	done := make(chan struct{})
+	var once sync.Once
+	sid := []byte(strconv.Itoa(int(mset.sid.Add(1))))
+	_, err := c.processSub([]byte(subj), nil, sid, func(*subscription, *client, *Account, string, string, []byte) {
+		once.Do(func() { close(done) })
+	}, false)
+	if err != nil {
+		return
+	}
+	defer c.processUnsub(sid)
+	outq.sendMsg(subj, nil)
+	timer := time.NewTimer(max)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
 	}
 }
 
@@ -352,11 +371,11 @@ func (s *Server) groupCommitFlushAll() {
 		for _, mset := range acc.streams() {
 			mset.mu.RLock()
 			fs, ok := mset.store.(*fileStore)
-			outq := mset.outq
+			outq, c := mset.outq, mset.client
 			mset.mu.RUnlock()
 			if ok && fs.gc != nil {
 				fs.gc.flush()
-				outq.waitEmpty(time.Second)
+				mset.outqSent(c, outq, time.Second)
 			}
 		}
 		return true

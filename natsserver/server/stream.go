@@ -8980,10 +8980,10 @@ func (mset *stream) stop(deleteFlag, advisory bool) error {
 	// orderstore: with group commit, sync and answer the parked acks, and
 	// let the send loop take them, before it quits.
 	if fs, ok := mset.store.(*fileStore); ok && fs.gc != nil && mset.qch != nil {
-		outq := mset.outq
+		outq, c := mset.outq, mset.client
 		mset.mu.Unlock()
 		fs.groupCommitFlush()
-		outq.waitEmpty(time.Second)
+		mset.outqSent(c, outq, time.Second)
 		mset.mu.Lock()
 	}
 
