@@ -10,7 +10,8 @@
 // soon as nats-server reports it, not after a timeout. The server never
 // installs signal handlers (the program that embeds it owns signals), logs into
 // log/slog, binds loopback unless told otherwise, and fsyncs every publish
-// before acknowledging it unless [Config.SyncInterval] says otherwise.
+// before acknowledging it unless [Config.SyncInterval] says otherwise; with
+// [Config.GroupCommit] one fsync covers every publish waiting for it.
 //
 // Clients connect over TCP to [Server.ClientURL], or in-process:
 //

@@ -117,6 +117,44 @@ func TestSyncIntervalConfigured(t *testing.T) {
 	}
 }
 
+// With GroupCommit every acked publish was covered by a round, which
+// GroupCommitRound reports with the stream's name; SyncAlways is false.
+func TestGroupCommitConfigured(t *testing.T) {
+	var mu sync.Mutex
+	acked := map[string]int{}
+	srv := embeddedtest.Start(t, func(c *embedded.Config) {
+		c.GroupCommit = true
+		c.GroupCommitRound = func(stream string, acks int, _ time.Duration) {
+			mu.Lock()
+			acked[stream] += acks
+			mu.Unlock()
+		}
+	})
+	if srv.SyncAlways() {
+		t.Error("SyncAlways() = true with GroupCommit")
+	}
+	js := embeddedtest.JetStream(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "GC", Subjects: []string{"gc.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := js.Publish(ctx, "gc.x", []byte("x")); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	// Each ack was sent by a round, which reports after it sent them.
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if acked["GC"] != 5 {
+			return fmt.Errorf("rounds of stream GC released %d acks, want 5", acked["GC"])
+		}
+		return nil
+	})
+}
+
 func TestPortInUseFailsFast(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
