@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -79,16 +78,12 @@ type Appliance struct {
 	// orderstore's own connections, each of its own so that no part
 	// shares another's fate: for declare, the admin API and lookups
 	// (internal), the processor and its projection writes (processor),
-	// the ingest service (ingest), a hub's source watcher (hubwatch).
-	internal, processor, ingest, hubwatch conn
-	// ingestFrom are the connections each account's publishes arrive on
-	// (ingest.Config.Connect), by account.
-	ingestFrom map[string]*nats.Conn
-	js, pjs    jetstream.JetStream // on internal, on processor
+	// a hub's source watcher (hubwatch).
+	internal, processor, hubwatch conn
+	js, pjs                       jetstream.JetStream // on internal, on processor
 
 	commit             *ingest.Committer                  // group commit's figures and failure; nil in other modes
-	ing                *ingest.Service                    // takes every producer's publish, in every mode
-	ingLive            atomic.Pointer[ingest.Service]     // ing, for the connections' handlers
+	admit              *ingest.Admission                  // nats' admission hook: every publish into the stream
 	dguard             *durableGuard                      // answers clients' requests on the processor's durable
 	hub                *edgehub.Watcher                   // a hub's source watcher; nil elsewhere
 	proj               *processor.Projection              // reads, on internal
@@ -134,7 +129,8 @@ type conn struct {
 //     /readyz answers "recovering" during a long recovery;
 //  4. group commit's watch (durability "group-commit"; nats-server's file
 //     store syncs, and a failed sync fails the appliance);
-//  5. nats-server, and a watchdog on it;
+//  5. nats-server, with the admission hook every publish into the stream
+//     passes, and a watchdog on it;
 //  6. orderstore's internal and processor connections;
 //  7. the store guard;
 //  8. declare the stream, dead-letter stream, projection bucket and
@@ -143,8 +139,7 @@ type conn struct {
 //  9. the processor;
 //  10. a hub's source watcher and its connection;
 //  11. the durable guard;
-//  12. the ingest service and its connection;
-//  13. the admin API's backend, and the admin listener's intake.
+//  12. the admin API's backend, and the admin listener's intake.
 //
 // It returns once the processor consumes and every part runs, or with an
 // error naming what failed; on error everything it started is stopped and
@@ -186,7 +181,6 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		a.runRebuild,
 		a.startHubWatch,
 		a.startDurableGuard,
-		a.startIngest,
 		a.openAdmin,
 	} {
 		if err := step(ctx); err != nil {
@@ -356,8 +350,12 @@ func (a *Appliance) openAdmin(context.Context) error {
 		Guard:   a.guardStats,
 		Rebuild: rebuildBackend{a},
 	}
-	if a.commit != nil {
-		b.Ingest = a.commit.Status
+	if c := a.commit; c != nil {
+		b.Ingest = func() *status.IngestStats {
+			st := c.Status()
+			st.Waiting = a.admit.Counts().Waiting
+			return st
+		}
 	}
 	if a.proc != nil {
 		b.Processor = a
@@ -382,7 +380,7 @@ func (a *Appliance) startCommitter(context.Context) error {
 	if !a.cfg.groupCommit() {
 		return nil
 	}
-	c := ingest.NewCommitter()
+	c := ingest.NewCommitter(a.cfg.Stream.Name)
 	a.commit = c
 	a.sup.add(component{name: "group commit",
 		run: func(ctx context.Context) error {
@@ -411,17 +409,19 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	if c := a.commit; c != nil {
 		ec.GroupCommit, ec.GroupCommitRound, ec.GroupCommitFailed = true, c.Round, c.Fail
 	}
+	a.admit = a.newAdmission()
+	ec.Admit = a.admit.Admit
+	if a.cfg.Cluster.Enabled() {
+		// A producer's publish waits out the stream's leader election.
+		ec.AwaitInterest = ingest.AwaitElection(StreamAccount, a.cfg.Stream.Subjects)
+	}
 	a.nats = natsrun.NewServer(func(srv *embedded.Server) {
 		a.monitored.Store(srv.NATSServer())
 	})
 	// The store guard hears nats' errors from its start on; it runs once
 	// the internal connection exists (startStoreGuard).
 	a.guard = natsrun.NewStoreGuard(natsrun.GuardConfig{StoreDir: a.report.StoreDir, Stream: a.cfg.Stream.Name, Subjects: a.cfg.Stream.Subjects,
-		Headroom: a.cfg.JetStream.DiskHeadroom, FailPending: func(why string) {
-			if in := a.ingLive.Load(); in != nil {
-				in.FailPending(why)
-			}
-		}}, a.nats, a.log)
+		Headroom: a.cfg.JetStream.DiskHeadroom}, a.nats, a.log)
 	ec.OnError = func(msg string) {
 		if c := a.commit; c != nil && c.Err() != nil {
 			// A failed group commit sync is final: the appliance stops
@@ -473,11 +473,12 @@ func (a *Appliance) startStoreGuard(context.Context) error {
 	return nil
 }
 
-// guardStats is what the ingest service and the durable guard refused.
+// guardStats is what admission and the durable guard refused or held back.
 func (a *Appliance) guardStats() *status.GuardStats {
 	g := &status.GuardStats{}
-	if in := a.ing; in != nil {
-		in.Guard(g)
+	if ad := a.admit; ad != nil {
+		c := ad.Counts()
+		g.Refused, g.HeldBack, g.Overloaded = c.Refused, c.Held, c.Overloaded
 	}
 	if a.dguard != nil {
 		g.ForeignConsumerRequests = a.dguard.refused.Load()
@@ -515,11 +516,6 @@ func (a *Appliance) connect(name, inbox string) (conn, jetstream.JetStream, erro
 		nats.MaxReconnects(1200), nats.ReconnectWait(250 * time.Millisecond),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			if in := a.ingLive.Load(); in != nil && strings.HasPrefix(name, "orderstore-ingest") {
-				// The stream's answers to what the service published
-				// on this connection come on it.
-				in.FailPendingOn(nc, "the connection to the stream was lost")
-			}
 			if !a.sup.stopping() {
 				log.Warn("internal connection lost, reconnecting", "err", err)
 			}
@@ -564,16 +560,10 @@ func (a *Appliance) checks(ctx context.Context) []status.Check {
 	for _, c := range []struct {
 		name string
 		nc   *nats.Conn
-	}{{"admin", a.internal.Conn}, {"processor", a.processor.Conn}, {"ingest", a.ingest.Conn}} {
+	}{{"admin", a.internal.Conn}, {"processor", a.processor.Conn}} {
 		if c.nc != nil && !c.nc.IsConnected() {
 			conns.OK = false
 			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the %s's internal connection is %s", c.name, c.nc.Status())
-		}
-	}
-	for _, acct := range slices.Sorted(maps.Keys(a.ingestFrom)) {
-		if nc := a.ingestFrom[acct]; nc != nil && !nc.IsConnected() {
-			conns.OK = false
-			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the connection account %s's publishes arrive on is %s (they are answered no responders meanwhile)", acct, nc.Status())
 		}
 	}
 	out := []status.Check{conns, a.guard.Check()}
@@ -754,62 +744,6 @@ func (a *Appliance) startDurableGuard(context.Context) (err error) {
 	return nil
 }
 
-// ingestConnPrefix and the account name the connection an account's
-// publishes arrive on.
-const ingestConnPrefix = "orderstore-ingest "
-
-// startIngest runs the ingest service, with a connection of its own: it
-// takes every producer's publish in every mode. Its stop answers every
-// publish it took (at most 10 s; what is left gets a 503 "may or may not
-// be stored").
-func (a *Appliance) startIngest(context.Context) (err error) {
-	if a.ingest, _, err = a.connect("orderstore-ingest", natsconf.InternalInbox); err != nil {
-		return err
-	}
-	ic := a.ingestConfig()
-	// Each account's publishes arrive on a connection of their own (see
-	// ingest.Config.Connect), each a component like the others.
-	from := map[string]*nats.Conn{}
-	ic.Connect = func(account string) (*nats.Conn, error) {
-		c, _, err := a.connect(ingestConnPrefix+account, natsconf.InternalInbox)
-		from[account] = c.Conn
-		return c.Conn, err
-	}
-	ic.Held = func(nc *nats.Conn) int {
-		srv, cid := a.monitored.Load(), uint64(0)
-		if srv != nil {
-			cid, _ = nc.GetClientID()
-		}
-		if cid == 0 {
-			return -1
-		}
-		// Among orderstore's own account's connections alone: nats
-		// copies the connections it looks through.
-		cz, err := srv.Connz(&server.ConnzOptions{Account: StreamAccount, CID: cid})
-		if err != nil || len(cz.Conns) != 1 {
-			return -1
-		}
-		return cz.Conns[0].Pending
-	}
-	if a.ing, err = ingest.Start(a.ingest.Conn, ic, a.log.With("component", "ingest")); err != nil {
-		return err
-	}
-	a.ingestFrom = from
-	a.ingLive.Store(a.ing)
-	in := a.ing
-	a.sup.add(component{name: "ingest", stop: func(ctx context.Context) error {
-		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		in.Close(ictx)
-		return nil
-	}})
-	if a.commit != nil {
-		a.log.Info("group commit: producers are acked once a sync made their events durable",
-			"sync", ingest.How)
-	}
-	return nil
-}
-
 // ClientURL returns the URL NATS clients connect to, with the real port
 // even when Server.Port was -1.
 func (a *Appliance) ClientURL() string { return a.server().ClientURL() }
@@ -937,7 +871,7 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 	// Published as a producer's event is (with group commit: acknowledged
 	// once durable, before the dead letter is removed), and refused when
 	// the original subject is too long for orderstore's own connection.
-	n, err := processor.Replay(ctx, ingestJetStream{a.js, a}, a.cfg.Processor.DeadLetterStream, seq)
+	n, err := processor.Replay(ctx, guardedJetStream{a.js, a}, a.cfg.Processor.DeadLetterStream, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, fmt.Errorf("dead letter %d: %w", seq, ErrNotFound)
 	}
@@ -950,21 +884,19 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 //
 //  1. the admin listener's intake: it stops taking requests and finishes
 //     those in flight;
-//  2. the ingest service: it stops taking publishes and answers those it
-//     took (at most 10 s; what is left gets a 503 "may or may not be
-//     stored"), then its connection drains;
-//  3. the durable guard;
-//  4. a hub's source watcher, then its connection drains;
-//  5. the processor: it stops fetching, finishes and acks the events it
+//  2. the durable guard;
+//  3. a hub's source watcher, then its connection drains;
+//  4. the processor: it stops fetching, finishes and acks the events it
 //     holds;
-//  6. the store guard: no restart of nats from here on (one under way is
+//  5. the store guard: no restart of nats from here on (one under way is
 //     waited for);
-//  7. the processor's connection drains, then the internal one;
-//  8. nats-server shuts down (Shutdown + WaitForShutdown: every stream
-//     flushed and closed);
-//  9. group commit's watch stops;
-//  10. the admin listener closes;
-//  11. after a clean stop the store is marked stopped (the next start
+//  6. the processor's connection drains, then the internal one;
+//  7. nats-server shuts down (Shutdown + WaitForShutdown: every stream
+//     flushed and closed, group commit syncing and answering every
+//     publish it holds first);
+//  8. group commit's watch stops;
+//  9. the admin listener closes;
+//  10. after a clean stop the store is marked stopped (the next start
 //     skips the crash checks), and the store lock is released.
 //
 // ctx bounds each step's wait: when it ends, what is left in flight is

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
@@ -374,41 +375,66 @@ func TestClusterAndLeafOverTLS(t *testing.T) {
 	})
 }
 
-// A pause is one node's (TestIngestPauseAnswersAtOnce): in an R3 cluster
-// the account's producers on that node get nats' no responders at once,
-// those on another node are still stored and acked, and after the pause
-// the paused node's producers are acked again. The mapping is the
-// node's own: nothing of it crosses a route.
-func TestClusterIngestPauseIsTheNodes(t *testing.T) {
+// Admission runs where the stream's leader is, for publishes made at any
+// node: one made at a follower crosses a route, and its account is the one
+// nats named at the follower's service import. The same Nats-Msg-Id from
+// the anonymous account at two nodes is one event (a duplicate), from
+// orderstore's own account (HTTP ingest) another; the stored ids are
+// scoped so and stamped with an epoch; a wildcard subject is refused at
+// every node.
+func TestClusterAdmissionAtEveryNode(t *testing.T) {
 	apps := startAll(t, clusterConfigs(t))
-	publish := func(app *orderstore.Appliance) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	publish := func(app *orderstore.Appliance, subject, id string) (*jetstream.PubAck, error) {
 		_, js := integrityConnect(t, app, "", "")
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		_, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"c-1"}`), jetstream.WithRetryAttempts(0))
-		return err
+		return js.Publish(pctx, subject, []byte(`{"order_id":"c-1"}`), jetstream.WithMsgID(id))
 	}
-	// Both nodes take publishes (the stream has its leader and replicas).
+	// Both nodes take publishes (the stream has its leader and replicas);
+	// with three nodes, one of the two is a follower.
 	embeddedtest.WaitFor(t, time.Minute, func() error {
-		if err := publish(apps[0]); err != nil {
+		if _, err := publish(apps[0], "orders.created", nuid.Next()); err != nil {
 			return err
 		}
-		return publish(apps[1])
+		_, err := publish(apps[1], "orders.created", nuid.Next())
+		return err
 	})
-	if err := orderstore.PauseIngest(apps[0], "", true); err != nil {
+	first, err := publish(apps[0], "orders.created", "same")
+	if err != nil || first.Duplicate {
+		t.Fatalf("node 1, id \"same\": %+v %v", first, err)
+	}
+	again, err := publish(apps[1], "orders.created", "same")
+	if err != nil || !again.Duplicate || again.Sequence != first.Sequence {
+		t.Fatalf("node 2, the same account's id \"same\": %+v %v, want a duplicate of %d", again, err, first.Sequence)
+	}
+	own, err := apps[2].Publish(ctx, "orders.created", []byte(`{"order_id":"c-1"}`), jetstream.WithMsgID("same"))
+	if err != nil || own.Duplicate {
+		t.Fatalf("orderstore's own account, id \"same\": %+v %v, want an event of its own", own, err)
+	}
+	js := orderstore.InternalJetStream(apps[0])
+	s, err := js.Stream(ctx, "ORDER_EVENTS")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := publish(apps[0]); !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
-		t.Fatalf("node 1 paused, a producer on it: %v, want nats' no responders at once", err)
+	for seq, want := range map[uint64]string{first.Sequence: "ANONYMOUS:same", own.Sequence: "ORDERSTORE:same"} {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Header.Get("Nats-Msg-Id"); got != want {
+			t.Errorf("seq %d stored with Nats-Msg-Id %q, want %q", seq, got, want)
+		}
+		if m.Header.Get(orderstore.EpochHeader) == "" || m.Header.Get("Nats-Request-Info") != "" {
+			t.Errorf("seq %d headers %v: want the epoch, and no Nats-Request-Info", seq, m.Header)
+		}
 	}
-	if err := publish(apps[1]); err != nil {
-		t.Fatalf("node 1 paused, a producer on node 2: %v, want its ack", err)
-	}
-	if err := orderstore.PauseIngest(apps[0], "", false); err != nil {
-		t.Fatal(err)
-	}
-	if err := publish(apps[0]); err != nil {
-		t.Fatalf("after the pause, a producer on node 1: %v", err)
+	for i, app := range apps {
+		var apiErr *jetstream.APIError
+		if _, err := publish(app, "orders.*", nuid.Next()); !errors.As(err, &apiErr) || apiErr.Code != 400 {
+			t.Errorf("node %d, a wildcard subject: %v, want 400", i+1, err)
+		}
 	}
 }
 

@@ -23,7 +23,7 @@
 //
 // [Start] runs start-up in order (validate, the store and its lock, the
 // admin listener, nats, the internal connections, declare and the recovery
-// checks, the processor, the ingest service) and returns only a ready
+// checks, the processor, the guards) and returns only a ready
 // [Appliance], or an error after stopping whatever it had started. Each
 // step starts components, each owning its goroutines under one supervisor:
 // [Appliance.Wait] returns when one of them fails (nats stopped, a

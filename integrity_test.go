@@ -310,16 +310,11 @@ func flood(t *testing.T, app *orderstore.Appliance, conns []*nats.Conn, subject 
 		if err != nil {
 			return err
 		}
-		if st.Ingest != nil && st.Ingest.Waiting != 0 {
+		// Publishes waiting in admission's line (a starved process takes
+		// nothing for seconds: a quiet spell alone said "done" too early).
+		if w := orderstore.AdmissionWaiting(app); w != 0 || st.Ingest != nil && st.Ingest.Waiting != 0 {
 			lastChange = time.Now()
-			return fmt.Errorf("%d of %d answered, %d waiting in the ingest service", got, n, st.Ingest.Waiting)
-		}
-		// Publishes nats delivered that the service has not taken yet (a
-		// starved process takes nothing for seconds: a quiet spell alone
-		// said "done" too early, and one of 50,000 counted unanswered).
-		if queued, pending := orderstore.IngestQueued(app); queued != 0 || pending != 0 {
-			lastChange = time.Now()
-			return fmt.Errorf("%d of %d answered, %d publishes and %d bytes queued for the ingest service", got, n, queued, pending)
+			return fmt.Errorf("%d of %d answered, %d waiting in admission's line", got, n, w)
 		}
 		// Answers on their way to the flooder: a flush brings what nats
 		// holds for its connections into their subscriptions.
@@ -896,19 +891,15 @@ func TestFullDiskAnswersInFlight(t *testing.T) {
 	}
 }
 
-// While the ingest service pauses an account (a flood, see
-// TestEveryPublishAnswered), nats answers that account's publishes "no
-// responders" at once, for every principal that publishes (the anonymous
-// client, a producer whose permissions name only the stream's subjects,
-// an admin), without passing them through the account's service import:
-// that import takes the stream account's lock twice per request, where
-// the service's own answers queue, and under a 10x flood made every
-// answer late (bench/README.md). Another account is not paused; the end
-// of a pause lets the account in again; nobody can listen where the
-// paused publishes go.
-func TestIngestPauseAnswersAtOnce(t *testing.T) {
-	// The principals under group commit (the default), and the anonymous
-	// one under the other durability modes (the service is the same).
+// While the stream's inbound queue is deep (a flood, see
+// TestEveryPublishAnswered), admission holds each producer's connection in
+// line; one that waited 2 s is answered 429 and nothing is stored, for
+// every principal that publishes (the anonymous client, a producer whose
+// permissions name only the stream's subjects, an admin) in every
+// durability mode. The connection lives (a subject near nats' protocol
+// line too), the status counts what was held back and answered, and once
+// the queue drains the same connection is acked again.
+func TestAdmissionLineAnswers429(t *testing.T) {
 	for _, c := range []struct{ name, user, password, durability string }{
 		{"anonymous", "", "", ""}, {"producer", "p1", p1Password, ""}, {"admin", "ops", adminPassword, ""},
 		{"anonymous/always", "", "", "always"}, {"anonymous/interval", "", "", "interval"},
@@ -929,66 +920,41 @@ func TestIngestPauseAnswersAtOnce(t *testing.T) {
 				app = orderstoretest.Start(t, securedConfig, mode)
 			}
 			nc, js := integrityConnect(t, app, c.user, c.password)
-			publish := func(js jetstream.JetStream) error {
+			publish := func(subject string) error {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				_, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"p-1"}`))
+				_, err := js.Publish(ctx, subject, []byte(`{"order_id":"p-1"}`), jetstream.WithRetryAttempts(0))
 				return err
 			}
-			if err := publish(js); err != nil {
-				t.Fatalf("before the pause: %v", err)
+			if err := publish("orders.created"); err != nil {
+				t.Fatalf("before the line: %v", err)
 			}
-			if err := orderstore.PauseIngest(app, c.user, true); err != nil {
-				t.Fatal(err)
+			before, _ := integrityMsgs(t, orderstore.InternalJetStream(app))
+			orderstore.HoldAdmission(app, true)
+			var apiErr *jetstream.APIError
+			if err := publish("orders.created"); !errors.As(err, &apiErr) || apiErr.Code != 429 || !strings.Contains(apiErr.Description, "publish it again") {
+				t.Fatalf("held: %v, want orderstore's 429", err)
 			}
-			err := publish(js)
-			if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
-				t.Fatalf("paused: %v, want nats' no responders at once", err)
-			}
-			// A subject near nats' protocol line limit, mapped 19 bytes
-			// longer, is answered the same way, and the connection lives.
 			long := "orders." + strings.Repeat("x", 3900)
-			if _, err := nc.Request(long, []byte(`{}`), 10*time.Second); !errors.Is(err, nats.ErrNoResponders) {
-				t.Fatalf("paused, a %d-byte subject: %v, want no responders", len(long), err)
+			if err := publish(long); !errors.As(err, &apiErr) || apiErr.Code != 429 {
+				t.Fatalf("held, a %d-byte subject: %v, want 429", len(long), err)
 			}
 			if !nc.IsConnected() {
-				t.Fatalf("paused, a long subject closed the producer's connection: %v", nc.LastError())
+				t.Fatalf("held, the producer's connection closed: %v", nc.LastError())
 			}
-			if c.user != "" {
-				// Another account's producer still gets in.
-				_, js2 := integrityConnect(t, app, "p2", p2Password)
-				if err := publish(js2); err != nil {
-					t.Fatalf("p2 while %s is paused: %v", c.user, err)
-				}
+			if after, _ := integrityMsgs(t, orderstore.InternalJetStream(app)); after != before {
+				t.Errorf("the stream went from %d to %d events while every publish was answered 429", before, after)
 			}
-			// Nobody of the account listens where its paused publishes go.
-			// (A producer may subscribe only to _INBOX.>.)
-			if c.user != "p1" {
-				errc := make(chan error, 1)
-				lc, _ := integrityConnect(t, app, c.user, c.password, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-					select {
-					case errc <- err:
-					default:
-					}
-				}))
-				if _, err := lc.SubscribeSync("_ORDERSTORE_PAUSED.>"); err != nil {
-					t.Fatal(err)
-				}
-				lc.Flush()
-				select {
-				case err := <-errc:
-					if !errors.Is(err, nats.ErrPermissionViolation) {
-						t.Fatalf("subscribing to the paused publishes: %v, want a permissions violation", err)
-					}
-				case <-time.After(30 * time.Second):
-					t.Fatal("subscribing to the paused publishes was not refused")
-				}
-			}
-			if err := orderstore.PauseIngest(app, c.user, false); err != nil {
+			st, err := integrityGetStatus(app)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if err := publish(js); err != nil {
-				t.Fatalf("after the pause: %v", err)
+			if st.Guard["overloaded"] != 2 || st.Guard["held_back"] < 2 {
+				t.Errorf("status guard %v, want 2 overloaded and at least 2 held back", st.Guard)
+			}
+			orderstore.HoldAdmission(app, false)
+			if err := publish("orders.created"); err != nil {
+				t.Fatalf("after the line: %v", err)
 			}
 		})
 	}

@@ -17,11 +17,11 @@ import (
 	"github.com/orderstore/orderstore/internal/natsconf"
 )
 
-// internalConns are orderstore's own in-process connections besides the
-// one per account its ingest service takes publishes on (a hub has one
-// more, its watcher's: hubWatchConns), which nats counts among its
-// connections: max_connections counts clients only.
-const internalConns = 3
+// internalConns are orderstore's own in-process connections, the internal
+// one and the processor's (a hub has one more, its watcher's:
+// hubWatchConns), which nats counts among its connections:
+// max_connections counts clients only.
+const internalConns = 2
 
 // hubWatchConns is the hub watcher's connection.
 const hubWatchConns = 1
@@ -35,8 +35,8 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *natsconf.Identity) (embe
 		Host:       c.Server.Host,
 		Port:       c.Server.Port,
 		ServerName: c.Server.Name,
-		// Room for the headers the ingest service adds to an event of
-		// server.max_payload (see ingest.Headroom).
+		// Room for the headers nats adds to an event of
+		// server.max_payload on its way (see ingest.Headroom).
 		MaxPayload:       int32(c.Server.MaxPayload + ingest.Headroom),
 		MaxMemory:        c.JetStream.MaxMemoryStore,
 		MaxStore:         c.JetStream.MaxFileStore,
@@ -45,13 +45,12 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *natsconf.Identity) (embe
 		Debug:            logger.Enabled(context.Background(), slog.LevelDebug),
 		SystemUser:       c.Server.SystemUser,
 		SystemPassword:   c.Server.SystemPassword,
-		MaxConnections:   c.Server.MaxConnections + internalConns + len(c.natsInput().IngestAccounts()) + hubWatchConns*b2i(c.Hub.Enabled()),
+		MaxConnections:   c.Server.MaxConnections + internalConns + hubWatchConns*b2i(c.Hub.Enabled()),
 		MaxSubscriptions: c.Server.MaxSubscriptions,
 		// One second to sign in: a socket that never does holds a
 		// max_connections slot that long, not nats' default 2s.
 		AuthTimeout: time.Second,
-		// A connection that falls behind (a reader that does not read,
-		// or the ingest service's connection of a flooding account)
+		// A connection that falls behind (a reader that does not read)
 		// costs itself alone: nats drops what it cannot take and answers
 		// the requests among them "no responders", rather than stalling
 		// every producer and closing the connection with all it held.

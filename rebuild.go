@@ -120,7 +120,7 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 	r, err := rebuild.New(rebuild.Config{BatchSize: batch,
 		JS: a.pjs, Stream: cfg.DeclareSpec().ConsumerStream(), DeadLetterStream: cfg.Processor.DeadLetterStream,
 		// This node's own replays, as its ingest service stores them.
-		ReplayMsgID: ingest.Config{Scope: cfg.msgIDScope()}.ScopedMsgID(StreamAccount, processor.ReplayMsgIDPrefix(cfg.Processor.DeadLetterStream)),
+		ReplayMsgID: ingest.ScopedMsgID(cfg.msgIDScope(), StreamAccount, processor.ReplayMsgIDPrefix(cfg.Processor.DeadLetterStream)),
 		StatePath:   filepath.Join(a.report.StoreDir, rebuildStateFile), Target: target, Version: a.handlerVersion,
 		Pause: a.pauseProcessor, Check: a.rebuildBudget, Log: a.log.With("component", "rebuild"), Pace: cfg.rebuildPace, Yield: true,
 		Done:       func(st *status.Rebuild) error { return a.recordVersion(st.Version) },

@@ -67,10 +67,9 @@ func TestKickedInternalConnectionsReconnect(t *testing.T) {
 		}
 		kicked++
 	}
-	// admin, processor, ingest (group commit is the default), and the
-	// ingest service's one per account (orderstore's own, the anonymous)
-	if kicked != 5 {
-		t.Fatalf("kicked %d internal connections, want 5 (connz: %+v)", kicked, connz.Conns)
+	// admin (the internal connection) and processor
+	if kicked != 2 {
+		t.Fatalf("kicked %d internal connections, want 2 (connz: %+v)", kicked, connz.Conns)
 	}
 	embeddedtest.WaitFor(t, 20*time.Second, func() error { return app.Ready(ctx) })
 	select {

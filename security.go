@@ -35,8 +35,6 @@ func (c Config) natsInput() natsconf.Input {
 		Processor:          c.Processor.Enabled,
 		Durable:            c.Processor.Durable,
 		ConsumerStream:     c.DeclareSpec().ConsumerStream(),
-		IngestPrefix:       ingestPrefix,
-		NodeIngestPrefix:   c.ingestNodePrefix(),
 		Users:              c.Server.Users,
 		Domain:             c.JetStream.Domain,
 		Edges:              c.Hub.Edges,

@@ -29,11 +29,6 @@ import (
 // StreamAccount sees it, and Subject, a concrete subject it matches.
 type subjectRow struct {
 	pattern, subject string
-	// via is the subject an importing role publishes on to reach Subject
-	// (the ingest rows: a producer publishes orders.created, the ingest
-	// service takes _ORDERSTORE_INGEST.<its account>.orders.created); ""
-	// is Subject.
-	via string
 	// producer, reader, admin: the roles whose accounts import the row
 	// (the anonymous loopback client has the admin's imports; the system
 	// user none). A service import, unless stream.
@@ -41,13 +36,6 @@ type subjectRow struct {
 	// stream: a stream import, so StreamAccount's publishes reach an
 	// importer's subscribers (and an importer's publishes stay its own).
 	stream bool
-	// onlyIngest: the stream's own subjects, which only the ingest
-	// service publishes in StreamAccount.
-	onlyIngest bool
-	// answers: what StreamAccount publishes on Subject (the account
-	// named by its "*") is delivered in that account on answers, and
-	// nowhere else (the ingest service's answers).
-	answers string
 	// hubToEdge, edgeToHub: the leaf link directions it crosses.
 	hubToEdge, edgeToHub bool
 }
@@ -56,9 +44,10 @@ type subjectRow struct {
 // dead-letter stream and a hub's edges.
 func expectedSubjects(edges ...string) []subjectRow {
 	rows := []subjectRow{
-		{pattern: "_ORDERSTORE_INGEST.*.orders.>", subject: "_ORDERSTORE_INGEST.*.orders.created", via: "orders.created", producer: true, admin: true},
-		{pattern: "_ORDERSTORE_REPLY.*.>", subject: "_ORDERSTORE_REPLY.*._INBOX.probe", answers: "_INBOX.probe", producer: true, admin: true, stream: true},
-		{pattern: "_INBOX_ORDERSTORE.>", subject: "_INBOX_ORDERSTORE.ingest.x.y"},
+		// The stream's own subjects: a service its subscription answers
+		// (orderstore's side here listens beside it).
+		{pattern: "orders.>", subject: "orders.created", producer: true, admin: true},
+		{pattern: "_INBOX_ORDERSTORE.>", subject: "_INBOX_ORDERSTORE.x.y"},
 		{pattern: "_ORDERSTORE_HUBWATCH.>", subject: "_ORDERSTORE_HUBWATCH.probe.1", edgeToHub: true},
 		// Reached only through ORDERSTORE_GATE's mappings of requests on
 		// orderstore's own consumers: nobody publishes it directly.
@@ -76,16 +65,10 @@ func expectedSubjects(edges ...string) []subjectRow {
 	for _, e := range edges {
 		rows = append(rows, subjectRow{pattern: "$JS." + e + ".API.>", subject: "$JS." + e + ".API.INFO", hubToEdge: true})
 	}
-	return append(rows, subjectRow{pattern: "orders.>", subject: "orders.created", onlyIngest: true})
+	return rows
 }
 
 // imports is the table's rule: which rows a role's account imports.
-// at is the row's subject for a principal in account: an ingest row's
-// "*" token is the publisher's account.
-func (r subjectRow) at(account string) string {
-	return strings.Replace(r.subject, ".*.", "."+account+".", 1)
-}
-
 func (r subjectRow) imports(role string) bool {
 	switch role {
 	case orderstore.RoleProducer:
@@ -96,17 +79,6 @@ func (r subjectRow) imports(role string) bool {
 		return r.admin
 	}
 	return false // the system user: nothing of StreamAccount's
-}
-
-// ingestRow is the row whose via is subject (a producer's publish there
-// reaches the ingest service), if any.
-func ingestRow(rows []subjectRow, subject string) (subjectRow, bool) {
-	for _, r := range rows {
-		if r.via == subject {
-			return r, true
-		}
-	}
-	return subjectRow{}, false
 }
 
 // probe is a message body that names itself (a valid event, should a
@@ -232,8 +204,7 @@ type principal struct {
 	// answers; controlSeen, the subject StreamAccount sees that request
 	// on ("": it does not reach StreamAccount).
 	control, controlSeen string
-	// account is the principal's NATS account (an ingest row's subject
-	// names it).
+	// account is the principal's NATS account.
 	account string
 }
 
@@ -259,13 +230,14 @@ func (p principal) connect(t *testing.T, app *orderstore.Appliance) (*nats.Conn,
 // without: a principal's subscription receives what orderstore's own side
 // publishes there only for a row its role imports as a stream, and a
 // principal's publish reaches orderstore's own side only for a row its
-// role imports as a service (the stream's own subjects only through the
-// ingest service).
+// role imports as a service (the stream's own subjects too: its
+// subscription answers them, and an event published with an ack gets the
+// stream's own ack).
 func TestInternalSubjectsPerPrincipal(t *testing.T) {
 	jsAPI := "$JS.API.INFO"
 	sys := principal{name: "system", role: "system", user: "sys", password: sysPassword, control: "$SYS.REQ.SERVER.PING", account: "SYS"}
 	users := []principal{
-		{name: "producer", role: orderstore.RoleProducer, user: "p1", password: p1Password, control: "orders.created", controlSeen: "_ORDERSTORE_INGEST.USER1_p1.orders.created", account: "USER1_p1"},
+		{name: "producer", role: orderstore.RoleProducer, user: "p1", password: p1Password, control: "orders.created", controlSeen: "orders.created", account: "USER1_p1"},
 		{name: "reader", role: orderstore.RoleReader, user: "reader", password: readerPassword, control: jsAPI, controlSeen: jsAPI, account: "USER3_reader"},
 		{name: "admin", role: orderstore.RoleAdmin, user: "ops", password: adminPassword, control: jsAPI, controlSeen: jsAPI, account: "USER4_ops"},
 		sys,
@@ -324,23 +296,11 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 					mine := newMsgLog(t, nil)
 					var subs []*nats.Subscription
 					for _, r := range rows {
-						s, err := nc.ChanSubscribe(r.at(p.account), mine.ch)
+						s, err := nc.ChanSubscribe(r.subject, mine.ch)
 						if err != nil {
 							t.Fatal(err)
 						}
 						subs = append(subs, s)
-						if r.answers != "" {
-							s, err := nc.ChanSubscribe(r.answers, mine.ch)
-							if err != nil {
-								t.Fatal(err)
-							}
-							subs = append(subs, s)
-						}
-					}
-					// Another client account's answers reach only it.
-					other := "USER1_p1"
-					if p.account == other {
-						other = "USER4_ops"
 					}
 					ctl := "_INBOX.ctl" + nuid.Next()
 					if _, err := nc.ChanSubscribe(ctl, mine.ch); err != nil {
@@ -350,13 +310,8 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 						t.Fatal(err)
 					}
 					for i, r := range rows {
-						if err := ic.Publish(r.at(p.account), probe(fmt.Sprintf("s-%s-%d", p.name, i))); err != nil {
+						if err := ic.Publish(r.subject, probe(fmt.Sprintf("s-%s-%d", p.name, i))); err != nil {
 							t.Fatal(err)
-						}
-						if r.answers != "" {
-							if err := ic.Publish(r.at(other), probe(fmt.Sprintf("o-%s-%d", p.name, i))); err != nil {
-								t.Fatal(err)
-							}
 						}
 					}
 					if err := ic.Flush(); err != nil {
@@ -367,54 +322,30 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 					}
 					mine.waitFor(t, "answer to the control request on "+p.control, func() bool { return len(mine.on(ctl)) > 0 })
 					for i, r := range rows {
-						if r.answers != "" {
-							if got := mine.with(fmt.Sprintf("o-%s-%d", p.name, i)); len(got) > 0 {
-								t.Errorf("%s received %s's answers (%s): %v", p.name, other, r.at(other), subjectsOf(got))
-							}
-							got := mine.with(fmt.Sprintf("s-%s-%d", p.name, i))
-							if want := r.imports(p.role); len(onSubject(got, r.answers)) != len(got) || (len(got) > 0) != want {
-								t.Errorf("%s subscribed %s and %s (row %s): received orderstore's publish on %s as %v, want it on %s: %v", p.name, r.at(p.account), r.answers, r.pattern, r.at(p.account), subjectsOf(got), r.answers, want)
-							}
-							continue
-						}
 						want := r.imports(p.role) && r.stream
-						if got := onSubject(mine.with(fmt.Sprintf("s-%s-%d", p.name, i)), r.at(p.account)); (len(got) > 0) != want {
-							t.Errorf("%s subscribed %s (row %s): received %d of orderstore's own publishes there, want them: %v", p.name, r.at(p.account), r.pattern, len(got), want)
+						if got := onSubject(mine.with(fmt.Sprintf("s-%s-%d", p.name, i)), r.subject); (len(got) > 0) != want {
+							t.Errorf("%s subscribed %s (row %s): received %d of orderstore's own publishes there, want them: %v", p.name, r.subject, r.pattern, len(got), want)
 						}
 					}
 					for _, s := range subs {
 						s.Unsubscribe()
 					}
 
-					// Publish: the principal publishes on every row (and
-					// on an ingest row's via), then its control request
-					// must reach orderstore's side after them.
+					// Publish: the principal publishes on every row, then
+					// its control request must reach orderstore's side
+					// after them.
 					for i, r := range rows {
-						m := &nats.Msg{Subject: r.at(p.account), Data: probe(fmt.Sprintf("p-%s-%d", p.name, i))}
-						if r.onlyIngest {
-							// With a reply: through the ingest service it
-							// arrives with the service's own reply subject.
-							m.Reply = "_INBOX.r" + nuid.Next()
-						}
-						if err := nc.PublishMsg(m); err != nil {
+						if err := nc.Publish(r.subject, probe(fmt.Sprintf("p-%s-%d", p.name, i))); err != nil {
 							t.Fatal(err)
 						}
-						if r.via == "" {
-							continue
-						}
-						v := probe(fmt.Sprintf("v-%s-%d", p.name, i))
-						if !r.imports(p.role) {
-							if err := nc.Publish(r.via, v); err != nil {
-								t.Fatal(err)
-							}
-							continue
-						}
-						c, cancel := context.WithTimeout(ctx, 15*time.Second)
-						ack, err := js.Publish(c, r.via, v)
-						cancel()
-						if err != nil || ack.Stream != "ORDER_EVENTS" || ack.Sequence == 0 {
-							t.Errorf("%s published %s (row %s): ack %+v, %v; want the stream's ack through the ingest service", p.name, r.via, r.pattern, ack, err)
-						}
+					}
+					// An event published with an ack: the stream's own
+					// answer, for a role that imports the stream's subjects.
+					c, cancel := context.WithTimeout(ctx, 15*time.Second)
+					ack, err := js.Publish(c, "orders.created", probe("ack-"+p.name), jetstream.WithRetryAttempts(0))
+					cancel()
+					if canPublish := p.role == orderstore.RoleProducer || p.role == orderstore.RoleAdmin; canPublish != (err == nil && ack.Stream == "ORDER_EVENTS" && ack.Sequence > 0) {
+						t.Errorf("%s published an event with an ack: %+v, %v; want the stream's ack: %v", p.name, ack, err, canPublish)
 					}
 					if p.controlSeen != "" {
 						if err := nc.Publish(p.control, probe("pctl-"+p.name)); err != nil {
@@ -437,36 +368,10 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 						own.sync(t)
 					}
 					for i, r := range rows {
-						got := onSubject(own.with(fmt.Sprintf("p-%s-%d", p.name, i)), r.at(p.account))
-						if r.onlyIngest {
-							// Only the ingest service publishes here (its
-							// republish comes after the control): for a role
-							// that imports the ingest row, once, with the
-							// service's reply; for any other, never.
-							if ir, ok := ingestRow(rows, r.at(p.account)); ok && ir.imports(p.role) {
-								own.waitFor(t, p.name+"'s "+r.at(p.account)+" republished by the ingest service", func() bool {
-									got = onSubject(own.with(fmt.Sprintf("p-%s-%d", p.name, i)), r.at(p.account))
-									return len(got) > 0
-								})
-							} else if len(got) > 0 {
-								t.Errorf("%s published %s: it reached StreamAccount's %s (%d times), want never", p.name, r.at(p.account), r.pattern, len(got))
-							}
-							for _, m := range got {
-								if !strings.HasPrefix(m.Reply, "_INBOX_ORDERSTORE.ingest.") {
-									t.Errorf("%s published %s: it reached StreamAccount's %s directly (reply %q), not through the ingest service", p.name, r.at(p.account), r.pattern, m.Reply)
-								}
-							}
-							continue
-						}
-						want := r.imports(p.role) && !r.stream && r.via == ""
+						got := onSubject(own.with(fmt.Sprintf("p-%s-%d", p.name, i)), r.subject)
+						want := r.imports(p.role) && !r.stream
 						if (len(got) > 0) != want {
-							t.Errorf("%s published %s (row %s): orderstore's side received it %d times, want it: %v", p.name, r.at(p.account), r.pattern, len(got), want)
-						}
-						if r.via != "" {
-							got := onSubject(own.with(fmt.Sprintf("v-%s-%d", p.name, i)), r.at(p.account))
-							if want := r.imports(p.role); (len(got) > 0) != want {
-								t.Errorf("%s published %s (row %s through %s): orderstore's side received it %d times, want it: %v", p.name, r.via, r.pattern, r.at(p.account), len(got), want)
-							}
+							t.Errorf("%s published %s (row %s): orderstore's side received it %d times, want it: %v", p.name, r.subject, r.pattern, len(got), want)
 						}
 					}
 				})
@@ -558,7 +463,7 @@ func storedMarkers(t *testing.T, js jetstream.JetStream, stream string) map[stri
 // TestRogueLeafPeer (issue 17, rows 1-3): a stock nats-server that joins a
 // hub's leaf listener with the hub's leaf user and password, next to a
 // real edge, sees nothing of orderstore's internal traffic, cannot answer
-// for the stream or the ingest service, and cannot store events; the
+// for the stream, and cannot store events; the
 // edge's sourcing keeps working, each event exactly once.
 func TestRogueLeafPeer(t *testing.T) {
 	ctx := context.Background()
@@ -734,7 +639,7 @@ func TestRogueLeafPeer(t *testing.T) {
 		var mu sync.Mutex
 		last := map[string]uint64{} // ack prefix -> highest id seen (ids in base 36)
 		learn := func(s string) {
-			if !strings.HasPrefix(s, "_INBOX_ORDERSTORE.ingest.") {
+			if !strings.HasPrefix(s, "_INBOX_ORDERSTORE.") {
 				return
 			}
 			i := strings.LastIndexByte(s, '.')
@@ -774,7 +679,7 @@ func TestRogueLeafPeer(t *testing.T) {
 				default:
 				}
 				mu.Lock()
-				guesses := []string{"_INBOX_ORDERSTORE.ingest." + nuid.Next() + "." + nuid.Next(), "_INBOX_ORDERSTORE.ingest.x.y"}
+				guesses := []string{"_INBOX_ORDERSTORE." + nuid.Next() + "." + nuid.Next(), "_INBOX_ORDERSTORE.x.y"}
 				for p, n := range last {
 					for j := uint64(1); j <= 4; j++ {
 						guesses = append(guesses, p+strconv.FormatUint(n+j, 36))
@@ -826,10 +731,12 @@ func TestRogueLeafPeer(t *testing.T) {
 				rc.Publish(m.Reply, fakePubAck)
 			}
 		})
-		if _, err := rc.ChanSubscribe("_ORDERSTORE_INGEST.>", responder.ch); err != nil {
+		// The stream's subjects, as a plain and a queue subscriber: an
+		// answer before the stream's would be a forged ack.
+		if _, err := rc.ChanSubscribe("orders.>", responder.ch); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := rc.ChanQueueSubscribe("_ORDERSTORE_INGEST.>", "orderstore-ingest", responder.ch); err != nil {
+		if _, err := rc.ChanQueueSubscribe("orders.>", "orderstore-ingest", responder.ch); err != nil {
 			t.Fatal(err)
 		}
 		rc.ChanSubscribe(toRogue+">", responder.ch)
@@ -852,7 +759,7 @@ func TestRogueLeafPeer(t *testing.T) {
 		}
 		hubToRogue(t, responder)
 		if n := requests.Load(); n > 0 {
-			t.Errorf("the rogue's responder on _ORDERSTORE_INGEST.> received %d producer publishes", n)
+			t.Errorf("the rogue's responder on orders.> received %d producer publishes", n)
 		}
 		for _, a := range acks {
 			st, err := a.js.Stream(ctx, "ORDER_EVENTS")

@@ -43,7 +43,8 @@ var (
 	descRecovered      = desc("processor_events_recovered_total", "Events another client took from the processor's durable, which the processor read back from the stream and applied.")
 	descLostAtEdge     = desc("hub_edge_lost_events_total", "Events the hub had copied from an edge that the edge lost in a crash before they were durable (never acknowledged there); moved to the dead-letter stream.", "edge")
 	descEdgeRegress    = desc("hub_edge_regressions_total", "Times an edge's sequence went backwards under events the hub had copied (each repaired).", "edge")
-	descIngestRefused  = desc("guard_refused_total", "What orderstore answered with an error instead of passing it on (publishes over their account's budget or shed while the ingest service was behind, publishes whose reply subject was too long to answer on, pauses of a flooding account's publishes (nats answers them 503 no responders meanwhile), publishes the stream never answered, forged answers, retries during an election, requests on orderstore's own consumer), by reason.", "reason")
+	descIngestRefused  = desc("guard_refused_total", "What orderstore answered with an error instead of passing it on (events refused at admission for their subject, size or origin; publishes answered 429 after 2 s in admission's line; requests on orderstore's own consumer), by reason.", "reason")
+	descHeldBack       = desc("ingest_held_back_total", "Publishes whose connection waited in admission's line because the stream's inbound queue was deep (producers faster than the disk).")
 	descAckErrors      = desc("processor_settle_errors_total", "Acks, naks and terms that could not be sent (the event is redelivered).")
 	descRecovery       = desc("recovery_notes", "What start-up found and did about a damaged store (see /v1/status recovery); 0 after a clean start.")
 	descDLQ            = desc("dead_letter_messages", "Events in the dead-letter stream.", "stream")
@@ -146,10 +147,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, c := range []struct {
 			v      uint64
 			reason string
-		}{{g.OverBudget, "over_budget"}, {g.Overloaded, "overloaded"}, {g.Unanswerable, "unanswerable"}, {g.IngestPauses, "ingest_pause"}, {g.Unanswered, "unanswered"}, {g.ForgedAnswers, "forged_answer"},
-			{g.ElectionRetries, "election_retry"}, {g.ForeignConsumerRequests, "foreign_consumer_request"}} {
+		}{{g.Refused, "refused"}, {g.Overloaded, "overloaded"}, {g.ForeignConsumerRequests, "foreign_consumer_request"}} {
 			ch <- prometheus.MustNewConstMetric(descIngestRefused, prometheus.CounterValue, float64(c.v), c.reason)
 		}
+		ch <- prometheus.MustNewConstMetric(descHeldBack, prometheus.CounterValue, float64(g.HeldBack))
 	}
 	if v := st.Validation; v != nil {
 		for _, c := range v.Rejected {

@@ -74,6 +74,21 @@ type Config struct {
 	// server and start it again, which reads the store back from disk.
 	GroupCommitFailed func(stream string, err error)
 
+	// Admit, if set, decides on every message published into a stream at
+	// this server, on the publisher's own goroutine, before the stream
+	// queues it: it may rewrite the headers, hold the publisher back, or
+	// refuse the message with a JetStream API error, which the publisher
+	// gets at once; nothing refused is stored (server.AdmitMsg,
+	// natsserver/patches/0002-admission.patch).
+	Admit func(*server.AdmitMsg) ([]byte, *server.ApiError)
+
+	// AwaitInterest, if set, is asked about a client's publish with a
+	// reply subject that finds no subscriber in account: a positive
+	// duration holds that publisher up to that long for one to subscribe
+	// (a clustered stream electing its leader) instead of answering "no
+	// responders" at once (natsserver/patches/0004-await-interest.patch).
+	AwaitInterest func(account, subject string) time.Duration
+
 	// ReadyTimeout bounds Start when ctx has no deadline. Default 60s:
 	// stream recovery on a large store runs inside start-up.
 	ReadyTimeout time.Duration
@@ -480,6 +495,7 @@ func (c Config) options() (*server.Options, error) {
 	if o.JetStreamMaxStore == 0 {
 		o.JetStreamMaxStore = defaultMaxStore
 	}
+	o.JetStreamAdmit, o.AwaitInterest = c.Admit, c.AwaitInterest
 	switch {
 	case c.GroupCommit:
 		o.GroupCommit, o.SyncInterval = true, c.SyncInterval

@@ -142,8 +142,8 @@ type IngestStats struct {
 	Sync       string `json:"sync"` // how a round syncs: "fdatasync in nats-server's file store"
 	Syncs      uint64 `json:"syncs"`
 	SyncErrors uint64 `json:"sync_errors"`
-	// Acked counts producers' events acknowledged after a sync; Waiting
-	// those taken and not yet answered.
+	// Acked counts the events acknowledged after a sync; Waiting the
+	// publishes waiting in admission's line now.
 	Acked   uint64 `json:"acked"`
 	Waiting int64  `json:"waiting"`
 	// SyncP50Seconds and SyncP99Seconds estimate the sync time's
@@ -152,39 +152,21 @@ type IngestStats struct {
 	SyncP99Seconds float64   `json:"sync_p99_seconds"`
 	SyncSeconds    Histogram `json:"sync_seconds"`
 	BatchEvents    Histogram `json:"batch_events"`
-	// Stages is where the publishes answered since the last status spent
-	// their time (the median and p90 of each stage), in a build made
-	// with -tags benchtrace only (bench/groupcommit). A producer that
-	// sets the header "Bench-T" to its send time in Unix nanoseconds has
-	// its way to the service measured too.
-	Stages string `json:"stages,omitempty"`
 }
 
 // GuardStats count what orderstore answered with an error instead of
 // passing it on, since start.
 type GuardStats struct {
-	// OverBudget: publishes answered 429 (their account had too many in
-	// flight); Unanswered: answered 503 because the stream never answered
-	// them (nats dropped them: a full disk, a restart, a lost leader);
-	// ForgedAnswers: answers on an ack id that were not the stream's,
-	// ignored; ElectionRetries: republishes while the stream had no leader.
-	OverBudget uint64 `json:"over_budget"`
-	// Overloaded: publishes answered 429 at once because the ingest
-	// service answered publishes more than 2 s after they arrived, from
-	// accounts with 64 or more in flight; Unanswerable: publishes whose
-	// reply subject was too long to answer on (with the prefix and
-	// account name orderstore puts before it, past nats' 4 KiB protocol
-	// line): neither stored nor answered.
-	Overloaded   uint64 `json:"overloaded"`
-	Unanswerable uint64 `json:"unanswerable"`
-	// IngestPauses: times one of an account's publishes waited 1 s for
-	// the ingest service, or 16,384 of them (or 32 MiB) waited, and the
-	// service paused that account (nats answers its publishes meanwhile:
-	// 503 no responders).
-	IngestPauses    uint64 `json:"ingest_pauses"`
-	Unanswered      uint64 `json:"unanswered"`
-	ForgedAnswers   uint64 `json:"forged_answers"`
-	ElectionRetries uint64 `json:"election_retries"`
+	// Refused: events refused at admission for their subject (a wildcard
+	// token), their size with headers (past max_msg_size) or their origin
+	// (a leaf node), answered 400 or 403; schema validation's refusals
+	// are counted under validation.
+	Refused uint64 `json:"refused"`
+	// HeldBack: publishes whose connection waited in line because the
+	// stream's inbound queue was deep (a producer faster than the disk);
+	// Overloaded: those answered 429 after 2 s in line.
+	HeldBack   uint64 `json:"held_back"`
+	Overloaded uint64 `json:"overloaded"`
 	// ForeignConsumerRequests: client requests on orderstore's own
 	// consumer refused by the durable guard.
 	ForeignConsumerRequests uint64 `json:"foreign_consumer_requests"`

@@ -167,8 +167,3 @@ func PassFail(ok bool) string {
 	}
 	return "FAIL"
 }
-
-// StageHeader carries a producer's send time (Unix nanoseconds) to a
-// -tags benchtrace build of orderstore, which records each publish's
-// stages from it (internal/ingest's StageHeader, the same name).
-const StageHeader = "Bench-T"

@@ -55,7 +55,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
-	"github.com/orderstore/orderstore/bench/benchkit"
 	"github.com/orderstore/orderstore/status"
 )
 
@@ -70,7 +69,6 @@ var (
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	noProc    = flag.Bool("no-processor", false, "run orderstore without its processor (the ingest path alone)")
 	verbose   = flag.Bool("v", false, "print group commit's syncs per cell")
-	stagesOn  = flag.Bool("stages", false, "print where orderstore's publishes spend their time, per cell (build with -tags benchtrace); producers send their send time in a header")
 	reps      = flag.Int("reps", 3, "runs of each cell per target, in alternating order; the median is reported")
 	only      = flag.String("only", "", "comma-separated targets to run (nats-always, orderstore-always, orderstore-group-commit, nats-relaxed; orderstore-group-commit-validated runs only when named here)")
 )
@@ -338,7 +336,7 @@ func orderstoreTarget(durability, schema string) func(string) (string, func(), f
 		}
 		lastSyncs, lastAcked := uint64(0), uint64(0)
 		stats := func() uint64 {
-			if *verbose || *stagesOn {
+			if *verbose {
 				rec := httptest.NewRecorder()
 				app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/status", nil))
 				var st status.Status
@@ -347,12 +345,6 @@ func orderstoreTarget(durability, schema string) func(string) (string, func(), f
 					fmt.Printf("    syncs %d (%.0f events/sync) p50 %.2fms p99 %.2fms mean %.2fms\n", in.Syncs-lastSyncs,
 						float64(in.Acked-lastAcked)/float64(in.Syncs-lastSyncs), in.SyncP50Seconds*1000, in.SyncP99Seconds*1000, in.SyncSeconds.Sum/float64(in.SyncSeconds.Count)*1000)
 					lastSyncs, lastAcked = in.Syncs, in.Acked
-				}
-				if in := st.Ingest; in != nil && *stagesOn {
-					if in.Stages == "" {
-						in.Stages = "    no stages recorded: build with -tags benchtrace\n"
-					}
-					fmt.Print(in.Stages)
 				}
 			}
 			return app.Stats().Processed
@@ -401,9 +393,6 @@ func load(url, name string, p, w, size int, payloads [][]byte, projected func() 
 					k++
 					t := time.Now()
 					msg := &nats.Msg{Subject: "orders.created", Data: payloads[k%len(payloads)]}
-					if *stagesOn {
-						msg.Header = nats.Header{benchkit.StageHeader: {strconv.FormatInt(time.Now().UnixNano(), 10)}}
-					}
 					if _, err := js.PublishMsg(context.Background(), msg); err != nil {
 						log.Fatalf("%s: publish: %v", name, err)
 					}

@@ -60,7 +60,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
-	"github.com/orderstore/orderstore/bench/benchkit"
 	"github.com/orderstore/orderstore/bootstrap"
 )
 
@@ -82,7 +81,6 @@ var (
 	targetCPUs = flag.String("target-cpus", "", "run each target on these CPUs only (taskset -c syntax, e.g. 0), so that the load generator, run under taskset on the others, takes no CPU from it")
 	idle       = flag.Duration("idle", 0, "instead of the load: start each target, leave it idle this long and report its resident memory (VmRSS), the standalone nats-server declaring every stream, consumer and bucket orderstore declares (issue 19: orderstore at most 1.3 times that)")
 	natsBin    = flag.String("nats-server", "", "with -idle: a nats-server binary (v2.15.3: go install github.com/nats-io/nats-server/v2@v2.15.3) to measure as the standalone server instead of the one embedded in this program")
-	stagesOn   = flag.Bool("stages", false, "send each request's send time in a header and print where orderstore's publishes spent their time (build with -tags benchtrace)")
 )
 
 func main() {
@@ -146,16 +144,10 @@ func main() {
 			}
 			offered = *factor * r.sustained
 		}
-		if *stagesOn && c.admin != "" {
-			fmt.Print(stageReport(c.admin))
-		}
 		before := streamMsgs(c.url)
 		r.over = overload(c, payload, offered)
 		r.over.stored = streamMsgs(c.url) - before
 		r.overHWM, r.overRSS = c.mem()
-		if *stagesOn && c.admin != "" {
-			fmt.Print(stageReport(c.admin))
-		}
 		if c.admin != "" {
 			r.guard = guardStats(c.admin)
 		}
@@ -528,14 +520,7 @@ func (p *pipe) onAnswer(m *nats.Msg) {
 func (p *pipe) request(subject string, i int, payload []byte) bool {
 	now := time.Now().UnixNano()
 	p.sentAt[i].Store(now)
-	var err error
-	if *stagesOn {
-		m := &nats.Msg{Subject: subject, Reply: p.inbox + "." + strconv.Itoa(i), Data: payload, Header: nats.Header{benchkit.StageHeader: []string{strconv.FormatInt(now, 10)}}}
-		err = p.nc.PublishMsg(m)
-	} else {
-		err = p.nc.PublishRequest(subject, p.inbox+"."+strconv.Itoa(i), payload)
-	}
-	if err != nil {
+	if err := p.nc.PublishRequest(subject, p.inbox+"."+strconv.Itoa(i), payload); err != nil {
 		log.Printf("publish: %v (this connection stops sending)", err)
 		return false
 	}
@@ -562,7 +547,7 @@ func settle(c *child, pipes []*pipe, sent []int, t0 time.Time, sendTime time.Dur
 	}
 	state := func() string {
 		s := fmt.Sprintf("%d %d", answered(), streamMsgs(c.url))
-		if c.admin != "" && !*stagesOn { // a status call takes the stages recorded
+		if c.admin != "" {
 			s += fmt.Sprintf(" %d", ingestWaiting(c.admin))
 		}
 		return s
@@ -705,26 +690,6 @@ func streamMsgs(url string) int64 {
 		return -1
 	}
 	return int64(s.CachedInfo().State.Msgs)
-}
-
-// stageReport is ingest.stages of orderstore's /v1/status: where the
-// publishes answered since the last report spent their time.
-func stageReport(admin string) string {
-	resp, err := http.Get(admin + "/v1/status")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Ingest *struct {
-			Stages string `json:"stages"`
-		} `json:"ingest"`
-	}
-	json.NewDecoder(resp.Body).Decode(&st)
-	if st.Ingest == nil || st.Ingest.Stages == "" {
-		return "    no stages recorded: build with -tags benchtrace\n"
-	}
-	return st.Ingest.Stages
 }
 
 // guardStats is the "guard" object of orderstore's /v1/status.

@@ -98,15 +98,12 @@ func printStatus(w io.Writer, st status.Status) {
 		config.ByteSize(st.Store.JetStreamBytes), config.ByteSize(st.Store.JetStreamMaxBytes))
 	printTopology(tw, st.Topology)
 	printValidation(tw, st.Validation)
-	if g := st.Guard; g != nil && g.OverBudget+g.Overloaded+g.Unanswered+g.ForgedAnswers+g.ForeignConsumerRequests > 0 {
-		fmt.Fprintf(tw, "refused\t%d publishes over their account's budget (429), %d while overloaded (429), %d the stream never answered (503), %d forged answers, %d requests on orderstore's own consumer\n",
-			g.OverBudget, g.Overloaded, g.Unanswered, g.ForgedAnswers, g.ForeignConsumerRequests)
+	if g := st.Guard; g != nil && g.Refused+g.Overloaded+g.ForeignConsumerRequests > 0 {
+		fmt.Fprintf(tw, "refused\t%d events for their subject, size or origin (400, 403), %d after 2 s in admission's line (429), %d requests on orderstore's own consumer\n",
+			g.Refused, g.Overloaded, g.ForeignConsumerRequests)
 	}
-	if g := st.Guard; g != nil && g.IngestPauses > 0 {
-		fmt.Fprintf(tw, "overloaded\t%d pauses of a flooding account's publishes (nats answered them 503 no responders meanwhile)\n", g.IngestPauses)
-	}
-	if g := st.Guard; g != nil && g.Unanswerable > 0 {
-		fmt.Fprintf(tw, "unanswerable\t%d publishes: their reply subject was too long to answer on (not stored; their producers timed out)\n", g.Unanswerable)
+	if g := st.Guard; g != nil && g.HeldBack > 0 {
+		fmt.Fprintf(tw, "held back\t%d publishes waited in line: the stream's queue was deep (producers faster than the disk)\n", g.HeldBack)
 	}
 	for _, c := range st.Checks {
 		if !c.OK {

@@ -21,10 +21,11 @@ import (
 // write from then on, Failed is closed, and the appliance stops; the next
 // start reads the store back from the disk.
 type Committer struct {
-	fail  chan struct{}
-	once  sync.Once
-	err   atomic.Pointer[error]
-	stats Stats
+	stream string // the events stream: Acked counts its acks
+	fail   chan struct{}
+	once   sync.Once
+	err    atomic.Pointer[error]
+	stats  Stats
 }
 
 // Stats are what /metrics and the dashboard show of the rounds.
@@ -34,14 +35,13 @@ type Stats struct {
 	errors    uint64
 	syncHist  histogram // seconds per round
 	batchHist histogram // acks released per round
-	acked     uint64    // events acknowledged by the ingest service
-	waiting   atomic.Int64
+	acked     uint64    // the events stream's acks released after a round
 }
 
 // NewCommitter returns a Committer for embedded.Config's GroupCommitRound
-// (Round) and GroupCommitFailed (Fail).
-func NewCommitter() *Committer {
-	c := &Committer{fail: make(chan struct{})}
+// (Round) and GroupCommitFailed (Fail); stream is the events stream.
+func NewCommitter(stream string) *Committer {
+	c := &Committer{stream: stream, fail: make(chan struct{})}
 	c.stats.syncHist = newHistogram(syncBuckets)
 	c.stats.batchHist = newHistogram(batchBuckets)
 	return c
@@ -54,13 +54,16 @@ var (
 
 // Round records one round of any stream or bucket: the acks it released
 // and its sync's time.
-func (c *Committer) Round(_ string, acks int, sync time.Duration) {
+func (c *Committer) Round(stream string, acks int, sync time.Duration) {
 	s := &c.stats
 	s.mu.Lock()
 	s.syncs++
 	s.syncHist.observe(sync.Seconds())
 	if acks > 0 {
 		s.batchHist.observe(float64(acks))
+		if stream == c.stream {
+			s.acked += uint64(acks)
+		}
 	}
 	s.mu.Unlock()
 }
@@ -149,11 +152,7 @@ func (c *Committer) Status() *status.IngestStats {
 	h := func(x *histogram) status.Histogram {
 		return status.Histogram{Count: x.n, Sum: x.sum, Buckets: x.cumulative()}
 	}
-	return &status.IngestStats{Sync: How, Syncs: s.syncs, SyncErrors: s.errors, Acked: s.acked, Waiting: s.waiting.Load(),
+	return &status.IngestStats{Sync: How, Syncs: s.syncs, SyncErrors: s.errors, Acked: s.acked,
 		SyncP50Seconds: s.syncHist.quantile(0.5), SyncP99Seconds: s.syncHist.quantile(0.99),
-		SyncSeconds: h(&s.syncHist), BatchEvents: h(&s.batchHist), Stages: StageReport()}
+		SyncSeconds: h(&s.syncHist), BatchEvents: h(&s.batchHist)}
 }
-
-// Stats are the rounds' figures, which the ingest service adds its acks to
-// (Config.Stats).
-func (c *Committer) Stats() *Stats { return &c.stats }

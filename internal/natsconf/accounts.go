@@ -36,9 +36,8 @@ const (
 )
 
 // AnonymousAccount is where anonymous loopback clients land when no users
-// are configured and durability is "group-commit": outside StreamAccount,
-// so that their publishes reach the stream only through the ingest
-// service. (In the other modes they land in StreamAccount.)
+// are configured: outside StreamAccount, with an admin's imports, so that
+// orderstore's own consumers and inboxes stay out of their reach.
 const AnonymousAccount = "ANONYMOUS"
 
 // InternalInbox is the inbox prefix of orderstore's own connections:
@@ -99,16 +98,7 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 	accounts = []embedded.Account{stream, sys, in.gateAccount()}
 	users = []embedded.User{{Name: internalUser, Nkey: id.pub, Account: StreamAccount}}
 	client := func(name, role string) embedded.Account {
-		acc := embedded.Account{Name: name, Imports: in.roleImports(role, name)}
-		ex, im, sex, sim := in.ingestLinks(role, name)
-		acc.Exports = append(acc.Exports, ex...)
-		acc.Imports = append(acc.Imports, im...)
-		// StreamAccount imports before the client accounts do (embedded
-		// adds the imports in the accounts' order): nats refuses the
-		// second of two stream imports that would form a cycle, and the
-		// answers' import ("...>" to ">") could look like one to it.
-		accounts[0].Exports = append(accounts[0].Exports, sex...)
-		accounts[0].Imports = append(accounts[0].Imports, sim...)
+		acc := embedded.Account{Name: name, Imports: in.roleImports(role)}
 		if role == RoleAdmin {
 			for _, s := range sysReadOnly {
 				acc.Imports = append(acc.Imports, embedded.Import{Account: "SYS", Subject: s})
@@ -120,8 +110,8 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 	if len(in.Users) == 0 {
 		// Anonymous loopback clients (Validate refuses them elsewhere)
 		// land in an account of their own with an admin's imports, so
-		// that their publishes reach the stream only through the ingest
-		// service and orderstore's own consumers only through the guard.
+		// that orderstore's own consumers are reached only through the
+		// guard.
 		// The no-auth user is an nkey whose seed is thrown away: nats
 		// skips the signature only for the no-auth user, so nobody can
 		// sign in as it, and no plaintext password is configured.
@@ -131,7 +121,7 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 		}
 		accounts = append(accounts, client(AnonymousAccount, RoleAdmin))
 		users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: AnonymousAccount,
-			PublishDeny: in.guardDenies(), SubscribeDeny: []string{PausedPrefix + ">"}})
+			PublishDeny: in.guardDenies()})
 		return accounts, users, anon.pub, nil
 	}
 
@@ -147,19 +137,10 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 		case RoleProducer:
 			eu.Publish = append([]string(nil), in.Subjects...)
 			eu.Subscribe = []string{"_INBOX.>"}
-			// nats checks a publish against the permissions after the
-			// account's mappings, and while the ingest service pauses
-			// the account its publishes are mapped to PausedPrefix:
-			// allowed, so that nats answers them "no responders".
-			eu.Publish = append(eu.Publish, PausedPrefix+">")
 		case RoleReader:
 			eu.Publish, eu.PublishDeny = in.readerPermissions()
 		default:
 			eu.PublishDeny = append(eu.PublishDeny, in.guardDenies()...)
-			eu.SubscribeDeny = append(eu.SubscribeDeny, PausedPrefix+">")
-			if len(eu.Publish) > 0 { // as for a producer
-				eu.Publish = append(eu.Publish, PausedPrefix+">")
-			}
 		}
 		accounts = append(accounts, acc)
 		users = append(users, eu)
@@ -256,20 +237,4 @@ func userAccount(i int, name string) string {
 		}
 	}
 	return b.String()
-}
-
-// IngestAccounts are the accounts whose publishes the ingest service
-// takes: the client accounts that import the stream's subjects, and
-// orderstore's own (HTTP ingest, dead-letter replays).
-func (in Input) IngestAccounts() []string {
-	accts := []string{StreamAccount}
-	if len(in.Users) == 0 {
-		return append(accts, AnonymousAccount)
-	}
-	for i, u := range in.Users {
-		if u.Role != RoleReader {
-			accts = append(accts, userAccount(i, u.Name))
-		}
-	}
-	return accts
 }

@@ -26,10 +26,6 @@ type Input struct {
 	Processor      bool
 	Durable        string
 	ConsumerStream string
-	// IngestPrefix is every node's ingest prefix, NodeIngestPrefix this
-	// node's (they differ in a cluster): where the client accounts'
-	// publishes on Subjects reach the ingest service.
-	IngestPrefix, NodeIngestPrefix string
 	// Users are server.users; none means anonymous loopback clients.
 	Users []User
 	// Domain is jetstream.domain; Edges are hub.edges.

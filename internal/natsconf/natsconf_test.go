@@ -16,12 +16,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orderstore/orderstore/embedded"
 )
 
 func input() Input {
 	return Input{Stream: "ORDER_EVENTS", Subjects: []string{"orders.>"}, DeadLetterSubjects: "dlq.ORDER_EVENTS_DLQ.>",
-		Processor: true, Durable: "orderstore-processor", ConsumerStream: "ORDER_EVENTS",
-		IngestPrefix: "_ORDERSTORE_INGEST.", NodeIngestPrefix: "_ORDERSTORE_INGEST."}
+		Processor: true, Durable: "orderstore-processor", ConsumerStream: "ORDER_EVENTS"}
 }
 
 // A disabled processor protects nothing: no guard mappings, no denies
@@ -45,14 +46,7 @@ func TestGuardMappingsOnlyInTheGate(t *testing.T) {
 	for _, users := range [][]User{nil, {{Name: "p", Role: RoleProducer}, {Name: "r", Role: RoleReader}, {Name: "a", Role: RoleAdmin}}} {
 		in := input()
 		in.Users = users
-		id, err := NewIdentity()
-		if err != nil {
-			t.Fatal(err)
-		}
-		accounts, _, _, err := in.accounts(id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		accounts := testAccounts(t, in)
 		var gate bool
 		for _, a := range accounts {
 			if a.Name == GateAccount {
@@ -100,20 +94,35 @@ func TestLeafListsSplitTheTable(t *testing.T) {
 	}
 }
 
-func TestAccountNamesAndIngestAccounts(t *testing.T) {
+func TestAccountNamesAndStreamImports(t *testing.T) {
 	if got := userAccount(1, "ann o'brien.x*"); got != "USER2_annobrienx" {
 		t.Errorf("userAccount = %q", got)
 	}
 	if got := userAccount(0, strings.Repeat("a", 100)); len(got) != 64 {
 		t.Errorf("userAccount of a long name: %d characters, want 64", len(got))
 	}
+	// The accounts that may publish events import the stream's subjects
+	// from StreamAccount as a service (its subscription answers them);
+	// a reader's does not.
+	publishers := func(in Input) []string {
+		accounts := testAccounts(t, in)
+		var got []string
+		for _, a := range accounts {
+			for _, im := range a.Imports {
+				if im.Account == StreamAccount && im.Subject == in.Subjects[0] && !im.Stream {
+					got = append(got, a.Name)
+				}
+			}
+		}
+		return got
+	}
 	in := input()
-	if got := in.IngestAccounts(); !slices.Equal(got, []string{StreamAccount, AnonymousAccount}) {
-		t.Errorf("no users: ingest accounts %q", got)
+	if got := publishers(in); !slices.Equal(got, []string{AnonymousAccount}) {
+		t.Errorf("no users: accounts importing the stream's subjects %q", got)
 	}
 	in.Users = []User{{Name: "p", Role: RoleProducer}, {Name: "r", Role: RoleReader}, {Name: "x", Publish: []string{"a"}}}
-	if got := in.IngestAccounts(); !slices.Equal(got, []string{StreamAccount, "USER1_p", "USER3_x"}) {
-		t.Errorf("users: ingest accounts %q", got)
+	if got := publishers(in); !slices.Equal(got, []string{"USER1_p", "USER3_x"}) {
+		t.Errorf("users: accounts importing the stream's subjects %q", got)
 	}
 	for _, n := range []string{"orderstore-internal", "orderstore-anonymous"} {
 		if !ReservedUser(n) {
@@ -185,4 +194,18 @@ func TestAccountOf(t *testing.T) {
 			t.Errorf("AccountOf(%q) = %q, want %q", user, got, want)
 		}
 	}
+}
+
+// testAccounts is in's account layout, with a fresh identity.
+func testAccounts(t *testing.T, in Input) []embedded.Account {
+	t.Helper()
+	id, err := NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	accounts, _, _, err := in.accounts(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return accounts
 }

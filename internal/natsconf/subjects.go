@@ -1,8 +1,6 @@
 package natsconf
 
 import (
-	"strings"
-
 	"github.com/orderstore/orderstore/embedded"
 )
 
@@ -28,16 +26,6 @@ type internalSubject struct {
 	// anonymous loopback client, when no users are configured, has the
 	// admin's). A service import unless Stream.
 	Producer, Reader, Admin bool
-	// Ingest: the roles' accounts do not import this row but export the
-	// stream's subjects to StreamAccount, which imports each account's
-	// publishes onto a subject of this row that names the account (a
-	// stream import: no response import per request, see ReplyPrefix).
-	Ingest bool
-	// Reply: StreamAccount exports each of the roles' accounts its own
-	// part of this row, which that account imports without the prefix
-	// and its name: the ingest service's answers, on the producer's own
-	// reply subject.
-	Reply bool
 	// Stream is a stream export (messages published in StreamAccount are
 	// delivered to importers' subscribers), not a service.
 	Stream bool
@@ -64,35 +52,15 @@ const HubWatchInbox = "_ORDERSTORE_HUBWATCH"
 // one's own.
 const GuardPrefix = "_ORDERSTORE_GUARD."
 
-// PausedPrefix is where a client account's publishes on the stream's
-// subjects are mapped while the ingest service pauses that account: no
-// import and nobody listens there, so nats answers each publish "no
-// responders" at once (ingest.Config.Pause). Nobody may subscribe to it.
-const PausedPrefix = "_ORDERSTORE_PAUSED."
-
-// ReplyPrefix is where the ingest service answers a client account's
-// publishes: ReplyPrefix+account+"."+reply in StreamAccount is delivered
-// in that account on reply, the producer's own reply subject. A producer's
-// publish reaches the service by a stream import, so that nats sets up no
-// response import for it: no lock of StreamAccount's taken per request,
-// and no reply subject of nats' (6 random characters in one space per
-// account) that two publishes in flight could share.
-const ReplyPrefix = "_ORDERSTORE_REPLY."
-
-// ReplySubject is where the ingest service answers a publish from account
-// with reply subject reply.
-func ReplySubject(account, reply string) string { return ReplyPrefix + account + "." + reply }
-
 // internalSubjects is the table for in.
 func (in Input) internalSubjects() []internalSubject {
 	dlq := in.DeadLetterSubjects
 	rows := []internalSubject{}
 	for _, s := range in.Subjects {
-		rows = append(rows, internalSubject{Pattern: in.NodeIngestPrefix + "*." + s, Use: "producers' publishes on " + s + ", exported by their accounts and imported here onto a subject naming the account (the token after the prefix), taken by the ingest service", Producer: true, Admin: true, Ingest: true})
+		rows = append(rows, internalSubject{Pattern: s, Use: "producers' events: the stream's subjects, a service its subscription answers (nats' admission hook scopes, validates and stamps each, on the publisher's goroutine)", Producer: true, Admin: true})
 	}
 	rows = append(rows,
-		internalSubject{Pattern: ReplyPrefix + "*.>", Use: "the ingest service's answers to an account's publishes, delivered there on the producer's own reply subject (the rest after the account's token)", Producer: true, Admin: true, Stream: true, Reply: true},
-		internalSubject{Pattern: InternalInbox + ".>", Use: "replies to orderstore's own connections: ingest acks, processor deliveries, projection reads"},
+		internalSubject{Pattern: InternalInbox + ".>", Use: "replies to orderstore's own connections: acks of HTTP ingest, processor deliveries, projection reads"},
 		internalSubject{Pattern: HubWatchInbox + ".>", Use: "the hub watcher's replies from edges (stream info, message gets)", EdgeToHub: true},
 		internalSubject{Pattern: GuardPrefix + ">", Use: "requests on orderstore's own consumers, which GateAccount's mappings send here, answered by the durable guard", Guard: true},
 		internalSubject{Pattern: "$JS.API.>", Use: "the JetStream API of the stream's account (readers: read-only verbs), through GateAccount", Reader: true, Admin: true, Streamed: true, Gated: true},
@@ -108,24 +76,15 @@ func (in Input) internalSubjects() []internalSubject {
 	for _, e := range in.Edges {
 		rows = append(rows, internalSubject{Pattern: "$JS." + e + ".API.>", Use: "the hub's requests to edge " + e + "'s JetStream API (sourcing, the watcher)", HubToEdge: true})
 	}
-	for _, s := range in.Subjects {
-		rows = append(rows, internalSubject{Pattern: s, Use: "the stream's own subjects: only the ingest service publishes them"})
-	}
-	if in.Cluster.Enabled() {
-		// The other nodes' ingest services: no principal's, and no leaf's.
-		rows = append(rows, internalSubject{Pattern: in.IngestPrefix + ">", Use: "every node's ingest service"})
-	}
 	return rows
 }
 
 // streamAccountExports are StreamAccount's exports: every row some role
-// imports (an account's own answers: ingestLinks), the gated ones and the
-// guard's to GateAccount alone.
+// imports, the gated ones and the guard's to GateAccount alone.
 func (in Input) streamAccountExports() []embedded.Export {
 	var ex []embedded.Export
 	for _, r := range in.internalSubjects() {
 		switch {
-		case r.Ingest || r.Reply:
 		case r.Gated || r.Guard:
 			ex = append(ex, embedded.Export{Subject: r.Pattern, Streamed: r.Streamed, Accounts: []string{GateAccount}})
 		case r.Producer || r.Reader || r.Admin:
@@ -151,14 +110,13 @@ func (in Input) gateAccount() embedded.Account {
 	return gate
 }
 
-// roleImports are the imports from StreamAccount of a role's account
-// (named account). The ingest rows are imported as the stream's subjects,
-// onto the account's own ingest subjects.
-func (in Input) roleImports(role, account string) []embedded.Import {
+// roleImports are the imports from StreamAccount (or GateAccount) of a
+// role's account.
+func (in Input) roleImports(role string) []embedded.Import {
 	var im []embedded.Import
 	for _, r := range in.internalSubjects() {
-		if !roleHas(r, role) || r.Ingest || r.Reply {
-			continue // ingestLinks
+		if !roleHas(r, role) {
+			continue
 		}
 		from := StreamAccount
 		if r.Gated {
@@ -171,32 +129,6 @@ func (in Input) roleImports(role, account string) []embedded.Import {
 
 func roleHas(r internalSubject, role string) bool {
 	return role == RoleProducer && r.Producer || role == RoleReader && r.Reader || role == RoleAdmin && r.Admin
-}
-
-// ingestLinks are what carries a role's account's publishes on the
-// stream's subjects to the ingest service and its answers back, all
-// stream exports and imports (ReplyPrefix says why): the account
-// exports the stream's subjects to StreamAccount only, StreamAccount
-// imports them onto the account's ingest subjects (the Ingest rows) and
-// exports the account its own part of the Reply row, which the account
-// imports onto the reply subjects as its producers sent them.
-func (in Input) ingestLinks(role, account string) (accountExports []embedded.Export, accountImports []embedded.Import, streamExports []embedded.Export, streamImports []embedded.Import) {
-	for _, r := range in.internalSubjects() {
-		if !roleHas(r, role) {
-			continue
-		}
-		switch {
-		case r.Reply:
-			own := ReplyPrefix + account + ".>"
-			streamExports = append(streamExports, embedded.Export{Subject: own, Stream: true, Accounts: []string{account}})
-			accountImports = append(accountImports, embedded.Import{Account: StreamAccount, Subject: own, To: ">", Stream: true})
-		case r.Ingest:
-			s := strings.TrimPrefix(r.Pattern, in.NodeIngestPrefix+"*.")
-			accountExports = append(accountExports, embedded.Export{Subject: s, Stream: true, Accounts: []string{StreamAccount}})
-			streamImports = append(streamImports, embedded.Import{Account: account, Subject: s, To: IngestSubject(in.NodeIngestPrefix, account, s), Stream: true})
-		}
-	}
-	return accountExports, accountImports, streamExports, streamImports
 }
 
 // leafPermissions are a hub's leaf listener allow lists: what a leaf peer
@@ -283,13 +215,4 @@ func (in Input) guardDenies() []string {
 		return nil
 	}
 	return []string{"$JS.API.CONSUMER.CREATE." + s}
-}
-
-// IngestSubject is where account's publishes on subject reach the ingest
-// service of the node whose ingest prefix is nodePrefix: each account's
-// import has subjects of its own, so that the service knows whose publish
-// it takes from the subject alone and can pause one account's publishes
-// without touching another's.
-func IngestSubject(nodePrefix, account, subject string) string {
-	return nodePrefix + account + "." + subject
 }

@@ -44,12 +44,25 @@ type AdmitMsg struct {
 	Reply         string
 	Header        []byte // NATS wire form, or nil
 	Data          []byte
+
+	queue *ipQueue[*inMsg]
+}
+
+// Queued is what waits in the stream's inbound queue now (messages and
+// bytes): past the stream's limits (100,000 messages or 128 MiB by
+// default) nats answers a publish 429. A hook may hold a publisher back
+// (its read loop, so that connection alone waits) while the queue is deep.
+func (m *AdmitMsg) Queued() (msgs int, bytes uint64) {
+	if m.queue == nil {
+		return 0, 0
+	}
+	return m.queue.len(), m.queue.size()
 }
 
 // admit runs the admission hook for one inbound message; false means it
 // was refused (and answered).
 func (mset *stream) admit(admit func(*AdmitMsg) ([]byte, *ApiError), c *client, subject, reply string, hdr, msg []byte) ([]byte, bool) {
-	m := AdmitMsg{Subject: subject, Reply: reply, Header: hdr, Data: msg, Kind: c.kindString()}
+	m := AdmitMsg{Subject: subject, Reply: reply, Header: hdr, Data: msg, Kind: c.kindString(), queue: mset.msgs}
 	mset.mu.RLock()
 	m.Stream = mset.cfg.Name
 	if mset.acc != nil {

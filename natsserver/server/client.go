@@ -1,3 +1,6 @@
+// Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
+// (patches: 0004-await-interest.patch; see natsserver/README.md).
+
 // Copyright 2012-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
 // you may not use this file except in compliance with the License.
@@ -4689,6 +4692,10 @@ func (c *client) processInboundClientMsg(msg []byte) (bool, bool) {
 		}
 	}
 
+	if len(r.psubs)+len(r.qsubs) == 0 {
+		r = c.awaitInterest(acc, string(c.pa.subject), r) // orderstore: 0004-await-interest.patch
+	}
+
 	// Indication if we attempted to deliver the message to anyone.
 	var didDeliver bool
 	var qnames [][]byte
@@ -5255,6 +5262,9 @@ func (c *client) processServiceImport(si *serviceImport, acc *Account, msg []byt
 
 	// FIXME(dlc) - Do L1 cache trick like normal client?
 	rr := siAcc.sl.Match(to)
+	if !isResponse && len(rr.psubs)+len(rr.qsubs) == 0 {
+		rr = c.awaitInterest(siAcc, to, rr) // orderstore: 0004-await-interest.patch
+	}
 
 	// If we are a route or gateway or leafnode and this message is flipped to a queue subscriber we
 	// need to handle that since the processMsgResults will want a queue filter.

@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0001-group-commit.patch, 0002-admission.patch; see natsserver/README.md).
+// (patches: 0001-group-commit.patch, 0002-admission.patch, 0004-await-interest.patch; see natsserver/README.md).
 
 // Copyright 2012-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -514,32 +514,39 @@ type Options struct {
 	// JetStreamAdmit (orderstore), when set, decides on every message
 	// published into a stream (not what a stream sources or mirrors): see
 	// admit.go.
-	JetStreamAdmit     func(m *AdmitMsg) (hdr []byte, err *ApiError) `json:"-"`
-	JsAccDefaultDomain map[string]string                             `json:"-"` // account to domain name mapping
-	Websocket          WebsocketOpts                                 `json:"-"`
-	MQTT               MQTTOpts                                      `json:"-"`
-	ProfPort           int                                           `json:"-"`
-	ProfBlockRate      int                                           `json:"-"`
-	PidFile            string                                        `json:"-"`
-	PortsFileDir       string                                        `json:"-"`
-	LogFile            string                                        `json:"-"`
-	LogSizeLimit       int64                                         `json:"-"`
-	LogMaxFiles        int64                                         `json:"-"`
-	Syslog             bool                                          `json:"-"`
-	RemoteSyslog       string                                        `json:"-"`
-	Routes             []*url.URL                                    `json:"-"`
-	RoutesStr          string                                        `json:"-"`
-	TLSTimeout         float64                                       `json:"tls_timeout"`
-	TLS                bool                                          `json:"-"`
-	TLSVerify          bool                                          `json:"-"`
-	TLSVerifyOptional  bool                                          `json:"-"`
-	TLSMap             bool                                          `json:"-"`
-	TLSCert            string                                        `json:"-"`
-	TLSKey             string                                        `json:"-"`
-	TLSCaCert          string                                        `json:"-"`
-	TLSConfig          *tls.Config                                   `json:"-"`
-	TLSPinnedCerts     PinnedCertSet                                 `json:"-"`
-	TLSRateLimit       int64                                         `json:"-"`
+	JetStreamAdmit func(m *AdmitMsg) (hdr []byte, err *ApiError) `json:"-"`
+	// AwaitInterest (orderstore), when set, is asked about a client's
+	// publish with a reply subject that finds no subscriber in account
+	// (directly or through a service import): a positive duration holds
+	// the publisher's read loop up to that long, until someone subscribes
+	// (a clustered stream electing a leader), instead of answering "no
+	// responders" at once. See server/awaitinterest.go.
+	AwaitInterest      func(account, subject string) time.Duration `json:"-"`
+	JsAccDefaultDomain map[string]string                           `json:"-"` // account to domain name mapping
+	Websocket          WebsocketOpts                               `json:"-"`
+	MQTT               MQTTOpts                                    `json:"-"`
+	ProfPort           int                                         `json:"-"`
+	ProfBlockRate      int                                         `json:"-"`
+	PidFile            string                                      `json:"-"`
+	PortsFileDir       string                                      `json:"-"`
+	LogFile            string                                      `json:"-"`
+	LogSizeLimit       int64                                       `json:"-"`
+	LogMaxFiles        int64                                       `json:"-"`
+	Syslog             bool                                        `json:"-"`
+	RemoteSyslog       string                                      `json:"-"`
+	Routes             []*url.URL                                  `json:"-"`
+	RoutesStr          string                                      `json:"-"`
+	TLSTimeout         float64                                     `json:"tls_timeout"`
+	TLS                bool                                        `json:"-"`
+	TLSVerify          bool                                        `json:"-"`
+	TLSVerifyOptional  bool                                        `json:"-"`
+	TLSMap             bool                                        `json:"-"`
+	TLSCert            string                                      `json:"-"`
+	TLSKey             string                                      `json:"-"`
+	TLSCaCert          string                                      `json:"-"`
+	TLSConfig          *tls.Config                                 `json:"-"`
+	TLSPinnedCerts     PinnedCertSet                               `json:"-"`
+	TLSRateLimit       int64                                       `json:"-"`
 	// When set to true, the server will perform the TLS handshake before
 	// sending the INFO protocol. For clients that are not configured
 	// with a similar option, their connection will fail with some sort

@@ -1,0 +1,374 @@
+// Package ingest is orderstore's side of a producer's publish into the
+// stream, which the embedded nats-server takes itself: the admission hook
+// nats calls on the publisher's own goroutine (natsserver/patches/
+// 0002-admission.patch), and the figures and failure of group commit,
+// which nats' file store runs (0001-group-commit.patch).
+package ingest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orderstore/orderstore/natsserver/server"
+)
+
+// Headers admission reads or writes.
+const (
+	// EpochHeader names the run of the node that stored the event: a new
+	// random value at every start. A reader that saw sequence N with one
+	// epoch and later sees N with another knows the first was lost in a
+	// crash before it was acknowledged (docs/reliability.md).
+	EpochHeader        = "Orderstore-Epoch"
+	requestInfoHeader  = "Nats-Request-Info"  // nats' own on a service import: who published
+	StreamSourceHeader = "Nats-Stream-Source" // set by nats when sourcing: never a producer's
+	msgIDHeader        = "Nats-Msg-Id"
+)
+
+// Headroom is what nats' max_payload is raised by, beyond the configured
+// server.max_payload: a publish made at one node of a cluster crosses the
+// route to the stream's leader with nats' Nats-Request-Info added.
+const Headroom = 4 << 10
+
+// Bounds of admission's line (see Admission).
+const (
+	// Past lineMsgs events (or lineBytes) waiting in the stream's inbound
+	// queue, a producer's connection waits in line before its next event
+	// is queued.
+	lineMsgs  = 8192
+	lineBytes = 32 << 20
+	// lineWait: a publish that waited this long in line is answered 429
+	// (the stream is behind what producers send), well within a client's
+	// 5 s timeout (nats.go's and natscli's default).
+	lineWait = 2 * time.Second
+	// linePoll is how often the head of the line looks at the queue.
+	linePoll = 100 * time.Microsecond
+)
+
+// AdmitConfig is what admission needs of the appliance.
+type AdmitConfig struct {
+	Stream        string // the events stream's name: other streams are not touched
+	StreamAccount string // orderstore's own account (HTTP ingest, dead-letter replays)
+	// MaxEvent is the stream's max_msg_size: a larger event (with the
+	// headers it is stored with) is refused up front.
+	MaxEvent int
+	// Epoch is this run's EpochHeader value.
+	Epoch string
+	// Scope prefixes every scoped Nats-Msg-Id (the node's domain, or "").
+	Scope string
+	// Validate checks each event (its subject and payload) before anything
+	// is stored: an error refuses it with code 422, err_code InvalidCode
+	// and the error's text. Called for every event; it may change its
+	// mind between two (SetValidation).
+	Validate    func(subject string, data []byte) error
+	InvalidCode int
+	// ReplayOf is the header only orderstore's own dead-letter replays may
+	// set (processor.HeaderReplayOf): a producer's would have a rebuild
+	// leave out the event it names.
+	ReplayOf string
+	Log      *slog.Logger
+}
+
+// Admission decides on every event published into the stream, on the
+// publisher's own goroutine, before nats queues it for the stream:
+//
+//   - it refuses what the stream must not take: a subject with a wildcard
+//     token, an event above max_msg_size with its headers, a publish from
+//     a leaf node (a hub's stream takes its edges' events by sourcing);
+//   - it scopes the Nats-Msg-Id to the publisher's account (so one
+//     producer cannot make another's event a duplicate), drops the headers
+//     only nats and orderstore may set, and stamps the epoch;
+//   - it validates the event against its JSON Schema;
+//   - it holds a producer's connection in line while the stream's inbound
+//     queue is deep, one connection after the other, so that one account's
+//     flood waits its turn behind another's single publish instead of
+//     filling the queue (which nats would answer 429 for everyone).
+//
+// A refused event is answered at once with a JetStream API error and is
+// not stored.
+type Admission struct {
+	cfg AdmitConfig
+
+	line    sync.Mutex // held by the head of the line
+	waiting atomic.Int64
+	hold    atomic.Bool // tests: the queue counts as deep
+
+	admitted, invalid, refused, held, overloaded atomic.Uint64
+
+	invalidLogMu sync.Mutex
+	invalidLog   time.Time
+}
+
+// NewAdmission returns admission for cfg; Admit is nats' hook.
+func NewAdmission(cfg AdmitConfig) *Admission {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Admission{cfg: cfg}
+}
+
+// Counts are what admission did since start.
+type Counts struct {
+	Admitted   uint64 // events passed on to the stream
+	Invalid    uint64 // refused by validation
+	Refused    uint64 // refused for their subject, size or origin
+	Held       uint64 // publishes that waited in line (the stream's queue was deep)
+	Overloaded uint64 // answered 429 after lineWait in line
+	Waiting    int64  // publishes in line now
+}
+
+// Counts returns the counts now.
+func (ad *Admission) Counts() Counts {
+	return Counts{Admitted: ad.admitted.Load(), Invalid: ad.invalid.Load(), Refused: ad.refused.Load(),
+		Held: ad.held.Load(), Overloaded: ad.overloaded.Load(), Waiting: ad.waiting.Load()}
+}
+
+// apiError is a refusal with orderstore's err_code for refusals (10077).
+func apiError(code int, format string, args ...any) *server.ApiError {
+	return &server.ApiError{Code: code, ErrCode: 10077, Description: "orderstore: " + fmt.Sprintf(format, args...)}
+}
+
+// Admit is nats' admission hook (embedded.Config.Admit).
+func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
+	if m.Stream != ad.cfg.Stream {
+		return nil, nil // orderstore's buckets and the dead letters: its own writes
+	}
+	account := m.Account
+	switch m.Kind {
+	case "Leafnode":
+		ad.refused.Add(1)
+		return nil, apiError(403, "%s: a leaf node may not publish into this node's stream (a hub sources its edges' streams)", truncateSubject(m.Subject))
+	case "Router":
+		// Published at another node of the cluster: the service import
+		// there named the publisher's account in Nats-Request-Info (nats
+		// sets it, a client cannot); without one, a connection of
+		// orderstore's own in the stream's account.
+		account = ad.cfg.StreamAccount
+		if v := headerValue(m.Header, requestInfoHeader); v != nil {
+			var ci struct {
+				Account string `json:"acc"`
+			}
+			if json.Unmarshal(v, &ci) == nil && ci.Account != "" {
+				account = ci.Account
+			}
+		}
+	case "Client":
+		if !ad.wait(m) {
+			ad.overloaded.Add(1)
+			return nil, &server.ApiError{Code: 429, ErrCode: 10077, Description: "orderstore: the stream is behind what producers send: the event was not stored, publish it again shortly"}
+		}
+	}
+	if hasWildcard(m.Subject) {
+		ad.refused.Add(1)
+		return nil, apiError(400, "%s: a subject with a wildcard token ('*' or '>') names no single event type; publish on a literal subject", truncateSubject(m.Subject))
+	}
+	hdr := ad.headers(m.Header, account)
+	if stored := len(hdr) + len(m.Data); ad.cfg.MaxEvent > 0 && stored > ad.cfg.MaxEvent {
+		ad.refused.Add(1)
+		return nil, apiError(400, "the event takes %d bytes with its headers (orderstore adds %d of them), more than the stream's max_msg_size of %d: make it smaller, or raise stream.max_msg_size",
+			stored, max(0, len(hdr)-len(m.Header)), ad.cfg.MaxEvent)
+	}
+	if v := ad.cfg.Validate; v != nil {
+		if err := v(m.Subject, m.Data); err != nil {
+			ad.invalid.Add(1)
+			if m.Reply == "" {
+				ad.logInvalid(m.Subject, err)
+			}
+			return nil, &server.ApiError{Code: 422, ErrCode: uint16(ad.cfg.InvalidCode),
+				Description: "orderstore: " + truncateSubject(m.Subject) + ": " + err.Error() + " (nothing was stored)"}
+		}
+	}
+	ad.admitted.Add(1)
+	return hdr, nil
+}
+
+// wait holds a producer's publish in line while the stream's inbound
+// queue is deep; false when it waited lineWait in vain. Every connection
+// waits its turn: while anyone waits, a newcomer queues behind (sync.Mutex
+// hands itself over in arrival order once a waiter has waited a
+// millisecond), and a connection has one publish at a time here (its read
+// loop is what waits), so a flood goes at the pace of everyone else.
+func (ad *Admission) wait(m *server.AdmitMsg) bool {
+	deep := func() bool {
+		if ad.hold.Load() {
+			return true
+		}
+		n, b := m.Queued()
+		return n >= lineMsgs || b >= lineBytes
+	}
+	if ad.waiting.Load() == 0 && !deep() {
+		return true
+	}
+	ad.held.Add(1)
+	ad.waiting.Add(1)
+	defer ad.waiting.Add(-1)
+	ad.line.Lock()
+	defer ad.line.Unlock()
+	give := time.Now().Add(lineWait)
+	for deep() {
+		if time.Now().After(give) {
+			return false
+		}
+		time.Sleep(linePoll)
+	}
+	return true
+}
+
+// Hold makes the stream's queue count as deep (held) or not, for tests of
+// the line: every producer's publish then waits lineWait and is answered
+// 429.
+func (ad *Admission) Hold(held bool) { ad.hold.Store(held) }
+
+// headers are the headers stored with an event published by account: the
+// Nats-Msg-Id scoped to it, nats' and orderstore's own headers dropped (in
+// any spelling), the epoch stamped. hdr is NATS wire form, or nil.
+func (ad *Admission) headers(hdr []byte, account string) []byte {
+	out := make([]byte, 0, len(hdr)+len(ad.cfg.Scope)+len(account)+len(EpochHeader)+len(ad.cfg.Epoch)+32)
+	out = append(out, "NATS/1.0\r\n"...)
+	if i := bytes.Index(hdr, []byte("\r\n")); i >= 0 {
+		rest := hdr[i+2:]
+		for len(rest) > 0 {
+			line := rest
+			if j := bytes.Index(rest, []byte("\r\n")); j >= 0 {
+				line, rest = rest[:j], rest[j+2:]
+			} else {
+				rest = nil
+			}
+			if len(line) == 0 {
+				continue
+			}
+			key, val, ok := bytes.Cut(line, []byte(":"))
+			if !ok {
+				continue // not a header line: nats would not read it either
+			}
+			k := string(key)
+			switch {
+			case strings.EqualFold(k, requestInfoHeader), strings.EqualFold(k, StreamSourceHeader), strings.EqualFold(k, EpochHeader):
+				continue
+			case ad.cfg.ReplayOf != "" && strings.EqualFold(k, ad.cfg.ReplayOf) && account != ad.cfg.StreamAccount:
+				continue
+			case k == msgIDHeader:
+				// nats reads this spelling alone (case-sensitive), and the
+				// first of several: every one is scoped.
+				if id := bytes.TrimLeft(val, " "); len(id) > 0 {
+					out = append(out, msgIDHeader+": "...)
+					out = append(out, ad.cfg.Scope...)
+					out = append(out, account...)
+					out = append(out, ':')
+					out = append(append(out, id...), "\r\n"...)
+					continue
+				}
+			}
+			out = append(append(out, line...), "\r\n"...)
+		}
+	}
+	if ad.cfg.Epoch != "" {
+		out = append(out, EpochHeader+": "...)
+		out = append(append(out, ad.cfg.Epoch...), "\r\n"...)
+	}
+	if len(out) == len("NATS/1.0\r\n") {
+		return nil
+	}
+	return append(out, "\r\n"...)
+}
+
+// ScopedMsgID is the Nats-Msg-Id stored for a producer's id in account,
+// on a node whose scope is scope: "<scope><account>:<id>".
+func ScopedMsgID(scope, account, id string) string { return scope + account + ":" + id }
+
+// headerValue is the value of the first header key in hdr (wire form).
+func headerValue(hdr []byte, key string) []byte {
+	for _, line := range bytes.Split(hdr, []byte("\r\n")) {
+		if k, v, ok := bytes.Cut(line, []byte(":")); ok && string(k) == key {
+			return bytes.TrimLeft(v, " ")
+		}
+	}
+	return nil
+}
+
+// logInvalid logs a refused event that had no reply subject (nobody to
+// tell), at most once a second.
+func (ad *Admission) logInvalid(subject string, err error) {
+	ad.invalidLogMu.Lock()
+	defer ad.invalidLogMu.Unlock()
+	if time.Since(ad.invalidLog) < time.Second {
+		return
+	}
+	ad.invalidLog = time.Now()
+	ad.cfg.Log.Warn("ingest: an event published without a reply subject failed validation and was not stored (the publisher cannot be told; publish with a request, or JetStream publish, to see the error)",
+		"subject", truncateSubject(subject), "err", err)
+}
+
+// ElectionWait is how long a producer's publish into a clustered stream
+// without a leader waits for one (embedded.Config.AwaitInterest) before
+// nats answers it "no responders": within a client's 5 s timeout.
+const ElectionWait = 3500 * time.Millisecond
+
+// AwaitElection is embedded.Config.AwaitInterest for a clustered stream
+// with subjects in account streamAccount.
+func AwaitElection(streamAccount string, subjects []string) func(account, subject string) time.Duration {
+	return func(account, subject string) time.Duration {
+		if account == streamAccount && matchesAny(subjects, subject) {
+			return ElectionWait
+		}
+		return 0
+	}
+}
+
+// matchesAny reports whether subject matches one of the patterns (NATS
+// wildcards '*' and '>').
+func matchesAny(patterns []string, subject string) bool {
+	for _, p := range patterns {
+		if subjectMatches(p, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+func subjectMatches(pattern, subject string) bool {
+	pt, st := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, p := range pt {
+		if p == ">" {
+			return len(st) > i
+		}
+		if i >= len(st) || p != "*" && p != st[i] || st[i] == "" {
+			return false
+		}
+	}
+	return len(pt) == len(st)
+}
+
+// hasWildcard reports a '*' or '>' token.
+func hasWildcard(subject string) bool {
+	for tok := range strings.SplitSeq(subject, ".") {
+		if tok == "*" || tok == ">" {
+			return true
+		}
+	}
+	return false
+}
+
+// truncateSubject quotes a subject, shortened, for an error or a log line.
+func truncateSubject(s string) string {
+	if len(s) > 256 {
+		return strconv.Quote(s[:256] + "...")
+	}
+	return strconv.Quote(s)
+}
+
+// APIError is a JetStream API error response, as nats-server writes it.
+func APIError(code, errCode int, description string) []byte {
+	d, _ := json.Marshal(description)
+	b := make([]byte, 0, len(d)+64)
+	b = strconv.AppendInt(append(b, `{"error":{"code":`...), int64(code), 10)
+	b = append(append(b, `,"description":`...), d...)
+	b = strconv.AppendInt(append(b, `,"err_code":`...), int64(errCode), 10)
+	return append(b, "}}"...)
+}
