@@ -118,7 +118,10 @@ TOTAL_MSGS=$((SYNC_MSGS + ASYNC_MSGS))
 # JetStream limits, identical on both targets (orderstore's defaults).
 MAX_FILE_BYTES=$((10 << 30)) # max_file_store 10GiB
 MAX_MEM_BYTES=$((256 << 20)) # max_memory_store 256MiB
-STREAM=BENCH
+# orderstore's own stream: a client's publish reaches no stream of its own
+# making there (its account imports only ORDER_EVENTS' subjects), so the
+# standalone server gets the same stream, declared by hand.
+STREAM=ORDER_EVENTS
 CMD_TIMEOUT=600 # seconds, per nats CLI invocation
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -457,17 +460,19 @@ bench_round() { # target round
 	d="$WORK/round$r-$t"
 	mkdir -p "$d"
 	up "$t" "$d" || { lost "$d"; return; }
-	nats_cli stream add "$STREAM" --subjects 'bench.>' --storage file --retention limits \
-		--discard old --replicas 1 --defaults >"$d/stream-add.out" 2>&1 ||
-		{ server_gone && { lost "$d"; return; }; cat "$d/stream-add.out" >&2; die "stream add failed"; }
+	if [[ $t == A ]]; then
+		nats_cli stream add "$STREAM" --subjects 'orders.>' --storage file --retention limits \
+			--discard old --replicas 1 --defaults >"$d/stream-add.out" 2>&1 ||
+			{ server_gone && { lost "$d"; return; }; cat "$d/stream-add.out" >&2; die "stream add failed"; }
+	fi
 
-	nats_cli bench js pub sync bench.sync --stream "$STREAM" --msgs "$SYNC_MSGS" --size "$MSG_SIZE" \
+	nats_cli bench js pub sync orders.bench.sync --stream "$STREAM" --msgs "$SYNC_MSGS" --size "$MSG_SIZE" \
 		--no-progress --csv "$d/sync.csv" >"$d/sync.out" 2>&1 ||
 		{ server_gone && { lost "$d"; return; }; cat "$d/sync.out" >&2; die "bench js pub sync failed"; }
 	record sync_pub "$t" "$r" "$(csv_col "$d/sync.csv" 5)" "msgs/s acked sync publish"
 	record sync_pub_p50_us "$t" "$r" "$(csv_col "$d/sync.csv" 11)" "us sync publish P50 latency"
 
-	nats_cli bench js pub async bench.async --stream "$STREAM" --msgs "$ASYNC_MSGS" --size "$MSG_SIZE" \
+	nats_cli bench js pub async orders.bench.async --stream "$STREAM" --msgs "$ASYNC_MSGS" --size "$MSG_SIZE" \
 		--batch "$ASYNC_BATCH" --no-progress --csv "$d/async.csv" >"$d/async.out" 2>&1 ||
 		{ server_gone && { lost "$d"; return; }; cat "$d/async.out" >&2; die "bench js pub async failed"; }
 	record async_pub "$t" "$r" "$(csv_col "$d/async.csv" 5)" "msgs/s async publish"
@@ -570,7 +575,7 @@ HOST="$(nproc) CPU, $(uname -sr), store on $(df -PT "$TMP" | awk 'NR == 2 { prin
 	echo
 	echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ); host: $HOST; run took ${ELAPSED}s; load average at start $LOAD_START, at end $LOAD_END"
 	echo "- orderstore: commit $COMMIT$DIRTY; nats-server $NATS_SERVER_VERSION; nats bench from natscli $NATS_VERSION"
-	echo "- sync_interval: $SYNC on both; stream $STREAM (bench.>, file, limits, R1); ${MSG_SIZE} B messages"
+	echo "- sync_interval: $SYNC on both; stream $STREAM (orders.>, file, limits, R1; orderstore declares its own); ${MSG_SIZE} B messages"
 	echo "- per round and target: $SYNC_MSGS sync publishes, $ASYNC_MSGS async publishes, then $CONSUME_REPS consumes of all $TOTAL_MSGS; $ROUNDS rounds (A/B order alternated); ready time: $READY_REPS starts per target on an empty store"
 	echo "- figures are medians of the raw values (JSON file has them all); ratio = orderstore / nats-server"
 	echo
