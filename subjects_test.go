@@ -49,9 +49,9 @@ func expectedSubjects(edges ...string) []subjectRow {
 		{pattern: "orders.>", subject: "orders.created", producer: true, admin: true},
 		{pattern: "_INBOX_ORDERSTORE.>", subject: "_INBOX_ORDERSTORE.x.y"},
 		{pattern: "_ORDERSTORE_HUBWATCH.>", subject: "_ORDERSTORE_HUBWATCH.probe.1", edgeToHub: true},
-		// Reached only through ORDERSTORE_GATE's mappings of requests on
-		// orderstore's own consumers: nobody publishes it directly.
-		{pattern: "_ORDERSTORE_GUARD.>", subject: "_ORDERSTORE_GUARD.next"},
+		// Where the client accounts' mappings send requests on orderstore's
+		// own consumers: the durable guard answers them with an error.
+		{pattern: "_ORDERSTORE_GUARD.>", subject: "_ORDERSTORE_GUARD.next", reader: true, admin: true},
 		{pattern: "$JS.API.>", subject: "$JS.API.INFO", reader: true, admin: true},
 		{pattern: "$JS.ACK.>", subject: "$JS.ACK.ORDER_EVENTS.someone.1.1.1.1.0", reader: true, admin: true},
 		{pattern: "$JS.FC.>", subject: "$JS.FC.ORDER_EVENTS.probe.1", admin: true, hubToEdge: true},

@@ -12,22 +12,10 @@ import (
 
 // StreamAccount is the NATS account that holds orderstore's streams,
 // consumers and bucket (in store_dir/jetstream/ORDERSTORE). Only
-// orderstore's own connections live in it, and, when no users are
-// configured, anonymous loopback clients. Every configured user has an
-// account of its own that imports what its role allows from here.
+// orderstore's own connections live in it. Every configured user (or,
+// with none, the anonymous loopback clients) has an account of its own
+// that imports what its role allows from here.
 const StreamAccount = "ORDERSTORE"
-
-// GateAccount stands between the client accounts and StreamAccount on the
-// JetStream API and consumer acks (the Gated rows of the internal
-// subjects table): the clients import them from it, it imports them from
-// StreamAccount, and its mappings (guardMappings) send every request on
-// orderstore's own consumers to the durable guard (nats applies an
-// exporting account's mappings to what a service import delivers to it).
-// Nobody signs in to it. In the client accounts themselves the mappings
-// would cost every publish there, events included, one subset match per
-// mapping: under a flood of publishes from the anonymous account, a
-// quarter of nats' CPU (bench/README.md, "Overload").
-const GateAccount = "ORDERSTORE_GATE"
 
 // Names of orderstore's own users; a configured user may not take them.
 const (
@@ -95,10 +83,14 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 	for _, e := range sysReadOnly {
 		sys.Exports = append(sys.Exports, embedded.Export{Subject: e, Streamed: true})
 	}
-	accounts = []embedded.Account{stream, sys, in.gateAccount()}
+	accounts = []embedded.Account{stream, sys}
 	users = []embedded.User{{Name: internalUser, Nkey: id.pub, Account: StreamAccount}}
 	client := func(name, role string) embedded.Account {
 		acc := embedded.Account{Name: name, Imports: in.roleImports(role)}
+		if role != RoleProducer {
+			// Requests on orderstore's own consumers go to the guard.
+			acc.Mappings = in.guardMappings()
+		}
 		if role == RoleAdmin {
 			for _, s := range sysReadOnly {
 				acc.Imports = append(acc.Imports, embedded.Import{Account: "SYS", Subject: s})
@@ -189,13 +181,16 @@ func (in Input) readerPermissions() (allow, deny []string) {
 		"$JS.ACK." + s + "." + d + ".>",
 		"$JS.ACK.*.*." + s + "." + d + ".>",
 	}
-	// What GateAccount sends to the durable guard a reader may send: the
-	// guard's answer says why it is refused, a permission error would not
-	// (nats checks a publish's permissions before any import's mapping).
+	// The account's mappings send requests on orderstore's own consumers
+	// to the durable guard before nats checks permissions: a reader may
+	// send there, so that the guard's answer says why it is refused (a
+	// permission error would not).
 	guarded := map[string]bool{}
 	for _, m := range in.guardMappings() {
 		guarded[m.From] = true
-		allow = append(allow, m.From)
+	}
+	if len(guarded) > 0 {
+		allow = append(allow, GuardPrefix+">")
 	}
 	kept := deny[:0]
 	for _, d := range deny {

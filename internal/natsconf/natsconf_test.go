@@ -38,38 +38,42 @@ func TestNothingProtectedWithoutTheProcessor(t *testing.T) {
 	}
 }
 
-// No client account holds a mapping: nats would try each against every
-// publish there, events included (a quarter of its CPU under a flood from
-// the anonymous account). The durable guard's mappings are GateAccount's,
-// through which every client reaches the JetStream API and the acks.
-func TestGuardMappingsOnlyInTheGate(t *testing.T) {
+// The durable guard's mappings belong to every account that imports the
+// JetStream API, and to none other: a producer's account (its events) and
+// orderstore's own account (its connections use the processor's durable)
+// hold none. An account with them imports the API, the acks and the
+// guard's subject straight from StreamAccount: one service import hop per
+// request and per delivered message (a second hop through another account
+// cost a pull consumer a third of its rate, bench/README.md).
+func TestGuardMappingsInEveryAPIAccount(t *testing.T) {
 	for _, users := range [][]User{nil, {{Name: "p", Role: RoleProducer}, {Name: "r", Role: RoleReader}, {Name: "a", Role: RoleAdmin}}} {
 		in := input()
 		in.Users = users
 		accounts := testAccounts(t, in)
-		var gate bool
+		withAPI := 0
 		for _, a := range accounts {
-			if a.Name == GateAccount {
-				gate = true
-				if !slices.Equal(a.Mappings, in.guardMappings()) || len(a.Mappings) == 0 {
-					t.Errorf("%s mappings %v, want the guard's %v", a.Name, a.Mappings, in.guardMappings())
-				}
-				continue
-			}
-			if len(a.Mappings) > 0 {
-				t.Errorf("users %v: account %s has mappings %v, want none", users, a.Name, a.Mappings)
-			}
+			api, guard := false, false
 			for _, im := range a.Imports {
-				if (im.Subject == "$JS.API.>" || im.Subject == "$JS.ACK.>") && im.Account != GateAccount {
-					t.Errorf("users %v: account %s imports %s from %s, want from %s", users, a.Name, im.Subject, im.Account, GateAccount)
+				if im.Subject == "$JS.API.>" || im.Subject == "$JS.ACK.>" || strings.HasPrefix(im.Subject, GuardPrefix) {
+					if im.Account != StreamAccount {
+						t.Errorf("users %v: account %s imports %s from %s, want from %s", users, a.Name, im.Subject, im.Account, StreamAccount)
+					}
+					api = api || im.Subject == "$JS.API.>"
+					guard = guard || strings.HasPrefix(im.Subject, GuardPrefix)
 				}
-				if strings.HasPrefix(im.Subject, GuardPrefix) {
-					t.Errorf("users %v: account %s imports the guard's %s itself", users, a.Name, im.Subject)
+			}
+			if api {
+				withAPI++
+				if !guard || !slices.Equal(a.Mappings, in.guardMappings()) || len(a.Mappings) == 0 {
+					t.Errorf("users %v: account %s imports the API with mappings %v and the guard's subject %v, want the guard's mappings %v and subject",
+						users, a.Name, a.Mappings, guard, in.guardMappings())
 				}
+			} else if len(a.Mappings) > 0 || guard {
+				t.Errorf("users %v: account %s (no API) has mappings %v, guard import %v: want none", users, a.Name, a.Mappings, guard)
 			}
 		}
-		if !gate {
-			t.Errorf("users %v: no %s account", users, GateAccount)
+		if want := map[bool]int{true: 1, false: 2}[users == nil]; withAPI != want {
+			t.Errorf("users %v: %d accounts import the API, want %d", users, withAPI, want)
 		}
 	}
 }

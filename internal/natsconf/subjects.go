@@ -31,12 +31,6 @@ type internalSubject struct {
 	Stream bool
 	// Streamed is a service answering one request with several messages.
 	Streamed bool
-	// Gated: the roles import it from GateAccount, which imports it from
-	// StreamAccount and holds the durable guard's mappings (GateAccount).
-	Gated bool
-	// Guard: GateAccount imports it (where its mappings send requests on
-	// orderstore's own consumers); no role does.
-	Guard bool
 	// HubToEdge and EdgeToHub: it crosses the leaf link that way.
 	HubToEdge, EdgeToHub bool
 }
@@ -62,9 +56,9 @@ func (in Input) internalSubjects() []internalSubject {
 	rows = append(rows,
 		internalSubject{Pattern: InternalInbox + ".>", Use: "replies to orderstore's own connections: acks of HTTP ingest, processor deliveries, projection reads"},
 		internalSubject{Pattern: HubWatchInbox + ".>", Use: "the hub watcher's replies from edges (stream info, message gets)", EdgeToHub: true},
-		internalSubject{Pattern: GuardPrefix + ">", Use: "requests on orderstore's own consumers, which GateAccount's mappings send here, answered by the durable guard", Guard: true},
-		internalSubject{Pattern: "$JS.API.>", Use: "the JetStream API of the stream's account (readers: read-only verbs), through GateAccount", Reader: true, Admin: true, Streamed: true, Gated: true},
-		internalSubject{Pattern: "$JS.ACK.>", Use: "consumer acks (never on orderstore's own consumers), through GateAccount", Reader: true, Admin: true, Gated: true},
+		internalSubject{Pattern: GuardPrefix + ">", Use: "requests on orderstore's own consumers, which the client accounts' mappings send here, answered by the durable guard", Reader: true, Admin: true},
+		internalSubject{Pattern: "$JS.API.>", Use: "the JetStream API of the stream's account (readers: read-only verbs; requests on orderstore's own consumers mapped to the guard)", Reader: true, Admin: true, Streamed: true},
+		internalSubject{Pattern: "$JS.ACK.>", Use: "consumer acks (acks on orderstore's own consumers mapped to the guard)", Reader: true, Admin: true},
 		internalSubject{Pattern: "$JS.FC.>", Use: "flow control of push consumers and sources", Admin: true, HubToEdge: true},
 		internalSubject{Pattern: "$KV.>", Use: "the projection bucket", Admin: true},
 		internalSubject{Pattern: dlq, Use: "dead letters", Admin: true},
@@ -80,49 +74,24 @@ func (in Input) internalSubjects() []internalSubject {
 }
 
 // streamAccountExports are StreamAccount's exports: every row some role
-// imports, the gated ones and the guard's to GateAccount alone.
+// imports.
 func (in Input) streamAccountExports() []embedded.Export {
 	var ex []embedded.Export
 	for _, r := range in.internalSubjects() {
-		switch {
-		case r.Gated || r.Guard:
-			ex = append(ex, embedded.Export{Subject: r.Pattern, Streamed: r.Streamed, Accounts: []string{GateAccount}})
-		case r.Producer || r.Reader || r.Admin:
+		if r.Producer || r.Reader || r.Admin {
 			ex = append(ex, embedded.Export{Subject: r.Pattern, Streamed: r.Streamed, Stream: r.Stream})
 		}
 	}
 	return ex
 }
 
-// gateAccount is GateAccount: it imports the gated rows and the guard's
-// from StreamAccount, exports the gated ones to the client accounts, and
-// maps the requests on orderstore's own consumers to the guard.
-func (in Input) gateAccount() embedded.Account {
-	gate := embedded.Account{Name: GateAccount, Mappings: in.guardMappings()}
-	for _, r := range in.internalSubjects() {
-		if r.Gated || r.Guard {
-			gate.Imports = append(gate.Imports, embedded.Import{Account: StreamAccount, Subject: r.Pattern})
-		}
-		if r.Gated {
-			gate.Exports = append(gate.Exports, embedded.Export{Subject: r.Pattern, Streamed: r.Streamed})
-		}
-	}
-	return gate
-}
-
-// roleImports are the imports from StreamAccount (or GateAccount) of a
-// role's account.
+// roleImports are the imports from StreamAccount of a role's account.
 func (in Input) roleImports(role string) []embedded.Import {
 	var im []embedded.Import
 	for _, r := range in.internalSubjects() {
-		if !roleHas(r, role) {
-			continue
+		if roleHas(r, role) {
+			im = append(im, embedded.Import{Account: StreamAccount, Subject: r.Pattern, Stream: r.Stream})
 		}
-		from := StreamAccount
-		if r.Gated {
-			from = GateAccount
-		}
-		im = append(im, embedded.Import{Account: from, Subject: r.Pattern, Stream: r.Stream})
 	}
 	return im
 }
@@ -177,8 +146,10 @@ func (in Input) ProtectedConsumers() (stream, durable string, ok bool) {
 // guardMappings map every client request that would bind, pull, ack,
 // change or delete a protected consumer to the durable guard, which
 // answers with an error. A mapping, not a permission: nats' permission
-// error tells a client nothing of why or what to do instead. They are
-// GateAccount's (see there), applied to what its imports deliver.
+// error tells a client nothing of why or what to do instead. They belong
+// to every account that imports the JetStream API (nats applies an account's
+// own mappings to its publishes before their permissions and imports), so
+// that a producer's events pay for none of them.
 func (in Input) guardMappings() []embedded.Mapping {
 	s, d, ok := in.ProtectedConsumers()
 	if !ok {
