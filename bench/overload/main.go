@@ -710,7 +710,7 @@ func guardString(g map[string]uint64) string {
 	if g == nil {
 		return ""
 	}
-	return fmt.Sprintf("; guard over_budget %d, overloaded %d, ingest pauses %d, unanswered (503) %d, unanswerable %d", g["over_budget"], g["overloaded"], g["ingest_pauses"], g["unanswered"], g["unanswerable"])
+	return fmt.Sprintf("; guard held back %d, overloaded (429) %d, refused %d", g["held_back"], g["overloaded"], g["refused"])
 }
 
 func codes(m map[string]int64) string {
