@@ -58,16 +58,17 @@ func TestCommandImportsOnlyTheLibrary(t *testing.T) {
 // Examples, benchmarks and the public packages' external tests compile
 // against public packages only: what they show, a user can write.
 func TestExamplesAndBenchmarksUsePublicPackages(t *testing.T) {
-	lines := goList(t, "-f", "{{.ImportPath}}|{{join .Imports \" \"}}|{{join .XTestImports \" \"}}", "./...")
+	lines := goList(t, "-f", "{{.ImportPath}}|{{join .Imports \" \"}}|{{join .XTestImports \" \"}}|{{join .TestImports \" \"}}", "./...")
 	for _, l := range lines {
-		f := strings.SplitN(l, "|", 3)
-		pkg, imports, xtest := f[0], strings.Fields(f[1]), strings.Fields(f[2])
+		f := strings.SplitN(l, "|", 4)
+		pkg, imports, xtest, tests := f[0], strings.Fields(f[1]), strings.Fields(f[2]), strings.Fields(f[3])
 		if strings.HasPrefix(pkg, mod+"/internal/") || strings.HasPrefix(pkg, mod+"/cmd/") {
 			continue
 		}
 		check := xtest
 		if strings.HasPrefix(pkg, mod+"/bench/") {
-			check = append(check, imports...)
+			// A benchmark's own tests too: what it measures, a user can run.
+			check = append(append(check, imports...), tests...)
 		}
 		for _, p := range check {
 			// internal/testenv says what a test needs of the machine

@@ -1,25 +1,32 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/orderstore/orderstore/internal/validate"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/orderstoretest"
 )
 
 // TestEventsValid: every event of a cell the validated target runs is
 // exactly the cell's size and valid against orderCreatedSchema, checked
-// the way ingest checks it; the earlier pad events are refused.
+// by an appliance with that schema (the way the validated target checks
+// it, through the public API); the earlier pad events are refused.
 func TestEventsValid(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "order-created.schema.json")
 	if err := os.WriteFile(file, []byte(orderCreatedSchema), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	v, err := validate.Compile(map[string]string{"created": file}, validate.Accept, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	app := orderstoretest.Start(t, func(c *orderstore.Config) {
+		c.Processor.Enabled = false
+		c.Validation = orderstore.ValidationConfig{Schemas: map[string]string{"created": file}, UnknownTypes: "accept"}
+	})
+	ctx := context.Background()
 	for _, size := range []int{256, 512, 1024, 4096} {
 		payloads, orders := events(size)
 		if !orders {
@@ -29,7 +36,7 @@ func TestEventsValid(t *testing.T) {
 			if len(b) != size {
 				t.Fatalf("%d B: event %d is %d bytes", size, i, len(b))
 			}
-			if err := v.Check("orders.created", b); err != nil {
+			if _, err := app.Publish(ctx, "orders.created", b); err != nil {
 				t.Fatalf("%d B: event %d %s: %v", size, i, b, err)
 			}
 		}
@@ -38,7 +45,8 @@ func TestEventsValid(t *testing.T) {
 	if orders {
 		t.Fatalf("128 B: order events of %d bytes", len(payloads[0]))
 	}
-	if err := v.Check("orders.created", payloads[0]); err == nil {
-		t.Fatalf("pad event %s passed the schema", payloads[0])
+	var apiErr *jetstream.APIError
+	if _, err := app.Publish(ctx, "orders.created", payloads[0]); !errors.As(err, &apiErr) || apiErr.ErrorCode != orderstore.ValidationErrCode {
+		t.Fatalf("pad event %s: %v, want refused by the schema", payloads[0], err)
 	}
 }
