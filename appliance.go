@@ -123,23 +123,29 @@ type conn struct {
 // order:
 //
 //  1. validate cfg;
-//  2. the store: preflight (store_dir, free disk), its lock, the run marker,
-//     a legacy layout moved;
-//  3. the admin handler and listener, so that a busy port fails at once and
-//     /readyz answers "recovering" during a long recovery;
-//  4. group commit's watch (durability "group-commit"; nats-server's file
+//  2. the store: preflight (store_dir, free disk), its lock, the run
+//     marker, a legacy layout moved;
+//  3. the admin handler and listener, so that a busy port fails at once
+//     and /readyz answers "recovering" during a long recovery;
+//  4. group commit's watch (durability "group-commit": nats-server's file
 //     store syncs, and a failed sync fails the appliance);
 //  5. nats-server, with the admission hook every publish into the stream
 //     passes, and a watchdog on it;
 //  6. orderstore's internal and processor connections;
 //  7. the store guard;
 //  8. declare the stream, dead-letter stream, projection bucket and
-//     consumer, and run the recovery checks (a damaged store, lost
-//     sequences, this run's epoch, the metadata made durable);
-//  9. the processor;
-//  10. a hub's source watcher and its connection;
-//  11. the durable guard;
-//  12. the admin API's backend, and the admin listener's intake.
+//     consumer, with the recovery check of what nats loaded;
+//  9. the checks after the declaration: lost sequences, this run's epoch,
+//     the metadata made durable;
+//  10. the rebuild runner, finishing a takeover a stop interrupted;
+//  11. the processor;
+//  12. the rebuild runner's fold under way, or one a new handler version
+//     asks for;
+//  13. a hub's source watcher and its connection;
+//  14. the durable guard;
+//  15. the admin API's backend, and the admin listener's intake.
+//
+// (TestStartDocIsTheStepTable checks this list against startSteps.)
 //
 // It returns once the processor consumes and every part runs, or with an
 // error naming what failed; on error everything it started is stopped and
@@ -167,23 +173,8 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 			err = errors.Join(err, a.sup.stop(cctx))
 		}
 	}()
-	for _, step := range []func(context.Context) error{
-		a.openStore,
-		a.startAdmin,
-		a.startCommitter,
-		a.startNATS,
-		a.connectInternal,
-		a.startStoreGuard,
-		a.declare,
-		a.checkStore,
-		a.openRebuild,
-		a.startProcessor,
-		a.runRebuild,
-		a.startHubWatch,
-		a.startDurableGuard,
-		a.openAdmin,
-	} {
-		if err := step(ctx); err != nil {
+	for _, step := range startSteps {
+		if err := step.run(a, ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -201,6 +192,28 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	}
 	log.Info("orderstore ready", "client_url", a.clientURLForLog(), "admin", a.AdminAddr(), "store_dir", a.report.StoreDir)
 	return a, nil
+}
+
+// startSteps are Start's steps after the config's validation, in order,
+// each with its item in Start's doc.
+var startSteps = []struct {
+	doc string
+	run func(*Appliance, context.Context) error
+}{
+	{"the store: preflight (store_dir, free disk), its lock, the run marker, a legacy layout moved", (*Appliance).openStore},
+	{`the admin handler and listener, so that a busy port fails at once and /readyz answers "recovering" during a long recovery`, (*Appliance).startAdmin},
+	{`group commit's watch (durability "group-commit": nats-server's file store syncs, and a failed sync fails the appliance)`, (*Appliance).startCommitter},
+	{"nats-server, with the admission hook every publish into the stream passes, and a watchdog on it", (*Appliance).startNATS},
+	{"orderstore's internal and processor connections", (*Appliance).connectInternal},
+	{"the store guard", (*Appliance).startStoreGuard},
+	{"declare the stream, dead-letter stream, projection bucket and consumer, with the recovery check of what nats loaded", (*Appliance).declare},
+	{"the checks after the declaration: lost sequences, this run's epoch, the metadata made durable", (*Appliance).checkStore},
+	{"the rebuild runner, finishing a takeover a stop interrupted", (*Appliance).openRebuild},
+	{"the processor", (*Appliance).startProcessor},
+	{"the rebuild runner's fold under way, or one a new handler version asks for", (*Appliance).runRebuild},
+	{"a hub's source watcher and its connection", (*Appliance).startHubWatch},
+	{"the durable guard", (*Appliance).startDurableGuard},
+	{"the admin API's backend, and the admin listener's intake", (*Appliance).openAdmin},
 }
 
 // openStore runs the preflight, takes the store's lock and marks it
