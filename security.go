@@ -59,8 +59,8 @@ func (c Config) PlaintextWarnings() []string {
 }
 
 // CheckFiles loads every TLS certificate, key and CA file and compiles
-// every schema file the config names, as Start would, and reports every problem at once (each naming
-// its key): what `orderstore check` runs beside Validate.
+// every schema file the config names, as Start would, and reports every
+// problem at once (each naming its key): what `orderstore check` runs beside Validate.
 func (c Config) CheckFiles() error {
 	var errs []error
 	add := func(_ *tls.Config, err error) {

@@ -403,8 +403,9 @@ func (p *Projection) AsOf(ctx context.Context, s jetstream.Stream, orderID strin
 
 // FoldEvents calls fn (if set) with each event of the order up to point,
 // in stream order (in index order for an index that is out of order, see
-// record.HistoryUnordered: rare, after a retry of a very hot order): the events AsOf folds, which it returns folded by the
-// projection's own fold too. With it a program folds an order's history
+// record.HistoryUnordered: rare, after a retry of a very hot order): the
+// events AsOf folds, which it returns folded by the projection's own fold
+// too. With it a program folds an order's history
 // with its own code (a [Handler] of its own, say), and gets the same
 // answers about retention. An error from fn stops it and is returned.
 func (p *Projection) FoldEvents(ctx context.Context, s jetstream.Stream, orderID string, point AsOfPoint, fn func(Event) error) (AsOfState, error) {

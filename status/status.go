@@ -1,7 +1,8 @@
 // Package status holds the JSON shapes orderstore reports: /v1/status
 // and what `orderstore status` prints, its readiness checks, topology and
-// build information, and an order's history (/v1/orders/{id}/events). The admin listener serves them; the CLI and other
-// programs decode them. It has no behaviour of its own.
+// build information, and an order's history (/v1/orders/{id}/events). The
+// admin listener serves them; the CLI and other programs decode them. It
+// has no behaviour of its own.
 package status
 
 import (

@@ -15,7 +15,8 @@ import (
 // timedHandler wraps the projection to measure, for -handler-stats, how
 // long the processor spends inside the handler: the latency of each
 // HandleBatch call (one batch's loads and KV writes) and how many are in
-// flight on average (at most the processor's partitions). It changes nothing else: it forwards both methods.
+// flight on average (at most the processor's partitions). It changes
+// nothing else: it forwards both methods.
 type timedHandler struct {
 	inner processor.BatchHandler
 

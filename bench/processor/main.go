@@ -750,8 +750,8 @@ type running struct {
 	done        chan error
 }
 
-// startProcessor runs the processor exactly as the appliance builds it (plus -workers / -batch), on its own in-process
-// connection.
+// startProcessor runs the processor exactly as the appliance builds it
+// (plus -workers / -batch), on its own in-process connection.
 func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 	js, err := e.connect(false, "bench-processor")
 	if err != nil {

@@ -4,8 +4,8 @@
 // it (a rebuild need not sync per batch), and live ingest keeps at least
 // 0.8 of its rate while a rebuild runs.
 //
-//	go run ./bench/rebuild                                      # 1M events over 10k orders, about 5 minutes on 2 cores
-//	go run ./bench/rebuild -events 100000 -reps 1 -duration 5s  # a quick look
+//	go run ./bench/rebuild                  # 1M events over 10k orders, ~5 min on 2 cores
+//	go run ./bench/rebuild -events 100000 -reps 1 -duration 5s # a quick look
 //
 // One appliance on its defaults (group commit, processor on) in a fresh
 // store, with a max_file_store that leaves room for the shadow:

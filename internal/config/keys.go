@@ -12,9 +12,10 @@ import (
 // tag is its key; it maps onto the orderstore.Config field of the same Go
 // name, or of the name its lib tag gives. Three more forms of lib tag:
 //
-//	lib:"-"                       only the file has it (read by hand: token_file, password_file, [log])
-//	lib:"SyncInterval,rule"       named for messages, mapped by a rule written out in toOrderstore/fromOrderstore
-//	lib:"Publish,PublishDeny"     a Subjects value: its allow and deny lists are two fields
+//	lib:"-"                    only the file has it (read by hand: token_file,
+//	                           password_file, [log])
+//	lib:"SyncInterval,rule"    named for messages, mapped by a rule in toOrderstore/fromOrderstore
+//	lib:"Publish,PublishDeny"  a Subjects value: its allow and deny lists are two fields
 //
 // From the table come the mapping both ways (toOrderstore, fromOrderstore),
 // the keys that name a problem the appliance finds ([KeyOf]) and, through

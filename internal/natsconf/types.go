@@ -105,7 +105,8 @@ type User struct {
 	// Password logs the user in; a bcrypt hash ("$2a$...", made with
 	// `nats server passwd`) is accepted and keeps the secret out of the
 	// file. Nkey, instead of a password, is the user's public nkey
-	// ("U...", made with `nats auth nkey gen user --output user.nk` and shown by `nats auth nkey show user.nk`).
+	// ("U...", made with `nats auth nkey gen user --output user.nk` and
+	// shown by `nats auth nkey show user.nk`).
 	Password, Nkey string
 	// Role is RoleProducer, RoleReader or RoleAdmin. Leave it empty to
 	// give explicit Publish/Subscribe lists instead: such a user gets the
