@@ -168,11 +168,11 @@ func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 		ad.refused.Add(1)
 		return nil, apiError(400, "%s: a subject with a wildcard token ('*' or '>') names no single event type; publish on a literal subject", truncateSubject(m.Subject))
 	}
-	hdr := ad.headers(m.Header, account)
+	hdr, added := ad.headers(m.Header, account)
 	if stored := len(hdr) + len(m.Data); ad.cfg.MaxEvent > 0 && stored > ad.cfg.MaxEvent {
 		ad.refused.Add(1)
 		return nil, apiError(400, "the event takes %d bytes with its headers (orderstore adds %d of them), more than the stream's max_msg_size of %d: make it smaller, or raise stream.max_msg_size",
-			stored, max(0, len(hdr)-len(m.Header)), ad.cfg.MaxEvent)
+			stored, added, ad.cfg.MaxEvent)
 	}
 	if v := ad.cfg.Validate; v != nil {
 		if err := v(m.Subject, m.Data); err != nil {
@@ -227,9 +227,10 @@ func (ad *Admission) Hold(held bool) { ad.hold.Store(held) }
 
 // headers are the headers stored with an event published by account: the
 // Nats-Msg-Id scoped to it, nats' and orderstore's own headers dropped (in
-// any spelling), the epoch stamped. hdr is NATS wire form, or nil.
-func (ad *Admission) headers(hdr []byte, account string) []byte {
-	out := make([]byte, 0, len(hdr)+len(ad.cfg.Scope)+len(account)+len(EpochHeader)+len(ad.cfg.Epoch)+32)
+// any spelling), the epoch stamped. hdr is NATS wire form, or nil. added
+// is how many of the bytes are orderstore's: the scopes and the epoch.
+func (ad *Admission) headers(hdr []byte, account string) (out []byte, added int) {
+	out = make([]byte, 0, len(hdr)+len(ad.cfg.Scope)+len(account)+len(EpochHeader)+len(ad.cfg.Epoch)+32)
 	out = append(out, "NATS/1.0\r\n"...)
 	if i := bytes.Index(hdr, []byte("\r\n")); i >= 0 {
 		rest := hdr[i+2:]
@@ -257,6 +258,7 @@ func (ad *Admission) headers(hdr []byte, account string) []byte {
 				// nats reads this spelling alone (case-sensitive), and the
 				// first of several: every one is scoped.
 				if id := bytes.TrimLeft(val, " "); len(id) > 0 {
+					added += len(ad.cfg.Scope) + len(account) + 1
 					out = append(out, msgIDHeader+": "...)
 					out = append(out, ad.cfg.Scope...)
 					out = append(out, account...)
@@ -269,13 +271,17 @@ func (ad *Admission) headers(hdr []byte, account string) []byte {
 		}
 	}
 	if ad.cfg.Epoch != "" {
+		added += len(EpochHeader) + 4 + len(ad.cfg.Epoch)
 		out = append(out, EpochHeader+": "...)
 		out = append(append(out, ad.cfg.Epoch...), "\r\n"...)
 	}
 	if len(out) == len("NATS/1.0\r\n") {
-		return nil
+		return nil, 0
 	}
-	return append(out, "\r\n"...)
+	if len(hdr) == 0 {
+		added += len("NATS/1.0\r\n\r\n") // the header block itself
+	}
+	return append(out, "\r\n"...), added
 }
 
 // ScopedMsgID is the Nats-Msg-Id stored for a producer's id in account,

@@ -27,19 +27,25 @@ func TestAdmitHeaders(t *testing.T) {
 	ad := testAdmission()
 	in := "NATS/1.0\r\nNats-Msg-Id: a1\r\nX-Trace: keep me\r\nnats-request-info: {\"acc\":\"X\"}\r\nORDERSTORE-EPOCH: forged\r\n" +
 		"Nats-Stream-Source: forged\r\nOrderstore-Replay-Of: 7\r\nNats-Msg-Id: a2\r\n\r\n"
-	got := string(ad.headers([]byte(in), "USER1_p"))
+	h, added := ad.headers([]byte(in), "USER1_p")
+	got := string(h)
 	want := "NATS/1.0\r\nNats-Msg-Id: edge1/USER1_p:a1\r\nX-Trace: keep me\r\nNats-Msg-Id: edge1/USER1_p:a2\r\nOrderstore-Epoch: E1\r\n\r\n"
 	if got != want {
 		t.Errorf("producer's headers:\n got %q\nwant %q", got, want)
 	}
-	got = string(ad.headers([]byte(in), "ORDERSTORE"))
+	// Two scopes ("edge1/USER1_p:") and the epoch line are orderstore's.
+	if want := 2*len("edge1/USER1_p:") + len("Orderstore-Epoch: E1\r\n"); added != want {
+		t.Errorf("orderstore added %d bytes, want %d", added, want)
+	}
+	h, _ = ad.headers([]byte(in), "ORDERSTORE")
+	got = string(h)
 	if !strings.Contains(got, "Orderstore-Replay-Of: 7\r\n") || !strings.Contains(got, "Nats-Msg-Id: edge1/ORDERSTORE:a1\r\n") {
 		t.Errorf("orderstore's own replay: %q, want the replay header kept and the id scoped", got)
 	}
-	if got := string(ad.headers(nil, "USER1_p")); got != "NATS/1.0\r\nOrderstore-Epoch: E1\r\n\r\n" {
-		t.Errorf("no headers: %q", got)
+	if h, added := ad.headers(nil, "USER1_p"); string(h) != "NATS/1.0\r\nOrderstore-Epoch: E1\r\n\r\n" || added != len(h) {
+		t.Errorf("no headers: %q, %d bytes added", h, added)
 	}
-	if got := NewAdmission(AdmitConfig{Stream: "S"}).headers(nil, "A"); got != nil {
+	if got, _ := NewAdmission(AdmitConfig{Stream: "S"}).headers(nil, "A"); got != nil {
 		t.Errorf("no headers and no epoch: %q, want nil", got)
 	}
 }
