@@ -40,12 +40,15 @@ const Headroom = 4 << 10
 const (
 	// Past lineMsgs events (or lineBytes) waiting in the stream's inbound
 	// queue, a producer's connection waits in line before its next event
-	// is queued.
-	lineMsgs  = 8192
-	lineBytes = 32 << 20
-	// lineWait: a publish that waited this long in line is answered 429
-	// (the stream is behind what producers send), well within a client's
-	// 5 s timeout (nats.go's and natscli's default).
+	// is queued. What is queued is what a newcomer's publish waits behind
+	// (twice: once to be stored, once for its ack), so the bound is low:
+	// 1,024 is what 64 producers with 16 publishes in flight fill.
+	lineMsgs  = 1024
+	lineBytes = 8 << 20
+	// lineWait: a publish that waited this long in line, counted from
+	// when it joined, is answered 429 (the stream is behind what producers
+	// send), well within a client's 5 s timeout (nats.go's and natscli's
+	// default).
 	lineWait = 2 * time.Second
 	// linePoll is how often the head of the line looks at the queue.
 	linePoll = 100 * time.Microsecond
@@ -95,7 +98,7 @@ type AdmitConfig struct {
 type Admission struct {
 	cfg AdmitConfig
 
-	line    sync.Mutex // held by the head of the line
+	line    chan struct{} // capacity 1: holds a token while the head of the line waits
 	waiting atomic.Int64
 	hold    atomic.Bool // tests: the queue counts as deep
 
@@ -110,7 +113,7 @@ func NewAdmission(cfg AdmitConfig) *Admission {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Admission{cfg: cfg}
+	return &Admission{cfg: cfg, line: make(chan struct{}, 1)}
 }
 
 // Counts are what admission did since start.
@@ -190,10 +193,10 @@ func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 
 // wait holds a producer's publish in line while the stream's inbound
 // queue is deep; false when it waited lineWait in vain. Every connection
-// waits its turn: while anyone waits, a newcomer queues behind (sync.Mutex
-// hands itself over in arrival order once a waiter has waited a
-// millisecond), and a connection has one publish at a time here (its read
-// loop is what waits), so a flood goes at the pace of everyone else.
+// waits its turn: while anyone waits, a newcomer queues behind (senders
+// blocked on a channel go in arrival order), and a connection has one
+// publish at a time here (its read loop is what waits), so a flood goes at
+// the pace of everyone else.
 func (ad *Admission) wait(m *server.AdmitMsg) bool {
 	deep := func() bool {
 		if ad.hold.Load() {
@@ -208,9 +211,15 @@ func (ad *Admission) wait(m *server.AdmitMsg) bool {
 	ad.held.Add(1)
 	ad.waiting.Add(1)
 	defer ad.waiting.Add(-1)
-	ad.line.Lock()
-	defer ad.line.Unlock()
 	give := time.Now().Add(lineWait)
+	timer := time.NewTimer(lineWait)
+	defer timer.Stop()
+	select {
+	case ad.line <- struct{}{}:
+	case <-timer.C:
+		return false
+	}
+	defer func() { <-ad.line }()
 	for deep() {
 		if time.Now().After(give) {
 			return false
