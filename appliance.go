@@ -98,10 +98,9 @@ type Appliance struct {
 	handlerVersion     string                             // the fold's version (processor.Versioned)
 	backupMu           sync.Mutex                         // one backup at a time
 
-	stallAfter  time.Duration
-	rc          *recovery.Check // what start-up found and did about a damaged store
-	unclean     bool            // the last run did not stop cleanly
-	startFailed bool            // Start failed: keep the run marker
+	stallAfter time.Duration
+	rc         *recovery.Check // what start-up found and did about a damaged store
+	unclean    bool            // the last run did not stop cleanly
 
 	admin      *admin.Server
 	httpServer *http.Server // the admin listener's; nil when it is disabled
@@ -153,7 +152,7 @@ type conn struct {
 //
 // ctx bounds start-up only (a canceled ctx aborts it); stop a running
 // appliance with [Appliance.Close].
-func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
+func Start(ctx context.Context, cfg Config) (*Appliance, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -165,26 +164,19 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	log := loggerOrDiscard(cfg.Logger)
 	a := &Appliance{cfg: cfg, log: log, sup: newSupervisor(log), epoch: newEpoch(), closeDone: make(chan struct{})}
 	a.validator.Store(v)
-	defer func() {
-		if err != nil {
-			a.startFailed = true // an interrupted start-up may have left work undone
-			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			err = errors.Join(err, a.sup.stop(cctx))
-		}
-	}()
 	for _, step := range startSteps {
-		if err := step.run(a, ctx); err != nil {
-			return nil, err
-		}
+		a.sup.stage(func(ctx context.Context) error { return step.run(a, ctx) })
+	}
+	if err := a.sup.start(ctx); err != nil {
+		return nil, err
 	}
 	if a.proc != nil {
 		select {
 		case <-a.proc.Ready():
 		case <-a.sup.done:
-			return nil, fmt.Errorf("start: %w", a.sup.Err())
+			return nil, errors.Join(fmt.Errorf("start: %w", a.sup.Err()), a.sup.failStart())
 		case <-ctx.Done():
-			return nil, fmt.Errorf("start: processor: %w", ctx.Err())
+			return nil, errors.Join(fmt.Errorf("start: processor: %w", ctx.Err()), a.sup.failStart())
 		}
 	}
 	if cfg.historyMaxBytes() == 0 {
@@ -195,25 +187,38 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 }
 
 // startSteps are Start's steps after the config's validation, in order,
-// each with its item in Start's doc.
+// each with its item in Start's doc and, when it starts a component, its
+// item in Close's doc (Close stops the steps in the reverse order).
 var startSteps = []struct {
-	doc string
-	run func(*Appliance, context.Context) error
+	doc  string
+	run  func(*Appliance, context.Context) error
+	stop string
 }{
-	{"the store: preflight (store_dir, free disk), its lock, the run marker, a legacy layout moved", (*Appliance).openStore},
-	{`the admin handler and listener, so that a busy port fails at once and /readyz answers "recovering" during a long recovery`, (*Appliance).startAdmin},
-	{`group commit's watch (durability "group-commit": nats-server's file store syncs, and a failed sync fails the appliance)`, (*Appliance).startCommitter},
-	{"nats-server, with the admission hook every publish into the stream passes, and a watchdog on it", (*Appliance).startNATS},
-	{"orderstore's internal and processor connections", (*Appliance).connectInternal},
-	{"the store guard", (*Appliance).startStoreGuard},
-	{"declare the stream, dead-letter stream, projection bucket and consumer, with the recovery check of what nats loaded", (*Appliance).declare},
-	{"the checks after the declaration: lost sequences, this run's epoch, the metadata made durable", (*Appliance).checkStore},
-	{"the rebuild runner, finishing a takeover a stop interrupted", (*Appliance).openRebuild},
-	{"the processor", (*Appliance).startProcessor},
-	{"the rebuild runner's fold under way, or one a new handler version asks for", (*Appliance).runRebuild},
-	{"a hub's source watcher and its connection", (*Appliance).startHubWatch},
-	{"the durable guard", (*Appliance).startDurableGuard},
-	{"the admin API's backend, and the admin listener's intake", (*Appliance).openAdmin},
+	{"the store: preflight (store_dir, free disk), its lock, the run marker, a legacy layout moved", (*Appliance).openStore,
+		"after a clean stop the store is marked stopped (the next start skips the crash checks), and the store lock is released"},
+	{`the admin handler and listener, so that a busy port fails at once and /readyz answers "recovering" during a long recovery`, (*Appliance).startAdmin,
+		"the admin listener closes"},
+	{`group commit's watch (durability "group-commit": nats-server's file store syncs, and a failed sync fails the appliance)`, (*Appliance).startCommitter,
+		"group commit's watch stops"},
+	{"nats-server, with the admission hook every publish into the stream passes, and a watchdog on it", (*Appliance).startNATS,
+		"nats-server shuts down (Shutdown + WaitForShutdown: every stream flushed and closed, group commit syncing and answering every publish it holds first)"},
+	{"orderstore's internal and processor connections", (*Appliance).connectInternal,
+		"the processor's connection drains, then the internal one"},
+	{"the store guard", (*Appliance).startStoreGuard,
+		"the store guard: no restart of nats from here on (one under way is waited for)"},
+	{"declare the stream, dead-letter stream, projection bucket and consumer, with the recovery check of what nats loaded", (*Appliance).declare, ""},
+	{"the checks after the declaration: lost sequences, this run's epoch, the metadata made durable", (*Appliance).checkStore, ""},
+	{"the rebuild runner, finishing a takeover a stop interrupted", (*Appliance).openRebuild, ""},
+	{"the processor", (*Appliance).startProcessor,
+		"the processor: it stops fetching, finishes and acks the events it holds"},
+	{"the rebuild runner's fold under way, or one a new handler version asks for", (*Appliance).runRebuild,
+		"the projection rebuild: a fold under way stops, and the next start goes on from its last durable position"},
+	{"a hub's source watcher and its connection", (*Appliance).startHubWatch,
+		"a hub's source watcher, then its connection drains"},
+	{"the durable guard", (*Appliance).startDurableGuard,
+		"the durable guard"},
+	{"the admin API's backend, and the admin listener's intake", (*Appliance).openAdmin,
+		"the admin listener's intake: it stops taking requests and finishes those in flight"},
 }
 
 // openStore runs the preflight, takes the store's lock and marks it
@@ -228,7 +233,7 @@ func (a *Appliance) openStore(context.Context) error {
 	a.lock, a.report = lock, rep
 	a.sup.add(component{name: "store", stop: func(context.Context) error {
 		var errs []error
-		if !a.startFailed && a.sup.clean() {
+		if a.sup.clean() {
 			errs = append(errs, storedir.Dir(a.report.StoreDir).MarkStopped()) // a clean stop: nats flushed every store
 		}
 		return errors.Join(append(errs, a.lock.Release())...)
@@ -899,18 +904,22 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 //     those in flight;
 //  2. the durable guard;
 //  3. a hub's source watcher, then its connection drains;
-//  4. the processor: it stops fetching, finishes and acks the events it
+//  4. the projection rebuild: a fold under way stops, and the next start
+//     goes on from its last durable position;
+//  5. the processor: it stops fetching, finishes and acks the events it
 //     holds;
-//  5. the store guard: no restart of nats from here on (one under way is
+//  6. the store guard: no restart of nats from here on (one under way is
 //     waited for);
-//  6. the processor's connection drains, then the internal one;
-//  7. nats-server shuts down (Shutdown + WaitForShutdown: every stream
+//  7. the processor's connection drains, then the internal one;
+//  8. nats-server shuts down (Shutdown + WaitForShutdown: every stream
 //     flushed and closed, group commit syncing and answering every
 //     publish it holds first);
-//  8. group commit's watch stops;
-//  9. the admin listener closes;
-//  10. after a clean stop the store is marked stopped (the next start
+//  9. group commit's watch stops;
+//  10. the admin listener closes;
+//  11. after a clean stop the store is marked stopped (the next start
 //     skips the crash checks), and the store lock is released.
+//
+// (TestCloseDocIsTheStepTable checks this list against startSteps.)
 //
 // ctx bounds each step's wait: when it ends, what is left in flight is
 // cut off (unacked events are redelivered on the next start) and the

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
+
+	"github.com/oklog/run"
 )
 
-// A component is one part of a running appliance: the goroutines it runs
-// and the step that stops it. Start adds the components in the order they
-// start; Close stops them in the reverse order.
+// A component is one part of a running appliance: the goroutine it runs
+// and the step that stops it. A start step adds the components it starts;
+// they stop in the reverse order.
 type component struct {
 	name string
 	// run is the component's goroutine (nil: it has none). It returns nil
@@ -23,21 +26,54 @@ type component struct {
 	stop func(ctx context.Context) error
 }
 
-// supervisor owns the components and every goroutine they run: one
-// WaitGroup, one error path. The first component that fails is the
-// appliance's error; what fails once stopping began is not a failure.
-type supervisor struct {
-	log   *slog.Logger
-	wg    sync.WaitGroup
-	parts []*part // in start order
+// defaultStopTimeout bounds the stop after a failed start-up.
+const defaultStopTimeout = 30 * time.Second
 
-	mu       sync.Mutex
-	stopped  bool // stop began
-	stopErrs int  // stop steps that failed so far
-	err      error
-	failed   string        // the component that failed first; "" while none did
-	done     chan struct{} // closed at the first failure, or when stop ends
-	once     sync.Once
+// supervisor runs the appliance as one run.Group (github.com/oklog/run):
+// an actor per start step, and a closer actor that returns when stop is
+// called.
+//
+// A step's actor waits until the step before it started, runs its step
+// (which adds the step's components) and then waits for its interrupt.
+// The group interrupts its actors in the order they were added, each
+// interrupt returning once its step's components stopped; the actors are
+// added last step first, so the appliance stops in the reverse order of
+// its start, each step completely before the one before it. Run returns
+// when the closer returns (stop) or when a step fails (a failed start).
+//
+// A component whose goroutine fails does not stop the group: it is the
+// appliance's failure (the first one is kept), Done closes and readiness
+// names it, and the owner calls Close, as the CLI does.
+type supervisor struct {
+	log    *slog.Logger
+	stages []*stage // in start order
+
+	closer    chan struct{} // closed by stop: the closer actor returns
+	closeOnce sync.Once
+	ran       chan struct{} // closed once the group's Run returned, with runErr
+	runErr    error
+
+	mu          sync.Mutex
+	cur         *stage // the stage whose step runs: add puts its components there
+	stopped     bool   // stop began
+	stopCtx     context.Context
+	stopErrs    []error // of the stop steps, in the order they ran
+	startFailed bool
+	err         error
+	failed      string        // the component that failed first; "" while none did
+	done        chan struct{} // closed at the first failure, or when stop ends
+	once        sync.Once
+}
+
+// stage is one start step, an actor of the group, with the components its
+// step started.
+type stage struct {
+	step      func(ctx context.Context) error
+	parts     []*part       // in start order
+	started   chan struct{} // closed once the step succeeded
+	abort     chan struct{} // closed by the interrupt
+	abortOnce sync.Once
+	executed  chan struct{} // closed when the actor's execute returned
 }
 
 // part is a component being supervised.
@@ -48,21 +84,128 @@ type part struct {
 }
 
 func newSupervisor(log *slog.Logger) *supervisor {
-	return &supervisor{log: log, done: make(chan struct{})}
+	return &supervisor{log: log, done: make(chan struct{}), closer: make(chan struct{}), ran: make(chan struct{})}
 }
 
-// add starts c: its run, if any, in a goroutine of the supervisor's.
+// stage adds a start step; start runs them in the order added.
+func (s *supervisor) stage(step func(ctx context.Context) error) {
+	s.stages = append(s.stages, &stage{step: step, started: make(chan struct{}), abort: make(chan struct{}),
+		executed: make(chan struct{})})
+}
+
+// start runs the group and returns once every step started, or with the
+// error of the step that failed once everything it started stopped.
+func (s *supervisor) start(ctx context.Context) error {
+	var g run.Group
+	g.Add(func() error { <-s.closer; return nil }, func(error) { s.closeOnce.Do(func() { close(s.closer) }) })
+	for i := len(s.stages) - 1; i >= 0; i-- {
+		var prev *stage
+		if i > 0 {
+			prev = s.stages[i-1]
+		}
+		st := s.stages[i]
+		g.Add(func() error { return s.execute(ctx, prev, st) }, func(error) { s.interrupt(st) })
+	}
+	go func() {
+		s.runErr = g.Run()
+		close(s.ran)
+	}()
+	if len(s.stages) == 0 {
+		return nil
+	}
+	select {
+	case <-s.stages[len(s.stages)-1].started:
+		return nil
+	case <-s.ran:
+		s.once.Do(func() { close(s.done) })
+		return errors.Join(append([]error{s.runErr}, s.stopErrors()...)...)
+	}
+}
+
+// execute is a stage's actor: it waits for the stage before it, runs the
+// step, and waits for its interrupt.
+func (s *supervisor) execute(ctx context.Context, prev, st *stage) error {
+	defer close(st.executed)
+	if prev != nil {
+		select {
+		case <-prev.started:
+		case <-st.abort:
+			return nil
+		}
+	}
+	s.mu.Lock()
+	s.cur = st
+	s.mu.Unlock()
+	if err := st.step(ctx); err != nil {
+		s.mu.Lock()
+		s.startFailed = true
+		s.mu.Unlock()
+		return err
+	}
+	close(st.started)
+	<-st.abort
+	return nil
+}
+
+// interrupt stops a stage: its actor returns, then its components stop,
+// last started first, each with its stop step, then its goroutine's ctx
+// ends and the goroutine is waited for (up to the stop's ctx).
+func (s *supervisor) interrupt(st *stage) {
+	st.abortOnce.Do(func() { close(st.abort) })
+	<-st.executed
+	ctx := s.stopContext()
+	for i := len(st.parts) - 1; i >= 0; i-- {
+		p := st.parts[i]
+		var errs []error
+		if p.stop != nil {
+			if err := p.stop(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		p.cancel()
+		select {
+		case <-p.ended:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("%s: not stopped: %w", p.name, ctx.Err()))
+		}
+		if len(errs) > 0 {
+			s.mu.Lock()
+			s.stopErrs = append(s.stopErrs, errs...)
+			s.mu.Unlock()
+		}
+	}
+}
+
+// stopContext bounds the stop steps: stop's ctx, or defaultStopTimeout
+// after a failed start-up.
+func (s *supervisor) stopContext() context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopCtx == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), defaultStopTimeout)
+		context.AfterFunc(ctx, cancel)
+		s.stopCtx = ctx
+	}
+	return s.stopCtx
+}
+
+// add starts c as a component of the stage whose step runs: its run, if
+// any, in a goroutine the stage's interrupt joins.
 func (s *supervisor) add(c component) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &part{component: c, cancel: cancel, ended: make(chan struct{})}
 	s.mu.Lock()
-	s.parts = append(s.parts, p)
+	st := s.cur
 	s.mu.Unlock()
+	if st == nil {
+		panic("orderstore: component " + c.name + " added outside a start step")
+	}
+	st.parts = append(st.parts, p)
 	if c.run == nil {
 		close(p.ended)
 		return
 	}
-	s.wg.Go(func() {
+	go func() {
 		defer close(p.ended)
 		err := c.run(ctx)
 		if err == nil && ctx.Err() == nil {
@@ -71,7 +214,7 @@ func (s *supervisor) add(c component) {
 		if err != nil && ctx.Err() == nil {
 			s.fail(c.name, err)
 		}
-	})
+	}()
 }
 
 // fail records a component's failure, unless stopping began.
@@ -101,46 +244,43 @@ func (s *supervisor) stopping() bool {
 	return s.stopped
 }
 
-// stop stops every component, last started first: its stop step, then
-// its run's ctx ends and its goroutine is waited for (up to ctx). It
-// returns every step's error.
+// stop stops every component, last started first (see interrupt), and
+// returns every stop step's error. ctx bounds each step; nats' shutdown
+// is waited for regardless (its stop step says why).
 func (s *supervisor) stop(ctx context.Context) error {
 	s.mu.Lock()
 	s.stopped = true
-	parts := s.parts
+	if s.stopCtx == nil {
+		s.stopCtx = ctx
+	}
 	s.mu.Unlock()
-	var errs []error
-	for i := len(parts) - 1; i >= 0; i-- {
-		p := parts[i]
-		n := len(errs)
-		if p.stop != nil {
-			if err := p.stop(ctx); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		p.cancel()
-		select {
-		case <-p.ended:
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("%s: not stopped: %w", p.name, ctx.Err()))
-		}
-		if len(errs) > n {
-			s.mu.Lock()
-			s.stopErrs += len(errs) - n
-			s.mu.Unlock()
-		}
-	}
-	if ctx.Err() == nil {
-		s.wg.Wait()
-	}
+	s.closeOnce.Do(func() { close(s.closer) })
+	<-s.ran
 	s.once.Do(func() { close(s.done) })
-	return errors.Join(errs...)
+	return errors.Join(s.stopErrors()...)
 }
 
-// clean reports whether every stop step so far succeeded (the store is
-// marked stopped only then).
+// failStart marks the start-up failed after every step ran (the store then
+// keeps its run marker) and stops everything.
+func (s *supervisor) failStart() error {
+	s.mu.Lock()
+	s.startFailed = true
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultStopTimeout)
+	defer cancel()
+	return s.stop(ctx)
+}
+
+func (s *supervisor) stopErrors() []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]error(nil), s.stopErrs...)
+}
+
+// clean reports whether the start-up succeeded and every stop step so far
+// succeeded (the store is marked stopped only then).
 func (s *supervisor) clean() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stopErrs == 0
+	return !s.startFailed && len(s.stopErrs) == 0
 }
