@@ -26,6 +26,19 @@ type component struct {
 	stop func(ctx context.Context) error
 }
 
+// watch is the run of a component whose goroutine is not its own: it
+// returns err() once ended is closed, or nil once ctx ends.
+func watch(ended <-chan struct{}, err func() error) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		select {
+		case <-ended:
+			return err()
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
 // defaultStopTimeout bounds the stop after a failed start-up.
 const defaultStopTimeout = 30 * time.Second
 
@@ -52,6 +65,8 @@ type supervisor struct {
 	closeOnce sync.Once
 	ran       chan struct{} // closed once the group's Run returned, with runErr
 	runErr    error
+	stopOnce  sync.Once
+	stopErr   error // stop's result
 
 	mu          sync.Mutex
 	cur         *stage // the stage whose step runs: add puts its components there
@@ -138,7 +153,7 @@ func (s *supervisor) execute(ctx context.Context, prev, st *stage) error {
 	s.mu.Unlock()
 	if err := st.step(ctx); err != nil {
 		s.mu.Lock()
-		s.startFailed = true
+		s.startFailed, s.stopped = true, true // what fails from here on is the stop's
 		s.mu.Unlock()
 		return err
 	}
@@ -246,18 +261,22 @@ func (s *supervisor) stopping() bool {
 
 // stop stops every component, last started first (see interrupt), and
 // returns every stop step's error. ctx bounds each step; nats' shutdown
-// is waited for regardless (its stop step says why).
+// is waited for regardless (its stop step says why). Every call after the
+// first waits for it and returns its result.
 func (s *supervisor) stop(ctx context.Context) error {
-	s.mu.Lock()
-	s.stopped = true
-	if s.stopCtx == nil {
-		s.stopCtx = ctx
-	}
-	s.mu.Unlock()
-	s.closeOnce.Do(func() { close(s.closer) })
-	<-s.ran
-	s.once.Do(func() { close(s.done) })
-	return errors.Join(s.stopErrors()...)
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.stopped = true
+		if s.stopCtx == nil {
+			s.stopCtx = ctx
+		}
+		s.mu.Unlock()
+		s.closeOnce.Do(func() { close(s.closer) })
+		<-s.ran
+		s.once.Do(func() { close(s.done) })
+		s.stopErr = errors.Join(s.stopErrors()...)
+	})
+	return s.stopErr
 }
 
 // failStart marks the start-up failed after every step ran (the store then

@@ -1,0 +1,134 @@
+package admin
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// MaxConns caps a Listener's open connections, below the process's file
+// descriptors: a flood of idle keep-alives cannot starve nats of
+// descriptors for its clients and stores.
+const MaxConns = 256
+
+// ListenConfig is what [Listen] needs.
+type ListenConfig struct {
+	Addr string      // host:port
+	TLS  *tls.Config // nil: plain HTTP
+	// Timeouts of net/http's Server; 0 is none.
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	Log                                    *slog.Logger // net/http's own errors, at warn
+}
+
+// Listener serves a handler on a TCP address (the admin listener), at
+// most MaxConns connections at a time.
+type Listener struct {
+	hs     *http.Server
+	ln     net.Listener
+	served chan struct{} // closed once Serve returned, with err
+	err    error
+}
+
+// Listen listens on c.Addr and serves h in a goroutine of its own, which
+// [Listener.Close] joins.
+func Listen(h http.Handler, c ListenConfig) (*Listener, error) {
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return nil, err
+	}
+	ln = &limitedListener{Listener: ln, sem: make(chan struct{}, MaxConns)}
+	if c.TLS != nil {
+		ln = tls.NewListener(ln, c.TLS)
+	}
+	log := c.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       c.ReadTimeout,
+		WriteTimeout:      c.WriteTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if hs.ReadHeaderTimeout > c.ReadTimeout && c.ReadTimeout > 0 {
+		hs.ReadHeaderTimeout = c.ReadTimeout
+	}
+	l := &Listener{hs: hs, ln: ln, served: make(chan struct{})}
+	go func() { l.err = hs.Serve(ln); close(l.served) }()
+	return l, nil
+}
+
+// Addr is the address it listens on (the real port when Addr's was 0).
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Served is closed when serving ended; [Listener.Err] says why.
+func (l *Listener) Served() <-chan struct{} { return l.served }
+
+// Err is why serving ended (http.ErrServerClosed after Shutdown or Close).
+func (l *Listener) Err() error {
+	select {
+	case <-l.served:
+		return l.err
+	default:
+		return nil
+	}
+}
+
+// Shutdown stops taking requests and finishes those in flight, up to ctx;
+// then it closes what is left.
+func (l *Listener) Shutdown(ctx context.Context) error {
+	if err := l.hs.Shutdown(ctx); err != nil {
+		l.hs.Close()
+		return fmt.Errorf("admin listener %s: shutdown: %w", l.ln.Addr(), err)
+	}
+	return nil
+}
+
+// Close closes the listener and every connection, and waits for the serve
+// goroutine.
+func (l *Listener) Close() error {
+	err := l.hs.Close()
+	<-l.served
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// limitedListener accepts at most cap(sem) connections at a time; the next
+// waits until one closes (net/http's Serve retries Accept).
+type limitedListener struct {
+	net.Listener
+	sem chan struct{}
+}
+
+func (l *limitedListener) Accept() (net.Conn, error) {
+	l.sem <- struct{}{}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}

@@ -1,0 +1,124 @@
+package orderstore
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/orderstore/orderstore/admin"
+	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/internal/natsconf"
+	"github.com/orderstore/orderstore/internal/natsrun"
+	"github.com/orderstore/orderstore/natsserver/server"
+	"github.com/orderstore/orderstore/status"
+)
+
+// startAdmin builds the admin handler (readiness is served from it even
+// when the listener is disabled) and, unless Admin.Listen is "", listens.
+func (a *Appliance) startAdmin(context.Context) error {
+	cfg := a.cfg
+	durable := ""
+	if cfg.Processor.Enabled {
+		durable = cfg.Processor.Durable
+	}
+	policy, desc := cfg.DurabilityPolicy()
+	storeDir := a.report.StoreDir
+	a.admin = admin.New(admin.Config{
+		Token:            cfg.Admin.Token,
+		AllowedHosts:     adminHosts(cfg.Admin),
+		Stream:           cfg.Stream.Name,
+		ConsumerStream:   cfg.DeclareSpec().ConsumerStream(),
+		Subjects:         cfg.Stream.Subjects,
+		MaxEventBytes:    int64(cfg.Stream.MaxMsgSize),
+		Durable:          durable,
+		DeadLetterStream: cfg.Processor.DeadLetterStream,
+		ProjectionBucket: cfg.Processor.ProjectionBucket,
+		MaxBytes:         cfg.Stream.MaxBytes,
+		MaxMsgs:          cfg.Stream.MaxMsgs,
+		MaxAge:           cfg.Stream.MaxAge,
+		SyncPolicy:       policy,
+		SyncDescription:  desc,
+		StoreDir:         storeDir,
+		FreeBytes:        func() (uint64, error) { return bootstrap.FreeBytes(storeDir) },
+		DiskHeadroom:     cfg.JetStream.DiskHeadroom,
+		MaxStore:         cfg.JetStream.MaxFileStore,
+		Build:            buildOrUnknown(cfg.Build),
+		Monitoring:       natsrun.Monitoring(a.monitored.Load),
+		Logger:           a.log.With("component", "admin"),
+	})
+	if cfg.Admin.Listen == "" {
+		return nil
+	}
+	tcfg, err := natsconf.LoadTLS("admin.tls", cfg.Admin.TLS, false)
+	if err != nil {
+		return err
+	}
+	l, err := admin.Listen(a.admin, admin.ListenConfig{Addr: cfg.Admin.Listen, TLS: tcfg,
+		ReadTimeout: cfg.Admin.ReadTimeout, WriteTimeout: cfg.Admin.WriteTimeout, IdleTimeout: cfg.Admin.IdleTimeout,
+		Log: a.log.With("component", "admin")})
+	if err != nil {
+		return withHint(fmt.Errorf("admin listener %s: %w", cfg.Admin.Listen, err),
+			fmt.Sprintf("another process listens on %s; stop it or set admin.listen (\"\" disables the admin listener)", cfg.Admin.Listen))
+	}
+	a.adminLn = l
+	a.sup.add(component{name: "admin listener " + cfg.Admin.Listen,
+		run: watch(l.Served(), l.Err),
+		// After the intake's graceful shutdown this closes nothing more;
+		// after a failed start it closes the listener and its connections.
+		stop: func(context.Context) error { return l.Close() }})
+	a.log.Info("admin listening", "addr", l.Addr().String(), "token", cfg.Admin.Token != "", "tls", tcfg != nil)
+	return nil
+}
+
+// openAdmin gives the admin API its backend; the admin listener's intake
+// is the last component to start and the first to stop: Close stops it
+// taking requests and finishes those in flight before anything else
+// stops.
+func (a *Appliance) openAdmin(context.Context) error {
+	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, History: historyBackend{a}, Validation: a.validationStats, Checks: a.checks, Recovery: a.rc.Notes(), Topology: a.topology, Backup: a.backupTar,
+		Publish: func(ctx context.Context, subject string, h nats.Header, data []byte) (*jetstream.PubAck, error) {
+			return a.publishMsg(ctx, subject, h, data)
+		},
+		Guard:   a.guardStats,
+		Rebuild: rebuildBackend{a},
+	}
+	if c := a.commit; c != nil {
+		b.Ingest = func() *status.IngestStats {
+			st := c.Status()
+			st.Waiting = a.admit.Counts().Waiting
+			return st
+		}
+	}
+	if a.proc != nil {
+		b.Processor = a
+	}
+	a.admin.SetBackend(b)
+	if l := a.adminLn; l != nil {
+		a.sup.add(component{name: "admin intake", stop: l.Shutdown})
+	}
+	return nil
+}
+
+// adminHosts are the names a request's Host may carry besides IP addresses
+// and localhost: allowed_hosts, and the name in admin.listen if it is one.
+func adminHosts(a AdminConfig) []string {
+	hosts := append([]string(nil), a.AllowedHosts...)
+	if h, _, err := net.SplitHostPort(a.Listen); err == nil && h != "" && net.ParseIP(h) == nil {
+		hosts = append(hosts, h)
+	}
+	return hosts
+}
+
+func buildOrUnknown(b status.BuildInfo) status.BuildInfo {
+	for _, f := range []*string{&b.Version, &b.Commit, &b.Date, &b.GoVersion} {
+		if *f == "" {
+			*f = "unknown"
+		}
+	}
+	if b.NATSServer == "" {
+		b.NATSServer = server.VERSION
+	}
+	return b
+}

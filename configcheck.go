@@ -1,0 +1,577 @@
+package orderstore
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/nats-io/nkeys"
+	"github.com/orderstore/orderstore/internal/bytesize"
+	"github.com/orderstore/orderstore/internal/duration"
+	"github.com/orderstore/orderstore/internal/natsconf"
+)
+
+// FieldError is one problem with one field.
+type FieldError struct {
+	// Field is the Go path, e.g. "Stream.MaxAge" ("" for what only a
+	// config file has); Key is the same field in the TOML file, e.g.
+	// "stream.max_age", when the problem was found in a file.
+	Field, Key string
+	// Value is the offending value, formatted; empty if none applies.
+	Value  string
+	Reason string
+	// Unknown marks the problem that lists every unknown key of a file
+	// (Key holds them, comma-separated).
+	Unknown bool
+}
+
+// Error names the problem by its Go field, or by its TOML key when it
+// has no field (a file's).
+func (e *FieldError) Error() string {
+	name := e.Field
+	if name == "" {
+		name = e.Key
+	}
+	if e.Unknown {
+		return "unknown keys: " + e.Key + " (hint: check the spelling against orderstore.example.toml)"
+	}
+	if e.Value != "" {
+		return fmt.Sprintf("%s = %s: %s", name, e.Value, e.Reason)
+	}
+	return fmt.Sprintf("%s: %s", name, e.Reason)
+}
+
+// ValidationError is every problem found at once: by [Config.Validate]
+// (named by Go field), or in a config file (File, named by TOML key).
+// It is orderstore's one problem-list error.
+type ValidationError struct {
+	// File is the config file the problems are in; "" for a Config
+	// built in Go.
+	File     string
+	Problems []*FieldError
+}
+
+func (e *ValidationError) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		fmt.Fprintf(&b, "config %q: %d problem", e.File, len(e.Problems))
+	} else {
+		fmt.Fprintf(&b, "config: %d problem", len(e.Problems))
+	}
+	if len(e.Problems) != 1 {
+		b.WriteString("s")
+	}
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		if e.File != "" {
+			// A file's reader knows its keys, not the Go fields.
+			q := *p
+			q.Field = ""
+			b.WriteString(q.Error())
+			continue
+		}
+		b.WriteString(p.Error())
+	}
+	return b.String()
+}
+
+// Keys returns the TOML key of every problem, in order.
+func (e *ValidationError) Keys() []string {
+	keys := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		keys[i] = p.Key
+	}
+	return keys
+}
+
+// Validate reports every problem of c at once as a *[ValidationError],
+// each naming its field; nil if c is valid.
+func (c Config) Validate() error {
+	var errs []*FieldError
+	var bad badFunc = func(field string, value any, format string, args ...any) {
+		v := ""
+		switch x := value.(type) {
+		case nil:
+		case string:
+			v = strconv.Quote(x)
+		case time.Duration:
+			v = strconv.Quote(duration.Format(x))
+		case size:
+			v = strconv.Quote(bytesize.Format(int64(x)))
+		default:
+			v = fmt.Sprint(x)
+		}
+		errs = append(errs, &FieldError{Field: field, Value: v, Reason: fmt.Sprintf(format, args...)})
+	}
+
+	c.validateServer(bad)
+	c.validateJetStream(bad)
+	c.validateStream(bad)
+	c.validateScaleOut(bad)
+	c.validateProcessor(bad)
+	c.validateAdmin(bad)
+	c.validateValidation(bad)
+	if len(errs) > 0 {
+		return &ValidationError{Problems: errs}
+	}
+	return nil
+}
+
+// badFunc records one problem of Validate: the Go field, the offending
+// value (nil: none to show) and the reason.
+type badFunc func(field string, value any, format string, args ...any)
+
+func (c Config) validateServer(bad badFunc) {
+	s := c.Server
+	if s.Name == "" || strings.ContainsAny(s.Name, " \t\n") {
+		bad("Server.Name", s.Name, "must be non-empty and without spaces")
+	}
+	if s.Host == "" {
+		bad("Server.Host", s.Host, "must be set (e.g. \"127.0.0.1\")")
+	} else if net.ParseIP(s.Host) == nil && s.Host != "localhost" {
+		bad("Server.Host", s.Host, "must be an IP address or \"localhost\"")
+	}
+	if s.Port < -1 || s.Port > 65535 {
+		bad("Server.Port", s.Port, "must be 0..65535, or -1 for a random port")
+	}
+	if s.MaxPayload <= 0 || s.MaxPayload > 64<<20 {
+		bad("Server.MaxPayload", size(s.MaxPayload), "must be between 1B and 64MiB")
+	}
+	if (s.SystemUser == "") != (s.SystemPassword == "") {
+		bad("Server.SystemUser", s.SystemUser, "system_user and system_password go together")
+	}
+	seen := map[string]bool{}
+	for i, u := range s.Users {
+		field := fmt.Sprintf("Server.Users[%d]", i)
+		switch {
+		case u.Name == "":
+			bad(field+".Name", nil, "is required")
+		case len(u.Name) > 128 || strings.IndexFunc(u.Name, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
+			bad(field+".Name", clipValue(u.Name), "must be at most 128 characters without spaces")
+		case seen[u.Name] || u.Name == s.SystemUser || natsconf.ReservedUser(u.Name):
+			bad(field+".Name", u.Name, "is defined twice or reserved")
+		}
+		seen[u.Name] = true
+		switch {
+		case u.Password == "" && u.Nkey == "":
+			bad(field+".Password", nil, "set password (or password_file) or nkey")
+		case u.Password != "" && u.Nkey != "":
+			bad(field+".Nkey", nil, "set password or nkey, not both")
+		case u.Nkey != "" && strings.HasPrefix(u.Nkey, "S"):
+			bad(field+".Nkey", nil, "holds a private seed (\"S...\"), not the public key: rotate that key (it is in the config file now) and put its public key (\"U...\", `nats auth nkey show FILE`) here")
+		case u.Nkey != "" && !nkeys.IsValidPublicUserKey(u.Nkey):
+			bad(field+".Nkey", nil, "is not a public user nkey (\"U...\", from `nats auth nkey gen user --output FILE`, then `nats auth nkey show FILE`)")
+		}
+		lists := len(u.Publish)+len(u.Subscribe)+len(u.PublishDeny)+len(u.SubscribeDeny) > 0
+		switch u.Role {
+		case RoleProducer, RoleReader, RoleAdmin:
+			if lists {
+				bad(field+".Role", u.Role, "set a role or publish/subscribe lists, not both")
+			}
+		case "":
+			if !lists {
+				bad(field+".Role", nil, "set role = \"producer\", \"reader\" or \"admin\" (or explicit publish/subscribe lists)")
+			}
+		default:
+			bad(field+".Role", clipValue(u.Role), "must be \"producer\", \"reader\" or \"admin\"")
+		}
+		for _, l := range []struct {
+			name string
+			subj []string
+		}{{"Publish", u.Publish}, {"Subscribe", u.Subscribe}, {"PublishDeny", u.PublishDeny}, {"SubscribeDeny", u.SubscribeDeny}} {
+			for k, subj := range l.subj {
+				if !validSubject(subj) {
+					bad(fmt.Sprintf("%s.%s[%d]", field, l.name, k), clipValue(subj), "is not a valid NATS subject")
+				}
+			}
+		}
+	}
+	if s.Host != "" && !isLoopback(s.Host) && len(s.Users) == 0 {
+		bad("Server.Host", s.Host, "is not a loopback address and no users are configured: anyone on the network could publish and read orders; add users, or bind 127.0.0.1")
+	}
+	if s.MaxConnections < 1 || s.MaxConnections > 1<<20 {
+		bad("Server.MaxConnections", s.MaxConnections, "must be between 1 and 1048576 (keep it well below the process's file descriptor limit)")
+	}
+	if s.MaxSubscriptions < 0 {
+		bad("Server.MaxSubscriptions", s.MaxSubscriptions, "must be zero (unlimited) or positive")
+	}
+	validTLS(bad, "Server.TLS", s.TLS, true)
+}
+
+// validTLS checks one [TLSConfig]; client says whether it may verify
+// client certificates.
+func validTLS(bad badFunc, field string, t TLSConfig, client bool) {
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		bad(field+".CertFile", nil, "cert_file and key_file go together")
+	}
+	if !client && (t.CAFile != "" || t.Verify) {
+		bad(field+".CAFile", nil, "client certificates (ca_file, verify) are for the client port only")
+	}
+	if t.Verify && t.CAFile == "" {
+		bad(field+".Verify", true, "needs ca_file: the CAs that sign client certificates")
+	}
+	if (t.Verify || t.CAFile != "") && !t.Enabled() {
+		bad(field+".CAFile", nil, "needs cert_file and key_file: client certificates are checked only over TLS")
+	}
+	switch t.MinVersion {
+	case "", "1.2", "1.3":
+	default:
+		bad(field+".MinVersion", clipValue(t.MinVersion), "must be \"1.2\" or \"1.3\"")
+	}
+}
+
+func (c Config) validateJetStream(bad badFunc) {
+	j := c.JetStream
+	if j.StoreDir == "" {
+		bad("JetStream.StoreDir", j.StoreDir, "must be set")
+	}
+	if j.MaxFileStore <= 0 {
+		bad("JetStream.MaxFileStore", size(j.MaxFileStore), "must be a positive size (an explicit limit keeps JetStream from sizing itself from free disk)")
+	}
+	if j.MaxMemoryStore <= 0 {
+		bad("JetStream.MaxMemoryStore", size(j.MaxMemoryStore), "must be a positive size")
+	}
+	if j.DiskHeadroom < 0 {
+		bad("JetStream.DiskHeadroom", size(j.DiskHeadroom), "must be zero or positive")
+	}
+	switch mode := c.DurabilityMode(); {
+	case j.Durability != "" && j.Durability != DurabilityGroupCommit && j.Durability != DurabilityAlways && j.Durability != DurabilityInterval:
+		bad("JetStream.Durability", j.Durability, "must be \"group-commit\", \"always\" or \"interval\"")
+	case j.SyncInterval < 0:
+		bad("JetStream.SyncInterval", j.SyncInterval, "must be a positive duration (with durability \"interval\") or 0")
+	case mode == DurabilityInterval && j.SyncInterval == 0:
+		bad("JetStream.SyncInterval", nil, "durability \"interval\" needs a sync_interval (e.g. \"1s\")")
+	case mode != DurabilityInterval && j.SyncInterval > 0:
+		bad("JetStream.SyncInterval", j.SyncInterval, "applies to durability \"interval\" only (durability is %q)", mode)
+	case mode == DurabilityGroupCommit && c.Cluster.Enabled():
+		bad("JetStream.Durability", j.Durability, "group-commit is for a single node: in a cluster the stream leader's quorum acks events; use \"always\"")
+	}
+}
+
+func (c Config) validateStream(bad badFunc) {
+	s, j := c.Server, c.JetStream
+	st := c.Stream
+	if !validName(st.Name) {
+		bad("Stream.Name", st.Name, "must be non-empty and may not contain spaces, '.', '*', '>', '/' or '\\'")
+	}
+	if len(st.Subjects) == 0 {
+		bad("Stream.Subjects", nil, "must list at least one subject (e.g. [\"orders.>\"])")
+	}
+	for i, subj := range st.Subjects {
+		if !validSubject(subj) {
+			bad(fmt.Sprintf("Stream.Subjects[%d]", i), subj, "is not a valid NATS subject")
+		}
+	}
+	if st.MaxAge < 0 {
+		bad("Stream.MaxAge", st.MaxAge, "must be zero (forever) or positive")
+	}
+	if st.MaxBytes == 0 || st.MaxBytes < -1 {
+		bad("Stream.MaxBytes", size(st.MaxBytes), "must be a positive size, or -1 for unlimited")
+	}
+	if j.MaxFileStore > 0 && st.MaxBytes > j.MaxFileStore {
+		bad("Stream.MaxBytes", size(st.MaxBytes), "exceeds jetstream.max_file_store %s: lower max_bytes or raise max_file_store", bytesize.Format(j.MaxFileStore))
+	}
+	if st.MaxMsgs == 0 || st.MaxMsgs < -1 {
+		bad("Stream.MaxMsgs", st.MaxMsgs, "must be positive, or -1 for unlimited")
+	}
+	if st.MaxMsgSize <= 0 || st.MaxMsgSize > 64<<20 {
+		bad("Stream.MaxMsgSize", size(st.MaxMsgSize), "must be a positive size up to 64MiB")
+	} else if s.MaxPayload > 0 && st.MaxMsgSize > s.MaxPayload {
+		bad("Stream.MaxMsgSize", size(st.MaxMsgSize), "exceeds server.max_payload %s: clients could never publish such an event", bytesize.Format(s.MaxPayload))
+	}
+	if st.Discard != "old" && st.Discard != "new" {
+		bad("Stream.Discard", st.Discard, "must be \"old\" or \"new\"")
+	}
+	if st.DuplicateWindow <= 0 {
+		bad("Stream.DuplicateWindow", st.DuplicateWindow, "must be positive")
+	} else if st.MaxAge > 0 && st.DuplicateWindow > st.MaxAge {
+		bad("Stream.DuplicateWindow", st.DuplicateWindow, "exceeds stream.max_age %s", duration.Format(st.MaxAge))
+	}
+	switch {
+	case st.Replicas != 1 && st.Replicas != 3 && st.Replicas != 5:
+		bad("Stream.Replicas", st.Replicas, "must be 1, 3 or 5")
+	case st.Replicas > 1 && !c.Cluster.Enabled():
+		bad("Stream.Replicas", st.Replicas, "needs a cluster: set [cluster] name, listen and routes on every node (or replicas = 1 on a single host)")
+	}
+}
+
+func (c Config) validateProcessor(bad badFunc) {
+	j, st := c.JetStream, c.Stream
+	p := c.Processor
+	if !validName(p.Durable) {
+		bad("Processor.Durable", p.Durable, "must be non-empty and may not contain spaces, '.', '*', '>', '/' or '\\'")
+	}
+	if p.AckWait <= 0 {
+		bad("Processor.AckWait", p.AckWait, "must be positive")
+	}
+	if p.MaxDeliver < 1 {
+		bad("Processor.MaxDeliver", p.MaxDeliver, "must be at least 1 (a finite number, so a failing event is dead-lettered instead of retried forever)")
+	}
+	for i, d := range p.Backoff {
+		if d <= 0 {
+			bad(fmt.Sprintf("Processor.Backoff[%d]", i), d, "must be positive")
+		}
+	}
+	if p.MaxDeliver >= 1 && len(p.Backoff) >= p.MaxDeliver {
+		bad("Processor.Backoff", fmt.Sprintf("%d entries", len(p.Backoff)), "must have fewer entries than processor.max_deliver (%d)", p.MaxDeliver)
+	}
+	if p.MaxAckPending < 1 {
+		bad("Processor.MaxAckPending", p.MaxAckPending, "must be at least 1")
+	}
+	if !validName(p.DeadLetterStream) {
+		bad("Processor.DeadLetterStream", p.DeadLetterStream, "must be a valid stream name")
+	} else if p.DeadLetterStream == st.Name {
+		bad("Processor.DeadLetterStream", p.DeadLetterStream, "must differ from stream.name")
+	}
+	if p.DeadLetterMaxAge < 0 {
+		bad("Processor.DeadLetterMaxAge", p.DeadLetterMaxAge, "must be zero (forever) or positive")
+	}
+	if p.DeadLetterMaxBytes <= 0 {
+		bad("Processor.DeadLetterMaxBytes", size(p.DeadLetterMaxBytes), "must be a positive size")
+	}
+	if p.ProjectionMaxBytes <= 0 {
+		bad("Processor.ProjectionMaxBytes", size(p.ProjectionMaxBytes), "must be a positive size")
+	}
+	if p.HistoryMaxBytes < 0 {
+		bad("Processor.HistoryMaxBytes", size(p.HistoryMaxBytes), "must be a positive size, or 0 for the default")
+	}
+	hist := max(p.HistoryMaxBytes, 0) // the default takes what is left
+	if st.MaxBytes > 0 && p.DeadLetterMaxBytes > 0 && p.ProjectionMaxBytes > 0 && j.MaxFileStore > 0 && st.MaxBytes <= j.MaxFileStore {
+		sum := st.MaxBytes + p.DeadLetterMaxBytes + p.ProjectionMaxBytes + hist
+		if c.Hub.Enabled() {
+			sum += st.MaxBytes // the aggregate stream has the stream's limits
+		}
+		if sum > j.MaxFileStore {
+			bad("Stream.MaxBytes", size(st.MaxBytes), "stream.max_bytes (twice on a hub: its aggregate stream has the same limit) + processor.dead_letter_max_bytes %s + processor.projection_max_bytes %s%s = %s exceeds jetstream.max_file_store %s: lower them or raise max_file_store",
+				bytesize.Format(p.DeadLetterMaxBytes), bytesize.Format(p.ProjectionMaxBytes), histTerm(hist), bytesize.Format(sum), bytesize.Format(j.MaxFileStore))
+		}
+	} else if st.MaxBytes == -1 && j.MaxFileStore > 0 && p.DeadLetterMaxBytes+p.ProjectionMaxBytes+hist >= j.MaxFileStore {
+		bad("JetStream.MaxFileStore", size(j.MaxFileStore), "leaves no room for the stream next to processor.dead_letter_max_bytes, projection_max_bytes and history_max_bytes")
+	}
+	if !validBucket(p.ProjectionBucket) {
+		bad("Processor.ProjectionBucket", p.ProjectionBucket, "must be a valid KV bucket name (letters, digits, '-' and '_')")
+	} else if b := p.HistoryBucket(); !validBucket(b) {
+		bad("Processor.ProjectionBucket", p.ProjectionBucket, "is too long: its history bucket %q must be a valid KV bucket name", b)
+	}
+}
+
+func (c Config) validateValidation(bad badFunc) {
+	v := c.Validation
+	switch v.UnknownTypes {
+	case "", "accept", "reject":
+	default:
+		bad("Validation.UnknownTypes", v.UnknownTypes, `must be "accept" or "reject"`)
+	}
+	for _, typ := range slices.Sorted(maps.Keys(v.Schemas)) {
+		if typ == "" || strings.ContainsAny(typ, ".*> \t") {
+			bad("Validation.Schemas", typ, "is not an event type: the last token of a subject (\"created\" for orders.created), without '.', '*', '>' or spaces")
+		} else if v.Schemas[typ] == "" {
+			bad("Validation.Schemas", typ, "names no schema file")
+		}
+	}
+}
+
+func (c Config) validateAdmin(bad badFunc) {
+	a := c.Admin
+	if a.Listen != "" {
+		host, port, err := net.SplitHostPort(a.Listen)
+		if err != nil {
+			bad("Admin.Listen", a.Listen, "must be host:port (e.g. \"127.0.0.1:8222\")")
+		} else if _, perr := strconv.Atoi(port); perr != nil {
+			bad("Admin.Listen", a.Listen, "port %q is not a number", port)
+		} else if !isLoopback(host) && a.Token == "" {
+			bad("Admin.Listen", a.Listen, "is not a loopback address and no admin token is set: set a token, or bind 127.0.0.1")
+		}
+	}
+	if a.Token != "" && len(a.Token) < minTokenLen {
+		bad("Admin.Token", nil, "is %d characters, want at least %d (make one with `openssl rand -hex 24`)", len(a.Token), minTokenLen)
+	}
+	validTLS(bad, "Admin.TLS", a.TLS, false)
+	for i, h := range a.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/ @?#") || len(h) > 253 {
+			bad(fmt.Sprintf("Admin.AllowedHosts[%d]", i), clipValue(h), "must be a host name as a browser sends it (e.g. \"orders.example.com\" or \"orders.example.com:8222\")")
+		}
+	}
+	if a.ReadTimeout < 0 || a.WriteTimeout < 0 || a.IdleTimeout < 0 {
+		bad("Admin.ReadTimeout", nil, "timeouts must not be negative")
+	}
+}
+
+// validateScaleOut checks [cluster], [leafnode], [hub] and the domain.
+func (c Config) validateScaleOut(bad badFunc) {
+	cl := c.Cluster
+	if cl.Enabled() {
+		if !validName(cl.Name) {
+			bad("Cluster.Name", clipValue(cl.Name), "may not contain spaces, '.', '*', '>', '/' or '\\'")
+		}
+		if c.Server.Name == "" || c.Server.Name == DefaultConfig().Server.Name {
+			bad("Server.Name", c.Server.Name, "must be set to this node's own name in a cluster (unique among the nodes, e.g. \"orders-1\")")
+		}
+		host, err := hostOf(cl.Listen)
+		if err != nil {
+			bad("Cluster.Listen", clipValue(cl.Listen), "must be host:port (e.g. \"10.0.0.1:6222\")")
+		} else if !isLoopback(host) && cl.User == "" && !(cl.TLS.Enabled() && cl.TLS.Verify) {
+			bad("Cluster.Listen", cl.Listen, "is not a loopback address and routes need no credentials: set cluster.user and cluster.password (or [cluster.tls] with verify), or bind 127.0.0.1")
+		}
+		if len(cl.Routes) == 0 {
+			bad("Cluster.Routes", nil, "must list the nodes' route URLs (e.g. [\"nats-route://10.0.0.1:6222\", ...]; listing this node is fine)")
+		}
+		for i, r := range cl.Routes {
+			if u, err := url.Parse(r); err != nil || (u.Scheme != "nats-route" && u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+				bad(fmt.Sprintf("Cluster.Routes[%d]", i), clipValue(r), "must be a route URL such as \"nats-route://10.0.0.1:6222\"")
+			}
+		}
+		if (cl.User == "") != (cl.Password == "") {
+			bad("Cluster.User", cl.User, "cluster.user and cluster.password go together")
+		}
+		validTLSFiles(bad, "Cluster.TLS", cl.TLS)
+	}
+	if d := c.JetStream.Domain; d != "" && !validDomain(d) {
+		bad("JetStream.Domain", clipValue(d), "must be letters, digits, '-' and '_' (no '.', '*', '>' or spaces)")
+	}
+	ln := c.LeafNode
+	if ln.Listen != "" {
+		host, err := hostOf(ln.Listen)
+		if err != nil {
+			bad("LeafNode.Listen", clipValue(ln.Listen), "must be host:port (e.g. \"0.0.0.0:7422\")")
+		} else if !isLoopback(host) && ln.User == "" {
+			bad("LeafNode.Listen", ln.Listen, "is not a loopback address and no leafnode.user is set: anyone could join the hub; set leafnode.user and leafnode.password, or bind 127.0.0.1")
+		} else if ln.User == "" {
+			bad("LeafNode.Listen", ln.Listen, "needs leafnode.user and leafnode.password, also on loopback: edges sign in with them, and what may cross the link is bound to that user")
+		}
+	}
+	if (ln.User == "") != (ln.Password == "") {
+		bad("LeafNode.User", ln.User, "leafnode.user and leafnode.password go together")
+	}
+	validTLSFiles(bad, "LeafNode.TLS", ln.TLS)
+	for i, r := range ln.Remotes {
+		f := fmt.Sprintf("LeafNode.Remotes[%d]", i)
+		if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "nats-leaf" && u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+			bad(f+".URL", clipValue(r.URL), "must be a leaf URL such as \"nats-leaf://hub.example.com:7422\"")
+		}
+		if r.Password != "" && r.User == "" {
+			bad(f+".User", nil, "a password needs a user")
+		}
+		validTLSFiles(bad, f+".TLS", r.TLS)
+	}
+	if len(ln.Remotes) > 0 && c.JetStream.Domain == "" {
+		bad("JetStream.Domain", nil, "an edge (leafnode.remotes) needs its own domain, e.g. \"edge-1\", which the hub lists in hub.edges")
+	}
+	h := c.Hub
+	if h.Enabled() || len(h.Edges) > 0 {
+		if !validName(h.Stream) {
+			bad("Hub.Stream", clipValue(h.Stream), "must be a stream name, e.g. \"ORDER_EVENTS_ALL\"")
+		} else if h.Stream == c.Stream.Name || h.Stream == c.Processor.DeadLetterStream {
+			bad("Hub.Stream", h.Stream, "must differ from stream.name and processor.dead_letter_stream")
+		}
+		if len(h.Edges) == 0 {
+			bad("Hub.Edges", nil, "must list the edges' domains (their jetstream.domain)")
+		}
+		seen := map[string]bool{}
+		for i, e := range h.Edges {
+			if !validDomain(e) || seen[e] || e == c.JetStream.Domain {
+				bad(fmt.Sprintf("Hub.Edges[%d]", i), clipValue(e), "must be a domain name, listed once, not this node's own")
+			}
+			seen[e] = true
+		}
+		if ln.Listen == "" {
+			bad("LeafNode.Listen", nil, "a hub needs a leaf listener for its edges (e.g. \"0.0.0.0:7422\")")
+		}
+	}
+}
+
+// validTLSFiles checks a TLS table that may carry client-certificate keys.
+func validTLSFiles(bad func(field string, value any, format string, args ...any), field string, t TLSConfig) {
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		bad(field+".CertFile", nil, "cert_file and key_file go together")
+	}
+	if t.Verify && t.CAFile == "" {
+		bad(field+".Verify", true, "needs ca_file")
+	}
+}
+
+func hostOf(hostport string) (string, error) {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", err
+	}
+	if _, err := strconv.Atoi(port); err != nil {
+		return "", err
+	}
+	return host, nil
+}
+
+func validDomain(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// minTokenLen is the shortest admin token accepted.
+const minTokenLen = 16
+
+// clipValue shortens a value before a message echoes it.
+func clipValue(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// size marks a byte count for Validate's messages.
+type size int64
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func validName(s string) bool {
+	return s != "" && len(s) <= 255 && !strings.ContainsAny(s, " \t\r\n.*>/\\")
+}
+
+func validBucket(s string) bool {
+	if s == "" || len(s) > 255 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func validSubject(s string) bool {
+	if s == "" || strings.ContainsAny(s, " \t\r\n") {
+		return false
+	}
+	toks := strings.Split(s, ".")
+	for i, t := range toks {
+		if t == "" {
+			return false
+		}
+		if strings.Contains(t, ">") && (t != ">" || i != len(toks)-1) {
+			return false
+		}
+		if strings.Contains(t, "*") && t != "*" {
+			return false
+		}
+	}
+	return true
+}

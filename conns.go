@@ -1,0 +1,92 @@
+package orderstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// conn is one of orderstore's own connections.
+type conn struct {
+	*nats.Conn
+	closed chan struct{} // closed once it closed for good
+}
+
+// connect opens one of orderstore's own connections, in-process, with
+// replies on inbox, as a component: it reconnects when the server drops
+// it (a slow consumer, a protocol error, an operator's kick, a restart by
+// the store guard) and closes only when it cannot, which fails the
+// appliance; its stop step drains it.
+func (a *Appliance) connect(name, inbox string) (conn, jetstream.JetStream, error) {
+	log := a.log.With("component", "nats-client", "conn", name)
+	c := conn{closed: make(chan struct{})}
+	// In-process through the appliance, so a reconnect reaches the server
+	// running now (the store guard may have restarted it). Reconnects give
+	// up after about 5 minutes without a server, the longest the guard
+	// gives a restart (stream recovery on a large store).
+	opts := []nats.Option{nats.InProcessServer(a), nats.Name(name),
+		nats.MaxReconnects(1200), nats.ReconnectWait(250 * time.Millisecond),
+		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if !a.sup.stopping() {
+				log.Warn("internal connection lost, reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info("internal connection reconnected") }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("internal connection", "err", err) }),
+	}
+	opts = append(opts, a.id.Options(inbox)...)
+	nc, err := nats.Connect("", opts...)
+	if err != nil {
+		return conn{}, nil, fmt.Errorf("connect in-process (%s): %w", name, err)
+	}
+	c.Conn = nc
+	a.sup.add(component{name: "connection " + name,
+		run: watch(c.closed, func() error {
+			return fmt.Errorf("internal nats connection %q closed and could not reconnect", name)
+		}),
+		stop: func(ctx context.Context) error { return drain(ctx, nc, c.closed) }})
+	// A write whose ack never comes (its stream's leader died with it)
+	// fails after internalAckTimeout, to be retried, instead of holding
+	// the processor's partition for good.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(internalAckTimeout))
+	if err != nil {
+		return conn{}, nil, fmt.Errorf("jetstream (%s): %w", name, err)
+	}
+	return c, js, nil
+}
+
+// internalAckTimeout bounds the wait for the ack of an internal
+// connection's asynchronous write (the projection's).
+const internalAckTimeout = 10 * time.Second
+
+// drain drains nc and waits for it to close, at most 10s or until ctx
+// ends; then it closes it.
+func drain(ctx context.Context, nc *nats.Conn, closed <-chan struct{}) error {
+	if nc.IsClosed() {
+		return nil
+	}
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionReconnecting) {
+			return nil // nothing in flight to drain
+		}
+		return fmt.Errorf("drain internal connection: %w", err)
+	}
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case <-closed:
+		return nil
+	case <-t.C:
+		nc.Close()
+		return errors.New("drain internal connection: not drained after 10s")
+	case <-ctx.Done():
+		nc.Close()
+		return fmt.Errorf("drain internal connection: %w", ctx.Err())
+	}
+}

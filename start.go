@@ -1,0 +1,318 @@
+package orderstore
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/embedded"
+	"github.com/orderstore/orderstore/internal/bytesize"
+	"github.com/orderstore/orderstore/internal/duration"
+	"github.com/orderstore/orderstore/internal/edgehub"
+	"github.com/orderstore/orderstore/internal/ingest"
+	"github.com/orderstore/orderstore/internal/natsconf"
+	"github.com/orderstore/orderstore/internal/natsrun"
+	"github.com/orderstore/orderstore/internal/recovery"
+	"github.com/orderstore/orderstore/internal/storedir"
+	"github.com/orderstore/orderstore/processor"
+)
+
+// openStore runs the preflight, takes the store's lock and marks it
+// running. Preflight comes before the admin listener: a second instance
+// on the same store is told so, not that the admin port is busy.
+func (a *Appliance) openStore(context.Context) error {
+	cfg, log := a.cfg, a.log
+	lock, rep, err := bootstrap.Preflight(cfg.preflightConfig())
+	if err != nil {
+		return err
+	}
+	a.lock, a.report = lock, rep
+	a.sup.add(component{name: "store", stop: func(context.Context) error {
+		var errs []error
+		if a.sup.clean() {
+			errs = append(errs, storedir.Dir(a.report.StoreDir).MarkStopped()) // a clean stop: nats flushed every store
+		}
+		return errors.Join(append(errs, a.lock.Release())...)
+	}})
+	if err := a.markRunning(); err != nil {
+		return err
+	}
+	var interval time.Duration
+	if cfg.relaxedSync() {
+		interval = cfg.JetStream.SyncInterval
+	}
+	a.rc = &recovery.Check{Dir: storedir.Dir(rep.StoreDir), Account: StreamAccount, Spec: cfg.DeclareSpec(), Log: a.log,
+		Retry: a.clusterRetry, Unclean: a.unclean, SyncInterval: interval, BuiltinProjection: cfg.Processor.Handler == nil || cfg.historyMaxBytes() > 0}
+	for _, w := range rep.Warnings {
+		log.Warn("preflight", "warning", w)
+	}
+	if moved, err := storedir.Dir(rep.StoreDir).MoveAccount(legacyAccount, StreamAccount); errors.Is(err, storedir.ErrBothAccounts) {
+		return withHint(err, "an older orderstore wrote the first, this one the second; keep one (move the other away) and start again")
+	} else if err != nil {
+		return err
+	} else if moved {
+		log.Info("store moved to its account", "from", "jetstream/"+legacyAccount, "to", "jetstream/"+StreamAccount)
+	}
+	for _, w := range cfg.PlaintextWarnings() {
+		log.Warn("PLAINTEXT LISTENER", "warning", w)
+	}
+	log.Info("preflight ok", "store_dir", rep.StoreDir, "lock", lock.Path(),
+		"free_disk", bytesize.Format(int64(rep.FreeBytes)), "used", bytesize.Format(rep.UsedBytes),
+		"max_file_store", bytesize.Format(cfg.JetStream.MaxFileStore))
+	return nil
+}
+
+// startCommitter follows group commit (durability "group-commit"), which
+// the embedded nats-server runs in its file store: a failed sync stops the
+// appliance, and the next start reads the store back from disk.
+func (a *Appliance) startCommitter(context.Context) error {
+	if !a.cfg.groupCommit() {
+		return nil
+	}
+	c := ingest.NewCommitter(a.cfg.Stream.Name)
+	a.commit = c
+	a.sup.add(component{name: "group commit",
+		run: watch(c.Failed(), c.Err)})
+	return nil
+}
+
+// startNATS starts the embedded server, watched: when it stops on its
+// own, or switches JetStream off, the appliance fails.
+func (a *Appliance) startNATS(ctx context.Context) error {
+	id, err := natsconf.NewIdentity()
+	if err != nil {
+		return err
+	}
+	a.id = id
+	ec, err := a.cfg.embeddedConfig(a.log, id)
+	if err != nil {
+		return err
+	}
+	if c := a.commit; c != nil {
+		ec.GroupCommit, ec.GroupCommitRound, ec.GroupCommitFailed = true, c.Round, c.Fail
+	}
+	a.admit = a.newAdmission()
+	ec.Admit = a.admit.Admit
+	if a.cfg.Cluster.Enabled() {
+		// A producer's publish waits out the stream's leader election.
+		ec.AwaitInterest = ingest.AwaitElection(StreamAccount, a.cfg.Stream.Subjects)
+	}
+	a.nats = natsrun.NewServer(func(srv *embedded.Server) {
+		a.monitored.Store(srv.NATSServer())
+	})
+	// The store guard hears nats' errors from its start on; it runs once
+	// the internal connection exists (startStoreGuard).
+	a.guard = natsrun.NewStoreGuard(natsrun.GuardConfig{StoreDir: a.report.StoreDir, Stream: a.cfg.Stream.Name, Subjects: a.cfg.Stream.Subjects,
+		Headroom: a.cfg.JetStream.DiskHeadroom}, a.nats, a.log)
+	ec.OnError = func(msg string) {
+		if c := a.commit; c != nil && c.Err() != nil {
+			// A failed group commit sync is final: the appliance stops
+			// (startCommitter), rather than the guard restarting nats.
+			return
+		}
+		a.guard.OnNATSError(msg)
+		if strings.Contains(msg, "Remote server has a duplicate name") {
+			a.dupName.Store(&msg)
+		}
+	}
+	a.nats.Config = ec
+	t0 := time.Now()
+	srv, err := embedded.Start(ctx, ec)
+	if err != nil {
+		return withHint(err, startHint(a.cfg, err))
+	}
+	a.nats.Set(srv)
+	guard := a.guard
+	a.sup.add(component{name: "nats", run: func(ctx context.Context) error { return a.nats.Watch(ctx, guard.Restarting) }, stop: a.nats.Stop})
+	a.rc.StartupProblems(a.server().StartupProblems())
+	policy, desc := a.cfg.DurabilityPolicy()
+	a.log.Info("nats ready", "client_url", a.clientURLForLog(), "took", time.Since(t0).Round(time.Millisecond).String(),
+		"durability", policy, "meaning", desc)
+	if a.cfg.Cluster.Enabled() {
+		if err := a.waitForMetaLeader(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// connectInternal opens the internal connection (declare, the admin API,
+// lookups) and the processor's.
+func (a *Appliance) connectInternal(context.Context) (err error) {
+	if a.internal, a.js, err = a.connect("orderstore-internal", natsconf.InternalInbox); err != nil {
+		return err
+	}
+	a.processor, a.pjs, err = a.connect("orderstore-processor", natsconf.InternalInbox)
+	return err
+}
+
+// startStoreGuard runs the store guard: it refuses publishes while the
+// store cannot write and restarts nats once it can. It stops before nats
+// does (no restart from there on).
+func (a *Appliance) startStoreGuard(context.Context) error {
+	a.guard.SetConn(a.internal.Conn)
+	a.sup.add(component{name: "store guard", run: a.guard.Run, stop: a.guard.Stop})
+	return nil
+}
+
+// newEpoch is a run's EpochHeader value: 12 random letters and digits.
+func newEpoch() string {
+	const digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	var b [12]byte
+	crand.Read(b[:])
+	for i := range b {
+		b[i] = digits[int(b[i])%len(digits)]
+	}
+	return string(b[:])
+}
+
+// declare declares what the config names and runs the recovery check.
+func (a *Appliance) declare(ctx context.Context) error {
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if a.cfg.Cluster.Enabled() {
+		// Peers may still be electing stream leaders: retry for longer.
+		cancel()
+		dctx, cancel = context.WithTimeout(ctx, clusterDeclareTimeout)
+	}
+	defer cancel()
+	a.rc.JS = a.js
+	if err := a.rc.Declare(dctx, a.cfg.Cluster.Enabled()); err != nil {
+		return err
+	}
+	st := a.cfg.Stream
+	a.log.Info("stream ready", "stream", st.Name, "subjects", st.Subjects, "max_age", duration.Format(st.MaxAge),
+		"max_bytes", bytesize.Format(st.MaxBytes), "max_msgs", st.MaxMsgs, "discard", st.Discard,
+		"duplicate_window", duration.Format(st.DuplicateWindow))
+	return nil
+}
+
+// checkStore runs what start-up checks after the declaration: the
+// projection's high-water mark against the stream (lost sequences
+// forgotten), this run's epoch recorded, the metadata nats wrote made
+// durable.
+func (a *Appliance) checkStore(ctx context.Context) error {
+	if err := a.clusterRetry(ctx, "projection", func(c context.Context) (err error) {
+		a.proj, err = NewProjection(c, a.js, a.cfg)
+		return err
+	}); err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	err := a.rc.HighWater(dctx, a.proj)
+	cancel()
+	if err != nil {
+		return err
+	}
+	// This run's epoch and where it begins, before any event of it is
+	// stored (a hub checks each edge's epochs: internal/edgehub).
+	if err := a.recordEpoch(ctx); err != nil {
+		return err
+	}
+	// nats writes the metadata of what it declared (meta.inf, the
+	// consumer's state) without fsync: make it durable before any event is
+	// acknowledged.
+	return a.syncMetadata(ctx)
+}
+
+// recordEpoch records where this run's epoch begins in the stream's
+// metadata (not in a cluster: no hub sources a cluster by epoch).
+func (a *Appliance) recordEpoch(ctx context.Context) error {
+	if a.cfg.Cluster.Enabled() {
+		return nil
+	}
+	return edgehub.RecordEpoch(ctx, a.js, a.cfg.Stream.Name, a.epoch)
+}
+
+// startProcessor runs the processor (unless disabled): its stop lets it
+// finish and ack the events it holds.
+func (a *Appliance) startProcessor(ctx context.Context) (err error) {
+	cfg := a.cfg
+	if !cfg.Processor.Enabled {
+		return nil
+	}
+	// The built-in projection; or a custom handler, with the projection
+	// beside it keeping the history index when there is room for one.
+	proj, err := NewProjection(ctx, a.pjs, cfg)
+	if err != nil {
+		return err
+	}
+	var h processor.Handler = proj
+	if cfg.Processor.Handler != nil {
+		h = cfg.Processor.Handler
+		if cfg.historyMaxBytes() > 0 {
+			h = processor.WithHistory(h, proj)
+		}
+	}
+	pc := cfg.ProcessorConfig(h)
+	// Nobody else may bind it (the durable guard): a gap in what it is
+	// delivered is read back from the stream.
+	pc.Exclusive = true
+	// In a cluster every node runs a processor on the durable: what a
+	// sibling was delivered is read back only if it was not applied.
+	pc.Shared = cfg.Cluster.Enabled()
+	if a.rc.ConsumerReset() {
+		// Declared again from the start: what lies below the stream's
+		// first sequence was processed by the consumer before.
+		if st, err := a.js.Stream(ctx, cfg.DeclareSpec().ConsumerStream()); err == nil && st.CachedInfo().State.FirstSeq > 0 {
+			pc.SeenUpTo = st.CachedInfo().State.FirstSeq - 1
+		}
+	}
+	proc, err := processor.New(a.pjs, pc)
+	if err != nil {
+		return err
+	}
+	// In a cluster the consumer's Raft group may still be electing its
+	// leader: wait until it answers, so the processor starts on it.
+	if err := a.clusterRetry(ctx, "processor", func(c context.Context) error {
+		_, err := a.pjs.Consumer(c, pc.Stream, pc.Durable)
+		return err
+	}); err != nil {
+		return err
+	}
+	// The longest an event can rightly hold the ack floor: every delivery
+	// waits ack_wait, then the longest backoff.
+	a.stallAfter = time.Duration(cfg.Processor.MaxDeliver) * (cfg.Processor.AckWait + slices.Max(append([]time.Duration{0}, cfg.Processor.Backoff...)))
+	a.proc, a.procHandler = proc, h
+	a.pause = &pausable{proc: proc}
+	a.sup.add(component{name: "processor", run: a.pause.run})
+	return nil
+}
+
+// startHubWatch runs a hub's source watcher, with a connection of its own:
+// its requests to the edges are answered over the leaf links, on an inbox
+// prefix that is the only one of orderstore's to cross.
+func (a *Appliance) startHubWatch(context.Context) (err error) {
+	if !a.cfg.Hub.Enabled() {
+		return nil
+	}
+	if a.hubwatch, _, err = a.connect("orderstore-hubwatch", natsconf.HubWatchInbox); err != nil {
+		return err
+	}
+	// With group commit the watcher's writes are acked once synced, as in
+	// "always"; its metadata (the sources' config) is synced as written.
+	syncMeta := func(context.Context) error { return nil }
+	a.hub = edgehub.New(edgehub.Config{Edges: a.cfg.Hub.Edges, Stream: a.cfg.Stream.Name, Spec: a.cfg.DeclareSpec(), DeadLetterStream: a.cfg.Processor.DeadLetterStream,
+		DeadLetterPrefix: deadLetterSubjectPrefix(a.cfg.Processor.DeadLetterStream), EpochHeader: EpochHeader},
+		a.js, a.hubwatch.Conn, syncMeta, a.log)
+	a.sup.add(component{name: "hub watcher", run: a.hub.Run})
+	return nil
+}
+
+// startDurableGuard answers clients' requests on the processor's durable
+// (and a hub's aggregate consumer): they are orderstore's alone.
+func (a *Appliance) startDurableGuard(context.Context) (err error) {
+	s, d, ok := a.cfg.natsInput().ProtectedConsumers()
+	if !ok {
+		return nil
+	}
+	if a.dguard, err = startDurableGuard(a.internal.Conn, s, d, a.log.With("component", "durable-guard")); err != nil {
+		return err
+	}
+	g := a.dguard
+	a.sup.add(component{name: "durable guard", stop: func(context.Context) error { g.Close(); return nil }})
+	return nil
+}
