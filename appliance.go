@@ -76,15 +76,15 @@ type storeParts struct {
 
 // natsParts are the embedded nats-server and what runs inside it.
 type natsParts struct {
-	nats      *natsrun.Server               // the embedded server (the store guard may replace it)
-	monitored atomic.Pointer[server.Server] // for the monitoring handlers, set once nats runs
-	id        *natsconf.Identity            // how orderstore's own connections sign in
-	epoch     string                        // this run's EpochHeader value
-	dupName   atomic.Pointer[string]        // nats' log line about another node with this node's name
-	guard     *natsrun.StoreGuard
-	commit    *ingest.Committer                  // group commit's figures and failure; nil in other modes
-	admit     *ingest.Admission                  // nats' admission hook: every publish into the stream
-	validator atomic.Pointer[validate.Validator] // schema validation at admission; swapped by SetValidation
+	nats       *natsrun.Server                    // the embedded server (the store guard may replace it)
+	monitored  atomic.Pointer[server.Server]      // for the monitoring handlers, set once nats runs
+	id         *natsconf.Identity                 // how orderstore's own connections sign in
+	epoch      string                             // this run's EpochHeader value
+	dupName    atomic.Pointer[string]             // nats' log line about another node with this node's name
+	storeGuard *natsrun.StoreGuard                // refuses publishes while the store cannot write; restarts nats
+	commit     *ingest.Committer                  // group commit's figures and failure; nil in other modes
+	admit      *ingest.Admission                  // nats' admission hook: every publish into the stream
+	validator  atomic.Pointer[validate.Validator] // schema validation at admission; swapped by SetValidation
 }
 
 // connParts are orderstore's own connections, each of its own so that no
@@ -102,7 +102,7 @@ type processing struct {
 	procHandler        processor.Handler           // the processor's handler
 	stallAfter         time.Duration               // the longest an event may hold the ack floor
 	pause              *pausable                   // runs proc; a rebuild's takeover pauses it
-	dguard             *durableGuard               // answers clients' requests on the processor's durable
+	durableGuard       *durableGuard               // answers clients' requests on the processor's durable
 	proj               *processor.Projection       // reads, on internal
 	hstream            historyStream               // the stream history reads come from
 	hub                *edgehub.Watcher            // a hub's source watcher; nil elsewhere

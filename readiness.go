@@ -23,7 +23,7 @@ func (a *Appliance) checks(ctx context.Context) []status.Check {
 			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the %s's internal connection is %s", c.name, c.nc.Status())
 		}
 	}
-	out := []status.Check{conns, a.guard.Check()}
+	out := []status.Check{conns, a.storeGuard.Check()}
 	if err := a.sup.Err(); err != nil {
 		// A part that stopped takes readiness with it.
 		out = append(out, status.Check{Name: "components", Reason: err.Error() +
@@ -61,8 +61,8 @@ func (a *Appliance) guardStats() *status.GuardStats {
 		c := ad.Counts()
 		g.Refused, g.HeldBack, g.Overloaded = c.Refused, c.Held, c.Overloaded
 	}
-	if a.dguard != nil {
-		g.ForeignConsumerRequests = a.dguard.refused.Load()
+	if a.durableGuard != nil {
+		g.ForeignConsumerRequests = a.durableGuard.refused.Load()
 	}
 	return g
 }

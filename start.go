@@ -106,7 +106,7 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	})
 	// The store guard hears nats' errors from its start on; it runs once
 	// the internal connection exists (startStoreGuard).
-	a.guard = natsrun.NewStoreGuard(natsrun.GuardConfig{StoreDir: a.report.StoreDir, Stream: a.cfg.Stream.Name, Subjects: a.cfg.Stream.Subjects,
+	a.storeGuard = natsrun.NewStoreGuard(natsrun.GuardConfig{StoreDir: a.report.StoreDir, Stream: a.cfg.Stream.Name, Subjects: a.cfg.Stream.Subjects,
 		Headroom: a.cfg.JetStream.DiskHeadroom}, a.nats, a.log)
 	ec.OnError = func(msg string) {
 		if c := a.commit; c != nil && c.Err() != nil {
@@ -114,7 +114,7 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 			// (startCommitter), rather than the guard restarting nats.
 			return
 		}
-		a.guard.OnNATSError(msg)
+		a.storeGuard.OnNATSError(msg)
 		if strings.Contains(msg, "Remote server has a duplicate name") {
 			a.dupName.Store(&msg)
 		}
@@ -126,7 +126,7 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 		return withHint(err, startHint(a.cfg, err))
 	}
 	a.nats.Set(srv)
-	guard := a.guard
+	guard := a.storeGuard
 	a.sup.add(component{name: "nats", run: func(ctx context.Context) error { return a.nats.Watch(ctx, guard.Restarting) }, stop: a.nats.Stop})
 	a.rc.StartupProblems(a.server().StartupProblems())
 	policy, desc := a.cfg.DurabilityPolicy()
@@ -154,8 +154,8 @@ func (a *Appliance) connectInternal(context.Context) (err error) {
 // store cannot write and restarts nats once it can. It stops before nats
 // does (no restart from there on).
 func (a *Appliance) startStoreGuard(context.Context) error {
-	a.guard.SetConn(a.internal.Conn)
-	a.sup.add(component{name: "store guard", run: a.guard.Run, stop: a.guard.Stop})
+	a.storeGuard.SetConn(a.internal.Conn)
+	a.sup.add(component{name: "store guard", run: a.storeGuard.Run, stop: a.storeGuard.Stop})
 	return nil
 }
 
@@ -309,10 +309,10 @@ func (a *Appliance) startDurableGuard(context.Context) (err error) {
 	if !ok {
 		return nil
 	}
-	if a.dguard, err = startDurableGuard(a.internal.Conn, s, d, a.log.With("component", "durable-guard")); err != nil {
+	if a.durableGuard, err = startDurableGuard(a.internal.Conn, s, d, a.log.With("component", "durable-guard")); err != nil {
 		return err
 	}
-	g := a.dguard
+	g := a.durableGuard
 	a.sup.add(component{name: "durable guard", stop: func(context.Context) error { g.Close(); return nil }})
 	return nil
 }

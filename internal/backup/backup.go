@@ -1,0 +1,345 @@
+// Package backup writes and restores orderstore's backups: JetStream
+// snapshots, one directory per stream in the layout `nats backup`
+// (natscli) writes and `nats backup validate` reads:
+// <dir>/<stream>/backup.json (the stream's configuration and state) and
+// <dir>/<stream>/stream.arc.s2 (the snapshot), plus <dir>/manifest.json
+// with counts and SHA-256 checksums. Which streams, in which order, is the
+// appliance's to say (package orderstore, Appliance.Backup).
+package backup
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/orderstore/orderstore/internal/durable"
+	"github.com/orderstore/orderstore/internal/hint"
+)
+
+// Manifest is manifest.json.
+type Manifest struct {
+	Format     int       `json:"format"`
+	Created    time.Time `json:"created"`
+	Server     string    `json:"server"`
+	NATSServer string    `json:"nats_server"`
+	Streams    []Stream  `json:"streams"`
+}
+
+// Stream is one stream's snapshot in a backup. The counts are the
+// stream's as its snapshot began.
+type Stream struct {
+	Name     string `json:"name"`
+	Messages uint64 `json:"messages"`
+	Bytes    uint64 `json:"bytes"`
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
+	// Files maps each file of the stream's directory to its SHA-256.
+	Files map[string]string `json:"files"`
+}
+
+const (
+	metaFile = "backup.json"
+	dataFile = "stream.arc.s2"
+	// ManifestFile is the manifest's name in a backup directory.
+	ManifestFile = "manifest.json"
+)
+
+// Progress is reported while a backup runs.
+type Progress struct {
+	Stream        string
+	BytesReceived int64
+	BytesTotal    uint64 // the stream's size (the snapshot is compressed: usually less arrives)
+}
+
+// Snapshot saves one stream's snapshot (without its consumers)
+// through JetStream's snapshot API into dir.
+func Snapshot(ctx context.Context, nc *nats.Conn, name, dir string, progress func(Progress)) (*Stream, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, dataFile), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	w := io.MultiWriter(f, h)
+
+	inbox := nc.NewRespInbox()
+	done := make(chan error, 1)
+	var received int64
+	var total uint64
+	chunks := 0
+	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
+		if len(m.Data) == 0 {
+			if st := m.Header.Get("Status"); st != "" && st != "204" {
+				done <- fmt.Errorf("snapshot ended with status %s %s", st, m.Header.Get("Description"))
+			} else {
+				done <- nil
+			}
+			return
+		}
+		if _, err := w.Write(m.Data); err != nil {
+			done <- err
+			return
+		}
+		received += int64(len(m.Data))
+		chunks++
+		if m.Reply != "" {
+			m.Respond(nil) // flow control: the next window
+		}
+		if progress != nil && chunks%64 == 0 {
+			progress(Progress{Stream: name, BytesReceived: received, BytesTotal: total})
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	sub.SetPendingLimits(-1, -1)
+
+	req, _ := json.Marshal(map[string]any{"deliver_subject": inbox, "no_consumers": true, "chunk_size": 128 << 10})
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	resp, err := nc.RequestWithContext(rctx, "$JS.API.STREAM.SNAPSHOT."+name, req)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot request: %w", err)
+	}
+	var sr struct {
+		Config json.RawMessage       `json:"config"`
+		State  jetstream.StreamState `json:"state"`
+		Error  *jetstream.APIError   `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &sr); err != nil {
+		return nil, fmt.Errorf("snapshot response: %w", err)
+	}
+	if sr.Error != nil {
+		return nil, sr.Error
+	}
+	total = sr.State.Bytes
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, err
+		}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if err := f.Sync(); err != nil {
+		return nil, err
+	}
+	var state map[string]any
+	sb, _ := json.Marshal(sr.State)
+	json.Unmarshal(sb, &state)
+	meta, _ := json.MarshalIndent(map[string]any{"config": sr.Config, "state": state}, "", "  ")
+	if err := durable.WriteFile(filepath.Join(dir, metaFile), meta, 0o600); err != nil {
+		return nil, err
+	}
+	// The data file's name, and the stream's directory in the backup's.
+	if err := errors.Join(durable.SyncDir(dir), durable.SyncDir(filepath.Dir(dir))); err != nil {
+		return nil, err
+	}
+	ms := sha256.Sum256(meta)
+	if progress != nil {
+		progress(Progress{Stream: name, BytesReceived: received, BytesTotal: total})
+	}
+	return &Stream{Name: name, Messages: sr.State.Msgs, Bytes: sr.State.Bytes, FirstSeq: sr.State.FirstSeq, LastSeq: sr.State.LastSeq,
+		Files: map[string]string{dataFile: hex.EncodeToString(h.Sum(nil)), metaFile: hex.EncodeToString(ms[:])}}, nil
+}
+
+// ReadManifest reads dir's manifest and checks every file against
+// its checksum.
+func ReadManifest(dir string) (*Manifest, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		return nil, hint.Wrap(fmt.Errorf("backup %q: %w", dir, err), "pass the directory `orderstore backup` wrote")
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("backup %q: manifest: %w", dir, err)
+	}
+	for _, s := range m.Streams {
+		for file, sum := range s.Files {
+			p := filepath.Join(dir, s.Name, file)
+			if strings.ContainsAny(s.Name, "/\\") || strings.Contains(s.Name, "..") || strings.ContainsAny(file, "/\\") {
+				return nil, fmt.Errorf("backup %q: manifest names %q: not a stream file", dir, p)
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				return nil, fmt.Errorf("backup %q: %w", dir, err)
+			}
+			h := sha256.New()
+			_, err = io.Copy(h, f)
+			f.Close()
+			if err != nil {
+				return nil, fmt.Errorf("backup %q: %w", dir, err)
+			}
+			if got := hex.EncodeToString(h.Sum(nil)); got != sum {
+				return nil, fmt.Errorf("backup %q: %s: checksum %s, manifest says %s: the file is damaged", dir, p, got, sum)
+			}
+		}
+	}
+	return &m, nil
+}
+
+// RestoreStream restores one stream's snapshot, saved in dir, through
+// JetStream's restore API on nc, and checks that the restored stream ends
+// where the manifest says.
+func RestoreStream(ctx context.Context, nc *nats.Conn, dir string, s Stream, progress func(Progress)) error {
+	meta, err := os.ReadFile(filepath.Join(dir, metaFile))
+	if err != nil {
+		return err
+	}
+	var req map[string]json.RawMessage
+	if err := json.Unmarshal(meta, &req); err != nil {
+		return fmt.Errorf("%s: %w", metaFile, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	resp, err := nc.RequestWithContext(rctx, "$JS.API.STREAM.RESTORE."+s.Name, meta)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("restore request: %w", err)
+	}
+	var rr struct {
+		DeliverSubject string              `json:"deliver_subject"`
+		Error          *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &rr); err != nil {
+		return err
+	}
+	if rr.Error != nil {
+		return rr.Error
+	}
+	f, err := os.Open(filepath.Join(dir, dataFile))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	var sent int64
+	for n := 0; ; n++ {
+		k, err := f.Read(buf)
+		if k > 0 {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			r, err := nc.RequestWithContext(cctx, rr.DeliverSubject, buf[:k])
+			cancel()
+			if err != nil {
+				return fmt.Errorf("chunk %d: %w", n, err)
+			}
+			if len(r.Data) > 0 && strings.Contains(string(r.Data), `"error"`) {
+				return fmt.Errorf("chunk %d: %s", n, r.Data)
+			}
+			sent += int64(k)
+			if progress != nil && n%64 == 0 {
+				progress(Progress{Stream: s.Name, BytesReceived: sent, BytesTotal: s.Bytes})
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	fctx, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
+	r, err := nc.RequestWithContext(fctx, rr.DeliverSubject, nil)
+	if err != nil {
+		return fmt.Errorf("finish: %w", err)
+	}
+	var fin struct {
+		State *jetstream.StreamState `json:"state"`
+		Error *jetstream.APIError    `json:"error"`
+	}
+	if err := json.Unmarshal(r.Data, &fin); err != nil {
+		return fmt.Errorf("finish: %w", err)
+	}
+	if fin.Error != nil {
+		return fin.Error
+	}
+	// The manifest's counts are the stream's as its snapshot began; a
+	// live stream may have moved on a little while it was taken (a
+	// bucket replaces revisions), never back.
+	if fin.State == nil || fin.State.LastSeq < s.LastSeq {
+		return fmt.Errorf("restored state %+v ends before the manifest's last sequence %d", fin.State, s.LastSeq)
+	}
+	if progress != nil {
+		progress(Progress{Stream: s.Name, BytesReceived: sent, BytesTotal: s.Bytes})
+	}
+	return nil
+}
+
+// EmptyDir creates dir, or checks that it is empty.
+func EmptyDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("backup %q: %w", dir, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("backup %q: %w", dir, err)
+	}
+	if len(entries) > 0 {
+		return hint.Wrap(fmt.Errorf("backup %q is not empty", dir), "pass a new or empty directory")
+	}
+	return nil
+}
+
+// WriteManifest writes m as manifest.json at path.
+func WriteManifest(path string, m *Manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	// The manifest says the backup is complete: written last, atomically
+	// and durably, so that a crash never leaves a torn one.
+	return durable.WriteFile(path, b, 0o600)
+}
+
+// WriteTar writes the backup in dir to w as a tar stream, the manifest
+// last: a reader that has it has every file before it.
+func WriteTar(dir string, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	var files []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() != ManifestFile {
+			files = append(files, p)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	files = append(files, filepath.Join(dir, ManifestFile))
+	for _, p := range files {
+		rel, _ := filepath.Rel(dir, p)
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: filepath.ToSlash(rel), Mode: 0o600, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(tw, f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
