@@ -83,11 +83,11 @@ func (e *DriftError) Error() string {
 func (e *DriftError) Hint() string { return e.hint }
 
 // Declare creates or updates, idempotently, the history index, the
-// stream, the dead-letter stream, the projection bucket and the durable
-// consumer of spec. Safe
-// differences (limits, max_deliver, ack_wait, added subjects) are applied
-// and logged as before/after; destructive ones return a *DriftError and
-// change nothing.
+// stream, the dead-letter stream, the projection bucket, a hub's aggregate
+// stream and the durable consumer of spec. Safe differences (limits,
+// max_deliver, ack_wait, added subjects) are applied and logged as
+// before/after; a destructive one returns a *DriftError and leaves its
+// object as it is.
 func Declare(ctx context.Context, js jetstream.JetStream, spec Spec, logger *slog.Logger) (*Result, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

@@ -16,9 +16,10 @@ var ErrAckFloorAhead = errors.New("consumer ahead of the stream")
 
 // Verify is the post-recovery check run after Declare: the stream exists
 // with the declared storage and subjects, and the durable consumer's ack
-// floor and delivered sequence are not ahead of the stream's last sequence (nats-server#5412: after
-// a power cut a consumer can remember acks for messages the stream lost,
-// and would then silently skip the events published next).
+// floor and delivered sequence are not ahead of the stream's last
+// sequence (nats-server#5412: after a power cut a consumer can remember
+// acks for messages the stream lost, and would then silently skip the
+// events published next).
 func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
 	obj := fmt.Sprintf("stream %q", spec.Stream.Name)
 	s, err := js.Stream(ctx, spec.Stream.Name)
@@ -87,7 +88,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
 // request reached, maybe one still catching up: nothing is judged then
 // (a reset would delete the consumer every node's processor shares). Its
 // deliveries are not judged either (a node catching up may be behind
-// them); its ack floor is, as before.
+// them); its ack floor is.
 func consumerAhead(ci *jetstream.ConsumerInfo, info *jetstream.StreamInfo) bool {
 	last := info.State.LastSeq
 	if info.Cluster != nil && info.Config.Replicas > 1 {

@@ -308,6 +308,8 @@ type copier struct {
 	err      error
 }
 
+// newCopier starts a copier and its ack collector, which wait joins: every
+// copier must be waited for.
 func newCopier(ctx context.Context, js jetstream.JetStream) *copier {
 	c := &copier{ctx: ctx, js: js, inflight: make(chan jetstream.PubAckFuture, copyWindow), done: make(chan struct{})}
 	go c.collect()

@@ -1,0 +1,325 @@
+package rebuild
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/orderstore/orderstore/status"
+)
+
+// Options are what a rebuild is asked.
+type Options struct {
+	// FromSeq or FromTime: fold from there instead of the stream's first
+	// event. Orders with earlier events are partial (see Takeover).
+	FromSeq        uint64
+	FromTime       time.Time
+	ReplacePartial bool
+	// Reason is what status reports ("requested" by default).
+	Reason string
+}
+
+// Config configures a Runner.
+type Config struct {
+	JS               jetstream.JetStream
+	Stream           string // the stream the live processor folds
+	DeadLetterStream string
+	// ReplayMsgID begins the Nats-Msg-Id of this node's replays from
+	// the dead letters: only an event whose id begins so is believed
+	// to be a replay (its Replay-Of header names the event the fold
+	// leaves out). "": none is.
+	ReplayMsgID string
+	StatePath   string // the durable state file
+	Target      Target
+	Version     string // the fold's version, reported
+	// Pause stops the live processor, after it settled what it holds,
+	// until resume is called. Nil: there is none.
+	Pause func(ctx context.Context) (resume func(), err error)
+	// Check refuses a rebuild up front (the storage budget).
+	Check func(ctx context.Context) error
+	// SyncSource makes the stream's events durable up to what was
+	// folded, before a checkpoint or the takeover records a position
+	// (nil: nats synced each event).
+	SyncSource func(ctx context.Context) error
+	Log        *slog.Logger
+	// Done is called when a rebuild took over, before its state says
+	// done (the appliance records the version the projection is now
+	// built with).
+	Done      func(st *status.Rebuild) error
+	BatchSize int           // events per fold step; default 50000
+	Every     time.Duration // between checkpoints; default 2s
+	// Pace is a pause after each fold step: tests slow a rebuild down to stop it half-way.
+	Pace time.Duration
+	// Yield makes the fold yield the CPU while producers publish (see folder.pace).
+	Yield bool
+}
+
+// ErrRunning is returned when a rebuild is asked while one runs.
+var ErrRunning = errors.New("a projection rebuild is already under way")
+
+// ErrNotRunning is returned when there is no rebuild to cancel.
+var ErrNotRunning = errors.New("no projection rebuild is under way")
+
+// ErrBadRequest is returned for options that cannot be met.
+var ErrBadRequest = errors.New("bad rebuild request")
+
+// ErrTakingOver is returned for a cancel during the takeover.
+var ErrTakingOver = errors.New("the rebuild is taking over (the live processor is paused while the rebuilt orders are copied in); it cannot be canceled now and ends in moments")
+
+// Runner runs one rebuild at a time: Start asks for one, Run (an appliance
+// component) folds it and takes over, Cancel stops it, Status reports it.
+type Runner struct {
+	cfg  Config
+	log  *slog.Logger
+	jobs chan *state // the rebuild Run runs next
+
+	mu       sync.Mutex
+	st       *state             // the running or last rebuild; nil: none
+	cancel   context.CancelFunc // stops the job under way; nil: none
+	canceled bool               // Cancel asked for st to stop
+	samples  []sample           // recent (time, position), for the rate
+}
+
+// sample is the fold's position at a time (the fold keeps about 10 s of
+// them), for Status's rate.
+type sample struct {
+	at  time.Time
+	pos uint64
+}
+
+// New returns a runner with its state file loaded: a rebuild left folding
+// goes on when Run starts, one left taking over is finished by FinishTakeover.
+func New(cfg Config) (*Runner, error) {
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 50000
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = 2 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	r := &Runner{cfg: cfg, log: cfg.Log, jobs: make(chan *state, 1)}
+	data, err := os.ReadFile(cfg.StatePath)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("rebuild state %q: %w", cfg.StatePath, err)
+	default:
+		var st state
+		if err := json.Unmarshal(data, &st); err != nil {
+			return nil, fmt.Errorf("rebuild state %q is damaged (%v): move it away to forget the rebuild (its shadow buckets, if any, are then dropped by the next rebuild)", cfg.StatePath, err)
+		}
+		r.st = &st
+	}
+	return r, nil
+}
+
+// Status returns the running or last rebuild; nil when none ran.
+func (r *Runner) Status() *status.Rebuild {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.st == nil {
+		return nil
+	}
+	out := r.st.Rebuild
+	if out.Position >= out.FromSeq && out.FromSeq > 0 {
+		out.Done = out.Position - out.FromSeq + 1
+	}
+	if out.Head >= out.FromSeq && out.FromSeq > 0 {
+		out.Total = out.Head - out.FromSeq + 1
+	}
+	out.Done = min(out.Done, out.Total)
+	if out.Running() && len(r.samples) >= 2 {
+		a, b := r.samples[0], r.samples[len(r.samples)-1]
+		if d := b.at.Sub(a.at).Seconds(); d > 0 {
+			out.Rate = float64(b.pos-a.pos) / d
+		}
+		if out.Rate > 0 {
+			out.ETASeconds = float64(out.Total-out.Done) / out.Rate
+		}
+	}
+	return &out
+}
+
+// Start begins a rebuild in the background (Run runs it).
+func (r *Runner) Start(ctx context.Context, opts Options) (*status.Rebuild, error) {
+	if opts.FromSeq > 0 && !opts.FromTime.IsZero() {
+		return nil, fmt.Errorf("%w: give from_seq or from_time, not both", ErrBadRequest)
+	}
+	if opts.FromSeq > 0 || !opts.FromTime.IsZero() {
+		s, err := r.cfg.JS.Stream(ctx, r.cfg.Stream)
+		if err != nil {
+			return nil, fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
+		}
+		ss := s.CachedInfo().State
+		if last := ss.LastSeq; opts.FromSeq > last+1 {
+			return nil, fmt.Errorf("%w: from_seq %d is past the stream's last sequence (%d)", ErrBadRequest, opts.FromSeq, last)
+		}
+		// A time after every event would fold nothing and keep every
+		// order as it is: surely not what was meant.
+		if !opts.FromTime.IsZero() && (ss.Msgs == 0 || opts.FromTime.After(ss.LastTime)) {
+			last := "the stream is empty"
+			if ss.Msgs > 0 {
+				last = "its last event was stored at " + ss.LastTime.UTC().Format(time.RFC3339Nano)
+			}
+			return nil, fmt.Errorf("%w: from_time %s is after every event of stream %q (%s): nothing would be folded", ErrBadRequest, opts.FromTime.UTC().Format(time.RFC3339Nano), r.cfg.Stream, last)
+		}
+	}
+	r.mu.Lock()
+	running := r.st.running()
+	r.mu.Unlock()
+	if running {
+		return r.Status(), ErrRunning
+	}
+	if r.cfg.Check != nil {
+		if err := r.cfg.Check(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Reason == "" {
+		opts.Reason = "requested"
+	}
+	st := &state{Rebuild: status.Rebuild{ID: nuid.Next(), State: status.RebuildFolding, Reason: opts.Reason,
+		FromSeq: opts.FromSeq, ReplacePartial: opts.ReplacePartial, Version: r.cfg.Version, StartedAt: time.Now().UTC()},
+		FromTime: opts.FromTime, Fresh: true}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.st.running() {
+		return nil, ErrRunning
+	}
+	if err := r.saveLocked(st); err != nil {
+		return nil, err
+	}
+	r.st, r.canceled, r.samples = st, false, nil
+	select {
+	case r.jobs <- st:
+	default:
+	}
+	r.log.Info("projection rebuild started", "id", st.ID, "reason", st.Reason, "from_seq", st.FromSeq, "from_time", st.FromTime)
+	out := st.Rebuild
+	return &out, nil
+}
+
+// Cancel stops the rebuild under way and drops its shadow; the live
+// projection stays as it was.
+func (r *Runner) Cancel() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case !r.st.running():
+		return ErrNotRunning
+	case r.st.State == status.RebuildTakingOver:
+		return ErrTakingOver
+	}
+	r.canceled = true
+	if r.cancel != nil {
+		r.cancel()
+	}
+	return nil
+}
+
+// Run runs rebuilds until ctx is done: one left under way by the last
+// run at once, then each Start asks for. A stop leaves the one under way
+// to the next start. Run returns early only with the error of a takeover
+// that kept failing (see job).
+func (r *Runner) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.st.running() && r.st.State == status.RebuildFolding {
+		select {
+		case r.jobs <- r.st:
+		default:
+		}
+	}
+	r.mu.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case st := <-r.jobs:
+			if err := r.job(ctx, st); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// job runs one rebuild to its end (done, canceled, failed) or until ctx
+// is done (it stays under way, for the next start). A takeover that kept
+// failing is its error: the live processor stays paused (it would write
+// orders the takeover has yet to copy, and the copy would then overwrite
+// what it wrote), so the appliance must fail and start again, and the
+// next start finishes the takeover before the processor runs.
+func (r *Runner) job(ctx context.Context, st *state) error {
+	jctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r.mu.Lock()
+	r.cancel = cancel
+	canceled := r.canceled
+	r.mu.Unlock()
+	if canceled {
+		cancel()
+	}
+	err := r.fold(jctx, st)
+	if err == nil {
+		return nil
+	}
+	r.mu.Lock()
+	canceled = r.canceled
+	r.cancel = nil
+	r.mu.Unlock()
+	var left errTakeoverLeft
+	if errors.As(err, &left) || r.takingOver(st) {
+		if ctx.Err() != nil {
+			r.log.Info("projection rebuild: stopped with the appliance while taking over; the next start finishes the takeover before the processor runs", "id", st.ID)
+			return nil
+		}
+		r.log.Error("projection rebuild: the takeover failed; the processor stays paused and orderstore stops, so that the next start finishes the takeover before the processor runs", "id", st.ID, "err", err)
+		return fmt.Errorf("projection rebuild %s: the takeover failed (the next start finishes it before the processor runs): %w", st.ID, err)
+	}
+	if ctx.Err() != nil && !canceled {
+		r.log.Info("projection rebuild stopped with the appliance; it goes on at the next start", "id", st.ID, "position", st.Position)
+		return nil
+	}
+	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer dcancel()
+	derr := r.cfg.Target.Discard(dctx)
+	end := time.Now().UTC()
+	r.mu.Lock()
+	st.EndedAt = &end
+	if canceled {
+		st.State = status.RebuildCanceled
+		r.log.Info("projection rebuild canceled; the live projection is as it was", "id", st.ID, "position", st.Position)
+	} else {
+		st.State, st.Error = status.RebuildFailed, err.Error()
+		r.log.Error("projection rebuild failed; the live projection is as it was", "id", st.ID, "err", err)
+	}
+	if derr != nil {
+		st.Error = errors.Join(errors.New(st.Error), fmt.Errorf("dropping the shadow: %w", derr)).Error()
+	}
+	if serr := r.saveLocked(st); serr != nil {
+		r.log.Error("projection rebuild: state", "err", serr)
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// Cleanup drops a shadow no rebuild under way uses (left by a crash after
+// a rebuild ended). Call it at start-up.
+func (r *Runner) Cleanup(ctx context.Context) error {
+	r.mu.Lock()
+	running := r.st.running()
+	r.mu.Unlock()
+	if running {
+		return nil
+	}
+	return r.cfg.Target.Discard(ctx)
+}

@@ -1,0 +1,187 @@
+package rebuild
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/status"
+)
+
+// TakeoverPending reports whether a takeover was interrupted: it must be
+// finished (FinishTakeover) before the live processor starts.
+func (r *Runner) TakeoverPending() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st != nil && r.st.State == status.RebuildTakingOver
+}
+
+// FinishTakeover finishes an interrupted takeover (at start-up, before the
+// live processor runs).
+func (r *Runner) FinishTakeover(ctx context.Context) error {
+	r.mu.Lock()
+	st := r.st
+	r.mu.Unlock()
+	if st == nil || st.State != status.RebuildTakingOver {
+		return nil
+	}
+	s, err := r.cfg.JS.Stream(ctx, r.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
+	}
+	if last := s.CachedInfo().State.LastSeq; last < st.Position {
+		// The shadow folded events the stream lost: copying it would
+		// put them in the projection. Start over instead (the recovery
+		// check made the live projection forget them).
+		r.startOver(st, fmt.Sprintf("the stream ends at %d, below the takeover's position %d: a power cut took events it had folded", last, st.Position))
+		return r.save(st)
+	}
+	r.log.Info("projection rebuild: finishing the takeover a stop interrupted", "id", st.ID)
+	return r.takeover(ctx, st)
+}
+
+// takingOver reports whether st's takeover has begun and not ended.
+func (r *Runner) takingOver(st *state) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return st.State == status.RebuildTakingOver
+}
+
+// catchUpAndTakeOver pauses the live processor, folds up to the stream's
+// head as it is then, and takes over.
+func (f *folder) catchUpAndTakeOver(ctx context.Context) error {
+	r, st := f.r, f.st
+	resume := func() {}
+	if r.cfg.Pause != nil {
+		var err error
+		if resume, err = r.cfg.Pause(ctx); err != nil {
+			return fmt.Errorf("pausing the live processor: %w", err)
+		}
+	}
+	defer func() {
+		// Once the takeover has begun, the processor runs again only
+		// after it ended: what it applied now, the takeover's copy
+		// (finished by the next start) would overwrite.
+		if !r.takingOver(st) {
+			resume()
+		}
+	}()
+	si, err := f.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
+	}
+	head := si.State.LastSeq
+	r.update(func() { st.Head = head })
+	for st.Position < head {
+		n, err := f.step(ctx, head)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			// Nothing delivered: is anything left up to head?
+			m, err := f.stream.GetMsg(ctx, st.Position+1, jetstream.WithGetMsgSubject(">"))
+			if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && m.Sequence > head {
+				r.update(func() { st.Position = head })
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
+			}
+		}
+	}
+	if err := f.newDeadLetters(ctx); err != nil {
+		return err
+	}
+	if err := r.durable(ctx); err != nil {
+		return err
+	}
+	r.update(func() {
+		st.State = status.RebuildTakingOver
+		st.Position = head
+		st.Keep = keys(f.keep)
+	})
+	if err := r.save(st); err != nil {
+		return err
+	}
+	// A takeover that fails is tried again (the live processor stays
+	// paused) for a while, then left to the next start.
+	var terr error
+	for attempt := 0; attempt < takeoverTries; attempt++ {
+		if terr = r.takeover(ctx, st); terr == nil || ctx.Err() != nil {
+			return terr
+		}
+		if attempt == takeoverTries-1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * takeoverBackoff):
+		}
+	}
+	return errTakeoverLeft{terr}
+}
+
+// A takeover is tried takeoverTries times, the n-th retry after n times
+// takeoverBackoff (about 45 s in all), before the rebuild gives up on it.
+var (
+	takeoverTries   = 10
+	takeoverBackoff = time.Second
+)
+
+// errTakeoverLeft is a takeover that kept failing: it stays under way,
+// for the next start to finish, and its shadow is kept.
+type errTakeoverLeft struct{ error }
+
+// takeover runs the Target's takeover for st and records its end. A
+// failure leaves st taking over, to be tried again (catchUpAndTakeOver's
+// retries, then FinishTakeover at the next start).
+func (r *Runner) takeover(ctx context.Context, st *state) error {
+	keep := map[string]bool{}
+	for _, id := range st.Keep {
+		keep[id] = true
+	}
+	t := &Takeover{From: st.FromSeq, ReplacePartial: st.ReplacePartial, Keep: keep,
+		Progress: func(copied, total uint64) { r.update(func() { st.Copied, st.ToCopy = copied, total }) }}
+	r.log.Info("projection rebuild taking over", "id", st.ID, "position", st.Position, "kept", len(keep))
+	if err := r.cfg.Target.Takeover(ctx, t); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Neither canceled nor failed: the live projection may be half
+		// copied, so the takeover must be finished; report why it is not yet.
+		r.update(func() { st.Error = "takeover: " + err.Error() + " (retried at the next start)" })
+		_ = r.save(st)
+		return fmt.Errorf("takeover: %w", err)
+	}
+	// Recorded (the version the projection is now built with) before
+	// anyone is told it is done.
+	if r.cfg.Done != nil {
+		r.mu.Lock()
+		done := st.Rebuild
+		r.mu.Unlock()
+		if err := r.cfg.Done(&done); err != nil {
+			r.log.Error("projection rebuild: recording its end", "err", err)
+		}
+	}
+	end := time.Now().UTC()
+	r.update(func() {
+		st.State, st.EndedAt, st.Error = status.RebuildDone, &end, ""
+		st.Rebuilt, st.Partial, st.Conflicts, st.Untouched = t.Rebuilt, t.Partial, t.Conflicts, t.Untouched
+		st.Keep = nil
+	})
+	r.log.Info("projection rebuild done", "id", st.ID, "position", st.Position, "rebuilt", t.Rebuilt, "partial_kept", t.Partial,
+		"conflicts_kept", t.Conflicts, "untouched", t.Untouched, "poison", st.Poison, "dead_letters", st.DeadLettered)
+	if err := r.save(st); err != nil {
+		return err
+	}
+	// Dropped once its end is recorded (a crash before: the next start
+	// drops it, Cleanup).
+	if err := r.cfg.Target.Discard(ctx); err != nil {
+		r.log.Warn("projection rebuild: dropping the shadow", "err", err)
+	}
+	return nil
+}
