@@ -29,7 +29,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 		Token:            cfg.Admin.Token,
 		AllowedHosts:     adminHosts(cfg.Admin),
 		Stream:           cfg.Stream.Name,
-		ConsumerStream:   cfg.DeclareSpec().ConsumerStream(),
+		ConsumerStream:   a.spec.ConsumerStream(),
 		Subjects:         cfg.Stream.Subjects,
 		MaxEventBytes:    int64(cfg.Stream.MaxMsgSize),
 		Durable:          durable,

@@ -54,9 +54,10 @@ var ErrProcessorDisabled = errors.New("orderstore: the processor is disabled")
 // nats-server with its streams declared and verified, the processor and the
 // admin listener. It exists only once all of them run; see [Start].
 type Appliance struct {
-	cfg Config
-	log *slog.Logger
-	sup *supervisor // the run group: every component, in start order, and their goroutines
+	cfg  Config
+	spec bootstrap.Spec // what cfg declares, computed once
+	log  *slog.Logger
+	sup  *supervisor // the run group: every component, in start order, and their goroutines
 
 	storeParts
 	natsParts
@@ -163,7 +164,7 @@ func Start(ctx context.Context, cfg Config) (*Appliance, error) {
 	}
 	cfg.Stream.Subjects = append([]string(nil), cfg.Stream.Subjects...)
 	log := loggerOrDiscard(cfg.Logger)
-	a := &Appliance{cfg: cfg, log: log, sup: newSupervisor(log), natsParts: natsParts{epoch: newEpoch()}}
+	a := &Appliance{cfg: cfg, spec: cfg.DeclareSpec(), log: log, sup: newSupervisor(log), natsParts: natsParts{epoch: newEpoch()}}
 	a.validator.Store(v)
 	for _, step := range startSteps {
 		a.sup.stage(func(ctx context.Context) error { return step.run(a, ctx) })
@@ -315,7 +316,7 @@ func (a *Appliance) Lag(ctx context.Context) (Lag, error) {
 	if a.proc == nil {
 		return processor.LagInfo{}, ErrProcessorDisabled
 	}
-	return processor.Lag(ctx, a.js, a.cfg.DeclareSpec().ConsumerStream(), a.cfg.Processor.Durable)
+	return processor.Lag(ctx, a.js, a.spec.ConsumerStream(), a.cfg.Processor.Durable)
 }
 
 // Order returns an order's projected state; an unknown or invalid id

@@ -60,7 +60,7 @@ func (a *Appliance) Backup(ctx context.Context, dir string, progress func(Backup
 	if err := backup.EmptyDir(dir); err != nil {
 		return nil, err
 	}
-	spec := a.cfg.DeclareSpec()
+	spec := a.spec
 	m := &BackupManifest{Format: 1, Created: time.Now().UTC(), Server: a.cfg.Server.Name, NATSServer: NATSServerVersion}
 	var names []string
 	if spec.Projection != nil {

@@ -78,7 +78,7 @@ func (a *Appliance) orderEvents(ctx context.Context, id string, from, limit int,
 	if err := a.historyReady(id); err != nil {
 		return OrderHistory{}, err
 	}
-	s, err := a.hstream.get(ctx, a.js, a.cfg.DeclareSpec().ConsumerStream())
+	s, err := a.hstream.get(ctx, a.js, a.spec.ConsumerStream())
 	if err != nil {
 		return OrderHistory{}, err
 	}
@@ -120,7 +120,7 @@ func (a *Appliance) FoldOrderEvents(ctx context.Context, id string, point AsOf, 
 	if err := a.historyReady(id); err != nil {
 		return OrderAsOf{}, err
 	}
-	s, err := a.hstream.get(ctx, a.js, a.cfg.DeclareSpec().ConsumerStream())
+	s, err := a.hstream.get(ctx, a.js, a.spec.ConsumerStream())
 	if err != nil {
 		return OrderAsOf{}, err
 	}

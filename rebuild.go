@@ -118,13 +118,13 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 		batch = 1000 // tests: small steps, each followed by the pace
 	}
 	r, err := rebuild.New(rebuild.Config{BatchSize: batch,
-		JS: a.pjs, Stream: cfg.DeclareSpec().ConsumerStream(), DeadLetterStream: cfg.Processor.DeadLetterStream,
+		JS: a.pjs, Stream: a.spec.ConsumerStream(), DeadLetterStream: cfg.Processor.DeadLetterStream,
 		// This node's own replays, as its ingest service stores them.
 		ReplayMsgID: ingest.ScopedMsgID(cfg.msgIDScope(), StreamAccount, processor.ReplayMsgIDPrefix(cfg.Processor.DeadLetterStream)),
 		StatePath:   filepath.Join(a.report.StoreDir, rebuildStateFile), Target: target, Version: a.handlerVersion,
 		Pause: a.pauseProcessor, Check: a.rebuildBudget, Log: a.log.With("component", "rebuild"), Pace: cfg.rebuildPace, Yield: true,
 		Done:       func(st *status.Rebuild) error { return a.recordVersion(st.Version) },
-		SyncSource: func(ctx context.Context) error { return a.syncStreams(ctx, cfg.DeclareSpec().ConsumerStream()) },
+		SyncSource: func(ctx context.Context) error { return a.syncStreams(ctx, a.spec.ConsumerStream()) },
 	})
 	if err != nil {
 		return err
@@ -209,7 +209,7 @@ func (a *Appliance) recordVersion(version string) error {
 // bucketsTarget is the built-in projection's rebuild target.
 func (a *Appliance) bucketsTarget() *rebuild.Buckets {
 	cfg := a.cfg
-	spec := cfg.DeclareSpec()
+	spec := a.spec
 	shadow := *spec.Projection
 	shadow.Bucket += shadowSuffix
 	shadow.Description = "order projection being rebuilt (managed by orderstore; dropped after the takeover)"

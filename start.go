@@ -45,7 +45,7 @@ func (a *Appliance) openStore(context.Context) error {
 	if cfg.relaxedSync() {
 		interval = cfg.JetStream.SyncInterval
 	}
-	a.rc = &recovery.Check{Dir: storedir.Dir(rep.StoreDir), Account: StreamAccount, Spec: cfg.DeclareSpec(), Log: a.log,
+	a.rc = &recovery.Check{Dir: storedir.Dir(rep.StoreDir), Account: StreamAccount, Spec: a.spec, Log: a.log,
 		Retry: a.clusterRetry, Unclean: a.unclean, SyncInterval: interval, BuiltinProjection: cfg.Processor.Handler == nil || cfg.historyMaxBytes() > 0}
 	for _, w := range rep.Warnings {
 		log.Warn("preflight", "warning", w)
@@ -257,7 +257,7 @@ func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 	if a.rc.ConsumerReset() {
 		// Declared again from the start: what lies below the stream's
 		// first sequence was processed by the consumer before.
-		if st, err := a.js.Stream(ctx, cfg.DeclareSpec().ConsumerStream()); err == nil && st.CachedInfo().State.FirstSeq > 0 {
+		if st, err := a.js.Stream(ctx, a.spec.ConsumerStream()); err == nil && st.CachedInfo().State.FirstSeq > 0 {
 			pc.SeenUpTo = st.CachedInfo().State.FirstSeq - 1
 		}
 	}
@@ -295,7 +295,7 @@ func (a *Appliance) startHubWatch(context.Context) (err error) {
 	// With group commit the watcher's writes are acked once synced, as in
 	// "always"; its metadata (the sources' config) is synced as written.
 	syncMeta := func(context.Context) error { return nil }
-	a.hub = edgehub.New(edgehub.Config{Edges: a.cfg.Hub.Edges, Stream: a.cfg.Stream.Name, Spec: a.cfg.DeclareSpec(), DeadLetterStream: a.cfg.Processor.DeadLetterStream,
+	a.hub = edgehub.New(edgehub.Config{Edges: a.cfg.Hub.Edges, Stream: a.cfg.Stream.Name, Spec: a.spec, DeadLetterStream: a.cfg.Processor.DeadLetterStream,
 		DeadLetterPrefix: deadLetterSubjectPrefix(a.cfg.Processor.DeadLetterStream), EpochHeader: EpochHeader},
 		a.js, a.hubwatch.Conn, syncMeta, a.log)
 	a.sup.add(component{name: "hub watcher", run: a.hub.Run})

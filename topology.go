@@ -62,7 +62,7 @@ func (a *Appliance) clusterStatus(ctx context.Context, ns *server.Server) *statu
 		cs.Stream = group(a.cfg.Stream.Name, st.CachedInfo().Cluster)
 	}
 	if a.proc != nil {
-		if c, err := a.js.Consumer(qctx, a.cfg.DeclareSpec().ConsumerStream(), a.cfg.Processor.Durable); err == nil {
+		if c, err := a.js.Consumer(qctx, a.spec.ConsumerStream(), a.cfg.Processor.Durable); err == nil {
 			cs.Consumer = group(a.cfg.Processor.Durable, c.CachedInfo().Cluster)
 		}
 	}
