@@ -38,6 +38,8 @@ var ErrNotFound = errors.New("orderstore: not found")
 type (
 	// Order is an order's projected state.
 	Order = processor.Order
+	// Event is one order event, as a fold of an order's events sees it.
+	Event = processor.Event
 	// DeadLetter is one dead-lettered event.
 	DeadLetter = processor.DeadLetter
 	// Stats are the processor's counters.

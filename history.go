@@ -116,7 +116,7 @@ func (a *Appliance) OrderAsOf(ctx context.Context, id string, point AsOf) (Order
 // stream order: the events OrderAsOf folds, for a fold of your own code
 // (your Handler's, say). It returns what OrderAsOf does, with the same
 // errors.
-func (a *Appliance) FoldOrderEvents(ctx context.Context, id string, point AsOf, fn func(processor.Event) error) (OrderAsOf, error) {
+func (a *Appliance) FoldOrderEvents(ctx context.Context, id string, point AsOf, fn func(Event) error) (OrderAsOf, error) {
 	if err := a.historyReady(id); err != nil {
 		return OrderAsOf{}, err
 	}

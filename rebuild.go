@@ -56,12 +56,22 @@ const (
 // history index "<bucket>_REBUILD_HISTORY").
 const shadowSuffix = "_REBUILD"
 
+// The shapes of a projection rebuild, as POST /v1/projection/rebuild
+// takes and answers them.
+type (
+	// RebuildRequest is what a rebuild is asked: where its fold starts
+	// (all optional).
+	RebuildRequest = status.RebuildRequest
+	// Rebuild is a rebuild's state and progress.
+	Rebuild = status.Rebuild
+)
+
 // RebuildProjection starts rebuilding the projection from the stream, in
 // the background: the fold runs into a shadow projection while the live
 // processor goes on, and the shadow takes over once it has caught up
 // (docs/rebuild.md). It returns at once with the rebuild's state; follow
 // it with [Appliance.RebuildStatus].
-func (a *Appliance) RebuildProjection(ctx context.Context, req status.RebuildRequest) (*status.Rebuild, error) {
+func (a *Appliance) RebuildProjection(ctx context.Context, req RebuildRequest) (*Rebuild, error) {
 	if a.rebuild == nil {
 		return nil, a.rebuildUnsupported
 	}
@@ -70,7 +80,7 @@ func (a *Appliance) RebuildProjection(ctx context.Context, req status.RebuildReq
 
 // RebuildStatus returns the rebuild under way or the last one (nil: none
 // ran on this store).
-func (a *Appliance) RebuildStatus() *status.Rebuild {
+func (a *Appliance) RebuildStatus() *Rebuild {
 	if a.rebuild == nil {
 		return nil
 	}
