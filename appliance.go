@@ -105,7 +105,7 @@ type processing struct {
 	procHandler        processor.Handler           // the processor's handler
 	stallAfter         time.Duration               // the longest an event may hold the ack floor
 	pause              *pausable                   // runs proc; a rebuild's takeover pauses it
-	durableGuard       *durableGuard               // answers clients' requests on the processor's durable
+	durableGuard       *natsrun.DurableGuard       // answers clients' requests on the processor's durable
 	proj               *processor.Projection       // reads, on internal
 	hstream            historyStream               // the stream history reads come from
 	hub                *edgehub.Watcher            // a hub's source watcher; nil elsewhere

@@ -62,7 +62,7 @@ func (a *Appliance) guardStats() *status.GuardStats {
 		g.Refused, g.HeldBack, g.Overloaded = c.Refused, c.Held, c.Overloaded
 	}
 	if a.durableGuard != nil {
-		g.ForeignConsumerRequests = a.durableGuard.refused.Load()
+		g.ForeignConsumerRequests = a.durableGuard.Refused()
 	}
 	return g
 }

@@ -309,7 +309,7 @@ func (a *Appliance) startDurableGuard(context.Context) (err error) {
 	if !ok {
 		return nil
 	}
-	if a.durableGuard, err = startDurableGuard(a.internal.Conn, s, d, a.log.With("component", "durable-guard")); err != nil {
+	if a.durableGuard, err = natsrun.StartDurableGuard(a.internal.Conn, s, d, a.log.With("component", "durable-guard")); err != nil {
 		return err
 	}
 	g := a.durableGuard

@@ -1,4 +1,4 @@
-package orderstore
+package natsrun
 
 import (
 	"fmt"
@@ -13,13 +13,13 @@ import (
 	"github.com/orderstore/orderstore/internal/natsconf"
 )
 
-// durableGuard answers every client request on orderstore's own consumer
+// DurableGuard answers every client request on orderstore's own consumer
 // (the processor's durable; on a hub, its aggregate stream's), which the
 // client accounts' subject mappings send here (natsconf: guardMappings):
 // such a client would take events from the processor, and the projection
 // would silently miss them. It gets a JetStream API error that says why and
 // how to make a consumer of its own; an ack is dropped and counted.
-type durableGuard struct {
+type DurableGuard struct {
 	sub      *nats.Subscription
 	log      *slog.Logger
 	refused  atomic.Uint64
@@ -28,12 +28,14 @@ type durableGuard struct {
 	next     nats.Header
 }
 
-func startDurableGuard(nc *nats.Conn, stream, durable string, log *slog.Logger) (*durableGuard, error) {
+// StartDurableGuard subscribes on nc to what the guard mappings send
+// (natsconf.GuardPrefix) for consumer durable of stream.
+func StartDurableGuard(nc *nats.Conn, stream, durable string, log *slog.Logger) (*DurableGuard, error) {
 	desc := fmt.Sprintf("orderstore: %s is orderstore's own consumer of %s (it folds the events into the projection): "+
 		"no client may bind, pull, ack, change or delete it, or the projection would miss events; "+
 		"make a durable of your own, e.g. nats consumer add %s my-worker --pull --deliver all --ack explicit --defaults",
 		durable, stream, stream)
-	g := &durableGuard{log: log, why: ingest.APIError(403, 10077, desc),
+	g := &DurableGuard{log: log, why: ingest.APIError(403, 10077, desc),
 		next: nats.Header{"Status": {"409"}, "Description": {desc}}}
 	var err error
 	if g.sub, err = nc.Subscribe(strings.TrimSuffix(natsconf.GuardPrefix, ".")+".>", g.on); err != nil {
@@ -42,7 +44,7 @@ func startDurableGuard(nc *nats.Conn, stream, durable string, log *slog.Logger) 
 	return g, nil
 }
 
-func (g *durableGuard) on(m *nats.Msg) {
+func (g *DurableGuard) on(m *nats.Msg) {
 	g.refused.Add(1)
 	verb, _, _ := strings.Cut(strings.TrimPrefix(m.Subject, natsconf.GuardPrefix), ".")
 	if now := time.Now().UnixNano(); now-g.lastWarn.Load() > int64(10*time.Second) {
@@ -60,7 +62,11 @@ func (g *durableGuard) on(m *nats.Msg) {
 	m.Respond(g.why)
 }
 
-func (g *durableGuard) Close() {
+// Refused counts the requests and acks it refused.
+func (g *DurableGuard) Refused() uint64 { return g.refused.Load() }
+
+// Close stops answering.
+func (g *DurableGuard) Close() {
 	if g != nil && g.sub != nil {
 		g.sub.Unsubscribe()
 	}
