@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/orderstore/orderstore/internal/natsrun"
 	"github.com/orderstore/orderstore/natsserver/server"
 
 	"github.com/orderstore/orderstore/status"
@@ -33,7 +34,7 @@ func (a *Appliance) topology(ctx context.Context) *status.Topology {
 }
 
 func (a *Appliance) clusterStatus(ctx context.Context, ns *server.Server) *status.ClusterStatus {
-	cs := &status.ClusterStatus{Name: a.cfg.Cluster.Name, RoutesUp: peersUp(ns)}
+	cs := &status.ClusterStatus{Name: a.cfg.Cluster.Name, RoutesUp: natsrun.PeersUp(ns)}
 	for _, r := range a.cfg.Cluster.Routes {
 		cs.Routes = append(cs.Routes, redactURL(r))
 		if !ownRoute(r, a.cfg.Cluster.Listen) {
