@@ -211,9 +211,10 @@ type ProcessorConfig struct {
 	// MaxAckPending caps events delivered and not yet acked. Default 8000.
 	MaxAckPending int
 	// DeadLetterStream holds poison and exhausted events. Default
-	// "ORDER_EVENTS_DLQ"; DeadLetterMaxAge is its retention (0 forever,
-	// default 720h).
+	// "ORDER_EVENTS_DLQ".
 	DeadLetterStream string
+	// DeadLetterMaxAge is how long a dead letter is kept; 0 forever.
+	// Default 720h.
 	DeadLetterMaxAge time.Duration
 	// DeadLetterMaxBytes caps the dead-letter stream, in bytes (the oldest
 	// dead letters go beyond it). Default 256 MiB.

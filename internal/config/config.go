@@ -44,7 +44,7 @@ type Config struct {
 type LeafNode struct {
 	Listen            string                  `toml:"listen"`             // a hub's leaf listener host:port; "" none
 	User              string                  `toml:"user"`               // what edges present to this hub
-	Password          string                  `toml:"password"`           //
+	Password          string                  `toml:"password"`           // the password for user
 	ReconnectInterval Duration                `toml:"reconnect_interval"` // an edge's wait between attempts
 	TLS               orderstore.TLSConfig    `toml:"tls"`                // [leafnode.tls]: the hub's listener
 	Remotes           []orderstore.LeafRemote `toml:"remotes"`            // an edge's hubs
@@ -67,13 +67,13 @@ type Server struct {
 
 // User is one NATS client user with its role or permissions.
 type User struct {
-	User         string   `toml:"user" lib:"Name"`
-	Password     string   `toml:"password,omitempty"`                          // plaintext or a bcrypt hash ("$2a$...")
-	PasswordFile string   `toml:"password_file,omitempty" lib:"-"`             // file holding the password instead
-	Nkey         string   `toml:"nkey,omitempty"`                              // public user nkey instead of a password
-	Role         string   `toml:"role,omitempty"`                              // producer, reader or admin
-	Publish      Subjects `toml:"publish,omitempty" lib:"Publish,PublishDeny"` // explicit lists instead of a role
-	Subscribe    Subjects `toml:"subscribe,omitempty" lib:"Subscribe,SubscribeDeny"`
+	User         string   `toml:"user" lib:"Name"`                                   // the name it connects with
+	Password     string   `toml:"password,omitempty"`                                // plaintext or a bcrypt hash ("$2a$...")
+	PasswordFile string   `toml:"password_file,omitempty" lib:"-"`                   // file holding the password instead
+	Nkey         string   `toml:"nkey,omitempty"`                                    // public user nkey instead of a password
+	Role         string   `toml:"role,omitempty"`                                    // producer, reader or admin
+	Publish      Subjects `toml:"publish,omitempty" lib:"Publish,PublishDeny"`       // explicit lists instead of a role
+	Subscribe    Subjects `toml:"subscribe,omitempty" lib:"Subscribe,SubscribeDeny"` // explicit lists instead of a role
 }
 
 // JetStream is the storage engine.
@@ -90,8 +90,8 @@ type JetStream struct {
 
 // Stream is the ORDER_EVENTS stream and its retention limits.
 type Stream struct {
-	Name            string   `toml:"name"`
-	Subjects        []string `toml:"subjects"`
+	Name            string   `toml:"name"`             // the stream's name
+	Subjects        []string `toml:"subjects"`         // what producers publish on: orders.> (orders.<type>)
 	MaxAge          Duration `toml:"max_age"`          // "0s" keeps events forever
 	MaxBytes        ByteSize `toml:"max_bytes"`        // "-1" is unlimited (up to max_file_store)
 	MaxMsgs         int64    `toml:"max_msgs"`         // -1 is unlimited
@@ -110,7 +110,7 @@ type Processor struct {
 	Backoff          []Duration `toml:"backoff"`
 	MaxAckPending    int        `toml:"max_ack_pending"`
 	DeadLetterStream string     `toml:"dead_letter_stream"`
-	DeadLetterMaxAge Duration   `toml:"dead_letter_max_age"`
+	DeadLetterMaxAge Duration   `toml:"dead_letter_max_age"` // how long a dead letter is kept; "0s" forever
 	DeadLetterBytes  ByteSize   `toml:"dead_letter_max_bytes" lib:"DeadLetterMaxBytes"`
 	ProjectionBucket string     `toml:"projection_bucket"`
 	ProjectionBytes  ByteSize   `toml:"projection_max_bytes" lib:"ProjectionMaxBytes"`

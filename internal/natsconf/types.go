@@ -23,7 +23,7 @@ type ClusterConfig struct {
 	Routes []string `toml:"routes"`
 	// User and Password are what every route presents.
 	User     string `toml:"user"`
-	Password string `toml:"password"`
+	Password string `toml:"password"` // the routes' password
 	// TLS secures the routes; CAFile and Verify check the peers'
 	// certificates.
 	TLS TLSConfig `toml:"tls"`
@@ -55,8 +55,8 @@ type LeafRemote struct {
 	URL string `toml:"url"`
 	// User and Password (or Credentials, a .creds file) sign in at the hub.
 	User        string `toml:"user,omitempty"`
-	Password    string `toml:"password,omitempty"`
-	Credentials string `toml:"credentials,omitempty"`
+	Password    string `toml:"password,omitempty"`    // the hub's password for User
+	Credentials string `toml:"credentials,omitempty"` // a .creds file instead of User and Password
 	// TLS: CAFile verifies the hub; CertFile and KeyFile present a
 	// client certificate.
 	TLS TLSConfig `toml:"tls,omitempty"`
@@ -68,11 +68,12 @@ type TLSConfig struct {
 	// CertFile and KeyFile are PEM files: the listener's certificate
 	// (chain) and its private key. Both or neither.
 	CertFile string `toml:"cert_file"`
-	KeyFile  string `toml:"key_file"`
+	KeyFile  string `toml:"key_file"` // the certificate's private key (PEM)
 	// CAFile is a PEM file of the CAs that sign client certificates; with
-	// Verify, every client must present one they signed. Client port only.
+	// Verify, every client must present one they signed ([server.tls]
+	// only).
 	CAFile string `toml:"ca_file,omitempty"`
-	Verify bool   `toml:"verify,omitempty"`
+	Verify bool   `toml:"verify,omitempty"` // require a client certificate signed by CAFile
 	// MinVersion is the lowest TLS version accepted: "1.2" (default) or
 	// "1.3".
 	MinVersion string `toml:"min_version,omitempty"`
