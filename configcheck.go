@@ -27,7 +27,8 @@ type FieldError struct {
 	Value  string
 	Reason string
 	// Unknown marks the problem that lists every unknown key of a file
-	// (Key holds them, comma-separated).
+	// (Key holds them, comma-separated; Value the same with a suggestion
+	// after each key close to a known one).
 	Unknown bool
 }
 
@@ -39,13 +40,25 @@ func (e *FieldError) Error() string {
 		name = e.Key
 	}
 	if e.Unknown {
-		return "unknown keys: " + e.Key + " (hint: check the spelling against orderstore.example.toml)"
+		keys := e.Value
+		if keys == "" {
+			keys = e.Key
+		}
+		return "unknown keys: " + keys + " (hint: check the spelling against orderstore.example.toml)"
 	}
 	if e.Value != "" {
 		return fmt.Sprintf("%s = %s: %s", name, e.Value, e.Reason)
 	}
 	return fmt.Sprintf("%s: %s", name, e.Reason)
 }
+
+// FileError is a file the configuration names (a JSON Schema, a TLS
+// certificate or key) that does not load: a problem of the configuration,
+// as a [ValidationError] is, found by [Config.CheckFiles] and [Start].
+type FileError struct{ Err error }
+
+func (e *FileError) Error() string { return e.Err.Error() }
+func (e *FileError) Unwrap() error { return e.Err }
 
 // ValidationError is every problem found at once: by [Config.Validate]
 // (named by Go field), or in a config file (File, named by TOML key).

@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -57,6 +58,10 @@ func CheckStored(cfg Config) error {
 	dir, err := filepath.Abs(cfg.JetStream.StoreDir)
 	if err != nil {
 		return err
+	}
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return withHint(&ValidationError{Problems: []*FieldError{{Field: "JetStream.StoreDir", Key: "jetstream.store_dir",
+			Value: fmt.Sprintf("%q", dir), Reason: "is not a directory"}}}, "point jetstream.store_dir at a directory")
 	}
 	acct := storedir.Dir(dir).Account(StreamAccount)
 	if _, err := os.Stat(filepath.Join(acct, "streams")); err != nil {

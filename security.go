@@ -75,8 +75,15 @@ func (c Config) CheckFiles() error {
 	for i, r := range c.LeafNode.Remotes {
 		add(natsconf.LoadTLS(fmt.Sprintf("leafnode.remotes[%d].tls", i), r.TLS, true))
 	}
-	if _, err := c.validator(); err != nil {
+	vc := c
+	if u := vc.Validation.UnknownTypes; u != "accept" && u != "reject" {
+		vc.Validation.UnknownTypes = "" // a bad value is Validate's to report
+	}
+	if _, err := vc.validator(); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	return &FileError{Err: errors.Join(errs...)}
 }

@@ -13,7 +13,7 @@ import (
 func (c Config) validator() (*validate.Validator, error) {
 	v, err := validate.Compile(c.Validation.Schemas, c.Validation.UnknownTypes, c.Validation.Func)
 	if err != nil {
-		return nil, hint.Wrap(err, "fix the schema files named above (`orderstore check` lists every problem)")
+		return nil, &FileError{Err: hint.Wrap(err, "fix the schema files named above (`orderstore check` lists every problem)")}
 	}
 	return v, nil
 }

@@ -24,6 +24,15 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fc, name, err := loadConfig(*configPath)
 	if err != nil {
 		printErr(stderr, err)
+		var invalid *orderstore.ValidationError
+		if errors.As(err, &invalid) {
+			// Every problem at once: the files the keys name too.
+			if cfg, cerr := fc.Orderstore(); cerr == nil {
+				if ferr := cfg.CheckFiles(); ferr != nil {
+					printErr(stderr, withHint(ferr, "fix the files the keys name: run would refuse to start the same way"))
+				}
+			}
+		}
 		return exitUsage
 	}
 	cfg, err := fc.Orderstore()
@@ -50,7 +59,7 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	// even while a running instance holds the store (its next start would
 	// refuse it).
 	if err := orderstore.CheckStored(cfg); err != nil {
-		printErr(stderr, err)
+		printErr(stderr, byKey(err, name))
 		return exitCode(err)
 	}
 	fmt.Fprintf(stderr, "config %q is valid\n", name)

@@ -96,8 +96,25 @@ unknown_types = "reject"
 	if strings.Contains(got, "validation.schemas.created") {
 		t.Errorf("check reports the good schema:\n%s", got)
 	}
-	if code := run(context.Background(), []string{"run", "-config", cfg}, &out, &errb); code == exitOK {
-		t.Errorf("run started with bad schemas")
+	if code != exitUsage {
+		t.Errorf("check exit %d on bad schemas, want %d (a configuration error)", code, exitUsage)
+	}
+	if code := run(context.Background(), []string{"run", "-config", cfg}, &out, &errb); code != exitUsage {
+		t.Errorf("run with bad schemas: exit %d, want %d (a configuration error)", code, exitUsage)
+	}
+	// A bad key beside them hides none of them.
+	cfg = writeConfig(t, dir, filepath.Join(dir, "store"), `
+[validation]
+schemas = { paid = "schemas/syntax.json" }
+unknown_types = "rejectt"
+`)
+	errb.Reset()
+	code = run(context.Background(), []string{"check", "-config", cfg}, &out, &errb)
+	got = errb.String()
+	for _, w := range []string{"validation.unknown_types", `"rejectt"`, `validation.schemas.paid = "`, "line 3, column"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("check exit %d; its output lacks %q:\n%s", code, w, got)
+		}
 	}
 	// Good schemas only: valid.
 	cfg = writeConfig(t, dir, filepath.Join(dir, "store"), `
@@ -107,5 +124,29 @@ schemas = { created = "schemas/good.json" }
 	errb.Reset()
 	if code := run(context.Background(), []string{"check", "-config", cfg}, &out, &errb); code != exitOK {
 		t.Errorf("check with a good schema: exit %d\n%s", code, errb.String())
+	}
+}
+
+// check on a store_dir that is a file says so once, with a hint, as run
+// does.
+func TestCheckStoreDirIsAFile(t *testing.T) {
+	dir := t.TempDir()
+	store := filepath.Join(dir, "store")
+	if err := os.WriteFile(store, []byte("not a directory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, dir, store, "")
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"check", "-config", cfg}, &out, &errb)
+	got := errb.String()
+	if code == exitOK || strings.Contains(got, "is valid") {
+		t.Fatalf("check exit %d on a store_dir that is a file:\n%s", code, got)
+	}
+	if !strings.Contains(got, "jetstream.store_dir") || !strings.Contains(got, "is not a directory") ||
+		!strings.Contains(got, "hint: point jetstream.store_dir at a directory") {
+		t.Errorf("check does not name the key, the problem and a hint:\n%s", got)
+	}
+	if strings.Contains(got, "meta.inf") {
+		t.Errorf("check reports the store's files, not the store_dir:\n%s", got)
 	}
 }

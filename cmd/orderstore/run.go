@@ -145,7 +145,10 @@ func byKey(err error, cfgName string) error {
 		}
 		b.WriteString(": " + p.Reason)
 	}
-	hint := "fix the keys named above in " + cfgName + ", then start again (orderstore check -config FILE checks a file)"
+	hint := hintOf(err)
+	if hint == "" {
+		hint = "fix the keys named above in " + cfgName + ", then start again (orderstore check -config FILE checks a file)"
+	}
 	return &exitCoded{withHint(errors.New(b.String()), hint), err}
 }
 
@@ -163,7 +166,8 @@ func (e *exitCoded) Unwrap() []error { return []error{e.error, e.orig} }
 func exitCode(err error) int {
 	var drift *orderstore.DriftError
 	var invalid *orderstore.ValidationError
-	if errors.As(err, &drift) || errors.As(err, &invalid) {
+	var file *orderstore.FileError
+	if errors.As(err, &drift) || errors.As(err, &invalid) || errors.As(err, &file) {
 		return exitUsage
 	}
 	return exitFailure

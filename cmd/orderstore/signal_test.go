@@ -21,12 +21,14 @@ import (
 // landed, however loaded the machine.
 //
 // It watches the goroutine signal.NotifyContext starts from the goroutine
-// writing the line (run's own): that goroutine waits for the signal,
-// cancels the context, and returns. Its exit is the state waited for.
+// that calls run (creator; start-up may log from another): that goroutine
+// waits for the signal, cancels the context, and returns. Its exit is the
+// state waited for.
 type signalAtLine struct {
-	marker []byte
-	once   sync.Once
-	buf    testkit.LockedBuffer
+	marker  []byte
+	creator chan string // run's goroutine, sent before it calls run
+	once    sync.Once
+	buf     testkit.LockedBuffer
 
 	mu     sync.Mutex
 	landed bool  // the signal canceled run's context while start-up was held
@@ -47,7 +49,7 @@ func (s *signalAtLine) signalAndHold() {
 		defer s.mu.Unlock()
 		s.err = fmt.Errorf(format, args...)
 	}
-	me := goroutineID()
+	me := <-s.creator
 	watcher := signalWatcherOf(me)
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
 		fail("send SIGTERM: %v", err)
@@ -55,7 +57,7 @@ func (s *signalAtLine) signalAndHold() {
 	}
 	if watcher == "" {
 		// Sent all the same, so that run stops; the test fails.
-		fail("no goroutine started by signal.NotifyContext on goroutine %s (which logs the marker line) waits for a signal: "+
+		fail("no goroutine started by signal.NotifyContext on goroutine %s (which calls run) waits for a signal: "+
 			"this test cannot tell when the signal lands", me)
 		return
 	}
@@ -122,9 +124,12 @@ func signalWatcherOf(creator string) string {
 func TestSignalAtEndOfStartupStops(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, filepath.Join(dir, "store"), "[admin]\nlisten = \"\"\n")
-	w := &signalAtLine{marker: []byte(`"msg":"stream ready"`)}
+	w := &signalAtLine{marker: []byte(`"msg":"stream ready"`), creator: make(chan string, 1)}
 	done := make(chan int, 1)
-	go func() { done <- run(context.Background(), []string{"run", "-config", cfg}, &bytes.Buffer{}, w) }()
+	go func() {
+		w.creator <- goroutineID()
+		done <- run(context.Background(), []string{"run", "-config", cfg}, &bytes.Buffer{}, w)
+	}()
 	var code int
 	select {
 	case code = <-done:

@@ -193,7 +193,9 @@ func (c *Config) resolvePaths(dir string) {
 
 // Parse decodes r over [Default], rejects unknown keys and values of the
 // wrong shape, and validates the result. All problems come back in one
-// *[Errors]; a TOML syntax error comes back with its line and column.
+// *orderstore.ValidationError, with the Config as far as it decoded (for
+// a caller that checks more of it, as `check` does the files it names); a
+// TOML syntax error comes back with its line and column.
 func Parse(r io.Reader, name string) (Config, error) {
 	cfg := Default()
 	src, err := io.ReadAll(io.LimitReader(r, maxFileSize+1))
@@ -271,16 +273,24 @@ func Parse(r io.Reader, name string) (Config, error) {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		errs.Problems = append([]*orderstore.FieldError{{Key: strings.Join(unknown, ", "), Reason: "unknown keys", Unknown: true}}, errs.Problems...)
+		shown := make([]string, len(unknown))
+		for i, k := range unknown {
+			shown[i] = k
+			if s := suggest(k); s != "" {
+				shown[i] = k + " (did you mean " + s + "?)"
+			}
+		}
+		errs.Problems = append([]*orderstore.FieldError{{Key: strings.Join(unknown, ", "),
+			Value: strings.Join(shown, ", "), Reason: "unknown keys", Unknown: true}}, errs.Problems...)
 	}
 	if len(errs.Problems) > 0 {
 		sortErrors(errs.Problems[boolToInt(len(unknown) > 0):])
 		errs.Problems = append(errs.Problems, cfg.validate()...)
-		return Config{}, errs
+		return cfg, errs
 	}
 	if v := cfg.validate(); len(v) > 0 {
 		errs.Problems = v
-		return Config{}, errs
+		return cfg, errs
 	}
 	return cfg, nil
 }

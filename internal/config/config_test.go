@@ -77,7 +77,7 @@ func TestParseErrors(t *testing.T) {
 		wantText []string // substrings of the message
 	}{
 		{"unknown keys all listed", "[stream]\nmax_agee = \"1h\"\n[admin]\nadress = \"x\"\n[bogus]\nx = 1\n",
-			[]string{"admin.adress, bogus, stream.max_agee"}, []string{"unknown keys: admin.adress, bogus, stream.max_agee"}},
+			[]string{"admin.adress, bogus, stream.max_agee"}, []string{"unknown keys: admin.adress (did you mean admin.listen?), bogus, stream.max_agee (did you mean stream.max_age?)"}},
 		{"bare number duration", "[stream]\nmax_age = \"72\"\n", []string{"stream.max_age"}, []string{`"72": missing unit`}},
 		{"integer duration", "[processor]\nack_wait = 30\n", []string{"processor.ack_wait"}, []string{"missing unit"}},
 		{"unknown size unit", "[jetstream]\nmax_file_store = \"10XB\"\n", []string{"jetstream.max_file_store"}, []string{`"10XB"`}},
@@ -453,5 +453,29 @@ func TestKeyTableCoversTheLibrary(t *testing.T) {
 	c.Log = Log{}
 	if back := fromOrderstore(c.toOrderstore()); !reflect.DeepEqual(back, c) {
 		t.Errorf("round trip:\n got %+v\nwant %+v", back, c)
+	}
+}
+
+// An unknown key is answered with the key it most likely meant: an alias
+// of its last word, the nearest spelling in its table, or the nearest
+// table; nothing when nothing is near.
+func TestUnknownKeySuggestions(t *testing.T) {
+	for unknown, want := range map[string]string{
+		"admin.adress":         "admin.listen",
+		"stream.max_agee":      "stream.max_age",
+		"server.prot":          "server.port",
+		"jetstram":             "jetstream",
+		"server.users.rol":     "server.users.role",
+		"processor.ack_wiat":   "processor.ack_wait",
+		"admin.completely_new": "",
+		"bogus":                "",
+	} {
+		if got := suggest(unknown); got != want {
+			t.Errorf("suggest(%q) = %q, want %q", unknown, got, want)
+		}
+	}
+	_, err := Parse(strings.NewReader("[admin]\nadress = \"127.0.0.1:9\"\n"), "f")
+	if err == nil || !strings.Contains(err.Error(), "admin.adress (did you mean admin.listen?)") {
+		t.Errorf("Parse = %v, want the suggestion", err)
 	}
 }

@@ -163,3 +163,94 @@ func elem(t reflect.Type) reflect.Type {
 	}
 	return t
 }
+
+// knownKeys are every key of the file, dotted ("admin.listen"; an array of
+// tables' keys under its name: "server.users.role").
+func knownKeys() []string {
+	var keys []string
+	var walk func(prefix string, t reflect.Type)
+	walk = func(prefix string, t reflect.Type) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name := tomlName(f)
+			if name == "" || name == "-" || !f.IsExported() {
+				continue
+			}
+			key := strings.TrimPrefix(prefix+"."+name, ".")
+			keys = append(keys, key)
+			ft := f.Type
+			if ft.Kind() == reflect.Slice {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct && ft != subjectsType && ft != reflect.TypeOf(SyncPolicy{}) {
+				walk(key, ft)
+			}
+		}
+	}
+	walk("", reflect.TypeOf(Config{}))
+	return keys
+}
+
+// keyAliases are words people write for a key's last word.
+var keyAliases = map[string]string{
+	"address": "listen", "adress": "listen", "addr": "listen", "bind": "listen",
+	"dir": "store_dir", "data_dir": "store_dir", "datadir": "store_dir", "path": "store_dir",
+	"max_age_days": "max_age", "retention": "max_age",
+	"pass": "password", "passwd": "password", "username": "user", "name": "name",
+}
+
+// suggest is the known key an unknown one most likely meant ("" none):
+// one in the same table whose last word is a known alias of the unknown
+// one's, or the nearest by edit distance (at most 2, or a third of it).
+func suggest(unknown string) string {
+	unknown = strings.ToLower(unknown)
+	table, last := "", unknown
+	if i := strings.LastIndex(unknown, "."); i >= 0 {
+		table, last = unknown[:i], unknown[i+1:]
+	}
+	best, bestD := "", max(2, len(last)/3)+1
+	for _, k := range knownKeys() {
+		kt, kl := "", k
+		if i := strings.LastIndex(k, "."); i >= 0 {
+			kt, kl = k[:i], k[i+1:]
+		}
+		if kt != table {
+			// An unknown table: the nearest table of the same depth.
+			if table == "" || strings.Count(k, ".") != strings.Count(unknown, ".") || kl != last {
+				continue
+			}
+			if d := editDistance(kt, table); d < bestD {
+				best, bestD = k, d
+			}
+			continue
+		}
+		if keyAliases[last] == kl {
+			return k
+		}
+		if d := editDistance(kl, last); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}

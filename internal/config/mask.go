@@ -9,21 +9,30 @@ import (
 )
 
 // syntaxError is pe with its position and the lines up to it, as
-// BurntSushi's ErrorWithPosition shows them, but with every string value
-// masked and the whole value of a secret key (password, token, ...)
-// masked: a syntax error must not copy a secret into the journal.
+// BurntSushi's ErrorWithPosition shows them, with the whole value of a
+// secret key (password, token, ...) masked, and what the parser's message
+// quotes masked when a secret key is near: a syntax error must not copy a
+// secret into the journal, and should show what is wrong with the rest.
 func syntaxError(pe toml.ParseError, src []byte) string {
 	var b strings.Builder
 	line, col := pe.Position.Line, pe.Position.Col
+	lines := strings.Split(string(src), "\n")
+	secretNear := secretKey.MatchString(pe.LastKey) || line < 1
+	for i := max(1, line-2); i <= min(line, len(lines)); i++ {
+		secretNear = secretNear || secretKey.MatchString(lines[i-1])
+	}
+	msg := urlPassword.ReplaceAllString(pe.Message, "${1}***@")
+	if secretNear {
+		msg = maskQuoted(msg)
+	}
 	if line < 1 {
-		fmt.Fprintf(&b, "syntax error: %s", maskQuoted(pe.Message))
+		fmt.Fprintf(&b, "syntax error: %s", msg)
 		return b.String()
 	}
-	fmt.Fprintf(&b, "syntax error at line %d, column %d: %s", line, col, maskQuoted(pe.Message))
+	fmt.Fprintf(&b, "syntax error at line %d, column %d: %s", line, col, msg)
 	if pe.LastKey != "" {
 		fmt.Fprintf(&b, " (last key %q)", pe.LastKey)
 	}
-	lines := strings.Split(string(src), "\n")
 	inString := multiLineStrings(lines)
 	for i := max(1, line-2); i <= min(line, len(lines)); i++ {
 		l := strings.TrimRight(lines[i-1], "\r")
@@ -71,9 +80,10 @@ func multiLineStrings(lines []string) []bool {
 // secretKey matches the keys whose values are secrets.
 var secretKey = regexp.MustCompile(`(?i)(password|passwd|token|secret|seed|credential|private)`)
 
-// MaskLine returns a TOML source line with every string value masked, and
-// the whole value masked after a key that names a secret. Table headers
-// and comments are kept.
+// MaskLine returns a TOML source line with the whole value masked after
+// a key that names a secret, and the password in a URL's user info
+// masked. Table headers, comments and other keys' values are kept; a line
+// that is no key = value (a stray secret?) is masked whole.
 func MaskLine(line string) string {
 	t := strings.TrimSpace(line)
 	if t == "" || strings.HasPrefix(t, "#") || (strings.HasPrefix(t, "[") && !strings.Contains(t, "=")) {
@@ -90,8 +100,12 @@ func MaskLine(line string) string {
 	if !strings.Contains(line, "=") {
 		return "***" // not a key = value line: whatever it is, do not echo it
 	}
-	return maskStrings(line)
+	return urlPassword.ReplaceAllString(line, "${1}***@")
 }
+
+// urlPassword matches the user info of a URL with a password
+// ("nats://user:secret@host").
+var urlPassword = regexp.MustCompile(`(://[^:/@\s"']*:)[^@\s"']*@`)
 
 // maskStrings replaces the contents of every quoted string on a line
 // (basic, literal, and the rest of an unterminated one) by ***.

@@ -49,6 +49,17 @@ func TestSyntaxErrorsMaskSecrets(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "port = 42x") {
 		t.Errorf("a non-secret line is masked: %v", err)
 	}
+	// A non-secret string value too (its mistake is often in the quotes),
+	// and what the parser's message quotes of it.
+	_, err = Parse(strings.NewReader("[admin]\nlisten = \"127.0.0.1:8222\nallowed_hosts = []\n"), "f")
+	if err == nil || !strings.Contains(err.Error(), `listen = "127.0.0.1:8222`) || strings.Contains(err.Error(), "***") {
+		t.Errorf("a non-secret value is masked: %v", err)
+	}
+	// A password in a URL is a secret wherever it is.
+	_, err = Parse(strings.NewReader("[[leafnode.remotes]]\nurl = \"nats-leaf://edge:hunter2@hub:7422\" x\n"), "f")
+	if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "edge:***@hub") {
+		t.Errorf("a URL's password: %v", err)
+	}
 }
 
 // Values of the wrong type in a secret key are reported by key, without
