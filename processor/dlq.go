@@ -2,6 +2,8 @@ package processor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +14,190 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// Headers on a dead letter.
+const (
+	// HeaderStream names the stream the original was in.
+	HeaderStream        = "Orderstore-Original-Stream"
+	HeaderSubject       = "Orderstore-Original-Subject"
+	HeaderSequence      = "Orderstore-Original-Sequence"
+	HeaderError         = "Orderstore-Error"
+	HeaderDeliveries    = "Orderstore-Delivery-Count"
+	HeaderDeadLetterAt  = "Orderstore-Dead-Lettered-At"
+	HeaderOriginalMsgID = "Orderstore-Original-Msg-Id"
+	HeaderPoison        = "Orderstore-Poison"
+	// HeaderTrimmed is set on a dead letter stored without (part of) the
+	// original because the copy would exceed the server's max_payload:
+	// "payload 1048000 bytes", "headers 70000 bytes". Replay then reads
+	// the original from its stream, while it is still there.
+	HeaderTrimmed = "Orderstore-Trimmed"
+	// HeaderReplayOf is set on an event republished from the dead-letter
+	// stream: the original stream sequence.
+	HeaderReplayOf = "Orderstore-Replay-Of"
+)
+
+// maxDeadLetterHeaders keeps a dead letter's headers under nats' 64 KiB
+// limit on a message's headers.
+const maxDeadLetterHeaders = 60 << 10
+
+// maxDeadLetterSubject bounds the part of a dead letter's subject taken
+// from the original's.
+const maxDeadLetterSubject = 256
+
+// DeadLetterSubject is the subject a dead letter of an event on subject is
+// stored on: "<prefix>.<subject>", or, for a subject longer than 256
+// bytes, "<prefix>.long.<sha256 of the subject>" (the original subject is
+// in the HeaderSubject header either way), so that no event makes a
+// subject nats would refuse.
+func DeadLetterSubject(prefix, subject string) string {
+	if len(subject) <= maxDeadLetterSubject {
+		return prefix + "." + subject
+	}
+	sum := sha256.Sum256([]byte(subject))
+	return prefix + ".long." + hex.EncodeToString(sum[:16])
+}
+
+// deadLetter copies the event to the dead-letter stream with headers naming
+// its origin and the error, then terminates the original so it stops
+// blocking. If the copy cannot be stored the original is retried instead:
+// nothing is dropped. A copy that would not fit the server's max_payload
+// is stored without the original headers, then without the payload
+// (HeaderTrimmed says what is missing), so that every event settles.
+func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, cause error, dls *deadLetters) {
+	h := nats.Header{}
+	for k, v := range m.Headers() {
+		if strings.HasPrefix(k, "Nats-Expected-") {
+			continue // publish preconditions of the original, not data
+		}
+		h[k] = append([]string(nil), v...)
+	}
+	if id := h.Get(jetstream.MsgIDHeader); id != "" {
+		h.Set(HeaderOriginalMsgID, truncate(id, 256))
+	}
+	own := func(h nats.Header) {
+		// Dedupes a re-run after a crash; the event's time keeps it unique
+		// when a damaged store made the stream reuse sequence numbers.
+		h.Set(jetstream.MsgIDHeader, fmt.Sprintf("dlq-%s-%d-%d", p.cfg.Stream, ev.Sequence, ev.Time.UnixNano()))
+		h.Set(HeaderStream, p.cfg.Stream)
+		h.Set(HeaderSubject, ev.Subject)
+		h.Set(HeaderSequence, strconv.FormatUint(ev.Sequence, 10))
+		h.Set(HeaderError, truncate(strings.ToValidUTF8(cause.Error(), "?"), 1024))
+		h.Set(HeaderDeliveries, strconv.FormatUint(ev.Delivered, 10))
+		h.Set(HeaderDeadLetterAt, time.Now().UTC().Format(time.RFC3339Nano))
+		if errors.Is(cause, ErrPoison) {
+			h.Set(HeaderPoison, "true")
+		}
+	}
+	own(h)
+	data := m.Data()
+	// What the server accepts, with room for the protocol's framing.
+	limit := int(p.js.Conn().MaxPayload()) - 512
+	if p.cfg.MaxDeadLetterBytes > 0 {
+		limit = min(limit, p.cfg.MaxDeadLetterBytes-512)
+	}
+	if headerSize(h)+len(data) > limit || headerSize(h) > maxDeadLetterHeaders {
+		if n := headerSize(m.Headers()); n > 0 {
+			h = nats.Header{}
+			own(h)
+			h.Set(HeaderTrimmed, fmt.Sprintf("headers %d bytes", n))
+		}
+		if headerSize(h)+len(data) > limit {
+			h.Set(HeaderTrimmed, strings.TrimPrefix(h.Get(HeaderTrimmed)+", ", ", ")+fmt.Sprintf("payload %d bytes", len(data)))
+			data = nil
+		}
+	}
+	poison := errors.Is(cause, ErrPoison)
+	msg := &nats.Msg{Subject: DeadLetterSubject(p.cfg.DeadLetterSubjectPrefix, ev.Subject), Header: h, Data: data}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := p.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(p.cfg.DeadLetterStream)); err != nil {
+		p.failed.Add(1)
+		p.log.Error("dead-letter publish failed, will retry the event", "seq", ev.Sequence, "dead_letter_stream", p.cfg.DeadLetterStream, "err", err)
+		p.settled("nak", ev, m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
+		return
+	}
+	*dls = append(*dls, deadLettered{m: m, ev: ev, cause: cause, poison: poison, trimmed: h.Get(HeaderTrimmed)})
+}
+
+// deadLetters are a batch's events copied to the dead-letter stream whose
+// originals are terminated once the copies are durable (Config.Sync), with
+// one sync for them all.
+type deadLetters []deadLettered
+
+type deadLettered struct {
+	m       jetstream.Msg
+	ev      Event
+	cause   error
+	poison  bool
+	trimmed string
+}
+
+// deadLetterMemory bounds the sequences firstDeadLetter remembers.
+const deadLetterMemory = 100_000
+
+// firstDeadLetter reports whether this processor counts the dead letter of
+// the event at seq for the first time, and remembers it (the oldest
+// forgotten past deadLetterMemory).
+func (p *Processor) firstDeadLetter(seq uint64) bool {
+	p.dlMu.Lock()
+	defer p.dlMu.Unlock()
+	if _, ok := p.dlSeen[seq]; ok {
+		return false
+	}
+	if p.dlSeen == nil {
+		p.dlSeen = map[uint64]struct{}{}
+	}
+	p.dlSeen[seq] = struct{}{}
+	p.dlOrder = append(p.dlOrder, seq)
+	if len(p.dlOrder) > deadLetterMemory {
+		delete(p.dlSeen, p.dlOrder[0])
+		p.dlOrder = p.dlOrder[1:]
+	}
+	return true
+}
+
+// finishDeadLetters makes the batch's dead letters durable, then
+// terminates their originals; if they cannot be made durable the originals
+// are retried instead.
+func (p *Processor) finishDeadLetters(ctx context.Context, dls deadLetters) {
+	if len(dls) == 0 {
+		return
+	}
+	if err := p.sync(ctx); err != nil {
+		for _, d := range dls {
+			p.failed.Add(1)
+			p.log.Error("dead letter not made durable, will retry the event", "seq", d.ev.Sequence, "err", err)
+			p.settled("nak", d.ev, d.m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
+		}
+		return
+	}
+	for _, d := range dls {
+		// If the term is lost the event comes back and is dead-lettered
+		// again: the copy is deduplicated by its Nats-Msg-Id, and counted
+		// then.
+		// Counted once the copy is durable, and once per event here: a
+		// redelivery that raced the term (ack_wait passed meanwhile) is
+		// dead-lettered again, stored once, and not counted again.
+		if p.firstDeadLetter(d.ev.Sequence) {
+			p.deadLettered.Add(1)
+			if d.poison {
+				p.poison.Add(1)
+			}
+		}
+		if !p.settled("term", d.ev, d.m.TermWithReason("dead-lettered to "+p.cfg.DeadLetterStream)) {
+			continue
+		}
+		p.log.Warn("event dead-lettered", "seq", d.ev.Sequence, "subject", truncate(d.ev.Subject, 256), "deliveries", d.ev.Delivered,
+			"poison", d.poison, "trimmed", d.trimmed, "err", truncate(d.cause.Error(), 1024))
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
 
 // DeadLetter is one event in the dead-letter stream.
 type DeadLetter struct {
@@ -239,53 +425,6 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 		return ack.Sequence, fmt.Errorf("replay dead letter %d: republished as %d, but removing it failed: %w", seq, ack.Sequence, err)
 	}
 	return ack.Sequence, nil
-}
-
-// LagInfo is how far a consumer is behind its stream.
-type LagInfo struct {
-	Pending       uint64    `json:"pending"`     // not yet delivered
-	AckPending    int       `json:"ack_pending"` // delivered, not yet acked
-	Redelivered   int       `json:"redelivered"` // delivered more than once, not yet acked
-	AckFloor      uint64    `json:"ack_floor"`   // every event at or below is done
-	LastSeq       uint64    `json:"stream_last_seq"`
-	SecondsBehind float64   `json:"seconds_behind"` // age of the oldest unprocessed event; 0 when caught up
-	OldestAt      time.Time `json:"oldest_unprocessed_at,omitzero"`
-}
-
-// Lag reads the consumer's state and the age of its oldest unprocessed event.
-func Lag(ctx context.Context, js jetstream.JetStream, stream, durable string) (LagInfo, error) {
-	c, err := js.Consumer(ctx, stream, durable)
-	if err != nil {
-		return LagInfo{}, fmt.Errorf("consumer %q: %w", durable, err)
-	}
-	ci, err := c.Info(ctx)
-	if err != nil {
-		return LagInfo{}, fmt.Errorf("consumer %q: %w", durable, err)
-	}
-	l := LagInfo{
-		Pending:     ci.NumPending,
-		AckPending:  ci.NumAckPending,
-		Redelivered: ci.NumRedelivered,
-		AckFloor:    ci.AckFloor.Stream,
-	}
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return l, fmt.Errorf("stream %q: %w", stream, err)
-	}
-	l.LastSeq = s.CachedInfo().State.LastSeq
-	if ci.NumPending == 0 && ci.NumAckPending == 0 {
-		return l, nil
-	}
-	m, err := s.GetMsg(ctx, ci.AckFloor.Stream+1, jetstream.WithGetMsgSubject(">"))
-	if err != nil {
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return l, nil
-		}
-		return l, fmt.Errorf("stream %q: oldest unprocessed: %w", stream, err)
-	}
-	l.OldestAt = m.Time
-	l.SecondsBehind = max(time.Since(m.Time).Seconds(), 0)
-	return l, nil
 }
 
 // OrderDeadLetters returns up to limit dead letters of one order (by the

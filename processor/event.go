@@ -222,3 +222,21 @@ type Rebuilder interface {
 	// it must be idempotent and cheap when there is none.
 	Discard(ctx context.Context) error
 }
+
+// HeaderSize is h's size on the wire (what a stream's max_msg_size
+// counts beside the payload).
+func HeaderSize(h nats.Header) int { return headerSize(h) }
+
+// headerSize is h's size on the wire.
+func headerSize(h nats.Header) int {
+	if len(h) == 0 {
+		return 0
+	}
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}

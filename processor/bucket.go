@@ -1,0 +1,328 @@
+package processor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+type cached struct {
+	rec record
+	rev uint64
+}
+
+const (
+	cacheMax     = 200_000
+	loadParallel = 64
+)
+
+// atomicBatchMax is nats-server's limit of messages per atomic batch.
+const atomicBatchMax = 1000
+
+// SetAtomicBatches turns atomic batch commits off (false) or leaves them
+// on where the bucket allows them (true, the default). They pay off when
+// every write is fsynced (sync_interval "always": one fsync per batch);
+// with a relaxed sync interval, pipelined single writes are faster. Call
+// it before the first batch.
+func (p *Projection) SetAtomicBatches(on bool) { p.atomicOff = !on }
+
+// useAtomic reports, once, whether the bucket's stream allows atomic batches.
+func (p *Projection) useAtomic(ctx context.Context) bool {
+	atomic, _ := p.bucketOnce(ctx)
+	return atomic && !p.atomicOff
+}
+
+// bucketOnce reads what the projection needs to know of its bucket's
+// stream, until a read succeeds: whether it accepts atomic batches and
+// whether it has replicas. While unknown: no atomic batches, reads from
+// the leader.
+func (p *Projection) bucketOnce(ctx context.Context) (atomic, replicated bool) {
+	p.bucketMu.Lock()
+	defer p.bucketMu.Unlock()
+	defer func() { atomic, replicated = p.atomic, p.replicated }()
+	if p.bucketRead {
+		return
+	}
+	p.atomic, p.replicated = false, true
+	st, err := p.kv.Status(ctx)
+	if err != nil {
+		return
+	}
+	if ks, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		cfg := ks.StreamInfo().Config
+		p.atomic = cfg.AllowAtomicPublish
+		p.replicated = cfg.Replicas > 1
+		p.bucketRead = true
+	}
+	return
+}
+
+// loadLatest is load where its answer must be the latest: from the
+// bucket's leader when the bucket has replicas (a direct get may be
+// answered by one that lags), else a direct get (its only server is the
+// leader, and direct gets do not queue behind the JetStream API), unless
+// that finds no order: a deleted one's marker has a revision that a write
+// must expect, which only the leader's answer gives.
+func (p *Projection) loadLatest(ctx context.Context, id string) (record, uint64, error) {
+	if _, replicated := p.bucketOnce(ctx); !replicated {
+		if r, rev, err := p.load(ctx, id); err != nil || rev != 0 {
+			return r, rev, err
+		}
+	}
+	return p.loadFromLeader(ctx, id)
+}
+
+// commitAtomic publishes msgs as one atomic batch and returns the stream
+// sequence of the first: a batch is stored contiguously.
+func (p *Projection) commitAtomic(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
+	nc := p.js.Conn()
+	id := nuid.Next()
+	for k, m := range msgs {
+		m.Header.Set(headerBatchID, id)
+		m.Header.Set(headerBatchSeq, strconv.Itoa(k+1))
+		if k < len(msgs)-1 {
+			if err := nc.PublishMsg(m); err != nil {
+				return 0, err
+			}
+		}
+	}
+	last := msgs[len(msgs)-1]
+	last.Header.Set(headerBatchCommit, "1")
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := nc.RequestMsgWithContext(rctx, last)
+	for _, m := range msgs { // the fallback path must not carry batch headers
+		m.Header.Del(headerBatchID)
+		m.Header.Del(headerBatchSeq)
+		m.Header.Del(headerBatchCommit)
+	}
+	if err != nil {
+		return 0, err
+	}
+	var ack struct {
+		Seq   uint64 `json:"seq"`
+		Count int    `json:"count"`
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &ack); err != nil {
+		return 0, err
+	}
+	if ack.Error != nil {
+		return 0, fmt.Errorf("atomic batch: %s (err_code %d)", ack.Error.Description, ack.Error.ErrCode)
+	}
+	if ack.Count != len(msgs) || ack.Seq < uint64(len(msgs)) {
+		return 0, fmt.Errorf("atomic batch: ack for %d messages at seq %d, sent %d", ack.Count, ack.Seq, len(msgs))
+	}
+	return ack.Seq - uint64(len(msgs)) + 1, nil
+}
+
+const (
+	headerBatchID     = "Nats-Batch-Id"
+	headerBatchSeq    = "Nats-Batch-Sequence"
+	headerBatchCommit = "Nats-Batch-Commit"
+)
+
+// isWrongLastSequence reports a compare-and-set that lost its race: the
+// key moved (10071, with the key's last sequence), or, on a replicated
+// bucket, a write to it is in flight at the leader (10164, without it).
+func isWrongLastSequence(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// inFlightAtLeader reports the 10164 of isWrongLastSequence: the other
+// write has not been applied yet, and a read now would most likely find
+// the record it replaces.
+func inFlightAtLeader(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// conflictPause waits a moment before the attempt-th retry of a write
+// that found another in flight at the leader (a few milliseconds, longer
+// with each attempt, jittered so that two writers part): the other write
+// is then applied, and the read that follows finds it.
+func conflictPause(ctx context.Context, attempt int) {
+	d := time.Duration(rand.Int64N(int64(min(time.Millisecond<<min(attempt, 6), 50*time.Millisecond)))) + time.Millisecond
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+type loaded struct {
+	rec record
+	rev uint64
+	err error
+}
+
+// loadMany returns each order's last known state: from the cache, else
+// read from the bucket, up to loadParallel reads at once.
+func (p *Projection) loadMany(ctx context.Context, ids []string, fromLeader bool) []loaded {
+	out := make([]loaded, len(ids))
+	var misses []int
+	p.mu.Lock()
+	for k, id := range ids {
+		if c, ok := p.cache[id]; ok && !fromLeader {
+			out[k] = loaded{rec: c.rec, rev: c.rev}
+		} else {
+			misses = append(misses, k)
+		}
+	}
+	p.mu.Unlock()
+	if len(misses) == 0 {
+		return out
+	}
+	sem := make(chan struct{}, loadParallel)
+	var wg sync.WaitGroup
+	for _, k := range misses {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			load := p.load
+			if fromLeader {
+				load = p.loadLatest
+			}
+			r, rev, err := load(ctx, ids[k])
+			out[k] = loaded{r, rev, err}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// load reads one order's record from the bucket; not found is the zero
+// record at revision 0 (a write then expects no previous value).
+func (p *Projection) load(ctx context.Context, id string) (record, uint64, error) {
+	e, err := p.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return record{}, 0, nil
+	}
+	if err != nil {
+		return record{}, 0, fmt.Errorf("projection %q: %w", id, err)
+	}
+	var r record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return record{}, 0, fmt.Errorf("projection %q: stored value is not an order: %w", id, err)
+	}
+	return r, e.Revision(), nil
+}
+
+// leaderReadTimeout bounds loadFromLeader's request.
+const leaderReadTimeout = 5 * time.Second
+
+// loadFromLeader is load answered by the bucket's stream leader (the
+// JetStream API's message get, where load's direct get may be answered by
+// any replica).
+func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uint64, error) {
+	data, seq, deleted, err := p.getFromLeader(ctx, "KV_"+p.kv.Bucket(), p.prefix+id)
+	switch {
+	case err != nil:
+		return record{}, 0, fmt.Errorf("projection %q: read from the leader: %w", id, err)
+	case seq == 0:
+		return record{}, 0, nil
+	case deleted:
+		return record{}, seq, nil // deleted: a write expects the marker
+	}
+	var r record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return record{}, 0, fmt.Errorf("projection %q: stored value is not an order: %w", id, err)
+	}
+	return r, seq, nil
+}
+
+// getFromLeader reads the last message on subject of stream from the
+// stream's leader: its data and sequence (0: there is none), and whether
+// it is a KV delete or purge marker.
+func (p *Projection) getFromLeader(ctx context.Context, stream, subject string) (data []byte, seq uint64, deleted bool, err error) {
+	o := p.js.Options()
+	prefix := o.APIPrefix
+	switch {
+	case o.Domain != "":
+		prefix = "$JS." + o.Domain + ".API."
+	case prefix == "":
+		prefix = jetstream.DefaultAPIPrefix
+	}
+	if !strings.HasSuffix(prefix, ".") {
+		prefix += "."
+	}
+	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	// Bounded like the jetstream package's own requests: a leader that
+	// dies with the request would otherwise never answer it.
+	rctx, cancel := context.WithTimeout(ctx, leaderReadTimeout)
+	defer cancel()
+	msg, err := p.js.Conn().RequestWithContext(rctx, prefix+"STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	var resp struct {
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Data []byte `json:"data"`
+			Hdrs []byte `json:"hdrs"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, 0, false, err
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, 0, false, nil
+	case resp.Error != nil:
+		return nil, 0, false, resp.Error
+	case resp.Message == nil:
+		return nil, 0, false, errors.New("an empty answer")
+	}
+	h := string(resp.Message.Hdrs)
+	return resp.Message.Data, resp.Message.Seq, strings.Contains(h, "KV-Operation: DEL") || strings.Contains(h, "KV-Operation: PURGE"), nil
+}
+
+func (p *Projection) store(id string, r record, rev uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.cache) >= cacheMax {
+		// Drop an arbitrary tenth: a miss only costs one KV read.
+		n := 0
+		for k := range p.cache {
+			delete(p.cache, k)
+			if n++; n >= cacheMax/10 {
+				break
+			}
+		}
+	}
+	p.cache[id] = cached{r, rev}
+}
+
+func (p *Projection) forget(id string) {
+	p.mu.Lock()
+	delete(p.cache, id)
+	p.mu.Unlock()
+}
+
+// HighWater returns the highest stream sequence among the last window
+// ForgetAll drops every cached record: another writer (a rebuild's
+// takeover) rewrote the bucket. A write from a stale cache entry would
+// only be refused and read again; this saves those round trips.
+func (p *Projection) ForgetAll() {
+	p.mu.Lock()
+	clear(p.cache)
+	p.mu.Unlock()
+}

@@ -1,0 +1,61 @@
+package processor
+
+import (
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// msgSize is what m holds in memory, about.
+func msgSize(m jetstream.Msg) int64 {
+	return int64(len(m.Data()) + len(m.Subject()) + headerSize(m.Headers()))
+}
+
+// byteBudget is a counting semaphore over bytes.
+type byteBudget struct {
+	mu    sync.Mutex
+	used  int64
+	max   int64
+	freed chan struct{} // closed and replaced on every release
+}
+
+func newByteBudget(max int64) *byteBudget { return &byteBudget{max: max, freed: make(chan struct{})} }
+
+// acquire takes n bytes, waiting while they would exceed the budget (an
+// n above the whole budget is taken when nothing else is held). It
+// returns false if stop closes first.
+func (b *byteBudget) acquire(n int64, stop <-chan struct{}) bool {
+	for {
+		b.mu.Lock()
+		if b.used == 0 || b.used+n <= b.max {
+			b.used += n
+			b.mu.Unlock()
+			return true
+		}
+		freed := b.freed
+		b.mu.Unlock()
+		select {
+		case <-freed:
+		case <-stop:
+			return false
+		}
+	}
+}
+
+func (b *byteBudget) release(n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used -= n
+	close(b.freed)
+	b.freed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// inUse is the bytes held now.
+func (b *byteBudget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}

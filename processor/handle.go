@@ -1,0 +1,176 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// item is one delivered event, parsed.
+type item struct {
+	msg    jetstream.Msg
+	ev     Event
+	poison error // the envelope is invalid: dead-letter it
+	skip   bool  // not a JetStream message: nothing to settle
+	size   int64 // taken from the byte budget
+}
+
+func (p *Processor) toItem(m jetstream.Msg) item {
+	md, err := m.Metadata()
+	if err != nil {
+		p.log.Error("message without metadata", "subject", m.Subject(), "err", err)
+		return item{msg: m, skip: true, size: msgSize(m)}
+	}
+	it := item{msg: m, size: msgSize(m), ev: Event{
+		Subject:   m.Subject(),
+		Type:      eventType(m.Subject()),
+		Data:      m.Data(),
+		Header:    m.Headers(),
+		Sequence:  md.Sequence.Stream,
+		Time:      md.Timestamp,
+		Delivered: md.NumDelivered,
+		AckFloor:  p.safeFloor(),
+	}}
+	it.ev.OrderID, it.ev.Status, it.poison = parse(m.Subject(), m.Data())
+	return it
+}
+
+// partition applies the items routed to it, a batch at a time: whatever
+// has arrived, up to size.
+//
+// Once ctx is canceled (the drain deadline) it handles nothing more: it
+// empties in, counting the items in skipped, and leaves them unacked.
+func (p *Processor) partition(ctx context.Context, in <-chan item, size int, skipped *atomic.Int64, budget *byteBudget) {
+	for first := range in {
+		if ctx.Err() != nil {
+			skipped.Add(1)
+			budget.release(first.size)
+			continue
+		}
+		b := []item{first}
+	fill:
+		for len(b) < size {
+			select {
+			case it, ok := <-in:
+				if !ok {
+					break fill
+				}
+				b = append(b, it)
+			default:
+				break fill
+			}
+		}
+		skipped.Add(int64(p.handleBatch(ctx, b)))
+		for _, it := range b {
+			budget.release(it.size)
+		}
+	}
+}
+
+// handleBatch handles one batch of one partition: poison events are
+// dead-lettered, the rest grouped by order, each order's events in stream
+// order. It returns how many it left unhandled because ctx was canceled.
+func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled int) {
+	var dls deadLetters
+	defer func() { p.finishDeadLetters(ctx, dls) }()
+	groups := make(map[string][]item)
+	var order []string
+	for _, it := range batch {
+		switch {
+		case it.skip:
+			continue
+		case ctx.Err() != nil:
+			unhandled++
+			continue
+		case it.poison != nil:
+			p.deadLetter(ctx, it.msg, it.ev, it.poison, &dls)
+			continue
+		case it.ev.Delivered > uint64(p.cfg.MaxDeliver):
+			p.exhausted(ctx, it, &dls)
+			continue
+		}
+		id := it.ev.OrderID
+		if _, ok := groups[id]; !ok {
+			order = append(order, id)
+		}
+		groups[id] = append(groups[id], it)
+	}
+	if bh, ok := p.cfg.Handler.(BatchHandler); ok {
+		batchOrders := make([][]Event, len(order))
+		for k, id := range order {
+			for _, it := range groups[id] {
+				batchOrders[k] = append(batchOrders[k], it.ev)
+			}
+		}
+		if len(order) == 0 {
+			return unhandled
+		}
+		results := safeBatch(ctx, bh, batchOrders)
+		var handled []result
+		for k, id := range order {
+			for j, it := range groups[id] {
+				handled = append(handled, result{it, results[k][j]})
+			}
+		}
+		p.settleAll(ctx, handled, &dls)
+		return unhandled
+	}
+	var handled []result
+	for _, id := range order {
+		n, rs := p.handleOrder(ctx, id, groups[id])
+		unhandled += n
+		handled = append(handled, rs...)
+	}
+	p.settleAll(ctx, handled, &dls)
+	return unhandled
+}
+
+// handleOrder handles one order's events in turn; once ctx is canceled it
+// leaves the rest unhandled and returns how many.
+func (p *Processor) handleOrder(ctx context.Context, id string, items []item) (unhandled int, rs []result) {
+	for i, it := range items {
+		if ctx.Err() != nil {
+			return len(items) - i, rs
+		}
+		rs = append(rs, result{it, safeHandle(ctx, p.cfg.Handler, it.ev)})
+	}
+	return 0, rs
+}
+
+// safeHandle turns a handler panic into an error: one bad event must not
+// take the appliance down.
+func safeHandle(ctx context.Context, h Handler, ev Event) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panic: %v", r)
+		}
+	}()
+	return h.Handle(ctx, ev)
+}
+
+func safeBatch(ctx context.Context, h BatchHandler, orders [][]Event) (res [][]error) {
+	failAll := func(err error) [][]error {
+		out := make([][]error, len(orders))
+		for i, evs := range orders {
+			out[i] = fill(make([]error, len(evs)), err)
+		}
+		return out
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			res = failAll(fmt.Errorf("handler panic: %v", r))
+		}
+	}()
+	res = h.HandleBatch(ctx, orders)
+	if len(res) != len(orders) {
+		return failAll(fmt.Errorf("handler returned %d results for %d orders", len(res), len(orders)))
+	}
+	for i := range res {
+		if len(res[i]) != len(orders[i]) {
+			return failAll(fmt.Errorf("handler returned %d results for %d events", len(res[i]), len(orders[i])))
+		}
+	}
+	return res
+}

@@ -1,0 +1,332 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// noteDelivered sees the stream sequence of each first delivery, in
+// stream order (the consume callback runs one at a time). A jump past the
+// highest seen means events were not delivered to this processor: those
+// below the stream's first sequence were removed by its limits before it
+// saw them; the others went to another consumer on the same durable,
+// which an Exclusive processor reads back from the stream and returns, to
+// be applied before seq.
+func (p *Processor) noteDelivered(seq uint64) []jetstream.Msg {
+	prev := p.highestSeen.Load()
+	if seq <= prev {
+		return nil
+	}
+	p.highestSeen.Store(seq)
+	if seq == prev+1 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := p.js.Stream(ctx, p.cfg.Stream)
+	if err != nil {
+		p.log.Warn("cannot tell whether events were removed unprocessed", "stream", p.cfg.Stream, "err", err)
+		return nil
+	}
+	first := s.CachedInfo().State.FirstSeq
+	if last := min(seq-1, first-1); last > prev {
+		n := last - prev
+		p.removedUnseen.Add(n)
+		p.log.Warn("events removed by the stream's limits before the processor saw them: they are not in the projection",
+			"stream", p.cfg.Stream, "removed", n, "first_seq", prev+1, "last_seq", last,
+			"hint", "raise stream.max_bytes, max_msgs or max_age, or keep the processor up and caught up")
+	}
+	if !p.cfg.Exclusive {
+		return nil
+	}
+	if p.cfg.Shared {
+		p.addGap(max(prev+1, first), seq)
+		return nil
+	}
+	// What the stream still holds between them was taken by someone
+	// else (deleted events are skipped).
+	return p.readBack(ctx, max(prev+1, first), seq)
+}
+
+// seqRange is the stream sequences [from, upTo).
+type seqRange struct{ from, upTo uint64 }
+
+// maxGaps bounds the ranges a Shared processor keeps to check; past it
+// the oldest are merged (a range may span events applied here too: they
+// are checked like the others).
+const maxGaps = 4096
+
+// addGap notes [from, upTo) to check; the ranges stay in order.
+func (p *Processor) addGap(from, upTo uint64) {
+	if from >= upTo {
+		return
+	}
+	p.gapsMu.Lock()
+	defer p.gapsMu.Unlock()
+	if n := len(p.gaps); n > 0 && p.gaps[n-1].upTo == from {
+		p.gaps[n-1].upTo = upTo
+		return
+	}
+	i := sort.Search(len(p.gaps), func(i int) bool { return p.gaps[i].from >= from })
+	p.gaps = slices.Insert(p.gaps, i, seqRange{from, upTo})
+	if len(p.gaps) > maxGaps {
+		p.gaps[1].from = p.gaps[0].from
+		p.gaps = p.gaps[1:]
+	}
+}
+
+// checkGaps reads back what a Shared processor's siblings were delivered,
+// once the ack floor has passed it, and returns the events that the
+// handler has not applied: taken by someone else after all.
+func (p *Processor) checkGaps(ctx context.Context, floor uint64) []jetstream.Msg {
+	ac, ok := p.cfg.Handler.(AppliedChecker)
+	p.gapsMu.Lock()
+	var due []seqRange
+	for len(p.gaps) > 0 && p.gaps[0].upTo-1 <= floor {
+		due = append(due, p.gaps[0])
+		p.gaps = p.gaps[1:]
+	}
+	p.gapsMu.Unlock()
+	if !ok {
+		return nil
+	}
+	var out []jetstream.Msg
+	for i, g := range due {
+		ms, next, err := p.unapplied(ctx, ac, g)
+		out = append(out, ms...)
+		if err != nil || next < g.upTo {
+			// An error, or maxRecover reached: the rest at the next look.
+			if err != nil {
+				p.log.Warn("cannot check the events a sibling processor was delivered; will retry", "from_seq", next, "to_seq", g.upTo-1, "err", err)
+			}
+			p.gapsMu.Lock()
+			p.gaps = append(append([]seqRange{{next, g.upTo}}, due[i+1:]...), p.gaps...)
+			p.gapsMu.Unlock()
+			return out
+		}
+	}
+	return out
+}
+
+// unapplied reads the events of g from the stream and returns those the
+// handler has not applied (poison events are skipped: they are dead
+// letters, never applied), as recovered events, and the sequence to go on
+// from: g.upTo once it read them all, less after maxRecover of them or an
+// error.
+func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange) ([]jetstream.Msg, uint64, error) {
+	s, err := p.js.Stream(ctx, p.cfg.Stream)
+	if err != nil {
+		return nil, g.from, err
+	}
+	var out []jetstream.Msg
+	next := max(g.from, s.CachedInfo().State.FirstSeq)
+	for next < g.upTo && len(out) < maxRecover {
+		m, err := s.GetMsg(ctx, next, jetstream.WithGetMsgSubject(">"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			next = g.upTo // nothing more (deleted events are skipped by the subject filter)
+			break
+		}
+		if err != nil {
+			return p.recoveredMsgs(out, g.upTo), next, err
+		}
+		if m.Sequence >= g.upTo {
+			next = g.upTo
+			break
+		}
+		ev := Event{Subject: m.Subject, Type: eventType(m.Subject), Data: m.Data, Header: m.Header, Sequence: m.Sequence, Time: m.Time}
+		var poison error
+		ev.OrderID, ev.Status, poison = parse(m.Subject, m.Data)
+		if poison == nil {
+			applied, err := ac.Applied(ctx, ev)
+			if err != nil {
+				return p.recoveredMsgs(out, g.upTo), next, err
+			}
+			if !applied {
+				out = append(out, &recoveredMsg{m: m, stream: p.cfg.Stream, consumer: p.cfg.Durable, delivered: 1, p: p})
+			}
+		}
+		next = m.Sequence + 1
+	}
+	return p.recoveredMsgs(out, g.upTo), next, nil
+}
+
+// recoveredMsgs marks out as recovered (pending until settled; counted
+// in Stats.Recovered once applied) and logs them.
+func (p *Processor) recoveredMsgs(out []jetstream.Msg, upTo uint64) []jetstream.Msg {
+	if len(out) == 0 {
+		return nil
+	}
+	for _, m := range out {
+		p.recoveredStart(m.(*recoveredMsg).m.Sequence)
+	}
+	p.log.Error("events were taken from the processor's durable by another client: read back from the stream to apply them",
+		"stream", p.cfg.Stream, "consumer", p.cfg.Durable, "events", len(out), "first_seq", out[0].(*recoveredMsg).m.Sequence, "before_seq", upTo)
+	return out
+}
+
+// safeFloor is the ack floor events are handed out with: the consumer's,
+// below every recovered event not yet settled.
+func (p *Processor) safeFloor() uint64 {
+	f := p.ackFloor.Load()
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	for seq := range p.recPending {
+		if seq <= f {
+			f = seq - 1
+		}
+	}
+	return f
+}
+
+func (p *Processor) recoveredStart(seq uint64) {
+	p.recMu.Lock()
+	if p.recPending == nil {
+		p.recPending = map[uint64]struct{}{}
+	}
+	p.recPending[seq] = struct{}{}
+	p.recMu.Unlock()
+}
+
+func (p *Processor) isRecovering(seq uint64) bool {
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	_, ok := p.recPending[seq]
+	return ok
+}
+
+func (p *Processor) recoveredDone(seq uint64) {
+	p.recMu.Lock()
+	delete(p.recPending, seq)
+	p.recMu.Unlock()
+}
+
+// readBack reads the events at seqs (or, with upTo, every one in
+// [from, upTo)) from the stream as recovered events.
+func (p *Processor) readBack(ctx context.Context, from, upTo uint64) []jetstream.Msg {
+	s, err := p.js.Stream(ctx, p.cfg.Stream)
+	if err != nil {
+		p.log.Error("events taken from the processor's durable could not be read back", "stream", p.cfg.Stream, "err", err)
+		return nil
+	}
+	var out []jetstream.Msg
+	for next := max(from, s.CachedInfo().State.FirstSeq); next < upTo && len(out) < maxRecover; {
+		m, err := s.GetMsg(ctx, next, jetstream.WithGetMsgSubject(">"))
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgNotFound) {
+				p.log.Error("events taken from the processor's durable by another client could not be read back: they are missing from the projection",
+					"stream", p.cfg.Stream, "from_seq", next, "to_seq", upTo-1, "err", err)
+			}
+			break
+		}
+		if m.Sequence >= upTo {
+			break
+		}
+		out = append(out, &recoveredMsg{m: m, stream: p.cfg.Stream, consumer: p.cfg.Durable, delivered: 1, p: p})
+		next = m.Sequence + 1
+	}
+	return p.recoveredMsgs(out, upTo)
+}
+
+// checkTaken is the floor watcher's part of Exclusive: events nak'ed that
+// the ack floor passed without being delivered here again, and the last
+// events delivered elsewhere with nothing after them, are read back.
+func (p *Processor) checkTaken(ctx context.Context, info *jetstream.ConsumerInfo) {
+	if !p.cfg.Exclusive {
+		return
+	}
+	enqueue := p.requeue.Load()
+	if enqueue == nil {
+		return
+	}
+	floor := info.AckFloor.Stream
+	var taken []uint64
+	p.awaitingMu.Lock()
+	for seq := range p.awaiting {
+		if seq <= floor {
+			taken = append(taken, seq)
+			delete(p.awaiting, seq)
+		}
+	}
+	p.awaitingMu.Unlock()
+	var out []jetstream.Msg
+	for _, seq := range taken {
+		if p.cfg.Shared {
+			p.addGap(seq, seq+1) // delivered to a sibling again
+			continue
+		}
+		out = append(out, p.readBack(ctx, seq, seq+1)...)
+	}
+	// Nothing pending or awaiting an ack, yet delivered past what this
+	// processor saw: the tail went to someone else.
+	if prev := p.highestSeen.Load(); info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > prev {
+		p.highestSeen.Store(info.Delivered.Stream)
+		if p.cfg.Shared {
+			p.addGap(prev+1, info.Delivered.Stream+1)
+		} else {
+			out = append(out, p.readBack(ctx, prev+1, info.Delivered.Stream+1)...)
+		}
+	}
+	if p.cfg.Shared {
+		out = append(out, p.checkGaps(ctx, floor)...)
+	}
+	for _, m := range out {
+		if !(*enqueue)(m) {
+			return
+		}
+	}
+}
+
+// maxRecover bounds the events read back for one jump.
+const maxRecover = 10000
+
+// recoveredMsg is an event read back from the stream: settled already in
+// the consumer (by whoever took it), so its acks are no-ops, while a nak
+// delivers it again after the delay, with its delivery count one higher,
+// as nats would (and max_deliver dead-letters it in the end).
+type recoveredMsg struct {
+	m                *jetstream.RawStreamMsg
+	stream, consumer string
+	p                *Processor
+	mu               sync.Mutex
+	delivered        uint64
+}
+
+func (r *recoveredMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: r.m.Sequence}, NumDelivered: r.delivered,
+		Timestamp: r.m.Time, Stream: r.stream, Consumer: r.consumer}, nil
+}
+
+// again delivers r once more after delay.
+func (r *recoveredMsg) again(delay time.Duration) error {
+	time.AfterFunc(delay, func() {
+		enqueue := r.p.requeue.Load()
+		if enqueue == nil {
+			return // Run ended: the event stays missing, as the log said
+		}
+		r.mu.Lock()
+		r.delivered++
+		r.mu.Unlock()
+		(*enqueue)(r)
+	})
+	return nil
+}
+func (r *recoveredMsg) Data() []byte                       { return r.m.Data }
+func (r *recoveredMsg) Headers() nats.Header               { return r.m.Header }
+func (r *recoveredMsg) Subject() string                    { return r.m.Subject }
+func (r *recoveredMsg) Reply() string                      { return "" }
+func (r *recoveredMsg) Ack() error                         { return nil }
+func (r *recoveredMsg) DoubleAck(context.Context) error    { return nil }
+func (r *recoveredMsg) Nak() error                         { return r.again(0) }
+func (r *recoveredMsg) NakWithDelay(d time.Duration) error { return r.again(d) }
+func (r *recoveredMsg) InProgress() error                  { return nil }
+func (r *recoveredMsg) Term() error                        { return nil }
+func (r *recoveredMsg) TermWithReason(string) error        { return nil }

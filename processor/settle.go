@@ -1,0 +1,171 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// result is a handled event and what its handler returned.
+type result struct {
+	it  item
+	err error
+}
+
+// settleAll settles a batch's handled events; with Config.Sync, once what
+// their handlers wrote is durable.
+func (p *Processor) settleAll(ctx context.Context, rs []result, dls *deadLetters) {
+	if p.cfg.Sync != nil {
+		need := false
+		for _, r := range rs {
+			need = need || r.err == nil || errors.Is(r.err, ErrDuplicate)
+		}
+		if need {
+			if err := p.cfg.Sync(ctx); err != nil {
+				err = fmt.Errorf("make the batch's writes durable: %w", err)
+				for i := range rs {
+					if rs[i].err == nil || errors.Is(rs[i].err, ErrDuplicate) {
+						rs[i].err = err
+					}
+				}
+			}
+		}
+	}
+	for _, r := range rs {
+		p.settle(ctx, r.it, r.err, dls)
+	}
+}
+
+// sync runs Config.Sync, if set.
+func (p *Processor) sync(ctx context.Context) error {
+	if p.cfg.Sync == nil {
+		return nil
+	}
+	return p.cfg.Sync(ctx)
+}
+
+// exhausted settles an event delivered more than MaxDeliver times without
+// a result: see deadLetterUnapplied. It is dead-lettered without handling
+// it again (an event that crashes the process every time must not
+// crash-loop it forever).
+func (p *Processor) exhausted(ctx context.Context, it item, dls *deadLetters) {
+	p.deadLetterUnapplied(ctx, it, fmt.Errorf("delivered %d times without a result (max_deliver %d): the processor stopped or exceeded ack_wait on it",
+		it.ev.Delivered, p.cfg.MaxDeliver), dls)
+}
+
+// deadLetterUnapplied dead-letters an event that ran out of deliveries
+// (cause says how), unless the handler applied it after all (an earlier
+// delivery, here or at a sibling, cut short after its write; a write whose
+// ack timed out): then it is acked. A [Withholder] records first that it
+// will not apply it, so that nobody still holding an earlier delivery
+// applies it after that (if that mark cannot be written, as in a full
+// bucket, an [AppliedChecker] is asked instead); an [AppliedChecker] alone
+// is asked (which leaves that race open); without either it is
+// dead-lettered.
+func (p *Processor) deadLetterUnapplied(ctx context.Context, it item, cause error, dls *deadLetters) {
+	check := func(ctx context.Context, ev Event) (bool, error) { return false, nil }
+	ok := false
+	ac, isChecker := p.cfg.Handler.(AppliedChecker)
+	if w, is := p.cfg.Handler.(Withholder); is {
+		check, ok = func(ctx context.Context, ev Event) (bool, error) {
+			applied, err := w.Withhold(ctx, ev)
+			if err != nil && isChecker {
+				// The mark cannot be written (a full projection bucket,
+				// where nobody can apply the event either): asked instead.
+				p.log.Warn("cannot withhold an event out of deliveries in its order's record; dead-lettered if it was not applied", "seq", ev.Sequence, "err", err)
+				return ac.Applied(ctx, ev)
+			}
+			return applied, err
+		}, true
+	} else if isChecker {
+		check, ok = ac.Applied, true
+	}
+	if ok {
+		applied, err := check(ctx, it.ev)
+		if err != nil {
+			p.failed.Add(1)
+			p.log.Warn("cannot tell whether an event out of deliveries was applied, will retry", "seq", it.ev.Sequence, "err", err)
+			p.settled("nak", it.ev, it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
+			return
+		}
+		if applied {
+			if err := p.sync(ctx); err != nil {
+				p.failed.Add(1)
+				p.log.Warn("cannot make an applied event's effect durable, will retry", "seq", it.ev.Sequence, "err", err)
+				p.settled("nak", it.ev, it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
+				return
+			}
+			if p.settled("ack", it.ev, it.msg.Ack()) {
+				p.duplicates.Add(1)
+			}
+			return
+		}
+	}
+	p.deadLetter(ctx, it.msg, it.ev, cause, dls)
+}
+
+func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLetters) {
+	m, ev := it.msg, it.ev
+	switch {
+	case err == nil:
+		if !p.settled("ack", ev, m.Ack()) {
+			return
+		}
+		p.processed.Add(1)
+		if _, ok := m.(*recoveredMsg); ok {
+			p.recovered.Add(1) // read back, and applied here
+		}
+		for {
+			cur := p.lastApplied.Load()
+			if ev.Sequence <= cur || p.lastApplied.CompareAndSwap(cur, ev.Sequence) {
+				break
+			}
+		}
+	case errors.Is(err, ErrWithheld):
+		// Dead-lettered elsewhere (or that dead letter failed and this
+		// delivery is its retry): the dead letter again, which the
+		// dead-letter stream stores once, then the ack.
+		p.deadLetter(ctx, m, ev, err, dls)
+	case errors.Is(err, ErrDuplicate):
+		if p.settled("ack", ev, m.Ack()) {
+			p.duplicates.Add(1)
+		}
+	case ctx.Err() != nil:
+		// The drain deadline canceled the handler: not the event's fault,
+		// so no failure and no dead letter; redelivered at once.
+		p.log.Warn("event cut short by the drain timeout, will be redelivered", "seq", ev.Sequence, "err", err)
+		p.settled("nak", ev, m.Nak())
+	case errors.Is(err, ErrPoison):
+		p.deadLetter(ctx, m, ev, err, dls)
+	case ev.Delivered >= uint64(p.cfg.MaxDeliver):
+		p.deadLetterUnapplied(ctx, it, fmt.Errorf("failed %d deliveries: %w", ev.Delivered, err), dls)
+	default:
+		p.failed.Add(1)
+		i := min(int(ev.Delivered)-1, len(p.cfg.Backoff)-1)
+		delay := p.cfg.Backoff[max(i, 0)]
+		p.log.Warn("event failed, will retry", "seq", ev.Sequence, "subject", ev.Subject, "order_id", ev.OrderID,
+			"delivery", ev.Delivered, "retry_in", delay.String(), "err", err)
+		p.settled("nak", ev, m.NakWithDelay(delay))
+	}
+}
+
+// settled reports whether an ack, nak or term (op) of ev was sent. A
+// failure is logged and counted in AckErrors: the event stays unacked and
+// the server redelivers it after ack_wait.
+func (p *Processor) settled(op string, ev Event, err error) bool {
+	if p.cfg.Exclusive && op == "nak" && !p.isRecovering(ev.Sequence) {
+		// Delivered here again, or taken (checkTaken).
+		p.awaitingMu.Lock()
+		if p.awaiting == nil {
+			p.awaiting = map[uint64]struct{}{}
+		}
+		p.awaiting[ev.Sequence] = struct{}{}
+		p.awaitingMu.Unlock()
+	}
+	if err == nil {
+		return true
+	}
+	p.ackErrors.Add(1)
+	p.log.Warn(op+" failed, the event will be redelivered after ack_wait", "seq", ev.Sequence, "subject", ev.Subject, "err", err)
+	return false
+}
