@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nuid"
 )
 
+// cached is an order's record as last read or written, at its revision.
 type cached struct {
 	rec record
 	rev uint64
@@ -295,6 +296,7 @@ func (p *Projection) getFromLeader(ctx context.Context, stream, subject string) 
 	return resp.Message.Data, resp.Message.Seq, strings.Contains(h, "KV-Operation: DEL") || strings.Contains(h, "KV-Operation: PURGE"), nil
 }
 
+// store caches r as id's record at revision rev.
 func (p *Projection) store(id string, r record, rev uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -311,6 +313,7 @@ func (p *Projection) store(id string, r record, rev uint64) {
 	p.cache[id] = cached{r, rev}
 }
 
+// forget drops id's cached record: its next write reads it again.
 func (p *Projection) forget(id string) {
 	p.mu.Lock()
 	delete(p.cache, id)

@@ -1,13 +1,9 @@
 package processor
 
-import (
-	"sync"
-
-	"github.com/nats-io/nats.go/jetstream"
-)
+import "sync"
 
 // msgSize is what m holds in memory, about.
-func msgSize(m jetstream.Msg) int64 {
+func msgSize(m delivery) int64 {
 	return int64(len(m.Data()) + len(m.Subject()) + headerSize(m.Headers()))
 }
 
@@ -19,6 +15,7 @@ type byteBudget struct {
 	freed chan struct{} // closed and replaced on every release
 }
 
+// newByteBudget returns a budget of max bytes.
 func newByteBudget(max int64) *byteBudget { return &byteBudget{max: max, freed: make(chan struct{})} }
 
 // acquire takes n bytes, waiting while they would exceed the budget (an
@@ -42,6 +39,7 @@ func (b *byteBudget) acquire(n int64, stop <-chan struct{}) bool {
 	}
 }
 
+// release gives n bytes back and wakes those waiting in acquire.
 func (b *byteBudget) release(n int64) {
 	if n == 0 {
 		return
@@ -51,11 +49,4 @@ func (b *byteBudget) release(n int64) {
 	close(b.freed)
 	b.freed = make(chan struct{})
 	b.mu.Unlock()
-}
-
-// inUse is the bytes held now.
-func (b *byteBudget) inUse() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
 }

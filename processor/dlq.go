@@ -58,12 +58,13 @@ func DeadLetterSubject(prefix, subject string) string {
 }
 
 // deadLetter copies the event to the dead-letter stream with headers naming
-// its origin and the error, then terminates the original so it stops
-// blocking. If the copy cannot be stored the original is retried instead:
-// nothing is dropped. A copy that would not fit the server's max_payload
-// is stored without the original headers, then without the payload
-// (HeaderTrimmed says what is missing), so that every event settles.
-func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, cause error, dls *deadLetters) {
+// its origin and the error, and adds it to dls: finishDeadLetters
+// terminates the original once the copy is durable. If the copy cannot be
+// stored the original is retried instead: nothing is dropped. A copy that
+// would not fit the server's max_payload is stored without the original
+// headers, then without the payload (HeaderTrimmed says what is missing),
+// so that every event settles.
+func (p *Processor) deadLetter(ctx context.Context, m delivery, ev Event, cause error, dls *deadLetters) {
 	h := nats.Header{}
 	for k, v := range m.Headers() {
 		if strings.HasPrefix(k, "Nats-Expected-") {
@@ -125,7 +126,7 @@ func (p *Processor) deadLetter(ctx context.Context, m jetstream.Msg, ev Event, c
 type deadLetters []deadLettered
 
 type deadLettered struct {
-	m       jetstream.Msg
+	m       delivery
 	ev      Event
 	cause   error
 	poison  bool
@@ -172,12 +173,9 @@ func (p *Processor) finishDeadLetters(ctx context.Context, dls deadLetters) {
 		return
 	}
 	for _, d := range dls {
-		// If the term is lost the event comes back and is dead-lettered
-		// again: the copy is deduplicated by its Nats-Msg-Id, and counted
-		// then.
-		// Counted once the copy is durable, and once per event here: a
-		// redelivery that raced the term (ack_wait passed meanwhile) is
-		// dead-lettered again, stored once, and not counted again.
+		// Counted once per event: one that comes back (its term was lost,
+		// or ack_wait passed before it) is dead-lettered again, stored
+		// once (the copy's Nats-Msg-Id) and not counted again.
 		if p.firstDeadLetter(d.ev.Sequence) {
 			p.deadLettered.Add(1)
 			if d.poison {
@@ -192,6 +190,7 @@ func (p *Processor) finishDeadLetters(ctx context.Context, dls deadLetters) {
 	}
 }
 
+// truncate cuts s to n bytes, marking the cut with "...".
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

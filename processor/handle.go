@@ -4,20 +4,41 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+)
+
+// delivery is an event to handle and settle: a jetstream.Msg nats
+// delivered, or a recoveredMsg read back from the stream.
+type delivery interface {
+	Metadata() (*jetstream.MsgMetadata, error)
+	Subject() string
+	Data() []byte
+	Headers() nats.Header
+	Ack() error
+	Nak() error
+	NakWithDelay(delay time.Duration) error
+	TermWithReason(reason string) error
+}
+
+var (
+	_ delivery = jetstream.Msg(nil)
+	_ delivery = (*recoveredMsg)(nil)
 )
 
 // item is one delivered event, parsed.
 type item struct {
-	msg    jetstream.Msg
+	msg    delivery
 	ev     Event
 	poison error // the envelope is invalid: dead-letter it
-	skip   bool  // not a JetStream message: nothing to settle
+	skip   bool  // no metadata: nothing to handle or settle
 	size   int64 // taken from the byte budget
 }
 
-func (p *Processor) toItem(m jetstream.Msg) item {
+// toItem parses m into the Event its handler gets.
+func (p *Processor) toItem(m delivery) item {
 	md, err := m.Metadata()
 	if err != nil {
 		p.log.Error("message without metadata", "subject", m.Subject(), "err", err)
@@ -70,8 +91,9 @@ func (p *Processor) partition(ctx context.Context, in <-chan item, size int, ski
 }
 
 // handleBatch handles one batch of one partition: poison events are
-// dead-lettered, the rest grouped by order, each order's events in stream
-// order. It returns how many it left unhandled because ctx was canceled.
+// dead-lettered and those out of deliveries settled (exhausted), the rest
+// handled grouped by order, each order's events in stream order, and
+// settled. It returns how many it left unhandled because ctx was canceled.
 func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled int) {
 	var dls deadLetters
 	defer func() { p.finishDeadLetters(ctx, dls) }()
@@ -150,6 +172,8 @@ func safeHandle(ctx context.Context, h Handler, ev Event) (err error) {
 	return h.Handle(ctx, ev)
 }
 
+// safeBatch is safeHandle for a BatchHandler; a result of the wrong shape
+// fails every event.
 func safeBatch(ctx context.Context, h BatchHandler, orders [][]Event) (res [][]error) {
 	failAll := func(err error) [][]error {
 		out := make([][]error, len(orders))

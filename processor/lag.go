@@ -76,9 +76,9 @@ func (p *Processor) Progress() Progress {
 	return pr
 }
 
-// watchFloor reads the consumer and the stream four times a second: it keeps the
-// ack floor fresh (handlers prune by it), tracks progress, and counts
-// events the stream's limits removed before they were delivered.
+// watchFloor reads the consumer's info four times a second until ctx is
+// done: it keeps the ack floor fresh (handlers prune by it), tracks
+// Progress, and lets checkTaken read back what others took.
 func (p *Processor) watchFloor(ctx context.Context, cons jetstream.Consumer) {
 	p.progressAt.Store(time.Now().UnixNano())
 	// Four times a second: the projection prunes its idempotency

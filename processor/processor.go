@@ -145,11 +145,15 @@ type Processor struct {
 	// the highest stream sequence first delivered.
 	removedUnseen, highestSeen atomic.Uint64
 	recovered                  atomic.Uint64
-	requeue                    atomic.Pointer[func(jetstream.Msg) bool]
-	// Exclusive: recovered events not yet settled (the consumer's ack
-	// floor, moved by whoever took them, must not prune them from the
-	// projection's idempotency records), and events nak'ed and not yet
-	// delivered again (taken if the floor passes them).
+	requeue                    atomic.Pointer[func(delivery) bool] // Run's enqueue, while it runs
+	retries                    retries                             // recovered events nak'ed
+	// Exclusive: the recovered events, which the floor handed out stays
+	// below (safeFloor: the consumer's ack floor, moved by whoever took
+	// them, must not prune them from the projection's idempotency
+	// records), and events nak'ed and not yet delivered again (taken if
+	// the floor passes them). Nothing removes a recovered event from
+	// recPending (recoveredDone has no caller), so the floor handed out
+	// stays below the first one for the Processor's life.
 	recMu      sync.Mutex
 	recPending map[uint64]struct{}
 	awaitingMu sync.Mutex
@@ -281,7 +285,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	batch = min(max(batch, 1), 10_000)
 	p.ackFloor.Store(info.AckFloor.Stream)
 
-	msgs := make(chan jetstream.Msg, maxPending)
+	msgs := make(chan delivery, maxPending)
 	quit := make(chan struct{})
 	var consumeErr atomic.Value
 	// Memory stays bounded whatever the event sizes: an event takes its
@@ -292,7 +296,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	budget := newByteBudget(p.cfg.MaxBufferedBytes)
 	pullBytes := max(int(p.cfg.MaxBufferedBytes/4), 2*int(p.js.Conn().MaxPayload()))
 	p.highestSeen.Store(max(info.Delivered.Stream, p.cfg.SeenUpTo))
-	enqueue := func(m jetstream.Msg) bool {
+	enqueue := func(m delivery) bool {
 		n := msgSize(m)
 		if !budget.acquire(n, quit) {
 			return false
@@ -308,7 +312,10 @@ func (p *Processor) Run(ctx context.Context) error {
 	// A recovered event that fails is delivered again from here, as nats
 	// redelivers the others.
 	p.requeue.Store(&enqueue)
-	defer p.requeue.Store(nil)
+	defer func() {
+		p.requeue.Store(nil)
+		p.retries.stop() // quit is closed by then: a retry firing returns at once
+	}()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		if md, err := m.Metadata(); err == nil && p.cfg.Exclusive {
 			p.awaitingMu.Lock()
@@ -316,7 +323,8 @@ func (p *Processor) Run(ctx context.Context) error {
 			p.awaitingMu.Unlock()
 		}
 		if md, err := m.Metadata(); err == nil && md.NumDelivered == 1 {
-			// Taken behind its back: in its place, before this one.
+			// Events skipped before this one were taken by another
+			// client: those read back are applied first, in their place.
 			for _, r := range p.noteDelivered(md.Sequence.Stream) {
 				if !enqueue(r) {
 					return
@@ -339,6 +347,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("processor: consume %q: %w", p.cfg.Durable, err)
 	}
+	p.retries.start()
 	p.running.Store(true)
 	defer p.running.Store(false)
 	p.readyOnce.Do(func() { close(p.ready) })
@@ -346,7 +355,8 @@ func (p *Processor) Run(ctx context.Context) error {
 		"batch", batch, "partitions", partitions)
 
 	// Every goroutine Run starts is waited for before it returns: the
-	// floor watcher (last, by this defer), the partitions and the drain.
+	// partitions and the drain, then the floor watcher (by this defer),
+	// then the retries' timers (by the one above).
 	floorCtx, stopFloor := context.WithCancel(context.Background())
 	var floorDone sync.WaitGroup
 	floorDone.Go(func() { p.watchFloor(floorCtx, cons) }) // keeps the ack floor fresh: handlers prune by it

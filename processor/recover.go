@@ -19,7 +19,7 @@ import (
 // saw them; the others went to another consumer on the same durable,
 // which an Exclusive processor reads back from the stream and returns, to
 // be applied before seq.
-func (p *Processor) noteDelivered(seq uint64) []jetstream.Msg {
+func (p *Processor) noteDelivered(seq uint64) []*recoveredMsg {
 	prev := p.highestSeen.Load()
 	if seq <= prev {
 		return nil
@@ -85,7 +85,7 @@ func (p *Processor) addGap(from, upTo uint64) {
 // checkGaps reads back what a Shared processor's siblings were delivered,
 // once the ack floor has passed it, and returns the events that the
 // handler has not applied: taken by someone else after all.
-func (p *Processor) checkGaps(ctx context.Context, floor uint64) []jetstream.Msg {
+func (p *Processor) checkGaps(ctx context.Context, floor uint64) []*recoveredMsg {
 	ac, ok := p.cfg.Handler.(AppliedChecker)
 	p.gapsMu.Lock()
 	var due []seqRange
@@ -97,7 +97,7 @@ func (p *Processor) checkGaps(ctx context.Context, floor uint64) []jetstream.Msg
 	if !ok {
 		return nil
 	}
-	var out []jetstream.Msg
+	var out []*recoveredMsg
 	for i, g := range due {
 		ms, next, err := p.unapplied(ctx, ac, g)
 		out = append(out, ms...)
@@ -120,12 +120,12 @@ func (p *Processor) checkGaps(ctx context.Context, floor uint64) []jetstream.Msg
 // letters, never applied), as recovered events, and the sequence to go on
 // from: g.upTo once it read them all, less after maxRecover of them or an
 // error.
-func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange) ([]jetstream.Msg, uint64, error) {
+func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange) ([]*recoveredMsg, uint64, error) {
 	s, err := p.js.Stream(ctx, p.cfg.Stream)
 	if err != nil {
 		return nil, g.from, err
 	}
-	var out []jetstream.Msg
+	var out []*recoveredMsg
 	next := max(g.from, s.CachedInfo().State.FirstSeq)
 	for next < g.upTo && len(out) < maxRecover {
 		m, err := s.GetMsg(ctx, next, jetstream.WithGetMsgSubject(">"))
@@ -157,22 +157,22 @@ func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange
 	return p.recoveredMsgs(out, g.upTo), next, nil
 }
 
-// recoveredMsgs marks out as recovered (pending until settled; counted
+// recoveredMsgs marks out as recovered (recPending: see safeFloor; counted
 // in Stats.Recovered once applied) and logs them.
-func (p *Processor) recoveredMsgs(out []jetstream.Msg, upTo uint64) []jetstream.Msg {
+func (p *Processor) recoveredMsgs(out []*recoveredMsg, upTo uint64) []*recoveredMsg {
 	if len(out) == 0 {
 		return nil
 	}
 	for _, m := range out {
-		p.recoveredStart(m.(*recoveredMsg).m.Sequence)
+		p.recoveredStart(m.m.Sequence)
 	}
 	p.log.Error("events were taken from the processor's durable by another client: read back from the stream to apply them",
-		"stream", p.cfg.Stream, "consumer", p.cfg.Durable, "events", len(out), "first_seq", out[0].(*recoveredMsg).m.Sequence, "before_seq", upTo)
+		"stream", p.cfg.Stream, "consumer", p.cfg.Durable, "events", len(out), "first_seq", out[0].m.Sequence, "before_seq", upTo)
 	return out
 }
 
 // safeFloor is the ack floor events are handed out with: the consumer's,
-// below every recovered event not yet settled.
+// below every recovered event.
 func (p *Processor) safeFloor() uint64 {
 	f := p.ackFloor.Load()
 	p.recMu.Lock()
@@ -185,6 +185,7 @@ func (p *Processor) safeFloor() uint64 {
 	return f
 }
 
+// recoveredStart notes seq as recovered.
 func (p *Processor) recoveredStart(seq uint64) {
 	p.recMu.Lock()
 	if p.recPending == nil {
@@ -194,6 +195,8 @@ func (p *Processor) recoveredStart(seq uint64) {
 	p.recMu.Unlock()
 }
 
+// isRecovering reports whether seq was recovered: its naks are retries,
+// not events to await from the consumer.
 func (p *Processor) isRecovering(seq uint64) bool {
 	p.recMu.Lock()
 	defer p.recMu.Unlock()
@@ -201,21 +204,23 @@ func (p *Processor) isRecovering(seq uint64) bool {
 	return ok
 }
 
+// recoveredDone forgets seq as recovered. Nothing calls it yet: see
+// Processor.recPending.
 func (p *Processor) recoveredDone(seq uint64) {
 	p.recMu.Lock()
 	delete(p.recPending, seq)
 	p.recMu.Unlock()
 }
 
-// readBack reads the events at seqs (or, with upTo, every one in
-// [from, upTo)) from the stream as recovered events.
-func (p *Processor) readBack(ctx context.Context, from, upTo uint64) []jetstream.Msg {
+// readBack reads the events the stream still holds in [from, upTo), at
+// most maxRecover of them, as recovered events.
+func (p *Processor) readBack(ctx context.Context, from, upTo uint64) []*recoveredMsg {
 	s, err := p.js.Stream(ctx, p.cfg.Stream)
 	if err != nil {
 		p.log.Error("events taken from the processor's durable could not be read back", "stream", p.cfg.Stream, "err", err)
 		return nil
 	}
-	var out []jetstream.Msg
+	var out []*recoveredMsg
 	for next := max(from, s.CachedInfo().State.FirstSeq); next < upTo && len(out) < maxRecover; {
 		m, err := s.GetMsg(ctx, next, jetstream.WithGetMsgSubject(">"))
 		if err != nil {
@@ -255,7 +260,7 @@ func (p *Processor) checkTaken(ctx context.Context, info *jetstream.ConsumerInfo
 		}
 	}
 	p.awaitingMu.Unlock()
-	var out []jetstream.Msg
+	var out []*recoveredMsg
 	for _, seq := range taken {
 		if p.cfg.Shared {
 			p.addGap(seq, seq+1) // delivered to a sibling again
@@ -305,28 +310,96 @@ func (r *recoveredMsg) Metadata() (*jetstream.MsgMetadata, error) {
 		Timestamp: r.m.Time, Stream: r.stream, Consumer: r.consumer}, nil
 }
 
-// again delivers r once more after delay.
-func (r *recoveredMsg) again(delay time.Duration) error {
-	time.AfterFunc(delay, func() {
-		enqueue := r.p.requeue.Load()
-		if enqueue == nil {
-			return // Run ended: the event stays missing, as the log said
-		}
-		r.mu.Lock()
-		r.delivered++
-		r.mu.Unlock()
-		(*enqueue)(r)
-	})
+func (r *recoveredMsg) Data() []byte                { return r.m.Data }
+func (r *recoveredMsg) Headers() nats.Header        { return r.m.Header }
+func (r *recoveredMsg) Subject() string             { return r.m.Subject }
+func (r *recoveredMsg) Ack() error                  { return nil }
+func (r *recoveredMsg) TermWithReason(string) error { return nil }
+func (r *recoveredMsg) Nak() error                  { return r.NakWithDelay(0) }
+
+// NakWithDelay delivers r again once d has passed (see retries).
+func (r *recoveredMsg) NakWithDelay(d time.Duration) error {
+	r.p.retries.add(r, d)
 	return nil
 }
-func (r *recoveredMsg) Data() []byte                       { return r.m.Data }
-func (r *recoveredMsg) Headers() nats.Header               { return r.m.Header }
-func (r *recoveredMsg) Subject() string                    { return r.m.Subject }
-func (r *recoveredMsg) Reply() string                      { return "" }
-func (r *recoveredMsg) Ack() error                         { return nil }
-func (r *recoveredMsg) DoubleAck(context.Context) error    { return nil }
-func (r *recoveredMsg) Nak() error                         { return r.again(0) }
-func (r *recoveredMsg) NakWithDelay(d time.Duration) error { return r.again(d) }
-func (r *recoveredMsg) InProgress() error                  { return nil }
-func (r *recoveredMsg) Term() error                        { return nil }
-func (r *recoveredMsg) TermWithReason(string) error        { return nil }
+
+// redeliver hands r to the running Run once more, one delivery higher.
+func (r *recoveredMsg) redeliver() {
+	enqueue := r.p.requeue.Load()
+	if enqueue == nil {
+		return // Run is returning: the event stays missing, as recoveredMsgs logged
+	}
+	r.mu.Lock()
+	r.delivered++
+	r.mu.Unlock()
+	(*enqueue)(r)
+}
+
+// retries are the recovered events nak'ed and waiting out their delay, a
+// timer each. Run owns the timers: as it returns, stop stops those not yet
+// due and waits for those firing; the next Run's start arms again those
+// still not due then. One that falls due while no Run runs is dropped: it
+// has no Run to go to.
+type retries struct {
+	mu      sync.Mutex
+	pending map[*retry]struct{} // armed
+	held    []*retry            // stopped by the last Run's return
+	firing  sync.WaitGroup      // one per armed timer, done once stopped or fired
+}
+
+// retry is one nak'ed recovered event and when it is due.
+type retry struct {
+	r     *recoveredMsg
+	due   time.Time
+	timer *time.Timer
+}
+
+// add delivers r again once delay has passed.
+func (rs *retries) add(r *recoveredMsg, delay time.Duration) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.arm(&retry{r: r, due: time.Now().Add(delay)})
+}
+
+// arm starts e's timer; rs.mu is held.
+func (rs *retries) arm(e *retry) {
+	if rs.pending == nil {
+		rs.pending = map[*retry]struct{}{}
+	}
+	rs.pending[e] = struct{}{}
+	rs.firing.Add(1)
+	e.timer = time.AfterFunc(time.Until(e.due), func() {
+		defer rs.firing.Done()
+		rs.mu.Lock()
+		delete(rs.pending, e)
+		rs.mu.Unlock()
+		e.r.redeliver()
+	})
+}
+
+// start arms the retries the last Run held that are not due yet.
+func (rs *retries) start() {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for _, e := range rs.held {
+		if time.Now().Before(e.due) {
+			rs.arm(e)
+		}
+	}
+	rs.held = nil
+}
+
+// stop holds the retries not yet due for the next Run and waits for those
+// firing: none runs once it returns.
+func (rs *retries) stop() {
+	rs.mu.Lock()
+	for e := range rs.pending {
+		if e.timer.Stop() {
+			delete(rs.pending, e)
+			rs.held = append(rs.held, e)
+			rs.firing.Done()
+		}
+	}
+	rs.mu.Unlock()
+	rs.firing.Wait()
+}

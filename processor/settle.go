@@ -104,6 +104,8 @@ func (p *Processor) deadLetterUnapplied(ctx context.Context, it item, cause erro
 	p.deadLetter(ctx, it.msg, it.ev, cause, dls)
 }
 
+// settle acks, naks or dead-letters a handled event by what its handler
+// returned (err), and counts it.
 func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLetters) {
 	m, ev := it.msg, it.ev
 	switch {
@@ -154,7 +156,8 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 // the server redelivers it after ack_wait.
 func (p *Processor) settled(op string, ev Event, err error) bool {
 	if p.cfg.Exclusive && op == "nak" && !p.isRecovering(ev.Sequence) {
-		// Delivered here again, or taken (checkTaken).
+		// Awaited: delivered here again, or taken by another client if
+		// the ack floor passes it first (checkTaken).
 		p.awaitingMu.Lock()
 		if p.awaiting == nil {
 			p.awaiting = map[uint64]struct{}{}
