@@ -101,18 +101,17 @@ type connParts struct {
 
 // processing is the processor, the projection it writes, and its rebuilds.
 type processing struct {
-	proc               *processor.Processor        // nil when disabled
-	procHandler        processor.Handler           // the processor's handler
-	stallAfter         time.Duration               // the longest an event may hold the ack floor
-	pause              *pausable                   // runs proc; a rebuild's takeover pauses it
-	durableGuard       *natsrun.DurableGuard       // answers clients' requests on the processor's durable
-	proj               *processor.Projection       // reads, on internal
-	hstream            historyStream               // the stream history reads come from
-	hub                *edgehub.Watcher            // a hub's source watcher; nil elsewhere
-	reads              atomic.Pointer[shadowReads] // during a rebuild's takeover: reads from the shadow
-	rebuild            *rebuild.Runner             // nil when the projection cannot be rebuilt
-	rebuildUnsupported error                       // why not
-	handlerVersion     string                      // the fold's version (processor.Versioned)
+	proc               *processor.Processor  // nil when disabled
+	procHandler        processor.Handler     // the processor's handler
+	stallAfter         time.Duration         // the longest an event may hold the ack floor
+	pause              *processor.Pausable   // runs proc; a rebuild's takeover pauses it
+	durableGuard       *natsrun.DurableGuard // answers clients' requests on the processor's durable
+	hstream            historyStream         // the stream history reads come from
+	hub                *edgehub.Watcher      // a hub's source watcher; nil elsewhere
+	reads              rebuild.Reads         // the projection, on internal; a takeover's shadow
+	rebuild            *rebuild.Runner       // nil when the projection cannot be rebuilt
+	rebuildUnsupported error                 // why not
+	handlerVersion     string                // the fold's version (processor.Versioned)
 }
 
 // adminParts are the admin API's handler and its listener.
@@ -327,7 +326,7 @@ func (a *Appliance) Order(ctx context.Context, id string) (Order, error) {
 	if !processor.ValidOrderID(id) {
 		return processor.Order{}, fmt.Errorf("order %q: %w", id, ErrNotFound)
 	}
-	proj, done := a.projFor(ctx, id)
+	proj, done := a.reads.For(ctx, id)
 	o, err := proj.Get(ctx, id)
 	done()
 	if errors.Is(err, jetstream.ErrKeyNotFound) {

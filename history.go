@@ -82,7 +82,7 @@ func (a *Appliance) orderEvents(ctx context.Context, id string, from, limit int,
 	if err != nil {
 		return OrderHistory{}, err
 	}
-	proj, done := a.projFor(ctx, id)
+	proj, done := a.reads.For(ctx, id)
 	defer done()
 	read := proj.History
 	if states {
@@ -197,7 +197,7 @@ func (a *Appliance) OrderDeadLetters(ctx context.Context, id string) ([]DeadLett
 }
 
 func (a *Appliance) foldEvents(ctx context.Context, s jetstream.Stream, id string, point processor.AsOfPoint, fn func(processor.Event) error) (processor.AsOfState, error) {
-	proj, done := a.projFor(ctx, id)
+	proj, done := a.reads.For(ctx, id)
 	defer done()
 	return proj.FoldEvents(ctx, s, id, point, fn)
 }

@@ -42,7 +42,7 @@ func (a *Appliance) checks(ctx context.Context) []status.Check {
 	if a.proc != nil {
 		pr := a.proc.Progress()
 		c := status.Check{Name: "progress", OK: true}
-		if a.pause.paused() {
+		if a.pause.Paused() {
 			c.Reason = "paused while a projection rebuild takes over"
 		} else if !pr.StuckSince.IsZero() && time.Since(pr.StuckSince) > a.stallAfter {
 			c.OK = false

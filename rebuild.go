@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -224,7 +223,7 @@ func (a *Appliance) bucketsTarget() *rebuild.Buckets {
 	shadow.Bucket += shadowSuffix
 	shadow.Description = "order projection being rebuilt (managed by orderstore; dropped after the takeover)"
 	b := &rebuild.Buckets{JS: a.pjs, Live: cfg.Processor.ProjectionBucket, ShadowBucket: shadow, Log: a.log.With("component", "rebuild"),
-		Reads: a.setShadowReads, Sync: a.syncStreams}
+		Reads: a.reads.Switch, Sync: a.syncStreams}
 	if spec.History != nil {
 		b.LiveHistory = cfg.Processor.HistoryBucket()
 		h := *spec.History
@@ -334,122 +333,15 @@ func (a *Appliance) rebuildBudget(ctx context.Context) error {
 	return nil
 }
 
-// shadowReads is where the appliance's reads go during a takeover.
-type shadowReads struct {
-	shadow *processor.Projection
-	live   func(orderID string) bool
-	mu     sync.RWMutex // held for reading by each read from the shadow
-	closed bool         // the takeover is over: the shadow may be gone
-}
-
-// setShadowReads switches reads to the shadow, or back (shadow nil) once
-// every read from the shadow finished.
-func (a *Appliance) setShadowReads(shadow *processor.Projection, live func(string) bool) {
-	if shadow != nil {
-		a.reads.Store(&shadowReads{shadow: shadow, live: live})
-		return
-	}
-	if old := a.reads.Swap(nil); old != nil {
-		old.mu.Lock()
-		old.closed = true
-		old.mu.Unlock()
-	}
-}
-
-// projFor is the projection an order is read from, and what to call when
-// the read is done: the live one, or during a takeover the shadow for the
-// orders it rebuilt.
-func (a *Appliance) projFor(ctx context.Context, id string) (*processor.Projection, func()) {
-	r := a.reads.Load()
-	if r == nil || r.live(id) {
-		return a.proj, func() {}
-	}
-	r.mu.RLock()
-	if r.closed {
-		r.mu.RUnlock()
-		return a.proj, func() {}
-	}
-	if _, err := r.shadow.Get(ctx, id); err != nil {
-		r.mu.RUnlock()
-		return a.proj, func() {}
-	}
-	return r.shadow, r.mu.RUnlock
-}
-
-// pausable runs the processor so that a rebuild's takeover can pause it:
-// the processor drains and stops, and runs again on resume.
-type pausable struct {
-	proc *processor.Processor
-
-	mu        sync.Mutex
-	cancelRun context.CancelFunc
-	runDone   chan struct{}
-	resume    chan struct{} // non-nil while paused
-}
-
-func (p *pausable) run(ctx context.Context) error {
-	for {
-		p.mu.Lock()
-		if r := p.resume; r != nil {
-			p.mu.Unlock()
-			select {
-			case <-r:
-				continue
-			case <-ctx.Done():
-				return nil
-			}
-		}
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		p.cancelRun, p.runDone = cancel, done
-		p.mu.Unlock()
-		err := p.proc.Run(rctx)
-		cancel()
-		close(done)
-		if err != nil || ctx.Err() != nil {
-			return err
-		}
-	}
-}
-
-// paused reports whether a takeover holds the processor.
-func (p *pausable) paused() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.resume != nil
-}
-
+// pauseProcessor pauses the processor for a rebuild's takeover, logging
+// the pause and the resume.
 func (a *Appliance) pauseProcessor(ctx context.Context) (func(), error) {
-	p := a.pause
-	if p == nil {
+	if a.pause == nil {
 		return func() {}, nil
 	}
-	p.mu.Lock()
-	if p.resume != nil {
-		p.mu.Unlock()
-		return nil, errors.New("the processor is paused already")
-	}
-	ch := make(chan struct{})
-	p.resume = ch
-	cancel, done := p.cancelRun, p.runDone
-	p.mu.Unlock()
-	var once sync.Once
-	resume := func() {
-		once.Do(func() {
-			p.mu.Lock()
-			p.resume = nil
-			p.mu.Unlock()
-			close(ch)
-		})
-	}
-	if cancel != nil {
-		cancel()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			resume()
-			return nil, ctx.Err()
-		}
+	resume, err := a.pause.Pause(ctx)
+	if err != nil {
+		return nil, err
 	}
 	a.log.Info("processor paused for the projection rebuild's takeover")
 	return func() {

@@ -196,13 +196,13 @@ func (a *Appliance) declare(ctx context.Context) error {
 // durable.
 func (a *Appliance) checkStore(ctx context.Context) error {
 	if err := a.clusterRetry(ctx, "projection", func(c context.Context) (err error) {
-		a.proj, err = NewProjection(c, a.js, a.cfg)
+		a.reads.Live, err = NewProjection(c, a.js, a.cfg)
 		return err
 	}); err != nil {
 		return err
 	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	err := a.rc.HighWater(dctx, a.proj)
+	err := a.rc.HighWater(dctx, a.reads.Live)
 	cancel()
 	if err != nil {
 		return err
@@ -277,8 +277,8 @@ func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 	// waits ack_wait, then the longest backoff.
 	a.stallAfter = time.Duration(cfg.Processor.MaxDeliver) * (cfg.Processor.AckWait + slices.Max(append([]time.Duration{0}, cfg.Processor.Backoff...)))
 	a.proc, a.procHandler = proc, h
-	a.pause = &pausable{proc: proc}
-	a.sup.add(component{name: "processor", run: a.pause.run})
+	a.pause = processor.NewPausable(proc)
+	a.sup.add(component{name: "processor", run: a.pause.Run})
 	return nil
 }
 
