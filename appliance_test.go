@@ -319,3 +319,28 @@ func TestAccessors(t *testing.T) {
 		t.Errorf("lag = %+v, want ack floor 1", lag)
 	}
 }
+
+// A stream max_age under the history index's 2-minute dedupe window starts
+// (the index's window follows the stream's max_age), and an event is
+// projected with its history.
+func TestShortMaxAgeStarts(t *testing.T) {
+	app := orderstoretest.Start(t, func(c *orderstore.Config) {
+		c.Stream.MaxAge = time.Minute
+		c.Stream.DuplicateWindow = 30 * time.Second
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang detector
+	defer cancel()
+	if _, err := app.Publish(ctx, "orders.created", []byte(`{"order_id":"short-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		h, err := app.OrderEvents(ctx, "short-1", 0, 10)
+		if err == nil && len(h.Events) == 1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(ctx.Err())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

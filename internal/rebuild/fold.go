@@ -337,6 +337,7 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 		return n, fmt.Errorf("stream %q: %w", f.r.cfg.Stream, b.err)
 	}
 	f.skipMu.Unlock()
+	f.r.update(func() { f.r.inStep = 0 }) // a failed step's count is void
 	err := f.apply(ctx, orders)
 	f.skipMu.Lock()
 	if err != nil {
@@ -347,11 +348,8 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 		st.Poison += poison
 		st.DeadLettered += dead
 		st.Head = max(st.Head, lastSeq)
-		now := time.Now()
-		f.r.samples = append(f.r.samples, sample{now, st.Position})
-		for len(f.r.samples) > 2 && now.Sub(f.r.samples[0].at) > 10*time.Second {
-			f.r.samples = f.r.samples[1:]
-		}
+		f.r.inStep = 0
+		f.r.sampleLocked(st)
 	})
 	return n, ctx.Err()
 }
@@ -411,6 +409,7 @@ func (f *folder) applyChunk(ctx context.Context, orders [][]processor.Event) err
 	for attempt := 0; attempt < 30; attempt++ {
 		failed := f.applyOnce(ctx, orders)
 		if failed == nil {
+			f.applied(orders)
 			return nil
 		}
 		last = failed
@@ -425,6 +424,19 @@ func (f *folder) applyChunk(ctx context.Context, orders [][]processor.Event) err
 		}
 	}
 	return fmt.Errorf("folding into the shadow: %w", last)
+}
+
+// applied counts orders' events as folded in the step under way, so that
+// progress moves within a step (a step's position moves at its end).
+func (f *folder) applied(orders [][]processor.Event) {
+	n := 0
+	for _, evs := range orders {
+		n += len(evs)
+	}
+	f.r.update(func() {
+		f.r.inStep += uint64(n)
+		f.r.sampleLocked(f.st)
+	})
 }
 
 // applyOnce applies orders once; an event the shadow already holds

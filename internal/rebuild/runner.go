@@ -85,14 +85,24 @@ type Runner struct {
 	st       *state             // the running or last rebuild; nil: none
 	cancel   context.CancelFunc // stops the job under way; nil: none
 	canceled bool               // Cancel asked for st to stop
-	samples  []sample           // recent (time, position), for the rate
+	samples  []sample           // recent (time, events folded), for the rate
+	inStep   uint64             // events of the fold step under way applied so far
 }
 
 // sample is the fold's position at a time (the fold keeps about 10 s of
 // them), for Status's rate.
 type sample struct {
 	at  time.Time
-	pos uint64
+	pos uint64 // the position plus the step's applied events
+}
+
+// sampleLocked records the fold's progress now, for the rate; r.mu held.
+func (r *Runner) sampleLocked(st *state) {
+	now := time.Now()
+	r.samples = append(r.samples, sample{now, st.Position + r.inStep})
+	for len(r.samples) > 2 && now.Sub(r.samples[0].at) > 10*time.Second {
+		r.samples = r.samples[1:]
+	}
 }
 
 // New returns a runner with its state file loaded: a rebuild left folding
@@ -133,6 +143,9 @@ func (r *Runner) Status() *status.Rebuild {
 	out := r.st.Rebuild
 	if out.Position >= out.FromSeq && out.FromSeq > 0 {
 		out.Done = out.Position - out.FromSeq + 1
+	}
+	if out.State == status.RebuildFolding && out.FromSeq > 0 {
+		out.Done += r.inStep // a step's applied events, before its position moves
 	}
 	if out.Head >= out.FromSeq && out.FromSeq > 0 {
 		out.Total = out.Head - out.FromSeq + 1
@@ -199,7 +212,7 @@ func (r *Runner) Start(ctx context.Context, opts Options) (*status.Rebuild, erro
 	if err := r.saveLocked(st); err != nil {
 		return nil, err
 	}
-	r.st, r.canceled, r.samples = st, false, nil
+	r.st, r.canceled, r.samples, r.inStep = st, false, nil, 0
 	select {
 	case r.jobs <- st:
 	default:
