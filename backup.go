@@ -77,6 +77,19 @@ func (a *Appliance) Backup(ctx context.Context, dir string, progress func(Backup
 	if spec.Aggregate != nil {
 		names = append(names, spec.Aggregate.Name)
 	}
+	if c := spec.Consumer; c != nil && spec.Projection != nil && a.cfg.Processor.Enabled {
+		// Read before the projection's snapshot: what the floor covers is
+		// in it or in the dead letters, whose snapshot comes after.
+		cons, err := a.js.Consumer(ctx, spec.ConsumerStream(), c.Durable)
+		if err != nil {
+			return nil, fmt.Errorf("backup: consumer %q: %w", c.Durable, err)
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("backup: consumer %q: %w", c.Durable, err)
+		}
+		m.SettledThrough = ci.AckFloor.Stream
+	}
 	for _, name := range names {
 		bs, err := backup.Snapshot(ctx, a.internal.Conn, name, filepath.Join(dir, name), progress)
 		if err != nil {
@@ -160,6 +173,14 @@ func Restore(ctx context.Context, cfg Config, dir string, progress func(BackupPr
 	}
 	if err := durable.SyncTree(storedir.Dir(rep.StoreDir).JetStream()); err != nil {
 		return nil, fmt.Errorf("restore: sync the store: %w", err)
+	}
+	if m.SettledThrough > 0 {
+		// The processor starts over on the restored stream: what the
+		// backed-up one settled is not handled again.
+		r := storedir.Restored{Stream: cfg.DeclareSpec().ConsumerStream(), SettledThrough: m.SettledThrough}
+		if err := storedir.Dir(rep.StoreDir).WriteRestored(r); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
 }

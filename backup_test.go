@@ -165,3 +165,91 @@ func TestBackupRefusedWithoutRoom(t *testing.T) {
 		}
 	}
 }
+
+// A restore does not dead-letter again what the backed-up instance
+// settled: its processor starts over on the restored stream, and the
+// events it had dead-lettered (one replayed since, one not) stay as the
+// backup holds them.
+func TestRestoreDoesNotDeadLetterAgain(t *testing.T) {
+	app := orderstoretest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang detector
+	defer cancel()
+	for i, body := range []string{`{"order_id":"r-1"}`, `[1]`, `{"order_id":"r-2"}`, `"x"`, `{"order_id":"r-3"}`} {
+		if _, err := app.Publish(ctx, "orders.created", []byte(body), jetstream.WithMsgID(fmt.Sprint("r-", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadLetters := func(app *orderstore.Appliance, want int) []orderstore.DeadLetter {
+		t.Helper()
+		var dls []orderstore.DeadLetter
+		embeddedtest.WaitFor(t, time.Minute, func() error {
+			var err error
+			if dls, _, err = app.DeadLetters(ctx, 0, 100); err != nil {
+				return err
+			}
+			if len(dls) != want {
+				return fmt.Errorf("%d dead letters, want %d", len(dls), want)
+			}
+			return nil
+		})
+		return dls
+	}
+	dls := deadLetters(app, 2)
+	// A replay of a poison event is dead-lettered again: still 2.
+	if _, err := app.ReplayDeadLetter(ctx, dls[0].Sequence); err != nil {
+		t.Fatal(err)
+	}
+	before := deadLetters(app, 2)
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		lag, err := app.Lag(ctx)
+		if err != nil {
+			return err
+		}
+		if lag.AckFloor != lag.LastSeq {
+			return fmt.Errorf("ack floor %d, stream's last %d", lag.AckFloor, lag.LastSeq)
+		}
+		return nil
+	})
+	dir := filepath.Join(t.TempDir(), "backup")
+	if _, err := app.Backup(ctx, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := orderstoretest.Config(t)
+	if _, err := orderstore.Restore(ctx, cfg, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	restored := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+	if _, err := restored.Publish(ctx, "orders.created", []byte(`{"order_id":"r-4"}`)); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, time.Minute, func() error { // caught up: past the last event
+		_, err := restored.Order(ctx, "r-4")
+		return err
+	})
+	after, _, err := restored.DeadLetters(ctx, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Errorf("%d dead letters after the restore, %d before it:\nbefore %+v\nafter  %+v", len(after), len(before), before, after)
+	}
+	// The restore's note goes at the next start, the processor being past it.
+	marker := filepath.Join(cfg.JetStream.StoreDir, "restored.json")
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("after the restore: %v", err)
+	}
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		lag, err := restored.Lag(ctx)
+		if err == nil && lag.AckFloor != lag.LastSeq {
+			err = fmt.Errorf("ack floor %d, stream's last %d", lag.AckFloor, lag.LastSeq)
+		}
+		return err
+	})
+	if err := restored.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Errorf("%s after the processor passed it and a restart: %v", marker, err)
+	}
+}

@@ -261,6 +261,9 @@ func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 			pc.SeenUpTo = st.CachedInfo().State.FirstSeq - 1
 		}
 	}
+	if pc.SettledThrough, err = a.settledBeforeRestore(ctx, pc); err != nil {
+		return err
+	}
 	proc, err := processor.New(a.pjs, pc)
 	if err != nil {
 		return err
@@ -315,4 +318,26 @@ func (a *Appliance) startDurableGuard(context.Context) (err error) {
 	g := a.durableGuard
 	a.sup.add(component{name: "durable guard", stop: func(context.Context) error { g.Close(); return nil }})
 	return nil
+}
+
+// settledBeforeRestore is what a restore found settled by the backed-up
+// processor (storedir.Restored), while this one has not passed it: it is
+// not handled again. The file goes once the processor is past it, or when
+// the recovery check reset the consumer (the projection starts over).
+func (a *Appliance) settledBeforeRestore(ctx context.Context, pc processor.Config) (uint64, error) {
+	dir := storedir.Dir(a.report.StoreDir)
+	r, ok, err := dir.ReadRestored()
+	if err != nil || !ok {
+		return 0, err
+	}
+	var floor uint64
+	if cons, err := a.pjs.Consumer(ctx, pc.Stream, pc.Durable); err == nil {
+		floor = cons.CachedInfo().AckFloor.Stream
+	}
+	if a.rc.ConsumerReset() || r.Stream != pc.Stream || floor >= r.SettledThrough {
+		return 0, dir.RemoveRestored()
+	}
+	a.log.Info("restored from a backup: events the backed-up processor settled are acked unhandled",
+		"settled_through", r.SettledThrough, "ack_floor", floor)
+	return r.SettledThrough, nil
 }

@@ -106,6 +106,11 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled in
 		case ctx.Err() != nil:
 			unhandled++
 			continue
+		case it.ev.Sequence <= p.cfg.SettledThrough:
+			if p.settled("ack", it.ev, it.msg.Ack()) {
+				p.duplicates.Add(1)
+			}
+			continue
 		case it.poison != nil:
 			p.deadLetter(ctx, it.msg, it.ev, it.poison, &dls)
 			continue

@@ -87,6 +87,13 @@ type Config struct {
 	// that took it from the shared durable goes unnoticed then. The durable
 	// guard, not this check, keeps outside clients off the durable.
 	Shared bool
+	// SettledThrough: every event up to this stream sequence was settled
+	// (applied or dead-lettered) before the store was restored from a
+	// backup; the processor acks them unhandled. The restored projection
+	// holds what was applied and the dead-letter stream what was not, so
+	// handling them again would dead-letter them again (or apply an event
+	// whose replay the projection holds).
+	SettledThrough uint64
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -99,7 +106,7 @@ type Stats struct {
 	Failed       uint64 `json:"failed"`        // handler failures that will be retried
 	DeadLettered uint64 `json:"dead_lettered"` // events moved to the dead-letter stream
 	Poison       uint64 `json:"poison"`        // of which poison (dead-lettered at once)
-	Duplicates   uint64 `json:"duplicates"`    // events acked without effect: already applied
+	Duplicates   uint64 `json:"duplicates"`    // events acked without effect: already applied, or settled before a restore
 	// LastAppliedSeq is the highest stream sequence this processor applied.
 	LastAppliedSeq uint64 `json:"last_applied_seq"`
 	// AckErrors counts acks, naks and terms that could not be sent (the

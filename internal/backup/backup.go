@@ -35,6 +35,10 @@ type Manifest struct {
 	Server     string    `json:"server"`
 	NATSServer string    `json:"nats_server"`
 	Streams    []Stream  `json:"streams"`
+	// SettledThrough is the processor's ack floor as the backup began
+	// (before the projection's snapshot): every event up to it is applied
+	// in the projection or held by the dead letters. Zero: no processor.
+	SettledThrough uint64 `json:"settled_through,omitempty"`
 }
 
 // Stream is one stream's snapshot in a backup. The counts are the
