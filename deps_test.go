@@ -89,18 +89,18 @@ func TestLayering(t *testing.T) {
 	layer := map[string]int{
 		// leaves: nats, the stdlib, or nothing of orderstore's
 		"embedded": 0, "processor": 0, "internal/bytesize": 0, "internal/duration": 0,
-		"internal/storedir": 1, "internal/durable": 0, "internal/sdnotify": 0,
+		"internal/storedir": 1, "internal/backup": 1, "internal/durable": 0, "internal/sdnotify": 0,
 		"internal/powerfs": 0, "internal/powerloss": 0, "internal/testenv": 0, "internal/hint": 0, "internal/validate": 0,
 		// nats-server's accounts, permissions, cluster, leaf and TLS options of orderstore's config
 		"internal/natsconf": 1,
 		// the parts the root package wires
 		"embedded/embeddedtest": 1, "bootstrap": 1, "status": 1,
-		"internal/testkit": 2,
-		"admin":            2, "internal/ingest": 2, "internal/natsrun": 2, "internal/recovery": 2, "internal/edgehub": 2, "internal/rebuild": 2,
-		"": 3, // the root package: the API and the start/stop sequence
+		"internal/testkit": 2, "internal/ingest": 2,
+		"admin": 3, "internal/natsrun": 3, "internal/recovery": 3, "internal/edgehub": 3, "internal/rebuild": 3,
+		"": 4, // the root package: the API and the start/stop sequence
 		// on top of the library
-		"internal/config": 4, "orderstoretest": 4, "cmd/orderstore": 5,
-		"bench/benchkit": 4, "bench/groupcommit": 5, "bench/history": 5, "bench/overload": 5, "bench/processor": 5, "bench/rebuild": 5, "bench/scaleout": 5,
+		"internal/config": 5, "orderstoretest": 5, "cmd/orderstore": 6,
+		"bench/benchkit": 5, "bench/groupcommit": 6, "bench/history": 6, "bench/overload": 6, "bench/processor": 6, "bench/rebuild": 6, "bench/scaleout": 6,
 	}
 	name := func(p string) string { return strings.TrimPrefix(strings.TrimPrefix(p, mod), "/") }
 	// natsserver/ is the patched copy of nats-server, below everything:
