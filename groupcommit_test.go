@@ -255,28 +255,38 @@ func TestHTTPIngest(t *testing.T) {
 		name, path, body string
 		hdr              map[string]string
 		want             int
+		says             string // in the error, if set
 	}{
-		{"not JSON", "created", `order h-2`, nil, 400},
-		{"a JSON array", "created", `[{"order_id":"h-2"}]`, nil, 400},
-		{"no order_id", "created", `{"id":"h-2"}`, nil, 400},
-		{"order_id a number", "created", `{"order_id":2}`, nil, 400},
-		{"bad order_id", "created", `{"order_id":"a b"}`, nil, 400},
-		{"bad type", "cre.ated", `{"order_id":"h-2"}`, nil, 400},
-		{"type too long", strings.Repeat("t", 65), `{"order_id":"h-2"}`, nil, 400},
-		{"long Idempotency-Key", "created", `{"order_id":"h-2"}`, map[string]string{"Idempotency-Key": strings.Repeat("k", 300)}, 400},
-		{"a replay's Idempotency-Key", "created", `{"order_id":"h-2"}`, map[string]string{"Idempotency-Key": "replay-ORDER_EVENTS_DLQ-1"}, 400},
-		{"too large", "created", `{"order_id":"h-2","pad":"` + strings.Repeat("x", 2<<20) + `"}`, nil, 413},
-		{"form", "created", `order_id=h-2`, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415},
-		{"no token", "created", `{"order_id":"h-2"}`, map[string]string{"Authorization": ""}, 401},
+		{"not JSON", "created", `order h-2`, nil, 400, "not JSON: invalid character 'o' looking for beginning of value at byte 1 (line 1, column 1)"},
+		{"broken JSON", "created", "{\"order_id\":\n \"h-2\",}", nil, 400, "(line 2, column 8)"},
+		{"a JSON array", "created", `[{"order_id":"h-2"}]`, nil, 400, "the payload is a JSON array, want an object with an order_id"},
+		{"no order_id", "created", `{"id":"h-2"}`, nil, 400, "no order_id"},
+		{"order_id a number", "created", `{"order_id":2}`, nil, 400, `field "order_id" is a JSON number, want a string`},
+		{"bad order_id", "created", `{"order_id":"a b"}`, nil, 400, "cannot be a key"},
+		{"status too long", "created", `{"order_id":"h-2","status":"` + strings.Repeat("s", 257) + `"}`, nil, 400, "status is 257 bytes"},
+		{"bad type", "cre.ated", `{"order_id":"h-2"}`, nil, 400, ""},
+		{"type too long", strings.Repeat("t", 257), `{"order_id":"h-2"}`, nil, 400, "1 to 256 letters"},
+		{"long Idempotency-Key", "created", `{"order_id":"h-2"}`, map[string]string{"Idempotency-Key": strings.Repeat("k", 300)}, 400, ""},
+		{"a replay's Idempotency-Key", "created", `{"order_id":"h-2"}`, map[string]string{"Idempotency-Key": "replay-ORDER_EVENTS_DLQ-1"}, 400, ""},
+		{"too large", "created", `{"order_id":"h-2","pad":"` + strings.Repeat("x", 2<<20) + `"}`, nil, 413, ""},
+		{"form", "created", `order_id=h-2`, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415, ""},
+		{"no token", "created", `{"order_id":"h-2"}`, map[string]string{"Authorization": ""}, 401, ""},
 	} {
 		code, out := post(c.path, c.body, c.hdr)
 		if code != c.want || out["error"] == nil || out["error"] == "" {
 			t.Errorf("%s: %d %v, want %d with a reason", c.name, code, out, c.want)
 		}
+		if msg := fmt.Sprint(out["error"]); !strings.Contains(msg, c.says) || strings.Contains(msg, "Go value") {
+			t.Errorf("%s: error %q, want it to say %q", c.name, msg, c.says)
+		}
+	}
+	// The longest event type NATS producers may use is taken over HTTP too.
+	if code, out := post(strings.Repeat("t", 256), `{"order_id":"h-1"}`, nil); code != 201 {
+		t.Errorf("a 256-byte event type: %d %v, want 201", code, out)
 	}
 	embeddedtest.WaitFor(t, 20*time.Second, func() error {
 		o, err := app.Order(context.Background(), "h-1")
-		if err != nil || o.Events != 2 {
+		if err != nil || o.Events != 3 {
 			return fmt.Errorf("order h-1: %+v, %v", o, err)
 		}
 		return nil
@@ -286,8 +296,8 @@ func TestHTTPIngest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := st.CachedInfo().State.Msgs; got != 2 {
-		t.Errorf("stream holds %d events after the refused ones, want 2", got)
+	if got := st.CachedInfo().State.Msgs; got != 3 {
+		t.Errorf("stream holds %d events after the refused ones, want 3", got)
 	}
 
 	orderstore.FailSyncs(app, syscall.EIO)

@@ -199,9 +199,9 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})))
 	s.mux.Handle("GET /v1/status", s.auth(s.needBackend(s.status)))
-	s.mux.Handle("GET /v1/orders/{id}", s.auth(s.needBackend(s.order)))
-	s.mux.Handle("GET /v1/orders/{id}/events", s.auth(s.needBackend(s.orderEvents)))
-	s.mux.Handle("GET /v1/orders/{id}/dlq", s.auth(s.needBackend(s.orderDeadLetters)))
+	s.mux.Handle("GET /v1/orders/{id}", s.auth(s.needBackend(orderIDChecked(s.order))))
+	s.mux.Handle("GET /v1/orders/{id}/events", s.auth(s.needBackend(orderIDChecked(s.orderEvents))))
+	s.mux.Handle("GET /v1/orders/{id}/dlq", s.auth(s.needBackend(orderIDChecked(s.orderDeadLetters))))
 	s.mux.Handle("GET /v1/dlq", s.auth(s.needBackend(s.dlqList)))
 	s.mux.Handle("POST /v1/dlq/{seq}/replay", s.auth(s.needBackend(s.dlqReplay)))
 	s.mux.Handle("POST /v1/backup", s.auth(s.needBackend(s.backup)))
@@ -587,6 +587,20 @@ func (s *Server) maxStore(ai *jetstream.AccountInfo) int64 {
 }
 
 // clip shortens what a request sent before it is echoed.
+// orderIDChecked answers 400 for an {id} no order can have (the
+// processor's bound on order ids), before h looks it up.
+func orderIDChecked(h func(http.ResponseWriter, *http.Request, *Backend)) func(http.ResponseWriter, *http.Request, *Backend) {
+	return func(w http.ResponseWriter, r *http.Request, b *Backend) {
+		if id := r.PathValue("id"); !processor.ValidOrderID(id) {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf(
+				"%q is no order id: an order id is 1 to %d letters, digits, '-', '_', '=', '/' or '.' (not starting or ending with '.')",
+				clip(id), processor.MaxOrderIDLen)})
+			return
+		}
+		h(w, r, b)
+	}
+}
+
 func clip(s string) string {
 	if len(s) <= 64 {
 		return s

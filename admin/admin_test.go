@@ -211,6 +211,12 @@ func TestNotFoundIsTheBackendsError(t *testing.T) {
 	if code, m := do(t, s, "/v1/orders/nope"); code != 404 || !strings.Contains(fmt.Sprint(m["error"]), "not found") {
 		t.Errorf("/v1/orders/nope = %d %v, want 404", code, m)
 	}
+	// An id no order can have is a bad request, not a missing order.
+	for _, path := range []string{"/v1/orders/" + strings.Repeat("x", 300), "/v1/orders/a%20b", "/v1/orders/.x/events", "/v1/orders/" + strings.Repeat("y", 257) + "/dlq"} {
+		if code, m := do(t, s, path); code != 400 || !strings.Contains(fmt.Sprint(m["error"]), "is no order id") {
+			t.Errorf("%.40s... = %d %v, want 400 naming the rule", path, code, m)
+		}
+	}
 	s.SetBackend(Backend{JS: js, NotFound: fmt.Errorf("another"), Orders: notFoundOrders{notFound}})
 	if code, _ := do(t, s, "/v1/orders/nope"); code != 500 {
 		t.Errorf("/v1/orders/nope with another not-found error = %d, want 500", code)

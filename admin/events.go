@@ -2,12 +2,12 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
@@ -45,9 +45,10 @@ func EventSubject(subjects []string, typ string) (subject string, ok bool) {
 	return "", false
 }
 
-// validEventType: 1..64 letters, digits, '-' and '_' (one subject token).
+// validEventType: 1 to processor.MaxEventTypeLen letters, digits, '-'
+// and '_' (one subject token; the processor's bound over NATS too).
 func validEventType(t string) bool {
-	if t == "" || len(t) > 64 {
+	if t == "" || len(t) > processor.MaxEventTypeLen {
 		return false
 	}
 	for _, r := range t {
@@ -70,7 +71,7 @@ func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend
 	}
 	typ := r.PathValue("type")
 	if !validEventType(typ) {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the event type (the path's last part) must be 1 to 64 letters, digits, '-' or '_'"})
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("the event type (the path's last part) must be 1 to %d letters, digits, '-' or '_'", processor.MaxEventTypeLen)})
 		return
 	}
 	subject, ok := EventSubject(s.cfg.Subjects, typ)
@@ -88,16 +89,9 @@ func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "reading the body: " + err.Error()})
 		return
 	}
-	var ev struct {
-		OrderID any `json:"order_id"`
-	}
-	if err := json.Unmarshal(body, &ev); err != nil || len(body) == 0 || body[firstNonSpace(body)] != '{' {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the body must be a JSON object with an order_id"})
-		return
-	}
-	id, isString := ev.OrderID.(string)
-	if !isString || !processor.ValidOrderID(id) {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("order_id must be a string of 1 to %d letters, digits, '-', '_', '=', '/' or '.'", processor.MaxOrderIDLen)})
+	// What the processor would dead-letter at once is refused here.
+	if _, err := processor.EventOf(subject, body, nil, 0, time.Time{}, 0); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "not an order event: " + strings.TrimPrefix(err.Error(), processor.ErrPoison.Error()+": ")})
 		return
 	}
 	h := nats.Header{}
@@ -132,15 +126,6 @@ func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend
 	default:
 		writeJSON(w, http.StatusCreated, map[string]any{"stream": ack.Stream, "seq": ack.Sequence})
 	}
-}
-
-func firstNonSpace(b []byte) int {
-	for i, c := range b {
-		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
-			return i
-		}
-	}
-	return 0
 }
 
 func (s *Server) maxEvent() int64 {

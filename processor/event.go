@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -137,11 +138,7 @@ func parse(subject string, data []byte) (orderID, status string, err error) {
 		Status  *string `json:"status"`
 	}
 	if err := json.Unmarshal(data, &env); err != nil {
-		var ute *json.UnmarshalTypeError
-		if errors.As(err, &ute) && ute.Field != "" {
-			return "", "", Poison(fmt.Errorf("field %q is a JSON %s, want a string", ute.Field, ute.Value))
-		}
-		return "", "", Poison(fmt.Errorf("not a JSON object: %v", err))
+		return "", "", Poison(errors.New(jsonProblem(data, err)))
 	}
 	if env.OrderID == nil || *env.OrderID == "" {
 		return "", "", Poison(errors.New("no order_id"))
@@ -165,6 +162,28 @@ func parse(subject string, data []byte) (orderID, status string, err error) {
 		return "", "", Poison(fmt.Errorf("event type (the subject's last token) is %d bytes, more than %d", len(t), MaxEventTypeLen))
 	}
 	return *env.OrderID, status, nil
+}
+
+// jsonProblem says why data is not an order event's JSON object, in
+// terms of the payload (its byte offset, line and column for a syntax
+// error), not of Go's types.
+func jsonProblem(data []byte, err error) string {
+	var ute *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case len(bytes.TrimSpace(data)) == 0:
+		return "the payload is empty, want a JSON object with an order_id"
+	case errors.As(err, &ute) && ute.Field != "":
+		return fmt.Sprintf("field %q is a JSON %s, want a string", ute.Field, ute.Value)
+	case errors.As(err, &ute):
+		return fmt.Sprintf("the payload is a JSON %s, want an object with an order_id", ute.Value)
+	case errors.As(err, &se):
+		before := data[:min(max(se.Offset-1, 0), int64(len(data)))]
+		line := bytes.Count(before, []byte("\n")) + 1
+		col := len(before) - bytes.LastIndexByte(before, '\n')
+		return fmt.Sprintf("not JSON: %s at byte %d (line %d, column %d)", strings.TrimPrefix(se.Error(), "json: "), se.Offset, line, col)
+	}
+	return "not JSON: " + strings.TrimPrefix(err.Error(), "json: ")
 }
 
 func eventType(subject string) string {

@@ -189,7 +189,7 @@ func TestPoisonGoesToDLQAtOnce(t *testing.T) {
 	if h := dls[0].Header; h.Get("X-Trace") != "t1" || h.Get(processor.HeaderOriginalMsgID) != "bad-1" {
 		t.Errorf("original headers not kept: %v", h)
 	}
-	for i, want := range []string{"not a JSON object", "no order_id", "cannot be a key", `"order_id" is a JSON number`, "not a JSON object"} {
+	for i, want := range []string{"not JSON: invalid character 'o' in literal null (expecting 'u') at byte 2 (line 1, column 2)", "no order_id", "cannot be a key", `"order_id" is a JSON number`, "the payload is a JSON array, want an object"} {
 		if !contains(dls[i].Error, want) {
 			t.Errorf("dead letter %d error %q lacks %q", i, dls[i].Error, want)
 		}
