@@ -525,6 +525,7 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request, b *Backend) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "seq must be a dead-letter sequence number"})
 		return
 	}
+	warning := s.poisonAgain(r.Context(), b, seq)
 	newSeq, err := b.DeadLetters.ReplayDeadLetter(r.Context(), seq)
 	switch {
 	case b.NotFound != nil && errors.Is(err, b.NotFound):
@@ -533,8 +534,32 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request, b *Backend) {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 	default:
 		s.log.Info("dead letter replayed", "dlq_seq", seq, "new_seq", newSeq)
-		writeJSON(w, http.StatusOK, map[string]any{"replayed": seq, "new_seq": newSeq})
+		out := map[string]any{"replayed": seq, "new_seq": newSeq}
+		if warning != "" {
+			s.log.Warn("dead letter replayed as poison", "dlq_seq", seq, "new_seq", newSeq, "warning", warning)
+			out["warning"] = warning
+		}
+		writeJSON(w, http.StatusOK, out)
 	}
+}
+
+// poisonAgain says whether dead letter seq, replayed as it is, will be
+// dead-lettered again at once (its payload is no order event), and why;
+// "" when it will not or cannot tell (a trimmed copy, no dead-letter
+// stream).
+func (s *Server) poisonAgain(ctx context.Context, b *Backend, seq uint64) string {
+	if s.cfg.DeadLetterStream == "" || b.JS == nil {
+		return ""
+	}
+	d, err := processor.GetDeadLetter(ctx, b.JS, s.cfg.DeadLetterStream, seq)
+	if err != nil || d.Trimmed != "" || d.Subject == "" {
+		return ""
+	}
+	if _, err := processor.EventOf(d.Subject, d.Data, nil, 0, time.Time{}, 0); err != nil {
+		return "it is dead-lettered again at once: " + strings.TrimPrefix(err.Error(), processor.ErrPoison.Error()+": ") +
+			"; publish a corrected event instead"
+	}
+	return ""
 }
 
 // backup streams a backup of the stream, the dead letters and the

@@ -221,10 +221,21 @@ func streamDrift(have, want jetstream.StreamConfig) *DriftError {
 	if len(bad) == 0 {
 		return nil
 	}
-	return &DriftError{Object: obj, Changes: bad, hint: fmt.Sprintf(
-		"to keep the stored events, set these keys back to the stored values; to really change them, back up the stream (nats stream backup %s DIR), remove it (nats stream rm %s) and start again",
-		want.Name, want.Name)}
+	return &DriftError{Object: obj, Changes: bad, hint: streamDriftHint}
 }
+
+// streamDriftHint is the remedy for a destructive change of the stream:
+// a new stream, the old events kept in a backup.
+const streamDriftHint = "to keep the stored events, set the keys back to the stored values and start again; " +
+	"to change them, the stream must begin anew: start orderstore with the stored values, " +
+	"take a backup if you need the events (orderstore backup DIR), stop it, move jetstream.store_dir away, " +
+	"and start with the new values"
+
+// bucketDriftHint is the remedy for a change of the projection bucket's
+// storage: a new bucket, filled again from the stream.
+const bucketDriftHint = "the bucket was made with a storage other than orderstore's (file): " +
+	"stop orderstore, move the bucket's directory (jetstream/<account>/streams/KV_<bucket> " +
+	"under jetstream.store_dir) away, start it, and run `orderstore projection rebuild` to fill the new bucket from the stream"
 
 // consumerDrift is what orderstore refuses to change in a stored consumer
 // (have) on stream: one that is not the processor's kind of consumer.
@@ -282,7 +293,7 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, want jetstream.K
 		have := ks.StreamInfo().Config
 		if have.Storage != want.Storage {
 			return &DriftError{Object: obj, Changes: []Change{{obj, "storage", have.Storage.String(), want.Storage.String()}},
-				hint: "remove the bucket (nats kv rm " + want.Bucket + ") and restart: the processor rebuilds the projection from the stream"}
+				hint: bucketDriftHint}
 		}
 		// Limits are safe changes, applied to the bucket's stream.
 		cfg := have

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -62,7 +63,8 @@ func CheckStored(accountDir string, spec Spec) error {
 			errs = append(errs, errorf("check", obj, "", err))
 		case ok && have.Storage != b.Storage:
 			errs = append(errs, &DriftError{Object: obj, Changes: []Change{{obj, "storage", have.Storage.String(), b.Storage.String()}},
-				hint: "remove the bucket (nats kv rm " + b.Bucket + ") and restart: the processor rebuilds the projection from the stream"})
+				hint: strings.Replace(bucketDriftHint, "jetstream/<account>/streams/KV_<bucket> under jetstream.store_dir",
+					filepath.Join(accountDir, "streams", "KV_"+b.Bucket), 1)})
 		}
 	}
 	return errors.Join(errs...)

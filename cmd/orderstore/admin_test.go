@@ -203,7 +203,7 @@ func TestAdminEndpoints(t *testing.T) {
 		t.Error("order JSON exposes the idempotency bookkeeping")
 	}
 	getJSON(t, a.adminURL+"/v1/orders/nope", 404)
-	getJSON(t, a.adminURL+"/v1/orders/"+url.PathEscape("bad id"), 404)
+	getJSON(t, a.adminURL+"/v1/orders/"+url.PathEscape("bad id"), 400) // no order can have it
 
 	dl := getJSON(t, a.adminURL+"/v1/dlq?limit=10", 200)
 	golden(t, "dlq", dl)
@@ -216,8 +216,9 @@ func TestAdminEndpoints(t *testing.T) {
 		t.Errorf("replay unknown = %d %s", r.code, r.body)
 	}
 	r := get(t, "POST", a.adminURL+"/v1/dlq/1/replay", "")
-	if r.code != 200 || !strings.Contains(string(r.body), `"new_seq": 13`) {
-		t.Errorf("replay = %d %s", r.code, r.body)
+	if r.code != 200 || !strings.Contains(string(r.body), `"new_seq": 13`) ||
+		!strings.Contains(string(r.body), `"warning": "it is dead-lettered again at once: not JSON: invalid character`) {
+		t.Errorf("replay of a poison event = %d %s, want it replayed with a warning", r.code, r.body)
 	}
 
 	// nats-server's own monitoring, for existing NATS tooling.
@@ -262,7 +263,8 @@ func TestAdminEndpoints(t *testing.T) {
 	if code := run(ctx, []string{"dlq", "replay", "-admin", a.adminURL, "-all"}, &out, &errb); code != 0 {
 		t.Fatalf("dlq replay -all exit %d: %s", code, errb.String())
 	}
-	if !strings.Contains(out.String(), "replayed dead letter 2 as event 14") || !strings.Contains(errb.String(), "1 replayed, 0 failed") {
+	if !strings.Contains(out.String(), "replayed dead letter 2 as event 14") || !strings.Contains(errb.String(), "1 replayed, 0 failed") ||
+		!strings.Contains(errb.String(), "warning: dead letter 2: it is dead-lettered again at once") {
 		t.Errorf("dlq replay output: %s / %s", out.String(), errb.String())
 	}
 	if code := run(ctx, []string{"dlq", "replay", "-admin", a.adminURL, "x"}, &out, &errb); code != exitUsage {

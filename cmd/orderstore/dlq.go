@@ -103,7 +103,8 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 		failed := 0
 		for _, seq := range seqs {
 			var r struct {
-				NewSeq uint64 `json:"new_seq"`
+				NewSeq  uint64 `json:"new_seq"`
+				Warning string `json:"warning"`
 			}
 			if err := c.do("POST", fmt.Sprintf("/v1/dlq/%d/replay", seq), &r); err != nil {
 				printErr(stderr, err)
@@ -111,6 +112,9 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 				continue
 			}
 			fmt.Fprintf(stdout, "replayed dead letter %d as event %d\n", seq, r.NewSeq)
+			if r.Warning != "" {
+				fmt.Fprintf(stderr, "warning: dead letter %d: %s\n", seq, r.Warning)
+			}
 		}
 		fmt.Fprintf(stderr, "%d replayed, %d failed\n", len(seqs)-failed, failed)
 		if failed > 0 {
