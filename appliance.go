@@ -120,7 +120,7 @@ type adminParts struct {
 	adminLn *admin.Listener // nil when it is disabled
 }
 
-// Start runs the start-up in order (README.md, "Start-up, in order"); each
+// Start runs the start-up in order (docs/operations.md, "Start-up, in order"); each
 // step starts its components, which [Appliance.Close] stops in the reverse
 // order:
 //

@@ -62,7 +62,7 @@ func TestNATSCLIWalkthrough(t *testing.T) {
 	p := start(t, nil, "run", "-config", cfg)
 	url := p.waitReady()
 	expect(nats(url, "--user", "admin", "--password", "s3cret", "server", "info"), "Version: 2.15.3",
-		// Group commit: orderstore syncs, not nats (README, Durability).
+		// Group commit: orderstore syncs, not nats (docs/durability.md).
 		"Always sync writes to disk: false")
 	expect(nats(url, "stream", "info", "ORDER_EVENTS"), "Subjects: orders.>", "Storage: File", "Duplicate Window: 2m0s")
 	expect(nats(url, "pub", "orders.created", `{"order_id":"12345","status":"pending"}`), `Published 39 bytes to "orders.created"`)

@@ -16,8 +16,8 @@ import (
 	"github.com/orderstore/orderstore/orderstoretest"
 )
 
-// The README's "Securing orderstore" example, run with the real NATS CLI
-// over TLS against the built binary: each role does what the README's
+// docs/security.md's "A secured node" example, run with the real NATS CLI
+// over TLS against the built binary: each role does what that page's
 // table says it may, and is refused the rest; a second producer listening
 // on _INBOX.> sees none of the first one's acks.
 func TestSecuredWithNATSCLI(t *testing.T) {

@@ -71,7 +71,7 @@ func (id *Identity) Options(inbox string) []nats.Option {
 	}
 }
 
-// accounts is the account layout of the security section of README.md:
+// accounts is the account layout of docs/security.md ("How replies stay private"):
 // StreamAccount with JetStream and orderstore's own user, the system
 // account's read-only server requests, and one account per configured user
 // (or, with no users, ANONYMOUS for loopback clients) importing what its
