@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"embed"
 	"io/fs"
 	"net/http"
@@ -21,5 +22,15 @@ func uiFS() fs.FS {
 // the binary, no build step. It polls /v1/status and /v1/dlq.
 func (s *Server) dashboard(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	http.ServeFileFS(w, r, uiFS(), "index.html")
+	page, err := fs.ReadFile(uiFS(), "index.html")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if s.cfg.Token != "" {
+		// Signed in with the token: a session to sign out of.
+		page = bytes.Replace(page, []byte(` id="logout" hidden>`), []byte(` id="logout">`), 1)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write(page)
 }

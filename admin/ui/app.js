@@ -36,9 +36,18 @@ async function getJSON(url) {
   return r.json();
 }
 
+// versionText is a release's tag ("v1.4.0"), or "dev (commit 1a2b3c4d5e6f)"
+// for a build from a checkout.
+function versionText(b) {
+  if (b.version === "dev") {
+    return b.commit && b.commit !== "unknown" ? "dev (commit " + b.commit.slice(0, 12) + ")" : "dev";
+  }
+  return /^v\d/.test(b.version) ? b.version : "v" + b.version;
+}
+
 function render(st, sent) {
   badge("status", st.status, st.status === "ready" ? "ok" : st.status === "recovering" ? "warn" : "bad");
-  setText("version", "v" + st.build.version + " · nats-server " + st.build.nats_server_version);
+  setText("version", versionText(st.build) + " · nats-server " + st.build.nats_server_version);
   setText("durability", "durability: " + st.durability.mode + " — " + st.durability.description);
   renderIngest(st.ingest);
   renderValidation(st.validation);
@@ -60,7 +69,10 @@ function render(st, sent) {
     setText("processed", fmtInt(p.processed));
     setText("failed", fmtInt(p.failed));
     setText("duplicates", fmtInt(p.duplicates));
-    setText("last-applied", fmtInt(p.last_applied_seq));
+    // Since this start the processor may have applied nothing; the ack
+    // floor says how far the projection is, across restarts.
+    const through = Math.max(p.last_applied_seq || 0, (st.consumer && st.consumer.ack_floor) || 0);
+    setText("last-applied", fmtInt(through));
     const now = Date.now();
     if (lastProcessed !== null && now > lastTime) {
       setText("rate", ((p.processed - lastProcessed) * 1000 / (now - lastTime)).toFixed(1));

@@ -106,8 +106,22 @@ func TestDashboardInBrowser(t *testing.T) {
 		if s := text("#sync-p99"); s == "–" || s == "" {
 			return fmt.Errorf("sync p99 %q", s)
 		}
+		// How far the projection is: the ack floor, past the dead
+		// letter too (the processor's own count says 25, and 0 after a
+		// restart).
+		if n := num("#last-applied"); n != 26 {
+			return fmt.Errorf("processed through %d, want 26", n)
+		}
 		return nil
 	})
+	// No token: nothing to sign out of. A build from source says dev,
+	// never "vdev".
+	if hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("logout").hidden`)); err != nil || !hidden {
+		t.Errorf("sign-out hidden = %v (%v) without a token, want hidden", hidden, err)
+	}
+	if v := text("#version"); !strings.HasPrefix(v, "dev") || strings.Contains(v, "vdev") {
+		t.Errorf("version %q, want dev (a test build)", v)
+	}
 	marker, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.__noReload || "reloaded"`))
 	if err != nil {
 		t.Fatal(err)
@@ -409,6 +423,9 @@ func TestDashboardOrderTimeline(t *testing.T) {
 	}
 	if login, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!document.querySelector('input[name="token"]')`)); err != nil || login {
 		t.Fatalf("still on the login page after signing in (%v)", err)
+	}
+	if hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("logout").hidden`)); err != nil || hidden {
+		t.Errorf("sign-out hidden = %v (%v) with a token, want shown", hidden, err)
 	}
 	if err := chromedp.Do(ctx, chromedp.Navigate(a.adminURL+"/#order="+url.QueryEscape(id))); err != nil {
 		t.Fatal(err)

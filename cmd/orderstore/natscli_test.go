@@ -39,6 +39,9 @@ func TestNATSCLIWalkthrough(t *testing.T) {
 	dir := t.TempDir()
 	store := filepath.Join(dir, "store")
 	cfg := writeConfig(t, dir, store, "[server]\nsystem_user = \"admin\"\nsystem_password = \"s3cret\"\n")
+	if err := os.Chmod(cfg, 0o600); err != nil { // as the walkthrough does
+		t.Fatal(err)
+	}
 	home := t.TempDir() // no contexts from the machine's ~/.config/nats
 	nats := func(url string, args ...string) string {
 		t.Helper()
@@ -61,6 +64,9 @@ func TestNATSCLIWalkthrough(t *testing.T) {
 
 	p := start(t, nil, "run", "-config", cfg)
 	url := p.waitReady()
+	if strings.Contains(p.stderr.String(), "readable by every user") {
+		t.Errorf("the walkthrough's config makes orderstore warn:\n%s", p.stderr)
+	}
 	expect(nats(url, "--user", "admin", "--password", "s3cret", "server", "info"), "Version: 2.15.3",
 		// Group commit: orderstore syncs, not nats (docs/durability.md).
 		"Always sync writes to disk: false")

@@ -49,7 +49,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 
 func printStatus(w io.Writer, st status.Status) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "orderstore %s\t%s (nats-server %s)\n", st.Status, st.Build.Version, st.Build.NATSServer)
+	fmt.Fprintf(tw, "orderstore %s\t%s (nats-server %s)\n", st.Status, versionText(st.Build), st.Build.NATSServer)
 	fmt.Fprintf(tw, "durability\t%s: %s\n", st.Durability["mode"], st.Durability["description"])
 	s := st.Stream
 	fmt.Fprintf(tw, "stream %s\t%d events, seq %d..%d\n", s.Name, s.Messages, s.FirstSeq, s.LastSeq)
@@ -250,4 +250,13 @@ func printTopology(tw io.Writer, t *status.Topology) {
 			fmt.Fprintf(tw, "  error\t%s\n", s.Error)
 		}
 	}
+}
+
+// versionText is a build's version as people read it: a release's tag, or
+// "dev (commit 1a2b3c4d5e6f)" for a build from a checkout.
+func versionText(b status.BuildInfo) string {
+	if b.Version != "dev" || b.Commit == "" || b.Commit == "unknown" {
+		return b.Version
+	}
+	return "dev (commit " + b.Commit[:min(12, len(b.Commit))] + ")"
 }
