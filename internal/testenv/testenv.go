@@ -91,3 +91,11 @@ func Sbin(name string) string {
 	}
 	return ""
 }
+
+// Curl is what a test that runs the README's shell commands lacks.
+func Curl() string {
+	if _, err := exec.LookPath("curl"); err != nil {
+		return "curl on PATH (the README's quick start uses it): apt-get install -y curl"
+	}
+	return ""
+}
