@@ -159,6 +159,11 @@ func Start(ctx context.Context, cfg Config) (*Appliance, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// The files the config names (TLS, schemas) load, or a *FileError
+	// names each that does not: a configuration error, as check says.
+	if err := cfg.CheckFiles(); err != nil {
+		return nil, err
+	}
 	v, err := cfg.validator()
 	if err != nil {
 		return nil, err

@@ -167,6 +167,8 @@ func TestBadInput(t *testing.T) {
 	}{
 		{name: "unknown keys", body: "[stream]\nmax_agee = \"1h\"\n[admin]\nadress = \"x\"\n", code: exitUsage,
 			want: []string{"unknown keys: admin.adress (did you mean admin.listen?), stream.max_agee (did you mean stream.max_age?)", "hint:"}},
+		{name: "TLS file missing", body: "[server.tls]\ncert_file = \"missing.crt\"\nkey_file = \"missing.key\"\n", code: exitUsage,
+			want: []string{"server.tls", "missing.crt", "hint:"}},
 		{name: "bare number duration", body: "[stream]\nmax_age = \"72\"\n", code: exitUsage,
 			want: []string{`stream.max_age: "72": missing unit`}},
 		{name: "unknown size unit", body: "[jetstream]\nmax_file_store = \"10XB\"\n", code: exitUsage,
