@@ -124,7 +124,7 @@ type adminParts struct {
 // step starts its components, which [Appliance.Close] stops in the reverse
 // order:
 //
-//  1. validate cfg;
+//  1. validate cfg and the files it names (TLS certificates, schemas);
 //  2. the store: preflight (store_dir, free disk), its lock, the run
 //     marker, a legacy layout moved;
 //  3. the admin handler and listener, so that a busy port fails at once

@@ -6,6 +6,8 @@ import (
 	"go/parser"
 	"go/token"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -68,12 +70,51 @@ func docItems(t *testing.T, name string, method bool) []string {
 // added, moved or removed without its doc line fails here.
 func TestStartDocIsTheStepTable(t *testing.T) {
 	got := docItems(t, "Start", false)
-	want := []string{"validate cfg"}
+	want := []string{startValidateDoc}
 	for _, s := range startSteps {
 		want = append(want, s.doc)
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("Start's doc lists %d steps, the table runs %d:\n got %q\nwant %q", len(got), len(want), got, want)
+	}
+}
+
+// startValidateDoc is Start's first step, before the table's.
+const startValidateDoc = "validate cfg and the files it names (TLS certificates, schemas)"
+
+// docs/operations.md's "Start-up, in order" lists Start's steps, in its
+// doc's words.
+func TestOperationsDocIsTheStepTable(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n## Start-up, in order\n")
+	if !ok {
+		t.Fatal(`docs/operations.md has no "## Start-up, in order"`)
+	}
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	item := regexp.MustCompile(`^(\d+)\.\s+(.*)$`)
+	var got []string
+	in := false
+	for _, line := range strings.Split(sec, "\n") {
+		if m := item.FindStringSubmatch(line); m != nil {
+			got = append(got, m[2])
+			in = true
+			continue
+		}
+		if in && strings.HasPrefix(line, "   ") && strings.TrimSpace(line) != "" {
+			got[len(got)-1] += " " + strings.TrimSpace(line)
+			continue
+		}
+		in = false
+	}
+	want := []string{startValidateDoc}
+	for _, s := range startSteps {
+		want = append(want, s.doc)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("docs/operations.md lists %d start-up steps, Start runs %d:\n got %q\nwant %q", len(got), len(want), got, want)
 	}
 }
 
