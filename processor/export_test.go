@@ -20,3 +20,10 @@ func (p *Projection) LoadBoth(ctx context.Context, id string) (direct, leader Or
 	r2, rev2, err := p.loadFromLeader(ctx, id)
 	return r1.Order, r2.Order, rev1, rev2, err
 }
+
+// Recovering is how many recovered events are not settled yet.
+func (p *Processor) Recovering() int {
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	return len(p.recPending)
+}

@@ -157,10 +157,8 @@ type Processor struct {
 	// Exclusive: the recovered events, which the floor handed out stays
 	// below (safeFloor: the consumer's ack floor, moved by whoever took
 	// them, must not prune them from the projection's idempotency
-	// records), and events nak'ed and not yet delivered again (taken if
-	// the floor passes them). Nothing removes a recovered event from
-	// recPending (recoveredDone has no caller), so the floor handed out
-	// stays below the first one for the Processor's life.
+	// records) until they are settled, and events nak'ed and not yet
+	// delivered again (taken if the floor passes them).
 	recMu      sync.Mutex
 	recPending map[uint64]struct{}
 	awaitingMu sync.Mutex

@@ -204,8 +204,7 @@ func (p *Processor) isRecovering(seq uint64) bool {
 	return ok
 }
 
-// recoveredDone forgets seq as recovered. Nothing calls it yet: see
-// Processor.recPending.
+// recoveredDone forgets seq as recovered, once it is settled.
 func (p *Processor) recoveredDone(seq uint64) {
 	p.recMu.Lock()
 	delete(p.recPending, seq)
@@ -310,11 +309,14 @@ func (r *recoveredMsg) Metadata() (*jetstream.MsgMetadata, error) {
 		Timestamp: r.m.Time, Stream: r.stream, Consumer: r.consumer}, nil
 }
 
-func (r *recoveredMsg) Data() []byte                { return r.m.Data }
-func (r *recoveredMsg) Headers() nats.Header        { return r.m.Header }
-func (r *recoveredMsg) Subject() string             { return r.m.Subject }
-func (r *recoveredMsg) Ack() error                  { return nil }
-func (r *recoveredMsg) TermWithReason(string) error { return nil }
+func (r *recoveredMsg) Data() []byte         { return r.m.Data }
+func (r *recoveredMsg) Headers() nats.Header { return r.m.Header }
+func (r *recoveredMsg) Subject() string      { return r.m.Subject }
+
+// Ack and TermWithReason settle a recovered event: the processor calls
+// them once what it wrote is durable, so the floor it hands out may pass it.
+func (r *recoveredMsg) Ack() error                  { r.p.recoveredDone(r.m.Sequence); return nil }
+func (r *recoveredMsg) TermWithReason(string) error { r.p.recoveredDone(r.m.Sequence); return nil }
 func (r *recoveredMsg) Nak() error                  { return r.NakWithDelay(0) }
 
 // NakWithDelay delivers r again once d has passed (see retries).
