@@ -40,6 +40,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 		MaxAge:           cfg.Stream.MaxAge,
 		SyncPolicy:       policy,
 		SyncDescription:  desc,
+		Cipher:           cipherOf(cfg.JetStream),
 		StoreDir:         storeDir,
 		FreeBytes:        func() (uint64, error) { return bootstrap.FreeBytes(storeDir) },
 		DiskHeadroom:     cfg.JetStream.DiskHeadroom,

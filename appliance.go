@@ -75,6 +75,7 @@ type storeParts struct {
 	rc       *recovery.Check // what start-up found and did about a damaged store
 	unclean  bool            // the last run did not stop cleanly
 	backupMu sync.Mutex      // one backup at a time
+	keyWrite keyWrite        // when the store's key check is written
 }
 
 // natsParts are the embedded nats-server and what runs inside it.

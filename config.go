@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/internal/bytesize"
 	"github.com/orderstore/orderstore/internal/natsconf"
 	"github.com/orderstore/orderstore/processor"
@@ -162,7 +163,27 @@ type JetStreamConfig struct {
 	DiskHeadroom int64
 	// AllowLowDisk turns a failed free-disk check into a warning.
 	AllowLowDisk bool
+	// EncryptionKey, when set, encrypts everything the store holds: the
+	// stream, the dead letters, the projection, the history index and the
+	// consumer's state (nats-server's store encryption), and the backups
+	// orderstore writes. At least 32 bytes; `orderstore key generate`
+	// makes one. The store keeps a check of it (store_dir/encryption.json),
+	// so that a wrong or missing key is refused before anything starts.
+	EncryptionKey string
+	// Cipher is CipherChaCha ("", the default) or CipherAES. A store keeps
+	// the cipher and key it was made with: another takes a backup and a
+	// restore (docs/security.md).
+	Cipher string
 }
+
+// The ciphers of JetStreamConfig.Cipher.
+const (
+	CipherChaCha = embedded.CipherChaCha
+	CipherAES    = embedded.CipherAES
+)
+
+// MinEncryptionKeyLen is the shortest EncryptionKey taken, in bytes.
+const MinEncryptionKeyLen = 32
 
 // StreamConfig is the ORDER_EVENTS stream and its retention limits ([stream]).
 type StreamConfig struct {

@@ -253,6 +253,14 @@ func (c Config) validateJetStream(bad badFunc) {
 	if j.DiskHeadroom < 0 {
 		bad("JetStream.DiskHeadroom", size(j.DiskHeadroom), "must be zero or positive")
 	}
+	switch {
+	case j.Cipher != "" && j.Cipher != CipherChaCha && j.Cipher != CipherAES:
+		bad("JetStream.Cipher", j.Cipher, "must be %q or %q", CipherChaCha, CipherAES)
+	case j.EncryptionKey == "" && j.Cipher != "":
+		bad("JetStream.Cipher", j.Cipher, "needs an encryption key (jetstream.encryption_key_file)")
+	case j.EncryptionKey != "" && len(j.EncryptionKey) < MinEncryptionKeyLen:
+		bad("JetStream.EncryptionKey", nil, "is %d bytes, want at least %d (make one with `orderstore key generate FILE`)", len(j.EncryptionKey), MinEncryptionKeyLen)
+	}
 	switch mode := c.DurabilityMode(); {
 	case j.Durability != "" && j.Durability != DurabilityGroupCommit && j.Durability != DurabilityAlways && j.Durability != DurabilityInterval:
 		bad("JetStream.Durability", j.Durability, "must be \"group-commit\", \"always\" or \"interval\"")

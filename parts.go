@@ -55,6 +55,8 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *natsconf.Identity) (embe
 		// the requests among them "no responders", rather than stalling
 		// every producer and closing the connection with all it held.
 		DropForSlowConsumers: true,
+		EncryptionKey:        c.JetStream.EncryptionKey,
+		Cipher:               c.JetStream.Cipher,
 	}
 	err := c.natsInput().Apply(&ec, id)
 	return ec, err

@@ -63,6 +63,10 @@ func CheckStored(cfg Config) error {
 		return withHint(&ValidationError{Problems: []*FieldError{{Field: "JetStream.StoreDir", Key: "jetstream.store_dir",
 			Value: fmt.Sprintf("%q", dir), Reason: "is not a directory"}}}, "point jetstream.store_dir at a directory")
 	}
+	// The key, as Start checks it first (reading only).
+	if _, err := storeKey(dir, cfg.JetStream); err != nil {
+		return err
+	}
 	acct := storedir.Dir(dir).Account(StreamAccount)
 	if _, err := os.Stat(filepath.Join(acct, "streams")); err != nil {
 		// A store from before accounts: Start moves it, as it is.

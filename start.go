@@ -26,11 +26,22 @@ import (
 // on the same store is told so, not that the admin port is busy.
 func (a *Appliance) openStore(context.Context) error {
 	cfg, log := a.cfg, a.log
+	// Before anything is written: a key that does not fit the store
+	// changes no byte of it.
+	keyWrite, err := storeKey(cfg.JetStream.StoreDir, cfg.JetStream)
+	if err != nil {
+		return err
+	}
 	lock, rep, err := bootstrap.Preflight(cfg.preflightConfig())
 	if err != nil {
 		return err
 	}
-	a.lock, a.report = lock, rep
+	if keyWrite == keyNow {
+		if err := writeStoreKey(rep.StoreDir, cfg.JetStream); err != nil {
+			return errors.Join(err, lock.Release())
+		}
+	}
+	a.lock, a.report, a.keyWrite = lock, rep, keyWrite
 	a.sup.add(component{name: "store", stop: func(context.Context) error {
 		var errs []error
 		if a.sup.clean() {

@@ -76,6 +76,8 @@ type Config struct {
 	// SyncDescription its one-line meaning.
 	SyncPolicy      string
 	SyncDescription string
+	// Cipher is the store's encryption cipher; "" for a plain store.
+	Cipher string
 
 	// StoreDir and FreeBytes report free disk under the store; below
 	// DiskHeadroom bytes the node is not ready.

@@ -21,6 +21,7 @@ var (
 	descUp             = desc("up", "1 once the broker is up and orderstore's objects are declared; 0 while starting.")
 	descReady          = desc("ready", "1 when /readyz reports ready.")
 	descAckDurable     = desc("ack_durable", "1 when every publish ack means the event survives power loss (durability \"group-commit\" or \"always\").")
+	descEncrypted      = desc("store_encrypted", "1 when the store is encrypted at rest (jetstream.encryption_key_file), with its cipher; 0 with cipher \"none\".", "cipher")
 	descSyncAlways     = desc("sync_always", "1 when nats fsyncs every event before its publish ack (durability \"always\"); 0 with group commit, where one sync covers every ack waiting.")
 	descBuild          = desc("build_info", "Build information; always 1.", "version", "commit", "go_version", "nats_server_version")
 	descStreamMsgs     = desc("stream_messages", "Events stored in the stream.", "stream")
@@ -67,7 +68,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descReady, descSyncAlways, descAckDurable, descBuild, descStreamMsgs, descStreamBytes, descStreamFirst,
+	for _, d := range []*prometheus.Desc{descUp, descReady, descEncrypted, descSyncAlways, descAckDurable, descBuild, descStreamMsgs, descStreamBytes, descStreamFirst,
 		descStreamLast, descStreamAge, descMaxBytes, descMaxMsgs, descMaxAge, descPending, descAckPending, descRedelivered, descAckFloor,
 		descBehind, descEvents, descLastApplied, descProcRunning, descRemoved, descRecovered, descLostAtEdge, descEdgeRegress, descIngestRefused, descAckErrors, descRecovery, descDLQ, descFree, descJSUsed, descJSMax, descCheck, descScrapeErrors,
 		descSyncSeconds, descBatchEvents, descGCAcked, descGCWaiting, descGCSyncErrors, descRejected, descRebuildRunning, descRebuildDone, descRebuildTotal, descRebuildRate, descRebuildFailed} {
@@ -88,6 +89,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	bi := s.cfg.Build
 	gauge(descBuild, 1, bi.Version, bi.Commit, bi.GoVersion, bi.NATSServer)
+	if s.cfg.Cipher != "" {
+		gauge(descEncrypted, 1, s.cfg.Cipher)
+	} else {
+		gauge(descEncrypted, 0, "none")
+	}
 	gauge(descSyncAlways, b11(s.cfg.SyncPolicy == "always"))
 	gauge(descAckDurable, b11(s.cfg.SyncPolicy == "always" || s.cfg.SyncPolicy == "group-commit"))
 	gauge(descMaxBytes, float64(limit(s.cfg.MaxBytes)), s.cfg.Stream)

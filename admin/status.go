@@ -75,6 +75,7 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) status.Status {
 		st.Topology = b.Topology(ctx)
 	}
 	st.Store.Dir = s.cfg.StoreDir
+	st.Store.Encrypted, st.Store.Cipher = s.cfg.Cipher != "", s.cfg.Cipher
 	if ai, err := b.JS.AccountInfo(ctx); err != nil {
 		fail(err)
 	} else {

@@ -18,8 +18,9 @@ import (
 // every change Declare would refuse, each a *DriftError, joined. An
 // object the store does not hold yet is fine (Declare creates it); a
 // meta.inf that cannot be read is reported, since nats would not load it
-// either. It is what `orderstore check` runs, so that check refuses what
-// run refuses.
+// either. An encrypted object (a meta.key beside its meta.inf) is not
+// read: Declare compares it once nats has opened it with the key. It is
+// what `orderstore check` runs, so that check refuses what run refuses.
 func CheckStored(accountDir string, spec Spec) error {
 	var errs []error
 	stream := func(want *jetstream.StreamConfig) {
@@ -73,6 +74,9 @@ func CheckStored(accountDir string, spec Spec) error {
 // readMeta decodes a stream's or consumer's meta.inf (nats' JSON of its
 // config); false when there is none.
 func readMeta(path string, v any) (bool, error) {
+	if _, err := os.Stat(filepath.Join(filepath.Dir(path), "meta.key")); err == nil {
+		return false, nil // encrypted
+	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil

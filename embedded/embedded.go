@@ -17,6 +17,12 @@ import (
 	"github.com/orderstore/orderstore/natsserver/server"
 )
 
+// The ciphers of Config.Cipher.
+const (
+	CipherChaCha = "chacha20-poly1305"
+	CipherAES    = "aes-256-gcm"
+)
+
 // Config describes one embedded server. It is plain data; the zero value is
 // valid except for StoreDir.
 type Config struct {
@@ -62,6 +68,11 @@ type Config struct {
 	// background syncs (0 means nats' default, 2 min). Ignored by streams
 	// of a cluster, whose durability is their Raft log's.
 	GroupCommit bool
+
+	// EncryptionKey, when set, encrypts every stream and bucket the server
+	// stores (nats' JetStream store encryption) with Cipher: CipherChaCha
+	// ("" too) or CipherAES.
+	EncryptionKey, Cipher string
 
 	// GroupCommitRound, if set, is called after each group commit round
 	// that synced: the stream, the acks it released and the sync's time.
@@ -312,6 +323,10 @@ func (c Config) Validate() error {
 	if c.MaxMemory < 0 || c.MaxStore < 0 {
 		errs = append(errs, errors.New("MaxMemory, MaxStore: must not be negative"))
 	}
+	switch {
+	case c.Cipher != "" && c.Cipher != CipherChaCha && c.Cipher != CipherAES:
+		errs = append(errs, fmt.Errorf("Cipher: %q is none of %q and %q", c.Cipher, CipherChaCha, CipherAES))
+	}
 	if c.SyncInterval < 0 {
 		errs = append(errs, fmt.Errorf("SyncInterval: %s is negative", c.SyncInterval))
 	}
@@ -494,6 +509,13 @@ func (c Config) options() (*server.Options, error) {
 	}
 	if o.JetStreamMaxStore == 0 {
 		o.JetStreamMaxStore = defaultMaxStore
+	}
+	if c.EncryptionKey != "" {
+		o.JetStreamKey = c.EncryptionKey
+		o.JetStreamCipher = server.ChaCha
+		if c.Cipher == CipherAES {
+			o.JetStreamCipher = server.AES
+		}
 	}
 	o.JetStreamAdmit, o.AwaitInterest = c.Admit, c.AwaitInterest
 	switch {

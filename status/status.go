@@ -232,6 +232,10 @@ type StoreStatus struct {
 	// jetstream.max_file_store.
 	JetStreamBytes    uint64 `json:"jetstream_bytes"`
 	JetStreamMaxBytes int64  `json:"jetstream_max_bytes"`
+	// Encrypted says whether the store is encrypted at rest, and Cipher
+	// with which cipher (never the key).
+	Encrypted bool   `json:"encrypted"`
+	Cipher    string `json:"cipher,omitempty"`
 }
 
 // BuildInfo is exported as orderstore_build_info and in /v1/status.

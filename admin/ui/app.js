@@ -48,7 +48,8 @@ function versionText(b) {
 function render(st, sent) {
   badge("status", st.status, st.status === "ready" ? "ok" : st.status === "recovering" ? "warn" : "bad");
   setText("version", versionText(st.build) + " · nats-server " + st.build.nats_server_version);
-  setText("durability", "durability: " + st.durability.mode + " — " + st.durability.description);
+  setText("durability", "durability: " + st.durability.mode + " — " + st.durability.description +
+    (st.store && st.store.encrypted ? " · encrypted at rest (" + st.store.cipher + ")" : " · not encrypted at rest"));
   renderIngest(st.ingest);
   renderValidation(st.validation);
   rbFromStatus(st.rebuild, sent);

@@ -41,6 +41,7 @@ commands:
   projection status                  the projection rebuild under way, or the last one
   backup   [-config FILE] DIR        back up the stream, dead letters and projection of a running instance
   restore  [-config FILE] DIR        restore a backup into an empty store (orderstore stopped)
+  key generate FILE                  write a new store encryption key to FILE (mode 0600)
   version                            print version, commit, build date, Go and nats-server versions
 
 The config path comes from -config, else $ORDERSTORE_CONFIG, else none.
@@ -70,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return backupCmd(ctx, rest, stdout, stderr)
 	case "restore":
 		return restoreCmd(ctx, rest, stdout, stderr)
+	case "key":
+		return keyCmd(rest, stdout, stderr)
 	case "version", "-version", "--version":
 		return versionCmd(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":

@@ -167,7 +167,7 @@ func exitCode(err error) int {
 	var drift *orderstore.DriftError
 	var invalid *orderstore.ValidationError
 	var file *orderstore.FileError
-	if errors.As(err, &drift) || errors.As(err, &invalid) || errors.As(err, &file) {
+	if errors.As(err, &drift) || errors.As(err, &invalid) || errors.As(err, &file) || errors.Is(err, orderstore.ErrEncryption) {
 		return exitUsage
 	}
 	return exitFailure

@@ -96,6 +96,11 @@ func printStatus(w io.Writer, st status.Status) {
 	}
 	fmt.Fprintf(tw, "store\t%s, %s free; JetStream stores %s of max_file_store %s\n", st.Store.Dir, config.ByteSize(st.Store.FreeBytes),
 		config.ByteSize(st.Store.JetStreamBytes), config.ByteSize(st.Store.JetStreamMaxBytes))
+	if st.Store.Encrypted {
+		fmt.Fprintf(tw, "  encryption\tat rest, %s\n", st.Store.Cipher)
+	} else {
+		fmt.Fprint(tw, "  encryption\tnone (jetstream.encryption_key_file encrypts a new store)\n")
+	}
 	printTopology(tw, st.Topology)
 	printValidation(tw, st.Validation)
 	if g := st.Guard; g != nil && g.Refused+g.Overloaded+g.ForeignConsumerRequests > 0 {

@@ -86,6 +86,10 @@ type JetStream struct {
 	DiskHeadroom   ByteSize   `toml:"disk_headroom"`                                   // free disk wanted beyond max_file_store
 	AllowLowDisk   bool       `toml:"allow_low_disk"`                                  // turn the free-disk check into a warning
 	Domain         string     `toml:"domain"`                                          // this node's JetStream domain (an edge's name)
+	// EncryptionKeyFile names the store's encryption key (at least 32 bytes, mode 0600); "" takes
+	// $CREDENTIALS_DIRECTORY/orderstore-encryption-key when systemd gives it, else no encryption.
+	EncryptionKeyFile string `toml:"encryption_key_file" lib:"-"`
+	Cipher            string `toml:"cipher"` // "chacha20-poly1305" (default) or "aes-256-gcm"; needs a key
 }
 
 // Stream is the ORDER_EVENTS stream and its retention limits.
@@ -170,6 +174,7 @@ func (c *Config) resolvePaths(dir string) {
 	tls := func(t *orderstore.TLSConfig) { rel(&t.CertFile); rel(&t.KeyFile); rel(&t.CAFile) }
 	rel(&c.JetStream.StoreDir)
 	rel(&c.Admin.TokenFile)
+	rel(&c.JetStream.EncryptionKeyFile)
 	tls(&c.Admin.TLS)
 	tls(&c.Server.TLS)
 	tls(&c.Cluster.TLS)

@@ -417,7 +417,8 @@ func TestKeyOf(t *testing.T) {
 func TestKeyTableCoversTheLibrary(t *testing.T) {
 	libraryOnly := map[string]bool{
 		"Logger": true, "Build": true, "Processor.Handler": true, "rebuildPace": true, // unexported: tests only
-		"Admin.ReadTimeout": true, "Admin.WriteTimeout": true, "Admin.IdleTimeout": true,
+		"JetStream.EncryptionKey": true, // read from jetstream.encryption_key_file
+		"Admin.ReadTimeout":       true, "Admin.WriteTimeout": true, "Admin.IdleTimeout": true,
 	}
 	var walk func(typ reflect.Type, path string)
 	walk = func(typ reflect.Type, path string) {

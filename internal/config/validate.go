@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 
@@ -85,6 +86,11 @@ func (c Config) Orderstore() (orderstore.Config, error) {
 	default:
 		o.Admin.Token = tok
 	}
+	if key, err := c.EncryptionKey(); err != nil {
+		errs = append(errs, err)
+	} else {
+		o.JetStream.EncryptionKey = key
+	}
 	for i, u := range c.Server.Users {
 		if u.PasswordFile == "" {
 			continue
@@ -97,6 +103,50 @@ func (c Config) Orderstore() (orderstore.Config, error) {
 		o.Server.Users[i].Password = pw
 	}
 	return o, errors.Join(errs...)
+}
+
+// EncryptionKey reads the store's encryption key: jetstream.encryption_key_file, else
+// the systemd credential orderstore.CredentialName, else none (""). The file
+// must be no one else's to read; one trailing newline is not part of the key.
+func (c Config) EncryptionKey() (string, error) {
+	path, key := c.JetStream.EncryptionKeyFile, "jetstream.encryption_key_file"
+	if path == "" {
+		if path = credential(orderstore.CredentialName); path == "" {
+			return "", nil
+		}
+		key = "the systemd credential " + orderstore.CredentialName
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("%s %q: %w", key, path, err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("%s %q: mode %04o lets other users read the store's key: chmod 600 %q", key, path, fi.Mode().Perm(), path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s %q: %w", key, path, err)
+	}
+	b = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
+	if len(b) < orderstore.MinEncryptionKeyLen {
+		return "", fmt.Errorf("%s %q: the key is %d bytes, want at least %d (make one with `orderstore key generate FILE`)",
+			key, path, len(b), orderstore.MinEncryptionKeyLen)
+	}
+	return string(b), nil
+}
+
+// credential is the path of systemd credential name, if systemd gave the
+// service one ($CREDENTIALS_DIRECTORY/name), else "".
+func credential(name string) string {
+	dir := os.Getenv("CREDENTIALS_DIRECTORY")
+	if dir == "" {
+		return ""
+	}
+	path := filepath.Join(dir, name)
+	if _, err := os.Stat(path); err != nil {
+		return ""
+	}
+	return path
 }
 
 // readSecretFile reads a secret from a file, without its trailing newline.
@@ -134,6 +184,9 @@ func (c Config) toOrderstore() orderstore.Config {
 	}
 	if c.Admin.TokenFile != "" && o.Admin.Token == "" {
 		o.Admin.Token = "<admin.token_file>"
+	}
+	if c.JetStream.EncryptionKeyFile != "" || credential(orderstore.CredentialName) != "" {
+		o.JetStream.EncryptionKey = strings.Repeat("k", orderstore.MinEncryptionKeyLen) // read by Orderstore; stands in for validation
 	}
 	return o
 }

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/orderstore/orderstore/internal/durable"
+)
+
+// keyCmd is `orderstore key generate FILE`: a new store encryption key,
+// 256 random bits in hex, written to FILE with mode 0600. It never
+// overwrites a file: a key in use would be lost with the store it opens.
+func keyCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 2 || args[0] != "generate" {
+		fmt.Fprint(stderr, "usage: orderstore key generate FILE\n  writes a new store encryption key to FILE (mode 0600); set jetstream.encryption_key_file to it\n")
+		return exitUsage
+	}
+	path := args[1]
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		printErr(stderr, err)
+		return exitFailure
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		printErr(stderr, withHint(fmt.Errorf("key generate: %q exists", path),
+			"a key in use opens its store and nothing else does: choose another file name, or move the old key away yourself"))
+		return exitUsage
+	}
+	if err != nil {
+		printErr(stderr, fmt.Errorf("key generate: %w", err))
+		return exitFailure
+	}
+	_, err = f.WriteString(hex.EncodeToString(raw) + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = durable.SyncDir(filepath.Dir(path)) // the new name survives a power cut
+	}
+	if err != nil {
+		os.Remove(path)
+		printErr(stderr, fmt.Errorf("key generate: %q: %w", path, err))
+		return exitFailure
+	}
+	fmt.Fprintf(stdout, "wrote a new encryption key to %s (mode 0600): set jetstream.encryption_key_file = %q; keep a copy apart from the store\n", path, path)
+	return exitOK
+}

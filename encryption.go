@@ -1,0 +1,95 @@
+package orderstore
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/orderstore/orderstore/internal/storedir"
+)
+
+// ErrEncryption is matched (errors.Is) when the encryption key does not fit
+// the store: missing, wrong, or given for a store written without one.
+var ErrEncryption = errors.New("store encryption")
+
+// cipherName is the cipher c names ("" is the default).
+func (j JetStreamConfig) cipherName() string {
+	if j.Cipher == "" {
+		return CipherChaCha
+	}
+	return j.Cipher
+}
+
+// keyWrite is when the store's key check is written.
+type keyWrite int
+
+const (
+	keyKeep keyWrite = iota // as it is
+	keyNow                  // a new encrypted store: before nats creates anything
+)
+
+// reencryptSteps is how a store gets another key or cipher: nats-server
+// v2.15.3 cannot convert one in place (with prev_encryption_key or another
+// cipher its state files and the consumer's fail to load).
+const reencryptSteps = "start with the store's key and cipher, take a backup (orderstore backup DIR), stop, " +
+	"move jetstream.store_dir away, then restore the backup with the new settings (orderstore restore -config FILE DIR)"
+
+// storeKey says whether j's key opens the store in dir, reading only: a
+// refusal changes no byte of the store.
+func storeKey(dir string, j JetStreamConfig) (write keyWrite, err error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return keyKeep, err
+	}
+	d := storedir.Dir(abs)
+	e, encrypted, err := d.ReadEncryption()
+	if err != nil {
+		return keyKeep, fmt.Errorf("%w: %w", ErrEncryption, err)
+	}
+	streams := d.HasStreams(StreamAccount) || d.HasStreams(legacyAccount)
+	switch {
+	case !encrypted && j.EncryptionKey == "":
+		return keyKeep, nil
+	case !encrypted && streams:
+		return keyKeep, withHint(fmt.Errorf("%w: store %q holds streams written without encryption, and orderstore does not encrypt a store in place",
+			ErrEncryption, abs),
+			"to keep it plain, leave jetstream.encryption_key_file out; to encrypt it: start without the key, take a backup "+
+				"(orderstore backup DIR), stop, move jetstream.store_dir away, then restore the backup with the key set "+
+				"(orderstore restore -config FILE DIR): the restore writes every event encrypted")
+	case !encrypted:
+		return keyNow, nil
+	case j.EncryptionKey == "":
+		return keyKeep, withHint(fmt.Errorf("%w: store %q is encrypted (%s): nothing in it can be read without its key",
+			ErrEncryption, abs, e.Cipher),
+			"set jetstream.encryption_key_file to the key it was encrypted with (or give it as the systemd credential "+
+				CredentialName+")")
+	case e.Opens(j.EncryptionKey) && e.Cipher == j.cipherName():
+		return keyKeep, nil
+	case e.Opens(j.EncryptionKey):
+		return keyKeep, withHint(fmt.Errorf("%w: store %q is encrypted with %s, and jetstream.cipher is %s: orderstore does not convert a store in place",
+			ErrEncryption, abs, e.Cipher, j.cipherName()),
+			"set jetstream.cipher = \""+e.Cipher+"\"; to change the cipher: "+reencryptSteps)
+	default:
+		return keyKeep, withHint(fmt.Errorf("%w: the key of jetstream.encryption_key_file does not open store %q: it was encrypted with another key",
+			ErrEncryption, abs),
+			"give the key it was encrypted with; to change the key: "+reencryptSteps)
+	}
+}
+
+// writeStoreKey records j's key and cipher as the store's.
+func writeStoreKey(dir string, j JetStreamConfig) error {
+	return storedir.Dir(dir).WriteEncryption(storedir.Encryption{Cipher: j.cipherName(), KeyCheck: storedir.KeyCheck(j.EncryptionKey)})
+}
+
+// CredentialName is the systemd credential the key may come from
+// ($CREDENTIALS_DIRECTORY/orderstore-encryption-key), when the config
+// names no key file.
+const CredentialName = "orderstore-encryption-key"
+
+// cipherOf is the cipher the store is encrypted with, "" when plain.
+func cipherOf(j JetStreamConfig) string {
+	if j.EncryptionKey == "" {
+		return ""
+	}
+	return j.cipherName()
+}

@@ -1,0 +1,213 @@
+package orderstore_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/orderstoretest"
+)
+
+const (
+	keyA = "0123456789abcdef0123456789abcdef-key-A"
+	keyB = "fedcba9876543210fedcba9876543210-key-B"
+)
+
+// withKey sets the store's encryption key.
+func withKey(key string) func(*orderstore.Config) {
+	return func(c *orderstore.Config) { c.JetStream.EncryptionKey = key }
+}
+
+// onStore starts every appliance of a test on one store directory.
+func onStore(dir string) func(*orderstore.Config) {
+	return func(c *orderstore.Config) { c.JetStream.StoreDir = dir }
+}
+
+// publishProjected publishes an event of order id carrying marker in its
+// payload and status, and waits until the projection holds it.
+func publishProjected(t *testing.T, app *orderstore.Appliance, id, marker string) {
+	t.Helper()
+	ctx := context.Background()
+	body := fmt.Sprintf(`{"order_id":%q,"status":"s-%s","customer":%q}`, id, marker, marker)
+	if _, err := app.Publish(ctx, "orders.created", []byte(body), jetstream.WithMsgID(id+"-created")); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		o, err := app.Order(ctx, id)
+		if err != nil {
+			return err
+		}
+		if o.Status != "s-"+marker {
+			return fmt.Errorf("order %s status %q", id, o.Status)
+		}
+		return nil
+	})
+}
+
+// closeApp stops app (orderstoretest's cleanup closes it again, a no-op).
+func closeApp(t *testing.T, app *orderstore.Appliance) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := app.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// filesHolding lists the files under dir whose bytes contain s.
+func filesHolding(t *testing.T, dir, s string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err == nil && bytes.Contains(b, []byte(s)) {
+			out = append(out, path)
+		}
+		return nil
+	})
+	return out
+}
+
+// storeState is every file under dir with a hash of its bytes.
+func storeState(t *testing.T, dir string) map[string][32]byte {
+	t.Helper()
+	out := map[string][32]byte{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		out[path] = sha256.Sum256(b)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// An encrypted store holds no event payload, status or order id in plain
+// text: not in the stream, the projection, the history index, the dead
+// letters or the consumer's state, while it runs and after it stopped.
+func TestEncryptedStoreHoldsNoPlainText(t *testing.T) {
+	dir := t.TempDir()
+	app := orderstoretest.Start(t, onStore(dir), withKey(keyA))
+	const marker = "Xq7MarkerCustomerName"
+	publishProjected(t, app, "enc-order-1", marker)
+	// A poison event: a dead letter carries the payload too.
+	if _, err := app.Publish(context.Background(), "orders.created", []byte(`{"no_order":"`+marker+`-dead"}`)); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		dls, _, err := app.DeadLetters(context.Background(), 0, 10)
+		if err == nil && len(dls) != 1 {
+			err = fmt.Errorf("%d dead letters", len(dls))
+		}
+		return err
+	})
+	if got := filesHolding(t, dir, marker); len(got) > 0 {
+		t.Errorf("while it runs, the marker is in plain text in %q", got)
+	}
+	// Status and metrics say so, with the cipher; never the key.
+	for path, want := range map[string]string{
+		"/v1/status": `"encrypted": true`,
+		"/metrics":   `orderstore_store_encrypted{cipher="chacha20-poly1305"} 1`,
+	} {
+		req := httptest.NewRequest("GET", path, nil)
+		req.Host = "127.0.0.1"
+		rec := httptest.NewRecorder()
+		app.Handler().ServeHTTP(rec, req)
+		if body := rec.Body.String(); rec.Code != 200 || !strings.Contains(body, want) || strings.Contains(body, keyA) {
+			t.Errorf("%s: %d, want %q and not the key:\n%.2000s", path, rec.Code, want, body)
+		}
+	}
+	closeApp(t, app)
+	for _, s := range []string{marker, "enc-order-1"} {
+		if got := filesHolding(t, dir, s); len(got) > 0 {
+			t.Errorf("after a stop, %q is in plain text in %q", s, got)
+		}
+	}
+	// The control: the same in a plain store is found, so the search works.
+	plain := t.TempDir()
+	papp := orderstoretest.Start(t, onStore(plain))
+	publishProjected(t, papp, "enc-order-1", marker)
+	closeApp(t, papp)
+	if got := filesHolding(t, plain, marker); len(got) == 0 {
+		t.Fatal("the marker is found in no file of a plain store: the search is broken")
+	}
+	// Started again with the key, everything is there.
+	app = orderstoretest.Start(t, onStore(dir), withKey(keyA))
+	if o, err := app.Order(context.Background(), "enc-order-1"); err != nil || o.Status != "s-"+marker {
+		t.Errorf("after a restart: %+v, %v", o, err)
+	}
+}
+
+// A start with a wrong key, no key, or a key for a plain store is refused
+// before anything is written: no byte of the store changes.
+func TestWrongKeyChangesNothing(t *testing.T) {
+	encrypted, plain := t.TempDir(), t.TempDir()
+	app := orderstoretest.Start(t, onStore(encrypted), withKey(keyA))
+	publishProjected(t, app, "k-1", "one")
+	closeApp(t, app)
+	app = orderstoretest.Start(t, onStore(plain))
+	publishProjected(t, app, "p-1", "one")
+	closeApp(t, app)
+
+	for _, c := range []struct {
+		name, dir, key, cipher, says string
+	}{
+		{"wrong key", encrypted, keyB, "", "does not open store"},
+		{"no key", encrypted, "", "", "is encrypted (chacha20-poly1305)"},
+		// nats-server v2.15.3 converts neither a key nor a cipher in place
+		// (its state files fail to load): a backup and a restore do.
+		{"another cipher", encrypted, keyA, orderstore.CipherAES, "is encrypted with chacha20-poly1305, and jetstream.cipher is aes-256-gcm"},
+		{"a key for a plain store", plain, keyA, "", "written without encryption"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := storeState(t, c.dir)
+			cfg := orderstoretest.Config(t)
+			cfg.JetStream.StoreDir = c.dir
+			cfg.JetStream.EncryptionKey, cfg.JetStream.Cipher = c.key, c.cipher
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			app, err := orderstore.Start(ctx, cfg)
+			if err == nil {
+				app.Close(ctx)
+				t.Fatal("started")
+			}
+			if !errors.Is(err, orderstore.ErrEncryption) || !strings.Contains(err.Error(), c.says) || hintOf(err) == "" {
+				t.Errorf("error %v (hint %q), want ErrEncryption saying %q, with a hint", err, hintOf(err), c.says)
+			}
+			after := storeState(t, c.dir)
+			for path, h := range before {
+				if a, ok := after[path]; !ok || a != h {
+					t.Errorf("%s changed (present %v)", path, ok)
+				}
+			}
+			for path := range after {
+				if _, ok := before[path]; !ok {
+					t.Errorf("%s appeared", path)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,69 @@
+package storedir
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/orderstore/orderstore/internal/durable"
+)
+
+// EncryptionFile is a file in the store directory of an encrypted store:
+// its cipher and a check of its key, so that a start with a wrong or no
+// key is refused before nats reads (or moves aside) what it cannot decrypt.
+const EncryptionFile = "encryption.json"
+
+// Encryption is what EncryptionFile holds. KeyCheck is KeyCheck(key): it
+// tells a key from another, and nothing about the key.
+type Encryption struct {
+	Cipher   string `json:"cipher"`
+	KeyCheck string `json:"key_check"`
+}
+
+// KeyCheck is an HMAC-SHA256 of a fixed text under key, in hex.
+func KeyCheck(key string) string {
+	m := hmac.New(sha256.New, []byte(key))
+	m.Write([]byte("orderstore store encryption key check, v1"))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// Opens reports whether key is the store's.
+func (e Encryption) Opens(key string) bool {
+	return key != "" && hmac.Equal([]byte(e.KeyCheck), []byte(KeyCheck(key)))
+}
+
+// ReadEncryption reads EncryptionFile; ok is false when there is none (a
+// plain store, or a new one).
+func (d Dir) ReadEncryption() (e Encryption, ok bool, err error) {
+	path := filepath.Join(string(d), EncryptionFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return Encryption{}, false, nil
+	}
+	if err != nil {
+		return Encryption{}, false, err
+	}
+	if err := json.Unmarshal(data, &e); err != nil || e.KeyCheck == "" {
+		return Encryption{}, false, fmt.Errorf("%q is damaged (%v): it says which key encrypts the store; "+
+			"restore it from a backup of the store directory", path, err)
+	}
+	return e, true, nil
+}
+
+// WriteEncryption writes e durably.
+func (d Dir) WriteEncryption(e Encryption) error {
+	data, err := json.MarshalIndent(e, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(string(d), EncryptionFile)
+	if err := durable.WriteFile(path, append(data, '\n'), 0o640); err != nil {
+		return fmt.Errorf("%q: %w", path, err)
+	}
+	return nil
+}
