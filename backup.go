@@ -62,6 +62,10 @@ func (a *Appliance) Backup(ctx context.Context, dir string, progress func(Backup
 	}
 	spec := a.spec
 	m := &BackupManifest{Format: 1, Created: time.Now().UTC(), Server: a.cfg.Server.Name, NATSServer: NATSServerVersion}
+	// A backup of an encrypted store is sealed with its key: a JetStream
+	// snapshot is plain text.
+	seal := backup.Seal{Key: a.cfg.JetStream.EncryptionKey, Cipher: cipherOf(a.cfg.JetStream)}
+	m.Sealed = seal.Cipher
 	var names []string
 	if spec.Projection != nil {
 		names = append(names, "KV_"+spec.Projection.Bucket)
@@ -91,7 +95,7 @@ func (a *Appliance) Backup(ctx context.Context, dir string, progress func(Backup
 		m.SettledThrough = ci.AckFloor.Stream
 	}
 	for _, name := range names {
-		bs, err := backup.Snapshot(ctx, a.internal.Conn, name, filepath.Join(dir, name), progress)
+		bs, err := backup.Snapshot(ctx, a.internal.Conn, name, filepath.Join(dir, name), seal, progress)
 		if err != nil {
 			return nil, fmt.Errorf("backup %q: %w", name, err)
 		}
@@ -113,10 +117,45 @@ func ReadBackupManifest(dir string) (*BackupManifest, error) { return backup.Rea
 // starts nats on it (no listener), restores each stream through
 // JetStream's restore API, and stops. Start the appliance afterwards.
 func Restore(ctx context.Context, cfg Config, dir string, progress func(BackupProgress)) (*BackupManifest, error) {
+	return RestoreWith(ctx, cfg, dir, RestoreOptions{Progress: progress})
+}
+
+// RestoreOptions are Restore's choices beyond the config.
+type RestoreOptions struct {
+	// BackupKey opens a sealed backup (one of an encrypted store) when it
+	// was sealed with another key than cfg's: a restore into a store with
+	// a new key, or into a plain one. "" is cfg's key.
+	BackupKey string
+	// Progress, if set, is called every few chunks.
+	Progress func(BackupProgress)
+}
+
+// RestoreWith is Restore with opts. The restored store is encrypted with
+// cfg's key, if set, whatever the backup was sealed with.
+func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOptions) (*BackupManifest, error) {
+	progress := opts.Progress
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	m, err := ReadBackupManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	key := ""
+	if m.Sealed != "" {
+		if key = opts.BackupKey; key == "" {
+			key = cfg.JetStream.EncryptionKey
+		}
+		if key == "" {
+			return nil, withHint(fmt.Errorf("%w: backup %q is sealed (%s): restoring it needs the key of the store it came from", ErrEncryption, dir, m.Sealed),
+				"give that key: jetstream.encryption_key_file in the config restored into, or orderstore restore -backup-key-file FILE")
+		}
+		if err := backup.CheckSealKey(dir, m, key); err != nil {
+			return nil, withHint(fmt.Errorf("%w: backup %q: %w", ErrEncryption, dir, err),
+				"give the key of the store the backup came from (orderstore restore -backup-key-file FILE)")
+		}
+	}
+	keyWrite, err := storeKey(cfg.JetStream.StoreDir, cfg.JetStream)
 	if err != nil {
 		return nil, err
 	}
@@ -129,6 +168,12 @@ func Restore(ctx context.Context, cfg Config, dir string, progress func(BackupPr
 		if storedir.Dir(rep.StoreDir).HasStreams(acc) {
 			return nil, withHint(fmt.Errorf("restore: store %q already holds streams", rep.StoreDir),
 				"restore into an empty jetstream.store_dir (move the old one away first)")
+		}
+	}
+	if keyWrite == keyNow {
+		// Before nats writes anything: the store is the key's from the start.
+		if err := writeStoreKey(rep.StoreDir, cfg.JetStream); err != nil {
+			return nil, err
 		}
 	}
 	id, err := natsconf.NewIdentity()
@@ -163,7 +208,7 @@ func Restore(ctx context.Context, cfg Config, dir string, progress func(BackupPr
 	}
 	defer nc.Close()
 	for _, s := range m.Streams {
-		if err := backup.RestoreStream(ctx, nc, filepath.Join(dir, s.Name), s, progress); err != nil {
+		if err := backup.RestoreStream(ctx, nc, filepath.Join(dir, s.Name), s, key, progress); err != nil {
 			return nil, fmt.Errorf("restore %q: %w", s.Name, err)
 		}
 	}

@@ -211,3 +211,65 @@ func TestWrongKeyChangesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A backup of an encrypted store is sealed with its key: no payload in
+// plain text. Restoring it needs that key; given it, it restores into a
+// store with a new key (a rotation) or into a plain store (encryption
+// turned off).
+func TestEncryptedBackupAndRestore(t *testing.T) {
+	app := orderstoretest.Start(t, withKey(keyA))
+	const marker = "Zk4BackupMarker"
+	publishProjected(t, app, "b-1", marker)
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "backup")
+	m, err := app.Backup(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Sealed != orderstore.CipherChaCha {
+		t.Errorf("manifest sealed %q, want %q", m.Sealed, orderstore.CipherChaCha)
+	}
+	for _, s := range []string{marker, "b-1"} {
+		if got := filesHolding(t, dir, s); len(got) > 0 {
+			t.Errorf("%q is in plain text in the backup: %q", s, got)
+		}
+	}
+
+	refused := func(name string, cfg orderstore.Config, opts orderstore.RestoreOptions, says string) {
+		t.Helper()
+		before := storeState(t, cfg.JetStream.StoreDir)
+		_, err := orderstore.RestoreWith(ctx, cfg, dir, opts)
+		if !errors.Is(err, orderstore.ErrEncryption) || !strings.Contains(err.Error(), says) || hintOf(err) == "" {
+			t.Errorf("%s: %v (hint %q), want ErrEncryption saying %q", name, err, hintOf(err), says)
+		}
+		if after := storeState(t, cfg.JetStream.StoreDir); len(after) != len(before) {
+			t.Errorf("%s: the store changed: %d files, %d before", name, len(after), len(before))
+		}
+	}
+	plain := orderstoretest.Config(t)
+	refused("no key", plain, orderstore.RestoreOptions{}, "is sealed (chacha20-poly1305)")
+	other := orderstoretest.Config(t)
+	withKey(keyB)(&other)
+	refused("another key", other, orderstore.RestoreOptions{}, "sealed with another key")
+
+	// A new key: the backup opens with the old one.
+	if _, err := orderstore.RestoreWith(ctx, other, dir, orderstore.RestoreOptions{BackupKey: keyA}); err != nil {
+		t.Fatalf("restore with the backup's key into a store with a new key: %v", err)
+	}
+	rotated := orderstoretest.Start(t, func(c *orderstore.Config) { *c = other })
+	if o, err := rotated.Order(ctx, "b-1"); err != nil || o.Status != "s-"+marker {
+		t.Errorf("restored with a new key: %+v, %v", o, err)
+	}
+	closeApp(t, rotated)
+	if got := filesHolding(t, other.JetStream.StoreDir, marker); len(got) > 0 {
+		t.Errorf("the store restored with a new key holds the marker in plain text: %q", got)
+	}
+	// Encryption off: a plain store from the sealed backup.
+	if _, err := orderstore.RestoreWith(ctx, plain, dir, orderstore.RestoreOptions{BackupKey: keyA}); err != nil {
+		t.Fatalf("restore into a plain store: %v", err)
+	}
+	off := orderstoretest.Start(t, func(c *orderstore.Config) { *c = plain })
+	if o, err := off.Order(ctx, "b-1"); err != nil || o.Status != "s-"+marker {
+		t.Errorf("restored into a plain store: %+v, %v", o, err)
+	}
+}

@@ -95,12 +95,22 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "config file (default: $ORDERSTORE_CONFIG, else built-in defaults)")
+	backupKey := fs.String("backup-key-file", "", "the key a sealed backup was made with, when it is not the config's (a new key, or a plain store)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: orderstore restore [-config FILE] DIR")
+		fmt.Fprintln(stderr, "usage: orderstore restore [-config FILE] [-backup-key-file FILE] DIR")
 		return exitUsage
+	}
+	var opts orderstore.RestoreOptions
+	if *backupKey != "" {
+		k, err := config.ReadKeyFile("-backup-key-file", *backupKey)
+		if err != nil {
+			printErr(stderr, err)
+			return exitUsage
+		}
+		opts.BackupKey = k
 	}
 	fc, _, err := loadConfig(*configPath)
 	if err != nil {
@@ -120,7 +130,8 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return "restore: starting"
 	})
-	m, err := orderstore.Restore(ctx, cfg, fs.Arg(0), func(p orderstore.BackupProgress) { cur.Store(&p) })
+	opts.Progress = func(p orderstore.BackupProgress) { cur.Store(&p) }
+	m, err := orderstore.RestoreWith(ctx, cfg, fs.Arg(0), opts)
 	stop()
 	if err != nil {
 		printErr(stderr, err)

@@ -35,6 +35,9 @@ type Manifest struct {
 	Server     string    `json:"server"`
 	NATSServer string    `json:"nats_server"`
 	Streams    []Stream  `json:"streams"`
+	// Sealed names the cipher the stream files are sealed with (the
+	// store's key: seal.go); "" for a backup of a plain store.
+	Sealed string `json:"sealed,omitempty"`
 	// SettledThrough is the processor's ack floor as the backup began
 	// (before the projection's snapshot): every event up to it is applied
 	// in the projection or held by the dead letters. Zero: no processor.
@@ -67,9 +70,13 @@ type Progress struct {
 	BytesTotal    uint64 // the stream's size (the snapshot is compressed: usually less arrives)
 }
 
+// Seal is the key and cipher a backup's data files are sealed with; the
+// zero Seal writes them plain.
+type Seal struct{ Key, Cipher string }
+
 // Snapshot saves one stream's snapshot (without its consumers)
-// through JetStream's snapshot API into dir.
-func Snapshot(ctx context.Context, nc *nats.Conn, name, dir string, progress func(Progress)) (*Stream, error) {
+// through JetStream's snapshot API into dir, sealed with seal's key if set.
+func Snapshot(ctx context.Context, nc *nats.Conn, name, dir string, seal Seal, progress func(Progress)) (*Stream, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -79,7 +86,14 @@ func Snapshot(ctx context.Context, nc *nats.Conn, name, dir string, progress fun
 	}
 	defer f.Close()
 	h := sha256.New()
-	w := io.MultiWriter(f, h)
+	var w io.Writer = io.MultiWriter(f, h) // the checksum is of the file as stored
+	var sealer io.WriteCloser
+	if seal.Key != "" {
+		if sealer, err = NewSealWriter(w, seal.Key, seal.Cipher); err != nil {
+			return nil, err
+		}
+		w = sealer
+	}
 
 	inbox := nc.NewRespInbox()
 	done := make(chan error, 1)
@@ -141,6 +155,11 @@ func Snapshot(ctx context.Context, nc *nats.Conn, name, dir string, progress fun
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	if sealer != nil {
+		if err := sealer.Close(); err != nil {
+			return nil, err
+		}
+	}
 	if err := f.Sync(); err != nil {
 		return nil, err
 	}
@@ -200,8 +219,9 @@ func ReadManifest(dir string) (*Manifest, error) {
 
 // RestoreStream restores one stream's snapshot, saved in dir, through
 // JetStream's restore API on nc, and checks that the restored stream ends
-// where the manifest says.
-func RestoreStream(ctx context.Context, nc *nats.Conn, dir string, s Stream, progress func(Progress)) error {
+// where the manifest says. key opens a sealed snapshot ("" for a plain
+// one).
+func RestoreStream(ctx context.Context, nc *nats.Conn, dir string, s Stream, key string, progress func(Progress)) error {
 	meta, err := os.ReadFile(filepath.Join(dir, metaFile))
 	if err != nil {
 		return err
@@ -231,10 +251,19 @@ func RestoreStream(ctx context.Context, nc *nats.Conn, dir string, s Stream, pro
 		return err
 	}
 	defer f.Close()
+	var data io.Reader = f
+	if key != "" {
+		if data, err = NewOpenReader(f, key); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Join(dir, dataFile), err)
+		}
+	}
 	buf := make([]byte, 64<<10)
 	var sent int64
 	for n := 0; ; n++ {
-		k, err := f.Read(buf)
+		k, err := io.ReadFull(data, buf)
+		if errors.Is(err, io.ErrUnexpectedEOF) && k > 0 {
+			err = io.EOF // the last, short chunk
+		}
 		if k > 0 {
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			r, err := nc.RequestWithContext(cctx, rr.DeliverSubject, buf[:k])

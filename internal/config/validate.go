@@ -116,6 +116,13 @@ func (c Config) EncryptionKey() (string, error) {
 		}
 		key = "the systemd credential " + orderstore.CredentialName
 	}
+	return ReadKeyFile(key, path)
+}
+
+// ReadKeyFile reads an encryption key from path (named key in errors): the
+// file must be no one else's to read, and one trailing newline is not part
+// of the key.
+func ReadKeyFile(key, path string) (string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return "", fmt.Errorf("%s %q: %w", key, path, err)
