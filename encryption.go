@@ -31,8 +31,9 @@ const (
 // reencryptSteps is how a store gets another key or cipher: nats-server
 // v2.15.3 cannot convert one in place (with prev_encryption_key or another
 // cipher its state files and the consumer's fail to load).
-const reencryptSteps = "start with the store's key and cipher, take a backup (orderstore backup DIR), stop, " +
-	"move jetstream.store_dir away, then restore the backup with the new settings (orderstore restore -config FILE DIR)"
+const reencryptSteps = "start with the store's key and cipher, take a backup (orderstore backup DIR: sealed with that key), " +
+	"stop, move jetstream.store_dir away, then restore the backup with the new settings and the old key " +
+	"(orderstore restore -config FILE -backup-key-file OLD_KEY_FILE DIR)"
 
 // storeKey says whether j's key opens the store in dir, reading only: a
 // refusal changes no byte of the store.
@@ -62,7 +63,7 @@ func storeKey(dir string, j JetStreamConfig) (write keyWrite, err error) {
 		return keyKeep, withHint(fmt.Errorf("%w: store %q is encrypted (%s): nothing in it can be read without its key",
 			ErrEncryption, abs, e.Cipher),
 			"set jetstream.encryption_key_file to the key it was encrypted with (or give it as the systemd credential "+
-				CredentialName+")")
+				CredentialName+"); to turn encryption off: "+reencryptSteps+", the config naming no key")
 	case e.Opens(j.EncryptionKey) && e.Cipher == j.cipherName():
 		return keyKeep, nil
 	case e.Opens(j.EncryptionKey):

@@ -186,3 +186,52 @@ func TestSecretFileWarnings(t *testing.T) {
 		t.Errorf("warnings for a config without secrets: %q", w)
 	}
 }
+
+// The key comes from jetstream.encryption_key_file, else from systemd's
+// credential orderstore-encryption-key; a key file others can read, or a
+// short key, is refused naming the key and the file.
+func TestEncryptionKeySources(t *testing.T) {
+	dir := t.TempDir()
+	key := strings.Repeat("k", 40)
+	write := func(name, body string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, mode)
+		return p
+	}
+	creds := filepath.Join(dir, "creds")
+	os.Mkdir(creds, 0o700)
+	t.Setenv("CREDENTIALS_DIRECTORY", creds)
+	// No file, no credential: a plain store.
+	if got, err := (Config{}).EncryptionKey(); err != nil || got != "" {
+		t.Errorf("no key: %q, %v", got, err)
+	}
+	// The credential (mode 0440: systemd's, no mode check).
+	write("creds/orderstore-encryption-key", key+"\n", 0o440)
+	if got, err := (Config{}).EncryptionKey(); err != nil || got != key {
+		t.Errorf("credential: %q, %v; want the key without its newline", got, err)
+	}
+	// A key file wins over the credential.
+	var c Config
+	c.JetStream.EncryptionKeyFile = write("file.key", key+"-file\n", 0o600)
+	if got, err := c.EncryptionKey(); err != nil || got != key+"-file" {
+		t.Errorf("key file: %q, %v", got, err)
+	}
+	for name, tc := range map[string]struct {
+		body string
+		mode os.FileMode
+		says string
+	}{
+		"readable by others": {key, 0o644, "chmod 600"},
+		"readable by group":  {key, 0o640, "chmod 600"},
+		"short":              {"short-key", 0o600, "the key is 9 bytes, want at least 32"},
+	} {
+		c.JetStream.EncryptionKeyFile = write(name, tc.body, tc.mode)
+		_, err := c.EncryptionKey()
+		if err == nil || !strings.Contains(err.Error(), "jetstream.encryption_key_file") || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v, want it to name the key and say %q", name, err, tc.says)
+		}
+	}
+}

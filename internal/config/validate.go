@@ -109,25 +109,29 @@ func (c Config) Orderstore() (orderstore.Config, error) {
 // the systemd credential orderstore.CredentialName, else none (""). The file
 // must be no one else's to read; one trailing newline is not part of the key.
 func (c Config) EncryptionKey() (string, error) {
-	path, key := c.JetStream.EncryptionKeyFile, "jetstream.encryption_key_file"
-	if path == "" {
-		if path = credential(orderstore.CredentialName); path == "" {
-			return "", nil
-		}
-		key = "the systemd credential " + orderstore.CredentialName
+	if path := c.JetStream.EncryptionKeyFile; path != "" {
+		return ReadKeyFile("jetstream.encryption_key_file", path)
 	}
-	return ReadKeyFile(key, path)
+	path := credential(orderstore.CredentialName)
+	if path == "" {
+		return "", nil
+	}
+	// systemd keeps credentials where only the service can read them (its
+	// own file system, mode 0500 and 0400 or 0440): no mode check.
+	return readKey("the systemd credential "+orderstore.CredentialName, path, false)
 }
 
 // ReadKeyFile reads an encryption key from path (named key in errors): the
 // file must be no one else's to read, and one trailing newline is not part
 // of the key.
-func ReadKeyFile(key, path string) (string, error) {
+func ReadKeyFile(key, path string) (string, error) { return readKey(key, path, true) }
+
+func readKey(key, path string, private bool) (string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return "", fmt.Errorf("%s %q: %w", key, path, err)
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
+	if private && fi.Mode().Perm()&0o077 != 0 {
 		return "", fmt.Errorf("%s %q: mode %04o lets other users read the store's key: chmod 600 %q", key, path, fi.Mode().Perm(), path)
 	}
 	b, err := os.ReadFile(path)
