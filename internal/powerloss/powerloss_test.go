@@ -71,6 +71,9 @@ func applianceConfig(store string, m syncMode) orderstore.Config {
 	cfg.JetStream.DiskHeadroom = 16 << 20
 	cfg.JetStream.Durability = m.durability
 	cfg.JetStream.SyncInterval = m.interval
+	if m.encrypted {
+		cfg.JetStream.EncryptionKey = "powerloss-test-key-0123456789abcdef"
+	}
 	cfg.Stream.MaxBytes = 256 << 20
 	cfg.Server.Port = -1
 	cfg.Admin.Listen = ""
@@ -121,6 +124,7 @@ type syncMode struct {
 	name       string
 	durability string        // jetstream.durability
 	interval   time.Duration // jetstream.sync_interval ("interval" only)
+	encrypted  bool          // the store encrypted at rest
 }
 
 // strict reports whether the mode promises that no acknowledged event is
@@ -128,9 +132,12 @@ type syncMode struct {
 func (m syncMode) strict() bool { return m.durability != orderstore.DurabilityInterval }
 
 var modes = map[string]syncMode{
-	"group-commit": {"group-commit", orderstore.DurabilityGroupCommit, 0},
-	"always":       {"always", orderstore.DurabilityAlways, 0},
-	"1s":           {"1s", orderstore.DurabilityInterval, time.Second},
+	"group-commit": {"group-commit", orderstore.DurabilityGroupCommit, 0, false},
+	"always":       {"always", orderstore.DurabilityAlways, 0, false},
+	"1s":           {"1s", orderstore.DurabilityInterval, time.Second, false},
+	// Group commit on an encrypted store: nats encrypts each block as it
+	// writes it, and one sync still covers every ack it releases.
+	"group-commit-encrypted": {"group-commit-encrypted", orderstore.DurabilityGroupCommit, 0, true},
 }
 
 func TestPowerLoss(t *testing.T) {
@@ -140,7 +147,7 @@ func TestPowerLoss(t *testing.T) {
 	}
 	t.Logf("seed %d (-powerloss.seed %d repeats it), %d cuts per subtest", seed, seed, *cutsFlag)
 	for _, v := range []variant{{"fuse", false}, {"ext4", true}} {
-		for _, m := range []syncMode{modes["group-commit"], modes["always"], modes["1s"]} {
+		for _, m := range []syncMode{modes["group-commit"], modes["always"], modes["1s"], modes["group-commit-encrypted"]} {
 			t.Run(v.name+"/"+m.name, func(t *testing.T) {
 				runCuts(t, v, m, rand.New(rand.NewPCG(seed, uint64(len(v.name)*10+len(m.name)))))
 			})
