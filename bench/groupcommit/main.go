@@ -10,7 +10,10 @@
 //   - orderstore-group-commit-validated: group commit with schema
 //     validation at ingest (an order-created JSON Schema on
 //     orders.created), to price validation against orderstore-group-commit
-//     in the same run (not in the default set: name it in -only).
+//     in the same run (not in the default set: name it in -only);
+//   - orderstore-group-commit-encrypted: group commit on a store encrypted
+//     at rest, to price encryption against orderstore-group-commit (name it
+//     in -only too).
 //
 // Each target gets a fresh store with ORDER_EVENTS (orders.>). A Go load
 // generator runs 1, 8 and 64 concurrent producers (each its own TCP
@@ -70,7 +73,7 @@ var (
 	noProc    = flag.Bool("no-processor", false, "run orderstore without its processor (the ingest path alone)")
 	verbose   = flag.Bool("v", false, "print group commit's syncs per cell")
 	reps      = flag.Int("reps", 3, "runs of each cell per target, in alternating order; the median is reported")
-	only      = flag.String("only", "", "comma-separated targets to run (nats-always, orderstore-always, orderstore-group-commit, nats-relaxed; orderstore-group-commit-validated runs only when named here)")
+	only      = flag.String("only", "", "comma-separated targets to run (nats-always, orderstore-always, orderstore-group-commit, nats-relaxed; orderstore-group-commit-validated and orderstore-group-commit-encrypted run only when named here)")
 )
 
 type target struct {
@@ -83,6 +86,10 @@ type target struct {
 
 // validatedTarget is group commit with schema validation at ingest.
 const validatedTarget = "orderstore-group-commit-validated"
+
+// encryptedTarget is group commit on a store encrypted at rest
+// (chacha20-poly1305).
+const encryptedTarget = "orderstore-group-commit-encrypted"
 
 type result struct {
 	target, load string
@@ -126,6 +133,9 @@ func main() {
 		{"orderstore-group-commit", orderstoreTarget(orderstore.DurabilityGroupCommit, ""), false},
 		{"nats-relaxed", natsTarget(2 * time.Minute), false},
 		{validatedTarget, orderstoreTarget(orderstore.DurabilityGroupCommit, schema), true},
+		{encryptedTarget, orderstoreTarget(orderstore.DurabilityGroupCommit, "", func(c *orderstore.Config) {
+			c.JetStream.EncryptionKey = "groupcommit-bench-key-0123456789abcdef"
+		}), false},
 	}
 	fmt.Printf("group commit figures: nats-server %s, %d CPU, stores in %s, %s per cell, %d reps (median)\n\n", server.VERSION, runtimeCPUs(), *dir, *cell, *reps)
 	// Every target runs at once (an idle one costs nothing); each load cell
@@ -139,7 +149,7 @@ func main() {
 	var live []running
 	for i, t := range targets {
 		named := slices.Contains(strings.Split(*only, ","), t.name)
-		if !named && (*only != "" || t.validated) {
+		if !named && (*only != "" || t.validated || t.name == encryptedTarget) {
 			continue
 		}
 		d := filepath.Join(*dir, fmt.Sprintf("%d-%s", i, t.name))
@@ -311,11 +321,14 @@ func natsTarget(syncInterval time.Duration) func(string) (string, func(), func()
 
 // orderstoreTarget is orderstore with durability; schema, when set, is
 // the JSON Schema file every orders.created event is validated against.
-func orderstoreTarget(durability, schema string) func(string) (string, func(), func() uint64, error) {
+func orderstoreTarget(durability, schema string, opts ...func(*orderstore.Config)) func(string) (string, func(), func() uint64, error) {
 	return func(dir string) (string, func(), func() uint64, error) {
 		cfg := orderstore.DefaultConfig()
 		cfg.JetStream.StoreDir = dir
 		cfg.JetStream.Durability = durability
+		for _, o := range opts {
+			o(&cfg)
+		}
 		if schema != "" {
 			cfg.Validation = orderstore.ValidationConfig{Schemas: map[string]string{"created": schema}, UnknownTypes: "accept"}
 		}
