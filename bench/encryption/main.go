@@ -1,0 +1,144 @@
+// Command encryption measures what encryption at rest costs a restart: it
+// fills a plain store and an encrypted one (chacha20-poly1305) with the
+// same events, then starts each again -reps times, alternating, and
+// reports the median time Start takes to return ready (the store read back,
+// the recovery check, the processor consuming) and the ratio encrypted ÷
+// plain.
+//
+//	go run ./bench/encryption                  # 1,000,000 events: a few minutes on 2 cores
+//	go run ./bench/encryption -events 100000 -dir /var/tmp
+//
+// Throughput encrypted vs plain is bench/groupcommit's:
+//
+//	go run ./bench/groupcommit -only orderstore-group-commit,orderstore-group-commit-encrypted
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore"
+)
+
+var (
+	dir    = flag.String("dir", "", "directory for the stores (default: a temporary one); its disk is what is measured")
+	events = flag.Int("events", 1_000_000, "events in each store")
+	size   = flag.Int("size", 128, "event size in bytes")
+	reps   = flag.Int("reps", 3, "restarts of each store, alternating; the median is reported")
+)
+
+const key = "encryption-bench-key-0123456789abcdef"
+
+func config(store string, encrypted bool) orderstore.Config {
+	cfg := orderstore.DefaultConfig()
+	cfg.JetStream.StoreDir = store
+	cfg.Server.Port = -1
+	cfg.Admin.Listen = ""
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	if encrypted {
+		cfg.JetStream.EncryptionKey = key
+	}
+	return cfg
+}
+
+func start(cfg orderstore.Config) (*orderstore.Appliance, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	app, err := orderstore.Start(ctx, cfg)
+	if err != nil {
+		log.Fatalf("start %s: %v", cfg.JetStream.StoreDir, err)
+	}
+	return app, time.Since(t0)
+}
+
+func stop(app *orderstore.Appliance) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := app.Close(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// fill publishes the events (1,000 orders) and waits until the processor
+// has applied them all.
+func fill(app *orderstore.Appliance) time.Duration {
+	nc, err := nats.Connect(app.ClientURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	t0 := time.Now()
+	pad := make([]byte, max(0, *size-40))
+	for i := range pad {
+		pad[i] = 'x'
+	}
+	for i := range *events {
+		if _, err := js.PublishAsync("orders.created", fmt.Appendf(nil, `{"order_id":"o-%d","n":"%s"}`, i%1000, pad)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+	for {
+		lag, err := app.Lag(context.Background())
+		if err == nil && lag.AckFloor >= uint64(*events) {
+			return time.Since(t0)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "encryption-bench-")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(d)
+		*dir = d
+	}
+	names := []string{"plain", "encrypted"}
+	cfgs := map[string]orderstore.Config{}
+	for _, n := range names {
+		cfgs[n] = config(filepath.Join(*dir, n), n == "encrypted")
+		app, _ := start(cfgs[n])
+		took := fill(app)
+		stop(app)
+		fmt.Printf("%-9s filled with %d events of %d B in %s (%.0f events/s, published and projected)\n",
+			n, *events, *size, took.Round(time.Millisecond), float64(*events)/took.Seconds())
+	}
+	times := map[string][]time.Duration{}
+	for rep := range *reps {
+		order := slices.Clone(names)
+		if rep%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, n := range order {
+			app, took := start(cfgs[n])
+			stop(app)
+			times[n] = append(times[n], took)
+			fmt.Printf("  rep %d %-9s restart %s\n", rep+1, n, took.Round(time.Millisecond))
+		}
+	}
+	median := func(ds []time.Duration) time.Duration {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	p, e := median(times["plain"]), median(times["encrypted"])
+	fmt.Printf("\nrestart with %d events (median of %d): plain %s, encrypted %s: encrypted ÷ plain %.2f\n",
+		*events, *reps, p.Round(time.Millisecond), e.Round(time.Millisecond), e.Seconds()/p.Seconds())
+}
