@@ -273,3 +273,69 @@ func TestEncryptedBackupAndRestore(t *testing.T) {
 		t.Errorf("restored into a plain store: %+v, %v", o, err)
 	}
 }
+
+// Every node encrypted, each with its own key: a 3-node R3 cluster
+// replicates, projects and takes a node back after a restart; an edge
+// forwards to a hub over its leaf link. No store holds the payload in
+// plain text.
+func TestEncryptedClusterAndEdgeHub(t *testing.T) {
+	ctx := context.Background()
+	const marker = "Wp3ClusterMarker"
+	cfgs := clusterConfigs(t)
+	for i := range cfgs {
+		withKey(fmt.Sprintf("cluster-node-%d-key-0123456789abcdef", i+1))(&cfgs[i])
+	}
+	apps := startAll(t, cfgs)
+	js := embeddedtest.JetStream(t, apps[0])
+	for i := range 10 {
+		if _, err := js.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":"ec-%d","customer":%q}`, i, marker)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range apps {
+		embeddedtest.WaitFor(t, 30*time.Second, func() error {
+			_, err := a.Order(ctx, "ec-9")
+			return err
+		})
+	}
+	// Node 3 stops and comes back on its encrypted store.
+	closeApp(t, apps[2])
+	back := startAll(t, cfgs[2:])[0]
+	embeddedtest.WaitFor(t, 60*time.Second, func() error {
+		st, err := embeddedtest.JetStream(t, back).Stream(ctx, "ORDER_EVENTS")
+		if err != nil {
+			return err
+		}
+		if m := st.CachedInfo().State.Msgs; m != 10 {
+			return fmt.Errorf("node 3 holds %d of 10 events", m)
+		}
+		_, err = back.Order(ctx, "ec-9")
+		return err
+	})
+	for i, c := range cfgs {
+		if got := filesHolding(t, c.JetStream.StoreDir, marker); len(got) > 0 {
+			t.Errorf("node %d holds the marker in plain text: %q", i+1, got)
+		}
+	}
+
+	leaf := orderstoretest.Addrs(t, 1)[0]
+	edgeDir, hubDir := t.TempDir(), t.TempDir()
+	edge := orderstoretest.Start(t, edgeConfig("edge-1", leaf), onStore(edgeDir), withKey(keyA))
+	hub := orderstoretest.Start(t, hubConfig(t, leaf, "edge-1"), onStore(hubDir), withKey(keyB))
+	ejs := embeddedtest.JetStream(t, edge)
+	for i := range 10 {
+		if _, err := ejs.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":"eh-%d","customer":%q}`, i, marker),
+			jetstream.WithMsgID(fmt.Sprint("eh-", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	embeddedtest.WaitFor(t, 60*time.Second, func() error {
+		_, err := hub.Order(ctx, "eh-9")
+		return err
+	})
+	for name, d := range map[string]string{"edge": edgeDir, "hub": hubDir} {
+		if got := filesHolding(t, d, marker); len(got) > 0 {
+			t.Errorf("the %s holds the marker in plain text: %q", name, got)
+		}
+	}
+}
