@@ -19,9 +19,12 @@ import (
 
 // damagedStore returns a config whose store holds n processed events (over
 // 100 orders), with the appliance stopped.
-func damagedStore(t *testing.T, n int) orderstore.Config {
+func damagedStore(t *testing.T, n int, opts ...func(*orderstore.Config)) orderstore.Config {
 	t.Helper()
 	cfg := orderstoretest.Config(t)
+	for _, o := range opts {
+		o(&cfg)
+	}
 	ctx := context.Background()
 	app, err := orderstore.Start(ctx, cfg)
 	if err != nil {
@@ -131,32 +134,37 @@ func TestDamagedBlockIsReportedAndNewEventsProject(t *testing.T) {
 			}
 		}},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			const n = 2000
-			cfg := damagedStore(t, n)
-			tt.damage(t, firstBlock(t, cfg))
-			app := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
-			if !hasNote(app, "acknowledged events were lost") {
-				t.Errorf("recovery notes %q lack the lost events", app.Recovery())
-			}
-			ctx := context.Background()
-			js := embeddedtest.JetStream(t, app)
-			s, err := js.Stream(ctx, "ORDER_EVENTS")
-			if err != nil {
-				t.Fatal(err)
-			}
-			last := s.CachedInfo().State.LastSeq
-			if last >= n {
-				t.Fatalf("stream ends at %d: the damage lost nothing, the test damaged nothing", last)
-			}
-			// What precedes the damage is intact.
-			for seq := uint64(1); seq <= last; seq += max(last/10, 1) {
-				if _, err := s.GetMsg(ctx, seq); err != nil {
-					t.Errorf("event %d before the damage: %v", seq, err)
+		for _, enc := range []struct {
+			name string
+			key  string
+		}{{"plain", ""}, {"encrypted", keyA}} {
+			t.Run(tt.name+"/"+enc.name, func(t *testing.T) {
+				const n = 2000
+				cfg := damagedStore(t, n, withKey(enc.key))
+				tt.damage(t, firstBlock(t, cfg))
+				app := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+				if !hasNote(app, "acknowledged events were lost") {
+					t.Errorf("recovery notes %q lack the lost events", app.Recovery())
 				}
-			}
-			newEventsProjected(t, app)
-		})
+				ctx := context.Background()
+				js := embeddedtest.JetStream(t, app)
+				s, err := js.Stream(ctx, "ORDER_EVENTS")
+				if err != nil {
+					t.Fatal(err)
+				}
+				last := s.CachedInfo().State.LastSeq
+				if last >= n {
+					t.Fatalf("stream ends at %d: the damage lost nothing, the test damaged nothing", last)
+				}
+				// What precedes the damage is intact.
+				for seq := uint64(1); seq <= last; seq += max(last/10, 1) {
+					if _, err := s.GetMsg(ctx, seq); err != nil {
+						t.Errorf("event %d before the damage: %v", seq, err)
+					}
+				}
+				newEventsProjected(t, app)
+			})
+		}
 	}
 }
 
