@@ -129,7 +129,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	if marker != "still here" {
 		t.Fatalf("the page reloaded (marker %q): it must update in place", marker)
 	}
-	if d := text("#durability"); !strings.Contains(d, "durability: group-commit") || !strings.Contains(d, "survives power loss") {
+	if d := text("#durability"); !strings.Contains(d, "durability: group-commit") || !strings.Contains(d, "survives power loss") ||
+		!strings.Contains(d, "not encrypted at rest") {
 		t.Errorf("durability line %q", d)
 	}
 	// No [validation]: /v1/status has no "validation", and no card shows.
