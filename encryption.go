@@ -3,6 +3,7 @@ package orderstore
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/orderstore/orderstore/internal/storedir"
@@ -41,6 +42,13 @@ func storeKey(dir string, j JetStreamConfig) (write keyWrite, err error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return keyKeep, err
+	}
+	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+		// A new store (or no directory: preflight says what is wrong).
+		if j.EncryptionKey != "" {
+			return keyNow, nil
+		}
+		return keyKeep, nil
 	}
 	d := storedir.Dir(abs)
 	e, encrypted, err := d.ReadEncryption()

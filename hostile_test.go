@@ -150,11 +150,12 @@ func TestHostileAdminRequests(t *testing.T) {
 		want         int
 		origin       string
 	}{
-		{"GET", "/v1/orders/" + strings.Repeat("a", 5000), 404, ""},
-		{"GET", "/v1/orders/" + strings.Repeat("a", 60000), 404, ""},
-		{"GET", "/v1/orders/" + url.PathEscape("a b"), 404, ""},
-		{"GET", "/v1/orders/" + url.PathEscape("a.>"), 404, ""},
-		{"GET", "/v1/orders/%00", 404, ""},
+		// Ids no order can have: a bad request, answered in JSON.
+		{"GET", "/v1/orders/" + strings.Repeat("a", 5000), 400, ""},
+		{"GET", "/v1/orders/" + strings.Repeat("a", 60000), 400, ""},
+		{"GET", "/v1/orders/" + url.PathEscape("a b"), 400, ""},
+		{"GET", "/v1/orders/" + url.PathEscape("a.>"), 400, ""},
+		{"GET", "/v1/orders/%00", 400, ""},
 		{"GET", "/v1/dlq?from=-1", 400, ""},
 		{"GET", "/v1/dlq?limit=1000000000", 400, ""},
 		{"GET", "/v1/dlq?from=" + strings.Repeat("9", 100), 400, ""},
