@@ -4,13 +4,8 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-
-	"github.com/orderstore/orderstore/internal/durable"
 )
 
 // EncryptionFile is a file in the store directory of an encrypted store:
@@ -41,29 +36,15 @@ func (e Encryption) Opens(key string) bool {
 // plain store, or a new one).
 func (d Dir) ReadEncryption() (e Encryption, ok bool, err error) {
 	path := filepath.Join(string(d), EncryptionFile)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return Encryption{}, false, nil
-	}
-	if err != nil {
-		return Encryption{}, false, err
-	}
-	if err := json.Unmarshal(data, &e); err != nil || e.KeyCheck == "" {
+	ok, err = readJSON(path, &e)
+	if ok && (err != nil || e.KeyCheck == "") {
 		return Encryption{}, false, fmt.Errorf("%q is damaged (%v): it says which key encrypts the store; "+
 			"restore it from a backup of the store directory", path, err)
 	}
-	return e, true, nil
+	return e, ok, err
 }
 
 // WriteEncryption writes e durably.
 func (d Dir) WriteEncryption(e Encryption) error {
-	data, err := json.MarshalIndent(e, "", "  ")
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(string(d), EncryptionFile)
-	if err := durable.WriteFile(path, append(data, '\n'), 0o640); err != nil {
-		return fmt.Errorf("%q: %w", path, err)
-	}
-	return nil
+	return writeJSON(filepath.Join(string(d), EncryptionFile), e)
 }

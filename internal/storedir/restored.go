@@ -1,13 +1,8 @@
 package storedir
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-
-	"github.com/orderstore/orderstore/internal/durable"
 )
 
 // RestoredFile is a file in the store directory that a restore from a
@@ -26,13 +21,8 @@ type Restored struct {
 
 // WriteRestored writes r durably.
 func (d Dir) WriteRestored(r Restored) error {
-	data, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(string(d), RestoredFile)
-	if err := durable.WriteFile(path, append(data, '\n'), 0o640); err != nil {
-		return fmt.Errorf("restore: %q: %w", path, err)
+	if err := writeJSON(filepath.Join(string(d), RestoredFile), r); err != nil {
+		return fmt.Errorf("restore: %w", err)
 	}
 	return nil
 }
@@ -40,23 +30,14 @@ func (d Dir) WriteRestored(r Restored) error {
 // ReadRestored reads RestoredFile; ok is false when there is none.
 func (d Dir) ReadRestored() (r Restored, ok bool, err error) {
 	path := filepath.Join(string(d), RestoredFile)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return Restored{}, false, nil
-	}
-	if err != nil {
-		return Restored{}, false, err
-	}
-	if err := json.Unmarshal(data, &r); err != nil {
+	ok, err = readJSON(path, &r)
+	if ok && err != nil {
 		return Restored{}, false, fmt.Errorf("%q: %w (hint: remove it if the processor has caught up since the restore)", path, err)
 	}
-	return r, true, nil
+	return r, ok, err
 }
 
 // RemoveRestored removes RestoredFile, durably.
 func (d Dir) RemoveRestored() error {
-	if err := os.Remove(filepath.Join(string(d), RestoredFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return durable.SyncDir(string(d))
+	return removeFile(string(d), filepath.Join(string(d), RestoredFile))
 }

@@ -105,10 +105,7 @@ func (d Dir) MarkRunning(pid int) (unclean bool, err error) {
 
 // MarkStopped removes the marker after a clean stop, durably.
 func (d Dir) MarkStopped() error {
-	if err := os.Remove(filepath.Join(string(d), RunMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return durable.SyncDir(string(d))
+	return removeFile(string(d), filepath.Join(string(d), RunMarker))
 }
 
 // ErrBothAccounts is returned by MoveAccount when both accounts hold
