@@ -227,6 +227,7 @@ func TestEncryptionKeySources(t *testing.T) {
 		"readable by others": {key, 0o644, "chmod 600"},
 		"readable by group":  {key, 0o640, "chmod 600"},
 		"short":              {"short-key", 0o600, "the key is 9 bytes, want at least 32"},
+		"huge":               {strings.Repeat("k", 5000), 0o600, "not a key"},
 	} {
 		c.JetStream.EncryptionKeyFile = write(name, tc.body, tc.mode)
 		_, err := c.EncryptionKey()

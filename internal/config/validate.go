@@ -126,10 +126,16 @@ func (c Config) EncryptionKey() (string, error) {
 // of the key.
 func ReadKeyFile(key, path string) (string, error) { return readKey(key, path, true) }
 
+// maxKeyFile bounds what is read as a key.
+const maxKeyFile = 4 << 10
+
 func readKey(key, path string, private bool) (string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return "", fmt.Errorf("%s %q: %w", key, path, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > maxKeyFile {
+		return "", fmt.Errorf("%s %q: not a key: a key file is a regular file of at most %d bytes (`orderstore key generate FILE` makes one)", key, path, maxKeyFile)
 	}
 	if private && fi.Mode().Perm()&0o077 != 0 {
 		return "", fmt.Errorf("%s %q: mode %04o lets other users read the store's key: chmod 600 %q", key, path, fi.Mode().Perm(), path)
