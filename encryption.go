@@ -57,6 +57,10 @@ func storeKey(dir string, j JetStreamConfig) (write keyWrite, err error) {
 	}
 	streams := d.HasStreams(StreamAccount) || d.HasStreams(legacyAccount)
 	switch {
+	case !encrypted && streams && d.HasEncryptedStreams():
+		return keyKeep, withHint(fmt.Errorf("%w: store %q holds encrypted streams, but its key check %s is missing",
+			ErrEncryption, abs, storedir.EncryptionFile),
+			"put back "+storedir.EncryptionFile+" from a copy of the store directory; orderstore does not start an encrypted store whose key it cannot check")
 	case !encrypted && j.EncryptionKey == "":
 		return keyKeep, nil
 	case !encrypted && streams:

@@ -181,8 +181,20 @@ func TestWrongKeyChangesNothing(t *testing.T) {
 		// (its state files fail to load): a backup and a restore do.
 		{"another cipher", encrypted, keyA, orderstore.CipherAES, "is encrypted with chacha20-poly1305, and jetstream.cipher is aes-256-gcm"},
 		{"a key for a plain store", plain, keyA, "", "written without encryption"},
+		{"the key check removed", "no-check", keyA, "", "holds encrypted streams, but its key check encryption.json is missing"},
+		{"the key check removed, no key", "no-check", "", "", "holds encrypted streams, but its key check encryption.json is missing"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			if c.dir == "no-check" {
+				// A copy of the encrypted store without its key check.
+				c.dir = t.TempDir()
+				if err := os.CopyFS(c.dir, os.DirFS(encrypted)); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Remove(filepath.Join(c.dir, "encryption.json")); err != nil {
+					t.Fatal(err)
+				}
+			}
 			before := storeState(t, c.dir)
 			cfg := orderstoretest.Config(t)
 			cfg.JetStream.StoreDir = c.dir

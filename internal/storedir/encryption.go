@@ -48,3 +48,10 @@ func (d Dir) ReadEncryption() (e Encryption, ok bool, err error) {
 func (d Dir) WriteEncryption(e Encryption) error {
 	return writeJSON(filepath.Join(string(d), EncryptionFile), e)
 }
+
+// HasEncryptedStreams reports whether any stream of the store is encrypted
+// (nats keeps a meta.key beside an encrypted stream's meta.inf).
+func (d Dir) HasEncryptedStreams() bool {
+	keys, _ := filepath.Glob(filepath.Join(d.JetStream(), "*", "streams", "*", "meta.key"))
+	return len(keys) > 0
+}
