@@ -143,7 +143,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	for _, s := range m.Streams {
 		fmt.Fprintf(stdout, "%s\t%d messages, seq %d..%d\n", s.Name, s.Messages, s.FirstSeq, s.LastSeq)
 	}
-	fmt.Fprintf(stderr, "restore complete into %q in %s; start orderstore to resume (the processor re-reads the stream and skips what the projection holds)\n",
+	fmt.Fprintf(stderr, "restore complete into %q in %s; start orderstore to resume (the processor re-reads the stream: what the backed-up one settled, applied or dead-lettered, it acks unhandled)\n",
 		cfg.JetStream.StoreDir, time.Since(t0).Round(time.Millisecond))
 	return exitOK
 }
