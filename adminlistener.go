@@ -41,6 +41,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 		SyncPolicy:       policy,
 		SyncDescription:  desc,
 		Cipher:           cipherOf(cfg.JetStream),
+		StaleAfter:       cfg.Processor.StaleAfter,
 		StoreDir:         storeDir,
 		FreeBytes:        func() (uint64, error) { return bootstrap.FreeBytes(storeDir) },
 		DiskHeadroom:     cfg.JetStream.DiskHeadroom,
@@ -95,6 +96,7 @@ func (a *Appliance) openAdmin(context.Context) error {
 	if a.proc != nil {
 		b.Processor = a
 	}
+	b.OrderIndex = a.index
 	a.admin.SetBackend(b)
 	if l := a.adminLn; l != nil {
 		a.sup.add(component{name: "admin intake", stop: l.Shutdown})

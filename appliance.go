@@ -22,6 +22,7 @@ import (
 	"github.com/orderstore/orderstore/internal/ingest"
 	"github.com/orderstore/orderstore/internal/natsconf"
 	"github.com/orderstore/orderstore/internal/natsrun"
+	"github.com/orderstore/orderstore/internal/orderindex"
 	"github.com/orderstore/orderstore/internal/rebuild"
 	"github.com/orderstore/orderstore/internal/recovery"
 	"github.com/orderstore/orderstore/internal/validate"
@@ -113,6 +114,7 @@ type processing struct {
 	rebuild            *rebuild.Runner       // nil when the projection cannot be rebuilt
 	rebuildUnsupported error                 // why not
 	handlerVersion     string                // the fold's version (processor.Versioned)
+	index              *orderindex.Index     // orders by status and age; nil when processor.order_index is off
 }
 
 // adminParts are the admin API's handler and its listener.
@@ -141,12 +143,14 @@ type adminParts struct {
 //  9. the checks after the declaration: lost sequences, this run's epoch,
 //     the metadata made durable;
 //  10. the rebuild runner, finishing a takeover a stop interrupted;
-//  11. the processor;
-//  12. the rebuild runner's fold under way, or one a new handler version
+//  11. the order index: a watch of the projection bucket that loads its
+//     records, then follows every write;
+//  12. the processor;
+//  13. the rebuild runner's fold under way, or one a new handler version
 //     asks for;
-//  13. a hub's source watcher and its connection;
-//  14. the durable guard;
-//  15. the admin API's backend, and the admin listener's intake.
+//  14. a hub's source watcher and its connection;
+//  15. the durable guard;
+//  16. the admin API's backend, and the admin listener's intake.
 //
 // (TestStartDocIsTheStepTable checks this list against startSteps.)
 //
@@ -218,6 +222,8 @@ var startSteps = []struct {
 	{"declare the stream, dead-letter stream, projection bucket and consumer, with the recovery check of what nats loaded", (*Appliance).declare, ""},
 	{"the checks after the declaration: lost sequences, this run's epoch, the metadata made durable", (*Appliance).checkStore, ""},
 	{"the rebuild runner, finishing a takeover a stop interrupted", (*Appliance).openRebuild, ""},
+	{"the order index: a watch of the projection bucket that loads its records, then follows every write", (*Appliance).startOrderIndex,
+		"the order index's watch"},
 	{"the processor", (*Appliance).startProcessor,
 		"the processor: it stops fetching, finishes and acks the events it holds"},
 	{"the rebuild runner's fold under way, or one a new handler version asks for", (*Appliance).runRebuild,
@@ -379,15 +385,16 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 //     goes on from its last durable position;
 //  5. the processor: it stops fetching, finishes and acks the events it
 //     holds;
-//  6. the store guard: no restart of nats from here on (one under way is
+//  6. the order index's watch;
+//  7. the store guard: no restart of nats from here on (one under way is
 //     waited for);
-//  7. the processor's connection drains, then the internal one;
-//  8. nats-server shuts down (Shutdown + WaitForShutdown: every stream
+//  8. the processor's connection drains, then the internal one;
+//  9. nats-server shuts down (Shutdown + WaitForShutdown: every stream
 //     flushed and closed, group commit syncing and answering every
 //     publish it holds first);
-//  9. group commit's watch stops;
-//  10. the admin listener closes;
-//  11. after a clean stop the store is marked stopped (the next start
+//  10. group commit's watch stops;
+//  11. the admin listener closes;
+//  12. after a clean stop the store is marked stopped (the next start
 //     skips the crash checks), and the store lock is released.
 //
 // (TestCloseDocIsTheStepTable checks this list against startSteps.)

@@ -265,6 +265,18 @@ type ProcessorConfig struct {
 	// Stream.MaxBytes + DeadLetterMaxBytes + ProjectionMaxBytes +
 	// HistoryMaxBytes must fit in JetStream.MaxFileStore.
 	HistoryMaxBytes int64
+	// OrderIndex keeps the projection's orders by status and by the time
+	// of their latest event, in memory (about 200 bytes per order), for
+	// [Appliance.Orders], GET /v1/orders, `orderstore orders` and the
+	// orderstore_orders metrics. It is computed from the projection
+	// bucket (a watch), so it holds what the projection holds. Default
+	// true.
+	OrderIndex bool
+	// StaleAfter maps a status to how long an order may stay in it with no
+	// event before it counts as stale: orderstore_orders_stale{status},
+	// the OrderstoreOrdersStale alert, `orderstore orders -stale`. At
+	// most 64 statuses; none by default.
+	StaleAfter map[string]time.Duration
 	// Handler, when set, runs your logic instead of the built-in projection,
 	// with the same delivery, retry, dead-letter and shutdown machinery (a
 	// program embedding orderstore with its own logic). The projection
@@ -408,6 +420,7 @@ func DefaultConfig() Config {
 			DeadLetterMaxBytes: 256 << 20,
 			ProjectionBucket:   "ORDERS",
 			ProjectionMaxBytes: 512 << 20,
+			OrderIndex:         true,
 		},
 		Admin:      AdminConfig{Listen: "127.0.0.1:8222", ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 15 * time.Second},
 		Cluster:    ClusterConfig{Listen: "127.0.0.1:6222"},

@@ -10,11 +10,14 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nkeys"
 	"github.com/orderstore/orderstore/internal/bytesize"
 	"github.com/orderstore/orderstore/internal/duration"
 	"github.com/orderstore/orderstore/internal/natsconf"
+	"github.com/orderstore/orderstore/internal/orderindex"
+	"github.com/orderstore/orderstore/processor"
 )
 
 // FieldError is one problem with one field.
@@ -361,6 +364,17 @@ func (c Config) validateProcessor(bad badFunc) {
 	}
 	if p.HistoryMaxBytes < 0 {
 		bad("Processor.HistoryMaxBytes", size(p.HistoryMaxBytes), "must be a positive size, or 0 for the default")
+	}
+	if len(p.StaleAfter) > orderindex.MaxStaleStatuses {
+		bad("Processor.StaleAfter", fmt.Sprintf("%d statuses", len(p.StaleAfter)), "may name at most %d statuses (each is a metric series)", orderindex.MaxStaleStatuses)
+	}
+	for _, status := range slices.Sorted(maps.Keys(p.StaleAfter)) {
+		switch d := p.StaleAfter[status]; {
+		case status == "" || len(status) > processor.MaxStatusLen || !utf8.ValidString(status):
+			bad("Processor.StaleAfter", fmt.Sprintf("%.40q", status), "a status is 1 to %d bytes of UTF-8", processor.MaxStatusLen)
+		case d <= 0:
+			bad("Processor.StaleAfter", fmt.Sprintf("%s = %s", status, d), "must be a positive duration")
+		}
 	}
 	hist := max(p.HistoryMaxBytes, 0) // the default takes what is left
 	if st.MaxBytes > 0 && p.DeadLetterMaxBytes > 0 && p.ProjectionMaxBytes > 0 && j.MaxFileStore > 0 && st.MaxBytes <= j.MaxFileStore {

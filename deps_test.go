@@ -90,7 +90,7 @@ func TestLayering(t *testing.T) {
 		// leaves: nats, the stdlib, or nothing of orderstore's
 		"embedded": 0, "processor": 0, "internal/bytesize": 0, "internal/duration": 0,
 		"internal/storedir": 1, "internal/backup": 1, "internal/durable": 0, "internal/sdnotify": 0,
-		"internal/powerfs": 0, "internal/powerloss": 0, "internal/testenv": 0, "internal/hint": 0, "internal/validate": 0,
+		"internal/powerfs": 0, "internal/powerloss": 0, "internal/testenv": 0, "internal/hint": 0, "internal/validate": 0, "internal/orderindex": 0,
 		// nats-server's accounts, permissions, cluster, leaf and TLS options of orderstore's config
 		"internal/natsconf": 1,
 		// the parts the root package wires

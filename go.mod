@@ -7,6 +7,7 @@ require (
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op
 	github.com/chromedp/chromedp v0.23.1
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875
+	github.com/google/btree v1.1.3
 	github.com/google/go-tpm v0.9.8
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/klauspost/compress v1.20.4

@@ -119,8 +119,8 @@ func streamOracle(t *testing.T, js jetstream.JetStream, stream string) map[strin
 	return out
 }
 
-// checkProjectionIsTheFold compares every order's projected state with an
-// independent fold of the stream.
+// checkProjectionIsTheFold compares every order's projected state, its
+// history and the order index with an independent fold of the stream.
 func checkProjectionIsTheFold(t *testing.T, app *orderstore.Appliance) {
 	t.Helper()
 	want := streamOracle(t, embeddedtest.JetStream(t, app), "ORDER_EVENTS")
@@ -147,6 +147,7 @@ func checkProjectionIsTheFold(t *testing.T, app *orderstore.Appliance) {
 			}
 		}
 	}
+	checkIndexIsTheFold(t, app, want)
 }
 
 // A projection folded wrongly (records written by a "buggy handler", one

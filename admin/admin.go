@@ -36,6 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/orderstore/orderstore/internal/orderindex"
 	"github.com/orderstore/orderstore/processor"
 
 	"github.com/orderstore/orderstore/status"
@@ -78,6 +79,9 @@ type Config struct {
 	SyncDescription string
 	// Cipher is the store's encryption cipher; "" for a plain store.
 	Cipher string
+	// StaleAfter is processor.stale_after: how long an order may stay in
+	// a status with no event before it is stale.
+	StaleAfter map[string]time.Duration
 
 	// StoreDir and FreeBytes report free disk under the store; below
 	// DiskHeadroom bytes the node is not ready.
@@ -157,6 +161,9 @@ type Backend struct {
 	Recovery []string
 	// Rebuild, if set, rebuilds the projection (/v1/projection/rebuild).
 	Rebuild Rebuild
+	// OrderIndex, if set, lists orders by status and age (GET /v1/orders)
+	// and counts them (/metrics, /v1/status).
+	OrderIndex *orderindex.Index
 }
 
 // Server is the admin HTTP handler.
@@ -201,6 +208,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})))
 	s.mux.Handle("GET /v1/status", s.auth(s.needBackend(s.status)))
+	s.mux.Handle("GET /v1/orders", s.auth(s.needBackend(s.ordersList)))
 	s.mux.Handle("GET /v1/orders/{id}", s.auth(s.needBackend(orderIDChecked(s.order))))
 	s.mux.Handle("GET /v1/orders/{id}/events", s.auth(s.needBackend(orderIDChecked(s.orderEvents))))
 	s.mux.Handle("GET /v1/orders/{id}/dlq", s.auth(s.needBackend(orderIDChecked(s.orderDeadLetters))))

@@ -64,6 +64,8 @@ var (
 	descRebuildTotal   = desc("projection_rebuild_events_total", "Events (by stream sequence) the rebuild under way or the last one has to fold, up to the stream's head.")
 	descRebuildRate    = desc("projection_rebuild_rate", "Events per second the rebuild under way folds (over the last seconds).")
 	descRebuildFailed  = desc("projection_rebuild_failed", "1 when the last projection rebuild failed or its takeover is left to the next start, else 0.")
+	descOrders         = desc("orders", "Orders in the projection by status (the 32 largest statuses; the rest summed as status \"other\"), from the order index; absent while it loads.", "status")
+	descOrdersStale    = desc("orders_stale", "Orders in a status of processor.stale_after with no event for longer than it says, by status.", "status")
 	descScrapeErrors   = desc("scrape_errors", "Parts of the state that could not be read during this scrape.")
 )
 
@@ -71,7 +73,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descReady, descEncrypted, descSyncAlways, descAckDurable, descBuild, descStreamMsgs, descStreamBytes, descStreamFirst,
 		descStreamLast, descStreamAge, descMaxBytes, descMaxMsgs, descMaxAge, descPending, descAckPending, descRedelivered, descAckFloor,
 		descBehind, descEvents, descLastApplied, descProcRunning, descRemoved, descRecovered, descLostAtEdge, descEdgeRegress, descIngestRefused, descAckErrors, descRecovery, descDLQ, descFree, descJSUsed, descJSMax, descCheck, descScrapeErrors,
-		descSyncSeconds, descBatchEvents, descGCAcked, descGCWaiting, descGCSyncErrors, descRejected, descRebuildRunning, descRebuildDone, descRebuildTotal, descRebuildRate, descRebuildFailed} {
+		descSyncSeconds, descBatchEvents, descGCAcked, descGCWaiting, descGCSyncErrors, descRejected, descRebuildRunning, descRebuildDone, descRebuildTotal, descRebuildRate, descRebuildFailed, descOrders, descOrdersStale} {
 		ch <- d
 	}
 }
@@ -181,6 +183,22 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, src := range t.Sources {
 			ch <- prometheus.MustNewConstMetric(descLostAtEdge, prometheus.CounterValue, float64(src.LostEvents), src.Edge)
 			ch <- prometheus.MustNewConstMetric(descEdgeRegress, prometheus.CounterValue, float64(src.Regressions), src.Edge)
+		}
+	}
+	if o := st.Orders; o != nil && !o.Loading {
+		other := o.Other
+		for _, c := range o.Statuses {
+			if c.Status == "other" && o.OtherStatuses > 0 {
+				other += c.Orders // a status named "other" joins the rest: one series
+				continue
+			}
+			gauge(descOrders, float64(c.Orders), c.Status)
+		}
+		if o.OtherStatuses > 0 {
+			gauge(descOrders, float64(other), "other")
+		}
+		for s, n := range o.Stale {
+			gauge(descOrdersStale, float64(n), s)
 		}
 	}
 	if in := st.Ingest; in != nil {

@@ -13,10 +13,13 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/orderindex"
 	"github.com/orderstore/orderstore/processor"
 
 	"github.com/orderstore/orderstore/status"
@@ -46,6 +49,29 @@ func (fakeProcessor) Lag(context.Context) (processor.LagInfo, error) {
 // exportedMetrics scrapes /metrics of an admin server before its backend
 // is set (what a starting node exports) and of one with a broker and a
 // processor (everything else), and returns the metric names seen.
+// loadedIndex is an order index of the test's ORDERS bucket, holding one
+// paid order, loaded.
+func loadedIndex(t *testing.T, js jetstream.JetStream, staleAfter map[string]time.Duration) *orderindex.Index {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	kv, err := js.KeyValue(ctx, "ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "o-1", []byte(`{"order_id":"o-1","status":"paid","last_event_at":"2026-01-01T00:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	x := orderindex.New(staleAfter)
+	go x.Run(ctx, kv, nil)
+	select {
+	case <-x.Loaded():
+	case <-time.After(time.Minute):
+		t.Fatal("the order index did not load")
+	}
+	return x
+}
+
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
@@ -69,8 +95,9 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	declare(t, js)
 	cfg := testConfig()
 	cfg.Durable = "order-processor"
+	cfg.StaleAfter = map[string]time.Duration{"paid": time.Hour}
 	s := New(cfg)
-	s.SetBackend(Backend{JS: js, Processor: fakeProcessor{}, Ingest: func() *status.IngestStats {
+	s.SetBackend(Backend{JS: js, Processor: fakeProcessor{}, OrderIndex: loadedIndex(t, js, cfg.StaleAfter), Ingest: func() *status.IngestStats {
 		h := status.Histogram{Count: 1, Sum: 0.001, Buckets: map[float64]uint64{0.001: 1}}
 		return &status.IngestStats{Sync: "syncfs", Syncs: 1, Acked: 1, SyncSeconds: h, BatchEvents: h}
 	},

@@ -24,6 +24,9 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) status.Status {
 	if b.Rebuild != nil {
 		st.Rebuild = b.Rebuild.RebuildStatus()
 	}
+	if b.OrderIndex != nil {
+		st.Orders = ordersStatus(b.OrderIndex, s.cfg.StaleAfter)
+	}
 	st.Status, st.Checks = s.Readiness(ctx)
 	st.Recovery = b.Recovery
 	st.Stream = status.StreamStatus{Name: s.cfg.Stream, MaxBytes: s.cfg.MaxBytes, MaxMsgs: s.cfg.MaxMsgs, MaxAgeSeconds: s.cfg.MaxAge.Seconds()}

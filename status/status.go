@@ -41,6 +41,9 @@ type Status struct {
 	// Rebuild is the projection rebuild under way, or the last one;
 	// absent when none ran.
 	Rebuild *Rebuild `json:"rebuild,omitempty"`
+	// Orders counts the orders by status (the order index); absent when
+	// processor.order_index is off.
+	Orders *OrdersStatus `json:"orders,omitempty"`
 }
 
 // Rebuild states of [Rebuild].
@@ -222,6 +225,38 @@ type ProjectionStatus struct {
 	Orders   uint64 `json:"orders"`
 	Bytes    uint64 `json:"bytes"`
 	MaxBytes int64  `json:"max_bytes"` // processor.projection_max_bytes; -1 unlimited
+}
+
+// MaxOrderStatuses is how many statuses [OrdersStatus] and the
+// orderstore_orders metric name, the largest first; the others are summed
+// as "other" (a status is whatever a producer wrote: the labels must stay
+// bounded).
+const MaxOrderStatuses = 32
+
+// OrdersStatus is the order index: how many orders are in each status.
+type OrdersStatus struct {
+	// Loading: the index is still reading the projection bucket; the
+	// counts are not complete yet.
+	Loading bool `json:"loading,omitempty"`
+	Total   int  `json:"total"`
+	// Statuses are the largest statuses (up to MaxOrderStatuses), the
+	// largest first; each with its stale orders if it has a stale_after.
+	Statuses []OrderCount `json:"statuses"`
+	// Other counts the orders of the OtherStatuses statuses left out.
+	Other         int `json:"other,omitempty"`
+	OtherStatuses int `json:"other_statuses,omitempty"`
+	// Stale counts, for each status in processor.stale_after, its orders
+	// with no event for longer than StaleAfter says.
+	Stale      map[string]int    `json:"stale,omitempty"`
+	StaleAfter map[string]string `json:"stale_after,omitempty"`
+}
+
+// OrderCount is one status's orders.
+type OrderCount struct {
+	Status string `json:"status"`
+	Orders int    `json:"orders"`
+	// Stale is set for a status with a stale_after.
+	Stale *int `json:"stale,omitempty"`
 }
 
 // StoreStatus is the store directory and its free disk.

@@ -35,6 +35,7 @@ commands:
   check    [-config FILE] [-print]   validate the config and preflight; -print shows the effective config
   status   [-admin URL] [-json]      summary of a running instance (durability, stream vs limits, lag, DLQ)
   order    ID [-events] [-as-of T]   an order's state, its events (-events), its state as of a time or sequence
+  orders   [-status S] [-stale]      orders by status and age (-older-than D, -newest, -limit N, -all, -json)
   dlq list [-from SEQ] [-limit N]    list dead letters of a running instance
   dlq replay SEQ... | -all           republish dead letters to their original subjects
   projection rebuild [-from-seq N]   rebuild the projection from the stream beside the live one; -cancel stops it
@@ -63,6 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return statusCmd(rest, stdout, stderr)
 	case "order":
 		return orderCmd(rest, stdout, stderr)
+	case "orders":
+		return ordersCmd(rest, stdout, stderr)
 	case "dlq":
 		return dlqCmd(rest, stdout, stderr)
 	case "projection":

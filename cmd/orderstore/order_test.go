@@ -71,3 +71,60 @@ func TestOrderCommand(t *testing.T) {
 		t.Errorf("order nobody -events: exit %d %s", code, errs)
 	}
 }
+
+// orderstore orders [-status S] [-stale] [-older-than D] against a running
+// instance.
+func TestOrdersCommand(t *testing.T) {
+	a := startInProcess(t, "[processor.stale_after]\npaid = \"1ms\"\n")
+	nc, err := nats.Connect(a.natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	for i := range 5 {
+		typ := "created"
+		if i%2 == 1 {
+			typ = "paid"
+		}
+		if _, err := js.Publish(ctx, "orders."+typ, []byte(fmt.Sprintf(`{"order_id":"o-%d"}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli := func(args ...string) (int, string, string) {
+		var out, errb strings.Builder
+		code := run(ctx, append([]string{"orders"}, append(args, "-admin", a.adminURL)...), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		if code, out, errs := cli(); code != 0 || strings.Count(out, "\n") != 6 {
+			return fmt.Errorf("exit %d: %s %s", code, out, errs)
+		}
+		return nil
+	})
+	code, out, errs := cli("-status", "paid", "-limit", "1")
+	if code != 0 || !strings.Contains(out, "o-1") || strings.Contains(out, "o-3") || !strings.Contains(errs, "more: orderstore orders -cursor ") {
+		t.Errorf("orders -status paid -limit 1: exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = cli("-stale", "-all", "-limit", "1", "-newest")
+	if code != 0 || strings.Count(out, "\n") != 3 || strings.Index(out, "o-3") > strings.Index(out, "o-1") || strings.Count(out, "stale") != 2 {
+		t.Errorf("orders -stale -all -newest: exit %d\n%s\n%s", code, out, errs)
+	}
+	code, _, errs = cli("-older-than", "7d")
+	if code != 0 || !strings.Contains(errs, "no orders listed") {
+		t.Errorf("orders -older-than 7d: exit %d %s", code, errs)
+	}
+	code, out, _ = cli("-status", "created", "-json")
+	if code != 0 || !strings.Contains(out, `"order_id": "o-4"`) {
+		t.Errorf("orders -json: exit %d %s", code, out)
+	}
+	if code, _, errs := cli("-older-than", "soon"); code != exitFailure || !strings.Contains(errs, "older_than") {
+		t.Errorf("orders -older-than soon: exit %d %s", code, errs)
+	}
+	for _, bad := range [][]string{{"o-1"}, {"-limit", "0"}, {"-limit", "5000"}} {
+		if code, _, _ := cli(bad...); code != exitUsage {
+			t.Errorf("orders %q: exit %d, want %d", bad, code, exitUsage)
+		}
+	}
+}

@@ -107,18 +107,20 @@ type Stream struct {
 
 // Processor is the built-in durable processor and what it owns.
 type Processor struct {
-	Enabled          bool       `toml:"enabled"`
-	Durable          string     `toml:"durable"`
-	AckWait          Duration   `toml:"ack_wait"`
-	MaxDeliver       int        `toml:"max_deliver"`
-	Backoff          []Duration `toml:"backoff"`
-	MaxAckPending    int        `toml:"max_ack_pending"`
-	DeadLetterStream string     `toml:"dead_letter_stream"`
-	DeadLetterMaxAge Duration   `toml:"dead_letter_max_age"` // how long a dead letter is kept; "0s" forever
-	DeadLetterBytes  ByteSize   `toml:"dead_letter_max_bytes" lib:"DeadLetterMaxBytes"`
-	ProjectionBucket string     `toml:"projection_bucket"`
-	ProjectionBytes  ByteSize   `toml:"projection_max_bytes" lib:"ProjectionMaxBytes"`
-	HistoryBytes     ByteSize   `toml:"history_max_bytes" lib:"HistoryMaxBytes"`
+	Enabled          bool                `toml:"enabled"`
+	Durable          string              `toml:"durable"`
+	AckWait          Duration            `toml:"ack_wait"`
+	MaxDeliver       int                 `toml:"max_deliver"`
+	Backoff          []Duration          `toml:"backoff"`
+	MaxAckPending    int                 `toml:"max_ack_pending"`
+	DeadLetterStream string              `toml:"dead_letter_stream"`
+	DeadLetterMaxAge Duration            `toml:"dead_letter_max_age"` // how long a dead letter is kept; "0s" forever
+	DeadLetterBytes  ByteSize            `toml:"dead_letter_max_bytes" lib:"DeadLetterMaxBytes"`
+	ProjectionBucket string              `toml:"projection_bucket"`
+	ProjectionBytes  ByteSize            `toml:"projection_max_bytes" lib:"ProjectionMaxBytes"`
+	HistoryBytes     ByteSize            `toml:"history_max_bytes" lib:"HistoryMaxBytes"`
+	OrderIndex       bool                `toml:"order_index"`
+	StaleAfter       map[string]Duration `toml:"stale_after"` // [processor.stale_after]: status = "duration"
 }
 
 // Admin is the HTTP admin listener.

@@ -83,7 +83,7 @@ func copyFields(f, o reflect.Value, toLib bool) {
 
 // copyValue sets dst from src: a struct field by field through the table
 // (fileToLib says which of the two is the file's), a slice element by
-// element, anything else converted (Duration to time.Duration, ByteSize
+// element, a map value by value, anything else converted (Duration to time.Duration, ByteSize
 // to int64, and back).
 func copyValue(dst, src reflect.Value, fileToLib bool) {
 	switch {
@@ -93,6 +93,18 @@ func copyValue(dst, src reflect.Value, fileToLib bool) {
 		} else {
 			copyFields(dst, src, false)
 		}
+	case src.Kind() == reflect.Map:
+		if src.IsNil() {
+			dst.SetZero()
+			return
+		}
+		m := reflect.MakeMapWithSize(dst.Type(), src.Len())
+		for it := src.MapRange(); it.Next(); {
+			v := reflect.New(dst.Type().Elem()).Elem()
+			copyValue(v, it.Value(), fileToLib)
+			m.SetMapIndex(it.Key().Convert(dst.Type().Key()), v)
+		}
+		dst.Set(m)
 	case src.Kind() == reflect.Slice:
 		if src.IsNil() {
 			dst.SetZero()

@@ -1,0 +1,144 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/orderstore/orderstore/internal/duration"
+	"github.com/orderstore/orderstore/internal/orderindex"
+	"github.com/orderstore/orderstore/status"
+)
+
+// ordersParams are GET /v1/orders's query parameters.
+var ordersParams = []string{"status", "older_than", "stale", "order", "limit", "cursor"}
+
+// ordersList serves GET /v1/orders: a page of orders by status and age,
+// from the order index.
+func (s *Server) ordersList(w http.ResponseWriter, r *http.Request, b *Backend) {
+	q, err := ordersQuery(r.URL.Query())
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	x := b.OrderIndex
+	if x == nil {
+		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "no order index: processor.order_index is false"})
+		return
+	}
+	select {
+	case <-x.Loaded():
+	default:
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": fmt.Sprintf("the order index is loading the projection (%d orders so far): retry in a moment", x.Len())})
+		return
+	}
+	page, err := x.List(q)
+	switch {
+	case errors.Is(err, orderindex.ErrBadQuery):
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+	default:
+		if page.Orders == nil {
+			page.Orders = []orderindex.Entry{}
+		}
+		writeJSON(w, http.StatusOK, page)
+	}
+}
+
+// ordersQuery reads GET /v1/orders's parameters; an unknown one is an
+// error (a misspelt filter must not list everything).
+func ordersQuery(v url.Values) (orderindex.Query, error) {
+	var q orderindex.Query
+	var errs []error
+	for k := range v {
+		if !slices.Contains(ordersParams, k) {
+			errs = append(errs, fmt.Errorf("unknown parameter %.40q (known: %s)", k, strings.Join(ordersParams, ", ")))
+		}
+	}
+	q.Status, q.Cursor = v.Get("status"), v.Get("cursor")
+	if s := v.Get("older_than"); s != "" {
+		d, err := ParseAge(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("older_than: %w", err))
+		}
+		q.OlderThan = d
+	}
+	if s := v.Get("stale"); s != "" {
+		stale, err := strconv.ParseBool(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stale %.20q: want true or false", s))
+		}
+		q.Stale = stale
+	}
+	switch o := v.Get("order"); o {
+	case "", "oldest":
+	case "newest":
+		q.Newest = true
+	default:
+		errs = append(errs, fmt.Errorf("order %.20q: want oldest or newest", o))
+	}
+	limit, err := queryInt(v.Get("limit"), 100)
+	if err != nil || limit < 1 || limit > orderindex.MaxLimit {
+		errs = append(errs, fmt.Errorf("limit must be 1..%d", orderindex.MaxLimit))
+	}
+	q.Limit = limit
+	return q, errors.Join(errs...)
+}
+
+// ParseAge reads an age: a Go duration ("90m", "36h") or whole days
+// ("7d"), positive.
+func ParseAge(s string) (time.Duration, error) {
+	var d time.Duration
+	var err error
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		var days int
+		days, err = strconv.Atoi(n)
+		if err == nil && days > 0 && days <= 100*365 {
+			return time.Duration(days) * 24 * time.Hour, nil
+		}
+		err = errors.New("bad days")
+	} else {
+		d, err = time.ParseDuration(s)
+	}
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%.20q: want a positive duration such as 90m, 36h or 7d", s)
+	}
+	return d, nil
+}
+
+// ordersStatus counts the orders by status: the largest MaxOrderStatuses
+// statuses, the rest as other.
+func ordersStatus(x *orderindex.Index, staleAfter map[string]time.Duration) *status.OrdersStatus {
+	st := &status.OrdersStatus{Statuses: []status.OrderCount{}}
+	select {
+	case <-x.Loaded():
+	default:
+		st.Loading, st.Total = true, x.Len()
+		return st
+	}
+	counts, total := x.Counts()
+	st.Total = total
+	for i, c := range counts {
+		if i >= status.MaxOrderStatuses {
+			st.Other += c.Orders
+			st.OtherStatuses++
+			continue
+		}
+		st.Statuses = append(st.Statuses, status.OrderCount{Status: c.Status, Orders: c.Orders, Stale: c.Stale})
+	}
+	if len(staleAfter) > 0 {
+		st.Stale = x.Stale()
+		st.StaleAfter = make(map[string]string, len(staleAfter))
+		for s, d := range staleAfter {
+			st.StaleAfter[s] = duration.Format(d)
+		}
+	}
+	return st
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/orderstore/orderstore"
+)
+
+const ordersUsage = `usage: orderstore orders [flags]
+  Lists orders by status and by the time of their latest event, oldest first.
+  -status S        only orders in status S
+  -older-than D    only orders with no event for at least D (90m, 36h, 7d)
+  -stale           only orders past their status's processor.stale_after
+  -newest          the most recent first
+  -limit N         at most N orders (1..1000; default 100)
+  -all             every page, not only the first
+  -cursor C        continue a listing where a page ended
+  -json            print the API's JSON
+  and -admin URL, -token T, -config FILE to reach the admin listener
+`
+
+// ordersCmd lists orders by status and age from a running instance's
+// admin API (GET /v1/orders).
+func ordersCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("orders", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, ordersUsage) }
+	client := clientFlags(fs)
+	st := fs.String("status", "", "only orders in this status")
+	olderThan := fs.String("older-than", "", "only orders with no event for at least this long (90m, 36h, 7d)")
+	stale := fs.Bool("stale", false, "only orders past their status's processor.stale_after")
+	newest := fs.Bool("newest", false, "the most recent first")
+	limit := fs.Int("limit", 100, "at most this many (1..1000)")
+	all := fs.Bool("all", false, "every page")
+	cursor := fs.String("cursor", "", "continue a listing where a page ended")
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "orderstore orders: unexpected argument %q (an order's state: orderstore order ID)\n", fs.Arg(0))
+		return exitUsage
+	}
+	if *limit < 1 || *limit > 1000 {
+		fmt.Fprintln(stderr, "orderstore orders: -limit must be 1..1000")
+		return exitUsage
+	}
+	q := url.Values{}
+	if *st != "" {
+		q.Set("status", *st)
+	}
+	if *olderThan != "" {
+		q.Set("older_than", *olderThan)
+	}
+	if *stale {
+		q.Set("stale", "true")
+	}
+	if *newest {
+		q.Set("order", "newest")
+	}
+	q.Set("limit", strconv.Itoa(*limit))
+	c, err := client()
+	if err != nil {
+		printErr(stderr, err)
+		return exitUsage
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
+	now := time.Now()
+	listed := 0
+	for next := *cursor; ; {
+		if next != "" {
+			q.Set("cursor", next)
+		}
+		var page orderstore.OrdersPage
+		if err := c.do("GET", "/v1/orders?"+q.Encode(), &page); err != nil {
+			tw.Flush()
+			printErr(stderr, err)
+			return exitFailure
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			enc.Encode(page)
+		} else {
+			if listed == 0 {
+				fmt.Fprintln(tw, "ORDER\tSTATUS\tLAST EVENT\tAGO\tSTALE")
+			}
+			for _, o := range page.Orders {
+				mark := ""
+				if o.Stale {
+					mark = "stale"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", clip(o.OrderID, 64), clip(o.Status, 40), when(o.LastEventAt), since(now, o.LastEventAt), mark)
+			}
+		}
+		listed += len(page.Orders)
+		if page.Next == "" || !*all {
+			tw.Flush()
+			if page.Next != "" && !*asJSON {
+				fmt.Fprintf(stderr, "more: orderstore orders -cursor %s (same filters), or -all\n", page.Next)
+			}
+			if listed == 0 && !*asJSON {
+				fmt.Fprintln(stderr, "no orders listed")
+			}
+			return exitOK
+		}
+		next = page.Next
+	}
+}
+
+// ago is a duration for reading: 45s, 12m, 5h3m, 3d4h.
+func ago(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", max(int(d/time.Second), 0))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	default:
+		return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+	}
+}
+
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Format(time.RFC3339)
+}
+
+func since(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return ago(now.Sub(t))
+}

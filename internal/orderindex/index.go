@@ -1,0 +1,423 @@
+// Package orderindex keeps the projection's orders by status and by the
+// time of their latest event, in memory, so that "which orders are paid but
+// not shipped?" and "which have had no event for a day?" cost O(result),
+// not O(orders).
+//
+// The index is not a second record the processor writes: it is computed
+// from the projection bucket, by a watch that loads every record at start
+// and then follows each write (see [Index.Run]). It therefore holds exactly
+// what the projection holds, under every rule the projection keeps: an
+// event redelivered, a kill -9 or a power cut never counts an order twice,
+// because the projection does not; a projection rebuild rebuilds it,
+// because the takeover writes the live bucket it watches; and it works on
+// every node of a cluster and on a hub, wherever the bucket can be read.
+package orderindex
+
+import (
+	"cmp"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/btree"
+)
+
+// MaxLimit is the most orders one page lists.
+const MaxLimit = 1000
+
+// MaxStaleStatuses bounds processor.stale_after's entries: each is a
+// metric series and a source every stale listing merges.
+const MaxStaleStatuses = 64
+
+// Entry is one order as the index has it.
+type Entry struct {
+	OrderID     string    `json:"order_id"`
+	Status      string    `json:"status"`
+	LastEventAt time.Time `json:"last_event_at"`
+	// Stale: its status has a stale_after, and its latest event is older.
+	Stale bool `json:"stale,omitempty"`
+}
+
+// Query selects and orders a page of orders.
+type Query struct {
+	// Status, if set, is the only status listed.
+	Status string
+	// OlderThan, if set, lists only orders whose latest event is at least
+	// this old.
+	OlderThan time.Duration
+	// Stale lists only the orders past their status's stale_after.
+	Stale bool
+	// Newest lists the most recent latest events first; the default is
+	// the oldest first (those waiting longest).
+	Newest bool
+	// Limit is the page size: 1 to MaxLimit; 0 is 100.
+	Limit int
+	// Cursor continues a listing: a page's Next.
+	Cursor string
+}
+
+// Page is one page of a listing.
+type Page struct {
+	Orders []Entry `json:"orders"`
+	// Next continues the listing (Query.Cursor); "" when it is done.
+	Next string `json:"next,omitempty"`
+}
+
+// ErrBadQuery wraps what is wrong with a Query.
+var ErrBadQuery = errors.New("bad order query")
+
+// item is an order's place in a tree: by the time of its latest event,
+// then by id.
+type item struct {
+	at int64 // LastEventAt, unix nanoseconds
+	id string
+}
+
+func less(a, b item) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.id < b.id
+}
+
+func newTree() *btree.BTreeG[item] { return btree.NewG(32, less) }
+
+// statusSet is one status's orders, with the count of those stale.
+type statusSet struct {
+	tree *btree.BTreeG[item]
+	// staleAfter is the status's stale_after (0: none). stale counts the
+	// items at or before staleAt, the threshold last counted against: a
+	// write adjusts it, and a later count walks only the items between
+	// the old threshold and the new one.
+	staleAfter time.Duration
+	staleAt    int64
+	stale      int
+}
+
+// Index is the orders by status and latest event. It is safe for
+// concurrent use.
+type Index struct {
+	mu         sync.RWMutex
+	byID       map[string]item   // the order's current place
+	status     map[string]string // the order's status
+	all        *btree.BTreeG[item]
+	by         map[string]*statusSet
+	staleAfter map[string]time.Duration
+	now        func() time.Time
+
+	// Loading: until the watch has read every record that was in the
+	// bucket when it began, listings would be incomplete.
+	loaded   chan struct{}
+	loadOnce sync.Once
+}
+
+// New returns an empty index. staleAfter maps a status to how long an order
+// may stay in it without an event before it counts as stale.
+func New(staleAfter map[string]time.Duration) *Index {
+	return &Index{byID: map[string]item{}, status: map[string]string{}, all: newTree(), by: map[string]*statusSet{},
+		staleAfter: staleAfter, now: time.Now, loaded: make(chan struct{})}
+}
+
+// Loaded is closed once the index holds every order the bucket held when
+// its watch began.
+func (x *Index) Loaded() <-chan struct{} { return x.loaded }
+
+func (x *Index) markLoaded() { x.loadOnce.Do(func() { close(x.loaded) }) }
+
+// Put records an order's status and the time of its latest event.
+func (x *Index) Put(id, status string, lastEventAt time.Time) {
+	it := item{at: nanos(lastEventAt), id: id}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if old, ok := x.byID[id]; ok {
+		if old == it && x.status[id] == status {
+			return
+		}
+		x.removeLocked(id, old)
+	}
+	x.byID[id], x.status[id] = it, status
+	x.all.ReplaceOrInsert(it)
+	s := x.by[status]
+	if s == nil {
+		s = &statusSet{tree: newTree(), staleAfter: x.staleAfter[status]}
+		if s.staleAfter > 0 {
+			s.staleAt = x.now().Add(-s.staleAfter).UnixNano()
+		}
+		x.by[status] = s
+	}
+	s.tree.ReplaceOrInsert(it)
+	if s.staleAfter > 0 && it.at <= s.staleAt {
+		s.stale++
+	}
+}
+
+// Remove forgets an order (its key was deleted or purged).
+func (x *Index) Remove(id string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if old, ok := x.byID[id]; ok {
+		x.removeLocked(id, old)
+	}
+}
+
+func (x *Index) removeLocked(id string, old item) {
+	status := x.status[id]
+	delete(x.byID, id)
+	delete(x.status, id)
+	x.all.Delete(old)
+	s := x.by[status]
+	if s == nil {
+		return
+	}
+	s.tree.Delete(old)
+	if s.staleAfter > 0 && old.at <= s.staleAt {
+		s.stale--
+	}
+	if s.tree.Len() == 0 {
+		delete(x.by, status)
+	}
+}
+
+// Len is how many orders the index holds.
+func (x *Index) Len() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.all.Len()
+}
+
+// Count is one status's orders, and how many of them are stale.
+type Count struct {
+	Status string `json:"status"`
+	Orders int    `json:"orders"`
+	// Stale is set only for a status with a stale_after.
+	Stale *int `json:"stale,omitempty"`
+}
+
+// Counts returns the orders per status, the largest first (ties by
+// status); and the total.
+func (x *Index) Counts() (counts []Count, total int) {
+	x.mu.Lock() // stale counts move their threshold
+	defer x.mu.Unlock()
+	now := x.now()
+	for status, s := range x.by {
+		c := Count{Status: status, Orders: s.tree.Len()}
+		if s.staleAfter > 0 {
+			n := s.countStale(now)
+			c.Stale = &n
+		}
+		counts = append(counts, c)
+	}
+	slices.SortFunc(counts, func(a, b Count) int {
+		return cmp.Or(cmp.Compare(b.Orders, a.Orders), strings.Compare(a.Status, b.Status))
+	})
+	return counts, x.all.Len()
+}
+
+// Stale returns, for each status with a stale_after, how many of its
+// orders had no event for longer (0 for a status no order has).
+func (x *Index) Stale() map[string]int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	now := x.now()
+	out := make(map[string]int, len(x.staleAfter))
+	for status := range x.staleAfter {
+		if s := x.by[status]; s != nil {
+			out[status] = s.countStale(now)
+		} else {
+			out[status] = 0
+		}
+	}
+	return out
+}
+
+// countStale moves s's threshold to now and returns the stale count: it
+// walks only the items between the old threshold and the new one (all of
+// them again if the clock went back).
+func (s *statusSet) countStale(now time.Time) int {
+	at := now.Add(-s.staleAfter).UnixNano()
+	switch {
+	case at > s.staleAt:
+		s.tree.AscendRange(item{at: s.staleAt + 1}, item{at: at + 1}, func(item) bool { s.stale++; return true })
+	case at < s.staleAt:
+		s.stale = 0
+		s.tree.AscendLessThan(item{at: at + 1}, func(item) bool { s.stale++; return true })
+	}
+	s.staleAt = at
+	return s.stale
+}
+
+const maxAt = math.MaxInt64
+
+// Times as unix nanoseconds, clamped to what they can count: a record
+// without a latest event (the zero time) sorts first and reads back as the
+// zero time.
+var (
+	minTime = time.Unix(0, math.MinInt64+1)
+	maxTime = time.Unix(0, maxAt-1)
+)
+
+func nanos(t time.Time) int64 {
+	switch {
+	case t.Before(minTime):
+		return math.MinInt64
+	case t.After(maxTime):
+		return maxAt - 1
+	}
+	return t.UnixNano()
+}
+
+func timeOf(at int64) time.Time {
+	if at == math.MinInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, at).UTC()
+}
+
+// source is one tree a listing reads, up to a time bound (inclusive).
+type source struct {
+	tree  *btree.BTreeG[item]
+	bound int64
+}
+
+// List returns one page of the orders q selects.
+func (x *Index) List(q Query) (Page, error) {
+	if err := q.check(); err != nil {
+		return Page{}, err
+	}
+	limit := cmp.Or(q.Limit, 100)
+	var cur *item
+	if q.Cursor != "" {
+		c, err := decodeCursor(q.Cursor)
+		if err != nil {
+			return Page{}, err
+		}
+		cur = &c
+	}
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	now := x.now()
+	bound := int64(maxAt)
+	if q.OlderThan > 0 {
+		bound = now.Add(-q.OlderThan).UnixNano()
+	}
+	var srcs []source
+	switch {
+	case q.Stale:
+		for status, d := range x.staleAfter {
+			if s := x.by[status]; s != nil && (q.Status == "" || q.Status == status) {
+				srcs = append(srcs, source{s.tree, min(bound, now.Add(-d).UnixNano())})
+			}
+		}
+	case q.Status != "":
+		if s := x.by[q.Status]; s != nil {
+			srcs = append(srcs, source{s.tree, bound})
+		}
+	default:
+		srcs = append(srcs, source{x.all, bound})
+	}
+	// Up to limit+1 from each source, merged: the extra one says whether
+	// there is a next page.
+	var items []item
+	for _, src := range srcs {
+		items = append(items, take(src, cur, q.Newest, limit+1)...)
+	}
+	slices.SortFunc(items, func(a, b item) int {
+		if q.Newest {
+			a, b = b, a
+		}
+		if less(a, b) {
+			return -1
+		}
+		if less(b, a) {
+			return 1
+		}
+		return 0
+	})
+	var p Page
+	if len(items) > limit {
+		items = items[:limit]
+		p.Next = encodeCursor(items[limit-1])
+	}
+	p.Orders = make([]Entry, len(items))
+	for i, it := range items {
+		status := x.status[it.id]
+		e := Entry{OrderID: it.id, Status: status, LastEventAt: timeOf(it.at)}
+		if d := x.staleAfter[status]; d > 0 && it.at <= now.Add(-d).UnixNano() {
+			e.Stale = true
+		}
+		p.Orders[i] = e
+	}
+	return p, nil
+}
+
+// take reads up to n items of src past the cursor, in the listing's order.
+func take(src source, cur *item, newest bool, n int) []item {
+	var out []item
+	visit := func(it item) bool {
+		if it.at > src.bound {
+			return false // ascending: past the bound
+		}
+		out = append(out, it)
+		return len(out) < n
+	}
+	switch {
+	case !newest && cur == nil:
+		src.tree.Ascend(visit)
+	case !newest:
+		// The successor of the cursor: the same time, the next id.
+		src.tree.AscendGreaterOrEqual(item{at: cur.at, id: cur.id + "\x00"}, visit)
+	case cur != nil && cur.at <= src.bound:
+		src.tree.DescendLessOrEqual(*cur, func(it item) bool { return it == *cur || visit(it) })
+	case src.bound == maxAt:
+		src.tree.Descend(visit)
+	default:
+		src.tree.DescendLessOrEqual(item{at: src.bound + 1}, func(it item) bool { return it.at > src.bound || visit(it) })
+	}
+	return out
+}
+
+func (q Query) check() error {
+	var errs []error
+	if q.Limit < 0 || q.Limit > MaxLimit {
+		errs = append(errs, fmt.Errorf("limit %d: want 1 to %d", q.Limit, MaxLimit))
+	}
+	if q.OlderThan < 0 {
+		errs = append(errs, fmt.Errorf("older_than %s: want a positive duration", q.OlderThan))
+	}
+	if len(q.Status) > 256 {
+		errs = append(errs, fmt.Errorf("status is %d bytes, more than 256", len(q.Status)))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadQuery, err)
+	}
+	return nil
+}
+
+// A cursor is the last item of a page: its time and its id, in URL-safe
+// base64 so that it passes through a query string as it is.
+func encodeCursor(it item) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(it.at, 10) + " " + it.id))
+}
+
+func decodeCursor(s string) (item, error) {
+	bad := fmt.Errorf("%w: cursor %.40q is not one a page gave", ErrBadQuery, s)
+	if len(s) > 512 {
+		return item{}, bad
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return item{}, bad
+	}
+	at, id, ok := strings.Cut(string(b), " ")
+	n, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || id == "" {
+		return item{}, bad
+	}
+	return item{at: n, id: id}, nil
+}
