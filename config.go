@@ -266,7 +266,7 @@ type ProcessorConfig struct {
 	// HistoryMaxBytes must fit in JetStream.MaxFileStore.
 	HistoryMaxBytes int64
 	// OrderIndex keeps the projection's orders by status and by the time
-	// of their latest event, in memory (about 200 bytes per order), for
+	// of their latest event, in memory (about 280 bytes per order), for
 	// [Appliance.Orders], GET /v1/orders, `orderstore orders` and the
 	// orderstore_orders metrics. It is computed from the projection
 	// bucket (a watch), so it holds what the projection holds. Default

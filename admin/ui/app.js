@@ -52,6 +52,7 @@ function render(st, sent) {
     (st.store && st.store.encrypted ? " · encrypted at rest (" + st.store.cipher + ")" : " · not encrypted at rest"));
   renderIngest(st.ingest);
   renderValidation(st.validation);
+  renderOrders(st.orders);
   rbFromStatus(st.rebuild, sent);
   const s = st.stream;
   setText("stream-name", s.name);
@@ -783,3 +784,81 @@ async function rbCancel() {
     tick();
   }
 }
+
+// ---- Orders by status: /v1/status's "orders" (the order index) as a table
+// of counts, the stale ones (past processor.stale_after) highlighted. A
+// status or its stale count lists those orders, oldest first, from GET
+// /v1/orders; each links to its timeline (#order=<id>). All written as text.
+const LIST_PAGE = 20;
+let ordersShown = "";
+let olist = null; // {status, stale, next, gen}
+let olistGen = 0;
+function renderOrders(o) {
+  $("orders").hidden = !o;
+  if (!o) return;
+  setText("orders-total", o.loading ? "" : "(" + fmtInt(o.total) + (o.total === 1 ? " order)" : " orders)"));
+  $("orders-loading").hidden = !o.loading;
+  if (o.loading) { setText("orders-loading", "loading the order index from the projection: " + fmtInt(o.total) + " orders so far"); return; }
+  const shown = JSON.stringify([o.statuses, o.other, o.other_statuses]);
+  if (shown === ordersShown) return;
+  ordersShown = shown;
+  const rows = o.statuses || [];
+  $("orders-rows").replaceChildren(...(rows.length ? rows.map((c) => {
+    const tr = el("tr");
+    const name = el("td", "vtype"), b = el("button", "link", c.status);
+    b.type = "button"; b.title = "list the orders in " + c.status;
+    b.addEventListener("click", () => openList(c.status, false));
+    name.appendChild(b);
+    const stale = el("td", "vcount");
+    if (c.stale === undefined || c.stale === null) stale.textContent = "–";
+    else if (c.stale === 0) stale.textContent = "0";
+    else {
+      const sb = el("button", "link stale", fmtInt(c.stale));
+      sb.type = "button"; sb.title = "list the stale orders in " + c.status + " (" + ((o.stale_after || {})[c.status] || "") + " without an event)";
+      sb.addEventListener("click", () => openList(c.status, true));
+      stale.appendChild(sb);
+      tr.className = "stale";
+    }
+    tr.append(name, el("td", "vcount", fmtInt(c.orders)), stale);
+    return tr;
+  }) : [valNote("none", 3)]));
+  $("orders-more").hidden = !o.other_statuses;
+  $("orders-more").textContent = o.other_statuses ? "and " + fmtInt(o.other) + " orders in " + fmtInt(o.other_statuses) + " other statuses" : "";
+}
+function openList(status, stale) {
+  olist = { status, stale, next: "", gen: ++olistGen };
+  setText("orders-list-title", (stale ? "Stale orders in " : "Orders in ") + status + ", oldest first");
+  $("orders-list-rows").replaceChildren();
+  $("orders-list").hidden = false;
+  loadList(olist);
+}
+async function loadList(v) {
+  const q = new URLSearchParams({ status: v.status, limit: String(LIST_PAGE) });
+  if (v.stale) q.set("stale", "true");
+  if (v.next) q.set("cursor", v.next);
+  $("orders-list-more").hidden = true;
+  let r;
+  try { r = await api("/v1/orders?" + q.toString()); } catch (e) { r = { status: 0, body: { error: e.message } }; }
+  if (v.gen !== olistGen) return; // another list was opened meanwhile
+  const msg = $("orders-list-msg");
+  if (r.status !== 200) {
+    msg.hidden = false; msg.className = "small error"; msg.textContent = r.body.error || "HTTP " + r.status;
+    return;
+  }
+  const now = Date.now();
+  $("orders-list-rows").append(...(r.body.orders || []).map((o) => {
+    const tr = el("tr", o.stale ? "stale" : "");
+    const id = el("td"), a = el("a", o.stale ? "stale" : "", o.order_id);
+    a.href = "#order=" + encodeURIComponent(o.order_id);
+    id.appendChild(a);
+    const t = o.last_event_at ? Date.parse(o.last_event_at) : NaN;
+    tr.append(id, el("td", "", fmtTime(o.last_event_at)), el("td", "", isNaN(t) ? "–" : fmtDur(Math.max(0, (now - t) / 1000))));
+    return tr;
+  }));
+  v.next = r.body.next || "";
+  $("orders-list-more").hidden = !v.next;
+  const n = $("orders-list-rows").children.length;
+  msg.hidden = n !== 0; msg.className = "small muted"; msg.textContent = n ? "" : "none now";
+}
+$("orders-list-more").addEventListener("click", () => { if (olist && olist.next) loadList(olist); });
+$("orders-list-close").addEventListener("click", () => { olistGen++; olist = null; $("orders-list").hidden = true; });

@@ -58,6 +58,7 @@ type options struct {
 	skipLoad       bool
 	verbose        bool
 	handlerStats   bool
+	noOrderIndex   bool
 	kvCeiling      int
 	rawReps        int
 	rawAPI         string
@@ -86,6 +87,7 @@ func main() {
 	flag.IntVar(&o.kvCeiling, "kv-ceiling", 0, "analysis: after the projection, time N compare-and-set KV writes outside the processor, sync (one per worker) and pipelined (a batch at once)")
 	flag.IntVar(&o.rawReps, "raw-reps", 3, "repetitions of the raw consume (each with a fresh durable); the median of those without a client stall is used")
 	flag.StringVar(&o.rawAPI, "raw-api", "fetch", "how the raw consume reads: fetch (Fetch batches) or consume (Consume, as the processor; subject to a client stall, see README)")
+	flag.BoolVar(&o.noOrderIndex, "no-order-index", false, "run the appliance with processor.order_index = false (the index's cost: compare the projection rate with and without)")
 	flag.BoolVar(&o.verbose, "v", false, "log the processor at info level (default: warnings only)")
 	flag.Parse()
 	for _, m := range strings.Split(modes, ",") {
@@ -373,6 +375,7 @@ func newEnv(ctx context.Context, o options, mode string, events int) (_ *env, er
 	if o.maxAckPending > 0 {
 		cfg.Processor.MaxAckPending = o.maxAckPending
 	}
+	cfg.Processor.OrderIndex = !o.noOrderIndex
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -30,7 +30,7 @@ import (
 func TestDashboardInBrowser(t *testing.T) {
 	browser, missing := testenv.Browser()
 	testenv.Require(t, missing)
-	a := startInProcess(t, "")
+	a := startInProcess(t, "[processor.stale_after]\ncreated = \"1ms\"\n")
 	nc, err := nats.Connect(a.natsURL)
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +114,46 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		return nil
 	})
+	// Orders by status: 25 created, every one stale (created has a
+	// stale_after of 1ms); the stale count lists them, a page at a time,
+	// each a link to its timeline.
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`[...document.querySelectorAll("#orders-rows tr")].map((tr) => [...tr.cells].map((c) => c.textContent).join("|")).join("\n")`))
+		if err != nil || s != "created|25|25" || text("#orders-total") != "(25 orders)" {
+			return fmt.Errorf("orders table %q (%v), want created|25|25", s, err)
+		}
+		return nil
+	})
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#orders-rows button.stale"))); err != nil {
+		t.Fatal(err)
+	}
+	rows := func() (int, error) {
+		return chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#orders-list-rows a.stale").length`))
+	}
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
+		if n, err := rows(); err != nil || n != 20 {
+			return fmt.Errorf("%d stale orders listed (%v), want a page of 20", n, err)
+		}
+		return nil
+	})
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#orders-list-more"))); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
+		if n, err := rows(); err != nil || n != 25 {
+			return fmt.Errorf("%d stale orders listed after load more (%v), want 25", n, err)
+		}
+		return nil
+	})
+	if s := text("#orders-list-title"); s != "Stale orders in created, oldest first" {
+		t.Errorf("list title %q", s)
+	}
+	first, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#orders-list-rows a").getAttribute("href")`))
+	if err != nil || first != "#order=o-0" {
+		t.Errorf("the oldest order's link %q (%v), want #order=o-0", first, err)
+	}
+	screenshot(t, ctx, "dashboard-orders.png")
+
 	// No token: nothing to sign out of. A build from source says dev,
 	// never "vdev".
 	if hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("logout").hidden`)); err != nil || !hidden {

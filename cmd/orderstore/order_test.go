@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -121,6 +122,11 @@ func TestOrdersCommand(t *testing.T) {
 	}
 	if code, _, errs := cli("-older-than", "soon"); code != exitFailure || !strings.Contains(errs, "older_than") {
 		t.Errorf("orders -older-than soon: exit %d %s", code, errs)
+	}
+	var sout, serr strings.Builder
+	run(ctx, []string{"status", "-admin", a.adminURL}, &sout, &serr)
+	if !regexp.MustCompile(`\n  by status +created 3, paid 2 \(2 stale\); 2 stale in all \(orderstore orders -stale\)\n`).MatchString(sout.String()) {
+		t.Errorf("orderstore status lacks the counts by status:\n%s%s", sout.String(), serr.String())
 	}
 	for _, bad := range [][]string{{"o-1"}, {"-limit", "0"}, {"-limit", "5000"}} {
 		if code, _, _ := cli(bad...); code != exitUsage {

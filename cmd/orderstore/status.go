@@ -94,6 +94,9 @@ func printStatus(w io.Writer, st status.Status) {
 	if r := st.Rebuild; r.Running() {
 		fmt.Fprintf(tw, "  rebuild\t%s (orderstore projection status)\n", rebuildBrief(r))
 	}
+	if o := st.Orders; o != nil {
+		fmt.Fprintf(tw, "  by status\t%s\n", ordersBrief(o))
+	}
 	fmt.Fprintf(tw, "store\t%s, %s free; JetStream stores %s of max_file_store %s\n", st.Store.Dir, config.ByteSize(st.Store.FreeBytes),
 		config.ByteSize(st.Store.JetStreamBytes), config.ByteSize(st.Store.JetStreamMaxBytes))
 	if st.Store.Encrypted {
@@ -264,4 +267,39 @@ func versionText(b status.BuildInfo) string {
 		return b.Version
 	}
 	return "dev (commit " + b.Commit[:min(12, len(b.Commit))] + ")"
+}
+
+// ordersBrief is the order index's counts on one line: the five largest
+// statuses, how many more, and the stale orders.
+func ordersBrief(o *status.OrdersStatus) string {
+	if o.Loading {
+		return fmt.Sprintf("the order index is loading (%d orders so far)", o.Total)
+	}
+	var parts []string
+	for i, c := range o.Statuses {
+		if i == 5 {
+			parts = append(parts, fmt.Sprintf("%d more statuses", len(o.Statuses)-5+o.OtherStatuses))
+			break
+		}
+		p := fmt.Sprintf("%s %d", clip(c.Status, 40), c.Orders)
+		if c.Stale != nil && *c.Stale > 0 {
+			p += fmt.Sprintf(" (%d stale)", *c.Stale)
+		}
+		parts = append(parts, p)
+	}
+	if len(o.Statuses) <= 5 && o.OtherStatuses > 0 {
+		parts = append(parts, fmt.Sprintf("%d more statuses", o.OtherStatuses))
+	}
+	if len(parts) == 0 {
+		return "no orders"
+	}
+	line := strings.Join(parts, ", ")
+	stale := 0
+	for _, n := range o.Stale {
+		stale += n
+	}
+	if stale > 0 {
+		line += fmt.Sprintf("; %d stale in all (orderstore orders -stale)", stale)
+	}
+	return line
 }

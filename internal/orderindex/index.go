@@ -88,8 +88,16 @@ func less(a, b item) bool {
 
 func newTree() *btree.BTreeG[item] { return btree.NewG(32, less) }
 
+// place is an order's time in the trees and its status's set (which
+// holds the status: one copy of each status, however many orders have it).
+type place struct {
+	at  int64
+	set *statusSet
+}
+
 // statusSet is one status's orders, with the count of those stale.
 type statusSet struct {
+	name string
 	tree *btree.BTreeG[item]
 	// staleAfter is the status's stale_after (0: none). stale counts the
 	// items at or before staleAt, the threshold last counted against: a
@@ -104,8 +112,7 @@ type statusSet struct {
 // concurrent use.
 type Index struct {
 	mu         sync.RWMutex
-	byID       map[string]item   // the order's current place
-	status     map[string]string // the order's status
+	byID       map[string]place // where each order is
 	all        *btree.BTreeG[item]
 	by         map[string]*statusSet
 	staleAfter map[string]time.Duration
@@ -120,7 +127,7 @@ type Index struct {
 // New returns an empty index. staleAfter maps a status to how long an order
 // may stay in it without an event before it counts as stale.
 func New(staleAfter map[string]time.Duration) *Index {
-	return &Index{byID: map[string]item{}, status: map[string]string{}, all: newTree(), by: map[string]*statusSet{},
+	return &Index{byID: map[string]place{}, all: newTree(), by: map[string]*statusSet{},
 		staleAfter: staleAfter, now: time.Now, loaded: make(chan struct{})}
 }
 
@@ -132,27 +139,28 @@ func (x *Index) markLoaded() { x.loadOnce.Do(func() { close(x.loaded) }) }
 
 // Put records an order's status and the time of its latest event.
 func (x *Index) Put(id, status string, lastEventAt time.Time) {
-	it := item{at: nanos(lastEventAt), id: id}
+	at := nanos(lastEventAt)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if old, ok := x.byID[id]; ok {
-		if old == it && x.status[id] == status {
+		if old.at == at && old.set.name == status {
 			return
 		}
 		x.removeLocked(id, old)
 	}
-	x.byID[id], x.status[id] = it, status
-	x.all.ReplaceOrInsert(it)
 	s := x.by[status]
 	if s == nil {
-		s = &statusSet{tree: newTree(), staleAfter: x.staleAfter[status]}
+		s = &statusSet{name: status, tree: newTree(), staleAfter: x.staleAfter[status]}
 		if s.staleAfter > 0 {
 			s.staleAt = x.now().Add(-s.staleAfter).UnixNano()
 		}
 		x.by[status] = s
 	}
+	it := item{at: at, id: id}
+	x.byID[id] = place{at: at, set: s}
+	x.all.ReplaceOrInsert(it)
 	s.tree.ReplaceOrInsert(it)
-	if s.staleAfter > 0 && it.at <= s.staleAt {
+	if s.staleAfter > 0 && at <= s.staleAt {
 		s.stale++
 	}
 }
@@ -166,21 +174,17 @@ func (x *Index) Remove(id string) {
 	}
 }
 
-func (x *Index) removeLocked(id string, old item) {
-	status := x.status[id]
+func (x *Index) removeLocked(id string, old place) {
 	delete(x.byID, id)
-	delete(x.status, id)
-	x.all.Delete(old)
-	s := x.by[status]
-	if s == nil {
-		return
-	}
-	s.tree.Delete(old)
+	it := item{at: old.at, id: id}
+	x.all.Delete(it)
+	s := old.set
+	s.tree.Delete(it)
 	if s.staleAfter > 0 && old.at <= s.staleAt {
 		s.stale--
 	}
 	if s.tree.Len() == 0 {
-		delete(x.by, status)
+		delete(x.by, s.name)
 	}
 }
 
@@ -346,7 +350,7 @@ func (x *Index) List(q Query) (Page, error) {
 	}
 	p.Orders = make([]Entry, len(items))
 	for i, it := range items {
-		status := x.status[it.id]
+		status := x.byID[it.id].set.name
 		e := Entry{OrderID: it.id, Status: status, LastEventAt: timeOf(it.at)}
 		if d := x.staleAfter[status]; d > 0 && it.at <= now.Add(-d).UnixNano() {
 			e.Stale = true

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,6 +63,6 @@ func (x *Index) apply(e jetstream.KeyValueEntry) error {
 		x.Remove(e.Key())
 		return errors.New("no status")
 	}
-	x.Put(e.Key(), *rec.Status, rec.LastEventAt)
+	x.Put(strings.Clone(e.Key()), *rec.Status, rec.LastEventAt) // not the message's subject
 	return nil
 }
