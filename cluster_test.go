@@ -110,11 +110,6 @@ func TestClusterR3Basics(t *testing.T) {
 			return err
 		})
 	}
-	// A projection rebuild is refused in a cluster, saying why, that a
-	// node alone cannot do it either, and where to read more.
-	if _, err := apps[0].RebuildProjection(ctx, status.RebuildRequest{}); !errors.Is(err, orderstore.ErrRebuildUnsupported) || !strings.Contains(err.Error(), "quorum") || !strings.Contains(err.Error(), "docs/rebuild.md") {
-		t.Errorf("rebuild in a cluster: %v, want ErrRebuildUnsupported saying why and where to read more", err)
-	}
 	st, err := js.Stream(ctx, "ORDER_EVENTS")
 	if err != nil {
 		t.Fatal(err)
@@ -497,4 +492,172 @@ func TestClusterProjectionWritersRace(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Every projection feature on a 3-node R3 cluster, from every node: each
+// node's projection, history, as-of and order index equal an independent
+// fold of the stream. A rebuild asked at one node replaces a damaged
+// record while a producer publishes at another and the stream's leader
+// (a third node) is stopped half-way through the fold; a second rebuild
+// asked at another node meanwhile is refused, naming the first; the
+// takeover pauses the durable for every node and resumes it; afterwards
+// the claim is given back.
+func TestClusterRebuildAndQueriesOnEveryNode(t *testing.T) {
+	cfgs := clusterConfigs(t)
+	logs := make([]*testkit.LockedBuffer, len(cfgs))
+	for i := range cfgs {
+		logs[i] = &testkit.LockedBuffer{}
+		cfgs[i].Logger = debugLogger(logs[i])
+		roomyConfig(&cfgs[i])
+		orderstore.SetRebuildPace(&cfgs[i], 300*time.Millisecond) // a fold slow enough to stop a node half-way
+		cfgs[i].Processor.StaleAfter = map[string]time.Duration{"created": time.Hour}
+	}
+	apps := startAll(t, cfgs)
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, apps[0])
+	var ids []string
+	for i := range 12 {
+		ids = append(ids, fmt.Sprintf("cr-%d", i))
+	}
+	publishOrders(t, js, ids, 0, 6000)
+	waitProjected(t, apps[0])
+	sameOnEveryNode := func(nodes []*orderstore.Appliance, when string) {
+		t.Helper()
+		for _, a := range nodes {
+			ajs := embeddedtest.JetStream(t, a)
+			embeddedtest.WaitFor(t, time.Minute, func() error {
+				if err := projectionVsFold(a, streamOracle(t, ajs, "ORDER_EVENTS")); err != nil {
+					return fmt.Errorf("%s, node %s: %w", when, a.Config().Server.Name, err)
+				}
+				return nil
+			})
+			checkIndexIsTheFold(t, a, streamOracle(t, ajs, "ORDER_EVENTS"))
+		}
+	}
+	sameOnEveryNode(apps, "before the rebuild")
+
+	// A damaged record, as a buggy handler would leave it.
+	kv, err := js.KeyValue(ctx, "ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (cr-11: the producer below writes only cr-0 to cr-5.)
+	e, err := kv.Get(ctx, "cr-11")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec["status"], rec["events"] = "wrong", 1
+	damaged, _ := json.Marshal(rec)
+	if _, err := kv.Put(ctx, "cr-11", damaged); err != nil {
+		t.Fatal(err)
+	}
+
+	// The stream's leader is stopped half-way; the rebuild runs at
+	// another node, the producer publishes at the third.
+	st, err := js.Stream(ctx, "ORDER_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := -1
+	for i, c := range cfgs {
+		if c.Server.Name == st.CachedInfo().Cluster.Leader {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		t.Fatalf("no leader among the nodes: %+v", st.CachedInfo().Cluster)
+	}
+	rebuilder, producer := (leader+1)%3, (leader+2)%3
+	if _, err := apps[rebuilder].RebuildProjection(ctx, status.RebuildRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apps[producer].RebuildProjection(ctx, status.RebuildRequest{}); !errors.Is(err, orderstore.ErrRebuildRunning) || !strings.Contains(err.Error(), cfgs[rebuilder].Server.Name) {
+		t.Errorf("a second rebuild at another node: %v, want ErrRebuildRunning naming %s", err, cfgs[rebuilder].Server.Name)
+	}
+	pjs := embeddedtest.JetStream(t, apps[producer])
+	done := make(chan struct{})
+	var published sync.WaitGroup
+	published.Go(func() {
+		// Each event retried until acked (the same Nats-Msg-Id): the
+		// stream's leader moves meanwhile.
+		for i := 6000; ; i++ {
+			body := fmt.Sprintf(`{"order_id":%q,"status":"late-%d"}`, ids[i%6], i)
+			for {
+				c, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err := pjs.Publish(c, "orders.paid", []byte(body), jetstream.WithMsgID(fmt.Sprint("late-", i)))
+				cancel()
+				if err == nil {
+					break
+				}
+				select {
+				case <-done:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	})
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if rb := apps[rebuilder].RebuildStatus(); rb == nil || rb.Done == 0 {
+			return fmt.Errorf("the fold has not begun: %+v", rb)
+		}
+		return nil
+	})
+	if err := apps[leader].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stopped the stream leader %s during the fold; the rebuild runs at %s", cfgs[leader].Server.Name, cfgs[rebuilder].Server.Name)
+	embeddedtest.WaitFor(t, 3*time.Minute, func() error {
+		rb := apps[rebuilder].RebuildStatus()
+		if rb.State == status.RebuildFailed || rb.State == status.RebuildCanceled {
+			t.Fatalf("rebuild %s: %s", rb.State, rb.Error)
+		}
+		if rb.State != status.RebuildDone {
+			return fmt.Errorf("rebuild %s at %d of %d", rb.State, rb.Done, rb.Total)
+		}
+		return nil
+	})
+	close(done)
+	published.Wait()
+	back, err := orderstore.Start(ctx, cfgs[leader])
+	if err != nil {
+		t.Fatalf("restart %s: %v", cfgs[leader].Server.Name, err)
+	}
+	defer back.Close(ctx)
+	apps[leader] = back
+	waitProjected(t, apps[rebuilder])
+	sameOnEveryNode(apps, "after the rebuild")
+
+	// The durable runs again for every node, and the claim is free.
+	c, err := js.Consumer(ctx, "ORDER_EVENTS", "order-processor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci := c.CachedInfo(); ci.Paused || ci.Config.PauseUntil != nil {
+		t.Errorf("the durable is still paused after the rebuild: paused %v until %v", ci.Paused, ci.Config.PauseUntil)
+	}
+	for _, line := range []string{"every node's processor paused for the projection rebuild's takeover", "every node's processor resumed after the projection rebuild's takeover"} {
+		if !strings.Contains(logs[rebuilder].String(), line) {
+			t.Errorf("the rebuilding node did not log %q", line)
+		}
+	}
+	if _, err := apps[producer].RebuildProjection(ctx, status.RebuildRequest{}); err != nil {
+		t.Fatalf("a rebuild at another node after the first ended: %v", err)
+	}
+	embeddedtest.WaitFor(t, 3*time.Minute, func() error {
+		if rb := apps[producer].RebuildStatus(); rb.State != status.RebuildDone {
+			return fmt.Errorf("second rebuild %s at %d of %d", rb.State, rb.Done, rb.Total)
+		}
+		return nil
+	})
+	sameOnEveryNode(apps, "after a second rebuild at another node")
 }

@@ -115,12 +115,13 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 		}
 		a.rebuildUnsupported = fmt.Errorf("%w: the custom Processor.Handler does not implement processor.Rebuilder", ErrRebuildUnsupported)
 	}
-	if cfg.Cluster.Enabled() {
-		a.rebuildUnsupported = fmt.Errorf("%w: in a cluster every node's processor writes the projection, and a rebuild would have to pause them all at once, which orderstore does not do yet (nor can one node of the cluster run alone: the stream's replicas need a quorum); see docs/rebuild.md", ErrRebuildUnsupported)
-		target = nil
-	}
 	if target == nil {
 		return nil
+	}
+	var claim func(context.Context, string) error
+	var release func(context.Context, string)
+	if cfg.Cluster.Enabled() {
+		claim, release = a.claimRebuild, a.releaseRebuild // one node at a time (rebuildcluster.go)
 	}
 	batch := 0 // the default
 	if cfg.rebuildPace > 0 {
@@ -132,7 +133,8 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 		ReplayMsgID: ingest.ScopedMsgID(cfg.msgIDScope(), StreamAccount, processor.ReplayMsgIDPrefix(cfg.Processor.DeadLetterStream)),
 		StatePath:   filepath.Join(a.report.StoreDir, rebuildStateFile), Target: target, Version: a.handlerVersion,
 		Pause: a.pauseProcessor, Check: a.rebuildBudget, Log: a.log.With("component", "rebuild"), Pace: cfg.rebuildPace, Yield: true,
-		Done:       func(st *status.Rebuild) error { return a.recordVersion(st.Version) },
+		Done:  func(st *status.Rebuild) error { return a.recordVersion(st.Version) },
+		Claim: claim, Release: release,
 		SyncSource: func(ctx context.Context) error { return a.syncStreams(ctx, a.spec.ConsumerStream()) },
 	})
 	if err != nil {
@@ -142,6 +144,9 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 	if r.TakeoverPending() {
 		if err := r.FinishTakeover(ctx); err != nil {
 			return fmt.Errorf("projection rebuild: finishing the takeover a stop interrupted: %w", err)
+		}
+		if cfg.Cluster.Enabled() {
+			a.resumeEveryProcessor() // paused by this node's takeover
 		}
 	}
 	if err := r.Cleanup(ctx); err != nil {
@@ -201,7 +206,12 @@ func (a *Appliance) checkVersion(version string, canRebuild bool) error {
 		return nil // under way already (its end records the version)
 	}
 	reason := fmt.Sprintf("the handler's version changed from %q to %q", ps.Version, version)
-	if _, err := a.rebuild.Start(context.Background(), rebuild.Options{Reason: reason}); err != nil {
+	if _, err := a.rebuild.Start(context.Background(), rebuild.Options{Reason: reason}); errors.Is(err, ErrRebuildRunning) && a.cfg.Cluster.Enabled() {
+		// Another node rebuilds the cluster's projection (for this
+		// version too, when its handler changed with this one's).
+		a.log.Info("the handler's version changed; another node of the cluster is rebuilding the projection", "err", err)
+		return a.recordVersion(version)
+	} else if err != nil {
 		a.log.Error("projection rebuild for a new handler version could not start; the projection stays as the old version built it", "err", err)
 	}
 	return nil
@@ -221,6 +231,9 @@ func (a *Appliance) bucketsTarget() *rebuild.Buckets {
 	spec := a.spec
 	shadow := *spec.Projection
 	shadow.Bucket += shadowSuffix
+	if cfg.Cluster.Enabled() {
+		shadow.Bucket += "_" + nodeSuffix(cfg.Server.Name) // each node's own (rebuildcluster.go)
+	}
 	shadow.Description = "order projection being rebuilt (managed by orderstore; dropped after the takeover)"
 	b := &rebuild.Buckets{JS: a.pjs, Live: cfg.Processor.ProjectionBucket, ShadowBucket: shadow, Log: a.log.With("component", "rebuild"),
 		Reads: a.reads.Switch, Sync: a.syncStreams}
@@ -339,13 +352,22 @@ func (a *Appliance) pauseProcessor(ctx context.Context) (func(), error) {
 	if a.pause == nil {
 		return func() {}, nil
 	}
+	resumeAll := func() {}
+	if a.cfg.Cluster.Enabled() {
+		var err error
+		if resumeAll, err = a.pauseEveryProcessor(ctx); err != nil {
+			return nil, err
+		}
+	}
 	resume, err := a.pause.Pause(ctx)
 	if err != nil {
+		resumeAll()
 		return nil, err
 	}
 	a.log.Info("processor paused for the projection rebuild's takeover")
 	return func() {
 		resume()
+		resumeAll()
 		a.log.Info("processor resumed after the projection rebuild's takeover")
 	}, nil
 }

@@ -124,30 +124,49 @@ func streamOracle(t *testing.T, js jetstream.JetStream, stream string) map[strin
 func checkProjectionIsTheFold(t *testing.T, app *orderstore.Appliance) {
 	t.Helper()
 	want := streamOracle(t, embeddedtest.JetStream(t, app), "ORDER_EVENTS")
+	if err := projectionVsFold(app, want); err != nil {
+		t.Fatal(err)
+	}
+	checkIndexIsTheFold(t, app, want)
+}
+
+// projectionVsFold is the first order whose projected state or history
+// differs from the fold want.
+func projectionVsFold(app *orderstore.Appliance, want map[string][]testkit.OracleEvent) error {
 	for id, evs := range want {
 		got, err := app.Order(context.Background(), id)
 		if err != nil {
-			t.Fatalf("order %s: %v", id, err)
+			return fmt.Errorf("order %s: %v", id, err)
 		}
 		w := testkit.FoldOrder(id, evs)
 		got.UpdatedAt = time.Time{}
 		if got != w {
-			t.Fatalf("order %s:\n got  %+v\n want %+v", id, got, w)
+			return fmt.Errorf("order %s:\n got  %+v\n want %+v", id, got, w)
 		}
 		h, err := app.OrderEvents(context.Background(), id, 0, 1000)
 		if err != nil {
-			t.Fatalf("history of %s: %v", id, err)
+			return fmt.Errorf("history of %s: %v", id, err)
 		}
 		if h.Total != len(evs) {
-			t.Fatalf("history of %s: %d events, the stream holds %d", id, h.Total, len(evs))
+			return fmt.Errorf("history of %s: %d events, the stream holds %d", id, h.Total, len(evs))
 		}
 		for i, e := range h.Events {
 			if e.Sequence != evs[i].Seq {
-				t.Fatalf("history of %s: event %d is %d, the stream's is %d", id, i, e.Sequence, evs[i].Seq)
+				return fmt.Errorf("history of %s: event %d is %d, the stream's is %d", id, i, e.Sequence, evs[i].Seq)
+			}
+		}
+		// As of its second event: the fold of its first two.
+		if len(evs) >= 2 {
+			st, err := app.OrderAsOf(context.Background(), id, orderstore.AsOf{Seq: evs[1].Seq})
+			if err != nil {
+				return fmt.Errorf("%s as of seq %d: %v", id, evs[1].Seq, err)
+			}
+			if w := testkit.FoldOrder(id, evs[:2]); st.Order.Status != w.Status || st.Order.Events != 2 || !st.Complete {
+				return fmt.Errorf("%s as of seq %d: %+v, want the fold of its first two events %+v", id, evs[1].Seq, st, w)
 			}
 		}
 	}
-	checkIndexIsTheFold(t, app, want)
+	return nil
 }
 
 // A projection folded wrongly (records written by a "buggy handler", one
@@ -1131,4 +1150,10 @@ func TestRebuildOnHubIgnoresEdgeReplays(t *testing.T) {
 			t.Fatalf("hub's %s after the rebuild:\n got  %+v\n want %+v (every event of the hub's stream)", id, got, w)
 		}
 	}
+	// The hub's history, as-of and order index: the fold of its aggregate
+	// stream.
+	if err := projectionVsFold(hub, want); err != nil {
+		t.Fatal(err)
+	}
+	checkIndexIsTheFold(t, hub, want)
 }

@@ -376,6 +376,9 @@ func declareConsumer(ctx context.Context, js jetstream.JetStream, stream string,
 	if len(safe) == 0 {
 		return nil
 	}
+	// A pause stays: a cluster's projection rebuild pauses the durable
+	// for every node during its takeover, and only its end resumes it.
+	want.PauseUntil = have.PauseUntil
 	if _, err := js.UpdateConsumer(ctx, stream, want); err != nil {
 		return errorf("declare", obj, "", err)
 	}

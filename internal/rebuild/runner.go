@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
@@ -53,7 +54,15 @@ type Config struct {
 	// Done is called when a rebuild took over, before its state says
 	// done (the appliance records the version the projection is now
 	// built with).
-	Done      func(st *status.Rebuild) error
+	Done func(st *status.Rebuild) error
+	// Claim, if set, claims the rebuild with this id for this node before
+	// it starts: in a cluster one node rebuilds at a time, and a claim
+	// held by another node refuses it (an error wrapping ErrRunning).
+	// Release gives the claim back once the rebuild ended: done, canceled
+	// or failed (not one left under way, nor one stopped with the
+	// appliance: it goes on at the next start, still claimed).
+	Claim     func(ctx context.Context, id string) error
+	Release   func(ctx context.Context, id string)
 	BatchSize int           // events per fold step; default 50000
 	Every     time.Duration // between checkpoints; default 2s
 	// Pace is a pause after each fold step: tests slow a rebuild down to stop it half-way.
@@ -201,15 +210,23 @@ func (r *Runner) Start(ctx context.Context, opts Options) (*status.Rebuild, erro
 	if opts.Reason == "" {
 		opts.Reason = "requested"
 	}
-	st := &state{Rebuild: status.Rebuild{ID: nuid.Next(), State: status.RebuildFolding, Reason: opts.Reason,
+	id := nuid.Next()
+	if r.cfg.Claim != nil {
+		if err := r.cfg.Claim(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	st := &state{Rebuild: status.Rebuild{ID: id, State: status.RebuildFolding, Reason: opts.Reason,
 		FromSeq: opts.FromSeq, ReplacePartial: opts.ReplacePartial, Version: r.cfg.Version, StartedAt: time.Now().UTC()},
 		FromTime: opts.FromTime, Fresh: true}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.st.running() {
+		r.release(id)
 		return nil, ErrRunning
 	}
 	if err := r.saveLocked(st); err != nil {
+		r.release(id)
 		return nil, err
 	}
 	r.st, r.canceled, r.samples, r.inStep = st, false, nil, 0
@@ -282,7 +299,24 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 		cancel()
 	}
 	err := r.fold(jctx, st)
+	// A cluster electing a leader (the stream's, the consumer's, a
+	// bucket's) answers no one for seconds: go on from the position
+	// reached, for a while.
+	for since := time.Now(); err != nil && transient(err) && jctx.Err() == nil && !r.takingOver(st) && time.Since(since) < electionWait; {
+		r.log.Warn("projection rebuild: nats did not answer (a cluster electing a leader?); going on from the position reached", "id", st.ID, "position", st.Position, "err", err)
+		select {
+		case <-jctx.Done():
+		case <-time.After(time.Second):
+			err = r.fold(jctx, st)
+		}
+	}
 	if err == nil {
+		r.mu.Lock()
+		done := st.State == status.RebuildDone
+		r.mu.Unlock()
+		if done {
+			r.release(st.ID)
+		}
 		return nil
 	}
 	r.mu.Lock()
@@ -322,7 +356,28 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 		r.log.Error("projection rebuild: state", "err", serr)
 	}
 	r.mu.Unlock()
+	r.release(st.ID)
 	return nil
+}
+
+// electionWait bounds how long a fold retries what nats did not answer.
+const electionWait = 2 * time.Minute
+
+// transient reports whether err is nats not answering for a while, as a
+// cluster does while it elects a leader.
+func transient(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionReconnecting)
+}
+
+// release gives a rebuild's claim back (Config.Release), bounded.
+func (r *Runner) release(id string) {
+	if r.cfg.Release == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r.cfg.Release(ctx, id)
 }
 
 // Cleanup drops a shadow no rebuild under way uses (left by a crash after

@@ -40,7 +40,11 @@ func (r *Runner) FinishTakeover(ctx context.Context) error {
 		return r.save(st)
 	}
 	r.log.Info("projection rebuild: finishing the takeover a stop interrupted", "id", st.ID)
-	return r.takeover(ctx, st)
+	if err := r.takeover(ctx, st); err != nil {
+		return err
+	}
+	r.release(st.ID)
+	return nil
 }
 
 // takingOver reports whether st's takeover has begun and not ended.
