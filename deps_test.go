@@ -100,7 +100,7 @@ func TestLayering(t *testing.T) {
 		"": 4, // the root package: the API and the start/stop sequence
 		// on top of the library
 		"internal/config": 5, "orderstoretest": 5, "cmd/orderstore": 6,
-		"bench/benchkit": 5, "bench/groupcommit": 6, "bench/history": 6, "bench/overload": 6, "bench/processor": 6, "bench/rebuild": 6, "bench/scaleout": 6, "bench/encryption": 6,
+		"bench/benchkit": 5, "bench/groupcommit": 6, "bench/history": 6, "bench/overload": 6, "bench/processor": 6, "bench/rebuild": 6, "bench/scaleout": 6, "bench/encryption": 6, "bench/orders": 6,
 	}
 	name := func(p string) string { return strings.TrimPrefix(strings.TrimPrefix(p, mod), "/") }
 	// natsserver/ is the patched copy of nats-server, below everything:

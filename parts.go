@@ -75,6 +75,10 @@ func (c Config) preflightConfig() bootstrap.PreflightConfig {
 // stream, the dead-letter stream, the projection bucket, its history
 // index and, when the processor is enabled, its durable consumer. Pass it to
 // [bootstrap.Declare] to declare the same objects on any NATS server.
+// projectionMarkerTTL is how long the marker of an expired projection
+// record is kept: long enough for a watch that fell behind to see it.
+const projectionMarkerTTL = time.Hour
+
 func (c Config) DeclareSpec() bootstrap.Spec {
 	st := c.Stream
 	discard := jetstream.DiscardOld
@@ -125,6 +129,11 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		MaxBytes:    p.ProjectionMaxBytes,
 		Storage:     jetstream.FileStorage,
 		Replicas:    st.Replicas,
+	}
+	if st.MaxAge > 0 {
+		// A record that expires leaves a marker, so that a watch (the
+		// order index) forgets the order as the projection does.
+		spec.Projection.LimitMarkerTTL = projectionMarkerTTL
 	}
 	if hmax := c.historyMaxBytes(); hmax > 0 {
 		spec.History = c.historySpec(hmax)

@@ -308,6 +308,17 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, want jetstream.K
 		if cfg.MaxAge != have.MaxAge {
 			safe = append(safe, Change{obj, "ttl", durStr(have.MaxAge), durStr(cfg.MaxAge)})
 		}
+		// A bucket declared before orderstore asked for markers of
+		// expired keys gets them (nats cannot take them back: a marker TTL
+		// asked off later stays on).
+		if want.LimitMarkerTTL > 0 && have.SubjectDeleteMarkerTTL != want.LimitMarkerTTL {
+			cfg.AllowMsgTTL, cfg.SubjectDeleteMarkerTTL = true, want.LimitMarkerTTL
+			before := "none"
+			if have.SubjectDeleteMarkerTTL > 0 {
+				before = durStr(have.SubjectDeleteMarkerTTL)
+			}
+			safe = append(safe, Change{obj, "limit_marker_ttl", before, durStr(want.LimitMarkerTTL)})
+		}
 		if len(safe) > 0 {
 			if _, err := js.UpdateStream(ctx, cfg); err != nil {
 				return errorf("declare", obj, "", err)

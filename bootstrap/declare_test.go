@@ -300,3 +300,54 @@ func hintOf(err error) string {
 	}
 	return ""
 }
+
+// A projection bucket declared before orderstore asked for markers of
+// expired records gets them (a watch of the bucket, the order index, then
+// sees a record expire); a paused durable stays paused through a declare
+// that updates it (a cluster's rebuild pauses it during its takeover).
+func TestDeclareAddsExpiryMarkersAndKeepsAPause(t *testing.T) {
+	js := embeddedtest.JetStream(t, embeddedtest.Start(t))
+	ctx := context.Background()
+	cfg := orderstore.DefaultConfig()
+	old := cfg.DeclareSpec()
+	if old.Projection.LimitMarkerTTL == 0 {
+		t.Fatal("the projection bucket is declared without markers of expired records")
+	}
+	old.Projection.LimitMarkerTTL = 0
+	if _, err := bootstrap.Declare(ctx, js, old, nil); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Hour).UTC()
+	if _, err := js.PauseConsumer(ctx, "ORDER_EVENTS", "order-processor", until); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Processor.AckWait = time.Minute // a change that updates the consumer
+	res, err := bootstrap.Declare(ctx, js, cfg.DeclareSpec(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, c := range res.Changes {
+		got[c.Field] = c.Before + " -> " + c.After
+	}
+	if got["limit_marker_ttl"] != "none -> 1h0m0s" || got["ack_wait"] != "30s -> 1m0s" {
+		t.Errorf("changes %v, want limit_marker_ttl none -> 1h0m0s and ack_wait 30s -> 1m0s", got)
+	}
+	s, err := js.Stream(ctx, "KV_ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := s.CachedInfo().Config; !c.AllowMsgTTL || c.SubjectDeleteMarkerTTL != time.Hour {
+		t.Errorf("the bucket's stream: allow_msg_ttl %v, subject_delete_marker_ttl %s", c.AllowMsgTTL, c.SubjectDeleteMarkerTTL)
+	}
+	c, err := js.Consumer(ctx, "ORDER_EVENTS", "order-processor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci := c.CachedInfo(); !ci.Paused || ci.Config.AckWait != time.Minute {
+		t.Errorf("after the declare: paused %v (until %v), ack_wait %s; want still paused, 1m", ci.Paused, ci.Config.PauseUntil, ci.Config.AckWait)
+	}
+	if res, err := bootstrap.Declare(ctx, js, cfg.DeclareSpec(), nil); err != nil || len(res.Changes) != 0 {
+		t.Errorf("declared again: %v %v, want no change", res.Changes, err)
+	}
+}

@@ -251,7 +251,7 @@ func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uin
 
 // getFromLeader reads the last message on subject of stream from the
 // stream's leader: its data and sequence (0: there is none), and whether
-// it is a KV delete or purge marker.
+// it is a KV delete or purge, or an expired record's marker.
 func (p *Projection) getFromLeader(ctx context.Context, stream, subject string) (data []byte, seq uint64, deleted bool, err error) {
 	o := p.js.Options()
 	prefix := o.APIPrefix
@@ -292,8 +292,11 @@ func (p *Projection) getFromLeader(ctx context.Context, stream, subject string) 
 	case resp.Message == nil:
 		return nil, 0, false, errors.New("an empty answer")
 	}
+	// A delete or purge, or the marker nats leaves where a record
+	// expired (the bucket's LimitMarkerTTL).
 	h := string(resp.Message.Hdrs)
-	return resp.Message.Data, resp.Message.Seq, strings.Contains(h, "KV-Operation: DEL") || strings.Contains(h, "KV-Operation: PURGE"), nil
+	deleted = strings.Contains(h, "KV-Operation: DEL") || strings.Contains(h, "KV-Operation: PURGE") || strings.Contains(h, jetstream.MarkerReasonHeader+":")
+	return resp.Message.Data, resp.Message.Seq, deleted, nil
 }
 
 // store caches r as id's record at revision rev.

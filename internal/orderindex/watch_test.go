@@ -150,3 +150,36 @@ func BenchmarkLoad(b *testing.B) {
 	}
 	b.ReportMetric(heap/n, "bytes/order")
 }
+
+// A record the bucket's TTL removes leaves a marker (LimitMarkerTTL, as
+// orderstore declares the projection bucket): the index forgets the order
+// as the projection does.
+func TestWatchForgetsExpiredRecords(t *testing.T) {
+	js := embeddedtest.JetStream(t, embeddedtest.Start(t))
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "ORDERS", Storage: jetstream.FileStorage, TTL: time.Second, LimitMarkerTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := New(nil)
+	stop := run(t, x, kv, nil)
+	defer stop()
+	if _, err := kv.Put(ctx, "o-1", record("paid", t0)); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
+		if x.Len() != 1 {
+			return fmt.Errorf("%d orders indexed, want o-1", x.Len())
+		}
+		return nil
+	})
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if _, err := kv.Get(ctx, "o-1"); err == nil {
+			return fmt.Errorf("o-1 has not expired yet")
+		}
+		if n := x.Len(); n != 0 {
+			return fmt.Errorf("o-1 expired from the bucket, but the index still holds %d orders", n)
+		}
+		return nil
+	})
+}
