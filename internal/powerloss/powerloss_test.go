@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,8 +63,9 @@ func TestMain(m *testing.M) {
 
 // applianceConfig is what the child runs: a store that fits a small disk
 // (stream.max_bytes 256MiB + dead letters 256MiB + projection 512MiB +
-// history index 64MiB = max_file_store 1GiB + 64MiB), no admin listener,
-// a random port, and redelivery within seconds of a restart.
+// history index 64MiB = max_file_store 1GiB + 64MiB), an admin listener
+// on a random loopback port (the order index is read over it), a random
+// port, and redelivery within seconds of a restart.
 func applianceConfig(store string, m syncMode) orderstore.Config {
 	cfg := orderstore.DefaultConfig()
 	cfg.JetStream.StoreDir = store
@@ -76,7 +79,7 @@ func applianceConfig(store string, m syncMode) orderstore.Config {
 	}
 	cfg.Stream.MaxBytes = 256 << 20
 	cfg.Server.Port = -1
-	cfg.Admin.Listen = ""
+	cfg.Admin.Listen = "127.0.0.1:0"
 	cfg.Processor.AckWait = 2 * time.Second
 	cfg.Processor.Backoff = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond}
 	return cfg
@@ -105,11 +108,7 @@ func runChild(store, mode string) int {
 		}
 		return 1
 	}
-	if rebuild {
-		fmt.Printf("READY %s %s\n", app.ClientURL(), app.AdminAddr())
-	} else {
-		fmt.Printf("READY %s\n", app.ClientURL())
-	}
+	fmt.Printf("READY %s %s\n", app.ClientURL(), app.AdminAddr())
 	err = app.Wait()
 	fmt.Fprintf(os.Stderr, "STOPPED: %v\n", err)
 	return 1
@@ -197,9 +196,9 @@ func runCuts(t *testing.T, v variant, m syncMode, r *rand.Rand) {
 	}
 	fss := rg.fs.Stats()
 	t.Logf("%s/%s: %d cuts in %s: %d events acked, %d lost (oldest lost acked %s before its cut); "+
-		"%d starts refused by the recovery check; projection mismatches after %d of the cuts; powerfs: %d writes, %d fsyncs, %d bytes and %d namespace entries discarded",
+		"%d starts refused by the recovery check; projection mismatches after %d of the cuts, order index mismatches after %d; powerfs: %d writes, %d fsyncs, %d bytes and %d namespace entries discarded",
 		v.name, m.name, *cutsFlag, time.Since(t0).Round(time.Millisecond), tot.acked, tot.lost, tot.maxLostAge.Round(time.Millisecond),
-		tot.refused, tot.projMismatchCuts, fss.Writes, fss.Fsyncs, fss.DiscardedBytes, fss.UndoneEntries)
+		tot.refused, tot.projMismatchCuts, tot.indexMismatchCuts, fss.Writes, fss.Fsyncs, fss.DiscardedBytes, fss.UndoneEntries)
 }
 
 // rig is the power-loss file system and, for the ext4 variant, the ext4
@@ -499,6 +498,7 @@ type totals struct {
 	refused             int // starts refused by the recovery check
 	maxLostAge          time.Duration
 	projMismatchCuts    int
+	indexMismatchCuts   int
 	historyMismatchCuts int
 }
 
@@ -617,7 +617,19 @@ func check(t *testing.T, c *child, l *ledger, m syncMode, stopAt time.Time, tot 
 		}
 		t.Errorf("%d of %d orders differ from the fold (durability %s)", len(diffs), len(want), m.name)
 	}
-	// 3. the history index: each order's indexed sequences are the
+	// 3. the order index (GET /v1/orders): the projection's orders, each
+	// in its status.
+	var indexErr error
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if indexErr = indexVsProjection(ctx, c.admin, got); indexErr == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if indexErr != nil {
+		tot.indexMismatchCuts++
+		t.Errorf("the order index differs from the projection after the cut: %v", indexErr)
+	}
+	// 4. the history index: each order's indexed sequences are the
 	// stream's events of that order (no hole, none foreign).
 	holes := checkHistory(t, ctx, js, cfg, msgs, dead)
 	if len(holes) > 0 {
@@ -812,4 +824,53 @@ func projection(t *testing.T, ctx context.Context, js jetstream.JetStream, bucke
 		out[k] = o
 	}
 	return out
+}
+
+// indexVsProjection lists every order of the order index (GET /v1/orders,
+// page by page, on the child's admin listener) and compares them with the
+// projection's orders: the same orders, each in the same status.
+func indexVsProjection(ctx context.Context, admin string, proj map[string]order) error {
+	listed := map[string]string{}
+	for cursor := ""; ; {
+		u := "http://" + admin + "/v1/orders?limit=1000"
+		if cursor != "" {
+			u += "&cursor=" + url.QueryEscape(cursor)
+		}
+		req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		var page struct {
+			Orders []struct {
+				OrderID string `json:"order_id"`
+				Status  string `json:"status"`
+			} `json:"orders"`
+			Next  string `json:"next"`
+			Error string `json:"error"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			return fmt.Errorf("GET /v1/orders: %d %s (%v)", resp.StatusCode, page.Error, err)
+		}
+		for _, o := range page.Orders {
+			if _, twice := listed[o.OrderID]; twice {
+				return fmt.Errorf("%s listed twice", o.OrderID)
+			}
+			listed[o.OrderID] = o.Status
+		}
+		if cursor = page.Next; cursor == "" {
+			break
+		}
+	}
+	for id, o := range proj {
+		if st, ok := listed[id]; !ok || st != o.Status {
+			return fmt.Errorf("order %s: the projection says %q, the index %q (listed: %v)", id, o.Status, st, ok)
+		}
+	}
+	if len(listed) != len(proj) {
+		return fmt.Errorf("the index lists %d orders, the projection holds %d", len(listed), len(proj))
+	}
+	return nil
 }
