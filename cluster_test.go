@@ -661,3 +661,85 @@ func TestClusterRebuildAndQueriesOnEveryNode(t *testing.T) {
 	})
 	sameOnEveryNode(apps, "after a second rebuild at another node")
 }
+
+// What a rebuild can leave behind when its node stops at the wrong moment
+// is ended when that node starts again: its claim of a rebuild that is not
+// under way there is given back, and the durable's pause it recorded is
+// ended; a pause no claim holds is ended by any node that starts.
+func TestClusterRebuildLeftoversAreEnded(t *testing.T) {
+	cfgs := clusterConfigs(t)
+	for i := range cfgs {
+		roomyConfig(&cfgs[i])
+	}
+	apps := startAll(t, cfgs)
+	ctx := context.Background()
+	// orderstore's own view (the durable guard refuses clients the
+	// durable, and the claim is in orderstore's account).
+	js := orderstore.InternalJetStream(apps[0])
+	paused := func() bool {
+		t.Helper()
+		c, err := js.Consumer(ctx, "ORDER_EVENTS", "order-processor")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.CachedInfo().Paused
+	}
+	restart := func(i int) {
+		t.Helper()
+		if err := apps[i].Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a, err := orderstore.Start(ctx, cfgs[i])
+		if err != nil {
+			t.Fatalf("restart %s: %v", cfgs[i].Server.Name, err)
+		}
+		apps[i] = a
+	}
+
+	// n2's claim of a rebuild that n2 is not running, with the durable
+	// paused by it (n2 stopped after its pause, and its state file went).
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "ORDERS_REBUILDING", Storage: jetstream.FileStorage, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "claim", []byte(`{"node":"n2","id":"gone","started":"2026-12-05T00:00:00Z","paused":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PauseConsumer(ctx, "ORDER_EVENTS", "order-processor", time.Now().AddDate(100, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	// Another node starting leaves n2's claim and its pause alone.
+	restart(2)
+	if !paused() {
+		t.Fatal("n3's start ended n2's pause")
+	}
+	if _, err := kv.Get(ctx, "claim"); err != nil {
+		t.Fatalf("n3's start removed n2's claim: %v", err)
+	}
+	// n2's start ends both.
+	restart(1)
+	if paused() {
+		t.Error("n2 started again: the durable is still paused")
+	}
+	if _, err := kv.Get(ctx, "claim"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("n2 started again: its claim is still there (%v)", err)
+	}
+
+	// A pause no claim holds: ended by whichever node starts.
+	if _, err := js.PauseConsumer(ctx, "ORDER_EVENTS", "order-processor", time.Now().AddDate(100, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	restart(0)
+	js = orderstore.InternalJetStream(apps[0])
+	if paused() {
+		t.Error("a pause no rebuild holds survived a node's start")
+	}
+	// And the processors run: an event published now is projected.
+	if _, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"after-leftovers"}`)); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		_, err := apps[1].Order(ctx, "after-leftovers")
+		return err
+	})
+}

@@ -145,12 +145,15 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 		if err := r.FinishTakeover(ctx); err != nil {
 			return fmt.Errorf("projection rebuild: finishing the takeover a stop interrupted: %w", err)
 		}
-		if cfg.Cluster.Enabled() {
-			a.resumeEveryProcessor() // paused by this node's takeover
-		}
 	}
 	if err := r.Cleanup(ctx); err != nil {
 		a.log.Warn("projection rebuild: dropping a shadow left by a crash", "err", err)
+	}
+	if cfg.Cluster.Enabled() {
+		// The claim and the durable's pause as this node left them.
+		if err := a.reconcileRebuildClaim(ctx); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/internal/rebuild"
+	"github.com/orderstore/orderstore/status"
 )
 
 // A projection rebuild in a cluster. Every node's processor writes the
@@ -30,20 +32,71 @@ import (
 //     start finishes the takeover and resumes them (a pause that lapsed
 //     half-way would let them apply events the copy then overwrites).
 
-// claimKey is the claim's key in the claim bucket.
-const claimKey = "claim"
+// claimKey is the claim's key in the claim bucket, named after the
+// projection bucket with claimBucketSuffix.
+const (
+	claimKey          = "claim"
+	claimBucketSuffix = "_REBUILDING"
+)
 
-// rebuildClaim is the claim's value.
+// rebuildClaim is the claim's value. Paused is set before the takeover
+// pauses the durable and cleared once it is resumed: whoever finds it set
+// with no takeover under way (a node stopped between the two, a rebuild
+// that failed or was canceled) resumes the durable.
 type rebuildClaim struct {
 	Node    string    `json:"node"`
 	ID      string    `json:"id"`
 	Started time.Time `json:"started"`
+	Paused  bool      `json:"paused,omitempty"`
+}
+
+// readClaim reads the cluster's claim; found is false when there is none
+// (nor its bucket: no rebuild ran in this cluster yet).
+func (a *Appliance) readClaim(ctx context.Context) (c rebuildClaim, rev uint64, found bool, err error) {
+	kv, err := a.js.KeyValue(ctx, a.cfg.Processor.ProjectionBucket+claimBucketSuffix)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return c, 0, false, nil
+	}
+	if err != nil {
+		return c, 0, false, err
+	}
+	e, err := kv.Get(ctx, claimKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return c, 0, false, nil
+	}
+	if err != nil {
+		return c, 0, false, err
+	}
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		return c, 0, false, fmt.Errorf("the rebuild claim: %w", err)
+	}
+	return c, e.Revision(), true, nil
+}
+
+// setClaimPaused records in this node's claim whether the durable is
+// paused.
+func (a *Appliance) setClaimPaused(ctx context.Context, paused bool) error {
+	c, rev, found, err := a.readClaim(ctx)
+	if err != nil {
+		return err
+	}
+	if !found || c.Node != a.cfg.Server.Name {
+		return fmt.Errorf("the rebuild claim is not this node's (%+v)", c)
+	}
+	c.Paused = paused
+	data, _ := json.Marshal(c)
+	kv, err := a.claimBucket(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Update(ctx, claimKey, data, rev)
+	return err
 }
 
 // claimBucket is the cluster's rebuild claim, created on first use.
 func (a *Appliance) claimBucket(ctx context.Context) (jetstream.KeyValue, error) {
 	return a.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      a.cfg.Processor.ProjectionBucket + "_REBUILDING",
+		Bucket:      a.cfg.Processor.ProjectionBucket + claimBucketSuffix,
 		Description: "which node rebuilds the order projection (managed by orderstore)",
 		MaxBytes:    64 << 10,
 		Storage:     jetstream.FileStorage,
@@ -72,7 +125,12 @@ func (a *Appliance) claimRebuild(ctx context.Context, id string) error {
 	json.Unmarshal(e.Value(), &c)
 	if c.Node == me {
 		// This node's own, left by a rebuild that ended while the claim
-		// could not be given back: take it over for this one.
+		// could not be given back (no rebuild runs here: Start claims one
+		// at a time): take it over for this one, resuming the durable if
+		// that one left it paused.
+		if c.Paused {
+			a.resumeEveryProcessor()
+		}
 		_, err := kv.Update(ctx, claimKey, data, e.Revision())
 		return err
 	}
@@ -80,23 +138,75 @@ func (a *Appliance) claimRebuild(ctx context.Context, id string) error {
 		rebuild.ErrRunning, c.Node, c.ID, c.Started.Format(time.RFC3339))
 }
 
-// releaseRebuild gives this node's claim back.
+// releaseRebuild gives this node's claim back, resuming the durable
+// first if the claim says it is paused.
 func (a *Appliance) releaseRebuild(ctx context.Context, id string) {
-	kv, err := a.claimBucket(ctx)
-	if err == nil {
-		var e jetstream.KeyValueEntry
-		if e, err = kv.Get(ctx, claimKey); err == nil {
-			var c rebuildClaim
-			json.Unmarshal(e.Value(), &c)
-			if c.Node != a.cfg.Server.Name || c.ID != id {
-				return // not ours
-			}
-			err = kv.Delete(ctx, claimKey, jetstream.LastRevision(e.Revision()))
+	c, rev, found, err := a.readClaim(ctx)
+	if err == nil && found && c.Node == a.cfg.Server.Name && c.ID == id {
+		if c.Paused && !a.resumeEveryProcessor() {
+			return // the claim stays, saying paused: the next start resumes
+		}
+		var kv jetstream.KeyValue
+		if kv, err = a.claimBucket(ctx); err == nil {
+			err = kv.Delete(ctx, claimKey, jetstream.LastRevision(rev))
 		}
 	}
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		a.log.Warn("projection rebuild: could not give back the cluster's claim; this node's next rebuild takes it over", "err", err)
+		a.log.Warn("projection rebuild: could not give back the cluster's claim; this node's next start or rebuild takes it over", "err", err)
 	}
+}
+
+// reconcileRebuildClaim runs at start, after any takeover this node had
+// left was finished: a claim of this node's for a rebuild that is over is
+// given back, a pause no takeover holds is ended, and a pause a takeover
+// holds (which a concurrent declare may have cleared) is put back.
+func (a *Appliance) reconcileRebuildClaim(ctx context.Context) error {
+	// The cluster may still be electing leaders while its nodes start.
+	return a.clusterRetry(ctx, "projection rebuild claim", a.reconcileOnce)
+}
+
+func (a *Appliance) reconcileOnce(ctx context.Context) error {
+	stream, durable := a.spec.ConsumerStream(), a.cfg.Processor.Durable
+	// The durable first, then the claim: the claim says paused before
+	// the durable is paused, so a pause seen here whose claim is not
+	// marked is no takeover's.
+	cons, err := a.js.Consumer(ctx, stream, durable)
+	if err != nil {
+		return fmt.Errorf("projection rebuild: consumer %q: %w", durable, err)
+	}
+	paused := cons.CachedInfo().Paused
+	c, _, found, err := a.readClaim(ctx)
+	if err != nil {
+		return fmt.Errorf("projection rebuild: the cluster's claim: %w", err)
+	}
+	if found && c.Node == a.cfg.Server.Name {
+		st := a.rebuild.Status()
+		switch {
+		case st == nil || !st.Running() || st.ID != c.ID:
+			a.log.Info("projection rebuild: giving back this node's claim of a rebuild that is over", "id", c.ID)
+			a.releaseRebuild(ctx, c.ID)
+			return nil
+		case c.Paused && st.State != status.RebuildTakingOver:
+			// Stopped between its pause and its takeover: the fold goes
+			// on, and its takeover pauses again.
+			a.log.Info("projection rebuild: resuming the processors a takeover that did not begin paused", "id", c.ID)
+			if !a.resumeEveryProcessor() {
+				return errors.New("could not resume the processors' durable")
+			}
+			return a.setClaimPaused(ctx, false)
+		}
+	}
+	switch {
+	case paused && (!found || !c.Paused):
+		a.log.Warn("the processors' durable is paused but no rebuild's takeover holds it: resuming it", "consumer", durable)
+		a.resumeEveryProcessor()
+	case !paused && found && c.Paused:
+		if _, err := a.js.PauseConsumer(ctx, stream, durable, time.Now().AddDate(100, 0, 0)); err != nil {
+			return fmt.Errorf("projection rebuild: pausing consumer %q again for node %q's takeover: %w", durable, c.Node, err)
+		}
+		a.log.Warn("the processors' durable was resumed during node's takeover (a declare?): paused again", "node", c.Node)
+	}
+	return nil
 }
 
 // pauseEveryProcessor pauses the durable for the whole cluster (no event
@@ -104,8 +214,13 @@ func (a *Appliance) releaseRebuild(ctx context.Context, id string) {
 // to be settled. It returns the resume.
 func (a *Appliance) pauseEveryProcessor(ctx context.Context) (func(), error) {
 	stream, durable := a.spec.ConsumerStream(), a.cfg.Processor.Durable
+	if err := a.setClaimPaused(ctx, true); err != nil {
+		return nil, fmt.Errorf("recording the pause in the cluster's rebuild claim: %w", err)
+	}
 	forever := time.Now().AddDate(100, 0, 0)
 	if _, err := a.js.PauseConsumer(ctx, stream, durable, forever); err != nil {
+		// Perhaps applied all the same (an answer lost): the claim still
+		// says paused, so its release resumes it.
 		return nil, fmt.Errorf("pausing consumer %q of every node: %w", durable, err)
 	}
 	a.log.Info("every node's processor paused for the projection rebuild's takeover (consumer paused)", "consumer", durable)
@@ -125,12 +240,21 @@ func (a *Appliance) pauseEveryProcessor(ctx context.Context) (func(), error) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return func() { a.resumeEveryProcessor() }, nil
+	return func() {
+		if !a.resumeEveryProcessor() {
+			return // the claim still says paused: its release, or the next start, resumes
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := a.setClaimPaused(ctx, false); err != nil {
+			a.log.Warn("projection rebuild: could not record the resume in the cluster's claim (its release resumes again)", "err", err)
+		}
+	}, nil
 }
 
 // resumeEveryProcessor ends the durable's pause, retrying while the
 // consumer's group elects a leader.
-func (a *Appliance) resumeEveryProcessor() {
+func (a *Appliance) resumeEveryProcessor() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	err := a.clusterRetry(ctx, "resume the processors", func(c context.Context) error {
@@ -138,18 +262,26 @@ func (a *Appliance) resumeEveryProcessor() {
 		return err
 	})
 	if err != nil {
-		a.log.Error("could not resume the processors after the projection rebuild's takeover; resume them with: nats consumer resume "+a.spec.ConsumerStream()+" "+a.cfg.Processor.Durable, "err", err)
-		return
+		a.log.Error("could not resume the processors after the projection rebuild's takeover; the next start of this node (or of any node, once the claim is gone) resumes them: restart it", "err", err)
+		return false
 	}
 	a.log.Info("every node's processor resumed after the projection rebuild's takeover")
+	return true
 }
 
-// nodeSuffix is this node's name as a bucket name's tail.
+// nodeSuffix is this node's name as a bucket name's tail; a name that had
+// to be changed gets a hash of itself, so that two names never share one.
 func nodeSuffix(name string) string {
-	return strings.Map(func(r rune) rune {
+	s := strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
 			return r
 		}
 		return '_'
 	}, name)
+	if s != name {
+		h := fnv.New32a()
+		h.Write([]byte(name))
+		s = fmt.Sprintf("%s_%08x", s, h.Sum32())
+	}
+	return s
 }

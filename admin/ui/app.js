@@ -829,6 +829,7 @@ function openList(status, stale) {
   olist = { status, stale, next: "", gen: ++olistGen };
   setText("orders-list-title", (stale ? "Stale orders in " : "Orders in ") + status + ", oldest first");
   $("orders-list-rows").replaceChildren();
+  $("orders-list-msg").hidden = true;
   $("orders-list").hidden = false;
   loadList(olist);
 }
@@ -842,7 +843,9 @@ async function loadList(v) {
   if (v.gen !== olistGen) return; // another list was opened meanwhile
   const msg = $("orders-list-msg");
   if (r.status !== 200) {
+    // Shown, with "load more" to try again (a 503 while the index loads).
     msg.hidden = false; msg.className = "small error"; msg.textContent = r.body.error || "HTTP " + r.status;
+    $("orders-list-more").hidden = false;
     return;
   }
   const now = Date.now();
@@ -860,5 +863,5 @@ async function loadList(v) {
   const n = $("orders-list-rows").children.length;
   msg.hidden = n !== 0; msg.className = "small muted"; msg.textContent = n ? "" : "none now";
 }
-$("orders-list-more").addEventListener("click", () => { if (olist && olist.next) loadList(olist); });
+$("orders-list-more").addEventListener("click", () => { if (olist) loadList(olist); });
 $("orders-list-close").addEventListener("click", () => { olistGen++; olist = null; $("orders-list").hidden = true; });

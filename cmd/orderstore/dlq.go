@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/orderstore/orderstore"
 )
@@ -125,11 +128,23 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 // clip shortens s for a table column.
+// clip shortens s to about n bytes for a table, cut at a character. What
+// a terminal would act on (control characters, escape sequences, invalid
+// UTF-8) is shown as Go escapes: a status or type a producer wrote must not
+// move the cursor, rewrite lines or set the clipboard of whoever lists it.
 func clip(s string, n int) string {
+	if strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError || !unicode.IsPrint(r) }) >= 0 {
+		q := strconv.QuoteToGraphic(s)
+		s = q[1 : len(q)-1]
+	}
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 func preview(b []byte) string {

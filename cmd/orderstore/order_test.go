@@ -134,3 +134,22 @@ func TestOrdersCommand(t *testing.T) {
 		}
 	}
 }
+
+// What a producer wrote is shown, never acted on by the terminal: control
+// characters and escape sequences come out as Go escapes, and a cut never
+// splits a character.
+func TestClipIsSafeForATerminal(t *testing.T) {
+	for in, want := range map[string]string{
+		"paid":                  "paid",
+		"\x1b]52;c;aGk=\x07":    `\x1b]52;c;aGk=\a`,
+		"line\rover":            `line\rover`,
+		"tab\there":             `tab\there`,
+		"bad \xff byte":         `bad \xff byte`,
+		"ünïcödé, fine":         "ünïcödé, fine",
+		strings.Repeat("é", 30): strings.Repeat("é", 20) + "…",
+	} {
+		if got := clip(in, 40); got != want {
+			t.Errorf("clip(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -98,7 +98,7 @@ func ordersCmd(args []string, stdout, stderr io.Writer) int {
 				if o.Stale {
 					mark = "stale"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", clip(o.OrderID, 64), clip(o.Status, 40), when(o.LastEventAt), since(now, o.LastEventAt), mark)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", clip(o.OrderID, 256), clip(o.Status, 40), when(o.LastEventAt), since(now, o.LastEventAt), mark)
 			}
 		}
 		listed += len(page.Orders)

@@ -96,6 +96,7 @@ type Runner struct {
 	canceled bool               // Cancel asked for st to stop
 	samples  []sample           // recent (time, events folded), for the rate
 	inStep   uint64             // events of the fold step under way applied so far
+	starting bool               // a Start is claiming: another waits for it to end
 }
 
 // sample is the fold's position at a time (the fold keeps about 10 s of
@@ -197,11 +198,15 @@ func (r *Runner) Start(ctx context.Context, opts Options) (*status.Rebuild, erro
 		}
 	}
 	r.mu.Lock()
-	running := r.st.running()
+	running, starting := r.st.running(), r.starting
+	if !running && !starting {
+		r.starting = true // one Start at a time claims (Config.Claim)
+	}
 	r.mu.Unlock()
-	if running {
+	if running || starting {
 		return r.Status(), ErrRunning
 	}
+	defer r.update(func() { r.starting = false })
 	if r.cfg.Check != nil {
 		if err := r.cfg.Check(ctx); err != nil {
 			return nil, err
@@ -307,6 +312,13 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 		select {
 		case <-jctx.Done():
 		case <-time.After(time.Second):
+			// From the last checkpoint, as a restart would: what the fold
+			// did since (its position, the dead letters it read, the
+			// orders it keeps) is redone.
+			if rerr := r.reloadSaved(st); rerr != nil {
+				err = errors.Join(err, rerr)
+				break
+			}
 			err = r.fold(jctx, st)
 		}
 	}
@@ -357,6 +369,23 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 	}
 	r.mu.Unlock()
 	r.release(st.ID)
+	return nil
+}
+
+// reloadSaved resets st to the rebuild's state as last saved.
+func (r *Runner) reloadSaved(st *state) error {
+	data, err := os.ReadFile(r.cfg.StatePath)
+	if err != nil {
+		return fmt.Errorf("rebuild state %q: %w", r.cfg.StatePath, err)
+	}
+	var saved state
+	if err := json.Unmarshal(data, &saved); err != nil {
+		return fmt.Errorf("rebuild state %q: %w", r.cfg.StatePath, err)
+	}
+	if saved.ID != st.ID || !saved.running() {
+		return fmt.Errorf("rebuild state %q holds rebuild %s (%s), not %s", r.cfg.StatePath, saved.ID, saved.State, st.ID)
+	}
+	r.update(func() { *st = saved })
 	return nil
 }
 
