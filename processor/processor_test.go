@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/processor"
 )
 
@@ -280,7 +283,14 @@ func TestGracefulShutdownDuringBurst(t *testing.T) {
 		time.Sleep(50 * time.Microsecond)
 		return proj.Handle(ctx, ev)
 	})
-	p1, stop := e.start(t, slow)
+	// A drain that always finishes (the default 10 s ran out on a loaded
+	// CI machine: the handlers were then cut short, and what they had
+	// applied was, rightly, redelivered as duplicates).
+	var log testkit.LockedBuffer
+	p1, stop := e.startAdjusted(t, slow, func(c *processor.Config) {
+		c.DrainTimeout = 25 * time.Second
+		c.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	})
 	embeddedtest.WaitFor(t, 30*time.Second, func() error {
 		if handled.Load() < 1500 {
 			return fmt.Errorf("handled %d", handled.Load())
@@ -288,6 +298,9 @@ func TestGracefulShutdownDuringBurst(t *testing.T) {
 		return nil
 	})
 	stop()
+	if strings.Contains(log.String(), "drain timed out") {
+		t.Fatalf("the drain did not finish within its 25s (handlers cut short; what they applied is redelivered, rightly): %s", log.String())
+	}
 	st1 := p1.Stats()
 	if st1.Processed == 0 || st1.Processed >= 5000 {
 		t.Fatalf("first run processed %d: the stop did not land mid-burst", st1.Processed)
