@@ -43,7 +43,7 @@ func TestCommandImportsOnlyTheLibrary(t *testing.T) {
 	for _, p := range imports {
 		has[p] = true
 		switch {
-		case p == mod, p == mod+"/internal/config", p == mod+"/internal/sdnotify", p == mod+"/internal/durable", p == mod+"/status":
+		case p == mod, p == mod+"/internal/config", p == mod+"/internal/sdnotify", p == mod+"/internal/durable", p == mod+"/internal/duration", p == mod+"/status":
 		case strings.HasPrefix(p, mod):
 			t.Errorf("cmd/orderstore imports %s directly", p)
 		case strings.HasPrefix(p, "github.com/nats-io/"):

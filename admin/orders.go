@@ -64,7 +64,7 @@ func ordersQuery(v url.Values) (orderindex.Query, error) {
 	}
 	q.Status, q.Cursor = v.Get("status"), v.Get("cursor")
 	if s := v.Get("older_than"); s != "" {
-		d, err := ParseAge(s)
+		d, err := duration.ParseAge(s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("older_than: %w", err))
 		}
@@ -90,27 +90,6 @@ func ordersQuery(v url.Values) (orderindex.Query, error) {
 	}
 	q.Limit = limit
 	return q, errors.Join(errs...)
-}
-
-// ParseAge reads an age: a Go duration ("90m", "36h") or whole days
-// ("7d"), positive.
-func ParseAge(s string) (time.Duration, error) {
-	var d time.Duration
-	var err error
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		var days int
-		days, err = strconv.Atoi(n)
-		if err == nil && days > 0 && days <= 100*365 {
-			return time.Duration(days) * 24 * time.Hour, nil
-		}
-		err = errors.New("bad days")
-	} else {
-		d, err = time.ParseDuration(s)
-	}
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%.20q: want a positive duration such as 90m, 36h or 7d", s)
-	}
-	return d, nil
 }
 
 // ordersStatus counts the orders by status: the largest MaxOrderStatuses

@@ -120,7 +120,7 @@ func TestOrdersCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"order_id": "o-4"`) {
 		t.Errorf("orders -json: exit %d %s", code, out)
 	}
-	if code, _, errs := cli("-older-than", "soon"); code != exitFailure || !strings.Contains(errs, "older_than") {
+	if code, _, errs := cli("-older-than", "soon"); code != exitUsage || !strings.Contains(errs, "-older-than \"soon\": want a positive duration such as 90m, 36h or 7d") {
 		t.Errorf("orders -older-than soon: exit %d %s", code, errs)
 	}
 	var sout, serr strings.Builder

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/internal/duration"
 )
 
 const ordersUsage = `usage: orderstore orders [flags]
@@ -51,6 +52,12 @@ func ordersCmd(args []string, stdout, stderr io.Writer) int {
 	if *limit < 1 || *limit > 1000 {
 		fmt.Fprintln(stderr, "orderstore orders: -limit must be 1..1000")
 		return exitUsage
+	}
+	if *olderThan != "" {
+		if _, err := duration.ParseAge(*olderThan); err != nil {
+			fmt.Fprintf(stderr, "orderstore orders: -older-than %v\n", err)
+			return exitUsage
+		}
 	}
 	q := url.Values{}
 	if *st != "" {

@@ -1,6 +1,7 @@
 package duration
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -23,6 +24,19 @@ func TestFormat(t *testing.T) {
 	} {
 		if got := Format(d); got != want {
 			t.Errorf("Format(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestParseAge(t *testing.T) {
+	for in, want := range map[string]time.Duration{"90m": 90 * time.Minute, "36h": 36 * time.Hour, "7d": 7 * 24 * time.Hour, "1.5h": 90 * time.Minute} {
+		if got, err := ParseAge(in); err != nil || got != want {
+			t.Errorf("ParseAge(%q) = %s, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0s", "-1h", "0d", "-3d", "1.5d", "d", "yesterday", "99999999d"} {
+		if _, err := ParseAge(in); err == nil || !strings.Contains(err.Error(), "want a positive duration") {
+			t.Errorf("ParseAge(%q): %v, want an error", in, err)
 		}
 	}
 }
