@@ -102,14 +102,9 @@ func ordersStatus(x *orderindex.Index, staleAfter map[string]time.Duration) *sta
 		st.Loading, st.Total = true, x.Len()
 		return st
 	}
-	counts, total := x.Counts()
-	st.Total = total
-	for i, c := range counts {
-		if i >= status.MaxOrderStatuses {
-			st.Other += c.Orders
-			st.OtherStatuses++
-			continue
-		}
+	top, total, other, others := x.Top(status.MaxOrderStatuses)
+	st.Total, st.Other, st.OtherStatuses = total, other, others
+	for _, c := range top {
 		st.Statuses = append(st.Statuses, status.OrderCount{Status: c.Status, Orders: c.Orders, Stale: c.Stale})
 	}
 	if len(staleAfter) > 0 {

@@ -223,6 +223,62 @@ func (x *Index) Counts() (counts []Count, total int) {
 	return counts, x.all.Len()
 }
 
+// Top returns the n largest statuses as Counts does, and what the others
+// hold: their orders and how many statuses they are. It costs O(statuses ×
+// log n), not a sort of every status: a producer that writes a new status
+// per order must not make every /v1/status poll sort them all.
+func (x *Index) Top(n int) (top []Count, total, otherOrders, otherStatuses int) {
+	x.mu.Lock() // stale counts move their threshold
+	defer x.mu.Unlock()
+	now := x.now()
+	// larger reports whether a comes before b in Counts' order.
+	larger := func(a, b *statusSet) bool {
+		if a.tree.Len() != b.tree.Len() {
+			return a.tree.Len() > b.tree.Len()
+		}
+		return a.name < b.name
+	}
+	// best holds the n largest so far, the smallest of them first.
+	var best []*statusSet
+	for _, s := range x.by {
+		switch {
+		case len(best) < n:
+			i, _ := slices.BinarySearchFunc(best, s, func(e, t *statusSet) int { return cmpSet(larger, e, t) })
+			best = slices.Insert(best, i, s)
+		case n > 0 && larger(s, best[0]):
+			otherOrders += best[0].tree.Len()
+			otherStatuses++
+			best = best[1:]
+			i, _ := slices.BinarySearchFunc(best, s, func(e, t *statusSet) int { return cmpSet(larger, e, t) })
+			best = slices.Insert(best, i, s)
+		default:
+			otherOrders += s.tree.Len()
+			otherStatuses++
+		}
+	}
+	for i := len(best) - 1; i >= 0; i-- {
+		s := best[i]
+		c := Count{Status: s.name, Orders: s.tree.Len()}
+		if s.staleAfter > 0 {
+			k := s.countStale(now)
+			c.Stale = &k
+		}
+		top = append(top, c)
+	}
+	return top, x.all.Len(), otherOrders, otherStatuses
+}
+
+// cmpSet orders the kept sets smallest first.
+func cmpSet(larger func(a, b *statusSet) bool, a, b *statusSet) int {
+	switch {
+	case larger(b, a):
+		return -1
+	case larger(a, b):
+		return 1
+	}
+	return 0
+}
+
 // Stale returns, for each status with a stale_after, how many of its
 // orders had no event for longer (0 for a status no order has).
 func (x *Index) Stale() map[string]int {

@@ -3,6 +3,7 @@ package orderindex
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -233,5 +234,33 @@ func TestTimesOutOfRange(t *testing.T) {
 	}
 	if got := listAll(t, x, Query{Newest: true, Limit: 1}); !slices.Equal(got, []string{"far", "mid", "zero"}) {
 		t.Errorf("newest first %v", got)
+	}
+}
+
+// Top is the head of Counts, and sums the rest.
+func TestTopIsTheHeadOfCounts(t *testing.T) {
+	now := t0
+	x := newAt(&now, map[string]time.Duration{"s3": time.Hour})
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 3000 {
+		x.Put(fmt.Sprintf("o%d", i), fmt.Sprintf("s%d", rng.IntN(60)), t0.Add(-time.Duration(rng.IntN(7200))*time.Second))
+	}
+	all, total := x.Counts()
+	for _, n := range []int{0, 1, 5, 32, 59, 60, 100} {
+		top, tot, other, others := x.Top(n)
+		want := all[:min(n, len(all))]
+		if tot != total || len(top) != len(want) {
+			t.Fatalf("Top(%d): %d statuses, total %d; want %d, %d", n, len(top), tot, len(want), total)
+		}
+		sum := 0
+		for i, c := range top {
+			if c.Status != want[i].Status || c.Orders != want[i].Orders || (c.Stale == nil) != (want[i].Stale == nil) || c.Stale != nil && *c.Stale != *want[i].Stale {
+				t.Fatalf("Top(%d)[%d] = %+v, Counts has %+v", n, i, c, want[i])
+			}
+			sum += c.Orders
+		}
+		if sum+other != total || len(top)+others != len(all) {
+			t.Fatalf("Top(%d): %d + %d other orders in %d + %d statuses; want %d in %d", n, sum, other, len(top), others, total, len(all))
+		}
 	}
 }
