@@ -637,7 +637,10 @@ func TestClusterRebuildAndQueriesOnEveryNode(t *testing.T) {
 	waitProjected(t, apps[rebuilder])
 	sameOnEveryNode(apps, "after the rebuild")
 
-	// The durable runs again for every node, and the claim is free.
+	// The durable runs again for every node, and the claim is free. (js
+	// was the first node's connection, and the first node may be the
+	// leader stopped above: ask the rebuilding node.)
+	js = embeddedtest.JetStream(t, apps[rebuilder])
 	c, err := js.Consumer(ctx, "ORDER_EVENTS", "order-processor")
 	if err != nil {
 		t.Fatal(err)
