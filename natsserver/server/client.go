@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0004-await-interest.patch; see natsserver/README.md).
+// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch; see natsserver/README.md).
 
 // Copyright 2012-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -5189,7 +5189,10 @@ func (c *client) processServiceImport(si *serviceImport, acc *Account, msg []byt
 
 	// Place our client info for the request in the original message.
 	// This will survive going across routes, etc.
-	if !isResponse {
+	// orderstore: not on a consumer ack without a reply, which nothing
+	// reads it from (a "+NXT" with a reply keeps it); every ack of a
+	// consumer in another account comes this way.
+	if !isResponse && (len(c.pa.reply) > 0 || !isJSAckSubject(c.pa.subject)) {
 		isSysImport := siAcc == c.srv.SystemAccount()
 		var ci *ClientInfo
 		var cis *ClientInfo

@@ -1,3 +1,6 @@
+// Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
+// (patches: 0006-reload-keeps-hooks.patch; see natsserver/README.md).
+
 // Copyright 2017-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
 // you may not use this file except in compliance with the License.
@@ -1706,6 +1709,10 @@ func imposeOrder(value any) error {
 		// explicitly skipped types
 	case *AuthCallout:
 	case JSTpmOpts:
+	// orderstore: the hooks of patches 0001, 0002 and 0004 (diffOptions
+	// keeps them).
+	case func(string, error), func(string, int, time.Duration), func(*AdmitMsg) ([]byte, *ApiError),
+		func(string, string) time.Duration:
 	default:
 		// this will fail during unit tests
 		return fmt.Errorf("OnReload, sort or explicitly skip type: %s",
@@ -2077,6 +2084,12 @@ func diffOptions(s *Server, oldOpts, newOpts *Options) ([]option, error) {
 		case "nolog", "nosigs":
 			// Ignore NoLog and NoSigs options since they are not parsed and only used in
 			// testing.
+			continue
+		case "groupcommit", "groupcommiterror", "groupcommitround", "jetstreamadmit", "awaitinterest":
+			// orderstore: set by the embedding program, never by a config
+			// file; a reload keeps them as they are (a func never equals
+			// another, and the stores and clients use them as started).
+			newConfig.Field(i).Set(oldConfig.Field(i))
 			continue
 		case "disableshortfirstping":
 			newOpts.DisableShortFirstPing = oldValue.(bool)
