@@ -572,6 +572,19 @@ func TestClusterRebuildAndQueriesOnEveryNode(t *testing.T) {
 		t.Fatalf("no leader among the nodes: %+v", st.CachedInfo().Cluster)
 	}
 	rebuilder, producer := (leader+1)%3, (leader+2)%3
+	t.Cleanup(func() {
+		if t.Failed() {
+			// What the rebuilding node said about the rebuild, and its
+			// warnings and errors.
+			var lines []string
+			for _, l := range strings.Split(logs[rebuilder].String(), "\n") {
+				if strings.Contains(l, "rebuild") || strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+					lines = append(lines, l)
+				}
+			}
+			t.Logf("the rebuilding node's log (rebuild, warnings, errors; the last 80 lines):\n%s", strings.Join(lines[max(0, len(lines)-80):], "\n"))
+		}
+	})
 	if _, err := apps[rebuilder].RebuildProjection(ctx, status.RebuildRequest{}); err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func (f *folder) scanDeadLetters(ctx context.Context, s jetstream.Stream, from u
 		return end, nil
 	}
 	c, err := f.r.cfg.JS.OrderedConsumer(ctx, f.r.cfg.DeadLetterStream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, MaxResetAttempts: orderedResets})
 	if err != nil {
 		return 0, err
 	}
@@ -149,7 +149,7 @@ func (f *folder) replays(ctx context.Context, from, to uint64) error {
 		return nil
 	}
 	c, err := f.r.cfg.JS.OrderedConsumer(ctx, f.r.cfg.Stream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, HeadersOnly: true})
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, HeadersOnly: true, MaxResetAttempts: orderedResets})
 	if err != nil {
 		return fmt.Errorf("stream %q: %w", f.r.cfg.Stream, err)
 	}

@@ -123,7 +123,7 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 	}
 	r.log.Info("projection rebuild folding", "id", st.ID, "from_seq", st.FromSeq, "position", st.Position, "head", info.State.LastSeq)
 	if f.cons, err = js.OrderedConsumer(ctx, r.cfg.Stream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: st.Position + 1}); err != nil {
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: st.Position + 1, MaxResetAttempts: orderedResets}); err != nil {
 		return fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
 	}
 	// The replay scan and the reader run beside the fold; fold stops and
@@ -181,6 +181,15 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 		}
 	}
 }
+
+// orderedResets bounds how often an ordered consumer of the fold tries to
+// create its consumer on nats before a fetch fails (nats.go's default is
+// without end: a fetch then never returns while the cluster cannot place
+// the consumer, and the fold hangs at its position with nothing said).
+// With nats.go's backoff (1 s doubling to 10 s, each try up to 10 s) a
+// fetch fails after about a minute and a half; the fold then goes on from
+// its last checkpoint for a while (electionWait) or fails saying why.
+var orderedResets = 6 // a var: a test lowers it
 
 // read fetches batches from the stream ahead of the fold until ctx is
 // done or a fetch fails.

@@ -395,8 +395,12 @@ const electionWait = 2 * time.Minute
 // transient reports whether err is nats not answering for a while, as a
 // cluster does while it elects a leader.
 func transient(err error) bool {
+	// nats answers 503 ("JetStream system temporarily unavailable")
+	// while its meta layer has no leader.
+	var api *jetstream.APIError
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionReconnecting)
+		errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.As(err, &api) && api.Code == 503
 }
 
 // release gives a rebuild's claim back (Config.Release), bounded.
