@@ -22,45 +22,14 @@ import (
 // (the stream allows one consumer and another client holds it), rather
 // than retrying: it is not nats electing a leader.
 func TestFoldThatCannotReadFails(t *testing.T) {
-	srv := embeddedtest.Start(t)
-	js := embeddedtest.JetStream(t, srv)
+	js := oneConsumerStream(t, 20)
 	ctx := context.Background()
-	for _, sc := range []jetstream.StreamConfig{{Name: "EVENTS", Subjects: []string{"orders.>"}, MaxConsumers: 1}, {Name: "DLQ", Subjects: []string{"dlq.>"}}} {
-		if _, err := js.CreateStream(ctx, sc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 20 {
-		if _, err := js.Publish(ctx, "orders.paid", fmt.Appendf(nil, `{"order_id":"o-%d"}`, i%5)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if _, err := js.CreateConsumer(ctx, "EVENTS", jetstream.ConsumerConfig{Durable: "other"}); err != nil {
 		t.Fatal(err)
 	}
 	target := &fakeTarget{folded: map[uint64]bool{}, entered: make(chan struct{}), takeover: func(context.Context) error { return nil }}
-	r, err := New(Config{JS: js, Stream: "EVENTS", DeadLetterStream: "DLQ", StatePath: filepath.Join(t.TempDir(), "rebuild.json"),
-		Target: target, Pause: (&pauser{}).pause})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	if _, err := r.Start(ctx, Options{}); err != nil {
-		t.Fatal(err)
-	}
-	embeddedtest.WaitFor(t, time.Minute, func() error {
-		st := r.Status()
-		if st.State != status.RebuildFailed {
-			return fmt.Errorf("rebuild %s at %d of %d, want failed", st.State, st.Done, st.Total)
-		}
-		if !strings.Contains(st.Error, "EVENTS") || !strings.Contains(st.Error, "maximum consumers") {
-			t.Errorf("the failed rebuild's error does not say why: %q", st.Error)
-		}
-		return nil
-	})
+	r := startFold(t, js, target, 0)
+	waitFailedAtTheLimit(t, r)
 }
 
 // What counts as nats not answering for a while (the fold goes on from
@@ -115,32 +84,10 @@ func TestFoldWhoseFetchCannotMakeItsConsumerFails(t *testing.T) {
 	resets := orderedResets
 	orderedResets = 3
 	t.Cleanup(func() { orderedResets = resets })
-	srv := embeddedtest.Start(t)
-	js := embeddedtest.JetStream(t, srv)
+	js := oneConsumerStream(t, 100)
 	ctx := context.Background()
-	for _, sc := range []jetstream.StreamConfig{{Name: "EVENTS", Subjects: []string{"orders.>"}, MaxConsumers: 1}, {Name: "DLQ", Subjects: []string{"dlq.>"}}} {
-		if _, err := js.CreateStream(ctx, sc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 100 {
-		if _, err := js.Publish(ctx, "orders.paid", fmt.Appendf(nil, `{"order_id":"o-%d"}`, i%5)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	target := &blockingTarget{entered: make(chan struct{}), release: make(chan struct{})}
-	r, err := New(Config{JS: js, Stream: "EVENTS", DeadLetterStream: "DLQ", StatePath: filepath.Join(t.TempDir(), "rebuild.json"),
-		Target: target, Pause: (&pauser{}).pause, BatchSize: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	if _, err := r.Start(ctx, Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r := startFold(t, js, target, 10)
 	embeddedtest.WaitFor(t, time.Minute, func() error {
 		select {
 		case <-target.entered:
@@ -184,6 +131,51 @@ func TestFoldWhoseFetchCannotMakeItsConsumerFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(target.release)
+	waitFailedAtTheLimit(t, r)
+}
+
+// oneConsumerStream is a stream EVENTS that allows one consumer, with
+// events in it, and an empty DLQ.
+func oneConsumerStream(t *testing.T, events int) jetstream.JetStream {
+	t.Helper()
+	js := embeddedtest.JetStream(t, embeddedtest.Start(t))
+	ctx := context.Background()
+	for _, sc := range []jetstream.StreamConfig{{Name: "EVENTS", Subjects: []string{"orders.>"}, MaxConsumers: 1}, {Name: "DLQ", Subjects: []string{"dlq.>"}}} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range events {
+		if _, err := js.Publish(ctx, "orders.paid", fmt.Appendf(nil, `{"order_id":"o-%d"}`, i%5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return js
+}
+
+// startFold runs a Runner on EVENTS into target and starts a rebuild
+// (batch events per step; 0: the default).
+func startFold(t *testing.T, js jetstream.JetStream, target Target, batch int) *Runner {
+	t.Helper()
+	r, err := New(Config{JS: js, Stream: "EVENTS", DeadLetterStream: "DLQ", StatePath: filepath.Join(t.TempDir(), "rebuild.json"),
+		Target: target, Pause: (&pauser{}).pause, BatchSize: batch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if _, err := r.Start(context.Background(), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// waitFailedAtTheLimit waits for r's rebuild to fail, naming the stream
+// and its consumer limit.
+func waitFailedAtTheLimit(t *testing.T, r *Runner) {
+	t.Helper()
 	embeddedtest.WaitFor(t, time.Minute, func() error {
 		st := r.Status()
 		if st.State != status.RebuildFailed {
