@@ -201,7 +201,7 @@ func (a *Appliance) reconcileOnce(ctx context.Context) error {
 		a.log.Warn("the processors' durable is paused but no rebuild's takeover holds it: resuming it", "consumer", durable)
 		a.resumeEveryProcessor()
 	case !paused && found && c.Paused:
-		if _, err := a.js.PauseConsumer(ctx, stream, durable, time.Now().AddDate(100, 0, 0)); err != nil {
+		if err := a.setDurablePaused(ctx, true); err != nil {
 			return fmt.Errorf("projection rebuild: pausing consumer %q again for node %q's takeover: %w", durable, c.Node, err)
 		}
 		a.log.Warn("the processors' durable was resumed during node's takeover (a declare?): paused again", "node", c.Node)
@@ -217,8 +217,12 @@ func (a *Appliance) pauseEveryProcessor(ctx context.Context) (func(), error) {
 	if err := a.setClaimPaused(ctx, true); err != nil {
 		return nil, fmt.Errorf("recording the pause in the cluster's rebuild claim: %w", err)
 	}
-	forever := time.Now().AddDate(100, 0, 0)
-	if _, err := a.js.PauseConsumer(ctx, stream, durable, forever); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	err := a.clusterRetry(pctx, "pause the processors", func(c context.Context) error {
+		return a.setDurablePaused(c, true)
+	})
+	cancel()
+	if err != nil {
 		// Perhaps applied all the same (an answer lost): the claim still
 		// says paused, so its release resumes it.
 		return nil, fmt.Errorf("pausing consumer %q of every node: %w", durable, err)
@@ -258,8 +262,7 @@ func (a *Appliance) resumeEveryProcessor() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	err := a.clusterRetry(ctx, "resume the processors", func(c context.Context) error {
-		_, err := a.js.ResumeConsumer(c, a.spec.ConsumerStream(), a.cfg.Processor.Durable)
-		return err
+		return a.setDurablePaused(c, false)
 	})
 	if err != nil {
 		a.log.Error("could not resume the processors after the projection rebuild's takeover; the next start of this node (or of any node, once the claim is gone) resumes them: restart it", "err", err)
@@ -267,6 +270,36 @@ func (a *Appliance) resumeEveryProcessor() bool {
 	}
 	a.log.Info("every node's processor resumed after the projection rebuild's takeover")
 	return true
+}
+
+// setDurablePaused pauses the processors' durable (with no end of its
+// own) or resumes it, and returns once the consumer says so: in a cluster
+// nats answers the request when its meta layer has taken it, before the
+// consumer's leader applies it, so a node could still be delivered events
+// after the pause was answered, or be told the durable runs while it is
+// still paused.
+func (a *Appliance) setDurablePaused(ctx context.Context, pause bool) error {
+	stream, durable := a.spec.ConsumerStream(), a.cfg.Processor.Durable
+	var err error
+	if pause {
+		_, err = a.js.PauseConsumer(ctx, stream, durable, time.Now().AddDate(100, 0, 0))
+	} else {
+		_, err = a.js.ResumeConsumer(ctx, stream, durable)
+	}
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := a.js.Consumer(ctx, stream, durable)
+		if err == nil && c.CachedInfo().Paused == pause {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("consumer %q did not say paused=%v after its request was answered (%v): %w", durable, pause, err, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // nodeSuffix is this node's name as a bucket name's tail; a name that had

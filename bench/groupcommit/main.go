@@ -73,7 +73,7 @@ var (
 	noProc    = flag.Bool("no-processor", false, "run orderstore without its processor (the ingest path alone)")
 	verbose   = flag.Bool("v", false, "print group commit's syncs per cell")
 	reps      = flag.Int("reps", 3, "runs of each cell per target, in alternating order; the median is reported")
-	only      = flag.String("only", "", "comma-separated targets to run (nats-always, orderstore-always, orderstore-group-commit, nats-relaxed; orderstore-relaxed (sync_interval 2m: the embedding's cost without group commit), orderstore-group-commit-validated and orderstore-group-commit-encrypted run only when named here)")
+	only      = flag.String("only", "", "comma-separated targets to run (nats-always, orderstore-always, orderstore-group-commit, nats-relaxed; orderstore-relaxed (sync_interval 2m: the embedding's cost without group commit), nats-layout-relaxed (stock nats-server, sync_interval 2m, with orderstore's account layout: the layout's own cost), orderstore-group-commit-validated and orderstore-group-commit-encrypted run only when named here)")
 )
 
 type target struct {
@@ -86,6 +86,14 @@ type target struct {
 
 // validatedTarget is group commit with schema validation at ingest.
 const validatedTarget = "orderstore-group-commit-validated"
+
+// layoutTarget is the stock nats-server, sync_interval 2m, with
+// orderstore's account layout and no orderstore code: the stream in one
+// account, the clients in another that imports the stream's subjects, the
+// JetStream API and acks as services and _INBOX.> as a stream (as
+// bench/layout.sh). Against nats-relaxed it prices the layout; against
+// orderstore-relaxed, what orderstore adds to it (admission, its hooks).
+const layoutTarget = "nats-layout-relaxed"
 
 // encryptedTarget is group commit on a store encrypted at rest
 // (chacha20-poly1305).
@@ -135,6 +143,7 @@ func main() {
 		{"orderstore-relaxed", orderstoreTarget(orderstore.DurabilityInterval, "", func(c *orderstore.Config) {
 			c.JetStream.SyncInterval = 2 * time.Minute
 		}), false},
+		{layoutTarget, natsLayoutTarget(2 * time.Minute), false},
 		{validatedTarget, orderstoreTarget(orderstore.DurabilityGroupCommit, schema), true},
 		{encryptedTarget, orderstoreTarget(orderstore.DurabilityGroupCommit, "", func(c *orderstore.Config) {
 			c.JetStream.EncryptionKey = "groupcommit-bench-key-0123456789abcdef"
@@ -152,7 +161,7 @@ func main() {
 	var live []running
 	for i, t := range targets {
 		named := slices.Contains(strings.Split(*only, ","), t.name)
-		if !named && (*only != "" || t.validated || t.name == encryptedTarget || t.name == "orderstore-relaxed") {
+		if !named && (*only != "" || t.validated || t.name == encryptedTarget || t.name == "orderstore-relaxed" || t.name == layoutTarget) {
 			continue
 		}
 		d := filepath.Join(*dir, fmt.Sprintf("%d-%s", i, t.name))
@@ -307,6 +316,70 @@ func natsTarget(syncInterval time.Duration) func(string) (string, func(), func()
 			return "", nil, nil, fmt.Errorf("nats-server not ready")
 		}
 		nc, err := nats.Connect(s.ClientURL())
+		if err != nil {
+			return "", nil, nil, err
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		cfg := orderstore.DefaultConfig()
+		_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: cfg.Stream.Name, Subjects: cfg.Stream.Subjects,
+			Storage: jetstream.FileStorage, MaxAge: cfg.Stream.MaxAge, MaxBytes: cfg.Stream.MaxBytes, Duplicates: cfg.Stream.DuplicateWindow})
+		if err != nil {
+			return "", nil, nil, err
+		}
+		return s.ClientURL(), func() { s.Shutdown(); s.WaitForShutdown() }, nil, nil
+	}
+}
+
+// natsLayoutTarget is layoutTarget's server.
+func natsLayoutTarget(syncInterval time.Duration) func(string) (string, func(), func() uint64, error) {
+	return func(dir string) (string, func(), func() uint64, error) {
+		conf := fmt.Sprintf(`max_payload: 1048576
+jetstream { store_dir: %q, sync_interval: "%s", max_file_store: 10GB, max_memory_store: 256MB }
+accounts {
+  OS: {
+    jetstream: enabled
+    users: [{user: os, password: os}]
+    exports: [
+      {service: "orders.>"}
+      {service: "$JS.API.>", response_type: stream}
+      {service: "$JS.ACK.>"}
+      {stream: "_INBOX.>"}
+    ]
+  }
+  CL: {
+    users: [{user: cl, password: cl}]
+    imports: [
+      {service: {account: OS, subject: "orders.>"}}
+      {service: {account: OS, subject: "$JS.API.>"}}
+      {service: {account: OS, subject: "$JS.ACK.>"}}
+      {stream: {account: OS, subject: "_INBOX.>"}}
+    ]
+  }
+}
+no_auth_user: cl
+`, filepath.Join(dir, "store"), syncInterval)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", nil, nil, err
+		}
+		path := filepath.Join(dir, "nats.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			return "", nil, nil, err
+		}
+		opts, err := server.ProcessConfigFile(path)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		opts.Host, opts.Port, opts.NoSigs = "127.0.0.1", -1, true
+		s, err := server.NewServer(opts)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		s.Start()
+		if !s.ReadyForConnections(10 * time.Second) {
+			return "", nil, nil, fmt.Errorf("nats-server not ready")
+		}
+		nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("os", "os"))
 		if err != nil {
 			return "", nil, nil, err
 		}
