@@ -3,6 +3,7 @@ package orderstore
 import (
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -28,3 +29,10 @@ func InternalJetStream(app *Appliance) jetstream.JetStream { return app.js }
 
 // AdmissionWaiting is how many publishes wait in app's admission line.
 func AdmissionWaiting(app *Appliance) int64 { return app.admit.Counts().Waiting }
+
+// OwnConnectionOptions sign a connection in as orderstore's own, in the
+// stream's account: BenchmarkPublishLayout prices the account layout with
+// them.
+func OwnConnectionOptions(app *Appliance) []nats.Option {
+	return app.id.Options("_INBOX_BENCH")
+}
