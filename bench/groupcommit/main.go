@@ -307,27 +307,7 @@ func natsTarget(syncInterval time.Duration) func(string) (string, func(), func()
 		} else {
 			opts.SyncInterval = syncInterval
 		}
-		s, err := server.NewServer(opts)
-		if err != nil {
-			return "", nil, nil, err
-		}
-		s.Start()
-		if !s.ReadyForConnections(10 * time.Second) {
-			return "", nil, nil, fmt.Errorf("nats-server not ready")
-		}
-		nc, err := nats.Connect(s.ClientURL())
-		if err != nil {
-			return "", nil, nil, err
-		}
-		defer nc.Close()
-		js, _ := jetstream.New(nc)
-		cfg := orderstore.DefaultConfig()
-		_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: cfg.Stream.Name, Subjects: cfg.Stream.Subjects,
-			Storage: jetstream.FileStorage, MaxAge: cfg.Stream.MaxAge, MaxBytes: cfg.Stream.MaxBytes, Duplicates: cfg.Stream.DuplicateWindow})
-		if err != nil {
-			return "", nil, nil, err
-		}
-		return s.ClientURL(), func() { s.Shutdown(); s.WaitForShutdown() }, nil, nil
+		return startStock(opts)
 	}
 }
 
@@ -371,28 +351,38 @@ no_auth_user: cl
 			return "", nil, nil, err
 		}
 		opts.Host, opts.Port, opts.NoSigs = "127.0.0.1", -1, true
-		s, err := server.NewServer(opts)
-		if err != nil {
-			return "", nil, nil, err
-		}
-		s.Start()
-		if !s.ReadyForConnections(10 * time.Second) {
-			return "", nil, nil, fmt.Errorf("nats-server not ready")
-		}
-		nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("os", "os"))
-		if err != nil {
-			return "", nil, nil, err
-		}
-		defer nc.Close()
-		js, _ := jetstream.New(nc)
-		cfg := orderstore.DefaultConfig()
-		_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: cfg.Stream.Name, Subjects: cfg.Stream.Subjects,
-			Storage: jetstream.FileStorage, MaxAge: cfg.Stream.MaxAge, MaxBytes: cfg.Stream.MaxBytes, Duplicates: cfg.Stream.DuplicateWindow})
-		if err != nil {
-			return "", nil, nil, err
-		}
-		return s.ClientURL(), func() { s.Shutdown(); s.WaitForShutdown() }, nil, nil
+		return startStock(opts, nats.UserInfo("os", "os"))
 	}
+}
+
+// startStock starts the stock nats-server with opts and declares
+// ORDER_EVENTS as orderstore declares it, signed in with auth.
+func startStock(opts *server.Options, auth ...nats.Option) (string, func(), func() uint64, error) {
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	s.Start()
+	stop := func() { s.Shutdown(); s.WaitForShutdown() }
+	if !s.ReadyForConnections(10 * time.Second) {
+		stop()
+		return "", nil, nil, fmt.Errorf("nats-server not ready")
+	}
+	nc, err := nats.Connect(s.ClientURL(), auth...)
+	if err != nil {
+		stop()
+		return "", nil, nil, err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	cfg := orderstore.DefaultConfig()
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: cfg.Stream.Name, Subjects: cfg.Stream.Subjects,
+		Storage: jetstream.FileStorage, MaxAge: cfg.Stream.MaxAge, MaxBytes: cfg.Stream.MaxBytes, Duplicates: cfg.Stream.DuplicateWindow})
+	if err != nil {
+		stop()
+		return "", nil, nil, err
+	}
+	return s.ClientURL(), stop, nil, nil
 }
 
 // orderstoreTarget is orderstore with durability; schema, when set, is
