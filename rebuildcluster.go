@@ -296,7 +296,10 @@ func (a *Appliance) setDurablePaused(ctx context.Context, pause bool) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("consumer %q did not say paused=%v after its request was answered (%v): %w", durable, pause, err, ctx.Err())
+			if err != nil {
+				return fmt.Errorf("consumer %q: reading it back after its pause or resume: %w", durable, err)
+			}
+			return fmt.Errorf("consumer %q did not say paused=%v after its request was answered: %w", durable, pause, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
