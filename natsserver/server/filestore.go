@@ -8954,7 +8954,7 @@ func (mb *msgBlock) flushPendingMsgsLocked() (*LostStreamData, error) {
 		mb.needSync = true
 		// orderstore: the next group commit round syncs this block.
 		if gc := mb.fs.gc; gc != nil {
-			gc.written(mb.index, mb.mfn)
+			gc.written(mb.index, mb.mfn, mb.mfd)
 		}
 	}
 

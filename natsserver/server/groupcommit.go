@@ -50,12 +50,12 @@ type groupCommit struct {
 	mdir string // the store's msgs directory
 
 	mu      sync.Mutex
-	cond    *sync.Cond        // signals a finished round
-	acks    []gcAck           // parked, in store order
-	dirty   map[uint32]string // block index -> file, written since the last round
-	dirSync bool              // a block file appeared since the last round
-	err     error             // the first failed sync: final
-	rounds  uint64            // rounds finished
+	cond    *sync.Cond         // signals a finished round
+	acks    []gcAck            // parked, in store order
+	dirty   map[uint32]gcBlock // block index -> its file, written since the last round
+	dirSync bool               // a block file appeared since the last round
+	err     error              // the first failed sync: final
+	rounds  uint64             // rounds finished
 	inRound bool
 	stopped bool
 
@@ -77,7 +77,7 @@ type gcAck struct {
 var gcTestBeforeSync func(stream string) error
 
 func newGroupCommit(fs *fileStore, mdir string) *groupCommit {
-	g := &groupCommit{fs: fs, name: fs.cfg.Name, mdir: mdir, dirty: map[uint32]string{},
+	g := &groupCommit{fs: fs, name: fs.cfg.Name, mdir: mdir, dirty: map[uint32]gcBlock{},
 		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	g.cond = sync.NewCond(&g.mu)
 	go g.run()
@@ -91,12 +91,21 @@ func (g *groupCommit) signal() {
 	}
 }
 
-// written notes that block index (file mfn) was written to. It is called
-// with the block's lock held and takes only g.mu.
-func (g *groupCommit) written(index uint32, mfn string) {
+// gcBlock is a block a round syncs: a duplicate of the descriptor its
+// write went through (fd; no path lookup, and the very file written
+// even if the name now points elsewhere), or its name when none could
+// be made (fd < 0).
+type gcBlock struct {
+	mfn string
+	fd  int
+}
+
+// written notes that block index (file mfn, open as mfd) was written to.
+// It is called with the block's lock held and takes only g.mu.
+func (g *groupCommit) written(index uint32, mfn string, mfd *os.File) {
 	g.mu.Lock()
 	if _, ok := g.dirty[index]; !ok {
-		g.dirty[index] = mfn
+		g.dirty[index] = gcBlock{mfn: mfn, fd: dupFD(mfd)}
 	}
 	g.mu.Unlock()
 	g.signal()
@@ -165,7 +174,7 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 		return spare
 	}
 	g.acks, g.dirSync = spare[:0], false
-	g.dirty = make(map[uint32]string, len(dirty))
+	g.dirty = make(map[uint32]gcBlock, len(dirty))
 	g.inRound = true
 	failed := g.err
 	g.mu.Unlock()
@@ -181,6 +190,8 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 	start := time.Now()
 	if failed == nil {
 		failed = g.sync(dirty, dirSync)
+	} else {
+		closeBlocks(dirty)
 	}
 	took := time.Since(start)
 
@@ -223,23 +234,20 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 	return acks
 }
 
-// sync makes the given blocks (and the directory) durable. A block file
-// that no longer exists was removed by a purge, compact or delete: there is
+// sync makes the given blocks (and the directory) durable, and closes the
+// descriptors kept for them. A block known by name only whose file
+// no longer exists was removed by a purge, compact or delete: there is
 // nothing left of it to sync.
-func (g *groupCommit) sync(dirty map[uint32]string, dirSync bool) error {
+func (g *groupCommit) sync(dirty map[uint32]gcBlock, dirSync bool) (err error) {
+	defer closeBlocks(dirty)
 	dios := g.fs.dios
-	for _, mfn := range dirty {
+	for _, b := range dirty {
 		dios.acquire()
-		f, err := os.OpenFile(mfn, os.O_RDONLY, 0)
-		if err != nil {
-			dios.release()
-			if os.IsNotExist(err) {
-				continue
-			}
-			return err
+		if b.fd >= 0 {
+			err = fdatasync(b.fd, b.mfn)
+		} else {
+			err = syncByName(b.mfn)
 		}
-		err = datasync(f)
-		f.Close()
 		dios.release()
 		if err != nil {
 			return err
@@ -254,6 +262,29 @@ func (g *groupCommit) sync(dirty map[uint32]string, dirSync bool) error {
 		}
 	}
 	return nil
+}
+
+// closeBlocks closes the descriptors kept for dirty's blocks.
+func closeBlocks(dirty map[uint32]gcBlock) {
+	for _, b := range dirty {
+		if b.fd >= 0 {
+			closeFD(b.fd)
+		}
+	}
+}
+
+// syncByName syncs a block's file opened by name; one that no longer
+// exists has nothing left to sync.
+func syncByName(mfn string) error {
+	f, err := os.OpenFile(mfn, os.O_RDONLY, 0)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	defer f.Close()
+	return datasync(f)
 }
 
 // flush waits until a round that started after this call has finished: what

@@ -24,13 +24,49 @@ import (
 // datasync is fdatasync(2): a block's data and the size that reads it, not
 // its timestamps.
 func datasync(f *os.File) error {
+	var err error
+	if cerr := withFD(f, func(fd int) { err = fdatasync(fd, f.Name()) }); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// withFD runs fn with f's descriptor (without Fd's switch to blocking mode).
+func withFD(f *os.File, fn func(fd int)) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return rc.Control(func(fd uintptr) { fn(int(fd)) })
+}
+
+// fdatasync syncs the data of descriptor fd (the file name is for errors).
+func fdatasync(fd int, name string) error {
 	for {
-		err := syscall.Fdatasync(int(f.Fd()))
+		err := syscall.Fdatasync(fd)
 		if err != syscall.EINTR {
 			if err != nil {
-				return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+				return &os.PathError{Op: "fdatasync", Path: name, Err: err}
 			}
 			return nil
 		}
 	}
 }
+
+// dupFD duplicates f's descriptor (close-on-exec) for a round to sync;
+// -1 when it cannot, and the round opens the file by name instead.
+func dupFD(f *os.File) int {
+	nfd := -1
+	if f == nil {
+		return nfd
+	}
+	withFD(f, func(fd int) {
+		r, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+		if errno == 0 {
+			nfd = int(r)
+		}
+	})
+	return nfd
+}
+
+func closeFD(fd int) { syscall.Close(fd) }

@@ -22,3 +22,10 @@ import "os"
 
 // datasync is fsync where fdatasync is not available.
 func datasync(f *os.File) error { return f.Sync() }
+
+// dupFD: elsewhere a round opens each block by name.
+func dupFD(*os.File) int { return -1 }
+
+func fdatasync(int, string) error { return nil }
+
+func closeFD(int) {}

@@ -402,3 +402,82 @@ func TestGroupCommitAckedSurvivesRestart(t *testing.T) {
 		t.Fatalf("after restart: %d messages, last %d; want 100, 100", st.Msgs, st.LastSeq)
 	}
 }
+
+// openFDs counts this process's open descriptors (Linux).
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	return len(ents)
+}
+
+// A round syncs each block through a duplicate of the descriptor its
+// write went through, and closes it: many rounds leave no descriptor
+// behind, and a block removed (by a purge) before its round is synced
+// through the duplicate without an error.
+func TestGroupCommitClosesItsDescriptors(t *testing.T) {
+	gcResetHooks(t)
+	var rounds atomic.Int64
+	var hold atomic.Bool
+	entered := make(chan struct{}, 1)
+	gate := make(chan struct{})
+	gcTestBeforeSync = func(name string) error {
+		if name != "ORDERS" {
+			return nil
+		}
+		rounds.Add(1)
+		if hold.CompareAndSwap(true, false) {
+			entered <- struct{}{}
+			<-gate
+		}
+		return nil
+	}
+	s, nc := gcServer(t, nil)
+	js, _ := nc.JetStream()
+	if _, err := js.Publish("orders.created", []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	base, before := openFDs(t), rounds.Load()
+	for i := 0; i < 500; i++ {
+		if _, err := js.Publish("orders.created", []byte(fmt.Sprintf("%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := rounds.Load() - before; n < 100 {
+		t.Fatalf("%d rounds for 500 acked publishes one at a time", n)
+	}
+	if now := openFDs(t); now > base+8 {
+		t.Fatalf("%d descriptors open after 500 rounds, %d before: the rounds leak them", now, base)
+	}
+
+	// The next round is held with a write in it; the stream is purged
+	// (its block files removed) meanwhile.
+	hold.Store(true)
+	fut, err := js.PublishAsync("orders.created", []byte("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	if err := js.PurgeStream("ORDERS"); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	select {
+	case a := <-fut.Ok():
+		if a.Sequence != 502 {
+			t.Fatalf("held publish acked as %d, want 502", a.Sequence)
+		}
+	case err := <-fut.Err():
+		t.Fatalf("held publish: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("held publish not answered")
+	}
+	if err := gcStore(t, s, "ORDERS").gc.Err(); err != nil {
+		t.Fatalf("group commit failed: %v", err)
+	}
+	if now := openFDs(t); now > base+8 {
+		t.Fatalf("%d descriptors open at the end, %d before", now, base)
+	}
+}
