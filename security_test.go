@@ -921,3 +921,81 @@ func expectProblem(t *testing.T, f func(*orderstore.Config), field string) *orde
 	t.Errorf("Validate() = %v, want a problem at %s", ve, field)
 	return ve
 }
+
+// rawRequest connects to the client port over plain TCP and sends, in one
+// write, its CONNECT (with user and password, unless anonymous), a
+// subscription on an inbox and a request on subject: the way a client that
+// pipelines its first request after CONNECT does. It returns the answer.
+func rawRequest(t *testing.T, app *orderstore.Appliance, user, password, subject string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(app.ClientURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if _, err := r.ReadString('\n'); err != nil { // INFO
+		t.Fatal(err)
+	}
+	connect := map[string]any{"verbose": false, "headers": true, "no_responders": true}
+	if user != "" {
+		connect["user"], connect["pass"] = user, password
+	}
+	cj, _ := json.Marshal(connect)
+	if _, err := fmt.Fprintf(c, "CONNECT %s\r\nSUB _INBOX.raw 1\r\nPUB %s _INBOX.raw 0\r\n\r\n", cj, subject); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(15 * time.Second))
+	for {
+		l, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("%s: no answer to a request on %s sent with the CONNECT: %v", user, subject, err)
+		}
+		if strings.HasPrefix(l, "PING") {
+			fmt.Fprint(c, "PONG\r\n")
+			continue
+		}
+		if strings.HasPrefix(l, "MSG ") || strings.HasPrefix(l, "HMSG ") {
+			body, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l + body
+		}
+		if strings.HasPrefix(l, "-ERR") {
+			return l
+		}
+	}
+}
+
+// The durable guard holds for a request sent in the same read as the
+// client's CONNECT (nats noted an account's mappings only before each read,
+// with the account the connection had before its CONNECT: such a request
+// reached the JetStream API and deleted the processor's durable; patch
+// 0007), as anonymous, reader and admin.
+func TestGuardHoldsForARequestPipelinedWithConnect(t *testing.T) {
+	del := "$JS.API.CONSUMER.DELETE.ORDER_EVENTS.order-processor"
+	for _, c := range []struct {
+		name           string
+		opts           []func(*orderstore.Config)
+		user, password string
+	}{
+		{"anonymous", nil, "", ""},
+		{"reader", []func(*orderstore.Config){securedConfig}, "reader", readerPassword},
+		{"admin", []func(*orderstore.Config){securedConfig}, "ops", adminPassword},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			app := orderstoretest.Start(t, c.opts...)
+			got := rawRequest(t, app, c.user, c.password, del)
+			if !strings.Contains(got, "make a durable of your own") {
+				t.Errorf("a delete of the processor's durable sent with the CONNECT was answered %q, want the guard's refusal", got)
+			}
+			if _, err := orderstore.InternalJetStream(app).Consumer(context.Background(), "ORDER_EVENTS", "order-processor"); err != nil {
+				t.Fatalf("the processor's durable after the request: %v", err)
+			}
+			if err := app.Ready(context.Background()); err != nil {
+				t.Errorf("not ready: %v", err)
+			}
+		})
+	}
+}

@@ -1,3 +1,6 @@
+// Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
+// (patches: 0007-mappings-from-connect.patch; see natsserver/README.md).
+
 // Copyright 2012-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
 // you may not use this file except in compliance with the License.
@@ -970,6 +973,9 @@ func (c *client) parse(buf []byte) error {
 				if err := c.processConnect(arg); err != nil {
 					return err
 				}
+				// orderstore: the account's mappings apply from the first
+				// publish, one in this same read included (0007).
+				c.setMappingsFlag()
 				c.drop, c.state = 0, OP_START
 				// Reset notion on authSet
 				c.mu.Lock()
