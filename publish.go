@@ -34,6 +34,7 @@ func (c Config) msgIDScope() string {
 func (a *Appliance) newAdmission() *ingest.Admission {
 	return ingest.NewAdmission(ingest.AdmitConfig{
 		Stream: a.cfg.Stream.Name, StreamAccount: StreamAccount, MaxEvent: int(a.cfg.Stream.MaxMsgSize),
+		OwnNkey: a.id.PublicKey(), OthersAccount: AnonymousAccount,
 		Epoch: a.epoch, Scope: a.cfg.msgIDScope(), ReplayOf: processor.HeaderReplayOf,
 		// Always set: SetValidation may turn validation on while it runs.
 		Validate:    func(subject string, data []byte) error { return a.validator.Load().Check(subject, data) },

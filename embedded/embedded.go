@@ -100,6 +100,12 @@ type Config struct {
 	// responders" at once (natsserver/patches/0004-await-interest.patch).
 	AwaitInterest func(account, subject string) time.Duration
 
+	// MappingsExemptNkey, if set, is a user nkey (of Users) whose publishes
+	// no account's Mappings apply to: the embedding program's own user, in
+	// an account whose mappings are meant for its other clients
+	// (natsserver/patches/0008-own-user.patch).
+	MappingsExemptNkey string
+
 	// ReadyTimeout bounds Start when ctx has no deadline. Default 60s:
 	// stream recovery on a large store runs inside start-up.
 	ReadyTimeout time.Duration
@@ -518,6 +524,7 @@ func (c Config) options() (*server.Options, error) {
 		}
 	}
 	o.JetStreamAdmit, o.AwaitInterest = c.Admit, c.AwaitInterest
+	o.MappingsExemptNkey = c.MappingsExemptNkey
 	switch {
 	case c.GroupCommit:
 		o.GroupCommit, o.SyncInterval = true, c.SyncInterval

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -196,39 +197,9 @@ func TestDashboardRebuild(t *testing.T) {
 	defer cancel()
 	dashboardSignIn(t, ctx, a.adminURL, token)
 	read := rebuildCardReader(t, ctx)
-	click := func(sel string) {
-		t.Helper()
-		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel))); err != nil {
-			t.Fatalf("click %s: %v", sel, err)
-		}
-	}
-	// clickUntil clicks sel until cond holds: a real click, again after 5 s
-	// without its effect. chromium places a click at the button's
-	// coordinates, and the cards above it grow as the status polls fill
-	// them: under a loaded machine a click landed beside the Rebuild
-	// button once (a full run: no confirm step in 60 s). Every click here
-	// is harmless twice (the page ignores a second one).
 	clickUntil := func(sel, what string, cond func(c rebuildCard) error) rebuildCard {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			click(sel)
-			var c rebuildCard
-			var err error
-			for again := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-				c = read()
-				if err = cond(c); err == nil {
-					return c
-				}
-				if time.Now().After(again) {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %v\ncard: %+v", what, err, c)
-			}
-			t.Logf("%s: %v 5 s after clicking %s: clicking again", what, err, sel)
-		}
+		return clickCardUntil(t, ctx, read, sel, what, cond)
 	}
 	confirmGone := func(c rebuildCard) error {
 		if c.Confirm != "" {
@@ -475,18 +446,18 @@ func TestDashboardRebuildNoRoom(t *testing.T) {
 		}
 		return nil
 	})
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#rb-start"))); err != nil {
-		t.Fatal(err)
-	}
-	embeddedtest.WaitFor(t, 60*time.Second, func() error {
-		if c = read(); c.Confirm == "" {
-			return fmt.Errorf("no confirm step: %+v", c)
+	c = clickCardUntil(t, ctx, read, "#rb-start", "confirm step", func(c rebuildCard) error {
+		if c.Confirm == "" {
+			return errors.New("no confirm step")
 		}
 		return nil
 	})
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#rb-confirm-yes"))); err != nil {
-		t.Fatal(err)
-	}
+	clickCardUntil(t, ctx, read, "#rb-confirm-yes", "confirmed", func(c rebuildCard) error {
+		if c.Confirm != "" {
+			return errors.New("the confirm step is still shown")
+		}
+		return nil
+	})
 	embeddedtest.WaitFor(t, 60*time.Second, func() error {
 		if c = read(); !strings.HasSuffix(c.Msg, " (HTTP 507)") {
 			return fmt.Errorf("message %q", c.Msg)
@@ -514,4 +485,36 @@ func TestDashboardRebuildNoRoom(t *testing.T) {
 	})
 	c.noMarkupRan(t)
 	screenshot(t, ctx, "dashboard-rebuild-no-room.png")
+}
+
+// clickCardUntil clicks sel until cond holds of the rebuild card: a real
+// click, again after 5 s without its effect. chromium places a click at
+// the button's coordinates, and the cards above it grow as the status
+// polls fill them: under a loaded machine a click landed beside the
+// Rebuild button (a full run: no confirm step in 60 s; in
+// TestDashboardRebuild, then in TestDashboardRebuildNoRoom). Every click
+// used so is harmless twice (the page ignores a second one).
+func clickCardUntil(t *testing.T, ctx context.Context, read func() rebuildCard, sel, what string, cond func(c rebuildCard) error) rebuildCard {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel))); err != nil {
+			t.Fatalf("click %s: %v", sel, err)
+		}
+		var c rebuildCard
+		var err error
+		for again := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			c = read()
+			if err = cond(c); err == nil {
+				return c
+			}
+			if time.Now().After(again) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v\ncard: %+v", what, err, c)
+		}
+		t.Logf("%s: %v 5 s after clicking %s: clicking again", what, err, sel)
+	}
 }

@@ -58,6 +58,10 @@ const (
 type AdmitConfig struct {
 	Stream        string // the events stream's name: other streams are not touched
 	StreamAccount string // orderstore's own account (HTTP ingest, dead-letter replays)
+	// OwnNkey is orderstore's own user. A client of StreamAccount signed in
+	// as anyone else (the anonymous loopback clients of a standalone node
+	// with no users) is scoped as OthersAccount.
+	OwnNkey, OthersAccount string
 	// MaxEvent is the stream's max_msg_size: a larger event (with the
 	// headers it is stored with) is refused up front.
 	MaxEvent int
@@ -162,6 +166,9 @@ func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 			}
 		}
 	case "Client":
+		if account == ad.cfg.StreamAccount && m.Nkey != ad.cfg.OwnNkey {
+			account = ad.cfg.OthersAccount
+		}
 		if !ad.wait(m) {
 			ad.overloaded.Add(1)
 			return nil, &server.ApiError{Code: 429, ErrCode: 10077, Description: "orderstore: the stream is behind what producers send: the event was not stored, publish it again shortly"}

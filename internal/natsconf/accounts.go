@@ -24,14 +24,16 @@ const (
 )
 
 // AnonymousAccount is where anonymous loopback clients land when no users
-// are configured: outside StreamAccount, with an admin's imports, so that
-// orderstore's own consumers and inboxes stay out of their reach.
+// are configured in a cluster or with leaf links: outside StreamAccount,
+// with an admin's imports, so that orderstore's own consumers and inboxes
+// stay out of their reach. On a single node they are clients of
+// StreamAccount itself (anonymousBesideStream).
 const AnonymousAccount = "ANONYMOUS"
 
 // InternalInbox is the inbox prefix of orderstore's own connections:
-// an anonymous loopback client (the one other client in StreamAccount) is
-// refused subscriptions on it, so the processor's deliveries and the
-// projection's reads stay private.
+// anonymous loopback clients beside the stream are refused publishes and
+// subscriptions on it, so the processor's deliveries and the projection's
+// reads stay private and nobody answers for the stream.
 const InternalInbox = "_INBOX_ORDERSTORE"
 
 // ReservedUser reports whether name is one of orderstore's own users,
@@ -62,6 +64,9 @@ func NewIdentity() (*Identity, error) {
 	return &Identity{kp: kp, pub: pub}, nil
 }
 
+// PublicKey is id's public user nkey.
+func (id *Identity) PublicKey() string { return id.pub }
+
 // Options sign a connection in as id, with inbox as its inbox prefix
 // (InternalInbox, HubWatchInbox).
 func (id *Identity) Options(inbox string) []nats.Option {
@@ -74,8 +79,9 @@ func (id *Identity) Options(inbox string) []nats.Option {
 // accounts is the account layout of docs/security.md ("How replies stay private"):
 // StreamAccount with JetStream and orderstore's own user, the system
 // account's read-only server requests, and one account per configured user
-// (or, with no users, ANONYMOUS for loopback clients) importing what its
-// role allows from here. Exports, imports and the durable guard's mappings
+// (or, with no users, ANONYMOUS for loopback clients; on a single node
+// they are in StreamAccount itself) importing what its role allows from
+// here. Exports, imports and the durable guard's mappings
 // all come from the internal subjects table (subjects.go).
 func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []embedded.User, noAuthUser string, err error) {
 	stream := embedded.Account{Name: StreamAccount, JetStream: true, Exports: in.streamAccountExports()}
@@ -99,6 +105,26 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 		return acc
 	}
 
+	if in.anonymousBesideStream() {
+		// A standalone node with no users: anonymous loopback clients in
+		// StreamAccount itself, with an admin's reach by permissions
+		// instead of imports (no service import on each event, its ack or
+		// a consumer's pull). The guard's mappings move into StreamAccount
+		// and spare orderstore's own user (ec.MappingsExemptNkey).
+		anon, aerr := NewIdentity()
+		if aerr != nil {
+			return nil, nil, "", aerr
+		}
+		stream.Mappings = in.guardMappings()
+		for _, s := range sysReadOnly {
+			stream.Imports = append(stream.Imports, embedded.Import{Account: "SYS", Subject: s})
+		}
+		accounts[0] = stream
+		pubDeny, subDeny := in.besideDenies()
+		users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: StreamAccount,
+			PublishDeny: pubDeny, SubscribeDeny: subDeny})
+		return accounts, users, anon.pub, nil
+	}
 	if len(in.Users) == 0 {
 		// Anonymous loopback clients (Validate refuses them elsewhere)
 		// land in an account of their own with an admin's imports, so
@@ -138,6 +164,34 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 		users = append(users, eu)
 	}
 	return accounts, users, "", nil
+}
+
+// anonymousBesideStream says the anonymous loopback clients land in
+// StreamAccount: no users, a single node, no leaf links. In a cluster a
+// publish crosses a route without the publisher's identity, and a leaf
+// peer could bind to the no-auth user's account: there they keep
+// AnonymousAccount and its imports.
+func (in Input) anonymousBesideStream() bool {
+	return len(in.Users) == 0 && !in.Cluster.Enabled() && in.LeafNode.Listen == "" &&
+		len(in.LeafNode.Remotes) == 0 && len(in.Edges) == 0
+}
+
+// besideDenies are what anonymous clients beside the stream may not
+// publish or subscribe to: every row of the internal subjects table an
+// admin does not reach (orderstore's own inboxes, advisories, what a hub
+// sources), the response subjects of StreamAccount's service imports,
+// the group commit's stop markers, and the guard's permission denies.
+func (in Input) besideDenies() (pub, sub []string) {
+	for _, r := range in.internalSubjects() {
+		if !r.Admin {
+			pub = append(pub, r.Pattern)
+			sub = append(sub, r.Pattern)
+		}
+	}
+	for _, s := range []string{"_R_.>", "_ORDERSTORE_GC_SENT.>"} {
+		pub, sub = append(pub, s), append(sub, s)
+	}
+	return append(pub, in.guardDenies()...), sub
 }
 
 // sysReadOnly are the system account's requests an admin may make: the
@@ -205,6 +259,9 @@ func (in Input) readerPermissions() (allow, deny []string) {
 // one, with no users configured); "" when there is no such user.
 func (in Input) AccountOf(user string) string {
 	if user == "" {
+		if in.anonymousBesideStream() {
+			return StreamAccount
+		}
 		if len(in.Users) == 0 {
 			return AnonymousAccount
 		}

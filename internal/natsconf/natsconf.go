@@ -44,6 +44,7 @@ func (in Input) Apply(ec *embedded.Config, id *Identity) error {
 	if ec.Accounts, ec.Users, ec.NoAuthUser, err = in.accounts(id); err != nil {
 		return err
 	}
+	ec.MappingsExemptNkey = id.pub
 	if err := in.scaleOut(ec); err != nil {
 		return err
 	}

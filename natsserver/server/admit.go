@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0002-admission.patch; see natsserver/README.md).
+// (patches: 0002-admission.patch, 0008-own-user.patch; see natsserver/README.md).
 
 // Copyright 2026 The orderstore Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -40,6 +40,7 @@ type AdmitMsg struct {
 	StreamAccount string // the stream's account
 	Account       string // the account the publisher's connection is bound to
 	Kind          string // the publisher's connection: "Client", "Leafnode", "Router", "JetStream", "System", "Account", ...
+	Nkey          string // the publisher's user nkey, when it signed in with one (0008-own-user)
 	Subject       string
 	Reply         string
 	Header        []byte // NATS wire form, or nil
@@ -72,6 +73,11 @@ func (mset *stream) admit(admit func(*AdmitMsg) ([]byte, *ApiError), c *client, 
 	if c.acc != nil {
 		m.Account = c.acc.Name
 	}
+	c.mu.Lock()
+	if c.user != nil {
+		m.Nkey = c.user.Nkey
+	}
+	c.mu.Unlock()
 	nhdr, apiErr := admit(&m)
 	if apiErr != nil {
 		if reply != _EMPTY_ {

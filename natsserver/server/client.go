@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch; see natsserver/README.md).
+// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch, 0008-own-user.patch; see natsserver/README.md).
 
 // Copyright 2012-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -286,20 +286,22 @@ type client struct {
 	ncsUser    atomic.Value
 	out        outbound
 	user       *NkeyUser
-	host       string
-	port       uint16
-	subs       map[string]*subscription
-	replies    map[string]*resp
-	mperms     *msgDeny
-	darray     []*subscription // Parsed subscribe deny entries used to build the delivery-time filter.
-	pcd        map[*client]struct{}
-	atmr       *time.Timer
-	expires    time.Time
-	ping       pinfo
-	msgb       [msgScratchSize]byte
-	last       time.Time
-	lastIn     time.Time
-	proxyKey   string
+	// mappingsExempt (orderstore): its user is Options.MappingsExemptNkey.
+	mappingsExempt bool
+	host           string
+	port           uint16
+	subs           map[string]*subscription
+	replies        map[string]*resp
+	mperms         *msgDeny
+	darray         []*subscription // Parsed subscribe deny entries used to build the delivery-time filter.
+	pcd            map[*client]struct{}
+	atmr           *time.Timer
+	expires        time.Time
+	ping           pinfo
+	msgb           [msgScratchSize]byte
+	last           time.Time
+	lastIn         time.Time
+	proxyKey       string
 
 	repliesSincePrune uint16
 	lastReplyPrune    time.Time
@@ -1060,6 +1062,7 @@ func (c *client) RegisterNkeyUser(user *NkeyUser) error {
 	c.mu.Lock()
 	prev := c.user
 	c.user = user
+	c.mappingsExempt = c.isMappingsExempt(user) // orderstore
 	c.mu.Unlock()
 
 	// Register with proper account and sublist.
@@ -1592,7 +1595,7 @@ func (c *client) readLoop(pre []byte) {
 		// Check if the account has mappings and if so set the local readcache flag.
 		// We check here to make sure any changes such as config reload are reflected here.
 		if c.kind == CLIENT || c.kind == LEAF {
-			if acc.hasMappings() {
+			if acc.hasMappings() && !c.mappingsExempt { // orderstore: mappingsflag.go
 				c.in.flags.set(hasMappings)
 			} else {
 				c.in.flags.clear(hasMappings)

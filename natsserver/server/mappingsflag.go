@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0007-mappings-from-connect.patch; see natsserver/README.md).
+// (patches: 0007-mappings-from-connect.patch, 0008-own-user.patch; see natsserver/README.md).
 
 // Copyright 2026 The orderstore Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -30,11 +30,23 @@ func (c *client) setMappingsFlag() {
 		return
 	}
 	c.mu.Lock()
-	acc := c.acc
+	acc, exempt := c.acc, c.mappingsExempt
 	c.mu.Unlock()
-	if acc != nil && acc.hasMappings() {
+	if acc != nil && acc.hasMappings() && !exempt {
 		c.in.flags.set(hasMappings)
 	} else {
 		c.in.flags.clear(hasMappings)
 	}
+}
+
+// isMappingsExempt (orderstore, 0008-own-user) says whether user is
+// Options.MappingsExemptNkey, whose publishes no account's mappings apply
+// to. The embedding program's own connections can then share an account
+// with clients whose requests the account maps elsewhere.
+// Lock should be held.
+func (c *client) isMappingsExempt(user *NkeyUser) bool {
+	if user == nil || user.Nkey == _EMPTY_ || c.srv == nil {
+		return false
+	}
+	return user.Nkey == c.srv.getOpts().MappingsExemptNkey
 }

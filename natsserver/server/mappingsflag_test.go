@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0007-mappings-from-connect.patch; see natsserver/README.md).
+// (patches: 0007-mappings-from-connect.patch, 0008-own-user.patch; see natsserver/README.md).
 
 // Copyright 2026 The orderstore Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -22,7 +22,25 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
+
+// startMappingsServer starts a server with o and stops it when the test ends.
+func startMappingsServer(t *testing.T, o *Options) *Server {
+	t.Helper()
+	s, err := NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	return s
+}
 
 // A publish sent in the same read as its connection's CONNECT is mapped by
 // the account the CONNECT put it in, as every later publish is.
@@ -34,15 +52,7 @@ func TestMappingsApplyFromConnect(t *testing.T) {
 	}
 	o.Accounts = []*Account{acc}
 	o.Users = []*User{{Username: "u", Password: "p", Account: acc}}
-	s, err := NewServer(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	defer func() { s.Shutdown(); s.WaitForShutdown() }()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
+	s := startMappingsServer(t, o)
 	c, err := net.Dial("tcp", s.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -75,5 +85,55 @@ func TestMappingsApplyFromConnect(t *testing.T) {
 	// The PONG follows the delivery (one connection, in order).
 	if strings.Join(got, " ") != "guard" {
 		t.Fatalf("the publish in the CONNECT's read was delivered on %q, want only on the mapped subject \"guard\"", got)
+	}
+}
+
+// The user of Options.MappingsExemptNkey publishes past its account's
+// mappings; another user of that account is mapped.
+func TestMappingsExemptNkey(t *testing.T) {
+	own, _ := nkeys.CreateUser()
+	ownPub, _ := own.PublicKey()
+	other, _ := nkeys.CreateUser()
+	otherPub, _ := other.PublicKey()
+	acc := NewAccount("A")
+	if err := acc.AddMapping("guarded", "guard"); err != nil {
+		t.Fatal(err)
+	}
+	o := &Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, MappingsExemptNkey: ownPub,
+		Accounts: []*Account{acc}, Nkeys: []*NkeyUser{{Nkey: ownPub, Account: acc}, {Nkey: otherPub, Account: acc}}}
+	s := startMappingsServer(t, o)
+	connect := func(kp nkeys.KeyPair) *nats.Conn {
+		pub, _ := kp.PublicKey()
+		nc, err := nats.Connect(s.ClientURL(), nats.Nkey(pub, kp.Sign))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	watch := connect(other)
+	guarded, _ := watch.SubscribeSync("guarded")
+	guard, _ := watch.SubscribeSync("guard")
+	watch.Flush()
+	for _, c := range []struct {
+		name string
+		kp   nkeys.KeyPair
+		want *nats.Subscription
+	}{{"exempt", own, guarded}, {"other", other, guard}} {
+		nc := connect(c.kp)
+		if err := nc.Publish("guarded", []byte(c.name)); err != nil {
+			t.Fatal(err)
+		}
+		nc.Flush()
+		m, err := c.want.NextMsg(10 * time.Second)
+		if err != nil || string(m.Data) != c.name {
+			t.Fatalf("%s user's publish on guarded: %v, %v; want it on %s", c.name, m, err, c.want.Subject)
+		}
+	}
+	watch.Flush()
+	for _, sub := range []*nats.Subscription{guarded, guard} {
+		if n, _, _ := sub.Pending(); n != 0 {
+			t.Fatalf("%d more on %s", n, sub.Subject)
+		}
 	}
 }

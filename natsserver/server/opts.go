@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0001-group-commit.patch, 0002-admission.patch, 0004-await-interest.patch; see natsserver/README.md).
+// (patches: 0001-group-commit.patch, 0002-admission.patch, 0004-await-interest.patch, 0008-own-user.patch; see natsserver/README.md).
 
 // Copyright 2012-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -515,6 +515,11 @@ type Options struct {
 	// published into a stream (not what a stream sources or mirrors): see
 	// admit.go.
 	JetStreamAdmit func(m *AdmitMsg) (hdr []byte, err *ApiError) `json:"-"`
+	// MappingsExemptNkey (orderstore), when set, is the user nkey whose
+	// publishes no account's subject mappings apply to: the embedding
+	// program's own user in an account whose mappings are for its other
+	// clients (mappingsflag.go).
+	MappingsExemptNkey string `json:"-"`
 	// AwaitInterest (orderstore), when set, is asked about a client's
 	// publish with a reply subject that finds no subscriber in account
 	// (directly or through a service import): a positive duration holds

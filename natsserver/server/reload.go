@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0006-reload-keeps-hooks.patch; see natsserver/README.md).
+// (patches: 0006-reload-keeps-hooks.patch, 0008-own-user.patch; see natsserver/README.md).
 
 // Copyright 2017-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -2085,7 +2085,8 @@ func diffOptions(s *Server, oldOpts, newOpts *Options) ([]option, error) {
 			// Ignore NoLog and NoSigs options since they are not parsed and only used in
 			// testing.
 			continue
-		case "groupcommit", "groupcommiterror", "groupcommitround", "jetstreamadmit", "awaitinterest":
+		case "groupcommit", "groupcommiterror", "groupcommitround", "jetstreamadmit", "awaitinterest",
+			"mappingsexemptnkey": // orderstore: 0008-own-user
 			// orderstore: set by the embedding program, never by a config
 			// file; a reload keeps them as they are (a func never equals
 			// another, and the stores and clients use them as started).
