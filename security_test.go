@@ -983,10 +983,20 @@ func TestGuardHoldsForARequestPipelinedWithConnect(t *testing.T) {
 		{"anonymous", nil, "", ""},
 		{"reader", []func(*orderstore.Config){securedConfig}, "reader", readerPassword},
 		{"admin", []func(*orderstore.Config){securedConfig}, "ops", adminPassword},
+		// With a JetStream domain nats maps "$JS.<domain>.API.>" to
+		// "$JS.API.>" in the stream's account: the anonymous clients stay
+		// out of it (a request there would take that mapping, not the
+		// guard's).
+		{"anonymous_domain", []func(*orderstore.Config){func(c *orderstore.Config) { c.JetStream.Domain = "edge1" }}, "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			app := orderstoretest.Start(t, c.opts...)
 			got := rawRequest(t, app, c.user, c.password, del)
+			if c.name == "anonymous_domain" {
+				if got := rawRequest(t, app, "", "", "$JS.edge1.API.CONSUMER.DELETE.ORDER_EVENTS.order-processor"); strings.Contains(got, `"success":true`) {
+					t.Errorf("a delete of the processor's durable through the domain's API subject was answered %q", got)
+				}
+			}
 			if !strings.Contains(got, "make a durable of your own") {
 				t.Errorf("a delete of the processor's durable sent with the CONNECT was answered %q, want the guard's refusal", got)
 			}

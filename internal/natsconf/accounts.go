@@ -167,13 +167,16 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 }
 
 // anonymousBesideStream says the anonymous loopback clients land in
-// StreamAccount: no users, a single node, no leaf links. In a cluster a
-// publish crosses a route without the publisher's identity, and a leaf
-// peer could bind to the no-auth user's account: there they keep
-// AnonymousAccount and its imports.
+// StreamAccount: no users, a single node, no leaf links, no JetStream
+// domain. In a cluster a publish crosses a route without the publisher's
+// identity; a leaf peer could bind to the no-auth user's account; and a
+// domain is an account mapping nats adds to StreamAccount
+// ("$JS.<domain>.API.>" to "$JS.API.>"), which a request on orderstore's
+// own consumer would take instead of the guard's (nats applies one
+// mapping). There they keep AnonymousAccount and its imports.
 func (in Input) anonymousBesideStream() bool {
 	return len(in.Users) == 0 && !in.Cluster.Enabled() && in.LeafNode.Listen == "" &&
-		len(in.LeafNode.Remotes) == 0 && len(in.Edges) == 0
+		len(in.LeafNode.Remotes) == 0 && len(in.Edges) == 0 && in.Domain == ""
 }
 
 // besideDenies are what anonymous clients beside the stream may not
