@@ -259,6 +259,10 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 		sys,
 	}
 	anonymous := []principal{{name: "anonymous", role: orderstore.RoleAdmin, control: jsAPI, controlSeen: jsAPI, account: "ORDERSTORE", beside: true}, sys}
+	// With a JetStream domain (as in a cluster, on a hub or an edge) they
+	// keep an account of their own and an admin's imports.
+	anonymousOwn := []principal{{name: "anonymous", role: orderstore.RoleAdmin, control: jsAPI, controlSeen: jsAPI, account: "ANONYMOUS"}, sys}
+	domain := func(c *orderstore.Config) { c.JetStream.Domain = "site1" }
 	always := func(c *orderstore.Config) { c.JetStream.Durability = orderstore.DurabilityAlways }
 	// The default durability (group commit), and "always": the table is
 	// the same in every mode.
@@ -271,6 +275,7 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 		{"anonymous", nil, anonymous},
 		{"users_always", []func(*orderstore.Config){securedConfig, always}, users},
 		{"anonymous_always", []func(*orderstore.Config){always}, anonymous},
+		{"anonymous_domain", []func(*orderstore.Config){domain}, anonymousOwn},
 	}
 	rows := expectedSubjects()
 	for _, mode := range modes {
