@@ -22,12 +22,15 @@ import (
 //
 //   - stock: the standalone nats-server (the upstream module, not our
 //     copy), one account: the ceiling;
-//   - anonymous: orderstore, clients in an account of their own reaching
-//     the stream through imports, as every client does today;
-//   - stream-account: the same orderstore, its producers' connections in
-//     the stream's account (orderstore's own identity): what the layout
-//     would cost with clients beside the stream, admission and the rest
-//     of orderstore unchanged.
+//   - anonymous: orderstore on its defaults, anonymous loopback clients,
+//     which a single node with no users has in the stream's account
+//     (docs/security.md);
+//   - producer: orderstore with users, a producer in an account of its
+//     own reaching the stream through imports, as every configured user
+//     does;
+//   - stream-account: the first orderstore, its producers' connections
+//     signed in as orderstore's own (the stream's account, no permissions):
+//     the ceiling of the layout.
 //
 // Compare msgs/s between the sub-benchmarks of one run:
 //
@@ -62,6 +65,15 @@ func BenchmarkPublishLayout(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer app.Close(ctx)
+	ucfg := orderstoretest.Config(b)
+	ucfg.JetStream.Durability, ucfg.JetStream.SyncInterval = cfg.JetStream.Durability, cfg.JetStream.SyncInterval
+	ucfg.Processor.Enabled = false
+	ucfg.Server.Users = []orderstore.User{{Name: "p", Password: "bench-producer-password", Role: orderstore.RoleProducer}}
+	users, err := orderstore.Start(ctx, ucfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer users.Close(ctx)
 
 	targets := []struct {
 		name string
@@ -70,6 +82,7 @@ func BenchmarkPublishLayout(b *testing.B) {
 	}{
 		{"stock", s.ClientURL(), nil},
 		{"anonymous", app.ClientURL(), nil},
+		{"producer", users.ClientURL(), []nats.Option{nats.UserInfo("p", "bench-producer-password")}},
 		{"stream-account", app.ClientURL(), orderstore.OwnConnectionOptions(app)},
 	}
 	for _, load := range []struct{ p, w int }{{1, 1}, {64, 16}} {
