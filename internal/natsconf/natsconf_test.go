@@ -45,10 +45,51 @@ func TestNothingProtectedWithoutTheProcessor(t *testing.T) {
 // guard's subject straight from StreamAccount: one service import hop per
 // request and per delivered message (a second hop through another account
 // cost a pull consumer a third of its rate, bench/README.md).
+//
+// On a single node with no users and no domain the anonymous clients are
+// in StreamAccount itself: the mappings are StreamAccount's (orderstore's
+// own user is exempt, ec.MappingsExemptNkey), no account imports the API,
+// and the anonymous user's permissions deny the guard's subject-less
+// create and orderstore's inbox both ways.
 func TestGuardMappingsInEveryAPIAccount(t *testing.T) {
+	in := input()
+	id, err := NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ec embedded.Config
+	if err := in.Apply(&ec, id); err != nil {
+		t.Fatal(err)
+	}
+	if ec.MappingsExemptNkey == "" {
+		t.Error("no user is exempt from the mappings")
+	}
+	for _, a := range ec.Accounts {
+		if a.Name == StreamAccount && !slices.Equal(a.Mappings, in.guardMappings()) {
+			t.Errorf("no users: StreamAccount's mappings %v, want the guard's", a.Mappings)
+		}
+		if a.Name != StreamAccount && (len(a.Mappings) > 0 || len(a.Imports) > 0 && a.Name != "SYS") {
+			t.Errorf("no users: account %s has mappings %v, imports %v: want none", a.Name, a.Mappings, a.Imports)
+		}
+	}
+	anon := 0
+	for _, u := range ec.Users {
+		if u.Nkey == ec.NoAuthUser {
+			anon++
+			if u.Account != StreamAccount || !slices.Contains(u.PublishDeny, "$JS.API.CONSUMER.CREATE."+in.ConsumerStream) ||
+				!slices.Contains(u.PublishDeny, InternalInbox+".>") || !slices.Contains(u.SubscribeDeny, InternalInbox+".>") {
+				t.Errorf("no users: the anonymous user %+v", u)
+			}
+		}
+	}
+	if anon != 1 {
+		t.Errorf("no users: %d anonymous users", anon)
+	}
+
 	for _, users := range [][]User{nil, {{Name: "p", Role: RoleProducer}, {Name: "r", Role: RoleReader}, {Name: "a", Role: RoleAdmin}}} {
 		in := input()
 		in.Users = users
+		in.Domain = "d1" // no users: the anonymous clients in an account of their own
 		accounts := testAccounts(t, in)
 		withAPI := 0
 		for _, a := range accounts {
@@ -121,9 +162,14 @@ func TestAccountNamesAndStreamImports(t *testing.T) {
 		return got
 	}
 	in := input()
-	if got := publishers(in); !slices.Equal(got, []string{AnonymousAccount}) {
-		t.Errorf("no users: accounts importing the stream's subjects %q", got)
+	if got := publishers(in); len(got) != 0 {
+		t.Errorf("no users, single node: accounts importing the stream's subjects %q, want none (the anonymous clients are in StreamAccount)", got)
 	}
+	in.Domain = "d1"
+	if got := publishers(in); !slices.Equal(got, []string{AnonymousAccount}) {
+		t.Errorf("no users, a domain: accounts importing the stream's subjects %q", got)
+	}
+	in.Domain = ""
 	in.Users = []User{{Name: "p", Role: RoleProducer}, {Name: "r", Role: RoleReader}, {Name: "x", Publish: []string{"a"}}}
 	if got := publishers(in); !slices.Equal(got, []string{"USER1_p", "USER3_x"}) {
 		t.Errorf("users: accounts importing the stream's subjects %q", got)
@@ -188,9 +234,13 @@ func TestLoadTLS(t *testing.T) {
 }
 
 func TestAccountOf(t *testing.T) {
-	anon := Input{}
-	if got := anon.AccountOf(""); got != AnonymousAccount {
-		t.Fatalf("no users: %q, want %q", got, AnonymousAccount)
+	if got := (Input{}).AccountOf(""); got != StreamAccount {
+		t.Fatalf("no users, single node: %q, want %q", got, StreamAccount)
+	}
+	for _, in := range []Input{{Domain: "d1"}, {Cluster: ClusterConfig{Name: "c"}}, {Edges: []string{"e"}}, {LeafNode: LeafNodeConfig{Listen: "127.0.0.1:7422"}}} {
+		if got := in.AccountOf(""); got != AnonymousAccount {
+			t.Fatalf("no users, %+v: %q, want %q", in, got, AnonymousAccount)
+		}
 	}
 	in := Input{Users: []User{{Name: "p1", Role: RoleProducer}, {Name: "ann o'brien", Role: RoleAdmin}}}
 	for user, want := range map[string]string{"p1": "USER1_p1", "ann o'brien": "USER2_annobrien", "": "", "nobody": ""} {
