@@ -451,6 +451,79 @@ func TestAnonymousLoopbackCannotReadInternalInbox(t *testing.T) {
 	}
 }
 
+// The anonymous clients beside the stream may not name one of orderstore's
+// internal subjects as a reply: the stream's PubAck or the JetStream API's
+// answer would be published there for them, a forged answer to a request
+// orderstore waits on (natsserver/patches/0009-reply-denied.patch). The
+// request is refused, nothing reaches the subject, the event is not stored;
+// the same requests with a reply of the client's own are answered.
+func TestAnonymousCannotAnswerIntoInternalSubjects(t *testing.T) {
+	app := orderstoretest.Start(t)
+	own := orderstore.InternalJetStream(app).Conn()
+	forged, err := own.SubscribeSync("_INBOX_ORDERSTORE.forged.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { forged.Unsubscribe() }) // before the appliance drains its connection
+	own.Flush()
+	nc := embeddedtest.Connect(t, app)
+	var mu sync.Mutex
+	var violations []string
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		violations = append(violations, err.Error())
+	})
+	answers, err := nc.SubscribeSync("_INBOX.mine.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests := []struct{ subject, data string }{
+		{"$JS.API.STREAM.INFO.ORDER_EVENTS", ""},
+		{"orders.created", `{"order_id":"reply-forger"}`},
+	}
+	for i, r := range requests {
+		for _, reply := range []string{fmt.Sprintf("_INBOX_ORDERSTORE.forged.%d", i), fmt.Sprintf("_INBOX.mine.%d", i)} {
+			if err := nc.PublishRequest(r.subject, reply, []byte(r.data)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for range requests {
+		if _, err := answers.NextMsg(15 * time.Second); err != nil {
+			t.Fatalf("a request with the client's own reply went unanswered: %v", err)
+		}
+	}
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(violations) < len(requests) {
+			return fmt.Errorf("%d permission violations reported, want %d: %q", len(violations), len(requests), violations)
+		}
+		return nil
+	})
+	for _, v := range violations {
+		if !strings.Contains(v, "Reply of \"_INBOX_ORDERSTORE.forged.") {
+			t.Errorf("violation %q does not name the refused reply", v)
+		}
+	}
+	own.Flush()
+	if n, _, _ := forged.Pending(); n != 0 {
+		m, _ := forged.NextMsg(0)
+		t.Fatalf("%d answers published into orderstore's inbox, the first on %s: %s", n, m.Subject, m.Data)
+	}
+	info, err := orderstore.InternalJetStream(app).Stream(context.Background(), "ORDER_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.CachedInfo().State.Msgs; got != 1 {
+		t.Errorf("ORDER_EVENTS holds %d events, want 1 (the publish with the refused reply is not stored)", got)
+	}
+	if err := app.Ready(context.Background()); err != nil {
+		t.Errorf("not ready: %v", err)
+	}
+}
+
 // A store written before accounts (streams in nats' global account) moves
 // to the ORDERSTORE account once, with its events.
 func TestLegacyStoreMovesToItsAccount(t *testing.T) {

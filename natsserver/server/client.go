@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch, 0008-own-user.patch; see natsserver/README.md).
+// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch, 0008-own-user.patch, 0009-reply-denied.patch; see natsserver/README.md).
 
 // Copyright 2012-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -4587,6 +4587,11 @@ func (c *client) processInboundClientMsg(msg []byte) (bool, bool) {
 		if allowed, respGrant = c.pubAllowedWithResp(string(c.pa.subject), true, true); !allowed {
 			c.mu.Unlock()
 			c.pubPermissionViolation(c.pa.subject)
+			return false, true
+		}
+		if c.replyDenied(c.pa.reply) {
+			c.mu.Unlock()
+			c.replySubjectViolation(c.pa.reply)
 			return false, true
 		}
 	}
