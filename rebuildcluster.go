@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore/internal/leaderget"
 	"github.com/orderstore/orderstore/internal/rebuild"
 	"github.com/orderstore/orderstore/status"
 )
@@ -50,27 +52,26 @@ type rebuildClaim struct {
 	Paused  bool      `json:"paused,omitempty"`
 }
 
-// readClaim reads the cluster's claim; found is false when there is none
-// (nor its bucket: no rebuild ran in this cluster yet).
+// readClaim reads the cluster's claim from its bucket's leader; found is
+// false when there is none (nor its bucket: no rebuild ran in this cluster
+// yet). A KV get may be answered by a replica that has not applied this
+// node's last write of the claim yet, and the compare-and-set that follows
+// would then fail (a release left the claim behind so, in CI).
 func (a *Appliance) readClaim(ctx context.Context) (c rebuildClaim, rev uint64, found bool, err error) {
-	kv, err := a.js.KeyValue(ctx, a.cfg.Processor.ProjectionBucket+claimBucketSuffix)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
+	bucket := a.cfg.Processor.ProjectionBucket + claimBucketSuffix
+	data, rev, deleted, err := leaderget.LastBySubject(ctx, a.js, "KV_"+bucket, "$KV."+bucket+"."+claimKey)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return c, 0, false, nil
+	case err != nil:
+		return c, 0, false, err
+	case rev == 0 || deleted:
 		return c, 0, false, nil
 	}
-	if err != nil {
-		return c, 0, false, err
-	}
-	e, err := kv.Get(ctx, claimKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return c, 0, false, nil
-	}
-	if err != nil {
-		return c, 0, false, err
-	}
-	if err := json.Unmarshal(e.Value(), &c); err != nil {
+	if err := json.Unmarshal(data, &c); err != nil {
 		return c, 0, false, fmt.Errorf("the rebuild claim: %w", err)
 	}
-	return c, e.Revision(), true, nil
+	return c, rev, true, nil
 }
 
 // setClaimPaused records in this node's claim whether the durable is
@@ -117,12 +118,10 @@ func (a *Appliance) claimRebuild(ctx context.Context, id string) error {
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return err
 	}
-	e, gerr := kv.Get(ctx, claimKey)
-	if gerr != nil {
-		return fmt.Errorf("projection rebuild: the cluster's claim: %w", gerr)
+	c, rev, found, gerr := a.readClaim(ctx)
+	if gerr != nil || !found {
+		return fmt.Errorf("projection rebuild: the cluster's claim: %w", cmp.Or(gerr, errors.New("given back while read: try again")))
 	}
-	var c rebuildClaim
-	json.Unmarshal(e.Value(), &c)
 	if c.Node == me {
 		// This node's own, left by a rebuild that ended while the claim
 		// could not be given back (no rebuild runs here: Start claims one
@@ -131,7 +130,7 @@ func (a *Appliance) claimRebuild(ctx context.Context, id string) error {
 		if c.Paused {
 			a.resumeEveryProcessor()
 		}
-		_, err := kv.Update(ctx, claimKey, data, e.Revision())
+		_, err := kv.Update(ctx, claimKey, data, rev)
 		return err
 	}
 	return fmt.Errorf("%w: on node %q (rebuild %s, started %s); follow it there, or cancel it there (orderstore projection rebuild -cancel)",

@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/orderstore/orderstore/internal/leaderget"
 )
 
 // cached is an order's record as last read or written, at its revision.
@@ -226,9 +227,6 @@ func (p *Projection) load(ctx context.Context, id string) (record, uint64, error
 	return r, e.Revision(), nil
 }
 
-// leaderReadTimeout bounds loadFromLeader's request.
-const leaderReadTimeout = 5 * time.Second
-
 // loadFromLeader is load answered by the bucket's stream leader (the
 // JetStream API's message get, where load's direct get may be answered by
 // any replica).
@@ -250,53 +248,9 @@ func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uin
 }
 
 // getFromLeader reads the last message on subject of stream from the
-// stream's leader: its data and sequence (0: there is none), and whether
-// it is a KV delete or purge, or an expired record's marker.
+// stream's leader (leaderget.LastBySubject).
 func (p *Projection) getFromLeader(ctx context.Context, stream, subject string) (data []byte, seq uint64, deleted bool, err error) {
-	o := p.js.Options()
-	prefix := o.APIPrefix
-	switch {
-	case o.Domain != "":
-		prefix = "$JS." + o.Domain + ".API."
-	case prefix == "":
-		prefix = jetstream.DefaultAPIPrefix
-	}
-	if !strings.HasSuffix(prefix, ".") {
-		prefix += "."
-	}
-	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
-	// Bounded like the jetstream package's own requests: a leader that
-	// dies with the request would otherwise never answer it.
-	rctx, cancel := context.WithTimeout(ctx, leaderReadTimeout)
-	defer cancel()
-	msg, err := p.js.Conn().RequestWithContext(rctx, prefix+"STREAM.MSG.GET."+stream, req)
-	if err != nil {
-		return nil, 0, false, err
-	}
-	var resp struct {
-		Message *struct {
-			Seq  uint64 `json:"seq"`
-			Data []byte `json:"data"`
-			Hdrs []byte `json:"hdrs"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return nil, 0, false, err
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return nil, 0, false, nil
-	case resp.Error != nil:
-		return nil, 0, false, resp.Error
-	case resp.Message == nil:
-		return nil, 0, false, errors.New("an empty answer")
-	}
-	// A delete or purge, or the marker nats leaves where a record
-	// expired (the bucket's LimitMarkerTTL).
-	h := string(resp.Message.Hdrs)
-	deleted = strings.Contains(h, "KV-Operation: DEL") || strings.Contains(h, "KV-Operation: PURGE") || strings.Contains(h, jetstream.MarkerReasonHeader+":")
-	return resp.Message.Data, resp.Message.Seq, deleted, nil
+	return leaderget.LastBySubject(ctx, p.js, stream, subject)
 }
 
 // store caches r as id's record at revision rev.
