@@ -8077,7 +8077,17 @@ func (fs *fileStore) writeMsgRecord(seq uint64, ts int64, subj string, hdr, msg 
 	fs.dirty++
 
 	// Ask msg block to store in write through cache.
-	err = mb.writeMsgRecord(rl, seq, subj, hdr, msg, ts, fs.fip)
+	// orderstore: with group commit, while a round syncs, the record stays
+	// in the block's cache and the next round writes what accumulated with
+	// one write before its sync (groupCommit.round): one write per round
+	// instead of one per message. A lone writer's record (no round under
+	// way) is written at once, as before, while the committer wakes. The
+	// round is woken here, so that a publish without a reply (no ack
+	// parked) reaches the file as soon too.
+	err = mb.writeMsgRecord(rl, seq, subj, hdr, msg, ts, fs.fip && (fs.gc == nil || !fs.gc.syncing.Load()))
+	if fs.gc != nil {
+		fs.gc.signal()
+	}
 
 	return rl, err
 }

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nuid"
@@ -58,6 +59,7 @@ type groupCommit struct {
 	rounds  uint64             // rounds finished
 	inRound bool
 	stopped bool
+	syncing atomic.Bool // a round took its blocks and syncs them: writes are left to the next round
 
 	kick chan struct{} // capacity 1: work is waiting
 	quit chan struct{}
@@ -165,18 +167,31 @@ func (g *groupCommit) run() {
 
 // round runs one round and returns the acks slice for reuse.
 func (g *groupCommit) round(spare []gcAck) []gcAck {
+	// The acks first, then the write of what the last block holds
+	// unwritten, then the blocks written: every message an ack taken here
+	// acknowledges was stored before it was parked, so it is in a block
+	// written (and registered) by now, and the round syncs that block.
 	g.mu.Lock()
-	acks, dirty, dirSync := g.acks, g.dirty, g.dirSync
-	if len(acks) == 0 && len(dirty) == 0 && !dirSync {
+	acks := g.acks
+	g.acks = spare[:0]
+	g.mu.Unlock()
+	werr := g.fs.gcWriteLastBlock()
+	g.mu.Lock()
+	dirty, dirSync := g.dirty, g.dirSync
+	if len(acks) == 0 && len(dirty) == 0 && !dirSync && werr == nil {
 		g.rounds++
 		g.cond.Broadcast()
 		g.mu.Unlock()
-		return spare
+		return acks
 	}
-	g.acks, g.dirSync = spare[:0], false
+	g.dirSync = false
 	g.dirty = make(map[uint32]gcBlock, len(dirty))
 	g.inRound = true
+	g.syncing.Store(true)
 	failed := g.err
+	if failed == nil {
+		failed = werr
+	}
 	g.mu.Unlock()
 
 	if failed == nil && gcTestBeforeSync != nil {
@@ -194,6 +209,7 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 		closeBlocks(dirty)
 	}
 	took := time.Since(start)
+	g.syncing.Store(false)
 
 	g.mu.Lock()
 	first := failed != nil && g.err == nil
@@ -232,6 +248,20 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 		}
 	}
 	return acks
+}
+
+// gcWriteLastBlock writes what the last block holds in its cache only
+// (with group commit, records are not written one by one: see
+// fileStore.writeMsgRecord). Earlier blocks were written when the next
+// one was started. A failed write is the store's write error too.
+func (fs *fileStore) gcWriteLastBlock() error {
+	fs.mu.RLock()
+	lmb := fs.lmb
+	fs.mu.RUnlock()
+	if lmb == nil || lmb.pendingWriteSize() == 0 {
+		return nil
+	}
+	return lmb.flushPendingMsgs()
 }
 
 // sync makes the given blocks (and the directory) durable, and closes the

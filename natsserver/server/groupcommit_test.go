@@ -482,3 +482,71 @@ func TestGroupCommitClosesItsDescriptors(t *testing.T) {
 		t.Fatalf("%d descriptors open at the end, %d before", now, base)
 	}
 }
+
+// A record stored while a round syncs is not written at once: the next
+// round writes what accumulated with one write, before its sync and before
+// any of those acks go out.
+func TestGroupCommitWritesWhatARoundLeft(t *testing.T) {
+	gcResetHooks(t)
+	entered, release := gcHold(t, "ORDERS")
+	s, nc := gcServer(t, nil)
+	fs := gcStore(t, s, "ORDERS")
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := func(marker string) {
+		if err := nc.PublishRequest("orders.created", inbox, []byte(`{"order_id":"`+marker+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub("first-0001")
+	<-entered // the round of the first record syncs (held)
+	pub("second-0002")
+	pub("third-0003")
+	for {
+		var st StreamState
+		fs.FastState(&st)
+		if st.Msgs == 3 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	fs.mu.RLock()
+	lmb := fs.lmb
+	fs.mu.RUnlock()
+	onDisk := func() string {
+		t.Helper()
+		b, err := os.ReadFile(lmb.mfn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if n := lmb.pendingWriteSize(); n == 0 {
+		t.Fatal("the records stored during the round's sync were written at once")
+	}
+	if d := onDisk(); strings.Contains(d, "second-0002") || !strings.Contains(d, "first-0001") {
+		t.Fatalf("block file during the held round: first written %v, second written %v; want only the first",
+			strings.Contains(d, "first-0001"), strings.Contains(d, "second-0002"))
+	}
+	release()
+	for i := range 3 {
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("ack %d: %v", i, err)
+		}
+		if r := pubAckOf(t, m); r.Error != nil || r.Sequence != uint64(i+1) {
+			t.Fatalf("ack %d: %+v", i, r)
+		}
+		if i == 2 {
+			if d := onDisk(); !strings.Contains(d, "second-0002") || !strings.Contains(d, "third-0003") {
+				t.Fatal("the third ack arrived before its record was written to the block file")
+			}
+		}
+	}
+	if n := lmb.pendingWriteSize(); n != 0 {
+		t.Fatalf("%d bytes still unwritten after every ack", n)
+	}
+}
