@@ -253,15 +253,25 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 // gcWriteLastBlock writes what the last block holds in its cache only
 // (with group commit, records are not written one by one: see
 // fileStore.writeMsgRecord). Earlier blocks were written when the next
-// one was started. A failed write is the store's write error too.
+// one was started. It returns the block's write error, also when another
+// path's write failed first (the next record's, a tombstone's): that write
+// took the records left for this round with it (nats drops the block's
+// cache on a failed write), so the acks of this round must not go out.
 func (fs *fileStore) gcWriteLastBlock() error {
 	fs.mu.RLock()
 	lmb := fs.lmb
 	fs.mu.RUnlock()
-	if lmb == nil || lmb.pendingWriteSize() == 0 {
+	if lmb == nil {
 		return nil
 	}
-	return lmb.flushPendingMsgs()
+	if lmb.pendingWriteSize() > 0 {
+		if err := lmb.flushPendingMsgs(); err != nil {
+			return err
+		}
+	}
+	lmb.mu.RLock()
+	defer lmb.mu.RUnlock()
+	return lmb.werr
 }
 
 // sync makes the given blocks (and the directory) durable, and closes the

@@ -550,3 +550,49 @@ func TestGroupCommitWritesWhatARoundLeft(t *testing.T) {
 		t.Fatalf("%d bytes still unwritten after every ack", n)
 	}
 }
+
+// A record left for the next round whose write fails on another path (the
+// next record's write, a tombstone's: nats drops the block's cache then)
+// is not acknowledged: the round that would have written it fails.
+func TestGroupCommitLeftRecordLostByAnotherWrite(t *testing.T) {
+	gcResetHooks(t)
+	entered, release := gcHold(t, "ORDERS")
+	s, nc := gcServer(t, nil)
+	fs := gcStore(t, s, "ORDERS")
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.PublishRequest("orders.created", inbox, []byte(`{"order_id":"first"}`)); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	if err := nc.PublishRequest("orders.created", inbox, []byte(`{"order_id":"left"}`)); err != nil {
+		t.Fatal(err)
+	}
+	fs.mu.RLock()
+	lmb := fs.lmb
+	fs.mu.RUnlock()
+	for lmb.pendingWriteSize() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// Another path writes the block and fails.
+	lmb.mu.Lock()
+	lmb.mockWriteErr = true
+	_, ferr := lmb.flushPendingMsgsLocked()
+	lmb.mu.Unlock()
+	if ferr == nil {
+		t.Fatal("the mocked write did not fail")
+	}
+	release()
+	for i, want := range []bool{true, false} { // first: written before; left: lost
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		if r := pubAckOf(t, m); (r.Error == nil) != want {
+			t.Fatalf("answer %d: %+v (error %v), want acknowledged=%v", i, r.PubAck, r.Error, want)
+		}
+	}
+}
