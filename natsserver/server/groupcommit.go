@@ -189,10 +189,29 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 	g.inRound = true
 	g.syncing.Store(true)
 	failed := g.err
-	if failed == nil {
-		failed = werr
-	}
 	g.mu.Unlock()
+
+	// A failed write of what was left to this round (by this round or by
+	// another path, which dropped the block's unwritten records with it)
+	// answers the round's acks with the error and syncs nothing. It is not
+	// final as a failed sync is: nats' store refuses writes from then on
+	// (a critical write error, which orderstore recovers from by starting
+	// nats again once the disk has room), and the next start reads back
+	// what the block file holds.
+	if failed == nil && werr != nil {
+		closeBlocks(dirty)
+		g.syncing.Store(false)
+		for i, a := range acks {
+			a.outq.sendMsg(a.reply, gcErrorResponse(a.stream, werr))
+			acks[i] = gcAck{}
+		}
+		g.mu.Lock()
+		g.inRound = false
+		g.rounds++
+		g.cond.Broadcast()
+		g.mu.Unlock()
+		return acks
+	}
 
 	if failed == nil && gcTestBeforeSync != nil {
 		failed = gcTestBeforeSync(g.name)
@@ -256,7 +275,8 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 // one was started. It returns the block's write error, also when another
 // path's write failed first (the next record's, a tombstone's): that write
 // took the records left for this round with it (nats drops the block's
-// cache on a failed write), so the acks of this round must not go out.
+// cache on a failed write), so the acks of this round must not be sent as
+// acknowledgements.
 func (fs *fileStore) gcWriteLastBlock() error {
 	fs.mu.RLock()
 	lmb := fs.lmb

@@ -553,7 +553,9 @@ func TestGroupCommitWritesWhatARoundLeft(t *testing.T) {
 
 // A record left for the next round whose write fails on another path (the
 // next record's write, a tombstone's: nats drops the block's cache then)
-// is not acknowledged: the round that would have written it fails.
+// is not acknowledged: the round that would have written it answers with
+// the error. A failed write is not final as a failed sync is (the store
+// refuses writes, and is opened again once the disk has room).
 func TestGroupCommitLeftRecordLostByAnotherWrite(t *testing.T) {
 	gcResetHooks(t)
 	entered, release := gcHold(t, "ORDERS")
@@ -594,5 +596,8 @@ func TestGroupCommitLeftRecordLostByAnotherWrite(t *testing.T) {
 		if r := pubAckOf(t, m); (r.Error == nil) != want {
 			t.Fatalf("answer %d: %+v (error %v), want acknowledged=%v", i, r.PubAck, r.Error, want)
 		}
+	}
+	if err := fs.gc.Err(); err != nil {
+		t.Fatalf("a failed write ended group commit as a failed sync does: %v", err)
 	}
 }
