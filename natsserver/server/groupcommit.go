@@ -205,11 +205,7 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 			a.outq.sendMsg(a.reply, gcErrorResponse(a.stream, werr))
 			acks[i] = gcAck{}
 		}
-		g.mu.Lock()
-		g.inRound = false
-		g.rounds++
-		g.cond.Broadcast()
-		g.mu.Unlock()
+		g.endRound()
 		return acks
 	}
 
@@ -256,17 +252,22 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 		acks[i] = gcAck{}
 	}
 
-	g.mu.Lock()
-	g.inRound = false
-	g.rounds++
-	g.cond.Broadcast()
-	g.mu.Unlock()
+	g.endRound()
 	if s := g.fs.srv; s != nil && failed == nil {
 		if cb := s.getOpts().GroupCommitRound; cb != nil {
 			cb(g.name, len(acks), took)
 		}
 	}
 	return acks
+}
+
+// endRound marks the round done and wakes those waiting for it (flush).
+func (g *groupCommit) endRound() {
+	g.mu.Lock()
+	g.inRound = false
+	g.rounds++
+	g.cond.Broadcast()
+	g.mu.Unlock()
 }
 
 // gcWriteLastBlock writes what the last block holds in its cache only
