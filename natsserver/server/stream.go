@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0001-group-commit.patch, 0002-admission.patch; see natsserver/README.md).
+// (patches: 0001-group-commit.patch, 0002-admission.patch, 0010-skip-header-lookups.patch; see natsserver/README.md).
 
 // Copyright 2019-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -6715,7 +6715,10 @@ func (mset *stream) processJetStreamMsgWithBatch(subject, reply string, hdr, msg
 		// earlier as part of the batch consistency check.
 		canConsistencyCheck = traceOnly
 	}
-	if len(hdr) > 0 && batchId == _EMPTY_ {
+	// orderstore: a header block without "Nats-" holds none of the headers
+	// looked up below (0010-skip-header-lookups).
+	natsHdrs := mayHoldNatsHeaders(hdr)
+	if natsHdrs && batchId == _EMPTY_ {
 		if batchId = getBatchId(hdr); batchId != _EMPTY_ {
 			batchSeq, _ = getBatchSequence(hdr)
 			// Disable consistency checking if this was already done
@@ -6777,7 +6780,7 @@ func (mset *stream) processJetStreamMsgWithBatch(subject, reply string, hdr, msg
 
 	// If we have received this message across an account we may have request information attached.
 	// For now remove. TODO(dlc) - Should this be opt-in or opt-out?
-	if len(hdr) > 0 {
+	if natsHdrs {
 		hdr = removeHeaderIfPresent(hdr, ClientInfoHdr)
 	}
 
@@ -6808,7 +6811,7 @@ func (mset *stream) processJetStreamMsgWithBatch(subject, reply string, hdr, msg
 		return ErrMaxPayload
 	}
 
-	if len(hdr) > 0 {
+	if natsHdrs {
 		// Certain checks have already been performed if in clustered mode, so only check if not.
 		// Note, for cluster mode but with message tracing (without message delivery), we need
 		// to do this check here since it was not done in processClusteredInboundMsg().
@@ -7470,7 +7473,10 @@ func (mset *stream) processJetStreamMsgWithBatch(subject, reply string, hdr, msg
 	}
 
 	// Find the message TTL if any.
-	ttl, err := getMessageTTL(hdr)
+	ttl, err := int64(0), error(nil)
+	if natsHdrs {
+		ttl, err = getMessageTTL(hdr)
+	}
 	if err != nil {
 		if canRespond {
 			resp.PubAck = &PubAck{Stream: name}
