@@ -59,7 +59,6 @@ type options struct {
 	verbose        bool
 	handlerStats   bool
 	noOrderIndex   bool
-	kvCeiling      int
 	rawReps        int
 	rawAPI         string
 }
@@ -84,7 +83,6 @@ func main() {
 	flag.StringVar(&o.tmp, "tmp", "", "parent of the temporary store dirs (default: the system temp dir)")
 	flag.DurationVar(&o.catchupTimeout, "catchup-timeout", 20*time.Minute, "give up waiting for the processor to catch up after this long")
 	flag.BoolVar(&o.handlerStats, "handler-stats", false, "analysis: time the projection handler's calls (latency, calls in flight) and print them")
-	flag.IntVar(&o.kvCeiling, "kv-ceiling", 0, "analysis: after the projection, time N compare-and-set KV writes outside the processor, sync (one per worker) and pipelined (a batch at once)")
 	flag.IntVar(&o.rawReps, "raw-reps", 3, "repetitions of the raw consume (each with a fresh durable); the median of those without a client stall is used")
 	flag.StringVar(&o.rawAPI, "raw-api", "fetch", "how the raw consume reads: fetch (Fetch batches) or consume (Consume, as the processor; subject to a client stall, see README)")
 	flag.BoolVar(&o.noOrderIndex, "no-order-index", false, "run the appliance with processor.order_index = false (the index's cost: compare the projection rate with and without)")
@@ -233,13 +231,11 @@ type modeResult struct {
 	Keys            uint64
 	SpotChecked     int
 	SpotBad         int
-	Workers, Batch  int // of the KV analysis
 	MaxAckPending   int
 	// ProcSettings is what the processor logged at start ("processor
 	// running": batch, partitions or workers, ...).
 	ProcSettings string
 	Load         *loadResult
-	KV           *kvCeilingResult
 	Err          error
 	LoadAvg      [2]string // /proc/loadavg at the start and the end of the mode
 }
@@ -270,9 +266,6 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	}
 	defer e.close()
 	r.MaxAckPending = e.cfg.Processor.MaxAckPending
-	// For the KV analysis: the old processor's 32 workers, batches of a
-	// fetch window.
-	r.Workers, r.Batch = cmp.Or(o.workers, 32), cmp.Or(o.batch, r.MaxAckPending, 1000)
 
 	// 2. acked publish.
 	pjs, err := e.publisherJS(o)
@@ -316,15 +309,6 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	logf("   %s events/s (%s), %.0f%% of raw consume", num(int(r.Proj.rate())), r.Proj.Dur.Round(time.Millisecond), 100*r.ratio())
 	if err := verify(ctx, e, gen, r); err != nil {
 		return r, fmt.Errorf("verify projection: %w", err)
-	}
-	if o.kvCeiling > 0 {
-		logf("   analysis: %s KV compare-and-set writes outside the processor", num(o.kvCeiling))
-		kr, err := kvCeiling(ctx, e, o.kvCeiling, orders, r.Workers, r.Batch)
-		if err != nil {
-			return r, fmt.Errorf("kv ceiling: %w", err)
-		}
-		r.KV = &kr
-		logf("   KV writes: sync %s/s, pipelined %s/s, atomic batches %s/s", num(int(kr.Sync.rate())), num(int(kr.Pipelined.rate())), num(int(kr.Atomic.rate())))
 	}
 	e.close()
 
@@ -1121,13 +1105,6 @@ func (r *modeResult) markdown(o options) string {
 		fmt.Fprintf(&b, "- projection checked: %s keys for %s orders with events; processed %s, duplicates %d, failed %d, dead-lettered %d; %d/%d spot-checked orders match the generator\n",
 			num(int(r.Keys)), num(r.Distinct), num(int(r.ProjStats.Processed)), r.ProjStats.Duplicates, r.ProjStats.Failed, r.ProjStats.DeadLettered, r.SpotChecked-r.SpotBad, r.SpotChecked)
 		fmt.Fprintf(&b, "- processor consume warnings (e.g. missed heartbeat: a client stall): %d\n", r.ProjConsumeErrs)
-	}
-	if k := r.KV; k != nil {
-		fmt.Fprintf(&b, "\n### analysis: KV compare-and-set writes outside the processor (same bucket, %s keys, order-sized values)\n\n", num(r.Orders))
-		fmt.Fprintf(&b, "| how | writes | time | writes/s | CPU |\n|---|---:|---:|---:|---:|\n")
-		fmt.Fprintf(&b, "| sync: %d goroutines, kv.Create/Update, one in flight each (the processor's 32 workers before the pipelined projection) | %s | %s | **%s** | %s |\n", k.Workers, num(k.Writes), secs(k.Sync.Dur), num(int(k.Sync.rate())), k.Sync.cpuShare())
-		fmt.Fprintf(&b, "| pipelined: batches of %d distinct keys published async with Nats-Expected-Last-Subject-Sequence (as the pipelined projection) | %s | %s | **%s** | %s |\n", k.Batch, num(k.Writes), secs(k.Pipelined.Dur), num(int(k.Pipelined.rate())), k.Pipelined.cpuShare())
-		fmt.Fprintf(&b, "| atomic: the same batches (at most 1000) as one atomic batch publish each, allow_atomic on the bucket | %s | %s | **%s** | %s |\n", num(k.Writes), secs(k.Atomic.Dur), num(int(k.Atomic.rate())), k.Atomic.cpuShare())
 	}
 	if l := r.Load; l != nil {
 		fmt.Fprintf(&b, "\n### lag under load (fresh store, %s of publishing at %.0f%% of the acked-publish rate)\n\n", o.loadDur, 100*o.loadShare)
