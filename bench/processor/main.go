@@ -57,7 +57,6 @@ type options struct {
 	catchupTimeout time.Duration
 	skipLoad       bool
 	verbose        bool
-	handlerStats   bool
 	noOrderIndex   bool
 	rawReps        int
 	rawAPI         string
@@ -82,7 +81,6 @@ func main() {
 	flag.StringVar(&o.pubConn, "pub-conn", "tcp", "how publishers connect: tcp (like external producers) or inproc")
 	flag.StringVar(&o.tmp, "tmp", "", "parent of the temporary store dirs (default: the system temp dir)")
 	flag.DurationVar(&o.catchupTimeout, "catchup-timeout", 20*time.Minute, "give up waiting for the processor to catch up after this long")
-	flag.BoolVar(&o.handlerStats, "handler-stats", false, "analysis: time the projection handler's calls (latency, calls in flight) and print them")
 	flag.IntVar(&o.rawReps, "raw-reps", 3, "repetitions of the raw consume (each with a fresh durable); the median of those without a client stall is used")
 	flag.StringVar(&o.rawAPI, "raw-api", "fetch", "how the raw consume reads: fetch (Fetch batches) or consume (Consume, as the processor; subject to a client stall, see README)")
 	flag.BoolVar(&o.noOrderIndex, "no-order-index", false, "run the appliance with processor.order_index = false (the index's cost: compare the projection rate with and without)")
@@ -730,7 +728,6 @@ func pickRaw(reps []rawRep) phase {
 
 type running struct {
 	p           *processor.Processor
-	timed       *timedHandler
 	consumeErrs atomic.Int64 // the processor's "consume" warnings
 	started     sync.Map     // attributes of its "processor running" log line
 	cancel      context.CancelFunc
@@ -753,13 +750,7 @@ func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 		level = slog.LevelInfo
 	}
 	r := &running{done: make(chan error, 1)}
-	var h processor.Handler = proj
-	var timed *timedHandler
-	if o.handlerStats {
-		timed = &timedHandler{inner: h.(processor.BatchHandler)}
-		h = timed
-	}
-	pc := e.cfg.ProcessorConfig(h)
+	pc := e.cfg.ProcessorConfig(proj)
 	pc.Workers, pc.BatchSize = o.workers, o.batch
 	pc.Logger = slog.New(countingHandler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}), &r.consumeErrs, &r.started}).With("component", "processor")
 	p, err := processor.New(js, pc)
@@ -767,7 +758,7 @@ func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	r.p, r.timed, r.cancel = p, timed, cancel
+	r.p, r.cancel = p, cancel
 	go func() { r.done <- p.Run(rctx) }()
 	return r, nil
 }
@@ -843,9 +834,6 @@ func projection(ctx context.Context, o options, e *env, mode string, n int) (pha
 	err = caughtUp(ctx, lagJS, e, r, uint64(n), o.catchupTimeout)
 	p := phase{N: n, Dur: time.Since(t0), CPU: cpuTime() - c0}
 	stopProf()
-	if r.timed != nil {
-		logf("   %s", r.timed.report(p.Dur))
-	}
 	st := r.p.Stats()
 	if serr := r.stop(); err == nil {
 		err = serr
