@@ -59,7 +59,6 @@ type options struct {
 	verbose        bool
 	noOrderIndex   bool
 	rawReps        int
-	rawAPI         string
 }
 
 func main() {
@@ -81,8 +80,7 @@ func main() {
 	flag.StringVar(&o.pubConn, "pub-conn", "tcp", "how publishers connect: tcp (like external producers) or inproc")
 	flag.StringVar(&o.tmp, "tmp", "", "parent of the temporary store dirs (default: the system temp dir)")
 	flag.DurationVar(&o.catchupTimeout, "catchup-timeout", 20*time.Minute, "give up waiting for the processor to catch up after this long")
-	flag.IntVar(&o.rawReps, "raw-reps", 3, "repetitions of the raw consume (each with a fresh durable); the median of those without a client stall is used")
-	flag.StringVar(&o.rawAPI, "raw-api", "fetch", "how the raw consume reads: fetch (Fetch batches) or consume (Consume, as the processor; subject to a client stall, see README)")
+	flag.IntVar(&o.rawReps, "raw-reps", 3, "repetitions of the raw consume (each with a fresh durable); the median is used")
 	flag.BoolVar(&o.noOrderIndex, "no-order-index", false, "run the appliance with processor.order_index = false (the index's cost: compare the projection rate with and without)")
 	flag.BoolVar(&o.verbose, "v", false, "log the processor at info level (default: warnings only)")
 	flag.Parse()
@@ -92,7 +90,7 @@ func main() {
 		}
 	}
 	o.skipLoad = o.loadDur <= 0
-	if len(o.modes) == 0 || o.rawReps <= 0 || (o.rawAPI != "fetch" && o.rawAPI != "consume") || o.events <= 0 || o.orders <= 0 || o.window <= 0 || o.loadShare <= 0 ||
+	if len(o.modes) == 0 || o.rawReps <= 0 || o.events <= 0 || o.orders <= 0 || o.window <= 0 || o.loadShare <= 0 ||
 		(o.pubConn != "tcp" && o.pubConn != "inproc") {
 		flag.Usage()
 		os.Exit(2)
@@ -219,8 +217,8 @@ type modeResult struct {
 	Events, Orders int
 	Distinct       int // orders with at least one event
 	Publish        phase
-	Raw            phase // the median of RawReps without a client stall
-	RawReps        []rawRep
+	Raw            phase // the median of RawReps
+	RawReps        []phase
 	Proj           phase
 	ProjStats      processor.Stats
 	// ProjConsumeErrs counts the processor's consume warnings (a missed
@@ -289,14 +287,14 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	// 3. raw pull consume of the same stream.
 	logf("3. raw pull consume + ack of the same %s events, %d times", num(n), o.rawReps)
 	for i := range o.rawReps {
-		p, stalls, err := rawConsume(ctx, o, e, mode, n, lastSeq, i+1)
+		p, err := rawConsume(ctx, o, e, mode, n, lastSeq, i+1)
 		if err != nil {
 			return r, fmt.Errorf("raw consume: %w", err)
 		}
-		r.RawReps = append(r.RawReps, rawRep{p, stalls})
-		logf("   %s events/s (%s)%s", num(int(p.rate())), p.Dur.Round(time.Millisecond), map[bool]string{true: " STALLED (no heartbeat received)", false: ""}[stalls > 0])
+		r.RawReps = append(r.RawReps, p)
+		logf("   %s events/s (%s)", num(int(p.rate())), p.Dur.Round(time.Millisecond))
 	}
-	r.Raw = pickRaw(r.RawReps)
+	r.Raw = medianPhase(r.RawReps)
 
 	// 4. the projection over the same events.
 	logf("4. processor + projection over the same %s events", num(n))
@@ -586,17 +584,13 @@ func (p *publisher) wait(ctx context.Context, f jetstream.PubAckFuture) error {
 
 // rawConsume reads the whole stream with a durable pull consumer configured
 // like the processor's (explicit ack, same max_ack_pending), acking each
-// message, and times it until the ack floor reaches the last sequence.
-//
-// It also returns how many times the client reported a missed heartbeat:
-// nats.go's Consume sometimes stops pulling while the server holds no pull
-// request (consumer info: 0 ack pending, 0 waiting pulls) and resumes only
-// when its heartbeat check fires about 30 s later (nats-io/nats.go#1622).
-// Such a repetition measures that stall, not the consume rate.
-func rawConsume(ctx context.Context, o options, e *env, mode string, n int, lastSeq uint64, rep int) (phase, int, error) {
+// message, and times it until the ack floor reaches the last sequence. It
+// reads with Fetch: nats.go's Consume, which the processor uses, sometimes
+// stalls for ~30 s here (README.md, "Stalls").
+func rawConsume(ctx context.Context, o options, e *env, mode string, n int, lastSeq uint64, rep int) (phase, error) {
 	js, err := e.connect(false, "bench-raw")
 	if err != nil {
-		return phase{}, 0, err
+		return phase{}, err
 	}
 	cc := *e.cfg.DeclareSpec().Consumer
 	cc.Durable = fmt.Sprintf("bench-raw-%d", rep)
@@ -606,7 +600,7 @@ func rawConsume(ctx context.Context, o options, e *env, mode string, n int, last
 	defer cancel()
 	cons, err := js.CreateConsumer(cctx, stream, cc)
 	if err != nil {
-		return phase{}, 0, err
+		return phase{}, err
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -617,61 +611,43 @@ func rawConsume(ctx context.Context, o options, e *env, mode string, n int, last
 	if batch <= 0 || batch > 10_000 {
 		batch = 1000
 	}
-	var got, ackErrs, stalls atomic.Int64
+	var got, ackErrs atomic.Int64
 	stopProf, err := startProfile(o, mode, fmt.Sprintf("raw%d", rep))
 	if err != nil {
-		return phase{}, 0, err
+		return phase{}, err
 	}
 	defer stopProf()
 	t0, c0 := time.Now(), cpuTime()
-	if o.rawAPI == "consume" {
-		sub, err := cons.Consume(func(m jetstream.Msg) {
-			if m.Ack() != nil {
-				ackErrs.Add(1)
+	// One pull request of `batch` at a time, each message acked as it
+	// arrives; the next request follows the last ack of the batch on the
+	// same connection, so the server has the acks first.
+	fctx, stopFetch := context.WithCancel(ctx)
+	defer stopFetch()
+	fetchDone := make(chan struct{})
+	defer func() { stopFetch(); <-fetchDone }()
+	go func() {
+		defer close(fetchDone)
+		for fctx.Err() == nil && got.Load() < int64(n) {
+			b, err := cons.Fetch(batch, jetstream.FetchMaxWait(5*time.Second))
+			if err != nil {
+				logf("   raw fetch: %v", err)
+				continue
 			}
-			got.Add(1)
-		}, jetstream.PullMaxMessages(batch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if errors.Is(err, jetstream.ErrNoHeartbeat) {
-				stalls.Add(1)
+			for m := range b.Messages() {
+				if m.Ack() != nil {
+					ackErrs.Add(1)
+				}
+				got.Add(1)
 			}
-			logf("   raw consume: %v", err)
-		}))
-		if err != nil {
-			return phase{}, 0, err
+			if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+				logf("   raw fetch: %v", err)
+			}
 		}
-		defer sub.Stop()
-	} else {
-		// Fetch: one pull request of `batch` at a time, each message acked
-		// as it arrives; the next request follows the last ack of the batch
-		// on the same connection, so the server has the acks first.
-		fctx, stopFetch := context.WithCancel(ctx)
-		defer stopFetch()
-		fetchDone := make(chan struct{})
-		defer func() { stopFetch(); <-fetchDone }()
-		go func() {
-			defer close(fetchDone)
-			for fctx.Err() == nil && got.Load() < int64(n) {
-				b, err := cons.Fetch(batch, jetstream.FetchMaxWait(5*time.Second))
-				if err != nil {
-					logf("   raw fetch: %v", err)
-					continue
-				}
-				for m := range b.Messages() {
-					if m.Ack() != nil {
-						ackErrs.Add(1)
-					}
-					got.Add(1)
-				}
-				if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-					logf("   raw fetch: %v", err)
-				}
-			}
-		}()
-	}
+	}()
 	lastLog := t0
 	for {
 		if err := sleep(ctx, 25*time.Millisecond); err != nil {
-			return phase{}, 0, err
+			return phase{}, err
 		}
 		if time.Since(lastLog) >= 5*time.Second {
 			lastLog = time.Now()
@@ -696,32 +672,16 @@ func rawConsume(ctx context.Context, o options, e *env, mode string, n int, last
 	p := phase{N: int(got.Load()), Dur: time.Since(t0), CPU: cpuTime() - c0}
 	stopProf()
 	if a := ackErrs.Load(); a > 0 {
-		return p, 0, fmt.Errorf("%d acks failed", a)
+		return p, fmt.Errorf("%d acks failed", a)
 	}
-	return p, int(stalls.Load()), nil
+	return p, nil
 }
 
-type rawRep struct {
-	phase
-	Stalls int
-}
-
-// pickRaw is the median repetition among those without a client stall (all
-// of them if every one stalled).
-func pickRaw(reps []rawRep) phase {
-	var ok []phase
-	for _, r := range reps {
-		if r.Stalls == 0 {
-			ok = append(ok, r.phase)
-		}
-	}
-	if len(ok) == 0 {
-		for _, r := range reps {
-			ok = append(ok, r.phase)
-		}
-	}
-	slices.SortFunc(ok, func(a, b phase) int { return cmp.Compare(a.rate(), b.rate()) })
-	return ok[len(ok)/2]
+// medianPhase is the repetition of median rate.
+func medianPhase(reps []phase) phase {
+	s := slices.Clone(reps)
+	slices.SortFunc(s, func(a, b phase) int { return cmp.Compare(a.rate(), b.rate()) })
+	return s[len(s)/2]
 }
 
 // ---------------------------------------------------------------- projection
@@ -1064,7 +1024,7 @@ func (r *modeResult) markdown(o options) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | **%s** | %s |\n", name, num(p.N), secs(p.Dur), num(int(p.rate())), p.cpuShare())
 	}
 	row(fmt.Sprintf("acked publish (async, window %d, %s)", o.window, o.pubConn), r.Publish)
-	row(fmt.Sprintf("raw pull consume + ack (durable, explicit ack, max_ack_pending %d, %s)", r.MaxAckPending, map[string]string{"fetch": "Fetch", "consume": "Consume"}[o.rawAPI]), r.Raw)
+	row(fmt.Sprintf("raw pull consume + ack (durable, explicit ack, max_ack_pending %d, Fetch)", r.MaxAckPending), r.Raw)
 	workers := ""
 	if o.workers > 0 {
 		workers = fmt.Sprintf(", %d workers", o.workers)
@@ -1073,20 +1033,10 @@ func (r *modeResult) markdown(o options) string {
 	b.WriteString("\n")
 	if len(r.RawReps) > 1 {
 		var reps []string
-		stalled := false
 		for _, x := range r.RawReps {
-			v := num(int(x.rate()))
-			if x.Stalls > 0 {
-				v += " (stalled)"
-				stalled = true
-			}
-			reps = append(reps, v)
+			reps = append(reps, num(int(x.rate())))
 		}
-		fmt.Fprintf(&b, "- raw consume repetitions (fresh durable each): %s events/s; the table shows the median of those without a stall", strings.Join(reps, ", "))
-		if stalled {
-			b.WriteString("; \"stalled\": the nats.go client stopped pulling until its missed-heartbeat check fired ~30 s later, with nothing pending at the server (nats-io/nats.go#1622)")
-		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "- raw consume repetitions (fresh durable each): %s events/s; the table shows the median\n", strings.Join(reps, ", "))
 	}
 	if r.Proj.N > 0 {
 		fmt.Fprintf(&b, "- projection / raw consume: **%.1f%%** (goal >= 50%%: %s)\n", 100*r.ratio(), metStr(r.ratio() >= 0.5))
