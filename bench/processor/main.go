@@ -64,10 +64,10 @@ type options struct {
 func main() {
 	var o options
 	var modes string
-	flag.StringVar(&modes, "sync", "always,1s", "comma-separated jetstream.sync_interval values to measure, each in its own fresh store")
+	flag.StringVar(&modes, "sync", "always,1s", "comma-separated durabilities to measure, each in its own fresh store: always, group-commit, or a sync_interval such as 1s (durability \"interval\")")
 	flag.IntVar(&o.events, "events", 1_000_000, "events published, consumed and projected per mode")
 	flag.IntVar(&o.orders, "orders", 100_000, "orders the events are spread over (each event picks one at random)")
-	flag.IntVar(&o.alwaysEvents, "always-events", 0, "if > 0, events for sync_interval=always instead of -events (orders scale to keep events/orders)")
+	flag.IntVar(&o.alwaysEvents, "always-events", 0, "if > 0, events for -sync always instead of -events (orders scale to keep events/orders)")
 	flag.DurationVar(&o.loadDur, "load", 30*time.Second, "how long producers publish during the lag-under-load step (0 skips it)")
 	flag.Float64Var(&o.loadShare, "load-share", 0.8, "publish rate of the lag-under-load step, as a share of the measured acked-publish rate")
 	flag.IntVar(&o.window, "window", 1000, "async publishes in flight per publisher (as processor/helpers_test.go)")
@@ -96,7 +96,7 @@ func main() {
 		os.Exit(2)
 	}
 	for _, m := range o.modes {
-		if _, err := syncInterval(m); err != nil {
+		if err := applySync(new(orderstore.Config), m); err != nil {
 			fmt.Fprintf(os.Stderr, "-sync %s: %v\n", m, err)
 			os.Exit(2)
 		}
@@ -213,7 +213,8 @@ func (l loadResult) applyRate() float64 {
 }
 
 type modeResult struct {
-	Mode           string
+	Mode           string // -sync
+	Durability     string // what it set, as the appliance reports it
 	Events, Orders int
 	Distinct       int // orders with at least one event
 	Publish        phase
@@ -254,13 +255,14 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	r := &modeResult{Mode: mode, Events: n, Orders: orders}
 	r.LoadAvg[0] = loadavg()
 	defer func() { r.LoadAvg[1] = loadavg() }()
-	logf("=== sync_interval = %q: %s events over %s orders", mode, num(n), num(orders))
+	logf("=== -sync %s: %s events over %s orders", mode, num(n), num(orders))
 
 	e, err := newEnv(ctx, o, mode, n)
 	if err != nil {
 		return r, err
 	}
 	defer e.close()
+	r.Durability, _ = e.cfg.DurabilityPolicy()
 	r.MaxAckPending = e.cfg.Processor.MaxAckPending
 
 	// 2. acked publish.
@@ -344,7 +346,7 @@ func newEnv(ctx context.Context, o options, mode string, events int) (_ *env, er
 	cfg.JetStream.StoreDir = dir
 	cfg.Server.Port = -1
 	cfg.Admin.Listen = ""
-	if cfg.JetStream.SyncInterval, err = syncInterval(mode); err != nil {
+	if err = applySync(&cfg, mode); err != nil {
 		return nil, err
 	}
 	// Room for the events (about 150 bytes each on disk) many times over.
@@ -381,17 +383,22 @@ func newEnv(ctx context.Context, o options, mode string, events int) (_ *env, er
 	return e, nil
 }
 
-// syncInterval parses -sync: "always" (0, fsync before every ack) or a
-// duration.
-func syncInterval(mode string) (time.Duration, error) {
-	if mode == "always" {
-		return 0, nil
+// applySync sets the durability -sync names: "always" (an fsync before
+// every ack), "group-commit", or a duration (durability "interval" with
+// that sync_interval). The durability is always set: left "", it is group
+// commit whenever SyncInterval is 0.
+func applySync(cfg *orderstore.Config, mode string) error {
+	switch mode {
+	case orderstore.DurabilityAlways, orderstore.DurabilityGroupCommit:
+		cfg.JetStream.Durability = mode
+		return nil
 	}
 	d, err := time.ParseDuration(mode)
 	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%q is not \"always\" or a positive duration", mode)
+		return fmt.Errorf("%q is not \"always\", \"group-commit\" or a positive duration", mode)
 	}
-	return d, nil
+	cfg.JetStream.Durability, cfg.JetStream.SyncInterval = orderstore.DurabilityInterval, d
+	return nil
 }
 
 // connect opens a connection: in-process as the appliance's own (the
@@ -1011,7 +1018,7 @@ func header(o options, started time.Time) string {
 
 func (r *modeResult) markdown(o options) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "## sync_interval = %q: %s events over %s orders\n\n", r.Mode, num(r.Events), num(r.Orders))
+	fmt.Fprintf(&b, "## -sync %s (durability %s): %s events over %s orders\n\n", r.Mode, r.Durability, num(r.Events), num(r.Orders))
 	if r.Err != nil {
 		fmt.Fprintf(&b, "**failed: %v**\n\n", r.Err)
 	}
@@ -1074,7 +1081,7 @@ func (r *modeResult) markdown(o options) string {
 func summary(o options, rs []*modeResult) string {
 	var b strings.Builder
 	b.WriteString("## Summary\n\n")
-	b.WriteString("| sync_interval | events / orders | acked publish ev/s | raw consume ev/s | projection ev/s | projection / raw (goal >= 50%) | load: target ev/s | load: apply ev/s | load: max backlog | load: max s behind | lag bounded | catch-up |\n")
+	b.WriteString("| -sync | events / orders | acked publish ev/s | raw consume ev/s | projection ev/s | projection / raw (goal >= 50%) | load: target ev/s | load: apply ev/s | load: max backlog | load: max s behind | lag bounded | catch-up |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
 	for _, r := range rs {
 		fmt.Fprintf(&b, "| %s | %s / %s | %s | %s | %s | %.1f%% (%s) |", r.Mode, num(r.Events), num(r.Orders),
