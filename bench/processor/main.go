@@ -58,6 +58,7 @@ type options struct {
 	skipLoad       bool
 	verbose        bool
 	noOrderIndex   bool
+	noHistory      bool
 	rawReps        int
 }
 
@@ -82,6 +83,7 @@ func main() {
 	flag.DurationVar(&o.catchupTimeout, "catchup-timeout", 20*time.Minute, "give up waiting for the processor to catch up after this long")
 	flag.IntVar(&o.rawReps, "raw-reps", 3, "repetitions of the raw consume (each with a fresh durable); the median is used")
 	flag.BoolVar(&o.noOrderIndex, "no-order-index", false, "run the appliance with processor.order_index = false (the index's cost: compare the projection rate with and without)")
+	flag.BoolVar(&o.noHistory, "no-history", false, "the projection without the history index (the index's cost: compare the projection rate with and without)")
 	flag.BoolVar(&o.verbose, "v", false, "log the processor at info level (default: warnings only)")
 	flag.Parse()
 	for _, m := range strings.Split(modes, ",") {
@@ -702,14 +704,23 @@ type running struct {
 }
 
 // startProcessor runs the processor exactly as the appliance builds it
-// (plus -workers / -batch), on its own in-process connection.
+// (plus -workers / -batch, and without the history index with -no-history),
+// on its own in-process connection.
 func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 	js, err := e.connect(false, "bench-processor")
 	if err != nil {
 		return nil, err
 	}
-	proj, err := orderstore.NewProjection(ctx, js, e.cfg) // as the appliance wires it
-	if err != nil {
+	var proj *processor.Projection
+	if o.noHistory {
+		// orderstore.NewProjection without SetHistory.
+		kv, err := js.KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
+		if err != nil {
+			return nil, err
+		}
+		proj = processor.NewProjection(js, kv)
+		proj.SetAtomicBatches(e.cfg.DurabilityMode() == orderstore.DurabilityAlways)
+	} else if proj, err = orderstore.NewProjection(ctx, js, e.cfg); err != nil { // as the appliance wires it
 		return nil, err
 	}
 	level := slog.LevelWarn
@@ -1032,11 +1043,14 @@ func (r *modeResult) markdown(o options) string {
 	}
 	row(fmt.Sprintf("acked publish (async, window %d, %s)", o.window, o.pubConn), r.Publish)
 	row(fmt.Sprintf("raw pull consume + ack (durable, explicit ack, max_ack_pending %d, Fetch)", r.MaxAckPending), r.Raw)
-	workers := ""
+	extra := ""
 	if o.workers > 0 {
-		workers = fmt.Sprintf(", %d workers", o.workers)
+		extra = fmt.Sprintf(", %d workers", o.workers)
 	}
-	row(fmt.Sprintf("projection (order-processor%s%s)", r.ProcSettings, workers), r.Proj)
+	if o.noHistory {
+		extra += ", no history index"
+	}
+	row(fmt.Sprintf("projection (order-processor%s%s)", r.ProcSettings, extra), r.Proj)
 	b.WriteString("\n")
 	if len(r.RawReps) > 1 {
 		var reps []string
