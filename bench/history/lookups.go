@@ -92,7 +92,7 @@ func loadSize(ctx context.Context, o options, n int) (*loaded, error) {
 	}
 	res.Orders = len(w.count)
 	logf("=== %s events: %d target orders of %d events, %s background orders", num(n), o.targets, o.perTarget, num(res.Orders))
-	e, err := newEnv(ctx, o, n, true)
+	e, err := newEnv(ctx, o, n)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +253,6 @@ func checkHistory(page orderstore.OrderHistory, seqs []uint64) error {
 
 type env struct {
 	dir    string
-	cfg    orderstore.Config
 	app    *orderstore.Appliance
 	conns  []*nats.Conn
 	closed bool
@@ -261,9 +260,8 @@ type env struct {
 
 // newEnv starts a fresh appliance on a temporary store: the defaults
 // but a random client port, no admin listener, -sync, and room for n
-// events. With processor false it runs without its processor (the
-// processor-rate step starts its own).
-func newEnv(ctx context.Context, o options, n int, processor bool) (_ *env, err error) {
+// events.
+func newEnv(ctx context.Context, o options, n int) (_ *env, err error) {
 	dir, err := os.MkdirTemp(o.tmp, "orderstore-bench-history-")
 	if err != nil {
 		return nil, err
@@ -290,14 +288,9 @@ func newEnv(ctx context.Context, o options, n int, processor bool) (_ *env, err 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	// e.cfg keeps the processor on: its DeclareSpec and ProcessorConfig
-	// are the appliance's.
-	e.cfg = cfg
-	acfg := cfg
-	acfg.Processor.Enabled = processor
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if e.app, err = orderstore.Start(sctx, acfg); err != nil {
+	if e.app, err = orderstore.Start(sctx, cfg); err != nil {
 		return nil, err
 	}
 	return e, nil

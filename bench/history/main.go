@@ -1,7 +1,7 @@
 // Command history benchmarks the order history index (processor/history.go):
 //
-//	go run ./bench/history                    # 10k vs 1M events, processor over 200k events
-//	go run ./bench/history -sizes 10000,100000 -proc-events 50000 -proc-reps 1
+//	go run ./bench/history                    # 10k vs 1M events
+//	go run ./bench/history -sizes 10000,100000 -lookups 500
 //
 // Lookups: for each stream size (-sizes), a fresh appliance with its
 // processor on is loaded with that many events, among them -targets
@@ -12,10 +12,8 @@
 // random time of its lifetime (Appliance.OrderAsOf). Goal: the p99 of the
 // largest stream is at most 1.5 times the smallest's.
 //
-// Processor rate: a processor as the appliance builds it runs over a
-// pre-loaded stream of -proc-events events, with the index and without it
-// (a fresh store each run, alternating which goes first, -proc-reps
-// each). Goal: with / without at least 0.8.
+// The processor's rate with the index and without it is measured by
+// bench/processor (-no-history).
 //
 // See bench/README.md, "bench/history".
 package main
@@ -26,8 +24,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,11 +33,9 @@ import (
 	"github.com/orderstore/orderstore/bench/benchkit"
 )
 
-// The goals of the issue.
-const (
-	goalP99Ratio  = 1.5 // p99 of the largest stream / p99 of the smallest, at most
-	goalRateRatio = 0.8 // processor rate with the index / without, at least
-)
+// The goal of the issue: p99 of the largest stream / p99 of the smallest,
+// at most.
+const goalP99Ratio = 1.5
 
 type options struct {
 	sizes          []int
@@ -50,8 +44,6 @@ type options struct {
 	eventsPerOrder int
 	lookups        int
 	warmup         int
-	procEvents     int
-	procReps       int
 	window         int
 	sync           string
 	seed           uint64
@@ -70,14 +62,12 @@ func main() {
 	flag.IntVar(&o.eventsPerOrder, "events-per-order", 10, "the other events go to (events / this) background orders, each event to one at random")
 	flag.IntVar(&o.lookups, "lookups", 2000, "timed lookups of each kind per stream size")
 	flag.IntVar(&o.warmup, "warmup", 100, "lookups of each kind before the timed ones (discarded)")
-	flag.IntVar(&o.procEvents, "proc-events", 200_000, "events of the processor-rate step (0 skips it)")
-	flag.IntVar(&o.procReps, "proc-reps", 4, "runs of the processor-rate step with the index and as many without (alternating; the median is used)")
 	flag.IntVar(&o.window, "window", 1000, "async publishes in flight while loading")
 	flag.StringVar(&o.sync, "sync", "", "durability: empty or group-commit (the default), always, or a sync_interval such as 1s (durability \"interval\")")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the event generator and of the lookups' random points")
 	flag.StringVar(&o.tmp, "tmp", "", "parent of the temporary store dirs (default: the system temp dir)")
 	flag.DurationVar(&o.catchupTimeout, "catchup-timeout", 20*time.Minute, "give up waiting for a processor to catch up after this long")
-	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write CPU profiles of each lookup step and processor run to PREFIX-<step>.pprof")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the lookups to PREFIX-lookups.pprof")
 	flag.StringVar(&o.out, "out", "", "also write the markdown results to this file")
 	flag.Parse()
 	for _, s := range strings.Split(sizes, ",") {
@@ -91,7 +81,7 @@ func main() {
 		}
 		o.sizes = append(o.sizes, n)
 	}
-	if o.targets <= 0 || o.perTarget <= 0 || o.eventsPerOrder <= 0 || o.lookups <= 0 || o.warmup < 0 || o.procEvents < 0 || o.procReps <= 0 || o.window <= 0 || flag.NArg() > 0 {
+	if o.targets <= 0 || o.perTarget <= 0 || o.eventsPerOrder <= 0 || o.lookups <= 0 || o.warmup < 0 || o.window <= 0 || flag.NArg() > 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -116,23 +106,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	var procs []procRun
-	if o.procEvents > 0 {
-		for rep := 1; rep <= o.procReps; rep++ {
-			order := []bool{true, false}
-			if rep%2 == 0 {
-				order = []bool{false, true}
-			}
-			for _, index := range order {
-				r, err := procRate(ctx, o, o.procEvents, index, rep)
-				if err != nil {
-					return fmt.Errorf("processor rate %s, rep %d: %w", r.label(), rep, err)
-				}
-				procs = append(procs, r)
-			}
-		}
-	}
-	report := markdown(o, started, sizes, procs)
+	report := markdown(o, started, sizes)
 	fmt.Println()
 	fmt.Print(report)
 	if o.out != "" {
@@ -177,7 +151,7 @@ func lookups(ctx context.Context, o options) ([]*sizeResult, error) {
 
 // ---------------------------------------------------------------- output
 
-func markdown(o options, started time.Time, sizes []*sizeResult, procs []procRun) string {
+func markdown(o options, started time.Time, sizes []*sizeResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "bench/history, %s: %s\n\n", started.UTC().Format("2006-01-02"), benchkit.Machine(orderstore.NATSServerVersion))
 	if len(sizes) > 0 {
@@ -209,38 +183,8 @@ func markdown(o options, started time.Time, sizes []*sizeResult, procs []procRun
 		}
 		b.WriteString("\n")
 	}
-	if len(procs) > 0 {
-		fmt.Fprintf(&b, "Processor rate over a pre-loaded stream of %s events (fresh store each run), from its start until its consumer has nothing pending or unacked:\n\n", num(o.procEvents))
-		fmt.Fprintf(&b, "| run | rep | time | events/s | CPU (%d cores = %d%%) | CPU per event (the whole process: nats-server, processor, lag polls) | other processes' CPU |\n|---|---:|---:|---:|---:|---:|---:|\n", runtime.NumCPU(), 100*runtime.NumCPU())
-		for _, r := range procs {
-			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.label(), r.Rep, secs(r.Dur), num(int(r.rate())), benchkit.CPUShare(r.CPU, r.Dur), benchkit.PerEvent(r.CPU, r.N), r.Others)
-		}
-		with, without := median(procs, true, procRun.rate), median(procs, false, procRun.rate)
-		ratio := with / without
-		cw, cwo := median(procs, true, procRun.cpuPerEvent), median(procs, false, procRun.cpuPerEvent)
-		fmt.Fprintf(&b, "\nMedian with the index %s events/s, without %s events/s: with / without **%.2f** (goal >= %.1f) %s. CPU per event (median): %.1f µs with, %.1f µs without (without / with %.2f).\n\n",
-			num(int(with)), num(int(without)), ratio, goalRateRatio, benchkit.PassFail(ratio >= goalRateRatio), cw, cwo, cwo/cw)
-	}
 	fmt.Fprintf(&b, "Reproduce: `%s`\n", benchkit.Command("./bench/history"))
 	return b.String()
-}
-
-// median is the median of f over the runs with (index) or without the index.
-func median(rs []procRun, index bool, f func(procRun) float64) float64 {
-	var v []float64
-	for _, r := range rs {
-		if r.Index == index {
-			v = append(v, f(r))
-		}
-	}
-	if len(v) == 0 {
-		return 0
-	}
-	slices.Sort(v)
-	if len(v)%2 == 0 {
-		return (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
-	return v[len(v)/2]
 }
 
 // short is a stream size as 10k, 1M.

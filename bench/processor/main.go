@@ -57,20 +57,18 @@ type options struct {
 	catchupTimeout time.Duration
 	skipLoad       bool
 	verbose        bool
-	handlerStats   bool
 	noOrderIndex   bool
-	kvCeiling      int
+	noHistory      bool
 	rawReps        int
-	rawAPI         string
 }
 
 func main() {
 	var o options
 	var modes string
-	flag.StringVar(&modes, "sync", "always,1s", "comma-separated jetstream.sync_interval values to measure, each in its own fresh store")
+	flag.StringVar(&modes, "sync", "always,1s", "comma-separated durabilities to measure, each in its own fresh store: always, group-commit, or a sync_interval such as 1s (durability \"interval\")")
 	flag.IntVar(&o.events, "events", 1_000_000, "events published, consumed and projected per mode")
 	flag.IntVar(&o.orders, "orders", 100_000, "orders the events are spread over (each event picks one at random)")
-	flag.IntVar(&o.alwaysEvents, "always-events", 0, "if > 0, events for sync_interval=always instead of -events (orders scale to keep events/orders)")
+	flag.IntVar(&o.alwaysEvents, "always-events", 0, "if > 0, events for -sync always instead of -events (orders scale to keep events/orders)")
 	flag.DurationVar(&o.loadDur, "load", 30*time.Second, "how long producers publish during the lag-under-load step (0 skips it)")
 	flag.Float64Var(&o.loadShare, "load-share", 0.8, "publish rate of the lag-under-load step, as a share of the measured acked-publish rate")
 	flag.IntVar(&o.window, "window", 1000, "async publishes in flight per publisher (as processor/helpers_test.go)")
@@ -83,11 +81,9 @@ func main() {
 	flag.StringVar(&o.pubConn, "pub-conn", "tcp", "how publishers connect: tcp (like external producers) or inproc")
 	flag.StringVar(&o.tmp, "tmp", "", "parent of the temporary store dirs (default: the system temp dir)")
 	flag.DurationVar(&o.catchupTimeout, "catchup-timeout", 20*time.Minute, "give up waiting for the processor to catch up after this long")
-	flag.BoolVar(&o.handlerStats, "handler-stats", false, "analysis: time the projection handler's calls (latency, calls in flight) and print them")
-	flag.IntVar(&o.kvCeiling, "kv-ceiling", 0, "analysis: after the projection, time N compare-and-set KV writes outside the processor, sync (one per worker) and pipelined (a batch at once)")
-	flag.IntVar(&o.rawReps, "raw-reps", 3, "repetitions of the raw consume (each with a fresh durable); the median of those without a client stall is used")
-	flag.StringVar(&o.rawAPI, "raw-api", "fetch", "how the raw consume reads: fetch (Fetch batches) or consume (Consume, as the processor; subject to a client stall, see README)")
+	flag.IntVar(&o.rawReps, "raw-reps", 3, "repetitions of the raw consume (each with a fresh durable); the median is used")
 	flag.BoolVar(&o.noOrderIndex, "no-order-index", false, "run the appliance with processor.order_index = false (the index's cost: compare the projection rate with and without)")
+	flag.BoolVar(&o.noHistory, "no-history", false, "the projection without the history index (the index's cost: compare the projection rate with and without)")
 	flag.BoolVar(&o.verbose, "v", false, "log the processor at info level (default: warnings only)")
 	flag.Parse()
 	for _, m := range strings.Split(modes, ",") {
@@ -96,13 +92,13 @@ func main() {
 		}
 	}
 	o.skipLoad = o.loadDur <= 0
-	if len(o.modes) == 0 || o.rawReps <= 0 || (o.rawAPI != "fetch" && o.rawAPI != "consume") || o.events <= 0 || o.orders <= 0 || o.window <= 0 || o.loadShare <= 0 ||
+	if len(o.modes) == 0 || o.rawReps <= 0 || o.events <= 0 || o.orders <= 0 || o.window <= 0 || o.loadShare <= 0 ||
 		(o.pubConn != "tcp" && o.pubConn != "inproc") {
 		flag.Usage()
 		os.Exit(2)
 	}
 	for _, m := range o.modes {
-		if _, err := syncInterval(m); err != nil {
+		if err := applySync(new(orderstore.Config), m); err != nil {
 			fmt.Fprintf(os.Stderr, "-sync %s: %v\n", m, err)
 			os.Exit(2)
 		}
@@ -219,12 +215,13 @@ func (l loadResult) applyRate() float64 {
 }
 
 type modeResult struct {
-	Mode           string
+	Mode           string // -sync
+	Durability     string // what it set, as the appliance reports it
 	Events, Orders int
 	Distinct       int // orders with at least one event
 	Publish        phase
-	Raw            phase // the median of RawReps without a client stall
-	RawReps        []rawRep
+	Raw            phase // the median of RawReps
+	RawReps        []phase
 	Proj           phase
 	ProjStats      processor.Stats
 	// ProjConsumeErrs counts the processor's consume warnings (a missed
@@ -233,13 +230,11 @@ type modeResult struct {
 	Keys            uint64
 	SpotChecked     int
 	SpotBad         int
-	Workers, Batch  int // of the KV analysis
 	MaxAckPending   int
 	// ProcSettings is what the processor logged at start ("processor
 	// running": batch, partitions or workers, ...).
 	ProcSettings string
 	Load         *loadResult
-	KV           *kvCeilingResult
 	Err          error
 	LoadAvg      [2]string // /proc/loadavg at the start and the end of the mode
 }
@@ -262,17 +257,15 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	r := &modeResult{Mode: mode, Events: n, Orders: orders}
 	r.LoadAvg[0] = loadavg()
 	defer func() { r.LoadAvg[1] = loadavg() }()
-	logf("=== sync_interval = %q: %s events over %s orders", mode, num(n), num(orders))
+	logf("=== -sync %s: %s events over %s orders", mode, num(n), num(orders))
 
 	e, err := newEnv(ctx, o, mode, n)
 	if err != nil {
 		return r, err
 	}
 	defer e.close()
+	r.Durability, _ = e.cfg.DurabilityPolicy()
 	r.MaxAckPending = e.cfg.Processor.MaxAckPending
-	// For the KV analysis: the old processor's 32 workers, batches of a
-	// fetch window.
-	r.Workers, r.Batch = cmp.Or(o.workers, 32), cmp.Or(o.batch, r.MaxAckPending, 1000)
 
 	// 2. acked publish.
 	pjs, err := e.publisherJS(o)
@@ -298,14 +291,14 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	// 3. raw pull consume of the same stream.
 	logf("3. raw pull consume + ack of the same %s events, %d times", num(n), o.rawReps)
 	for i := range o.rawReps {
-		p, stalls, err := rawConsume(ctx, o, e, mode, n, lastSeq, i+1)
+		p, err := rawConsume(ctx, o, e, mode, n, lastSeq, i+1)
 		if err != nil {
 			return r, fmt.Errorf("raw consume: %w", err)
 		}
-		r.RawReps = append(r.RawReps, rawRep{p, stalls})
-		logf("   %s events/s (%s)%s", num(int(p.rate())), p.Dur.Round(time.Millisecond), map[bool]string{true: " STALLED (no heartbeat received)", false: ""}[stalls > 0])
+		r.RawReps = append(r.RawReps, p)
+		logf("   %s events/s (%s)", num(int(p.rate())), p.Dur.Round(time.Millisecond))
 	}
-	r.Raw = pickRaw(r.RawReps)
+	r.Raw = medianPhase(r.RawReps)
 
 	// 4. the projection over the same events.
 	logf("4. processor + projection over the same %s events", num(n))
@@ -316,15 +309,6 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	logf("   %s events/s (%s), %.0f%% of raw consume", num(int(r.Proj.rate())), r.Proj.Dur.Round(time.Millisecond), 100*r.ratio())
 	if err := verify(ctx, e, gen, r); err != nil {
 		return r, fmt.Errorf("verify projection: %w", err)
-	}
-	if o.kvCeiling > 0 {
-		logf("   analysis: %s KV compare-and-set writes outside the processor", num(o.kvCeiling))
-		kr, err := kvCeiling(ctx, e, o.kvCeiling, orders, r.Workers, r.Batch)
-		if err != nil {
-			return r, fmt.Errorf("kv ceiling: %w", err)
-		}
-		r.KV = &kr
-		logf("   KV writes: sync %s/s, pipelined %s/s, atomic batches %s/s", num(int(kr.Sync.rate())), num(int(kr.Pipelined.rate())), num(int(kr.Atomic.rate())))
 	}
 	e.close()
 
@@ -364,7 +348,7 @@ func newEnv(ctx context.Context, o options, mode string, events int) (_ *env, er
 	cfg.JetStream.StoreDir = dir
 	cfg.Server.Port = -1
 	cfg.Admin.Listen = ""
-	if cfg.JetStream.SyncInterval, err = syncInterval(mode); err != nil {
+	if err = applySync(&cfg, mode); err != nil {
 		return nil, err
 	}
 	// Room for the events (about 150 bytes each on disk) many times over.
@@ -401,17 +385,22 @@ func newEnv(ctx context.Context, o options, mode string, events int) (_ *env, er
 	return e, nil
 }
 
-// syncInterval parses -sync: "always" (0, fsync before every ack) or a
-// duration.
-func syncInterval(mode string) (time.Duration, error) {
-	if mode == "always" {
-		return 0, nil
+// applySync sets the durability -sync names: "always" (an fsync before
+// every ack), "group-commit", or a duration (durability "interval" with
+// that sync_interval). The durability is always set: left "", it is group
+// commit whenever SyncInterval is 0.
+func applySync(cfg *orderstore.Config, mode string) error {
+	switch mode {
+	case orderstore.DurabilityAlways, orderstore.DurabilityGroupCommit:
+		cfg.JetStream.Durability = mode
+		return nil
 	}
 	d, err := time.ParseDuration(mode)
 	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%q is not \"always\" or a positive duration", mode)
+		return fmt.Errorf("%q is not \"always\", \"group-commit\" or a positive duration", mode)
 	}
-	return d, nil
+	cfg.JetStream.Durability, cfg.JetStream.SyncInterval = orderstore.DurabilityInterval, d
+	return nil
 }
 
 // connect opens a connection: in-process as the appliance's own (the
@@ -604,17 +593,13 @@ func (p *publisher) wait(ctx context.Context, f jetstream.PubAckFuture) error {
 
 // rawConsume reads the whole stream with a durable pull consumer configured
 // like the processor's (explicit ack, same max_ack_pending), acking each
-// message, and times it until the ack floor reaches the last sequence.
-//
-// It also returns how many times the client reported a missed heartbeat:
-// nats.go's Consume sometimes stops pulling while the server holds no pull
-// request (consumer info: 0 ack pending, 0 waiting pulls) and resumes only
-// when its heartbeat check fires about 30 s later (nats-io/nats.go#1622).
-// Such a repetition measures that stall, not the consume rate.
-func rawConsume(ctx context.Context, o options, e *env, mode string, n int, lastSeq uint64, rep int) (phase, int, error) {
+// message, and times it until the ack floor reaches the last sequence. It
+// reads with Fetch: nats.go's Consume, which the processor uses, sometimes
+// stalls for ~30 s here (README.md, "Stalls").
+func rawConsume(ctx context.Context, o options, e *env, mode string, n int, lastSeq uint64, rep int) (phase, error) {
 	js, err := e.connect(false, "bench-raw")
 	if err != nil {
-		return phase{}, 0, err
+		return phase{}, err
 	}
 	cc := *e.cfg.DeclareSpec().Consumer
 	cc.Durable = fmt.Sprintf("bench-raw-%d", rep)
@@ -624,7 +609,7 @@ func rawConsume(ctx context.Context, o options, e *env, mode string, n int, last
 	defer cancel()
 	cons, err := js.CreateConsumer(cctx, stream, cc)
 	if err != nil {
-		return phase{}, 0, err
+		return phase{}, err
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -635,61 +620,43 @@ func rawConsume(ctx context.Context, o options, e *env, mode string, n int, last
 	if batch <= 0 || batch > 10_000 {
 		batch = 1000
 	}
-	var got, ackErrs, stalls atomic.Int64
+	var got, ackErrs atomic.Int64
 	stopProf, err := startProfile(o, mode, fmt.Sprintf("raw%d", rep))
 	if err != nil {
-		return phase{}, 0, err
+		return phase{}, err
 	}
 	defer stopProf()
 	t0, c0 := time.Now(), cpuTime()
-	if o.rawAPI == "consume" {
-		sub, err := cons.Consume(func(m jetstream.Msg) {
-			if m.Ack() != nil {
-				ackErrs.Add(1)
+	// One pull request of `batch` at a time, each message acked as it
+	// arrives; the next request follows the last ack of the batch on the
+	// same connection, so the server has the acks first.
+	fctx, stopFetch := context.WithCancel(ctx)
+	defer stopFetch()
+	fetchDone := make(chan struct{})
+	defer func() { stopFetch(); <-fetchDone }()
+	go func() {
+		defer close(fetchDone)
+		for fctx.Err() == nil && got.Load() < int64(n) {
+			b, err := cons.Fetch(batch, jetstream.FetchMaxWait(5*time.Second))
+			if err != nil {
+				logf("   raw fetch: %v", err)
+				continue
 			}
-			got.Add(1)
-		}, jetstream.PullMaxMessages(batch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if errors.Is(err, jetstream.ErrNoHeartbeat) {
-				stalls.Add(1)
+			for m := range b.Messages() {
+				if m.Ack() != nil {
+					ackErrs.Add(1)
+				}
+				got.Add(1)
 			}
-			logf("   raw consume: %v", err)
-		}))
-		if err != nil {
-			return phase{}, 0, err
+			if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+				logf("   raw fetch: %v", err)
+			}
 		}
-		defer sub.Stop()
-	} else {
-		// Fetch: one pull request of `batch` at a time, each message acked
-		// as it arrives; the next request follows the last ack of the batch
-		// on the same connection, so the server has the acks first.
-		fctx, stopFetch := context.WithCancel(ctx)
-		defer stopFetch()
-		fetchDone := make(chan struct{})
-		defer func() { stopFetch(); <-fetchDone }()
-		go func() {
-			defer close(fetchDone)
-			for fctx.Err() == nil && got.Load() < int64(n) {
-				b, err := cons.Fetch(batch, jetstream.FetchMaxWait(5*time.Second))
-				if err != nil {
-					logf("   raw fetch: %v", err)
-					continue
-				}
-				for m := range b.Messages() {
-					if m.Ack() != nil {
-						ackErrs.Add(1)
-					}
-					got.Add(1)
-				}
-				if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-					logf("   raw fetch: %v", err)
-				}
-			}
-		}()
-	}
+	}()
 	lastLog := t0
 	for {
 		if err := sleep(ctx, 25*time.Millisecond); err != nil {
-			return phase{}, 0, err
+			return phase{}, err
 		}
 		if time.Since(lastLog) >= 5*time.Second {
 			lastLog = time.Now()
@@ -714,39 +681,22 @@ func rawConsume(ctx context.Context, o options, e *env, mode string, n int, last
 	p := phase{N: int(got.Load()), Dur: time.Since(t0), CPU: cpuTime() - c0}
 	stopProf()
 	if a := ackErrs.Load(); a > 0 {
-		return p, 0, fmt.Errorf("%d acks failed", a)
+		return p, fmt.Errorf("%d acks failed", a)
 	}
-	return p, int(stalls.Load()), nil
+	return p, nil
 }
 
-type rawRep struct {
-	phase
-	Stalls int
-}
-
-// pickRaw is the median repetition among those without a client stall (all
-// of them if every one stalled).
-func pickRaw(reps []rawRep) phase {
-	var ok []phase
-	for _, r := range reps {
-		if r.Stalls == 0 {
-			ok = append(ok, r.phase)
-		}
-	}
-	if len(ok) == 0 {
-		for _, r := range reps {
-			ok = append(ok, r.phase)
-		}
-	}
-	slices.SortFunc(ok, func(a, b phase) int { return cmp.Compare(a.rate(), b.rate()) })
-	return ok[len(ok)/2]
+// medianPhase is the repetition of median rate.
+func medianPhase(reps []phase) phase {
+	s := slices.Clone(reps)
+	slices.SortFunc(s, func(a, b phase) int { return cmp.Compare(a.rate(), b.rate()) })
+	return s[len(s)/2]
 }
 
 // ---------------------------------------------------------------- projection
 
 type running struct {
 	p           *processor.Processor
-	timed       *timedHandler
 	consumeErrs atomic.Int64 // the processor's "consume" warnings
 	started     sync.Map     // attributes of its "processor running" log line
 	cancel      context.CancelFunc
@@ -754,14 +704,23 @@ type running struct {
 }
 
 // startProcessor runs the processor exactly as the appliance builds it
-// (plus -workers / -batch), on its own in-process connection.
+// (plus -workers / -batch, and without the history index with -no-history),
+// on its own in-process connection.
 func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 	js, err := e.connect(false, "bench-processor")
 	if err != nil {
 		return nil, err
 	}
-	proj, err := orderstore.NewProjection(ctx, js, e.cfg) // as the appliance wires it
-	if err != nil {
+	var proj *processor.Projection
+	if o.noHistory {
+		// orderstore.NewProjection without SetHistory.
+		kv, err := js.KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
+		if err != nil {
+			return nil, err
+		}
+		proj = processor.NewProjection(js, kv)
+		proj.SetAtomicBatches(e.cfg.DurabilityMode() == orderstore.DurabilityAlways)
+	} else if proj, err = orderstore.NewProjection(ctx, js, e.cfg); err != nil { // as the appliance wires it
 		return nil, err
 	}
 	level := slog.LevelWarn
@@ -769,13 +728,7 @@ func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 		level = slog.LevelInfo
 	}
 	r := &running{done: make(chan error, 1)}
-	var h processor.Handler = proj
-	var timed *timedHandler
-	if o.handlerStats {
-		timed = &timedHandler{inner: h.(processor.BatchHandler)}
-		h = timed
-	}
-	pc := e.cfg.ProcessorConfig(h)
+	pc := e.cfg.ProcessorConfig(proj)
 	pc.Workers, pc.BatchSize = o.workers, o.batch
 	pc.Logger = slog.New(countingHandler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}), &r.consumeErrs, &r.started}).With("component", "processor")
 	p, err := processor.New(js, pc)
@@ -783,7 +736,7 @@ func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	r.p, r.timed, r.cancel = p, timed, cancel
+	r.p, r.cancel = p, cancel
 	go func() { r.done <- p.Run(rctx) }()
 	return r, nil
 }
@@ -859,9 +812,6 @@ func projection(ctx context.Context, o options, e *env, mode string, n int) (pha
 	err = caughtUp(ctx, lagJS, e, r, uint64(n), o.catchupTimeout)
 	p := phase{N: n, Dur: time.Since(t0), CPU: cpuTime() - c0}
 	stopProf()
-	if r.timed != nil {
-		logf("   %s", r.timed.report(p.Dur))
-	}
 	st := r.p.Stats()
 	if serr := r.stop(); err == nil {
 		err = serr
@@ -1079,7 +1029,7 @@ func header(o options, started time.Time) string {
 
 func (r *modeResult) markdown(o options) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "## sync_interval = %q: %s events over %s orders\n\n", r.Mode, num(r.Events), num(r.Orders))
+	fmt.Fprintf(&b, "## -sync %s (durability %s): %s events over %s orders\n\n", r.Mode, r.Durability, num(r.Events), num(r.Orders))
 	if r.Err != nil {
 		fmt.Fprintf(&b, "**failed: %v**\n\n", r.Err)
 	}
@@ -1092,42 +1042,28 @@ func (r *modeResult) markdown(o options) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | **%s** | %s |\n", name, num(p.N), secs(p.Dur), num(int(p.rate())), p.cpuShare())
 	}
 	row(fmt.Sprintf("acked publish (async, window %d, %s)", o.window, o.pubConn), r.Publish)
-	row(fmt.Sprintf("raw pull consume + ack (durable, explicit ack, max_ack_pending %d, %s)", r.MaxAckPending, map[string]string{"fetch": "Fetch", "consume": "Consume"}[o.rawAPI]), r.Raw)
-	workers := ""
+	row(fmt.Sprintf("raw pull consume + ack (durable, explicit ack, max_ack_pending %d, Fetch)", r.MaxAckPending), r.Raw)
+	extra := ""
 	if o.workers > 0 {
-		workers = fmt.Sprintf(", %d workers", o.workers)
+		extra = fmt.Sprintf(", %d workers", o.workers)
 	}
-	row(fmt.Sprintf("projection (order-processor%s%s)", r.ProcSettings, workers), r.Proj)
+	if o.noHistory {
+		extra += ", no history index"
+	}
+	row(fmt.Sprintf("projection (order-processor%s%s)", r.ProcSettings, extra), r.Proj)
 	b.WriteString("\n")
 	if len(r.RawReps) > 1 {
 		var reps []string
-		stalled := false
 		for _, x := range r.RawReps {
-			v := num(int(x.rate()))
-			if x.Stalls > 0 {
-				v += " (stalled)"
-				stalled = true
-			}
-			reps = append(reps, v)
+			reps = append(reps, num(int(x.rate())))
 		}
-		fmt.Fprintf(&b, "- raw consume repetitions (fresh durable each): %s events/s; the table shows the median of those without a stall", strings.Join(reps, ", "))
-		if stalled {
-			b.WriteString("; \"stalled\": the nats.go client stopped pulling until its missed-heartbeat check fired ~30 s later, with nothing pending at the server (nats-io/nats.go#1622)")
-		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "- raw consume repetitions (fresh durable each): %s events/s; the table shows the median\n", strings.Join(reps, ", "))
 	}
 	if r.Proj.N > 0 {
 		fmt.Fprintf(&b, "- projection / raw consume: **%.1f%%** (goal >= 50%%: %s)\n", 100*r.ratio(), metStr(r.ratio() >= 0.5))
 		fmt.Fprintf(&b, "- projection checked: %s keys for %s orders with events; processed %s, duplicates %d, failed %d, dead-lettered %d; %d/%d spot-checked orders match the generator\n",
 			num(int(r.Keys)), num(r.Distinct), num(int(r.ProjStats.Processed)), r.ProjStats.Duplicates, r.ProjStats.Failed, r.ProjStats.DeadLettered, r.SpotChecked-r.SpotBad, r.SpotChecked)
 		fmt.Fprintf(&b, "- processor consume warnings (e.g. missed heartbeat: a client stall): %d\n", r.ProjConsumeErrs)
-	}
-	if k := r.KV; k != nil {
-		fmt.Fprintf(&b, "\n### analysis: KV compare-and-set writes outside the processor (same bucket, %s keys, order-sized values)\n\n", num(r.Orders))
-		fmt.Fprintf(&b, "| how | writes | time | writes/s | CPU |\n|---|---:|---:|---:|---:|\n")
-		fmt.Fprintf(&b, "| sync: %d goroutines, kv.Create/Update, one in flight each (the processor's 32 workers before the pipelined projection) | %s | %s | **%s** | %s |\n", k.Workers, num(k.Writes), secs(k.Sync.Dur), num(int(k.Sync.rate())), k.Sync.cpuShare())
-		fmt.Fprintf(&b, "| pipelined: batches of %d distinct keys published async with Nats-Expected-Last-Subject-Sequence (as the pipelined projection) | %s | %s | **%s** | %s |\n", k.Batch, num(k.Writes), secs(k.Pipelined.Dur), num(int(k.Pipelined.rate())), k.Pipelined.cpuShare())
-		fmt.Fprintf(&b, "| atomic: the same batches (at most 1000) as one atomic batch publish each, allow_atomic on the bucket | %s | %s | **%s** | %s |\n", num(k.Writes), secs(k.Atomic.Dur), num(int(k.Atomic.rate())), k.Atomic.cpuShare())
 	}
 	if l := r.Load; l != nil {
 		fmt.Fprintf(&b, "\n### lag under load (fresh store, %s of publishing at %.0f%% of the acked-publish rate)\n\n", o.loadDur, 100*o.loadShare)
@@ -1159,7 +1095,7 @@ func (r *modeResult) markdown(o options) string {
 func summary(o options, rs []*modeResult) string {
 	var b strings.Builder
 	b.WriteString("## Summary\n\n")
-	b.WriteString("| sync_interval | events / orders | acked publish ev/s | raw consume ev/s | projection ev/s | projection / raw (goal >= 50%) | load: target ev/s | load: apply ev/s | load: max backlog | load: max s behind | lag bounded | catch-up |\n")
+	b.WriteString("| -sync | events / orders | acked publish ev/s | raw consume ev/s | projection ev/s | projection / raw (goal >= 50%) | load: target ev/s | load: apply ev/s | load: max backlog | load: max s behind | lag bounded | catch-up |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
 	for _, r := range rs {
 		fmt.Fprintf(&b, "| %s | %s / %s | %s | %s | %s | %.1f%% (%s) |", r.Mode, num(r.Events), num(r.Orders),

@@ -161,19 +161,6 @@ func (e *env) resetProjection(ctx context.Context) error {
 	return err
 }
 
-// lastSeq is the stream's last sequence.
-func (e *env) lastSeq(ctx context.Context, js jetstream.JetStream) (uint64, error) {
-	s, err := js.Stream(ctx, e.cfg.Stream.Name)
-	if err != nil {
-		return 0, err
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return info.State.LastSeq, nil
-}
-
 // caughtUp waits until the appliance's processor has nothing pending or
 // unacked and has processed at least want events since start.
 func (e *env) caughtUp(ctx context.Context, want uint64, timeout time.Duration) error {

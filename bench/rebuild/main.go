@@ -29,10 +29,6 @@
 //     pairs (the rebuild is canceled after its window);
 //  5. a whole rebuild with the producers publishing all along (-full).
 //
-// -analyse folds the stream outside the appliance the way the rebuild
-// folds, with other batch sizes and the next fetch overlapping the apply,
-// to show where the rebuild's time goes.
-//
 // See bench/README.md, "bench/rebuild".
 package main
 
@@ -74,7 +70,6 @@ type options struct {
 	cpuprofile     string
 	out            string
 	verbose        bool
-	analyse        []foldVariant
 }
 
 func main() {
@@ -95,13 +90,7 @@ func main() {
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write CPU profiles of the live processor, each rebuild and each ingest window to PREFIX-<step>.pprof")
 	flag.StringVar(&o.out, "out", "", "also write the markdown results to this file")
 	flag.BoolVar(&o.verbose, "v", false, "log the appliance at info level (default: warnings)")
-	analyse := flag.String("analyse", "", "analysis: after the rebuilds, fold the stream outside the appliance as the rebuild folds, once per variant, timing fetches and applies apart: comma-separated events per fetch, p to fetch the next batch while applying (e.g. 2000,2000p,8000p)")
 	flag.Parse()
-	var err error
-	if o.analyse, err = parseVariants(*analyse); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
 	o.maxFileStore = int64(mfs) << 30
 	if o.events <= 0 || o.orders <= 0 || o.size <= 0 || o.window <= 0 || o.reps <= 0 || o.duration <= 0 || o.producers <= 0 || mfs <= 0 || flag.NArg() > 0 {
 		flag.Usage()
@@ -127,7 +116,6 @@ type results struct {
 	Rebuilds []rebuildRun
 	Ingest   []ingestRun
 	Full     *rebuildRun
-	Folds    []foldResult
 	// The projection bucket after the first rebuild: its records and
 	// their stored bytes.
 	Records, RecordBytes uint64
@@ -232,21 +220,6 @@ func run(ctx context.Context, o options) (err error) {
 		if r.Differ > 0 {
 			logf("   first difference: %s", r.FirstDiff)
 		}
-	}
-
-	// Analysis: the fold alone, outside the appliance.
-	for _, v := range o.analyse {
-		logf("=== analysis: fold of the whole stream, %s", v)
-		if err := e.caughtUp(ctx, 0, o.catchupTimeout); err != nil {
-			return err
-		}
-		r, err := fold(ctx, o, e, v)
-		if err != nil {
-			return fmt.Errorf("analysis, fold %s: %w", v, err)
-		}
-		res.Folds = append(res.Folds, r)
-		logf("   %s events/s (%s: waiting for fetches %s, in HandleBatch %s; %.2f record writes per event; CPU %s, other processes %s)",
-			num(int(r.rate())), secs(r.Dur), secs(r.Fetch), secs(r.Apply), float64(r.Writes)/float64(max(r.N, 1)), benchkit.CPUShare(r.CPU, r.Dur), r.Others)
 	}
 
 	// 4. ingest windows, without and with a rebuild folding.
@@ -376,14 +349,6 @@ func markdown(o options, res *results) string {
 		rr, fr := median(rebuildRates), median(foldRates)
 		fmt.Fprintf(&b, "\nRebuild (median, start to done) %s events/s / live processor (median) %s events/s = **%.2f** (goal >= %.1f) **%s**; median of the reps' ratios %.2f; the fold phase alone (median %s events/s) / live = %.2f.\n",
 			num(int(rr)), num(int(live)), rr/live, goalRebuildRatio, benchkit.PassFail(rr/live >= goalRebuildRatio), median(pairs), num(int(fr)), fr/live)
-	}
-	if len(res.Folds) > 0 {
-		fmt.Fprintf(&b, "\nAnalysis: the whole stream folded outside the appliance the way the rebuild folds (an ordered consumer's Fetch, events grouped by order, Projection.HandleBatch into a scratch bucket and history index made like the shadow's), without its checkpoints, dead-letter and replay scans and takeover. Its connection is a client's, whose API requests and acks cross service imports into the stream's account (the appliance's own connections are in that account): compare the variants with each other, not with the rebuild's rate:\n\n")
-		fmt.Fprintf(&b, "| events per fetch | events/s | time | waiting for fetches | in HandleBatch | record writes per event | CPU (%d cores = %d%%) | CPU per event | other processes' CPU |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n", cores, 100*cores)
-		for _, r := range res.Folds {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.2f | %s | %s | %s |\n", r.foldVariant, num(int(r.rate())), secs(r.Dur), secs(r.Fetch), secs(r.Apply),
-				float64(r.Writes)/float64(max(r.N, 1)), benchkit.CPUShare(r.CPU, r.Dur), benchkit.PerEvent(r.CPU, r.N), r.Others)
-		}
 	}
 	if len(res.Ingest) > 0 {
 		fmt.Fprintf(&b, "\nLive ingest: %d producers, each on its own TCP connection with one synchronous publish at a time, %s per window, without a rebuild and with one folding (the window opens once it folds; it is canceled after), alternating which goes first:\n\n", o.producers, o.duration)
