@@ -261,6 +261,7 @@ type msgBlock struct {
 	lwts        int64
 	llts        int64
 	lrts        int64
+	gcDel       uint64 // orderstore: group commit's round count at the block's latest removal (groupCommit.covered)
 	lsts        int64
 	llseq       uint64
 	hh          *highwayhash.Digest64
@@ -6380,6 +6381,12 @@ func (fs *fileStore) removeMsgFromBlock(mb *msgBlock, seq uint64, secure, viaLim
 
 	// Set cache timestamp for last remove.
 	mb.lrts = ats.AccessTime()
+	if fs.gc != nil {
+		// orderstore: no compaction drops this record from the block's
+		// file before a round has synced what was stored before its
+		// removal (the record that replaced it).
+		mb.gcDel = fs.gc.stamp()
+	}
 
 	// Must always perform the erase, even if the block is empty as it could contain tombstones.
 	if secure {
@@ -6470,7 +6477,9 @@ func (fs *fileStore) removeMsgFromBlock(mb *msgBlock, seq uint64, secure, viaLim
 		// All other more thorough cleanup will happen in syncBlocks logic.
 		// Note that we do not have to store empty records for the deleted, so don't use to calculate.
 		// TODO(dlc) - This should not be inline, should kick the sync routine.
-		if !isLastBlock && mb.shouldCompactInline() {
+		// orderstore: not with group commit (see gcDel): syncBlocks compacts
+		// the block once a round has covered its removals.
+		if !isLastBlock && fs.gc == nil && mb.shouldCompactInline() {
 			if err = mb.compact(); err != nil {
 				finishedWithCache()
 				mb.mu.Unlock()
@@ -6491,7 +6500,11 @@ func (fs *fileStore) removeMsgFromBlock(mb *msgBlock, seq uint64, secure, viaLim
 	var firstSeqNeedsUpdate bool
 	if isEmpty {
 		// This writes tombstone iff mb == lmb, so no need to do above.
-		if err = fs.removeMsgBlock(mb); err != nil {
+		// orderstore: with group commit, a block emptied by the limits
+		// (the record that replaced its last one, or whose storing
+		// exceeded a limit, may not be synced yet) keeps its file until a
+		// round has synced what was stored before (gcRemoveMsgBlock).
+		if err = fs.removeMsgBlockWith(mb, viaLimits && fs.gc != nil); err != nil {
 			finishedWithCache()
 			mb.mu.Unlock()
 			return false, err
@@ -8410,7 +8423,9 @@ func (fs *fileStore) syncBlocks() {
 		// Check if we should compact here as well.
 		// Do not compact last mb.
 		var needsCompact bool
-		if mb != lmb && mb.ensureRawBytesLoaded() == nil && mb.shouldCompactSync() {
+		// orderstore: with group commit, only once a round has synced what
+		// was stored before the block's latest removal (see gcDel).
+		if mb != lmb && (fs.gc == nil || fs.gc.covered(mb.gcDel)) && mb.ensureRawBytesLoaded() == nil && mb.shouldCompactSync() {
 			needsCompact = true
 			markDirty = true
 		}
@@ -8443,7 +8458,8 @@ func (fs *fileStore) syncBlocks() {
 			fs.mu.RLock()
 			mb.mu.Lock()
 			// If the block has already been removed in the meantime, we can simply skip.
-			if _, ok := fs.bim[mb.index]; !ok {
+			// orderstore: so too if it lost a record since, with group commit.
+			if _, ok := fs.bim[mb.index]; !ok || (fs.gc != nil && !fs.gc.covered(mb.gcDel)) {
 				mb.mu.Unlock()
 				fs.mu.RUnlock()
 				continue
@@ -11727,6 +11743,13 @@ func (fs *fileStore) removeMsgBlockFromList(mb *msgBlock) {
 // Removes the msgBlock
 // Both locks should be held.
 func (fs *fileStore) removeMsgBlock(mb *msgBlock) error {
+	return fs.removeMsgBlockWith(mb, false)
+}
+
+// removeMsgBlockWith is removeMsgBlock; afterSync (orderstore, group commit
+// only) leaves the block's files to be removed after the next round's sync.
+// Both locks should be held.
+func (fs *fileStore) removeMsgBlockWith(mb *msgBlock, afterSync bool) error {
 	// Check for us being last message block
 	lseq, lts := atomic.LoadUint64(&mb.last.seq), mb.last.ts
 	if mb == fs.lmb {
@@ -11756,6 +11779,9 @@ func (fs *fileStore) removeMsgBlock(mb *msgBlock) error {
 	// But only if it doesn't contain any tombstones for prior blocks.
 	if mb.numPriorTombsLocked() > 0 {
 		return nil
+	}
+	if afterSync {
+		return fs.gcRemoveMsgBlock(mb)
 	}
 	return fs.forceRemoveMsgBlock(mb)
 }

@@ -61,6 +61,14 @@ type groupCommit struct {
 	stopped bool
 	syncing atomic.Bool // a round took its blocks and syncs them: writes are left to the next round
 
+	// Removals that must not reach the disk before what replaced them:
+	// taken counts the rounds that took their work, synced is the count
+	// of the latest round whose sync succeeded (covered), and unlink the
+	// files of blocks the limits emptied, removed after the next round's
+	// sync (fileStore.gcRemoveMsgBlock).
+	taken, synced atomic.Uint64
+	unlink        []string
+
 	kick chan struct{} // capacity 1: work is waiting
 	quit chan struct{}
 	done chan struct{} // closed when run returned
@@ -76,7 +84,7 @@ type gcAck struct {
 
 // gcTestBeforeSync, set by tests before a server starts, runs in every
 // round before its sync; an error it returns fails the sync.
-var gcTestBeforeSync func(stream string) error
+var gcTestBeforeSync func(stream string, acks int) error
 
 func newGroupCommit(fs *fileStore, mdir string) *groupCommit {
 	g := &groupCommit{fs: fs, name: fs.cfg.Name, mdir: mdir, dirty: map[uint32]gcBlock{},
@@ -174,14 +182,20 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 	g.mu.Lock()
 	acks := g.acks
 	g.acks = spare[:0]
+	unlink := g.unlink
+	g.unlink = nil
+	round := g.taken.Add(1)
 	g.mu.Unlock()
 	werr := g.fs.gcWriteLastBlock()
 	g.mu.Lock()
 	dirty, dirSync := g.dirty, g.dirSync
-	if len(acks) == 0 && len(dirty) == 0 && !dirSync && werr == nil {
+	if len(acks) == 0 && len(dirty) == 0 && !dirSync && werr == nil && g.err == nil {
+		// Nothing stored before this round is left unsynced.
+		g.synced.Store(round)
 		g.rounds++
 		g.cond.Broadcast()
 		g.mu.Unlock()
+		removeFiles(unlink)
 		return acks
 	}
 	g.dirSync = false
@@ -201,6 +215,9 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 	if failed == nil && werr != nil {
 		closeBlocks(dirty)
 		g.syncing.Store(false)
+		g.mu.Lock()
+		g.unlink = append(g.unlink, unlink...) // for a round that syncs
+		g.mu.Unlock()
 		for i, a := range acks {
 			a.outq.sendMsg(a.reply, gcErrorResponse(a.stream, werr))
 			acks[i] = gcAck{}
@@ -210,7 +227,7 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 	}
 
 	if failed == nil && gcTestBeforeSync != nil {
-		failed = gcTestBeforeSync(g.name)
+		failed = gcTestBeforeSync(g.name, len(acks))
 	}
 	if failed == nil && g.fs.srv != nil {
 		if p := g.fs.srv.gcFault.Load(); p != nil {
@@ -243,6 +260,12 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 			}
 		}
 	}
+	if failed == nil {
+		// What was stored before the round took its work is durable: the
+		// removals made meanwhile may reach the disk now.
+		g.synced.Store(round)
+		removeFiles(unlink)
+	}
 	for i, a := range acks {
 		if failed != nil {
 			a.outq.sendMsg(a.reply, gcErrorResponse(a.stream, failed))
@@ -259,6 +282,56 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 		}
 	}
 	return acks
+}
+
+// stamp is the count of rounds that took their work so far: a removal
+// stamped d is covered once a round numbered above d has synced.
+func (g *groupCommit) stamp() uint64 { return g.taken.Load() }
+
+// covered reports whether a round that took its work after a removal
+// stamped d has synced: whatever was stored before that removal (the
+// record that replaced the removed one) is durable, so the removal may
+// reach the disk (a block compacted without the record).
+func (g *groupCommit) covered(d uint64) bool { return g.synced.Load() > d }
+
+// removeAfterSync has the next round remove files once its sync succeeded.
+func (g *groupCommit) removeAfterSync(files ...string) {
+	g.mu.Lock()
+	for _, f := range files {
+		if f != _EMPTY_ {
+			g.unlink = append(g.unlink, f)
+		}
+	}
+	g.mu.Unlock()
+	g.signal()
+}
+
+func removeFiles(files []string) {
+	for _, f := range files {
+		os.Remove(f) // one already gone (the stream deleted) is fine
+	}
+}
+
+// gcRemoveMsgBlock (orderstore) removes an emptied block from the store as
+// forceRemoveMsgBlock does, but leaves its files to the next round: the
+// limits emptied it when a record was stored (the one that replaced its
+// last record, in a bucket that keeps one per key), which may not be
+// synced yet. Removed now, the removal could reach the disk first (any
+// fsync of the file system commits it) and a power cut lose both records.
+// Left, a cut before the round only brings the old record back, which the
+// limits remove again at the next start.
+// Both locks should be held.
+func (fs *fileStore) gcRemoveMsgBlock(mb *msgBlock) error {
+	mfn, kfn := mb.mfn, mb.kfn
+	if err := mb.dirtyCloseWithRemove(false); err != nil {
+		return err
+	}
+	mb.closed = true
+	mb.fss = nil
+	mb.mfn = _EMPTY_
+	fs.removeMsgBlockFromList(mb)
+	fs.gc.removeAfterSync(mfn, kfn)
+	return nil
 }
 
 // endRound marks the round done and wakes those waiting for it (flush).
