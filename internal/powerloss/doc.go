@@ -1,10 +1,11 @@
 // Package powerloss holds the appliance's power-loss tests (issue 9); it
-// has no code of its own.
+// has no code of its own: the tests and the FUSE file system they cut the
+// power under (powerfs, the files powerfs_*_test.go) are test code.
 //
 // # Overview
 //
 // Each test runs the appliance as a child process (the test binary run
-// again with ORDERSTORE_POWERLOSS_STORE set) on a [powerfs] mount, either
+// again with ORDERSTORE_POWERLOSS_STORE set) on a powerfs mount, either
 // directly or inside ext4 on a loop device whose image lives on the mount.
 // Publishers in the test record every acknowledged event; at a random
 // moment the child is stopped, the power is cut and the child is killed;
@@ -41,6 +42,4 @@
 //
 // -powerloss.seed repeats a run's random choices; -powerloss.strict uses
 // the strict POSIX namespace model.
-//
-// [powerfs]: github.com/orderstore/orderstore/internal/powerfs
 package powerloss

@@ -28,7 +28,6 @@ import (
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
-	"github.com/orderstore/orderstore/internal/powerfs"
 	"github.com/orderstore/orderstore/processor"
 
 	"github.com/orderstore/orderstore/internal/testenv"
@@ -204,11 +203,11 @@ func runCuts(t *testing.T, v variant, m syncMode, r *rand.Rand) {
 // rig is the power-loss file system and, for the ext4 variant, the ext4
 // file system on a loop device on it.
 type rig struct {
-	fs    *powerfs.FS
+	fs    *FS
 	ext4  bool
 	image string // on the FUSE mount
 	mnt   string // where ext4 is mounted
-	loop  *powerfs.Loop
+	loop  *Loop
 	store string
 }
 
@@ -216,35 +215,24 @@ func newRig(t *testing.T, ext4 bool) *rig {
 	t.Helper()
 	if ext4 {
 		testenv.Require(t, testenv.Ext4())
-	} else {
-		testenv.Require(t, testenv.FUSE())
 	}
-	dir := t.TempDir()
-	mode := powerfs.Journal
+	mode := Journal
 	if *strictFlag {
-		mode = powerfs.Strict
+		mode = Strict
 	}
-	p, err := powerfs.Mount(filepath.Join(dir, "fuse"), filepath.Join(dir, "backing"), powerfs.Options{Mode: mode})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Close(); err != nil {
-			t.Errorf("unmount the power-loss file system: %v", err)
-		}
-	})
+	p := mount(t, mode)
 	rg := &rig{fs: p, ext4: ext4, store: filepath.Join(p.Mountpoint(), "store")}
 	if !ext4 {
 		return rg
 	}
 	rg.image = filepath.Join(p.Mountpoint(), "disk.img")
-	rg.mnt = filepath.Join(dir, "ext4")
+	rg.mnt = filepath.Join(t.TempDir(), "ext4")
 	rg.store = filepath.Join(rg.mnt, "store")
 	// 1.5GiB, sparse: room for max_file_store 1GiB plus the headroom.
-	if err := powerfs.MkfsExt4(rg.image, 3<<29); err != nil {
+	if err := MkfsExt4(rg.image, 3<<29); err != nil {
 		t.Fatal(err)
 	}
-	syncPath(t, p.Mountpoint()) // the image's name, for the strict model
+	fsync(t, p.Mountpoint()) // the image's name, for the strict model
 	rg.attach(t)
 	t.Cleanup(func() {
 		if err := rg.detach(); err != nil {
@@ -257,10 +245,10 @@ func newRig(t *testing.T, ext4 bool) *rig {
 func (rg *rig) attach(t *testing.T) {
 	t.Helper()
 	var err error
-	if rg.loop, err = powerfs.AttachLoop(rg.image); err != nil {
+	if rg.loop, err = AttachLoop(rg.image); err != nil {
 		t.Fatal(err)
 	}
-	if err := powerfs.MountExt4(rg.loop.Path(), rg.mnt); err != nil {
+	if err := MountExt4(rg.loop.Path(), rg.mnt); err != nil {
 		t.Fatal(errors.Join(err, rg.loop.Detach()))
 	}
 }
@@ -269,7 +257,7 @@ func (rg *rig) detach() error {
 	if rg.loop == nil {
 		return nil
 	}
-	err := errors.Join(powerfs.Unmount(rg.mnt), rg.loop.Detach())
+	err := errors.Join(Unmount(rg.mnt), rg.loop.Detach())
 	rg.loop = nil
 	return err
 }
@@ -311,18 +299,6 @@ func (rg *rig) restore(t *testing.T) {
 	}
 	if rg.ext4 {
 		rg.attach(t)
-	}
-}
-
-func syncPath(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -1,6 +1,6 @@
 //go:build linux
 
-package powerfs
+package powerloss_test
 
 import (
 	"os"

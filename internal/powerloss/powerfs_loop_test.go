@@ -1,4 +1,6 @@
-package powerfs
+//go:build linux
+
+package powerloss_test
 
 import (
 	"errors"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/orderstore/orderstore/internal/testenv"
 )
 
 // Loop is a loop device attached to an image file.
@@ -104,32 +108,12 @@ func MkfsExt4(image string, size int64) error {
 	if err != nil {
 		return err
 	}
-	out, err := exec.Command(Sbin("mkfs.ext4"), "-q", "-F", "-m", "0", "-N", "4096", "-J", "size=16",
+	out, err := exec.Command(testenv.Sbin("mkfs.ext4"), "-q", "-F", "-m", "0", "-N", "4096", "-J", "size=16",
 		"-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0", image).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("mkfs.ext4 %q: %w: %s", image, err, out)
 	}
 	return nil
-}
-
-// Sbin returns the path of an administration command such as mkfs.ext4
-// or e2fsck: found in $PATH, else in /usr/sbin or /sbin (where a PATH
-// without the sbin directories would miss it), else name itself.
-func Sbin(name string) string {
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	for _, dir := range []string{"/usr/sbin", "/sbin"} {
-		if p := dir + "/" + name; isExecutable(p) {
-			return p
-		}
-	}
-	return name
-}
-
-func isExecutable(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
 // MountExt4 mounts the ext4 file system on dev at dir (replaying its

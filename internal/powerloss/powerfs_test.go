@@ -1,6 +1,6 @@
 //go:build linux
 
-package powerfs_test
+package powerloss_test
 
 import (
 	"bytes"
@@ -14,30 +14,28 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/orderstore/orderstore/internal/powerfs"
-
 	"github.com/orderstore/orderstore/internal/testenv"
 )
 
 // mount mounts a power-loss file system on a temporary directory; it is
 // unmounted when the test ends, whatever happened.
-func mount(t testing.TB, mode powerfs.Mode) *powerfs.FS {
+func mount(t testing.TB, mode Mode) *FS {
 	t.Helper()
 	testenv.Require(t, testenv.FUSE())
 	dir := t.TempDir()
-	p, err := powerfs.Mount(filepath.Join(dir, "mnt"), filepath.Join(dir, "backing"), powerfs.Options{Mode: mode})
+	p, err := Mount(filepath.Join(dir, "mnt"), filepath.Join(dir, "backing"), Options{Mode: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := p.Close(); err != nil {
-			t.Errorf("close: %v", err)
+			t.Errorf("unmount the power-loss file system: %v", err)
 		}
 	})
 	return p
 }
 
-func restore(t testing.TB, p *powerfs.FS) {
+func restore(t testing.TB, p *FS) {
 	t.Helper()
 	if err := p.Restore(); err != nil {
 		t.Fatal(err)
@@ -102,9 +100,9 @@ func wantContent(t testing.TB, path, want string) {
 	}
 }
 
-var modes = []powerfs.Mode{powerfs.Journal, powerfs.Strict}
+var namespaceModes = []Mode{Journal, Strict}
 
-func TestData(t *testing.T) {
+func TestPowerFSData(t *testing.T) {
 	tests := []struct {
 		name   string
 		change func(t testing.TB, path string)
@@ -166,7 +164,7 @@ func TestData(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := mount(t, powerfs.Journal)
+			p := mount(t, Journal)
 			path := filepath.Join(p.Mountpoint(), "f")
 			durableFile(t, path, "hello")
 			tt.change(t, path)
@@ -176,7 +174,7 @@ func TestData(t *testing.T) {
 	}
 }
 
-func TestNamespace(t *testing.T) {
+func TestPowerFSNamespace(t *testing.T) {
 	type want struct{ journal, strict map[string]string }
 	tests := []struct {
 		name   string
@@ -282,7 +280,7 @@ func TestNamespace(t *testing.T) {
 			want{map[string]string{"d/x": "X", "a": "A"}, map[string]string{"d/x": "X", "a": "A"}},
 		},
 	}
-	for _, mode := range modes {
+	for _, mode := range namespaceModes {
 		for _, tt := range tests {
 			t.Run(mode.String()+"/"+tt.name, func(t *testing.T) {
 				p := mount(t, mode)
@@ -299,7 +297,7 @@ func TestNamespace(t *testing.T) {
 				tt.change(t, dir)
 				restore(t, p)
 				want := tt.want.journal
-				if mode == powerfs.Strict {
+				if mode == Strict {
 					want = tt.want.strict
 				}
 				for name, w := range want {
@@ -323,8 +321,8 @@ func rename(t testing.TB, from, to string) {
 }
 
 // From the cut on, every operation fails; after Restore all works again.
-func TestCutFailsEveryOperation(t *testing.T) {
-	p := mount(t, powerfs.Journal)
+func TestPowerFSCutFailsEveryOperation(t *testing.T) {
+	p := mount(t, Journal)
 	path := filepath.Join(p.Mountpoint(), "f")
 	durableFile(t, path, "hello")
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -363,27 +361,27 @@ func TestCutFailsEveryOperation(t *testing.T) {
 // A file system on a loop device whose image lives on the power-loss file
 // system: what ext4 synced survives a cut, the journal replays, and e2fsck
 // finds the result clean.
-func TestExt4OnLoop(t *testing.T) {
+func TestPowerFSExt4OnLoop(t *testing.T) {
 	testenv.Require(t, testenv.Ext4())
-	p := mount(t, powerfs.Journal)
+	p := mount(t, Journal)
 	image := filepath.Join(p.Mountpoint(), "disk.img")
-	if err := powerfs.MkfsExt4(image, 256<<20); err != nil {
+	if err := MkfsExt4(image, 256<<20); err != nil {
 		t.Fatal(err)
 	}
 	mnt := filepath.Join(t.TempDir(), "ext4")
-	var loop *powerfs.Loop
+	var loop *Loop
 	attach := func() {
 		t.Helper()
 		var err error
-		if loop, err = powerfs.AttachLoop(image); err != nil {
+		if loop, err = AttachLoop(image); err != nil {
 			t.Fatal(err)
 		}
-		if err := powerfs.MountExt4(loop.Path(), mnt); err != nil {
+		if err := MountExt4(loop.Path(), mnt); err != nil {
 			t.Fatal(err)
 		}
 	}
 	detach := func() error {
-		return errors.Join(powerfs.Unmount(mnt), loop.Detach())
+		return errors.Join(Unmount(mnt), loop.Detach())
 	}
 	attach()
 	t.Cleanup(func() {
@@ -406,7 +404,7 @@ func TestExt4OnLoop(t *testing.T) {
 	if err := detach(); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(powerfs.Sbin("e2fsck"), "-fn", image).CombinedOutput(); err != nil {
+	if out, err := exec.Command(testenv.Sbin("e2fsck"), "-fn", image).CombinedOutput(); err != nil {
 		t.Errorf("e2fsck -fn after the cut and the replay: %v\n%s", err, out)
 	}
 	t.Logf("stats: %+v", p.Stats())
@@ -415,9 +413,9 @@ func TestExt4OnLoop(t *testing.T) {
 // Random operations on a few files in one directory, checked against an
 // in-memory model of the durability rules: after every cut the directory
 // holds exactly the model's durable names and contents.
-func TestRandomOperationsAgainstModel(t *testing.T) {
+func TestPowerFSRandomOperationsAgainstModel(t *testing.T) {
 	type inode struct{ live, durable []byte }
-	for _, mode := range modes {
+	for _, mode := range namespaceModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := mount(t, mode)
 			dir := filepath.Join(p.Mountpoint(), "dir")
@@ -462,7 +460,7 @@ func TestRandomOperationsAgainstModel(t *testing.T) {
 				case k < 65 && ino != nil: // fsync the file
 					fsync(t, path)
 					ino.durable = slices.Clone(ino.live)
-					if mode == powerfs.Journal {
+					if mode == Journal {
 						commit()
 					}
 				case k < 72: // fsync the directory

@@ -1,6 +1,6 @@
 //go:build linux
 
-package powerfs
+package powerloss_test
 
 import (
 	"context"
@@ -161,17 +161,27 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	mkdir := func(path string) error { return syscall.Mkdir(path, mode) }
+	return n.addEntry(ctx, name, mkdir, true, syscall.Rmdir, out)
+}
+
+// addEntry makes the entry name with mk, under nsMu, gives it the caller's
+// owner if own, and returns its node; if it cannot be stat'ed, undo removes
+// it again.
+func (n *node) addEntry(ctx context.Context, name string, mk func(path string) error, own bool, undo func(path string) error, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	p := n.pfs
 	p.nsMu.Lock()
 	defer p.nsMu.Unlock()
 	path := filepath.Join(n.path(), name)
-	if err := syscall.Mkdir(path, mode); err != nil {
+	if err := mk(path); err != nil {
 		return nil, fs.ToErrno(err)
 	}
-	preserveOwner(ctx, path)
+	if own {
+		preserveOwner(ctx, path)
+	}
 	var st syscall.Stat_t
 	if err := syscall.Lstat(path, &st); err != nil {
-		syscall.Rmdir(path)
+		undo(path)
 		return nil, fs.ToErrno(err)
 	}
 	p.changed()
@@ -262,38 +272,13 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if _, parent := t.EmbeddedInode().Parent(); parent == nil {
 		return nil, syscall.EXDEV
 	}
-	p := n.pfs
-	p.nsMu.Lock()
-	defer p.nsMu.Unlock()
-	path := filepath.Join(n.path(), name)
-	if err := syscall.Link(t.path(), path); err != nil {
-		return nil, fs.ToErrno(err)
-	}
-	var st syscall.Stat_t
-	if err := syscall.Lstat(path, &st); err != nil {
-		syscall.Unlink(path)
-		return nil, fs.ToErrno(err)
-	}
-	p.changed()
-	return n.child(ctx, &st, &out.Attr), 0
+	link := func(path string) error { return syscall.Link(t.path(), path) }
+	return n.addEntry(ctx, name, link, false, syscall.Unlink, out)
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	p := n.pfs
-	p.nsMu.Lock()
-	defer p.nsMu.Unlock()
-	path := filepath.Join(n.path(), name)
-	if err := syscall.Symlink(target, path); err != nil {
-		return nil, fs.ToErrno(err)
-	}
-	preserveOwner(ctx, path)
-	var st syscall.Stat_t
-	if err := syscall.Lstat(path, &st); err != nil {
-		syscall.Unlink(path)
-		return nil, fs.ToErrno(err)
-	}
-	p.changed()
-	return n.child(ctx, &st, &out.Attr), 0
+	symlink := func(path string) error { return syscall.Symlink(target, path) }
+	return n.addEntry(ctx, name, symlink, true, syscall.Unlink, out)
 }
 
 // Mknod is refused: special files are not modelled.
