@@ -202,6 +202,14 @@ func (o Others) Share() string {
 	return fmt.Sprintf("%.0f%%", 100*x.Seconds()/d.Seconds())
 }
 
+// Rate is n per second of d; 0 when d is not positive.
+func Rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
 // Quantile is the q quantile of sorted s (the nearest rank); 0 when s
 // is empty.
 func Quantile(s []time.Duration, q float64) time.Duration {
