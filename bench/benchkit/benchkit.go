@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -218,6 +219,14 @@ func Quantile(s []time.Duration, q float64) time.Duration {
 	}
 	i := int(float64(len(s))*q+0.999999) - 1
 	return s[min(max(i, 0), len(s)-1)]
+}
+
+// Middle is the middle element of s sorted by cmp (of an even count, the
+// upper of the two in the middle); s stays as it is.
+func Middle[T any](s []T, cmp func(a, b T) int) T {
+	c := slices.Clone(s)
+	slices.SortFunc(c, cmp)
+	return c[len(c)/2]
 }
 
 // Run runs a bench's run until it returns or SIGINT or SIGTERM cancels
