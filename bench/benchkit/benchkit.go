@@ -9,6 +9,7 @@ package benchkit
 import (
 	"context"
 	"fmt"
+	"log"
 	"os"
 	"os/signal"
 	"runtime"
@@ -227,6 +228,21 @@ func Middle[T any](s []T, cmp func(a, b T) int) T {
 	c := slices.Clone(s)
 	slices.SortFunc(c, cmp)
 	return c[len(c)/2]
+}
+
+// TempDir makes *dir, a bench's -dir left "", a fresh temporary directory
+// named after pattern (os.MkdirTemp); the cleanup it returns removes that
+// one, and does nothing when *dir was set. It exits when it cannot.
+func TempDir(dir *string, pattern string) (cleanup func()) {
+	if *dir != "" {
+		return func() {}
+	}
+	d, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		log.Fatal(err)
+	}
+	*dir = d
+	return func() { os.RemoveAll(d) }
 }
 
 // Run runs a bench's run until it returns or SIGINT or SIGTERM cancels
