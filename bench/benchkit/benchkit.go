@@ -1,18 +1,24 @@
 // Package benchkit holds what the benchmark mains under bench/ share:
 // the process's CPU time, the machine's load average, number and
 // duration formatting, timestamped progress lines, an interruptible
-// sleep and a CPU profile of one step. Benchmarks only.
+// sleep and a CPU profile of one step; an appliance on a store of its own
+// (Env), the orders' event generator, a window of async publishes, a
+// processor's catching up and a stock nats-server. Benchmarks only.
 package benchkit
 
 import (
 	"context"
 	"fmt"
+	"log"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -166,4 +172,87 @@ func PassFail(ok bool) string {
 		return "PASS"
 	}
 	return "FAIL"
+}
+
+// StepProfile starts a CPU profile of one step, written to
+// PREFIX-step.pprof, when prefix (a bench's -cpuprofile) is set; the
+// returned stop is idempotent.
+func StepProfile(prefix, step string) (func(), error) {
+	if prefix == "" {
+		return func() {}, nil
+	}
+	return CPUProfile(fmt.Sprintf("%s-%s.pprof", prefix, step))
+}
+
+// Others measures the CPU the machine's other processes use.
+type Others struct {
+	busy, cpu time.Duration
+	t         time.Time
+}
+
+// StartOthers starts measuring the other processes' CPU.
+func StartOthers() Others { return Others{MachineBusy(), CPUTime(), time.Now()} }
+
+// Share is the other processes' CPU since o, as "35%" of one core; "-"
+// where it cannot be told.
+func (o Others) Share() string {
+	busy, cpu, d := MachineBusy(), CPUTime(), time.Since(o.t)
+	if o.busy <= 0 || busy <= 0 || o.cpu <= 0 || d <= 0 {
+		return "-"
+	}
+	x := max((busy-o.busy)-(cpu-o.cpu), 0)
+	return fmt.Sprintf("%.0f%%", 100*x.Seconds()/d.Seconds())
+}
+
+// Rate is n per second of d; 0 when d is not positive.
+func Rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// Quantile is the q quantile of sorted s (the nearest rank); 0 when s
+// is empty.
+func Quantile(s []time.Duration, q float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	i := int(float64(len(s))*q+0.999999) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// Middle is the middle element of s sorted by cmp (of an even count, the
+// upper of the two in the middle); s stays as it is.
+func Middle[T any](s []T, cmp func(a, b T) int) T {
+	c := slices.Clone(s)
+	slices.SortFunc(c, cmp)
+	return c[len(c)/2]
+}
+
+// TempDir makes *dir, a bench's -dir left "", a fresh temporary directory
+// named after pattern (os.MkdirTemp); the cleanup it returns removes that
+// one, and does nothing when *dir was set. It exits when it cannot.
+func TempDir(dir *string, pattern string) (cleanup func()) {
+	if *dir != "" {
+		return func() {}
+	}
+	d, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		log.Fatal(err)
+	}
+	*dir = d
+	return func() { os.RemoveAll(d) }
+}
+
+// Run runs a bench's run until it returns or SIGINT or SIGTERM cancels
+// its context; an error is printed after name and exits 1.
+func Run(name string, run func(context.Context) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
+	}
 }

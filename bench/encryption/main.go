@@ -14,12 +14,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"log"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/bench/benchkit"
 )
 
 var (
@@ -40,10 +41,7 @@ var (
 const key = "encryption-bench-key-0123456789abcdef"
 
 func config(store string, encrypted bool) orderstore.Config {
-	cfg := orderstore.DefaultConfig()
-	cfg.JetStream.StoreDir = store
-	cfg.Server.Port = -1
-	cfg.Admin.Listen = ""
+	cfg := benchkit.Config(store)
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	if encrypted {
 		cfg.JetStream.EncryptionKey = key
@@ -52,10 +50,8 @@ func config(store string, encrypted bool) orderstore.Config {
 }
 
 func start(cfg orderstore.Config) (*orderstore.Appliance, time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	t0 := time.Now()
-	app, err := orderstore.Start(ctx, cfg)
+	app, err := benchkit.Start(context.Background(), cfg)
 	if err != nil {
 		log.Fatalf("start %s: %v", cfg.JetStream.StoreDir, err)
 	}
@@ -63,9 +59,7 @@ func start(cfg orderstore.Config) (*orderstore.Appliance, time.Duration) {
 }
 
 func stop(app *orderstore.Appliance) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := app.Close(ctx); err != nil {
+	if err := benchkit.Stop(app); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -102,14 +96,7 @@ func fill(app *orderstore.Appliance) time.Duration {
 func main() {
 	flag.Parse()
 	log.SetFlags(0)
-	if *dir == "" {
-		d, err := os.MkdirTemp("", "encryption-bench-")
-		if err != nil {
-			log.Fatal(err)
-		}
-		defer os.RemoveAll(d)
-		*dir = d
-	}
+	defer benchkit.TempDir(dir, "encryption-bench-")()
 	names := []string{"plain", "encrypted"}
 	cfgs := map[string]orderstore.Config{}
 	for _, n := range names {
@@ -133,12 +120,7 @@ func main() {
 			fmt.Printf("  rep %d %-9s restart %s\n", rep+1, n, took.Round(time.Millisecond))
 		}
 	}
-	median := func(ds []time.Duration) time.Duration {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		return s[len(s)/2]
-	}
-	p, e := median(times["plain"]), median(times["encrypted"])
+	p, e := benchkit.Middle(times["plain"], cmp.Compare[time.Duration]), benchkit.Middle(times["encrypted"], cmp.Compare[time.Duration])
 	fmt.Printf("\nrestart with %d events (median of %d): plain %s, encrypted %s: encrypted ÷ plain %.2f\n",
 		*events, *reps, p.Round(time.Millisecond), e.Round(time.Millisecond), e.Seconds()/p.Seconds())
 }

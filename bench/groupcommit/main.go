@@ -45,7 +45,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,6 +57,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/bench/benchkit"
 	"github.com/orderstore/orderstore/status"
 )
 
@@ -111,21 +111,13 @@ type result struct {
 func main() {
 	flag.Parse()
 	log.SetFlags(0)
-	if *dir == "" {
-		d, err := os.MkdirTemp("", "groupcommit-")
-		if err != nil {
-			log.Fatal(err)
-		}
-		defer os.RemoveAll(d)
-		*dir = d
-	}
+	defer benchkit.TempDir(dir, "groupcommit-")()
 	if *cpuProf != "" {
-		f, err := os.Create(*cpuProf)
+		stop, err := benchkit.CPUProfile(*cpuProf)
 		if err != nil {
 			log.Fatal(err)
 		}
-		pprof.StartCPUProfile(f)
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	natsCLI := ""
 	if *natsMsgs > 0 {
@@ -202,9 +194,7 @@ func main() {
 			}
 		}
 		for _, rt := range targets {
-			rs := byTarget[rt.name]
-			slices.SortFunc(rs, func(a, b result) int { return cmpFloat(a.rate, b.rate) })
-			results = append(results, rs[len(rs)/2])
+			results = append(results, benchkit.Middle(byTarget[rt.name], func(a, b result) int { return cmpFloat(a.rate, b.rate) }))
 		}
 	}
 	for _, c := range cells {
@@ -243,8 +233,7 @@ func validationCost(results []result) {
 			fmt.Printf("\n| load | group commit msgs/s | validated msgs/s | validated / unvalidated | p50 (unvalidated / validated) | p99 (unvalidated / validated) |\n|---|---|---|---|---|---|\n")
 			head = true
 		}
-		ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
-		fmt.Printf("| %s | %.0f | %.0f | %.3f | %s / %s | %s / %s |\n", r.load, p.rate, r.rate, r.rate/p.rate, ms(p.p50), ms(r.p50), ms(p.p99), ms(r.p99))
+		fmt.Printf("| %s | %.0f | %.0f | %.3f | %s / %s | %s / %s |\n", r.load, p.rate, r.rate, r.rate/p.rate, benchkit.Ms(p.p50), benchkit.Ms(r.p50), benchkit.Ms(p.p99), benchkit.Ms(r.p99))
 	}
 }
 
@@ -289,7 +278,7 @@ func table(results []result) {
 				if d == 0 {
 					return "-"
 				}
-				return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+				return benchkit.Ms(d)
 			}
 			fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %s |\n", l, r.target, r.rate, ratio, lat(r.p50), lat(r.p99), proc)
 		}
@@ -300,7 +289,7 @@ func table(results []result) {
 // always) and ORDER_EVENTS declared as orderstore declares it.
 func natsTarget(syncInterval time.Duration) func(string) (string, func(), func() uint64, error) {
 	return func(dir string) (string, func(), func() uint64, error) {
-		opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true,
+		opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true,
 			JetStreamMaxStore: 10 << 30, JetStreamMaxMemory: 256 << 20, MaxPayload: 1 << 20}
 		if syncInterval == 0 {
 			opts.SyncAlways = true
@@ -350,7 +339,7 @@ no_auth_user: cl
 		if err != nil {
 			return "", nil, nil, err
 		}
-		opts.Host, opts.Port, opts.NoSigs = "127.0.0.1", -1, true
+		opts.Host, opts.Port, opts.NoSigs, opts.NoLog = "127.0.0.1", -1, true, true
 		return startStock(opts, nats.UserInfo("os", "os"))
 	}
 }
@@ -358,39 +347,20 @@ no_auth_user: cl
 // startStock starts the stock nats-server with opts and declares
 // ORDER_EVENTS as orderstore declares it, signed in with auth.
 func startStock(opts *server.Options, auth ...nats.Option) (string, func(), func() uint64, error) {
-	s, err := server.NewServer(opts)
-	if err != nil {
-		return "", nil, nil, err
-	}
-	s.Start()
-	stop := func() { s.Shutdown(); s.WaitForShutdown() }
-	if !s.ReadyForConnections(10 * time.Second) {
-		stop()
-		return "", nil, nil, fmt.Errorf("nats-server not ready")
-	}
-	nc, err := nats.Connect(s.ClientURL(), auth...)
-	if err != nil {
-		stop()
-		return "", nil, nil, err
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	cfg := orderstore.DefaultConfig()
-	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: cfg.Stream.Name, Subjects: cfg.Stream.Subjects,
-		Storage: jetstream.FileStorage, MaxAge: cfg.Stream.MaxAge, MaxBytes: cfg.Stream.MaxBytes, Duplicates: cfg.Stream.DuplicateWindow})
-	if err != nil {
-		stop()
-		return "", nil, nil, err
-	}
-	return s.ClientURL(), stop, nil, nil
+	url, stop, err := benchkit.StartNATS(opts, func(ctx context.Context, js jetstream.JetStream) error {
+		cfg := orderstore.DefaultConfig()
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream.Name, Subjects: cfg.Stream.Subjects,
+			Storage: jetstream.FileStorage, MaxAge: cfg.Stream.MaxAge, MaxBytes: cfg.Stream.MaxBytes, Duplicates: cfg.Stream.DuplicateWindow})
+		return err
+	}, auth...)
+	return url, stop, nil, err
 }
 
 // orderstoreTarget is orderstore with durability; schema, when set, is
 // the JSON Schema file every orders.created event is validated against.
 func orderstoreTarget(durability, schema string, opts ...func(*orderstore.Config)) func(string) (string, func(), func() uint64, error) {
 	return func(dir string) (string, func(), func() uint64, error) {
-		cfg := orderstore.DefaultConfig()
-		cfg.JetStream.StoreDir = dir
+		cfg := benchkit.Config(dir)
 		cfg.JetStream.Durability = durability
 		for _, o := range opts {
 			o(&cfg)
@@ -399,20 +369,12 @@ func orderstoreTarget(durability, schema string, opts ...func(*orderstore.Config
 			cfg.Validation = orderstore.ValidationConfig{Schemas: map[string]string{"created": schema}, UnknownTypes: "accept"}
 		}
 		cfg.Processor.Enabled = !*noProc
-		cfg.Server.Port = -1
-		cfg.Admin.Listen = ""
 		cfg.Logger = slog.New(slog.DiscardHandler)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		app, err := orderstore.Start(ctx, cfg)
+		app, err := benchkit.Start(context.Background(), cfg)
 		if err != nil {
 			return "", nil, nil, err
 		}
-		stop := func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			app.Close(ctx)
-		}
+		stop := func() { benchkit.Stop(app) }
 		lastSyncs, lastAcked := uint64(0), uint64(0)
 		stats := func() uint64 {
 			if *verbose {

@@ -10,9 +10,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/bench/benchkit"
 )
@@ -44,11 +41,7 @@ func summarise(ds []time.Duration) latencies {
 	for _, d := range s {
 		sum += d
 	}
-	q := func(p float64) time.Duration {
-		i := int(float64(len(s))*p+0.999999) - 1
-		return s[min(max(i, 0), len(s)-1)]
-	}
-	return latencies{N: len(s), P50: q(0.50), P99: q(0.99), Mean: sum / time.Duration(len(s)), Max: s[len(s)-1]}
+	return latencies{N: len(s), P50: benchkit.Quantile(s, 0.50), P99: benchkit.Quantile(s, 0.99), Mean: sum / time.Duration(len(s)), Max: s[len(s)-1]}
 }
 
 // sizeResult is one stream size's run.
@@ -76,7 +69,7 @@ type target struct {
 // the benchmark knows of its target orders.
 type loaded struct {
 	res     *sizeResult
-	env     *env
+	env     *benchkit.Env
 	targets []target
 }
 
@@ -97,7 +90,7 @@ func loadSize(ctx context.Context, o options, n int) (*loaded, error) {
 		return nil, err
 	}
 	l := &loaded{res: res, env: e}
-	pjs, err := e.publisherJS(o)
+	pjs, err := e.Publisher(true, "bench-history-publisher", o.window)
 	if err != nil {
 		return l, err
 	}
@@ -109,8 +102,12 @@ func loadSize(ctx context.Context, o options, n int) (*loaded, error) {
 	res.Load, res.Retries = loadDur, retries
 	logf("   published %s in %s (%s events/s, %d sent again); waiting for the processor", num(n), secs(loadDur), num(int(float64(n)/loadDur.Seconds())), retries)
 	t0 := time.Now()
-	if err := e.applianceCaughtUp(ctx, uint64(n), o.catchupTimeout); err != nil {
+	st, err := e.CaughtUp(ctx, uint64(n), o.catchupTimeout)
+	if err != nil {
 		return l, err
+	}
+	if st.DeadLettered > 0 || st.Processed != uint64(n) {
+		return l, fmt.Errorf("processor: %d processed, %d dead-lettered, %d duplicates of %d events", st.Processed, st.DeadLettered, st.Duplicates, n)
 	}
 	res.CatchUp = time.Since(t0)
 	logf("   caught up %s after the last ack", secs(res.CatchUp))
@@ -127,7 +124,7 @@ func loadSize(ctx context.Context, o options, n int) (*loaded, error) {
 	for t := range l.targets {
 		tg := &l.targets[t]
 		tg.id, tg.seqs = targetID(t), seqs[t]
-		page, err := e.app.OrderEvents(ctx, tg.id, 0, o.perTarget)
+		page, err := e.App.OrderEvents(ctx, tg.id, 0, o.perTarget)
 		if err != nil {
 			return l, fmt.Errorf("history of %s: %w", tg.id, err)
 		}
@@ -149,14 +146,14 @@ func loadSize(ctx context.Context, o options, n int) (*loaded, error) {
 // on the machine (other processes, the page cache) does not favour one
 // size.
 func measureLookups(ctx context.Context, o options, ls []*loaded) error {
-	stopProf, err := startProfile(o, "lookups")
+	stopProf, err := benchkit.StepProfile(o.cpuprofile, "lookups")
 	if err != nil {
 		return err
 	}
 	defer stopProf()
 	rng := rand.New(rand.NewPCG(o.seed, 0x100c))
 	lat := make([][nKinds][]time.Duration, len(ls))
-	m0, c0, t0 := benchkit.MachineBusy(), cpuTime(), time.Now()
+	others := benchkit.StartOthers()
 	logf("=== %d lookups of each kind per stream size (after %d discarded), one at a time, sizes interleaved", o.lookups, o.warmup)
 	for i := range o.warmup + o.lookups {
 		if i%500 == 0 && i > 0 {
@@ -167,7 +164,7 @@ func measureLookups(ctx context.Context, o options, ls []*loaded) error {
 			l := ls[li]
 			tg := &l.targets[rng.IntN(len(l.targets))]
 			for k := range nKinds {
-				d, err := lookup(ctx, l.env.app, tg, k, rng)
+				d, err := lookup(ctx, l.env.App, tg, k, rng)
 				if err != nil {
 					return fmt.Errorf("%s events: %s of %s: %w", num(l.res.Events), kindNames[k], tg.id, err)
 				}
@@ -179,9 +176,9 @@ func measureLookups(ctx context.Context, o options, ls []*loaded) error {
 		}
 	}
 	stopProf()
-	others := othersShare(m0, c0, t0)
+	share := others.Share()
 	for li, l := range ls {
-		l.res.Others = others
+		l.res.Others = share
 		for k := range nKinds {
 			l.res.Lookups[k] = summarise(lat[li][k])
 			x := l.res.Lookups[k]
@@ -251,32 +248,21 @@ func checkHistory(page orderstore.OrderHistory, seqs []uint64) error {
 
 // ---------------------------------------------------------------- appliance
 
-type env struct {
-	dir    string
-	app    *orderstore.Appliance
-	conns  []*nats.Conn
-	closed bool
-}
-
 // newEnv starts a fresh appliance on a temporary store: the defaults
 // but a random client port, no admin listener, -sync, and room for n
 // events.
-func newEnv(ctx context.Context, o options, n int) (_ *env, err error) {
-	dir, err := os.MkdirTemp(o.tmp, "orderstore-bench-history-")
+func newEnv(ctx context.Context, o options, n int) (_ *benchkit.Env, err error) {
+	e, err := benchkit.NewEnv(o.tmp, "orderstore-bench-history-")
 	if err != nil {
 		return nil, err
 	}
-	e := &env{dir: dir}
 	defer func() {
 		if err != nil {
-			e.close()
+			e.Close()
 		}
 	}()
-	cfg := orderstore.DefaultConfig()
-	cfg.JetStream.StoreDir = dir
-	cfg.Server.Port = -1
-	cfg.Admin.Listen = ""
-	if err := applySync(&cfg, o.sync); err != nil {
+	cfg := &e.Cfg
+	if err := benchkit.ApplySync(cfg, o.sync); err != nil {
 		return nil, err
 	}
 	// Room for the events (about 150 bytes each on disk) many times over.
@@ -285,104 +271,5 @@ func newEnv(ctx context.Context, o options, n int) (_ *env, err error) {
 		cfg.JetStream.MaxFileStore = need + 2<<30
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	if e.app, err = orderstore.Start(sctx, cfg); err != nil {
-		return nil, err
-	}
-	return e, nil
-}
-
-// applySync sets the durability -sync names: "" keeps the default (group
-// commit), "always", or a duration (durability "interval").
-func applySync(cfg *orderstore.Config, mode string) error {
-	switch mode {
-	case "", orderstore.DurabilityGroupCommit:
-		return nil
-	case orderstore.DurabilityAlways:
-		cfg.JetStream.Durability = orderstore.DurabilityAlways
-		return nil
-	}
-	d, err := time.ParseDuration(mode)
-	if err != nil || d <= 0 {
-		return fmt.Errorf("-sync %q: want group-commit, always or a positive duration", mode)
-	}
-	cfg.JetStream.Durability, cfg.JetStream.SyncInterval = orderstore.DurabilityInterval, d
-	return nil
-}
-
-// connect opens a connection: in-process as the appliance's own, or over
-// TCP as an external producer.
-func (e *env) connect(tcp bool, name string, jsopts ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
-	var nc *nats.Conn
-	var err error
-	if tcp {
-		nc, err = nats.Connect(e.app.ClientURL(), nats.Name(name))
-	} else {
-		nc, err = nats.Connect("", nats.InProcessServer(e.app), nats.Name(name))
-	}
-	if err != nil {
-		return nil, err
-	}
-	e.conns = append(e.conns, nc)
-	return jetstream.New(nc, jsopts...)
-}
-
-func (e *env) publisherJS(o options) (jetstream.JetStream, error) {
-	return e.connect(true, "bench-history-publisher",
-		jetstream.WithPublishAsyncMaxPending(max(4000, 2*o.window)),
-		jetstream.WithPublishAsyncTimeout(60*time.Second))
-}
-
-// applianceCaughtUp waits until the appliance's processor has nothing
-// pending or unacked and has applied want events.
-func (e *env) applianceCaughtUp(ctx context.Context, want uint64, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	lastLog := time.Now()
-	for {
-		if err := sleep(ctx, 25*time.Millisecond); err != nil {
-			return err
-		}
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		l, err := e.app.Lag(lctx)
-		cancel()
-		st := e.app.Stats()
-		if err == nil && l.Pending == 0 && l.AckPending == 0 && st.Processed+st.Duplicates+st.DeadLettered >= want {
-			if st.DeadLettered > 0 || st.Processed != want {
-				return fmt.Errorf("processor: %d processed, %d dead-lettered, %d duplicates of %d events", st.Processed, st.DeadLettered, st.Duplicates, want)
-			}
-			return nil
-		}
-		if time.Since(lastLog) >= 10*time.Second {
-			lastLog = time.Now()
-			logf("   processed %s, pending %s, ack pending %d", num(int(st.Processed)), num(int(l.Pending)), l.AckPending)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not caught up after %s: pending %d, ack pending %d, processed %d", timeout, l.Pending, l.AckPending, st.Processed)
-		}
-	}
-}
-
-// close closes the connections, stops the appliance and removes the store.
-func (e *env) close() {
-	if e.closed {
-		return
-	}
-	e.closed = true
-	for _, nc := range e.conns {
-		nc.Close()
-	}
-	if e.app != nil {
-		cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		if err := e.app.Close(cctx); err != nil {
-			logf("warning: closing the appliance: %v", err)
-		}
-		cancel()
-	}
-	if err := os.RemoveAll(e.dir); err != nil {
-		logf("warning: removing %s: %v", e.dir, err)
-	}
+	return e, e.Start(ctx, true)
 }

@@ -23,10 +23,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/orderstore/orderstore"
@@ -85,18 +83,11 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	cfg := orderstore.DefaultConfig()
-	if err := applySync(&cfg, o.sync); err != nil {
+	if err := benchkit.ApplySync(new(orderstore.Config), o.sync); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/history:", err)
-		os.Exit(1)
-	}
+	benchkit.Run("bench/history", func(ctx context.Context) error { return run(ctx, o) })
 }
 
 func run(ctx context.Context, o options) error {
@@ -124,7 +115,7 @@ func lookups(ctx context.Context, o options) ([]*sizeResult, error) {
 	var ls []*loaded
 	defer func() {
 		for _, l := range ls {
-			l.env.close()
+			l.env.Close()
 		}
 	}()
 	for _, n := range o.sizes {
@@ -198,34 +189,10 @@ func short(n int) string {
 	return num(n)
 }
 
-// othersShare is the CPU share the machine's other processes used since
-// busy0, cpu0 (this process) and t0, as "35%" of one core; "-" where it
-// cannot be told.
-func othersShare(busy0, cpu0 time.Duration, t0 time.Time) string {
-	busy, cpu, d := benchkit.MachineBusy(), cpuTime(), time.Since(t0)
-	if busy0 <= 0 || busy <= 0 || cpu0 <= 0 || d <= 0 {
-		return "-"
-	}
-	others := max((busy-busy0)-(cpu-cpu0), 0)
-	return fmt.Sprintf("%.0f%%", 100*others.Seconds()/d.Seconds())
-}
-
-// startProfile starts a CPU profile of one step when -cpuprofile is set;
-// the returned stop is idempotent.
-func startProfile(o options, step string) (func(), error) {
-	if o.cpuprofile == "" {
-		return func() {}, nil
-	}
-	name := fmt.Sprintf("%s-%s.pprof", o.cpuprofile, step)
-	return benchkit.CPUProfile(name)
-}
-
 // The helpers every bench main shares (bench/benchkit).
 var (
-	cpuTime = benchkit.CPUTime
-	loadavg = benchkit.LoadAvg
-	secs    = benchkit.Secs
-	num     = benchkit.Num
-	logf    = benchkit.Logf
-	sleep   = benchkit.Sleep
+	secs  = benchkit.Secs
+	num   = benchkit.Num
+	logf  = benchkit.Logf
+	sleep = benchkit.Sleep
 )

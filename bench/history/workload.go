@@ -2,18 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-var types = []string{"created", "paid", "shipped", "delivered", "cancelled"}
+	"github.com/orderstore/orderstore/bench/benchkit"
+)
 
 // workload is the event sequence of one stream: n events, of which
 // targets orders get exactly perTarget each, spread evenly over the whole
@@ -68,20 +66,7 @@ func (w *workload) next() (id string, typ string, target, j int) {
 		w.count[o]++
 		id = "order-" + pad7(o)
 	}
-	if c < 4 {
-		return id, types[c], target, j
-	}
-	switch x := w.r.IntN(10); {
-	case x < 3:
-		typ = types[1]
-	case x < 6:
-		typ = types[2]
-	case x < 9:
-		typ = types[3]
-	default:
-		typ = types[4]
-	}
-	return id, typ, target, j
+	return id, benchkit.Types[benchkit.NextType(w.r, c)], target, j
 }
 
 func targetID(t int) string { return "target-" + strconv.Itoa(t) }
@@ -94,104 +79,55 @@ func pad7(n int) string {
 	return s
 }
 
-func eventMsg(id, typ string) *nats.Msg {
-	data := make([]byte, 0, 64)
-	data = append(data, `{"order_id":"`...)
-	data = append(data, id...)
-	data = append(data, `","status":"`...)
-	data = append(data, typ...)
-	data = append(data, `"}`...)
-	return &nats.Msg{Subject: "orders." + typ, Data: data}
-}
-
 // targetSeqs are the stream sequences of each target order's events, in
 // stream order.
 type targetSeqs [][]uint64
 
-// retryable is a publish the appliance asks to send again: a 429 (its
-// ingest service sheds load: "publish it again after a moment") or no
-// responders (the account's publishes are paused).
-func retryable(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
-		(errors.As(err, &apiErr) && apiErr.Code == 429)
-}
-
 // publish publishes the workload's n events, async with up to window
 // unacked, and returns once every one is acked, with the target orders'
 // sequences and how many publishes were sent again. A publish the
-// appliance turns away for now (retryable) is sent again after a pause, as
-// a producer would.
+// appliance turns away for now (benchkit.Retryable) is sent again after a
+// pause, as a producer would.
 func publish(ctx context.Context, js jetstream.JetStream, w *workload, window int) (targetSeqs, int, time.Duration, error) {
 	seqs := make(targetSeqs, w.targets)
 	for t := range seqs {
 		seqs[t] = make([]uint64, w.perTarget)
 	}
-	type inflight struct {
-		f         jetstream.PubAckFuture
-		target, j int
-	}
-	ring := make([]inflight, window)
-	retries := 0
-	wait := func(p inflight) error {
-		for attempt := 0; ; attempt++ {
-			select {
-			case ack := <-p.f.Ok():
-				if p.target >= 0 {
-					seqs[p.target][p.j] = ack.Sequence
-				}
-				return nil
-			case err := <-p.f.Err():
-				if !retryable(err) || attempt >= 100 {
-					return fmt.Errorf("publish: %w", err)
-				}
-				retries++
-				if err := sleep(ctx, 20*time.Millisecond); err != nil {
-					return err
-				}
-				if p.f, err = js.PublishMsgAsync(p.f.Msg()); err != nil {
-					return fmt.Errorf("publish again: %w", err)
-				}
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+	win := benchkit.NewWindow(js, window)
+	win.Retry = benchkit.Retryable
+	win.OnAck = func(tag int, ack *jetstream.PubAck) error {
+		if tag >= 0 { // target tag/perTarget's event tag%perTarget
+			seqs[tag/w.perTarget][tag%w.perTarget] = ack.Sequence
 		}
+		return nil
 	}
 	t0 := time.Now()
 	lastLog := t0
 	for i := range w.n {
 		if i%1024 == 0 {
 			if ctx.Err() != nil {
-				return nil, retries, 0, ctx.Err()
+				return nil, win.Retries, 0, ctx.Err()
 			}
 			if time.Since(lastLog) >= 10*time.Second {
 				lastLog = time.Now()
-				logf("   published %s of %s (%d sent again)", num(i), num(w.n), retries)
-			}
-		}
-		slot := i % window
-		if ring[slot].f != nil {
-			if err := wait(ring[slot]); err != nil {
-				return nil, retries, 0, err
+				logf("   published %s of %s (%d sent again)", num(i), num(w.n), win.Retries)
 			}
 		}
 		id, typ, target, j := w.next()
-		f, err := js.PublishMsgAsync(eventMsg(id, typ))
-		if err != nil {
-			return nil, retries, 0, fmt.Errorf("publish %d: %w", i, err)
+		tag := -1
+		if target >= 0 {
+			tag = target*w.perTarget + j
 		}
-		ring[slot] = inflight{f, target, j}
+		if err := win.Publish(ctx, benchkit.EventMsg(id, typ), tag); err != nil {
+			return nil, win.Retries, 0, err
+		}
 	}
-	for _, p := range ring {
-		if p.f != nil {
-			if err := wait(p); err != nil {
-				return nil, retries, 0, err
-			}
-		}
+	if err := win.Drain(ctx); err != nil {
+		return nil, win.Retries, 0, err
 	}
 	// An event sent again may have been stored after the target's next.
 	for _, s := range seqs {
 		slices.Sort(s)
 	}
-	return seqs, retries, time.Since(t0), nil
+	return seqs, win.Retries, time.Since(t0), nil
 }

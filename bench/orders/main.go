@@ -82,10 +82,7 @@ func run(n, statuses, reqs int, parent string) ([]result, time.Duration, error) 
 		return nil, 0, err
 	}
 	defer os.RemoveAll(store)
-	cfg := orderstore.DefaultConfig()
-	cfg.JetStream.StoreDir = store
-	cfg.Server.Port = -1
-	cfg.Admin.Listen = ""
+	cfg := benchkit.Config(store)
 	cfg.Processor.Enabled = false // the bench writes the records
 	cfg.Processor.ProjectionMaxBytes = max(cfg.Processor.ProjectionMaxBytes, int64(n)*400)
 	ctx := context.Background()

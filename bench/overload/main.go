@@ -60,6 +60,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/bench/benchkit"
 	"github.com/orderstore/orderstore/bootstrap"
 )
 
@@ -94,14 +95,7 @@ func main() {
 		runTarget(*serve, *dir)
 		return
 	}
-	if *dir == "" {
-		d, err := os.MkdirTemp("", "overload-")
-		if err != nil {
-			log.Fatal(err)
-		}
-		defer os.RemoveAll(d)
-		*dir = d
-	}
+	defer benchkit.TempDir(dir, "overload-")()
 	names := []string{"orderstore", "nats-always"}
 	if *only != "" {
 		names = slices.DeleteFunc(names, func(n string) bool { return !slices.Contains(strings.Split(*only, ","), n) })
@@ -262,59 +256,38 @@ func runTarget(name, d string) {
 	var stop func()
 	switch name {
 	case "orderstore":
-		cfg := orderstore.DefaultConfig()
-		cfg.JetStream.StoreDir = d
-		cfg.Server.Port = -1
+		cfg := benchkit.Config(d)
 		cfg.Admin.Listen = "127.0.0.1:0"
 		var level slog.Level
 		if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 			log.Fatal(err)
 		}
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		app, err := orderstore.Start(ctx, cfg)
-		cancel()
+		app, err := benchkit.Start(context.Background(), cfg)
 		if err != nil {
 			log.Fatalf("orderstore: %v", err)
 		}
 		url, admin = app.ClientURL(), "http://"+app.AdminAddr()
-		stop = func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			app.Close(ctx)
-		}
+		stop = func() { benchkit.Stop(app) }
 	case "nats-always":
 		cfg := orderstore.DefaultConfig()
 		opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: d, NoSigs: true, SyncAlways: true,
-			JetStreamMaxStore: cfg.JetStream.MaxFileStore, JetStreamMaxMemory: 256 << 20, MaxPayload: int32(cfg.Server.MaxPayload)}
-		s, err := server.NewServer(opts)
+			JetStreamMaxStore: cfg.JetStream.MaxFileStore, JetStreamMaxMemory: 256 << 20, MaxPayload: int32(cfg.Server.MaxPayload),
+			NoLog: *logLevel == "error"} // else to stderr: notices and warnings
+		var err error
+		url, stop, err = benchkit.StartNATS(opts, func(ctx context.Context, js jetstream.JetStream) error {
+			if *idle > 0 {
+				// What orderstore declares: the stream, the processor's
+				// consumer, the dead letters, the projection and its history.
+				_, err := bootstrap.Declare(ctx, js, cfg.DeclareSpec(), slog.New(slog.DiscardHandler))
+				return err
+			}
+			_, err := js.CreateStream(ctx, cfg.DeclareSpec().Stream)
+			return err
+		})
 		if err != nil {
 			log.Fatalf("nats-server: %v", err)
 		}
-		if *logLevel != "error" {
-			s.ConfigureLogger() // to stderr: notices and warnings
-		}
-		s.Start()
-		if !s.ReadyForConnections(10 * time.Second) {
-			log.Fatal("nats-server: not ready")
-		}
-		nc, err := nats.Connect(s.ClientURL())
-		if err != nil {
-			log.Fatal(err)
-		}
-		js, _ := jetstream.New(nc)
-		if *idle > 0 {
-			// What orderstore declares: the stream, the processor's
-			// consumer, the dead letters, the projection and its history.
-			if _, err := bootstrap.Declare(context.Background(), js, cfg.DeclareSpec(), slog.New(slog.DiscardHandler)); err != nil {
-				log.Fatalf("nats-server: %v", err)
-			}
-		} else if _, err := js.CreateStream(context.Background(), cfg.DeclareSpec().Stream); err != nil {
-			log.Fatalf("nats-server: ORDER_EVENTS: %v", err)
-		}
-		nc.Close()
-		url = s.ClientURL()
-		stop = func() { s.Shutdown(); s.WaitForShutdown() }
 	default:
 		log.Fatalf("unknown target %q", name)
 	}

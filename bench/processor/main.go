@@ -19,14 +19,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -35,7 +32,6 @@ import (
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/bench/benchkit"
-	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/processor"
 )
 
@@ -98,18 +94,12 @@ func main() {
 		os.Exit(2)
 	}
 	for _, m := range o.modes {
-		if err := applySync(new(orderstore.Config), m); err != nil {
-			fmt.Fprintf(os.Stderr, "-sync %s: %v\n", m, err)
+		if err := benchkit.ApplySync(new(orderstore.Config), m); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/processor:", err)
-		os.Exit(1)
-	}
+	benchkit.Run("bench/processor", func(ctx context.Context) error { return run(ctx, o) })
 }
 
 func run(ctx context.Context, o options) error {
@@ -153,19 +143,9 @@ type phase struct {
 	CPU time.Duration
 }
 
-func (p phase) rate() float64 {
-	if p.Dur <= 0 {
-		return 0
-	}
-	return float64(p.N) / p.Dur.Seconds()
-}
+func (p phase) rate() float64 { return benchkit.Rate(p.N, p.Dur) }
 
-func (p phase) cpuShare() string {
-	if p.CPU <= 0 || p.Dur <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.0f%%", 100*p.CPU.Seconds()/p.Dur.Seconds())
-}
+func (p phase) cpuShare() string { return benchkit.CPUShare(p.CPU, p.Dur) }
 
 type sample struct {
 	T             float64 // seconds since publishing started
@@ -200,19 +180,9 @@ type loadResult struct {
 	MaxAckPending   int
 }
 
-func (l loadResult) achieved() float64 {
-	if l.PubDur <= 0 {
-		return 0
-	}
-	return float64(l.Published) / l.PubDur.Seconds()
-}
+func (l loadResult) achieved() float64 { return benchkit.Rate(int(l.Published), l.PubDur) }
 
-func (l loadResult) applyRate() float64 {
-	if l.PubDur <= 0 {
-		return 0
-	}
-	return float64(l.ProcessedDuring) / l.PubDur.Seconds()
-}
+func (l loadResult) applyRate() float64 { return benchkit.Rate(int(l.ProcessedDuring), l.PubDur) }
 
 type modeResult struct {
 	Mode           string // -sync
@@ -263,16 +233,16 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	if err != nil {
 		return r, err
 	}
-	defer e.close()
-	r.Durability, _ = e.cfg.DurabilityPolicy()
-	r.MaxAckPending = e.cfg.Processor.MaxAckPending
+	defer e.Close()
+	r.Durability, _ = e.Cfg.DurabilityPolicy()
+	r.MaxAckPending = e.Cfg.Processor.MaxAckPending
 
 	// 2. acked publish.
-	pjs, err := e.publisherJS(o)
+	pjs, err := e.Publisher(o.pubConn == "tcp", "bench-publisher", o.window)
 	if err != nil {
 		return r, err
 	}
-	gen := newGenerator(o.seed, orders)
+	gen := benchkit.NewOrders(o.seed, 0x5eed, orders)
 	pub := newPublisher(pjs, gen, o.window, "bench-"+mode)
 	logf("2. publishing %s events (async, window %d, %s)", num(n), o.window, o.pubConn)
 	t0, c0 := time.Now(), cpuTime()
@@ -281,11 +251,7 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	}
 	r.Publish = phase{N: int(pub.acked.Load()), Dur: time.Since(t0), CPU: cpuTime() - c0}
 	logf("   %s events/s (%s)", num(int(r.Publish.rate())), r.Publish.Dur.Round(time.Millisecond))
-	for _, c := range gen.count {
-		if c > 0 {
-			r.Distinct++
-		}
-	}
+	r.Distinct = gen.Distinct()
 	lastSeq := pub.lastSeq.Load()
 
 	// 3. raw pull consume of the same stream.
@@ -298,7 +264,7 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 		r.RawReps = append(r.RawReps, p)
 		logf("   %s events/s (%s)", num(int(p.rate())), p.Dur.Round(time.Millisecond))
 	}
-	r.Raw = medianPhase(r.RawReps)
+	r.Raw = benchkit.Middle(r.RawReps, func(a, b phase) int { return cmp.Compare(a.rate(), b.rate()) }) // the median rate
 
 	// 4. the projection over the same events.
 	logf("4. processor + projection over the same %s events", num(n))
@@ -310,7 +276,7 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	if err := verify(ctx, e, gen, r); err != nil {
 		return r, fmt.Errorf("verify projection: %w", err)
 	}
-	e.close()
+	e.Close()
 
 	// 5. lag under load, in a fresh store.
 	if !o.skipLoad {
@@ -325,30 +291,24 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 
 // ---------------------------------------------------------------- broker
 
-type env struct {
-	dir    string
-	cfg    orderstore.Config
-	srv    *orderstore.Appliance
-	conns  []*nats.Conn
-	closed bool
-}
-
-func newEnv(ctx context.Context, o options, mode string, events int) (_ *env, err error) {
-	dir, err := os.MkdirTemp(o.tmp, "orderstore-bench-")
+// newEnv starts a fresh appliance on a temporary store: the defaults but
+// a random client port, no admin listener, the durability mode names
+// (benchkit.ApplySync), room for n events, -max-ack-pending and
+// -no-order-index. The appliance runs without its processor: the
+// benchmark starts and stops processors itself. It declares the
+// processor's consumer as the appliance would.
+func newEnv(ctx context.Context, o options, mode string, events int) (_ *benchkit.Env, err error) {
+	e, err := benchkit.NewEnv(o.tmp, "orderstore-bench-")
 	if err != nil {
 		return nil, err
 	}
-	e := &env{dir: dir}
 	defer func() {
 		if err != nil {
-			e.close()
+			e.Close()
 		}
 	}()
-	cfg := orderstore.DefaultConfig()
-	cfg.JetStream.StoreDir = dir
-	cfg.Server.Port = -1
-	cfg.Admin.Listen = ""
-	if err = applySync(&cfg, mode); err != nil {
+	cfg := &e.Cfg
+	if err = benchkit.ApplySync(cfg, mode); err != nil {
 		return nil, err
 	}
 	// Room for the events (about 150 bytes each on disk) many times over.
@@ -360,168 +320,35 @@ func newEnv(ctx context.Context, o options, mode string, events int) (_ *env, er
 		cfg.Processor.MaxAckPending = o.maxAckPending
 	}
 	cfg.Processor.OrderIndex = !o.noOrderIndex
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	e.cfg = cfg
-	// The appliance without its processor: the benchmark starts and stops
-	// processors itself. It declares the processor's consumer as the
-	// appliance would.
-	acfg := cfg
-	acfg.Processor.Enabled = false
-	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	e.srv, err = orderstore.Start(sctx, acfg)
-	if err != nil {
-		return nil, err
-	}
-	js, err := e.connect(false, "bench-declare")
-	if err != nil {
-		return nil, err
-	}
-	if _, err := bootstrap.Declare(sctx, js, cfg.DeclareSpec(), nil); err != nil {
-		return nil, err
-	}
-	return e, nil
+	return e, e.Start(ctx, false)
 }
 
-// applySync sets the durability -sync names: "always" (an fsync before
-// every ack), "group-commit", or a duration (durability "interval" with
-// that sync_interval). The durability is always set: left "", it is group
-// commit whenever SyncInterval is 0.
-func applySync(cfg *orderstore.Config, mode string) error {
-	switch mode {
-	case orderstore.DurabilityAlways, orderstore.DurabilityGroupCommit:
-		cfg.JetStream.Durability = mode
-		return nil
-	}
-	d, err := time.ParseDuration(mode)
-	if err != nil || d <= 0 {
-		return fmt.Errorf("%q is not \"always\", \"group-commit\" or a positive duration", mode)
-	}
-	cfg.JetStream.Durability, cfg.JetStream.SyncInterval = orderstore.DurabilityInterval, d
-	return nil
-}
-
-// connect opens a connection: in-process as the appliance's own (the
-// processor's), or over TCP as an external producer.
-func (e *env) connect(tcp bool, name string, jsopts ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
-	var nc *nats.Conn
-	var err error
-	if tcp {
-		nc, err = nats.Connect(e.srv.ClientURL(), nats.Name(name))
-	} else {
-		nc, err = nats.Connect("", nats.InProcessServer(e.srv), nats.Name(name))
-	}
-	if err != nil {
-		return nil, err
-	}
-	e.conns = append(e.conns, nc)
-	return jetstream.New(nc, jsopts...)
-}
-
-func (e *env) publisherJS(o options) (jetstream.JetStream, error) {
-	return e.connect(o.pubConn == "tcp", "bench-publisher",
-		jetstream.WithPublishAsyncMaxPending(max(4000, 2*o.window)),
-		jetstream.WithPublishAsyncTimeout(60*time.Second))
-}
-
-// close closes the connections, stops the server and removes the store.
-func (e *env) close() {
-	if e.closed {
-		return
-	}
-	e.closed = true
-	for _, nc := range e.conns {
-		nc.Close()
-	}
-	if e.srv != nil {
-		if err := e.srv.Close(context.Background()); err != nil {
-			logf("warning: closing the appliance: %v", err)
-		}
-	}
-	if err := os.RemoveAll(e.dir); err != nil {
-		logf("warning: removing %s: %v", e.dir, err)
-	}
-}
-
-// ---------------------------------------------------------------- events
-
-var types = []string{"created", "paid", "shipped", "delivered", "cancelled"}
-
-// generator makes the event sequence: each event picks an order uniformly
-// at random (a fixed seed); an order's first four events are created, paid,
-// shipped, delivered, later ones (amendments, returns) one of paid, shipped,
-// delivered (30% each) or cancelled (10%).
-type generator struct {
-	r     *rand.Rand
-	count []int32 // events per order so far
-	last  []uint8 // type of each order's latest event
-}
-
-func newGenerator(seed uint64, orders int) *generator {
-	return &generator{r: rand.New(rand.NewPCG(seed, 0x5eed)), count: make([]int32, orders), last: make([]uint8, orders)}
-}
-
-func (g *generator) next() (order int, typ uint8) {
-	order = g.r.IntN(len(g.count))
-	if c := g.count[order]; c < 4 {
-		typ = uint8(c)
-	} else {
-		switch x := g.r.IntN(10); {
-		case x < 3:
-			typ = 1
-		case x < 6:
-			typ = 2
-		case x < 9:
-			typ = 3
-		default:
-			typ = 4
-		}
-	}
-	g.count[order]++
-	g.last[order] = typ
-	return order, typ
-}
-
-func orderID(order int) string { return fmt.Sprintf("order-%06d", order) }
-
+// eventMsg is benchkit.EventMsg of order with a message id.
 func eventMsg(order int, typ uint8, msgID string) *nats.Msg {
-	data := make([]byte, 0, 64)
-	data = append(data, `{"order_id":"order-`...)
-	s := strconv.Itoa(order)
-	for range 6 - len(s) {
-		data = append(data, '0')
-	}
-	data = append(data, s...)
-	data = append(data, `","status":"`...)
-	data = append(data, types[typ]...)
-	data = append(data, `"}`...)
-	return &nats.Msg{
-		Subject: "orders." + types[typ],
-		Data:    data,
-		Header:  nats.Header{jetstream.MsgIDHeader: []string{msgID}},
-	}
+	m := benchkit.EventMsg(benchkit.OrderID(order), benchkit.Types[typ])
+	m.Header = nats.Header{jetstream.MsgIDHeader: []string{msgID}}
+	return m
 }
 
 // ---------------------------------------------------------------- publish
 
 type publisher struct {
-	js      jetstream.JetStream
-	gen     *generator
+	w       *benchkit.Window
+	gen     *benchkit.Orders
 	prefix  string
-	ring    []jetstream.PubAckFuture
 	sent    int
 	acked   atomic.Int64
 	lastSeq atomic.Uint64
 }
 
-func newPublisher(js jetstream.JetStream, gen *generator, window int, prefix string) *publisher {
-	return &publisher{js: js, gen: gen, prefix: prefix, ring: make([]jetstream.PubAckFuture, window)}
+func newPublisher(js jetstream.JetStream, gen *benchkit.Orders, window int, prefix string) *publisher {
+	p := &publisher{w: benchkit.NewWindow(js, window), gen: gen, prefix: prefix}
+	p.w.OnAck = p.ack
+	return p
 }
 
 // run publishes n events (n < 0: until the deadline), at most rate per
-// second (0: as fast as the window allows), with up to len(ring) unacked,
+// second (0: as fast as the window allows), with up to window unacked,
 // and returns once every one is acked.
 func (p *publisher) run(ctx context.Context, n int, rate float64, until time.Time) error {
 	start := time.Now()
@@ -542,50 +369,26 @@ func (p *publisher) run(ctx context.Context, n int, rate float64, until time.Tim
 				}
 			}
 		}
-		slot := p.sent % len(p.ring)
-		if f := p.ring[slot]; f != nil {
-			if err := p.wait(ctx, f); err != nil {
-				return err
-			}
+		order, typ := p.gen.Next()
+		if err := p.w.Publish(ctx, eventMsg(order, typ, p.prefix+"-"+strconv.Itoa(p.sent)), 0); err != nil {
+			return err
 		}
-		order, typ := p.gen.next()
-		f, err := p.js.PublishMsgAsync(eventMsg(order, typ, p.prefix+"-"+strconv.Itoa(p.sent)))
-		if err != nil {
-			return fmt.Errorf("publish %d: %w", p.sent, err)
-		}
-		p.ring[slot] = f
 		p.sent++
 	}
-	for k := range p.ring {
-		slot := (p.sent + k) % len(p.ring)
-		if f := p.ring[slot]; f != nil {
-			if err := p.wait(ctx, f); err != nil {
-				return err
-			}
-			p.ring[slot] = nil
-		}
-	}
-	return nil
+	return p.w.Drain(ctx)
 }
 
-func (p *publisher) wait(ctx context.Context, f jetstream.PubAckFuture) error {
-	select {
-	case ack := <-f.Ok():
-		p.acked.Add(1)
-		if ack.Duplicate {
-			return fmt.Errorf("publish: unexpected duplicate (seq %d)", ack.Sequence)
+// ack counts an ack and keeps the highest sequence acked.
+func (p *publisher) ack(_ int, ack *jetstream.PubAck) error {
+	p.acked.Add(1)
+	if ack.Duplicate {
+		return fmt.Errorf("publish: unexpected duplicate (seq %d)", ack.Sequence)
+	}
+	for {
+		cur := p.lastSeq.Load()
+		if ack.Sequence <= cur || p.lastSeq.CompareAndSwap(cur, ack.Sequence) {
+			return nil
 		}
-		for {
-			cur := p.lastSeq.Load()
-			if ack.Sequence <= cur || p.lastSeq.CompareAndSwap(cur, ack.Sequence) {
-				break
-			}
-		}
-		return nil
-	case err := <-f.Err():
-		return fmt.Errorf("publish: %w", err)
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 
@@ -596,15 +399,15 @@ func (p *publisher) wait(ctx context.Context, f jetstream.PubAckFuture) error {
 // message, and times it until the ack floor reaches the last sequence. It
 // reads with Fetch: nats.go's Consume, which the processor uses, sometimes
 // stalls for ~30 s here (README.md, "Stalls").
-func rawConsume(ctx context.Context, o options, e *env, mode string, n int, lastSeq uint64, rep int) (phase, error) {
-	js, err := e.connect(false, "bench-raw")
+func rawConsume(ctx context.Context, o options, e *benchkit.Env, mode string, n int, lastSeq uint64, rep int) (phase, error) {
+	js, err := e.Connect(false, "bench-raw")
 	if err != nil {
 		return phase{}, err
 	}
-	cc := *e.cfg.DeclareSpec().Consumer
+	cc := *e.Cfg.DeclareSpec().Consumer
 	cc.Durable = fmt.Sprintf("bench-raw-%d", rep)
 	cc.Description = "bench/processor raw consume"
-	stream := e.cfg.Stream.Name
+	stream := e.Cfg.Stream.Name
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cons, err := js.CreateConsumer(cctx, stream, cc)
@@ -621,7 +424,7 @@ func rawConsume(ctx context.Context, o options, e *env, mode string, n int, last
 		batch = 1000
 	}
 	var got, ackErrs atomic.Int64
-	stopProf, err := startProfile(o, mode, fmt.Sprintf("raw%d", rep))
+	stopProf, err := benchkit.StepProfile(o.cpuprofile, fmt.Sprintf("%s-raw%d", mode, rep))
 	if err != nil {
 		return phase{}, err
 	}
@@ -686,13 +489,6 @@ func rawConsume(ctx context.Context, o options, e *env, mode string, n int, last
 	return p, nil
 }
 
-// medianPhase is the repetition of median rate.
-func medianPhase(reps []phase) phase {
-	s := slices.Clone(reps)
-	slices.SortFunc(s, func(a, b phase) int { return cmp.Compare(a.rate(), b.rate()) })
-	return s[len(s)/2]
-}
-
 // ---------------------------------------------------------------- projection
 
 type running struct {
@@ -706,21 +502,21 @@ type running struct {
 // startProcessor runs the processor exactly as the appliance builds it
 // (plus -workers / -batch, and without the history index with -no-history),
 // on its own in-process connection.
-func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
-	js, err := e.connect(false, "bench-processor")
+func startProcessor(ctx context.Context, o options, e *benchkit.Env) (*running, error) {
+	js, err := e.Connect(false, "bench-processor")
 	if err != nil {
 		return nil, err
 	}
 	var proj *processor.Projection
 	if o.noHistory {
 		// orderstore.NewProjection without SetHistory.
-		kv, err := js.KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
+		kv, err := js.KeyValue(ctx, e.Cfg.Processor.ProjectionBucket)
 		if err != nil {
 			return nil, err
 		}
 		proj = processor.NewProjection(js, kv)
-		proj.SetAtomicBatches(e.cfg.DurabilityMode() == orderstore.DurabilityAlways)
-	} else if proj, err = orderstore.NewProjection(ctx, js, e.cfg); err != nil { // as the appliance wires it
+		proj.SetAtomicBatches(e.Cfg.DurabilityMode() == orderstore.DurabilityAlways)
+	} else if proj, err = orderstore.NewProjection(ctx, js, e.Cfg); err != nil { // as the appliance wires it
 		return nil, err
 	}
 	level := slog.LevelWarn
@@ -728,7 +524,7 @@ func startProcessor(ctx context.Context, o options, e *env) (*running, error) {
 		level = slog.LevelInfo
 	}
 	r := &running{done: make(chan error, 1)}
-	pc := e.cfg.ProcessorConfig(proj)
+	pc := e.Cfg.ProcessorConfig(proj)
 	pc.Workers, pc.BatchSize = o.workers, o.batch
 	pc.Logger = slog.New(countingHandler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}), &r.consumeErrs, &r.started}).With("component", "processor")
 	p, err := processor.New(js, pc)
@@ -765,41 +561,19 @@ func (r *running) stop() error {
 
 // caughtUp polls processor.Lag until the durable has nothing pending or
 // unacked and the processor has settled want events.
-func caughtUp(ctx context.Context, js jetstream.JetStream, e *env, r *running, want uint64, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	lastLog := time.Now()
-	for {
-		if err := sleep(ctx, 25*time.Millisecond); err != nil {
-			return err
-		}
-		select {
-		case err := <-r.done:
-			return fmt.Errorf("processor stopped: %v", err)
-		default:
-		}
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		l, err := processor.Lag(lctx, js, e.cfg.Stream.Name, e.cfg.Processor.Durable)
-		cancel()
-		st := r.p.Stats()
-		if time.Since(lastLog) >= 5*time.Second {
-			lastLog = time.Now()
-			logf("   processed %s, pending %s, ack pending %d", num(int(st.Processed)), num(int(l.Pending)), l.AckPending)
-		}
-		if err == nil && l.Pending == 0 && l.AckPending == 0 && st.Processed+st.Duplicates+st.DeadLettered >= want {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not caught up after %s: pending %d, ack pending %d, processed %d", timeout, l.Pending, l.AckPending, st.Processed)
-		}
-	}
+func caughtUp(ctx context.Context, js jetstream.JetStream, e *benchkit.Env, r *running, want uint64, timeout time.Duration) error {
+	_, err := benchkit.CaughtUp(ctx, want, timeout, func(ctx context.Context) (processor.LagInfo, error) {
+		return processor.Lag(ctx, js, e.Cfg.Stream.Name, e.Cfg.Processor.Durable)
+	}, r.p.Stats, r.done)
+	return err
 }
 
-func projection(ctx context.Context, o options, e *env, mode string, n int) (phase, processor.Stats, int64, string, error) {
-	lagJS, err := e.connect(false, "bench-lag") // as the admin API would
+func projection(ctx context.Context, o options, e *benchkit.Env, mode string, n int) (phase, processor.Stats, int64, string, error) {
+	lagJS, err := e.Connect(false, "bench-lag") // as the admin API would
 	if err != nil {
 		return phase{}, processor.Stats{}, 0, "", err
 	}
-	stopProf, err := startProfile(o, mode, "projection")
+	stopProf, err := benchkit.StepProfile(o.cpuprofile, mode+"-projection")
 	if err != nil {
 		return phase{}, processor.Stats{}, 0, "", err
 	}
@@ -821,12 +595,12 @@ func projection(ctx context.Context, o options, e *env, mode string, n int) (pha
 
 // verify checks the projection: one key per order, and for a sample of
 // orders the event count and latest status the generator produced.
-func verify(ctx context.Context, e *env, gen *generator, r *modeResult) error {
-	js, err := e.connect(false, "bench-verify")
+func verify(ctx context.Context, e *benchkit.Env, gen *benchkit.Orders, r *modeResult) error {
+	js, err := e.Connect(false, "bench-verify")
 	if err != nil {
 		return err
 	}
-	kv, err := js.KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
+	kv, err := js.KeyValue(ctx, e.Cfg.Processor.ProjectionBucket)
 	if err != nil {
 		return err
 	}
@@ -837,14 +611,14 @@ func verify(ctx context.Context, e *env, gen *generator, r *modeResult) error {
 	r.Keys = st.Values()
 	proj := processor.NewProjection(js, kv)
 	rng := rand.New(rand.NewPCG(42, 42))
-	for range min(1000, len(gen.count)) {
-		i := rng.IntN(len(gen.count))
-		if gen.count[i] == 0 {
+	for range min(1000, len(gen.Count)) {
+		i := rng.IntN(len(gen.Count))
+		if gen.Count[i] == 0 {
 			continue
 		}
 		r.SpotChecked++
-		ord, err := proj.Get(ctx, orderID(i))
-		if err != nil || ord.Events != int(gen.count[i]) || ord.Status != types[gen.last[i]] || ord.LastEvent != types[gen.last[i]] {
+		ord, err := proj.Get(ctx, benchkit.OrderID(i))
+		if err != nil || ord.Events != int(gen.Count[i]) || ord.Status != benchkit.Types[gen.Last[i]] || ord.LastEvent != benchkit.Types[gen.Last[i]] {
 			r.SpotBad++
 		}
 	}
@@ -865,13 +639,13 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 	if err != nil {
 		return lr, err
 	}
-	defer e.close()
-	lr.MaxAckPending = e.cfg.Processor.MaxAckPending
-	lagJS, err := e.connect(false, "bench-lag")
+	defer e.Close()
+	lr.MaxAckPending = e.Cfg.Processor.MaxAckPending
+	lagJS, err := e.Connect(false, "bench-lag")
 	if err != nil {
 		return lr, err
 	}
-	pjs, err := e.publisherJS(o)
+	pjs, err := e.Publisher(o.pubConn == "tcp", "bench-publisher", o.window)
 	if err != nil {
 		return lr, err
 	}
@@ -888,7 +662,7 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 	case <-ctx.Done():
 		return lr, ctx.Err()
 	}
-	pub := newPublisher(pjs, newGenerator(o.seed+1, orders), o.window, "load-"+mode)
+	pub := newPublisher(pjs, benchkit.NewOrders(o.seed+1, 0x5eed, orders), o.window, "load-"+mode)
 
 	var mu sync.Mutex
 	t0, c0 := time.Now(), cpuTime()
@@ -906,7 +680,7 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 			case <-tick.C:
 			}
 			lctx, cancel := context.WithTimeout(sctx, 5*time.Second)
-			l, err := processor.Lag(lctx, lagJS, e.cfg.Stream.Name, e.cfg.Processor.Durable)
+			l, err := processor.Lag(lctx, lagJS, e.Cfg.Stream.Name, e.Cfg.Processor.Durable)
 			cancel()
 			if err != nil {
 				continue
@@ -1126,16 +900,6 @@ func yesNo(ok bool) string {
 		return "yes"
 	}
 	return "no"
-}
-
-// startProfile starts a CPU profile of one step when -cpuprofile is set; the
-// returned stop is idempotent.
-func startProfile(o options, mode, step string) (func(), error) {
-	if o.cpuprofile == "" {
-		return func() {}, nil
-	}
-	name := fmt.Sprintf("%s-%s-%s.pprof", o.cpuprofile, mode, step)
-	return benchkit.CPUProfile(name)
 }
 
 // The helpers every bench main shares (bench/benchkit).

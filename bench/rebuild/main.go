@@ -37,13 +37,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/bench/benchkit"
@@ -96,12 +92,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/rebuild:", err)
-		os.Exit(1)
-	}
+	benchkit.Run("bench/rebuild", func(ctx context.Context) error { return run(ctx, o) })
 }
 
 // results is what a run measured.
@@ -146,15 +137,14 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	defer e.close()
+	defer e.Close()
 
 	// 1. load, processor off.
 	logf("=== 1. loading %s events of %d B over %s orders (async, window %d, TCP), processor off", num(o.events), o.size, num(o.orders), o.window)
-	if err := e.start(ctx, false); err != nil {
+	if err := e.Start(ctx, false); err != nil {
 		return err
 	}
-	pjs, err := e.connect(true, "bench-rebuild-loader",
-		jetstream.WithPublishAsyncMaxPending(max(4000, 2*o.window)), jetstream.WithPublishAsyncTimeout(60*time.Second))
+	pjs, err := e.Publisher(true, "bench-rebuild-loader", o.window)
 	if err != nil {
 		return err
 	}
@@ -163,9 +153,9 @@ func run(ctx context.Context, o options) (err error) {
 	if res.Resent, err = load(ctx, pjs, g, o.events, o.window); err != nil {
 		return err
 	}
-	res.Load, res.Distinct = time.Since(t0), g.distinct()
+	res.Load, res.Distinct = time.Since(t0), g.Distinct()
 	logf("   %s events/s (%s, %d sent again)", num(int(rate(o.events, res.Load))), secs(res.Load), res.Resent)
-	e.stop()
+	e.Stop()
 
 	// 2 and 3, -reps times: the live processor projects the whole stream
 	// into an empty projection, then a rebuild folds it, with no ingest.
@@ -400,40 +390,13 @@ func markdown(o options, res *results) string {
 	return b.String()
 }
 
-// others measures the CPU the machine's other processes use.
-type others struct {
-	busy, cpu time.Duration
-	t         time.Time
-}
-
-func startOthers() others { return others{benchkit.MachineBusy(), cpuTime(), time.Now()} }
-
-// share is the other processes' CPU since o, as "35%" of one core; "-"
-// where it cannot be told.
-func (o others) share() string {
-	busy, cpu, d := benchkit.MachineBusy(), cpuTime(), time.Since(o.t)
-	if o.busy <= 0 || busy <= 0 || d <= 0 {
-		return "-"
-	}
-	x := max((busy-o.busy)-(cpu-o.cpu), 0)
-	return fmt.Sprintf("%.0f%%", 100*x.Seconds()/d.Seconds())
-}
-
-// startProfile starts a CPU profile of one step when -cpuprofile is set;
-// the returned stop is idempotent.
-func startProfile(o options, step string) (func(), error) {
-	if o.cpuprofile == "" {
-		return func() {}, nil
-	}
-	return benchkit.CPUProfile(fmt.Sprintf("%s-%s.pprof", o.cpuprofile, step))
-}
-
 // The helpers every bench main shares (bench/benchkit).
 var (
 	cpuTime = benchkit.CPUTime
 	loadavg = benchkit.LoadAvg
 	secs    = benchkit.Secs
 	num     = benchkit.Num
+	rate    = benchkit.Rate
 	logf    = benchkit.Logf
 	sleep   = benchkit.Sleep
 )

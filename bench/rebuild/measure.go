@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/bench/benchkit"
 	"github.com/orderstore/orderstore/status"
 )
 
@@ -44,23 +45,23 @@ func (r procRun) rate() float64 { return rate(r.N, r.Dur) }
 func liveProcessor(ctx context.Context, o options, e *env, rep, n int) (procRun, error) {
 	r := procRun{Rep: rep}
 	t0 := time.Now()
-	if err := e.start(ctx, true); err != nil {
+	if err := e.Start(ctx, true); err != nil {
 		return r, err
 	}
-	stopProf, err := startProfile(o, fmt.Sprintf("live-processor-%d", rep))
+	stopProf, err := benchkit.StepProfile(o.cpuprofile, fmt.Sprintf("live-processor-%d", rep))
 	if err != nil {
 		return r, err
 	}
 	defer stopProf()
-	t1, c1, m1 := time.Now(), cpuTime(), startOthers()
+	t1, c1, m1 := time.Now(), cpuTime(), benchkit.StartOthers()
 	r.Startup = t1.Sub(t0)
-	r.Before = int(e.app.Stats().Processed)
+	r.Before = int(e.App.Stats().Processed)
 	if err := e.caughtUp(ctx, uint64(n), o.catchupTimeout); err != nil {
 		return r, err
 	}
-	r.Dur, r.CPU, r.Others = time.Since(t1), cpuTime()-c1, m1.share()
+	r.Dur, r.CPU, r.Others = time.Since(t1), cpuTime()-c1, m1.Share()
 	stopProf()
-	st := e.app.Stats()
+	st := e.App.Stats()
 	if st.Processed != uint64(n) || st.DeadLettered > 0 {
 		return r, fmt.Errorf("processor: %d processed, %d duplicates, %d dead-lettered of %d events", st.Processed, st.Duplicates, st.DeadLettered, n)
 	}
@@ -123,14 +124,14 @@ func rebuild(ctx context.Context, o options, e *env, prof string, acked *atomic.
 		}
 		return acked.Load()
 	}
-	stopProf, err := startProfile(o, prof)
+	stopProf, err := benchkit.StepProfile(o.cpuprofile, prof)
 	if err != nil {
 		return r, err
 	}
 	defer stopProf()
-	c0, m0 := cpuTime(), startOthers()
+	c0, m0 := cpuTime(), benchkit.StartOthers()
 	r.Acked[0] = count()
-	st, err := e.app.RebuildProjection(ctx, status.RebuildRequest{})
+	st, err := e.App.RebuildProjection(ctx, status.RebuildRequest{})
 	if err != nil {
 		return r, fmt.Errorf("starting the rebuild: %w", err)
 	}
@@ -143,7 +144,7 @@ func rebuild(ctx context.Context, o options, e *env, prof string, acked *atomic.
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
 			return r, err
 		}
-		s := e.app.RebuildStatus()
+		s := e.App.RebuildStatus()
 		now := time.Now()
 		if s == nil || s.ID != id {
 			return r, fmt.Errorf("rebuild %s: status shows %+v", id, s)
@@ -163,7 +164,7 @@ func rebuild(ctx context.Context, o options, e *env, prof string, acked *atomic.
 		if r.Ingest && now.Sub(lastLag) >= 500*time.Millisecond {
 			lastLag = now
 			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if l, err := e.app.Lag(lctx); err == nil {
+			if l, err := e.App.Lag(lctx); err == nil {
 				r.MaxBacklog = max(r.MaxBacklog, l.Pending+uint64(max(l.AckPending, 0)))
 				r.MaxBehind = max(r.MaxBehind, l.SecondsBehind)
 			}
@@ -172,7 +173,7 @@ func rebuild(ctx context.Context, o options, e *env, prof string, acked *atomic.
 		switch s.State {
 		case status.RebuildDone:
 			r.Acked[3] = count()
-			r.CPU, r.Others = cpuTime()-c0, m0.share()
+			r.CPU, r.Others = cpuTime()-c0, m0.Share()
 			stopProf()
 			r.Final = *s
 			end := now
@@ -203,8 +204,8 @@ func sampleOrders(ctx context.Context, e *env, orders, k int, seed uint64) (map[
 	r := rand.New(rand.NewPCG(seed, 0xc4ec))
 	out := map[string]orderstore.Order{}
 	for range k {
-		id := orderID(r.IntN(orders))
-		o, err := e.app.Order(ctx, id)
+		id := benchkit.OrderID(r.IntN(orders))
+		o, err := e.App.Order(ctx, id)
 		if errors.Is(err, orderstore.ErrNotFound) {
 			continue
 		}
@@ -220,7 +221,7 @@ func sampleOrders(ctx context.Context, e *env, orders, k int, seed uint64) (map[
 // compareOrders counts the orders of before that read differently now.
 func compareOrders(ctx context.Context, e *env, before map[string]orderstore.Order, r *rebuildRun) error {
 	for id, want := range before {
-		got, err := e.app.Order(ctx, id)
+		got, err := e.App.Order(ctx, id)
 		if err != nil {
 			return fmt.Errorf("order %s after the rebuild: %w", id, err)
 		}
@@ -239,11 +240,11 @@ func compareOrders(ctx context.Context, e *env, before map[string]orderstore.Ord
 // recordSize is the projection bucket's records and stored bytes (0, 0
 // when it cannot be read).
 func recordSize(ctx context.Context, e *env) (records, bytes uint64) {
-	js, err := e.connect(false, "bench-rebuild-size")
+	js, err := e.Connect(false, "bench-rebuild-size")
 	if err != nil {
 		return 0, 0
 	}
-	kv, err := js.KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
+	kv, err := js.KeyValue(ctx, e.Cfg.Processor.ProjectionBucket)
 	if err != nil {
 		return 0, 0
 	}
@@ -272,7 +273,7 @@ type producers struct {
 func newProducers(e *env, o options) (*producers, error) {
 	p := &producers{orders: o.orders, size: o.size, seed: o.seed}
 	for i := range o.producers {
-		js, err := e.connect(true, fmt.Sprintf("bench-rebuild-producer-%d", i))
+		js, err := e.Connect(true, fmt.Sprintf("bench-rebuild-producer-%d", i))
 		if err != nil {
 			return nil, err
 		}
@@ -306,7 +307,7 @@ func (p *producers) run(ctx context.Context, stop <-chan struct{}) ([]time.Durat
 					break loop
 				default:
 				}
-				msg := eventMsg(orderID(r.IntN(p.orders)), types[1+r.IntN(3)], p.size)
+				msg := eventMsg(benchkit.OrderID(r.IntN(p.orders)), benchkit.Types[1+r.IntN(3)], p.size)
 				t0 := time.Now()
 				if err = publishSync(ctx, js, msg, &p.resent); err != nil {
 					break
@@ -382,7 +383,7 @@ func ingestWindow(ctx context.Context, o options, e *env, p *producers, rep int,
 	var id string
 	var s0 *status.Rebuild
 	if withRebuild {
-		st, err := e.app.RebuildProjection(ctx, status.RebuildRequest{})
+		st, err := e.App.RebuildProjection(ctx, status.RebuildRequest{})
 		if err != nil {
 			return r, fmt.Errorf("starting the rebuild: %w", err)
 		}
@@ -392,7 +393,7 @@ func ingestWindow(ctx context.Context, o options, e *env, p *producers, rep int,
 			if err := sleep(ctx, 10*time.Millisecond); err != nil {
 				return r, err
 			}
-			s0 = e.app.RebuildStatus()
+			s0 = e.App.RebuildStatus()
 			if s0 == nil || s0.ID != id || !s0.Running() {
 				return r, fmt.Errorf("rebuild %s ended before the window: %+v", id, s0)
 			}
@@ -404,19 +405,19 @@ func ingestWindow(ctx context.Context, o options, e *env, p *producers, rep int,
 			}
 		}
 	}
-	stopProf, err := startProfile(o, fmt.Sprintf("ingest-%s-%d", map[bool]string{true: "rebuild", false: "alone"}[withRebuild], rep))
+	stopProf, err := benchkit.StepProfile(o.cpuprofile, fmt.Sprintf("ingest-%s-%d", map[bool]string{true: "rebuild", false: "alone"}[withRebuild], rep))
 	if err != nil {
 		return r, err
 	}
 	defer stopProf()
-	p0 := e.app.Stats().Processed
+	p0 := e.App.Stats().Processed
 	stop := make(chan struct{})
 	timer := time.AfterFunc(o.duration, func() { close(stop) })
 	defer timer.Stop()
 	g0 := ingestStats(e)
-	a0, t0, c0, m0 := p.acked.Load(), time.Now(), cpuTime(), startOthers()
+	a0, t0, c0, m0 := p.acked.Load(), time.Now(), cpuTime(), benchkit.StartOthers()
 	lat, err := p.run(ctx, stop)
-	r.Dur, r.CPU, r.Acked, r.Others = time.Since(t0), cpuTime()-c0, int(p.acked.Load()-a0), m0.share()
+	r.Dur, r.CPU, r.Acked, r.Others = time.Since(t0), cpuTime()-c0, int(p.acked.Load()-a0), m0.Share()
 	if g1 := ingestStats(e); g0 != nil && g1 != nil {
 		r.SyncHow = g1.Sync
 		r.Syncs = g1.SyncSeconds.Count - g0.SyncSeconds.Count
@@ -428,16 +429,16 @@ func ingestWindow(ctx context.Context, o options, e *env, p *producers, rep int,
 	if err != nil {
 		return r, err
 	}
-	r.Projected = e.app.Stats().Processed - p0
+	r.Projected = e.App.Stats().Processed - p0
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	if l, err := e.app.Lag(lctx); err == nil {
+	if l, err := e.App.Lag(lctx); err == nil {
 		r.Backlog = l.Pending + uint64(max(l.AckPending, 0))
 	}
 	cancel()
 	slices.Sort(lat)
-	r.P50, r.P99 = quantile(lat, 0.50), quantile(lat, 0.99)
+	r.P50, r.P99 = benchkit.Quantile(lat, 0.50), benchkit.Quantile(lat, 0.99)
 	if withRebuild {
-		s1 := e.app.RebuildStatus()
+		s1 := e.App.RebuildStatus()
 		r.RebuildState = s1.State
 		r.Folded = s1.Position - s0.Position
 		if err := cancelRebuild(ctx, e, id); err != nil {
@@ -453,7 +454,7 @@ func ingestStats(e *env) *status.IngestStats {
 	req := httptest.NewRequest(http.MethodGet, "/v1/status", nil)
 	req.Host, req.RemoteAddr = "127.0.0.1", "127.0.0.1:1"
 	rec := httptest.NewRecorder()
-	e.app.Handler().ServeHTTP(rec, req)
+	e.App.Handler().ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
 		return nil
 	}
@@ -467,13 +468,13 @@ func ingestStats(e *env) *status.IngestStats {
 // cancelRebuild cancels rebuild id and waits until it ended (one taking
 // over cannot be canceled: it is let finish).
 func cancelRebuild(ctx context.Context, e *env, id string) error {
-	err := e.app.CancelRebuild()
+	err := e.App.CancelRebuild()
 	if err != nil && !errors.Is(err, orderstore.ErrNoRebuild) && !errors.Is(err, orderstore.ErrRebuildTakingOver) {
 		return fmt.Errorf("canceling the rebuild: %w", err)
 	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		s := e.app.RebuildStatus()
+		s := e.App.RebuildStatus()
 		if s == nil || s.ID != id || !s.Running() {
 			if s != nil && s.State == status.RebuildFailed {
 				return fmt.Errorf("rebuild %s failed: %s", id, s.Error)
@@ -490,22 +491,6 @@ func cancelRebuild(ctx context.Context, e *env, id string) error {
 }
 
 // ---------------------------------------------------------------- helpers
-
-func rate(n int, d time.Duration) float64 {
-	if d <= 0 {
-		return 0
-	}
-	return float64(n) / d.Seconds()
-}
-
-// quantile of sorted s.
-func quantile(s []time.Duration, q float64) time.Duration {
-	if len(s) == 0 {
-		return 0
-	}
-	i := int(float64(len(s))*q+0.999999) - 1
-	return s[min(max(i, 0), len(s)-1)]
-}
 
 func median(v []float64) float64 {
 	if len(v) == 0 {

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -29,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
+	"github.com/orderstore/orderstore/bench/benchkit"
 )
 
 var (
@@ -42,14 +42,7 @@ var (
 
 func main() {
 	flag.Parse()
-	if *dir == "" {
-		d, err := os.MkdirTemp("", "scaleout-")
-		if err != nil {
-			log.Fatal(err)
-		}
-		defer os.RemoveAll(d)
-		*dir = d
-	}
+	defer benchkit.TempDir(dir, "scaleout-")()
 	fmt.Printf("orderstore scale-out figures (nats-server %s), stores in %s\n", orderstore.NATSServerVersion, *dir)
 	if *only == "" || *only == "cluster" {
 		cluster()
@@ -63,11 +56,8 @@ func main() {
 }
 
 func base(name string) orderstore.Config {
-	c := orderstore.DefaultConfig()
+	c := benchkit.Config(filepath.Join(*dir, name))
 	c.Server.Name = name
-	c.Server.Port = -1
-	c.Admin.Listen = ""
-	c.JetStream.StoreDir = filepath.Join(*dir, name)
 	c.JetStream.MaxFileStore = 20 << 30
 	c.JetStream.DiskHeadroom = 16 << 20
 	c.JetStream.AllowLowDisk = true
@@ -99,9 +89,7 @@ func start(cfgs ...orderstore.Config) []*orderstore.Appliance {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			a, err := orderstore.Start(ctx, c)
+			a, err := benchkit.Start(context.Background(), c)
 			if err != nil {
 				log.Fatalf("start %s: %v", c.Server.Name, err)
 			}
@@ -115,7 +103,7 @@ func start(cfgs ...orderstore.Config) []*orderstore.Appliance {
 func closeAll(apps ...*orderstore.Appliance) {
 	for _, a := range apps {
 		if a != nil {
-			a.Close(context.Background())
+			benchkit.Stop(a)
 		}
 	}
 }

@@ -1,0 +1,96 @@
+package benchkit
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Types are the event types, an order's first four events' in turn.
+var Types = [...]string{"created", "paid", "shipped", "delivered", "cancelled"}
+
+// NextType is the type (an index of Types) of an order's event after c
+// events: created, paid, shipped, delivered for the first four; later
+// ones (amendments, returns) paid, shipped, delivered (30% each) or
+// cancelled (10%), drawn from r.
+func NextType(r *rand.Rand, c int32) uint8 {
+	if c < 4 {
+		return uint8(c)
+	}
+	switch x := r.IntN(10); {
+	case x < 3:
+		return 1
+	case x < 6:
+		return 2
+	case x < 9:
+		return 3
+	}
+	return 4
+}
+
+// Orders makes an event sequence: each event picks one of its orders
+// uniformly at random (a fixed seed), its type by NextType.
+type Orders struct {
+	r     *rand.Rand
+	Count []int32 // events per order so far
+	Last  []uint8 // the type of each order's latest event
+}
+
+// NewOrders is Orders of orders orders, drawn from the random stream
+// (seed, stream).
+func NewOrders(seed, stream uint64, orders int) *Orders {
+	return &Orders{r: rand.New(rand.NewPCG(seed, stream)), Count: make([]int32, orders), Last: make([]uint8, orders)}
+}
+
+// Next is the next event's order and type.
+func (g *Orders) Next() (order int, typ uint8) {
+	order = g.r.IntN(len(g.Count))
+	typ = NextType(g.r, g.Count[order])
+	g.Count[order]++
+	g.Last[order] = typ
+	return order, typ
+}
+
+// Distinct is how many orders got at least one event.
+func (g *Orders) Distinct() int {
+	n := 0
+	for _, c := range g.Count {
+		if c > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// OrderID is order o's id: order-NNNNNN.
+func OrderID(o int) string {
+	s := strconv.Itoa(o)
+	if len(s) < 6 {
+		s = "000000"[len(s):] + s
+	}
+	return "order-" + s
+}
+
+// EventMsg is an event of order id of type typ:
+// {"order_id":ID,"status":TYPE} on orders.TYPE.
+func EventMsg(id, typ string) *nats.Msg {
+	data := make([]byte, 0, 64)
+	data = append(data, `{"order_id":"`...)
+	data = append(data, id...)
+	data = append(data, `","status":"`...)
+	data = append(data, typ...)
+	data = append(data, `"}`...)
+	return &nats.Msg{Subject: "orders." + typ, Data: data}
+}
+
+// Retryable is a publish the appliance asks to send again: a 429 (its
+// ingest service sheds load: "publish it again after a moment") or no
+// responders (the account's publishes are paused).
+func Retryable(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		(errors.As(err, &apiErr) && apiErr.Code == 429)
+}
