@@ -611,6 +611,19 @@ func TestGroupCommitLeftRecordLostByAnotherWrite(t *testing.T) {
 	}
 }
 
+// gcBucketStore is a group commit file store "KV" (k.>) that keeps one
+// message per subject, as a KV bucket does, in blocks of blockSize bytes.
+func gcBucketStore(t *testing.T, blockSize uint64) *fileStore {
+	t.Helper()
+	fs, err := newFileStore(FileStoreConfig{StoreDir: t.TempDir(), BlockSize: blockSize, GroupCommit: true},
+		StreamConfig{Name: "KV", Subjects: []string{"k.>"}, Storage: FileStorage, MaxMsgsPer: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Stop() })
+	return fs
+}
+
 // A block the limits empty keeps its file until a round has synced the
 // record that replaced its last one: removed at once, any fsync of the
 // file system could make the removal durable before the record, and a
@@ -618,13 +631,7 @@ func TestGroupCommitLeftRecordLostByAnotherWrite(t *testing.T) {
 // gone after a cut, found by orderstore's power-loss test on ext4).
 func TestGroupCommitEmptiedBlockRemovedAfterSync(t *testing.T) {
 	gcResetHooks(t)
-	dir := t.TempDir()
-	fs, err := newFileStore(FileStoreConfig{StoreDir: dir, BlockSize: 128, GroupCommit: true},
-		StreamConfig{Name: "KV", Subjects: []string{"k.>"}, Storage: FileStorage, MaxMsgsPer: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Stop() })
+	fs := gcBucketStore(t, 128)
 	val := bytes.Repeat([]byte("v"), 60) // one record a block
 	if _, _, err := fs.StoreMsg("k.a", nil, val, 0); err != nil {
 		t.Fatal(err)
@@ -674,13 +681,7 @@ func TestGroupCommitEmptiedBlockRemovedAfterSync(t *testing.T) {
 // round has synced the record that replaced it, for the same reason.
 func TestGroupCommitCompactionWaitsForSync(t *testing.T) {
 	gcResetHooks(t)
-	dir := t.TempDir()
-	fs, err := newFileStore(FileStoreConfig{StoreDir: dir, BlockSize: 256, GroupCommit: true},
-		StreamConfig{Name: "KV", Subjects: []string{"k.>"}, Storage: FileStorage, MaxMsgsPer: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Stop() })
+	fs := gcBucketStore(t, 256)
 	old := append([]byte("OLD-A"), bytes.Repeat([]byte("a"), 145)...)
 	for _, m := range []struct {
 		subj string
