@@ -5228,6 +5228,11 @@ func (fs *fileStore) newMsgBlockForWrite() (*msgBlock, error) {
 	if lmb := fs.lmb; lmb != nil {
 		lmb.mu.Lock()
 		index = lmb.index + 1
+		// orderstore: never the index of a block whose file a round is to
+		// remove (gcRemoveMsgBlock), which a truncate could bring back.
+		if fs.gc != nil {
+			index = max(index, fs.gc.removedBelow.Load())
+		}
 
 		// Quit our loops.
 		if lmb.qch != nil {

@@ -68,6 +68,7 @@ type groupCommit struct {
 	// sync (fileStore.gcRemoveMsgBlock).
 	taken, synced atomic.Uint64
 	unlink        []string
+	removedBelow  atomic.Uint32 // above the index of every block left to a round to remove: new blocks start here
 
 	kick chan struct{} // capacity 1: work is waiting
 	quit chan struct{}
@@ -330,6 +331,9 @@ func (fs *fileStore) gcRemoveMsgBlock(mb *msgBlock) error {
 	mb.fss = nil
 	mb.mfn = _EMPTY_
 	fs.removeMsgBlockFromList(mb)
+	if next := mb.index + 1; next > fs.gc.removedBelow.Load() {
+		fs.gc.removedBelow.Store(next) // fs.mu held: the only writer
+	}
 	fs.gc.removeAfterSync(mfn, kfn)
 	return nil
 }

@@ -726,3 +726,54 @@ func TestGroupCommitCompactionWaitsForSync(t *testing.T) {
 		t.Fatal("the block still holds the old k.a after a round synced the new one and the store compacted")
 	}
 }
+
+// A new block never takes the index of a block whose file a round is still
+// to remove (a truncate can bring the last block back below it): the
+// removal would take the new block's file with it.
+func TestGroupCommitNewBlockSkipsFileLeftToRemove(t *testing.T) {
+	gcResetHooks(t)
+	fs := gcBucketStore(t, 128)
+	val := bytes.Repeat([]byte("v"), 60) // one record a block
+	for _, subj := range []string{"k.a", "k.b"} {
+		if _, _, err := fs.StoreMsg(subj, nil, val, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fs.gc.flush(); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := gcHold(t, "KV")
+	if _, _, err := fs.StoreMsg("k.c", nil, val, 0); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	// k.b again: its first block (2) is emptied and left to the round.
+	if _, _, err := fs.StoreMsg("k.b", nil, val, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Truncate(1); err != nil { // back to k.a's block
+		t.Fatal(err)
+	}
+	if _, _, err := fs.StoreMsg("k.d", nil, val, 0); err != nil {
+		t.Fatal(err)
+	}
+	fs.mu.RLock()
+	idx, mfn := fs.lmb.index, fs.lmb.mfn
+	fs.mu.RUnlock()
+	if idx <= 2 {
+		t.Fatalf("k.d's block has index %d: a block whose file is left to the round had index 2", idx)
+	}
+	release()
+	if err := fs.gc.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.gc.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mfn); err != nil {
+		t.Fatalf("k.d's block file after the round removed what it was left: %v", err)
+	}
+	if sm, err := fs.LoadLastMsg("k.d", nil); err != nil || !bytes.Equal(sm.msg, val) {
+		t.Fatalf("k.d: %v %v", sm, err)
+	}
+}
