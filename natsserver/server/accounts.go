@@ -1,3 +1,6 @@
+// Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
+// (patches: 0011-mapping-lookups.patch; see natsserver/README.md).
+
 // Copyright 2018-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
 // you may not use this file except in compliance with the License.
@@ -792,6 +795,7 @@ type destination struct {
 type mapping struct {
 	src    string
 	wc     bool
+	tsrc   []string // src's tokens when wc (orderstore, 0011-mapping-lookups)
 	dests  []*destination
 	cdests map[string][]*destination
 }
@@ -818,6 +822,9 @@ func (a *Account) AddWeightedMappings(src string, dests ...*MapDest) error {
 	}
 
 	m := &mapping{src: src, wc: subjectHasWildcard(src), dests: make([]*destination, 0, len(dests)+1)}
+	if m.wc {
+		m.tsrc = tokenizeSubjectIntoSlice(nil, src)
+	}
 	seen := make(map[string]struct{})
 
 	tw := make(map[string]uint8)
@@ -971,6 +978,12 @@ func (a *Account) hasMappings() bool {
 	return a.hasMapped.Load()
 }
 
+// firstTokenIs (orderstore, 0011-mapping-lookups) reports whether
+// subject's first token is tok.
+func firstTokenIs(subject, tok string) bool {
+	return len(subject) >= len(tok) && subject[:len(tok)] == tok && (len(subject) == len(tok) || subject[len(tok)] == btsep)
+}
+
 // This performs the logic to map to a new dest subject based on mappings.
 // Should only be called from processInboundClientMsg or service import processing.
 func (a *Account) selectMappedSubject(dest string) (string, bool) {
@@ -985,26 +998,35 @@ func (a *Account) selectMappedSubject(dest string) (string, bool) {
 
 	var m *mapping
 	for _, rm := range a.mappings {
-		if !rm.wc && rm.src == dest {
-			m = rm
-			break
-		} else {
-			// tokenize and reuse for subset matching.
-			if len(tts) == 0 {
-				start := 0
-				subject := dest
-				for i := 0; i < len(subject); i++ {
-					if subject[i] == btsep {
-						tts = append(tts, subject[start:i])
-						start = i + 1
-					}
-				}
-				tts = append(tts, subject[start:])
-			}
-			if isSubsetMatch(tts, rm.src) {
+		if !rm.wc {
+			// (orderstore, 0011-mapping-lookups) A literal source is a
+			// subset match of nothing but itself: no tokenizing for it.
+			if rm.src == dest {
 				m = rm
 				break
 			}
+			continue
+		}
+		// (orderstore) Nor can a source whose first token is a literal
+		// other than dest's: decided without tokenizing dest.
+		if t0 := rm.tsrc[0]; t0 != pwcs && t0 != fwcs && !firstTokenIs(dest, t0) {
+			continue
+		}
+		// tokenize and reuse for subset matching.
+		if len(tts) == 0 {
+			start := 0
+			subject := dest
+			for i := 0; i < len(subject); i++ {
+				if subject[i] == btsep {
+					tts = append(tts, subject[start:i])
+					start = i + 1
+				}
+			}
+			tts = append(tts, subject[start:])
+		}
+		if isSubsetMatchTokenized(tts, rm.tsrc) {
+			m = rm
+			break
 		}
 	}
 
