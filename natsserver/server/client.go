@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch, 0008-own-user.patch, 0009-reply-denied.patch; see natsserver/README.md).
+// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch, 0008-own-user.patch, 0009-reply-denied.patch, 0012-ack-permission-cache.patch; see natsserver/README.md).
 
 // Copyright 2012-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -4322,10 +4322,16 @@ func (c *client) pubAllowedWithResp(subject string, fullCheck, hasLock bool) (bo
 	if c.perms == nil || (c.perms.pub.allow == nil && c.perms.pub.deny == nil) {
 		return true, false
 	}
+	// (orderstore, 0012-ack-permission-cache) A consumer ack's subject
+	// names one delivery: it is not published again, so the cache is
+	// neither read nor written for it (each store churned the cache, and
+	// every 128 acks it was pruned whole). The lists decide as before.
+	cache := !strings.HasPrefix(subject, jsAckPre)
 	// Check if published subject is allowed if we have permissions in place.
-	v, ok := c.perms.pcache.Load(subject)
-	if ok {
-		return v.(bool), false
+	if cache {
+		if v, ok := c.perms.pcache.Load(subject); ok {
+			return v.(bool), false
+		}
 	}
 	allowed, checkAllow := true, true
 	// For any connections, other than CLIENT and LEAF, we will implicitly allow anything that
@@ -4359,6 +4365,9 @@ func (c *client) pubAllowedWithResp(subject string, fullCheck, hasLock bool) (bo
 		return allowed, allowed
 	}
 	// Update our cache here.
+	if !cache {
+		return allowed, false
+	}
 	c.perms.pcache.Store(subject, allowed)
 	if n := atomic.AddInt32(&c.perms.pcsz, 1); n > maxPermCacheSize {
 		c.prunePubPermsCache()
