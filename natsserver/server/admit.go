@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0002-admission.patch, 0008-own-user.patch; see natsserver/README.md).
+// (patches: 0002-admission.patch, 0008-own-user.patch, 0013-admit-without-stream-lock.patch; see natsserver/README.md).
 
 // Copyright 2026 The orderstore Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -63,13 +63,8 @@ func (m *AdmitMsg) Queued() (msgs int, bytes uint64) {
 // admit runs the admission hook for one inbound message; false means it
 // was refused (and answered).
 func (mset *stream) admit(admit func(*AdmitMsg) ([]byte, *ApiError), c *client, subject, reply string, hdr, msg []byte) ([]byte, bool) {
-	m := AdmitMsg{Subject: subject, Reply: reply, Header: hdr, Data: msg, Kind: c.kindString(), queue: mset.msgs}
-	mset.mu.RLock()
-	m.Stream = mset.cfg.Name
-	if mset.acc != nil {
-		m.StreamAccount = mset.acc.Name
-	}
-	mset.mu.RUnlock()
+	m := AdmitMsg{Subject: subject, Reply: reply, Header: hdr, Data: msg, Kind: c.kindString(), queue: mset.msgs,
+		Stream: mset.admitStream, StreamAccount: mset.admitAccount}
 	if c.acc != nil {
 		m.Account = c.acc.Name
 	}

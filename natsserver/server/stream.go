@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0001-group-commit.patch, 0002-admission.patch, 0010-skip-header-lookups.patch; see natsserver/README.md).
+// (patches: 0001-group-commit.patch, 0002-admission.patch, 0010-skip-header-lookups.patch, 0013-admit-without-stream-lock.patch; see natsserver/README.md).
 
 // Copyright 2019-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -560,6 +560,12 @@ type stream struct {
 	client *client      // The internal JetStream client.
 	sysc   *client      // The internal JetStream system client.
 
+	// (orderstore, 0013-admit-without-stream-lock) The stream's name and
+	// its account's, fixed at creation: admission reads them on every
+	// publisher's read loop without the stream's lock, which the stream's
+	// own loop holds while it stores.
+	admitStream, admitAccount string
+
 	// Isolates direct get and msg get reads from writes (ingest, atomic batch
 	// commits, purges and deletes), so those reads never observe a partially
 	// applied atomic batch or rollup. Other read paths (consumer delivery,
@@ -1055,6 +1061,8 @@ func (a *Account) addStreamWithAssignmentAndMode(config *StreamConfig, fsConfig 
 		created:   time.Now().UTC(),
 		restoring: restoring,
 	}
+	// orderstore: a stream's name never changes, nor its account.
+	mset.admitStream, mset.admitAccount = cfg.Name, a.Name
 
 	// Add created timestamp used for the store, must match that of the stream assignment if it exists.
 	if sa != nil {
