@@ -43,6 +43,7 @@ func TestTransient(t *testing.T) {
 		{fmt.Errorf("stream %q: %w", "EVENTS", context.DeadlineExceeded), true},
 		{&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, true},
 		{fmt.Errorf("wrapped: %w", &jetstream.APIError{Code: 503}), true},
+		{fmt.Errorf("stream %q: %w", "EVENTS", jetstream.ErrServerShutdown), true}, // the consumer's leader stopped
 		{&jetstream.APIError{Code: 404, ErrorCode: 10059, Description: "stream not found"}, false},
 		{errors.New("the bucket is full"), false},
 	} {

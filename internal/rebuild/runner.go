@@ -396,11 +396,13 @@ const electionWait = 2 * time.Minute
 // cluster does while it elects a leader.
 func transient(err error) bool {
 	// nats answers 503 ("JetStream system temporarily unavailable")
-	// while its meta layer has no leader.
+	// while its meta layer has no leader, and ends a pull with 409
+	// "Server Shutdown" when the node leading the fold's consumer stops
+	// (jetstream.ErrServerShutdown): another node takes the stream over.
 	var api *jetstream.APIError
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionReconnecting) ||
-		errors.As(err, &api) && api.Code == 503
+		errors.Is(err, jetstream.ErrServerShutdown) || errors.As(err, &api) && api.Code == 503
 }
 
 // release gives a rebuild's claim back (Config.Release), bounded.
