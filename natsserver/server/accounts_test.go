@@ -1,3 +1,6 @@
+// Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
+// (patches: 0014-upstream-test-races.patch; see natsserver/README.md).
+
 //go:build upstreamtests
 
 // Copyright 2018-2026 The NATS Authors
@@ -3971,6 +3974,10 @@ func TestAccountImportCycle(t *testing.T) {
 	defer ncA.Close()
 	// setup responder
 	natsSub(t, ncCp, "q1.>", func(m *nats.Msg) { m.Respond([]byte("reply")) })
+	// (orderstore, 0014-upstream-test-races) The responder's subscription
+	// must reach the server before the request: without this flush a
+	// loaded machine answers "no responders" (stock v2.15.3 too).
+	require_NoError(t, ncCp.Flush())
 	// setup requestor
 	ib := "q2.inbox"
 	subAResp, err := ncA.SubscribeSync(ib)
