@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch, 0008-own-user.patch, 0009-reply-denied.patch, 0012-ack-permission-cache.patch; see natsserver/README.md).
+// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch, 0008-own-user.patch, 0009-reply-denied.patch, 0012-ack-permission-cache.patch, 0015-ack-match-cache.patch; see natsserver/README.md).
 
 // Copyright 2012-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -4680,9 +4680,15 @@ func (c *client) processInboundClientMsg(msg []byte) (bool, bool) {
 	var r *SublistResult
 	var ok bool
 
+	// (orderstore, 0015-ack-match-cache) Nor does a consumer ack's
+	// subject go into the read loop's own cache (a copy of each, and a
+	// prune every 512).
+	ack := isJSAckSubject(c.pa.subject)
 	genid := atomic.LoadUint64(genidAddr)
 	if genid == c.in.genid && c.in.results != nil {
-		r, ok = c.in.results[string(c.pa.subject)]
+		if !ack {
+			r, ok = c.in.results[string(c.pa.subject)]
+		}
 	} else {
 		// Reset our L1 completely.
 		c.in.results = make(map[string]*SublistResult)
@@ -4693,7 +4699,7 @@ func (c *client) processInboundClientMsg(msg []byte) (bool, bool) {
 	if !ok {
 		// Match may use the subject here to populate a cache, so can not use bytesToString here.
 		r = acc.sl.Match(string(c.pa.subject))
-		if len(r.psubs)+len(r.qsubs) > 0 {
+		if len(r.psubs)+len(r.qsubs) > 0 && !ack {
 			// Prune the results cache. Keeps us from unbounded growth. Random delete.
 			if len(c.in.results) >= maxResultCacheSize {
 				n := 0

@@ -1,3 +1,6 @@
+// Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
+// (patches: 0015-ack-match-cache.patch; see natsserver/README.md).
+
 // Copyright 2016-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
 // you may not use this file except in compliance with the License.
@@ -582,12 +585,22 @@ func (s *Sublist) matchNoLock(subject string) *SublistResult {
 func (s *Sublist) match(subject string, doLock bool, doCopyOnCache bool) *SublistResult {
 	atomic.AddUint64(&s.matches, 1)
 
+	// (orderstore, 0015-ack-match-cache) A consumer ack's subject names
+	// one delivery and is not published again: it is matched without the
+	// cache, neither read nor stored (each store took the write lock and
+	// a copy, and every 1,024 of them a sweep dropped the subjects that
+	// are published again).
+	ack := strings.HasPrefix(subject, jsAckPre)
+
 	// Check cache first.
 	if doLock {
 		s.RLock()
 	}
-	cacheEnabled := s.cache != nil
+	cacheEnabled := s.cache != nil && !ack
 	r, ok := s.cache[subject]
+	if ack {
+		ok = false
+	}
 	if doLock {
 		s.RUnlock()
 	}
