@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0011-mapping-lookups.patch; see natsserver/README.md).
+// (patches: 0011-mapping-lookups.patch, 0016-service-reply-collisions.patch; see natsserver/README.md).
 
 // Copyright 2018-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -2548,10 +2548,14 @@ func isTrackedReply(reply []byte) bool {
 
 // Generate a new service reply from the wildcard prefix.
 // FIXME(dlc) - probably do not have to use rand here. about 25ns per.
+// serviceReplyRand is where a service reply's random part comes from
+// (orderstore, 0016-service-reply-collisions: a test makes two collide).
+var serviceReplyRand = rand.Uint64
+
 func (a *Account) newServiceReply(tracking bool) []byte {
 	a.mu.Lock()
 	s := a.srv
-	rn := rand.Uint64()
+	rn := serviceReplyRand()
 
 	// Check if we need to create the reply here.
 	var createdSiReply bool
@@ -2715,13 +2719,26 @@ func (a *Account) SetServiceExportAllowTrace(export string, allowTrace bool) err
 
 // This is for internal service import responses.
 func (a *Account) addRespServiceImport(dest *Account, to string, osi *serviceImport, tracking bool, header http.Header, mt *msgTrace) *serviceImport {
-	nrr := string(osi.acc.newServiceReply(tracking))
-
 	dest.mu.Lock()
 	osiSe, osiLat, osiRT, osiShare := osi.se, osi.latency, osi.rt, osi.share
 	dest.mu.Unlock()
 
-	a.mu.Lock()
+	// (orderstore, 0016-service-reply-collisions) A reply still awaiting
+	// its response is never handed out again: the second request's
+	// mapping replaced the first's, so one requester got the other's
+	// answer and the other none. The random part has 62^6 values, and a
+	// flood of requests through a service import keeps thousands of
+	// replies alive at once (a producer pipelining events into the
+	// stream): about one flood in three hundred lost an answer.
+	var nrr string
+	for {
+		nrr = string(osi.acc.newServiceReply(tracking))
+		a.mu.Lock()
+		if _, taken := a.exports.responses[nrr]; !taken {
+			break
+		}
+		a.mu.Unlock()
+	}
 
 	// dest is the requestor's account. a is the service responder with the export.
 	// Marked as internal here, that is how we distinguish.
