@@ -1938,7 +1938,13 @@ func (a *Account) removeRespServiceImport(si *serviceImport, reason rsiReason) {
 
 	a.mu.Lock()
 	c := a.ic
-	delete(a.exports.responses, si.from)
+	// (orderstore, 0016-service-reply-collisions) Only this mapping: a
+	// late removal (the threshold's sweep takes its list, then removes)
+	// must not take the one a new request was given under the same reply
+	// once this one was gone.
+	if a.exports.responses[si.from] == si {
+		delete(a.exports.responses, si.from)
+	}
 	dest, to, tracking, rc, didDeliver := si.acc, si.to, si.tracking, si.rc, si.didDeliver
 	a.mu.Unlock()
 
@@ -2548,14 +2554,18 @@ func isTrackedReply(reply []byte) bool {
 
 // Generate a new service reply from the wildcard prefix.
 // FIXME(dlc) - probably do not have to use rand here. about 25ns per.
-// serviceReplyRand is where a service reply's random part comes from
-// (orderstore, 0016-service-reply-collisions: a test makes two collide).
-var serviceReplyRand = rand.Uint64
+// serviceReplyRand, when a test sets it, gives a service reply's random
+// part (orderstore, 0016-service-reply-collisions: a test makes two
+// collide).
+var serviceReplyRand atomic.Pointer[func() uint64]
 
 func (a *Account) newServiceReply(tracking bool) []byte {
 	a.mu.Lock()
 	s := a.srv
-	rn := serviceReplyRand()
+	rn := rand.Uint64()
+	if f := serviceReplyRand.Load(); f != nil {
+		rn = (*f)()
+	}
 
 	// Check if we need to create the reply here.
 	var createdSiReply bool

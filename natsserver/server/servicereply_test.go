@@ -18,6 +18,7 @@ package server
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -34,14 +35,14 @@ import (
 // the second requester and the second answer nowhere.
 func TestServiceReplyCollisionAnswersBoth(t *testing.T) {
 	var calls atomic.Int64
-	orig := serviceReplyRand
-	serviceReplyRand = func() uint64 {
+	forced := func() uint64 {
 		if calls.Add(1) <= 2 {
 			return 42 // the first two replies collide
 		}
-		return orig()
+		return rand.Uint64()
 	}
-	t.Cleanup(func() { serviceReplyRand = orig })
+	serviceReplyRand.Store(&forced)
+	t.Cleanup(func() { serviceReplyRand.Store(nil) })
 
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "server.conf")

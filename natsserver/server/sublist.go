@@ -597,9 +597,10 @@ func (s *Sublist) match(subject string, doLock bool, doCopyOnCache bool) *Sublis
 		s.RLock()
 	}
 	cacheEnabled := s.cache != nil && !ack
-	r, ok := s.cache[subject]
-	if ack {
-		ok = false
+	var r *SublistResult
+	var ok bool
+	if cacheEnabled {
+		r, ok = s.cache[subject]
 	}
 	if doLock {
 		s.RUnlock()
