@@ -27,9 +27,6 @@ func FailSyncs(app *Appliance, err error) {
 // fail with it).
 func InternalJetStream(app *Appliance) jetstream.JetStream { return app.js }
 
-// AdmissionWaiting is how many publishes wait in app's admission line.
-func AdmissionWaiting(app *Appliance) int64 { return app.admit.Counts().Waiting }
-
 // OwnConnectionOptions sign a connection in as orderstore's own, in the
 // stream's account: BenchmarkPublishLayout prices the account layout with
 // them.

@@ -7,7 +7,6 @@ import (
 	"github.com/orderstore/orderstore/internal/testkit"
 	"io"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -87,5 +86,3 @@ func (a *inproc) stop() int {
 	}
 	return -1
 }
-
-func (a *inproc) logHas(s string) bool { return strings.Contains(a.log.String(), s) }

@@ -85,9 +85,6 @@ func StartChild(t testing.TB, what string, env ...string) (*Child, error) {
 	}
 }
 
-// Done is closed once the child exited.
-func (c *Child) Done() <-chan struct{} { return c.done }
-
 // Exited reports whether the child exited.
 func (c *Child) Exited() bool {
 	select {
