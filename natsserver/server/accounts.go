@@ -2552,13 +2552,13 @@ func isTrackedReply(reply []byte) bool {
 	return lreply > 3 && reply[lreply-1] == '.' && reply[lreply] == 'T'
 }
 
-// Generate a new service reply from the wildcard prefix.
-// FIXME(dlc) - probably do not have to use rand here. about 25ns per.
 // serviceReplyRand, when a test sets it, gives a service reply's random
 // part (orderstore, 0016-service-reply-collisions: a test makes two
 // collide).
 var serviceReplyRand atomic.Pointer[func() uint64]
 
+// Generate a new service reply from the wildcard prefix.
+// FIXME(dlc) - probably do not have to use rand here. about 25ns per.
 func (a *Account) newServiceReply(tracking bool) []byte {
 	a.mu.Lock()
 	s := a.srv
