@@ -79,7 +79,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 // taking requests and finishes those in flight before anything else
 // stops.
 func (a *Appliance) openAdmin(context.Context) error {
-	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, History: historyBackend{a}, Validation: a.validationStats, Checks: a.checks, Recovery: a.rc.Notes(), Topology: a.topology, Backup: a.backupTar,
+	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, History: a, Validation: a.validationStats, Checks: a.checks, Recovery: a.rc.Notes(), Topology: a.topology, Backup: a.backupTar,
 		Publish: func(ctx context.Context, subject string, h nats.Header, data []byte) (*jetstream.PubAck, error) {
 			return a.publishMsg(ctx, subject, h, data)
 		},

@@ -41,13 +41,7 @@ func (a *Appliance) waitForMetaLeader(ctx context.Context) error {
 			a.log.Info("joined the cluster", "cluster", a.cfg.Cluster.Name, "meta_leader", natsrun.MetaLeader(ns), "took", time.Since(t0).Round(time.Millisecond).String())
 			return nil
 		}
-		others := 0
-		for _, r := range a.cfg.Cluster.Routes {
-			if !ownRoute(r, a.cfg.Cluster.Listen) {
-				others++
-			}
-		}
-		a.admin.SetStarting(fmt.Sprintf("waiting for a quorum of cluster %q (%d of %d other nodes reached): a majority of the nodes must run", a.cfg.Cluster.Name, natsrun.PeersUp(ns), others))
+		a.admin.SetStarting(fmt.Sprintf("waiting for a quorum of cluster %q (%d of %d other nodes reached): a majority of the nodes must run", a.cfg.Cluster.Name, natsrun.PeersUp(ns), a.otherNodes()))
 		if time.Now().After(next) {
 			next = time.Now().Add(5 * time.Second)
 			a.log.Info("waiting for the JetStream meta leader", "cluster", a.cfg.Cluster.Name, "peers_up", natsrun.PeersUp(ns),

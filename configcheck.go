@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net"
@@ -38,16 +39,9 @@ type FieldError struct {
 // Error names the problem by its Go field, or by its TOML key when it
 // has no field (a file's).
 func (e *FieldError) Error() string {
-	name := e.Field
-	if name == "" {
-		name = e.Key
-	}
+	name := cmp.Or(e.Field, e.Key)
 	if e.Unknown {
-		keys := e.Value
-		if keys == "" {
-			keys = e.Key
-		}
-		return "unknown keys: " + keys + " (hint: check the spelling against orderstore.example.toml)"
+		return "unknown keys: " + cmp.Or(e.Value, e.Key) + " (hint: check the spelling against orderstore.example.toml)"
 	}
 	if e.Value != "" {
 		return fmt.Sprintf("%s = %s: %s", name, e.Value, e.Reason)
@@ -542,16 +536,11 @@ func hostOf(hostport string) (string, error) {
 	return host, nil
 }
 
-func validDomain(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return true
+func validDomain(s string) bool { return len(s) <= 64 && validBucket(s) }
+
+// wordRune is a letter, digit, '-' or '_': what bucket and domain names take.
+func wordRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_'
 }
 
 // minTokenLen is the shortest admin token accepted.
@@ -581,15 +570,7 @@ func validName(s string) bool {
 }
 
 func validBucket(s string) bool {
-	if s == "" || len(s) > 255 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return true
+	return s != "" && len(s) <= 255 && strings.IndexFunc(s, func(r rune) bool { return !wordRune(r) }) < 0
 }
 
 func validSubject(s string) bool {

@@ -106,9 +106,6 @@ func (a *Appliance) orderEvents(ctx context.Context, id string, from, limit int,
 // [ErrNotFound]; a point before the first event the stream still holds
 // matches [ErrNotRetained].
 func (a *Appliance) OrderAsOf(ctx context.Context, id string, point AsOf) (OrderAsOf, error) {
-	if err := a.historyReady(id); err != nil {
-		return OrderAsOf{}, err
-	}
 	return a.FoldOrderEvents(ctx, id, point, nil)
 }
 
@@ -124,7 +121,9 @@ func (a *Appliance) FoldOrderEvents(ctx context.Context, id string, point AsOf, 
 	if err != nil {
 		return OrderAsOf{}, err
 	}
-	st, err := a.foldEvents(ctx, s, id, point, fn)
+	proj, done := a.reads.For(ctx, id)
+	defer done()
+	st, err := proj.FoldEvents(ctx, s, id, point, fn)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return st, fmt.Errorf("order %q had no event as of %s: %w", id, describePoint(point), ErrNotFound)
 	}
@@ -164,24 +163,6 @@ func describePoint(p AsOf) string {
 	return strings.Join(parts, " and ")
 }
 
-// historyBackend is the admin server's view of the history calls.
-type historyBackend struct{ a *Appliance }
-
-func (h historyBackend) OrderEvents(ctx context.Context, id string, from, limit int, states bool) (OrderHistory, error) {
-	if !states {
-		return h.a.OrderEvents(ctx, id, from, limit)
-	}
-	return h.a.OrderEventStates(ctx, id, from, limit)
-}
-
-func (h historyBackend) OrderAsOf(ctx context.Context, id string, point AsOf) (OrderAsOf, error) {
-	return h.a.OrderAsOf(ctx, id, point)
-}
-
-func (h historyBackend) OrderDeadLetters(ctx context.Context, id string) ([]DeadLetter, bool, error) {
-	return h.a.OrderDeadLetters(ctx, id)
-}
-
 // orderDeadLetterScan bounds how many of the most recent dead letters
 // OrderDeadLetters reads: the dead-letter stream has no per-order index.
 const orderDeadLetterScan = 10_000
@@ -194,10 +175,4 @@ func (a *Appliance) OrderDeadLetters(ctx context.Context, id string) ([]DeadLett
 		return nil, false, fmt.Errorf("order %q: %w", id, ErrNotFound)
 	}
 	return processor.OrderDeadLetters(ctx, a.js, a.cfg.Processor.DeadLetterStream, id, orderDeadLetterScan, 100)
-}
-
-func (a *Appliance) foldEvents(ctx context.Context, s jetstream.Stream, id string, point processor.AsOfPoint, fn func(processor.Event) error) (processor.AsOfState, error) {
-	proj, done := a.reads.For(ctx, id)
-	defer done()
-	return proj.FoldEvents(ctx, s, id, point, fn)
 }

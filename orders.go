@@ -39,13 +39,8 @@ var (
 // At start the index loads the bucket's records: until it has, Orders
 // waits (bounded by ctx).
 func (a *Appliance) Orders(ctx context.Context, q OrdersQuery) (OrdersPage, error) {
-	if a.index == nil {
-		return OrdersPage{}, ErrNoOrderIndex
-	}
-	select {
-	case <-a.index.Loaded():
-	case <-ctx.Done():
-		return OrdersPage{}, fmt.Errorf("orders: the order index is still loading: %w", ctx.Err())
+	if err := a.indexLoaded(ctx, "orders"); err != nil {
+		return OrdersPage{}, err
 	}
 	return a.index.List(q)
 }
@@ -54,16 +49,24 @@ func (a *Appliance) Orders(ctx context.Context, q OrdersQuery) (OrdersPage, erro
 // first, with the stale ones of a status that has a stale_after) and the
 // total, once the order index has loaded (see [Appliance.Orders]).
 func (a *Appliance) OrderCounts(ctx context.Context) ([]OrderCount, int, error) {
-	if a.index == nil {
-		return nil, 0, ErrNoOrderIndex
-	}
-	select {
-	case <-a.index.Loaded():
-	case <-ctx.Done():
-		return nil, 0, fmt.Errorf("order counts: the order index is still loading: %w", ctx.Err())
+	if err := a.indexLoaded(ctx, "order counts"); err != nil {
+		return nil, 0, err
 	}
 	counts, total := a.index.Counts()
 	return counts, total, nil
+}
+
+// indexLoaded waits until the order index has loaded the bucket.
+func (a *Appliance) indexLoaded(ctx context.Context, what string) error {
+	if a.index == nil {
+		return ErrNoOrderIndex
+	}
+	select {
+	case <-a.index.Loaded():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s: the order index is still loading: %w", what, ctx.Err())
+	}
 }
 
 // startOrderIndex runs the order index (unless processor.order_index is

@@ -1,9 +1,11 @@
 package orderstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -17,14 +19,15 @@ import (
 	"github.com/orderstore/orderstore/internal/natsconf"
 )
 
-// internalConns are orderstore's own in-process connections, the internal
-// one and the processor's (a hub has one more, its watcher's:
-// hubWatchConns), which nats counts among its connections:
-// max_connections counts clients only.
-const internalConns = 2
-
-// hubWatchConns is the hub watcher's connection.
-const hubWatchConns = 1
+// internalConns are orderstore's own in-process connections, which nats
+// counts among its connections (max_connections counts clients only): the
+// internal one, the processor's and a hub's watcher's.
+func (c Config) internalConns() int {
+	if c.Hub.Enabled() {
+		return 3
+	}
+	return 2
+}
 
 // embeddedConfig is the embedded server for c: its limits, and the
 // accounts, users, cluster, leaf node and TLS options internal/natsconf
@@ -45,7 +48,7 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *natsconf.Identity) (embe
 		Debug:            logger.Enabled(context.Background(), slog.LevelDebug),
 		SystemUser:       c.Server.SystemUser,
 		SystemPassword:   c.Server.SystemPassword,
-		MaxConnections:   c.Server.MaxConnections + internalConns + hubWatchConns*b2i(c.Hub.Enabled()),
+		MaxConnections:   c.Server.MaxConnections + c.internalConns(),
 		MaxSubscriptions: c.Server.MaxSubscriptions,
 		// One second to sign in: a socket that never does holds a
 		// max_connections slot that long, not nats' default 2s.
@@ -117,7 +120,7 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		// dead-lettered again (a consumer declared again from the start,
 		// a restored backup replayed) is stored once while the dead
 		// letters are kept.
-		Duplicates:  deadLetterDedupe(p.DeadLetterMaxAge),
+		Duplicates:  cmp.Or(p.DeadLetterMaxAge, 720*time.Hour),
 		Replicas:    st.Replicas,
 		AllowDirect: true,
 	}
@@ -136,7 +139,7 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		spec.Projection.LimitMarkerTTL = projectionMarkerTTL
 	}
 	if hmax := c.historyMaxBytes(); hmax > 0 {
-		spec.History = c.historySpec(hmax)
+		spec.History = c.historySpec(c.Processor.HistoryBucket(), hmax)
 	}
 	if h := c.Hub; h.Enabled() {
 		agg := spec.Stream
@@ -180,18 +183,10 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 	return spec
 }
 
-func deadLetterDedupe(maxAge time.Duration) time.Duration {
-	if maxAge > 0 {
-		return maxAge
-	}
-	return 720 * time.Hour
-}
-
-// historySpec is the history index's stream, read as a KV bucket
-// ("KV_<bucket>_HISTORY"), hmax bytes at most.
-func (c Config) historySpec(hmax int64) *jetstream.StreamConfig {
+// historySpec is the stream of history index hb, read as a KV bucket
+// ("KV_<hb>"), hmax bytes at most.
+func (c Config) historySpec(hb string, hmax int64) *jetstream.StreamConfig {
 	st := c.Stream
-	hb := c.Processor.HistoryBucket()
 	return &jetstream.StreamConfig{
 		Name:        "KV_" + hb,
 		Description: "order history index (managed by orderstore)",
@@ -247,7 +242,6 @@ func deadLetterSubjectPrefix(stream string) string { return "dlq." + stream }
 // projection of [NewProjection]). Logger is c.Logger under
 // component=processor.
 func (c Config) ProcessorConfig(h processor.Handler) processor.Config {
-	backoff := append([]time.Duration(nil), c.Processor.Backoff...)
 	return processor.Config{
 		Stream:                  c.DeclareSpec().ConsumerStream(),
 		Durable:                 c.Processor.Durable,
@@ -255,7 +249,7 @@ func (c Config) ProcessorConfig(h processor.Handler) processor.Config {
 		DeadLetterSubjectPrefix: deadLetterSubjectPrefix(c.Processor.DeadLetterStream),
 		MaxDeadLetterBytes:      int(c.Server.MaxPayload), // the dead-letter stream's max_msg_size
 		MaxDeliver:              c.Processor.MaxDeliver,
-		Backoff:                 backoff,
+		Backoff:                 slices.Clone(c.Processor.Backoff),
 		Handler:                 h,
 		Logger:                  loggerOrDiscard(c.Logger).With("component", "processor"),
 	}
@@ -287,11 +281,4 @@ func loggerOrDiscard(l *slog.Logger) *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return l
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

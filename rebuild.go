@@ -100,19 +100,16 @@ func (a *Appliance) CancelRebuild() error {
 func (a *Appliance) openRebuild(ctx context.Context) error {
 	cfg := a.cfg
 	var target rebuild.Target
+	if v, ok := cfg.Processor.Handler.(processor.Versioned); ok {
+		a.handlerVersion = v.Version()
+	}
 	switch h := cfg.Processor.Handler.(type) {
 	case nil:
 		a.handlerVersion = processor.ProjectionVersion
 		target = a.bucketsTarget()
 	case processor.Rebuilder:
-		if v, ok := h.(processor.Versioned); ok {
-			a.handlerVersion = v.Version()
-		}
 		target = handlerTarget{h}
 	default:
-		if v, ok := h.(processor.Versioned); ok {
-			a.handlerVersion = v.Version()
-		}
 		a.rebuildUnsupported = fmt.Errorf("%w: the custom Processor.Handler does not implement processor.Rebuilder", ErrRebuildUnsupported)
 	}
 	if target == nil {
@@ -242,10 +239,8 @@ func (a *Appliance) bucketsTarget() *rebuild.Buckets {
 		Reads: a.reads.Switch, Sync: a.syncStreams}
 	if spec.History != nil {
 		b.LiveHistory = cfg.Processor.HistoryBucket()
-		h := *spec.History
-		hb := shadow.Bucket + "_HISTORY"
-		h.Name, h.Subjects, h.Description = "KV_"+hb, []string{"$KV." + hb + ".>"}, "order history index being rebuilt (managed by orderstore)"
-		b.ShadowHistory = &h
+		b.ShadowHistory = cfg.historySpec(shadow.Bucket+"_HISTORY", cfg.historyMaxBytes())
+		b.ShadowHistory.Description = "order history index being rebuilt (managed by orderstore)"
 	}
 	b.Projection = func(records, history jetstream.KeyValue) *processor.Projection {
 		p := processor.NewProjection(a.pjs, records)
@@ -320,10 +315,7 @@ func (a *Appliance) rebuildBudget(ctx context.Context) error {
 	}
 	// The shadow bucket reserves the live one's max_bytes; on disk it
 	// takes about what the live one stores.
-	var reserve uint64
-	if cfg.Processor.ProjectionMaxBytes > 0 {
-		reserve = uint64(cfg.Processor.ProjectionMaxBytes)
-	}
+	reserve := uint64(max(cfg.Processor.ProjectionMaxBytes, 0))
 	// nats reserves a stream's max_bytes within the server's
 	// max_file_store when it is created.
 	if srv := a.monitored.Load(); srv != nil && reserve > 0 {

@@ -308,7 +308,7 @@ func (a *Appliance) setDurablePaused(ctx context.Context, pause bool) error {
 // to be changed gets a hash of itself, so that two names never share one.
 func nodeSuffix(name string) string {
 	s := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+		if wordRune(r) {
 			return r
 		}
 		return '_'

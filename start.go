@@ -171,15 +171,7 @@ func (a *Appliance) startStoreGuard(context.Context) error {
 }
 
 // newEpoch is a run's EpochHeader value: 12 random letters and digits.
-func newEpoch() string {
-	const digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-	var b [12]byte
-	crand.Read(b[:])
-	for i := range b {
-		b[i] = digits[int(b[i])%len(digits)]
-	}
-	return string(b[:])
-}
+func newEpoch() string { return crand.Text()[:12] }
 
 // declare declares what the config names and runs the recovery check.
 func (a *Appliance) declare(ctx context.Context) error {
@@ -306,12 +298,9 @@ func (a *Appliance) startHubWatch(context.Context) (err error) {
 	if a.hubwatch, _, err = a.connect("orderstore-hubwatch", natsconf.HubWatchInbox); err != nil {
 		return err
 	}
-	// With group commit the watcher's writes are acked once synced, as in
-	// "always"; its metadata (the sources' config) is synced as written.
-	syncMeta := func(context.Context) error { return nil }
 	a.hub = edgehub.New(edgehub.Config{Edges: a.cfg.Hub.Edges, Stream: a.cfg.Stream.Name, Spec: a.spec, DeadLetterStream: a.cfg.Processor.DeadLetterStream,
 		DeadLetterPrefix: deadLetterSubjectPrefix(a.cfg.Processor.DeadLetterStream), EpochHeader: EpochHeader},
-		a.js, a.hubwatch.Conn, syncMeta, a.log)
+		a.js, a.hubwatch.Conn, a.log)
 	a.sup.add(component{name: "hub watcher", run: a.hub.Run})
 	return nil
 }

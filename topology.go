@@ -34,12 +34,9 @@ func (a *Appliance) topology(ctx context.Context) *status.Topology {
 }
 
 func (a *Appliance) clusterStatus(ctx context.Context, ns *server.Server) *status.ClusterStatus {
-	cs := &status.ClusterStatus{Name: a.cfg.Cluster.Name, RoutesUp: natsrun.PeersUp(ns)}
+	cs := &status.ClusterStatus{Name: a.cfg.Cluster.Name, RoutesUp: natsrun.PeersUp(ns), OtherNodes: a.otherNodes()}
 	for _, r := range a.cfg.Cluster.Routes {
 		cs.Routes = append(cs.Routes, redactURL(r))
-		if !ownRoute(r, a.cfg.Cluster.Listen) {
-			cs.OtherNodes++
-		}
 	}
 	if jsz, err := ns.Jsz(&server.JSzOptions{}); err == nil && jsz.Meta != nil {
 		cs.MetaLeader = jsz.Meta.Leader
@@ -111,6 +108,16 @@ func (a *Appliance) clusterCheck(ctx context.Context) status.Check {
 	return c
 }
 
+// otherNodes is how many of cluster.routes lead to other nodes.
+func (a *Appliance) otherNodes() (n int) {
+	for _, r := range a.cfg.Cluster.Routes {
+		if !ownRoute(r, a.cfg.Cluster.Listen) {
+			n++
+		}
+	}
+	return n
+}
+
 // ownRoute reports whether route leads to this node's own route
 // listener (listen, host:port).
 func ownRoute(route, listen string) bool {
@@ -123,8 +130,7 @@ func ownRoute(route, listen string) bool {
 		return false
 	}
 	rh := u.Hostname()
-	loop := func(h string) bool { return h == "localhost" || net.ParseIP(h) != nil && net.ParseIP(h).IsLoopback() }
-	return rh == host || host == "" || host == "0.0.0.0" || host == "::" || loop(rh) && loop(host)
+	return rh == host || host == "" || host == "0.0.0.0" || host == "::" || isLoopback(rh) && isLoopback(host)
 }
 
 // redactURL drops a URL's password.

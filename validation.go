@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/orderstore/orderstore/internal/hint"
@@ -29,10 +30,7 @@ func (a *Appliance) validationStats() *status.ValidationStats {
 	if !v.Enabled() {
 		return nil
 	}
-	st := &status.ValidationStats{Schemas: v.Schemas(), UnknownTypes: v.UnknownTypes(), Func: v.HasFunc()}
-	if st.UnknownTypes == "" {
-		st.UnknownTypes = validate.Accept
-	}
+	st := &status.ValidationStats{Schemas: v.Schemas(), UnknownTypes: cmp.Or(v.UnknownTypes(), validate.Accept), Func: v.HasFunc()}
 	for _, c := range v.Counts() {
 		st.Rejected = append(st.Rejected, status.ValidationCount{Type: c.Type, Reason: c.Reason, Events: c.N})
 		st.RejectedTotal += c.N

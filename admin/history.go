@@ -19,7 +19,8 @@ import (
 // Unknown orders match Backend.NotFound; processor.ErrNotRetained and
 // processor.ErrNoHistory are answered 410 and 501.
 type History interface {
-	OrderEvents(ctx context.Context, id string, from, limit int, states bool) (processor.HistoryPage, error)
+	OrderEvents(ctx context.Context, id string, from, limit int) (processor.HistoryPage, error)
+	OrderEventStates(ctx context.Context, id string, from, limit int) (processor.HistoryPage, error)
 	OrderAsOf(ctx context.Context, id string, point processor.AsOfPoint) (processor.AsOfState, error)
 	// OrderDeadLetters returns the order's dead letters among the most
 	// recent ones (complete: all were read).
@@ -86,7 +87,11 @@ func (s *Server) orderEvents(w http.ResponseWriter, r *http.Request, b *Backend)
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "states must be true or false"})
 		return
 	}
-	page, err := b.History.OrderEvents(r.Context(), id, from, limit, states)
+	read := b.History.OrderEvents
+	if states {
+		read = b.History.OrderEventStates
+	}
+	page, err := read(r.Context(), id, from, limit)
 	if s.historyError(w, b, id, "", err) {
 		return
 	}

@@ -93,31 +93,15 @@ func Declare(ctx context.Context, js jetstream.JetStream, spec Spec, logger *slo
 		logger = slog.New(slog.DiscardHandler)
 	}
 	res := &Result{}
-	if spec.History != nil {
-		if err := declareStream(ctx, js, *spec.History, res); err != nil {
-			return res, err
-		}
-	}
-	if err := declareStream(ctx, js, spec.Stream, res); err != nil {
-		return res, err
-	}
-	if spec.DeadLetter != nil {
-		if err := declareStream(ctx, js, *spec.DeadLetter, res); err != nil {
-			return res, err
-		}
-	}
-	if spec.Projection != nil {
-		if err := declareBucket(ctx, js, *spec.Projection, res); err != nil {
-			return res, err
-		}
-	}
-	if spec.Aggregate != nil {
-		if err := declareStream(ctx, js, *spec.Aggregate, res); err != nil {
-			return res, err
-		}
-	}
-	if spec.Consumer != nil {
-		if err := declareConsumer(ctx, js, spec.ConsumerStream(), *spec.Consumer, res); err != nil {
+	for _, step := range []func() error{
+		func() error { return declareStream(ctx, js, spec.History, res) },
+		func() error { return declareStream(ctx, js, &spec.Stream, res) },
+		func() error { return declareStream(ctx, js, spec.DeadLetter, res) },
+		func() error { return declareBucket(ctx, js, spec.Projection, res) },
+		func() error { return declareStream(ctx, js, spec.Aggregate, res) },
+		func() error { return declareConsumer(ctx, js, spec.ConsumerStream(), spec.Consumer, res) },
+	} {
+		if err := step(); err != nil {
 			return res, err
 		}
 	}
@@ -130,7 +114,11 @@ func Declare(ctx context.Context, js jetstream.JetStream, spec Spec, logger *slo
 	return res, nil
 }
 
-func declareStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, res *Result) error {
+func declareStream(ctx context.Context, js jetstream.JetStream, w *jetstream.StreamConfig, res *Result) error {
+	if w == nil {
+		return nil
+	}
+	want := *w
 	obj := fmt.Sprintf("stream %q", want.Name)
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -166,7 +154,7 @@ func declareStream(ctx context.Context, js jetstream.JetStream, want jetstream.S
 	add("max_age", durStr(have.MaxAge), durStr(want.MaxAge))
 	add("max_bytes", bytesize.Format(have.MaxBytes), bytesize.Format(orUnlimited(want.MaxBytes)))
 	add("max_msgs", limitStr(have.MaxMsgs), limitStr(orUnlimited(want.MaxMsgs)))
-	add("max_msg_size", bytesize.Format(int64(have.MaxMsgSize)), bytesize.Format(int64(orUnlimited32(want.MaxMsgSize))))
+	add("max_msg_size", bytesize.Format(int64(have.MaxMsgSize)), bytesize.Format(int64(orUnlimited(want.MaxMsgSize))))
 	add("discard", have.Discard.String(), want.Discard.String())
 	if want.Duplicates != 0 {
 		add("duplicate_window", durStr(have.Duplicates), durStr(want.Duplicates))
@@ -262,7 +250,11 @@ func consumerDrift(stream string, have, want jetstream.ConsumerConfig) *DriftErr
 		want.Durable, stream, want.Durable)}
 }
 
-func declareBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, res *Result) error {
+func declareBucket(ctx context.Context, js jetstream.JetStream, w *jetstream.KeyValueConfig, res *Result) error {
+	if w == nil {
+		return nil
+	}
+	want := *w
 	obj := fmt.Sprintf("kv bucket %q", want.Bucket)
 	kv, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -351,7 +343,11 @@ func allowAtomic(ctx context.Context, js jetstream.JetStream, bucket, obj string
 	return nil
 }
 
-func declareConsumer(ctx context.Context, js jetstream.JetStream, stream string, want jetstream.ConsumerConfig, res *Result) error {
+func declareConsumer(ctx context.Context, js jetstream.JetStream, stream string, w *jetstream.ConsumerConfig, res *Result) error {
+	if w == nil {
+		return nil
+	}
+	want := *w
 	obj := fmt.Sprintf("consumer %q on stream %q", want.Durable, stream)
 	c, err := js.Consumer(ctx, stream, want.Durable)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -451,14 +447,7 @@ func limitStr(n int64) string {
 	return fmt.Sprint(n)
 }
 
-func orUnlimited(n int64) int64 {
-	if n == 0 {
-		return -1
-	}
-	return n
-}
-
-func orUnlimited32(n int32) int32 {
+func orUnlimited[T int32 | int64](n T) T {
 	if n == 0 {
 		return -1
 	}

@@ -83,13 +83,6 @@ func Preflight(cfg PreflightConfig) (_ *Lock, _ Report, err error) {
 	if err := os.MkdirAll(abs, 0o750); err != nil {
 		return nil, rep, errorf("preflight", what, dirHint(abs, err), fmt.Errorf("cannot be created: %w", unwrapPath(err)))
 	}
-	st, err := os.Stat(abs)
-	if err != nil {
-		return nil, rep, errorf("preflight", what, dirHint(abs, err), unwrapPath(err))
-	}
-	if !st.IsDir() {
-		return nil, rep, errorf("preflight", what, "point jetstream.store_dir at a directory", errors.New("is not a directory"))
-	}
 	if err := probe(abs); err != nil {
 		return nil, rep, errorf("preflight", what, dirHint(abs, err), fmt.Errorf("is not writable: %w", err))
 	}
@@ -110,11 +103,7 @@ func Preflight(cfg PreflightConfig) (_ *Lock, _ Report, err error) {
 	}
 	rep.FreeBytes = free
 	rep.UsedBytes = duBytes(filepath.Join(abs, "jetstream"))
-	grow := cfg.MaxFileStore - rep.UsedBytes
-	if grow < 0 {
-		grow = 0
-	}
-	need := uint64(grow) + uint64(max(cfg.Headroom, 0))
+	need := uint64(max(cfg.MaxFileStore-rep.UsedBytes, 0)) + uint64(max(cfg.Headroom, 0))
 	if free < need {
 		msg := fmt.Errorf("free disk %s is less than jetstream.max_file_store %s (of which %s already used) plus disk_headroom %s",
 			bytesize.Format(int64(free)), bytesize.Format(cfg.MaxFileStore), bytesize.Format(rep.UsedBytes), bytesize.Format(cfg.Headroom))

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -436,15 +437,15 @@ func (c Config) options() (*server.Options, error) {
 	}
 	*o = server.Options{
 		Accounts:               o.Accounts,
-		ServerName:             c.ServerName,
-		Host:                   c.Host,
-		Port:                   c.Port,
+		ServerName:             cmp.Or(c.ServerName, "orderstore"),
+		Host:                   cmp.Or(c.Host, "127.0.0.1"),
+		Port:                   cmp.Or(c.Port, server.DEFAULT_PORT),
 		NoSigs:                 true,
 		NoLog:                  false,
 		JetStream:              true,
 		StoreDir:               c.StoreDir,
-		JetStreamMaxMemory:     c.MaxMemory,
-		JetStreamMaxStore:      c.MaxStore,
+		JetStreamMaxMemory:     cmp.Or(c.MaxMemory, defaultMaxMemory),
+		JetStreamMaxStore:      cmp.Or(c.MaxStore, defaultMaxStore),
 		DisableJetStreamBanner: true,
 		DontListen:             c.DontListen,
 		MaxPayload:             c.MaxPayload,
@@ -458,11 +459,8 @@ func (c Config) options() (*server.Options, error) {
 	}
 	o.JetStreamDomain = c.Domain
 	if cl := c.Cluster; cl.Name != "" {
-		o.Cluster = server.ClusterOpts{Name: cl.Name, Host: cl.Host, Port: cl.Port, Username: cl.User, Password: cl.Password,
+		o.Cluster = server.ClusterOpts{Name: cl.Name, Host: cmp.Or(cl.Host, "127.0.0.1"), Port: cl.Port, Username: cl.User, Password: cl.Password,
 			TLSConfig: cl.TLS, TLSTimeout: 2}
-		if o.Cluster.Host == "" {
-			o.Cluster.Host = "127.0.0.1"
-		}
 		for _, r := range cl.Routes {
 			u, err := url.Parse(r)
 			if err != nil {
@@ -475,11 +473,8 @@ func (c Config) options() (*server.Options, error) {
 		}
 	}
 	if ln := c.LeafNode; ln.Port != 0 || len(ln.Remotes) > 0 {
-		o.LeafNode = server.LeafNodeOpts{Host: ln.Host, Port: ln.Port, Username: ln.User, Password: ln.Password, Account: ln.Account,
+		o.LeafNode = server.LeafNodeOpts{Host: cmp.Or(ln.Host, "127.0.0.1"), Port: ln.Port, Username: ln.User, Password: ln.Password, Account: ln.Account,
 			TLSConfig: ln.TLS, TLSTimeout: 2, ReconnectInterval: ln.ReconnectInterval}
-		if o.LeafNode.Host == "" {
-			o.LeafNode.Host = "127.0.0.1"
-		}
 		for _, r := range ln.Remotes {
 			u, err := url.Parse(r.URL)
 			if err != nil {
@@ -500,21 +495,6 @@ func (c Config) options() (*server.Options, error) {
 		if c.TLSTimeout > 0 {
 			o.TLSTimeout = c.TLSTimeout.Seconds()
 		}
-	}
-	if o.ServerName == "" {
-		o.ServerName = "orderstore"
-	}
-	if o.Host == "" {
-		o.Host = "127.0.0.1"
-	}
-	if o.Port == 0 {
-		o.Port = server.DEFAULT_PORT
-	}
-	if o.JetStreamMaxMemory == 0 {
-		o.JetStreamMaxMemory = defaultMaxMemory
-	}
-	if o.JetStreamMaxStore == 0 {
-		o.JetStreamMaxStore = defaultMaxStore
 	}
 	if c.EncryptionKey != "" {
 		o.JetStreamKey = c.EncryptionKey
@@ -575,6 +555,11 @@ func (c Config) options() (*server.Options, error) {
 				return nil, fmt.Errorf("account %q: export %q: %w", a.Name, e.Subject, err)
 			}
 		}
+		for _, m := range a.Mappings {
+			if err := acc.AddMapping(m.From, m.To); err != nil {
+				return nil, fmt.Errorf("account %q: mapping %q to %q: %w", a.Name, m.From, m.To, err)
+			}
+		}
 	}
 	for _, a := range c.Accounts {
 		for _, im := range a.Imports {
@@ -584,11 +569,7 @@ func (c Config) options() (*server.Options, error) {
 				}
 				continue
 			}
-			to := im.To
-			if to == "" {
-				to = im.Subject
-			}
-			if err := byName[a.Name].AddServiceImport(byName[im.Account], im.Subject, to); err != nil {
+			if err := byName[a.Name].AddServiceImport(byName[im.Account], im.Subject, cmp.Or(im.To, im.Subject)); err != nil {
 				return nil, fmt.Errorf("account %q: import %q from %q: %w", a.Name, im.Subject, im.Account, err)
 			}
 		}
@@ -611,13 +592,6 @@ func (c Config) options() (*server.Options, error) {
 		o.LeafNode.Username, o.LeafNode.Password, o.LeafNode.Account = "", "", ""
 		o.Users = append(o.Users, &server.User{Username: ln.User, Password: ln.Password, Permissions: perms, Account: account(ln.Account),
 			AllowedConnectionTypes: map[string]struct{}{jwt.ConnectionTypeLeafnode: {}}})
-	}
-	for _, a := range c.Accounts {
-		for _, m := range a.Mappings {
-			if err := byName[a.Name].AddMapping(m.From, m.To); err != nil {
-				return nil, fmt.Errorf("account %q: mapping %q to %q: %w", a.Name, m.From, m.To, err)
-			}
-		}
 	}
 	if c.SystemUser != "" {
 		// nats serves every account's JetStream API from the system

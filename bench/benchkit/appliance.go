@@ -2,7 +2,10 @@ package benchkit
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/status"
 )
 
 // Config is the defaults on store dir, on a random client port and
@@ -69,13 +73,24 @@ type Env struct {
 }
 
 // NewEnv makes a fresh store directory under parent (the system temp
-// dir when "") named after pattern (os.MkdirTemp).
-func NewEnv(parent, pattern string) (*Env, error) {
+// dir when "") named after pattern (os.MkdirTemp), with the durability
+// sync names (ApplySync) and room for events of about 150 bytes on disk
+// many times over.
+func NewEnv(parent, pattern, sync string, events int) (*Env, error) {
+	cfg := Config("")
+	if err := ApplySync(&cfg, sync); err != nil {
+		return nil, err
+	}
+	if need := int64(events) * 2048; need > cfg.Stream.MaxBytes {
+		cfg.Stream.MaxBytes = need
+		cfg.JetStream.MaxFileStore = need + 2<<30
+	}
 	dir, err := os.MkdirTemp(parent, pattern)
 	if err != nil {
 		return nil, err
 	}
-	return &Env{Dir: dir, Cfg: Config(dir)}, nil
+	cfg.JetStream.StoreDir = dir
+	return &Env{Dir: dir, Cfg: cfg}, nil
 }
 
 // Start validates Cfg and starts the appliance with it, with its
@@ -193,4 +208,15 @@ func CaughtUp(ctx context.Context, want uint64, timeout time.Duration,
 			return st, fmt.Errorf("not caught up after %s: pending %d, ack pending %d, processed %d (%v)", timeout, l.Pending, l.AckPending, st.Processed, err)
 		}
 	}
+}
+
+// Status is app's GET /v1/status, served in-process.
+func Status(app *orderstore.Appliance) (*status.Status, error) {
+	rec := httptest.NewRecorder()
+	app.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/status", nil))
+	var st status.Status
+	if rec.Code != http.StatusOK {
+		return nil, fmt.Errorf("GET /v1/status: %d %s", rec.Code, rec.Body)
+	}
+	return &st, json.Unmarshal(rec.Body.Bytes(), &st)
 }

@@ -256,3 +256,20 @@ func Run(name string, run func(context.Context) error) {
 		os.Exit(1)
 	}
 }
+
+// Ints parses flag's comma-separated positive numbers; empty items are
+// skipped.
+func Ints(flag, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("-%s: %q is not a positive number", flag, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -74,14 +75,19 @@ func OrderID(o int) string {
 	return "order-" + s
 }
 
-// EventMsg is an event of order id of type typ:
-// {"order_id":ID,"status":TYPE} on orders.TYPE.
-func EventMsg(id, typ string) *nats.Msg {
-	data := make([]byte, 0, 64)
+// EventMsg is an event of order id of type typ on orders.TYPE:
+// {"order_id":ID,"status":TYPE}, with a "note" padding it to about size
+// bytes when size > 0 (the projection keeps none of it).
+func EventMsg(id, typ string, size int) *nats.Msg {
+	data := make([]byte, 0, max(64, size+2))
 	data = append(data, `{"order_id":"`...)
 	data = append(data, id...)
 	data = append(data, `","status":"`...)
 	data = append(data, typ...)
+	if size > 0 {
+		data = append(data, `","note":"`...)
+		data = append(data, strings.Repeat("x", max(size-len(data)-2, 0))...)
+	}
 	data = append(data, `"}`...)
 	return &nats.Msg{Subject: "orders." + typ, Data: data}
 }

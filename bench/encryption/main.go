@@ -1,16 +1,8 @@
-// Command encryption measures what encryption at rest costs a restart: it
-// fills a plain store and an encrypted one (chacha20-poly1305) with the
-// same events, then starts each again -reps times, alternating, and
-// reports the median time Start takes to return ready (the store read back,
-// the recovery check, the processor consuming) and the ratio encrypted ÷
-// plain.
+// Command encryption measures what encryption at rest costs a restart:
+// the median time Start takes on a plain and an encrypted store with the
+// same events (bench/README.md, "Encryption at rest").
 //
 //	go run ./bench/encryption                  # 1,000,000 events: a few minutes on 2 cores
-//	go run ./bench/encryption -events 100000 -dir /var/tmp
-//
-// Throughput encrypted vs plain is bench/groupcommit's:
-//
-//	go run ./bench/groupcommit -only orderstore-group-commit,orderstore-group-commit-encrypted
 package main
 
 import (

@@ -1,46 +1,19 @@
-// Command groupcommit measures what a durable ack costs, side by side in
-// one run, on one store directory's disk:
+// Command groupcommit measures what a durable ack costs: nats-server and
+// orderstore with each durability side by side, under a Go load generator
+// and natscli's `nats bench`. bench/README.md, "Group commit", says what
+// each target and cell is and holds the figures.
 //
-//   - nats-server (embedded, standalone: no orderstore) with
-//     sync_interval "always": the baseline every ratio is against;
-//   - orderstore with durability "always";
-//   - orderstore with durability "group-commit" (the default);
-//   - nats-server with sync_interval 2m: not durable on power loss, the
-//     ceiling;
-//   - orderstore-group-commit-validated: group commit with schema
-//     validation at ingest (an order-created JSON Schema on
-//     orders.created), to price validation against orderstore-group-commit
-//     in the same run (not in the default set: name it in -only);
-//   - orderstore-group-commit-encrypted: group commit on a store encrypted
-//     at rest, to price encryption against orderstore-group-commit (name it
-//     in -only too).
-//
-// Each target gets a fresh store with ORDER_EVENTS (orders.>). A Go load
-// generator runs 1, 8 and 64 concurrent producers (each its own TCP
-// connection, one acked publish in flight, i.e. js.Publish in a loop) with
-// 128 B and 1 KiB events for -cell each (every target gets the same bytes:
-// order-created events valid against the schema, padded to the size with
-// a notes field, where one fits in the size), and reports msgs/s and the p50
-// and p99 time from publish to ack. With -window > 1 it adds cells where
-// each producer keeps that many async publishes in flight. orderstore runs
-// its processor: the projected events/s over the same cell and the
-// consumer's backlog at its end are reported. natscli's own `nats bench js
-// pub sync` and `async` run against every target too when `nats` is found
-// (PATH or ~/go/bin).
-//
-//	go run ./bench/groupcommit                 # about 6 minutes on 2 cores
-//	go run ./bench/groupcommit -cell 5s -dir /var/tmp
+//	go run ./bench/groupcommit                 # about 8 minutes on 2 cores
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/csv"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,7 +31,6 @@ import (
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/bench/benchkit"
-	"github.com/orderstore/orderstore/status"
 )
 
 var (
@@ -141,7 +113,7 @@ func main() {
 			c.JetStream.EncryptionKey = "groupcommit-bench-key-0123456789abcdef"
 		}), false},
 	}
-	fmt.Printf("group commit figures: nats-server %s, %d CPU, stores in %s, %s per cell, %d reps (median)\n\n", server.VERSION, runtimeCPUs(), *dir, *cell, *reps)
+	fmt.Printf("group commit figures: nats-server %s, %d CPU, stores in %s, %s per cell, %d reps (median)\n\n", server.VERSION, runtime.NumCPU(), *dir, *cell, *reps)
 	// Every target runs at once (an idle one costs nothing); each load cell
 	// runs on every target in turn, in an order that alternates between
 	// reps, so that drift of the disk's fsync time favours none.
@@ -166,13 +138,13 @@ func main() {
 	}
 	type cellSpec struct{ p, w, size int }
 	var cells []cellSpec
-	for _, size := range ints(*sizes) {
-		for _, p := range ints(*producers) {
+	for _, size := range mustInts("sizes", *sizes) {
+		for _, p := range mustInts("producers", *producers) {
 			cells = append(cells, cellSpec{p, 1, size})
 		}
 	}
 	if *window > 1 {
-		for _, size := range ints(*winSizes) {
+		for _, size := range mustInts("window-sizes", *winSizes) {
 			cells = append(cells, cellSpec{64, *window, size})
 		}
 	}
@@ -194,7 +166,7 @@ func main() {
 			}
 		}
 		for _, rt := range targets {
-			results = append(results, benchkit.Middle(byTarget[rt.name], func(a, b result) int { return cmpFloat(a.rate, b.rate) }))
+			results = append(results, benchkit.Middle(byTarget[rt.name], func(a, b result) int { return cmp.Compare(a.rate, b.rate) }))
 		}
 	}
 	for _, c := range cells {
@@ -378,11 +350,8 @@ func orderstoreTarget(durability, schema string, opts ...func(*orderstore.Config
 		lastSyncs, lastAcked := uint64(0), uint64(0)
 		stats := func() uint64 {
 			if *verbose {
-				rec := httptest.NewRecorder()
-				app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/status", nil))
-				var st status.Status
-				json.Unmarshal(rec.Body.Bytes(), &st)
-				if in := st.Ingest; in != nil && in.Syncs > lastSyncs {
+				if st, err := benchkit.Status(app); err == nil && st.Ingest != nil && st.Ingest.Syncs > lastSyncs {
+					in := st.Ingest
 					fmt.Printf("    syncs %d (%.0f events/sync) p50 %.2fms p99 %.2fms mean %.2fms\n", in.Syncs-lastSyncs,
 						float64(in.Acked-lastAcked)/float64(in.Syncs-lastSyncs), in.SyncP50Seconds*1000, in.SyncP99Seconds*1000, in.SyncSeconds.Sum/float64(in.SyncSeconds.Count)*1000)
 					lastSyncs, lastAcked = in.Syncs, in.Acked
@@ -472,17 +441,11 @@ func load(url, name string, p, w, size int, payloads [][]byte, projected func() 
 	elapsed := time.Since(t0)
 	all := slices.Concat(lats...)
 	slices.Sort(all)
-	q := func(f float64) time.Duration {
-		if len(all) == 0 {
-			return 0
-		}
-		return all[min(len(all)-1, int(f*float64(len(all))))]
-	}
 	mode := "sync"
 	if w > 1 {
 		mode = fmt.Sprintf("async ×%d", w)
 	}
-	r := result{target: name, load: fmt.Sprintf("go: %d producers %s, %d B", p, mode, size), rate: float64(n.Load()) / elapsed.Seconds(), p50: q(0.5), p99: q(0.99)}
+	r := result{target: name, load: fmt.Sprintf("go: %d producers %s, %d B", p, mode, size), rate: float64(n.Load()) / elapsed.Seconds(), p50: benchkit.Quantile(all, 0.5), p99: benchkit.Quantile(all, 0.99)}
 	if projected != nil {
 		after := projected()
 		r.hasProc = true
@@ -579,26 +542,10 @@ func findNATS() string {
 	return ""
 }
 
-func ints(s string) []int {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			log.Fatalf("%q: %v", s, err)
-		}
-		out = append(out, n)
+func mustInts(name, s string) []int {
+	n, err := benchkit.Ints(name, s)
+	if err != nil {
+		log.Fatal(err)
 	}
-	return out
-}
-
-func runtimeCPUs() int { return runtime.NumCPU() }
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return n
 }

@@ -84,7 +84,7 @@ func loadSize(ctx context.Context, o options, n int) (*loaded, error) {
 		return nil, err
 	}
 	res.Orders = len(w.count)
-	logf("=== %s events: %d target orders of %d events, %s background orders", num(n), o.targets, o.perTarget, num(res.Orders))
+	benchkit.Logf("=== %s events: %d target orders of %d events, %s background orders", benchkit.Num(n), o.targets, o.perTarget, benchkit.Num(res.Orders))
 	e, err := newEnv(ctx, o, n)
 	if err != nil {
 		return nil, err
@@ -94,13 +94,13 @@ func loadSize(ctx context.Context, o options, n int) (*loaded, error) {
 	if err != nil {
 		return l, err
 	}
-	logf("   publishing (async, window %d, TCP) with the appliance's processor running", o.window)
+	benchkit.Logf("   publishing (async, window %d, TCP) with the appliance's processor running", o.window)
 	seqs, retries, loadDur, err := publish(ctx, pjs, w, o.window)
 	if err != nil {
 		return l, err
 	}
 	res.Load, res.Retries = loadDur, retries
-	logf("   published %s in %s (%s events/s, %d sent again); waiting for the processor", num(n), secs(loadDur), num(int(float64(n)/loadDur.Seconds())), retries)
+	benchkit.Logf("   published %s in %s (%s events/s, %d sent again); waiting for the processor", benchkit.Num(n), benchkit.Secs(loadDur), benchkit.Num(int(float64(n)/loadDur.Seconds())), retries)
 	t0 := time.Now()
 	st, err := e.CaughtUp(ctx, uint64(n), o.catchupTimeout)
 	if err != nil {
@@ -110,10 +110,10 @@ func loadSize(ctx context.Context, o options, n int) (*loaded, error) {
 		return l, fmt.Errorf("processor: %d processed, %d dead-lettered, %d duplicates of %d events", st.Processed, st.DeadLettered, st.Duplicates, n)
 	}
 	res.CatchUp = time.Since(t0)
-	logf("   caught up %s after the last ack", secs(res.CatchUp))
+	benchkit.Logf("   caught up %s after the last ack", benchkit.Secs(res.CatchUp))
 	// The processor refreshes its view of the ack floor every second: let
 	// it see the final floor, as it would in a running appliance.
-	if err := sleep(ctx, 2*time.Second); err != nil {
+	if err := benchkit.Sleep(ctx, 2*time.Second); err != nil {
 		return l, err
 	}
 
@@ -154,10 +154,10 @@ func measureLookups(ctx context.Context, o options, ls []*loaded) error {
 	rng := rand.New(rand.NewPCG(o.seed, 0x100c))
 	lat := make([][nKinds][]time.Duration, len(ls))
 	others := benchkit.StartOthers()
-	logf("=== %d lookups of each kind per stream size (after %d discarded), one at a time, sizes interleaved", o.lookups, o.warmup)
+	benchkit.Logf("=== %d lookups of each kind per stream size (after %d discarded), one at a time, sizes interleaved", o.lookups, o.warmup)
 	for i := range o.warmup + o.lookups {
 		if i%500 == 0 && i > 0 {
-			logf("   round %d of %d", i, o.warmup+o.lookups)
+			benchkit.Logf("   round %d of %d", i, o.warmup+o.lookups)
 		}
 		for j := range ls {
 			li := (i + j) % len(ls)
@@ -166,7 +166,7 @@ func measureLookups(ctx context.Context, o options, ls []*loaded) error {
 			for k := range nKinds {
 				d, err := lookup(ctx, l.env.App, tg, k, rng)
 				if err != nil {
-					return fmt.Errorf("%s events: %s of %s: %w", num(l.res.Events), kindNames[k], tg.id, err)
+					return fmt.Errorf("%s events: %s of %s: %w", benchkit.Num(l.res.Events), kindNames[k], tg.id, err)
 				}
 				if i >= o.warmup {
 					lat[li][k] = append(lat[li][k], d)
@@ -182,7 +182,7 @@ func measureLookups(ctx context.Context, o options, ls []*loaded) error {
 		for k := range nKinds {
 			l.res.Lookups[k] = summarise(lat[li][k])
 			x := l.res.Lookups[k]
-			logf("   %9s events: %-36s p50 %s  p99 %s  mean %s  max %s", num(l.res.Events), kindNames[k], benchkit.Ms(x.P50), benchkit.Ms(x.P99), benchkit.Ms(x.Mean), benchkit.Ms(x.Max))
+			benchkit.Logf("   %9s events: %-36s p50 %s  p99 %s  mean %s  max %s", benchkit.Num(l.res.Events), kindNames[k], benchkit.Ms(x.P50), benchkit.Ms(x.P99), benchkit.Ms(x.Mean), benchkit.Ms(x.Max))
 		}
 	}
 	return nil
@@ -248,28 +248,17 @@ func checkHistory(page orderstore.OrderHistory, seqs []uint64) error {
 
 // ---------------------------------------------------------------- appliance
 
-// newEnv starts a fresh appliance on a temporary store: the defaults
-// but a random client port, no admin listener, -sync, and room for n
-// events.
-func newEnv(ctx context.Context, o options, n int) (_ *benchkit.Env, err error) {
-	e, err := benchkit.NewEnv(o.tmp, "orderstore-bench-history-")
+// newEnv starts a fresh appliance (benchkit.NewEnv) with -sync, room for
+// n events and its processor.
+func newEnv(ctx context.Context, o options, n int) (*benchkit.Env, error) {
+	e, err := benchkit.NewEnv(o.tmp, "orderstore-bench-history-", o.sync, n)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			e.Close()
-		}
-	}()
-	cfg := &e.Cfg
-	if err := benchkit.ApplySync(cfg, o.sync); err != nil {
+	e.Cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if err := e.Start(ctx, true); err != nil {
+		e.Close()
 		return nil, err
 	}
-	// Room for the events (about 150 bytes each on disk) many times over.
-	if need := int64(n) * 2048; need > cfg.Stream.MaxBytes {
-		cfg.Stream.MaxBytes = need
-		cfg.JetStream.MaxFileStore = need + 2<<30
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return e, e.Start(ctx, true)
+	return e, nil
 }

@@ -1,21 +1,9 @@
 // Command history benchmarks the order history index (processor/history.go):
+// history and as-of lookups in streams of different sizes (goal: p99 of
+// the largest at most 1.5 times the smallest's). bench/README.md,
+// "bench/history", says how and holds the figures.
 //
 //	go run ./bench/history                    # 10k vs 1M events
-//	go run ./bench/history -sizes 10000,100000 -lookups 500
-//
-// Lookups: for each stream size (-sizes), a fresh appliance with its
-// processor on is loaded with that many events, among them -targets
-// orders of exactly -order-events events each, spread over the whole
-// stream; once every processor has applied every event, -lookups of each
-// kind are timed one at a time, the sizes interleaved: an order's whole history
-// (Appliance.OrderEvents), its state as of a random sequence and as of a
-// random time of its lifetime (Appliance.OrderAsOf). Goal: the p99 of the
-// largest stream is at most 1.5 times the smallest's.
-//
-// The processor's rate with the index and without it is measured by
-// bench/processor (-no-history).
-//
-// See bench/README.md, "bench/history".
 package main
 
 import (
@@ -68,16 +56,10 @@ func main() {
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the lookups to PREFIX-lookups.pprof")
 	flag.StringVar(&o.out, "out", "", "also write the markdown results to this file")
 	flag.Parse()
-	for _, s := range strings.Split(sizes, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			fmt.Fprintf(os.Stderr, "-sizes: %q is not a positive number\n", s)
-			os.Exit(2)
-		}
-		o.sizes = append(o.sizes, n)
+	var err error
+	if o.sizes, err = benchkit.Ints("sizes", sizes); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	if o.targets <= 0 || o.perTarget <= 0 || o.eventsPerOrder <= 0 || o.lookups <= 0 || o.warmup < 0 || o.window <= 0 || flag.NArg() > 0 {
 		flag.Usage()
@@ -124,7 +106,7 @@ func lookups(ctx context.Context, o options) ([]*sizeResult, error) {
 			ls = append(ls, l)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s events: %w", num(n), err)
+			return nil, fmt.Errorf("%s events: %w", benchkit.Num(n), err)
 		}
 	}
 	if len(ls) == 0 {
@@ -147,10 +129,10 @@ func markdown(o options, started time.Time, sizes []*sizeResult) string {
 	fmt.Fprintf(&b, "bench/history, %s: %s\n\n", started.UTC().Format("2006-01-02"), benchkit.Machine(orderstore.NATSServerVersion))
 	if len(sizes) > 0 {
 		fmt.Fprintf(&b, "Lookups of %d target orders of %d events each (spread over the whole stream), %s of each kind per stream, one at a time, the streams' appliances running side by side and their lookups interleaved, after %d discarded:\n\n",
-			o.targets, o.perTarget, num(o.lookups), o.warmup)
+			o.targets, o.perTarget, benchkit.Num(o.lookups), o.warmup)
 		b.WriteString("| lookup |")
 		for _, s := range sizes {
-			fmt.Fprintf(&b, " %s events: p50 / p99 / mean |", num(s.Events))
+			fmt.Fprintf(&b, " %s events: p50 / p99 / mean |", benchkit.Num(s.Events))
 		}
 		first, last := sizes[0], sizes[len(sizes)-1]
 		fmt.Fprintf(&b, " p99 %s / p99 %s (goal <= %.1f) |\n|---|", short(last.Events), short(first.Events), goalP99Ratio)
@@ -170,7 +152,7 @@ func markdown(o options, started time.Time, sizes []*sizeResult) string {
 		b.WriteString("\n")
 		for _, s := range sizes {
 			fmt.Fprintf(&b, "- %s events (%s background orders): loaded in %s (%s events/s acked, the appliance's processor running; %d publishes shed and sent again), processor caught up %s after the last ack; target sequences %d..%d; %s lookups checked against the published events; other processes used %s of the CPU while the lookups ran\n",
-				num(s.Events), num(s.Orders), secs(s.Load), num(int(float64(s.Events)/s.Load.Seconds())), s.Retries, secs(s.CatchUp), s.Span[0], s.Span[1], num(s.Verified), s.Others)
+				benchkit.Num(s.Events), benchkit.Num(s.Orders), benchkit.Secs(s.Load), benchkit.Num(int(float64(s.Events)/s.Load.Seconds())), s.Retries, benchkit.Secs(s.CatchUp), s.Span[0], s.Span[1], benchkit.Num(s.Verified), s.Others)
 		}
 		b.WriteString("\n")
 	}
@@ -186,13 +168,5 @@ func short(n int) string {
 	case n >= 1000 && n%1000 == 0:
 		return strconv.Itoa(n/1000) + "k"
 	}
-	return num(n)
+	return benchkit.Num(n)
 }
-
-// The helpers every bench main shares (bench/benchkit).
-var (
-	secs  = benchkit.Secs
-	num   = benchkit.Num
-	logf  = benchkit.Logf
-	sleep = benchkit.Sleep
-)

@@ -110,7 +110,7 @@ func publish(ctx context.Context, js jetstream.JetStream, w *workload, window in
 			}
 			if time.Since(lastLog) >= 10*time.Second {
 				lastLog = time.Now()
-				logf("   published %s of %s (%d sent again)", num(i), num(w.n), win.Retries)
+				benchkit.Logf("   published %s of %s (%d sent again)", benchkit.Num(i), benchkit.Num(w.n), win.Retries)
 			}
 		}
 		id, typ, target, j := w.next()
@@ -118,7 +118,7 @@ func publish(ctx context.Context, js jetstream.JetStream, w *workload, window in
 		if target >= 0 {
 			tag = target*w.perTarget + j
 		}
-		if err := win.Publish(ctx, benchkit.EventMsg(id, typ), tag); err != nil {
+		if err := win.Publish(ctx, benchkit.EventMsg(id, typ, 0), tag); err != nil {
 			return nil, win.Retries, 0, err
 		}
 	}

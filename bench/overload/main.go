@@ -1,33 +1,10 @@
-// Command overload offers orderstore and a standalone nats-server ten
-// times what orderstore sustains, side by side in one run, and counts what
-// became of every publish:
+// Command overload offers orderstore and a standalone nats-server, each a
+// child process (this program with -serve), ten times what orderstore
+// sustains, and counts what became of every publish; -idle measures their
+// idle memory instead. bench/README.md, "Overload", says how and holds the
+// figures.
 //
-//   - orderstore on its defaults (durability "group-commit", processor on,
-//     every producer publish through the ingest service);
-//   - nats-server v2.15.x (embedded from the module, standalone: no
-//     orderstore) with JetStream, sync_interval "always" and ORDER_EVENTS
-//     declared exactly as orderstore declares it.
-//
-// Each target runs as a child process (this program started again with
-// -serve), so that its peak resident memory (VmHWM in /proc/PID/status) is
-// its own, not the load generator's. For each target, in turn:
-//
-//  1. sustained: -conns connections each keep -window requests in flight
-//     (PublishRequest with a reply subject per request under one wildcard
-//     inbox subscription without pending limits) for -measure: the acked
-//     rate it sustains;
-//
-//  2. overload: the same connections pipeline requests paced at -factor
-//     times orderstore's sustained rate (the same offered rate for both
-//     targets) for -duration, then wait until every request is answered or
-//     none was answered for -quiet: acked/s, answered with an error (by
-//     code), unanswered, and VmHWM after each phase.
-//
-//     go run ./bench/overload                    # about 2 minutes on 2 cores
-//     go run ./bench/overload -duration 20s -conns 32 -dir /var/tmp
-//     go build -o /tmp/overload ./bench/overload && taskset -c 1 /tmp/overload -target-cpus 0
-//     # target and load generator on a CPU each
-//     go run ./bench/overload -idle 10s          # idle memory of each target, no load
+//	go run ./bench/overload                    # about 2 minutes on 2 cores
 package main
 
 import (
@@ -62,6 +39,7 @@ import (
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/bench/benchkit"
 	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/status"
 )
 
 var (
@@ -117,7 +95,7 @@ func main() {
 		sustainedHWM     int64
 		over             phase
 		overHWM, overRSS int64
-		guard            map[string]uint64
+		guard            *status.GuardStats
 	}
 	var reports []report
 	offered := *rate
@@ -143,7 +121,7 @@ func main() {
 		r.over.stored = streamMsgs(c.url) - before
 		r.overHWM, r.overRSS = c.mem()
 		if c.admin != "" {
-			r.guard = guardStats(c.admin)
+			r.guard = adminStatus(c.admin).Guard
 		}
 		fmt.Printf("%-12s overload:  offered %.0f/s (sent %d in %s: %.0f/s), %.0f acked/s; %d acked, %d answered with an error %s, %d unanswered, %d answered after %s %s; %d stored; settled after %s; VmHWM %s (VmRSS %s at the end)%s\n",
 			name, offered, r.over.sent, r.over.sendTime.Round(time.Millisecond), float64(r.over.sent)/r.over.sendTime.Seconds(),
@@ -628,24 +606,22 @@ func overload(c *child, payload []byte, offered float64) phase {
 	return settle(c, pipes, sent, t0, time.Since(t0))
 }
 
-// ingestWaiting is orderstore's ingest.waiting in /v1/status: publishes
-// its ingest service holds.
+// adminStatus is orderstore's GET /v1/status on its admin listener.
+func adminStatus(admin string) (st status.Status) {
+	if resp, err := http.Get(admin + "/v1/status"); err == nil {
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(&st)
+	}
+	return st
+}
+
+// ingestWaiting is orderstore's ingest.waiting: publishes its ingest
+// service holds.
 func ingestWaiting(admin string) int64 {
-	resp, err := http.Get(admin + "/v1/status")
-	if err != nil {
-		return -1
+	if in := adminStatus(admin).Ingest; in != nil {
+		return in.Waiting
 	}
-	defer resp.Body.Close()
-	var st struct {
-		Ingest *struct {
-			Waiting int64 `json:"waiting"`
-		} `json:"ingest"`
-	}
-	json.NewDecoder(resp.Body).Decode(&st)
-	if st.Ingest == nil {
-		return -1
-	}
-	return st.Ingest.Waiting
+	return -1
 }
 
 // streamMsgs is how many events ORDER_EVENTS holds.
@@ -665,25 +641,11 @@ func streamMsgs(url string) int64 {
 	return int64(s.CachedInfo().State.Msgs)
 }
 
-// guardStats is the "guard" object of orderstore's /v1/status.
-func guardStats(admin string) map[string]uint64 {
-	resp, err := http.Get(admin + "/v1/status")
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Guard map[string]uint64 `json:"guard"`
-	}
-	json.NewDecoder(resp.Body).Decode(&st)
-	return st.Guard
-}
-
-func guardString(g map[string]uint64) string {
+func guardString(g *status.GuardStats) string {
 	if g == nil {
 		return ""
 	}
-	return fmt.Sprintf("; guard held back %d, overloaded (429) %d, refused %d", g["held_back"], g["overloaded"], g["refused"])
+	return fmt.Sprintf("; guard held back %d, overloaded (429) %d, refused %d", g.HeldBack, g.Overloaded, g.Refused)
 }
 
 func codes(m map[string]int64) string {

@@ -225,9 +225,9 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 		orders = max(1, int(int64(o.orders)*int64(n)/int64(o.events)))
 	}
 	r := &modeResult{Mode: mode, Events: n, Orders: orders}
-	r.LoadAvg[0] = loadavg()
-	defer func() { r.LoadAvg[1] = loadavg() }()
-	logf("=== -sync %s: %s events over %s orders", mode, num(n), num(orders))
+	r.LoadAvg[0] = benchkit.LoadAvg()
+	defer func() { r.LoadAvg[1] = benchkit.LoadAvg() }()
+	benchkit.Logf("=== -sync %s: %s events over %s orders", mode, benchkit.Num(n), benchkit.Num(orders))
 
 	e, err := newEnv(ctx, o, mode, n)
 	if err != nil {
@@ -244,35 +244,35 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	}
 	gen := benchkit.NewOrders(o.seed, 0x5eed, orders)
 	pub := newPublisher(pjs, gen, o.window, "bench-"+mode)
-	logf("2. publishing %s events (async, window %d, %s)", num(n), o.window, o.pubConn)
-	t0, c0 := time.Now(), cpuTime()
+	benchkit.Logf("2. publishing %s events (async, window %d, %s)", benchkit.Num(n), o.window, o.pubConn)
+	t0, c0 := time.Now(), benchkit.CPUTime()
 	if err := pub.run(ctx, n, 0, time.Time{}); err != nil {
 		return r, fmt.Errorf("publish: %w", err)
 	}
-	r.Publish = phase{N: int(pub.acked.Load()), Dur: time.Since(t0), CPU: cpuTime() - c0}
-	logf("   %s events/s (%s)", num(int(r.Publish.rate())), r.Publish.Dur.Round(time.Millisecond))
+	r.Publish = phase{N: int(pub.acked.Load()), Dur: time.Since(t0), CPU: benchkit.CPUTime() - c0}
+	benchkit.Logf("   %s events/s (%s)", benchkit.Num(int(r.Publish.rate())), r.Publish.Dur.Round(time.Millisecond))
 	r.Distinct = gen.Distinct()
 	lastSeq := pub.lastSeq.Load()
 
 	// 3. raw pull consume of the same stream.
-	logf("3. raw pull consume + ack of the same %s events, %d times", num(n), o.rawReps)
+	benchkit.Logf("3. raw pull consume + ack of the same %s events, %d times", benchkit.Num(n), o.rawReps)
 	for i := range o.rawReps {
 		p, err := rawConsume(ctx, o, e, mode, n, lastSeq, i+1)
 		if err != nil {
 			return r, fmt.Errorf("raw consume: %w", err)
 		}
 		r.RawReps = append(r.RawReps, p)
-		logf("   %s events/s (%s)", num(int(p.rate())), p.Dur.Round(time.Millisecond))
+		benchkit.Logf("   %s events/s (%s)", benchkit.Num(int(p.rate())), p.Dur.Round(time.Millisecond))
 	}
 	r.Raw = benchkit.Middle(r.RawReps, func(a, b phase) int { return cmp.Compare(a.rate(), b.rate()) }) // the median rate
 
 	// 4. the projection over the same events.
-	logf("4. processor + projection over the same %s events", num(n))
+	benchkit.Logf("4. processor + projection over the same %s events", benchkit.Num(n))
 	r.Proj, r.ProjStats, r.ProjConsumeErrs, r.ProcSettings, err = projection(ctx, o, e, mode, n)
 	if err != nil {
 		return r, fmt.Errorf("projection: %w", err)
 	}
-	logf("   %s events/s (%s), %.0f%% of raw consume", num(int(r.Proj.rate())), r.Proj.Dur.Round(time.Millisecond), 100*r.ratio())
+	benchkit.Logf("   %s events/s (%s), %.0f%% of raw consume", benchkit.Num(int(r.Proj.rate())), r.Proj.Dur.Round(time.Millisecond), 100*r.ratio())
 	if err := verify(ctx, e, gen, r); err != nil {
 		return r, fmt.Errorf("verify projection: %w", err)
 	}
@@ -291,41 +291,29 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 
 // ---------------------------------------------------------------- broker
 
-// newEnv starts a fresh appliance on a temporary store: the defaults but
-// a random client port, no admin listener, the durability mode names
-// (benchkit.ApplySync), room for n events, -max-ack-pending and
-// -no-order-index. The appliance runs without its processor: the
-// benchmark starts and stops processors itself. It declares the
-// processor's consumer as the appliance would.
-func newEnv(ctx context.Context, o options, mode string, events int) (_ *benchkit.Env, err error) {
-	e, err := benchkit.NewEnv(o.tmp, "orderstore-bench-")
+// newEnv starts a fresh appliance (benchkit.NewEnv) with -max-ack-pending
+// and -no-order-index, without its processor: the benchmark starts and
+// stops processors itself. It declares the processor's consumer as the
+// appliance would.
+func newEnv(ctx context.Context, o options, mode string, events int) (*benchkit.Env, error) {
+	e, err := benchkit.NewEnv(o.tmp, "orderstore-bench-", mode, events)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			e.Close()
-		}
-	}()
-	cfg := &e.Cfg
-	if err = benchkit.ApplySync(cfg, mode); err != nil {
+	if o.maxAckPending > 0 {
+		e.Cfg.Processor.MaxAckPending = o.maxAckPending
+	}
+	e.Cfg.Processor.OrderIndex = !o.noOrderIndex
+	if err := e.Start(ctx, false); err != nil {
+		e.Close()
 		return nil, err
 	}
-	// Room for the events (about 150 bytes each on disk) many times over.
-	if need := int64(events) * 2048; need > cfg.Stream.MaxBytes {
-		cfg.Stream.MaxBytes = need
-		cfg.JetStream.MaxFileStore = need + 2<<30
-	}
-	if o.maxAckPending > 0 {
-		cfg.Processor.MaxAckPending = o.maxAckPending
-	}
-	cfg.Processor.OrderIndex = !o.noOrderIndex
-	return e, e.Start(ctx, false)
+	return e, nil
 }
 
 // eventMsg is benchkit.EventMsg of order with a message id.
 func eventMsg(order int, typ uint8, msgID string) *nats.Msg {
-	m := benchkit.EventMsg(benchkit.OrderID(order), benchkit.Types[typ])
+	m := benchkit.EventMsg(benchkit.OrderID(order), benchkit.Types[typ], 0)
 	m.Header = nats.Header{jetstream.MsgIDHeader: []string{msgID}}
 	return m
 }
@@ -429,7 +417,7 @@ func rawConsume(ctx context.Context, o options, e *benchkit.Env, mode string, n 
 		return phase{}, err
 	}
 	defer stopProf()
-	t0, c0 := time.Now(), cpuTime()
+	t0, c0 := time.Now(), benchkit.CPUTime()
 	// One pull request of `batch` at a time, each message acked as it
 	// arrives; the next request follows the last ack of the batch on the
 	// same connection, so the server has the acks first.
@@ -442,7 +430,7 @@ func rawConsume(ctx context.Context, o options, e *benchkit.Env, mode string, n 
 		for fctx.Err() == nil && got.Load() < int64(n) {
 			b, err := cons.Fetch(batch, jetstream.FetchMaxWait(5*time.Second))
 			if err != nil {
-				logf("   raw fetch: %v", err)
+				benchkit.Logf("   raw fetch: %v", err)
 				continue
 			}
 			for m := range b.Messages() {
@@ -452,13 +440,13 @@ func rawConsume(ctx context.Context, o options, e *benchkit.Env, mode string, n 
 				got.Add(1)
 			}
 			if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-				logf("   raw fetch: %v", err)
+				benchkit.Logf("   raw fetch: %v", err)
 			}
 		}
 	}()
 	lastLog := t0
 	for {
-		if err := sleep(ctx, 25*time.Millisecond); err != nil {
+		if err := benchkit.Sleep(ctx, 25*time.Millisecond); err != nil {
 			return phase{}, err
 		}
 		if time.Since(lastLog) >= 5*time.Second {
@@ -467,8 +455,8 @@ func rawConsume(ctx context.Context, o options, e *benchkit.Env, mode string, n 
 			info, err := cons.Info(ictx)
 			cancel()
 			if err == nil {
-				logf("   %s received; consumer: delivered %d, ack floor %d, ack pending %d, redelivered %d, waiting pulls %d",
-					num(int(got.Load())), info.Delivered.Stream, info.AckFloor.Stream, info.NumAckPending, info.NumRedelivered, info.NumWaiting)
+				benchkit.Logf("   %s received; consumer: delivered %d, ack floor %d, ack pending %d, redelivered %d, waiting pulls %d",
+					benchkit.Num(int(got.Load())), info.Delivered.Stream, info.AckFloor.Stream, info.NumAckPending, info.NumRedelivered, info.NumWaiting)
 			}
 		}
 		if got.Load() < int64(n) {
@@ -481,7 +469,7 @@ func rawConsume(ctx context.Context, o options, e *benchkit.Env, mode string, n 
 			break
 		}
 	}
-	p := phase{N: int(got.Load()), Dur: time.Since(t0), CPU: cpuTime() - c0}
+	p := phase{N: int(got.Load()), Dur: time.Since(t0), CPU: benchkit.CPUTime() - c0}
 	stopProf()
 	if a := ackErrs.Load(); a > 0 {
 		return p, fmt.Errorf("%d acks failed", a)
@@ -578,13 +566,13 @@ func projection(ctx context.Context, o options, e *benchkit.Env, mode string, n 
 		return phase{}, processor.Stats{}, 0, "", err
 	}
 	defer stopProf()
-	t0, c0 := time.Now(), cpuTime()
+	t0, c0 := time.Now(), benchkit.CPUTime()
 	r, err := startProcessor(ctx, o, e)
 	if err != nil {
 		return phase{}, processor.Stats{}, 0, "", err
 	}
 	err = caughtUp(ctx, lagJS, e, r, uint64(n), o.catchupTimeout)
-	p := phase{N: n, Dur: time.Since(t0), CPU: cpuTime() - c0}
+	p := phase{N: n, Dur: time.Since(t0), CPU: benchkit.CPUTime() - c0}
 	stopProf()
 	st := r.p.Stats()
 	if serr := r.stop(); err == nil {
@@ -633,8 +621,8 @@ func verify(ctx context.Context, e *benchkit.Env, gen *benchkit.Orders, r *modeR
 
 func loadPhase(ctx context.Context, o options, mode string, orders int, target float64) (*loadResult, error) {
 	lr := &loadResult{Target: target}
-	logf("5. lag under load: fresh store, publishing for %s at %s events/s (%.0f%% of the acked-publish rate)",
-		o.loadDur, num(int(target)), 100*o.loadShare)
+	benchkit.Logf("5. lag under load: fresh store, publishing for %s at %s events/s (%.0f%% of the acked-publish rate)",
+		o.loadDur, benchkit.Num(int(target)), 100*o.loadShare)
 	e, err := newEnv(ctx, o, mode, int(target*o.loadDur.Seconds())+1)
 	if err != nil {
 		return lr, err
@@ -665,7 +653,7 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 	pub := newPublisher(pjs, benchkit.NewOrders(o.seed+1, 0x5eed, orders), o.window, "load-"+mode)
 
 	var mu sync.Mutex
-	t0, c0 := time.Now(), cpuTime()
+	t0, c0 := time.Now(), benchkit.CPUTime()
 	sctx, stopSampling := context.WithCancel(ctx)
 	var sampling sync.WaitGroup
 	sampling.Add(1)
@@ -690,7 +678,7 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 			mu.Lock()
 			lr.Samples = append(lr.Samples, s)
 			mu.Unlock()
-			logf("   t=%4.0fs stored %9s processed %9s backlog %8s behind %6.2fs", s.T, num(int(s.Stored)), num(int(s.Processed)), num(int(s.backlog())), s.SecondsBehind)
+			benchkit.Logf("   t=%4.0fs stored %9s processed %9s backlog %8s behind %6.2fs", s.T, benchkit.Num(int(s.Stored)), benchkit.Num(int(s.Processed)), benchkit.Num(int(s.backlog())), s.SecondsBehind)
 		}
 	}()
 	perr := pub.run(ctx, -1, target, t0.Add(o.loadDur))
@@ -702,13 +690,13 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 		sampling.Wait()
 		return lr, perr
 	}
-	logf("   publishing stopped after %s: %s acked (%s events/s); waiting for the processor to catch up",
-		lr.PubDur.Round(time.Millisecond), num(int(lr.Published)), num(int(lr.achieved())))
+	benchkit.Logf("   publishing stopped after %s: %s acked (%s events/s); waiting for the processor to catch up",
+		lr.PubDur.Round(time.Millisecond), benchkit.Num(int(lr.Published)), benchkit.Num(int(lr.achieved())))
 	pubEnd := time.Now()
 	err = caughtUp(ctx, lagJS, e, r, uint64(lr.Published), o.catchupTimeout)
 	lr.Catchup = time.Since(pubEnd)
 	lr.CaughtUp = err == nil
-	lr.CPU = cpuTime() - c0
+	lr.CPU = benchkit.CPUTime() - c0
 	stopSampling()
 	sampling.Wait()
 	lr.Final = r.p.Stats()
@@ -718,7 +706,7 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 		return lr, err
 	}
 	if err != nil {
-		logf("   %v", err)
+		benchkit.Logf("   %v", err)
 	}
 	return lr, nil
 }
@@ -794,7 +782,7 @@ func header(o options, started time.Time) string {
 	fmt.Fprintf(&b, "# bench/processor results\n\n")
 	fmt.Fprintf(&b, "- date: %s, host %s, %s/%s, %d CPUs, %s, nats-server %s (embedded)\n",
 		started.UTC().Format(time.RFC3339), host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), server.VERSION)
-	fmt.Fprintf(&b, "- load average at the end of the run: %s (this process alone uses up to %d.0 while busy)\n", loadavg(), runtime.NumCPU())
+	fmt.Fprintf(&b, "- load average at the end of the run: %s (this process alone uses up to %d.0 while busy)\n", benchkit.LoadAvg(), runtime.NumCPU())
 	fmt.Fprintf(&b, "- command: `%s`\n", benchkit.Command("./bench/processor"))
 	fmt.Fprintf(&b, "- events: JSON `{\"order_id\":\"order-NNNNNN\",\"status\":TYPE}` with a Nats-Msg-Id, on orders.{created,paid,shipped,delivered,cancelled}; each event picks one of the orders uniformly at random (seed %d)\n", o.seed)
 	fmt.Fprintf(&b, "- publishers: %s connection, async publishes, %d unacked at most\n", o.pubConn, o.window)
@@ -803,7 +791,7 @@ func header(o options, started time.Time) string {
 
 func (r *modeResult) markdown(o options) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "## -sync %s (durability %s): %s events over %s orders\n\n", r.Mode, r.Durability, num(r.Events), num(r.Orders))
+	fmt.Fprintf(&b, "## -sync %s (durability %s): %s events over %s orders\n\n", r.Mode, r.Durability, benchkit.Num(r.Events), benchkit.Num(r.Orders))
 	if r.Err != nil {
 		fmt.Fprintf(&b, "**failed: %v**\n\n", r.Err)
 	}
@@ -813,7 +801,7 @@ func (r *modeResult) markdown(o options) string {
 		if p.N == 0 {
 			return
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | **%s** | %s |\n", name, num(p.N), secs(p.Dur), num(int(p.rate())), p.cpuShare())
+		fmt.Fprintf(&b, "| %s | %s | %s | **%s** | %s |\n", name, benchkit.Num(p.N), benchkit.Secs(p.Dur), benchkit.Num(int(p.rate())), p.cpuShare())
 	}
 	row(fmt.Sprintf("acked publish (async, window %d, %s)", o.window, o.pubConn), r.Publish)
 	row(fmt.Sprintf("raw pull consume + ack (durable, explicit ack, max_ack_pending %d, Fetch)", r.MaxAckPending), r.Raw)
@@ -829,37 +817,37 @@ func (r *modeResult) markdown(o options) string {
 	if len(r.RawReps) > 1 {
 		var reps []string
 		for _, x := range r.RawReps {
-			reps = append(reps, num(int(x.rate())))
+			reps = append(reps, benchkit.Num(int(x.rate())))
 		}
 		fmt.Fprintf(&b, "- raw consume repetitions (fresh durable each): %s events/s; the table shows the median\n", strings.Join(reps, ", "))
 	}
 	if r.Proj.N > 0 {
 		fmt.Fprintf(&b, "- projection / raw consume: **%.1f%%** (goal >= 50%%: %s)\n", 100*r.ratio(), metStr(r.ratio() >= 0.5))
 		fmt.Fprintf(&b, "- projection checked: %s keys for %s orders with events; processed %s, duplicates %d, failed %d, dead-lettered %d; %d/%d spot-checked orders match the generator\n",
-			num(int(r.Keys)), num(r.Distinct), num(int(r.ProjStats.Processed)), r.ProjStats.Duplicates, r.ProjStats.Failed, r.ProjStats.DeadLettered, r.SpotChecked-r.SpotBad, r.SpotChecked)
+			benchkit.Num(int(r.Keys)), benchkit.Num(r.Distinct), benchkit.Num(int(r.ProjStats.Processed)), r.ProjStats.Duplicates, r.ProjStats.Failed, r.ProjStats.DeadLettered, r.SpotChecked-r.SpotBad, r.SpotChecked)
 		fmt.Fprintf(&b, "- processor consume warnings (e.g. missed heartbeat: a client stall): %d\n", r.ProjConsumeErrs)
 	}
 	if l := r.Load; l != nil {
 		fmt.Fprintf(&b, "\n### lag under load (fresh store, %s of publishing at %.0f%% of the acked-publish rate)\n\n", o.loadDur, 100*o.loadShare)
 		fmt.Fprintf(&b, "| metric | value |\n|---|---:|\n")
-		fmt.Fprintf(&b, "| target publish rate | %s events/s |\n", num(int(l.Target)))
-		fmt.Fprintf(&b, "| achieved (acked) publish rate | %s events/s (%s events in %s) |\n", num(int(l.achieved())), num(int(l.Published)), secs(l.PubDur))
-		fmt.Fprintf(&b, "| processor apply rate while publishing | %s events/s |\n", num(int(l.applyRate())))
-		fmt.Fprintf(&b, "| backlog (pending + ack pending): max / at end of publishing | %s / %s |\n", num(int(l.MaxBacklog)), num(int(l.EndBacklog)))
+		fmt.Fprintf(&b, "| target publish rate | %s events/s |\n", benchkit.Num(int(l.Target)))
+		fmt.Fprintf(&b, "| achieved (acked) publish rate | %s events/s (%s events in %s) |\n", benchkit.Num(int(l.achieved())), benchkit.Num(int(l.Published)), benchkit.Secs(l.PubDur))
+		fmt.Fprintf(&b, "| processor apply rate while publishing | %s events/s |\n", benchkit.Num(int(l.applyRate())))
+		fmt.Fprintf(&b, "| backlog (pending + ack pending): max / at end of publishing | %s / %s |\n", benchkit.Num(int(l.MaxBacklog)), benchkit.Num(int(l.EndBacklog)))
 		fmt.Fprintf(&b, "| seconds_behind: max / at end of publishing | %.2f s / %.2f s |\n", l.MaxBehind, l.EndBehind)
-		fmt.Fprintf(&b, "| backlog mean, first half -> second half | %s -> %s |\n", num(int(l.Mean1)), num(int(l.Mean2)))
+		fmt.Fprintf(&b, "| backlog mean, first half -> second half | %s -> %s |\n", benchkit.Num(int(l.Mean1)), benchkit.Num(int(l.Mean2)))
 		fmt.Fprintf(&b, "| backlog trend over the second half | %+.0f events/s (%.1f%% of the target rate) |\n", l.Slope2, 100*l.Slope2/math.Max(l.Target, 1))
 		fmt.Fprintf(&b, "| lag bounded | **%s** |\n", yesNo(l.Bounded))
 		if l.CaughtUp {
-			fmt.Fprintf(&b, "| catch-up after publishing stopped | %s |\n", secs(l.Catchup))
+			fmt.Fprintf(&b, "| catch-up after publishing stopped | %s |\n", benchkit.Secs(l.Catchup))
 		} else {
-			fmt.Fprintf(&b, "| catch-up after publishing stopped | not caught up after %s |\n", secs(l.Catchup))
+			fmt.Fprintf(&b, "| catch-up after publishing stopped | not caught up after %s |\n", benchkit.Secs(l.Catchup))
 		}
 		fmt.Fprintf(&b, "| processor consume warnings (missed heartbeat = client stall) | %d |\n", l.ConsumeErrs)
 		fmt.Fprintf(&b, "| CPU while publishing + catch-up | %s |\n", phase{N: 1, Dur: l.PubDur + l.Catchup, CPU: l.CPU}.cpuShare())
 		fmt.Fprintf(&b, "\n<details><summary>lag samples (every second)</summary>\n\n| t (s) | stored (stream last seq) | processed | pending | ack pending | seconds_behind |\n|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range l.Samples {
-			fmt.Fprintf(&b, "| %.0f | %s | %s | %s | %d | %.2f |\n", s.T, num(int(s.Stored)), num(int(s.Processed)), num(int(s.Pending)), s.AckPending, s.SecondsBehind)
+			fmt.Fprintf(&b, "| %.0f | %s | %s | %s | %d | %.2f |\n", s.T, benchkit.Num(int(s.Stored)), benchkit.Num(int(s.Processed)), benchkit.Num(int(s.Pending)), s.AckPending, s.SecondsBehind)
 		}
 		b.WriteString("\n</details>\n")
 	}
@@ -872,14 +860,14 @@ func summary(o options, rs []*modeResult) string {
 	b.WriteString("| -sync | events / orders | acked publish ev/s | raw consume ev/s | projection ev/s | projection / raw (goal >= 50%) | load: target ev/s | load: apply ev/s | load: max backlog | load: max s behind | lag bounded | catch-up |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %s / %s | %s | %s | %s | %.1f%% (%s) |", r.Mode, num(r.Events), num(r.Orders),
-			num(int(r.Publish.rate())), num(int(r.Raw.rate())), num(int(r.Proj.rate())), 100*r.ratio(), metStr(r.ratio() >= 0.5))
+		fmt.Fprintf(&b, "| %s | %s / %s | %s | %s | %s | %.1f%% (%s) |", r.Mode, benchkit.Num(r.Events), benchkit.Num(r.Orders),
+			benchkit.Num(int(r.Publish.rate())), benchkit.Num(int(r.Raw.rate())), benchkit.Num(int(r.Proj.rate())), 100*r.ratio(), metStr(r.ratio() >= 0.5))
 		if l := r.Load; l != nil {
-			c := secs(l.Catchup)
+			c := benchkit.Secs(l.Catchup)
 			if !l.CaughtUp {
 				c = "> " + c
 			}
-			fmt.Fprintf(&b, " %s | %s | %s | %.1f | %s | %s |\n", num(int(l.Target)), num(int(l.applyRate())), num(int(l.MaxBacklog)), l.MaxBehind, yesNo(l.Bounded), c)
+			fmt.Fprintf(&b, " %s | %s | %s | %.1f | %s | %s |\n", benchkit.Num(int(l.Target)), benchkit.Num(int(l.applyRate())), benchkit.Num(int(l.MaxBacklog)), l.MaxBehind, yesNo(l.Bounded), c)
 		} else {
 			b.WriteString(" - | - | - | - | - | - |\n")
 		}
@@ -901,13 +889,3 @@ func yesNo(ok bool) string {
 	}
 	return "no"
 }
-
-// The helpers every bench main shares (bench/benchkit).
-var (
-	cpuTime = benchkit.CPUTime
-	loadavg = benchkit.LoadAvg
-	secs    = benchkit.Secs
-	num     = benchkit.Num
-	logf    = benchkit.Logf
-	sleep   = benchkit.Sleep
-)

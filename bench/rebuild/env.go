@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,7 +25,7 @@ type env struct{ *benchkit.Env }
 // with room for the rebuild's shadow bucket and shadow history index
 // beside the live ones (Start validates it).
 func newEnv(o options) (*env, error) {
-	e, err := benchkit.NewEnv(o.tmp, "orderstore-bench-rebuild-")
+	e, err := benchkit.NewEnv(o.tmp, "orderstore-bench-rebuild-", "", 0)
 	if err != nil {
 		return nil, err
 	}
@@ -108,25 +107,13 @@ func newGenerator(seed, stream uint64, orders, size int) *generator {
 
 func (g *generator) next() *nats.Msg {
 	o, typ := g.Next()
-	m := eventMsg(benchkit.OrderID(o), benchkit.Types[typ], g.size)
+	m := benchkit.EventMsg(benchkit.OrderID(o), benchkit.Types[typ], g.size)
 	// An id, so that a publish sent again after a timeout (nats' reply
 	// subject collisions leave about one in 10^6 unanswered: bench/README's
 	// overload section) is stored once.
 	g.seq++
 	m.Header = nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprintf("bench-%d-%d", g.id, g.seq)}}
 	return m
-}
-
-// eventMsg is an event of about size bytes: its order, its status, and
-// a "note" that pads it (the projection keeps none of it).
-func eventMsg(id, typ string, size int) *nats.Msg {
-	head := `{"order_id":"` + id + `","status":"` + typ + `","note":"`
-	pad := max(size-len(head)-2, 0)
-	data := make([]byte, 0, len(head)+pad+2)
-	data = append(data, head...)
-	data = append(data, strings.Repeat("x", pad)...)
-	data = append(data, `"}`...)
-	return &nats.Msg{Subject: "orders." + typ, Data: data}
 }
 
 // retryable is a publish to send again: benchkit.Retryable, or a timeout
@@ -148,7 +135,7 @@ func load(ctx context.Context, js jetstream.JetStream, g *generator, n, window i
 			}
 			if time.Since(lastLog) >= 10*time.Second {
 				lastLog = time.Now()
-				logf("   published %s of %s", num(i), num(n))
+				benchkit.Logf("   published %s of %s", benchkit.Num(i), benchkit.Num(n))
 			}
 		}
 		if err := w.Publish(ctx, g.next(), 0); err != nil {

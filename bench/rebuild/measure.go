@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -34,7 +31,7 @@ type procRun struct {
 	Others  string // the other processes' CPU share meanwhile
 }
 
-func (r procRun) rate() float64 { return rate(r.N, r.Dur) }
+func (r procRun) rate() float64 { return benchkit.Rate(r.N, r.Dur) }
 
 // liveProcessor starts the appliance with its processor on a store
 // holding n events its consumer has not processed, and times the
@@ -53,13 +50,13 @@ func liveProcessor(ctx context.Context, o options, e *env, rep, n int) (procRun,
 		return r, err
 	}
 	defer stopProf()
-	t1, c1, m1 := time.Now(), cpuTime(), benchkit.StartOthers()
+	t1, c1, m1 := time.Now(), benchkit.CPUTime(), benchkit.StartOthers()
 	r.Startup = t1.Sub(t0)
 	r.Before = int(e.App.Stats().Processed)
 	if err := e.caughtUp(ctx, uint64(n), o.catchupTimeout); err != nil {
 		return r, err
 	}
-	r.Dur, r.CPU, r.Others = time.Since(t1), cpuTime()-c1, m1.Share()
+	r.Dur, r.CPU, r.Others = time.Since(t1), benchkit.CPUTime()-c1, m1.Share()
 	stopProf()
 	st := e.App.Stats()
 	if st.Processed != uint64(n) || st.DeadLettered > 0 {
@@ -101,16 +98,16 @@ type rebuildRun struct {
 func (r rebuildRun) events() uint64 { return r.Final.Total }
 
 // rate is the rebuild's rate: events folded over the whole rebuild.
-func (r rebuildRun) rate() float64 { return rate(int(r.events()), r.Total) }
+func (r rebuildRun) rate() float64 { return benchkit.Rate(int(r.events()), r.Total) }
 
 // foldRate is the fold phase's rate.
-func (r rebuildRun) foldRate() float64 { return rate(int(r.Folded), r.Fold) }
+func (r rebuildRun) foldRate() float64 { return benchkit.Rate(int(r.Folded), r.Fold) }
 
 // ingestIn is the producers' acked rate in phase k (0 setup, 1 fold, 2
 // takeover).
 func (r rebuildRun) ingestIn(k int) float64 {
 	d := []time.Duration{r.Setup, r.Fold, r.Takeover}[k]
-	return rate(int(r.Acked[k+1]-r.Acked[k]), d)
+	return benchkit.Rate(int(r.Acked[k+1]-r.Acked[k]), d)
 }
 
 // rebuild runs one rebuild to its end. acked, if not nil, counts the
@@ -129,7 +126,7 @@ func rebuild(ctx context.Context, o options, e *env, prof string, acked *atomic.
 		return r, err
 	}
 	defer stopProf()
-	c0, m0 := cpuTime(), benchkit.StartOthers()
+	c0, m0 := benchkit.CPUTime(), benchkit.StartOthers()
 	r.Acked[0] = count()
 	st, err := e.App.RebuildProjection(ctx, status.RebuildRequest{})
 	if err != nil {
@@ -141,7 +138,7 @@ func rebuild(ctx context.Context, o options, e *env, prof string, acked *atomic.
 	lastLog, lastLag := time.Now(), time.Time{}
 	deadline := time.Now().Add(o.catchupTimeout)
 	for {
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := benchkit.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return r, err
 		}
 		s := e.App.RebuildStatus()
@@ -173,7 +170,7 @@ func rebuild(ctx context.Context, o options, e *env, prof string, acked *atomic.
 		switch s.State {
 		case status.RebuildDone:
 			r.Acked[3] = count()
-			r.CPU, r.Others = cpuTime()-c0, m0.Share()
+			r.CPU, r.Others = benchkit.CPUTime()-c0, m0.Share()
 			stopProf()
 			r.Final = *s
 			end := now
@@ -190,7 +187,7 @@ func rebuild(ctx context.Context, o options, e *env, prof string, acked *atomic.
 		}
 		if now.Sub(lastLog) >= 10*time.Second {
 			lastLog = now
-			logf("   %s: %s of %s events (%.0f/s)", s.State, num(int(s.Done)), num(int(s.Total)), s.Rate)
+			benchkit.Logf("   %s: %s of %s events (%.0f/s)", s.State, benchkit.Num(int(s.Done)), benchkit.Num(int(s.Total)), s.Rate)
 		}
 		if now.After(deadline) {
 			return r, fmt.Errorf("rebuild %s not done after %s: %+v", id, o.catchupTimeout, s)
@@ -307,7 +304,7 @@ func (p *producers) run(ctx context.Context, stop <-chan struct{}) ([]time.Durat
 					break loop
 				default:
 				}
-				msg := eventMsg(benchkit.OrderID(r.IntN(p.orders)), benchkit.Types[1+r.IntN(3)], p.size)
+				msg := benchkit.EventMsg(benchkit.OrderID(r.IntN(p.orders)), benchkit.Types[1+r.IntN(3)], p.size)
 				t0 := time.Now()
 				if err = publishSync(ctx, js, msg, &p.resent); err != nil {
 					break
@@ -338,7 +335,7 @@ func publishSync(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, res
 			return err
 		}
 		resent.Add(1)
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := benchkit.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -369,7 +366,7 @@ type ingestRun struct {
 	SyncHow  string
 }
 
-func (r ingestRun) rate() float64 { return rate(r.Acked, r.Dur) }
+func (r ingestRun) rate() float64 { return benchkit.Rate(r.Acked, r.Dur) }
 
 // ingestWindow runs the producers for d, with or without a rebuild
 // folding meanwhile. With one, the window opens once the rebuild folds
@@ -390,7 +387,7 @@ func ingestWindow(ctx context.Context, o options, e *env, p *producers, rep int,
 		id = st.ID
 		deadline := time.Now().Add(5 * time.Minute)
 		for {
-			if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			if err := benchkit.Sleep(ctx, 10*time.Millisecond); err != nil {
 				return r, err
 			}
 			s0 = e.App.RebuildStatus()
@@ -415,9 +412,9 @@ func ingestWindow(ctx context.Context, o options, e *env, p *producers, rep int,
 	timer := time.AfterFunc(o.duration, func() { close(stop) })
 	defer timer.Stop()
 	g0 := ingestStats(e)
-	a0, t0, c0, m0 := p.acked.Load(), time.Now(), cpuTime(), benchkit.StartOthers()
+	a0, t0, c0, m0 := p.acked.Load(), time.Now(), benchkit.CPUTime(), benchkit.StartOthers()
 	lat, err := p.run(ctx, stop)
-	r.Dur, r.CPU, r.Acked, r.Others = time.Since(t0), cpuTime()-c0, int(p.acked.Load()-a0), m0.Share()
+	r.Dur, r.CPU, r.Acked, r.Others = time.Since(t0), benchkit.CPUTime()-c0, int(p.acked.Load()-a0), m0.Share()
 	if g1 := ingestStats(e); g0 != nil && g1 != nil {
 		r.SyncHow = g1.Sync
 		r.Syncs = g1.SyncSeconds.Count - g0.SyncSeconds.Count
@@ -448,21 +445,13 @@ func ingestWindow(ctx context.Context, o options, e *env, p *producers, rep int,
 	return r, nil
 }
 
-// ingestStats is group commit's figures, from the appliance's admin API
-// served in-process (GET /v1/status); nil when there are none.
+// ingestStats is group commit's figures (GET /v1/status); nil when
+// there are none.
 func ingestStats(e *env) *status.IngestStats {
-	req := httptest.NewRequest(http.MethodGet, "/v1/status", nil)
-	req.Host, req.RemoteAddr = "127.0.0.1", "127.0.0.1:1"
-	rec := httptest.NewRecorder()
-	e.App.Handler().ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK {
-		return nil
+	if st, err := benchkit.Status(e.App); err == nil {
+		return st.Ingest
 	}
-	var st status.Status
-	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
-		return nil
-	}
-	return st.Ingest
+	return nil
 }
 
 // cancelRebuild cancels rebuild id and waits until it ended (one taking
@@ -484,7 +473,7 @@ func cancelRebuild(ctx context.Context, e *env, id string) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("rebuild %s still %s 5 minutes after its cancel", id, s.State)
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := benchkit.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}

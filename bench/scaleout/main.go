@@ -1,14 +1,7 @@
-// Command scaleout measures orderstore beyond one host, with in-process
-// appliances on loopback (each with its own store under -dir):
-//
-//   - acked publishes/s on a 3-node R3 cluster against a single node, in
-//     the same run (-pub events, -conc publishers);
-//   - time from the stream leader's loss to the first accepted publish;
-//   - an edge backlog of -backlog events drained to the hub, and the time
-//     from link restore to the first forwarded event;
-//   - backup and restore time for -backup-events events.
-//
-// It uses the public packages only. Usage:
+// Command scaleout measures orderstore beyond one host with in-process
+// appliances on loopback: a 3-node R3 cluster against one node, leader
+// loss, an edge's backlog drained to its hub, backup and restore
+// (docs/topologies.md holds the figures).
 //
 //	go run ./bench/scaleout -pub 20000 -backlog 100000 -backup-events 1000000
 package main

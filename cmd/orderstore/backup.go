@@ -4,13 +4,11 @@ import (
 	"archive/tar"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,8 +22,7 @@ import (
 // tar of JetStream snapshots) and writes it into DIR, then checks every
 // file against the manifest.
 func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("backup", stderr)
 	client := clientFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -45,36 +42,23 @@ func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitUsage
 	}
 	t0 := time.Now()
-	req, err := http.NewRequestWithContext(ctx, "POST", c.base+"/v1/backup", strings.NewReader("{}"))
-	if err != nil {
-		printErr(stderr, err)
-		return exitUsage
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	hc := *c.hc
-	hc.Timeout = 0 // a backup takes as long as it takes
-	resp, err := hc.Do(req)
-	if err != nil {
-		printErr(stderr, withHint(fmt.Errorf("backup: admin %s: %w", c.base, err), "is orderstore running? pass -admin URL (or -config FILE)"))
-		return exitFailure
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		printErr(stderr, fmt.Errorf("backup: admin %s: %s: %s", c.base, resp.Status, strings.TrimSpace(string(b))))
-		return exitFailure
-	}
+	bc := *c
+	bc.hc = &http.Client{Transport: c.hc.Transport} // no timeout: a backup takes as long as it takes
 	var received atomic.Int64
-	stop := progressLine(stderr, func() string {
-		return fmt.Sprintf("backup: %s received (%s)", config.ByteSize(received.Load()), time.Since(t0).Round(time.Second))
+	var untarErr error
+	err = bc.send(ctx, http.MethodPost, "/v1/backup", nil, func(r io.Reader) error {
+		stop := progressLine(stderr, func() string {
+			return fmt.Sprintf("backup: %s received (%s)", config.ByteSize(received.Load()), time.Since(t0).Round(time.Second))
+		})
+		defer stop()
+		untarErr = untar(&countingReader{r: r, n: &received}, dir)
+		return untarErr
 	})
-	err = untar(&countingReader{r: resp.Body, n: &received}, dir)
-	stop()
+	if untarErr != nil {
+		err = fmt.Errorf("%w (the backup in %q is incomplete)", err, dir)
+	}
 	if err != nil {
-		printErr(stderr, fmt.Errorf("backup: %w (the backup in %q is incomplete)", err, dir))
+		printErr(stderr, fmt.Errorf("backup: %w", err))
 		return exitFailure
 	}
 	m, err := orderstore.ReadBackupManifest(dir)
@@ -92,8 +76,7 @@ func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // restoreCmd restores a backup into the config's store, which must be
 // empty, with the appliance stopped.
 func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("restore", stderr)
 	configPath := fs.String("config", "", "config file (default: $ORDERSTORE_CONFIG, else built-in defaults)")
 	backupKey := fs.String("backup-key-file", "", "the key a sealed backup was made with, when it is not the config's (a new key, or a plain store)")
 	if err := fs.Parse(args); err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -14,8 +13,7 @@ import (
 // checkCmd validates the config and runs the preflight checks, like
 // `nats-server -t`. Exit 0 valid, 2 invalid config, 1 preflight failure.
 func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("check", stderr)
 	configPath := fs.String("config", "", "config file (default: $ORDERSTORE_CONFIG, else built-in defaults)")
 	print := fs.Bool("print", false, "print the effective config (defaults filled in, secrets redacted)")
 	if err := fs.Parse(args); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -32,13 +33,8 @@ func clientFlags(fs *flag.FlagSet) func() (*adminClient, error) {
 	token := fs.String("token", "", "admin bearer token (default: $ORDERSTORE_ADMIN_TOKEN, else from -config)")
 	configPath := fs.String("config", "", "read [admin] listen and token from this config file (default: $ORDERSTORE_CONFIG)")
 	return func() (*adminClient, error) {
-		c := &adminClient{base: *url, token: *token, hc: &http.Client{Timeout: 30 * time.Second}}
-		if c.base == "" {
-			c.base = os.Getenv("ORDERSTORE_ADMIN_URL")
-		}
-		if c.token == "" {
-			c.token = os.Getenv("ORDERSTORE_ADMIN_TOKEN")
-		}
+		c := &adminClient{base: cmp.Or(*url, os.Getenv("ORDERSTORE_ADMIN_URL")), token: cmp.Or(*token, os.Getenv("ORDERSTORE_ADMIN_TOKEN")),
+			hc: &http.Client{Timeout: 30 * time.Second}}
 		if c.base == "" || c.token == "" {
 			cfg, _, err := loadConfig(*configPath)
 			if err != nil {
@@ -106,7 +102,8 @@ func statusOf(err error) int {
 }
 
 // send sends a request (a POST's body: in as JSON, "{}" when nil) and
-// decodes the answer into out; ctx ends the wait for it.
+// decodes the answer into out, or hands a func(io.Reader) error out the
+// answer's body; ctx ends the wait for it.
 func (c *adminClient) send(ctx context.Context, method, path string, in, out any) error {
 	var reqBody io.Reader
 	if method == http.MethodPost {
@@ -136,6 +133,9 @@ func (c *adminClient) send(ctx context.Context, method, path string, in, out any
 		return withHint(fmt.Errorf("admin %s: %w", c.base, err), "is orderstore running? pass -admin URL (or -config FILE) to reach its admin listener")
 	}
 	defer resp.Body.Close()
+	if read, ok := out.(func(io.Reader) error); ok && resp.StatusCode == http.StatusOK {
+		return read(resp.Body) // a stream: a backup's tar
+	}
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode == http.StatusUnauthorized {
 		return withHint(fmt.Errorf("admin %s%s: 401 unauthorized", c.base, path), "pass -token, set $ORDERSTORE_ADMIN_TOKEN, or -config with admin.token")
@@ -143,10 +143,7 @@ func (c *adminClient) send(ctx context.Context, method, path string, in, out any
 	if resp.StatusCode >= 300 {
 		var e struct{ Error, Hint string }
 		json.Unmarshal(body, &e)
-		if e.Error == "" {
-			e.Error = strings.TrimSpace(string(body))
-		}
-		err := &apiError{Method: method, Path: path, Code: resp.StatusCode, Status: resp.Status, Msg: e.Error}
+		err := &apiError{Method: method, Path: path, Code: resp.StatusCode, Status: resp.Status, Msg: cmp.Or(e.Error, strings.TrimSpace(string(body)))}
 		if e.Hint != "" {
 			return withHint(err, e.Hint)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"io/fs"
 	"os"
@@ -12,10 +13,7 @@ import (
 // loadConfig resolves the config path (flag, then $ORDERSTORE_CONFIG, then
 // none) and loads it. With no path it returns the built-in defaults.
 func loadConfig(flagPath string) (cfg config.Config, name string, err error) {
-	path := flagPath
-	if path == "" {
-		path = os.Getenv("ORDERSTORE_CONFIG")
-	}
+	path := cmp.Or(flagPath, os.Getenv("ORDERSTORE_CONFIG"))
 	if path == "" {
 		return config.Default(), "<built-in defaults>", nil
 	}

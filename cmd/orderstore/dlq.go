@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -22,8 +20,7 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	sub := args[0]
-	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dlq "+sub, stderr)
 	client := clientFlags(fs)
 	from := fs.Uint64("from", 1, "list: first dead-letter sequence")
 	limit := fs.Int("limit", 100, "list: at most this many")
@@ -54,9 +51,7 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 			return exitFailure
 		}
 		if *asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			enc.Encode(p)
+			printJSON(stdout, p)
 			return exitOK
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)

@@ -5,7 +5,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -107,3 +109,17 @@ func hintOf(err error) string {
 
 // withHint attaches a hint to an error from a package that has none.
 func withHint(err error, hint string) error { return orderstore.WithHint(err, hint) }
+
+// newFlagSet is a subcommand's flags, reporting on stderr.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// printJSON writes v as indented JSON (-json).
+func printJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

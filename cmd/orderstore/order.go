@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -26,8 +25,7 @@ const orderUsage = `usage: orderstore order [flags] ID
 // orderCmd prints an order's state, its history or its state as of a
 // point, from a running instance's admin API.
 func orderCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("order", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("order", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, orderUsage) }
 	client := clientFlags(fs)
 	events := fs.Bool("events", false, "list the order's events")
@@ -106,9 +104,7 @@ func orderCmd(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(tw, "POS\tSEQ\tTIME\tTYPE\tEDGE\tSTATUS AFTER\tDATA")
 		}
 		if *asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			enc.Encode(page)
+			printJSON(stdout, page)
 		} else {
 			for _, e := range page.Events {
 				fmt.Fprintln(tw, eventRow(e))
@@ -160,9 +156,7 @@ func eventRow(e status.OrderEvent) string {
 // printOrder prints an order (with "as_of" when asked as of a point).
 func printOrder(w io.Writer, o map[string]any, asJSON bool) {
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(o)
+		printJSON(w, o)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

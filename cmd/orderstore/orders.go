@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -30,8 +28,7 @@ const ordersUsage = `usage: orderstore orders [flags]
 // ordersCmd lists orders by status and age from a running instance's
 // admin API (GET /v1/orders).
 func ordersCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("orders", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("orders", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, ordersUsage) }
 	client := clientFlags(fs)
 	st := fs.String("status", "", "only orders in this status")
@@ -93,9 +90,7 @@ func ordersCmd(args []string, stdout, stderr io.Writer) int {
 			return exitFailure
 		}
 		if *asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			enc.Encode(page)
+			printJSON(stdout, page)
 		} else {
 			if listed == 0 {
 				fmt.Fprintln(tw, "ORDER\tSTATUS\tLAST EVENT\tAGO\tSTALE")

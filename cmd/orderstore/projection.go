@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -67,8 +66,7 @@ func projectionCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return exitUsage
 	}
 	sub := args[0]
-	fs := flag.NewFlagSet("projection "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("projection "+sub, stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, projectionUsage) }
 	client := clientFlags(fs)
 	asJSON := fs.Bool("json", false, "print the rebuild's status as JSON")
@@ -279,9 +277,7 @@ func (r *rebuildCmd) follow(ctx context.Context, st *status.Rebuild, p *rebuildP
 // print prints a rebuild's status: JSON, or lines.
 func (r *rebuildCmd) print(st *status.Rebuild) {
 	if r.asJSON {
-		enc := json.NewEncoder(r.stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(st)
+		printJSON(r.stdout, st)
 		return
 	}
 	printRebuild(r.stdout, st, time.Now())

@@ -1,9 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,8 +25,7 @@ const stopTimeout = 50 * time.Second
 
 // runCmd runs the appliance until a signal, ctx, or a failing part stops it.
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("run", stderr)
 	configPath := fs.String("config", "", "config file (default: $ORDERSTORE_CONFIG, else built-in defaults)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -57,7 +56,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	cfg.Logger = logger
-	cfg.Build = bi.info()
+	cfg.Build = bi
 	for _, w := range fc.SecretFileWarnings(cfgName) {
 		logger.Warn("secret readable by every user", "warning", w)
 	}
@@ -135,20 +134,13 @@ func byKey(err error, cfgName string) error {
 		b.WriteString("s")
 	}
 	for _, p := range invalid.Problems {
-		key := config.KeyOf(p.Field)
-		if key == "" {
-			key = p.Field
-		}
-		b.WriteString("\n  " + key)
+		b.WriteString("\n  " + cmp.Or(config.KeyOf(p.Field), p.Field))
 		if p.Value != "" {
 			b.WriteString(" = " + p.Value)
 		}
 		b.WriteString(": " + p.Reason)
 	}
-	hint := hintOf(err)
-	if hint == "" {
-		hint = "fix the keys named above in " + cfgName + ", then start again (orderstore check -config FILE checks a file)"
-	}
+	hint := cmp.Or(hintOf(err), "fix the keys named above in "+cfgName+", then start again (orderstore check -config FILE checks a file)")
 	return &exitCoded{withHint(errors.New(b.String()), hint), err}
 }
 

@@ -2,8 +2,6 @@ package main
 
 import (
 	"cmp"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -17,8 +15,7 @@ import (
 )
 
 func statusCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("status", stderr)
 	client := clientFlags(fs)
 	asJSON := fs.Bool("json", false, "print the raw JSON of /v1/status")
 	if err := fs.Parse(args); err != nil {
@@ -35,9 +32,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(st)
+		printJSON(stdout, st)
 		return exitOK
 	}
 	printStatus(stdout, st)

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"flag"
+	"cmp"
 	"fmt"
 	"io"
 	"runtime"
@@ -18,53 +18,31 @@ var (
 	date    = ""
 )
 
-type buildInfo struct {
-	Version, Commit, Date, Go, NATSServer string
-}
-
-// info is b as the appliance reports it.
-func (b buildInfo) info() status.BuildInfo {
-	return status.BuildInfo{Version: b.Version, Commit: b.Commit, Date: b.Date, GoVersion: b.Go, NATSServer: b.NATSServer}
-}
-
-func getBuildInfo() buildInfo {
-	b := buildInfo{Version: version, Commit: commit, Date: date, Go: runtime.Version(), NATSServer: orderstore.NATSServerVersion}
+func getBuildInfo() status.BuildInfo {
+	b := status.BuildInfo{Version: version, Commit: commit, Date: date, GoVersion: runtime.Version(), NATSServer: orderstore.NATSServerVersion}
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		if b.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			b.Version = bi.Main.Version
+		if bi.Main.Version != "(devel)" {
+			b.Version = cmp.Or(b.Version, bi.Main.Version)
 		}
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				if b.Commit == "" {
-					b.Commit = s.Value
-				}
+				b.Commit = cmp.Or(b.Commit, s.Value)
 			case "vcs.time":
-				if b.Date == "" {
-					b.Date = s.Value
-				}
+				b.Date = cmp.Or(b.Date, s.Value)
 			}
 		}
 	}
-	if b.Version == "" {
-		b.Version = "dev"
-	}
-	if b.Commit == "" {
-		b.Commit = "unknown"
-	}
-	if b.Date == "" {
-		b.Date = "unknown"
-	}
+	b.Version, b.Commit, b.Date = cmp.Or(b.Version, "dev"), cmp.Or(b.Commit, "unknown"), cmp.Or(b.Date, "unknown")
 	return b
 }
 
 func versionCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("version", stderr)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	b := getBuildInfo()
-	fmt.Fprintf(stdout, "orderstore %s\ncommit: %s\ndate: %s\ngo: %s\nnats-server: %s\n", b.Version, b.Commit, b.Date, b.Go, b.NATSServer)
+	fmt.Fprintf(stdout, "orderstore %s\ncommit: %s\ndate: %s\ngo: %s\nnats-server: %s\n", b.Version, b.Commit, b.Date, b.GoVersion, b.NATSServer)
 	return exitOK
 }

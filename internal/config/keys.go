@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/orderstore/orderstore"
@@ -62,10 +63,10 @@ func copyFields(f, o reflect.Value, toLib bool) {
 			allow, deny := o.FieldByName(names[0]), o.FieldByName(names[1])
 			s := fv.Addr().Interface().(*Subjects)
 			if toLib {
-				allow.Set(reflect.ValueOf(clone(s.Allow)))
-				deny.Set(reflect.ValueOf(clone(s.Deny)))
+				allow.Set(reflect.ValueOf(slices.Clone(s.Allow)))
+				deny.Set(reflect.ValueOf(slices.Clone(s.Deny)))
 			} else {
-				s.Allow, s.Deny = clone(allow.Interface().([]string)), clone(deny.Interface().([]string))
+				s.Allow, s.Deny = slices.Clone(allow.Interface().([]string)), slices.Clone(deny.Interface().([]string))
 			}
 			continue
 		}
@@ -118,13 +119,6 @@ func copyValue(dst, src reflect.Value, fileToLib bool) {
 	default:
 		dst.Set(src.Convert(dst.Type()))
 	}
-}
-
-func clone(s []string) []string {
-	if s == nil {
-		return nil
-	}
-	return append([]string{}, s...)
 }
 
 // KeyOf names the field of orderstore.Config at the Go path field (as a

@@ -228,34 +228,23 @@ func (c Config) AdminToken() (string, error) {
 // Redacted is c with every secret replaced by "<redacted>": what Encode
 // prints.
 func (c Config) Redacted() Config {
-	if c.Server.SystemPassword != "" {
-		c.Server.SystemPassword = "<redacted>"
-	}
-	users := make([]User, len(c.Server.Users))
-	for i, u := range c.Server.Users {
-		if u.Password != "" {
-			u.Password = "<redacted>"
+	redact := func(s *string) {
+		if *s != "" {
+			*s = "<redacted>"
 		}
-		users[i] = u
 	}
-	c.Server.Users = users
-	if c.Admin.Token != "" {
-		c.Admin.Token = "<redacted>"
+	redact(&c.Server.SystemPassword)
+	redact(&c.Admin.Token)
+	redact(&c.Cluster.Password)
+	redact(&c.LeafNode.Password)
+	c.Server.Users = append([]User{}, c.Server.Users...)
+	for i := range c.Server.Users {
+		redact(&c.Server.Users[i].Password)
 	}
-	if c.Cluster.Password != "" {
-		c.Cluster.Password = "<redacted>"
+	c.LeafNode.Remotes = append([]orderstore.LeafRemote{}, c.LeafNode.Remotes...)
+	for i := range c.LeafNode.Remotes {
+		redact(&c.LeafNode.Remotes[i].Password)
 	}
-	if c.LeafNode.Password != "" {
-		c.LeafNode.Password = "<redacted>"
-	}
-	remotes := make([]orderstore.LeafRemote, len(c.LeafNode.Remotes))
-	for i, r := range c.LeafNode.Remotes {
-		if r.Password != "" {
-			r.Password = "<redacted>"
-		}
-		remotes[i] = r
-	}
-	c.LeafNode.Remotes = remotes
 	return c
 }
 

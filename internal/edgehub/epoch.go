@@ -250,7 +250,6 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 		if _, err := w.js.UpdateStream(context.Background(), agg); err != nil {
 			w.log.Error("hub: source the edge again after a repair (the watcher retries)", "edge", edge, "err", err)
 		}
-		w.syncMeta(context.Background())
 	}()
 	// Every copy from the first lost one on: the lost ones to the
 	// dead-letter stream, all of them out of the aggregate.

@@ -56,14 +56,10 @@ type Config struct {
 
 // Watcher watches a hub's sources; Run runs it, Sources reports them.
 type Watcher struct {
-	cfg   Config
-	js    jetstream.JetStream // the hub's own streams
-	edges *nats.Conn          // the edges' streams, over the leaf links (an inbox of its own)
-	log   *slog.Logger
-	// syncMeta makes the metadata nats rewrites (the aggregate's
-	// meta.inf) durable.
-	syncMeta func(context.Context) error
-
+	cfg     Config
+	js      jetstream.JetStream // the hub's own streams
+	edges   *nats.Conn          // the edges' streams, over the leaf links (an inbox of its own)
+	log     *slog.Logger
 	mu      sync.Mutex
 	st      map[string]*sourceState
 	checked map[string]map[string]bool // per edge, the epochs whose boundary was checked
@@ -76,13 +72,13 @@ type sourceState struct {
 
 // New returns the watcher of the hub's sources: js reaches the hub's own
 // streams, edges the edges' (over the leaf links, on an inbox of its
-// own); syncMeta makes the metadata nats rewrites durable.
-func New(cfg Config, js jetstream.JetStream, edges *nats.Conn, syncMeta func(context.Context) error, log *slog.Logger) *Watcher {
+// own).
+func New(cfg Config, js jetstream.JetStream, edges *nats.Conn, log *slog.Logger) *Watcher {
 	if cfg.EpochHeader == "" || cfg.DeadLetterPrefix == "" || cfg.Spec.Aggregate == nil {
 		// Without them every copy would look lost at its edge.
 		panic("edgehub: Config needs EpochHeader, DeadLetterPrefix and an aggregate Spec")
 	}
-	w := &Watcher{cfg: cfg, js: js, edges: edges, syncMeta: syncMeta, log: log, st: map[string]*sourceState{}, checked: map[string]map[string]bool{}}
+	w := &Watcher{cfg: cfg, js: js, edges: edges, log: log, st: map[string]*sourceState{}, checked: map[string]map[string]bool{}}
 	for _, e := range cfg.Edges {
 		w.st[e] = &sourceState{SourceStatus: status.SourceStatus{Edge: e}}
 	}
@@ -115,8 +111,6 @@ func (w *Watcher) check(ctx context.Context) {
 		// A kick that removed a source and could not add it back.
 		if _, err := w.js.UpdateStream(cctx, *agg); err != nil {
 			w.log.Warn("hub: restore the aggregate stream's sources", "stream", agg.Name, "err", err)
-		} else if err := w.syncMeta(cctx); err != nil {
-			w.log.Warn("hub: sync the aggregate stream's metadata", "stream", agg.Name, "err", err)
 		}
 	}
 	nats := map[string]*jetstream.StreamSourceInfo{}
@@ -196,9 +190,6 @@ func (w *Watcher) kick(ctx context.Context, edge string, s status.SourceStatus) 
 	_, err := w.js.UpdateStream(kctx, without)
 	if err == nil {
 		_, err = w.js.UpdateStream(kctx, agg)
-	}
-	if err == nil {
-		err = w.syncMeta(kctx) // nats rewrote the aggregate's meta.inf without fsync
 	}
 	w.log.Info("hub: source restarted", "edge", edge, "behind", s.Behind, "sourced_seq", s.SourcedSeq, "edge_last_seq", s.EdgeLastSeq,
 		"stalled_for", time.Since(s.LastAdvance).Round(time.Second).String(), "err", err)

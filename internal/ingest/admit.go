@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -336,35 +337,11 @@ const ElectionWait = 3500 * time.Millisecond
 // with subjects in account streamAccount.
 func AwaitElection(streamAccount string, subjects []string) func(account, subject string) time.Duration {
 	return func(account, subject string) time.Duration {
-		if account == streamAccount && matchesAny(subjects, subject) {
+		if account == streamAccount && slices.ContainsFunc(subjects, func(p string) bool { return server.SubjectMatchesFilter(subject, p) }) {
 			return ElectionWait
 		}
 		return 0
 	}
-}
-
-// matchesAny reports whether subject matches one of the patterns (NATS
-// wildcards '*' and '>').
-func matchesAny(patterns []string, subject string) bool {
-	for _, p := range patterns {
-		if subjectMatches(p, subject) {
-			return true
-		}
-	}
-	return false
-}
-
-func subjectMatches(pattern, subject string) bool {
-	pt, st := strings.Split(pattern, "."), strings.Split(subject, ".")
-	for i, p := range pt {
-		if p == ">" {
-			return len(st) > i
-		}
-		if i >= len(st) || p != "*" && p != st[i] || st[i] == "" {
-			return false
-		}
-	}
-	return len(pt) == len(st)
 }
 
 // hasWildcard reports a '*' or '>' token.

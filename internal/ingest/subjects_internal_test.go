@@ -1,6 +1,10 @@
 package ingest
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/orderstore/orderstore/natsserver/server"
+)
 
 func TestSubjectMatches(t *testing.T) {
 	for _, c := range []struct {
@@ -17,7 +21,7 @@ func TestSubjectMatches(t *testing.T) {
 		{"orders.>", "other.created", false},
 		{"orders.*.x", "orders..x", false},
 	} {
-		if got := subjectMatches(c.pattern, c.subject); got != c.want {
+		if got := server.SubjectMatchesFilter(c.subject, c.pattern); got != c.want {
 			t.Errorf("subjectMatches(%q, %q) = %v", c.pattern, c.subject, got)
 		}
 	}

@@ -7,6 +7,7 @@ package validate
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
@@ -251,12 +251,7 @@ func (v *Validator) Counts() []Count {
 	for k, n := range v.counts {
 		out = append(out, Count{Type: k[0], Reason: k[1], N: n})
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Type != out[j].Type {
-			return out[i].Type < out[j].Type
-		}
-		return out[i].Reason < out[j].Reason
-	})
+	slices.SortFunc(out, func(a, b Count) int { return cmp.Or(cmp.Compare(a.Type, b.Type), cmp.Compare(a.Reason, b.Reason)) })
 	return out
 }
 
