@@ -108,10 +108,14 @@ func TestOrdersCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "o-1") || strings.Contains(out, "o-3") || !strings.Contains(errs, "more: orderstore orders -cursor ") {
 		t.Errorf("orders -status paid -limit 1: exit %d\n%s\n%s", code, out, errs)
 	}
-	code, out, errs = cli("-stale", "-all", "-limit", "1", "-newest")
-	if code != 0 || strings.Count(out, "\n") != 3 || strings.Index(out, "o-3") > strings.Index(out, "o-1") || strings.Count(out, "stale") != 2 {
-		t.Errorf("orders -stale -all -newest: exit %d\n%s\n%s", code, out, errs)
-	}
+	// paid's stale_after is 1ms: poll until o-3, paid last, is older.
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		code, out, errs := cli("-stale", "-all", "-limit", "1", "-newest")
+		if code != 0 || strings.Count(out, "\n") != 3 || strings.Index(out, "o-3") > strings.Index(out, "o-1") || strings.Count(out, "stale") != 2 {
+			return fmt.Errorf("orders -stale -all -newest: exit %d\n%s\n%s", code, out, errs)
+		}
+		return nil
+	})
 	code, _, errs = cli("-older-than", "7d")
 	if code != 0 || !strings.Contains(errs, "no orders listed") {
 		t.Errorf("orders -older-than 7d: exit %d %s", code, errs)
