@@ -18,17 +18,9 @@ import (
 	"github.com/orderstore/orderstore/internal/storedir"
 )
 
-// Backups are JetStream snapshots in natscli's layout (internal/backup).
-// Consistency across the streams: the projection bucket is
-// snapshotted first, then the dead-letter stream, then ORDER_EVENTS, each
-// consistent in itself. The projection therefore never holds an event the
-// restored stream lacks. The processor's consumer is not in the backup:
-// the first start after a restore declares it again from the start of
-// the stream, and the projection skips every event it already applied
-// (and the dead-letter stream's dedupe window, as long as its max_age,
-// stores no dead letter twice), so the projection is again the fold of
-// the stream, and events acknowledged after the projection's snapshot
-// are applied.
+// Backups are JetStream snapshots in natscli's layout (internal/backup), the projection first
+// and the stream after it, so the projection never holds an event the restored stream lacks:
+// docs/operations.md, "Backup and restore".
 
 // ErrBackupRunning and ErrBackupNoRoom are matched (errors.Is) by a backup
 // refused before it began: another runs, or the copy would fill the
@@ -66,21 +58,6 @@ func (a *Appliance) Backup(ctx context.Context, dir string, progress func(Backup
 	// snapshot is plain text.
 	seal := backup.Seal{Key: a.cfg.JetStream.EncryptionKey, Cipher: cipherOf(a.cfg.JetStream)}
 	m.Sealed = seal.Cipher
-	var names []string
-	if spec.Projection != nil {
-		names = append(names, "KV_"+spec.Projection.Bucket)
-	}
-	if spec.History != nil {
-		// After the projection: a chunk a record counts is in the backup.
-		names = append(names, spec.History.Name)
-	}
-	if spec.DeadLetter != nil {
-		names = append(names, spec.DeadLetter.Name)
-	}
-	names = append(names, spec.Stream.Name)
-	if spec.Aggregate != nil {
-		names = append(names, spec.Aggregate.Name)
-	}
 	if c := spec.Consumer; c != nil && spec.Projection != nil && a.cfg.Processor.Enabled {
 		// Read before the projection's snapshot: what the floor covers is
 		// in it or in the dead letters, whose snapshot comes after.
@@ -94,7 +71,7 @@ func (a *Appliance) Backup(ctx context.Context, dir string, progress func(Backup
 		}
 		m.SettledThrough = ci.AckFloor.Stream
 	}
-	for _, name := range names {
+	for _, name := range spec.Streams() {
 		bs, err := backup.Snapshot(ctx, a.internal.Conn, name, filepath.Join(dir, name), seal, progress)
 		if err != nil {
 			return nil, fmt.Errorf("backup %q: %w", name, err)

@@ -17,22 +17,9 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-// A projection rebuild in a cluster. Every node's processor writes the
-// projection, so one node rebuilds at a time and its takeover pauses them
-// all:
-//
-//   - the claim: a key in a small replicated bucket names the node and the
-//     rebuild; a second node asking for a rebuild is refused (409) naming
-//     the first, until its rebuild ends;
-//   - each node folds into a shadow bucket of its own name, so that a node
-//     starting up never drops another's shadow;
-//   - the takeover pauses the processor's durable itself (nats' consumer
-//     pause, replicated by the consumer's Raft group), so that no node is
-//     delivered an event until the rebuilt orders are copied in, then
-//     resumes it. The pause has no end of its own: if the rebuilding node
-//     stops during the takeover, the others wait for it, and its next
-//     start finishes the takeover and resumes them (a pause that lapsed
-//     half-way would let them apply events the copy then overwrites).
+// A projection rebuild in a cluster: one node at a time (a claim), a shadow
+// per node, every processor paused for the takeover. See docs/rebuild.md,
+// "In a cluster".
 
 // claimKey is the claim's key in the claim bucket, named after the
 // projection bucket with claimBucketSuffix.

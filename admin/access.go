@@ -17,22 +17,9 @@ import (
 	"time"
 )
 
-// What the admin listener does to requests before any handler sees them
-// (docs/security.md lists the attacks each step answers):
-//
-//   - security headers on every response (CSP, X-Frame-Options DENY,
-//     nosniff, no referrer);
-//   - a body limit (maxBody) on every request;
-//   - a Host check: an IP address, "localhost" or one of
-//     Config.AllowedHosts, so a DNS-rebinding page never reaches the API
-//     (/livez and /readyz answer any Host: load balancers probe them by
-//     name and they hold no secret);
-//   - on state-changing requests, no cross-site Origin or Sec-Fetch-Site,
-//     and for the JSON API a JSON Content-Type (a form cannot send one);
-//   - failed sign-ins (bad bearer token, bad /login token) limited per
-//     client address and logged without the token;
-//   - sign-in through /login gives a cookie holding a random session id
-//     that expires, never the token.
+// What the admin listener does to requests before any handler sees them (security headers, body
+// limit, Host check, cross-site refusals, sign-in limits, sessions): docs/security.md, "Admin
+// listener", lists each step and the attack it answers.
 
 const (
 	// maxBody bounds every request body; the API takes none larger.

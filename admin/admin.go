@@ -26,6 +26,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -302,13 +303,11 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.signIn(w, r, ip)
 		return
 	}
-	{
-		s.limit.fail(ip)
-		s.log.Warn("admin sign-in failed", "remote", ip)
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.WriteHeader(http.StatusUnauthorized)
-		fmt.Fprint(w, loginPage)
-	}
+	s.limit.fail(ip)
+	s.log.Warn("admin sign-in failed", "remote", ip)
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(http.StatusUnauthorized)
+	fmt.Fprint(w, loginPage)
 }
 
 // signIn starts a dashboard session.
@@ -405,7 +404,7 @@ func (s *Server) Readiness(ctx context.Context) (string, []status.Check) {
 			return fmt.Errorf("stream %q: storage is %s, want file", s.cfg.Stream, c.Storage)
 		}
 		for _, subj := range s.cfg.Subjects {
-			if !containsStr(c.Subjects, subj) {
+			if !slices.Contains(c.Subjects, subj) {
 				return fmt.Errorf("stream %q: subject %q missing (has %q)", s.cfg.Stream, subj, c.Subjects)
 			}
 		}
@@ -648,15 +647,6 @@ func queryInt(s string, def int) (int, error) {
 		return def, nil
 	}
 	return strconv.Atoi(s)
-}
-
-func containsStr(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

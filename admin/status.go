@@ -51,11 +51,7 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) status.Status {
 		if lag, err := b.Processor.Lag(ctx); err != nil {
 			fail(err)
 		} else {
-			cs := s.cfg.ConsumerStream
-			if cs == "" {
-				cs = s.cfg.Stream
-			}
-			st.Consumer = &status.ConsumerStatus{Name: s.cfg.Durable, Stream: cs, LagInfo: lag}
+			st.Consumer = &status.ConsumerStatus{Name: s.cfg.Durable, Stream: s.consumerStream(), LagInfo: lag}
 		}
 	}
 	st.DeadLetters.Stream = s.cfg.DeadLetterStream

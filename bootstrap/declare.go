@@ -43,6 +43,28 @@ func (s Spec) ConsumerStream() string {
 	return s.Stream.Name
 }
 
+// Streams returns the names of the spec's streams, the projection's
+// ("KV_<bucket>") included, in the order a backup snapshots them: the
+// projection and its history index first, the stream after them.
+func (s Spec) Streams() []string {
+	var names []string
+	if s.Projection != nil {
+		names = append(names, "KV_"+s.Projection.Bucket)
+	}
+	if s.History != nil {
+		// After the projection: a chunk a record counts is in the backup.
+		names = append(names, s.History.Name)
+	}
+	if s.DeadLetter != nil {
+		names = append(names, s.DeadLetter.Name)
+	}
+	names = append(names, s.Stream.Name)
+	if s.Aggregate != nil {
+		names = append(names, s.Aggregate.Name)
+	}
+	return names
+}
+
 // Change is one field that Declare changed on an existing object.
 type Change struct {
 	Object string // `stream "ORDER_EVENTS"`

@@ -231,7 +231,7 @@ func (p *Projection) load(ctx context.Context, id string) (record, uint64, error
 // JetStream API's message get, where load's direct get may be answered by
 // any replica).
 func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uint64, error) {
-	data, seq, deleted, err := p.getFromLeader(ctx, "KV_"+p.kv.Bucket(), p.prefix+id)
+	data, seq, deleted, err := leaderget.LastBySubject(ctx, p.js, "KV_"+p.kv.Bucket(), p.prefix+id)
 	switch {
 	case err != nil:
 		return record{}, 0, fmt.Errorf("projection %q: read from the leader: %w", id, err)
@@ -245,12 +245,6 @@ func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uin
 		return record{}, 0, fmt.Errorf("projection %q: stored value is not an order: %w", id, err)
 	}
 	return r, seq, nil
-}
-
-// getFromLeader reads the last message on subject of stream from the
-// stream's leader (leaderget.LastBySubject).
-func (p *Projection) getFromLeader(ctx context.Context, stream, subject string) (data []byte, seq uint64, deleted bool, err error) {
-	return leaderget.LastBySubject(ctx, p.js, stream, subject)
 }
 
 // store caches r as id's record at revision rev.

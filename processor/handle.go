@@ -44,17 +44,9 @@ func (p *Processor) toItem(m delivery) item {
 		p.log.Error("message without metadata", "subject", m.Subject(), "err", err)
 		return item{msg: m, skip: true, size: msgSize(m)}
 	}
-	it := item{msg: m, size: msgSize(m), ev: Event{
-		Subject:   m.Subject(),
-		Type:      eventType(m.Subject()),
-		Data:      m.Data(),
-		Header:    m.Headers(),
-		Sequence:  md.Sequence.Stream,
-		Time:      md.Timestamp,
-		Delivered: md.NumDelivered,
-		AckFloor:  p.safeFloor(),
-	}}
-	it.ev.OrderID, it.ev.Status, it.poison = parse(m.Subject(), m.Data())
+	it := item{msg: m, size: msgSize(m)}
+	it.ev, it.poison = EventOf(m.Subject(), m.Data(), m.Headers(), md.Sequence.Stream, md.Timestamp, p.safeFloor())
+	it.ev.Delivered = md.NumDelivered
 	return it
 }
 

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/internal/leaderget"
 )
 
 // An order's history index: the stream sequences of the events the
@@ -47,11 +49,6 @@ var ErrNoHistory = errors.New("the projection keeps no history index")
 // ErrNotRetained is returned (wrapped) by [Projection.AsOf] for a point
 // before the first event of the order that the stream still holds.
 var ErrNotRetained = errors.New("the stream no longer holds the order's events up to that point")
-
-// SetHistorySync sets what makes the history index's sealed chunks
-// durable before the records that count them are written: the store's
-// sync in a mode where nats does not fsync each write (group commit).
-func (p *Projection) SetHistorySync(sync func(context.Context) error) { p.histSync = sync }
 
 // SetHistory makes the projection keep each order's history index, with
 // its sealed chunks in kv (the appliance's "<projection bucket>_HISTORY").
@@ -272,7 +269,7 @@ func (p *Projection) readChunk(ctx context.Context, orderID string, n int) ([]ui
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		// A replica may lag behind the one that served the record: ask
 		// the leader before calling it gone.
-		d, seq, deleted, lerr := p.getFromLeader(ctx, "KV_"+p.hist.Bucket(), p.histPrefix+key)
+		d, seq, deleted, lerr := leaderget.LastBySubject(ctx, p.js, "KV_"+p.hist.Bucket(), p.histPrefix+key)
 		if lerr != nil {
 			return nil, fmt.Errorf("history of %q: chunk %d of its index: %w", orderID, n, lerr)
 		}
@@ -585,19 +582,6 @@ func writeSeals[W any](p *Projection, ctx context.Context, writes []W, seals fun
 		if err != nil {
 			bad[pd.w] = true
 			failed(writes[pd.w], err)
-		}
-	}
-	// Durable before the records that count them (group commit: nats
-	// syncs nothing itself), so that a power cut cannot keep a record and
-	// lose its chunk.
-	if p.histSync != nil && len(bad) < len(ps) {
-		if err := p.histSync(ctx); err != nil {
-			for _, pd := range ps {
-				if !bad[pd.w] {
-					bad[pd.w] = true
-					failed(writes[pd.w], fmt.Errorf("sync the history index: %w", err))
-				}
-			}
 		}
 	}
 	out = writes[:0:0]

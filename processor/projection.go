@@ -153,7 +153,6 @@ type Projection struct {
 
 	hist       jetstream.KeyValue // the history index's chunks; nil: no index
 	histPrefix string             // "$KV.<history bucket>."
-	histSync   func(context.Context) error
 
 	mu    sync.Mutex
 	cache map[string]cached // last known value and revision per order

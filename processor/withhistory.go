@@ -52,15 +52,7 @@ func (w *withHistory) Handle(ctx context.Context, ev Event) error {
 func (w *withHistory) HandleBatch(ctx context.Context, orders [][]Event) [][]error {
 	var res [][]error
 	if bh, ok := w.h.(BatchHandler); ok {
-		res = bh.HandleBatch(ctx, orders)
-		if len(res) != len(orders) {
-			return failEach(orders, fmt.Errorf("handler returned %d results for %d orders", len(res), len(orders)))
-		}
-		for i := range res {
-			if len(res[i]) != len(orders[i]) {
-				return failEach(orders, fmt.Errorf("handler returned %d results for %d events", len(res[i]), len(orders[i])))
-			}
-		}
+		res = safeBatch(ctx, bh, orders)
 	} else {
 		res = make([][]error, len(orders))
 		for i, evs := range orders {
@@ -109,14 +101,6 @@ func (w *withHistory) HandleBatch(ctx context.Context, orders [][]Event) [][]err
 		}
 	}
 	return res
-}
-
-func failEach(orders [][]Event, err error) [][]error {
-	out := make([][]error, len(orders))
-	for i, evs := range orders {
-		out[i] = fill(make([]error, len(evs)), err)
-	}
-	return out
 }
 
 // Withhold asks h (a [Withholder], else an [AppliedChecker]); with

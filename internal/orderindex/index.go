@@ -209,13 +209,8 @@ func (x *Index) Counts() (counts []Count, total int) {
 	x.mu.Lock() // stale counts move their threshold
 	defer x.mu.Unlock()
 	now := x.now()
-	for status, s := range x.by {
-		c := Count{Status: status, Orders: s.tree.Len()}
-		if s.staleAfter > 0 {
-			n := s.countStale(now)
-			c.Stale = &n
-		}
-		counts = append(counts, c)
+	for _, s := range x.by {
+		counts = append(counts, s.count(now))
 	}
 	slices.SortFunc(counts, func(a, b Count) int {
 		return cmp.Or(cmp.Compare(b.Orders, a.Orders), strings.Compare(a.Status, b.Status))
@@ -257,13 +252,7 @@ func (x *Index) Top(n int) (top []Count, total, otherOrders, otherStatuses int) 
 		}
 	}
 	for i := len(best) - 1; i >= 0; i-- {
-		s := best[i]
-		c := Count{Status: s.name, Orders: s.tree.Len()}
-		if s.staleAfter > 0 {
-			k := s.countStale(now)
-			c.Stale = &k
-		}
-		top = append(top, c)
+		top = append(top, best[i].count(now))
 	}
 	return top, x.all.Len(), otherOrders, otherStatuses
 }
@@ -294,6 +283,16 @@ func (x *Index) Stale() map[string]int {
 		}
 	}
 	return out
+}
+
+// count is s's Count, its stale count moved to now.
+func (s *statusSet) count(now time.Time) Count {
+	c := Count{Status: s.name, Orders: s.tree.Len()}
+	if s.staleAfter > 0 {
+		n := s.countStale(now)
+		c.Stale = &n
+	}
+	return c
 }
 
 // countStale moves s's threshold to now and returns the stale count: it

@@ -59,20 +59,14 @@ func (b *Buckets) Shadow(ctx context.Context, fresh bool) (processor.Handler, er
 		if err := b.Discard(ctx); err != nil {
 			return nil, err
 		}
-		kv, err := b.JS.CreateKeyValue(ctx, b.ShadowBucket)
-		if err != nil {
+		if _, err := b.JS.CreateKeyValue(ctx, b.ShadowBucket); err != nil {
 			return nil, fmt.Errorf("shadow bucket %q: %w", b.ShadowBucket.Bucket, err)
 		}
-		var hkv jetstream.KeyValue
 		if b.ShadowHistory != nil {
 			if _, err := b.JS.CreateStream(ctx, *b.ShadowHistory); err != nil {
 				return nil, fmt.Errorf("shadow history index %q: %w", b.ShadowHistory.Name, err)
 			}
-			if hkv, err = b.JS.KeyValue(ctx, historyBucket(b.ShadowHistory)); err != nil {
-				return nil, fmt.Errorf("shadow history index %q: %w", b.ShadowHistory.Name, err)
-			}
 		}
-		return b.Projection(kv, hkv), nil
 	}
 	kv, hkv, err := b.openShadow(ctx)
 	if err != nil {

@@ -14,35 +14,19 @@ import (
 	"github.com/orderstore/orderstore/processor"
 )
 
-// deadLetters reads the whole dead-letter stream: the dead letters the
-// fold knew (all when all, else those up to DLQScanned) and those of
+// deadLetters reads the dead-letter stream from dead-letter sequence from
+// on (1: all of it, as the older ones tell what to skip): the dead letters
+// the fold knew (all when all, else those up to DLQScanned) and those of
 // events it has yet to fold are skipped; a newer one of an event it
 // already folded puts its order in keep (see dead).
-func (f *folder) deadLetters(ctx context.Context, all bool) error {
+func (f *folder) deadLetters(ctx context.Context, from uint64, all bool) error {
 	s, err := f.r.cfg.JS.Stream(ctx, f.r.cfg.DeadLetterStream)
 	if err != nil {
 		return fmt.Errorf("dead-letter stream %q: %w", f.r.cfg.DeadLetterStream, err)
 	}
-	// Every dead letter is read: the older ones tell what to skip.
 	known := f.st.DLQScanned
-	last, err := f.scanDeadLetters(ctx, s, 1, func(dlqSeq, orig uint64, orderID string) {
+	last, err := f.scanDeadLetters(ctx, s, from, func(dlqSeq, orig uint64, orderID string) {
 		f.dead(orig, orderID, all || dlqSeq <= known)
-	})
-	if err != nil {
-		return err
-	}
-	f.r.update(func() { f.st.DLQScanned = max(f.st.DLQScanned, last) })
-	return nil
-}
-
-// newDeadLetters reads the dead letters since the last read.
-func (f *folder) newDeadLetters(ctx context.Context) error {
-	s, err := f.r.cfg.JS.Stream(ctx, f.r.cfg.DeadLetterStream)
-	if err != nil {
-		return fmt.Errorf("dead-letter stream %q: %w", f.r.cfg.DeadLetterStream, err)
-	}
-	last, err := f.scanDeadLetters(ctx, s, f.st.DLQScanned+1, func(_, orig uint64, orderID string) {
-		f.dead(orig, orderID, false)
 	})
 	if err != nil {
 		return err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,7 +120,7 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 	}
 	// What the live processor dead-lettered is not folded: the live
 	// projection does not hold it, and a replay would add it twice.
-	if err := f.deadLetters(ctx, fresh); err != nil {
+	if err := f.deadLetters(ctx, 1, fresh); err != nil {
 		return err
 	}
 	r.log.Info("projection rebuild folding", "id", st.ID, "from_seq", st.FromSeq, "position", st.Position, "head", info.State.LastSeq)
@@ -489,12 +491,12 @@ func (r *Runner) durable(ctx context.Context) error {
 // checkpoint makes the shadow durable and then records the position, with
 // the dead letters that arrived meanwhile.
 func (f *folder) checkpoint(ctx context.Context) error {
-	if err := f.newDeadLetters(ctx); err != nil {
+	if err := f.deadLetters(ctx, f.st.DLQScanned+1, false); err != nil {
 		return err
 	}
 	if err := f.r.durable(ctx); err != nil {
 		return err
 	}
-	f.r.update(func() { f.st.Keep = keys(f.keep) })
+	f.r.update(func() { f.st.Keep = slices.Collect(maps.Keys(f.keep)) })
 	return f.r.save(f.st)
 }

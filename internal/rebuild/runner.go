@@ -128,18 +128,11 @@ func New(cfg Config) (*Runner, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	r := &Runner{cfg: cfg, log: cfg.Log, jobs: make(chan *state, 1)}
-	data, err := os.ReadFile(cfg.StatePath)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-	case err != nil:
-		return nil, fmt.Errorf("rebuild state %q: %w", cfg.StatePath, err)
-	default:
-		var st state
-		if err := json.Unmarshal(data, &st); err != nil {
-			return nil, fmt.Errorf("rebuild state %q is damaged (%v): move it away to forget the rebuild (its shadow buckets, if any, are then dropped by the next rebuild)", cfg.StatePath, err)
-		}
-		r.st = &st
+	st, err := readState(cfg.StatePath)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
 	}
+	r.st = st
 	return r, nil
 }
 
@@ -374,19 +367,28 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 
 // reloadSaved resets st to the rebuild's state as last saved.
 func (r *Runner) reloadSaved(st *state) error {
-	data, err := os.ReadFile(r.cfg.StatePath)
+	saved, err := readState(r.cfg.StatePath)
 	if err != nil {
-		return fmt.Errorf("rebuild state %q: %w", r.cfg.StatePath, err)
-	}
-	var saved state
-	if err := json.Unmarshal(data, &saved); err != nil {
-		return fmt.Errorf("rebuild state %q: %w", r.cfg.StatePath, err)
+		return err
 	}
 	if saved.ID != st.ID || !saved.running() {
 		return fmt.Errorf("rebuild state %q holds rebuild %s (%s), not %s", r.cfg.StatePath, saved.ID, saved.State, st.ID)
 	}
-	r.update(func() { *st = saved })
+	r.update(func() { *st = *saved })
 	return nil
+}
+
+// readState reads the state file at path.
+func readState(path string) (*state, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild state %q: %w", path, err)
+	}
+	var st state
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("rebuild state %q is damaged (%v): move it away to forget the rebuild (its shadow buckets, if any, are then dropped by the next rebuild)", path, err)
+	}
+	return &st, nil
 }
 
 // electionWait bounds how long a fold retries what nats did not answer.

@@ -82,12 +82,3 @@ func (r *Runner) trusted(ctx context.Context, st *state, last uint64) (string, e
 	}
 	return "", nil
 }
-
-// keys lists m's keys: the state keeps a set as a list.
-func keys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -96,7 +98,7 @@ func (f *folder) catchUpAndTakeOver(ctx context.Context) error {
 			}
 		}
 	}
-	if err := f.newDeadLetters(ctx); err != nil {
+	if err := f.deadLetters(ctx, f.st.DLQScanned+1, false); err != nil {
 		return err
 	}
 	if err := r.durable(ctx); err != nil {
@@ -105,7 +107,7 @@ func (f *folder) catchUpAndTakeOver(ctx context.Context) error {
 	r.update(func() {
 		st.State = status.RebuildTakingOver
 		st.Position = head
-		st.Keep = keys(f.keep)
+		st.Keep = slices.Collect(maps.Keys(f.keep))
 	})
 	if err := r.save(st); err != nil {
 		return err

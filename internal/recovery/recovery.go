@@ -1,27 +1,6 @@
-// Package recovery is start-up's look at what a crash, a power cut or a
-// damaged file left in the store, and what it does about it (see
-// docs/reliability.md):
-//
-//   - nats-server's own recovery warnings (a damaged or truncated block, an
-//     unreadable metadata file, a consumer moved back) are kept and reported;
-//   - a stream nats skipped (its meta.inf unreadable, as after a power cut
-//     in a relaxed mode) is declared again with its configuration, and nats
-//     reads its message blocks; if that brings nothing back, start-up fails
-//     naming the directory, and so does every later start while the
-//     projection holds orders of a stream that is now empty;
-//   - a consumer nats did not load, or whose state it cannot read, is moved
-//     out of nats' tree and declared again from the start of the stream
-//     (the projection skips what it already applied), and so is a consumer
-//     ahead of the stream;
-//   - a stream that ends below what the projection applied lost events: the
-//     projection is rebuilt from what the stream holds (its bucket purged,
-//     the consumer declared again from the start), so that it is the fold
-//     of the stream again and new events, which reuse the lost sequence
-//     numbers, are applied instead of skipped.
-//
-// Every such finding is a note: logged at start-up, listed in /v1/status
-// and `orderstore status`, counted by orderstore_recovery_notes, and named
-// by /readyz's "recovery" check (ready, with a warning).
+// Package recovery is start-up's look at what a crash, a power cut or a damaged file left in
+// the store, and what it does about it (docs/reliability.md, "What the damage rows mean"). Each
+// finding is a note: logged, in /v1/status, orderstore_recovery_notes and /readyz's "recovery".
 package recovery
 
 import (
@@ -168,21 +147,8 @@ func (c *Check) Declare(ctx context.Context, clustered bool) error {
 // disk which nats did not load (their meta.inf unreadable, as after a
 // power cut in a relaxed sync mode, where nats writes it without fsync).
 func (c *Check) notLoaded(ctx context.Context) map[string]int64 {
-	names := []string{c.Spec.Stream.Name}
-	if c.Spec.Aggregate != nil {
-		names = append(names, c.Spec.Aggregate.Name)
-	}
-	if c.Spec.DeadLetter != nil {
-		names = append(names, c.Spec.DeadLetter.Name)
-	}
-	if c.Spec.Projection != nil {
-		names = append(names, "KV_"+c.Spec.Projection.Bucket)
-	}
-	if c.Spec.History != nil {
-		names = append(names, c.Spec.History.Name)
-	}
 	out := map[string]int64{}
-	for _, name := range names {
+	for _, name := range c.Spec.Streams() {
 		if _, err := c.JS.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue
 		}
