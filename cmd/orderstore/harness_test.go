@@ -94,7 +94,9 @@ func start(t testing.TB, cred *syscall.Credential, args ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	scanned := make(chan struct{}) // every line of stderr is in p.stderr
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
@@ -110,10 +112,12 @@ func start(t testing.TB, cred *syscall.Credential, args ...string) *proc {
 				}
 			}
 		}
+		io.Copy(p.stderr, pr) // past a line too long to scan
 	}()
 	go func() {
 		err := cmd.Wait()
 		pw.Close()
+		<-scanned // the last lines too, before anyone reads them
 		p.code = cmd.ProcessState.ExitCode()
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			p.code = -int(ws.Signal())

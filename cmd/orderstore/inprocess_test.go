@@ -30,7 +30,9 @@ func startInProcess(t testing.TB, body string) *inproc {
 	pr, pw := io.Pipe()
 	a := &inproc{t: t, log: &testkit.LockedBuffer{}, cancel: cancel, done: make(chan int, 1)}
 	ready := make(chan struct{})
+	scanned := make(chan struct{}) // every line logged is in a.log
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		closed := false
@@ -52,10 +54,12 @@ func startInProcess(t testing.TB, body string) *inproc {
 				}
 			}
 		}
+		io.Copy(a.log, pr) // past a line too long to scan
 	}()
 	go func() {
 		code := run(ctx, []string{"run", "-config", cfg}, io.Discard, pw)
 		pw.Close()
+		<-scanned
 		a.done <- code
 	}()
 	select {
