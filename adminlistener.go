@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -116,12 +117,8 @@ func adminHosts(a AdminConfig) []string {
 
 func buildOrUnknown(b status.BuildInfo) status.BuildInfo {
 	for _, f := range []*string{&b.Version, &b.Commit, &b.Date, &b.GoVersion} {
-		if *f == "" {
-			*f = "unknown"
-		}
+		*f = cmp.Or(*f, "unknown")
 	}
-	if b.NATSServer == "" {
-		b.NATSServer = server.VERSION
-	}
+	b.NATSServer = cmp.Or(b.NATSServer, server.VERSION)
 	return b
 }

@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -110,7 +111,6 @@ type RestoreOptions struct {
 // RestoreWith is Restore with opts. The restored store is encrypted with
 // cfg's key, if set, whatever the backup was sealed with.
 func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOptions) (*BackupManifest, error) {
-	progress := opts.Progress
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -120,10 +120,7 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 	}
 	key := ""
 	if m.Sealed != "" {
-		if key = opts.BackupKey; key == "" {
-			key = cfg.JetStream.EncryptionKey
-		}
-		if key == "" {
+		if key = cmp.Or(opts.BackupKey, cfg.JetStream.EncryptionKey); key == "" {
 			return nil, withHint(fmt.Errorf("%w: backup %q is sealed (%s): restoring it needs the key of the store it came from", ErrEncryption, dir, m.Sealed),
 				"give that key: jetstream.encryption_key_file in the config restored into, or orderstore restore -backup-key-file FILE")
 		}
@@ -132,11 +129,8 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 				"give the key of the store the backup came from (orderstore restore -backup-key-file FILE)")
 		}
 	}
-	keyWrite, err := storeKey(cfg.JetStream.StoreDir, cfg.JetStream)
-	if err != nil {
-		return nil, err
-	}
-	lock, rep, err := bootstrap.Preflight(cfg.preflightConfig())
+	// A new key check is written only to a store that holds no stream.
+	lock, rep, _, err := cfg.lockStore()
 	if err != nil {
 		return nil, err
 	}
@@ -145,12 +139,6 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 		if storedir.Dir(rep.StoreDir).HasStreams(acc) {
 			return nil, withHint(fmt.Errorf("restore: store %q already holds streams", rep.StoreDir),
 				"restore into an empty jetstream.store_dir (move the old one away first)")
-		}
-	}
-	if keyWrite == keyNow {
-		// Before nats writes anything: the store is the key's from the start.
-		if err := writeStoreKey(rep.StoreDir, cfg.JetStream); err != nil {
-			return nil, err
 		}
 	}
 	id, err := natsconf.NewIdentity()
@@ -185,7 +173,7 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 	}
 	defer nc.Close()
 	for _, s := range m.Streams {
-		if err := backup.RestoreStream(ctx, nc, filepath.Join(dir, s.Name), s, key, progress); err != nil {
+		if err := backup.RestoreStream(ctx, nc, filepath.Join(dir, s.Name), s, key, opts.Progress); err != nil {
 			return nil, fmt.Errorf("restore %q: %w", s.Name, err)
 		}
 	}

@@ -78,15 +78,11 @@ func (e *ValidationError) Error() string {
 		b.WriteString("s")
 	}
 	for _, p := range e.Problems {
-		b.WriteString("\n  ")
+		q := *p
 		if e.File != "" {
-			// A file's reader knows its keys, not the Go fields.
-			q := *p
-			q.Field = ""
-			b.WriteString(q.Error())
-			continue
+			q.Field = "" // a file's reader knows its keys, not the Go fields
 		}
-		b.WriteString(p.Error())
+		b.WriteString("\n  " + q.Error())
 	}
 	return b.String()
 }

@@ -75,10 +75,7 @@ func (a *Appliance) OrderEventStates(ctx context.Context, id string, from, limit
 }
 
 func (a *Appliance) orderEvents(ctx context.Context, id string, from, limit int, states bool) (OrderHistory, error) {
-	if err := a.historyReady(id); err != nil {
-		return OrderHistory{}, err
-	}
-	s, err := a.hstream.get(ctx, a.js, a.spec.ConsumerStream())
+	s, err := a.historyStream(ctx, id)
 	if err != nil {
 		return OrderHistory{}, err
 	}
@@ -114,10 +111,7 @@ func (a *Appliance) OrderAsOf(ctx context.Context, id string, point AsOf) (Order
 // (your Handler's, say). It returns what OrderAsOf does, with the same
 // errors.
 func (a *Appliance) FoldOrderEvents(ctx context.Context, id string, point AsOf, fn func(Event) error) (OrderAsOf, error) {
-	if err := a.historyReady(id); err != nil {
-		return OrderAsOf{}, err
-	}
-	s, err := a.hstream.get(ctx, a.js, a.spec.ConsumerStream())
+	s, err := a.historyStream(ctx, id)
 	if err != nil {
 		return OrderAsOf{}, err
 	}
@@ -130,14 +124,16 @@ func (a *Appliance) FoldOrderEvents(ctx context.Context, id string, point AsOf, 
 	return st, err
 }
 
-func (a *Appliance) historyReady(id string) error {
+// historyStream is the stream order id's history is read from, once
+// there is a history index and id is valid.
+func (a *Appliance) historyStream(ctx context.Context, id string) (jetstream.Stream, error) {
 	if a.cfg.historyMaxBytes() == 0 {
-		return fmt.Errorf("order %q: %w: jetstream.max_file_store leaves no room for it next to the stream, the dead letters and the projection (raise max_file_store and set processor.history_max_bytes)", id, ErrNoHistory)
+		return nil, fmt.Errorf("order %q: %w: jetstream.max_file_store leaves no room for it next to the stream, the dead letters and the projection (raise max_file_store and set processor.history_max_bytes)", id, ErrNoHistory)
 	}
 	if !processor.ValidOrderID(id) {
-		return fmt.Errorf("order %q: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("order %q: %w", id, ErrNotFound)
 	}
-	return nil
+	return a.hstream.get(ctx, a.js, a.spec.ConsumerStream())
 }
 
 // edgeOf is the edge an aggregate stream's subject came from: its first

@@ -74,14 +74,14 @@ func (c Config) preflightConfig() bootstrap.PreflightConfig {
 	}
 }
 
-// DeclareSpec returns what the appliance declares for c at start-up: the
-// stream, the dead-letter stream, the projection bucket, its history
-// index and, when the processor is enabled, its durable consumer. Pass it to
-// [bootstrap.Declare] to declare the same objects on any NATS server.
 // projectionMarkerTTL is how long the marker of an expired projection
 // record is kept: long enough for a watch that fell behind to see it.
 const projectionMarkerTTL = time.Hour
 
+// DeclareSpec returns what the appliance declares for c at start-up: the
+// stream, the dead-letter stream, the projection bucket, its history
+// index and, when the processor is enabled, its durable consumer. Pass it to
+// [bootstrap.Declare] to declare the same objects on any NATS server.
 func (c Config) DeclareSpec() bootstrap.Spec {
 	st := c.Stream
 	discard := jetstream.DiscardOld
@@ -276,9 +276,4 @@ func NewProjection(ctx context.Context, js jetstream.JetStream, c Config) (*proc
 	return proj, nil
 }
 
-func loggerOrDiscard(l *slog.Logger) *slog.Logger {
-	if l == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return l
-}
+func loggerOrDiscard(l *slog.Logger) *slog.Logger { return cmp.Or(l, slog.New(slog.DiscardHandler)) }

@@ -129,7 +129,7 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 		// This node's own replays, as its ingest service stores them.
 		ReplayMsgID: ingest.ScopedMsgID(cfg.msgIDScope(), StreamAccount, processor.ReplayMsgIDPrefix(cfg.Processor.DeadLetterStream)),
 		StatePath:   filepath.Join(a.report.StoreDir, rebuildStateFile), Target: target, Version: a.handlerVersion,
-		Pause: a.pauseProcessor, Check: a.rebuildBudget, Log: a.log.With("component", "rebuild"), Pace: cfg.rebuildPace, Yield: true,
+		Pause: a.pauseProcessor, Check: a.rebuildBudget, Log: a.log.With("component", "rebuild"), Pace: cfg.rebuildPace,
 		Done:  func(st *status.Rebuild) error { return a.recordVersion(st.Version) },
 		Claim: claim, Release: release,
 		SyncSource: func(ctx context.Context) error { return a.syncStreams(ctx, a.spec.ConsumerStream()) },
@@ -148,7 +148,8 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 	}
 	if cfg.Cluster.Enabled() {
 		// The claim and the durable's pause as this node left them.
-		if err := a.reconcileRebuildClaim(ctx); err != nil {
+		// The cluster may still be electing leaders while its nodes start.
+		if err := a.clusterRetry(ctx, "projection rebuild claim", a.reconcileRebuildClaim); err != nil {
 			return err
 		}
 	}

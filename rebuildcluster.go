@@ -147,11 +147,6 @@ func (a *Appliance) releaseRebuild(ctx context.Context, id string) {
 // given back, a pause no takeover holds is ended, and a pause a takeover
 // holds (which a concurrent declare may have cleared) is put back.
 func (a *Appliance) reconcileRebuildClaim(ctx context.Context) error {
-	// The cluster may still be electing leaders while its nodes start.
-	return a.clusterRetry(ctx, "projection rebuild claim", a.reconcileOnce)
-}
-
-func (a *Appliance) reconcileOnce(ctx context.Context) error {
 	stream, durable := a.spec.ConsumerStream(), a.cfg.Processor.Durable
 	// The durable first, then the claim: the claim says paused before
 	// the durable is paused, so a pause seen here whose claim is not

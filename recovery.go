@@ -2,7 +2,6 @@ package orderstore
 
 import (
 	"context"
-	"os"
 
 	"github.com/orderstore/orderstore/internal/durable"
 	"github.com/orderstore/orderstore/internal/storedir"
@@ -11,13 +10,6 @@ import (
 // What start-up does about a damaged store is internal/recovery's (see
 // docs/reliability.md); the appliance runs its check (declare,
 // checkStore) and keeps its notes.
-
-// markRunning records whether the last run stopped cleanly and marks this
-// one as running (storedir's run marker).
-func (a *Appliance) markRunning() (err error) {
-	a.unclean, err = storedir.Dir(a.report.StoreDir).MarkRunning(os.Getpid())
-	return err
-}
 
 // syncMetadata makes what start-up declared durable with group commit: nats
 // syncs the metadata files it writes, not the directories it makes for a

@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -26,20 +27,9 @@ import (
 // on the same store is told so, not that the admin port is busy.
 func (a *Appliance) openStore(context.Context) error {
 	cfg, log := a.cfg, a.log
-	// Before anything is written: a key that does not fit the store
-	// changes no byte of it.
-	keyWrite, err := storeKey(cfg.JetStream.StoreDir, cfg.JetStream)
+	lock, rep, keyWrite, err := cfg.lockStore()
 	if err != nil {
 		return err
-	}
-	lock, rep, err := bootstrap.Preflight(cfg.preflightConfig())
-	if err != nil {
-		return err
-	}
-	if keyWrite == keyNow {
-		if err := writeStoreKey(rep.StoreDir, cfg.JetStream); err != nil {
-			return errors.Join(err, lock.Release())
-		}
 	}
 	a.lock, a.report, a.keyWrite = lock, rep, keyWrite
 	a.sup.add(component{name: "store", stop: func(context.Context) error {
@@ -49,7 +39,8 @@ func (a *Appliance) openStore(context.Context) error {
 		}
 		return errors.Join(append(errs, a.lock.Release())...)
 	}})
-	if err := a.markRunning(); err != nil {
+	// Whether the last run stopped cleanly, and this one marked running.
+	if a.unclean, err = storedir.Dir(rep.StoreDir).MarkRunning(os.Getpid()); err != nil {
 		return err
 	}
 	var interval time.Duration
@@ -75,6 +66,24 @@ func (a *Appliance) openStore(context.Context) error {
 		"free_disk", bytesize.Format(int64(rep.FreeBytes)), "used", bytesize.Format(rep.UsedBytes),
 		"max_file_store", bytesize.Format(cfg.JetStream.MaxFileStore))
 	return nil
+}
+
+// lockStore checks c's key against the store (reading only: a key that
+// does not fit changes no byte of it), runs the preflight and takes the
+// store's lock; a new encrypted store gets its key check before nats
+// writes anything.
+func (c Config) lockStore() (*bootstrap.Lock, bootstrap.Report, keyWrite, error) {
+	write, err := storeKey(c.JetStream.StoreDir, c.JetStream)
+	if err != nil {
+		return nil, bootstrap.Report{}, write, err
+	}
+	lock, rep, err := bootstrap.Preflight(c.preflightConfig())
+	if err == nil && write == keyNow {
+		if err = writeStoreKey(rep.StoreDir, c.JetStream); err != nil {
+			err = errors.Join(err, lock.Release())
+		}
+	}
+	return lock, rep, write, err
 }
 
 // startCommitter follows group commit (durability "group-commit"), which
@@ -210,24 +219,19 @@ func (a *Appliance) checkStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// This run's epoch and where it begins, before any event of it is
-	// stored (a hub checks each edge's epochs: internal/edgehub).
-	if err := a.recordEpoch(ctx); err != nil {
-		return err
+	// This run's epoch and where it begins, in the stream's metadata,
+	// before any event of it is stored (a hub checks each edge's epochs:
+	// internal/edgehub); not in a cluster: no hub sources a cluster by
+	// epoch.
+	if !a.cfg.Cluster.Enabled() {
+		if err := edgehub.RecordEpoch(ctx, a.js, a.cfg.Stream.Name, a.epoch); err != nil {
+			return err
+		}
 	}
 	// nats writes the metadata of what it declared (meta.inf, the
 	// consumer's state) without fsync: make it durable before any event is
 	// acknowledged.
 	return a.syncMetadata(ctx)
-}
-
-// recordEpoch records where this run's epoch begins in the stream's
-// metadata (not in a cluster: no hub sources a cluster by epoch).
-func (a *Appliance) recordEpoch(ctx context.Context) error {
-	if a.cfg.Cluster.Enabled() {
-		return nil
-	}
-	return edgehub.RecordEpoch(ctx, a.js, a.cfg.Stream.Name, a.epoch)
 }
 
 // startProcessor runs the processor (unless disabled): its stop lets it

@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -222,12 +223,8 @@ func (s *supervisor) add(c component) {
 	}
 	go func() {
 		defer close(p.ended)
-		err := c.run(ctx)
-		if err == nil && ctx.Err() == nil {
-			err = errors.New("stopped")
-		}
-		if err != nil && ctx.Err() == nil {
-			s.fail(c.name, err)
+		if err := c.run(ctx); ctx.Err() == nil {
+			s.fail(c.name, cmp.Or(err, errors.New("stopped")))
 		}
 	}()
 }

@@ -88,10 +88,9 @@ func (a *Appliance) leafStatus(ns *server.Server) []status.LeafStatus {
 // clusterCheck is /readyz's "cluster" check: the meta group, the stream
 // and the consumer each have a leader.
 func (a *Appliance) clusterCheck(ctx context.Context) status.Check {
-	c := status.Check{Name: "cluster", OK: true}
 	cs := a.clusterStatus(ctx, a.server().NATSServer())
+	c := status.Check{Name: "cluster", OK: cs.Quorum}
 	if !cs.Quorum {
-		c.OK = false
 		var missing []string
 		if cs.MetaLeader == "" {
 			missing = append(missing, "the JetStream meta group")

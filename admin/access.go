@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,13 +112,10 @@ func (s *Server) allowedHost(hostport string) bool {
 	if net.ParseIP(host) != nil || host == "localhost" {
 		return true
 	}
-	for _, a := range s.cfg.AllowedHosts {
+	return slices.ContainsFunc(s.cfg.AllowedHosts, func(a string) bool {
 		a = strings.ToLower(a)
-		if a == host || a == strings.ToLower(hostport) {
-			return true
-		}
-	}
-	return false
+		return a == host || a == strings.ToLower(hostport)
+	})
 }
 
 // crossSite says why a state-changing request comes from another site,

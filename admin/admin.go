@@ -19,6 +19,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -185,10 +186,7 @@ type Server struct {
 // New builds the server. Serve it with net/http; call SetBackend once the
 // broker is ready.
 func New(cfg Config) *Server {
-	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
+	s := &Server{cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), mux: http.NewServeMux()}
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(&collector{s: s})
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -620,7 +618,6 @@ func (s *Server) maxStore(ai *jetstream.AccountInfo) int64 {
 	return 0
 }
 
-// clip shortens what a request sent before it is echoed.
 // orderIDChecked answers 400 for an {id} no order can have (the
 // processor's bound on order ids), before h looks it up.
 func orderIDChecked(h func(http.ResponseWriter, *http.Request, *Backend)) func(http.ResponseWriter, *http.Request, *Backend) {
@@ -635,6 +632,7 @@ func orderIDChecked(h func(http.ResponseWriter, *http.Request, *Backend)) func(h
 	}
 }
 
+// clip shortens what a request sent before it is echoed.
 func clip(s string) string {
 	if len(s) <= 64 {
 		return s
@@ -658,9 +656,4 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc.Encode(v)
 }
 
-func (s *Server) consumerStream() string {
-	if s.cfg.ConsumerStream != "" {
-		return s.cfg.ConsumerStream
-	}
-	return s.cfg.Stream
-}
+func (s *Server) consumerStream() string { return cmp.Or(s.cfg.ConsumerStream, s.cfg.Stream) }

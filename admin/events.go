@@ -48,15 +48,9 @@ func EventSubject(subjects []string, typ string) (subject string, ok bool) {
 // validEventType: 1 to processor.MaxEventTypeLen letters, digits, '-'
 // and '_' (one subject token; the processor's bound over NATS too).
 func validEventType(t string) bool {
-	if t == "" || len(t) > processor.MaxEventTypeLen {
-		return false
-	}
-	for _, r := range t {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return true
+	return t != "" && len(t) <= processor.MaxEventTypeLen && !strings.ContainsFunc(t, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+	})
 }
 
 // publishEvent is POST /v1/events/{type}: the body (a JSON object with an

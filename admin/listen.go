@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -46,10 +47,7 @@ func Listen(h http.Handler, c ListenConfig) (*Listener, error) {
 	if c.TLS != nil {
 		ln = tls.NewListener(ln, c.TLS)
 	}
-	log := c.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := cmp.Or(c.Log, slog.New(slog.DiscardHandler))
 	hs := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -166,15 +166,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if rb := st.Rebuild; rb != nil {
-		running, failed := 0.0, 0.0
-		if rb.Running() {
-			running = 1
-		}
-		if rb.State == status.RebuildFailed || rb.Error != "" {
-			failed = 1
-		}
-		gauge(descRebuildRunning, running)
-		gauge(descRebuildFailed, failed)
+		gauge(descRebuildRunning, b11(rb.Running()))
+		gauge(descRebuildFailed, b11(rb.State == status.RebuildFailed || rb.Error != ""))
 		gauge(descRebuildDone, float64(rb.Done))
 		gauge(descRebuildTotal, float64(rb.Total))
 		gauge(descRebuildRate, rb.Rate)

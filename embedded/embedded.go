@@ -330,8 +330,7 @@ func (c Config) Validate() error {
 	if c.MaxMemory < 0 || c.MaxStore < 0 {
 		errs = append(errs, errors.New("MaxMemory, MaxStore: must not be negative"))
 	}
-	switch {
-	case c.Cipher != "" && c.Cipher != CipherChaCha && c.Cipher != CipherAES:
+	if c.Cipher != "" && c.Cipher != CipherChaCha && c.Cipher != CipherAES {
 		errs = append(errs, fmt.Errorf("Cipher: %q is none of %q and %q", c.Cipher, CipherChaCha, CipherAES))
 	}
 	if c.SyncInterval < 0 {
@@ -372,11 +371,7 @@ func (c Config) Validate() error {
 		if !accounts[u.Account] || u.Account == systemAccount {
 			errs = append(errs, fmt.Errorf("Users[%d]: unknown Account %q", i, u.Account))
 		}
-		if u.Nkey == "" {
-			names[u.Name] = true
-		} else {
-			names[u.Nkey] = true
-		}
+		names[cmp.Or(u.Nkey, u.Name)] = true // what NoAuthUser names it by
 	}
 	if c.NoAuthUser != "" && !names[c.NoAuthUser] {
 		errs = append(errs, fmt.Errorf("NoAuthUser: %q is not one of Users", c.NoAuthUser))
@@ -626,15 +621,9 @@ func permissions(u User) *server.Permissions {
 }
 
 func validAccountName(s string) bool {
-	if s == "" || len(s) > 128 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
+	return s != "" && len(s) <= 128 && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
+	})
 }
 
 // Start validates cfg, starts nats-server with JetStream and returns once it
@@ -827,9 +816,4 @@ func (s *Server) Close() error {
 	return nil
 }
 
-func loggerOrDiscard(l *slog.Logger) *slog.Logger {
-	if l == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return l
-}
+func loggerOrDiscard(l *slog.Logger) *slog.Logger { return cmp.Or(l, slog.New(slog.DiscardHandler)) }

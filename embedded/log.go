@@ -49,32 +49,38 @@ func (a *slogAdapter) started() []string {
 // levelTrace is below Debug: nats protocol traces are noisier than debug.
 const levelTrace = slog.LevelDebug - 4
 
+// text is a nats-server log message.
+func text(format string, v []any) string { return strings.TrimSpace(fmt.Sprintf(format, v...)) }
+
+// log formats the message only when level is enabled.
 func (a *slogAdapter) log(level slog.Level, format string, v []any) {
-	if !a.l.Enabled(context.Background(), level) {
-		return
+	if a.l.Enabled(context.Background(), level) {
+		a.l.Log(context.Background(), level, text(format, v))
 	}
-	a.l.Log(context.Background(), level, strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
 func (a *slogAdapter) Noticef(format string, v ...any) { a.log(slog.LevelInfo, format, v) }
+func (a *slogAdapter) Debugf(format string, v ...any)  { a.log(slog.LevelDebug, format, v) }
+func (a *slogAdapter) Tracef(format string, v ...any)  { a.log(levelTrace, format, v) }
+
+// Warnf and Errorf format every message: start-up keeps them.
 func (a *slogAdapter) Warnf(format string, v ...any) {
-	a.keep(strings.TrimSpace(fmt.Sprintf(format, v...)))
-	a.log(slog.LevelWarn, format, v)
+	msg := text(format, v)
+	a.keep(msg)
+	a.l.Warn(msg)
 }
 
 func (a *slogAdapter) Errorf(format string, v ...any) {
-	msg := strings.TrimSpace(fmt.Sprintf(format, v...))
+	msg := text(format, v)
 	a.keep(msg)
-	a.log(slog.LevelError, format, v)
+	a.l.Error(msg)
 	if a.onError != nil {
 		a.onError(msg)
 	}
 }
-func (a *slogAdapter) Debugf(format string, v ...any) { a.log(slog.LevelDebug, format, v) }
-func (a *slogAdapter) Tracef(format string, v ...any) { a.log(levelTrace, format, v) }
 
 func (a *slogAdapter) Fatalf(format string, v ...any) {
-	msg := strings.TrimSpace(fmt.Sprintf(format, v...))
+	msg := text(format, v)
 	a.l.Error(msg, "fatal", true)
 	select {
 	case a.fatal <- msg:

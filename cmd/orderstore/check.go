@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,9 +44,7 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if *print {
-		if fc.JetStream.Durability == "" {
-			fc.JetStream.Durability = cfg.DurabilityMode() // what "" chose
-		}
+		fc.JetStream.Durability = cmp.Or(fc.JetStream.Durability, cfg.DurabilityMode()) // what "" chose
 		b, err := fc.Encode()
 		if err != nil {
 			printErr(stderr, fmt.Errorf("encode config: %w", err))

@@ -24,8 +24,6 @@ func loadConfig(flagPath string) (cfg config.Config, name string, err error) {
 		return cfg, path, withHint(err, "fix the keys above; orderstore.example.toml lists every key with its default")
 	case errors.Is(err, fs.ErrNotExist):
 		return cfg, path, withHint(err, "pass an existing file with -config (or run without -config for the built-in defaults)")
-	case err != nil:
-		return cfg, path, err
 	}
-	return cfg, path, nil
+	return cfg, path, err
 }

@@ -122,7 +122,6 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// clip shortens s for a table column.
 // clip shortens s to about n bytes for a table, cut at a character. What
 // a terminal would act on (control characters, escape sequences, invalid
 // UTF-8) is shown as Go escapes: a status or type a producer wrote must not

@@ -10,7 +10,7 @@ import (
 // newLogger builds the one handler of the process: text on a terminal, JSON
 // otherwise, unless format says which.
 func newLogger(w io.Writer, level, format string) *slog.Logger {
-	var lv slog.Level
+	var lv slog.Level // info unless level says otherwise
 	switch strings.ToLower(level) {
 	case "debug":
 		lv = slog.LevelDebug
@@ -18,8 +18,6 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 		lv = slog.LevelWarn
 	case "error":
 		lv = slog.LevelError
-	default:
-		lv = slog.LevelInfo
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	if format == "json" || (format == "auto" && !isTerminal(w)) {

@@ -322,8 +322,7 @@ func printRebuild(w io.Writer, st *status.Rebuild, now time.Time) {
 	fmt.Fprintf(tw, "skipped\t%d poison, %d dead letters (the live projection holds neither)\n", st.Poison, st.DeadLettered)
 	if st.State == status.RebuildTakingOver && st.ToCopy == 0 {
 		fmt.Fprintf(tw, "taking over\tfolding the last events (the live processor is paused meanwhile)\n")
-	}
-	if st.State == status.RebuildTakingOver && st.ToCopy > 0 {
+	} else if st.State == status.RebuildTakingOver {
 		fmt.Fprintf(tw, "taking over\t%d of %d orders copied into the live projection (the live processor is paused meanwhile)\n", st.Copied, st.ToCopy)
 	}
 	if st.State == status.RebuildDone {

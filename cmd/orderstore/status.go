@@ -163,10 +163,7 @@ func printValidation(tw io.Writer, v *status.ValidationStats) {
 		fmt.Fprintf(&b, "; %d events refused: ", v.RejectedTotal)
 		counts := slices.Clone(v.Rejected)
 		slices.SortStableFunc(counts, func(x, y status.ValidationCount) int {
-			if x.Events != y.Events {
-				return cmp.Compare(y.Events, x.Events)
-			}
-			return cmp.Or(cmp.Compare(x.Type, y.Type), cmp.Compare(x.Reason, y.Reason))
+			return cmp.Or(cmp.Compare(y.Events, x.Events), cmp.Compare(x.Type, y.Type), cmp.Compare(x.Reason, y.Reason))
 		})
 		for i, c := range counts[:min(len(counts), statusTop)] {
 			if i > 0 {

@@ -2,6 +2,7 @@ package natsconf
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -249,13 +250,7 @@ func (in Input) readerPermissions() (allow, deny []string) {
 	if len(guarded) > 0 {
 		allow = append(allow, GuardPrefix+">")
 	}
-	kept := deny[:0]
-	for _, d := range deny {
-		if !guarded[d] {
-			kept = append(kept, d)
-		}
-	}
-	return allow, kept
+	return allow, slices.DeleteFunc(deny, func(d string) bool { return guarded[d] })
 }
 
 // AccountOf is the account the named user lands in ("": the anonymous

@@ -1,6 +1,7 @@
 package natsconf
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"strconv"
@@ -69,8 +70,5 @@ func splitHostPort(key, hostport string) (string, int, error) {
 	if err != nil {
 		return "", 0, fmt.Errorf("%s %q: port: %w", key, hostport, err)
 	}
-	if port == 0 {
-		port = -1
-	}
-	return host, port, nil
+	return host, cmp.Or(port, -1), nil // port 0: a free one
 }

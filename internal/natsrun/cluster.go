@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,12 +60,8 @@ func Retryable(err error) bool {
 		}
 	}
 	msg := err.Error()
-	for _, s := range []string{"timeout", "no responders", "not available", "no suitable peers", "insufficient resources", "leader"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc([]string{"timeout", "no responders", "not available", "no suitable peers", "insufficient resources", "leader"},
+		func(s string) bool { return strings.Contains(msg, s) })
 }
 
 // MetaLeader is the JetStream meta group's leader ("" while none).

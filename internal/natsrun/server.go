@@ -40,13 +40,6 @@ func (n *Server) Current() *embedded.Server {
 	return n.srv
 }
 
-// Replaced returns a channel closed when the server is replaced.
-func (n *Server) Replaced() <-chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.changed
-}
-
 // Set makes srv the server running now.
 func (n *Server) Set(srv *embedded.Server) {
 	n.mu.Lock()
@@ -68,7 +61,9 @@ func (n *Server) Watch(ctx context.Context, restarting func() bool) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		srv, changed := n.Current(), n.Replaced()
+		n.mu.Lock()
+		srv, changed := n.srv, n.changed
+		n.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return nil

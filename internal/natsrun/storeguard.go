@@ -100,8 +100,7 @@ func (g *StoreGuard) state() (string, time.Time) {
 func (g *StoreGuard) Check() status.Check {
 	c := status.Check{Name: "store_writes", OK: true}
 	if werr, since := g.state(); werr != "" {
-		c.OK = false
-		c.Reason = fmt.Sprintf("the store cannot write since %s (%s): publishes are refused; orderstore restarts nats once free disk is at least jetstream.disk_headroom",
+		c.OK, c.Reason = false, fmt.Sprintf("the store cannot write since %s (%s): publishes are refused; orderstore restarts nats once free disk is at least jetstream.disk_headroom",
 			since.UTC().Format(time.RFC3339), werr)
 	}
 	return c

@@ -5,12 +5,12 @@ import (
 	"time"
 )
 
-// pace sets the fold's duty after a step of n events: with Config.Yield,
-// while producers publish, the fold works the share of the time that
-// keeps it foldAhead times as fast as the producers and minGain events a
-// second faster at least (so that it still catches up, and soon when they
-// publish little), and at least minDuty; otherwise it runs flat out. It
-// then sleeps Config.Pace.
+// pace sets the fold's duty after a step of n events: while producers
+// publish, the fold works the share of the time that keeps it foldAhead
+// times as fast as the producers and minGain events a second faster at
+// least (so that it still catches up, and soon when they publish little),
+// and at least minDuty; otherwise it runs flat out. It then sleeps
+// Config.Pace.
 func (f *folder) pace(ctx context.Context, n int, work time.Duration) error {
 	r := f.r
 	work -= f.rested
@@ -31,7 +31,7 @@ func (f *folder) pace(ctx context.Context, n int, work time.Duration) error {
 		}
 	}
 	f.duty = 1
-	if f.ingest >= minIngestToPace && f.foldRate > 0 && r.cfg.Yield {
+	if f.ingest >= minIngestToPace && f.foldRate > 0 {
 		target := max(foldAhead*f.ingest, f.ingest+minGain)
 		f.duty = min(max(target/f.foldRate, minDuty), 1)
 	}

@@ -67,8 +67,6 @@ type Config struct {
 	Every     time.Duration // between checkpoints; default 2s
 	// Pace is a pause after each fold step: tests slow a rebuild down to stop it half-way.
 	Pace time.Duration
-	// Yield makes the fold yield the CPU while producers publish (see folder.pace).
-	Yield bool
 }
 
 // ErrRunning is returned when a rebuild is asked while one runs.
