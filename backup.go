@@ -201,15 +201,16 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 func (a *Appliance) backupTar(ctx context.Context, w io.Writer) error {
 	// One backup at a time: each takes the store's size again on its disk.
 	if !a.backupMu.TryLock() {
-		return ErrBackupRunning
+		return withHint(ErrBackupRunning, "wait for the other backup to finish, then run this one again")
 	}
 	defer a.backupMu.Unlock()
 	// The copy must not fill the store's disk (that would stop writes):
 	// it needs what JetStream stores, on top of the headroom.
 	if free, err := bootstrap.FreeBytes(a.report.StoreDir); err == nil {
 		if ai, err := a.js.AccountInfo(ctx); err == nil && int64(free) < int64(ai.Store)+a.cfg.JetStream.DiskHeadroom {
-			return fmt.Errorf("backup: %d bytes free under %q, the copy needs up to %d plus jetstream.disk_headroom %d: %w",
-				free, a.report.StoreDir, ai.Store, a.cfg.JetStream.DiskHeadroom, ErrBackupNoRoom)
+			return withHint(fmt.Errorf("backup: %d bytes free under %q, the copy needs up to %d plus jetstream.disk_headroom %d: %w",
+				free, a.report.StoreDir, ai.Store, a.cfg.JetStream.DiskHeadroom, ErrBackupNoRoom),
+				"free disk under jetstream.store_dir: the copy is staged there before it is sent")
 		}
 	}
 	tmp, err := os.MkdirTemp(a.report.StoreDir, "backup-")

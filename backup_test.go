@@ -151,12 +151,9 @@ func TestBackupRefusedWithoutRoom(t *testing.T) {
 		c.JetStream.AllowLowDisk = true
 		c.JetStream.DiskHeadroom = 1 << 50 // more than any disk here
 	})
-	req := httptest.NewRequest("POST", "http://127.0.0.1/v1/backup", strings.NewReader("{}"))
-	req.Header.Set("Content-Type", "application/json")
-	rec := httptest.NewRecorder()
-	app.Handler().ServeHTTP(rec, req)
-	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "not enough free disk") {
-		t.Errorf("POST /v1/backup with no room = %d %s, want 503 naming the free disk", rec.Code, rec.Body)
+	code, body := postBackup(app)
+	if code != 503 || !strings.Contains(body.Error, "not enough free disk") || !strings.Contains(body.Hint, "free disk under jetstream.store_dir") {
+		t.Errorf("POST /v1/backup with no room = %d %s, want 503 naming the free disk, with the hint to free some", code, body)
 	}
 	entries, _ := os.ReadDir(app.StoreDir())
 	for _, e := range entries {
@@ -164,6 +161,28 @@ func TestBackupRefusedWithoutRoom(t *testing.T) {
 			t.Errorf("a refused backup left %s in the store", e.Name())
 		}
 	}
+}
+
+// A second backup while one runs is refused at once, with what to do.
+func TestBackupRefusedWhileOneRuns(t *testing.T) {
+	app := orderstoretest.Start(t)
+	release := orderstore.HoldBackup(app)
+	defer release()
+	code, body := postBackup(app)
+	if code != 503 || body.Error != "a backup is already running" || !strings.Contains(body.Hint, "wait for the other backup") {
+		t.Errorf("POST /v1/backup while one runs = %d %s, want 503 saying so, with the hint to wait", code, body)
+	}
+}
+
+// postBackup asks app for a backup and decodes a refusal.
+func postBackup(app *orderstore.Appliance) (int, struct{ Error, Hint string }) {
+	req := httptest.NewRequest("POST", "http://127.0.0.1/v1/backup", strings.NewReader("{}"))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	app.Handler().ServeHTTP(rec, req)
+	var body struct{ Error, Hint string }
+	json.Unmarshal(rec.Body.Bytes(), &body)
+	return rec.Code, body
 }
 
 // A restore does not dead-letter again what the backed-up instance

@@ -33,3 +33,10 @@ func InternalJetStream(app *Appliance) jetstream.JetStream { return app.js }
 func OwnConnectionOptions(app *Appliance) []nats.Option {
 	return app.id.Options("_INBOX_BENCH")
 }
+
+// HoldBackup makes app behave as if a backup were running until the
+// returned func is called.
+func HoldBackup(app *Appliance) (release func()) {
+	app.backupMu.Lock()
+	return app.backupMu.Unlock
+}

@@ -583,8 +583,14 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, b *Backend) {
 	if err := b.Backup(r.Context(), tw); err != nil {
 		s.log.Error("backup failed", "err", err)
 		if !tw.wrote {
-			// Refused or failed before the first byte: say why.
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+			// Refused or failed before the first byte: say why, and
+			// what to do when the error says (the CLI's "hint:" line).
+			body := map[string]string{"error": err.Error(), "hint": `orderstore's log says why ("backup failed"); run the backup again once that is fixed`}
+			var h interface{ Hint() string }
+			if errors.As(err, &h) {
+				body["hint"] = h.Hint()
+			}
+			writeJSON(w, http.StatusServiceUnavailable, body)
 			return
 		}
 		// Mid-stream: the client sees a truncated tar without its

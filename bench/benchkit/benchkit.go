@@ -271,5 +271,8 @@ func Ints(flag, s string) ([]int, error) {
 		}
 		out = append(out, n)
 	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("-%s %q: want one or more numbers", flag, s)
+	}
 	return out, nil
 }
