@@ -3,7 +3,6 @@ package orderstore
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,8 +26,8 @@ import (
 // refused before it began: another runs, or the copy would fill the
 // store's disk.
 var (
-	ErrBackupRunning = errors.New("a backup is already running")
-	ErrBackupNoRoom  = errors.New("not enough free disk for the backup's copy")
+	ErrBackupRunning = backup.ErrRunning
+	ErrBackupNoRoom  = backup.ErrNoRoom
 )
 
 // The shapes of a backup (internal/backup writes and reads them).

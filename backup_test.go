@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/orderstoretest"
 )
 
@@ -164,13 +166,18 @@ func TestBackupRefusedWithoutRoom(t *testing.T) {
 }
 
 // A second backup while one runs is refused at once, with what to do.
+// The refusal is a warning in the log, not a failure.
 func TestBackupRefusedWhileOneRuns(t *testing.T) {
-	app := orderstoretest.Start(t)
+	var logs testkit.LockedBuffer
+	app := orderstoretest.Start(t, func(c *orderstore.Config) { c.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
 	release := orderstore.HoldBackup(app)
 	defer release()
 	code, body := postBackup(app)
 	if code != 503 || body.Error != "a backup is already running" || !strings.Contains(body.Hint, "wait for the other backup") {
 		t.Errorf("POST /v1/backup while one runs = %d %s, want 503 saying so, with the hint to wait", code, body)
+	}
+	if l := logs.String(); !strings.Contains(l, `"level":"WARN","msg":"backup refused"`) || strings.Contains(l, "backup failed") {
+		t.Errorf("log after a refused backup, want a warning \"backup refused\" and no \"backup failed\":\n%s", l)
 	}
 }
 

@@ -38,6 +38,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/orderstore/orderstore/internal/backup"
 	"github.com/orderstore/orderstore/internal/orderindex"
 	"github.com/orderstore/orderstore/processor"
 
@@ -581,7 +582,12 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, b *Backend) {
 	s.log.Info("backup requested", "remote", remoteIP(r))
 	tw := &firstWrite{w: w}
 	if err := b.Backup(r.Context(), tw); err != nil {
-		s.log.Error("backup failed", "err", err)
+		if errors.Is(err, backup.ErrRunning) || errors.Is(err, backup.ErrNoRoom) {
+			// Refused before it began: nothing failed.
+			s.log.Warn("backup refused", "err", err)
+		} else {
+			s.log.Error("backup failed", "err", err)
+		}
 		if !tw.wrote {
 			// Refused or failed before the first byte: say why, and
 			// what to do when the error says (the CLI's "hint:" line).

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"encoding/csv"
@@ -45,6 +46,8 @@ var (
 	noProc    = flag.Bool("no-processor", false, "run orderstore without its processor (the ingest path alone)")
 	verbose   = flag.Bool("v", false, "print group commit's syncs per cell")
 	reps      = flag.Int("reps", 3, "runs of each cell per target, in alternating order; the median is reported")
+	processes = flag.Bool("processes", false, "run each target in a process of its own (this program again, with -serve), the load generator in this one: a target then has its own Go scheduler and GOMAXPROCS, as orderstore run or nats-server beside their clients; without it every target shares this process with the load generator, as in a Go program embedding orderstore")
+	serve     = flag.String("serve", "", "internal (-processes): run this target on -dir, print its client URL, then answer a line on stdin with the events its processor handled")
 	only      = flag.String("only", "", "comma-separated targets to run (nats-always, orderstore-always, orderstore-group-commit, nats-relaxed; orderstore-relaxed (sync_interval 2m: the embedding's cost without group commit), nats-layout-relaxed (stock nats-server, sync_interval 2m, with orderstore's account layout: the layout's own cost), orderstore-group-commit-validated and orderstore-group-commit-encrypted run only when named here)")
 )
 
@@ -91,29 +94,20 @@ func main() {
 		}
 		defer stop()
 	}
+	targets := targets()
+	if *serve != "" {
+		serveTarget(targets)
+		return
+	}
 	natsCLI := ""
 	if *natsMsgs > 0 {
 		natsCLI = findNATS()
 	}
-	schema := filepath.Join(*dir, "order-created.schema.json")
-	if err := os.WriteFile(schema, []byte(orderCreatedSchema), 0o644); err != nil {
-		log.Fatal(err)
+	where := "in this process"
+	if *processes {
+		where = "each in a process of its own"
 	}
-	targets := []target{
-		{"nats-always", natsTarget(0), false},
-		{"orderstore-always", orderstoreTarget(orderstore.DurabilityAlways, ""), false},
-		{"orderstore-group-commit", orderstoreTarget(orderstore.DurabilityGroupCommit, ""), false},
-		{"nats-relaxed", natsTarget(2 * time.Minute), false},
-		{"orderstore-relaxed", orderstoreTarget(orderstore.DurabilityInterval, "", func(c *orderstore.Config) {
-			c.JetStream.SyncInterval = 2 * time.Minute
-		}), false},
-		{layoutTarget, natsLayoutTarget(2 * time.Minute), false},
-		{validatedTarget, orderstoreTarget(orderstore.DurabilityGroupCommit, schema), true},
-		{encryptedTarget, orderstoreTarget(orderstore.DurabilityGroupCommit, "", func(c *orderstore.Config) {
-			c.JetStream.EncryptionKey = "groupcommit-bench-key-0123456789abcdef"
-		}), false},
-	}
-	fmt.Printf("group commit figures: nats-server %s, %d CPU, stores in %s, %s per cell, %d reps (median)\n\n", server.VERSION, runtime.NumCPU(), *dir, *cell, *reps)
+	fmt.Printf("group commit figures: nats-server %s, %d CPU, stores in %s, %s per cell, %d reps (median), targets %s\n\n", server.VERSION, runtime.NumCPU(), *dir, *cell, *reps, where)
 	// Every target runs at once (an idle one costs nothing); each load cell
 	// runs on every target in turn, in an order that alternates between
 	// reps, so that drift of the disk's fsync time favours none.
@@ -129,7 +123,11 @@ func main() {
 			continue
 		}
 		d := filepath.Join(*dir, fmt.Sprintf("%d-%s", i, t.name))
-		url, stop, projected, err := t.start(d)
+		start := t.start
+		if *processes {
+			start = childTarget(t.name)
+		}
+		url, stop, projected, err := start(d)
 		if err != nil {
 			log.Fatalf("%s: %v", t.name, err)
 		}
@@ -184,6 +182,93 @@ func main() {
 	}
 	table(results)
 	validationCost(results)
+}
+
+// targets is every target bench/groupcommit knows; each orderstore target
+// that validates reads the schema from -dir.
+func targets() []target {
+	schema := filepath.Join(*dir, "order-created.schema.json")
+	if err := os.WriteFile(schema, []byte(orderCreatedSchema), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	return []target{
+		{"nats-always", natsTarget(0), false},
+		{"orderstore-always", orderstoreTarget(orderstore.DurabilityAlways, ""), false},
+		{"orderstore-group-commit", orderstoreTarget(orderstore.DurabilityGroupCommit, ""), false},
+		{"nats-relaxed", natsTarget(2 * time.Minute), false},
+		{"orderstore-relaxed", orderstoreTarget(orderstore.DurabilityInterval, "", func(c *orderstore.Config) {
+			c.JetStream.SyncInterval = 2 * time.Minute
+		}), false},
+		{layoutTarget, natsLayoutTarget(2 * time.Minute), false},
+		{validatedTarget, orderstoreTarget(orderstore.DurabilityGroupCommit, schema), true},
+		{encryptedTarget, orderstoreTarget(orderstore.DurabilityGroupCommit, "", func(c *orderstore.Config) {
+			c.JetStream.EncryptionKey = "groupcommit-bench-key-0123456789abcdef"
+		}), false},
+	}
+}
+
+// childTarget starts target name in a process of its own (-processes):
+// this program again with -serve, on dir.
+func childTarget(name string) func(string) (string, func(), func() uint64, error) {
+	return func(dir string) (string, func(), func() uint64, error) {
+		self, err := os.Executable()
+		if err != nil {
+			return "", nil, nil, err
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", nil, nil, err
+		}
+		c, err := benchkit.StartChild([]string{self, "-serve", name, "-dir", dir,
+			"-no-processor=" + strconv.FormatBool(*noProc), "-v=" + strconv.FormatBool(*verbose)}, os.Stderr)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		var projected func() uint64
+		if len(c.Ready) > 1 && c.Ready[1] == "processor" {
+			projected = func() uint64 {
+				fmt.Fprintln(c.In, "processed?")
+				for c.Out.Scan() {
+					if n, ok := strings.CutPrefix(c.Out.Text(), "processed "); ok {
+						v, _ := strconv.ParseUint(n, 10, 64)
+						return v
+					}
+					fmt.Println(c.Out.Text()) // -v's lines
+				}
+				log.Fatalf("%s: its process ended: %v", name, c.Out.Err())
+				return 0
+			}
+		}
+		return c.Ready[0], c.Stop, projected, nil
+	}
+}
+
+// serveTarget is -serve: it runs the target named by -serve on -dir,
+// prints "READY <url> processor|-", answers each line on stdin with
+// "processed <n>" (the events its processor handled) and stops the
+// target when stdin ends.
+func serveTarget(targets []target) {
+	i := slices.IndexFunc(targets, func(t target) bool { return t.name == *serve })
+	if i < 0 {
+		log.Fatalf("-serve: no target %q", *serve)
+	}
+	url, stop, projected, err := targets[i].start(*dir)
+	if err != nil {
+		log.Fatalf("%s: %v", *serve, err)
+	}
+	defer stop()
+	proc := "-"
+	if projected != nil {
+		proc = "processor"
+	}
+	fmt.Println("READY", url, proc)
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var n uint64
+		if projected != nil {
+			n = projected()
+		}
+		fmt.Println("processed", n)
+	}
 }
 
 // validationCost prints, per load, the validated target's rate and

@@ -8,7 +8,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -127,7 +126,7 @@ func main() {
 			name, offered, r.over.sent, r.over.sendTime.Round(time.Millisecond), float64(r.over.sent)/r.over.sendTime.Seconds(),
 			r.over.ackRate(), int64(r.over.acked), r.over.errs, codes(r.over.codes), r.over.unanswered, r.over.late, *late, codes(r.over.lateCodes), r.over.stored,
 			r.over.elapsed.Round(time.Second), mib(r.overHWM), mib(r.overRSS), guardString(r.guard))
-		c.stop()
+		c.Stop()
 		reports = append(reports, r)
 	}
 
@@ -143,8 +142,7 @@ func main() {
 
 // child is a target running in a process of its own.
 type child struct {
-	cmd        *exec.Cmd
-	stdin      io.WriteCloser
+	*benchkit.Child
 	url, admin string
 }
 
@@ -165,36 +163,20 @@ func startChild(name, d string) (*child, error) {
 	if *targetCPUs != "" {
 		args = append([]string{"taskset", "-c", *targetCPUs}, args...)
 	}
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stderr = logf
-	stdin, err := cmd.StdinPipe()
+	bc, err := benchkit.StartChild(args, logf)
 	if err != nil {
 		return nil, err
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	f := strings.Fields(line)
-	if err != nil || len(f) < 2 || f[0] != "READY" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, fmt.Errorf("did not start: %q %v", line, err)
-	}
-	c := &child{cmd: cmd, stdin: stdin, url: f[1]}
-	if len(f) > 2 {
-		c.admin = f[2]
+	c := &child{Child: bc, url: bc.Ready[0]}
+	if len(bc.Ready) > 1 {
+		c.admin = bc.Ready[1]
 	}
 	return c, nil
 }
 
 // mem is the child's VmHWM and VmRSS in bytes.
 func (c *child) mem() (hwm, rss int64) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.Cmd.Process.Pid))
 	if err != nil {
 		return -1, -1
 	}
@@ -212,19 +194,6 @@ func (c *child) mem() (hwm, rss int64) {
 		}
 	}
 	return hwm, rss
-}
-
-// stop closes the child's stdin (it then stops) and waits for it.
-func (c *child) stop() {
-	c.stdin.Close()
-	done := make(chan struct{})
-	go func() { c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(2 * time.Minute):
-		c.cmd.Process.Kill()
-		<-done
-	}
 }
 
 // runTarget is the child: it starts the target on d, prints "READY <nats
@@ -299,7 +268,7 @@ func idleMemory(names []string) {
 		}
 		time.Sleep(*idle)
 		hwm, r := c.mem()
-		c.stop()
+		c.Stop()
 		rss[name] = r
 		fmt.Printf("| %s | %s | %s |\n", name, mib(r), mib(hwm))
 	}
@@ -345,7 +314,7 @@ func startNATSServer(_, d string) (*child, error) {
 		cmd.Wait()
 		return nil, err
 	}
-	return &child{cmd: cmd, stdin: termOnClose{cmd, stdin}, url: url}, nil
+	return &child{Child: &benchkit.Child{Cmd: cmd, In: termOnClose{cmd, stdin}}, url: url}, nil
 }
 
 // termOnClose sends its process SIGTERM when closed: nats-server does not

@@ -28,6 +28,14 @@ import (
 	"github.com/orderstore/orderstore/internal/hint"
 )
 
+// ErrRunning and ErrNoRoom refuse a backup before it begins: another
+// runs, or the copy would fill the store's disk (orderstore's
+// ErrBackupRunning and ErrBackupNoRoom).
+var (
+	ErrRunning = errors.New("a backup is already running")
+	ErrNoRoom  = errors.New("not enough free disk for the backup's copy")
+)
+
 // Manifest is manifest.json.
 type Manifest struct {
 	Format     int       `json:"format"`
