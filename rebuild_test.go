@@ -152,7 +152,17 @@ func projectionVsFold(app *orderstore.Appliance, want map[string][]testkit.Oracl
 		}
 		for i, e := range h.Events {
 			if e.Sequence != evs[i].Seq {
-				return fmt.Errorf("history of %s: event %d is %d, the stream's is %d", id, i, e.Sequence, evs[i].Seq)
+				// The neighbourhood on both sides, to tell a missing, an
+				// extra and a swapped event apart.
+				var got, want []uint64
+				for j := max(0, i-3); j < min(len(h.Events), i+4); j++ {
+					got = append(got, h.Events[j].Sequence)
+				}
+				for j := max(0, i-3); j < min(len(evs), i+4); j++ {
+					want = append(want, evs[j].Seq)
+				}
+				return fmt.Errorf("history of %s: event %d is %d, the stream's is %d (events %d on: history %v, stream %v; %d events, %d listed)",
+					id, i, e.Sequence, evs[i].Seq, max(0, i-3), got, want, h.Total, len(h.Events))
 			}
 		}
 		// As of its second event: the fold of its first two.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -399,11 +400,18 @@ func transient(err error) bool {
 	// while its meta layer has no leader, and ends a pull with 409
 	// "Server Shutdown" when the node leading the fold's consumer stops
 	// (jetstream.ErrServerShutdown): another node takes the stream over.
+	// A consumer made on a node that has just stopped is "offline" (500)
+	// until the fold makes the next one elsewhere.
 	var api *jetstream.APIError
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionReconnecting) ||
-		errors.Is(err, jetstream.ErrServerShutdown) || errors.As(err, &api) && api.Code == 503
+		errors.Is(err, jetstream.ErrServerShutdown) ||
+		errors.As(err, &api) && (api.Code == 503 || slices.Contains(offline, api.ErrorCode))
 }
+
+// offline are nats' "stream is offline" and "consumer is offline" error
+// codes, with and without a reason (nats.go names none of them).
+var offline = []jetstream.ErrorCode{10118, 10119, 10194, 10195}
 
 // release gives a rebuild's claim back (Config.Release), bounded.
 func (r *Runner) release(id string) {
