@@ -355,3 +355,80 @@ func TestHistoryOfAHotOrder(t *testing.T) {
 	json.Unmarshal(entry.Value(), &rec)
 	t.Logf("%d events: record %d bytes, %d chunks, a tail of %d", n, len(entry.Value()), rec.HistoryChunks, len(rec.History))
 }
+
+// A processor whose view of an order's record is stale (its cache, or a
+// replica catching up, as a node that restarted in a cluster has) never
+// seals a history chunk from it: its record write loses the
+// compare-and-set and is retried, but the chunk it would have written
+// first has no such guard and would replace the one the current record
+// names. Two projections share the buckets, as two nodes' processors do.
+func TestStaleRecordSealsNoChunk(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	stale, current := e.projection(t), e.projection(t)
+	ev := func(seq, floor uint64) processor.Event {
+		return processor.Event{OrderID: "o", Status: "paid", Type: "paid", Sequence: seq, AckFloor: floor, Time: time.Now()}
+	}
+	apply := func(p *processor.Projection, evs ...processor.Event) {
+		t.Helper()
+		for _, err := range p.HandleBatch(ctx, [][]processor.Event{evs})[0] {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// stale writes (and caches) events 1..255 and 257; 256 is late.
+	var first []processor.Event
+	for seq := uint64(1); seq <= 257; seq++ {
+		if seq != 256 {
+			first = append(first, ev(seq, 0))
+		}
+	}
+	apply(stale, first...)
+	// current applies 256, then 258 once the floor passed 257: it seals
+	// chunk 0 = 1..256.
+	apply(current, ev(256, 255))
+	apply(current, ev(258, 257))
+	// stale, from its cached record (no 256), gets event 400 with the
+	// floor at 300: every sequence it holds is below it.
+	apply(stale, ev(400, 300))
+	hkv, err := e.js.KeyValue(ctx, e.cfg.Processor.HistoryBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := hkv.Get(ctx, "o.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunk []uint64
+	if err := json.Unmarshal(entry.Value(), &chunk); err != nil {
+		t.Fatal(err)
+	}
+	for i, seq := range chunk {
+		if seq != uint64(i+1) {
+			t.Fatalf("chunk 0 of o holds %d at %d, want 1..256 (written from a stale record without 256): %v", seq, i, chunk[max(0, i-2):min(len(chunk), i+3)])
+		}
+	}
+	if len(chunk) != processor.HistoryChunk {
+		t.Fatalf("chunk 0 of o holds %d sequences, want %d", len(chunk), processor.HistoryChunk)
+	}
+	// And stale's event is in the record, after the chunk.
+	kv, err := e.js.KeyValue(ctx, e.cfg.Processor.ProjectionBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := kv.Get(ctx, "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		History       []uint64 `json:"history"`
+		HistoryChunks int      `json:"history_chunks"`
+	}
+	if err := json.Unmarshal(rec.Value(), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.HistoryChunks != 1 || !slices.Equal(r.History, []uint64{257, 258, 400}) {
+		t.Fatalf("record of o: %d chunks, tail %v; want 1 chunk, tail [257 258 400]", r.HistoryChunks, r.History)
+	}
+}

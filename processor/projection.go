@@ -279,6 +279,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 		// direct get) may lag behind, as a cluster node catching up does.
 		states := p.loadMany(ctx, ids, attempt > 0)
 		var writes []write
+		var reread []int // orders whose write seals a chunk: read again from the leader
 		for k, i := range todo {
 			id, evs, errs := ids[k], orders[i], results[i]
 			st := states[k]
@@ -314,6 +315,17 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 				continue
 			}
 			next.prune(floor)
+			if p.hist != nil && attempt == 0 && len(next.sealable()) > 0 {
+				// A chunk is written before its record, and no
+				// compare-and-set guards it: it is sealed only from the
+				// record as the bucket's leader has it (the next attempt
+				// reads it there). One sealed from a stale record (this
+				// processor's cache, a replica catching up) would replace
+				// the chunk the current record names, and the record's
+				// retry would not write it again.
+				reread = append(reread, i)
+				continue
+			}
 			seal, err := p.sealWrites(id, &next)
 			if err != nil {
 				fill(errs, err)
@@ -350,7 +362,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 				w.fut = fut
 			}
 		}
-		todo = todo[:0]
+		todo = append(todo[:0], reread...)
 		if len(writes) == 1 || !p.useAtomic(ctx) {
 			publishEach(writes)
 		} else {

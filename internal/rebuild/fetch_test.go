@@ -43,7 +43,7 @@ func TestTransient(t *testing.T) {
 		{fmt.Errorf("stream %q: %w", "EVENTS", context.DeadlineExceeded), true},
 		{&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, true},
 		{fmt.Errorf("wrapped: %w", &jetstream.APIError{Code: 503}), true},
-		{fmt.Errorf("stream %q: %w", "EVENTS", jetstream.ErrServerShutdown), true}, // the consumer's leader stopped
+		{fmt.Errorf("stream %q: %w", "EVENTS", jetstream.ErrServerShutdown), true},                                                          // the consumer's leader stopped
 		{fmt.Errorf("stream %q: %w", "EVENTS", &jetstream.APIError{Code: 500, ErrorCode: 10119, Description: "consumer is offline"}), true}, // made on a node that stopped
 		{&jetstream.APIError{Code: 404, ErrorCode: 10059, Description: "stream not found"}, false},
 		{&jetstream.APIError{Code: 500, ErrorCode: 10049, Description: "insufficient resources"}, false},
