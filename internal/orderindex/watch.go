@@ -1,6 +1,7 @@
 package orderindex
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -51,18 +53,55 @@ func (x *Index) apply(e jetstream.KeyValueEntry) error {
 		x.Remove(e.Key())
 		return nil
 	}
-	var rec struct {
-		Status      *string   `json:"status"`
-		LastEventAt time.Time `json:"last_event_at"`
+	status, at, err := indexFields(e.Value())
+	if err == nil && status == nil {
+		err = errors.New("no status")
 	}
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+	if err != nil {
 		x.Remove(e.Key())
 		return err
 	}
-	if rec.Status == nil {
-		x.Remove(e.Key())
-		return errors.New("no status")
-	}
-	x.Put(strings.Clone(e.Key()), *rec.Status, rec.LastEventAt) // not the message's subject
+	x.Put(strings.Clone(e.Key()), *status, at) // not the message's subject
 	return nil
+}
+
+// indexFields reads a record's "status" and "last_event_at" as
+// encoding/json would into a *string and a time.Time, and stops once it
+// has both: the processor writes them ahead of its bookkeeping lists
+// (applied, history: hundreds of sequences for a long-lived order), which
+// the index never needs, so indexing a write costs the same for every
+// order. What follows the two fields is not read, nor checked.
+func indexFields(b []byte) (status *string, at time.Time, err error) {
+	d := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := d.ReadToken(); err != nil {
+		return nil, at, err
+	} else if tok.Kind() != '{' {
+		return nil, at, fmt.Errorf("a record is a JSON object, not %v", tok.Kind())
+	}
+	var haveAt bool
+	for status == nil || !haveAt {
+		if d.PeekKind() == '}' {
+			break
+		}
+		tok, err := d.ReadToken()
+		if err != nil {
+			return nil, at, err
+		}
+		name := tok.String() // before the next read voids tok
+		v, err := d.ReadValue()
+		if err != nil {
+			return nil, at, err
+		}
+		switch name {
+		case "status":
+			status = nil
+			err = json.Unmarshal(v, &status)
+		case "last_event_at":
+			err, haveAt = json.Unmarshal(v, &at), true
+		}
+		if err != nil {
+			return nil, at, err
+		}
+	}
+	return status, at, nil
 }
