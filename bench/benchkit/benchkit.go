@@ -45,20 +45,13 @@ func Secs(d time.Duration) string {
 
 // Num formats n with thousands separators.
 func Num(n int) string {
-	s := strconv.Itoa(n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var out []byte
-	for i := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			out = append(out, ',')
-		}
-		out = append(out, s[i])
+	switch {
+	case n < 0:
+		return "-" + Num(-n)
+	case n < 1000:
+		return strconv.Itoa(n)
 	}
-	if neg {
-		return "-" + string(out)
-	}
-	return string(out)
+	return fmt.Sprintf("%s,%03d", Num(n/1000), n%1000)
 }
 
 // Logf writes a progress line to stderr, with the time of day.

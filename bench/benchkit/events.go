@@ -2,8 +2,8 @@ package benchkit
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -49,11 +49,15 @@ func NewOrders(seed, stream uint64, orders int) *Orders {
 // Next is the next event's order and type.
 func (g *Orders) Next() (order int, typ uint8) {
 	order = g.r.IntN(len(g.Count))
-	typ = NextType(g.r, g.Count[order])
+	typ = g.Type(g.Count[order])
 	g.Count[order]++
 	g.Last[order] = typ
 	return order, typ
 }
+
+// Type is the type of an order's event after c events (NextType), drawn
+// from g's random stream.
+func (g *Orders) Type(c int32) uint8 { return NextType(g.r, c) }
 
 // Distinct is how many orders got at least one event.
 func (g *Orders) Distinct() int {
@@ -67,13 +71,7 @@ func (g *Orders) Distinct() int {
 }
 
 // OrderID is order o's id: order-NNNNNN.
-func OrderID(o int) string {
-	s := strconv.Itoa(o)
-	if len(s) < 6 {
-		s = "000000"[len(s):] + s
-	}
-	return "order-" + s
-}
+func OrderID(o int) string { return fmt.Sprintf("order-%06d", o) }
 
 // EventMsg is an event of order id of type typ on orders.TYPE:
 // {"order_id":ID,"status":TYPE}, with a "note" padding it to about size

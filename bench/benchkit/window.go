@@ -52,6 +52,28 @@ func (w *Window) Publish(ctx context.Context, msg *nats.Msg, tag int) error {
 	return nil
 }
 
+// PublishAll publishes the n messages next returns (each with its tag),
+// logging its progress every 10 s, and waits for every ack.
+func (w *Window) PublishAll(ctx context.Context, n int, next func() (*nats.Msg, int)) error {
+	lastLog := time.Now()
+	for i := range n {
+		if i%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if time.Since(lastLog) >= 10*time.Second {
+				lastLog = time.Now()
+				Logf("   published %s of %s (%d sent again)", Num(i), Num(n), w.Retries)
+			}
+		}
+		msg, tag := next()
+		if err := w.Publish(ctx, msg, tag); err != nil {
+			return err
+		}
+	}
+	return w.Drain(ctx)
+}
+
 // Drain waits for every publish in flight, the oldest first.
 func (w *Window) Drain(ctx context.Context) error {
 	for k := range w.ring {

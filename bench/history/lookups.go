@@ -83,7 +83,7 @@ func loadSize(ctx context.Context, o options, n int) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.Orders = len(w.count)
+	res.Orders = len(w.Count)
 	benchkit.Logf("=== %s events: %d target orders of %d events, %s background orders", benchkit.Num(n), o.targets, o.perTarget, benchkit.Num(res.Orders))
 	e, err := newEnv(ctx, o, n)
 	if err != nil {

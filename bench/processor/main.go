@@ -51,7 +51,6 @@ type options struct {
 	pubConn        string
 	tmp            string
 	catchupTimeout time.Duration
-	skipLoad       bool
 	verbose        bool
 	noOrderIndex   bool
 	noHistory      bool
@@ -87,7 +86,6 @@ func main() {
 			o.modes = append(o.modes, m)
 		}
 	}
-	o.skipLoad = o.loadDur <= 0
 	if len(o.modes) == 0 || o.rawReps <= 0 || o.events <= 0 || o.orders <= 0 || o.window <= 0 || o.loadShare <= 0 ||
 		(o.pubConn != "tcp" && o.pubConn != "inproc") {
 		flag.Usage()
@@ -249,15 +247,14 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	if err := pub.run(ctx, n, 0, time.Time{}); err != nil {
 		return r, fmt.Errorf("publish: %w", err)
 	}
-	r.Publish = phase{N: int(pub.acked.Load()), Dur: time.Since(t0), CPU: benchkit.CPUTime() - c0}
+	r.Publish = phase{N: pub.acked, Dur: time.Since(t0), CPU: benchkit.CPUTime() - c0}
 	benchkit.Logf("   %s events/s (%s)", benchkit.Num(int(r.Publish.rate())), r.Publish.Dur.Round(time.Millisecond))
 	r.Distinct = gen.Distinct()
-	lastSeq := pub.lastSeq.Load()
 
 	// 3. raw pull consume of the same stream.
 	benchkit.Logf("3. raw pull consume + ack of the same %s events, %d times", benchkit.Num(n), o.rawReps)
 	for i := range o.rawReps {
-		p, err := rawConsume(ctx, o, e, mode, n, lastSeq, i+1)
+		p, err := rawConsume(ctx, o, e, mode, n, pub.lastSeq, i+1)
 		if err != nil {
 			return r, fmt.Errorf("raw consume: %w", err)
 		}
@@ -279,7 +276,7 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	e.Close()
 
 	// 5. lag under load, in a fresh store.
-	if !o.skipLoad {
+	if o.loadDur > 0 {
 		lr, err := loadPhase(ctx, o, mode, orders, o.loadShare*r.Publish.rate())
 		r.Load = lr
 		if err != nil {
@@ -325,8 +322,8 @@ type publisher struct {
 	gen     *benchkit.Orders
 	prefix  string
 	sent    int
-	acked   atomic.Int64
-	lastSeq atomic.Uint64
+	acked   int // Window calls ack on the publishing goroutine
+	lastSeq uint64
 }
 
 func newPublisher(js jetstream.JetStream, gen *benchkit.Orders, window int, prefix string) *publisher {
@@ -350,10 +347,8 @@ func (p *publisher) run(ctx context.Context, n int, rate float64, until time.Tim
 		if rate > 0 {
 			due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
 			if d := time.Until(due); d > time.Millisecond {
-				select {
-				case <-time.After(d):
-				case <-ctx.Done():
-					return ctx.Err()
+				if err := benchkit.Sleep(ctx, d); err != nil {
+					return err
 				}
 			}
 		}
@@ -368,16 +363,12 @@ func (p *publisher) run(ctx context.Context, n int, rate float64, until time.Tim
 
 // ack counts an ack and keeps the highest sequence acked.
 func (p *publisher) ack(_ int, ack *jetstream.PubAck) error {
-	p.acked.Add(1)
+	p.acked++
 	if ack.Duplicate {
 		return fmt.Errorf("publish: unexpected duplicate (seq %d)", ack.Sequence)
 	}
-	for {
-		cur := p.lastSeq.Load()
-		if ack.Sequence <= cur || p.lastSeq.CompareAndSwap(cur, ack.Sequence) {
-			return nil
-		}
-	}
+	p.lastSeq = max(p.lastSeq, ack.Sequence)
+	return nil
 }
 
 // ---------------------------------------------------------------- raw consume
@@ -683,7 +674,7 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 	}()
 	perr := pub.run(ctx, -1, target, t0.Add(o.loadDur))
 	lr.PubDur = time.Since(t0)
-	lr.Published = pub.acked.Load()
+	lr.Published = int64(pub.acked)
 	lr.ProcessedDuring = r.p.Stats().Processed
 	if perr != nil {
 		stopSampling()

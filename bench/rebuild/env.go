@@ -127,20 +127,6 @@ func retryable(err error) bool {
 func load(ctx context.Context, js jetstream.JetStream, g *generator, n, window int) (int, error) {
 	w := benchkit.NewWindow(js, window)
 	w.Retry = retryable
-	lastLog := time.Now()
-	for i := range n {
-		if i%1024 == 0 {
-			if ctx.Err() != nil {
-				return w.Retries, ctx.Err()
-			}
-			if time.Since(lastLog) >= 10*time.Second {
-				lastLog = time.Now()
-				benchkit.Logf("   published %s of %s", benchkit.Num(i), benchkit.Num(n))
-			}
-		}
-		if err := w.Publish(ctx, g.next(), 0); err != nil {
-			return w.Retries, err
-		}
-	}
-	return w.Retries, w.Drain(ctx)
+	err := w.PublishAll(ctx, n, func() (*nats.Msg, int) { return g.next(), 0 })
+	return w.Retries, err
 }
