@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -66,10 +67,7 @@ func fill(app *orderstore.Appliance) time.Duration {
 	defer nc.Close()
 	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	t0 := time.Now()
-	pad := make([]byte, max(0, *size-40))
-	for i := range pad {
-		pad[i] = 'x'
-	}
+	pad := strings.Repeat("x", max(0, *size-40))
 	for i := range *events {
 		if _, err := js.PublishAsync("orders.created", fmt.Appendf(nil, `{"order_id":"o-%d","n":"%s"}`, i%1000, pad)); err != nil {
 			log.Fatal(err)

@@ -478,9 +478,7 @@ func load(url, name string, p, w, size int, payloads [][]byte, projected func() 
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	for i := range p {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			js := jss[i]
 			k := i
 			if w <= 1 {
@@ -520,7 +518,7 @@ func load(url, name string, p, w, size int, payloads [][]byte, projected func() 
 				lats[i] = append(lats[i], time.Since(head.t))
 				n.Add(1)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(t0)

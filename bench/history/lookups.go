@@ -26,7 +26,6 @@ var kindNames = [nKinds]string{"history (OrderEvents, all its events)", "as-of b
 
 // latencies summarises one kind's lookups.
 type latencies struct {
-	N              int
 	P50, P99, Mean time.Duration
 	Max            time.Duration
 }
@@ -41,7 +40,7 @@ func summarise(ds []time.Duration) latencies {
 	for _, d := range s {
 		sum += d
 	}
-	return latencies{N: len(s), P50: benchkit.Quantile(s, 0.50), P99: benchkit.Quantile(s, 0.99), Mean: sum / time.Duration(len(s)), Max: s[len(s)-1]}
+	return latencies{P50: benchkit.Quantile(s, 0.50), P99: benchkit.Quantile(s, 0.99), Mean: sum / time.Duration(len(s)), Max: s[len(s)-1]}
 }
 
 // sizeResult is one stream size's run.

@@ -15,6 +15,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	_ "net/http/pprof"
@@ -516,9 +517,7 @@ func sustained(c *child, payload []byte) phase {
 	t0 := time.Now()
 	deadline := t0.Add(*measure)
 	for i, p := range pipes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for n := 0; n < maxPerConn && time.Now().Before(deadline); n++ {
 				p.slots <- struct{}{}
 				if !p.request("orders.sustained", n, payload) {
@@ -526,7 +525,7 @@ func sustained(c *child, payload []byte) phase {
 				}
 				sent[i]++
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	sendTime := time.Since(t0)
@@ -553,9 +552,7 @@ func overload(c *child, payload []byte, offered float64) phase {
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	for i, p := range pipes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			per := offered / float64(*conns)
 			for n := 0; n < perConn; {
 				due := min(perConn, int(time.Since(t0).Seconds()*per)+1)
@@ -569,7 +566,7 @@ func overload(c *child, payload []byte, offered float64) phase {
 					time.Sleep(time.Millisecond)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	return settle(c, pipes, sent, t0, time.Since(t0))
@@ -621,14 +618,9 @@ func codes(m map[string]int64) string {
 	if len(m) == 0 {
 		return ""
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s: %d", k, m[k])
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s: %d", k, m[k]))
 	}
 	return "(" + strings.Join(parts, ", ") + ")"
 }

@@ -173,7 +173,6 @@ type loadResult struct {
 	Bounded         bool
 	CaughtUp        bool
 	Catchup         time.Duration
-	Final           processor.Stats
 	ConsumeErrs     int64 // the processor's consume warnings
 	MaxAckPending   int
 }
@@ -413,11 +412,9 @@ func rawConsume(ctx context.Context, o options, e *benchkit.Env, mode string, n 
 	// arrives; the next request follows the last ack of the batch on the
 	// same connection, so the server has the acks first.
 	fctx, stopFetch := context.WithCancel(ctx)
-	defer stopFetch()
-	fetchDone := make(chan struct{})
-	defer func() { stopFetch(); <-fetchDone }()
-	go func() {
-		defer close(fetchDone)
+	var fetching sync.WaitGroup
+	defer func() { stopFetch(); fetching.Wait() }()
+	fetching.Go(func() {
 		for fctx.Err() == nil && got.Load() < int64(n) {
 			b, err := cons.Fetch(batch, jetstream.FetchMaxWait(5*time.Second))
 			if err != nil {
@@ -434,7 +431,7 @@ func rawConsume(ctx context.Context, o options, e *benchkit.Env, mode string, n 
 				benchkit.Logf("   raw fetch: %v", err)
 			}
 		}
-	}()
+	})
 	lastLog := t0
 	for {
 		if err := benchkit.Sleep(ctx, 25*time.Millisecond); err != nil {
@@ -643,13 +640,10 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 	}
 	pub := newPublisher(pjs, benchkit.NewOrders(o.seed+1, 0x5eed, orders), o.window, "load-"+mode)
 
-	var mu sync.Mutex
 	t0, c0 := time.Now(), benchkit.CPUTime()
 	sctx, stopSampling := context.WithCancel(ctx)
 	var sampling sync.WaitGroup
-	sampling.Add(1)
-	go func() {
-		defer sampling.Done()
+	sampling.Go(func() {
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
@@ -666,12 +660,10 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 			}
 			s := sample{T: time.Since(t0).Seconds(), Stored: l.LastSeq, Processed: r.p.Stats().Processed,
 				Pending: l.Pending, AckPending: l.AckPending, SecondsBehind: l.SecondsBehind}
-			mu.Lock()
-			lr.Samples = append(lr.Samples, s)
-			mu.Unlock()
+			lr.Samples = append(lr.Samples, s) // read once sampling is done
 			benchkit.Logf("   t=%4.0fs stored %9s processed %9s backlog %8s behind %6.2fs", s.T, benchkit.Num(int(s.Stored)), benchkit.Num(int(s.Processed)), benchkit.Num(int(s.backlog())), s.SecondsBehind)
 		}
-	}()
+	})
 	perr := pub.run(ctx, -1, target, t0.Add(o.loadDur))
 	lr.PubDur = time.Since(t0)
 	lr.Published = int64(pub.acked)
@@ -690,7 +682,6 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 	lr.CPU = benchkit.CPUTime() - c0
 	stopSampling()
 	sampling.Wait()
-	lr.Final = r.p.Stats()
 	lr.ConsumeErrs = r.consumeErrs.Load()
 	lr.analyse()
 	if err != nil && ctx.Err() != nil {

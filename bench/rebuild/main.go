@@ -14,6 +14,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/orderstore/orderstore"
@@ -226,15 +227,10 @@ func run(ctx context.Context, o options) (err error) {
 			_, err := p.run(ctx, stop)
 			done <- err
 		}()
-		stopped := false
-		stopProducers := func() error {
-			if stopped {
-				return nil
-			}
-			stopped = true
+		stopProducers := sync.OnceValue(func() error {
 			close(stop)
 			return <-done
-		}
+		})
 		defer stopProducers()
 		// The producers' rate before the rebuild, once they run.
 		if err := benchkit.Sleep(ctx, time.Second); err != nil {

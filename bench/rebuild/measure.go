@@ -360,10 +360,9 @@ type ingestRun struct {
 	Folded       uint64
 	RebuildState string
 	// Group commit's rounds during the window (GET /v1/status "ingest"):
-	// syncs, their mean time, and how a round syncs.
+	// syncs and their mean time.
 	Syncs    uint64
 	SyncMean time.Duration
-	SyncHow  string
 }
 
 func (r ingestRun) rate() float64 { return benchkit.Rate(r.Acked, r.Dur) }
@@ -416,7 +415,6 @@ func ingestWindow(ctx context.Context, o options, e *env, p *producers, rep int,
 	lat, err := p.run(ctx, stop)
 	r.Dur, r.CPU, r.Acked, r.Others = time.Since(t0), benchkit.CPUTime()-c0, int(p.acked.Load()-a0), m0.Share()
 	if g1 := ingestStats(e); g0 != nil && g1 != nil {
-		r.SyncHow = g1.Sync
 		r.Syncs = g1.SyncSeconds.Count - g0.SyncSeconds.Count
 		if r.Syncs > 0 {
 			r.SyncMean = time.Duration((g1.SyncSeconds.Sum - g0.SyncSeconds.Sum) / float64(r.Syncs) * float64(time.Second))

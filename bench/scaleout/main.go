@@ -79,15 +79,13 @@ func start(cfgs ...orderstore.Config) []*orderstore.Appliance {
 	apps := make([]*orderstore.Appliance, len(cfgs))
 	var wg sync.WaitGroup
 	for i, c := range cfgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			a, err := benchkit.Start(context.Background(), c)
 			if err != nil {
 				log.Fatalf("start %s: %v", c.Server.Name, err)
 			}
 			apps[i] = a
-		}()
+		})
 	}
 	wg.Wait()
 	return apps
@@ -110,14 +108,12 @@ func publishRate(js jetstream.JetStream, n int) float64 {
 	var failed atomic.Int64
 	for i := range n {
 		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			defer func() { <-sem }()
 			if _, err := js.Publish(context.Background(), "orders.created", fmt.Appendf(nil, `{"order_id":"o-%d"}`, i%1000)); err != nil {
 				failed.Add(1)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if failed.Load() > 0 {
