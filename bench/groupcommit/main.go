@@ -303,7 +303,7 @@ func print(r result) {
 }
 
 // table prints the results as markdown, each rate also as a ratio against
-// nats-always under the same load.
+// nats-always under the same load (results come a load at a time).
 func table(results []result) {
 	base := map[string]float64{}
 	for _, r := range results {
@@ -311,34 +311,23 @@ func table(results []result) {
 			base[r.load] = r.rate
 		}
 	}
-	fmt.Printf("\n| load | target | msgs/s | × nats-server always | p50 | p99 | processor projected/s (backlog at end) |\n|---|---|---|---|---|---|---|\n")
-	loads := []string{}
-	for _, r := range results {
-		if !slices.Contains(loads, r.load) {
-			loads = append(loads, r.load)
+	lat := func(d time.Duration) string {
+		if d == 0 {
+			return "-"
 		}
+		return benchkit.Ms(d)
 	}
-	for _, l := range loads {
-		for _, r := range results {
-			if r.load != l {
-				continue
-			}
-			ratio := "-"
-			if b := base[l]; b > 0 {
-				ratio = fmt.Sprintf("%.2f", r.rate/b)
-			}
-			proc := "-"
-			if r.hasProc {
-				proc = fmt.Sprintf("%.0f (%d)", r.projected, r.backlog)
-			}
-			lat := func(d time.Duration) string {
-				if d == 0 {
-					return "-"
-				}
-				return benchkit.Ms(d)
-			}
-			fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %s |\n", l, r.target, r.rate, ratio, lat(r.p50), lat(r.p99), proc)
+	fmt.Printf("\n| load | target | msgs/s | × nats-server always | p50 | p99 | processor projected/s (backlog at end) |\n|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		ratio := "-"
+		if b := base[r.load]; b > 0 {
+			ratio = fmt.Sprintf("%.2f", r.rate/b)
 		}
+		proc := "-"
+		if r.hasProc {
+			proc = fmt.Sprintf("%.0f (%d)", r.projected, r.backlog)
+		}
+		fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %s |\n", r.load, r.target, r.rate, ratio, lat(r.p50), lat(r.p99), proc)
 	}
 }
 

@@ -76,32 +76,32 @@ type loaded struct {
 // publishes the workload of n events over TCP, waits until the processor
 // has applied all of them, and checks the target orders' histories. The
 // caller closes l.env.
-func loadSize(ctx context.Context, o options, n int) (*loaded, error) {
+func loadSize(ctx context.Context, n int) (*loaded, error) {
 	res := &sizeResult{Events: n}
-	w, err := newWorkload(o.seed, n, o.targets, o.perTarget, o.eventsPerOrder)
+	w, err := newWorkload(*seed, n, *targets, *perTarget, *eventsPerOrder)
 	if err != nil {
 		return nil, err
 	}
 	res.Orders = len(w.Count)
-	benchkit.Logf("=== %s events: %d target orders of %d events, %s background orders", benchkit.Num(n), o.targets, o.perTarget, benchkit.Num(res.Orders))
-	e, err := newEnv(ctx, o, n)
+	benchkit.Logf("=== %s events: %d target orders of %d events, %s background orders", benchkit.Num(n), *targets, *perTarget, benchkit.Num(res.Orders))
+	e, err := newEnv(ctx, n)
 	if err != nil {
 		return nil, err
 	}
 	l := &loaded{res: res, env: e}
-	pjs, err := e.Publisher(true, "bench-history-publisher", o.window)
+	pjs, err := e.Publisher(true, "bench-history-publisher", *window)
 	if err != nil {
 		return l, err
 	}
-	benchkit.Logf("   publishing (async, window %d, TCP) with the appliance's processor running", o.window)
-	seqs, retries, loadDur, err := publish(ctx, pjs, w, o.window)
+	benchkit.Logf("   publishing (async, window %d, TCP) with the appliance's processor running", *window)
+	seqs, retries, loadDur, err := publish(ctx, pjs, w, *window)
 	if err != nil {
 		return l, err
 	}
 	res.Load, res.Retries = loadDur, retries
 	benchkit.Logf("   published %s in %s (%s events/s, %d sent again); waiting for the processor", benchkit.Num(n), benchkit.Secs(loadDur), benchkit.Num(int(float64(n)/loadDur.Seconds())), retries)
 	t0 := time.Now()
-	st, err := e.CaughtUp(ctx, uint64(n), o.catchupTimeout)
+	st, err := e.CaughtUp(ctx, uint64(n), *catchupTimeout)
 	if err != nil {
 		return l, err
 	}
@@ -118,12 +118,12 @@ func loadSize(ctx context.Context, o options, n int) (*loaded, error) {
 
 	// The target orders went through the live processor: their history
 	// lists exactly their published events.
-	l.targets = make([]target, o.targets)
+	l.targets = make([]target, *targets)
 	res.Span = [2]uint64{^uint64(0), 0}
 	for t := range l.targets {
 		tg := &l.targets[t]
 		tg.id, tg.seqs = targetID(t), seqs[t]
-		page, err := e.App.OrderEvents(ctx, tg.id, 0, o.perTarget)
+		page, err := e.App.OrderEvents(ctx, tg.id, 0, *perTarget)
 		if err != nil {
 			return l, fmt.Errorf("history of %s: %w", tg.id, err)
 		}
@@ -144,19 +144,19 @@ func loadSize(ctx context.Context, o options, n int) (*loaded, error) {
 // turn (the first size rotating) and runs each kind on it, so that drift
 // on the machine (other processes, the page cache) does not favour one
 // size.
-func measureLookups(ctx context.Context, o options, ls []*loaded) error {
-	stopProf, err := benchkit.StepProfile(o.cpuprofile, "lookups")
+func measureLookups(ctx context.Context, ls []*loaded) error {
+	stopProf, err := benchkit.StepProfile(*cpuprofile, "lookups")
 	if err != nil {
 		return err
 	}
 	defer stopProf()
-	rng := rand.New(rand.NewPCG(o.seed, 0x100c))
+	rng := rand.New(rand.NewPCG(*seed, 0x100c))
 	lat := make([][nKinds][]time.Duration, len(ls))
 	others := benchkit.StartOthers()
-	benchkit.Logf("=== %d lookups of each kind per stream size (after %d discarded), one at a time, sizes interleaved", o.lookups, o.warmup)
-	for i := range o.warmup + o.lookups {
+	benchkit.Logf("=== %d lookups of each kind per stream size (after %d discarded), one at a time, sizes interleaved", *nLookups, *warmup)
+	for i := range *warmup + *nLookups {
 		if i%500 == 0 && i > 0 {
-			benchkit.Logf("   round %d of %d", i, o.warmup+o.lookups)
+			benchkit.Logf("   round %d of %d", i, *warmup+*nLookups)
 		}
 		for j := range ls {
 			li := (i + j) % len(ls)
@@ -167,7 +167,7 @@ func measureLookups(ctx context.Context, o options, ls []*loaded) error {
 				if err != nil {
 					return fmt.Errorf("%s events: %s of %s: %w", benchkit.Num(l.res.Events), kindNames[k], tg.id, err)
 				}
-				if i >= o.warmup {
+				if i >= *warmup {
 					lat[li][k] = append(lat[li][k], d)
 					l.res.Verified++
 				}
@@ -249,8 +249,8 @@ func checkHistory(page orderstore.OrderHistory, seqs []uint64) error {
 
 // newEnv starts a fresh appliance (benchkit.NewEnv) with -sync, room for
 // n events and its processor.
-func newEnv(ctx context.Context, o options, n int) (*benchkit.Env, error) {
-	e, err := benchkit.NewEnv(o.tmp, "orderstore-bench-history-", o.sync, n)
+func newEnv(ctx context.Context, n int) (*benchkit.Env, error) {
+	e, err := benchkit.NewEnv(*tmp, "orderstore-bench-history-", *syncMode, n)
 	if err != nil {
 		return nil, err
 	}

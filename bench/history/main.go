@@ -23,85 +23,70 @@ import (
 // at most.
 const goalP99Ratio = 1.5
 
-type options struct {
-	sizes          []int
-	targets        int
-	perTarget      int
-	eventsPerOrder int
-	lookups        int
-	warmup         int
-	window         int
-	sync           string
-	seed           uint64
-	tmp            string
-	catchupTimeout time.Duration
-	cpuprofile     string
-	out            string
-}
+var (
+	sizeList       = flag.String("sizes", "10000,1000000", "comma-separated stream sizes (events), each in a fresh appliance")
+	targets        = flag.Int("targets", 4, "target orders whose history is looked up")
+	perTarget      = flag.Int("order-events", 100, "events of each target order, spread evenly over the whole stream")
+	eventsPerOrder = flag.Int("events-per-order", 10, "the other events go to (events / this) background orders, each event to one at random")
+	nLookups       = flag.Int("lookups", 2000, "timed lookups of each kind per stream size")
+	warmup         = flag.Int("warmup", 100, "lookups of each kind before the timed ones (discarded)")
+	window         = flag.Int("window", 1000, "async publishes in flight while loading")
+	syncMode       = flag.String("sync", "", "durability: empty or group-commit (the default), always, or a sync_interval such as 1s (durability \"interval\")")
+	seed           = flag.Uint64("seed", 1, "seed of the event generator and of the lookups' random points")
+	tmp            = flag.String("tmp", "", "parent of the temporary store dirs (default: the system temp dir)")
+	catchupTimeout = flag.Duration("catchup-timeout", 20*time.Minute, "give up waiting for a processor to catch up after this long")
+	cpuprofile     = flag.String("cpuprofile", "", "write a CPU profile of the lookups to PREFIX-lookups.pprof")
+	out            = flag.String("out", "", "also write the markdown results to this file")
+)
 
 func main() {
-	var o options
-	var sizes string
-	flag.StringVar(&sizes, "sizes", "10000,1000000", "comma-separated stream sizes (events) of the lookup step, each in a fresh appliance; empty skips the step")
-	flag.IntVar(&o.targets, "targets", 4, "target orders whose history is looked up")
-	flag.IntVar(&o.perTarget, "order-events", 100, "events of each target order, spread evenly over the whole stream")
-	flag.IntVar(&o.eventsPerOrder, "events-per-order", 10, "the other events go to (events / this) background orders, each event to one at random")
-	flag.IntVar(&o.lookups, "lookups", 2000, "timed lookups of each kind per stream size")
-	flag.IntVar(&o.warmup, "warmup", 100, "lookups of each kind before the timed ones (discarded)")
-	flag.IntVar(&o.window, "window", 1000, "async publishes in flight while loading")
-	flag.StringVar(&o.sync, "sync", "", "durability: empty or group-commit (the default), always, or a sync_interval such as 1s (durability \"interval\")")
-	flag.Uint64Var(&o.seed, "seed", 1, "seed of the event generator and of the lookups' random points")
-	flag.StringVar(&o.tmp, "tmp", "", "parent of the temporary store dirs (default: the system temp dir)")
-	flag.DurationVar(&o.catchupTimeout, "catchup-timeout", 20*time.Minute, "give up waiting for a processor to catch up after this long")
-	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the lookups to PREFIX-lookups.pprof")
-	flag.StringVar(&o.out, "out", "", "also write the markdown results to this file")
 	flag.Parse()
-	var err error
-	if o.sizes, err = benchkit.Ints("sizes", sizes); err != nil {
+	sizes, err := benchkit.Ints("sizes", *sizeList)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	if o.targets <= 0 || o.perTarget <= 0 || o.eventsPerOrder <= 0 || o.lookups <= 0 || o.warmup < 0 || o.window <= 0 || flag.NArg() > 0 {
+	if *targets <= 0 || *perTarget <= 0 || *eventsPerOrder <= 0 || *nLookups <= 0 || *warmup < 0 || *window <= 0 || flag.NArg() > 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := benchkit.ApplySync(new(orderstore.Config), o.sync); err != nil {
+	if err := benchkit.ApplySync(new(orderstore.Config), *syncMode); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	benchkit.Run("bench/history", func(ctx context.Context) error { return run(ctx, o) })
+	benchkit.Run("bench/history", func(ctx context.Context) error { return run(ctx, sizes) })
 }
 
-func run(ctx context.Context, o options) error {
+func run(ctx context.Context, streamSizes []int) error {
 	started := time.Now()
 	fmt.Println(benchkit.Machine(orderstore.NATSServerVersion))
-	sizes, err := lookups(ctx, o)
+	sizes, err := lookups(ctx, streamSizes)
 	if err != nil {
 		return err
 	}
-	report := markdown(o, started, sizes)
+	report := markdown(started, sizes)
 	fmt.Println()
 	fmt.Print(report)
-	if o.out != "" {
-		if err := os.WriteFile(o.out, []byte(report), 0o644); err != nil {
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {
 			return err
 		}
-		fmt.Println("\nresults written to", o.out)
+		fmt.Println("\nresults written to", *out)
 	}
 	return nil
 }
 
 // lookups loads an appliance per stream size, all kept running, then
 // times the lookups on all of them, interleaved.
-func lookups(ctx context.Context, o options) ([]*sizeResult, error) {
+func lookups(ctx context.Context, streamSizes []int) ([]*sizeResult, error) {
 	var ls []*loaded
 	defer func() {
 		for _, l := range ls {
 			l.env.Close()
 		}
 	}()
-	for _, n := range o.sizes {
-		l, err := loadSize(ctx, o, n)
+	for _, n := range streamSizes {
+		l, err := loadSize(ctx, n)
 		if l != nil {
 			ls = append(ls, l)
 		}
@@ -109,53 +94,48 @@ func lookups(ctx context.Context, o options) ([]*sizeResult, error) {
 			return nil, fmt.Errorf("%s events: %w", benchkit.Num(n), err)
 		}
 	}
-	if len(ls) == 0 {
-		return nil, nil
-	}
-	if err := measureLookups(ctx, o, ls); err != nil {
+	if err := measureLookups(ctx, ls); err != nil {
 		return nil, err
 	}
-	var out []*sizeResult
+	var res []*sizeResult
 	for _, l := range ls {
-		out = append(out, l.res)
+		res = append(res, l.res)
 	}
-	return out, nil
+	return res, nil
 }
 
 // ---------------------------------------------------------------- output
 
-func markdown(o options, started time.Time, sizes []*sizeResult) string {
+func markdown(started time.Time, sizes []*sizeResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "bench/history, %s: %s\n\n", started.UTC().Format("2006-01-02"), benchkit.Machine(orderstore.NATSServerVersion))
-	if len(sizes) > 0 {
-		fmt.Fprintf(&b, "Lookups of %d target orders of %d events each (spread over the whole stream), %s of each kind per stream, one at a time, the streams' appliances running side by side and their lookups interleaved, after %d discarded:\n\n",
-			o.targets, o.perTarget, benchkit.Num(o.lookups), o.warmup)
-		b.WriteString("| lookup |")
-		for _, s := range sizes {
-			fmt.Fprintf(&b, " %s events: p50 / p99 / mean |", benchkit.Num(s.Events))
-		}
-		first, last := sizes[0], sizes[len(sizes)-1]
-		fmt.Fprintf(&b, " p99 %s / p99 %s (goal <= %.1f) |\n|---|", short(last.Events), short(first.Events), goalP99Ratio)
-		for range sizes {
-			b.WriteString("---:|")
-		}
-		b.WriteString("---|\n")
-		for k := range nKinds {
-			fmt.Fprintf(&b, "| %s |", kindNames[k])
-			for _, s := range sizes {
-				l := s.Lookups[k]
-				fmt.Fprintf(&b, " %s / %s / %s |", benchkit.Ms(l.P50), benchkit.Ms(l.P99), benchkit.Ms(l.Mean))
-			}
-			ratio := float64(last.Lookups[k].P99) / float64(max(first.Lookups[k].P99, 1))
-			fmt.Fprintf(&b, " **%.2f** %s |\n", ratio, benchkit.PassFail(ratio <= goalP99Ratio))
-		}
-		b.WriteString("\n")
-		for _, s := range sizes {
-			fmt.Fprintf(&b, "- %s events (%s background orders): loaded in %s (%s events/s acked, the appliance's processor running; %d publishes shed and sent again), processor caught up %s after the last ack; target sequences %d..%d; %s lookups checked against the published events; other processes used %s of the CPU while the lookups ran\n",
-				benchkit.Num(s.Events), benchkit.Num(s.Orders), benchkit.Secs(s.Load), benchkit.Num(int(float64(s.Events)/s.Load.Seconds())), s.Retries, benchkit.Secs(s.CatchUp), s.Span[0], s.Span[1], benchkit.Num(s.Verified), s.Others)
-		}
-		b.WriteString("\n")
+	fmt.Fprintf(&b, "Lookups of %d target orders of %d events each (spread over the whole stream), %s of each kind per stream, one at a time, the streams' appliances running side by side and their lookups interleaved, after %d discarded:\n\n",
+		*targets, *perTarget, benchkit.Num(*nLookups), *warmup)
+	b.WriteString("| lookup |")
+	for _, s := range sizes {
+		fmt.Fprintf(&b, " %s events: p50 / p99 / mean |", benchkit.Num(s.Events))
 	}
+	first, last := sizes[0], sizes[len(sizes)-1]
+	fmt.Fprintf(&b, " p99 %s / p99 %s (goal <= %.1f) |\n|---|", short(last.Events), short(first.Events), goalP99Ratio)
+	for range sizes {
+		b.WriteString("---:|")
+	}
+	b.WriteString("---|\n")
+	for k := range nKinds {
+		fmt.Fprintf(&b, "| %s |", kindNames[k])
+		for _, s := range sizes {
+			l := s.Lookups[k]
+			fmt.Fprintf(&b, " %s / %s / %s |", benchkit.Ms(l.P50), benchkit.Ms(l.P99), benchkit.Ms(l.Mean))
+		}
+		ratio := float64(last.Lookups[k].P99) / float64(max(first.Lookups[k].P99, 1))
+		fmt.Fprintf(&b, " **%.2f** %s |\n", ratio, benchkit.PassFail(ratio <= goalP99Ratio))
+	}
+	b.WriteString("\n")
+	for _, s := range sizes {
+		fmt.Fprintf(&b, "- %s events (%s background orders): loaded in %s (%s events/s acked, the appliance's processor running; %d publishes shed and sent again), processor caught up %s after the last ack; target sequences %d..%d; %s lookups checked against the published events; other processes used %s of the CPU while the lookups ran\n",
+			benchkit.Num(s.Events), benchkit.Num(s.Orders), benchkit.Secs(s.Load), benchkit.Num(int(float64(s.Events)/s.Load.Seconds())), s.Retries, benchkit.Secs(s.CatchUp), s.Span[0], s.Span[1], benchkit.Num(s.Verified), s.Others)
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "Reproduce: `%s`\n", benchkit.Command("./bench/history"))
 	return b.String()
 }

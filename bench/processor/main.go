@@ -693,11 +693,8 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 	return lr, nil
 }
 
-// analyse computes the lag figures over the samples taken while publishing.
-// Bounded means, over the second half of the publishing window: the backlog
-// never exceeded two fetch windows (2 x max_ack_pending), or it is not
-// growing with the input: its trend is below 5% of the target rate and its
-// mean is at most 1.5 times the first half's plus two fetch windows.
+// analyse computes the lag figures over the samples taken while publishing
+// (README.md, step 5, says what bounded means).
 func (lr *loadResult) analyse() {
 	pubSecs := lr.PubDur.Seconds()
 	var first, second []sample

@@ -15,8 +15,7 @@ import (
 	"github.com/orderstore/orderstore/bootstrap"
 )
 
-// env is one store directory and the appliance running on it (if any).
-// The appliance can be stopped and started again on the same store.
+// env is benchkit.Env with the rebuild's own steps.
 type env struct{ *benchkit.Env }
 
 // newEnv makes a fresh store directory and the config every start of
