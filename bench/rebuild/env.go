@@ -23,21 +23,21 @@ type env struct{ *benchkit.Env }
 // on) on a random client port, no admin listener, and storage limits
 // with room for the rebuild's shadow bucket and shadow history index
 // beside the live ones (Start validates it).
-func newEnv(o options) (*env, error) {
-	e, err := benchkit.NewEnv(o.tmp, "orderstore-bench-rebuild-", "", 0)
+func newEnv() (*env, error) {
+	e, err := benchkit.NewEnv(*tmp, "orderstore-bench-rebuild-", "", 0)
 	if err != nil {
 		return nil, err
 	}
 	cfg := &e.Cfg
-	cfg.JetStream.MaxFileStore = o.maxFileStore
+	cfg.JetStream.MaxFileStore = int64(*maxFileStoreGiB) << 30
 	// Room for the events (a few hundred bytes each on disk) many times
 	// over; the stream keeps its default 8 GiB when that is enough.
-	if need := int64(o.events) * 4096; need > cfg.Stream.MaxBytes {
+	if need := int64(*events) * 4096; need > cfg.Stream.MaxBytes {
 		cfg.Stream.MaxBytes = need
 		cfg.JetStream.MaxFileStore = max(cfg.JetStream.MaxFileStore, need+8<<30)
 	}
 	level := slog.LevelWarn
-	if o.verbose {
+	if *verbose {
 		level = slog.LevelInfo
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))

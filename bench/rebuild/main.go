@@ -27,48 +27,31 @@ const (
 	goalIngestRatio  = 0.8 // ingest during a rebuild / without, at least
 )
 
-type options struct {
-	events, orders int
-	size           int
-	window         int
-	reps           int
-	duration       time.Duration
-	producers      int
-	full           bool
-	maxFileStore   int64
-	seed           uint64
-	tmp            string
-	catchupTimeout time.Duration
-	cpuprofile     string
-	out            string
-	verbose        bool
-}
+var (
+	events          = flag.Int("events", 1_000_000, "events in the stream the live processor projects and each rebuild folds")
+	orders          = flag.Int("orders", 10_000, "orders the events are spread over (each event picks one at random)")
+	size            = flag.Int("size", 200, "bytes per event (JSON padded with a note)")
+	window          = flag.Int("window", 1000, "async publishes in flight while loading")
+	reps            = flag.Int("reps", 3, "rebuilds without ingest, and pairs of ingest windows (without and with a rebuild)")
+	duration        = flag.Duration("duration", 10*time.Second, "length of each ingest window")
+	nProducers      = flag.Int("producers", 32, "ingest producers, each on its own TCP connection with one synchronous publish at a time")
+	full            = flag.Bool("full", true, "also run a whole rebuild with the producers publishing all along")
+	maxFileStoreGiB = flag.Int("max-file-store-gib", 16, "jetstream.max_file_store in GiB (the defaults' 8 GiB stream, 256 MiB dead letters, 512 MiB projection and 512 MiB history index, plus as much again for the shadow bucket and its history index)")
+	seed            = flag.Uint64("seed", 1, "seed of the event generators and of the orders checked")
+	tmp             = flag.String("tmp", "", "parent of the temporary store dir (default: the system temp dir)")
+	catchupTimeout  = flag.Duration("catchup-timeout", 20*time.Minute, "give up waiting for the processor or a rebuild after this long")
+	cpuprofile      = flag.String("cpuprofile", "", "write CPU profiles of the live processor, each rebuild and each ingest window to PREFIX-<step>.pprof")
+	out             = flag.String("out", "", "also write the markdown results to this file")
+	verbose         = flag.Bool("v", false, "log the appliance at info level (default: warnings)")
+)
 
 func main() {
-	var o options
-	var mfs int
-	flag.IntVar(&o.events, "events", 1_000_000, "events in the stream the live processor projects and each rebuild folds")
-	flag.IntVar(&o.orders, "orders", 10_000, "orders the events are spread over (each event picks one at random)")
-	flag.IntVar(&o.size, "size", 200, "bytes per event (JSON padded with a note)")
-	flag.IntVar(&o.window, "window", 1000, "async publishes in flight while loading")
-	flag.IntVar(&o.reps, "reps", 3, "rebuilds without ingest, and pairs of ingest windows (without and with a rebuild)")
-	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each ingest window")
-	flag.IntVar(&o.producers, "producers", 32, "ingest producers, each on its own TCP connection with one synchronous publish at a time")
-	flag.BoolVar(&o.full, "full", true, "also run a whole rebuild with the producers publishing all along")
-	flag.IntVar(&mfs, "max-file-store-gib", 16, "jetstream.max_file_store in GiB (the defaults' 8 GiB stream, 256 MiB dead letters, 512 MiB projection and 512 MiB history index, plus as much again for the shadow bucket and its history index)")
-	flag.Uint64Var(&o.seed, "seed", 1, "seed of the event generators and of the orders checked")
-	flag.StringVar(&o.tmp, "tmp", "", "parent of the temporary store dir (default: the system temp dir)")
-	flag.DurationVar(&o.catchupTimeout, "catchup-timeout", 20*time.Minute, "give up waiting for the processor or a rebuild after this long")
-	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write CPU profiles of the live processor, each rebuild and each ingest window to PREFIX-<step>.pprof")
-	flag.StringVar(&o.out, "out", "", "also write the markdown results to this file")
-	flag.BoolVar(&o.verbose, "v", false, "log the appliance at info level (default: warnings)")
 	flag.Parse()
-	o.maxFileStore = int64(mfs) << 30
-	if o.events <= 0 || o.orders <= 0 || o.size <= 0 || o.window <= 0 || o.reps <= 0 || o.duration <= 0 || o.producers <= 0 || mfs <= 0 || flag.NArg() > 0 {
+	if *events <= 0 || *orders <= 0 || *size <= 0 || *window <= 0 || *reps <= 0 || *duration <= 0 || *nProducers <= 0 || *maxFileStoreGiB <= 0 || flag.NArg() > 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
-	benchkit.Run("bench/rebuild", func(ctx context.Context) error { return run(ctx, o) })
+	benchkit.Run("bench/rebuild", run)
 }
 
 // results is what a run measured.
@@ -92,59 +75,59 @@ type results struct {
 	Resends  int64 // producers' publishes sent again (429)
 }
 
-func run(ctx context.Context, o options) (err error) {
+func run(ctx context.Context) (err error) {
 	res := &results{Started: time.Now(), Machine: benchkit.Machine(orderstore.NATSServerVersion)}
 	res.LoadAvg[0] = benchkit.LoadAvg()
 	fmt.Println(res.Machine)
 	defer func() {
 		res.LoadAvg[1] = benchkit.LoadAvg()
-		report := markdown(o, res)
+		report := markdown(res)
 		fmt.Println()
 		fmt.Print(report)
-		if o.out != "" {
-			if werr := os.WriteFile(o.out, []byte(report), 0o644); werr != nil && err == nil {
+		if *out != "" {
+			if werr := os.WriteFile(*out, []byte(report), 0o644); werr != nil && err == nil {
 				err = werr
 			} else {
-				fmt.Println("\nresults written to", o.out)
+				fmt.Println("\nresults written to", *out)
 			}
 		}
 	}()
-	e, err := newEnv(o)
+	e, err := newEnv()
 	if err != nil {
 		return err
 	}
 	defer e.Close()
 
 	// 1. load, processor off.
-	benchkit.Logf("=== 1. loading %s events of %d B over %s orders (async, window %d, TCP), processor off", benchkit.Num(o.events), o.size, benchkit.Num(o.orders), o.window)
+	benchkit.Logf("=== 1. loading %s events of %d B over %s orders (async, window %d, TCP), processor off", benchkit.Num(*events), *size, benchkit.Num(*orders), *window)
 	if err := e.Start(ctx, false); err != nil {
 		return err
 	}
-	pjs, err := e.Publisher(true, "bench-rebuild-loader", o.window)
+	pjs, err := e.Publisher(true, "bench-rebuild-loader", *window)
 	if err != nil {
 		return err
 	}
-	g := newGenerator(o.seed, 0x10ad, o.orders, o.size)
+	g := newGenerator(*seed, 0x10ad, *orders, *size)
 	t0 := time.Now()
-	if res.Resent, err = load(ctx, pjs, g, o.events, o.window); err != nil {
+	if res.Resent, err = load(ctx, pjs, g, *events, *window); err != nil {
 		return err
 	}
 	res.Load, res.Distinct = time.Since(t0), g.Distinct()
-	benchkit.Logf("   %s events/s (%s, %d sent again)", benchkit.Num(int(benchkit.Rate(o.events, res.Load))), benchkit.Secs(res.Load), res.Resent)
+	benchkit.Logf("   %s events/s (%s, %d sent again)", benchkit.Num(int(benchkit.Rate(*events, res.Load))), benchkit.Secs(res.Load), res.Resent)
 	e.Stop()
 
 	// 2 and 3, -reps times: the live processor projects the whole stream
 	// into an empty projection, then a rebuild folds it, with no ingest.
 	var before map[string]orderstore.Order
-	for rep := 1; rep <= o.reps; rep++ {
+	for rep := 1; rep <= *reps; rep++ {
 		if rep > 1 {
 			benchkit.Logf("=== 2. rep %d: the projection dropped and declared again, empty", rep)
 			if err := e.resetProjection(ctx); err != nil {
 				return fmt.Errorf("resetting the projection: %w", err)
 			}
 		}
-		benchkit.Logf("=== 2. rep %d of %d: live processor over the backlog of %s events (the appliance started with its processor)", rep, o.reps, benchkit.Num(o.events))
-		l, err := liveProcessor(ctx, o, e, rep, o.events)
+		benchkit.Logf("=== 2. rep %d of %d: live processor over the backlog of %s events (the appliance started with its processor)", rep, *reps, benchkit.Num(*events))
+		l, err := liveProcessor(ctx, e, rep, *events)
 		if err != nil {
 			return fmt.Errorf("live processor, rep %d: %w", rep, err)
 		}
@@ -155,7 +138,7 @@ func run(ctx context.Context, o options) (err error) {
 			return err
 		}
 		if before == nil {
-			if before, err = sampleOrders(ctx, e, o.orders, 200, o.seed); err != nil {
+			if before, err = sampleOrders(ctx, e, *orders, 200, *seed); err != nil {
 				return err
 			}
 		} else {
@@ -168,8 +151,8 @@ func run(ctx context.Context, o options) (err error) {
 				return fmt.Errorf("rep %d: the projection built again differs from the first: %s", rep, check.FirstDiff)
 			}
 		}
-		benchkit.Logf("=== 3. rep %d of %d: rebuild, no ingest", rep, o.reps)
-		r, err := rebuild(ctx, o, e, fmt.Sprintf("rebuild-%d", rep), nil)
+		benchkit.Logf("=== 3. rep %d of %d: rebuild, no ingest", rep, *reps)
+		r, err := rebuild(ctx, e, fmt.Sprintf("rebuild-%d", rep), nil)
 		r.Rep = rep
 		if err != nil {
 			return fmt.Errorf("rebuild %d: %w", rep, err)
@@ -189,18 +172,18 @@ func run(ctx context.Context, o options) (err error) {
 	}
 
 	// 4. ingest windows, without and with a rebuild folding.
-	p, err := newProducers(e, o)
+	p, err := newProducers(e)
 	if err != nil {
 		return err
 	}
-	for rep := 1; rep <= o.reps; rep++ {
+	for rep := 1; rep <= *reps; rep++ {
 		order := []bool{false, true}
 		if rep%2 == 0 {
 			order = []bool{true, false}
 		}
 		for _, with := range order {
-			benchkit.Logf("=== 4. ingest rep %d, %s: %d producers for %s", rep, map[bool]string{true: "a rebuild folding", false: "no rebuild"}[with], o.producers, o.duration)
-			r, err := ingestWindow(ctx, o, e, p, rep, with)
+			benchkit.Logf("=== 4. ingest rep %d, %s: %d producers for %s", rep, map[bool]string{true: "a rebuild folding", false: "no rebuild"}[with], *nProducers, *duration)
+			r, err := ingestWindow(ctx, e, p, rep, with)
 			if err != nil {
 				return fmt.Errorf("ingest rep %d: %w", rep, err)
 			}
@@ -216,9 +199,9 @@ func run(ctx context.Context, o options) (err error) {
 	}
 
 	// 5. a whole rebuild under ingest.
-	if o.full {
-		benchkit.Logf("=== 5. a whole rebuild with %d producers publishing all along", o.producers)
-		if err := e.caughtUp(ctx, 0, o.catchupTimeout); err != nil {
+	if *full {
+		benchkit.Logf("=== 5. a whole rebuild with %d producers publishing all along", *nProducers)
+		if err := e.caughtUp(ctx, 0, *catchupTimeout); err != nil {
 			return err
 		}
 		stop := make(chan struct{})
@@ -241,7 +224,7 @@ func run(ctx context.Context, o options) (err error) {
 			return err
 		}
 		res.FullBase = benchkit.Rate(int(p.acked.Load()-a0), time.Since(t0))
-		r, rerr := rebuild(ctx, o, e, "rebuild-ingest", &p.acked)
+		r, rerr := rebuild(ctx, e, "rebuild-ingest", &p.acked)
 		if err := stopProducers(); err != nil {
 			return fmt.Errorf("producers: %w", err)
 		}
@@ -259,12 +242,12 @@ func run(ctx context.Context, o options) (err error) {
 
 // ---------------------------------------------------------------- output
 
-func markdown(o options, res *results) string {
+func markdown(res *results) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "bench/rebuild, %s: %s; load average at the end %s\n\n", res.Started.UTC().Format("2006-01-02"), res.Machine, res.LoadAvg[1])
 	if res.Load > 0 {
 		fmt.Fprintf(&b, "Stream: %s events of %d B over %s orders (%s of them with events), loaded over TCP in %s (%s events/s acked, async with %d in flight, processor off; %d sent again). Durability: group commit; jetstream.max_file_store %d GiB.\n\n",
-			benchkit.Num(o.events), o.size, benchkit.Num(o.orders), benchkit.Num(res.Distinct), benchkit.Secs(res.Load), benchkit.Num(int(benchkit.Rate(o.events, res.Load))), o.window, res.Resent, o.maxFileStore>>30)
+			benchkit.Num(*events), *size, benchkit.Num(*orders), benchkit.Num(res.Distinct), benchkit.Secs(res.Load), benchkit.Num(int(benchkit.Rate(*events, res.Load))), *window, res.Resent, *maxFileStoreGiB)
 	}
 	cores := runtime.NumCPU()
 	var liveRates, rebuildRates, foldRates, pairs []float64
@@ -272,7 +255,7 @@ func markdown(o options, res *results) string {
 		fmt.Fprintf(&b, "| rep | run | events | time | events/s | setup | fold (events/s) | takeover (orders copied) | CPU (%d cores = %d%%) | CPU per event | other processes' CPU | orders checked: differ |\n", cores, 100*cores)
 		b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	}
-	for rep := 1; rep <= o.reps; rep++ {
+	for rep := 1; rep <= *reps; rep++ {
 		var lr float64
 		for _, l := range res.Live {
 			if l.Rep != rep {
@@ -299,7 +282,7 @@ func markdown(o options, res *results) string {
 	}
 	if r := res.Full; r != nil {
 		fmt.Fprintf(&b, "| | rebuild with %d producers publishing all along | %s | %s | %s | %s | %s (%s) | %s (%s) | %s | %s | %s | |\n",
-			o.producers, benchkit.Num(int(r.events())), benchkit.Secs(r.Total), benchkit.Num(int(r.rate())), benchkit.Secs(r.Setup), benchkit.Secs(r.Fold), benchkit.Num(int(r.foldRate())),
+			*nProducers, benchkit.Num(int(r.events())), benchkit.Secs(r.Total), benchkit.Num(int(r.rate())), benchkit.Secs(r.Setup), benchkit.Secs(r.Fold), benchkit.Num(int(r.foldRate())),
 			benchkit.Secs(r.Takeover), benchkit.Num(int(r.Final.Rebuilt)), benchkit.CPUShare(r.CPU, r.Total), benchkit.PerEvent(r.CPU, int(r.events())), r.Others)
 	}
 	if res.Records > 0 {
@@ -312,10 +295,10 @@ func markdown(o options, res *results) string {
 			benchkit.Num(int(rr)), benchkit.Num(int(live)), rr/live, goalRebuildRatio, benchkit.PassFail(rr/live >= goalRebuildRatio), median(pairs), benchkit.Num(int(fr)), fr/live)
 	}
 	if len(res.Ingest) > 0 {
-		fmt.Fprintf(&b, "\nLive ingest: %d producers, each on its own TCP connection with one synchronous publish at a time, %s per window, without a rebuild and with one folding (the window opens once it folds; it is canceled after), alternating which goes first:\n\n", o.producers, o.duration)
+		fmt.Fprintf(&b, "\nLive ingest: %d producers, each on its own TCP connection with one synchronous publish at a time, %s per window, without a rebuild and with one folding (the window opens once it folds; it is canceled after), alternating which goes first:\n\n", *nProducers, *duration)
 		b.WriteString("| rep | without: acked/s (p50 / p99) | with a rebuild: acked/s (p50 / p99) | with / without | rebuild folded during the window | live processor projected/s without / with (backlog at the end) | group commit without / with: syncs/s, mean sync | CPU without / with | other processes' CPU without / with |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		var without, with, pairs []float64
-		for rep := 1; rep <= o.reps; rep++ {
+		for rep := 1; rep <= *reps; rep++ {
 			var a, w *ingestRun
 			for i := range res.Ingest {
 				r := &res.Ingest[i]

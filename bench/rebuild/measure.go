@@ -39,13 +39,13 @@ func (r procRun) rate() float64 { return benchkit.Rate(r.N, r.Dur) }
 // pending or unacked (processor.Lag), as bench/history times a processor
 // from its start. The events processed while the appliance was starting
 // are left out of the rate.
-func liveProcessor(ctx context.Context, o options, e *env, rep, n int) (procRun, error) {
+func liveProcessor(ctx context.Context, e *env, rep, n int) (procRun, error) {
 	r := procRun{Rep: rep}
 	t0 := time.Now()
 	if err := e.Start(ctx, true); err != nil {
 		return r, err
 	}
-	stopProf, err := benchkit.StepProfile(o.cpuprofile, fmt.Sprintf("live-processor-%d", rep))
+	stopProf, err := benchkit.StepProfile(*cpuprofile, fmt.Sprintf("live-processor-%d", rep))
 	if err != nil {
 		return r, err
 	}
@@ -53,7 +53,7 @@ func liveProcessor(ctx context.Context, o options, e *env, rep, n int) (procRun,
 	t1, c1, m1 := time.Now(), benchkit.CPUTime(), benchkit.StartOthers()
 	r.Startup = t1.Sub(t0)
 	r.Before = int(e.App.Stats().Processed)
-	if err := e.caughtUp(ctx, uint64(n), o.catchupTimeout); err != nil {
+	if err := e.caughtUp(ctx, uint64(n), *catchupTimeout); err != nil {
 		return r, err
 	}
 	r.Dur, r.CPU, r.Others = time.Since(t1), benchkit.CPUTime()-c1, m1.Share()
@@ -112,7 +112,7 @@ func (r rebuildRun) ingestIn(k int) float64 {
 
 // rebuild runs one rebuild to its end. acked, if not nil, counts the
 // producers' acked publishes.
-func rebuild(ctx context.Context, o options, e *env, prof string, acked *atomic.Int64) (rebuildRun, error) {
+func rebuild(ctx context.Context, e *env, prof string, acked *atomic.Int64) (rebuildRun, error) {
 	var r rebuildRun
 	r.Ingest = acked != nil
 	count := func() int64 {
@@ -121,7 +121,7 @@ func rebuild(ctx context.Context, o options, e *env, prof string, acked *atomic.
 		}
 		return acked.Load()
 	}
-	stopProf, err := benchkit.StepProfile(o.cpuprofile, prof)
+	stopProf, err := benchkit.StepProfile(*cpuprofile, prof)
 	if err != nil {
 		return r, err
 	}
@@ -136,7 +136,7 @@ func rebuild(ctx context.Context, o options, e *env, prof string, acked *atomic.
 	var foldAt, takeoverAt time.Time
 	var foldDone0 uint64
 	lastLog, lastLag := time.Now(), time.Time{}
-	deadline := time.Now().Add(o.catchupTimeout)
+	deadline := time.Now().Add(*catchupTimeout)
 	for {
 		if err := benchkit.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return r, err
@@ -190,7 +190,7 @@ func rebuild(ctx context.Context, o options, e *env, prof string, acked *atomic.
 			benchkit.Logf("   %s: %s of %s events (%.0f/s)", s.State, benchkit.Num(int(s.Done)), benchkit.Num(int(s.Total)), s.Rate)
 		}
 		if now.After(deadline) {
-			return r, fmt.Errorf("rebuild %s not done after %s: %+v", id, o.catchupTimeout, s)
+			return r, fmt.Errorf("rebuild %s not done after %s: %+v", id, *catchupTimeout, s)
 		}
 	}
 }
@@ -259,17 +259,14 @@ func recordSize(ctx context.Context, e *env) (records, bytes uint64) {
 // external producers would.
 type producers struct {
 	js     []jetstream.JetStream
-	orders int
-	size   int
-	seed   uint64
 	round  atomic.Uint64 // a new random stream per run
 	acked  atomic.Int64  // acked publishes since the producers were made
 	resent atomic.Int64
 }
 
-func newProducers(e *env, o options) (*producers, error) {
-	p := &producers{orders: o.orders, size: o.size, seed: o.seed}
-	for i := range o.producers {
+func newProducers(e *env) (*producers, error) {
+	p := &producers{}
+	for i := range *nProducers {
 		js, err := e.Connect(true, fmt.Sprintf("bench-rebuild-producer-%d", i))
 		if err != nil {
 			return nil, err
@@ -291,7 +288,7 @@ func (p *producers) run(ctx context.Context, stop <-chan struct{}) ([]time.Durat
 	)
 	for i, js := range p.js {
 		wg.Go(func() {
-			r := rand.New(rand.NewPCG(p.seed+round, uint64(i)))
+			r := rand.New(rand.NewPCG(*seed+round, uint64(i)))
 			lat := make([]time.Duration, 0, 1<<14)
 			var err error
 		loop:
@@ -304,7 +301,7 @@ func (p *producers) run(ctx context.Context, stop <-chan struct{}) ([]time.Durat
 					break loop
 				default:
 				}
-				msg := benchkit.EventMsg(benchkit.OrderID(r.IntN(p.orders)), benchkit.Types[1+r.IntN(3)], p.size)
+				msg := benchkit.EventMsg(benchkit.OrderID(r.IntN(*orders)), benchkit.Types[1+r.IntN(3)], *size)
 				t0 := time.Now()
 				if err = publishSync(ctx, js, msg, &p.resent); err != nil {
 					break
@@ -370,10 +367,10 @@ func (r ingestRun) rate() float64 { return benchkit.Rate(r.Acked, r.Dur) }
 // ingestWindow runs the producers for d, with or without a rebuild
 // folding meanwhile. With one, the window opens once the rebuild folds
 // (its first event folded) and the rebuild is canceled after it.
-func ingestWindow(ctx context.Context, o options, e *env, p *producers, rep int, withRebuild bool) (ingestRun, error) {
+func ingestWindow(ctx context.Context, e *env, p *producers, rep int, withRebuild bool) (ingestRun, error) {
 	r := ingestRun{Rep: rep, Rebuild: withRebuild}
 	// Every window starts with the live processor caught up.
-	if err := e.caughtUp(ctx, 0, o.catchupTimeout); err != nil {
+	if err := e.caughtUp(ctx, 0, *catchupTimeout); err != nil {
 		return r, err
 	}
 	var id string
@@ -401,14 +398,14 @@ func ingestWindow(ctx context.Context, o options, e *env, p *producers, rep int,
 			}
 		}
 	}
-	stopProf, err := benchkit.StepProfile(o.cpuprofile, fmt.Sprintf("ingest-%s-%d", map[bool]string{true: "rebuild", false: "alone"}[withRebuild], rep))
+	stopProf, err := benchkit.StepProfile(*cpuprofile, fmt.Sprintf("ingest-%s-%d", map[bool]string{true: "rebuild", false: "alone"}[withRebuild], rep))
 	if err != nil {
 		return r, err
 	}
 	defer stopProf()
 	p0 := e.App.Stats().Processed
 	stop := make(chan struct{})
-	timer := time.AfterFunc(o.duration, func() { close(stop) })
+	timer := time.AfterFunc(*duration, func() { close(stop) })
 	defer timer.Stop()
 	g0 := ingestStats(e)
 	a0, t0, c0, m0 := p.acked.Load(), time.Now(), benchkit.CPUTime(), benchkit.StartOthers()
