@@ -35,100 +35,80 @@ import (
 	"github.com/orderstore/orderstore/processor"
 )
 
-type options struct {
-	modes          []string
-	events, orders int
-	alwaysEvents   int
-	loadDur        time.Duration
-	loadShare      float64
-	window         int
-	seed           uint64
-	out            string
-	cpuprofile     string
-	workers        int
-	batch          int
-	maxAckPending  int
-	pubConn        string
-	tmp            string
-	catchupTimeout time.Duration
-	verbose        bool
-	noOrderIndex   bool
-	noHistory      bool
-	rawReps        int
-}
+var (
+	syncModes      = flag.String("sync", "always,1s", "comma-separated durabilities to measure, each in its own fresh store: always, group-commit, or a sync_interval such as 1s (durability \"interval\")")
+	events         = flag.Int("events", 1_000_000, "events published, consumed and projected per mode")
+	orders         = flag.Int("orders", 100_000, "orders the events are spread over (each event picks one at random)")
+	alwaysEvents   = flag.Int("always-events", 0, "if > 0, events for -sync always instead of -events (orders scale to keep events/orders)")
+	loadDur        = flag.Duration("load", 30*time.Second, "how long producers publish during the lag-under-load step (0 skips it)")
+	loadShare      = flag.Float64("load-share", 0.8, "publish rate of the lag-under-load step, as a share of the measured acked-publish rate")
+	window         = flag.Int("window", 1000, "async publishes in flight per publisher (as processor/helpers_test.go)")
+	seed           = flag.Uint64("seed", 1, "seed of the event generator")
+	out            = flag.String("out", "", "write the markdown results to this file")
+	cpuprofile     = flag.String("cpuprofile", "", "write CPU profiles of the raw-consume and projection steps to PREFIX-<sync>-<step>.pprof")
+	workers        = flag.Int("workers", 0, "processor.Config.Workers (0: the processor's default, as the appliance)")
+	batch          = flag.Int("batch", 0, "processor.Config.BatchSize (0: the processor's default, as the appliance)")
+	maxAckPending  = flag.Int("max-ack-pending", 0, "processor.max_ack_pending for both durables (0: the built-in default)")
+	pubConn        = flag.String("pub-conn", "tcp", "how publishers connect: tcp (like external producers) or inproc")
+	tmp            = flag.String("tmp", "", "parent of the temporary store dirs (default: the system temp dir)")
+	catchupTimeout = flag.Duration("catchup-timeout", 20*time.Minute, "give up waiting for the processor to catch up after this long")
+	rawReps        = flag.Int("raw-reps", 3, "repetitions of the raw consume (each with a fresh durable); the median is used")
+	noOrderIndex   = flag.Bool("no-order-index", false, "run the appliance with processor.order_index = false (the index's cost: compare the projection rate with and without)")
+	noHistory      = flag.Bool("no-history", false, "the projection without the history index (the index's cost: compare the projection rate with and without)")
+	verbose        = flag.Bool("v", false, "log the processor at info level (default: warnings only)")
+)
 
 func main() {
-	var o options
-	var modes string
-	flag.StringVar(&modes, "sync", "always,1s", "comma-separated durabilities to measure, each in its own fresh store: always, group-commit, or a sync_interval such as 1s (durability \"interval\")")
-	flag.IntVar(&o.events, "events", 1_000_000, "events published, consumed and projected per mode")
-	flag.IntVar(&o.orders, "orders", 100_000, "orders the events are spread over (each event picks one at random)")
-	flag.IntVar(&o.alwaysEvents, "always-events", 0, "if > 0, events for -sync always instead of -events (orders scale to keep events/orders)")
-	flag.DurationVar(&o.loadDur, "load", 30*time.Second, "how long producers publish during the lag-under-load step (0 skips it)")
-	flag.Float64Var(&o.loadShare, "load-share", 0.8, "publish rate of the lag-under-load step, as a share of the measured acked-publish rate")
-	flag.IntVar(&o.window, "window", 1000, "async publishes in flight per publisher (as processor/helpers_test.go)")
-	flag.Uint64Var(&o.seed, "seed", 1, "seed of the event generator")
-	flag.StringVar(&o.out, "out", "", "write the markdown results to this file")
-	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write CPU profiles of the raw-consume and projection steps to PREFIX-<sync>-<step>.pprof")
-	flag.IntVar(&o.workers, "workers", 0, "processor.Config.Workers (0: the processor's default, as the appliance)")
-	flag.IntVar(&o.batch, "batch", 0, "processor.Config.BatchSize (0: the processor's default, as the appliance)")
-	flag.IntVar(&o.maxAckPending, "max-ack-pending", 0, "processor.max_ack_pending for both durables (0: the built-in default)")
-	flag.StringVar(&o.pubConn, "pub-conn", "tcp", "how publishers connect: tcp (like external producers) or inproc")
-	flag.StringVar(&o.tmp, "tmp", "", "parent of the temporary store dirs (default: the system temp dir)")
-	flag.DurationVar(&o.catchupTimeout, "catchup-timeout", 20*time.Minute, "give up waiting for the processor to catch up after this long")
-	flag.IntVar(&o.rawReps, "raw-reps", 3, "repetitions of the raw consume (each with a fresh durable); the median is used")
-	flag.BoolVar(&o.noOrderIndex, "no-order-index", false, "run the appliance with processor.order_index = false (the index's cost: compare the projection rate with and without)")
-	flag.BoolVar(&o.noHistory, "no-history", false, "the projection without the history index (the index's cost: compare the projection rate with and without)")
-	flag.BoolVar(&o.verbose, "v", false, "log the processor at info level (default: warnings only)")
 	flag.Parse()
-	for _, m := range strings.Split(modes, ",") {
+	var modes []string
+	for _, m := range strings.Split(*syncModes, ",") {
 		if m = strings.TrimSpace(m); m != "" {
-			o.modes = append(o.modes, m)
+			modes = append(modes, m)
 		}
 	}
-	if len(o.modes) == 0 || o.rawReps <= 0 || o.events <= 0 || o.orders <= 0 || o.window <= 0 || o.loadShare <= 0 ||
-		(o.pubConn != "tcp" && o.pubConn != "inproc") {
+	if len(modes) == 0 || *rawReps <= 0 || *events <= 0 || *orders <= 0 || *window <= 0 || *loadShare <= 0 ||
+		(*pubConn != "tcp" && *pubConn != "inproc") {
 		flag.Usage()
 		os.Exit(2)
 	}
-	for _, m := range o.modes {
+	for _, m := range modes {
 		if err := benchkit.ApplySync(new(orderstore.Config), m); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
 	}
-	benchkit.Run("bench/processor", func(ctx context.Context) error { return run(ctx, o) })
+	benchkit.Run("bench/processor", func(ctx context.Context) error { return run(ctx, modes) })
 }
 
-func run(ctx context.Context, o options) error {
+func run(ctx context.Context, modes []string) error {
 	started := time.Now()
 	var results []*modeResult
 	var runErr error
-	for _, mode := range o.modes {
-		r, err := runMode(ctx, o, mode)
+	for _, mode := range modes {
+		r, err := runMode(ctx, mode)
 		if r != nil && (err == nil || r.Publish.N > 0) {
 			r.Err = err
 			results = append(results, r)
 			fmt.Println()
-			fmt.Print(r.markdown(o))
+			fmt.Print(r.markdown())
 		}
 		if err != nil {
 			runErr = fmt.Errorf("sync %s: %w", mode, err)
 			break
 		}
 	}
-	report := header(o, started) + "\n"
+	report := header(started) + "\n"
 	for _, r := range results {
-		report += r.markdown(o) + "\n"
+		report += r.markdown() + "\n"
 	}
-	report += summary(o, results)
+	report += summary(results)
 	fmt.Println()
-	fmt.Print(summary(o, results))
-	if o.out != "" {
-		if err := os.WriteFile(o.out, []byte(report), 0o644); err != nil {
+	fmt.Print(summary(results))
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {
 			return errors.Join(runErr, err)
 		}
-		fmt.Println("\nresults written to", o.out)
+		fmt.Println("\nresults written to", *out)
 	}
 	return runErr
 }
@@ -215,18 +195,18 @@ func (r *modeResult) ratio() float64 {
 
 // ---------------------------------------------------------------- one mode
 
-func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
-	n, orders := o.events, o.orders
-	if mode == "always" && o.alwaysEvents > 0 {
-		n = o.alwaysEvents
-		orders = max(1, int(int64(o.orders)*int64(n)/int64(o.events)))
+func runMode(ctx context.Context, mode string) (*modeResult, error) {
+	n, nOrders := *events, *orders
+	if mode == "always" && *alwaysEvents > 0 {
+		n = *alwaysEvents
+		nOrders = max(1, int(int64(*orders)*int64(n)/int64(*events)))
 	}
-	r := &modeResult{Mode: mode, Events: n, Orders: orders}
+	r := &modeResult{Mode: mode, Events: n, Orders: nOrders}
 	r.LoadAvg[0] = benchkit.LoadAvg()
 	defer func() { r.LoadAvg[1] = benchkit.LoadAvg() }()
-	benchkit.Logf("=== -sync %s: %s events over %s orders", mode, benchkit.Num(n), benchkit.Num(orders))
+	benchkit.Logf("=== -sync %s: %s events over %s orders", mode, benchkit.Num(n), benchkit.Num(nOrders))
 
-	e, err := newEnv(ctx, o, mode, n)
+	e, err := newEnv(ctx, mode, n)
 	if err != nil {
 		return r, err
 	}
@@ -235,13 +215,13 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	r.MaxAckPending = e.Cfg.Processor.MaxAckPending
 
 	// 2. acked publish.
-	pjs, err := e.Publisher(o.pubConn == "tcp", "bench-publisher", o.window)
+	pjs, err := e.Publisher(*pubConn == "tcp", "bench-publisher", *window)
 	if err != nil {
 		return r, err
 	}
-	gen := benchkit.NewOrders(o.seed, 0x5eed, orders)
-	pub := newPublisher(pjs, gen, o.window, "bench-"+mode)
-	benchkit.Logf("2. publishing %s events (async, window %d, %s)", benchkit.Num(n), o.window, o.pubConn)
+	gen := benchkit.NewOrders(*seed, 0x5eed, nOrders)
+	pub := newPublisher(pjs, gen, *window, "bench-"+mode)
+	benchkit.Logf("2. publishing %s events (async, window %d, %s)", benchkit.Num(n), *window, *pubConn)
 	t0, c0 := time.Now(), benchkit.CPUTime()
 	if err := pub.run(ctx, n, 0, time.Time{}); err != nil {
 		return r, fmt.Errorf("publish: %w", err)
@@ -251,9 +231,9 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	r.Distinct = gen.Distinct()
 
 	// 3. raw pull consume of the same stream.
-	benchkit.Logf("3. raw pull consume + ack of the same %s events, %d times", benchkit.Num(n), o.rawReps)
-	for i := range o.rawReps {
-		p, err := rawConsume(ctx, o, e, mode, n, pub.lastSeq, i+1)
+	benchkit.Logf("3. raw pull consume + ack of the same %s events, %d times", benchkit.Num(n), *rawReps)
+	for i := range *rawReps {
+		p, err := rawConsume(ctx, e, mode, n, pub.lastSeq, i+1)
 		if err != nil {
 			return r, fmt.Errorf("raw consume: %w", err)
 		}
@@ -264,7 +244,7 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 
 	// 4. the projection over the same events.
 	benchkit.Logf("4. processor + projection over the same %s events", benchkit.Num(n))
-	r.Proj, r.ProjStats, r.ProjConsumeErrs, r.ProcSettings, err = projection(ctx, o, e, mode, n)
+	r.Proj, r.ProjStats, r.ProjConsumeErrs, r.ProcSettings, err = projection(ctx, e, mode, n)
 	if err != nil {
 		return r, fmt.Errorf("projection: %w", err)
 	}
@@ -275,8 +255,8 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 	e.Close()
 
 	// 5. lag under load, in a fresh store.
-	if o.loadDur > 0 {
-		lr, err := loadPhase(ctx, o, mode, orders, o.loadShare*r.Publish.rate())
+	if *loadDur > 0 {
+		lr, err := loadPhase(ctx, mode, nOrders, *loadShare*r.Publish.rate())
 		r.Load = lr
 		if err != nil {
 			return r, fmt.Errorf("lag under load: %w", err)
@@ -291,15 +271,15 @@ func runMode(ctx context.Context, o options, mode string) (*modeResult, error) {
 // and -no-order-index, without its processor: the benchmark starts and
 // stops processors itself. It declares the processor's consumer as the
 // appliance would.
-func newEnv(ctx context.Context, o options, mode string, events int) (*benchkit.Env, error) {
-	e, err := benchkit.NewEnv(o.tmp, "orderstore-bench-", mode, events)
+func newEnv(ctx context.Context, mode string, events int) (*benchkit.Env, error) {
+	e, err := benchkit.NewEnv(*tmp, "orderstore-bench-", mode, events)
 	if err != nil {
 		return nil, err
 	}
-	if o.maxAckPending > 0 {
-		e.Cfg.Processor.MaxAckPending = o.maxAckPending
+	if *maxAckPending > 0 {
+		e.Cfg.Processor.MaxAckPending = *maxAckPending
 	}
-	e.Cfg.Processor.OrderIndex = !o.noOrderIndex
+	e.Cfg.Processor.OrderIndex = !*noOrderIndex
 	if err := e.Start(ctx, false); err != nil {
 		e.Close()
 		return nil, err
@@ -377,7 +357,7 @@ func (p *publisher) ack(_ int, ack *jetstream.PubAck) error {
 // message, and times it until the ack floor reaches the last sequence. It
 // reads with Fetch: nats.go's Consume, which the processor uses, sometimes
 // stalls for ~30 s here (README.md, "Stalls").
-func rawConsume(ctx context.Context, o options, e *benchkit.Env, mode string, n int, lastSeq uint64, rep int) (phase, error) {
+func rawConsume(ctx context.Context, e *benchkit.Env, mode string, n int, lastSeq uint64, rep int) (phase, error) {
 	js, err := e.Connect(false, "bench-raw")
 	if err != nil {
 		return phase{}, err
@@ -402,7 +382,7 @@ func rawConsume(ctx context.Context, o options, e *benchkit.Env, mode string, n 
 		batch = 1000
 	}
 	var got, ackErrs atomic.Int64
-	stopProf, err := benchkit.StepProfile(o.cpuprofile, fmt.Sprintf("%s-raw%d", mode, rep))
+	stopProf, err := benchkit.StepProfile(*cpuprofile, fmt.Sprintf("%s-raw%d", mode, rep))
 	if err != nil {
 		return phase{}, err
 	}
@@ -478,13 +458,13 @@ type running struct {
 // startProcessor runs the processor exactly as the appliance builds it
 // (plus -workers / -batch, and without the history index with -no-history),
 // on its own in-process connection.
-func startProcessor(ctx context.Context, o options, e *benchkit.Env) (*running, error) {
+func startProcessor(ctx context.Context, e *benchkit.Env) (*running, error) {
 	js, err := e.Connect(false, "bench-processor")
 	if err != nil {
 		return nil, err
 	}
 	var proj *processor.Projection
-	if o.noHistory {
+	if *noHistory {
 		// orderstore.NewProjection without SetHistory.
 		kv, err := js.KeyValue(ctx, e.Cfg.Processor.ProjectionBucket)
 		if err != nil {
@@ -496,12 +476,12 @@ func startProcessor(ctx context.Context, o options, e *benchkit.Env) (*running, 
 		return nil, err
 	}
 	level := slog.LevelWarn
-	if o.verbose {
+	if *verbose {
 		level = slog.LevelInfo
 	}
 	r := &running{done: make(chan error, 1)}
 	pc := e.Cfg.ProcessorConfig(proj)
-	pc.Workers, pc.BatchSize = o.workers, o.batch
+	pc.Workers, pc.BatchSize = *workers, *batch
 	pc.Logger = slog.New(countingHandler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}), &r.consumeErrs, &r.started}).With("component", "processor")
 	p, err := processor.New(js, pc)
 	if err != nil {
@@ -516,13 +496,13 @@ func startProcessor(ctx context.Context, o options, e *benchkit.Env) (*running, 
 // settings renders the processor's own start-up settings, e.g.
 // ", batch 125, partitions 4".
 func (r *running) settings() string {
-	var out string
+	var s string
 	for _, k := range []string{"batch", "partitions", "workers"} {
 		if v, ok := r.started.Load(k); ok {
-			out += fmt.Sprintf(", %s %v", k, v)
+			s += fmt.Sprintf(", %s %v", k, v)
 		}
 	}
-	return out
+	return s
 }
 
 func (r *running) stop() error {
@@ -544,22 +524,22 @@ func caughtUp(ctx context.Context, js jetstream.JetStream, e *benchkit.Env, r *r
 	return err
 }
 
-func projection(ctx context.Context, o options, e *benchkit.Env, mode string, n int) (phase, processor.Stats, int64, string, error) {
+func projection(ctx context.Context, e *benchkit.Env, mode string, n int) (phase, processor.Stats, int64, string, error) {
 	lagJS, err := e.Connect(false, "bench-lag") // as the admin API would
 	if err != nil {
 		return phase{}, processor.Stats{}, 0, "", err
 	}
-	stopProf, err := benchkit.StepProfile(o.cpuprofile, mode+"-projection")
+	stopProf, err := benchkit.StepProfile(*cpuprofile, mode+"-projection")
 	if err != nil {
 		return phase{}, processor.Stats{}, 0, "", err
 	}
 	defer stopProf()
 	t0, c0 := time.Now(), benchkit.CPUTime()
-	r, err := startProcessor(ctx, o, e)
+	r, err := startProcessor(ctx, e)
 	if err != nil {
 		return phase{}, processor.Stats{}, 0, "", err
 	}
-	err = caughtUp(ctx, lagJS, e, r, uint64(n), o.catchupTimeout)
+	err = caughtUp(ctx, lagJS, e, r, uint64(n), *catchupTimeout)
 	p := phase{N: n, Dur: time.Since(t0), CPU: benchkit.CPUTime() - c0}
 	stopProf()
 	st := r.p.Stats()
@@ -607,11 +587,11 @@ func verify(ctx context.Context, e *benchkit.Env, gen *benchkit.Orders, r *modeR
 
 // ---------------------------------------------------------------- lag under load
 
-func loadPhase(ctx context.Context, o options, mode string, orders int, target float64) (*loadResult, error) {
+func loadPhase(ctx context.Context, mode string, orders int, target float64) (*loadResult, error) {
 	lr := &loadResult{Target: target}
 	benchkit.Logf("5. lag under load: fresh store, publishing for %s at %s events/s (%.0f%% of the acked-publish rate)",
-		o.loadDur, benchkit.Num(int(target)), 100*o.loadShare)
-	e, err := newEnv(ctx, o, mode, int(target*o.loadDur.Seconds())+1)
+		*loadDur, benchkit.Num(int(target)), *loadShare*100)
+	e, err := newEnv(ctx, mode, int(target*loadDur.Seconds())+1)
 	if err != nil {
 		return lr, err
 	}
@@ -621,11 +601,11 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 	if err != nil {
 		return lr, err
 	}
-	pjs, err := e.Publisher(o.pubConn == "tcp", "bench-publisher", o.window)
+	pjs, err := e.Publisher(*pubConn == "tcp", "bench-publisher", *window)
 	if err != nil {
 		return lr, err
 	}
-	r, err := startProcessor(ctx, o, e)
+	r, err := startProcessor(ctx, e)
 	if err != nil {
 		return lr, err
 	}
@@ -638,7 +618,7 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 	case <-ctx.Done():
 		return lr, ctx.Err()
 	}
-	pub := newPublisher(pjs, benchkit.NewOrders(o.seed+1, 0x5eed, orders), o.window, "load-"+mode)
+	pub := newPublisher(pjs, benchkit.NewOrders(*seed+1, 0x5eed, orders), *window, "load-"+mode)
 
 	t0, c0 := time.Now(), benchkit.CPUTime()
 	sctx, stopSampling := context.WithCancel(ctx)
@@ -664,7 +644,7 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 			benchkit.Logf("   t=%4.0fs stored %9s processed %9s backlog %8s behind %6.2fs", s.T, benchkit.Num(int(s.Stored)), benchkit.Num(int(s.Processed)), benchkit.Num(int(s.backlog())), s.SecondsBehind)
 		}
 	})
-	perr := pub.run(ctx, -1, target, t0.Add(o.loadDur))
+	perr := pub.run(ctx, -1, target, t0.Add(*loadDur))
 	lr.PubDur = time.Since(t0)
 	lr.Published = int64(pub.acked)
 	lr.ProcessedDuring = r.p.Stats().Processed
@@ -676,7 +656,7 @@ func loadPhase(ctx context.Context, o options, mode string, orders int, target f
 	benchkit.Logf("   publishing stopped after %s: %s acked (%s events/s); waiting for the processor to catch up",
 		lr.PubDur.Round(time.Millisecond), benchkit.Num(int(lr.Published)), benchkit.Num(int(lr.achieved())))
 	pubEnd := time.Now()
-	err = caughtUp(ctx, lagJS, e, r, uint64(lr.Published), o.catchupTimeout)
+	err = caughtUp(ctx, lagJS, e, r, uint64(lr.Published), *catchupTimeout)
 	lr.Catchup = time.Since(pubEnd)
 	lr.CaughtUp = err == nil
 	lr.CPU = benchkit.CPUTime() - c0
@@ -755,7 +735,7 @@ func slope(ss []sample) float64 {
 
 // ---------------------------------------------------------------- output
 
-func header(o options, started time.Time) string {
+func header(started time.Time) string {
 	var b strings.Builder
 	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "# bench/processor results\n\n")
@@ -763,12 +743,12 @@ func header(o options, started time.Time) string {
 		started.UTC().Format(time.RFC3339), host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), server.VERSION)
 	fmt.Fprintf(&b, "- load average at the end of the run: %s (this process alone uses up to %d.0 while busy)\n", benchkit.LoadAvg(), runtime.NumCPU())
 	fmt.Fprintf(&b, "- command: `%s`\n", benchkit.Command("./bench/processor"))
-	fmt.Fprintf(&b, "- events: JSON `{\"order_id\":\"order-NNNNNN\",\"status\":TYPE}` with a Nats-Msg-Id, on orders.{created,paid,shipped,delivered,cancelled}; each event picks one of the orders uniformly at random (seed %d)\n", o.seed)
-	fmt.Fprintf(&b, "- publishers: %s connection, async publishes, %d unacked at most\n", o.pubConn, o.window)
+	fmt.Fprintf(&b, "- events: JSON `{\"order_id\":\"order-NNNNNN\",\"status\":TYPE}` with a Nats-Msg-Id, on orders.{created,paid,shipped,delivered,cancelled}; each event picks one of the orders uniformly at random (seed %d)\n", *seed)
+	fmt.Fprintf(&b, "- publishers: %s connection, async publishes, %d unacked at most\n", *pubConn, *window)
 	return b.String()
 }
 
-func (r *modeResult) markdown(o options) string {
+func (r *modeResult) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## -sync %s (durability %s): %s events over %s orders\n\n", r.Mode, r.Durability, benchkit.Num(r.Events), benchkit.Num(r.Orders))
 	if r.Err != nil {
@@ -782,13 +762,13 @@ func (r *modeResult) markdown(o options) string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | **%s** | %s |\n", name, benchkit.Num(p.N), benchkit.Secs(p.Dur), benchkit.Num(int(p.rate())), p.cpuShare())
 	}
-	row(fmt.Sprintf("acked publish (async, window %d, %s)", o.window, o.pubConn), r.Publish)
+	row(fmt.Sprintf("acked publish (async, window %d, %s)", *window, *pubConn), r.Publish)
 	row(fmt.Sprintf("raw pull consume + ack (durable, explicit ack, max_ack_pending %d, Fetch)", r.MaxAckPending), r.Raw)
 	extra := ""
-	if o.workers > 0 {
-		extra = fmt.Sprintf(", %d workers", o.workers)
+	if *workers > 0 {
+		extra = fmt.Sprintf(", %d workers", *workers)
 	}
-	if o.noHistory {
+	if *noHistory {
 		extra += ", no history index"
 	}
 	row(fmt.Sprintf("projection (order-processor%s%s)", r.ProcSettings, extra), r.Proj)
@@ -807,7 +787,7 @@ func (r *modeResult) markdown(o options) string {
 		fmt.Fprintf(&b, "- processor consume warnings (e.g. missed heartbeat: a client stall): %d\n", r.ProjConsumeErrs)
 	}
 	if l := r.Load; l != nil {
-		fmt.Fprintf(&b, "\n### lag under load (fresh store, %s of publishing at %.0f%% of the acked-publish rate)\n\n", o.loadDur, 100*o.loadShare)
+		fmt.Fprintf(&b, "\n### lag under load (fresh store, %s of publishing at %.0f%% of the acked-publish rate)\n\n", *loadDur, *loadShare*100)
 		fmt.Fprintf(&b, "| metric | value |\n|---|---:|\n")
 		fmt.Fprintf(&b, "| target publish rate | %s events/s |\n", benchkit.Num(int(l.Target)))
 		fmt.Fprintf(&b, "| achieved (acked) publish rate | %s events/s (%s events in %s) |\n", benchkit.Num(int(l.achieved())), benchkit.Num(int(l.Published)), benchkit.Secs(l.PubDur))
@@ -833,7 +813,7 @@ func (r *modeResult) markdown(o options) string {
 	return b.String()
 }
 
-func summary(o options, rs []*modeResult) string {
+func summary(rs []*modeResult) string {
 	var b strings.Builder
 	b.WriteString("## Summary\n\n")
 	b.WriteString("| -sync | events / orders | acked publish ev/s | raw consume ev/s | projection ev/s | projection / raw (goal >= 50%) | load: target ev/s | load: apply ev/s | load: max backlog | load: max s behind | lag bounded | catch-up |\n")
