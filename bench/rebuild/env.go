@@ -93,39 +93,32 @@ func (e *env) caughtUp(ctx context.Context, want uint64, timeout time.Duration) 
 
 // ---------------------------------------------------------------- events
 
-// generator is benchkit.Orders' events, of about size bytes each.
-type generator struct {
-	*benchkit.Orders
-	size    int
-	id, seq uint64 // message ids: "bench-<id>-<seq>"
-}
-
-func newGenerator(seed, stream uint64, orders, size int) *generator {
-	return &generator{Orders: benchkit.NewOrders(seed, stream, orders), size: size, id: stream}
-}
-
-func (g *generator) next() *nats.Msg {
-	o, typ := g.Next()
-	m := benchkit.EventMsg(benchkit.OrderID(o), benchkit.Types[typ], g.size)
-	// An id, so that a publish sent again after a timeout (nats' reply
-	// subject collisions leave about one in 10^6 unanswered: bench/README's
-	// overload section) is stored once.
-	g.seq++
-	m.Header = nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprintf("bench-%d-%d", g.id, g.seq)}}
-	return m
-}
-
 // retryable is a publish to send again: benchkit.Retryable, or a timeout
 // (the events carry ids: one sent again is stored once).
 func retryable(err error) bool {
 	return benchkit.Retryable(err) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrAsyncPublishTimeout)
 }
 
-// load publishes n events of g, async with up to window unacked, and
-// returns once every one is acked, with how many were sent again.
-func load(ctx context.Context, js jetstream.JetStream, g *generator, n, window int) (int, error) {
+// loadStream is the load's random stream (benchkit.NewOrders) and the
+// first part of its message ids.
+const loadStream = 0x10ad
+
+// load publishes n events of g of -size bytes each, async with up to
+// window unacked, and returns once every one is acked, with how many were
+// sent again.
+func load(ctx context.Context, js jetstream.JetStream, g *benchkit.Orders, n, window int) (int, error) {
 	w := benchkit.NewWindow(js, window)
 	w.Retry = retryable
-	err := w.PublishAll(ctx, n, func() (*nats.Msg, int) { return g.next(), 0 })
+	seq := 0
+	err := w.PublishAll(ctx, n, func() (*nats.Msg, int) {
+		o, typ := g.Next()
+		m := benchkit.EventMsg(benchkit.OrderID(o), benchkit.Types[typ], *size)
+		// An id, so that a publish sent again after a timeout (nats' reply
+		// subject collisions leave about one in 10^6 unanswered: bench/README's
+		// overload section) is stored once.
+		seq++
+		m.Header = nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprintf("bench-%d-%d", loadStream, seq)}}
+		return m, 0
+	})
 	return w.Retries, err
 }

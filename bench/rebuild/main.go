@@ -107,7 +107,7 @@ func run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	g := newGenerator(*seed, 0x10ad, *orders, *size)
+	g := benchkit.NewOrders(*seed, loadStream, *orders)
 	t0 := time.Now()
 	if res.Resent, err = load(ctx, pjs, g, *events, *window); err != nil {
 		return err
