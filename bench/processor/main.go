@@ -244,8 +244,7 @@ func runMode(ctx context.Context, mode string) (*modeResult, error) {
 
 	// 4. the projection over the same events.
 	benchkit.Logf("4. processor + projection over the same %s events", benchkit.Num(n))
-	r.Proj, r.ProjStats, r.ProjConsumeErrs, r.ProcSettings, err = projection(ctx, e, mode, n)
-	if err != nil {
+	if err := projection(ctx, e, r); err != nil {
 		return r, fmt.Errorf("projection: %w", err)
 	}
 	benchkit.Logf("   %s events/s (%s), %.0f%% of raw consume", benchkit.Num(int(r.Proj.rate())), r.Proj.Dur.Round(time.Millisecond), 100*r.ratio())
@@ -524,29 +523,31 @@ func caughtUp(ctx context.Context, js jetstream.JetStream, e *benchkit.Env, r *r
 	return err
 }
 
-func projection(ctx context.Context, e *benchkit.Env, mode string, n int) (phase, processor.Stats, int64, string, error) {
+// projection times a processor over the mode's events, into res.
+func projection(ctx context.Context, e *benchkit.Env, res *modeResult) error {
 	lagJS, err := e.Connect(false, "bench-lag") // as the admin API would
 	if err != nil {
-		return phase{}, processor.Stats{}, 0, "", err
+		return err
 	}
-	stopProf, err := benchkit.StepProfile(*cpuprofile, mode+"-projection")
+	stopProf, err := benchkit.StepProfile(*cpuprofile, res.Mode+"-projection")
 	if err != nil {
-		return phase{}, processor.Stats{}, 0, "", err
+		return err
 	}
 	defer stopProf()
 	t0, c0 := time.Now(), benchkit.CPUTime()
 	r, err := startProcessor(ctx, e)
 	if err != nil {
-		return phase{}, processor.Stats{}, 0, "", err
+		return err
 	}
-	err = caughtUp(ctx, lagJS, e, r, uint64(n), *catchupTimeout)
-	p := phase{N: n, Dur: time.Since(t0), CPU: benchkit.CPUTime() - c0}
+	err = caughtUp(ctx, lagJS, e, r, uint64(res.Events), *catchupTimeout)
+	res.Proj = phase{N: res.Events, Dur: time.Since(t0), CPU: benchkit.CPUTime() - c0}
 	stopProf()
-	st := r.p.Stats()
+	res.ProjStats = r.p.Stats()
 	if serr := r.stop(); err == nil {
 		err = serr
 	}
-	return p, st, r.consumeErrs.Load(), r.settings(), err
+	res.ProjConsumeErrs, res.ProcSettings = r.consumeErrs.Load(), r.settings()
+	return err
 }
 
 // verify checks the projection: one key per order, and for a sample of
