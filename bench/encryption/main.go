@@ -31,17 +31,6 @@ var (
 	reps   = flag.Int("reps", 3, "restarts of each store, alternating; the median is reported")
 )
 
-const key = "encryption-bench-key-0123456789abcdef"
-
-func config(store string, encrypted bool) orderstore.Config {
-	cfg := benchkit.Config(store)
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	if encrypted {
-		cfg.JetStream.EncryptionKey = key
-	}
-	return cfg
-}
-
 func start(cfg orderstore.Config) (*orderstore.Appliance, time.Duration) {
 	t0 := time.Now()
 	app, err := benchkit.Start(context.Background(), cfg)
@@ -90,8 +79,13 @@ func main() {
 	names := []string{"plain", "encrypted"}
 	cfgs := map[string]orderstore.Config{}
 	for _, n := range names {
-		cfgs[n] = config(filepath.Join(*dir, n), n == "encrypted")
-		app, _ := start(cfgs[n])
+		cfg := benchkit.Config(filepath.Join(*dir, n))
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		if n == "encrypted" {
+			cfg.JetStream.EncryptionKey = "encryption-bench-key-0123456789abcdef"
+		}
+		cfgs[n] = cfg
+		app, _ := start(cfg)
 		took := fill(app)
 		stop(app)
 		fmt.Printf("%-9s filled with %d events of %d B in %s (%.0f events/s, published and projected)\n",

@@ -240,14 +240,9 @@ func runTarget(name, d string) {
 		log.Fatalf("unknown target %q", name)
 	}
 	fmt.Println("READY", url, admin)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	eof := make(chan struct{})
-	go func() { io.Copy(io.Discard, os.Stdin); close(eof) }()
-	select {
-	case <-sig:
-	case <-eof:
-	}
+	ctx, end := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	go func() { io.Copy(io.Discard, os.Stdin); end() }()
+	<-ctx.Done()
 	stop()
 }
 
