@@ -72,7 +72,7 @@ type loaded struct {
 	targets []target
 }
 
-// loadSize starts a fresh appliance (processor on, as `orderstore run`),
+// loadSize starts a fresh appliance (-sync; processor on, as `orderstore run`),
 // publishes the workload of n events over TCP, waits until the processor
 // has applied all of them, and checks the target orders' histories. The
 // caller closes l.env.
@@ -84,11 +84,15 @@ func loadSize(ctx context.Context, n int) (*loaded, error) {
 	}
 	res.Orders = len(w.Count)
 	benchkit.Logf("=== %s events: %d target orders of %d events, %s background orders", benchkit.Num(n), *targets, *perTarget, benchkit.Num(res.Orders))
-	e, err := newEnv(ctx, n)
+	e, err := benchkit.NewEnv(*tmp, "orderstore-bench-history-", *syncMode, n)
 	if err != nil {
 		return nil, err
 	}
+	e.Cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	l := &loaded{res: res, env: e}
+	if err := e.Start(ctx, true); err != nil {
+		return l, err
+	}
 	pjs, err := e.Publisher(true, "bench-history-publisher", *window)
 	if err != nil {
 		return l, err
@@ -243,21 +247,4 @@ func checkHistory(page orderstore.OrderHistory, seqs []uint64) error {
 		}
 	}
 	return nil
-}
-
-// ---------------------------------------------------------------- appliance
-
-// newEnv starts a fresh appliance (benchkit.NewEnv) with -sync, room for
-// n events and its processor.
-func newEnv(ctx context.Context, n int) (*benchkit.Env, error) {
-	e, err := benchkit.NewEnv(*tmp, "orderstore-bench-history-", *syncMode, n)
-	if err != nil {
-		return nil, err
-	}
-	e.Cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := e.Start(ctx, true); err != nil {
-		e.Close()
-		return nil, err
-	}
-	return e, nil
 }

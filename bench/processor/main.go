@@ -286,20 +286,12 @@ func newEnv(ctx context.Context, mode string, events int) (*benchkit.Env, error)
 	return e, nil
 }
 
-// eventMsg is benchkit.EventMsg of order with a message id.
-func eventMsg(order int, typ uint8, msgID string) *nats.Msg {
-	m := benchkit.EventMsg(benchkit.OrderID(order), benchkit.Types[typ], 0)
-	m.Header = nats.Header{jetstream.MsgIDHeader: []string{msgID}}
-	return m
-}
-
 // ---------------------------------------------------------------- publish
 
 type publisher struct {
 	w       *benchkit.Window
 	gen     *benchkit.Orders
 	prefix  string
-	sent    int
 	acked   int // Window calls ack on the publishing goroutine
 	lastSeq uint64
 }
@@ -331,10 +323,11 @@ func (p *publisher) run(ctx context.Context, n int, rate float64, until time.Tim
 			}
 		}
 		order, typ := p.gen.Next()
-		if err := p.w.Publish(ctx, eventMsg(order, typ, p.prefix+"-"+strconv.Itoa(p.sent)), 0); err != nil {
+		m := benchkit.EventMsg(benchkit.OrderID(order), benchkit.Types[typ], 0)
+		m.Header = nats.Header{jetstream.MsgIDHeader: []string{p.prefix + "-" + strconv.Itoa(i)}}
+		if err := p.w.Publish(ctx, m, 0); err != nil {
 			return err
 		}
-		p.sent++
 	}
 	return p.w.Drain(ctx)
 }

@@ -58,8 +58,8 @@ func main() {
 type results struct {
 	Started  time.Time
 	Machine  string
-	LoadAvg  [2]string
-	Distinct int // orders with at least one event
+	LoadAvg  string // at the end (Machine has it at the start)
+	Distinct int    // orders with at least one event
 	Load     time.Duration
 	Resent   int
 	Live     []procRun
@@ -77,10 +77,9 @@ type results struct {
 
 func run(ctx context.Context) (err error) {
 	res := &results{Started: time.Now(), Machine: benchkit.Machine(orderstore.NATSServerVersion)}
-	res.LoadAvg[0] = benchkit.LoadAvg()
 	fmt.Println(res.Machine)
 	defer func() {
-		res.LoadAvg[1] = benchkit.LoadAvg()
+		res.LoadAvg = benchkit.LoadAvg()
 		report := markdown(res)
 		fmt.Println()
 		fmt.Print(report)
@@ -244,7 +243,7 @@ func run(ctx context.Context) (err error) {
 
 func markdown(res *results) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "bench/rebuild, %s: %s; load average at the end %s\n\n", res.Started.UTC().Format("2006-01-02"), res.Machine, res.LoadAvg[1])
+	fmt.Fprintf(&b, "bench/rebuild, %s: %s; load average at the end %s\n\n", res.Started.UTC().Format("2006-01-02"), res.Machine, res.LoadAvg)
 	if res.Load > 0 {
 		fmt.Fprintf(&b, "Stream: %s events of %d B over %s orders (%s of them with events), loaded over TCP in %s (%s events/s acked, async with %d in flight, processor off; %d sent again). Durability: group commit; jetstream.max_file_store %d GiB.\n\n",
 			benchkit.Num(*events), *size, benchkit.Num(*orders), benchkit.Num(res.Distinct), benchkit.Secs(res.Load), benchkit.Num(int(benchkit.Rate(*events, res.Load))), *window, res.Resent, *maxFileStoreGiB)
