@@ -238,6 +238,21 @@ func TempDir(dir *string, pattern string) (cleanup func()) {
 	return func() { os.RemoveAll(d) }
 }
 
+// Results prints printed after an empty line and writes report (markdown)
+// to the file out names, if any, and says so.
+func Results(printed, report, out string) error {
+	fmt.Println()
+	fmt.Print(printed)
+	if out == "" {
+		return nil
+	}
+	if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
+		return err
+	}
+	fmt.Println("\nresults written to", out)
+	return nil
+}
+
 // Run runs a bench's run until it returns or SIGINT or SIGTERM cancels
 // its context; an error is printed after name and exits 1.
 func Run(name string, run func(context.Context) error) {

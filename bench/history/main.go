@@ -65,15 +65,7 @@ func run(ctx context.Context, streamSizes []int) error {
 		return err
 	}
 	report := markdown(started, sizes)
-	fmt.Println()
-	fmt.Print(report)
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {
-			return err
-		}
-		fmt.Println("\nresults written to", *out)
-	}
-	return nil
+	return benchkit.Results(report, report, *out)
 }
 
 // lookups loads an appliance per stream size, all kept running, then

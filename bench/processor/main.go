@@ -101,14 +101,9 @@ func run(ctx context.Context, modes []string) error {
 	for _, r := range results {
 		report += r.markdown() + "\n"
 	}
-	report += summary(results)
-	fmt.Println()
-	fmt.Print(summary(results))
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {
-			return errors.Join(runErr, err)
-		}
-		fmt.Println("\nresults written to", *out)
+	sum := summary(results)
+	if err := benchkit.Results(sum, report+sum, *out); err != nil {
+		return errors.Join(runErr, err)
 	}
 	return runErr
 }

@@ -81,14 +81,8 @@ func run(ctx context.Context) (err error) {
 	defer func() {
 		res.LoadAvg = benchkit.LoadAvg()
 		report := markdown(res)
-		fmt.Println()
-		fmt.Print(report)
-		if *out != "" {
-			if werr := os.WriteFile(*out, []byte(report), 0o644); werr != nil && err == nil {
-				err = werr
-			} else {
-				fmt.Println("\nresults written to", *out)
-			}
+		if werr := benchkit.Results(report, report, *out); err == nil {
+			err = werr
 		}
 	}()
 	e, err := newEnv()
