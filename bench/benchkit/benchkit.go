@@ -1,9 +1,6 @@
-// Package benchkit holds what the benchmark mains under bench/ share:
-// the process's CPU time, the machine's load average, number and
-// duration formatting, timestamped progress lines, an interruptible
-// sleep and a CPU profile of one step; an appliance on a store of its own
-// (Env), the orders' event generator, a window of async publishes, a
-// processor's catching up and a stock nats-server. Benchmarks only.
+// Package benchkit holds what the benchmark programs under bench/ (see
+// bench/README.md) share: measuring and formatting, an appliance on a
+// store of its own (Env), events, publishing. Benchmarks only.
 package benchkit
 
 import (
