@@ -339,11 +339,9 @@ func (p *publisher) ack(_ int, ack *jetstream.PubAck) error {
 
 // ---------------------------------------------------------------- raw consume
 
-// rawConsume reads the whole stream with a durable pull consumer configured
-// like the processor's (explicit ack, same max_ack_pending), acking each
-// message, and times it until the ack floor reaches the last sequence. It
-// reads with Fetch: nats.go's Consume, which the processor uses, sometimes
-// stalls for ~30 s here (README.md, "Stalls").
+// rawConsume is step 3 (README.md). It reads with Fetch: nats.go's
+// Consume, which the processor uses, sometimes stalls for ~30 s here
+// (README.md, "Stalls").
 func rawConsume(ctx context.Context, e *benchkit.Env, mode string, n int, lastSeq uint64, rep int) (phase, error) {
 	js, err := e.Connect(false, "bench-raw")
 	if err != nil {

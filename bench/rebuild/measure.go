@@ -34,11 +34,9 @@ type procRun struct {
 func (r procRun) rate() float64 { return benchkit.Rate(r.N, r.Dur) }
 
 // liveProcessor starts the appliance with its processor on a store
-// holding n events its consumer has not processed, and times the
-// processor from the start's return until its consumer has nothing
-// pending or unacked (processor.Lag), as bench/history times a processor
-// from its start. The events processed while the appliance was starting
-// are left out of the rate.
+// holding n events its consumer has not processed, and times it
+// (bench/README.md, "bench/rebuild", step 2); the events processed while
+// the appliance was starting are left out of the rate.
 func liveProcessor(ctx context.Context, e *env, rep, n int) (procRun, error) {
 	r := procRun{Rep: rep}
 	t0 := time.Now()
@@ -74,11 +72,7 @@ type rebuildRun struct {
 	Rep    int
 	Ingest bool // producers published all along
 	Final  status.Rebuild
-	// Setup: from the start until the first event is folded (the
-	// dead-letter scan and the read of every event's headers for
-	// replays). Fold: until the state is "taking over" (it includes the
-	// last catch-up with the live processor paused). Takeover: until
-	// done.
+	// The phases and the whole (bench/README.md, "bench/rebuild", step 3).
 	Setup, Fold, Takeover, Total time.Duration
 	Folded                       uint64 // events folded in the fold phase
 	CPU                          time.Duration
