@@ -141,7 +141,7 @@ func declareStream(ctx context.Context, js jetstream.JetStream, w *jetstream.Str
 		return nil
 	}
 	want := *w
-	obj := fmt.Sprintf("stream %q", want.Name)
+	obj := streamObj(want.Name)
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, cerr := js.CreateStream(ctx, want)
@@ -165,24 +165,18 @@ func declareStream(ctx context.Context, js jetstream.JetStream, w *jetstream.Str
 	if d := streamDrift(have, want); d != nil {
 		return d
 	}
-
-	var safe []Change
-	add := func(field string, before, after any) {
-		if fmt.Sprint(before) != fmt.Sprint(after) {
-			safe = append(safe, Change{obj, field, fmt.Sprint(before), fmt.Sprint(after)})
-		}
-	}
-	add("subjects", fmt.Sprintf("%q", have.Subjects), fmt.Sprintf("%q", want.Subjects))
-	add("max_age", durStr(have.MaxAge), durStr(want.MaxAge))
-	add("max_bytes", bytesize.Format(have.MaxBytes), bytesize.Format(orUnlimited(want.MaxBytes)))
-	add("max_msgs", limitStr(have.MaxMsgs), limitStr(orUnlimited(want.MaxMsgs)))
-	add("max_msg_size", bytesize.Format(int64(have.MaxMsgSize)), bytesize.Format(int64(orUnlimited(want.MaxMsgSize))))
-	add("discard", have.Discard.String(), want.Discard.String())
+	safe := diff{obj: obj}
+	safe.add("subjects", fmt.Sprintf("%q", have.Subjects), fmt.Sprintf("%q", want.Subjects))
+	safe.add("max_age", durStr(have.MaxAge), durStr(want.MaxAge))
+	safe.add("max_bytes", bytesize.Format(have.MaxBytes), bytesize.Format(orUnlimited(want.MaxBytes)))
+	safe.add("max_msgs", limitStr(have.MaxMsgs), limitStr(orUnlimited(want.MaxMsgs)))
+	safe.add("max_msg_size", bytesize.Format(int64(have.MaxMsgSize)), bytesize.Format(int64(orUnlimited(want.MaxMsgSize))))
+	safe.add("discard", have.Discard, want.Discard)
 	if want.Duplicates != 0 {
-		add("duplicate_window", durStr(have.Duplicates), durStr(want.Duplicates))
+		safe.add("duplicate_window", durStr(have.Duplicates), durStr(want.Duplicates))
 	}
-	add("sources", sourcesStr(have.Sources), sourcesStr(want.Sources))
-	if len(safe) == 0 {
+	safe.add("sources", sourcesStr(have.Sources), sourcesStr(want.Sources))
+	if len(safe.changes) == 0 {
 		return nil
 	}
 	// Keep what the server owns and we do not declare.
@@ -193,7 +187,7 @@ func declareStream(ctx context.Context, js jetstream.JetStream, w *jetstream.Str
 	if _, err := js.UpdateStream(ctx, upd); err != nil {
 		return errorf("declare", obj, streamHint(err), err)
 	}
-	for _, c := range safe {
+	for _, c := range safe.changes {
 		if c.Field == "max_bytes" && want.MaxBytes > 0 && int64(state.Bytes) > want.MaxBytes {
 			c.After += fmt.Sprintf(" (below the %s stored: the oldest events were discarded)", bytesize.Format(int64(state.Bytes)))
 		}
@@ -208,30 +202,51 @@ func declareStream(ctx context.Context, js jetstream.JetStream, w *jetstream.Str
 // streamDrift is what orderstore refuses to change in a stored stream
 // (have) to make it want: a change that would lose or strand its events.
 func streamDrift(have, want jetstream.StreamConfig) *DriftError {
-	obj := fmt.Sprintf("stream %q", want.Name)
-	var bad []Change
-	if have.Storage != want.Storage {
-		bad = append(bad, Change{obj, "storage", have.Storage.String(), want.Storage.String()})
-	}
-	if have.Retention != want.Retention {
-		bad = append(bad, Change{obj, "retention", have.Retention.String(), want.Retention.String()})
-	}
-	var removed []string
-	for _, subj := range have.Subjects {
-		if !slices.Contains(want.Subjects, subj) {
-			removed = append(removed, subj)
-		}
-	}
+	bad := diff{obj: streamObj(want.Name)}
+	bad.add("storage", have.Storage, want.Storage)
+	bad.add("retention", have.Retention, want.Retention)
+	removed := slices.DeleteFunc(slices.Clone(have.Subjects), func(subj string) bool { return slices.Contains(want.Subjects, subj) })
 	if len(removed) > 0 {
-		bad = append(bad, Change{obj, "subjects", fmt.Sprintf("%q", have.Subjects), fmt.Sprintf("%q (removes %q: stored events on them would no longer match)", want.Subjects, removed)})
+		bad.add("subjects", fmt.Sprintf("%q", have.Subjects), fmt.Sprintf("%q (removes %q: stored events on them would no longer match)", want.Subjects, removed))
 	}
-	if have.Replicas != want.Replicas && want.Replicas != 0 {
-		bad = append(bad, Change{obj, "replicas", fmt.Sprint(have.Replicas), fmt.Sprint(want.Replicas)})
+	if want.Replicas != 0 {
+		bad.add("replicas", have.Replicas, want.Replicas)
 	}
-	if len(bad) == 0 {
+	return bad.drift(streamDriftHint)
+}
+
+// diff collects the changes of obj's fields.
+type diff struct {
+	obj     string
+	changes []Change
+}
+
+// add notes field's change when before and after print differently.
+func (d *diff) add(field string, before, after any) {
+	if b, a := fmt.Sprint(before), fmt.Sprint(after); b != a {
+		d.changes = append(d.changes, Change{d.obj, field, b, a})
+	}
+}
+
+// drift is the changes as a *DriftError with hint; nil when there are none.
+func (d *diff) drift(hint string) *DriftError {
+	if len(d.changes) == 0 {
 		return nil
 	}
-	return &DriftError{Object: obj, Changes: bad, hint: streamDriftHint}
+	return &DriftError{Object: d.obj, Changes: d.changes, hint: hint}
+}
+
+// bucketDrift is a projection bucket's storage changed (obj names it).
+func bucketDrift(obj string, have, want jetstream.StorageType, hint string) *DriftError {
+	bad := diff{obj: obj}
+	bad.add("storage", have, want)
+	return bad.drift(hint)
+}
+
+func streamObj(name string) string { return fmt.Sprintf("stream %q", name) }
+
+func consumerObj(durable, stream string) string {
+	return fmt.Sprintf("consumer %q on stream %q", durable, stream)
 }
 
 // streamDriftHint is the remedy for a destructive change of the stream:
@@ -250,26 +265,18 @@ const bucketDriftHint = "the bucket was made with a storage other than orderstor
 // consumerDrift is what orderstore refuses to change in a stored consumer
 // (have) on stream: one that is not the processor's kind of consumer.
 func consumerDrift(stream string, have, want jetstream.ConsumerConfig) *DriftError {
-	obj := fmt.Sprintf("consumer %q on stream %q", want.Durable, stream)
-	var bad []Change
-	if have.AckPolicy != want.AckPolicy {
-		bad = append(bad, Change{obj, "ack_policy", have.AckPolicy.String(), want.AckPolicy.String()})
-	}
-	if have.DeliverPolicy != want.DeliverPolicy {
-		bad = append(bad, Change{obj, "deliver_policy", have.DeliverPolicy.String(), want.DeliverPolicy.String()})
-	}
+	bad := diff{obj: consumerObj(want.Durable, stream)}
+	bad.add("ack_policy", have.AckPolicy, want.AckPolicy)
+	bad.add("deliver_policy", have.DeliverPolicy, want.DeliverPolicy)
 	if have.DeliverSubject != "" {
-		bad = append(bad, Change{obj, "type", "push consumer (deliver subject " + have.DeliverSubject + ")", "pull consumer"})
+		bad.add("type", "push consumer (deliver subject "+have.DeliverSubject+")", "pull consumer")
 	}
 	if have.Durable == "" {
-		bad = append(bad, Change{obj, "durable", "ephemeral", "durable"})
+		bad.add("durable", "ephemeral", "durable")
 	}
-	if len(bad) == 0 {
-		return nil
-	}
-	return &DriftError{Object: obj, Changes: bad, hint: fmt.Sprintf(
+	return bad.drift(fmt.Sprintf(
 		"something other than orderstore created a consumer named %q (an ad-hoc CLI consumer?); remove it with `nats consumer rm %s %s` and restart: the processor resumes from the stream and its projection skips what it already applied",
-		want.Durable, stream, want.Durable)}
+		want.Durable, stream, want.Durable))
 }
 
 func declareBucket(ctx context.Context, js jetstream.JetStream, w *jetstream.KeyValueConfig, res *Result) error {
@@ -305,9 +312,8 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, w *jetstream.Key
 	}
 	if ks, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 		have := ks.StreamInfo().Config
-		if have.Storage != want.Storage {
-			return &DriftError{Object: obj, Changes: []Change{{obj, "storage", have.Storage.String(), want.Storage.String()}},
-				hint: bucketDriftHint}
+		if d := bucketDrift(obj, have.Storage, want.Storage, bucketDriftHint); d != nil {
+			return d
 		}
 		// Limits are safe changes, applied to the bucket's stream.
 		cfg := have
@@ -370,7 +376,7 @@ func declareConsumer(ctx context.Context, js jetstream.JetStream, stream string,
 		return nil
 	}
 	want := *w
-	obj := fmt.Sprintf("consumer %q on stream %q", want.Durable, stream)
+	obj := consumerObj(want.Durable, stream)
 	c, err := js.Consumer(ctx, stream, want.Durable)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		if _, err := js.CreateConsumer(ctx, stream, want); err != nil {
@@ -386,23 +392,17 @@ func declareConsumer(ctx context.Context, js jetstream.JetStream, stream string,
 	if d := consumerDrift(stream, have, want); d != nil {
 		return d
 	}
-
-	var safe []Change
-	add := func(field string, before, after any) {
-		if fmt.Sprint(before) != fmt.Sprint(after) {
-			safe = append(safe, Change{obj, field, fmt.Sprint(before), fmt.Sprint(after)})
-		}
-	}
-	add("ack_wait", durStr(have.AckWait), durStr(want.AckWait))
+	safe := diff{obj: obj}
+	safe.add("ack_wait", durStr(have.AckWait), durStr(want.AckWait))
 	// processor.max_deliver is in the metadata: the processor enforces it.
 	// A stored consumer without it (or with another value) is updated.
-	add("max_deliver", metadataStr(have.Metadata, MetadataMaxDeliver), metadataStr(want.Metadata, MetadataMaxDeliver))
+	safe.add("max_deliver", metadataStr(have.Metadata, MetadataMaxDeliver), metadataStr(want.Metadata, MetadataMaxDeliver))
 	// The consumer's own limit (orderstore declares -1), not a config key.
-	add("consumer_max_deliver", have.MaxDeliver, want.MaxDeliver)
-	add("max_ack_pending", have.MaxAckPending, want.MaxAckPending)
-	add("filter_subject", have.FilterSubject, want.FilterSubject)
-	add("backoff", durList(have.BackOff), durList(want.BackOff))
-	if len(safe) == 0 {
+	safe.add("consumer_max_deliver", have.MaxDeliver, want.MaxDeliver)
+	safe.add("max_ack_pending", have.MaxAckPending, want.MaxAckPending)
+	safe.add("filter_subject", have.FilterSubject, want.FilterSubject)
+	safe.add("backoff", durList(have.BackOff), durList(want.BackOff))
+	if len(safe.changes) == 0 {
 		return nil
 	}
 	// A pause stays: a cluster's projection rebuild pauses the durable
@@ -411,7 +411,7 @@ func declareConsumer(ctx context.Context, js jetstream.JetStream, stream string,
 	if _, err := js.UpdateConsumer(ctx, stream, want); err != nil {
 		return errorf("declare", obj, "", err)
 	}
-	res.Changes = append(res.Changes, safe...)
+	res.Changes = append(res.Changes, safe.changes...)
 	return nil
 }
 

@@ -18,11 +18,14 @@ func tryLock(f *os.File) (held bool, err error) {
 	return false, err
 }
 
+func isNotDir(err error) bool { return errors.Is(err, syscall.ENOTDIR) }
+
 func unlock(f *os.File) error {
 	return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 }
 
-func freeBytes(dir string) (uint64, error) {
+// FreeBytes returns the free disk under dir for an unprivileged user.
+func FreeBytes(dir string) (uint64, error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
 		return 0, err

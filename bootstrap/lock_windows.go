@@ -5,6 +5,7 @@ package bootstrap
 import (
 	"errors"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/windows"
 )
@@ -20,12 +21,15 @@ func tryLock(f *os.File) (held bool, err error) {
 	return false, err
 }
 
+func isNotDir(err error) bool { return errors.Is(err, syscall.ERROR_PATH_NOT_FOUND) }
+
 func unlock(f *os.File) error {
 	ol := &windows.Overlapped{OffsetHigh: 1}
 	return windows.UnlockFileEx(windows.Handle(f.Fd()), 0, 1, 0, ol)
 }
 
-func freeBytes(dir string) (uint64, error) {
+// FreeBytes returns the free disk under dir for an unprivileged user.
+func FreeBytes(dir string) (uint64, error) {
 	p, err := windows.UTF16PtrFromString(dir)
 	if err != nil {
 		return 0, err

@@ -97,7 +97,7 @@ func Preflight(cfg PreflightConfig) (_ *Lock, _ Report, err error) {
 		}
 	}()
 
-	free, err := freeBytes(abs)
+	free, err := FreeBytes(abs)
 	if err != nil {
 		return nil, rep, errorf("preflight", what, "", fmt.Errorf("cannot read free disk space: %w", err))
 	}
@@ -206,6 +206,3 @@ func unwrapPath(err error) error {
 	}
 	return err
 }
-
-// FreeBytes returns the free disk under dir for an unprivileged user.
-func FreeBytes(dir string) (uint64, error) { return freeBytes(dir) }

@@ -23,60 +23,51 @@ import (
 // what `orderstore check` runs, so that check refuses what run refuses.
 func CheckStored(accountDir string, spec Spec) error {
 	var errs []error
-	stream := func(want *jetstream.StreamConfig) {
-		if want == nil {
-			return
-		}
-		var have jetstream.StreamConfig
-		ok, err := readMeta(filepath.Join(accountDir, "streams", want.Name, "meta.inf"), &have)
-		switch {
-		case err != nil:
-			errs = append(errs, errorf("check", fmt.Sprintf("stream %q", want.Name), "", err))
-		case ok:
-			if d := streamDrift(have, *want); d != nil {
-				errs = append(errs, d)
-			}
+	streams := filepath.Join(accountDir, "streams")
+	for _, want := range []*jetstream.StreamConfig{&spec.Stream, spec.DeadLetter, spec.Aggregate, spec.History} {
+		if want != nil {
+			checkMeta(&errs, filepath.Join(streams, want.Name), streamObj(want.Name),
+				func(have jetstream.StreamConfig) *DriftError { return streamDrift(have, *want) })
 		}
 	}
-	stream(&spec.Stream)
-	stream(spec.DeadLetter)
-	stream(spec.Aggregate)
-	stream(spec.History)
 	if c := spec.Consumer; c != nil {
 		s := spec.ConsumerStream()
-		var have jetstream.ConsumerConfig
-		ok, err := readMeta(filepath.Join(accountDir, "streams", s, "obs", c.Durable, "meta.inf"), &have)
-		switch {
-		case err != nil:
-			errs = append(errs, errorf("check", fmt.Sprintf("consumer %q on stream %q", c.Durable, s), "", err))
-		case ok:
-			if d := consumerDrift(s, have, *c); d != nil {
-				errs = append(errs, d)
-			}
-		}
+		checkMeta(&errs, filepath.Join(streams, s, "obs", c.Durable), consumerObj(c.Durable, s),
+			func(have jetstream.ConsumerConfig) *DriftError { return consumerDrift(s, have, *c) })
 	}
 	if b := spec.Projection; b != nil {
-		obj := fmt.Sprintf("kv bucket %q", b.Bucket)
-		var have jetstream.StreamConfig
-		ok, err := readMeta(filepath.Join(accountDir, "streams", "KV_"+b.Bucket, "meta.inf"), &have)
-		switch {
-		case err != nil:
-			errs = append(errs, errorf("check", obj, "", err))
-		case ok && have.Storage != b.Storage:
-			errs = append(errs, &DriftError{Object: obj, Changes: []Change{{obj, "storage", have.Storage.String(), b.Storage.String()}},
-				hint: strings.Replace(bucketDriftHint, "jetstream/<account>/streams/KV_<bucket> under jetstream.store_dir",
-					filepath.Join(accountDir, "streams", "KV_"+b.Bucket), 1)})
-		}
+		dir, obj := filepath.Join(streams, "KV_"+b.Bucket), fmt.Sprintf("kv bucket %q", b.Bucket)
+		checkMeta(&errs, dir, obj, func(have jetstream.StreamConfig) *DriftError {
+			return bucketDrift(obj, have.Storage, b.Storage,
+				strings.Replace(bucketDriftHint, "jetstream/<account>/streams/KV_<bucket> under jetstream.store_dir", dir, 1))
+		})
 	}
 	return errors.Join(errs...)
 }
 
-// readMeta decodes a stream's or consumer's meta.inf (nats' JSON of its
-// config); false when there is none.
-func readMeta(path string, v any) (bool, error) {
-	if _, err := os.Stat(filepath.Join(filepath.Dir(path), "meta.key")); err == nil {
+// checkMeta adds to errs what drift finds in the config of obj, read from
+// the meta.inf in dir, or why it cannot be read; nothing when the store
+// does not hold obj or it is encrypted.
+func checkMeta[T any](errs *[]error, dir, obj string, drift func(have T) *DriftError) {
+	var have T
+	ok, err := readMeta(dir, &have)
+	switch {
+	case err != nil:
+		*errs = append(*errs, errorf("check", obj, "", err))
+	case ok:
+		if d := drift(have); d != nil {
+			*errs = append(*errs, d)
+		}
+	}
+}
+
+// readMeta decodes the meta.inf in a stream's or consumer's dir (nats'
+// JSON of its config); false when there is none.
+func readMeta(dir string, v any) (bool, error) {
+	if _, err := os.Stat(filepath.Join(dir, "meta.key")); err == nil {
 		return false, nil // encrypted
 	}
+	path := filepath.Join(dir, "meta.inf")
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
