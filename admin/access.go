@@ -76,19 +76,19 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}
 		if r.URL.Path != "/livez" && r.URL.Path != "/readyz" && !s.allowedHost(r.Host) {
 			s.log.Warn("admin request refused: foreign Host", "host", clip(r.Host), "remote", remoteIP(r), "path", clip(r.URL.Path))
-			writeJSON(w, http.StatusMisdirectedRequest, map[string]string{"error": fmt.Sprintf(
-				"host %q is not this listener's: add it to [admin] allowed_hosts if you reach orderstore by that name", clip(r.Host))})
+			writeError(w, http.StatusMisdirectedRequest, fmt.Sprintf(
+				"host %q is not this listener's: add it to [admin] allowed_hosts if you reach orderstore by that name", clip(r.Host)))
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions {
 			if why := crossSite(r); why != "" {
 				s.log.Warn("admin request refused: cross-site", "reason", why, "remote", remoteIP(r), "path", clip(r.URL.Path))
-				writeJSON(w, http.StatusForbidden, map[string]string{"error": "cross-origin request refused: " + why})
+				writeError(w, http.StatusForbidden, "cross-origin request refused: "+why)
 				return
 			}
 			if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/") {
 				if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-					writeJSON(w, http.StatusUnsupportedMediaType, map[string]string{"error": "POST to the API needs Content-Type: application/json (a browser form cannot send one)"})
+					writeError(w, http.StatusUnsupportedMediaType, "POST to the API needs Content-Type: application/json (a browser form cannot send one)")
 					return
 				}
 			}
@@ -272,7 +272,7 @@ func remoteIP(r *http.Request) string {
 // tooMany answers a client that has used up its failed sign-ins.
 func tooMany(w http.ResponseWriter, wait time.Duration) {
 	w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
-	writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many failed sign-ins from this address: wait and try again"})
+	writeError(w, http.StatusTooManyRequests, "too many failed sign-ins from this address: wait and try again")
 }
 
 func tokenEqual(got, want string) bool {

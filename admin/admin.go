@@ -265,7 +265,7 @@ func (s *Server) auth(h http.Handler) http.Handler {
 			fmt.Fprint(w, loginPage)
 			return
 		}
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized: send Authorization: Bearer <admin token>"})
+		writeError(w, http.StatusUnauthorized, "unauthorized: send Authorization: Bearer <admin token>")
 	})
 }
 
@@ -313,7 +313,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 func (s *Server) signIn(w http.ResponseWriter, r *http.Request, ip string) {
 	id, err := s.sess.create()
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "session: " + err.Error()})
+		writeError(w, http.StatusInternalServerError, "session: "+err.Error())
 		return
 	}
 	s.log.Info("admin signed in", "remote", ip)
@@ -332,14 +332,44 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-func (s *Server) needBackend(h func(http.ResponseWriter, *http.Request, *Backend)) http.Handler {
+// apiHandler serves an API request once the backend is set. An error it
+// returns is answered {"error": ...}: an *apiError's or a *RebuildError's
+// code, any other 500.
+type apiHandler func(http.ResponseWriter, *http.Request, *Backend) error
+
+// apiError is an answer other than success.
+type apiError struct {
+	code      int
+	msg, hint string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+// errorf is an *apiError with code and the formatted message.
+func errorf(code int, format string, args ...any) error {
+	return &apiError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+func (s *Server) needBackend(h apiHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b := s.backend.Load()
 		if b == nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "starting: " + s.startingReason()})
+			writeError(w, http.StatusServiceUnavailable, "starting: "+s.startingReason())
 			return
 		}
-		h(w, r, b)
+		if err := h(w, r, b); err != nil {
+			e := &apiError{code: http.StatusInternalServerError, msg: err.Error()}
+			var re *RebuildError
+			if errors.As(err, &re) {
+				e.code = re.Code
+			}
+			errors.As(err, &e)
+			body := map[string]string{"error": e.msg}
+			if e.hint != "" {
+				body["hint"] = e.hint
+			}
+			writeJSON(w, e.code, body)
+		}
 	})
 }
 
@@ -481,75 +511,59 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, map[string]any{"status": status, "checks": checks, "durability": s.durability()})
 }
 
-func (s *Server) order(w http.ResponseWriter, r *http.Request, b *Backend) {
+func (s *Server) order(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	if q := r.URL.Query(); q.Has("as_of") || q.Has("as_of_seq") {
-		s.orderAsOf(w, r, b)
-		return
+		return s.orderAsOf(w, r, b)
 	}
 	id := r.PathValue("id")
 	o, err := b.Orders.Order(r.Context(), id)
-	switch {
-	case b.NotFound != nil && errors.Is(err, b.NotFound):
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("order %q not found", clip(id))})
-	case err != nil:
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-	default:
-		writeJSON(w, http.StatusOK, o)
+	if b.isNotFound(err) {
+		return errorf(http.StatusNotFound, "order %q not found", clip(id))
 	}
+	return writeResult(w, http.StatusOK, o, err)
 }
 
-func (s *Server) dlqList(w http.ResponseWriter, r *http.Request, b *Backend) {
+func (s *Server) dlqList(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	q := r.URL.Query()
 	limit, err := queryInt(q.Get("limit"), 100)
 	if err != nil || limit < 1 || limit > 1000 {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "limit must be 1..1000"})
-		return
+		return errorf(http.StatusBadRequest, "limit must be 1..1000")
 	}
 	if q.Has("latest") {
 		items, err := b.DeadLetters.LatestDeadLetters(r.Context(), limit)
-		if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"items": items})
-		return
+		return writeResult(w, http.StatusOK, map[string]any{"items": items}, err)
 	}
 	from, err := queryInt(q.Get("from"), 1)
 	if err != nil || from < 0 {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "from must be a sequence number"})
-		return
+		return errorf(http.StatusBadRequest, "from must be a sequence number")
 	}
 	items, next, err := b.DeadLetters.DeadLetters(r.Context(), uint64(from), limit)
-	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": items, "next": next})
+	return writeResult(w, http.StatusOK, map[string]any{"items": items, "next": next}, err)
 }
 
-func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request, b *Backend) {
+func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
 	if err != nil || seq == 0 {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "seq must be a dead-letter sequence number"})
-		return
+		return errorf(http.StatusBadRequest, "seq must be a dead-letter sequence number")
 	}
 	warning := s.poisonAgain(r.Context(), b, seq)
 	newSeq, err := b.DeadLetters.ReplayDeadLetter(r.Context(), seq)
-	switch {
-	case b.NotFound != nil && errors.Is(err, b.NotFound):
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("dead letter %d not found", seq)})
-	case err != nil:
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-	default:
-		s.log.Info("dead letter replayed", "dlq_seq", seq, "new_seq", newSeq)
-		out := map[string]any{"replayed": seq, "new_seq": newSeq}
-		if warning != "" {
-			s.log.Warn("dead letter replayed as poison", "dlq_seq", seq, "new_seq", newSeq, "warning", warning)
-			out["warning"] = warning
-		}
-		writeJSON(w, http.StatusOK, out)
+	if b.isNotFound(err) {
+		return errorf(http.StatusNotFound, "dead letter %d not found", seq)
+	} else if err != nil {
+		return err
 	}
+	s.log.Info("dead letter replayed", "dlq_seq", seq, "new_seq", newSeq)
+	out := map[string]any{"replayed": seq, "new_seq": newSeq}
+	if warning != "" {
+		s.log.Warn("dead letter replayed as poison", "dlq_seq", seq, "new_seq", newSeq, "warning", warning)
+		out["warning"] = warning
+	}
+	return writeResult(w, http.StatusOK, out, nil)
 }
+
+// isNotFound reports whether err is the backend's NotFound.
+func (b *Backend) isNotFound(err error) bool { return b.NotFound != nil && errors.Is(err, b.NotFound) }
 
 // poisonAgain says whether dead letter seq, replayed as it is, will be
 // dead-lettered again at once (its payload is no order event), and why;
@@ -573,10 +587,9 @@ func (s *Server) poisonAgain(ctx context.Context, b *Backend, seq uint64) string
 // backup streams a backup of the stream, the dead letters and the
 // projection as a tar (the layout `orderstore backup` writes to its
 // directory). It may take long: the write deadline is lifted for it.
-func (s *Server) backup(w http.ResponseWriter, r *http.Request, b *Backend) {
+func (s *Server) backup(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	if b.Backup == nil {
-		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "backups are not available here"})
-		return
+		return errorf(http.StatusNotImplemented, "backups are not available here")
 	}
 	http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	s.log.Info("backup requested", "remote", remoteIP(r))
@@ -591,18 +604,19 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, b *Backend) {
 		if !tw.wrote {
 			// Refused or failed before the first byte: say why, and
 			// what to do when the error says (the CLI's "hint:" line).
-			body := map[string]string{"error": err.Error(), "hint": `orderstore's log says why ("backup failed"); run the backup again once that is fixed`}
+			e := &apiError{http.StatusServiceUnavailable, err.Error(),
+				`orderstore's log says why ("backup failed"); run the backup again once that is fixed`}
 			var h interface{ Hint() string }
 			if errors.As(err, &h) {
-				body["hint"] = h.Hint()
+				e.hint = h.Hint()
 			}
-			writeJSON(w, http.StatusServiceUnavailable, body)
-			return
+			return e
 		}
 		// Mid-stream: the client sees a truncated tar without its
 		// manifest and fails.
 		panic(http.ErrAbortHandler)
 	}
+	return nil
 }
 
 // firstWrite sets the tar Content-Type when the first byte goes out.
@@ -632,15 +646,14 @@ func (s *Server) maxStore(ai *jetstream.AccountInfo) int64 {
 
 // orderIDChecked answers 400 for an {id} no order can have (the
 // processor's bound on order ids), before h looks it up.
-func orderIDChecked(h func(http.ResponseWriter, *http.Request, *Backend)) func(http.ResponseWriter, *http.Request, *Backend) {
-	return func(w http.ResponseWriter, r *http.Request, b *Backend) {
+func orderIDChecked(h apiHandler) apiHandler {
+	return func(w http.ResponseWriter, r *http.Request, b *Backend) error {
 		if id := r.PathValue("id"); !processor.ValidOrderID(id) {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf(
+			return errorf(http.StatusBadRequest,
 				"%q is no order id: an order id is 1 to %d letters, digits, '-', '_', '=', '/' or '.' (not starting or ending with '.')",
-				clip(id), processor.MaxOrderIDLen)})
-			return
+				clip(id), processor.MaxOrderIDLen)
 		}
-		h(w, r, b)
+		return h(w, r, b)
 	}
 }
 
@@ -657,6 +670,19 @@ func queryInt(s string, def int) (int, error) {
 		return def, nil
 	}
 	return strconv.Atoi(s)
+}
+
+// writeResult answers v with code, or err when there is one.
+func writeResult(w http.ResponseWriter, code int, v any, err error) error {
+	if err == nil {
+		writeJSON(w, code, v)
+	}
+	return err
+}
+
+// writeError answers {"error": msg} with code.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -58,48 +57,40 @@ func validEventType(t string) bool {
 // Nats-Msg-Id. 201 with the stream sequence once durable, 200 for a
 // duplicate, 4xx for bad input, 503 when the store refuses or cannot make
 // it durable.
-func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend) {
+func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	if b.Publish == nil {
-		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "HTTP ingest is not available here"})
-		return
+		return errorf(http.StatusNotImplemented, "HTTP ingest is not available here")
 	}
 	typ := r.PathValue("type")
 	if !validEventType(typ) {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("the event type (the path's last part) must be 1 to %d letters, digits, '-' or '_'", processor.MaxEventTypeLen)})
-		return
+		return errorf(http.StatusBadRequest, "the event type (the path's last part) must be 1 to %d letters, digits, '-' or '_'", processor.MaxEventTypeLen)
 	}
 	subject, ok := EventSubject(s.cfg.Subjects, typ)
 	if !ok {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no stream subject takes an event type (stream subjects %q): publish over NATS", s.cfg.Subjects)})
-		return
+		return errorf(http.StatusNotFound, "no stream subject takes an event type (stream subjects %q): publish over NATS", s.cfg.Subjects)
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("the event is larger than %d bytes (stream.max_msg_size)", mbe.Limit)})
-			return
+			return errorf(http.StatusRequestEntityTooLarge, "the event is larger than %d bytes (stream.max_msg_size)", mbe.Limit)
 		}
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "reading the body: " + err.Error()})
-		return
+		return errorf(http.StatusBadRequest, "reading the body: %s", err)
 	}
 	// What the processor would dead-letter at once is refused here.
 	if _, err := processor.EventOf(subject, body, nil, 0, time.Time{}, 0); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "not an order event: " + strings.TrimPrefix(err.Error(), processor.ErrPoison.Error()+": ")})
-		return
+		return errorf(http.StatusBadRequest, "not an order event: %s", strings.TrimPrefix(err.Error(), processor.ErrPoison.Error()+": "))
 	}
 	h := nats.Header{}
 	if key := r.Header.Get("Idempotency-Key"); key != "" {
 		if len(key) > maxIdempotencyKey || !utf8.ValidString(key) || strings.ContainsAny(key, "\r\n\x00") {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("Idempotency-Key must be at most %d bytes of text", maxIdempotencyKey)})
-			return
+			return errorf(http.StatusBadRequest, "Idempotency-Key must be at most %d bytes of text", maxIdempotencyKey)
 		}
 		if strings.HasPrefix(key, replayIDPrefix) {
 			// Stored in orderstore's own scope, as its replays of dead
 			// letters are: the key would make a later replay a
 			// duplicate, and the dead letter be removed unreplayed.
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("Idempotency-Key may not begin with %q: orderstore's replays of dead letters use such ids", replayIDPrefix)})
-			return
+			return errorf(http.StatusBadRequest, "Idempotency-Key may not begin with %q: orderstore's replays of dead letters use such ids", replayIDPrefix)
 		}
 		h.Set(jetstream.MsgIDHeader, key)
 	}
@@ -114,12 +105,13 @@ func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend
 		writeJSON(w, code, map[string]any{"error": apiErr.Description, "err_code": apiErr.ErrorCode})
 	case err != nil:
 		s.log.Warn("HTTP ingest: event not stored", "subject", subject, "err", err)
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "the event was not stored: " + err.Error()})
+		return errorf(http.StatusServiceUnavailable, "the event was not stored: %s", err)
 	case ack.Duplicate:
 		writeJSON(w, http.StatusOK, map[string]any{"stream": ack.Stream, "seq": ack.Sequence, "duplicate": true})
 	default:
 		writeJSON(w, http.StatusCreated, map[string]any{"stream": ack.Stream, "seq": ack.Sequence})
 	}
+	return nil
 }
 
 func (s *Server) maxEvent() int64 {

@@ -42,72 +42,68 @@ func toHistoryEvent(e processor.HistoryEvent) status.OrderEvent {
 	return h
 }
 
-// historyError answers err of a history call; false when there is none.
+// historyError is the answer to err of a history call (nil for nil).
 // asOf describes the point asked for, if any.
-func (s *Server) historyError(w http.ResponseWriter, b *Backend, id, asOf string, err error) bool {
+func historyError(b *Backend, id, asOf string, err error) error {
 	switch {
 	case err == nil:
-		return false
-	case b.NotFound != nil && errors.Is(err, b.NotFound) && asOf != "":
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("order %q had no event as of %s (or is not known)", clip(id), asOf)})
-	case b.NotFound != nil && errors.Is(err, b.NotFound):
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("order %q not found", clip(id))})
+		return nil
+	case b.isNotFound(err) && asOf != "":
+		return errorf(http.StatusNotFound, "order %q had no event as of %s (or is not known)", clip(id), asOf)
+	case b.isNotFound(err):
+		return errorf(http.StatusNotFound, "order %q not found", clip(id))
 	case errors.Is(err, processor.ErrNotRetained):
-		writeJSON(w, http.StatusGone, map[string]string{"error": err.Error(),
-			"hint": "the stream's retention (stream.max_age, max_bytes, max_msgs) removed the order's events up to that point; ask for a later point"})
+		return &apiError{http.StatusGone, err.Error(),
+			"the stream's retention (stream.max_age, max_bytes, max_msgs) removed the order's events up to that point; ask for a later point"}
 	case errors.Is(err, processor.ErrNoHistory):
-		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": err.Error(),
-			"hint": "the history index is kept by the built-in projection, within processor.history_max_bytes"})
-	default:
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return &apiError{http.StatusNotImplemented, err.Error(),
+			"the history index is kept by the built-in projection, within processor.history_max_bytes"}
 	}
-	return true
+	return err
 }
 
+// errNoHistory answers for history when the backend has none.
+var errNoHistory = &apiError{code: http.StatusNotImplemented, msg: "this server keeps no order history"}
+
 // orderEvents serves GET /v1/orders/{id}/events?from=&limit=&states=.
-func (s *Server) orderEvents(w http.ResponseWriter, r *http.Request, b *Backend) {
+func (s *Server) orderEvents(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	if b.History == nil {
-		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this server keeps no order history"})
-		return
+		return errNoHistory
 	}
 	id := r.PathValue("id")
 	q := r.URL.Query()
 	from, err := queryInt(q.Get("from"), 0)
 	if err != nil || from < 0 {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "from must be a position in the order's history: 0 or more"})
-		return
+		return errorf(http.StatusBadRequest, "from must be a position in the order's history: 0 or more")
 	}
 	limit, err := queryInt(q.Get("limit"), 100)
 	if err != nil || limit < 1 || limit > processor.MaxHistoryPage {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("limit must be 1..%d", processor.MaxHistoryPage)})
-		return
-	}
-	states, err := queryBool(q.Get("states"))
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "states must be true or false"})
-		return
+		return errorf(http.StatusBadRequest, "limit must be 1..%d", processor.MaxHistoryPage)
 	}
 	read := b.History.OrderEvents
-	if states {
-		read = b.History.OrderEventStates
+	if states := q.Get("states"); states != "" {
+		if ok, err := strconv.ParseBool(states); err != nil {
+			return errorf(http.StatusBadRequest, "states must be true or false")
+		} else if ok {
+			read = b.History.OrderEventStates
+		}
 	}
 	page, err := read(r.Context(), id, from, limit)
-	if s.historyError(w, b, id, "", err) {
-		return
+	if err != nil {
+		return historyError(b, id, "", err)
 	}
 	out := status.OrderEvents{OrderID: page.OrderID, Total: page.Total, Unindexed: page.Unindexed, From: page.From, Next: page.Next,
 		Events: make([]status.OrderEvent, len(page.Events))}
 	for i, e := range page.Events {
 		out.Events[i] = toHistoryEvent(e)
 	}
-	writeJSON(w, http.StatusOK, out)
+	return writeResult(w, http.StatusOK, out, nil)
 }
 
 // orderAsOf serves GET /v1/orders/{id}?as_of=RFC3339&as_of_seq=N.
-func (s *Server) orderAsOf(w http.ResponseWriter, r *http.Request, b *Backend) {
+func (s *Server) orderAsOf(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	if b.History == nil {
-		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this server keeps no order history"})
-		return
+		return errNoHistory
 	}
 	id := r.PathValue("id")
 	q := r.URL.Query()
@@ -115,16 +111,14 @@ func (s *Server) orderAsOf(w http.ResponseWriter, r *http.Request, b *Backend) {
 	if v := q.Get("as_of"); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("as_of %q is not an RFC 3339 time, e.g. 2026-12-02T14:02:00Z", clip(v))})
-			return
+			return errorf(http.StatusBadRequest, "as_of %q is not an RFC 3339 time, e.g. 2026-12-02T14:02:00Z", clip(v))
 		}
 		point.Time = t
 	}
 	if v := q.Get("as_of_seq"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n == 0 {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("as_of_seq %q must be a stream sequence: 1 or more", clip(v))})
-			return
+			return errorf(http.StatusBadRequest, "as_of_seq %q must be a stream sequence: 1 or more", clip(v))
 		}
 		point.Seq = n
 	}
@@ -136,8 +130,8 @@ func (s *Server) orderAsOf(w http.ResponseWriter, r *http.Request, b *Backend) {
 	if !point.Time.IsZero() {
 		at = append(at, point.Time.Format(time.RFC3339Nano))
 	}
-	if s.historyError(w, b, id, strings.Join(at, " and "), err) {
-		return
+	if err != nil {
+		return historyError(b, id, strings.Join(at, " and "), err)
 	}
 	asOf := map[string]any{"events": st.Folded, "complete": st.Complete, "last_seq": st.Last}
 	if point.Seq > 0 {
@@ -157,26 +151,15 @@ func (s *Server) orderAsOf(w http.ResponseWriter, r *http.Request, b *Backend) {
 	var out map[string]any
 	json.Unmarshal(body, &out)
 	out["as_of"] = asOf
-	writeJSON(w, http.StatusOK, out)
+	return writeResult(w, http.StatusOK, out, nil)
 }
 
 // orderDeadLetters serves GET /v1/orders/{id}/dlq.
-func (s *Server) orderDeadLetters(w http.ResponseWriter, r *http.Request, b *Backend) {
+func (s *Server) orderDeadLetters(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	if b.History == nil {
-		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this server keeps no order history"})
-		return
+		return errNoHistory
 	}
 	id := r.PathValue("id")
 	items, complete, err := b.History.OrderDeadLetters(r.Context(), id)
-	if s.historyError(w, b, id, "", err) {
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"order_id": id, "items": items, "complete": complete})
-}
-
-func queryBool(s string) (bool, error) {
-	if s == "" {
-		return false, nil
-	}
-	return strconv.ParseBool(s)
+	return writeResult(w, http.StatusOK, map[string]any{"order_id": id, "items": items, "complete": complete}, historyError(b, id, "", err))
 }

@@ -13,8 +13,13 @@ import (
 // stale gauges.
 type collector struct{ s *Server }
 
+// descs are every metric's description, in the order desc made them.
+var descs []*prometheus.Desc
+
 func desc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc("orderstore_"+name, help, labels, nil)
+	d := prometheus.NewDesc("orderstore_"+name, help, labels, nil)
+	descs = append(descs, d)
+	return d
 }
 
 var (
@@ -70,10 +75,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descReady, descEncrypted, descSyncAlways, descAckDurable, descBuild, descStreamMsgs, descStreamBytes, descStreamFirst,
-		descStreamLast, descStreamAge, descMaxBytes, descMaxMsgs, descMaxAge, descPending, descAckPending, descRedelivered, descAckFloor,
-		descBehind, descEvents, descLastApplied, descProcRunning, descRemoved, descRecovered, descLostAtEdge, descEdgeRegress, descIngestRefused, descAckErrors, descRecovery, descDLQ, descFree, descJSUsed, descJSMax, descCheck, descScrapeErrors,
-		descSyncSeconds, descBatchEvents, descGCAcked, descGCWaiting, descGCSyncErrors, descRejected, descRebuildRunning, descRebuildDone, descRebuildTotal, descRebuildRate, descRebuildFailed, descOrders, descOrdersStale} {
+	for _, d := range descs {
 		ch <- d
 	}
 }
@@ -82,6 +84,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	b11 := func(b bool) float64 {
 		if b {
@@ -132,18 +137,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descBehind, l.SecondsBehind, l.Name)
 	}
 	if p := st.Processor; p != nil {
-		counter := func(v uint64, result string) {
-			ch <- prometheus.MustNewConstMetric(descEvents, prometheus.CounterValue, float64(v), result)
-		}
-		counter(p.Processed, "processed")
-		counter(p.Failed, "failed")
-		counter(p.DeadLettered, "dead_lettered")
-		counter(p.Duplicates, "duplicate")
+		counter(descEvents, p.Processed, "processed")
+		counter(descEvents, p.Failed, "failed")
+		counter(descEvents, p.DeadLettered, "dead_lettered")
+		counter(descEvents, p.Duplicates, "duplicate")
 		gauge(descLastApplied, float64(p.LastAppliedSeq))
 		gauge(descProcRunning, b11(p.Running))
-		ch <- prometheus.MustNewConstMetric(descRemoved, prometheus.CounterValue, float64(p.RemovedUnprocessed))
-		ch <- prometheus.MustNewConstMetric(descRecovered, prometheus.CounterValue, float64(p.Recovered))
-		ch <- prometheus.MustNewConstMetric(descAckErrors, prometheus.CounterValue, float64(p.AckErrors))
+		counter(descRemoved, p.RemovedUnprocessed)
+		counter(descRecovered, p.Recovered)
+		counter(descAckErrors, p.AckErrors)
 	}
 	gauge(descDLQ, float64(st.DeadLetters.Messages), st.DeadLetters.Stream)
 	gauge(descRecovery, float64(len(st.Recovery)))
@@ -152,17 +154,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descScrapeErrors, float64(len(st.Errors)))
 	if g := st.Guard; g != nil {
-		for _, c := range []struct {
-			v      uint64
-			reason string
-		}{{g.Refused, "refused"}, {g.Overloaded, "overloaded"}, {g.ForeignConsumerRequests, "foreign_consumer_request"}} {
-			ch <- prometheus.MustNewConstMetric(descIngestRefused, prometheus.CounterValue, float64(c.v), c.reason)
-		}
-		ch <- prometheus.MustNewConstMetric(descHeldBack, prometheus.CounterValue, float64(g.HeldBack))
+		counter(descIngestRefused, g.Refused, "refused")
+		counter(descIngestRefused, g.Overloaded, "overloaded")
+		counter(descIngestRefused, g.ForeignConsumerRequests, "foreign_consumer_request")
+		counter(descHeldBack, g.HeldBack)
 	}
 	if v := st.Validation; v != nil {
 		for _, c := range v.Rejected {
-			ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(c.Events), c.Type, c.Reason)
+			counter(descRejected, c.Events, c.Type, c.Reason)
 		}
 	}
 	if rb := st.Rebuild; rb != nil {
@@ -174,8 +173,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if t := st.Topology; t != nil {
 		for _, src := range t.Sources {
-			ch <- prometheus.MustNewConstMetric(descLostAtEdge, prometheus.CounterValue, float64(src.LostEvents), src.Edge)
-			ch <- prometheus.MustNewConstMetric(descEdgeRegress, prometheus.CounterValue, float64(src.Regressions), src.Edge)
+			counter(descLostAtEdge, src.LostEvents, src.Edge)
+			counter(descEdgeRegress, src.Regressions, src.Edge)
 		}
 	}
 	if o := st.Orders; o != nil && !o.Loading {
@@ -197,9 +196,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if in := st.Ingest; in != nil {
 		ch <- prometheus.MustNewConstHistogram(descSyncSeconds, in.SyncSeconds.Count, in.SyncSeconds.Sum, in.SyncSeconds.Buckets)
 		ch <- prometheus.MustNewConstHistogram(descBatchEvents, in.BatchEvents.Count, in.BatchEvents.Sum, in.BatchEvents.Buckets)
-		ch <- prometheus.MustNewConstMetric(descGCAcked, prometheus.CounterValue, float64(in.Acked))
+		counter(descGCAcked, in.Acked)
 		gauge(descGCWaiting, float64(in.Waiting))
-		ch <- prometheus.MustNewConstMetric(descGCSyncErrors, prometheus.CounterValue, float64(in.SyncErrors))
+		counter(descGCSyncErrors, in.SyncErrors)
 	}
 }
 

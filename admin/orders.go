@@ -20,36 +20,29 @@ var ordersParams = []string{"status", "older_than", "stale", "order", "limit", "
 
 // ordersList serves GET /v1/orders: a page of orders by status and age,
 // from the order index.
-func (s *Server) ordersList(w http.ResponseWriter, r *http.Request, b *Backend) {
+func (s *Server) ordersList(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	q, err := ordersQuery(r.URL.Query())
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-		return
+		return errorf(http.StatusBadRequest, "%s", err)
 	}
 	x := b.OrderIndex
 	if x == nil {
-		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "no order index: processor.order_index is false"})
-		return
+		return errorf(http.StatusNotImplemented, "no order index: processor.order_index is false")
 	}
 	select {
 	case <-x.Loaded():
 	default:
 		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": fmt.Sprintf("the order index is loading the projection (%d orders so far): retry in a moment", x.Len())})
-		return
+		return errorf(http.StatusServiceUnavailable, "the order index is loading the projection (%d orders so far): retry in a moment", x.Len())
 	}
 	page, err := x.List(q)
-	switch {
-	case errors.Is(err, orderindex.ErrBadQuery):
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-	case err != nil:
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-	default:
-		if page.Orders == nil {
-			page.Orders = []orderindex.Entry{}
-		}
-		writeJSON(w, http.StatusOK, page)
+	if errors.Is(err, orderindex.ErrBadQuery) {
+		return errorf(http.StatusBadRequest, "%s", err)
 	}
+	if err == nil && page.Orders == nil {
+		page.Orders = []orderindex.Entry{}
+	}
+	return writeResult(w, http.StatusOK, page, err)
 }
 
 // ordersQuery reads GET /v1/orders's parameters; an unknown one is an

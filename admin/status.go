@@ -90,8 +90,8 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) status.Status {
 	return st
 }
 
-func (s *Server) status(w http.ResponseWriter, r *http.Request, b *Backend) {
+func (s *Server) status(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	writeJSON(w, http.StatusOK, s.collectStatus(ctx, b))
+	return writeResult(w, http.StatusOK, s.collectStatus(ctx, b), nil)
 }
