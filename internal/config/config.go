@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -235,13 +236,8 @@ func Parse(r io.Reader, name string) (Config, error) {
 		tv := top.Field(fi)
 		// Decode key by key so one bad value does not hide the next.
 		var keys map[string]toml.Primitive
-		if typ := md.Type(tname); typ != "Hash" && typ != "" {
-			addProblem(errs, tname, "", "must be a table, e.g. ["+tname+"]")
-			failed[tname] = true
-			continue
-		}
-		if err := md.PrimitiveDecode(prim, &keys); err != nil {
-			addProblem(errs, tname, "", "must be a table, e.g. ["+tname+"]")
+		if typ := md.Type(tname); typ != "Hash" && typ != "" || md.PrimitiveDecode(prim, &keys) != nil {
+			errs.Problems = append(errs.Problems, &orderstore.FieldError{Key: tname, Reason: "must be a table, e.g. [" + tname + "]"})
 			failed[tname] = true
 			continue
 		}
@@ -258,7 +254,7 @@ func Parse(r io.Reader, name string) (Config, error) {
 			// the default half-overwritten.
 			nv := reflect.New(fv.Type())
 			if err := md.PrimitiveDecode(kprim, nv.Interface()); err != nil {
-				addProblem(errs, dotted, "", decodeReason(err))
+				errs.Problems = append(errs.Problems, &orderstore.FieldError{Key: dotted, Reason: decodeReason(err)})
 				failed[dotted] = true
 				continue
 			}
@@ -278,6 +274,8 @@ func Parse(r io.Reader, name string) (Config, error) {
 		}
 		unknown = append(unknown, ks)
 	}
+	// The problems by key, after the unknown keys, before Validate's.
+	slices.SortStableFunc(errs.Problems, func(a, b *orderstore.FieldError) int { return strings.Compare(a.Key, b.Key) })
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
 		shown := make([]string, len(unknown))
@@ -290,13 +288,8 @@ func Parse(r io.Reader, name string) (Config, error) {
 		errs.Problems = append([]*orderstore.FieldError{{Key: strings.Join(unknown, ", "),
 			Value: strings.Join(shown, ", "), Reason: "unknown keys", Unknown: true}}, errs.Problems...)
 	}
+	errs.Problems = append(errs.Problems, cfg.validate()...)
 	if len(errs.Problems) > 0 {
-		sortErrors(errs.Problems[boolToInt(len(unknown) > 0):])
-		errs.Problems = append(errs.Problems, cfg.validate()...)
-		return cfg, errs
-	}
-	if v := cfg.validate(); len(v) > 0 {
-		errs.Problems = v
 		return cfg, errs
 	}
 	return cfg, nil
@@ -304,13 +297,6 @@ func Parse(r io.Reader, name string) (Config, error) {
 
 // maxFileSize bounds what Parse reads: a configuration is a few KiB.
 const maxFileSize = 1 << 20
-
-func boolToInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 func hasFailedParent(k string, failed map[string]bool) bool {
 	for f := range failed {
@@ -354,21 +340,12 @@ func decodeReason(err error) string {
 	return s
 }
 
-func sortErrors(l []*orderstore.FieldError) {
-	sort.SliceStable(l, func(i, j int) bool { return l[i].Key < l[j].Key })
-}
-
 func tagIndex(t reflect.Type) map[string]int {
 	m := make(map[string]int, t.NumField())
 	for i := 0; i < t.NumField(); i++ {
-		tag := strings.Split(t.Field(i).Tag.Get("toml"), ",")[0]
-		if tag != "" && tag != "-" {
+		if tag := tomlName(t.Field(i)); tag != "" && tag != "-" {
 			m[tag] = i
 		}
 	}
 	return m
-}
-
-func addProblem(e *orderstore.ValidationError, key, value, reason string) {
-	e.Problems = append(e.Problems, &orderstore.FieldError{Key: key, Value: value, Reason: reason})
 }

@@ -184,11 +184,7 @@ func knownKeys() []string {
 			}
 			key := strings.TrimPrefix(prefix+"."+name, ".")
 			keys = append(keys, key)
-			ft := f.Type
-			if ft.Kind() == reflect.Slice {
-				ft = ft.Elem()
-			}
-			if ft.Kind() == reflect.Struct && ft != subjectsType && ft != reflect.TypeOf(SyncPolicy{}) {
+			if ft := elem(f.Type); ft.Kind() == reflect.Struct && ft != subjectsType && ft != reflect.TypeOf(SyncPolicy{}) {
 				walk(key, ft)
 			}
 		}

@@ -55,6 +55,3 @@ func (s *Subjects) UnmarshalTOML(v any) error {
 	}
 	return fmt.Errorf("publish/subscribe must be a list of subjects or { allow = [...], deny = [...] }")
 }
-
-// Empty reports whether neither list is set.
-func (s Subjects) Empty() bool { return len(s.Allow) == 0 && len(s.Deny) == 0 }

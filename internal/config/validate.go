@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -228,24 +229,26 @@ func (c Config) AdminToken() (string, error) {
 // Redacted is c with every secret replaced by "<redacted>": what Encode
 // prints.
 func (c Config) Redacted() Config {
-	redact := func(s *string) {
+	c.Server.Users = append([]User{}, c.Server.Users...)
+	c.LeafNode.Remotes = append([]orderstore.LeafRemote{}, c.LeafNode.Remotes...)
+	for _, s := range c.secrets() {
 		if *s != "" {
 			*s = "<redacted>"
 		}
 	}
-	redact(&c.Server.SystemPassword)
-	redact(&c.Admin.Token)
-	redact(&c.Cluster.Password)
-	redact(&c.LeafNode.Password)
-	c.Server.Users = append([]User{}, c.Server.Users...)
-	for i := range c.Server.Users {
-		redact(&c.Server.Users[i].Password)
-	}
-	c.LeafNode.Remotes = append([]orderstore.LeafRemote{}, c.LeafNode.Remotes...)
-	for i := range c.LeafNode.Remotes {
-		redact(&c.LeafNode.Remotes[i].Password)
-	}
 	return c
+}
+
+// secrets are the fields of c that hold a secret.
+func (c *Config) secrets() []*string {
+	s := []*string{&c.Server.SystemPassword, &c.Admin.Token, &c.Cluster.Password, &c.LeafNode.Password}
+	for i := range c.Server.Users {
+		s = append(s, &c.Server.Users[i].Password)
+	}
+	for i := range c.LeafNode.Remotes {
+		s = append(s, &c.LeafNode.Remotes[i].Password)
+	}
+	return s
 }
 
 // Encode writes c as TOML: the effective configuration `check -print` shows.
@@ -274,14 +277,7 @@ func (c Config) SecretFileWarnings(path string) []string {
 		}
 		w = append(w, fmt.Sprintf("%s %q holds a secret and is readable by every user (mode %04o): chmod o-r %q (e.g. 0600, or 0640 owned by the service group)", what, file, fi.Mode().Perm(), file))
 	}
-	holds := c.Server.SystemPassword != "" || c.Admin.Token != "" || c.Cluster.Password != "" || c.LeafNode.Password != ""
-	for _, r := range c.LeafNode.Remotes {
-		holds = holds || r.Password != ""
-	}
-	for _, u := range c.Server.Users {
-		holds = holds || u.Password != ""
-	}
-	if holds {
+	if slices.ContainsFunc(c.secrets(), func(s *string) bool { return *s != "" }) {
 		check("config", path)
 	}
 	check("admin.token_file", c.Admin.TokenFile)
