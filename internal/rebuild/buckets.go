@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,13 +16,10 @@ import (
 	"github.com/orderstore/orderstore/processor"
 )
 
-// Buckets is the built-in projection's Target. The shadow is a bucket
-// (and history index) of its own beside the live ones, folded by the same
-// projection code. The takeover copies each rebuilt order's record and
-// history chunks into the live buckets, with the live processor paused
-// and the appliance's reads served from the shadow meanwhile: a reader
-// sees the old projection until the copy begins and the new one from
-// then on, never a mix.
+// Buckets is the built-in projection's Target: the shadow is a bucket (and
+// history index) of its own beside the live ones, folded by the same
+// projection code, and copied into the live ones by the takeover
+// (docs/rebuild.md, "The steps", 4, and "What a reader sees").
 type Buckets struct {
 	JS                jetstream.JetStream
 	Live, LiveHistory string // the live buckets ("" history: no index)
@@ -112,12 +108,9 @@ type recordHead struct {
 	HistoryChunks int    `json:"history_chunks"`
 }
 
-// Takeover copies the rebuilt orders into the live buckets. Every read
-// and write is streamed: the buckets are read by watchers (each key's
-// last value, pushed by nats) and the copies are pipelined
-// (copyWindow unacknowledged at most), not one request and its answer
-// at a time; a copy is idempotent, so a takeover cut short is done
-// again whole.
+// Takeover copies the rebuilt orders into the live buckets, read by
+// watchers and written pipelined (copier). A copy is idempotent: a
+// takeover cut short is done again whole.
 func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	skv, shkv, err := b.openShadow(ctx)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -293,19 +286,20 @@ const (
 
 // copier pipelines the takeover's KV writes: published without waiting
 // for each one's ack, copyWindow in flight at most, every ack checked.
+// Its first failure cancels ctx, with the failure as the cause.
 type copier struct {
 	ctx      context.Context
+	fail     context.CancelCauseFunc
 	js       jetstream.JetStream
 	inflight chan jetstream.PubAckFuture
 	done     chan struct{}
-	mu       sync.Mutex
-	err      error
 }
 
 // newCopier starts a copier and its ack collector, which wait joins: every
 // copier must be waited for.
 func newCopier(ctx context.Context, js jetstream.JetStream) *copier {
-	c := &copier{ctx: ctx, js: js, inflight: make(chan jetstream.PubAckFuture, copyWindow), done: make(chan struct{})}
+	c := &copier{js: js, inflight: make(chan jetstream.PubAckFuture, copyWindow), done: make(chan struct{})}
+	c.ctx, c.fail = context.WithCancelCause(ctx)
 	go c.collect()
 	return c
 }
@@ -315,7 +309,7 @@ func (c *copier) collect() {
 	timer := time.NewTimer(copyAckWait)
 	defer timer.Stop()
 	for f := range c.inflight {
-		if c.failed() != nil {
+		if c.ctx.Err() != nil {
 			continue // drain
 		}
 		timer.Reset(copyAckWait)
@@ -326,23 +320,8 @@ func (c *copier) collect() {
 		case <-timer.C:
 			c.fail(fmt.Errorf("%s: no ack in %s", f.Msg().Subject, copyAckWait))
 		case <-c.ctx.Done():
-			c.fail(c.ctx.Err())
 		}
 	}
-}
-
-func (c *copier) fail(err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err == nil {
-		c.err = err
-	}
-}
-
-func (c *copier) failed() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
 }
 
 func (c *copier) put(subject string, value []byte) error {
@@ -356,7 +335,7 @@ func (c *copier) del(subject string) error {
 }
 
 func (c *copier) send(m *nats.Msg) error {
-	if err := c.failed(); err != nil {
+	if err := context.Cause(c.ctx); err != nil {
 		return err
 	}
 	f, err := c.js.PublishMsgAsync(m)
@@ -367,7 +346,7 @@ func (c *copier) send(m *nats.Msg) error {
 	case c.inflight <- f:
 		return nil
 	case <-c.ctx.Done():
-		return c.ctx.Err()
+		return context.Cause(c.ctx)
 	}
 }
 
@@ -375,7 +354,9 @@ func (c *copier) send(m *nats.Msg) error {
 func (c *copier) wait() error {
 	close(c.inflight)
 	<-c.done
-	return c.failed()
+	err := context.Cause(c.ctx)
+	c.fail(nil)
+	return err
 }
 
 // highWaterScan is how many of the shadow's last writes HighWater reads.

@@ -15,23 +15,37 @@ import (
 )
 
 // deadLetters reads the dead-letter stream from dead-letter sequence from
-// on (1: all of it, as the older ones tell what to skip): the dead letters
-// the fold knew (all when all, else those up to DLQScanned) and those of
-// events it has yet to fold are skipped; a newer one of an event it
-// already folded puts its order in keep (see dead).
+// on (1: all of it, as the older ones tell what to skip) up to its last
+// when the read began: the dead letters the fold knew (all when all, else
+// those up to DLQScanned) and those of events it has yet to fold are
+// skipped; a newer one of an event it already folded puts its order in
+// keep (see dead).
 func (f *folder) deadLetters(ctx context.Context, from uint64, all bool) error {
-	s, err := f.r.cfg.JS.Stream(ctx, f.r.cfg.DeadLetterStream)
+	r := f.r
+	s, err := r.cfg.JS.Stream(ctx, r.cfg.DeadLetterStream)
 	if err != nil {
-		return fmt.Errorf("dead-letter stream %q: %w", f.r.cfg.DeadLetterStream, err)
+		return fmt.Errorf("dead-letter stream %q: %w", r.cfg.DeadLetterStream, err)
 	}
-	known := f.st.DLQScanned
-	last, err := f.scanDeadLetters(ctx, s, from, func(dlqSeq, orig uint64, orderID string) {
-		f.dead(orig, orderID, all || dlqSeq <= known)
-	})
+	info, err := s.Info(ctx)
 	if err != nil {
 		return err
 	}
-	f.r.update(func() { f.st.DLQScanned = max(f.st.DLQScanned, last) })
+	known, end := f.st.DLQScanned, info.State.LastSeq
+	if info.State.Msgs > 0 && end >= from {
+		err := r.pull(ctx, r.cfg.DeadLetterStream, from, end, 1000, false, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
+			h := m.Headers()
+			orig, err := strconv.ParseUint(h.Get(processor.HeaderSequence), 10, 64)
+			if h.Get(processor.HeaderStream) != r.cfg.Stream || err != nil || orig == 0 {
+				return // not a dead letter of the folded stream
+			}
+			ev, _ := processor.EventOf(h.Get(processor.HeaderSubject), m.Data(), nil, orig, time.Time{}, 0)
+			f.dead(orig, ev.OrderID, all || md.Sequence.Stream <= known)
+		}, func(_ int, err error) error { return err })
+		if err != nil {
+			return err
+		}
+	}
+	r.update(func() { f.st.DLQScanned = max(f.st.DLQScanned, end) })
 	return nil
 }
 
@@ -50,59 +64,45 @@ func (f *folder) dead(orig uint64, orderID string, known bool) {
 	}
 }
 
-// scanDeadLetters calls fn for each dead letter of the folded stream
-// from dead-letter sequence from on, and returns the sequence it read up
-// to: the dead-letter stream's last when the scan began.
-func (f *folder) scanDeadLetters(ctx context.Context, s jetstream.Stream, from uint64, fn func(dlqSeq, orig uint64, orderID string)) (uint64, error) {
-	info, err := s.Info(ctx)
+// pull calls fn with each message of stream from sequence from up to to,
+// and its metadata, pulling batch at a time through an ordered consumer;
+// it ends after to, after the stream's last message, or after a pull that
+// brought none. After each pull, after is told how many messages it
+// brought and its error (none for a timeout): an error it returns ends
+// the scan.
+func (r *Runner) pull(ctx context.Context, stream string, from, to uint64, batch int, headersOnly bool,
+	fn func(jetstream.Msg, *jetstream.MsgMetadata), after func(n int, err error) error) error {
+	c, err := r.cfg.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq: from, HeadersOnly: headersOnly, MaxResetAttempts: orderedResets})
 	if err != nil {
-		return 0, err
-	}
-	end := info.State.LastSeq
-	if info.State.Msgs == 0 || end < from {
-		return end, nil
-	}
-	c, err := f.r.cfg.JS.OrderedConsumer(ctx, f.r.cfg.DeadLetterStream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, MaxResetAttempts: orderedResets})
-	if err != nil {
-		return 0, err
+		return err
 	}
 	for {
-		b, err := c.Fetch(1000, jetstream.FetchMaxWait(time.Second))
+		b, err := c.Fetch(batch, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
-			return 0, err
+			return err
 		}
 		n := 0
-		var lastSeq uint64
 		for m := range b.Messages() {
 			n++
 			md, err := m.Metadata()
 			if err != nil {
 				continue
 			}
-			lastSeq = md.Sequence.Stream
-			if md.Sequence.Stream > end {
-				return end, nil
+			if md.Sequence.Stream > to {
+				return nil
 			}
-			h := m.Headers()
-			orig, err := strconv.ParseUint(h.Get(processor.HeaderSequence), 10, 64)
-			if h.Get(processor.HeaderStream) != f.r.cfg.Stream || err != nil || orig == 0 {
-				if md.NumPending == 0 {
-					return end, nil
-				}
-				continue
-			}
-			ev, _ := processor.EventOf(h.Get(processor.HeaderSubject), m.Data(), nil, orig, time.Time{}, 0)
-			fn(md.Sequence.Stream, orig, ev.OrderID)
-			if md.NumPending == 0 {
-				return end, nil // the last one: no need to wait out the fetch
+			fn(m, md)
+			if md.Sequence.Stream == to || md.NumPending == 0 {
+				return nil // the last one: no need to wait out the fetch
 			}
 		}
-		if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return 0, err
+		err = b.Error()
+		if errors.Is(err, nats.ErrTimeout) {
+			err = nil
 		}
-		if lastSeq >= end || n == 0 {
-			return end, nil
+		if err := after(n, err); err != nil || n == 0 {
+			return err
 		}
 	}
 }
@@ -132,61 +132,37 @@ func (f *folder) replays(ctx context.Context, from, to uint64) error {
 	if from > to {
 		return nil
 	}
-	c, err := f.r.cfg.JS.OrderedConsumer(ctx, f.r.cfg.Stream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, HeadersOnly: true, MaxResetAttempts: orderedResets})
-	if err != nil {
-		return fmt.Errorf("stream %q: %w", f.r.cfg.Stream, err)
-	}
-	for {
-		b, err := c.Fetch(5000, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			return err
+	err := f.r.pull(ctx, f.r.cfg.Stream, from, to, 5000, true, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
+		if of := f.r.replayOf(m.Headers()); of > 0 {
+			f.skipMu.Lock()
+			f.skip[of] = true
+			f.skipMu.Unlock()
 		}
-		n := 0
-		for m := range b.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			if md.Sequence.Stream > to {
-				return nil
-			}
-			if of := f.r.replayOf(m.Headers()); of > 0 {
-				f.skipMu.Lock()
-				f.skip[of] = true
-				f.skipMu.Unlock()
-			}
-			f.scanned.Store(md.Sequence.Stream)
-			if md.Sequence.Stream == to || md.NumPending == 0 {
-				return nil
-			}
-		}
-		if n == 0 {
-			return nil
-		}
+		f.scanned.Store(md.Sequence.Stream)
+	}, func(n int, _ error) error {
 		// Two steps ahead of the fold at most: a scan racing through the
 		// stream while producers publish to it slows their publishes
 		// (the stream serves both), and the fold needs it only a step
 		// ahead.
-		for ahead := 2 * uint64(f.r.cfg.BatchSize); f.scanned.Load() > f.position()+ahead; {
+		for ahead := 2 * uint64(f.r.cfg.BatchSize); n > 0 && f.scanned.Load() > f.position()+ahead; {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("stream %q: %w", f.r.cfg.Stream, err)
 	}
+	return nil
 }
 
 // replayOf is the original's sequence an event replayed from the dead
-// letters names, 0 for any other event. Only this node's own replays
-// are believed: their Nats-Msg-Id begins with Config.ReplayMsgID, which
-// no producer's can (the ingest service scopes a producer's id with its
-// account, and drops a producer's Replay-Of header; an event stored
-// before it did may still carry one), nor an edge's replay sourced into
-// a hub (whose Replay-Of names a sequence of the edge's stream; the
-// hub's own dead letter of the original is what leaves it out there).
+// letters names, 0 for any other event. Only this node's own replays are
+// believed (their Nats-Msg-Id begins with Config.ReplayMsgID, which no
+// producer's can): docs/rebuild.md, "The steps", 2.
 func (r *Runner) replayOf(h nats.Header) uint64 {
 	if r.cfg.ReplayMsgID == "" || !strings.HasPrefix(h.Get(nats.MsgIdHdr), r.cfg.ReplayMsgID) {
 		return 0

@@ -184,13 +184,9 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 	}
 }
 
-// orderedResets bounds how often an ordered consumer of the fold tries to
-// create its consumer on nats before a fetch fails (nats.go's default is
-// without end: a fetch then never returns while the cluster cannot place
-// the consumer, and the fold hangs at its position with nothing said).
-// With nats.go's backoff (1 s doubling to 10 s, each try up to 10 s) a
-// fetch fails after about a minute and a half; the fold then goes on from
-// its last checkpoint for a while (electionWait) or fails saying why.
+// orderedResets bounds the tries of the fold's ordered consumers to make
+// their consumer on nats (nats.go's default has no end: a fetch would hang
+// while the cluster cannot place it): docs/rebuild.md, "In a cluster".
 var orderedResets = 6 // a var: a test lowers it
 
 // read fetches batches from the stream ahead of the fold until ctx is
@@ -368,31 +364,20 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 // apply folds one batch into the shadow, retrying what fails (the fold is
 // idempotent on sequence) for about a minute.
 func (f *folder) apply(ctx context.Context, orders [][]processor.Event) error {
-	if len(orders) <= applyChunk && f.duty >= 1 {
-		return f.applyChunk(ctx, orders)
-	}
-	if f.duty < 1 {
-		// Paced: one small chunk at a time, each followed by its
-		// share of rest, so that producers never wait behind a burst.
-		for from := 0; from < len(orders); from += applyChunk / 4 {
-			t0 := time.Now()
-			if err := f.applyChunk(ctx, orders[from:min(from+applyChunk/4, len(orders))]); err != nil {
-				return err
-			}
-			if err := f.yield(ctx, time.Since(t0)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	// Chunks of distinct orders, a few at once: the shadow's writes are
 	// pipelined without holding more in flight than a connection takes.
+	// Paced, one small chunk at a time, each followed by its share of
+	// rest (yield), so that producers never wait behind a burst.
+	size, parallel := applyChunk, applyParallel
+	if f.duty < 1 {
+		size, parallel = applyChunk/4, 1
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	sem := make(chan struct{}, applyParallel)
+	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
-	for from := 0; from < len(orders); from += applyChunk {
-		chunk := orders[from:min(from+applyChunk, len(orders))]
+	for from := 0; from < len(orders); from += size {
+		chunk := orders[from:min(from+size, len(orders))]
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -402,7 +387,12 @@ func (f *folder) apply(ctx context.Context, orders [][]processor.Event) error {
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := f.applyChunk(ctx, chunk); err != nil {
+			t0 := time.Now()
+			err := f.applyChunk(ctx, chunk)
+			if err == nil {
+				err = f.yield(ctx, time.Since(t0))
+			}
+			if err != nil {
 				cancel(err)
 			}
 		})

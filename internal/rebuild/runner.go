@@ -396,12 +396,7 @@ const electionWait = 2 * time.Minute
 // transient reports whether err is nats not answering for a while, as a
 // cluster does while it elects a leader.
 func transient(err error) bool {
-	// nats answers 503 ("JetStream system temporarily unavailable")
-	// while its meta layer has no leader, and ends a pull with 409
-	// "Server Shutdown" when the node leading the fold's consumer stops
-	// (jetstream.ErrServerShutdown): another node takes the stream over.
-	// A consumer made on a node that has just stopped is "offline" (500)
-	// until the fold makes the next one elsewhere.
+	// What nats answers meanwhile: docs/rebuild.md, "In a cluster".
 	var api *jetstream.APIError
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionReconnecting) ||
