@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"mime"
 	"net"
 	"net/http"
@@ -159,19 +160,9 @@ func (ss *sessions) create() (string, error) {
 	if ss.m == nil {
 		ss.m = map[string]time.Time{}
 	}
-	for k, exp := range ss.m {
-		if now.After(exp) {
-			delete(ss.m, k)
-		}
-	}
-	for len(ss.m) >= maxSessions {
-		oldest, first := "", time.Time{}
-		for k, exp := range ss.m {
-			if oldest == "" || exp.Before(first) {
-				oldest, first = k, exp
-			}
-		}
-		delete(ss.m, oldest)
+	maps.DeleteFunc(ss.m, func(_ string, exp time.Time) bool { return now.After(exp) })
+	for len(ss.m) >= maxSessions { // the oldest go first
+		delete(ss.m, slices.MinFunc(slices.Collect(maps.Keys(ss.m)), func(a, b string) int { return ss.m[a].Compare(ss.m[b]) }))
 	}
 	ss.m[id] = now.Add(sessionTTL)
 	return id, nil
@@ -233,12 +224,11 @@ func (l *limiter) fail(addr string) {
 	}
 	b := l.m[addr]
 	if b == nil {
-		if len(l.m) >= maxLimited {
-			for k, v := range l.m { // forget the full buckets, then any
-				if l.refill(v); v.tokens >= failBurst {
-					delete(l.m, k)
-				}
-			}
+		if len(l.m) >= maxLimited { // forget the full buckets, then any
+			maps.DeleteFunc(l.m, func(_ string, v *bucket) bool {
+				l.refill(v)
+				return v.tokens >= failBurst
+			})
 			for k := range l.m {
 				if len(l.m) < maxLimited {
 					break

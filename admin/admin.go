@@ -492,10 +492,8 @@ func (s *Server) Readiness(ctx context.Context) (string, []status.Check) {
 		checks = append(checks, status.Check{Name: "recovery", OK: true, Reason: fmt.Sprintf(
 			"warning: start-up found a damaged store and recovered what it could (%d notes in /v1/status \"recovery\" and the log); check for lost events", n)})
 	}
-	for _, c := range checks {
-		if !c.OK {
-			return "not ready", checks
-		}
+	if slices.ContainsFunc(checks, func(c status.Check) bool { return !c.OK }) {
+		return "not ready", checks
 	}
 	return "ready", checks
 }

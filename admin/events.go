@@ -34,11 +34,8 @@ const replayIDPrefix = "replay-"
 // false when no stream subject takes a type.
 func EventSubject(subjects []string, typ string) (subject string, ok bool) {
 	for _, s := range subjects {
-		if p, found := strings.CutSuffix(s, ".>"); found {
-			return p + "." + typ, true
-		}
-		if p, found := strings.CutSuffix(s, ".*"); found {
-			return p + "." + typ, true
+		if strings.HasSuffix(s, ".>") || strings.HasSuffix(s, ".*") {
+			return s[:len(s)-1] + typ, true
 		}
 	}
 	return "", false

@@ -122,24 +122,20 @@ func (s *Server) orderAsOf(w http.ResponseWriter, r *http.Request, b *Backend) e
 		}
 		point.Seq = n
 	}
-	st, err := b.History.OrderAsOf(r.Context(), id, point)
+	// The point asked for, in an error and in the answer.
 	var at []string
+	asOf := map[string]any{}
 	if point.Seq > 0 {
-		at = append(at, fmt.Sprintf("sequence %d", point.Seq))
+		at, asOf["seq"] = append(at, fmt.Sprintf("sequence %d", point.Seq)), point.Seq
 	}
 	if !point.Time.IsZero() {
-		at = append(at, point.Time.Format(time.RFC3339Nano))
+		at, asOf["time"] = append(at, point.Time.Format(time.RFC3339Nano)), point.Time
 	}
+	st, err := b.History.OrderAsOf(r.Context(), id, point)
 	if err != nil {
 		return historyError(b, id, strings.Join(at, " and "), err)
 	}
-	asOf := map[string]any{"events": st.Folded, "complete": st.Complete, "last_seq": st.Last}
-	if point.Seq > 0 {
-		asOf["seq"] = point.Seq
-	}
-	if !point.Time.IsZero() {
-		asOf["time"] = point.Time
-	}
+	asOf["events"], asOf["complete"], asOf["last_seq"] = st.Folded, st.Complete, st.Last
 	if st.NotRetained > 0 {
 		asOf["not_retained"] = st.NotRetained
 	}
