@@ -173,21 +173,19 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	shadow := b.Projection(skv, shkv)
 	b.Reads(shadow, keptLive)
 	defer b.Reads(nil, nil)
-	if t.Progress != nil {
-		t.Progress(0, total)
+	progress := t.Progress
+	if progress == nil {
+		progress = func(copied, total uint64) {}
 	}
+	progress(0, total)
 	// The history chunks first, then the records that name them (a
 	// reader of the live buckets meets no record whose chunks are not
 	// there yet), then the old index's chunks past the new one's end.
 	if lhkv != nil {
 		w := newCopier(ctx, b.JS)
 		err := eachValue(ctx, shkv, func(key string, value []byte) error {
-			dot := strings.LastIndexByte(key, '.')
-			if dot <= 0 || keptLive(key[:dot]) {
-				return nil
-			}
-			if !inShadow[key[:dot]] {
-				return nil // an order the shadow does not hold
+			if dot := strings.LastIndexByte(key, '.'); dot <= 0 || keptLive(key[:dot]) || !inShadow[key[:dot]] {
+				return nil // kept, or an order the shadow does not hold
 			}
 			return w.put("$KV."+b.LiveHistory+"."+key, value)
 		})
@@ -216,17 +214,15 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 			}
 		}
 		copied++
-		if t.Progress != nil && copied%256 == 0 {
-			t.Progress(copied, total)
+		if copied%256 == 0 {
+			progress(copied, total)
 		}
 		return nil
 	})
 	if err := errors.Join(err, w.wait()); err != nil {
 		return fmt.Errorf("copying the records into %q: %w", b.Live, err)
 	}
-	if t.Progress != nil {
-		t.Progress(copied, total)
-	}
+	progress(copied, total)
 	streams := []string{"KV_" + b.Live}
 	if lhkv != nil {
 		streams = append(streams, "KV_"+b.LiveHistory)

@@ -290,8 +290,7 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 			}
 		}
 	}
-	f.skipMu.Lock()
-	defer f.skipMu.Unlock()
+	f.skipMu.Lock() // the replay scan adds to skip meanwhile
 	st := f.st
 	floor := st.Position
 	var (
@@ -340,14 +339,12 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 		}
 		orders[i] = append(orders[i], ev)
 	}
+	f.skipMu.Unlock()
 	if b.err != nil && ctx.Err() == nil {
 		return n, fmt.Errorf("stream %q: %w", f.r.cfg.Stream, b.err)
 	}
-	f.skipMu.Unlock()
 	f.r.update(func() { f.r.inStep = 0 }) // a failed step's count is void
-	err := f.apply(ctx, orders)
-	f.skipMu.Lock()
-	if err != nil {
+	if err := f.apply(ctx, orders); err != nil {
 		return n, err
 	}
 	f.r.update(func() {
@@ -406,38 +403,32 @@ func (f *folder) applyChunk(ctx context.Context, orders [][]processor.Event) err
 	if len(orders) == 0 {
 		return nil
 	}
-	var last error
+	var err error
 	for attempt := 0; attempt < 30; attempt++ {
-		failed := f.applyOnce(ctx, orders)
-		if failed == nil {
-			f.applied(orders)
+		if err = f.applyOnce(ctx, orders); err == nil {
+			// Counted as folded in the step under way, so that progress
+			// moves within a step (a step's position moves at its end).
+			n := 0
+			for _, evs := range orders {
+				n += len(evs)
+			}
+			f.r.update(func() {
+				f.r.inStep += uint64(n)
+				f.r.sampleLocked(f.st)
+			})
 			return nil
 		}
-		last = failed
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		f.r.log.Warn("projection rebuild: a fold step failed; retrying", "err", failed)
+		f.r.log.Warn("projection rebuild: a fold step failed; retrying", "err", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(2 * time.Second):
 		}
 	}
-	return fmt.Errorf("folding into the shadow: %w", last)
-}
-
-// applied counts orders' events as folded in the step under way, so that
-// progress moves within a step (a step's position moves at its end).
-func (f *folder) applied(orders [][]processor.Event) {
-	n := 0
-	for _, evs := range orders {
-		n += len(evs)
-	}
-	f.r.update(func() {
-		f.r.inStep += uint64(n)
-		f.r.sampleLocked(f.st)
-	})
+	return fmt.Errorf("folding into the shadow: %w", err)
 }
 
 // applyOnce applies orders once; an event the shadow already holds

@@ -1,6 +1,7 @@
 package rebuild
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -123,16 +124,12 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.Every <= 0 {
 		cfg.Every = 2 * time.Second
 	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	r := &Runner{cfg: cfg, log: cfg.Log, jobs: make(chan *state, 1)}
+	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	st, err := readState(cfg.StatePath)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	r.st = st
-	return r, nil
+	return &Runner{cfg: cfg, log: cfg.Log, jobs: make(chan *state, 1), st: st}, nil
 }
 
 // Status returns the running or last rebuild; nil when none ran.
