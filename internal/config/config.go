@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -189,13 +190,10 @@ func (c *Config) resolvePaths(dir string) {
 		rel(&c.LeafNode.Remotes[i].Credentials)
 		tls(&c.LeafNode.Remotes[i].TLS)
 	}
-	if len(c.Validation.Schemas) > 0 {
-		schemas := make(map[string]string, len(c.Validation.Schemas))
-		for typ, file := range c.Validation.Schemas {
-			rel(&file)
-			schemas[typ] = file
-		}
-		c.Validation.Schemas = schemas
+	c.Validation.Schemas = maps.Clone(c.Validation.Schemas) // not the caller's map
+	for typ, file := range c.Validation.Schemas {
+		rel(&file)
+		c.Validation.Schemas[typ] = file
 	}
 }
 
@@ -231,7 +229,8 @@ func Parse(r io.Reader, name string) (Config, error) {
 	for tname, prim := range raw {
 		fi, ok := tables[tname]
 		if !ok {
-			continue // reported as unknown below
+			unknown = append(unknown, tname)
+			continue
 		}
 		tv := top.Field(fi)
 		// Decode key by key so one bad value does not hide the next.
@@ -259,11 +258,6 @@ func Parse(r io.Reader, name string) (Config, error) {
 				continue
 			}
 			fv.Set(nv.Elem())
-		}
-	}
-	for tname := range raw {
-		if _, ok := tables[tname]; !ok {
-			unknown = append(unknown, tname)
 		}
 	}
 	// Keys nested below a known key (e.g. server.users[0].bogus).

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -36,12 +37,9 @@ func (c Config) validate() []*orderstore.FieldError {
 	var ve *orderstore.ValidationError
 	if err := c.toOrderstore().Validate(); errors.As(err, &ve) {
 		for _, p := range ve.Problems {
-			key := KeyOf(p.Field)
-			if key == "" {
-				// A field the file has no key for is set from one
-				// that it has: the table misses a row.
-				key = p.Field
-			}
+			// A field the file has no key for is set from one that it
+			// has: the table misses a row.
+			key := cmp.Or(KeyOf(p.Field), p.Field)
 			errs = append(errs, &orderstore.FieldError{Key: key, Value: p.Value, Reason: p.Reason})
 		}
 	} else if err != nil {

@@ -41,18 +41,14 @@ func (r *Reads) Switch(shadow *processor.Projection, live func(orderID string) b
 // For is the projection order id is read from, and what to call when the
 // read is done.
 func (r *Reads) For(ctx context.Context, id string) (*processor.Projection, func()) {
-	s := r.cur.Load()
-	if s == nil || s.live(id) {
-		return r.Live, func() {}
-	}
-	s.mu.RLock()
-	if s.closed {
+	if s := r.cur.Load(); s != nil && !s.live(id) {
+		s.mu.RLock()
+		if !s.closed {
+			if _, err := s.shadow.Get(ctx, id); err == nil {
+				return s.shadow, s.mu.RUnlock
+			}
+		}
 		s.mu.RUnlock()
-		return r.Live, func() {}
 	}
-	if _, err := s.shadow.Get(ctx, id); err != nil {
-		s.mu.RUnlock()
-		return r.Live, func() {}
-	}
-	return s.shadow, s.mu.RUnlock
+	return r.Live, func() {}
 }
