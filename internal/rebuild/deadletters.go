@@ -145,10 +145,8 @@ func (f *folder) replays(ctx context.Context, from, to uint64) error {
 		// (the stream serves both), and the fold needs it only a step
 		// ahead.
 		for ahead := 2 * uint64(f.r.cfg.BatchSize); n > 0 && f.scanned.Load() > f.position()+ahead; {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(5 * time.Millisecond):
+			if err := sleep(ctx, 5*time.Millisecond); err != nil {
+				return err
 			}
 		}
 		return nil

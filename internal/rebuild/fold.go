@@ -422,10 +422,8 @@ func (f *folder) applyChunk(ctx context.Context, orders [][]processor.Event) err
 			return ctx.Err()
 		}
 		f.r.log.Warn("projection rebuild: a fold step failed; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(2 * time.Second):
+		if err := sleep(ctx, 2*time.Second); err != nil {
+			return err
 		}
 	}
 	return fmt.Errorf("folding into the shadow: %w", err)

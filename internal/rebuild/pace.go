@@ -39,12 +39,7 @@ func (f *folder) pace(ctx context.Context, n int, work time.Duration) error {
 	if r.cfg.Pace <= 0 {
 		return nil
 	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(r.cfg.Pace):
-		return nil
-	}
+	return sleep(ctx, r.cfg.Pace)
 }
 
 // yield sleeps after work so that the fold works the duty share of the
@@ -54,11 +49,16 @@ func (f *folder) yield(ctx context.Context, work time.Duration) error {
 		return nil
 	}
 	rest := time.Duration(float64(work) * (1/f.duty - 1))
+	f.rested += rest
+	return sleep(ctx, rest)
+}
+
+// sleep waits for d, or until ctx is done (its error).
+func sleep(ctx context.Context, d time.Duration) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(rest):
-		f.rested += rest
+	case <-time.After(d):
 		return nil
 	}
 }

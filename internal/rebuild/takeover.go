@@ -122,10 +122,8 @@ func (f *folder) catchUpAndTakeOver(ctx context.Context) error {
 		if attempt == takeoverTries-1 {
 			break
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(attempt+1) * takeoverBackoff):
+		if err := sleep(ctx, time.Duration(attempt+1)*takeoverBackoff); err != nil {
+			return err
 		}
 	}
 	return errTakeoverLeft{terr}
