@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"reflect"
-	"slices"
 	"strings"
 
 	"github.com/orderstore/orderstore"
@@ -58,26 +57,20 @@ func copyFields(f, o reflect.Value, toLib bool) {
 		if len(names) == 0 || rule {
 			continue
 		}
-		fv := f.Field(i)
+		fvs := []reflect.Value{f.Field(i)}
 		if sf.Type == subjectsType {
-			allow, deny := o.FieldByName(names[0]), o.FieldByName(names[1])
-			s := fv.Addr().Interface().(*Subjects)
-			if toLib {
-				allow.Set(reflect.ValueOf(slices.Clone(s.Allow)))
-				deny.Set(reflect.ValueOf(slices.Clone(s.Deny)))
-			} else {
-				s.Allow, s.Deny = slices.Clone(allow.Interface().([]string)), slices.Clone(deny.Interface().([]string))
+			fvs = []reflect.Value{f.Field(i).Field(0), f.Field(i).Field(1)} // Allow, Deny
+		}
+		for j, fv := range fvs {
+			ov := o.FieldByName(names[j])
+			if !ov.IsValid() {
+				panic(fmt.Sprintf("config: %s.%s: lib field %q is not in %s", f.Type().Name(), sf.Name, names[j], o.Type()))
 			}
-			continue
-		}
-		ov := o.FieldByName(names[0])
-		if !ov.IsValid() {
-			panic(fmt.Sprintf("config: %s.%s: lib field %q is not in %s", f.Type().Name(), sf.Name, names[0], o.Type()))
-		}
-		if toLib {
-			copyValue(ov, fv, true)
-		} else {
-			copyValue(fv, ov, false)
+			if toLib {
+				copyValue(ov, fv, true)
+			} else {
+				copyValue(fv, ov, false)
+			}
 		}
 	}
 }
