@@ -76,8 +76,7 @@ type Config struct {
 	MaxAge   time.Duration
 
 	// SyncPolicy is the durability mode ("group-commit", "always" or
-	// "interval <d>") and
-	// SyncDescription its one-line meaning.
+	// "interval <d>") and SyncDescription its one-line meaning.
 	SyncPolicy      string
 	SyncDescription string
 	// Cipher is the store's encryption cipher; "" for a plain store.

@@ -81,10 +81,12 @@ func (s *Server) orderEvents(w http.ResponseWriter, r *http.Request, b *Backend)
 		return errorf(http.StatusBadRequest, "limit must be 1..%d", processor.MaxHistoryPage)
 	}
 	read := b.History.OrderEvents
-	if states := q.Get("states"); states != "" {
-		if ok, err := strconv.ParseBool(states); err != nil {
+	if v := q.Get("states"); v != "" {
+		states, err := strconv.ParseBool(v)
+		if err != nil {
 			return errorf(http.StatusBadRequest, "states must be true or false")
-		} else if ok {
+		}
+		if states {
 			read = b.History.OrderEventStates
 		}
 	}
