@@ -436,7 +436,6 @@ func (c Config) options() (*server.Options, error) {
 		Host:                   cmp.Or(c.Host, "127.0.0.1"),
 		Port:                   cmp.Or(c.Port, server.DEFAULT_PORT),
 		NoSigs:                 true,
-		NoLog:                  false,
 		JetStream:              true,
 		StoreDir:               c.StoreDir,
 		JetStreamMaxMemory:     cmp.Or(c.MaxMemory, defaultMaxMemory),
@@ -486,10 +485,7 @@ func (c Config) options() (*server.Options, error) {
 	if c.TLS != nil {
 		o.TLSConfig = c.TLS
 		o.TLSVerify = c.TLS.ClientAuth == tls.RequireAndVerifyClientCert
-		o.TLSTimeout = 2
-		if c.TLSTimeout > 0 {
-			o.TLSTimeout = c.TLSTimeout.Seconds()
-		}
+		o.TLSTimeout = cmp.Or(max(c.TLSTimeout, 0), 2*time.Second).Seconds()
 	}
 	if c.EncryptionKey != "" {
 		o.JetStreamKey = c.EncryptionKey
@@ -648,17 +644,13 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("start embedded nats: %w", err)
 	}
 	fatal := make(chan string, 1)
-	logger := loggerOrDiscard(cfg.Logger).With("component", "nats")
+	logger := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("component", "nats")
 	adapter := &slogAdapter{l: logger, fatal: fatal, starting: true, onError: cfg.OnError}
 	ns.SetLoggerV2(adapter, cfg.Debug, cfg.Trace, false)
 
-	timeout := cfg.ReadyTimeout
-	if timeout <= 0 {
-		timeout = defaultReadyTimeout
-	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
+		ctx, cancel = context.WithTimeout(ctx, cmp.Or(max(cfg.ReadyTimeout, 0), defaultReadyTimeout))
 		defer cancel()
 	}
 
@@ -676,35 +668,30 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}()
 
+	// A captured fatal message is preferred over a timeout or a missing
+	// JetStream: it is the real cause.
+	fatalOr := func(err error) error {
+		select {
+		case msg := <-fatal:
+			return fmt.Errorf("start embedded nats: %s", msg)
+		default:
+			return err
+		}
+	}
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	begin := time.Now()
-	for {
+	for !ns.ReadyForConnections(time.Millisecond) {
 		select {
 		case msg := <-fatal:
 			return nil, fmt.Errorf("start embedded nats: %s", msg)
 		case <-ctx.Done():
-			// Prefer a captured fatal over the timeout: it is the real cause.
-			select {
-			case msg := <-fatal:
-				return nil, fmt.Errorf("start embedded nats: %s", msg)
-			default:
-			}
-			return nil, fmt.Errorf("start embedded nats: not ready after %s: %w", time.Since(begin).Round(time.Millisecond), ctx.Err())
+			return nil, fatalOr(fmt.Errorf("start embedded nats: not ready after %s: %w", time.Since(begin).Round(time.Millisecond), ctx.Err()))
 		case <-tick.C:
 		}
-		if !ns.ReadyForConnections(time.Millisecond) {
-			continue
-		}
-		if !ns.JetStreamEnabled() {
-			select {
-			case msg := <-fatal:
-				return nil, fmt.Errorf("start embedded nats: %s", msg)
-			default:
-			}
-			return nil, errors.New("start embedded nats: server ready but JetStream is not enabled")
-		}
-		break
+	}
+	if !ns.JetStreamEnabled() {
+		return nil, fatalOr(errors.New("start embedded nats: server ready but JetStream is not enabled"))
 	}
 
 	// Ready means the listener is open, the last step of nats-server's
@@ -815,5 +802,3 @@ func (s *Server) Close() error {
 	<-s.done
 	return nil
 }
-
-func loggerOrDiscard(l *slog.Logger) *slog.Logger { return cmp.Or(l, slog.New(slog.DiscardHandler)) }

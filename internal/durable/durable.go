@@ -57,12 +57,8 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 // are durable once it returns.
 func SyncDir(dir string) error {
 	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("fsync directory: %w", err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
+	if err == nil {
+		err = errors.Join(d.Sync(), d.Close())
 	}
 	if err != nil {
 		return fmt.Errorf("fsync directory %s: %w", dir, err)
@@ -80,11 +76,7 @@ func SyncPath(path string) error {
 	if err != nil {
 		return err
 	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return errors.Join(f.Sync(), f.Close())
 }
 
 // SyncTree fsyncs every regular file and directory under root, children

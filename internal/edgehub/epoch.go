@@ -5,42 +5,27 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/internal/ingest"
 )
 
-// An edge's power cut, seen from its hub. With group commit an event is in
-// the edge's stream (and can be sourced by the hub) a moment before the
-// round that makes it durable; a power cut in that moment loses it at the
-// edge, which then gives its sequence to the next event. The hub, resuming
-// after the last sequence it holds, would keep the lost event as if it
-// were acknowledged and never copy the acknowledged one that took its
-// sequence.
-//
-// So every run of a node has an epoch (Config.EpochHeader, stamped on each event
-// by the ingest service), and the stream records in its metadata where
-// each epoch began (epochsKey: the first sequence it could write). The
-// hub's watcher checks each epoch boundary of each edge once: every event
-// it holds from that edge at or after the boundary must carry that epoch
-// (or a later one). One that does not was lost at the edge: the watcher
-// stops the edge's source, moves the lost events to the hub's dead-letter
-// stream (never silently dropped, never kept as acknowledged), removes
-// every copy from the first lost one on, and sources again from there, so
-// the aggregate holds each event the edge acknowledged exactly once, in
-// the edge's order. docs/topologies.md says why this design.
+// An edge's power cut, seen from its hub: docs/topologies.md ("An edge's
+// power cut") says what goes wrong and the design. Every run of a node has
+// an epoch (Config.EpochHeader, stamped on each event by admission), the
+// stream records in its metadata where each epoch began (epochsKey), and
+// the hub's watcher checks each epoch boundary of each edge once,
+// repairing the aggregate where the edge lost copied events.
 
 // epochsKey is the stream metadata key of the epochs' list:
 // "<epoch>:<first seq>,..." oldest first.
 const epochsKey = "orderstore_epochs"
-
-// streamSourceHeader is what nats stamps on each event it sources: the
-// source's stream, domain and sequence.
-const streamSourceHeader = "Nats-Stream-Source"
 
 // maxEpochs is how many epochs the list keeps.
 const maxEpochs = 32
@@ -70,14 +55,11 @@ func parseEpochs(s string) []epochStart {
 }
 
 func formatEpochs(es []epochStart) string {
-	var b strings.Builder
+	fs := make([]string, len(es))
 	for i, e := range es {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, "%s:%d", e.epoch, e.first)
+		fs[i] = fmt.Sprintf("%s:%d", e.epoch, e.first)
 	}
-	return b.String()
+	return strings.Join(fs, ",")
 }
 
 // RecordEpoch writes this run's epoch and its first sequence to stream's
@@ -97,9 +79,7 @@ func RecordEpoch(ctx context.Context, js jetstream.JetStream, stream, epoch stri
 		es = es[len(es)-maxEpochs:]
 	}
 	md := map[string]string{}
-	for k, v := range cfg.Metadata {
-		md[k] = v
-	}
+	maps.Copy(md, cfg.Metadata)
 	md[epochsKey] = formatEpochs(es)
 	cfg.Metadata = md
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
@@ -140,18 +120,15 @@ func (w *Watcher) checkEpochs(ctx context.Context, edge string, epochs []epochSt
 		if done {
 			continue
 		}
-		if sourced < ep.first {
-			// The aggregate holds nothing at or past the boundary: what
-			// the edge lost there was never copied, and what it holds
-			// there now is this epoch's (the run before it is over).
-			w.mu.Lock()
-			checked[ep.epoch] = true
-			w.mu.Unlock()
-			continue
-		}
-		if err := w.repair(ctx, edge, epochs, ep); err != nil {
-			w.log.Warn("hub: check an edge's epoch", "edge", edge, "epoch", ep.epoch, "first_seq", ep.first, "err", err)
-			return // again on the next round
+		// With sourced < ep.first the aggregate holds nothing at or past
+		// the boundary: what the edge lost there was never copied, and
+		// what it holds there now is this epoch's (the run before it is
+		// over).
+		if sourced >= ep.first {
+			if err := w.repair(ctx, edge, epochs, ep); err != nil {
+				w.log.Warn("hub: check an edge's epoch", "edge", edge, "epoch", ep.epoch, "first_seq", ep.first, "err", err)
+				return // again on the next round
+			}
 		}
 		w.mu.Lock()
 		checked[ep.epoch] = true
@@ -165,29 +142,32 @@ type hubCopy struct {
 	msg       *jetstream.RawStreamMsg
 }
 
-// firstCopyFrom is the aggregate's first event from edge whose edge
-// sequence is at least from (a binary search: the copies of one edge are
-// in the edge's order).
-func (w *Watcher) firstCopyFrom(ctx context.Context, st jetstream.Stream, edge string, from uint64) (*hubCopy, error) {
-	info, err := st.Info(ctx)
+// nextCopy is the aggregate's first event from edge at or after its
+// sequence seq (nil: none).
+func nextCopy(ctx context.Context, st jetstream.Stream, edge string, seq uint64) (*hubCopy, error) {
+	m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(edge+".>"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	next := func(seq uint64) (*hubCopy, error) {
-		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(edge+".>"))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		return &hubCopy{seq: m.Sequence, sseq: sourceSeq(m.Header.Get(streamSourceHeader)), msg: m}, nil
+	return &hubCopy{seq: m.Sequence, sseq: sourceSeq(m.Header.Get(ingest.StreamSourceHeader)), msg: m}, nil
+}
+
+// firstCopyFrom is the aggregate's first event from edge whose edge
+// sequence is at least from (a binary search: the copies of one edge are
+// in the edge's order).
+func firstCopyFrom(ctx context.Context, st jetstream.Stream, edge string, from uint64) (*hubCopy, error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, err
 	}
 	// The smallest h whose next copy is from at least from (or none).
 	lo, hi := max(info.State.FirstSeq, 1), info.State.LastSeq+1
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		c, err := next(mid)
+		c, err := nextCopy(ctx, st, edge, mid)
 		if err != nil {
 			return nil, err
 		}
@@ -200,7 +180,7 @@ func (w *Watcher) firstCopyFrom(ctx context.Context, st jetstream.Stream, edge s
 	if lo > info.State.LastSeq {
 		return nil, nil
 	}
-	return next(lo)
+	return nextCopy(ctx, st, edge, lo)
 }
 
 // repair checks the aggregate's copies from edge at and after boundary ep
@@ -215,7 +195,7 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 	if err != nil {
 		return err
 	}
-	first, err := w.firstCopyFrom(rctx, st, edge, ep.first)
+	first, err := firstCopyFrom(rctx, st, edge, ep.first)
 	if err != nil || first == nil {
 		return err
 	}
@@ -229,21 +209,15 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 			break
 		}
 		lost = append(lost, *c)
-		m, err := st.GetMsg(rctx, c.seq+1, jetstream.WithGetMsgSubject(edge+".>"))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		} else if err != nil {
+		if c, err = nextCopy(rctx, st, edge, c.seq+1); err != nil {
 			return err
 		}
-		c = &hubCopy{seq: m.Sequence, sseq: sourceSeq(m.Header.Get(streamSourceHeader)), msg: m}
 	}
 	if len(lost) == 0 {
 		return nil
 	}
 	// Stop sourcing from edge while the copies are moved.
-	without := agg
-	without.Sources = slices.DeleteFunc(slices.Clone(agg.Sources), func(ss *jetstream.StreamSource) bool { return ss.Domain == edge })
-	if _, err := w.js.UpdateStream(rctx, without); err != nil {
+	if _, err := w.js.UpdateStream(rctx, withoutSource(agg, edge)); err != nil {
 		return fmt.Errorf("stop sourcing: %w", err)
 	}
 	defer func() {
@@ -258,14 +232,8 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 	removed, moved := 0, 0
 	var firstLost, lastLost uint64
 	runs := map[string]bool{} // the epochs that lost copies: one per crash
-	for seq := lost[0].seq; removed < maxRepair; {
-		m, err := st.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(edge+".>"))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		} else if err != nil {
-			return err
-		}
-		sseq := sourceSeq(m.Header.Get(streamSourceHeader))
+	for c := &lost[0]; c != nil && removed < maxRepair; {
+		m, sseq := c.msg, c.sseq
 		if m.Header.Get(w.cfg.EpochHeader) != expectedEpoch(epochs, sseq) {
 			h := nats.Header{}
 			for k, v := range m.Header {
@@ -276,7 +244,7 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 			if id := m.Header.Get(nats.MsgIdHdr); id != "" {
 				h.Set("Orderstore-Original-Msg-Id", id)
 			}
-			h.Set("Orderstore-Original-Source", m.Header.Get(streamSourceHeader))
+			h.Set("Orderstore-Original-Source", m.Header.Get(ingest.StreamSourceHeader))
 			h.Set("Orderstore-Original-Stream", agg.Name)
 			h.Set("Orderstore-Original-Subject", m.Subject)
 			h.Set("Orderstore-Original-Sequence", strconv.FormatUint(m.Sequence, 10))
@@ -302,7 +270,9 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 			return fmt.Errorf("remove a copy: %w", err)
 		}
 		removed++
-		seq = m.Sequence + 1
+		if c, err = nextCopy(rctx, st, edge, m.Sequence+1); err != nil {
+			return err
+		}
 	}
 	// Every copy moved counts, of every crash this repair covers (a later
 	// boundary then finds nothing left).

@@ -17,20 +17,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/bootstrap"
+	"github.com/orderstore/orderstore/internal/ingest"
 	"github.com/orderstore/orderstore/status"
 )
 
-// A hub's sources, watched. nats-server retries a source whose edge was
-// unreachable on a backoff of its own (measured: about 40 s after the link
-// came back), and a source can stall while nats reports lag 0 (upstream
-// #6206, #8346). The watcher compares, every second, each edge's last
-// sequence (asked through the edge's domain, over the leaf link) with the
-// newest event the aggregate holds from it; when the edge has more and the
-// source has not advanced for sourceKickAfter, it removes the source and
-// adds it back (two stream updates): nats then creates the source's
-// consumer at once, starting after the last event the aggregate holds from
-// that edge, so nothing is sourced twice or skipped. A source behind for
-// sourceStallAfter is flagged stalled in /v1/status and `orderstore status`.
+// A hub's sources, watched: docs/topologies.md ("Recovery after a link
+// loss") says why (nats' own backoff, upstream #6206, #8346) and how. An
+// edge with more events whose source has not advanced for sourceKickAfter
+// gets its source removed and added back; one behind for sourceStallAfter
+// is flagged stalled.
 const (
 	sourceWatchEvery = time.Second
 	sourceKickAfter  = 3 * time.Second
@@ -133,7 +128,7 @@ func (w *Watcher) check(ctx context.Context) {
 		}
 		ecancel()
 		if m, err := st.GetLastMsgForSubject(cctx, edge+".>"); err == nil {
-			s.SourcedSeq = sourceSeq(m.Header.Get("Nats-Stream-Source"))
+			s.SourcedSeq = sourceSeq(m.Header.Get(ingest.StreamSourceHeader))
 		}
 		if s.Reachable {
 			// The edge's sequence went backwards (it lost events the
@@ -183,16 +178,20 @@ func (w *Watcher) update(ctx context.Context, edge string, s status.SourceStatus
 // without the source, then with it.
 func (w *Watcher) kick(ctx context.Context, edge string, s status.SourceStatus) {
 	agg := *w.cfg.Spec.Aggregate
-	without := agg
-	without.Sources = slices.DeleteFunc(slices.Clone(agg.Sources), func(ss *jetstream.StreamSource) bool { return ss.Domain == edge })
 	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := w.js.UpdateStream(kctx, without)
+	_, err := w.js.UpdateStream(kctx, withoutSource(agg, edge))
 	if err == nil {
 		_, err = w.js.UpdateStream(kctx, agg)
 	}
 	w.log.Info("hub: source restarted", "edge", edge, "behind", s.Behind, "sourced_seq", s.SourcedSeq, "edge_last_seq", s.EdgeLastSeq,
 		"stalled_for", time.Since(s.LastAdvance).Round(time.Second).String(), "err", err)
+}
+
+// withoutSource is agg without edge's source.
+func withoutSource(agg jetstream.StreamConfig, edge string) jetstream.StreamConfig {
+	agg.Sources = slices.DeleteFunc(slices.Clone(agg.Sources), func(ss *jetstream.StreamSource) bool { return ss.Domain == edge })
+	return agg
 }
 
 func (w *Watcher) Sources() []status.SourceStatus {

@@ -172,7 +172,7 @@ func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 		}
 		if !ad.wait(m) {
 			ad.overloaded.Add(1)
-			return nil, &server.ApiError{Code: 429, ErrCode: 10077, Description: "orderstore: the stream is behind what producers send: the event was not stored, publish it again shortly"}
+			return nil, apiError(429, "the stream is behind what producers send: the event was not stored, publish it again shortly")
 		}
 	}
 	if hasWildcard(m.Subject) {
@@ -249,15 +249,8 @@ func (ad *Admission) Hold(held bool) { ad.hold.Store(held) }
 func (ad *Admission) headers(hdr []byte, account string) (out []byte, added int) {
 	out = make([]byte, 0, len(hdr)+len(ad.cfg.Scope)+len(account)+len(EpochHeader)+len(ad.cfg.Epoch)+32)
 	out = append(out, "NATS/1.0\r\n"...)
-	if i := bytes.Index(hdr, []byte("\r\n")); i >= 0 {
-		rest := hdr[i+2:]
-		for len(rest) > 0 {
-			line := rest
-			if j := bytes.Index(rest, []byte("\r\n")); j >= 0 {
-				line, rest = rest[:j], rest[j+2:]
-			} else {
-				rest = nil
-			}
+	if _, rest, ok := bytes.Cut(hdr, []byte("\r\n")); ok {
+		for line := range bytes.SplitSeq(rest, []byte("\r\n")) {
 			if len(line) == 0 {
 				continue
 			}

@@ -41,10 +41,8 @@ type Stats struct {
 // NewCommitter returns a Committer for embedded.Config's GroupCommitRound
 // (Round) and GroupCommitFailed (Fail); stream is the events stream.
 func NewCommitter(stream string) *Committer {
-	c := &Committer{stream: stream, fail: make(chan struct{})}
-	c.stats.syncHist = newHistogram(syncBuckets)
-	c.stats.batchHist = newHistogram(batchBuckets)
-	return c
+	return &Committer{stream: stream, fail: make(chan struct{}),
+		stats: Stats{syncHist: newHistogram(syncBuckets), batchHist: newHistogram(batchBuckets)}}
 }
 
 var (

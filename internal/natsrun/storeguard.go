@@ -2,7 +2,6 @@ package natsrun
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -16,23 +15,16 @@ import (
 
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
+	"github.com/orderstore/orderstore/internal/ingest"
 	"github.com/orderstore/orderstore/status"
 )
 
 // StoreGuard handles a store that cannot write (a full disk, an I/O
-// error). nats-server then marks the stream with a "critical write error",
-// stops storing, and sends publishers no reply at all, for good: they wait
-// until their own timeout, and publishing does not resume when the disk
-// has room again. The guard, in turn:
-//
-//  1. answers publishes on the stream's subjects itself with an error (the
-//     stream sends none), so publishers fail at once instead of hanging;
-//  2. makes /readyz 503 naming the error;
-//  3. waits until the store has room (free disk at least disk_headroom);
-//  4. restarts the embedded nats-server on the same store and port: the
-//     streams load again, the internal connections and TCP clients
-//     reconnect, publishing resumes. Nothing acknowledged is lost: an ack
-//     was only sent for what was stored.
+// error), where nats-server marks the stream with a "critical write error"
+// and sends publishers no reply at all, for good. The guard answers them
+// with an error itself, makes /readyz 503, waits for free disk and
+// restarts nats on the same store and port (docs/operations.md, "A full
+// disk").
 type StoreGuard struct {
 	cfg  GuardConfig
 	log  *slog.Logger
@@ -138,9 +130,12 @@ func (g *StoreGuard) recover(ctx context.Context) error {
 			_ = sub.Unsubscribe()
 		}
 	}()
+	// refuse answers the stream's publishers from here on, once (it sets
+	// ownFailed to nil), and flushes so that the server has the refusal.
+	ownFailed := g.ownFailed
 	refuse := func() {
-		reply, _ := json.Marshal(map[string]any{"error": map[string]any{"code": 503, "err_code": 10077,
-			"description": "orderstore: the store cannot write (disk full?); retry later"}})
+		ownFailed = nil
+		reply := ingest.APIError(503, 10077, "orderstore: the store cannot write (disk full?); retry later")
 		for _, subj := range g.cfg.Subjects {
 			sub, err := g.cfg.Conn.Subscribe(subj, func(m *nats.Msg) {
 				if m.Reply != "" {
@@ -153,6 +148,7 @@ func (g *StoreGuard) recover(ctx context.Context) error {
 			}
 			subs = append(subs, sub)
 		}
+		_ = g.cfg.Conn.Flush()
 	}
 	// What the stream had taken and not answered when its writes failed
 	// it will never answer. The refusal goes up first (and reaches the
@@ -163,12 +159,9 @@ func (g *StoreGuard) recover(ctx context.Context) error {
 			g.cfg.FailPending("the store cannot write (disk full?)")
 		}
 	}
-	ownFailed := g.ownFailed
 	select {
 	case <-ownFailed:
 		refuse()
-		_ = g.cfg.Conn.Flush()
-		ownFailed = nil
 	default:
 	}
 	failPending()
@@ -186,18 +179,14 @@ func (g *StoreGuard) recover(ctx context.Context) error {
 			return nil
 		case <-ownFailed:
 			refuse()
-			_ = g.cfg.Conn.Flush()
-			ownFailed = nil
 			failPending() // those published before the refusal was up
 		case <-t.C:
 		}
 	}
-	if ownFailed != nil {
-		select {
-		case <-ownFailed:
-			refuse() // until the restart below is done
-		default:
-		}
+	select {
+	case <-ownFailed: // nil once refused
+		refuse() // until the restart below is done
+	default:
 	}
 	return g.restart(ctx)
 }
@@ -261,11 +250,7 @@ func (g *StoreGuard) restart(ctx context.Context) error {
 // backoff is the least time between two restarts: 5s, doubling with each
 // restart up to 5 minutes.
 func (g *StoreGuard) backoff() time.Duration {
-	d := 5 * time.Second
-	for i := int64(1); i < g.restarts.Load() && d < 5*time.Minute; i++ {
-		d *= 2
-	}
-	return min(d, 5*time.Minute)
+	return min(5*time.Second<<min(max(g.restarts.Load()-1, 0), 6), 5*time.Minute)
 }
 
 // Stop ends restarts and waits for one under way.

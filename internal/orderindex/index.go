@@ -79,14 +79,16 @@ type item struct {
 	id string
 }
 
-func less(a, b item) bool {
+func compareItems(a, b item) int {
 	if a.at != b.at {
-		return a.at < b.at
+		return cmp.Compare(a.at, b.at)
 	}
-	return a.id < b.id
+	return strings.Compare(a.id, b.id)
 }
 
-func newTree() *btree.BTreeG[item] { return btree.NewG(32, less) }
+func newTree() *btree.BTreeG[item] {
+	return btree.NewG(32, func(a, b item) bool { return compareItems(a, b) < 0 })
+}
 
 // place is an order's time in the trees and its status's set (which
 // holds the status: one copy of each status, however many orders have it).
@@ -226,25 +228,23 @@ func (x *Index) Top(n int) (top []Count, total, otherOrders, otherStatuses int) 
 	x.mu.Lock() // stale counts move their threshold
 	defer x.mu.Unlock()
 	now := x.now()
-	// larger reports whether a comes before b in Counts' order.
-	larger := func(a, b *statusSet) bool {
-		if a.tree.Len() != b.tree.Len() {
-			return a.tree.Len() > b.tree.Len()
-		}
-		return a.name < b.name
+	// smaller orders sets the reverse of Counts' order: fewer orders
+	// first, then by status from the last.
+	smaller := func(a, b *statusSet) int {
+		return cmp.Or(cmp.Compare(a.tree.Len(), b.tree.Len()), strings.Compare(b.name, a.name))
 	}
 	// best holds the n largest so far, the smallest of them first.
 	var best []*statusSet
 	for _, s := range x.by {
 		switch {
 		case len(best) < n:
-			i, _ := slices.BinarySearchFunc(best, s, func(e, t *statusSet) int { return cmpSet(larger, e, t) })
+			i, _ := slices.BinarySearchFunc(best, s, smaller)
 			best = slices.Insert(best, i, s)
-		case n > 0 && larger(s, best[0]):
+		case n > 0 && smaller(s, best[0]) > 0:
 			otherOrders += best[0].tree.Len()
 			otherStatuses++
 			best = best[1:]
-			i, _ := slices.BinarySearchFunc(best, s, func(e, t *statusSet) int { return cmpSet(larger, e, t) })
+			i, _ := slices.BinarySearchFunc(best, s, smaller)
 			best = slices.Insert(best, i, s)
 		default:
 			otherOrders += s.tree.Len()
@@ -257,17 +257,6 @@ func (x *Index) Top(n int) (top []Count, total, otherOrders, otherStatuses int) 
 	return top, x.all.Len(), otherOrders, otherStatuses
 }
 
-// cmpSet orders the kept sets smallest first.
-func cmpSet(larger func(a, b *statusSet) bool, a, b *statusSet) int {
-	switch {
-	case larger(b, a):
-		return -1
-	case larger(a, b):
-		return 1
-	}
-	return 0
-}
-
 // Stale returns, for each status with a stale_after, how many of its
 // orders had no event for longer (0 for a status no order has).
 func (x *Index) Stale() map[string]int {
@@ -276,10 +265,9 @@ func (x *Index) Stale() map[string]int {
 	now := x.now()
 	out := make(map[string]int, len(x.staleAfter))
 	for status := range x.staleAfter {
+		out[status] = 0
 		if s := x.by[status]; s != nil {
 			out[status] = s.countStale(now)
-		} else {
-			out[status] = 0
 		}
 	}
 	return out
@@ -388,15 +376,9 @@ func (x *Index) List(q Query) (Page, error) {
 	}
 	slices.SortFunc(items, func(a, b item) int {
 		if q.Newest {
-			a, b = b, a
+			return compareItems(b, a)
 		}
-		if less(a, b) {
-			return -1
-		}
-		if less(b, a) {
-			return 1
-		}
-		return 0
+		return compareItems(a, b)
 	})
 	var p Page
 	if len(items) > limit {

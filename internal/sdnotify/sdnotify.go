@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 )
 
 // EnvSocket is the environment variable systemd sets to the notification
@@ -83,10 +84,8 @@ func Stopping() error {
 // `systemctl status`. Newlines in s would start a new assignment, so they
 // are rejected.
 func Status(s string) error {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\n' {
-			return errors.New("sd_notify STATUS: value contains a newline")
-		}
+	if strings.Contains(s, "\n") {
+		return errors.New("sd_notify STATUS: value contains a newline")
 	}
 	_, err := Notify("STATUS=" + s)
 	return err

@@ -173,10 +173,7 @@ func (v *Validator) Check(subject string, data []byte) error {
 	if !v.Enabled() {
 		return nil
 	}
-	typ := subject
-	if i := strings.LastIndexByte(subject, '.'); i >= 0 {
-		typ = subject[i+1:]
-	}
+	typ := subject[strings.LastIndexByte(subject, '.')+1:]
 	sch, ok := v.schemas[typ]
 	switch {
 	case ok:
