@@ -26,16 +26,20 @@ type slogAdapter struct {
 // maxStartupProblems bounds what is kept of a start-up's warnings.
 const maxStartupProblems = 100
 
-func (a *slogAdapter) keep(msg string) {
+// logKept logs a warning or an error, and keeps it while the server starts.
+func (a *slogAdapter) logKept(level slog.Level, format string, v []any) string {
+	msg := text(format, v)
+	a.l.Log(context.Background(), level, msg)
+	kept := msg
+	if len(kept) > 512 {
+		kept = kept[:512] + "..."
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.starting || len(a.problems) >= maxStartupProblems {
-		return
+	if a.starting && len(a.problems) < maxStartupProblems {
+		a.problems = append(a.problems, kept)
 	}
-	if len(msg) > 512 {
-		msg = msg[:512] + "..."
-	}
-	a.problems = append(a.problems, msg)
+	return msg
 }
 
 // started ends the start-up phase and returns what it kept.
@@ -64,16 +68,10 @@ func (a *slogAdapter) Debugf(format string, v ...any)  { a.log(slog.LevelDebug, 
 func (a *slogAdapter) Tracef(format string, v ...any)  { a.log(levelTrace, format, v) }
 
 // Warnf and Errorf format every message: start-up keeps them.
-func (a *slogAdapter) Warnf(format string, v ...any) {
-	msg := text(format, v)
-	a.keep(msg)
-	a.l.Warn(msg)
-}
+func (a *slogAdapter) Warnf(format string, v ...any) { a.logKept(slog.LevelWarn, format, v) }
 
 func (a *slogAdapter) Errorf(format string, v ...any) {
-	msg := text(format, v)
-	a.keep(msg)
-	a.l.Error(msg)
+	msg := a.logKept(slog.LevelError, format, v)
 	if a.onError != nil {
 		a.onError(msg)
 	}

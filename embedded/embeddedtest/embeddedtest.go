@@ -89,16 +89,9 @@ func JetStream(t testing.TB, srv nats.InProcessConnProvider, opts ...nats.Option
 // Logger returns a logger into t.Log at the level ORDERSTORE_TEST_LOG
 // names (debug, info, warn), or nil (discard) when it is unset.
 func Logger(t testing.TB) *slog.Logger {
-	lv := strings.ToLower(os.Getenv("ORDERSTORE_TEST_LOG"))
-	var level slog.Level
-	switch lv {
-	case "debug", "trace":
-		level = slog.LevelDebug
-	case "info":
-		level = slog.LevelInfo
-	case "warn":
-		level = slog.LevelWarn
-	default:
+	levels := map[string]slog.Level{"debug": slog.LevelDebug, "trace": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn}
+	level, ok := levels[strings.ToLower(os.Getenv("ORDERSTORE_TEST_LOG"))]
+	if !ok {
 		return nil
 	}
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: level}))

@@ -171,10 +171,7 @@ func Snapshot(ctx context.Context, nc *nats.Conn, name, dir string, seal Seal, p
 	if err := f.Sync(); err != nil {
 		return nil, err
 	}
-	var state map[string]any
-	sb, _ := json.Marshal(sr.State)
-	json.Unmarshal(sb, &state)
-	meta, _ := json.MarshalIndent(map[string]any{"config": sr.Config, "state": state}, "", "  ")
+	meta, _ := json.MarshalIndent(map[string]any{"config": sr.Config, "state": sr.State}, "", "  ")
 	if err := durable.WriteFile(filepath.Join(dir, metaFile), meta, 0o600); err != nil {
 		return nil, err
 	}

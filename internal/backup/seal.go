@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/crypto/chacha20poly1305"
+
+	"github.com/orderstore/orderstore/embedded"
 )
 
 // A sealed file is a backup file encrypted with the store's key, so that a
@@ -34,23 +36,17 @@ const (
 	sealChunk = 64 << 10
 )
 
-// Ciphers, as named in the config.
-const (
-	CipherChaCha = "chacha20-poly1305"
-	CipherAES    = "aes-256-gcm"
-)
-
 // ErrWrongKey is returned when a sealed file was sealed with another key.
 var ErrWrongKey = errors.New("the key does not open this backup: it was sealed with another key")
 
 func cipherID(name string) (byte, error) {
 	switch name {
-	case CipherChaCha, "":
+	case embedded.CipherChaCha, "":
 		return 1, nil
-	case CipherAES:
+	case embedded.CipherAES:
 		return 2, nil
 	}
-	return 0, fmt.Errorf("cipher %q: want %q or %q", name, CipherChaCha, CipherAES)
+	return 0, fmt.Errorf("cipher %q: want %q or %q", name, embedded.CipherChaCha, embedded.CipherAES)
 }
 
 // sealKeys derives a file's AEAD and key check from the store's key.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"testing"
+
+	"github.com/orderstore/orderstore/embedded"
 )
 
 const testKey = "0123456789abcdef0123456789abcdef"
@@ -42,7 +44,7 @@ func open(sealed []byte, key string) ([]byte, error) {
 // A sealed file opens to what was sealed, with either cipher, at every
 // size around the chunk boundary, and holds none of it in plain text.
 func TestSealRoundTrip(t *testing.T) {
-	for _, c := range []string{CipherChaCha, CipherAES} {
+	for _, c := range []string{embedded.CipherChaCha, embedded.CipherAES} {
 		for _, n := range []int{0, 1, sealChunk - 1, sealChunk, sealChunk + 1, 3*sealChunk + 17} {
 			plain := bytes.Repeat([]byte("order-payload "), n/14+1)[:n]
 			sealed := seal(t, plain, testKey, c)
@@ -62,7 +64,7 @@ func TestSealRoundTrip(t *testing.T) {
 func TestSealRefusesWrongKeyAndDamage(t *testing.T) {
 	plain := make([]byte, 3*sealChunk+100)
 	rand.Read(plain)
-	sealed := seal(t, plain, testKey, CipherChaCha)
+	sealed := seal(t, plain, testKey, embedded.CipherChaCha)
 	if _, err := open(sealed, testKey+"x"); !errors.Is(err, ErrWrongKey) {
 		t.Errorf("another key: %v, want ErrWrongKey", err)
 	}

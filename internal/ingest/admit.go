@@ -84,22 +84,14 @@ type AdmitConfig struct {
 }
 
 // Admission decides on every event published into the stream, on the
-// publisher's own goroutine, before nats queues it for the stream:
-//
-//   - it refuses what the stream must not take: a subject with a wildcard
-//     token, an event above max_msg_size with its headers, a publish from
-//     a leaf node (a hub's stream takes its edges' events by sourcing);
-//   - it scopes the Nats-Msg-Id to the publisher's account (so one
-//     producer cannot make another's event a duplicate), drops the headers
-//     only nats and orderstore may set, and stamps the epoch;
-//   - it validates the event against its JSON Schema;
-//   - it holds a producer's connection in line while the stream's inbound
-//     queue is deep, one connection after the other, so that one account's
-//     flood waits its turn behind another's single publish instead of
-//     filling the queue (which nats would answer 429 for everyone).
-//
-// A refused event is answered at once with a JetStream API error and is
-// not stored.
+// publisher's own goroutine, before nats queues it for the stream: what it
+// refuses, scopes, drops, validates and stamps is docs/durability.md's
+// ("Admission, in every mode"). It also holds a producer's connection in
+// line while the stream's inbound queue is deep (wait), so that one
+// account's flood waits its turn behind another's single publish instead
+// of filling the queue (which nats would answer 429 for everyone). A
+// refused event is answered at once with a JetStream API error and is not
+// stored.
 type Admission struct {
 	cfg AdmitConfig
 

@@ -14,12 +14,9 @@ import (
 // each single-replica file stream acks a publish once one fdatasync of the
 // blocks written since the round before (and of the msgs/ directory when a
 // block file appeared) has covered it. The Committer keeps the rounds'
-// figures (/metrics, the dashboard) and the first failed sync.
-//
-// A failed sync is final: the kernel may have dropped the pages it could
-// not write, so no later sync can vouch for them. nats' store refuses every
-// write from then on, Failed is closed, and the appliance stops; the next
-// start reads the store back from the disk.
+// figures (/metrics, the dashboard) and the first failed sync, which is
+// final (docs/durability.md, "A failed sync is final"): Failed is closed,
+// and the appliance stops.
 type Committer struct {
 	stream string // the events stream: Acked counts its acks
 	fail   chan struct{}

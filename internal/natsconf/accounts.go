@@ -106,16 +106,29 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 		return acc
 	}
 
-	if in.anonymousBesideStream() {
-		// A standalone node with no users: anonymous loopback clients in
-		// StreamAccount itself, with an admin's reach by permissions
-		// instead of imports (no service import on each event, its ack or
-		// a consumer's pull). The guard's mappings move into StreamAccount
-		// and spare orderstore's own user (ec.MappingsExemptNkey).
+	if len(in.Users) == 0 {
+		// The no-auth user is an nkey whose seed is thrown away: nats
+		// skips the signature only for the no-auth user, so nobody can
+		// sign in as it, and no plaintext password is configured.
 		anon, aerr := NewIdentity()
 		if aerr != nil {
 			return nil, nil, "", aerr
 		}
+		if !in.anonymousBesideStream() {
+			// Anonymous loopback clients (Validate refuses them
+			// elsewhere) land in an account of their own with an admin's
+			// imports, so that orderstore's own consumers are reached
+			// only through the guard.
+			accounts = append(accounts, client(AnonymousAccount, RoleAdmin))
+			users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: AnonymousAccount,
+				PublishDeny: in.guardDenies()})
+			return accounts, users, anon.pub, nil
+		}
+		// A standalone node: anonymous loopback clients in StreamAccount
+		// itself, with an admin's reach by permissions instead of imports
+		// (no service import on each event, its ack or a consumer's
+		// pull). The guard's mappings move into StreamAccount and spare
+		// orderstore's own user (ec.MappingsExemptNkey).
 		stream.Mappings = in.guardMappings()
 		for _, s := range sysReadOnly {
 			stream.Imports = append(stream.Imports, embedded.Import{Account: "SYS", Subject: s})
@@ -124,23 +137,6 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 		pubDeny, subDeny := in.besideDenies()
 		users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: StreamAccount,
 			PublishDeny: pubDeny, SubscribeDeny: subDeny})
-		return accounts, users, anon.pub, nil
-	}
-	if len(in.Users) == 0 {
-		// Anonymous loopback clients (Validate refuses them elsewhere)
-		// land in an account of their own with an admin's imports, so
-		// that orderstore's own consumers are reached only through the
-		// guard.
-		// The no-auth user is an nkey whose seed is thrown away: nats
-		// skips the signature only for the no-auth user, so nobody can
-		// sign in as it, and no plaintext password is configured.
-		anon, aerr := NewIdentity()
-		if aerr != nil {
-			return nil, nil, "", aerr
-		}
-		accounts = append(accounts, client(AnonymousAccount, RoleAdmin))
-		users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: AnonymousAccount,
-			PublishDeny: in.guardDenies()})
 		return accounts, users, anon.pub, nil
 	}
 

@@ -89,15 +89,11 @@ func (in Input) streamAccountExports() []embedded.Export {
 func (in Input) roleImports(role string) []embedded.Import {
 	var im []embedded.Import
 	for _, r := range in.internalSubjects() {
-		if roleHas(r, role) {
+		if role == RoleProducer && r.Producer || role == RoleReader && r.Reader || role == RoleAdmin && r.Admin {
 			im = append(im, embedded.Import{Account: StreamAccount, Subject: r.Pattern, Stream: r.Stream})
 		}
 	}
 	return im
-}
-
-func roleHas(r internalSubject, role string) bool {
-	return role == RoleProducer && r.Producer || role == RoleReader && r.Reader || role == RoleAdmin && r.Admin
 }
 
 // leafPermissions are a hub's leaf listener allow lists: what a leaf peer
@@ -157,18 +153,14 @@ func (in Input) guardMappings() []embedded.Mapping {
 	}
 	var m []embedded.Mapping
 	add := func(from, verb string) { m = append(m, embedded.Mapping{From: from, To: GuardPrefix + verb}) }
-	for _, v := range []struct{ from, verb string }{
-		{"$JS.API.CONSUMER.CREATE." + s + "." + d, "create"},
-		{"$JS.API.CONSUMER.DURABLE.CREATE." + s + "." + d, "create"},
-		{"$JS.API.CONSUMER.DELETE." + s + "." + d, "delete"},
-		{"$JS.API.CONSUMER.MSG.NEXT." + s + "." + d, "next"},
-		{"$JS.API.CONSUMER.PAUSE." + s + "." + d, "pause"},
-		{"$JS.API.CONSUMER.UNPIN." + s + "." + d, "unpin"},
-		{"$JS.API.CONSUMER.RESET." + s + "." + d, "reset"},
-		{"$JS.API.CONSUMER.LEADER.STEPDOWN." + s + "." + d, "stepdown"},
-	} {
-		add(v.from, v.verb)
-	}
+	add("$JS.API.CONSUMER.CREATE."+s+"."+d, "create")
+	add("$JS.API.CONSUMER.DURABLE.CREATE."+s+"."+d, "create")
+	add("$JS.API.CONSUMER.DELETE."+s+"."+d, "delete")
+	add("$JS.API.CONSUMER.MSG.NEXT."+s+"."+d, "next")
+	add("$JS.API.CONSUMER.PAUSE."+s+"."+d, "pause")
+	add("$JS.API.CONSUMER.UNPIN."+s+"."+d, "unpin")
+	add("$JS.API.CONSUMER.RESET."+s+"."+d, "reset")
+	add("$JS.API.CONSUMER.LEADER.STEPDOWN."+s+"."+d, "stepdown")
 	// A filtered create names its filter after the durable; both ack
 	// subject formats of nats-server 2.15 (where "+NXT" is a pull too).
 	// (A mapping's destination takes its source's wildcards.)

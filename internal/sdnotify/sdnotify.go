@@ -1,21 +1,14 @@
-// Package sdnotify implements the client side of systemd's sd_notify protocol
-// with the standard library only.
+// Package sdnotify implements the client side of systemd's sd_notify
+// protocol (sd_notify(3)) with the standard library only: a service started
+// with Type=notify sends "KEY=VALUE" lines as one datagram to the unix
+// socket named in $NOTIFY_SOCKET. orderstore sends [Ready] once the store is
+// recovered and declared, [Status] for progress, and [Stopping] when a
+// graceful shutdown begins.
 //
-// # Overview
-//
-// A service started by systemd with Type=notify tells the service manager
-// about its state by sending short newline-separated "KEY=VALUE" assignments
-// as one datagram to the unix socket named in $NOTIFY_SOCKET. orderstore sends
-// [Ready] once the store is recovered and declared, [Status] for progress, and
-// [Stopping] when a graceful shutdown begins.
-//
-// When $NOTIFY_SOCKET is unset (not started by systemd, or started with a
-// Type other than notify) every function is a no-op that returns a nil error,
-// so callers may use it unconditionally. On platforms without unix datagram
-// sockets (Windows) a set $NOTIFY_SOCKET yields an error from the dial, never
-// a panic or a build failure.
-//
-// See sd_notify(3) for the protocol.
+// When $NOTIFY_SOCKET is unset every function is a no-op that returns a nil
+// error, so callers may use it unconditionally. On platforms without unix
+// datagram sockets (Windows) a set $NOTIFY_SOCKET yields an error from the
+// dial, never a panic or a build failure.
 package sdnotify
 
 import (
