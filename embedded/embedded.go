@@ -280,10 +280,7 @@ type Account struct {
 	// Exports are the services and message streams other accounts may
 	// import from it.
 	Exports []Export
-	// Imports bring other accounts' exports into it: for a service, a
-	// publish on Subject here is delivered there, and its replies come
-	// back; for a stream, what is published on Subject there is
-	// delivered to subscribers here.
+	// Imports bring other accounts' exports into it (see Import).
 	Imports []Import
 	// Mappings rewrite a client's publish subject in this account before
 	// it is delivered (nats subject mappings): From (wildcards allowed)
@@ -753,9 +750,6 @@ func (s *Server) ClientURL() string {
 //
 //	nc, err := nats.Connect("", nats.InProcessServer(srv))
 func (s *Server) InProcessConn() (net.Conn, error) { return s.ns.InProcessConn() }
-
-// StoreDir returns the JetStream storage directory.
-func (s *Server) StoreDir() string { return s.cfg.StoreDir }
 
 // SyncAlways reports whether every publish is fsynced before its ack.
 func (s *Server) SyncAlways() bool { return s.cfg.SyncInterval == 0 && !s.cfg.GroupCommit }

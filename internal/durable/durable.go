@@ -28,19 +28,17 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 	ok := false
 	defer func() {
 		if !ok {
+			f.Close() // harmless when already closed
 			os.Remove(tmp)
 		}
 	}()
 	if _, err := f.Write(data); err != nil {
-		f.Close()
 		return fmt.Errorf("write %s: %w", tmp, err)
 	}
 	if err := f.Chmod(perm); err != nil {
-		f.Close()
 		return err
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
 		return fmt.Errorf("fsync %s: %w", tmp, err)
 	}
 	if err := f.Close(); err != nil {

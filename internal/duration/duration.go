@@ -3,7 +3,6 @@
 package duration
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -26,20 +25,12 @@ func Format(d time.Duration) string {
 // ParseAge reads an age: a Go duration ("90m", "36h") or whole days
 // ("7d"), positive.
 func ParseAge(s string) (time.Duration, error) {
-	var d time.Duration
-	var err error
 	if n, ok := strings.CutSuffix(s, "d"); ok {
-		var days int
-		days, err = strconv.Atoi(n)
-		if err == nil && days > 0 && days <= 100*365 {
+		if days, err := strconv.Atoi(n); err == nil && days > 0 && days <= 100*365 {
 			return time.Duration(days) * 24 * time.Hour, nil
 		}
-		err = errors.New("bad days")
-	} else {
-		d, err = time.ParseDuration(s)
+	} else if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return d, nil
 	}
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%.20q: want a positive duration such as 90m, 36h or 7d", s)
-	}
-	return d, nil
+	return 0, fmt.Errorf("%.20q: want a positive duration such as 90m, 36h or 7d", s)
 }

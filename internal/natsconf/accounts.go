@@ -249,26 +249,6 @@ func (in Input) readerPermissions() (allow, deny []string) {
 	return allow, slices.DeleteFunc(deny, func(d string) bool { return guarded[d] })
 }
 
-// AccountOf is the account the named user lands in ("": the anonymous
-// one, with no users configured); "" when there is no such user.
-func (in Input) AccountOf(user string) string {
-	if user == "" {
-		if in.anonymousBesideStream() {
-			return StreamAccount
-		}
-		if len(in.Users) == 0 {
-			return AnonymousAccount
-		}
-		return ""
-	}
-	for i, u := range in.Users {
-		if u.Name == user {
-			return userAccount(i, u.Name)
-		}
-	}
-	return ""
-}
-
 // userAccount names user i's account: "USER<i>_" and the name's letters,
 // digits, '_' and '-' (what /connz and `nats server report` show).
 func userAccount(i int, name string) string {

@@ -233,19 +233,40 @@ func TestLoadTLS(t *testing.T) {
 	}
 }
 
+// accountOf is the account the named user lands in ("": the no-auth
+// user, with no users configured) in the layout accounts makes; "" when
+// there is no such user.
+func accountOf(t *testing.T, in Input, user string) string {
+	t.Helper()
+	id, err := NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, users, noAuth, err := in.accounts(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		if user != "" && u.Name == user || user == "" && noAuth != "" && u.Nkey == noAuth {
+			return u.Account
+		}
+	}
+	return ""
+}
+
 func TestAccountOf(t *testing.T) {
-	if got := (Input{}).AccountOf(""); got != StreamAccount {
+	if got := accountOf(t, Input{}, ""); got != StreamAccount {
 		t.Fatalf("no users, single node: %q, want %q", got, StreamAccount)
 	}
 	for _, in := range []Input{{Domain: "d1"}, {Cluster: ClusterConfig{Name: "c"}}, {Edges: []string{"e"}}, {LeafNode: LeafNodeConfig{Listen: "127.0.0.1:7422"}}} {
-		if got := in.AccountOf(""); got != AnonymousAccount {
+		if got := accountOf(t, in, ""); got != AnonymousAccount {
 			t.Fatalf("no users, %+v: %q, want %q", in, got, AnonymousAccount)
 		}
 	}
 	in := Input{Users: []User{{Name: "p1", Role: RoleProducer}, {Name: "ann o'brien", Role: RoleAdmin}}}
 	for user, want := range map[string]string{"p1": "USER1_p1", "ann o'brien": "USER2_annobrien", "": "", "nobody": ""} {
-		if got := in.AccountOf(user); got != want {
-			t.Errorf("AccountOf(%q) = %q, want %q", user, got, want)
+		if got := accountOf(t, in, user); got != want {
+			t.Errorf("account of %q = %q, want %q", user, got, want)
 		}
 	}
 }

@@ -17,9 +17,7 @@ import (
 // port (read it with Current).
 type Server struct {
 	// Config is what the server runs with (and a restart starts again).
-	Config embedded.Config
-	// onReplace sees every server set, the first included (before
-	// anyone can read it with Current).
+	Config    embedded.Config
 	onReplace func(*embedded.Server)
 
 	mu      sync.Mutex
@@ -28,7 +26,7 @@ type Server struct {
 }
 
 // NewServer returns the component; onReplace sees every server Set, the
-// first included.
+// first included (before anyone can read it with Current).
 func NewServer(onReplace func(*embedded.Server)) *Server {
 	return &Server{onReplace: onReplace, changed: make(chan struct{})}
 }

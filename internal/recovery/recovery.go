@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,17 +89,9 @@ func (c *Check) StartupProblems(problems []string) {
 // config (plaintext passwords).
 func StoreProblem(msg string) bool {
 	m := strings.ToLower(msg)
-	for _, s := range []string{"plaintext passwords", "leafnode", "route", "connect", "gateway", "cluster", "raft", "meta leader"} {
-		if strings.Contains(m, s) {
-			return false
-		}
-	}
-	for _, s := range []string{"stream", "consumer", "block", "msgs", "meta", "checksum", "recover", "store", "corrupt", "truncat", "index", "state"} {
-		if strings.Contains(m, s) {
-			return true
-		}
-	}
-	return false
+	has := func(s string) bool { return strings.Contains(m, s) }
+	return !slices.ContainsFunc([]string{"plaintext passwords", "leafnode", "route", "connect", "gateway", "cluster", "raft", "meta leader"}, has) &&
+		slices.ContainsFunc([]string{"stream", "consumer", "block", "msgs", "meta", "checksum", "recover", "store", "corrupt", "truncat", "index", "state"}, has)
 }
 
 // Declare declares the spec, as start-up does, with what nats left

@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"cmp"
 	"strings"
 	"time"
 
@@ -27,10 +28,7 @@ func FoldOrder(id string, evs []OracleEvent) processor.Order {
 		}
 		o.Events++
 		o.LastSeq, o.LastEvent, o.LastEventAt = r.Seq, typ, r.Time.UTC()
-		o.Status = r.Status
-		if o.Status == "" {
-			o.Status = typ
-		}
+		o.Status = cmp.Or(r.Status, typ)
 	}
 	return o
 }

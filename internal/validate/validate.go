@@ -55,11 +55,7 @@ func (r *Rejection) Error() string {
 	case ReasonInvalidJSON:
 		return fmt.Sprintf("event type %q does not match schema %q: not JSON: %s", r.Type, r.Schema, r.Message)
 	}
-	at := r.Pointer
-	if at == "" {
-		at = "(the event)"
-	}
-	return fmt.Sprintf("event type %q does not match schema %q: at %s: keyword %q: %s", r.Type, r.Schema, at, r.Keyword, r.Message)
+	return fmt.Sprintf("event type %q does not match schema %q: at %s: keyword %q: %s", r.Type, r.Schema, cmp.Or(r.Pointer, "(the event)"), r.Keyword, r.Message)
 }
 
 // Count is how many events of a type were refused for a reason.
@@ -98,8 +94,7 @@ func Compile(schemas map[string]string, unknownTypes string, fn func(subject str
 	default:
 		errs = append(errs, fmt.Errorf("validation.unknown_types %q: must be %q or %q", unknownTypes, Accept, Reject))
 	}
-	types := slices.Sorted(maps.Keys(schemas))
-	for _, typ := range types {
+	for _, typ := range slices.Sorted(maps.Keys(schemas)) {
 		file := schemas[typ]
 		key := fmt.Sprintf("validation.schemas.%s", typ)
 		if typ == "" || strings.ContainsAny(typ, ".*> \t") {
@@ -225,9 +220,8 @@ func (v *Validator) refused(r *Rejection) error {
 	if _, ok := v.schemas[typ]; !ok {
 		typ = "other" // no schema: a producer's invention must not make a label
 	}
-	reason := r.Keyword
 	v.mu.Lock()
-	k := [2]string{typ, reason}
+	k := [2]string{typ, r.Keyword}
 	if _, ok := v.counts[k]; ok || len(v.counts) < maxCountKeys {
 		v.counts[k]++
 	} else {
