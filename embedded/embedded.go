@@ -570,13 +570,7 @@ func (c Config) options() (*server.Options, error) {
 		// as (nats ignores those of the leaf listener's own users). For
 		// an accepted leaf nats reads them from the peer's side: Publish
 		// is what the peer may send in, Subscribe what it is sent.
-		perms := &server.Permissions{}
-		if len(ln.FromLeaf) > 0 {
-			perms.Publish = &server.SubjectPermission{Allow: ln.FromLeaf}
-		}
-		if len(ln.ToLeaf) > 0 {
-			perms.Subscribe = &server.SubjectPermission{Allow: ln.ToLeaf}
-		}
+		perms := permissions(User{Publish: ln.FromLeaf, Subscribe: ln.ToLeaf})
 		o.LeafNode.Username, o.LeafNode.Password, o.LeafNode.Account = "", "", ""
 		o.Users = append(o.Users, &server.User{Username: ln.User, Password: ln.Password, Permissions: perms, Account: account(ln.Account),
 			AllowedConnectionTypes: map[string]struct{}{jwt.ConnectionTypeLeafnode: {}}})
@@ -678,13 +672,16 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	begin := time.Now()
-	for !ns.ReadyForConnections(time.Millisecond) {
+	for {
 		select {
 		case msg := <-fatal:
 			return nil, fmt.Errorf("start embedded nats: %s", msg)
 		case <-ctx.Done():
 			return nil, fatalOr(fmt.Errorf("start embedded nats: not ready after %s: %w", time.Since(begin).Round(time.Millisecond), ctx.Err()))
 		case <-tick.C:
+		}
+		if ns.ReadyForConnections(time.Millisecond) {
+			break
 		}
 	}
 	if !ns.JetStreamEnabled() {

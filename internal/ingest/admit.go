@@ -7,6 +7,7 @@ package ingest
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -107,9 +108,7 @@ type Admission struct {
 
 // NewAdmission returns admission for cfg; Admit is nats' hook.
 func NewAdmission(cfg AdmitConfig) *Admission {
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
+	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	return &Admission{cfg: cfg, line: make(chan struct{}, 1)}
 }
 

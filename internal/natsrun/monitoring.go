@@ -9,24 +9,21 @@ import (
 // Monitoring is nats-server's own monitoring endpoints, by path, for the
 // admin listener; until srv returns a server they answer 503.
 func Monitoring(srv func() *server.Server) map[string]http.HandlerFunc {
-	wrap := func(h func(*server.Server) http.HandlerFunc) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
+	handlers := map[string]http.HandlerFunc{}
+	for path, h := range map[string]func(*server.Server, http.ResponseWriter, *http.Request){
+		"/varz": (*server.Server).HandleVarz, "/jsz": (*server.Server).HandleJsz,
+		"/connz": (*server.Server).HandleConnz, "/healthz": (*server.Server).HandleHealthz,
+		"/subsz": (*server.Server).HandleSubsz, "/accountz": (*server.Server).HandleAccountz,
+		"/leafz": (*server.Server).HandleLeafz, "/routez": (*server.Server).HandleRoutez,
+	} {
+		handlers[path] = func(w http.ResponseWriter, r *http.Request) {
 			s := srv()
 			if s == nil {
 				http.Error(w, "starting", http.StatusServiceUnavailable)
 				return
 			}
-			h(s)(w, r)
+			h(s, w, r)
 		}
 	}
-	return map[string]http.HandlerFunc{
-		"/varz":     wrap(func(s *server.Server) http.HandlerFunc { return s.HandleVarz }),
-		"/jsz":      wrap(func(s *server.Server) http.HandlerFunc { return s.HandleJsz }),
-		"/connz":    wrap(func(s *server.Server) http.HandlerFunc { return s.HandleConnz }),
-		"/healthz":  wrap(func(s *server.Server) http.HandlerFunc { return s.HandleHealthz }),
-		"/subsz":    wrap(func(s *server.Server) http.HandlerFunc { return s.HandleSubsz }),
-		"/accountz": wrap(func(s *server.Server) http.HandlerFunc { return s.HandleAccountz }),
-		"/leafz":    wrap(func(s *server.Server) http.HandlerFunc { return s.HandleLeafz }),
-		"/routez":   wrap(func(s *server.Server) http.HandlerFunc { return s.HandleRoutez }),
-	}
+	return handlers
 }

@@ -53,8 +53,6 @@ type GuardConfig struct {
 	Headroom int64    // free disk the store needs before nats restarts
 	// Conn is where the refusals subscribe (set before the guard runs).
 	Conn *nats.Conn
-	// FailPending answers what the stream took and will never answer.
-	FailPending func(why string)
 }
 
 // NewStoreGuard returns the guard of srv.
@@ -150,21 +148,6 @@ func (g *StoreGuard) recover(ctx context.Context) error {
 		}
 		_ = g.cfg.Conn.Flush()
 	}
-	// What the stream had taken and not answered when its writes failed
-	// it will never answer. The refusal goes up first (and reaches the
-	// server: a flush), so that a publish made after failPending is
-	// answered by it rather than dropped by the stream unanswered.
-	failPending := func() {
-		if g.cfg.FailPending != nil {
-			g.cfg.FailPending("the store cannot write (disk full?)")
-		}
-	}
-	select {
-	case <-ownFailed:
-		refuse()
-	default:
-	}
-	failPending()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -179,7 +162,6 @@ func (g *StoreGuard) recover(ctx context.Context) error {
 			return nil
 		case <-ownFailed:
 			refuse()
-			failPending() // those published before the refusal was up
 		case <-t.C:
 		}
 	}
