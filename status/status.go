@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/orderstore/orderstore/internal/orderindex"
 	"github.com/orderstore/orderstore/processor"
 )
 
@@ -27,10 +28,8 @@ type Status struct {
 	Time        time.Time         `json:"time"`
 	Errors      []string          `json:"errors,omitempty"`
 	// Recovery is what start-up found and did about a damaged store.
-	Recovery []string `json:"recovery,omitempty"`
-	// Topology is the cluster, leaf links and a hub's sources; absent on
-	// a lone node.
-	Topology *Topology `json:"topology,omitempty"`
+	Recovery []string  `json:"recovery,omitempty"`
+	Topology *Topology `json:"topology,omitempty"` // absent on a lone node
 	// Ingest is group commit's figures; absent in the other modes.
 	Ingest *IngestStats `json:"ingest,omitempty"`
 	// Guard is what the ingest service and the durable guard refused.
@@ -251,13 +250,9 @@ type OrdersStatus struct {
 	StaleAfter map[string]string `json:"stale_after,omitempty"`
 }
 
-// OrderCount is one status's orders.
-type OrderCount struct {
-	Status string `json:"status"`
-	Orders int    `json:"orders"`
-	// Stale is set for a status with a stale_after.
-	Stale *int `json:"stale,omitempty"`
-}
+// OrderCount is one status's orders, and its stale ones if it has a
+// stale_after.
+type OrderCount = orderindex.Count
 
 // StoreStatus is the store directory and its free disk.
 type StoreStatus struct {

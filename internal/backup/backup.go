@@ -231,8 +231,7 @@ func RestoreStream(ctx context.Context, nc *nats.Conn, dir string, s Stream, key
 	if err != nil {
 		return err
 	}
-	var req map[string]json.RawMessage
-	if err := json.Unmarshal(meta, &req); err != nil {
+	if err := json.Unmarshal(meta, new(map[string]json.RawMessage)); err != nil {
 		return fmt.Errorf("%s: %w", metaFile, err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -41,25 +41,12 @@ type epochStart struct {
 func parseEpochs(s string) []epochStart {
 	var out []epochStart
 	for _, f := range strings.Split(s, ",") {
-		e, n, ok := strings.Cut(f, ":")
-		if !ok {
-			continue
+		e, n, _ := strings.Cut(f, ":")
+		if seq, err := strconv.ParseUint(n, 10, 64); err == nil && e != "" {
+			out = append(out, epochStart{e, seq})
 		}
-		seq, err := strconv.ParseUint(n, 10, 64)
-		if err != nil || e == "" {
-			continue
-		}
-		out = append(out, epochStart{e, seq})
 	}
 	return out
-}
-
-func formatEpochs(es []epochStart) string {
-	fs := make([]string, len(es))
-	for i, e := range es {
-		fs[i] = fmt.Sprintf("%s:%d", e.epoch, e.first)
-	}
-	return strings.Join(fs, ",")
 }
 
 // RecordEpoch writes this run's epoch and its first sequence to stream's
@@ -78,9 +65,13 @@ func RecordEpoch(ctx context.Context, js jetstream.JetStream, stream, epoch stri
 	if len(es) > maxEpochs {
 		es = es[len(es)-maxEpochs:]
 	}
+	fs := make([]string, len(es))
+	for i, e := range es {
+		fs[i] = fmt.Sprintf("%s:%d", e.epoch, e.first)
+	}
 	md := map[string]string{}
 	maps.Copy(md, cfg.Metadata)
-	md[epochsKey] = formatEpochs(es)
+	md[epochsKey] = strings.Join(fs, ",")
 	cfg.Metadata = md
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("epoch: record it in stream %q: %w", stream, err)
@@ -236,11 +227,9 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 		m, sseq := c.msg, c.sseq
 		if m.Header.Get(w.cfg.EpochHeader) != expectedEpoch(epochs, sseq) {
 			h := nats.Header{}
-			for k, v := range m.Header {
-				if !strings.HasPrefix(k, "Nats-") { // nats refuses its own (Nats-Stream-Source) on a publish
-					h[k] = v
-				}
-			}
+			maps.Copy(h, m.Header)
+			// nats refuses its own (Nats-Stream-Source) on a publish
+			maps.DeleteFunc(h, func(k string, _ []string) bool { return strings.HasPrefix(k, "Nats-") })
 			if id := m.Header.Get(nats.MsgIdHdr); id != "" {
 				h.Set("Orderstore-Original-Msg-Id", id)
 			}

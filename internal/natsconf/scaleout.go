@@ -26,11 +26,10 @@ func (in Input) scaleOut(ec *embedded.Config) error {
 	}
 	ln := in.LeafNode
 	if ln.Listen != "" {
-		host, port, err := splitHostPort("leafnode.listen", ln.Listen)
-		if err != nil {
+		var err error
+		if ec.LeafNode.Host, ec.LeafNode.Port, err = splitHostPort("leafnode.listen", ln.Listen); err != nil {
 			return err
 		}
-		ec.LeafNode.Host, ec.LeafNode.Port = host, port
 		ec.LeafNode.User, ec.LeafNode.Password, ec.LeafNode.Account = ln.User, ln.Password, StreamAccount
 		// Leaf peers (edges) bind to StreamAccount: what crosses the link
 		// is only what sourcing and the hub watcher need, both ways

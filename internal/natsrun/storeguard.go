@@ -28,7 +28,8 @@ import (
 type StoreGuard struct {
 	cfg  GuardConfig
 	log  *slog.Logger
-	nats *Server // the server it restarts
+	nats *Server    // the server it restarts
+	conn *nats.Conn // where the refusals subscribe (SetConn)
 
 	mu    sync.Mutex
 	werr  string    // the write error; "" while the store writes
@@ -51,8 +52,6 @@ type GuardConfig struct {
 	Stream   string   // whose write errors stop its publishers' answers
 	Subjects []string // the stream's subjects: refused while it cannot write
 	Headroom int64    // free disk the store needs before nats restarts
-	// Conn is where the refusals subscribe (set before the guard runs).
-	Conn *nats.Conn
 }
 
 // NewStoreGuard returns the guard of srv.
@@ -135,7 +134,7 @@ func (g *StoreGuard) recover(ctx context.Context) error {
 		ownFailed = nil
 		reply := ingest.APIError(503, 10077, "orderstore: the store cannot write (disk full?); retry later")
 		for _, subj := range g.cfg.Subjects {
-			sub, err := g.cfg.Conn.Subscribe(subj, func(m *nats.Msg) {
+			sub, err := g.conn.Subscribe(subj, func(m *nats.Msg) {
 				if m.Reply != "" {
 					_ = m.Respond(reply)
 				}
@@ -146,7 +145,7 @@ func (g *StoreGuard) recover(ctx context.Context) error {
 			}
 			subs = append(subs, sub)
 		}
-		_ = g.cfg.Conn.Flush()
+		_ = g.conn.Flush()
 	}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -247,4 +246,4 @@ func (g *StoreGuard) Stop(context.Context) error {
 func (g *StoreGuard) Restarting() bool { return g.restarting.Load() }
 
 // SetConn is where the refusals subscribe (set before Run).
-func (g *StoreGuard) SetConn(nc *nats.Conn) { g.cfg.Conn = nc }
+func (g *StoreGuard) SetConn(nc *nats.Conn) { g.conn = nc }

@@ -137,8 +137,6 @@ func New(staleAfter map[string]time.Duration) *Index {
 // its watch began.
 func (x *Index) Loaded() <-chan struct{} { return x.loaded }
 
-func (x *Index) markLoaded() { x.loadOnce.Do(func() { close(x.loaded) }) }
-
 // Put records an order's status and the time of its latest event.
 func (x *Index) Put(id, status string, lastEventAt time.Time) {
 	at := nanos(lastEventAt)
@@ -388,11 +386,8 @@ func (x *Index) List(q Query) (Page, error) {
 	p.Orders = make([]Entry, len(items))
 	for i, it := range items {
 		status := x.byID[it.id].set.name
-		e := Entry{OrderID: it.id, Status: status, LastEventAt: timeOf(it.at)}
-		if d := x.staleAfter[status]; d > 0 && it.at <= now.Add(-d).UnixNano() {
-			e.Stale = true
-		}
-		p.Orders[i] = e
+		d := x.staleAfter[status]
+		p.Orders[i] = Entry{OrderID: it.id, Status: status, LastEventAt: timeOf(it.at), Stale: d > 0 && it.at <= now.Add(-d).UnixNano()}
 	}
 	return p, nil
 }

@@ -36,7 +36,7 @@ func (x *Index) Run(ctx context.Context, kv jetstream.KeyValue, skipped func(key
 				return fmt.Errorf("order index: the watch of bucket %q ended", kv.Bucket())
 			}
 			if e == nil {
-				x.markLoaded() // every record the bucket held is in
+				x.loadOnce.Do(func() { close(x.loaded) }) // every record the bucket held is in
 				continue
 			}
 			if err := x.apply(e); err != nil && skipped != nil {
@@ -79,10 +79,7 @@ func indexFields(b []byte) (status *string, at time.Time, err error) {
 		return nil, at, fmt.Errorf("a record is a JSON object, not %v", tok.Kind())
 	}
 	var haveAt bool
-	for status == nil || !haveAt {
-		if d.PeekKind() == '}' {
-			break
-		}
+	for (status == nil || !haveAt) && d.PeekKind() != '}' {
 		tok, err := d.ReadToken()
 		if err != nil {
 			return nil, at, err

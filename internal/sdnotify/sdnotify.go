@@ -45,13 +45,10 @@ func Notify(state string) (sent bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("sd_notify %s=%q: %w", EnvSocket, addr, err)
 	}
-	n, werr := conn.Write([]byte(state))
+	_, werr := conn.Write([]byte(state)) // a short write is an error
 	cerr := conn.Close()
 	if werr != nil {
 		return false, fmt.Errorf("sd_notify %s=%q: %w", EnvSocket, addr, werr)
-	}
-	if n != len(state) {
-		return false, fmt.Errorf("sd_notify %s=%q: short write: %d of %d bytes", EnvSocket, addr, n, len(state))
 	}
 	if cerr != nil {
 		return true, fmt.Errorf("sd_notify %s=%q: close: %w", EnvSocket, addr, cerr)

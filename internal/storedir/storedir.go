@@ -94,9 +94,8 @@ const RunMarker = "orderstore.running"
 // it must survive the power cut it is there to detect.
 func (d Dir) MarkRunning(pid int) (unclean bool, err error) {
 	path := filepath.Join(string(d), RunMarker)
-	if _, err := os.Stat(path); err == nil {
-		unclean = true
-	}
+	_, statErr := os.Stat(path)
+	unclean = statErr == nil
 	if err := durable.WriteFile(path, fmt.Appendf(nil, "%d\n", pid), 0o640); err != nil {
 		return unclean, fmt.Errorf("preflight: run marker %q: %w", path, err)
 	}

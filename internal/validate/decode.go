@@ -72,10 +72,8 @@ func decodeValue(d *jsontext.Decoder) (any, error) {
 			}
 			obj[key] = v
 		}
-		if _, err := d.ReadToken(); err != nil {
-			return nil, err
-		}
-		return obj, nil
+		_, err = d.ReadToken() // the '}'
+		return obj, err
 	case '[':
 		arr := []any{}
 		for d.PeekKind() != ']' {
@@ -85,10 +83,8 @@ func decodeValue(d *jsontext.Decoder) (any, error) {
 			}
 			arr = append(arr, v)
 		}
-		if _, err := d.ReadToken(); err != nil {
-			return nil, err
-		}
-		return arr, nil
+		_, err = d.ReadToken() // the ']'
+		return arr, err
 	case '"':
 		return tok.String(), nil
 	case '0':
