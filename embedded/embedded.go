@@ -748,6 +748,9 @@ func (s *Server) ClientURL() string {
 //	nc, err := nats.Connect("", nats.InProcessServer(srv))
 func (s *Server) InProcessConn() (net.Conn, error) { return s.ns.InProcessConn() }
 
+// StoreDir returns the JetStream storage directory.
+func (s *Server) StoreDir() string { return s.cfg.StoreDir }
+
 // SyncAlways reports whether every publish is fsynced before its ack.
 func (s *Server) SyncAlways() bool { return s.cfg.SyncInterval == 0 && !s.cfg.GroupCommit }
 
