@@ -168,28 +168,23 @@ func conflictPause(ctx context.Context, attempt int) {
 	}
 }
 
-type loaded struct {
-	rec record
-	rev uint64
-	err error
-}
-
 // loadMany returns each order's last known state: from the cache, else
 // read from the bucket, up to loadParallel reads at once.
-func (p *Projection) loadMany(ctx context.Context, ids []string, fromLeader bool) []loaded {
-	out := make([]loaded, len(ids))
+func (p *Projection) loadMany(ctx context.Context, ids []string, fromLeader bool) ([]cached, []error) {
+	out := make([]cached, len(ids))
+	errs := make([]error, len(ids))
 	var misses []int
 	p.mu.Lock()
 	for k, id := range ids {
 		if c, ok := p.cache[id]; ok && !fromLeader {
-			out[k] = loaded{rec: c.rec, rev: c.rev}
+			out[k] = c
 		} else {
 			misses = append(misses, k)
 		}
 	}
 	p.mu.Unlock()
 	if len(misses) == 0 {
-		return out
+		return out, errs
 	}
 	sem := make(chan struct{}, loadParallel)
 	var wg sync.WaitGroup
@@ -202,12 +197,11 @@ func (p *Projection) loadMany(ctx context.Context, ids []string, fromLeader bool
 			if fromLeader {
 				load = p.loadLatest
 			}
-			r, rev, err := load(ctx, ids[k])
-			out[k] = loaded{r, rev, err}
+			out[k].rec, out[k].rev, errs[k] = load(ctx, ids[k])
 		}()
 	}
 	wg.Wait()
-	return out
+	return out, errs
 }
 
 // load reads one order's record from the bucket; not found is the zero
@@ -271,7 +265,6 @@ func (p *Projection) forget(id string) {
 	p.mu.Unlock()
 }
 
-// HighWater returns the highest stream sequence among the last window
 // ForgetAll drops every cached record: another writer (a rebuild's
 // takeover) rewrote the bucket. A write from a stale cache entry would
 // only be refused and read again; this saves those round trips.

@@ -235,44 +235,34 @@ func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
 // in memory whatever the dead letters' sizes. With none to list it returns
 // an empty, non-nil slice.
 func ListDeadLetters(ctx context.Context, js jetstream.JetStream, stream string, from uint64, limit int) ([]DeadLetter, uint64, error) {
-	s, err := js.Stream(ctx, stream)
+	s, st, err := deadLetterStream(ctx, js, stream)
 	if err != nil {
-		return nil, 0, fmt.Errorf("dead letters %q: %w", stream, err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return nil, 0, fmt.Errorf("dead letters %q: %w", stream, err)
-	}
-	if from < info.State.FirstSeq {
-		from = info.State.FirstSeq
+		return nil, 0, err
 	}
 	if limit <= 0 {
 		limit = 100
 	}
-	if info.State.Msgs == 0 {
+	if st.Msgs == 0 {
 		return []DeadLetter{}, 0, nil
 	}
-	out, seq, err := scanDeadLetters(ctx, s, stream, from, info.State.LastSeq, limit)
-	if err != nil {
-		return out, 0, err
-	}
-	next := uint64(0)
-	if seq <= info.State.LastSeq && (len(out) == limit || pageBytes(out) >= MaxPageBytes) {
-		next = seq
-	}
-	return out, next, nil
+	return scanDeadLetters(ctx, s, stream, max(from, st.FirstSeq), st.LastSeq, limit)
 }
 
 // MaxPageBytes bounds the payloads and headers of one page of
 // [ListDeadLetters].
 const MaxPageBytes = 8 << 20
 
-func pageBytes(l []DeadLetter) int {
-	n := 0
-	for _, d := range l {
-		n += len(d.Data) + headerSize(d.Header)
+// deadLetterStream looks the dead-letter stream up, with its state.
+func deadLetterStream(ctx context.Context, js jetstream.JetStream, stream string) (jetstream.Stream, jetstream.StreamState, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, jetstream.StreamState{}, fmt.Errorf("dead letters %q: %w", stream, err)
 	}
-	return n
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, jetstream.StreamState{}, fmt.Errorf("dead letters %q: %w", stream, err)
+	}
+	return s, info.State, nil
 }
 
 // LatestDeadLetters returns up to n of the most recent dead letters in
@@ -283,15 +273,10 @@ func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream strin
 	if n <= 0 {
 		n = 100
 	}
-	s, err := js.Stream(ctx, stream)
+	s, st, err := deadLetterStream(ctx, js, stream)
 	if err != nil {
-		return nil, fmt.Errorf("dead letters %q: %w", stream, err)
+		return nil, err
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("dead letters %q: %w", stream, err)
-	}
-	st := info.State
 	out := []DeadLetter{}
 	if st.Msgs == 0 {
 		return out, nil
@@ -322,29 +307,29 @@ func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream strin
 }
 
 // scanDeadLetters reads the dead letters with a sequence in [from, to],
-// oldest first, up to limit (0: all), and returns them and the sequence
-// after the last one read.
+// oldest first, up to limit (0: all) or once they hold MaxPageBytes, and
+// returns them and the sequence to read on from (0 once it read up to to).
 func scanDeadLetters(ctx context.Context, s jetstream.Stream, stream string, from, to uint64, limit int) ([]DeadLetter, uint64, error) {
 	out := []DeadLetter{}
-	seq, size := from, 0
-	for (limit <= 0 || len(out) < limit) && seq <= to && size < MaxPageBytes {
+	size := 0
+	for seq := from; seq <= to; {
+		if limit > 0 && len(out) >= limit || size >= MaxPageBytes {
+			return out, seq, nil
+		}
 		// The first message at or after seq: removed ones are skipped.
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(">"))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
+		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && m.Sequence > to {
 			break
 		}
 		if err != nil {
-			return out, seq, fmt.Errorf("dead letters %q: seq %d: %w", stream, seq, err)
-		}
-		if m.Sequence > to {
-			break
+			return out, 0, fmt.Errorf("dead letters %q: seq %d: %w", stream, seq, err)
 		}
 		d := deadLetterFrom(m)
 		out = append(out, d)
 		size += len(d.Data) + headerSize(d.Header)
 		seq = m.Sequence + 1
 	}
-	return out, seq, nil
+	return out, 0, nil
 }
 
 // GetDeadLetter returns one dead letter.
@@ -432,15 +417,10 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 // the scan bounds the cost). complete is false when older dead letters
 // were left unread.
 func OrderDeadLetters(ctx context.Context, js jetstream.JetStream, stream, orderID string, scan, limit int) (out []DeadLetter, complete bool, err error) {
-	s, err := js.Stream(ctx, stream)
+	s, st, err := deadLetterStream(ctx, js, stream)
 	if err != nil {
-		return nil, false, fmt.Errorf("dead letters %q: %w", stream, err)
+		return nil, false, err
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return nil, false, fmt.Errorf("dead letters %q: %w", stream, err)
-	}
-	st := info.State
 	out = []DeadLetter{}
 	if st.Msgs == 0 {
 		return out, true, nil

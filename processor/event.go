@@ -242,11 +242,8 @@ type Rebuilder interface {
 	Discard(ctx context.Context) error
 }
 
-// HeaderSize is h's size on the wire (what a stream's max_msg_size
-// counts beside the payload).
-func HeaderSize(h nats.Header) int { return headerSize(h) }
-
-// headerSize is h's size on the wire.
+// headerSize is h's size on the wire (what a stream's max_msg_size counts
+// beside the payload).
 func headerSize(h nats.Header) int {
 	if len(h) == 0 {
 		return 0

@@ -1,7 +1,9 @@
 package processor
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -22,11 +24,6 @@ type delivery interface {
 	NakWithDelay(delay time.Duration) error
 	TermWithReason(reason string) error
 }
-
-var (
-	_ delivery = jetstream.Msg(nil)
-	_ delivery = (*recoveredMsg)(nil)
-)
 
 // item is one delivered event, parsed.
 type item struct {
@@ -116,46 +113,54 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled in
 		}
 		groups[id] = append(groups[id], it)
 	}
-	if bh, ok := p.cfg.Handler.(BatchHandler); ok {
-		batchOrders := make([][]Event, len(order))
-		for k, id := range order {
-			for _, it := range groups[id] {
-				batchOrders[k] = append(batchOrders[k], it.ev)
-			}
-		}
-		if len(order) == 0 {
-			return unhandled
-		}
-		results := safeBatch(ctx, bh, batchOrders)
-		var handled []result
-		for k, id := range order {
-			for j, it := range groups[id] {
-				handled = append(handled, result{it, results[k][j]})
-			}
-		}
-		p.settleAll(ctx, handled, &dls)
+	if len(order) == 0 {
 		return unhandled
 	}
+	orders := make([][]Event, len(order))
+	for k, id := range order {
+		for _, it := range groups[id] {
+			orders[k] = append(orders[k], it.ev)
+		}
+	}
+	var results [][]error
+	if bh, ok := p.cfg.Handler.(BatchHandler); ok {
+		results = safeBatch(ctx, bh, orders)
+	} else {
+		results = handleEach(ctx, p.cfg.Handler, orders, errUnhandled)
+	}
 	var handled []result
-	for _, id := range order {
-		n, rs := p.handleOrder(ctx, id, groups[id])
-		unhandled += n
-		handled = append(handled, rs...)
+	for k, id := range order {
+		for j, it := range groups[id] {
+			if results[k][j] == errUnhandled {
+				unhandled++
+				continue
+			}
+			handled = append(handled, result{it, results[k][j]})
+		}
 	}
 	p.settleAll(ctx, handled, &dls)
 	return unhandled
 }
 
-// handleOrder handles one order's events in turn; once ctx is canceled it
-// leaves the rest unhandled and returns how many.
-func (p *Processor) handleOrder(ctx context.Context, id string, items []item) (unhandled int, rs []result) {
-	for i, it := range items {
-		if ctx.Err() != nil {
-			return len(items) - i, rs
+// errUnhandled marks, in handleEach's results, an event left unhandled.
+var errUnhandled = errors.New("not handled")
+
+// handleEach runs h on each event in turn, each order's in stream order.
+// Once ctx is canceled it handles no more: their result is unhandled, or
+// ctx's error if that is nil.
+func handleEach(ctx context.Context, h Handler, orders [][]Event, unhandled error) [][]error {
+	res := make([][]error, len(orders))
+	for i, evs := range orders {
+		res[i] = make([]error, len(evs))
+		for j, ev := range evs {
+			if ctx.Err() != nil {
+				res[i][j] = cmp.Or(unhandled, ctx.Err())
+				continue
+			}
+			res[i][j] = safeHandle(ctx, h, ev) // a panic fails its event only
 		}
-		rs = append(rs, result{it, safeHandle(ctx, p.cfg.Handler, it.ev)})
 	}
-	return 0, rs
+	return res
 }
 
 // safeHandle turns a handler panic into an error: one bad event must not

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -215,16 +216,12 @@ func (p *Projection) History(ctx context.Context, s jetstream.Stream, orderID st
 // is not an order, and one whose history index claims more than it holds
 // (written by hand) is refused.
 func (p *Projection) readRecord(ctx context.Context, orderID string) (record, error) {
-	e, err := p.kv.Get(ctx, orderID)
+	r, _, err := p.load(ctx, orderID)
 	if err != nil {
 		return record{}, err
 	}
-	var r record
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return record{}, fmt.Errorf("projection %q: %w", orderID, err)
-	}
 	if r.Events == 0 {
-		// Only withheld events: no order yet.
+		// None, or only withheld events: no order yet.
 		return record{}, jetstream.ErrKeyNotFound
 	}
 	if r.HistoryChunks < 0 || r.HistoryChunks > r.Events/HistoryChunk || r.historyCount() > r.Events {
@@ -446,20 +443,11 @@ func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID s
 			return st, folded, err
 		}
 		for _, he := range evs {
-			if !he.Retained {
-				if point.Seq != 0 && he.Sequence > point.Seq && he.Sequence != 0 {
-					if !r.HistoryUnordered {
-						done = true
-						break
-					}
-					continue
-				}
-				pending++
-				continue
-			}
 			if he.Replaced {
 				continue
 			}
+			// An event not retained has no time: only its sequence (0 if
+			// its chunk is gone) can place it past the point.
 			if !point.includes(he.Sequence, he.Time) {
 				// Past the point: the rest is too, unless the index is
 				// out of order.
@@ -467,6 +455,10 @@ func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID s
 					done = true
 					break
 				}
+				continue
+			}
+			if !he.Retained {
+				pending++
 				continue
 			}
 			st.NotRetained += pending
@@ -540,62 +532,39 @@ func (p *Projection) HistoryStates(ctx context.Context, s jetstream.Stream, orde
 }
 
 // writeSeals writes the sealed chunks of writes, all in flight at once,
-// and returns the writes whose chunks are stored (failed calls fail for
-// the others).
-func writeSeals[W any](p *Projection, ctx context.Context, writes []W, seals func(W) []*nats.Msg, failed func(W, error)) (out []W) {
-	type pending struct {
-		w    int
-		futs []jetstream.PubAckFuture
-		err  error
-	}
-	var ps []pending
+// and returns the writes whose chunks are stored; the others fail their
+// order's events in results.
+func (p *Projection) writeSeals(ctx context.Context, writes []write, results [][]error) []write {
+	futs := make([][]jetstream.PubAckFuture, len(writes))
+	errs := make([]error, len(writes))
 	for k, w := range writes {
-		if len(seals(w)) == 0 {
-			continue
-		}
-		pd := pending{w: k}
-		for _, m := range seals(w) {
+		for _, m := range w.seal {
 			f, err := p.js.PublishMsgAsync(m)
 			if err != nil {
-				pd.err = err
+				errs[k] = err
 				break
 			}
-			pd.futs = append(pd.futs, f)
+			futs[k] = append(futs[k], f)
 		}
-		ps = append(ps, pd)
 	}
-	if len(ps) == 0 {
-		return writes
-	}
-	bad := map[int]bool{}
-	for _, pd := range ps {
-		err := pd.err
-		for _, f := range pd.futs {
+	out := writes[:0:0]
+	for k, w := range writes {
+		err := errs[k]
+		for _, f := range futs[k] {
 			select {
 			case <-f.Ok():
 			case e := <-f.Err():
-				err = cmpOr(err, e)
+				err = cmp.Or(err, e)
 			case <-ctx.Done():
-				err = cmpOr(err, ctx.Err())
+				err = cmp.Or(err, ctx.Err())
 			}
 		}
 		if err != nil {
-			bad[pd.w] = true
-			failed(writes[pd.w], err)
+			p.forget(w.id)
+			fill(results[w.i], fmt.Errorf("projection %q: history index: %w", w.id, err))
+			continue
 		}
-	}
-	out = writes[:0:0]
-	for k, w := range writes {
-		if !bad[k] {
-			out = append(out, w)
-		}
+		out = append(out, w)
 	}
 	return out
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }

@@ -236,12 +236,7 @@ func (p *Projection) Applied(ctx context.Context, ev Event) (bool, error) {
 
 // Handle applies one event.
 func (p *Projection) Handle(ctx context.Context, ev Event) error {
-	return p.HandleOrder(ctx, ev.OrderID, []Event{ev})[0]
-}
-
-// HandleOrder applies the events of one order with a single KV update.
-func (p *Projection) HandleOrder(ctx context.Context, orderID string, events []Event) []error {
-	return p.HandleBatch(ctx, [][]Event{events})[0]
+	return p.HandleBatch(ctx, [][]Event{{ev}})[0][0]
 }
 
 // HandleBatch applies several orders' events: one KV update per order, all
@@ -256,14 +251,6 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 		}
 		results[i] = make([]error, len(evs))
 	}
-	type write struct {
-		i    int
-		id   string
-		next record
-		msg  *nats.Msg
-		fut  jetstream.PubAckFuture
-		seal []*nats.Msg // history chunks to write before msg
-	}
 	inFlight := false // a write of the last attempt found another in flight at the leader
 	for attempt := 0; len(todo) > 0; attempt++ {
 		if inFlight {
@@ -277,14 +264,14 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 		// A write refused because the key moved is read again from the
 		// bucket's leader: the replica that served the first read (a
 		// direct get) may lag behind, as a cluster node catching up does.
-		states := p.loadMany(ctx, ids, attempt > 0)
+		states, loadErrs := p.loadMany(ctx, ids, attempt > 0)
 		var writes []write
 		var reread []int // orders whose write seals a chunk: read again from the leader
 		for k, i := range todo {
 			id, evs, errs := ids[k], orders[i], results[i]
 			st := states[k]
-			if st.err != nil {
-				fill(errs, st.err)
+			if loadErrs[k] != nil {
+				fill(errs, loadErrs[k])
 				continue
 			}
 			next := st.rec
@@ -345,10 +332,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 		// records that count them: a record never names a chunk that is
 		// not there. A chunk written for a record that then loses its
 		// compare-and-set is written again, the same, by the retry.
-		writes = writeSeals(p, ctx, writes, func(w write) []*nats.Msg { return w.seal }, func(w write, err error) {
-			p.forget(w.id)
-			fill(results[w.i], fmt.Errorf("projection %q: history index: %w", w.id, err))
-		})
+		writes = p.writeSeals(ctx, writes, results)
 		// publishEach sends writes one by one, all in flight at once.
 		publishEach := func(ws []write) {
 			for k := range ws {
@@ -416,6 +400,16 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 	return results
 }
 
+// write is HandleBatch's write of order i's record.
+type write struct {
+	i    int
+	id   string
+	next record
+	msg  *nats.Msg
+	fut  jetstream.PubAckFuture
+	seal []*nats.Msg // history chunks to write before msg
+}
+
 func fill(errs []error, err error) []error {
 	for i := range errs {
 		errs[i] = err
@@ -423,6 +417,7 @@ func fill(errs []error, err error) []error {
 	return errs
 }
 
+// HighWater returns the highest stream sequence among the last window
 // writes to the projection bucket: about the highest event the projection
 // applied (writes land roughly in stream order). 0 for an empty bucket.
 // After a damaged store, a stream whose last sequence is below it lost

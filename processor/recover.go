@@ -117,9 +117,9 @@ func (p *Processor) checkGaps(ctx context.Context, floor uint64) []*recoveredMsg
 
 // unapplied reads the events of g from the stream and returns those the
 // handler has not applied (poison events are skipped: they are dead
-// letters, never applied), as recovered events, and the sequence to go on
-// from: g.upTo once it read them all, less after maxRecover of them or an
-// error.
+// letters, never applied), all of them if ac is nil, as recovered events,
+// and the sequence to go on from: g.upTo once it read them all, less after
+// maxRecover of them or an error.
 func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange) ([]*recoveredMsg, uint64, error) {
 	s, err := p.js.Stream(ctx, p.cfg.Stream)
 	if err != nil {
@@ -129,28 +129,28 @@ func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange
 	next := max(g.from, s.CachedInfo().State.FirstSeq)
 	for next < g.upTo && len(out) < maxRecover {
 		m, err := s.GetMsg(ctx, next, jetstream.WithGetMsgSubject(">"))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
+		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && m.Sequence >= g.upTo {
 			next = g.upTo // nothing more (deleted events are skipped by the subject filter)
 			break
 		}
 		if err != nil {
 			return p.recoveredMsgs(out, g.upTo), next, err
 		}
-		if m.Sequence >= g.upTo {
-			next = g.upTo
-			break
+		keep := ac == nil
+		if !keep {
+			ev := Event{Subject: m.Subject, Type: eventType(m.Subject), Data: m.Data, Header: m.Header, Sequence: m.Sequence, Time: m.Time}
+			var poison error
+			ev.OrderID, ev.Status, poison = parse(m.Subject, m.Data)
+			if poison == nil {
+				applied, err := ac.Applied(ctx, ev)
+				if err != nil {
+					return p.recoveredMsgs(out, g.upTo), next, err
+				}
+				keep = !applied
+			}
 		}
-		ev := Event{Subject: m.Subject, Type: eventType(m.Subject), Data: m.Data, Header: m.Header, Sequence: m.Sequence, Time: m.Time}
-		var poison error
-		ev.OrderID, ev.Status, poison = parse(m.Subject, m.Data)
-		if poison == nil {
-			applied, err := ac.Applied(ctx, ev)
-			if err != nil {
-				return p.recoveredMsgs(out, g.upTo), next, err
-			}
-			if !applied {
-				out = append(out, &recoveredMsg{m: m, stream: p.cfg.Stream, consumer: p.cfg.Durable, delivered: 1, p: p})
-			}
+		if keep {
+			out = append(out, &recoveredMsg{m: m, stream: p.cfg.Stream, consumer: p.cfg.Durable, delivered: 1, p: p})
 		}
 		next = m.Sequence + 1
 	}
@@ -214,28 +214,12 @@ func (p *Processor) recoveredDone(seq uint64) {
 // readBack reads the events the stream still holds in [from, upTo), at
 // most maxRecover of them, as recovered events.
 func (p *Processor) readBack(ctx context.Context, from, upTo uint64) []*recoveredMsg {
-	s, err := p.js.Stream(ctx, p.cfg.Stream)
+	out, next, err := p.unapplied(ctx, nil, seqRange{from, upTo})
 	if err != nil {
-		p.log.Error("events taken from the processor's durable could not be read back", "stream", p.cfg.Stream, "err", err)
-		return nil
+		p.log.Error("events taken from the processor's durable by another client could not be read back: they are missing from the projection",
+			"stream", p.cfg.Stream, "from_seq", next, "to_seq", upTo-1, "err", err)
 	}
-	var out []*recoveredMsg
-	for next := max(from, s.CachedInfo().State.FirstSeq); next < upTo && len(out) < maxRecover; {
-		m, err := s.GetMsg(ctx, next, jetstream.WithGetMsgSubject(">"))
-		if err != nil {
-			if !errors.Is(err, jetstream.ErrMsgNotFound) {
-				p.log.Error("events taken from the processor's durable by another client could not be read back: they are missing from the projection",
-					"stream", p.cfg.Stream, "from_seq", next, "to_seq", upTo-1, "err", err)
-			}
-			break
-		}
-		if m.Sequence >= upTo {
-			break
-		}
-		out = append(out, &recoveredMsg{m: m, stream: p.cfg.Stream, consumer: p.cfg.Durable, delivered: 1, p: p})
-		next = m.Sequence + 1
-	}
-	return p.recoveredMsgs(out, upTo)
+	return out
 }
 
 // checkTaken is the floor watcher's part of Exclusive: events nak'ed that

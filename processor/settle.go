@@ -63,43 +63,37 @@ func (p *Processor) exhausted(ctx context.Context, it item, dls *deadLetters) {
 // is asked (which leaves that race open); without either it is
 // dead-lettered.
 func (p *Processor) deadLetterUnapplied(ctx context.Context, it item, cause error, dls *deadLetters) {
-	check := func(ctx context.Context, ev Event) (bool, error) { return false, nil }
-	ok := false
+	var applied bool
+	var err error
 	ac, isChecker := p.cfg.Handler.(AppliedChecker)
-	if w, is := p.cfg.Handler.(Withholder); is {
-		check, ok = func(ctx context.Context, ev Event) (bool, error) {
-			applied, err := w.Withhold(ctx, ev)
-			if err != nil && isChecker {
-				// The mark cannot be written (a full projection bucket,
-				// where nobody can apply the event either): asked instead.
-				p.log.Warn("cannot withhold an event out of deliveries in its order's record; dead-lettered if it was not applied", "seq", ev.Sequence, "err", err)
-				return ac.Applied(ctx, ev)
-			}
-			return applied, err
-		}, true
+	if w, ok := p.cfg.Handler.(Withholder); ok {
+		applied, err = w.Withhold(ctx, it.ev)
+		if err != nil && isChecker {
+			// The mark cannot be written (a full projection bucket, where
+			// nobody can apply the event either): asked instead.
+			p.log.Warn("cannot withhold an event out of deliveries in its order's record; dead-lettered if it was not applied", "seq", it.ev.Sequence, "err", err)
+			applied, err = ac.Applied(ctx, it.ev)
+		}
 	} else if isChecker {
-		check, ok = ac.Applied, true
+		applied, err = ac.Applied(ctx, it.ev)
 	}
-	if ok {
-		applied, err := check(ctx, it.ev)
-		if err != nil {
+	if err != nil {
+		p.failed.Add(1)
+		p.log.Warn("cannot tell whether an event out of deliveries was applied, will retry", "seq", it.ev.Sequence, "err", err)
+		p.settled("nak", it.ev, it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
+		return
+	}
+	if applied {
+		if err := p.sync(ctx); err != nil {
 			p.failed.Add(1)
-			p.log.Warn("cannot tell whether an event out of deliveries was applied, will retry", "seq", it.ev.Sequence, "err", err)
+			p.log.Warn("cannot make an applied event's effect durable, will retry", "seq", it.ev.Sequence, "err", err)
 			p.settled("nak", it.ev, it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
 			return
 		}
-		if applied {
-			if err := p.sync(ctx); err != nil {
-				p.failed.Add(1)
-				p.log.Warn("cannot make an applied event's effect durable, will retry", "seq", it.ev.Sequence, "err", err)
-				p.settled("nak", it.ev, it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
-				return
-			}
-			if p.settled("ack", it.ev, it.msg.Ack()) {
-				p.duplicates.Add(1)
-			}
-			return
+		if p.settled("ack", it.ev, it.msg.Ack()) {
+			p.duplicates.Add(1)
 		}
+		return
 	}
 	p.deadLetter(ctx, it.msg, it.ev, cause, dls)
 }

@@ -54,17 +54,7 @@ func (w *withHistory) HandleBatch(ctx context.Context, orders [][]Event) [][]err
 	if bh, ok := w.h.(BatchHandler); ok {
 		res = safeBatch(ctx, bh, orders)
 	} else {
-		res = make([][]error, len(orders))
-		for i, evs := range orders {
-			res[i] = make([]error, len(evs))
-			for j, ev := range evs {
-				if ctx.Err() != nil {
-					res[i][j] = ctx.Err()
-					continue
-				}
-				res[i][j] = safeHandle(ctx, w.h, ev) // a panic fails its event only
-			}
-		}
+		res = handleEach(ctx, w.h, orders, nil)
 	}
 	// The events h applied, by order, for the projection; where each came
 	// from.
