@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
@@ -84,30 +83,32 @@ func (p *Projection) loadLatest(ctx context.Context, id string) (record, uint64,
 	return p.loadFromLeader(ctx, id)
 }
 
-// commitAtomic publishes msgs as one atomic batch and returns the stream
-// sequence of the first: a batch is stored contiguously.
-func (p *Projection) commitAtomic(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
+// commitAtomic publishes the writes as one atomic batch and returns the
+// stream sequence of the first: a batch is stored contiguously.
+func (p *Projection) commitAtomic(ctx context.Context, writes []write) (uint64, error) {
+	defer func() {
+		for _, w := range writes { // the fallback path must not carry batch headers
+			w.msg.Header.Del(headerBatchID)
+			w.msg.Header.Del(headerBatchSeq)
+			w.msg.Header.Del(headerBatchCommit)
+		}
+	}()
 	nc := p.js.Conn()
 	id := nuid.Next()
-	for k, m := range msgs {
-		m.Header.Set(headerBatchID, id)
-		m.Header.Set(headerBatchSeq, strconv.Itoa(k+1))
-		if k < len(msgs)-1 {
-			if err := nc.PublishMsg(m); err != nil {
+	for k, w := range writes {
+		w.msg.Header.Set(headerBatchID, id)
+		w.msg.Header.Set(headerBatchSeq, strconv.Itoa(k+1))
+		if k < len(writes)-1 {
+			if err := nc.PublishMsg(w.msg); err != nil {
 				return 0, err
 			}
 		}
 	}
-	last := msgs[len(msgs)-1]
+	last := writes[len(writes)-1].msg
 	last.Header.Set(headerBatchCommit, "1")
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, err := nc.RequestMsgWithContext(rctx, last)
-	for _, m := range msgs { // the fallback path must not carry batch headers
-		m.Header.Del(headerBatchID)
-		m.Header.Del(headerBatchSeq)
-		m.Header.Del(headerBatchCommit)
-	}
 	if err != nil {
 		return 0, err
 	}
@@ -126,10 +127,10 @@ func (p *Projection) commitAtomic(ctx context.Context, msgs []*nats.Msg) (uint64
 	if ack.Error != nil {
 		return 0, fmt.Errorf("atomic batch: %s (err_code %d)", ack.Error.Description, ack.Error.ErrCode)
 	}
-	if ack.Count != len(msgs) || ack.Seq < uint64(len(msgs)) {
-		return 0, fmt.Errorf("atomic batch: ack for %d messages at seq %d, sent %d", ack.Count, ack.Seq, len(msgs))
+	if ack.Count != len(writes) || ack.Seq < uint64(len(writes)) {
+		return 0, fmt.Errorf("atomic batch: ack for %d messages at seq %d, sent %d", ack.Count, ack.Seq, len(writes))
 	}
-	return ack.Seq - uint64(len(msgs)) + 1, nil
+	return ack.Seq - uint64(len(writes)) + 1, nil
 }
 
 const (
@@ -186,21 +187,14 @@ func (p *Projection) loadMany(ctx context.Context, ids []string, fromLeader bool
 	if len(misses) == 0 {
 		return out, errs
 	}
-	sem := make(chan struct{}, loadParallel)
-	var wg sync.WaitGroup
-	for _, k := range misses {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			load := p.load
-			if fromLeader {
-				load = p.loadLatest
-			}
-			out[k].rec, out[k].rev, errs[k] = load(ctx, ids[k])
-		}()
+	load := p.load
+	if fromLeader {
+		load = p.loadLatest
 	}
-	wg.Wait()
+	parallel(len(misses), loadParallel, func(i int) {
+		k := misses[i]
+		out[k].rec, out[k].rev, errs[k] = load(ctx, ids[k])
+	})
 	return out, errs
 }
 
@@ -239,6 +233,26 @@ func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uin
 		return record{}, 0, fmt.Errorf("projection %q: stored value is not an order: %w", id, err)
 	}
 	return r, seq, nil
+}
+
+// parallel calls fn(i) for each i below n, width calls at most at once,
+// on as many goroutines (not one per call, whose stack would grow anew
+// through the request path each time).
+func parallel(n, width int, fn func(i int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(width, n) {
+		wg.Go(func() {
+			for i := range next {
+				fn(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 }
 
 // store caches r as id's record at revision rev.

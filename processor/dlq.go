@@ -145,9 +145,6 @@ func (p *Processor) firstDeadLetter(seq uint64) bool {
 	if _, ok := p.dlSeen[seq]; ok {
 		return false
 	}
-	if p.dlSeen == nil {
-		p.dlSeen = map[uint64]struct{}{}
-	}
 	p.dlSeen[seq] = struct{}{}
 	p.dlOrder = append(p.dlOrder, seq)
 	if len(p.dlOrder) > deadLetterMemory {

@@ -80,7 +80,7 @@ func (p *Processor) partition(ctx context.Context, in <-chan item, size int, ski
 }
 
 // handleBatch handles one batch of one partition: poison events are
-// dead-lettered and those out of deliveries settled (exhausted), the rest
+// dead-lettered and those out of deliveries settled, the rest
 // handled grouped by order, each order's events in stream order, and
 // settled. It returns how many it left unhandled because ctx was canceled.
 func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled int) {
@@ -104,7 +104,10 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled in
 			p.deadLetter(ctx, it.msg, it.ev, it.poison, &dls)
 			continue
 		case it.ev.Delivered > uint64(p.cfg.MaxDeliver):
-			p.exhausted(ctx, it, &dls)
+			// Dead-lettered without handling it again: an event that
+			// crashes the process every time must not crash-loop it.
+			p.deadLetterUnapplied(ctx, it, fmt.Errorf("delivered %d times without a result (max_deliver %d): the processor stopped or exceeded ack_wait on it",
+				it.ev.Delivered, p.cfg.MaxDeliver), &dls)
 			continue
 		}
 		id := it.ev.OrderID

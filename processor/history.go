@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,17 +16,11 @@ import (
 	"github.com/orderstore/orderstore/internal/leaderget"
 )
 
-// An order's history index: the stream sequences of the events the
-// projection applied to it, in stream order, so that its events can be
-// read back (and folded again, up to any point) without reading the
-// stream. The newest sequences are kept in the order's record (its
-// "history" tail); every HistoryChunk of them that lie at or below the
-// consumer's ack floor (no earlier event of the order can still arrive)
-// are sealed into one value of the history bucket, under
-// "<order id>.<chunk number>". A lookup therefore costs one read of the
-// record, one read per HistoryChunk events and one read per event: it
-// grows with the order's events, never with the stream. The record stays
-// small (at most the unsealed tail) however many events an order has.
+// An order's history index (docs/processor.md, "An order's history"): the
+// stream sequences of the events the projection applied to it, in stream
+// order. The newest are the record's "history" tail; every HistoryChunk of
+// them at or below the ack floor (no earlier event of the order can still
+// arrive) are sealed into the history bucket as "<order id>.<chunk number>".
 
 // HistoryChunk is how many sequences one sealed chunk of an order's
 // history index holds.
@@ -293,44 +286,29 @@ func (p *Projection) historyEvents(ctx context.Context, s jetstream.Stream, orde
 	for i, seq := range seqs {
 		out[i] = HistoryEvent{Position: from + i, Sequence: seq}
 	}
-	// A few workers for the whole page (not a goroutine per event, whose
-	// stack would grow anew through the request path for each one).
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(historyGetParallel, len(seqs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				seq := seqs[i]
-				if seq == 0 {
-					continue // its index chunk is gone: not retained
-				}
-				m, err := s.GetMsg(ctx, seq)
-				switch {
-				case errors.Is(err, jetstream.ErrMsgNotFound):
-					continue
-				case err != nil:
-					errs[i] = fmt.Errorf("history of %q: event %d: %w", orderID, seq, err)
-					continue
-				}
-				ev := &out[i]
-				ev.Retained = true
-				ev.Subject, ev.Type, ev.Time, ev.Header, ev.Data = m.Subject, eventType(m.Subject), m.Time.UTC(), eventHeader(m.Header), m.Data
-				id, status, perr := parse(m.Subject, m.Data)
-				if perr != nil || id != orderID {
-					ev.Replaced = true
-					continue
-				}
-				ev.Status = status
-			}
-		}()
-	}
-	for i := range seqs {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	parallel(len(seqs), historyGetParallel, func(i int) {
+		seq := seqs[i]
+		if seq == 0 {
+			return // its index chunk is gone: not retained
+		}
+		m, err := s.GetMsg(ctx, seq)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return
+		case err != nil:
+			errs[i] = fmt.Errorf("history of %q: event %d: %w", orderID, seq, err)
+			return
+		}
+		ev := &out[i]
+		ev.Retained = true
+		ev.Subject, ev.Type, ev.Time, ev.Header, ev.Data = m.Subject, eventType(m.Subject), m.Time.UTC(), eventHeader(m.Header), m.Data
+		id, status, perr := parse(m.Subject, m.Data)
+		if perr != nil || id != orderID {
+			ev.Replaced = true
+			return
+		}
+		ev.Status = status
+	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

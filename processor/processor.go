@@ -209,7 +209,11 @@ func New(js jetstream.JetStream, cfg Config) (*Processor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Processor{js: js, cfg: cfg, log: log, ready: make(chan struct{})}, nil
+	return &Processor{
+		js: js, cfg: cfg, log: log, ready: make(chan struct{}),
+		dlSeen: map[uint64]struct{}{}, recPending: map[uint64]struct{}{}, awaiting: map[uint64]struct{}{},
+		retries: retries{pending: map[*retry]struct{}{}},
+	}, nil
 }
 
 // Stats returns the counters.
@@ -228,9 +232,6 @@ func (p *Processor) Stats() Stats {
 		AckErrors:          p.ackErrors.Load(),
 	}
 }
-
-// Running reports whether Run is consuming.
-func (p *Processor) Running() bool { return p.running.Load() }
 
 // Ready returns a channel that is closed once Run is consuming: the
 // consumer was found and its pull subscription is up. It stays closed after
@@ -469,20 +470,19 @@ loop:
 				if !route(p.toItem(m)) {
 					return
 				}
-				continue
 			case <-stopRouting:
 				return
 			case <-closed:
-			}
-			// Take any last ones.
-			for {
-				select {
-				case m := <-msgs:
-					if !route(p.toItem(m)) {
+				// Take any last ones.
+				for {
+					select {
+					case m := <-msgs:
+						if !route(p.toItem(m)) {
+							return
+						}
+					default:
 						return
 					}
-				default:
-					return
 				}
 			}
 		}

@@ -426,12 +426,12 @@ func TestReady(t *testing.T) {
 	}
 
 	p, stop := e.start(t, nop) // returns once Ready is closed
-	if !p.Running() {
-		t.Error("Running() = false after Ready")
+	if !p.Stats().Running {
+		t.Error("Stats().Running = false after Ready")
 	}
 	stop()
-	if p.Running() {
-		t.Error("Running() = true after Run returned")
+	if p.Stats().Running {
+		t.Error("Stats().Running = true after Run returned")
 	}
 	select {
 	case <-p.Ready():

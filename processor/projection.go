@@ -333,33 +333,11 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 		// not there. A chunk written for a record that then loses its
 		// compare-and-set is written again, the same, by the retry.
 		writes = p.writeSeals(ctx, writes, results)
-		// publishEach sends writes one by one, all in flight at once.
-		publishEach := func(ws []write) {
-			for k := range ws {
-				w := &ws[k]
-				fut, err := p.js.PublishMsgAsync(w.msg)
-				if err != nil {
-					p.forget(w.id)
-					fill(results[w.i], fmt.Errorf("projection %q: %w", w.id, err))
-					continue
-				}
-				w.fut = fut
-			}
-		}
 		todo = append(todo[:0], reread...)
-		if len(writes) == 1 || !p.useAtomic(ctx) {
-			publishEach(writes)
-		} else {
+		if len(writes) > 1 && p.useAtomic(ctx) {
 			var rest []write
-			for len(writes) > 0 {
-				n := min(len(writes), atomicBatchMax)
-				chunk := writes[:n]
-				writes = writes[n:]
-				msgs := make([]*nats.Msg, n)
-				for k, w := range chunk {
-					msgs[k] = w.msg
-				}
-				first, err := p.commitAtomic(ctx, msgs)
+			for chunk := range slices.Chunk(writes, atomicBatchMax) {
+				first, err := p.commitAtomic(ctx, chunk)
 				if err != nil {
 					// Refused as a whole: fall back to one by one, which
 					// also tells which key moved.
@@ -370,8 +348,18 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 					p.store(w.id, w.next, first+uint64(k))
 				}
 			}
-			publishEach(rest)
 			writes = rest
+		}
+		// The others one by one, all in flight at once.
+		for k := range writes {
+			w := &writes[k]
+			fut, err := p.js.PublishMsgAsync(w.msg)
+			if err != nil {
+				p.forget(w.id)
+				fill(results[w.i], fmt.Errorf("projection %q: %w", w.id, err))
+				continue
+			}
+			w.fut = fut
 		}
 		for _, w := range writes {
 			if w.fut == nil {

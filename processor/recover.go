@@ -188,9 +188,6 @@ func (p *Processor) safeFloor() uint64 {
 // recoveredStart notes seq as recovered.
 func (p *Processor) recoveredStart(seq uint64) {
 	p.recMu.Lock()
-	if p.recPending == nil {
-		p.recPending = map[uint64]struct{}{}
-	}
 	p.recPending[seq] = struct{}{}
 	p.recMu.Unlock()
 }
@@ -349,9 +346,6 @@ func (rs *retries) add(r *recoveredMsg, delay time.Duration) {
 
 // arm starts e's timer; rs.mu is held.
 func (rs *retries) arm(e *retry) {
-	if rs.pending == nil {
-		rs.pending = map[*retry]struct{}{}
-	}
 	rs.pending[e] = struct{}{}
 	rs.firing.Add(1)
 	e.timer = time.AfterFunc(time.Until(e.due), func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // result is a handled event and what its handler returned.
@@ -15,18 +16,13 @@ type result struct {
 // settleAll settles a batch's handled events; with Config.Sync, once what
 // their handlers wrote is durable.
 func (p *Processor) settleAll(ctx context.Context, rs []result, dls *deadLetters) {
-	if p.cfg.Sync != nil {
-		need := false
-		for _, r := range rs {
-			need = need || r.err == nil || errors.Is(r.err, ErrDuplicate)
-		}
-		if need {
-			if err := p.cfg.Sync(ctx); err != nil {
-				err = fmt.Errorf("make the batch's writes durable: %w", err)
-				for i := range rs {
-					if rs[i].err == nil || errors.Is(rs[i].err, ErrDuplicate) {
-						rs[i].err = err
-					}
+	wrote := func(r result) bool { return r.err == nil || errors.Is(r.err, ErrDuplicate) }
+	if slices.ContainsFunc(rs, wrote) {
+		if err := p.sync(ctx); err != nil {
+			err = fmt.Errorf("make the batch's writes durable: %w", err)
+			for i := range rs {
+				if wrote(rs[i]) {
+					rs[i].err = err
 				}
 			}
 		}
@@ -44,24 +40,11 @@ func (p *Processor) sync(ctx context.Context) error {
 	return p.cfg.Sync(ctx)
 }
 
-// exhausted settles an event delivered more than MaxDeliver times without
-// a result: see deadLetterUnapplied. It is dead-lettered without handling
-// it again (an event that crashes the process every time must not
-// crash-loop it forever).
-func (p *Processor) exhausted(ctx context.Context, it item, dls *deadLetters) {
-	p.deadLetterUnapplied(ctx, it, fmt.Errorf("delivered %d times without a result (max_deliver %d): the processor stopped or exceeded ack_wait on it",
-		it.ev.Delivered, p.cfg.MaxDeliver), dls)
-}
-
 // deadLetterUnapplied dead-letters an event that ran out of deliveries
 // (cause says how), unless the handler applied it after all (an earlier
 // delivery, here or at a sibling, cut short after its write; a write whose
-// ack timed out): then it is acked. A [Withholder] records first that it
-// will not apply it, so that nobody still holding an earlier delivery
-// applies it after that (if that mark cannot be written, as in a full
-// bucket, an [AppliedChecker] is asked instead); an [AppliedChecker] alone
-// is asked (which leaves that race open); without either it is
-// dead-lettered.
+// ack timed out): then it is acked. The handler is asked as [Withholder]
+// says.
 func (p *Processor) deadLetterUnapplied(ctx context.Context, it item, cause error, dls *deadLetters) {
 	var applied bool
 	var err error
@@ -153,9 +136,6 @@ func (p *Processor) settled(op string, ev Event, err error) bool {
 		// Awaited: delivered here again, or taken by another client if
 		// the ack floor passes it first (checkTaken).
 		p.awaitingMu.Lock()
-		if p.awaiting == nil {
-			p.awaiting = map[uint64]struct{}{}
-		}
 		p.awaiting[ev.Sequence] = struct{}{}
 		p.awaitingMu.Unlock()
 	}

@@ -7,12 +7,10 @@ import (
 )
 
 // WithHistory returns a Handler that applies each event to h and then, once
-// h has applied it, to p: the built-in projection keeps each order's state
-// and its history index beside h's own state, so that an order's events and
-// its state as of any moment can be looked up ([Projection.History],
-// [Projection.AsOf], and [Projection.FoldEvents], which hands each event to
-// a fold of h's own code) while h stays the logic that runs. The appliance
-// wraps a custom Processor.Handler this way on its own.
+// h has applied it, to p, which keeps each order's state and history index
+// beside h's own ([Projection.History], [Projection.AsOf],
+// [Projection.FoldEvents]; docs/processor.md, "With your own
+// Processor.Handler"). The appliance wraps a custom Processor.Handler so.
 //
 // h decides: an event h fails (or calls poison) is retried (or
 // dead-lettered) and never indexed; an event h applied is indexed, and if
@@ -21,11 +19,9 @@ import (
 // what h applied, and it answers [AppliedChecker] for h where h cannot.
 //
 // Before an event whose deliveries ran out is dead-lettered, h's own
-// [Withholder] (or else [AppliedChecker]) is asked, as the processor asks
-// any handler; with neither, an event counts as applied only if p indexed
-// it, and p withholds it (a later delivery is then indexed as a dead
-// letter, not as applied). The guarantee that an event is never both
-// applied and a dead letter is h's own: it holds as far as h implements
+// [Withholder] (or else [AppliedChecker]) is asked; with neither, p
+// withholds it, and a later delivery is indexed as a dead letter. An event
+// is never both applied and a dead letter as far as h implements
 // [Withholder].
 func WithHistory(h Handler, p *Projection) Handler {
 	return &withHistory{h: h, p: p}
