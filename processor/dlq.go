@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -107,7 +108,6 @@ func (p *Processor) deadLetter(ctx context.Context, m delivery, ev Event, cause 
 			data = nil
 		}
 	}
-	poison := errors.Is(cause, ErrPoison)
 	msg := &nats.Msg{Subject: DeadLetterSubject(p.cfg.DeadLetterSubjectPrefix, ev.Subject), Header: h, Data: data}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -117,7 +117,7 @@ func (p *Processor) deadLetter(ctx context.Context, m delivery, ev Event, cause 
 		p.settled("nak", ev, m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
 		return
 	}
-	*dls = append(*dls, deadLettered{m: m, ev: ev, cause: cause, poison: poison, trimmed: h.Get(HeaderTrimmed)})
+	*dls = append(*dls, deadLettered{m: m, ev: ev, cause: cause, trimmed: h.Get(HeaderTrimmed)})
 }
 
 // deadLetters are a batch's events copied to the dead-letter stream whose
@@ -129,7 +129,6 @@ type deadLettered struct {
 	m       delivery
 	ev      Event
 	cause   error
-	poison  bool
 	trimmed string
 }
 
@@ -173,9 +172,10 @@ func (p *Processor) finishDeadLetters(ctx context.Context, dls deadLetters) {
 		// Counted once per event: one that comes back (its term was lost,
 		// or ack_wait passed before it) is dead-lettered again, stored
 		// once (the copy's Nats-Msg-Id) and not counted again.
+		poison := errors.Is(d.cause, ErrPoison)
 		if p.firstDeadLetter(d.ev.Sequence) {
 			p.deadLettered.Add(1)
-			if d.poison {
+			if poison {
 				p.poison.Add(1)
 			}
 		}
@@ -183,7 +183,7 @@ func (p *Processor) finishDeadLetters(ctx context.Context, dls deadLetters) {
 			continue
 		}
 		p.log.Warn("event dead-lettered", "seq", d.ev.Sequence, "subject", truncate(d.ev.Subject, 256), "deliveries", d.ev.Delivered,
-			"poison", d.poison, "trimmed", d.trimmed, "err", truncate(d.cause.Error(), 1024))
+			"poison", poison, "trimmed", d.trimmed, "err", truncate(d.cause.Error(), 1024))
 	}
 }
 
@@ -378,17 +378,12 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 				seq, stream, d.Header.Get(HeaderTrimmed), orig, d.OriginalSequence, err)
 		}
 		d.Data = m.Data
-		for k, v := range m.Header {
-			d.Header[k] = v
-		}
+		maps.Copy(d.Header, m.Header)
 	}
-	h := nats.Header{}
-	for k, v := range d.Header {
-		if strings.HasPrefix(k, "Orderstore-") || strings.HasPrefix(k, "Nats-") {
-			continue
-		}
-		h[k] = append([]string(nil), v...)
-	}
+	h := maps.Clone(d.Header)
+	maps.DeleteFunc(h, func(k string, _ []string) bool {
+		return strings.HasPrefix(k, "Orderstore-") || strings.HasPrefix(k, "Nats-")
+	})
 	if id := d.Header.Get(HeaderOriginalMsgID); id != "" {
 		h.Set(HeaderOriginalMsgID, id)
 	}

@@ -186,12 +186,8 @@ func jsonProblem(data []byte, err error) string {
 	return "not JSON: " + strings.TrimPrefix(err.Error(), "json: ")
 }
 
-func eventType(subject string) string {
-	if i := strings.LastIndexByte(subject, '.'); i >= 0 {
-		return subject[i+1:]
-	}
-	return subject
-}
+// eventType is the subject's last token.
+func eventType(subject string) string { return subject[strings.LastIndexByte(subject, '.')+1:] }
 
 // EventOf returns the Event of a stream message as the processor hands it
 // to a Handler on its first delivery, with floor as its AckFloor. An

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -150,7 +151,7 @@ func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange
 			}
 		}
 		if keep {
-			out = append(out, &recoveredMsg{m: m, stream: p.cfg.Stream, consumer: p.cfg.Durable, delivered: 1, p: p})
+			out = append(out, &recoveredMsg{m: m, p: p})
 		}
 		next = m.Sequence + 1
 	}
@@ -163,9 +164,11 @@ func (p *Processor) recoveredMsgs(out []*recoveredMsg, upTo uint64) []*recovered
 	if len(out) == 0 {
 		return nil
 	}
+	p.recMu.Lock()
 	for _, m := range out {
-		p.recoveredStart(m.m.Sequence)
+		p.recPending[m.m.Sequence] = struct{}{}
 	}
+	p.recMu.Unlock()
 	p.log.Error("events were taken from the processor's durable by another client: read back from the stream to apply them",
 		"stream", p.cfg.Stream, "consumer", p.cfg.Durable, "events", len(out), "first_seq", out[0].m.Sequence, "before_seq", upTo)
 	return out
@@ -183,13 +186,6 @@ func (p *Processor) safeFloor() uint64 {
 		}
 	}
 	return f
-}
-
-// recoveredStart notes seq as recovered.
-func (p *Processor) recoveredStart(seq uint64) {
-	p.recMu.Lock()
-	p.recPending[seq] = struct{}{}
-	p.recMu.Unlock()
 }
 
 // isRecovering reports whether seq was recovered: its naks are retries,
@@ -276,18 +272,14 @@ const maxRecover = 10000
 // delivers it again after the delay, with its delivery count one higher,
 // as nats would (and max_deliver dead-letters it in the end).
 type recoveredMsg struct {
-	m                *jetstream.RawStreamMsg
-	stream, consumer string
-	p                *Processor
-	mu               sync.Mutex
-	delivered        uint64
+	m           *jetstream.RawStreamMsg
+	p           *Processor
+	redelivered atomic.Uint64
 }
 
 func (r *recoveredMsg) Metadata() (*jetstream.MsgMetadata, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: r.m.Sequence}, NumDelivered: r.delivered,
-		Timestamp: r.m.Time, Stream: r.stream, Consumer: r.consumer}, nil
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: r.m.Sequence}, NumDelivered: 1 + r.redelivered.Load(),
+		Timestamp: r.m.Time, Stream: r.p.cfg.Stream, Consumer: r.p.cfg.Durable}, nil
 }
 
 func (r *recoveredMsg) Data() []byte         { return r.m.Data }
@@ -312,9 +304,7 @@ func (r *recoveredMsg) redeliver() {
 	if enqueue == nil {
 		return // Run is returning: the event stays missing, as recoveredMsgs logged
 	}
-	r.mu.Lock()
-	r.delivered++
-	r.mu.Unlock()
+	r.redelivered.Add(1)
 	(*enqueue)(r)
 }
 

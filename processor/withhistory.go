@@ -52,37 +52,27 @@ func (w *withHistory) HandleBatch(ctx context.Context, orders [][]Event) [][]err
 	} else {
 		res = handleEach(ctx, w.h, orders, nil)
 	}
-	// The events h applied, by order, for the projection; where each came
-	// from.
-	var index [][]Event
-	var from [][][2]int
+	// The events h applied, by order, for the projection (an order with
+	// none costs it nothing); where each is in its order.
+	index := make([][]Event, len(orders))
+	at := make([][]int, len(orders))
 	for i, evs := range orders {
-		var applied []Event
-		var at [][2]int
 		for j, ev := range evs {
 			if res[i][j] == nil || errors.Is(res[i][j], ErrDuplicate) {
-				applied = append(applied, ev)
-				at = append(at, [2]int{i, j})
+				index[i] = append(index[i], ev)
+				at[i] = append(at[i], j)
 			}
 		}
-		if len(applied) > 0 {
-			index, from = append(index, applied), append(from, at)
-		}
 	}
-	if len(index) == 0 {
-		return res
-	}
-	pres := w.p.HandleBatch(ctx, index)
-	for k := range index {
-		for m, at := range from[k] {
-			perr := pres[k][m]
-			switch {
+	for i, perrs := range w.p.HandleBatch(ctx, index) {
+		for k, perr := range perrs {
+			switch j := at[i][k]; {
 			case perr == nil:
-				res[at[0]][at[1]] = nil // new to the index: applied
+				res[i][j] = nil // new to the index: applied
 			case errors.Is(perr, ErrDuplicate):
 				// Indexed before: h's answer stands.
 			default:
-				res[at[0]][at[1]] = fmt.Errorf("history index: %w", perr)
+				res[i][j] = fmt.Errorf("history index: %w", perr)
 			}
 		}
 	}
@@ -93,41 +83,34 @@ func (w *withHistory) HandleBatch(ctx context.Context, orders [][]Event) [][]err
 // neither, p withholds it (what p indexed answers). An event h applied is
 // indexed before the answer, so that the history lists it.
 func (w *withHistory) Withhold(ctx context.Context, ev Event) (bool, error) {
-	var applied bool
-	var err error
 	switch h := w.h.(type) {
 	case Withholder:
-		applied, err = h.Withhold(ctx, ev)
+		return w.indexIfApplied(ctx, ev, h.Withhold)
 	case AppliedChecker:
-		applied, err = h.Applied(ctx, ev)
-	default:
-		// p's record decides, by compare-and-set: a later delivery h
-		// applies is then refused by the index and dead-lettered too.
-		return w.p.Withhold(ctx, ev)
+		return w.indexIfApplied(ctx, ev, h.Applied)
 	}
-	if err != nil || !applied {
-		return applied, err
-	}
-	return true, w.index(ctx, ev)
+	// p's record decides, by compare-and-set: a later delivery h applies
+	// is then refused by the index and dead-lettered too.
+	return w.p.Withhold(ctx, ev)
 }
 
 // Applied asks h (an [AppliedChecker]); without it, what p indexed
 // answers (p indexes only what h applied).
 func (w *withHistory) Applied(ctx context.Context, ev Event) (bool, error) {
-	ac, ok := w.h.(AppliedChecker)
-	if !ok {
-		return w.p.Applied(ctx, ev)
+	if ac, ok := w.h.(AppliedChecker); ok {
+		return w.indexIfApplied(ctx, ev, ac.Applied)
 	}
-	applied, err := ac.Applied(ctx, ev)
+	return w.p.Applied(ctx, ev)
+}
+
+// indexIfApplied asks check whether h applied ev, and if so indexes it.
+func (w *withHistory) indexIfApplied(ctx context.Context, ev Event, check func(context.Context, Event) (bool, error)) (bool, error) {
+	applied, err := check(ctx, ev)
 	if err != nil || !applied {
 		return applied, err
 	}
-	return true, w.index(ctx, ev)
-}
-
-func (w *withHistory) index(ctx context.Context, ev Event) error {
 	if err := w.p.Handle(ctx, ev); err != nil && !errors.Is(err, ErrDuplicate) {
-		return fmt.Errorf("history index: %w", err)
+		return true, fmt.Errorf("history index: %w", err)
 	}
-	return nil
+	return true, nil
 }
