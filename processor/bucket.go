@@ -208,11 +208,16 @@ func (p *Projection) load(ctx context.Context, id string) (record, uint64, error
 	if err != nil {
 		return record{}, 0, fmt.Errorf("projection %q: %w", id, err)
 	}
+	return decodeRecord(id, e.Value(), e.Revision())
+}
+
+// decodeRecord is id's record stored as data at revision rev.
+func decodeRecord(id string, data []byte, rev uint64) (record, uint64, error) {
 	var r record
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
+	if err := json.Unmarshal(data, &r); err != nil {
 		return record{}, 0, fmt.Errorf("projection %q: stored value is not an order: %w", id, err)
 	}
-	return r, e.Revision(), nil
+	return r, rev, nil
 }
 
 // loadFromLeader is load answered by the bucket's stream leader (the
@@ -228,11 +233,7 @@ func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uin
 	case deleted:
 		return record{}, seq, nil // deleted: a write expects the marker
 	}
-	var r record
-	if err := json.Unmarshal(data, &r); err != nil {
-		return record{}, 0, fmt.Errorf("projection %q: stored value is not an order: %w", id, err)
-	}
-	return r, seq, nil
+	return decodeRecord(id, data, seq)
 }
 
 // parallel calls fn(i) for each i below n, width calls at most at once,

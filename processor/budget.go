@@ -15,9 +15,6 @@ type byteBudget struct {
 	freed chan struct{} // closed and replaced on every release
 }
 
-// newByteBudget returns a budget of max bytes.
-func newByteBudget(max int64) *byteBudget { return &byteBudget{max: max, freed: make(chan struct{})} }
-
 // acquire takes n bytes, waiting while they would exceed the budget (an
 // n above the whole budget is taken when nothing else is held). It
 // returns false if stop closes first.

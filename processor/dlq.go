@@ -61,10 +61,8 @@ func DeadLetterSubject(prefix, subject string) string {
 // deadLetter copies the event to the dead-letter stream with headers naming
 // its origin and the error, and adds it to dls: finishDeadLetters
 // terminates the original once the copy is durable. If the copy cannot be
-// stored the original is retried instead: nothing is dropped. A copy that
-// would not fit the server's max_payload is stored without the original
-// headers, then without the payload (HeaderTrimmed says what is missing),
-// so that every event settles.
+// stored the original is retried instead: nothing is dropped. A copy too
+// large is trimmed (docs/processor.md, "Dead letters").
 func (p *Processor) deadLetter(ctx context.Context, m delivery, ev Event, cause error, dls *deadLetters) {
 	h := nats.Header{}
 	for k, v := range m.Headers() {

@@ -9,15 +9,14 @@ import (
 	"github.com/orderstore/orderstore/processor"
 )
 
-// Stats and LagInfo are served as JSON as they are: snake_case keys, and
-// no internal AckFloor in Stats.
+// Stats and LagInfo are served as JSON as they are: snake_case keys.
 func TestStatsAndLagJSON(t *testing.T) {
 	tests := []struct {
 		name string
 		v    any
 		want []string // keys, in order
 	}{
-		{"Stats", processor.Stats{Running: true, Processed: 1, AckFloor: 7},
+		{"Stats", processor.Stats{Running: true, Processed: 1},
 			[]string{"running", "processed", "failed", "dead_lettered", "poison", "duplicates", "last_applied_seq", "ack_errors", "removed_unprocessed", "recovered"}},
 		{"LagInfo", processor.LagInfo{Pending: 1},
 			[]string{"pending", "ack_pending", "redelivered", "ack_floor", "stream_last_seq", "seconds_behind"}},

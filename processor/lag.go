@@ -22,14 +22,11 @@ type LagInfo struct {
 
 // Lag reads the consumer's state and the age of its oldest unprocessed event.
 func Lag(ctx context.Context, js jetstream.JetStream, stream, durable string) (LagInfo, error) {
-	c, err := js.Consumer(ctx, stream, durable)
+	c, err := js.Consumer(ctx, stream, durable) // its info, fetched by the lookup
 	if err != nil {
 		return LagInfo{}, fmt.Errorf("consumer %q: %w", durable, err)
 	}
-	ci, err := c.Info(ctx)
-	if err != nil {
-		return LagInfo{}, fmt.Errorf("consumer %q: %w", durable, err)
-	}
+	ci := c.CachedInfo()
 	l := LagInfo{
 		Pending:     ci.NumPending,
 		AckPending:  ci.NumAckPending,

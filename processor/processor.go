@@ -123,9 +123,6 @@ type Stats struct {
 	// (another client took them from its durable) and read from the
 	// stream and applied itself.
 	Recovered uint64 `json:"recovered"`
-	// AckFloor is the consumer's ack floor as last seen (LagInfo.AckFloor
-	// serves the fresh one).
-	AckFloor uint64 `json:"-"`
 }
 
 // Processor runs a Handler over a durable consumer: at-least-once delivery,
@@ -225,7 +222,6 @@ func (p *Processor) Stats() Stats {
 		Poison:             p.poison.Load(),
 		Duplicates:         p.duplicates.Load(),
 		LastAppliedSeq:     p.lastApplied.Load(),
-		AckFloor:           p.ackFloor.Load(),
 		Running:            p.running.Load(),
 		RemovedUnprocessed: p.removedUnseen.Load(),
 		Recovered:          p.recovered.Load(),
@@ -299,7 +295,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	// while the budget is spent the callback waits, so the client stops
 	// pulling. Each pull asks for at most a quarter of it (never less than
 	// the largest message the server takes).
-	budget := newByteBudget(p.cfg.MaxBufferedBytes)
+	budget := &byteBudget{max: p.cfg.MaxBufferedBytes, freed: make(chan struct{})}
 	pullBytes := max(int(p.cfg.MaxBufferedBytes/4), 2*int(p.js.Conn().MaxPayload()))
 	p.highestSeen.Store(max(info.Delivered.Stream, p.cfg.SeenUpTo))
 	enqueue := func(m delivery) bool {

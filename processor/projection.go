@@ -143,7 +143,6 @@ type Projection struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
 	prefix string // "$KV.<bucket>."
-	now    func() time.Time
 
 	bucketMu   sync.Mutex
 	bucketRead bool // atomic and replicated are known
@@ -164,7 +163,7 @@ type Projection struct {
 // whose ack is lost with a cluster node that died would otherwise hold the
 // processor's partition for good.
 func NewProjection(js jetstream.JetStream, kv jetstream.KeyValue) *Projection {
-	return &Projection{js: js, kv: kv, prefix: "$KV." + kv.Bucket() + ".", now: time.Now, cache: make(map[string]cached)}
+	return &Projection{js: js, kv: kv, prefix: "$KV." + kv.Bucket() + ".", cache: make(map[string]cached)}
 }
 
 // Get returns an order's projected state, or jetstream.ErrKeyNotFound.
@@ -198,7 +197,7 @@ func (p *Projection) Withhold(ctx context.Context, ev Event) (applied bool, err 
 		i, _ := slices.BinarySearch(r.Withheld, ev.Sequence)
 		r.Withheld = slices.Insert(slices.Clone(r.Withheld), i, ev.Sequence)
 		r.prune(ev.AckFloor)
-		r.UpdatedAt = p.now().UTC()
+		r.UpdatedAt = time.Now().UTC()
 		data, err := json.Marshal(r)
 		if err != nil {
 			return false, err
@@ -318,7 +317,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 				fill(errs, err)
 				continue
 			}
-			next.UpdatedAt = p.now().UTC()
+			next.UpdatedAt = time.Now().UTC()
 			data, err := json.Marshal(next)
 			if err != nil {
 				fill(errs, err)

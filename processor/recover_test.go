@@ -163,7 +163,7 @@ func TestExclusiveProcessorRetriesRecoveredEventsThatFail(t *testing.T) {
 			embeddedtest.WaitFor(t, 30*time.Second, func() error {
 				seed++
 				e.publish(t, orderEvents(20, 50, 0, seed))
-				if fl := p.Stats().AckFloor; fl <= highest {
+				if fl := p.Progress().AckFloor; fl <= highest {
 					return fmt.Errorf("the processor's ack floor %d, a recovered event failed at %d", fl, highest)
 				}
 				return nil
