@@ -134,34 +134,31 @@ func ValidOrderID(id string) bool {
 // poison: retrying cannot fix the bytes.
 func parse(subject string, data []byte) (orderID, status string, err error) {
 	var env struct {
-		OrderID *string `json:"order_id"`
-		Status  *string `json:"status"`
+		OrderID string `json:"order_id"` // null is absent
+		Status  string `json:"status"`
 	}
 	if err := json.Unmarshal(data, &env); err != nil {
 		return "", "", Poison(errors.New(jsonProblem(data, err)))
 	}
-	if env.OrderID == nil || *env.OrderID == "" {
+	if env.OrderID == "" {
 		return "", "", Poison(errors.New("no order_id"))
 	}
-	if n := len(*env.OrderID); n > MaxOrderIDLen {
+	if n := len(env.OrderID); n > MaxOrderIDLen {
 		return "", "", Poison(fmt.Errorf("order_id is %d bytes, more than %d", n, MaxOrderIDLen))
 	}
-	if !ValidOrderID(*env.OrderID) {
-		return "", "", Poison(fmt.Errorf("order_id %q cannot be a key (letters, digits, '-', '_', '=', '/', '.')", *env.OrderID))
+	if !ValidOrderID(env.OrderID) {
+		return "", "", Poison(fmt.Errorf("order_id %q cannot be a key (letters, digits, '-', '_', '=', '/', '.')", env.OrderID))
 	}
-	if env.Status != nil {
-		status = *env.Status
+	if len(env.Status) > MaxStatusLen {
+		return "", "", Poison(fmt.Errorf("status is %d bytes, more than %d", len(env.Status), MaxStatusLen))
 	}
-	if len(status) > MaxStatusLen {
-		return "", "", Poison(fmt.Errorf("status is %d bytes, more than %d", len(status), MaxStatusLen))
-	}
-	if !utf8.ValidString(status) {
+	if !utf8.ValidString(env.Status) {
 		return "", "", Poison(errors.New("status is not valid UTF-8"))
 	}
 	if t := eventType(subject); len(t) > MaxEventTypeLen {
 		return "", "", Poison(fmt.Errorf("event type (the subject's last token) is %d bytes, more than %d", len(t), MaxEventTypeLen))
 	}
-	return *env.OrderID, status, nil
+	return env.OrderID, env.Status, nil
 }
 
 // jsonProblem says why data is not an order event's JSON object, in

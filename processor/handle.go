@@ -89,32 +89,28 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled in
 	groups := make(map[string][]item)
 	var order []string
 	for _, it := range batch {
-		switch {
+		switch id := it.ev.OrderID; {
 		case it.skip:
-			continue
+			// Nothing to handle or settle.
 		case ctx.Err() != nil:
 			unhandled++
-			continue
 		case it.ev.Sequence <= p.cfg.SettledThrough:
 			if p.settled("ack", it.ev, it.msg.Ack()) {
 				p.duplicates.Add(1)
 			}
-			continue
 		case it.poison != nil:
 			p.deadLetter(ctx, it.msg, it.ev, it.poison, &dls)
-			continue
 		case it.ev.Delivered > uint64(p.cfg.MaxDeliver):
 			// Dead-lettered without handling it again: an event that
 			// crashes the process every time must not crash-loop it.
 			p.deadLetterUnapplied(ctx, it, fmt.Errorf("delivered %d times without a result (max_deliver %d): the processor stopped or exceeded ack_wait on it",
 				it.ev.Delivered, p.cfg.MaxDeliver), &dls)
-			continue
+		default:
+			if _, ok := groups[id]; !ok {
+				order = append(order, id)
+			}
+			groups[id] = append(groups[id], it)
 		}
-		id := it.ev.OrderID
-		if _, ok := groups[id]; !ok {
-			order = append(order, id)
-		}
-		groups[id] = append(groups[id], it)
 	}
 	if len(order) == 0 {
 		return unhandled

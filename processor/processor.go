@@ -156,9 +156,8 @@ type Processor struct {
 	// them, must not prune them from the projection's idempotency
 	// records) until they are settled, and events nak'ed and not yet
 	// delivered again (taken if the floor passes them).
-	recMu      sync.Mutex
+	recMu      sync.Mutex // guards recPending and awaiting
 	recPending map[uint64]struct{}
-	awaitingMu sync.Mutex
 	awaiting   map[uint64]struct{}
 	// Shared: the sequence ranges delivered elsewhere, to check once the
 	// ack floor passes them.
@@ -320,9 +319,9 @@ func (p *Processor) Run(ctx context.Context) error {
 	}()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		if md, err := m.Metadata(); err == nil && p.cfg.Exclusive {
-			p.awaitingMu.Lock()
+			p.recMu.Lock()
 			delete(p.awaiting, md.Sequence.Stream)
-			p.awaitingMu.Unlock()
+			p.recMu.Unlock()
 		}
 		if md, err := m.Metadata(); err == nil && md.NumDelivered == 1 {
 			// Events skipped before this one were taken by another

@@ -188,15 +188,6 @@ func (p *Processor) safeFloor() uint64 {
 	return f
 }
 
-// isRecovering reports whether seq was recovered: its naks are retries,
-// not events to await from the consumer.
-func (p *Processor) isRecovering(seq uint64) bool {
-	p.recMu.Lock()
-	defer p.recMu.Unlock()
-	_, ok := p.recPending[seq]
-	return ok
-}
-
 // recoveredDone forgets seq as recovered, once it is settled.
 func (p *Processor) recoveredDone(seq uint64) {
 	p.recMu.Lock()
@@ -228,14 +219,14 @@ func (p *Processor) checkTaken(ctx context.Context, info *jetstream.ConsumerInfo
 	}
 	floor := info.AckFloor.Stream
 	var taken []uint64
-	p.awaitingMu.Lock()
+	p.recMu.Lock()
 	for seq := range p.awaiting {
 		if seq <= floor {
 			taken = append(taken, seq)
 			delete(p.awaiting, seq)
 		}
 	}
-	p.awaitingMu.Unlock()
+	p.recMu.Unlock()
 	var out []*recoveredMsg
 	for _, seq := range taken {
 		if p.cfg.Shared {

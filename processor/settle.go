@@ -132,12 +132,15 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 // failure is logged and counted in AckErrors: the event stays unacked and
 // the server redelivers it after ack_wait.
 func (p *Processor) settled(op string, ev Event, err error) bool {
-	if p.cfg.Exclusive && op == "nak" && !p.isRecovering(ev.Sequence) {
+	if p.cfg.Exclusive && op == "nak" {
 		// Awaited: delivered here again, or taken by another client if
-		// the ack floor passes it first (checkTaken).
-		p.awaitingMu.Lock()
-		p.awaiting[ev.Sequence] = struct{}{}
-		p.awaitingMu.Unlock()
+		// the ack floor passes it first (checkTaken). A recovered event's
+		// naks are retries instead.
+		p.recMu.Lock()
+		if _, recovering := p.recPending[ev.Sequence]; !recovering {
+			p.awaiting[ev.Sequence] = struct{}{}
+		}
+		p.recMu.Unlock()
 	}
 	if err == nil {
 		return true
