@@ -68,15 +68,12 @@ func (p *Pausable) Pause(ctx context.Context) (resume func(), err error) {
 	p.resume = ch
 	cancel, done := p.cancelRun, p.runDone
 	p.mu.Unlock()
-	var once sync.Once
-	resume = func() {
-		once.Do(func() {
-			p.mu.Lock()
-			p.resume = nil
-			p.mu.Unlock()
-			close(ch)
-		})
-	}
+	resume = sync.OnceFunc(func() {
+		p.mu.Lock()
+		p.resume = nil
+		p.mu.Unlock()
+		close(ch)
+	})
 	if cancel != nil {
 		cancel()
 		select {

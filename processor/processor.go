@@ -26,11 +26,10 @@ type Config struct {
 	DeadLetterStream        string
 	DeadLetterSubjectPrefix string
 	// MaxDeliver is the delivery on which a failing event is dead-lettered
-	// (processor.max_deliver). The processor enforces it: an event
-	// delivered more often than this without a result (the processor
-	// stopped or timed out on it) is dead-lettered without handling it
-	// again. Keep the consumer's own max_deliver unlimited (-1): nats-server
-	// drops an event silently when it reaches that. Default 5.
+	// (processor.max_deliver), enforced by the processor, also on an event
+	// with no result (docs/processor.md, "Retries and max_deliver"). Keep
+	// the consumer's own max_deliver -1: nats-server drops an event
+	// silently when it reaches that. Default 5.
 	MaxDeliver int
 	// Backoff lists the delays before the 1st, 2nd, ... retry of a failed
 	// event; the last one repeats. Empty means 1s.
@@ -89,10 +88,9 @@ type Config struct {
 	Shared bool
 	// SettledThrough: every event up to this stream sequence was settled
 	// (applied or dead-lettered) before the store was restored from a
-	// backup; the processor acks them unhandled. The restored projection
-	// holds what was applied and the dead-letter stream what was not, so
-	// handling them again would dead-letter them again (or apply an event
-	// whose replay the projection holds).
+	// backup; the processor acks them unhandled, so that none is
+	// dead-lettered again, nor applied beside the replay the projection
+	// holds (docs/operations.md, "Restore").
 	SettledThrough uint64
 	// Logger; nil discards.
 	Logger *slog.Logger
@@ -230,8 +228,9 @@ func (p *Processor) Stats() Stats {
 
 // Ready returns a channel that is closed once Run is consuming: the
 // consumer was found and its pull subscription is up. It stays closed after
-// Run returns (Running tells the current state). A Run that fails before
-// it consumes never closes it, so wait on it together with Run's result:
+// Run returns (Stats().Running tells the current state). A Run that fails
+// before it consumes never closes it, so wait on it together with Run's
+// result:
 //
 //	done := make(chan error, 1)
 //	go func() { done <- p.Run(ctx) }()

@@ -32,12 +32,6 @@ type withHistory struct {
 	p *Projection
 }
 
-// Unwrap returns the handler that runs: the one WithHistory was given.
-func (w *withHistory) Unwrap() Handler { return w.h }
-
-// Projection returns the projection that keeps the history index.
-func (w *withHistory) Projection() *Projection { return w.p }
-
 func (w *withHistory) Handle(ctx context.Context, ev Event) error {
 	return w.HandleBatch(ctx, [][]Event{{ev}})[0][0]
 }
