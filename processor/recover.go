@@ -47,13 +47,7 @@ func (p *Processor) noteDelivered(seq uint64) []*recoveredMsg {
 	if !p.cfg.Exclusive {
 		return nil
 	}
-	if p.cfg.Shared {
-		p.addGap(max(prev+1, first), seq)
-		return nil
-	}
-	// What the stream still holds between them was taken by someone
-	// else (deleted events are skipped).
-	return p.readBack(ctx, max(prev+1, first), seq)
+	return p.takenElsewhere(ctx, max(prev+1, first), seq)
 }
 
 // seqRange is the stream sequences [from, upTo).
@@ -195,9 +189,15 @@ func (p *Processor) recoveredDone(seq uint64) {
 	p.recMu.Unlock()
 }
 
-// readBack reads the events the stream still holds in [from, upTo), at
-// most maxRecover of them, as recovered events.
-func (p *Processor) readBack(ctx context.Context, from, upTo uint64) []*recoveredMsg {
+// takenElsewhere handles the events in [from, upTo) that another client
+// was delivered: a Shared processor checks them once the ack floor passes
+// them (checkGaps); another returns those the stream still holds (deleted
+// events are skipped), at most maxRecover of them, as recovered events.
+func (p *Processor) takenElsewhere(ctx context.Context, from, upTo uint64) []*recoveredMsg {
+	if p.cfg.Shared {
+		p.addGap(from, upTo)
+		return nil
+	}
 	out, next, err := p.unapplied(ctx, nil, seqRange{from, upTo})
 	if err != nil {
 		p.log.Error("events taken from the processor's durable by another client could not be read back: they are missing from the projection",
@@ -218,32 +218,24 @@ func (p *Processor) checkTaken(ctx context.Context, info *jetstream.ConsumerInfo
 		return
 	}
 	floor := info.AckFloor.Stream
-	var taken []uint64
+	var passed []uint64
 	p.recMu.Lock()
 	for seq := range p.awaiting {
 		if seq <= floor {
-			taken = append(taken, seq)
+			passed = append(passed, seq)
 			delete(p.awaiting, seq)
 		}
 	}
 	p.recMu.Unlock()
 	var out []*recoveredMsg
-	for _, seq := range taken {
-		if p.cfg.Shared {
-			p.addGap(seq, seq+1) // delivered to a sibling again
-			continue
-		}
-		out = append(out, p.readBack(ctx, seq, seq+1)...)
+	for _, seq := range passed {
+		out = append(out, p.takenElsewhere(ctx, seq, seq+1)...)
 	}
 	// Nothing pending or awaiting an ack, yet delivered past what this
 	// processor saw: the tail went to someone else.
 	if prev := p.highestSeen.Load(); info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > prev {
 		p.highestSeen.Store(info.Delivered.Stream)
-		if p.cfg.Shared {
-			p.addGap(prev+1, info.Delivered.Stream+1)
-		} else {
-			out = append(out, p.readBack(ctx, prev+1, info.Delivered.Stream+1)...)
-		}
+		out = append(out, p.takenElsewhere(ctx, prev+1, info.Delivered.Stream+1)...)
 	}
 	if p.cfg.Shared {
 		out = append(out, p.checkGaps(ctx, floor)...)
