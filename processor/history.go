@@ -195,10 +195,18 @@ func (p *Projection) History(ctx context.Context, s jetstream.Stream, orderID st
 	if err != nil {
 		return page, err
 	}
-	page.Events, err = p.historyEvents(ctx, s, orderID, from, seqs)
+	evs, err := p.historyEvents(ctx, s, orderID, from, seqs)
 	if err != nil {
 		return page, err
 	}
+	size := 0
+	for i, ev := range evs {
+		if size += len(ev.Data) + headerSize(ev.Header); size > maxHistoryPageBytes && i > 0 {
+			evs = evs[:i] // the page stops early rather than pass the bound
+			break
+		}
+	}
+	page.Events = evs
 	if next := from + len(page.Events); next < page.Total {
 		page.Next = next
 	}
@@ -278,8 +286,7 @@ func (p *Projection) readChunk(ctx context.Context, orderID string, n int) ([]ui
 }
 
 // historyEvents reads the events at seqs (positions from on) from s,
-// historyGetParallel at once, and cuts the page where its bytes pass
-// maxHistoryPageBytes.
+// historyGetParallel at once.
 func (p *Projection) historyEvents(ctx context.Context, s jetstream.Stream, orderID string, from int, seqs []uint64) ([]HistoryEvent, error) {
 	out := make([]HistoryEvent, len(seqs))
 	errs := make([]error, len(seqs))
@@ -311,13 +318,6 @@ func (p *Projection) historyEvents(ctx context.Context, s jetstream.Stream, orde
 	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
-	}
-	size := 0
-	for i := range out {
-		size += len(out[i].Data) + headerSize(out[i].Header)
-		if size > maxHistoryPageBytes && i > 0 {
-			return out[:i], nil
-		}
 	}
 	return out, nil
 }
@@ -416,7 +416,7 @@ func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID s
 		if err != nil {
 			return st, folded, err
 		}
-		evs, err := p.historyEventsAll(ctx, s, orderID, from, seqs)
+		evs, err := p.historyEvents(ctx, s, orderID, from, seqs)
 		if err != nil {
 			return st, folded, err
 		}
@@ -460,17 +460,6 @@ func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID s
 	st.Order.UpdatedAt = folded.LastEventAt
 	st.Complete = st.NotRetained == 0 && st.Unindexed == 0
 	return st, folded, nil
-}
-
-// historyEventsAll is historyEvents without the page's byte bound.
-func (p *Projection) historyEventsAll(ctx context.Context, s jetstream.Stream, orderID string, from int, seqs []uint64) ([]HistoryEvent, error) {
-	evs, err := p.historyEvents(ctx, s, orderID, from, seqs)
-	for err == nil && len(evs) < len(seqs) {
-		var more []HistoryEvent
-		more, err = p.historyEvents(ctx, s, orderID, from+len(evs), seqs[len(evs):])
-		evs = append(evs, more...)
-	}
-	return evs, err
 }
 
 // event is he as the fold sees it.
