@@ -28,18 +28,15 @@ func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitUsage
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: orderstore backup [-config FILE] [-admin URL] [-token T] DIR")
-		return exitUsage
+		return usageErr(stderr, "usage: orderstore backup [-config FILE] [-admin URL] [-token T] DIR\n")
 	}
 	dir := fs.Arg(0)
 	c, err := client()
 	if err != nil {
-		printErr(stderr, err)
-		return exitUsage
+		return fail(stderr, exitUsage, err)
 	}
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
-		printErr(stderr, withHint(fmt.Errorf("backup: %q is not empty", dir), "pass a new or empty directory"))
-		return exitUsage
+		return fail(stderr, exitUsage, withHint(fmt.Errorf("backup: %q is not empty", dir), "pass a new or empty directory"))
 	}
 	t0 := time.Now()
 	bc := *c
@@ -58,13 +55,11 @@ func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		err = fmt.Errorf("%w (the backup in %q is incomplete)", err, dir)
 	}
 	if err != nil {
-		printErr(stderr, fmt.Errorf("backup: %w", err))
-		return exitFailure
+		return fail(stderr, exitFailure, fmt.Errorf("backup: %w", err))
 	}
 	m, err := orderstore.ReadBackupManifest(dir)
 	if err != nil {
-		printErr(stderr, err)
-		return exitFailure
+		return fail(stderr, exitFailure, err)
 	}
 	for _, s := range m.Streams {
 		fmt.Fprintf(stdout, "%s\t%d messages, seq %d..%d, %s\n", s.Name, s.Messages, s.FirstSeq, s.LastSeq, config.ByteSize(s.Bytes))
@@ -83,27 +78,23 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitUsage
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: orderstore restore [-config FILE] [-backup-key-file FILE] DIR")
-		return exitUsage
+		return usageErr(stderr, "usage: orderstore restore [-config FILE] [-backup-key-file FILE] DIR\n")
 	}
 	var opts orderstore.RestoreOptions
 	if *backupKey != "" {
 		k, err := config.ReadKeyFile("-backup-key-file", *backupKey)
 		if err != nil {
-			printErr(stderr, err)
-			return exitUsage
+			return fail(stderr, exitUsage, err)
 		}
 		opts.BackupKey = k
 	}
 	fc, _, err := loadConfig(*configPath)
 	if err != nil {
-		printErr(stderr, err)
-		return exitUsage
+		return fail(stderr, exitUsage, err)
 	}
 	cfg, err := fc.Orderstore()
 	if err != nil {
-		printErr(stderr, err)
-		return exitUsage
+		return fail(stderr, exitUsage, err)
 	}
 	t0 := time.Now()
 	var cur atomic.Pointer[orderstore.BackupProgress]

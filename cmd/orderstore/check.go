@@ -36,19 +36,16 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := fc.Orderstore()
 	if err != nil {
-		printErr(stderr, withHint(err, "fix the file the key names (admin.token_file, password_file), or set the secret in the config"))
-		return exitUsage
+		return fail(stderr, exitUsage, withHint(err, "fix the file the key names (admin.token_file, password_file), or set the secret in the config"))
 	}
 	if err := cfg.CheckFiles(); err != nil {
-		printErr(stderr, withHint(err, "fix the files the keys name: run would refuse to start the same way"))
-		return exitUsage
+		return fail(stderr, exitUsage, withHint(err, "fix the files the keys name: run would refuse to start the same way"))
 	}
 	if *print {
 		fc.JetStream.Durability = cmp.Or(fc.JetStream.Durability, cfg.DurabilityMode()) // what "" chose
 		b, err := fc.Encode()
 		if err != nil {
-			printErr(stderr, fmt.Errorf("encode config: %w", err))
-			return exitFailure
+			return fail(stderr, exitFailure, fmt.Errorf("encode config: %w", err))
 		}
 		stdout.Write(b)
 	}
@@ -71,8 +68,7 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%v (a running instance; the other checks need the lock)\n", err)
 		return exitOK
 	case err != nil:
-		printErr(stderr, err)
-		return exitFailure
+		return fail(stderr, exitFailure, err)
 	}
 	for _, w := range rep.Warnings {
 		fmt.Fprintf(stderr, "preflight warning: %s\n", w)

@@ -16,8 +16,7 @@ import (
 
 func dlqCmd(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "list" && args[0] != "replay") {
-		fmt.Fprint(stderr, "usage: orderstore dlq list [-from SEQ] [-limit N] [-json] | orderstore dlq replay (SEQ... | -all)\n  both take -admin URL, -token T, -config FILE\n")
-		return exitUsage
+		return usageErr(stderr, "usage: orderstore dlq list [-from SEQ] [-limit N] [-json] | orderstore dlq replay (SEQ... | -all)\n  both take -admin URL, -token T, -config FILE\n")
 	}
 	sub := args[0]
 	fs := newFlagSet("dlq "+sub, stderr)
@@ -31,8 +30,7 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	c, err := client()
 	if err != nil {
-		printErr(stderr, err)
-		return exitUsage
+		return fail(stderr, exitUsage, err)
 	}
 	type page struct {
 		Items []orderstore.DeadLetter `json:"items"`
@@ -47,8 +45,7 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 	case "list":
 		p, err := list(*from, *limit)
 		if err != nil {
-			printErr(stderr, err)
-			return exitFailure
+			return fail(stderr, exitFailure, err)
 		}
 		if *asJSON {
 			printJSON(stdout, p)
@@ -73,21 +70,18 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 		for _, a := range fs.Args() {
 			n, err := strconv.ParseUint(a, 10, 64)
 			if err != nil || n == 0 {
-				fmt.Fprintf(stderr, "orderstore dlq replay: %q is not a dead-letter sequence number\n", a)
-				return exitUsage
+				return usageErr(stderr, "orderstore dlq replay: %q is not a dead-letter sequence number\n", a)
 			}
 			seqs = append(seqs, n)
 		}
 		if *all == (len(seqs) > 0) {
-			fmt.Fprintln(stderr, "orderstore dlq replay: give SEQ... or -all")
-			return exitUsage
+			return usageErr(stderr, "orderstore dlq replay: give SEQ... or -all\n")
 		}
 		if *all {
 			for next := uint64(1); ; {
 				p, err := list(next, 1000)
 				if err != nil {
-					printErr(stderr, err)
-					return exitFailure
+					return fail(stderr, exitFailure, err)
 				}
 				for _, d := range p.Items {
 					seqs = append(seqs, d.Sequence)

@@ -17,14 +17,12 @@ import (
 // overwrites a file: a key in use would be lost with the store it opens.
 func keyCmd(args []string, stdout, stderr io.Writer) int {
 	if len(args) != 2 || args[0] != "generate" {
-		fmt.Fprint(stderr, "usage: orderstore key generate FILE\n  writes a new store encryption key to FILE (mode 0600); set jetstream.encryption_key_file to it\n")
-		return exitUsage
+		return usageErr(stderr, "usage: orderstore key generate FILE\n  writes a new store encryption key to FILE (mode 0600); set jetstream.encryption_key_file to it\n")
 	}
 	path := args[1]
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
-		printErr(stderr, err)
-		return exitFailure
+		return fail(stderr, exitFailure, err)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
@@ -33,8 +31,7 @@ func keyCmd(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if err != nil {
-		printErr(stderr, fmt.Errorf("key generate: %w", err))
-		return exitFailure
+		return fail(stderr, exitFailure, fmt.Errorf("key generate: %w", err))
 	}
 	_, err = f.WriteString(hex.EncodeToString(raw) + "\n")
 	if err == nil {
@@ -48,8 +45,7 @@ func keyCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		os.Remove(path)
-		printErr(stderr, fmt.Errorf("key generate: %q: %w", path, err))
-		return exitFailure
+		return fail(stderr, exitFailure, fmt.Errorf("key generate: %q: %w", path, err))
 	}
 	fmt.Fprintf(stdout, "wrote a new encryption key to %s (mode 0600): set jetstream.encryption_key_file = %q; keep a copy apart from the store\n", path, path)
 	return exitOK

@@ -53,8 +53,7 @@ Run 'orderstore <command> -h' for a command's flags.
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return usageErr(stderr, "%s", usage)
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
@@ -84,8 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "orderstore: unknown command %q\n\n%s", cmd, usage)
-		return exitUsage
+		return usageErr(stderr, "orderstore: unknown command %q\n\n%s", cmd, usage)
 	}
 }
 
@@ -96,6 +94,19 @@ func printErr(w io.Writer, err error) {
 	if h := hintOf(err); h != "" {
 		fmt.Fprintf(w, "hint: %s\n", h)
 	}
+}
+
+// fail prints err as printErr does and returns the exit code code.
+func fail(w io.Writer, code int, err error) int {
+	printErr(w, err)
+	return code
+}
+
+// usageErr prints a usage problem (format as fmt.Fprintf takes it) and
+// returns exitUsage.
+func usageErr(w io.Writer, format string, a ...any) int {
+	fmt.Fprintf(w, format, a...)
+	return exitUsage
 }
 
 // hintOf finds the first hint in err's chain.

@@ -47,16 +47,13 @@ func orderCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if id == "" || fs.NArg() > 0 {
-		fmt.Fprint(stderr, orderUsage)
-		return exitUsage
+		return usageErr(stderr, "%s", orderUsage)
 	}
 	if *events && *asOf != "" {
-		fmt.Fprintln(stderr, "orderstore order: -events and -as-of do not go together")
-		return exitUsage
+		return usageErr(stderr, "orderstore order: -events and -as-of do not go together\n")
 	}
 	if *limit < 1 || *limit > 1000 || *from < 0 {
-		fmt.Fprintln(stderr, "orderstore order: -limit must be 1..1000 and -from 0 or more")
-		return exitUsage
+		return usageErr(stderr, "orderstore order: -limit must be 1..1000 and -from 0 or more\n")
 	}
 	q := url.Values{}
 	if *asOf != "" {
@@ -65,14 +62,12 @@ func orderCmd(args []string, stdout, stderr io.Writer) int {
 		} else if _, err := time.Parse(time.RFC3339Nano, *asOf); err == nil {
 			q.Set("as_of", *asOf)
 		} else {
-			fmt.Fprintf(stderr, "orderstore order: -as-of %q is neither an RFC 3339 time (2026-12-02T14:02:00Z) nor a stream sequence\n", *asOf)
-			return exitUsage
+			return usageErr(stderr, "orderstore order: -as-of %q is neither an RFC 3339 time (2026-12-02T14:02:00Z) nor a stream sequence\n", *asOf)
 		}
 	}
 	c, err := client()
 	if err != nil {
-		printErr(stderr, err)
-		return exitUsage
+		return fail(stderr, exitUsage, err)
 	}
 	path := "/v1/orders/" + url.PathEscape(id)
 	if !*events {
@@ -81,8 +76,7 @@ func orderCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		var o map[string]any
 		if err := c.do("GET", path, &o); err != nil {
-			printErr(stderr, err)
-			return exitFailure
+			return fail(stderr, exitFailure, err)
 		}
 		printOrder(stdout, o, *asJSON)
 		return exitOK
@@ -97,8 +91,7 @@ func orderCmd(args []string, stdout, stderr io.Writer) int {
 		var page status.OrderEvents
 		if err := c.do("GET", path+"/events?"+q.Encode(), &page); err != nil {
 			tw.Flush()
-			printErr(stderr, err)
-			return exitFailure
+			return fail(stderr, exitFailure, err)
 		}
 		if !*asJSON && pos == *from {
 			fmt.Fprintln(tw, "POS\tSEQ\tTIME\tTYPE\tEDGE\tSTATUS AFTER\tDATA")

@@ -43,17 +43,14 @@ func ordersCmd(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "orderstore orders: unexpected argument %q (an order's state: orderstore order ID)\n", fs.Arg(0))
-		return exitUsage
+		return usageErr(stderr, "orderstore orders: unexpected argument %q (an order's state: orderstore order ID)\n", fs.Arg(0))
 	}
 	if *limit < 1 || *limit > 1000 {
-		fmt.Fprintln(stderr, "orderstore orders: -limit must be 1..1000")
-		return exitUsage
+		return usageErr(stderr, "orderstore orders: -limit must be 1..1000\n")
 	}
 	if *olderThan != "" {
 		if _, err := duration.ParseAge(*olderThan); err != nil {
-			fmt.Fprintf(stderr, "orderstore orders: -older-than %v\n", err)
-			return exitUsage
+			return usageErr(stderr, "orderstore orders: -older-than %v\n", err)
 		}
 	}
 	q := url.Values{}
@@ -72,8 +69,7 @@ func ordersCmd(args []string, stdout, stderr io.Writer) int {
 	q.Set("limit", strconv.Itoa(*limit))
 	c, err := client()
 	if err != nil {
-		printErr(stderr, err)
-		return exitUsage
+		return fail(stderr, exitUsage, err)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	defer tw.Flush()
@@ -86,8 +82,7 @@ func ordersCmd(args []string, stdout, stderr io.Writer) int {
 		var page orderstore.OrdersPage
 		if err := c.do("GET", "/v1/orders?"+q.Encode(), &page); err != nil {
 			tw.Flush()
-			printErr(stderr, err)
-			return exitFailure
+			return fail(stderr, exitFailure, err)
 		}
 		if *asJSON {
 			printJSON(stdout, page)

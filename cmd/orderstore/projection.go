@@ -62,8 +62,7 @@ func exitSignaled(ctx context.Context) int {
 // through a running instance's admin API.
 func projectionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "rebuild" && args[0] != "status") {
-		fmt.Fprint(stderr, projectionUsage)
-		return exitUsage
+		return usageErr(stderr, "%s", projectionUsage)
 	}
 	sub := args[0]
 	fs := newFlagSet("projection "+sub, stderr)
@@ -86,25 +85,20 @@ func projectionCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "orderstore projection %s: unexpected argument %q\n\n%s", sub, fs.Arg(0), projectionUsage)
-		return exitUsage
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "orderstore projection %s: %s\n", sub, fmt.Sprintf(format, a...))
-		return exitUsage
+		return usageErr(stderr, "orderstore projection %s: unexpected argument %q\n\n%s", sub, fs.Arg(0), projectionUsage)
 	}
 	var req status.RebuildRequest
 	if sub == "rebuild" {
 		if *cancel && (*fromSeq > 0 || *fromTime != "" || *replacePartial) {
-			return usageErr("-cancel takes no -from-seq, -from-time or -replace-partial")
+			return usageErr(stderr, "orderstore projection rebuild: -cancel takes no -from-seq, -from-time or -replace-partial\n")
 		}
 		if *fromSeq > 0 && *fromTime != "" {
-			return usageErr("-from-seq and -from-time do not go together: give one place to fold from")
+			return usageErr(stderr, "orderstore projection rebuild: -from-seq and -from-time do not go together: give one place to fold from\n")
 		}
 		if *fromTime != "" {
 			t, err := time.Parse(time.RFC3339Nano, *fromTime)
 			if err != nil {
-				return usageErr("-from-time %q is not an RFC 3339 time (2026-12-01T00:00:00Z)", *fromTime)
+				return usageErr(stderr, "orderstore projection rebuild: -from-time %q is not an RFC 3339 time (2026-12-01T00:00:00Z)\n", *fromTime)
 			}
 			req.FromTime = t
 		}
@@ -112,8 +106,7 @@ func projectionCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	c, err := client()
 	if err != nil {
-		printErr(stderr, err)
-		return exitUsage
+		return fail(stderr, exitUsage, err)
 	}
 	r := &rebuildCmd{c: c, stdout: stdout, stderr: stderr, asJSON: *asJSON, again: connArgs(fs)}
 	switch {
@@ -147,8 +140,7 @@ func (r *rebuildCmd) status() int {
 			}
 			return exitOK
 		}
-		printErr(r.stderr, err)
-		return exitFailure
+		return fail(r.stderr, exitFailure, err)
 	}
 	r.print(&st)
 	if st.State == status.RebuildFailed {
@@ -169,8 +161,7 @@ func (r *rebuildCmd) start(ctx context.Context, req status.RebuildRequest, detac
 		if statusOf(err) == http.StatusConflict {
 			err = withHint(err, fmt.Sprintf("watch it with 'orderstore projection status%s', or cancel it with 'orderstore projection rebuild -cancel%s'", r.again, r.again))
 		}
-		printErr(r.stderr, err)
-		return exitFailure
+		return fail(r.stderr, exitFailure, err)
 	}
 	if detach {
 		if r.asJSON {
@@ -195,8 +186,7 @@ func (r *rebuildCmd) cancel(ctx context.Context, detach bool) int {
 		if statusOf(err) == http.StatusConflict {
 			err = withHint(err, fmt.Sprintf("'orderstore projection status%s' shows the rebuild under way or the last one", r.again))
 		}
-		printErr(r.stderr, err)
-		return exitFailure
+		return fail(r.stderr, exitFailure, err)
 	}
 	fmt.Fprintf(r.stderr, "cancel requested: projection rebuild %s stops and drops its shadow; the live projection stays as it was\n", st.ID)
 	if detach {
@@ -242,8 +232,7 @@ func (r *rebuildCmd) follow(ctx context.Context, st *status.Rebuild, p *rebuildP
 			code := statusOf(err)
 			if !errors.As(err, &unreachable) && code != http.StatusServiceUnavailable && code != http.StatusBadGateway && code != http.StatusGatewayTimeout {
 				p.clear()
-				printErr(r.stderr, err)
-				return exitFailure
+				return fail(r.stderr, exitFailure, err)
 			}
 			if failingSince.IsZero() {
 				failingSince = time.Now()

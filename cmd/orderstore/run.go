@@ -31,8 +31,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "orderstore run: unexpected arguments %q\n", fs.Args())
-		return exitUsage
+		return usageErr(stderr, "orderstore run: unexpected arguments %q\n", fs.Args())
 	}
 
 	// Signals cancel ctx from the first moment: a SIGTERM during a long
@@ -44,16 +43,14 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	fc, cfgName, err := loadConfig(*configPath)
 	if err != nil {
-		printErr(stderr, err)
-		return exitUsage
+		return fail(stderr, exitUsage, err)
 	}
 	logger := newLogger(stderr, fc.Log.Level, fc.Log.Format)
 	bi := getBuildInfo()
 	logger.Info("orderstore starting", "version", bi.Version, "config", cfgName, "pid", os.Getpid())
 	cfg, err := fc.Orderstore()
 	if err != nil {
-		printErr(stderr, withHint(err, "fix the file the key names (admin.token_file, password_file), or set the secret in the config"))
-		return exitUsage
+		return fail(stderr, exitUsage, withHint(err, "fix the file the key names (admin.token_file, password_file), or set the secret in the config"))
 	}
 	cfg.Logger = logger
 	cfg.Build = bi
@@ -103,8 +100,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	closeErr := app.Close(cctx)
 	if err := errors.Join(failed, closeErr); err != nil {
-		printErr(stderr, err)
-		return exitFailure
+		return fail(stderr, exitFailure, err)
 	}
 	logger.Info("shutdown complete")
 	return exitOK

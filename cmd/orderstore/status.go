@@ -23,13 +23,11 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	c, err := client()
 	if err != nil {
-		printErr(stderr, err)
-		return exitUsage
+		return fail(stderr, exitUsage, err)
 	}
 	var st status.Status
 	if err := c.do("GET", "/v1/status", &st); err != nil {
-		printErr(stderr, err)
-		return exitFailure
+		return fail(stderr, exitFailure, err)
 	}
 	if *asJSON {
 		printJSON(stdout, st)
@@ -138,12 +136,9 @@ func printValidation(tw io.Writer, v *status.ValidationStats) {
 	case 0:
 		b.WriteString("no schemas")
 	case 1:
-		b.WriteString("1 schema (")
+		fmt.Fprintf(&b, "1 schema (%s)", types[0])
 	default:
-		fmt.Fprintf(&b, "%d schemas (", len(types))
-	}
-	if len(types) > 0 {
-		b.WriteString(strings.Join(types[:min(len(types), statusTop)], ", "))
+		fmt.Fprintf(&b, "%d schemas (%s", len(types), strings.Join(types[:min(len(types), statusTop)], ", "))
 		if len(types) > statusTop {
 			fmt.Fprintf(&b, ", %d more", len(types)-statusTop)
 		}
@@ -268,19 +263,15 @@ func ordersBrief(o *status.OrdersStatus) string {
 		return fmt.Sprintf("the order index is loading (%d orders so far)", o.Total)
 	}
 	var parts []string
-	for i, c := range o.Statuses {
-		if i == 5 {
-			parts = append(parts, fmt.Sprintf("%d more statuses", len(o.Statuses)-5+o.OtherStatuses))
-			break
-		}
+	for _, c := range o.Statuses[:min(len(o.Statuses), 5)] {
 		p := fmt.Sprintf("%s %d", clip(c.Status, 40), c.Orders)
 		if c.Stale != nil && *c.Stale > 0 {
 			p += fmt.Sprintf(" (%d stale)", *c.Stale)
 		}
 		parts = append(parts, p)
 	}
-	if len(o.Statuses) <= 5 && o.OtherStatuses > 0 {
-		parts = append(parts, fmt.Sprintf("%d more statuses", o.OtherStatuses))
+	if more := max(len(o.Statuses)-5, 0) + o.OtherStatuses; more > 0 {
+		parts = append(parts, fmt.Sprintf("%d more statuses", more))
 	}
 	if len(parts) == 0 {
 		return "no orders"
