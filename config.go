@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/orderstore/orderstore/embedded"
-	"github.com/orderstore/orderstore/internal/bytesize"
 	"github.com/orderstore/orderstore/internal/natsconf"
 	"github.com/orderstore/orderstore/processor"
 	"github.com/orderstore/orderstore/status"
@@ -293,13 +292,6 @@ const (
 	defaultHistoryBytes = 512 << 20
 	minHistoryBytes     = 1 << 20 // 170 chunks
 )
-
-func histTerm(n int64) string {
-	if n == 0 {
-		return ""
-	}
-	return " + processor.history_max_bytes " + bytesize.Format(n)
-}
 
 // historyMaxBytes is the history index's limit: Processor.HistoryMaxBytes,
 // or by default 512 MiB or what max_file_store leaves, if less; 0 (no

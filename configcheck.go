@@ -99,8 +99,15 @@ func (e *ValidationError) Keys() []string {
 // Validate reports every problem of c at once as a *[ValidationError],
 // each naming its field; nil if c is valid.
 func (c Config) Validate() error {
+	return problems(c.validateServer, c.validateJetStream, c.validateStream, c.validateScaleOut,
+		c.validateProcessor, c.validateAdmin, c.validateValidation)
+}
+
+// problems runs checks and returns what they found as a
+// *[ValidationError]; nil if nothing.
+func problems(checks ...func(badFunc)) error {
 	var errs []*FieldError
-	var bad badFunc = func(field string, value any, format string, args ...any) {
+	bad := func(field string, value any, format string, args ...any) {
 		v := ""
 		switch x := value.(type) {
 		case nil:
@@ -115,14 +122,9 @@ func (c Config) Validate() error {
 		}
 		errs = append(errs, &FieldError{Field: field, Value: v, Reason: fmt.Sprintf(format, args...)})
 	}
-
-	c.validateServer(bad)
-	c.validateJetStream(bad)
-	c.validateStream(bad)
-	c.validateScaleOut(bad)
-	c.validateProcessor(bad)
-	c.validateAdmin(bad)
-	c.validateValidation(bad)
+	for _, check := range checks {
+		check(bad)
+	}
 	if len(errs) > 0 {
 		return &ValidationError{Problems: errs}
 	}
@@ -133,25 +135,24 @@ func (c Config) Validate() error {
 // value (nil: none to show) and the reason.
 type badFunc func(field string, value any, format string, args ...any)
 
+// when records the problem if cond holds.
+func (bad badFunc) when(cond bool, field string, value any, format string, args ...any) {
+	if cond {
+		bad(field, value, format, args...)
+	}
+}
+
 func (c Config) validateServer(bad badFunc) {
 	s := c.Server
-	if s.Name == "" || strings.ContainsAny(s.Name, " \t\n") {
-		bad("Server.Name", s.Name, "must be non-empty and without spaces")
-	}
+	bad.when(s.Name == "" || strings.ContainsAny(s.Name, " \t\n"), "Server.Name", s.Name, "must be non-empty and without spaces")
 	if s.Host == "" {
 		bad("Server.Host", s.Host, "must be set (e.g. \"127.0.0.1\")")
 	} else if net.ParseIP(s.Host) == nil && s.Host != "localhost" {
 		bad("Server.Host", s.Host, "must be an IP address or \"localhost\"")
 	}
-	if s.Port < -1 || s.Port > 65535 {
-		bad("Server.Port", s.Port, "must be 0..65535, or -1 for a random port")
-	}
-	if s.MaxPayload <= 0 || s.MaxPayload > 64<<20 {
-		bad("Server.MaxPayload", size(s.MaxPayload), "must be between 1B and 64MiB")
-	}
-	if (s.SystemUser == "") != (s.SystemPassword == "") {
-		bad("Server.SystemUser", s.SystemUser, "system_user and system_password go together")
-	}
+	bad.when(s.Port < -1 || s.Port > 65535, "Server.Port", s.Port, "must be 0..65535, or -1 for a random port")
+	bad.when(s.MaxPayload <= 0 || s.MaxPayload > 64<<20, "Server.MaxPayload", size(s.MaxPayload), "must be between 1B and 64MiB")
+	bad.when((s.SystemUser == "") != (s.SystemPassword == ""), "Server.SystemUser", s.SystemUser, "system_user and system_password go together")
 	seen := map[string]bool{}
 	for i, u := range s.Users {
 		field := fmt.Sprintf("Server.Users[%d]", i)
@@ -177,13 +178,9 @@ func (c Config) validateServer(bad badFunc) {
 		lists := len(u.Publish)+len(u.Subscribe)+len(u.PublishDeny)+len(u.SubscribeDeny) > 0
 		switch u.Role {
 		case RoleProducer, RoleReader, RoleAdmin:
-			if lists {
-				bad(field+".Role", u.Role, "set a role or publish/subscribe lists, not both")
-			}
+			bad.when(lists, field+".Role", u.Role, "set a role or publish/subscribe lists, not both")
 		case "":
-			if !lists {
-				bad(field+".Role", nil, "set role = \"producer\", \"reader\" or \"admin\" (or explicit publish/subscribe lists)")
-			}
+			bad.when(!lists, field+".Role", nil, "set role = \"producer\", \"reader\" or \"admin\" (or explicit publish/subscribe lists)")
 		default:
 			bad(field+".Role", clipValue(u.Role), "must be \"producer\", \"reader\" or \"admin\"")
 		}
@@ -192,39 +189,23 @@ func (c Config) validateServer(bad badFunc) {
 			subj []string
 		}{{"Publish", u.Publish}, {"Subscribe", u.Subscribe}, {"PublishDeny", u.PublishDeny}, {"SubscribeDeny", u.SubscribeDeny}} {
 			for k, subj := range l.subj {
-				if !validSubject(subj) {
-					bad(fmt.Sprintf("%s.%s[%d]", field, l.name, k), clipValue(subj), "is not a valid NATS subject")
-				}
+				bad.when(!validSubject(subj), fmt.Sprintf("%s.%s[%d]", field, l.name, k), clipValue(subj), "is not a valid NATS subject")
 			}
 		}
 	}
-	if s.Host != "" && !isLoopback(s.Host) && len(s.Users) == 0 {
-		bad("Server.Host", s.Host, "is not a loopback address and no users are configured: anyone on the network could publish and read orders; add users, or bind 127.0.0.1")
-	}
-	if s.MaxConnections < 1 || s.MaxConnections > 1<<20 {
-		bad("Server.MaxConnections", s.MaxConnections, "must be between 1 and 1048576 (keep it well below the process's file descriptor limit)")
-	}
-	if s.MaxSubscriptions < 0 {
-		bad("Server.MaxSubscriptions", s.MaxSubscriptions, "must be zero (unlimited) or positive")
-	}
+	bad.when(s.Host != "" && !isLoopback(s.Host) && len(s.Users) == 0, "Server.Host", s.Host, "is not a loopback address and no users are configured: anyone on the network could publish and read orders; add users, or bind 127.0.0.1")
+	bad.when(s.MaxConnections < 1 || s.MaxConnections > 1<<20, "Server.MaxConnections", s.MaxConnections, "must be between 1 and 1048576 (keep it well below the process's file descriptor limit)")
+	bad.when(s.MaxSubscriptions < 0, "Server.MaxSubscriptions", s.MaxSubscriptions, "must be zero (unlimited) or positive")
 	validTLS(bad, "Server.TLS", s.TLS, true)
 }
 
 // validTLS checks one [TLSConfig]; client says whether it may verify
 // client certificates.
 func validTLS(bad badFunc, field string, t TLSConfig, client bool) {
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		bad(field+".CertFile", nil, "cert_file and key_file go together")
-	}
-	if !client && (t.CAFile != "" || t.Verify) {
-		bad(field+".CAFile", nil, "client certificates (ca_file, verify) are for the client port only")
-	}
-	if t.Verify && t.CAFile == "" {
-		bad(field+".Verify", true, "needs ca_file: the CAs that sign client certificates")
-	}
-	if (t.Verify || t.CAFile != "") && !t.Enabled() {
-		bad(field+".CAFile", nil, "needs cert_file and key_file: client certificates are checked only over TLS")
-	}
+	bad.when((t.CertFile == "") != (t.KeyFile == ""), field+".CertFile", nil, "cert_file and key_file go together")
+	bad.when(!client && (t.CAFile != "" || t.Verify), field+".CAFile", nil, "client certificates (ca_file, verify) are for the client port only")
+	bad.when(t.Verify && t.CAFile == "", field+".Verify", true, "needs ca_file: the CAs that sign client certificates")
+	bad.when((t.Verify || t.CAFile != "") && !t.Enabled(), field+".CAFile", nil, "needs cert_file and key_file: client certificates are checked only over TLS")
 	switch t.MinVersion {
 	case "", "1.2", "1.3":
 	default:
@@ -234,18 +215,10 @@ func validTLS(bad badFunc, field string, t TLSConfig, client bool) {
 
 func (c Config) validateJetStream(bad badFunc) {
 	j := c.JetStream
-	if j.StoreDir == "" {
-		bad("JetStream.StoreDir", j.StoreDir, "must be set")
-	}
-	if j.MaxFileStore <= 0 {
-		bad("JetStream.MaxFileStore", size(j.MaxFileStore), "must be a positive size (an explicit limit keeps JetStream from sizing itself from free disk)")
-	}
-	if j.MaxMemoryStore <= 0 {
-		bad("JetStream.MaxMemoryStore", size(j.MaxMemoryStore), "must be a positive size")
-	}
-	if j.DiskHeadroom < 0 {
-		bad("JetStream.DiskHeadroom", size(j.DiskHeadroom), "must be zero or positive")
-	}
+	bad.when(j.StoreDir == "", "JetStream.StoreDir", j.StoreDir, "must be set")
+	bad.when(j.MaxFileStore <= 0, "JetStream.MaxFileStore", size(j.MaxFileStore), "must be a positive size (an explicit limit keeps JetStream from sizing itself from free disk)")
+	bad.when(j.MaxMemoryStore <= 0, "JetStream.MaxMemoryStore", size(j.MaxMemoryStore), "must be a positive size")
+	bad.when(j.DiskHeadroom < 0, "JetStream.DiskHeadroom", size(j.DiskHeadroom), "must be zero or positive")
 	switch {
 	case j.Cipher != "" && j.Cipher != CipherChaCha && j.Cipher != CipherAES:
 		bad("JetStream.Cipher", j.Cipher, "must be %q or %q", CipherChaCha, CipherAES)
@@ -271,37 +244,21 @@ func (c Config) validateJetStream(bad badFunc) {
 func (c Config) validateStream(bad badFunc) {
 	s, j := c.Server, c.JetStream
 	st := c.Stream
-	if !validName(st.Name) {
-		bad("Stream.Name", st.Name, "must be non-empty and may not contain spaces, '.', '*', '>', '/' or '\\'")
-	}
-	if len(st.Subjects) == 0 {
-		bad("Stream.Subjects", nil, "must list at least one subject (e.g. [\"orders.>\"])")
-	}
+	bad.when(!validName(st.Name), "Stream.Name", st.Name, "must be non-empty and may not contain spaces, '.', '*', '>', '/' or '\\'")
+	bad.when(len(st.Subjects) == 0, "Stream.Subjects", nil, "must list at least one subject (e.g. [\"orders.>\"])")
 	for i, subj := range st.Subjects {
-		if !validSubject(subj) {
-			bad(fmt.Sprintf("Stream.Subjects[%d]", i), subj, "is not a valid NATS subject")
-		}
+		bad.when(!validSubject(subj), fmt.Sprintf("Stream.Subjects[%d]", i), subj, "is not a valid NATS subject")
 	}
-	if st.MaxAge < 0 {
-		bad("Stream.MaxAge", st.MaxAge, "must be zero (forever) or positive")
-	}
-	if st.MaxBytes == 0 || st.MaxBytes < -1 {
-		bad("Stream.MaxBytes", size(st.MaxBytes), "must be a positive size, or -1 for unlimited")
-	}
-	if j.MaxFileStore > 0 && st.MaxBytes > j.MaxFileStore {
-		bad("Stream.MaxBytes", size(st.MaxBytes), "exceeds jetstream.max_file_store %s: lower max_bytes or raise max_file_store", bytesize.Format(j.MaxFileStore))
-	}
-	if st.MaxMsgs == 0 || st.MaxMsgs < -1 {
-		bad("Stream.MaxMsgs", st.MaxMsgs, "must be positive, or -1 for unlimited")
-	}
+	bad.when(st.MaxAge < 0, "Stream.MaxAge", st.MaxAge, "must be zero (forever) or positive")
+	bad.when(st.MaxBytes == 0 || st.MaxBytes < -1, "Stream.MaxBytes", size(st.MaxBytes), "must be a positive size, or -1 for unlimited")
+	bad.when(j.MaxFileStore > 0 && st.MaxBytes > j.MaxFileStore, "Stream.MaxBytes", size(st.MaxBytes), "exceeds jetstream.max_file_store %s: lower max_bytes or raise max_file_store", bytesize.Format(j.MaxFileStore))
+	bad.when(st.MaxMsgs == 0 || st.MaxMsgs < -1, "Stream.MaxMsgs", st.MaxMsgs, "must be positive, or -1 for unlimited")
 	if st.MaxMsgSize <= 0 || st.MaxMsgSize > 64<<20 {
 		bad("Stream.MaxMsgSize", size(st.MaxMsgSize), "must be a positive size up to 64MiB")
 	} else if s.MaxPayload > 0 && st.MaxMsgSize > s.MaxPayload {
 		bad("Stream.MaxMsgSize", size(st.MaxMsgSize), "exceeds server.max_payload %s: clients could never publish such an event", bytesize.Format(s.MaxPayload))
 	}
-	if st.Discard != "old" && st.Discard != "new" {
-		bad("Stream.Discard", st.Discard, "must be \"old\" or \"new\"")
-	}
+	bad.when(st.Discard != "old" && st.Discard != "new", "Stream.Discard", st.Discard, "must be \"old\" or \"new\"")
 	if st.DuplicateWindow <= 0 {
 		bad("Stream.DuplicateWindow", st.DuplicateWindow, "must be positive")
 	} else if st.MaxAge > 0 && st.DuplicateWindow > st.MaxAge {
@@ -318,46 +275,24 @@ func (c Config) validateStream(bad badFunc) {
 func (c Config) validateProcessor(bad badFunc) {
 	j, st := c.JetStream, c.Stream
 	p := c.Processor
-	if !validName(p.Durable) {
-		bad("Processor.Durable", p.Durable, "must be non-empty and may not contain spaces, '.', '*', '>', '/' or '\\'")
-	}
-	if p.AckWait <= 0 {
-		bad("Processor.AckWait", p.AckWait, "must be positive")
-	}
-	if p.MaxDeliver < 1 {
-		bad("Processor.MaxDeliver", p.MaxDeliver, "must be at least 1 (a finite number, so a failing event is dead-lettered instead of retried forever)")
-	}
+	bad.when(!validName(p.Durable), "Processor.Durable", p.Durable, "must be non-empty and may not contain spaces, '.', '*', '>', '/' or '\\'")
+	bad.when(p.AckWait <= 0, "Processor.AckWait", p.AckWait, "must be positive")
+	bad.when(p.MaxDeliver < 1, "Processor.MaxDeliver", p.MaxDeliver, "must be at least 1 (a finite number, so a failing event is dead-lettered instead of retried forever)")
 	for i, d := range p.Backoff {
-		if d <= 0 {
-			bad(fmt.Sprintf("Processor.Backoff[%d]", i), d, "must be positive")
-		}
+		bad.when(d <= 0, fmt.Sprintf("Processor.Backoff[%d]", i), d, "must be positive")
 	}
-	if p.MaxDeliver >= 1 && len(p.Backoff) >= p.MaxDeliver {
-		bad("Processor.Backoff", fmt.Sprintf("%d entries", len(p.Backoff)), "must have fewer entries than processor.max_deliver (%d)", p.MaxDeliver)
-	}
-	if p.MaxAckPending < 1 {
-		bad("Processor.MaxAckPending", p.MaxAckPending, "must be at least 1")
-	}
+	bad.when(p.MaxDeliver >= 1 && len(p.Backoff) >= p.MaxDeliver, "Processor.Backoff", fmt.Sprintf("%d entries", len(p.Backoff)), "must have fewer entries than processor.max_deliver (%d)", p.MaxDeliver)
+	bad.when(p.MaxAckPending < 1, "Processor.MaxAckPending", p.MaxAckPending, "must be at least 1")
 	if !validName(p.DeadLetterStream) {
 		bad("Processor.DeadLetterStream", p.DeadLetterStream, "must be a valid stream name")
 	} else if p.DeadLetterStream == st.Name {
 		bad("Processor.DeadLetterStream", p.DeadLetterStream, "must differ from stream.name")
 	}
-	if p.DeadLetterMaxAge < 0 {
-		bad("Processor.DeadLetterMaxAge", p.DeadLetterMaxAge, "must be zero (forever) or positive")
-	}
-	if p.DeadLetterMaxBytes <= 0 {
-		bad("Processor.DeadLetterMaxBytes", size(p.DeadLetterMaxBytes), "must be a positive size")
-	}
-	if p.ProjectionMaxBytes <= 0 {
-		bad("Processor.ProjectionMaxBytes", size(p.ProjectionMaxBytes), "must be a positive size")
-	}
-	if p.HistoryMaxBytes < 0 {
-		bad("Processor.HistoryMaxBytes", size(p.HistoryMaxBytes), "must be a positive size, or 0 for the default")
-	}
-	if len(p.StaleAfter) > orderindex.MaxStaleStatuses {
-		bad("Processor.StaleAfter", fmt.Sprintf("%d statuses", len(p.StaleAfter)), "may name at most %d statuses (each is a metric series)", orderindex.MaxStaleStatuses)
-	}
+	bad.when(p.DeadLetterMaxAge < 0, "Processor.DeadLetterMaxAge", p.DeadLetterMaxAge, "must be zero (forever) or positive")
+	bad.when(p.DeadLetterMaxBytes <= 0, "Processor.DeadLetterMaxBytes", size(p.DeadLetterMaxBytes), "must be a positive size")
+	bad.when(p.ProjectionMaxBytes <= 0, "Processor.ProjectionMaxBytes", size(p.ProjectionMaxBytes), "must be a positive size")
+	bad.when(p.HistoryMaxBytes < 0, "Processor.HistoryMaxBytes", size(p.HistoryMaxBytes), "must be a positive size, or 0 for the default")
+	bad.when(len(p.StaleAfter) > orderindex.MaxStaleStatuses, "Processor.StaleAfter", fmt.Sprintf("%d statuses", len(p.StaleAfter)), "may name at most %d statuses (each is a metric series)", orderindex.MaxStaleStatuses)
 	for _, status := range slices.Sorted(maps.Keys(p.StaleAfter)) {
 		switch d := p.StaleAfter[status]; {
 		case status == "" || len(status) > processor.MaxStatusLen || !utf8.ValidString(status):
@@ -373,8 +308,12 @@ func (c Config) validateProcessor(bad badFunc) {
 			sum += st.MaxBytes // the aggregate stream has the stream's limits
 		}
 		if sum > j.MaxFileStore {
+			histTerm := ""
+			if hist > 0 {
+				histTerm = " + processor.history_max_bytes " + bytesize.Format(hist)
+			}
 			bad("Stream.MaxBytes", size(st.MaxBytes), "stream.max_bytes (twice on a hub: its aggregate stream has the same limit) + processor.dead_letter_max_bytes %s + processor.projection_max_bytes %s%s = %s exceeds jetstream.max_file_store %s: lower them or raise max_file_store",
-				bytesize.Format(p.DeadLetterMaxBytes), bytesize.Format(p.ProjectionMaxBytes), histTerm(hist), bytesize.Format(sum), bytesize.Format(j.MaxFileStore))
+				bytesize.Format(p.DeadLetterMaxBytes), bytesize.Format(p.ProjectionMaxBytes), histTerm, bytesize.Format(sum), bytesize.Format(j.MaxFileStore))
 		}
 	} else if st.MaxBytes == -1 && j.MaxFileStore > 0 && p.DeadLetterMaxBytes+p.ProjectionMaxBytes+hist >= j.MaxFileStore {
 		bad("JetStream.MaxFileStore", size(j.MaxFileStore), "leaves no room for the stream next to processor.dead_letter_max_bytes, projection_max_bytes and history_max_bytes")
@@ -414,47 +353,33 @@ func (c Config) validateAdmin(bad badFunc) {
 			bad("Admin.Listen", a.Listen, "is not a loopback address and no admin token is set: set a token, or bind 127.0.0.1")
 		}
 	}
-	if a.Token != "" && len(a.Token) < minTokenLen {
-		bad("Admin.Token", nil, "is %d characters, want at least %d (make one with `openssl rand -hex 24`)", len(a.Token), minTokenLen)
-	}
+	bad.when(a.Token != "" && len(a.Token) < minTokenLen, "Admin.Token", nil, "is %d characters, want at least %d (make one with `openssl rand -hex 24`)", len(a.Token), minTokenLen)
 	validTLS(bad, "Admin.TLS", a.TLS, false)
 	for i, h := range a.AllowedHosts {
-		if h == "" || strings.ContainsAny(h, "/ @?#") || len(h) > 253 {
-			bad(fmt.Sprintf("Admin.AllowedHosts[%d]", i), clipValue(h), "must be a host name as a browser sends it (e.g. \"orders.example.com\" or \"orders.example.com:8222\")")
-		}
+		bad.when(h == "" || strings.ContainsAny(h, "/ @?#") || len(h) > 253, fmt.Sprintf("Admin.AllowedHosts[%d]", i), clipValue(h), "must be a host name as a browser sends it (e.g. \"orders.example.com\" or \"orders.example.com:8222\")")
 	}
-	if a.ReadTimeout < 0 || a.WriteTimeout < 0 || a.IdleTimeout < 0 {
-		bad("Admin.ReadTimeout", nil, "timeouts must not be negative")
-	}
+	bad.when(a.ReadTimeout < 0 || a.WriteTimeout < 0 || a.IdleTimeout < 0, "Admin.ReadTimeout", nil, "timeouts must not be negative")
 }
 
 // validateScaleOut checks [cluster], [leafnode], [hub] and the domain.
 func (c Config) validateScaleOut(bad badFunc) {
 	cl := c.Cluster
 	if cl.Enabled() {
-		if !validName(cl.Name) {
-			bad("Cluster.Name", clipValue(cl.Name), "may not contain spaces, '.', '*', '>', '/' or '\\'")
-		}
-		if c.Server.Name == "" || c.Server.Name == DefaultConfig().Server.Name {
-			bad("Server.Name", c.Server.Name, "must be set to this node's own name in a cluster (unique among the nodes, e.g. \"orders-1\")")
-		}
+		bad.when(!validName(cl.Name), "Cluster.Name", clipValue(cl.Name), "may not contain spaces, '.', '*', '>', '/' or '\\'")
+		bad.when(c.Server.Name == "" || c.Server.Name == DefaultConfig().Server.Name, "Server.Name", c.Server.Name, "must be set to this node's own name in a cluster (unique among the nodes, e.g. \"orders-1\")")
 		host, err := hostOf(cl.Listen)
 		if err != nil {
 			bad("Cluster.Listen", clipValue(cl.Listen), "must be host:port (e.g. \"10.0.0.1:6222\")")
 		} else if !isLoopback(host) && cl.User == "" && !(cl.TLS.Enabled() && cl.TLS.Verify) {
 			bad("Cluster.Listen", cl.Listen, "is not a loopback address and routes need no credentials: set cluster.user and cluster.password (or [cluster.tls] with verify), or bind 127.0.0.1")
 		}
-		if len(cl.Routes) == 0 {
-			bad("Cluster.Routes", nil, "must list the nodes' route URLs (e.g. [\"nats-route://10.0.0.1:6222\", ...]; listing this node is fine)")
-		}
+		bad.when(len(cl.Routes) == 0, "Cluster.Routes", nil, "must list the nodes' route URLs (e.g. [\"nats-route://10.0.0.1:6222\", ...]; listing this node is fine)")
 		for i, r := range cl.Routes {
 			if u, err := url.Parse(r); err != nil || (u.Scheme != "nats-route" && u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
 				bad(fmt.Sprintf("Cluster.Routes[%d]", i), clipValue(r), "must be a route URL such as \"nats-route://10.0.0.1:6222\"")
 			}
 		}
-		if (cl.User == "") != (cl.Password == "") {
-			bad("Cluster.User", cl.User, "cluster.user and cluster.password go together")
-		}
+		bad.when((cl.User == "") != (cl.Password == ""), "Cluster.User", cl.User, "cluster.user and cluster.password go together")
 		validTLSFiles(bad, "Cluster.TLS", cl.TLS)
 	}
 	if d := c.JetStream.Domain; d != "" && !validDomain(d) {
@@ -471,23 +396,17 @@ func (c Config) validateScaleOut(bad badFunc) {
 			bad("LeafNode.Listen", ln.Listen, "needs leafnode.user and leafnode.password, also on loopback: edges sign in with them, and what may cross the link is bound to that user")
 		}
 	}
-	if (ln.User == "") != (ln.Password == "") {
-		bad("LeafNode.User", ln.User, "leafnode.user and leafnode.password go together")
-	}
+	bad.when((ln.User == "") != (ln.Password == ""), "LeafNode.User", ln.User, "leafnode.user and leafnode.password go together")
 	validTLSFiles(bad, "LeafNode.TLS", ln.TLS)
 	for i, r := range ln.Remotes {
 		f := fmt.Sprintf("LeafNode.Remotes[%d]", i)
 		if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "nats-leaf" && u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
 			bad(f+".URL", clipValue(r.URL), "must be a leaf URL such as \"nats-leaf://hub.example.com:7422\"")
 		}
-		if r.Password != "" && r.User == "" {
-			bad(f+".User", nil, "a password needs a user")
-		}
+		bad.when(r.Password != "" && r.User == "", f+".User", nil, "a password needs a user")
 		validTLSFiles(bad, f+".TLS", r.TLS)
 	}
-	if len(ln.Remotes) > 0 && c.JetStream.Domain == "" {
-		bad("JetStream.Domain", nil, "an edge (leafnode.remotes) needs its own domain, e.g. \"edge-1\", which the hub lists in hub.edges")
-	}
+	bad.when(len(ln.Remotes) > 0 && c.JetStream.Domain == "", "JetStream.Domain", nil, "an edge (leafnode.remotes) needs its own domain, e.g. \"edge-1\", which the hub lists in hub.edges")
 	h := c.Hub
 	if h.Enabled() || len(h.Edges) > 0 {
 		if !validName(h.Stream) {
@@ -495,30 +414,20 @@ func (c Config) validateScaleOut(bad badFunc) {
 		} else if h.Stream == c.Stream.Name || h.Stream == c.Processor.DeadLetterStream {
 			bad("Hub.Stream", h.Stream, "must differ from stream.name and processor.dead_letter_stream")
 		}
-		if len(h.Edges) == 0 {
-			bad("Hub.Edges", nil, "must list the edges' domains (their jetstream.domain)")
-		}
+		bad.when(len(h.Edges) == 0, "Hub.Edges", nil, "must list the edges' domains (their jetstream.domain)")
 		seen := map[string]bool{}
 		for i, e := range h.Edges {
-			if !validDomain(e) || seen[e] || e == c.JetStream.Domain {
-				bad(fmt.Sprintf("Hub.Edges[%d]", i), clipValue(e), "must be a domain name, listed once, not this node's own")
-			}
+			bad.when(!validDomain(e) || seen[e] || e == c.JetStream.Domain, fmt.Sprintf("Hub.Edges[%d]", i), clipValue(e), "must be a domain name, listed once, not this node's own")
 			seen[e] = true
 		}
-		if ln.Listen == "" {
-			bad("LeafNode.Listen", nil, "a hub needs a leaf listener for its edges (e.g. \"0.0.0.0:7422\")")
-		}
+		bad.when(ln.Listen == "", "LeafNode.Listen", nil, "a hub needs a leaf listener for its edges (e.g. \"0.0.0.0:7422\")")
 	}
 }
 
 // validTLSFiles checks a TLS table that may carry client-certificate keys.
-func validTLSFiles(bad func(field string, value any, format string, args ...any), field string, t TLSConfig) {
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		bad(field+".CertFile", nil, "cert_file and key_file go together")
-	}
-	if t.Verify && t.CAFile == "" {
-		bad(field+".Verify", true, "needs ca_file")
-	}
+func validTLSFiles(bad badFunc, field string, t TLSConfig) {
+	bad.when((t.CertFile == "") != (t.KeyFile == ""), field+".CertFile", nil, "cert_file and key_file go together")
+	bad.when(t.Verify && t.CAFile == "", field+".Verify", true, "needs ca_file")
 }
 
 func hostOf(hostport string) (string, error) {

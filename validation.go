@@ -2,7 +2,6 @@ package orderstore
 
 import (
 	"cmp"
-	"fmt"
 
 	"github.com/orderstore/orderstore/internal/hint"
 	"github.com/orderstore/orderstore/internal/validate"
@@ -46,12 +45,8 @@ func (a *Appliance) validationStats() *status.ValidationStats {
 func (a *Appliance) SetValidation(vc ValidationConfig) error {
 	c := a.cfg
 	c.Validation = vc
-	var bad []*FieldError
-	c.validateValidation(func(field string, value any, format string, args ...any) {
-		bad = append(bad, &FieldError{Field: field, Value: fmt.Sprint(value), Reason: fmt.Sprintf(format, args...)})
-	})
-	if len(bad) > 0 {
-		return &ValidationError{Problems: bad}
+	if err := problems(c.validateValidation); err != nil {
+		return err
 	}
 	v, err := c.validator()
 	if err != nil {
