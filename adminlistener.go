@@ -62,7 +62,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 		ReadTimeout: cfg.Admin.ReadTimeout, WriteTimeout: cfg.Admin.WriteTimeout, IdleTimeout: cfg.Admin.IdleTimeout,
 		Log: a.log.With("component", "admin")})
 	if err != nil {
-		return withHint(fmt.Errorf("admin listener %s: %w", cfg.Admin.Listen, err),
+		return WithHint(fmt.Errorf("admin listener %s: %w", cfg.Admin.Listen, err),
 			fmt.Sprintf("another process listens on %s; stop it or set admin.listen (\"\" disables the admin listener)", cfg.Admin.Listen))
 	}
 	a.adminLn = l
@@ -84,8 +84,9 @@ func (a *Appliance) openAdmin(context.Context) error {
 		Publish: func(ctx context.Context, subject string, h nats.Header, data []byte) (*jetstream.PubAck, error) {
 			return a.publishMsg(ctx, subject, h, data)
 		},
-		Guard:   a.guardStats,
-		Rebuild: rebuildBackend{a},
+		Guard:      a.guardStats,
+		Rebuild:    rebuildBackend{a},
+		OrderIndex: a.index,
 	}
 	if c := a.commit; c != nil {
 		b.Ingest = func() *status.IngestStats {
@@ -97,7 +98,6 @@ func (a *Appliance) openAdmin(context.Context) error {
 	if a.proc != nil {
 		b.Processor = a
 	}
-	b.OrderIndex = a.index
 	a.admin.SetBackend(b)
 	if l := a.adminLn; l != nil {
 		a.sup.add(component{name: "admin intake", stop: l.Shutdown})

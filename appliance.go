@@ -2,6 +2,7 @@ package orderstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,25 +63,12 @@ type Appliance struct {
 	log  *slog.Logger
 	sup  *supervisor // the run group: every component, in start order, and their goroutines
 
-	storeParts
-	natsParts
-	connParts
-	processing
-	adminParts
-}
-
-// storeParts are the store's: its lock and what start-up found in it.
-type storeParts struct {
-	lock     *bootstrap.Lock
+	// The store: what preflight and start-up found in it.
 	report   bootstrap.Report
 	rc       *recovery.Check // what start-up found and did about a damaged store
-	unclean  bool            // the last run did not stop cleanly
 	backupMu sync.Mutex      // one backup at a time
-	keyWrite keyWrite        // when the store's key check is written
-}
 
-// natsParts are the embedded nats-server and what runs inside it.
-type natsParts struct {
+	// The embedded nats-server and what runs inside it.
 	nats       *natsrun.Server                    // the embedded server (the store guard may replace it)
 	monitored  atomic.Pointer[server.Server]      // for the monitoring handlers, set once nats runs
 	id         *natsconf.Identity                 // how orderstore's own connections sign in
@@ -90,35 +78,29 @@ type natsParts struct {
 	commit     *ingest.Committer                  // group commit's figures and failure; nil in other modes
 	admit      *ingest.Admission                  // nats' admission hook: every publish into the stream
 	validator  atomic.Pointer[validate.Validator] // schema validation at admission; swapped by SetValidation
-}
 
-// connParts are orderstore's own connections, each of its own so that no
-// part shares another's fate: for declare, the admin API and lookups
-// (internal), the processor and its projection writes (processor), a
-// hub's source watcher (hubwatch).
-type connParts struct {
+	// orderstore's own connections, each of its own so that no part shares
+	// another's fate: for declare, the admin API and lookups (internal),
+	// the processor and its projection writes (processor), a hub's source
+	// watcher (hubwatch).
 	internal, processor, hubwatch conn
 	js, pjs                       jetstream.JetStream // on internal, on processor
-}
 
-// processing is the processor, the projection it writes, and its rebuilds.
-type processing struct {
+	// The processor, the projection it writes, and its rebuilds.
 	proc               *processor.Processor  // nil when disabled
 	procHandler        processor.Handler     // the processor's handler
 	stallAfter         time.Duration         // the longest an event may hold the ack floor
 	pause              *processor.Pausable   // runs proc; a rebuild's takeover pauses it
 	durableGuard       *natsrun.DurableGuard // answers clients' requests on the processor's durable
-	hstream            historyStream         // the stream history reads come from
+	hstream            jetstream.Stream      // the stream history reads come from (a hub's aggregate)
 	hub                *edgehub.Watcher      // a hub's source watcher; nil elsewhere
 	reads              rebuild.Reads         // the projection, on internal; a takeover's shadow
 	rebuild            *rebuild.Runner       // nil when the projection cannot be rebuilt
 	rebuildUnsupported error                 // why not
 	handlerVersion     string                // the fold's version (processor.Versioned)
 	index              *orderindex.Index     // orders by status and age; nil when processor.order_index is off
-}
 
-// adminParts are the admin API's handler and its listener.
-type adminParts struct {
+	// The admin API's handler and its listener.
 	admin   *admin.Server
 	adminLn *admin.Listener // nil when it is disabled
 }
@@ -175,7 +157,8 @@ func Start(ctx context.Context, cfg Config) (*Appliance, error) {
 	}
 	cfg.Stream.Subjects = append([]string(nil), cfg.Stream.Subjects...)
 	log := loggerOrDiscard(cfg.Logger)
-	a := &Appliance{cfg: cfg, spec: cfg.DeclareSpec(), log: log, sup: newSupervisor(log), natsParts: natsParts{epoch: newEpoch()}}
+	a := &Appliance{cfg: cfg, spec: cfg.DeclareSpec(), log: log, sup: newSupervisor(log),
+		epoch: rand.Text()[:12]} // 12 random letters and digits
 	a.validator.Store(v)
 	for _, step := range startSteps {
 		a.sup.stage(func(ctx context.Context) error { return step.run(a, ctx) })

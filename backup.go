@@ -61,15 +61,11 @@ func (a *Appliance) Backup(ctx context.Context, dir string, progress func(Backup
 	if c := spec.Consumer; c != nil && spec.Projection != nil && a.cfg.Processor.Enabled {
 		// Read before the projection's snapshot: what the floor covers is
 		// in it or in the dead letters, whose snapshot comes after.
-		cons, err := a.js.Consumer(ctx, spec.ConsumerStream(), c.Durable)
+		cons, err := a.js.Consumer(ctx, spec.ConsumerStream(), c.Durable) // its info, as of now
 		if err != nil {
 			return nil, fmt.Errorf("backup: consumer %q: %w", c.Durable, err)
 		}
-		ci, err := cons.Info(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("backup: consumer %q: %w", c.Durable, err)
-		}
-		m.SettledThrough = ci.AckFloor.Stream
+		m.SettledThrough = cons.CachedInfo().AckFloor.Stream
 	}
 	for _, name := range spec.Streams() {
 		bs, err := backup.Snapshot(ctx, a.internal.Conn, name, filepath.Join(dir, name), seal, progress)
@@ -120,23 +116,23 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 	key := ""
 	if m.Sealed != "" {
 		if key = cmp.Or(opts.BackupKey, cfg.JetStream.EncryptionKey); key == "" {
-			return nil, withHint(fmt.Errorf("%w: backup %q is sealed (%s): restoring it needs the key of the store it came from", ErrEncryption, dir, m.Sealed),
+			return nil, WithHint(fmt.Errorf("%w: backup %q is sealed (%s): restoring it needs the key of the store it came from", ErrEncryption, dir, m.Sealed),
 				"give that key: jetstream.encryption_key_file in the config restored into, or orderstore restore -backup-key-file FILE")
 		}
 		if err := backup.CheckSealKey(dir, m, key); err != nil {
-			return nil, withHint(fmt.Errorf("%w: backup %q: %w", ErrEncryption, dir, err),
+			return nil, WithHint(fmt.Errorf("%w: backup %q: %w", ErrEncryption, dir, err),
 				"give the key of the store the backup came from (orderstore restore -backup-key-file FILE)")
 		}
 	}
 	// A new key check is written only to a store that holds no stream.
-	lock, rep, _, err := cfg.lockStore()
+	lock, rep, err := cfg.lockStore()
 	if err != nil {
 		return nil, err
 	}
 	defer lock.Release()
 	for _, acc := range []string{StreamAccount, legacyAccount} {
 		if storedir.Dir(rep.StoreDir).HasStreams(acc) {
-			return nil, withHint(fmt.Errorf("restore: store %q already holds streams", rep.StoreDir),
+			return nil, WithHint(fmt.Errorf("restore: store %q already holds streams", rep.StoreDir),
 				"restore into an empty jetstream.store_dir (move the old one away first)")
 		}
 	}
@@ -200,14 +196,14 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 func (a *Appliance) backupTar(ctx context.Context, w io.Writer) error {
 	// One backup at a time: each takes the store's size again on its disk.
 	if !a.backupMu.TryLock() {
-		return withHint(ErrBackupRunning, "wait for the other backup to finish, then run this one again")
+		return WithHint(ErrBackupRunning, "wait for the other backup to finish, then run this one again")
 	}
 	defer a.backupMu.Unlock()
 	// The copy must not fill the store's disk (that would stop writes):
 	// it needs what JetStream stores, on top of the headroom.
 	if free, err := bootstrap.FreeBytes(a.report.StoreDir); err == nil {
 		if ai, err := a.js.AccountInfo(ctx); err == nil && int64(free) < int64(ai.Store)+a.cfg.JetStream.DiskHeadroom {
-			return withHint(fmt.Errorf("backup: %d bytes free under %q, the copy needs up to %d plus jetstream.disk_headroom %d: %w",
+			return WithHint(fmt.Errorf("backup: %d bytes free under %q, the copy needs up to %d plus jetstream.disk_headroom %d: %w",
 				free, a.report.StoreDir, ai.Store, a.cfg.JetStream.DiskHeadroom, ErrBackupNoRoom),
 				"free disk under jetstream.store_dir: the copy is staged there before it is sent")
 		}

@@ -49,7 +49,7 @@ func (a *Appliance) waitForMetaLeader(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return withHint(fmt.Errorf("cluster %q: no JetStream meta leader after %s (%d other nodes reached): %w", a.cfg.Cluster.Name,
+			return WithHint(fmt.Errorf("cluster %q: no JetStream meta leader after %s (%d other nodes reached): %w", a.cfg.Cluster.Name,
 				time.Since(t0).Round(time.Second), natsrun.PeersUp(ns), ctx.Err()),
 				"a majority of the nodes must run and reach each other: check cluster.routes and that the other nodes are up (see \"waiting for the JetStream meta leader\" lines)")
 		case <-tick.C:

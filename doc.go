@@ -21,16 +21,10 @@
 //
 // # Lifecycle
 //
-// [Start] runs start-up in order (validate, the store and its lock, the
-// admin listener, nats, the internal connections, declare and the recovery
-// checks, the processor, the guards) and returns only a ready
-// [Appliance], or an error after stopping whatever it had started. Each
-// step starts components, each owning its goroutines under one supervisor:
-// [Appliance.Wait] returns when one of them fails (nats stopped, a
-// connection could not reconnect, the processor's consumer vanished, the
-// admin listener failed), [Appliance.Done] is closed and [Appliance.Ready]
-// names it. [Appliance.Close] stops the components in the reverse order,
-// each completely before the next, and may be called any number of times.
+// [Start] runs start-up in order (its doc lists the steps) and returns only
+// a ready [Appliance], or an error after stopping whatever it had started.
+// [Appliance.Wait] returns when a part fails; [Appliance.Close] stops the
+// parts in the reverse order, each completely before the next.
 //
 // Package orderstoretest starts a whole appliance per test; package
 // embedded/embeddedtest a bare broker.

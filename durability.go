@@ -29,10 +29,6 @@ func (c Config) DurabilityMode() string {
 	return DurabilityGroupCommit
 }
 
-// groupCommit reports whether orderstore acks producers itself, after a
-// sync (Durability "group-commit").
-func (c Config) groupCommit() bool { return c.DurabilityMode() == DurabilityGroupCommit }
-
 // relaxedSync reports whether nats syncs on a timer ("interval"), so that
 // a power cut may lose acknowledged events.
 func (c Config) relaxedSync() bool { return c.DurabilityMode() == DurabilityInterval }

@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -14,20 +15,7 @@ import (
 var ErrEncryption = errors.New("store encryption")
 
 // cipherName is the cipher c names ("" is the default).
-func (j JetStreamConfig) cipherName() string {
-	if j.Cipher == "" {
-		return CipherChaCha
-	}
-	return j.Cipher
-}
-
-// keyWrite is when the store's key check is written.
-type keyWrite int
-
-const (
-	keyKeep keyWrite = iota // as it is
-	keyNow                  // a new encrypted store: before nats creates anything
-)
+func (j JetStreamConfig) cipherName() string { return cmp.Or(j.Cipher, CipherChaCha) }
 
 // reencryptSteps is how a store gets another key or cipher: nats-server
 // v2.15.3 cannot convert one in place (with prev_encryption_key or another
@@ -37,53 +25,54 @@ const reencryptSteps = "start with the store's key and cipher, take a backup (or
 	"(orderstore restore -config FILE -backup-key-file OLD_KEY_FILE DIR)"
 
 // storeKey says whether j's key opens the store in dir, reading only: a
-// refusal changes no byte of the store.
-func storeKey(dir string, j JetStreamConfig) (write keyWrite, err error) {
+// refusal changes no byte of the store. write is set for a new encrypted
+// store, whose key check is written before nats creates anything.
+func storeKey(dir string, j JetStreamConfig) (write bool, err error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return keyKeep, err
+		return false, err
 	}
 	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
 		// A new store (or no directory: preflight says what is wrong).
 		if j.EncryptionKey != "" {
-			return keyNow, nil
+			return true, nil
 		}
-		return keyKeep, nil
+		return false, nil
 	}
 	d := storedir.Dir(abs)
 	e, encrypted, err := d.ReadEncryption()
 	if err != nil {
-		return keyKeep, fmt.Errorf("%w: %w", ErrEncryption, err)
+		return false, fmt.Errorf("%w: %w", ErrEncryption, err)
 	}
 	streams := d.HasStreams(StreamAccount) || d.HasStreams(legacyAccount)
 	switch {
 	case !encrypted && streams && d.HasEncryptedStreams():
-		return keyKeep, withHint(fmt.Errorf("%w: store %q holds encrypted streams, but its key check %s is missing",
+		return false, WithHint(fmt.Errorf("%w: store %q holds encrypted streams, but its key check %s is missing",
 			ErrEncryption, abs, storedir.EncryptionFile),
 			"put back "+storedir.EncryptionFile+" from a copy of the store directory; orderstore does not start an encrypted store whose key it cannot check")
 	case !encrypted && j.EncryptionKey == "":
-		return keyKeep, nil
+		return false, nil
 	case !encrypted && streams:
-		return keyKeep, withHint(fmt.Errorf("%w: store %q holds streams written without encryption, and orderstore does not encrypt a store in place",
+		return false, WithHint(fmt.Errorf("%w: store %q holds streams written without encryption, and orderstore does not encrypt a store in place",
 			ErrEncryption, abs),
 			"to keep it plain, leave jetstream.encryption_key_file out; to encrypt it: start without the key, take a backup "+
 				"(orderstore backup DIR), stop, move jetstream.store_dir away, then restore the backup with the key set "+
 				"(orderstore restore -config FILE DIR): the restore writes every event encrypted")
 	case !encrypted:
-		return keyNow, nil
+		return true, nil
 	case j.EncryptionKey == "":
-		return keyKeep, withHint(fmt.Errorf("%w: store %q is encrypted (%s): nothing in it can be read without its key",
+		return false, WithHint(fmt.Errorf("%w: store %q is encrypted (%s): nothing in it can be read without its key",
 			ErrEncryption, abs, e.Cipher),
 			"set jetstream.encryption_key_file to the key it was encrypted with (or give it as the systemd credential "+
 				CredentialName+"); to turn encryption off: "+reencryptSteps+", the config naming no key")
 	case e.Opens(j.EncryptionKey) && e.Cipher == j.cipherName():
-		return keyKeep, nil
+		return false, nil
 	case e.Opens(j.EncryptionKey):
-		return keyKeep, withHint(fmt.Errorf("%w: store %q is encrypted with %s, and jetstream.cipher is %s: orderstore does not convert a store in place",
+		return false, WithHint(fmt.Errorf("%w: store %q is encrypted with %s, and jetstream.cipher is %s: orderstore does not convert a store in place",
 			ErrEncryption, abs, e.Cipher, j.cipherName()),
 			"set jetstream.cipher = \""+e.Cipher+"\"; to change the cipher: "+reencryptSteps)
 	default:
-		return keyKeep, withHint(fmt.Errorf("%w: the key of jetstream.encryption_key_file does not open store %q: it was encrypted with another key",
+		return false, WithHint(fmt.Errorf("%w: the key of jetstream.encryption_key_file does not open store %q: it was encrypted with another key",
 			ErrEncryption, abs),
 			"give the key it was encrypted with; to change the key: "+reencryptSteps)
 	}

@@ -39,9 +39,7 @@ type Hinted interface {
 	Hint() string
 }
 
-// WithHint returns err with hint attached (err itself if hint is empty):
-// for a program that wraps orderstore and adds remedies of its own.
-func WithHint(err error, hint string) error { return withHint(err, hint) }
-
-// withHint attaches the remedy the CLI prints on a "hint:" line.
-func withHint(err error, h string) error { return hint.Wrap(err, h) }
+// WithHint returns err with hint h attached (err itself if h is empty):
+// the remedy the CLI prints on a "hint:" line. orderstore's own errors
+// carry theirs so; a program that wraps orderstore may add its own.
+func WithHint(err error, h string) error { return hint.Wrap(err, h) }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,27 +36,6 @@ var ErrNotRetained = processor.ErrNotRetained
 // beside it, see processor.WithHistory.)
 var ErrNoHistory = processor.ErrNoHistory
 
-// historyStream is the stream the projection folds (a hub's aggregate),
-// read by sequence; looked up once.
-type historyStream struct {
-	mu sync.Mutex
-	s  jetstream.Stream
-}
-
-func (h *historyStream) get(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.s != nil {
-		return h.s, nil
-	}
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("stream %q: %w", name, err)
-	}
-	h.s = s
-	return s, nil
-}
-
 // OrderEvents returns up to limit (at most 1000) of an order's events,
 // oldest first, from position from (0 is its first event), with the
 // position to go on from (0 at the end). Events the stream no longer
@@ -75,7 +53,7 @@ func (a *Appliance) OrderEventStates(ctx context.Context, id string, from, limit
 }
 
 func (a *Appliance) orderEvents(ctx context.Context, id string, from, limit int, states bool) (OrderHistory, error) {
-	s, err := a.historyStream(ctx, id)
+	s, err := a.historyStream(id)
 	if err != nil {
 		return OrderHistory{}, err
 	}
@@ -111,7 +89,7 @@ func (a *Appliance) OrderAsOf(ctx context.Context, id string, point AsOf) (Order
 // (your Handler's, say). It returns what OrderAsOf does, with the same
 // errors.
 func (a *Appliance) FoldOrderEvents(ctx context.Context, id string, point AsOf, fn func(Event) error) (OrderAsOf, error) {
-	s, err := a.historyStream(ctx, id)
+	s, err := a.historyStream(id)
 	if err != nil {
 		return OrderAsOf{}, err
 	}
@@ -126,14 +104,14 @@ func (a *Appliance) FoldOrderEvents(ctx context.Context, id string, point AsOf, 
 
 // historyStream is the stream order id's history is read from, once
 // there is a history index and id is valid.
-func (a *Appliance) historyStream(ctx context.Context, id string) (jetstream.Stream, error) {
+func (a *Appliance) historyStream(id string) (jetstream.Stream, error) {
 	if a.cfg.historyMaxBytes() == 0 {
 		return nil, fmt.Errorf("order %q: %w: jetstream.max_file_store leaves no room for it next to the stream, the dead letters and the projection (raise max_file_store and set processor.history_max_bytes)", id, ErrNoHistory)
 	}
 	if !processor.ValidOrderID(id) {
 		return nil, fmt.Errorf("order %q: %w", id, ErrNotFound)
 	}
-	return a.hstream.get(ctx, a.js, a.spec.ConsumerStream())
+	return a.hstream, nil
 }
 
 // edgeOf is the edge an aggregate stream's subject came from: its first

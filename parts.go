@@ -206,21 +206,14 @@ func (c Config) historySpec(hb string, hmax int64) *jetstream.StreamConfig {
 		MaxMsgSize:        HistoryChunkMaxBytes,
 		MaxMsgsPerSubject: 1,
 		Discard:           jetstream.DiscardOld,
-		Duplicates:        historyDedupe(st.MaxAge),
-		Replicas:          st.Replicas,
-		AllowDirect:       true,
-		AllowRollup:       true,
-		DenyDelete:        true,
+		// nats' default for a KV bucket (2m), at most max_age (nats
+		// refuses a longer one).
+		Duplicates:  min(2*time.Minute, cmp.Or(st.MaxAge, 2*time.Minute)),
+		Replicas:    st.Replicas,
+		AllowDirect: true,
+		AllowRollup: true,
+		DenyDelete:  true,
 	}
-}
-
-// historyDedupe is the history index's dedupe window: nats' default for
-// a KV bucket (2m), at most the stream's max_age (nats refuses a longer one).
-func historyDedupe(maxAge time.Duration) time.Duration {
-	if maxAge > 0 && maxAge < 2*time.Minute {
-		return maxAge
-	}
-	return 2 * time.Minute
 }
 
 // HistoryChunkMaxBytes is the most one chunk of the history index takes

@@ -60,7 +60,7 @@ func CheckStored(cfg Config) error {
 		return err
 	}
 	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
-		return withHint(&ValidationError{Problems: []*FieldError{{Field: "JetStream.StoreDir", Key: "jetstream.store_dir",
+		return WithHint(&ValidationError{Problems: []*FieldError{{Field: "JetStream.StoreDir", Key: "jetstream.store_dir",
 			Value: fmt.Sprintf("%q", dir), Reason: "is not a directory"}}}, "point jetstream.store_dir at a directory")
 	}
 	// The key, as Start checks it first (reading only).

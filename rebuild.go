@@ -32,8 +32,7 @@ var (
 	// be canceled.
 	ErrRebuildTakingOver = rebuild.ErrTakingOver
 	// ErrRebuildUnsupported: this appliance cannot rebuild its projection
-	// (see the error's text: a cluster, or a custom Processor.Handler
-	// that is not a processor.Rebuilder).
+	// (a custom Processor.Handler that is not a processor.Rebuilder).
 	ErrRebuildUnsupported = errors.New("the projection cannot be rebuilt here")
 	// ErrRebuildNoRoom: the storage budget cannot hold the shadow beside
 	// the live projection (the error gives the numbers).
@@ -111,8 +110,6 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 		target = handlerTarget{h}
 	default:
 		a.rebuildUnsupported = fmt.Errorf("%w: the custom Processor.Handler does not implement processor.Rebuilder", ErrRebuildUnsupported)
-	}
-	if target == nil {
 		return nil
 	}
 	var claim func(context.Context, string) error
@@ -259,16 +256,12 @@ func (a *Appliance) bucketsTarget() *rebuild.Buckets {
 }
 
 // handlerTarget rebuilds a custom handler that is a processor.Rebuilder.
-type handlerTarget struct{ r processor.Rebuilder }
+type handlerTarget struct{ processor.Rebuilder }
 
-func (h handlerTarget) Shadow(ctx context.Context, fresh bool) (processor.Handler, error) {
-	return h.r.Shadow(ctx, fresh)
-}
 func (h handlerTarget) Durable(context.Context) error { return nil } // the handler's own storage
 func (h handlerTarget) Takeover(ctx context.Context, _ *rebuild.Takeover) error {
-	return h.r.Takeover(ctx)
+	return h.Rebuilder.Takeover(ctx)
 }
-func (h handlerTarget) Discard(ctx context.Context) error         { return h.r.Discard(ctx) }
 func (h handlerTarget) HighWater(context.Context) (uint64, error) { return 0, nil } // the handler's own storage
 
 // syncStreams makes the named streams' writes durable, as the durability

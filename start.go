@@ -2,8 +2,8 @@ package orderstore
 
 import (
 	"context"
-	crand "crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -12,6 +12,7 @@ import (
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/internal/bytesize"
+	"github.com/orderstore/orderstore/internal/durable"
 	"github.com/orderstore/orderstore/internal/duration"
 	"github.com/orderstore/orderstore/internal/edgehub"
 	"github.com/orderstore/orderstore/internal/ingest"
@@ -27,20 +28,21 @@ import (
 // on the same store is told so, not that the admin port is busy.
 func (a *Appliance) openStore(context.Context) error {
 	cfg, log := a.cfg, a.log
-	lock, rep, keyWrite, err := cfg.lockStore()
+	lock, rep, err := cfg.lockStore()
 	if err != nil {
 		return err
 	}
-	a.lock, a.report, a.keyWrite = lock, rep, keyWrite
+	a.report = rep
 	a.sup.add(component{name: "store", stop: func(context.Context) error {
 		var errs []error
 		if a.sup.clean() {
 			errs = append(errs, storedir.Dir(a.report.StoreDir).MarkStopped()) // a clean stop: nats flushed every store
 		}
-		return errors.Join(append(errs, a.lock.Release())...)
+		return errors.Join(append(errs, lock.Release())...)
 	}})
 	// Whether the last run stopped cleanly, and this one marked running.
-	if a.unclean, err = storedir.Dir(rep.StoreDir).MarkRunning(os.Getpid()); err != nil {
+	unclean, err := storedir.Dir(rep.StoreDir).MarkRunning(os.Getpid())
+	if err != nil {
 		return err
 	}
 	var interval time.Duration
@@ -48,12 +50,12 @@ func (a *Appliance) openStore(context.Context) error {
 		interval = cfg.JetStream.SyncInterval
 	}
 	a.rc = &recovery.Check{Dir: storedir.Dir(rep.StoreDir), Account: StreamAccount, Spec: a.spec, Log: a.log,
-		Retry: a.clusterRetry, Unclean: a.unclean, SyncInterval: interval, BuiltinProjection: cfg.Processor.Handler == nil || cfg.historyMaxBytes() > 0}
+		Retry: a.clusterRetry, Unclean: unclean, SyncInterval: interval, BuiltinProjection: cfg.Processor.Handler == nil || cfg.historyMaxBytes() > 0}
 	for _, w := range rep.Warnings {
 		log.Warn("preflight", "warning", w)
 	}
 	if moved, err := storedir.Dir(rep.StoreDir).MoveAccount(legacyAccount, StreamAccount); errors.Is(err, storedir.ErrBothAccounts) {
-		return withHint(err, "an older orderstore wrote the first, this one the second; keep one (move the other away) and start again")
+		return WithHint(err, "an older orderstore wrote the first, this one the second; keep one (move the other away) and start again")
 	} else if err != nil {
 		return err
 	} else if moved {
@@ -72,25 +74,25 @@ func (a *Appliance) openStore(context.Context) error {
 // does not fit changes no byte of it), runs the preflight and takes the
 // store's lock; a new encrypted store gets its key check before nats
 // writes anything.
-func (c Config) lockStore() (*bootstrap.Lock, bootstrap.Report, keyWrite, error) {
+func (c Config) lockStore() (*bootstrap.Lock, bootstrap.Report, error) {
 	write, err := storeKey(c.JetStream.StoreDir, c.JetStream)
 	if err != nil {
-		return nil, bootstrap.Report{}, write, err
+		return nil, bootstrap.Report{}, err
 	}
 	lock, rep, err := bootstrap.Preflight(c.preflightConfig())
-	if err == nil && write == keyNow {
+	if err == nil && write {
 		if err = writeStoreKey(rep.StoreDir, c.JetStream); err != nil {
 			err = errors.Join(err, lock.Release())
 		}
 	}
-	return lock, rep, write, err
+	return lock, rep, err
 }
 
 // startCommitter follows group commit (durability "group-commit"), which
 // the embedded nats-server runs in its file store: a failed sync stops the
 // appliance, and the next start reads the store back from disk.
 func (a *Appliance) startCommitter(context.Context) error {
-	if !a.cfg.groupCommit() {
+	if a.cfg.DurabilityMode() != DurabilityGroupCommit {
 		return nil
 	}
 	c := ingest.NewCommitter(a.cfg.Stream.Name)
@@ -143,7 +145,7 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	t0 := time.Now()
 	srv, err := embedded.Start(ctx, ec)
 	if err != nil {
-		return withHint(err, startHint(a.cfg, err))
+		return WithHint(err, startHint(a.cfg, err))
 	}
 	a.nats.Set(srv)
 	guard := a.storeGuard
@@ -179,9 +181,6 @@ func (a *Appliance) startStoreGuard(context.Context) error {
 	return nil
 }
 
-// newEpoch is a run's EpochHeader value: 12 random letters and digits.
-func newEpoch() string { return crand.Text()[:12] }
-
 // declare declares what the config names and runs the recovery check.
 func (a *Appliance) declare(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -208,8 +207,13 @@ func (a *Appliance) declare(ctx context.Context) error {
 // durable.
 func (a *Appliance) checkStore(ctx context.Context) error {
 	if err := a.clusterRetry(ctx, "projection", func(c context.Context) (err error) {
-		a.reads.Live, err = NewProjection(c, a.js, a.cfg)
-		return err
+		if a.reads.Live, err = NewProjection(c, a.js, a.cfg); err != nil {
+			return err
+		}
+		if a.hstream, err = a.js.Stream(c, a.spec.ConsumerStream()); err != nil {
+			return fmt.Errorf("stream %q: %w", a.spec.ConsumerStream(), err)
+		}
+		return nil
 	}); err != nil {
 		return err
 	}
@@ -229,9 +233,14 @@ func (a *Appliance) checkStore(ctx context.Context) error {
 		}
 	}
 	// nats writes the metadata of what it declared (meta.inf, the
-	// consumer's state) without fsync: make it durable before any event is
-	// acknowledged.
-	return a.syncMetadata(ctx)
+	// consumer's state) without fsync: with group commit, make it durable
+	// before any event is acknowledged (nats syncs the metadata files it
+	// writes, not the directories it makes for a new stream, bucket or
+	// consumer). A no-op in the other modes.
+	if a.commit == nil {
+		return nil
+	}
+	return durable.SyncTree(storedir.Dir(a.report.StoreDir).JetStream())
 }
 
 // startProcessor runs the processor (unless disabled): its stop lets it

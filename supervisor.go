@@ -75,8 +75,7 @@ type supervisor struct {
 	stopCtx     context.Context
 	stopErrs    []error // of the stop steps, in the order they ran
 	startFailed bool
-	err         error
-	failed      string        // the component that failed first; "" while none did
+	err         error         // the first component's failure; nil while none failed
 	done        chan struct{} // closed at the first failure, or when stop ends
 	once        sync.Once
 }
@@ -232,11 +231,11 @@ func (s *supervisor) add(c component) {
 // fail records a component's failure, unless stopping began.
 func (s *supervisor) fail(name string, err error) {
 	s.mu.Lock()
-	if s.stopped || s.failed != "" {
+	if s.stopped || s.err != nil {
 		s.mu.Unlock()
 		return
 	}
-	s.failed, s.err = name, fmt.Errorf("%s: %w", name, err)
+	s.err = fmt.Errorf("%s: %w", name, err)
 	s.mu.Unlock()
 	s.log.Error("appliance failed", "component", name, "err", err)
 	s.once.Do(func() { close(s.done) })
