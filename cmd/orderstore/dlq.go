@@ -78,16 +78,13 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 			return usageErr(stderr, "orderstore dlq replay: give SEQ... or -all\n")
 		}
 		if *all {
-			for next := uint64(1); ; {
+			for next := uint64(1); next != 0; {
 				p, err := list(next, 1000)
 				if err != nil {
 					return fail(stderr, exitFailure, err)
 				}
 				for _, d := range p.Items {
 					seqs = append(seqs, d.Sequence)
-				}
-				if p.Next == 0 {
-					break
 				}
 				next = p.Next
 			}

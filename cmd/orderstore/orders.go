@@ -48,17 +48,15 @@ func ordersCmd(args []string, stdout, stderr io.Writer) int {
 	if *limit < 1 || *limit > 1000 {
 		return usageErr(stderr, "orderstore orders: -limit must be 1..1000\n")
 	}
+	q := url.Values{}
 	if *olderThan != "" {
 		if _, err := duration.ParseAge(*olderThan); err != nil {
 			return usageErr(stderr, "orderstore orders: -older-than %v\n", err)
 		}
+		q.Set("older_than", *olderThan)
 	}
-	q := url.Values{}
 	if *st != "" {
 		q.Set("status", *st)
-	}
-	if *olderThan != "" {
-		q.Set("older_than", *olderThan)
 	}
 	if *stale {
 		q.Set("stale", "true")
