@@ -737,9 +737,14 @@ func TestClusterRebuildLeftoversAreEnded(t *testing.T) {
 	if paused() {
 		t.Error("n2 started again: the durable is still paused")
 	}
-	if _, err := kv.Get(ctx, "claim"); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Errorf("n2 started again: its claim is still there (%v)", err)
-	}
+	// The bucket's reads may be served by a replica that has not applied
+	// the claim's removal yet: wait until a read finds it gone.
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if _, err := kv.Get(ctx, "claim"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("n2 started again: its claim is still there (%v)", err)
+		}
+		return nil
+	})
 
 	// A pause no claim holds: ended by whichever node starts.
 	if _, err := js.PauseConsumer(ctx, "ORDER_EVENTS", "order-processor", time.Now().AddDate(100, 0, 0)); err != nil {
