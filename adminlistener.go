@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/orderstore/orderstore/admin"
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/internal/natsconf"
@@ -81,13 +79,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 // stops.
 func (a *Appliance) openAdmin(context.Context) error {
 	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, History: a, Validation: a.validationStats, Checks: a.checks, Recovery: a.rc.Notes(), Topology: a.topology, Backup: a.backupTar,
-		Publish: func(ctx context.Context, subject string, h nats.Header, data []byte) (*jetstream.PubAck, error) {
-			return a.publishMsg(ctx, subject, h, data)
-		},
-		Guard:      a.guardStats,
-		Rebuild:    rebuildBackend{a},
-		OrderIndex: a.index,
-	}
+		Publish: a.publishMsg, Guard: a.guardStats, Rebuild: a, RebuildCodes: rebuildCodes, OrderIndex: a.index}
 	if c := a.commit; c != nil {
 		b.Ingest = func() *status.IngestStats {
 			st := c.Status()

@@ -34,10 +34,7 @@ func storeKey(dir string, j JetStreamConfig) (write bool, err error) {
 	}
 	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
 		// A new store (or no directory: preflight says what is wrong).
-		if j.EncryptionKey != "" {
-			return true, nil
-		}
-		return false, nil
+		return j.EncryptionKey != "", nil
 	}
 	d := storedir.Dir(abs)
 	e, encrypted, err := d.ReadEncryption()

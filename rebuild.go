@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orderstore/orderstore/admin"
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/internal/bytesize"
 	"github.com/orderstore/orderstore/internal/durable"
@@ -361,34 +360,8 @@ func (a *Appliance) pauseProcessor(ctx context.Context) (func(), error) {
 	}, nil
 }
 
-// rebuildBackend is the admin API's view of the rebuild: refusals carry
-// their HTTP status.
-type rebuildBackend struct{ a *Appliance }
-
-func (b rebuildBackend) RebuildProjection(ctx context.Context, req status.RebuildRequest) (*status.Rebuild, error) {
-	st, err := b.a.RebuildProjection(ctx, req)
-	return st, rebuildHTTPError(err)
-}
-
-func (b rebuildBackend) RebuildStatus() *status.Rebuild { return b.a.RebuildStatus() }
-
-func (b rebuildBackend) CancelRebuild() error { return rebuildHTTPError(b.a.CancelRebuild()) }
-
-func rebuildHTTPError(err error) error {
-	code := 0
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrRebuildRunning), errors.Is(err, ErrNoRebuild), errors.Is(err, ErrRebuildTakingOver):
-		code = http.StatusConflict
-	case errors.Is(err, ErrRebuildUnsupported):
-		code = http.StatusNotImplemented
-	case errors.Is(err, ErrRebuildNoRoom):
-		code = http.StatusInsufficientStorage
-	case errors.Is(err, ErrRebuildBadRequest):
-		code = http.StatusBadRequest
-	default:
-		return err
-	}
-	return &admin.RebuildError{Code: code, Err: err}
-}
+// rebuildCodes give a rebuild's refusals their HTTP status in the admin
+// API.
+var rebuildCodes = map[error]int{ErrRebuildRunning: http.StatusConflict, ErrNoRebuild: http.StatusConflict,
+	ErrRebuildTakingOver: http.StatusConflict, ErrRebuildUnsupported: http.StatusNotImplemented,
+	ErrRebuildNoRoom: http.StatusInsufficientStorage, ErrRebuildBadRequest: http.StatusBadRequest}

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -71,7 +72,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		if r.Body != nil {
 			limit := int64(maxBody)
 			if strings.HasPrefix(r.URL.Path, "/v1/events/") {
-				limit = s.maxEvent()
+				limit = cmp.Or(max(s.cfg.MaxEventBytes, 0), 1<<20) // 0 is 1 MiB
 			}
 			r.Body = http.MaxBytesReader(w, r.Body, limit)
 		}
@@ -157,9 +158,6 @@ func (ss *sessions) create() (string, error) {
 	now := time.Now()
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if ss.m == nil {
-		ss.m = map[string]time.Time{}
-	}
 	maps.DeleteFunc(ss.m, func(_ string, exp time.Time) bool { return now.After(exp) })
 	for len(ss.m) >= maxSessions { // the oldest go first
 		delete(ss.m, slices.MinFunc(slices.Collect(maps.Keys(ss.m)), func(a, b string) int { return ss.m[a].Compare(ss.m[b]) }))
@@ -219,9 +217,6 @@ func (l *limiter) blocked(addr string) (bool, time.Duration) {
 func (l *limiter) fail(addr string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.m == nil {
-		l.m = map[string]*bucket{}
-	}
 	b := l.m[addr]
 	if b == nil {
 		if len(l.m) >= maxLimited { // forget the full buckets, then any

@@ -33,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -141,8 +142,11 @@ type Backend struct {
 	// Checks, if set, adds readiness checks of the parts admin cannot see
 	// (connections, the processor's progress).
 	Checks func(ctx context.Context) []status.Check
-	// Publish, if set, serves HTTP ingest (POST /v1/events/{type}).
-	Publish PublishFunc
+	// Publish, if set, serves HTTP ingest (POST /v1/events/{type}): it
+	// stores one event and returns the stream's ack once the event is as
+	// durable as the durability mode says (with group commit: after the
+	// sync that covers it).
+	Publish func(ctx context.Context, subject string, h nats.Header, data []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
 	// Ingest, if set, reports group commit's figures for /metrics and
 	// /v1/status.
 	Ingest func() *status.IngestStats
@@ -161,8 +165,11 @@ type Backend struct {
 	// served in /v1/status, counted in /metrics, and a warning (still
 	// ready) in /readyz.
 	Recovery []string
-	// Rebuild, if set, rebuilds the projection (/v1/projection/rebuild).
-	Rebuild Rebuild
+	// Rebuild, if set, rebuilds the projection (/v1/projection/rebuild);
+	// RebuildCodes give its refusals (matched by errors.Is) their HTTP
+	// status, as a *RebuildError does.
+	Rebuild      Rebuild
+	RebuildCodes map[error]int
 	// OrderIndex, if set, lists orders by status and age (GET /v1/orders)
 	// and counts them (/metrics, /v1/status).
 	OrderIndex *orderindex.Index
@@ -186,10 +193,9 @@ type Server struct {
 // New builds the server. Serve it with net/http; call SetBackend once the
 // broker is ready.
 func New(cfg Config) *Server {
-	s := &Server{cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), mux: http.NewServeMux()}
-	s.reg = prometheus.NewRegistry()
-	s.reg.MustRegister(&collector{s: s})
-	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s := &Server{cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), mux: http.NewServeMux(),
+		reg: prometheus.NewRegistry(), sess: sessions{m: map[string]time.Time{}}, limit: limiter{m: map[string]*bucket{}}}
+	s.reg.MustRegister(&collector{s: s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.routes()
 	s.handler = s.guard(s.mux)
 	return s
@@ -298,7 +304,15 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if tokenEqual(r.PostFormValue("token"), s.cfg.Token) {
-		s.signIn(w, r, ip)
+		id, err := s.sess.create()
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "session: "+err.Error())
+			return
+		}
+		s.log.Info("admin signed in", "remote", ip)
+		http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", MaxAge: int(sessionTTL / time.Second),
+			HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
 	s.limit.fail(ip)
@@ -306,19 +320,6 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(http.StatusUnauthorized)
 	fmt.Fprint(w, loginPage)
-}
-
-// signIn starts a dashboard session.
-func (s *Server) signIn(w http.ResponseWriter, r *http.Request, ip string) {
-	id, err := s.sess.create()
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "session: "+err.Error())
-		return
-	}
-	s.log.Info("admin signed in", "remote", ip)
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", MaxAge: int(sessionTTL / time.Second),
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
 // logout ends the dashboard session.
@@ -332,8 +333,8 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 }
 
 // apiHandler serves an API request once the backend is set. An error it
-// returns is answered {"error": ...}: an *apiError's or a *RebuildError's
-// code, any other 500.
+// returns is answered {"error": ...}: an *apiError's, a *RebuildError's or
+// a RebuildCodes' code, any other 500.
 type apiHandler func(http.ResponseWriter, *http.Request, *Backend) error
 
 // apiError is an answer other than success.
@@ -361,6 +362,11 @@ func (s *Server) needBackend(h apiHandler) http.Handler {
 			var re *RebuildError
 			if errors.As(err, &re) {
 				e.code = re.Code
+			}
+			for target, code := range b.RebuildCodes {
+				if errors.Is(err, target) {
+					e.code = code
+				}
 			}
 			errors.As(err, &e)
 			body := map[string]string{"error": e.msg}

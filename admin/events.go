@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -14,11 +13,6 @@ import (
 
 	"github.com/orderstore/orderstore/processor"
 )
-
-// PublishFunc stores one event on subject and returns the stream's ack,
-// once the event is as durable as the durability mode says (with group
-// commit: after the sync that covers it).
-type PublishFunc func(ctx context.Context, subject string, h nats.Header, data []byte) (*jetstream.PubAck, error)
 
 // maxIdempotencyKey bounds the Idempotency-Key header (the event's
 // Nats-Msg-Id).
@@ -109,11 +103,4 @@ func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend
 		writeJSON(w, http.StatusCreated, map[string]any{"stream": ack.Stream, "seq": ack.Sequence})
 	}
 	return nil
-}
-
-func (s *Server) maxEvent() int64 {
-	if s.cfg.MaxEventBytes > 0 {
-		return s.cfg.MaxEventBytes
-	}
-	return 1 << 20
 }

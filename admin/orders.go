@@ -96,10 +96,8 @@ func ordersStatus(x *orderindex.Index, staleAfter map[string]time.Duration) *sta
 		return st
 	}
 	top, total, other, others := x.Top(status.MaxOrderStatuses)
+	st.Statuses = append(st.Statuses, top...)
 	st.Total, st.Other, st.OtherStatuses = total, other, others
-	for _, c := range top {
-		st.Statuses = append(st.Statuses, status.OrderCount{Status: c.Status, Orders: c.Orders, Stale: c.Stale})
-	}
 	if len(staleAfter) > 0 {
 		st.Stale = x.Stale()
 		st.StaleAfter = make(map[string]string, len(staleAfter))
