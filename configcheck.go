@@ -463,11 +463,8 @@ func clipValue(s string) string {
 type size int64
 
 func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
 	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 func validName(s string) bool {
@@ -484,13 +481,8 @@ func validSubject(s string) bool {
 	}
 	toks := strings.Split(s, ".")
 	for i, t := range toks {
-		if t == "" {
-			return false
-		}
-		if strings.Contains(t, ">") && (t != ">" || i != len(toks)-1) {
-			return false
-		}
-		if strings.Contains(t, "*") && t != "*" {
+		// No empty token; '>' only as the last token, '*' only as a token.
+		if t == "" || strings.Contains(t, ">") && (t != ">" || i != len(toks)-1) || strings.Contains(t, "*") && t != "*" {
 			return false
 		}
 	}

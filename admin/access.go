@@ -111,10 +111,7 @@ func (s *Server) allowedHost(hostport string) bool {
 	if host == "" {
 		return false
 	}
-	if net.ParseIP(host) != nil || host == "localhost" {
-		return true
-	}
-	return slices.ContainsFunc(s.cfg.AllowedHosts, func(a string) bool {
+	return net.ParseIP(host) != nil || host == "localhost" || slices.ContainsFunc(s.cfg.AllowedHosts, func(a string) bool {
 		a = strings.ToLower(a)
 		return a == host || a == strings.ToLower(hostport)
 	})

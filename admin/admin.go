@@ -1,21 +1,14 @@
-// Package admin serves orderstore's HTTP admin listener: health and
-// readiness, Prometheus metrics, a JSON status, the order projection and
-// dead-letter API, the nats-server monitoring endpoints, and a live
-// dashboard.
+// Package admin serves orderstore's HTTP admin listener (docs/http-api.md):
+// health and readiness, Prometheus metrics, a JSON status, the order
+// projection and dead-letter API, the nats-server monitoring endpoints,
+// and a live dashboard.
 //
-// # Overview
-//
-// [New] builds a Server from static facts (names, limits, durability, build
-// info). The listener can serve before the broker is up: until
-// [Server.SetBackend] hands it a JetStream context and the processor's
-// hooks, /readyz answers 503 "recovering" and the data endpoints 503. This
-// keeps a busy admin port a fast start-up failure and makes a long stream
-// recovery visible.
-//
-// The package imports nats.go, Prometheus, the processor's types and the
-// standard library; what it reads from the running parts comes in through
-// small interfaces ([Processor], [DeadLetters], [Orders]) that the root
-// package's Appliance satisfies.
+// [New] builds a Server from static facts, and it can serve before the
+// broker is up: until [Server.SetBackend], /readyz answers 503
+// "recovering" and the data endpoints 503, so that a busy admin port
+// fails start-up fast and a long stream recovery shows. What it reads from
+// the running parts comes in through small interfaces ([Processor],
+// [DeadLetters], [Orders]) that the root package's Appliance satisfies.
 package admin
 
 import (

@@ -27,21 +27,6 @@ type History interface {
 	OrderDeadLetters(ctx context.Context, id string) (items []processor.DeadLetter, complete bool, err error)
 }
 
-func toHistoryEvent(e processor.HistoryEvent) status.OrderEvent {
-	h := status.OrderEvent{Position: e.Position, Seq: e.Sequence, Retained: e.Retained, Replaced: e.Replaced, Edge: e.Edge,
-		Subject: e.Subject, Type: e.Type, Headers: e.Header, State: e.State}
-	if e.Retained {
-		t := e.Time
-		h.Time = &t
-		if json.Valid(e.Data) {
-			h.Data = e.Data
-		} else {
-			h.DataBase64 = base64.StdEncoding.EncodeToString(e.Data)
-		}
-	}
-	return h
-}
-
 // historyError is the answer to err of a history call (nil for nil).
 // asOf describes the point asked for, if any.
 func historyError(b *Backend, id, asOf string, err error) error {
@@ -97,7 +82,17 @@ func (s *Server) orderEvents(w http.ResponseWriter, r *http.Request, b *Backend)
 	out := status.OrderEvents{OrderID: page.OrderID, Total: page.Total, Unindexed: page.Unindexed, From: page.From, Next: page.Next,
 		Events: make([]status.OrderEvent, len(page.Events))}
 	for i, e := range page.Events {
-		out.Events[i] = toHistoryEvent(e)
+		h := status.OrderEvent{Position: e.Position, Seq: e.Sequence, Retained: e.Retained, Replaced: e.Replaced, Edge: e.Edge,
+			Subject: e.Subject, Type: e.Type, Headers: e.Header, State: e.State}
+		if e.Retained {
+			h.Time = &e.Time
+			if json.Valid(e.Data) {
+				h.Data = e.Data
+			} else {
+				h.DataBase64 = base64.StdEncoding.EncodeToString(e.Data)
+			}
+		}
+		out.Events[i] = h
 	}
 	return writeResult(w, http.StatusOK, out, nil)
 }
