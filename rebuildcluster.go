@@ -48,11 +48,9 @@ func (a *Appliance) readClaim(ctx context.Context) (c rebuildClaim, rev uint64, 
 	bucket := a.cfg.Processor.ProjectionBucket + claimBucketSuffix
 	data, rev, deleted, err := leaderget.LastBySubject(ctx, a.js, "KV_"+bucket, "$KV."+bucket+"."+claimKey)
 	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return c, 0, false, nil
-	case err != nil:
+	case err != nil && !errors.Is(err, jetstream.ErrStreamNotFound):
 		return c, 0, false, err
-	case rev == 0 || deleted:
+	case err != nil || rev == 0 || deleted:
 		return c, 0, false, nil
 	}
 	if err := json.Unmarshal(data, &c); err != nil {

@@ -116,17 +116,16 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 		<-l.sem
 		return nil, err
 	}
-	return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
+	return &limitedConn{Conn: c, release: sync.OnceFunc(func() { <-l.sem })}, nil
 }
 
 type limitedConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	release func() // once
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.release()
 	return err
 }

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -96,11 +97,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	bi := s.cfg.Build
 	gauge(descBuild, 1, bi.Version, bi.Commit, bi.GoVersion, bi.NATSServer)
-	if s.cfg.Cipher != "" {
-		gauge(descEncrypted, 1, s.cfg.Cipher)
-	} else {
-		gauge(descEncrypted, 0, "none")
-	}
+	gauge(descEncrypted, b11(s.cfg.Cipher != ""), cmp.Or(s.cfg.Cipher, "none"))
 	gauge(descSyncAlways, b11(s.cfg.SyncPolicy == "always"))
 	gauge(descAckDurable, b11(s.cfg.SyncPolicy == "always" || s.cfg.SyncPolicy == "group-commit"))
 	gauge(descMaxBytes, float64(limit(s.cfg.MaxBytes)), s.cfg.Stream)
@@ -128,8 +125,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descStreamFirst, float64(st.Stream.FirstSeq), st.Stream.Name)
 	gauge(descStreamLast, float64(st.Stream.LastSeq), st.Stream.Name)
 	gauge(descStreamAge, st.Stream.OldestAgeSeconds, st.Stream.Name)
-	if st.Consumer != nil {
-		l := st.Consumer
+	if l := st.Consumer; l != nil {
 		gauge(descPending, float64(l.Pending), l.Name)
 		gauge(descAckPending, float64(l.AckPending), l.Name)
 		gauge(descRedelivered, float64(l.Redelivered), l.Name)

@@ -11,7 +11,10 @@ import (
 // collectStatus gathers everything; parts that fail are named in Errors
 // instead of failing the whole.
 func (s *Server) collectStatus(ctx context.Context, b *Backend) status.Status {
-	st := status.Status{Durability: s.durability(), Build: s.cfg.Build, Time: time.Now().UTC()}
+	st := status.Status{Durability: s.durability(), Build: s.cfg.Build, Time: time.Now().UTC(), Recovery: b.Recovery,
+		Stream:      status.StreamStatus{Name: s.cfg.Stream, MaxBytes: s.cfg.MaxBytes, MaxMsgs: s.cfg.MaxMsgs, MaxAgeSeconds: s.cfg.MaxAge.Seconds()},
+		DeadLetters: status.DeadLetterStatus{Stream: s.cfg.DeadLetterStream}, Projection: status.ProjectionStatus{Bucket: s.cfg.ProjectionBucket},
+		Store: status.StoreStatus{Dir: s.cfg.StoreDir, Encrypted: s.cfg.Cipher != "", Cipher: s.cfg.Cipher}}
 	if b.Guard != nil {
 		st.Guard = b.Guard()
 	}
@@ -28,8 +31,6 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) status.Status {
 		st.Orders = ordersStatus(b.OrderIndex, s.cfg.StaleAfter)
 	}
 	st.Status, st.Checks = s.Readiness(ctx)
-	st.Recovery = b.Recovery
-	st.Stream = status.StreamStatus{Name: s.cfg.Stream, MaxBytes: s.cfg.MaxBytes, MaxMsgs: s.cfg.MaxMsgs, MaxAgeSeconds: s.cfg.MaxAge.Seconds()}
 	fail := func(err error) { st.Errors = append(st.Errors, err.Error()) }
 	if str, err := b.JS.Stream(ctx, s.cfg.Stream); err != nil {
 		fail(err)
@@ -54,14 +55,12 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) status.Status {
 			st.Consumer = &status.ConsumerStatus{Name: s.cfg.Durable, Stream: s.consumerStream(), LagInfo: lag}
 		}
 	}
-	st.DeadLetters.Stream = s.cfg.DeadLetterStream
 	if d, err := b.JS.Stream(ctx, s.cfg.DeadLetterStream); err != nil {
 		fail(err)
 	} else {
 		i := d.CachedInfo()
 		st.DeadLetters.Messages, st.DeadLetters.Bytes, st.DeadLetters.MaxBytes = i.State.Msgs, i.State.Bytes, i.Config.MaxBytes
 	}
-	st.Projection.Bucket = s.cfg.ProjectionBucket
 	if s.cfg.ProjectionBucket != "" {
 		if p, err := b.JS.Stream(ctx, "KV_"+s.cfg.ProjectionBucket); err != nil {
 			fail(err)
@@ -73,8 +72,6 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) status.Status {
 	if b.Topology != nil {
 		st.Topology = b.Topology(ctx)
 	}
-	st.Store.Dir = s.cfg.StoreDir
-	st.Store.Encrypted, st.Store.Cipher = s.cfg.Cipher != "", s.cfg.Cipher
 	if ai, err := b.JS.AccountInfo(ctx); err != nil {
 		fail(err)
 	} else {
