@@ -23,7 +23,6 @@ func (a *Appliance) startAdmin(context.Context) error {
 		durable = cfg.Processor.Durable
 	}
 	policy, desc := cfg.DurabilityPolicy()
-	storeDir := a.report.StoreDir
 	a.admin = admin.New(admin.Config{
 		Token:            cfg.Admin.Token,
 		AllowedHosts:     adminHosts(cfg.Admin),
@@ -41,8 +40,8 @@ func (a *Appliance) startAdmin(context.Context) error {
 		SyncDescription:  desc,
 		Cipher:           cipherOf(cfg.JetStream),
 		StaleAfter:       cfg.Processor.StaleAfter,
-		StoreDir:         storeDir,
-		FreeBytes:        func() (uint64, error) { return bootstrap.FreeBytes(storeDir) },
+		StoreDir:         a.report.StoreDir,
+		FreeBytes:        func() (uint64, error) { return bootstrap.FreeBytes(a.report.StoreDir) },
 		DiskHeadroom:     cfg.JetStream.DiskHeadroom,
 		MaxStore:         cfg.JetStream.MaxFileStore,
 		Build:            buildOrUnknown(cfg.Build),

@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -131,10 +132,7 @@ func describePoint(p AsOf) string {
 	if !p.Time.IsZero() {
 		parts = append(parts, p.Time.UTC().Format(time.RFC3339Nano))
 	}
-	if len(parts) == 0 {
-		return "now"
-	}
-	return strings.Join(parts, " and ")
+	return cmp.Or(strings.Join(parts, " and "), "now")
 }
 
 // orderDeadLetterScan bounds how many of the most recent dead letters

@@ -148,8 +148,7 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 		return WithHint(err, startHint(a.cfg, err))
 	}
 	a.nats.Set(srv)
-	guard := a.storeGuard
-	a.sup.add(component{name: "nats", run: func(ctx context.Context) error { return a.nats.Watch(ctx, guard.Restarting) }, stop: a.nats.Stop})
+	a.sup.add(component{name: "nats", run: func(ctx context.Context) error { return a.nats.Watch(ctx, a.storeGuard.Restarting) }, stop: a.nats.Stop})
 	a.rc.StartupProblems(a.server().StartupProblems())
 	policy, desc := a.cfg.DurabilityPolicy()
 	a.log.Info("nats ready", "client_url", a.clientURLForLog(), "took", time.Since(t0).Round(time.Millisecond).String(),
@@ -328,8 +327,7 @@ func (a *Appliance) startDurableGuard(context.Context) (err error) {
 	if a.durableGuard, err = natsrun.StartDurableGuard(a.internal.Conn, s, d, a.log.With("component", "durable-guard")); err != nil {
 		return err
 	}
-	g := a.durableGuard
-	a.sup.add(component{name: "durable guard", stop: func(context.Context) error { g.Close(); return nil }})
+	a.sup.add(component{name: "durable guard", stop: func(context.Context) error { a.durableGuard.Close(); return nil }})
 	return nil
 }
 
