@@ -73,7 +73,7 @@ type supervisor struct {
 	cur         *stage // the stage whose step runs: add puts its components there
 	stopped     bool   // stop began
 	stopCtx     context.Context
-	stopErrs    []error // of the stop steps, in the order they ran
+	stopErrs    []error // of the stop steps, in the order they ran (complete once ran is closed)
 	startFailed bool
 	err         error         // the first component's failure; nil while none failed
 	done        chan struct{} // closed at the first failure, or when stop ends
@@ -133,7 +133,7 @@ func (s *supervisor) start(ctx context.Context) error {
 		return nil
 	case <-s.ran:
 		s.once.Do(func() { close(s.done) })
-		return errors.Join(append([]error{s.runErr}, s.stopErrors()...)...)
+		return errors.Join(append([]error{s.runErr}, s.stopErrs...)...)
 	}
 }
 
@@ -270,7 +270,7 @@ func (s *supervisor) stop(ctx context.Context) error {
 		s.closeOnce.Do(func() { close(s.closer) })
 		<-s.ran
 		s.once.Do(func() { close(s.done) })
-		s.stopErr = errors.Join(s.stopErrors()...)
+		s.stopErr = errors.Join(s.stopErrs...)
 	})
 	return s.stopErr
 }
@@ -284,12 +284,6 @@ func (s *supervisor) failStart() error {
 	ctx, cancel := context.WithTimeout(context.Background(), defaultStopTimeout)
 	defer cancel()
 	return s.stop(ctx)
-}
-
-func (s *supervisor) stopErrors() []error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]error(nil), s.stopErrs...)
 }
 
 // clean reports whether the start-up succeeded and every stop step so far
