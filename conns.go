@@ -77,12 +77,10 @@ func drain(ctx context.Context, nc *nats.Conn, closed <-chan struct{}) error {
 		}
 		return fmt.Errorf("drain internal connection: %w", err)
 	}
-	t := time.NewTimer(10 * time.Second)
-	defer t.Stop()
 	select {
 	case <-closed:
 		return nil
-	case <-t.C:
+	case <-time.After(10 * time.Second):
 		nc.Close()
 		return errors.New("drain internal connection: not drained after 10s")
 	case <-ctx.Done():

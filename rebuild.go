@@ -156,10 +156,7 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 // first), which goes on with a fold under way, and starts one when the
 // handler's version changed.
 func (a *Appliance) runRebuild(context.Context) error {
-	if a.rebuild == nil {
-		return a.checkVersion(a.handlerVersion, false)
-	}
-	if err := a.checkVersion(a.handlerVersion, true); err != nil {
+	if err := a.checkVersion(a.handlerVersion, a.rebuild != nil); err != nil || a.rebuild == nil {
 		return err
 	}
 	a.sup.add(component{name: "projection rebuild", run: a.rebuild.Run})

@@ -204,10 +204,7 @@ func (l *limiter) blocked(addr string) (bool, time.Duration) {
 		return false, 0
 	}
 	l.refill(b)
-	if b.tokens >= 1 {
-		return false, 0
-	}
-	return true, time.Duration((1 - b.tokens) * float64(failRefill))
+	return b.tokens < 1, time.Duration(max(0, 1-b.tokens) * float64(failRefill))
 }
 
 // fail records a failed sign-in from addr.

@@ -438,20 +438,19 @@ func (s *Server) Readiness(ctx context.Context) (string, []status.Check) {
 		return nil
 	}())
 	if s.cfg.DeadLetterStream != "" {
-		add("dead_letter_stream", func() error {
-			if _, err := b.JS.Stream(ctx, s.cfg.DeadLetterStream); err != nil {
-				return fmt.Errorf("dead-letter stream %q: %w", s.cfg.DeadLetterStream, err)
-			}
-			return nil
-		}())
+		_, err := b.JS.Stream(ctx, s.cfg.DeadLetterStream)
+		if err != nil {
+			err = fmt.Errorf("dead-letter stream %q: %w", s.cfg.DeadLetterStream, err)
+		}
+		add("dead_letter_stream", err)
 	}
 	if s.cfg.ProjectionBucket != "" {
 		add("projection_bucket", func() error {
 			kv, err := b.JS.KeyValue(ctx, s.cfg.ProjectionBucket)
-			if err != nil {
-				return fmt.Errorf("projection bucket %q: %w", s.cfg.ProjectionBucket, err)
+			var st jetstream.KeyValueStatus
+			if err == nil {
+				st, err = kv.Status(ctx)
 			}
-			st, err := kv.Status(ctx)
 			if err != nil {
 				return fmt.Errorf("projection bucket %q: %w", s.cfg.ProjectionBucket, err)
 			}
@@ -476,12 +475,11 @@ func (s *Server) Readiness(ctx context.Context) (string, []status.Check) {
 			}
 			return nil
 		}())
-		add("processor", func() error {
-			if b.Processor == nil || !b.Processor.Stats().Running {
-				return errors.New("processor is not running")
-			}
-			return nil
-		}())
+		var err error
+		if b.Processor == nil || !b.Processor.Stats().Running {
+			err = errors.New("processor is not running")
+		}
+		add("processor", err)
 	}
 	if b.Checks != nil {
 		checks = append(checks, b.Checks(ctx)...)
