@@ -75,11 +75,6 @@ func storeKey(dir string, j JetStreamConfig) (write bool, err error) {
 	}
 }
 
-// writeStoreKey records j's key and cipher as the store's.
-func writeStoreKey(dir string, j JetStreamConfig) error {
-	return storedir.Dir(dir).WriteEncryption(storedir.Encryption{Cipher: j.cipherName(), KeyCheck: storedir.KeyCheck(j.EncryptionKey)})
-}
-
 // CredentialName is the systemd credential the key may come from
 // ($CREDENTIALS_DIRECTORY/orderstore-encryption-key), when the config
 // names no key file.

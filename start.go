@@ -81,7 +81,8 @@ func (c Config) lockStore() (*bootstrap.Lock, bootstrap.Report, error) {
 	}
 	lock, rep, err := bootstrap.Preflight(c.preflightConfig())
 	if err == nil && write {
-		if err = writeStoreKey(rep.StoreDir, c.JetStream); err != nil {
+		e := storedir.Encryption{Cipher: c.JetStream.cipherName(), KeyCheck: storedir.KeyCheck(c.JetStream.EncryptionKey)}
+		if err = storedir.Dir(rep.StoreDir).WriteEncryption(e); err != nil {
 			err = errors.Join(err, lock.Release())
 		}
 	}
