@@ -146,9 +146,14 @@ func (e *Env) Publisher(tcp bool, name string, window int) (jetstream.JetStream,
 		jetstream.WithPublishAsyncTimeout(60*time.Second))
 }
 
-// CaughtUp is CaughtUp for the appliance's own processor.
+// CaughtUp is CaughtUp for the appliance's own processor; an event it
+// dead-lettered is an error.
 func (e *Env) CaughtUp(ctx context.Context, want uint64, timeout time.Duration) (orderstore.Stats, error) {
-	return CaughtUp(ctx, want, timeout, e.App.Lag, e.App.Stats, nil)
+	st, err := CaughtUp(ctx, want, timeout, e.App.Lag, e.App.Stats, nil)
+	if err == nil && st.DeadLettered > 0 {
+		err = fmt.Errorf("processor: %d events dead-lettered", st.DeadLettered)
+	}
+	return st, err
 }
 
 // Stop closes the connections and stops the appliance; the store stays.

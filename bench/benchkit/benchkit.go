@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -66,6 +67,37 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Poll calls done every interval until it says true or fails, or ctx
+// ends.
+func Poll(ctx context.Context, every time.Duration, done func() (bool, error)) error {
+	for {
+		if ok, err := done(); ok || err != nil {
+			return err
+		}
+		if err := Sleep(ctx, every); err != nil {
+			return err
+		}
+	}
+}
+
+// FreePorts are n TCP ports of 127.0.0.1 that were free a moment ago.
+func FreePorts(n int) []int {
+	var out []int
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			log.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
 }
 
 // CPUProfile starts a CPU profile written to name; the returned stop is

@@ -63,13 +63,11 @@ func fill(app *orderstore.Appliance) time.Duration {
 		}
 	}
 	<-js.PublishAsyncComplete()
-	for {
+	benchkit.Poll(context.Background(), 100*time.Millisecond, func() (bool, error) {
 		lag, err := app.Lag(context.Background())
-		if err == nil && lag.AckFloor >= uint64(*events) {
-			return time.Since(t0)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && lag.AckFloor >= uint64(*events), nil
+	})
+	return time.Since(t0)
 }
 
 func main() {

@@ -16,7 +16,6 @@ import (
 	"log"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
@@ -276,12 +275,7 @@ func idleMemory(names []string) {
 // startNATSServer runs the -nats-server binary on d, with JetStream, on a
 // free loopback port, and declares on it what orderstore declares.
 func startNATSServer(_, d string) (*child, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := benchkit.FreePorts(1)[0]
 	cmd := exec.Command(*natsBin, "-js", "-sd", d, "-a", "127.0.0.1", "-p", strconv.Itoa(port))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -396,7 +390,7 @@ func (p *pipe) onAnswer(m *nats.Msg) {
 	if p.slots != nil {
 		<-p.slots
 	}
-	code := ""
+	code := "ack"
 	if s := m.Header.Get("Status"); s != "" {
 		code = "status " + s
 	} else {
@@ -409,26 +403,22 @@ func (p *pipe) onAnswer(m *nats.Msg) {
 		switch json.Unmarshal(m.Data, &a); {
 		case a.Error != nil:
 			code = strconv.Itoa(a.Error.Code)
-		case a.Seq > 0:
-			p.acked.Add(1)
-			p.lastAck.Store(now)
-			if isLate {
-				p.mu.Lock()
-				p.lateCodes["ack"]++
-				p.mu.Unlock()
-			}
-			return
-		default:
+		case a.Seq == 0:
 			code = "other"
 		}
 	}
-	p.errs.Add(1)
 	p.mu.Lock()
-	p.codes[code]++
+	defer p.mu.Unlock()
 	if isLate {
 		p.lateCodes[code]++
 	}
-	p.mu.Unlock()
+	if code == "ack" {
+		p.acked.Add(1)
+		p.lastAck.Store(now)
+		return
+	}
+	p.errs.Add(1)
+	p.codes[code]++
 }
 
 // request sends request i; false if the connection did not take it (it

@@ -402,23 +402,20 @@ func rawConsume(ctx context.Context, e *benchkit.Env, mode string, n int, lastSe
 		if err := benchkit.Sleep(ctx, 25*time.Millisecond); err != nil {
 			return phase{}, err
 		}
-		if time.Since(lastLog) >= 5*time.Second {
+		logNow, all := time.Since(lastLog) >= 5*time.Second, got.Load() >= int64(n)
+		if logNow {
 			lastLog = time.Now()
-			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			info, err := cons.Info(ictx)
-			cancel()
-			if err == nil {
-				benchkit.Logf("   %s received; consumer: delivered %d, ack floor %d, ack pending %d, redelivered %d, waiting pulls %d",
-					benchkit.Num(int(got.Load())), info.Delivered.Stream, info.AckFloor.Stream, info.NumAckPending, info.NumRedelivered, info.NumWaiting)
-			}
-		}
-		if got.Load() < int64(n) {
+		} else if !all {
 			continue
 		}
 		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		info, err := cons.Info(ictx)
 		cancel()
-		if err == nil && info.AckFloor.Stream >= lastSeq && info.NumAckPending == 0 && info.NumPending == 0 {
+		if logNow && err == nil {
+			benchkit.Logf("   %s received; consumer: delivered %d, ack floor %d, ack pending %d, redelivered %d, waiting pulls %d",
+				benchkit.Num(int(got.Load())), info.Delivered.Stream, info.AckFloor.Stream, info.NumAckPending, info.NumRedelivered, info.NumWaiting)
+		}
+		if all && err == nil && info.AckFloor.Stream >= lastSeq && info.NumAckPending == 0 && info.NumPending == 0 {
 			break
 		}
 	}

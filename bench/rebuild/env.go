@@ -80,17 +80,6 @@ func (e *env) resetProjection(ctx context.Context) error {
 	return err
 }
 
-// caughtUp waits until the appliance's processor has nothing pending or
-// unacked and has processed at least want events since start, none
-// dead-lettered.
-func (e *env) caughtUp(ctx context.Context, want uint64, timeout time.Duration) error {
-	st, err := e.CaughtUp(ctx, want, timeout)
-	if err == nil && st.DeadLettered > 0 {
-		return fmt.Errorf("processor: %d events dead-lettered", st.DeadLettered)
-	}
-	return err
-}
-
 // ---------------------------------------------------------------- events
 
 // retryable is a publish to send again: benchkit.Retryable, or a timeout

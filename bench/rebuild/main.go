@@ -194,7 +194,7 @@ func run(ctx context.Context) (err error) {
 	// 5. a whole rebuild under ingest.
 	if *full {
 		benchkit.Logf("=== 5. a whole rebuild with %d producers publishing all along", *nProducers)
-		if err := e.caughtUp(ctx, 0, *catchupTimeout); err != nil {
+		if _, err := e.CaughtUp(ctx, 0, *catchupTimeout); err != nil {
 			return err
 		}
 		stop := make(chan struct{})

@@ -51,7 +51,7 @@ func liveProcessor(ctx context.Context, e *env, rep, n int) (procRun, error) {
 	t1, c1, m1 := time.Now(), benchkit.CPUTime(), benchkit.StartOthers()
 	r.Startup = t1.Sub(t0)
 	r.Before = int(e.App.Stats().Processed)
-	if err := e.caughtUp(ctx, uint64(n), *catchupTimeout); err != nil {
+	if _, err := e.CaughtUp(ctx, uint64(n), *catchupTimeout); err != nil {
 		return r, err
 	}
 	r.Dur, r.CPU, r.Others = time.Since(t1), benchkit.CPUTime()-c1, m1.Share()
@@ -364,7 +364,7 @@ func (r ingestRun) rate() float64 { return benchkit.Rate(r.Acked, r.Dur) }
 func ingestWindow(ctx context.Context, e *env, p *producers, rep int, withRebuild bool) (ingestRun, error) {
 	r := ingestRun{Rep: rep, Rebuild: withRebuild}
 	// Every window starts with the live processor caught up.
-	if err := e.caughtUp(ctx, 0, *catchupTimeout); err != nil {
+	if _, err := e.CaughtUp(ctx, 0, *catchupTimeout); err != nil {
 		return r, err
 	}
 	var id string

@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -56,23 +55,6 @@ func base(name string) orderstore.Config {
 	c.JetStream.AllowLowDisk = true
 	c.Stream.MaxBytes = 16 << 30
 	return c
-}
-
-func ports(n int) []int {
-	var out []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			log.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
 }
 
 func start(cfgs ...orderstore.Config) []*orderstore.Appliance {
@@ -138,7 +120,7 @@ func cluster() {
 	nc.Close()
 	closeAll(single...)
 
-	ps := ports(3)
+	ps := benchkit.FreePorts(3)
 	var routes []string
 	for _, p := range ps {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
@@ -181,20 +163,17 @@ func cluster() {
 	}
 	t0 := time.Now()
 	go victim.Close(context.Background())
-	for {
+	benchkit.Poll(context.Background(), 20*time.Millisecond, func() (bool, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
 		_, err := cjs.Publish(ctx, "orders.created", []byte(`{"order_id":"after-loss"}`))
-		cancel()
-		if err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil, nil
+	})
 	fmt.Printf("stream leader %s lost: first accepted publish after %s\n", leader, time.Since(t0).Round(time.Millisecond))
 }
 
 func leaf() {
-	lp := ports(1)[0]
+	lp := benchkit.FreePorts(1)[0]
 	ec := base("edge-1")
 	ec.JetStream.Domain = "edge-1"
 	ec.LeafNode.Remotes = []orderstore.LeafRemote{{URL: fmt.Sprintf("nats-leaf://127.0.0.1:%d", lp), User: "edge", Password: "bench-leaf-secret"}}
@@ -217,19 +196,13 @@ func leaf() {
 	hub := start(hc)[0]
 	hnc, hjs := connect(hub)
 	var first time.Duration
-	for {
-		st, err := hjs.Stream(context.Background(), "ORDER_EVENTS_ALL")
-		if err == nil {
-			n := st.CachedInfo().State.Msgs
-			if n > 0 && first == 0 {
-				first = time.Since(t0)
-			}
-			if n >= uint64(*backlog) {
-				break
-			}
+	benchkit.Poll(context.Background(), 50*time.Millisecond, func() (bool, error) {
+		n := aggregated(hjs)
+		if n > 0 && first == 0 {
+			first = time.Since(t0)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return n >= uint64(*backlog), nil
+	})
 	fmt.Printf("edge backlog of %d events: hub started, first event forwarded after %s, all drained after %s\n",
 		*backlog, first.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 	hnc.Close()
@@ -242,14 +215,18 @@ func leaf() {
 	hub = start(hc)[0]
 	defer hub.Close(context.Background())
 	_, hjs = connect(hub)
-	for {
-		st, err := hjs.Stream(context.Background(), "ORDER_EVENTS_ALL")
-		if err == nil && st.CachedInfo().State.Msgs > uint64(*backlog) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	benchkit.Poll(context.Background(), 20*time.Millisecond, func() (bool, error) { return aggregated(hjs) > uint64(*backlog), nil })
 	fmt.Printf("link restored (hub restarted): first new event forwarded after %s\n", time.Since(t0).Round(time.Millisecond))
+}
+
+// aggregated is how many events the hub's aggregate stream holds (0 when
+// it cannot tell).
+func aggregated(js jetstream.JetStream) uint64 {
+	st, err := js.Stream(context.Background(), "ORDER_EVENTS_ALL")
+	if err != nil {
+		return 0
+	}
+	return st.CachedInfo().State.Msgs
 }
 
 func backup() {
