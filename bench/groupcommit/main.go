@@ -62,18 +62,6 @@ type target struct {
 // validatedTarget is group commit with schema validation at ingest.
 const validatedTarget = "orderstore-group-commit-validated"
 
-// layoutTarget is the stock nats-server, sync_interval 2m, with
-// orderstore's account layout and no orderstore code: the stream in one
-// account, the clients in another that imports the stream's subjects, the
-// JetStream API and acks as services and _INBOX.> as a stream (as
-// bench/layout.sh). Against nats-relaxed it prices the layout; against
-// orderstore-relaxed, what orderstore adds to it (admission, its hooks).
-const layoutTarget = "nats-layout-relaxed"
-
-// encryptedTarget is group commit on a store encrypted at rest
-// (chacha20-poly1305).
-const encryptedTarget = "orderstore-group-commit-encrypted"
-
 type result struct {
 	target, load string
 	rate         float64
@@ -112,14 +100,13 @@ func main() {
 	// runs on every target in turn, in an order that alternates between
 	// reps, so that drift of the disk's fsync time favours none.
 	type running struct {
-		name, url, dir string
-		projected      func() uint64
-		validated      bool
+		target
+		url, dir  string
+		projected func() uint64
 	}
 	var live []running
 	for i, t := range targets {
-		named := slices.Contains(strings.Split(*only, ","), t.name)
-		if !named && (*only != "" || t.validated || t.name == encryptedTarget || t.name == "orderstore-relaxed" || t.name == layoutTarget) {
+		if !slices.Contains(strings.Split(*only, ","), t.name) && (*only != "" || i >= defaultTargets) {
 			continue
 		}
 		d := filepath.Join(*dir, fmt.Sprintf("%d-%s", i, t.name))
@@ -132,7 +119,7 @@ func main() {
 			log.Fatalf("%s: %v", t.name, err)
 		}
 		defer stop()
-		live = append(live, running{t.name, url, d, projected, t.validated})
+		live = append(live, running{t, url, d, projected})
 	}
 	type cellSpec struct{ p, w, size int }
 	var cells []cellSpec
@@ -184,6 +171,10 @@ func main() {
 	validationCost(results)
 }
 
+// defaultTargets: the first targets run without -only, the others only
+// when it names them.
+const defaultTargets = 4
+
 // targets is every target bench/groupcommit knows; each orderstore target
 // that validates reads the schema from -dir.
 func targets() []target {
@@ -199,9 +190,10 @@ func targets() []target {
 		{"orderstore-relaxed", orderstoreTarget(orderstore.DurabilityInterval, "", func(c *orderstore.Config) {
 			c.JetStream.SyncInterval = 2 * time.Minute
 		}), false},
-		{layoutTarget, natsLayoutTarget(2 * time.Minute), false},
+		{"nats-layout-relaxed", natsLayoutTarget(2 * time.Minute), false},
 		{validatedTarget, orderstoreTarget(orderstore.DurabilityGroupCommit, schema), true},
-		{encryptedTarget, orderstoreTarget(orderstore.DurabilityGroupCommit, "", func(c *orderstore.Config) {
+		// group commit on a store encrypted at rest (chacha20-poly1305)
+		{"orderstore-group-commit-encrypted", orderstoreTarget(orderstore.DurabilityGroupCommit, "", func(c *orderstore.Config) {
 			c.JetStream.EncryptionKey = "groupcommit-bench-key-0123456789abcdef"
 		}), false},
 	}
@@ -274,12 +266,7 @@ func serveTarget(targets []target) {
 // validationCost prints, per load, the validated target's rate and
 // latencies against orderstore-group-commit's of the same run.
 func validationCost(results []result) {
-	plain := map[string]result{}
-	for _, r := range results {
-		if r.target == "orderstore-group-commit" {
-			plain[r.load] = r
-		}
-	}
+	plain := byLoad(results, "orderstore-group-commit")
 	head := false
 	for _, r := range results {
 		p, ok := plain[r.load]
@@ -294,6 +281,17 @@ func validationCost(results []result) {
 	}
 }
 
+// byLoad is target's results by load.
+func byLoad(results []result, target string) map[string]result {
+	m := map[string]result{}
+	for _, r := range results {
+		if r.target == target {
+			m[r.load] = r
+		}
+	}
+	return m
+}
+
 func print(r result) {
 	extra := ""
 	if r.hasProc {
@@ -305,12 +303,7 @@ func print(r result) {
 // table prints the results as markdown, each rate also as a ratio against
 // nats-always under the same load (results come a load at a time).
 func table(results []result) {
-	base := map[string]float64{}
-	for _, r := range results {
-		if r.target == "nats-always" {
-			base[r.load] = r.rate
-		}
-	}
+	base := byLoad(results, "nats-always")
 	lat := func(d time.Duration) string {
 		if d == 0 {
 			return "-"
@@ -320,7 +313,7 @@ func table(results []result) {
 	fmt.Printf("\n| load | target | msgs/s | × nats-server always | p50 | p99 | processor projected/s (backlog at end) |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		ratio := "-"
-		if b := base[r.load]; b > 0 {
+		if b := base[r.load].rate; b > 0 {
 			ratio = fmt.Sprintf("%.2f", r.rate/b)
 		}
 		proc := "-"
@@ -346,7 +339,12 @@ func natsTarget(syncInterval time.Duration) func(string) (string, func(), func()
 	}
 }
 
-// natsLayoutTarget is layoutTarget's server.
+// natsLayoutTarget is the stock nats-server with orderstore's account
+// layout and no orderstore code: the stream in one account, the clients in
+// another that imports the stream's subjects, the JetStream API and acks
+// as services and _INBOX.> as a stream (as bench/layout.sh). Against
+// nats-relaxed it prices the layout; against orderstore-relaxed, what
+// orderstore adds to it (admission, its hooks).
 func natsLayoutTarget(syncInterval time.Duration) func(string) (string, func(), func() uint64, error) {
 	return func(dir string) (string, func(), func() uint64, error) {
 		conf := fmt.Sprintf(`max_payload: 1048576
@@ -440,22 +438,15 @@ func orderstoreTarget(durability, schema string, opts ...func(*orderstore.Config
 // load runs p producers, each with w publishes in flight, for one cell,
 // publishing payloads in turn on orders.created.
 func load(url, name string, p, w, size int, payloads [][]byte, projected func() uint64) result {
-	var conns []*nats.Conn
-	var jss []jetstream.JetStream
-	for range p {
+	jss := make([]jetstream.JetStream, p)
+	for i := range jss {
 		nc, err := nats.Connect(url)
 		if err != nil {
 			log.Fatalf("%s: %v", name, err)
 		}
-		conns = append(conns, nc)
-		js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(max(w, 1)))
-		jss = append(jss, js)
+		defer nc.Close()
+		jss[i], _ = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(max(w, 1)))
 	}
-	defer func() {
-		for _, nc := range conns {
-			nc.Close()
-		}
-	}()
 	var before uint64
 	if projected != nil {
 		before = projected()
@@ -523,8 +514,8 @@ func load(url, name string, p, w, size int, payloads [][]byte, projected func() 
 		r.hasProc = true
 		r.projected = float64(after-before) / elapsed.Seconds()
 		// Backlog: what was stored and not yet processed.
-		r.backlog = backlog(conns[0])
-		catchUp(conns[0])
+		r.backlog = backlog(jss[0].Conn())
+		catchUp(jss[0].Conn())
 	}
 	return r
 }

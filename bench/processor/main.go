@@ -287,13 +287,20 @@ type publisher struct {
 	w       *benchkit.Window
 	gen     *benchkit.Orders
 	prefix  string
-	acked   int // Window calls ack on the publishing goroutine
+	acked   int // Window calls OnAck on the publishing goroutine
 	lastSeq uint64
 }
 
 func newPublisher(js jetstream.JetStream, gen *benchkit.Orders, window int, prefix string) *publisher {
 	p := &publisher{w: benchkit.NewWindow(js, window), gen: gen, prefix: prefix}
-	p.w.OnAck = p.ack
+	p.w.OnAck = func(_ int, ack *jetstream.PubAck) error {
+		p.acked++
+		if ack.Duplicate {
+			return fmt.Errorf("publish: unexpected duplicate (seq %d)", ack.Sequence)
+		}
+		p.lastSeq = max(p.lastSeq, ack.Sequence)
+		return nil
+	}
 	return p
 }
 
@@ -325,16 +332,6 @@ func (p *publisher) run(ctx context.Context, n int, rate float64, until time.Tim
 		}
 	}
 	return p.w.Drain(ctx)
-}
-
-// ack counts an ack and keeps the highest sequence acked.
-func (p *publisher) ack(_ int, ack *jetstream.PubAck) error {
-	p.acked++
-	if ack.Duplicate {
-		return fmt.Errorf("publish: unexpected duplicate (seq %d)", ack.Sequence)
-	}
-	p.lastSeq = max(p.lastSeq, ack.Sequence)
-	return nil
 }
 
 // ---------------------------------------------------------------- raw consume
