@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,12 +23,8 @@ type Committer struct {
 	fail   chan struct{}
 	once   sync.Once
 	err    atomic.Pointer[error]
-	stats  Stats
-}
 
-// Stats are what /metrics and the dashboard show of the rounds.
-type Stats struct {
-	mu        sync.Mutex
+	mu        sync.Mutex // guards the rounds' figures (/metrics, the dashboard)
 	syncs     uint64
 	errors    uint64
 	syncHist  histogram // seconds per round
@@ -39,7 +36,7 @@ type Stats struct {
 // (Round) and GroupCommitFailed (Fail); stream is the events stream.
 func NewCommitter(stream string) *Committer {
 	return &Committer{stream: stream, fail: make(chan struct{}),
-		stats: Stats{syncHist: newHistogram(syncBuckets), batchHist: newHistogram(batchBuckets)}}
+		syncHist: newHistogram(syncBuckets), batchHist: newHistogram(batchBuckets)}
 }
 
 var (
@@ -50,24 +47,23 @@ var (
 // Round records one round of any stream or bucket: the acks it released
 // and its sync's time.
 func (c *Committer) Round(stream string, acks int, sync time.Duration) {
-	s := &c.stats
-	s.mu.Lock()
-	s.syncs++
-	s.syncHist.observe(sync.Seconds())
+	c.mu.Lock()
+	c.syncs++
+	c.syncHist.observe(sync.Seconds())
 	if acks > 0 {
-		s.batchHist.observe(float64(acks))
+		c.batchHist.observe(float64(acks))
 		if stream == c.stream {
-			s.acked += uint64(acks)
+			c.acked += uint64(acks)
 		}
 	}
-	s.mu.Unlock()
+	c.mu.Unlock()
 }
 
 // Fail records a stream's failed sync; the first one closes Failed.
 func (c *Committer) Fail(stream string, err error) {
-	c.stats.mu.Lock()
-	c.stats.errors++
-	c.stats.mu.Unlock()
+	c.mu.Lock()
+	c.errors++
+	c.mu.Unlock()
 	c.once.Do(func() {
 		e := fmt.Errorf("group commit: the sync of stream %s failed, so its store refuses writes: %w", stream, err)
 		c.err.Store(&e)
@@ -99,10 +95,7 @@ func newHistogram(bounds []float64) histogram {
 }
 
 func (h *histogram) observe(v float64) {
-	i := 0
-	for i < len(h.bounds) && v > h.bounds[i] {
-		i++
-	}
+	i, _ := slices.BinarySearch(h.bounds, v) // the first bound >= v
 	h.counts[i]++
 	h.sum += v
 	h.n++
@@ -141,13 +134,12 @@ const How = "fdatasync in nats-server's file store"
 
 // Status is the rounds' figures for the admin listener.
 func (c *Committer) Status() *status.IngestStats {
-	s := &c.stats
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	h := func(x *histogram) status.Histogram {
 		return status.Histogram{Count: x.n, Sum: x.sum, Buckets: x.cumulative()}
 	}
-	return &status.IngestStats{Sync: How, Syncs: s.syncs, SyncErrors: s.errors, Acked: s.acked,
-		SyncP50Seconds: s.syncHist.quantile(0.5), SyncP99Seconds: s.syncHist.quantile(0.99),
-		SyncSeconds: h(&s.syncHist), BatchEvents: h(&s.batchHist)}
+	return &status.IngestStats{Sync: How, Syncs: c.syncs, SyncErrors: c.errors, Acked: c.acked,
+		SyncP50Seconds: c.syncHist.quantile(0.5), SyncP99Seconds: c.syncHist.quantile(0.99),
+		SyncSeconds: h(&c.syncHist), BatchEvents: h(&c.batchHist)}
 }
