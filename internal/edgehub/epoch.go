@@ -97,18 +97,8 @@ func (w *Watcher) checkEpochs(ctx context.Context, edge string, epochs []epochSt
 	if len(epochs) < 2 {
 		return
 	}
-	w.mu.Lock()
-	checked := w.checked[edge]
-	if checked == nil {
-		checked = map[string]bool{}
-		w.checked[edge] = checked
-	}
-	w.mu.Unlock()
 	for _, ep := range epochs[1:] {
-		w.mu.Lock()
-		done := checked[ep.epoch]
-		w.mu.Unlock()
-		if done {
+		if w.checked[[2]string{edge, ep.epoch}] {
 			continue
 		}
 		// With sourced < ep.first the aggregate holds nothing at or past
@@ -121,9 +111,7 @@ func (w *Watcher) checkEpochs(ctx context.Context, edge string, epochs []epochSt
 				return // again on the next round
 			}
 		}
-		w.mu.Lock()
-		checked[ep.epoch] = true
-		w.mu.Unlock()
+		w.checked[[2]string{edge, ep.epoch}] = true
 	}
 }
 

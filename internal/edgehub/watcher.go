@@ -57,7 +57,7 @@ type Watcher struct {
 	log     *slog.Logger
 	mu      sync.Mutex
 	st      map[string]*sourceState
-	checked map[string]map[string]bool // per edge, the epochs whose boundary was checked
+	checked map[[2]string]bool // the (edge, epoch) boundaries checked, by Run's goroutine alone
 }
 
 type sourceState struct {
@@ -73,7 +73,7 @@ func New(cfg Config, js jetstream.JetStream, edges *nats.Conn, log *slog.Logger)
 		// Without them every copy would look lost at its edge.
 		panic("edgehub: Config needs EpochHeader, DeadLetterPrefix and an aggregate Spec")
 	}
-	w := &Watcher{cfg: cfg, js: js, edges: edges, log: log, st: map[string]*sourceState{}, checked: map[string]map[string]bool{}}
+	w := &Watcher{cfg: cfg, js: js, edges: edges, log: log, st: map[string]*sourceState{}, checked: map[[2]string]bool{}}
 	for _, e := range cfg.Edges {
 		w.st[e] = &sourceState{SourceStatus: status.SourceStatus{Edge: e}}
 	}
