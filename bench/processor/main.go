@@ -62,20 +62,19 @@ func main() {
 	flag.Parse()
 	var modes []string
 	for _, m := range strings.Split(*syncModes, ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			modes = append(modes, m)
+		if m = strings.TrimSpace(m); m == "" {
+			continue
 		}
+		if err := benchkit.ApplySync(new(orderstore.Config), m); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		modes = append(modes, m)
 	}
 	if len(modes) == 0 || *rawReps <= 0 || *events <= 0 || *orders <= 0 || *window <= 0 || *loadShare <= 0 ||
 		(*pubConn != "tcp" && *pubConn != "inproc") {
 		flag.Usage()
 		os.Exit(2)
-	}
-	for _, m := range modes {
-		if err := benchkit.ApplySync(new(orderstore.Config), m); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
 	}
 	benchkit.Run("bench/processor", func(ctx context.Context) error { return run(ctx, modes) })
 }
