@@ -69,8 +69,8 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Poll calls done every interval until it says true or fails, or ctx
-// ends.
+// Poll calls done at once and then every every until it reports true
+// or an error, or ctx ends.
 func Poll(ctx context.Context, every time.Duration, done func() (bool, error)) error {
 	for {
 		if ok, err := done(); ok || err != nil {
