@@ -129,9 +129,6 @@ func (h *histogram) quantile(q float64) float64 {
 	return h.bounds[len(h.bounds)-1]
 }
 
-// How says how a round syncs, for the status and the startup log.
-const How = "fdatasync in nats-server's file store"
-
 // Status is the rounds' figures for the admin listener.
 func (c *Committer) Status() *status.IngestStats {
 	c.mu.Lock()
@@ -139,7 +136,7 @@ func (c *Committer) Status() *status.IngestStats {
 	h := func(x *histogram) status.Histogram {
 		return status.Histogram{Count: x.n, Sum: x.sum, Buckets: x.cumulative()}
 	}
-	return &status.IngestStats{Sync: How, Syncs: c.syncs, SyncErrors: c.errors, Acked: c.acked,
+	return &status.IngestStats{Sync: "fdatasync in nats-server's file store", Syncs: c.syncs, SyncErrors: c.errors, Acked: c.acked,
 		SyncP50Seconds: c.syncHist.quantile(0.5), SyncP99Seconds: c.syncHist.quantile(0.99),
 		SyncSeconds: h(&c.syncHist), BatchEvents: h(&c.batchHist)}
 }
