@@ -113,19 +113,15 @@ func (p *Projection) commitAtomic(ctx context.Context, writes []write) (uint64, 
 		return 0, err
 	}
 	var ack struct {
-		Seq   uint64 `json:"seq"`
-		Count int    `json:"count"`
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
+		Seq   uint64              `json:"seq"`
+		Count int                 `json:"count"`
+		Error *jetstream.APIError `json:"error"`
 	}
 	if err := json.Unmarshal(resp.Data, &ack); err != nil {
 		return 0, err
 	}
 	if ack.Error != nil {
-		return 0, fmt.Errorf("atomic batch: %s (err_code %d)", ack.Error.Description, ack.Error.ErrCode)
+		return 0, fmt.Errorf("atomic batch: %s (err_code %d)", ack.Error.Description, ack.Error.ErrorCode)
 	}
 	if ack.Count != len(writes) || ack.Seq < uint64(len(writes)) {
 		return 0, fmt.Errorf("atomic batch: ack for %d messages at seq %d, sent %d", ack.Count, ack.Seq, len(writes))

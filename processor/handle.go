@@ -121,12 +121,7 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled in
 			orders[k] = append(orders[k], it.ev)
 		}
 	}
-	var results [][]error
-	if bh, ok := p.cfg.Handler.(BatchHandler); ok {
-		results = safeBatch(ctx, bh, orders)
-	} else {
-		results = handleEach(ctx, p.cfg.Handler, orders, errUnhandled)
-	}
+	results := handleAll(ctx, p.cfg.Handler, orders, errUnhandled)
 	var handled []result
 	for k, id := range order {
 		for j, it := range groups[id] {
@@ -141,13 +136,17 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled in
 	return unhandled
 }
 
-// errUnhandled marks, in handleEach's results, an event left unhandled.
+// errUnhandled marks, in handleAll's results, an event left unhandled.
 var errUnhandled = errors.New("not handled")
 
-// handleEach runs h on each event in turn, each order's in stream order.
-// Once ctx is canceled it handles no more: their result is unhandled, or
-// ctx's error if that is nil.
-func handleEach(ctx context.Context, h Handler, orders [][]Event, unhandled error) [][]error {
+// handleAll runs h on orders: as one batch if h is a BatchHandler (see
+// safeBatch), else on each event in turn, each order's in stream order;
+// then, once ctx is canceled, it handles no more: their result is
+// unhandled, or ctx's error if that is nil.
+func handleAll(ctx context.Context, h Handler, orders [][]Event, unhandled error) [][]error {
+	if bh, ok := h.(BatchHandler); ok {
+		return safeBatch(ctx, bh, orders)
+	}
 	res := make([][]error, len(orders))
 	for i, evs := range orders {
 		res[i] = make([]error, len(evs))

@@ -317,12 +317,13 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.retries.stop() // quit is closed by then: a retry firing returns at once
 	}()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if md, err := m.Metadata(); err == nil && p.cfg.Exclusive {
+		md, err := m.Metadata()
+		if err == nil && p.cfg.Exclusive {
 			p.recMu.Lock()
 			delete(p.awaiting, md.Sequence.Stream)
 			p.recMu.Unlock()
 		}
-		if md, err := m.Metadata(); err == nil && md.NumDelivered == 1 {
+		if err == nil && md.NumDelivered == 1 {
 			// Events skipped before this one were taken by another
 			// client: those read back are applied first, in their place.
 			for _, r := range p.noteDelivered(md.Sequence.Stream) {
@@ -467,17 +468,13 @@ loop:
 			case <-stopRouting:
 				return
 			case <-closed:
-				// Take any last ones.
-				for {
-					select {
-					case m := <-msgs:
-						if !route(p.toItem(m)) {
-							return
-						}
-					default:
+				// Take any last ones (nobody else receives from msgs now).
+				for len(msgs) > 0 {
+					if !route(p.toItem(<-msgs)) {
 						return
 					}
 				}
+				return
 			}
 		}
 	}()

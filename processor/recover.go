@@ -133,10 +133,7 @@ func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange
 		}
 		keep := ac == nil
 		if !keep {
-			ev := Event{Subject: m.Subject, Type: eventType(m.Subject), Data: m.Data, Header: m.Header, Sequence: m.Sequence, Time: m.Time}
-			var poison error
-			ev.OrderID, ev.Status, poison = parse(m.Subject, m.Data)
-			if poison == nil {
+			if ev, poison := EventOf(m.Subject, m.Data, m.Header, m.Sequence, m.Time, 0); poison == nil {
 				applied, err := ac.Applied(ctx, ev)
 				if err != nil {
 					return p.recoveredMsgs(out, g.upTo), next, err

@@ -40,12 +40,7 @@ func (w *withHistory) Handle(ctx context.Context, ev Event) error {
 // each event in turn, each order's in stream order), then indexes the
 // events h applied.
 func (w *withHistory) HandleBatch(ctx context.Context, orders [][]Event) [][]error {
-	var res [][]error
-	if bh, ok := w.h.(BatchHandler); ok {
-		res = safeBatch(ctx, bh, orders)
-	} else {
-		res = handleEach(ctx, w.h, orders, nil)
-	}
+	res := handleAll(ctx, w.h, orders, nil)
 	// The events h applied, by order, for the projection (an order with
 	// none costs it nothing); where each is in its order.
 	index := make([][]Event, len(orders))

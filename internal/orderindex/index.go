@@ -1,16 +1,9 @@
 // Package orderindex keeps the projection's orders by status and by the
 // time of their latest event, in memory, so that "which orders are paid but
 // not shipped?" and "which have had no event for a day?" cost O(result),
-// not O(orders).
-//
-// The index is not a second record the processor writes: it is computed
-// from the projection bucket, by a watch that loads every record at start
-// and then follows each write (see [Index.Run]). It therefore holds exactly
-// what the projection holds, under every rule the projection keeps: an
-// event redelivered, a kill -9 or a power cut never counts an order twice,
-// because the projection does not; a projection rebuild rebuilds it,
-// because the takeover writes the live bucket it watches; and it works on
-// every node of a cluster and on a hub, wherever the bucket can be read.
+// not O(orders). It is computed from the projection bucket by a watch
+// ([Index.Run]), so it holds exactly what the projection holds
+// (docs/processor.md, "Orders by status, and stale orders": "How it works").
 package orderindex
 
 import (

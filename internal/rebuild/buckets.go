@@ -71,8 +71,6 @@ func (b *Buckets) Shadow(ctx context.Context, fresh bool) (processor.Handler, er
 	return b.Projection(kv, hkv), nil
 }
 
-func historyBucket(s *jetstream.StreamConfig) string { return s.Name[len("KV_"):] }
-
 // openShadow opens the shadow buckets; jetstream.ErrBucketNotFound when
 // they are gone.
 func (b *Buckets) openShadow(ctx context.Context) (kv, hkv jetstream.KeyValue, err error) {
@@ -80,7 +78,7 @@ func (b *Buckets) openShadow(ctx context.Context) (kv, hkv jetstream.KeyValue, e
 		return nil, nil, fmt.Errorf("shadow bucket %q: %w", b.ShadowBucket.Bucket, err)
 	}
 	if b.ShadowHistory != nil {
-		if hkv, err = b.JS.KeyValue(ctx, historyBucket(b.ShadowHistory)); err != nil {
+		if hkv, err = b.JS.KeyValue(ctx, strings.TrimPrefix(b.ShadowHistory.Name, "KV_")); err != nil {
 			return nil, nil, fmt.Errorf("shadow history index %q: %w", b.ShadowHistory.Name, err)
 		}
 	}

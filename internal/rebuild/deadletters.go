@@ -31,6 +31,7 @@ func (f *folder) deadLetters(ctx context.Context, from uint64, all bool) error {
 		return err
 	}
 	known, end := f.st.DLQScanned, info.State.LastSeq
+	f.mayHaveReplays = info.State.Msgs != end
 	if info.State.Msgs > 0 && end >= from {
 		err := r.pull(ctx, r.cfg.DeadLetterStream, from, end, 1000, false, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
 			h := m.Headers()
@@ -105,23 +106,6 @@ func (r *Runner) pull(ctx context.Context, stream string, from, to uint64, batch
 			return err
 		}
 	}
-}
-
-// mayHaveReplays reports whether the dead-letter stream ever lost a dead
-// letter (its message count is below its last sequence): a replay
-// removes the one it replays, so without that there is no replay of this
-// node's to find (one cut short before the removal leaves its original a
-// dead letter, skipped anyway). True when it cannot tell.
-func (f *folder) mayHaveReplays(ctx context.Context) bool {
-	s, err := f.r.cfg.JS.Stream(ctx, f.r.cfg.DeadLetterStream)
-	if err != nil {
-		return true
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return true
-	}
-	return info.State.Msgs != info.State.LastSeq
 }
 
 // replays reads the headers of events from..to, a step or two ahead of

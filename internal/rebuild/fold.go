@@ -29,6 +29,12 @@ type folder struct {
 	// resumed is the position this run began at: what lies below was folded
 	// by an earlier run.
 	resumed uint64
+	// mayHaveReplays: the dead-letter stream lost a dead letter (its
+	// message count is below its last sequence) when deadLetters last read
+	// it. A replay removes the one it replays, so without that there is no
+	// replay of this node's to find (one cut short before the removal
+	// leaves its original a dead letter, skipped anyway).
+	mayHaveReplays bool
 
 	batches chan fetched // the reader's batches, one fetched ahead of the fold
 
@@ -141,7 +147,7 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 	// when there can be no replay to find (mayHaveReplays). Without it
 	// the fold still folds no event twice: a replay whose original it
 	// folded keeps its order as it is (step).
-	if f.mayHaveReplays(ctx) {
+	if f.mayHaveReplays {
 		f.scanTo, f.scanDone = info.State.LastSeq, make(chan struct{})
 		f.scanned.Store(st.Position)
 		wg.Go(func() {

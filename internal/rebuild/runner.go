@@ -201,16 +201,13 @@ func (r *Runner) Start(ctx context.Context, opts Options) (*status.Rebuild, erro
 			return nil, err
 		}
 	}
-	if opts.Reason == "" {
-		opts.Reason = "requested"
-	}
 	id := nuid.Next()
 	if r.cfg.Claim != nil {
 		if err := r.cfg.Claim(ctx, id); err != nil {
 			return nil, err
 		}
 	}
-	st := &state{Rebuild: status.Rebuild{ID: id, State: status.RebuildFolding, Reason: opts.Reason,
+	st := &state{Rebuild: status.Rebuild{ID: id, State: status.RebuildFolding, Reason: cmp.Or(opts.Reason, "requested"),
 		FromSeq: opts.FromSeq, ReplacePartial: opts.ReplacePartial, Version: r.cfg.Version, StartedAt: time.Now().UTC()},
 		FromTime: opts.FromTime, Fresh: true}
 	r.mu.Lock()
