@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,9 +124,7 @@ type Stats struct {
 	Recovered uint64 `json:"recovered"`
 }
 
-// Processor runs a Handler over a durable consumer: at-least-once delivery,
-// per-order serial handling, retries with backoff, dead letters, and a
-// graceful drain on shutdown.
+// Processor runs a Handler over a durable consumer, as the package doc says.
 type Processor struct {
 	js  jetstream.JetStream
 	cfg Config
@@ -199,12 +198,8 @@ func New(js jetstream.JetStream, cfg Config) (*Processor, error) {
 	if len(cfg.Backoff) == 0 {
 		cfg.Backoff = []time.Duration{time.Second}
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	return &Processor{
-		js: js, cfg: cfg, log: log, ready: make(chan struct{}),
+		js: js, cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), ready: make(chan struct{}),
 		dlSeen: map[uint64]struct{}{}, recPending: map[uint64]struct{}{}, awaiting: map[uint64]struct{}{},
 		retries: retries{pending: map[*retry]struct{}{}},
 	}, nil

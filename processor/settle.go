@@ -60,19 +60,17 @@ func (p *Processor) deadLetterUnapplied(ctx context.Context, it item, cause erro
 	} else if isChecker {
 		applied, err = ac.Applied(ctx, it.ev)
 	}
+	why := "cannot tell whether an event out of deliveries was applied, will retry"
+	if err == nil && applied {
+		why, err = "cannot make an applied event's effect durable, will retry", p.sync(ctx)
+	}
 	if err != nil {
 		p.failed.Add(1)
-		p.log.Warn("cannot tell whether an event out of deliveries was applied, will retry", "seq", it.ev.Sequence, "err", err)
+		p.log.Warn(why, "seq", it.ev.Sequence, "err", err)
 		p.settled("nak", it.ev, it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
 		return
 	}
 	if applied {
-		if err := p.sync(ctx); err != nil {
-			p.failed.Add(1)
-			p.log.Warn("cannot make an applied event's effect durable, will retry", "seq", it.ev.Sequence, "err", err)
-			p.settled("nak", it.ev, it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
-			return
-		}
 		if p.settled("ack", it.ev, it.msg.Ack()) {
 			p.duplicates.Add(1)
 		}

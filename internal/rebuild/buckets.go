@@ -171,11 +171,7 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	shadow := b.Projection(skv, shkv)
 	b.Reads(shadow, keptLive)
 	defer b.Reads(nil, nil)
-	progress := t.Progress
-	if progress == nil {
-		progress = func(copied, total uint64) {}
-	}
-	progress(0, total)
+	t.Progress(0, total)
 	// The history chunks first, then the records that name them (a
 	// reader of the live buckets meets no record whose chunks are not
 	// there yet), then the old index's chunks past the new one's end.
@@ -213,14 +209,14 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 		}
 		copied++
 		if copied%256 == 0 {
-			progress(copied, total)
+			t.Progress(copied, total)
 		}
 		return nil
 	})
 	if err := errors.Join(err, w.wait()); err != nil {
 		return fmt.Errorf("copying the records into %q: %w", b.Live, err)
 	}
-	progress(copied, total)
+	t.Progress(copied, total)
 	streams := []string{"KV_" + b.Live}
 	if lhkv != nil {
 		streams = append(streams, "KV_"+b.LiveHistory)

@@ -5,11 +5,8 @@ import (
 	"time"
 )
 
-// pace sets the fold's duty after a step of n events: while producers
-// publish, the fold works the share of the time that keeps it foldAhead
-// times as fast as the producers and minGain events a second faster at
-// least (so that it still catches up, and soon when they publish little),
-// and at least minDuty; otherwise it runs flat out. It then sleeps
+// pace sets the fold's duty after a step of n events (while producers
+// publish: see minIngestToPace; otherwise it runs flat out), then sleeps
 // Config.Pace.
 func (f *folder) pace(ctx context.Context, n int, work time.Duration) error {
 	r := f.r

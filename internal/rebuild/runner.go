@@ -295,18 +295,17 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 	// reached, for a while.
 	for since := time.Now(); err != nil && transient(err) && jctx.Err() == nil && !r.takingOver(st) && time.Since(since) < electionWait; {
 		r.log.Warn("projection rebuild: nats did not answer (a cluster electing a leader?); going on from the position reached", "id", st.ID, "position", st.Position, "err", err)
-		select {
-		case <-jctx.Done():
-		case <-time.After(time.Second):
-			// From the last checkpoint, as a restart would: what the fold
-			// did since (its position, the dead letters it read, the
-			// orders it keeps) is redone.
-			if rerr := r.reloadSaved(st); rerr != nil {
-				err = errors.Join(err, rerr)
-				break
-			}
-			err = r.fold(jctx, st)
+		if sleep(jctx, time.Second) != nil {
+			continue
 		}
+		// From the last checkpoint, as a restart would: what the fold did
+		// since (its position, the dead letters it read, the orders it
+		// keeps) is redone.
+		if rerr := r.reloadSaved(st); rerr != nil {
+			err = errors.Join(err, rerr)
+			continue
+		}
+		err = r.fold(jctx, st)
 	}
 	if err == nil {
 		r.mu.Lock()

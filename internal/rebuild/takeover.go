@@ -114,17 +114,15 @@ func (f *folder) catchUpAndTakeOver(ctx context.Context) error {
 	}
 	// A takeover that fails is tried again (the live processor stays
 	// paused) for a while, then left to the next start.
-	var terr error
-	for attempt := 0; attempt < takeoverTries; attempt++ {
-		if terr = r.takeover(ctx, st); terr == nil || ctx.Err() != nil {
-			return terr
-		}
-		if attempt == takeoverTries-1 {
-			break
-		}
-		if err := sleep(ctx, time.Duration(attempt+1)*takeoverBackoff); err != nil {
+	terr := r.takeover(ctx, st)
+	for retry := 1; retry < takeoverTries && terr != nil && ctx.Err() == nil; retry++ {
+		if err := sleep(ctx, time.Duration(retry)*takeoverBackoff); err != nil {
 			return err
 		}
+		terr = r.takeover(ctx, st)
+	}
+	if terr == nil || ctx.Err() != nil {
+		return terr
 	}
 	return errTakeoverLeft{terr}
 }

@@ -36,7 +36,7 @@ type Takeover struct {
 	// Keep are orders kept as they are whatever the shadow holds (an
 	// event of theirs was dead-lettered after the shadow folded it).
 	Keep map[string]bool
-	// Progress is called as orders are copied.
+	// Progress is called as orders are copied (the Runner sets it).
 	Progress func(copied, total uint64)
 
 	// The report: orders copied, partial ones kept, orders of Keep, and
