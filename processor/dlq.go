@@ -253,11 +253,7 @@ func deadLetterStream(ctx context.Context, js jetstream.JetStream, stream string
 	if err != nil {
 		return nil, jetstream.StreamState{}, fmt.Errorf("dead letters %q: %w", stream, err)
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return nil, jetstream.StreamState{}, fmt.Errorf("dead letters %q: %w", stream, err)
-	}
-	return s, info.State, nil
+	return s, s.CachedInfo().State, nil // its info, fetched by the lookup
 }
 
 // LatestDeadLetters returns up to n of the most recent dead letters in

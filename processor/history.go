@@ -110,17 +110,14 @@ func historyKey(orderID string, n int) string { return orderID + "." + strconv.I
 
 // sealWrites returns the writes of the chunks next seals, and seals them
 // in next (its tail shrinks, its chunk count grows).
-func (p *Projection) sealWrites(id string, next *record) ([]*nats.Msg, error) {
+func (p *Projection) sealWrites(id string, next *record) []*nats.Msg {
 	if p.hist == nil {
-		return nil, nil
+		return nil
 	}
 	var msgs []*nats.Msg
 	chunks := next.sealable()
 	for _, c := range chunks {
-		data, err := json.Marshal(c)
-		if err != nil {
-			return nil, err
-		}
+		data, _ := json.Marshal(c) // a []uint64 always marshals
 		msgs = append(msgs, &nats.Msg{Subject: p.histPrefix + historyKey(id, next.HistoryChunks), Data: data})
 		next.HistoryChunks++
 		next.HistorySealedMax = max(next.HistorySealedMax, c[len(c)-1])
@@ -131,7 +128,7 @@ func (p *Projection) sealWrites(id string, next *record) ([]*nats.Msg, error) {
 			next.History = nil
 		}
 	}
-	return msgs, nil
+	return msgs
 }
 
 // HistoryEvent is one event of an order's history.

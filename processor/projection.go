@@ -312,11 +312,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 				reread = append(reread, i)
 				continue
 			}
-			seal, err := p.sealWrites(id, &next)
-			if err != nil {
-				fill(errs, err)
-				continue
-			}
+			seal := p.sealWrites(id, &next)
 			next.UpdatedAt = time.Now().UTC()
 			data, err := json.Marshal(next)
 			if err != nil {

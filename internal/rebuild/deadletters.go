@@ -26,10 +26,7 @@ func (f *folder) deadLetters(ctx context.Context, from uint64, all bool) error {
 	if err != nil {
 		return fmt.Errorf("dead-letter stream %q: %w", r.cfg.DeadLetterStream, err)
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return err
-	}
+	info := s.CachedInfo() // fetched by the lookup
 	known, end := f.st.DLQScanned, info.State.LastSeq
 	f.mayHaveReplays = info.State.Msgs != end
 	if info.State.Msgs > 0 && end >= from {
