@@ -287,11 +287,9 @@ func (p *Projection) readChunk(ctx context.Context, orderID string, n int) ([]ui
 func (p *Projection) historyEvents(ctx context.Context, s jetstream.Stream, orderID string, from int, seqs []uint64) ([]HistoryEvent, error) {
 	out := make([]HistoryEvent, len(seqs))
 	errs := make([]error, len(seqs))
-	for i, seq := range seqs {
-		out[i] = HistoryEvent{Position: from + i, Sequence: seq}
-	}
 	parallel(len(seqs), historyGetParallel, func(i int) {
 		seq := seqs[i]
+		out[i] = HistoryEvent{Position: from + i, Sequence: seq}
 		if seq == 0 {
 			return // its index chunk is gone: not retained
 		}

@@ -405,13 +405,13 @@ func (p *Processor) Run(ctx context.Context) error {
 
 	check := time.NewTicker(time.Second)
 	defer check.Stop()
-	var held []item // taken from msgs when ctx ended while its partition was full
+	var held *item // taken from msgs when ctx ended while its partition was full
 loop:
 	for {
 		select {
 		case m := <-msgs:
 			if it := p.toItem(m); !send(it, ctx.Done()) {
-				held = append(held, it)
+				held = &it
 				break loop
 			}
 		case <-ctx.Done():
@@ -448,10 +448,8 @@ loop:
 			}
 			return true
 		}
-		for _, it := range held {
-			if !route(it) {
-				return
-			}
+		if held != nil && !route(*held) {
+			return
 		}
 		closed := cc.Closed() // closed after the last callback returned
 		for {

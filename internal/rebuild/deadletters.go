@@ -19,7 +19,7 @@ import (
 // when the read began: the dead letters the fold knew (all when all, else
 // those up to DLQScanned) and those of events it has yet to fold are
 // skipped; a newer one of an event it already folded puts its order in
-// keep (see dead).
+// keep.
 func (f *folder) deadLetters(ctx context.Context, from uint64, all bool) error {
 	r := f.r
 	s, err := r.cfg.JS.Stream(ctx, r.cfg.DeadLetterStream)
@@ -37,7 +37,13 @@ func (f *folder) deadLetters(ctx context.Context, from uint64, all bool) error {
 				return // not a dead letter of the folded stream
 			}
 			ev, _ := processor.EventOf(h.Get(processor.HeaderSubject), m.Data(), nil, orig, time.Time{}, 0)
-			f.dead(orig, ev.OrderID, all || md.Sequence.Stream <= known)
+			f.skipMu.Lock()
+			defer f.skipMu.Unlock()
+			if all || md.Sequence.Stream <= known || orig > f.st.Position {
+				f.skip[orig] = true
+			} else if orig >= f.st.FromSeq && ev.OrderID != "" && !f.skip[orig] {
+				f.keep[ev.OrderID] = true // it may have been folded, unknown to the fold then
+			}
 		}, func(_ int, err error) error { return err })
 		if err != nil {
 			return err
@@ -45,21 +51,6 @@ func (f *folder) deadLetters(ctx context.Context, from uint64, all bool) error {
 	}
 	r.update(func() { f.st.DLQScanned = max(f.st.DLQScanned, end) })
 	return nil
-}
-
-// dead notes that event orig (of orderID) is a dead letter: skipped, or,
-// when it may have been folded already (after the fold passed it and
-// unknown to it then), its order is kept as it is.
-func (f *folder) dead(orig uint64, orderID string, known bool) {
-	f.skipMu.Lock()
-	defer f.skipMu.Unlock()
-	if known || orig > f.st.Position {
-		f.skip[orig] = true
-		return
-	}
-	if orig >= f.st.FromSeq && orderID != "" && !f.skip[orig] {
-		f.keep[orderID] = true
-	}
 }
 
 // pull calls fn with each message of stream from sequence from up to to,

@@ -111,10 +111,17 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 	for _, id := range st.Keep {
 		f.keep[id] = true
 	}
-	if st.Position == 0 {
-		if err := f.start(ctx, info.State); err != nil {
-			return err
+	if st.Position == 0 { // a fresh rebuild: where it begins
+		from := max(st.FromSeq, info.State.FirstSeq, 1)
+		if !st.FromTime.IsZero() {
+			if from, err = seqAtTime(ctx, stream, st.FromTime, info.State); err != nil {
+				return fmt.Errorf("from_time %s: %w", st.FromTime.Format(time.RFC3339), err)
+			}
 		}
+		r.update(func() {
+			st.FromSeq = from
+			st.Position = from - 1
+		})
 	}
 	r.update(func() {
 		st.Fresh = false
@@ -171,7 +178,7 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 			return err
 		}
 		if time.Since(last) >= r.cfg.Every {
-			if err := f.checkpoint(ctx); err != nil {
+			if err := f.checkpoint(ctx, func() {}); err != nil {
 				return err
 			}
 			last = time.Now()
@@ -231,23 +238,6 @@ func (f *folder) read(ctx context.Context) {
 			return
 		}
 	}
-}
-
-// start sets where a fresh rebuild begins.
-func (f *folder) start(ctx context.Context, ss jetstream.StreamState) error {
-	st := f.st
-	from := max(st.FromSeq, ss.FirstSeq, 1)
-	if !st.FromTime.IsZero() {
-		var err error
-		if from, err = seqAtTime(ctx, f.stream, st.FromTime, ss); err != nil {
-			return fmt.Errorf("from_time %s: %w", st.FromTime.Format(time.RFC3339), err)
-		}
-	}
-	f.r.update(func() {
-		st.FromSeq = from
-		st.Position = from - 1
-	})
-	return nil
 }
 
 // seqAtTime is the first sequence stored at or after t (the last
@@ -459,9 +449,15 @@ func (f *folder) applyOnce(ctx context.Context, orders [][]processor.Event) erro
 	return nil
 }
 
-// durable makes the stream's events and the shadow's writes durable: a
-// position recorded next is never past what survives a power cut.
-func (r *Runner) durable(ctx context.Context) error {
+// checkpoint records the position, with the dead letters that arrived
+// meanwhile and what also changes in the state (under the lock), once the
+// stream's events and the shadow's writes are durable: a position
+// recorded is never past what survives a power cut.
+func (f *folder) checkpoint(ctx context.Context, also func()) error {
+	r := f.r
+	if err := f.deadLetters(ctx, f.st.DLQScanned+1, false); err != nil {
+		return err
+	}
 	if r.cfg.SyncSource != nil {
 		if err := r.cfg.SyncSource(ctx); err != nil {
 			return fmt.Errorf("making the stream durable: %w", err)
@@ -470,18 +466,9 @@ func (r *Runner) durable(ctx context.Context) error {
 	if err := r.cfg.Target.Durable(ctx); err != nil {
 		return fmt.Errorf("making the shadow durable: %w", err)
 	}
-	return nil
-}
-
-// checkpoint makes the shadow durable and then records the position, with
-// the dead letters that arrived meanwhile.
-func (f *folder) checkpoint(ctx context.Context) error {
-	if err := f.deadLetters(ctx, f.st.DLQScanned+1, false); err != nil {
-		return err
-	}
-	if err := f.r.durable(ctx); err != nil {
-		return err
-	}
-	f.r.update(func() { f.st.Keep = slices.Collect(maps.Keys(f.keep)) })
-	return f.r.save(f.st)
+	r.update(func() {
+		f.st.Keep = slices.Collect(maps.Keys(f.keep))
+		also()
+	})
+	return r.save(f.st)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -98,18 +96,10 @@ func (f *folder) catchUpAndTakeOver(ctx context.Context) error {
 			}
 		}
 	}
-	if err := f.deadLetters(ctx, f.st.DLQScanned+1, false); err != nil {
-		return err
-	}
-	if err := r.durable(ctx); err != nil {
-		return err
-	}
-	r.update(func() {
+	if err := f.checkpoint(ctx, func() {
 		st.State = status.RebuildTakingOver
 		st.Position = head
-		st.Keep = slices.Collect(maps.Keys(f.keep))
-	})
-	if err := r.save(st); err != nil {
+	}); err != nil {
 		return err
 	}
 	// A takeover that fails is tried again (the live processor stays
