@@ -369,8 +369,7 @@ func (f *folder) apply(ctx context.Context, orders [][]processor.Event) error {
 	defer cancel(nil)
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
-	for from := 0; from < len(orders); from += size {
-		chunk := orders[from:min(from+size, len(orders))]
+	for chunk := range slices.Chunk(orders, size) {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -396,9 +395,6 @@ func (f *folder) apply(ctx context.Context, orders [][]processor.Event) error {
 
 // applyChunk applies orders, trying again every 2 s, 30 times at most.
 func (f *folder) applyChunk(ctx context.Context, orders [][]processor.Event) error {
-	if len(orders) == 0 {
-		return nil
-	}
 	var err error
 	for attempt := 0; attempt < 30; attempt++ {
 		if err = f.applyOnce(ctx, orders); err == nil {
