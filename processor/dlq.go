@@ -257,9 +257,11 @@ func deadLetterStream(ctx context.Context, js jetstream.JetStream, stream string
 }
 
 // LatestDeadLetters returns up to n of the most recent dead letters in
-// stream, oldest first (n <= 0 means 100). With none it returns an empty,
-// non-nil slice. Dead letters removed by Replay leave gaps in the stream's
-// sequences; the n returned are still the n most recent that remain.
+// stream, oldest first (n <= 0 means 100), and no more of them than hold
+// MaxPageBytes of payloads and headers (the newest is always returned). With
+// none it returns an empty, non-nil slice. Dead letters removed by Replay
+// leave gaps in the stream's sequences; those returned are still the most
+// recent that remain.
 func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream string, n int) ([]DeadLetter, error) {
 	if n <= 0 {
 		n = 100
@@ -278,23 +280,44 @@ func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream strin
 	// stays near what is returned, and a run of removed ones costs one
 	// read per window (at most maxWindows of them).
 	const maxWindows = 256
-	to, width := st.LastSeq, uint64(want)
-	for w := 0; len(out) < want && w < maxWindows; w++ {
+	to, width, full := st.LastSeq, uint64(want), false
+	for w := 0; len(out) < want && !full && w < maxWindows; w++ {
 		from := st.FirstSeq
 		if to-st.FirstSeq >= width {
 			from = to - width + 1
 		}
-		page, _, err := scanDeadLetters(ctx, s, stream, from, to, 0)
-		if err != nil {
-			return nil, err
+		// A scan stops at MaxPageBytes: read the window on from there,
+		// keeping its newest.
+		page := []DeadLetter{}
+		for seq := from; seq != 0; {
+			p, next, err := scanDeadLetters(ctx, s, stream, seq, to, 0)
+			if err != nil {
+				return nil, err
+			}
+			page, _ = newestDeadLetters(append(page, p...), want)
+			seq = next
 		}
-		out = append(page, out...)
+		out, full = newestDeadLetters(append(page, out...), want)
 		if from == st.FirstSeq {
 			break
 		}
 		to = from - 1
 	}
-	return out[max(len(out)-want, 0):], nil
+	return out, nil
+}
+
+// newestDeadLetters is the tail of dls that holds at most n of them and
+// MaxPageBytes of their payloads and headers (the last one always); full
+// says whether the bytes cut it.
+func newestDeadLetters(dls []DeadLetter, n int) (tail []DeadLetter, full bool) {
+	k, size := len(dls), 0
+	for ; k > 0 && len(dls)-k < n; k-- {
+		size += len(dls[k-1].Data) + headerSize(dls[k-1].Header)
+		if size > MaxPageBytes && k < len(dls) {
+			return dls[k:], true
+		}
+	}
+	return dls[k:], false
 }
 
 // scanDeadLetters reads the dead letters with a sequence in [from, to],

@@ -145,3 +145,48 @@ func TestListDeadLettersPagesByBytes(t *testing.T) {
 		t.Fatalf("listed %d of %d in %d pages, want all of them in more than one", seen, n, pages)
 	}
 }
+
+// The latest dead letters are the newest even when a window of them holds
+// more than MaxPageBytes: as many of the newest as fit in it.
+func TestLatestDeadLettersLargeOnes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	dlq := e.cfg.Processor.DeadLetterStream
+	big := strings.Repeat("x", 900<<10)
+	const n = 20 // 18 MiB
+	for i := range n {
+		if _, err := e.js.Publish(ctx, "dlq."+dlq+".orders.created", []byte(big), jetstream.WithMsgID(fmt.Sprint("big-", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var all []processor.DeadLetter // in pages of MaxPageBytes
+	for from := uint64(1); from != 0; {
+		page, next, err := processor.ListDeadLetters(ctx, e.js, dlq, from, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, from = append(all, page...), next
+	}
+	if len(all) != n {
+		t.Fatalf("listed %d dead letters, want %d", len(all), n)
+	}
+	size := func(d processor.DeadLetter) int { return len(d.Data) + processor.HeaderSize(d.Header) }
+	for _, limit := range []int{1, 3, 15, 100} {
+		got, err := processor.LatestDeadLetters(ctx, e.js, dlq, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The newest, as many as limit allows and MaxPageBytes holds.
+		want, bytes := 0, 0
+		for i := n - 1; i >= 0 && want < limit && bytes+size(all[i]) <= processor.MaxPageBytes; i-- {
+			want, bytes = want+1, bytes+size(all[i])
+		}
+		var seqs []uint64
+		for _, d := range got {
+			seqs = append(seqs, d.Sequence)
+		}
+		if len(got) != want || len(got) == 0 || got[len(got)-1].Sequence != n || got[0].Sequence != uint64(n-want+1) {
+			t.Errorf("LatestDeadLetters(%d) = sequences %v, want the newest %d, up to %d", limit, seqs, want, n)
+		}
+	}
+}

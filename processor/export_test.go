@@ -27,3 +27,6 @@ func (p *Processor) Recovering() int {
 	defer p.recMu.Unlock()
 	return len(p.recPending)
 }
+
+// HeaderSize is headerSize, what a page of dead letters counts of headers.
+var HeaderSize = headerSize

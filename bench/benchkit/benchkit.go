@@ -254,9 +254,13 @@ func Middle[T any](s []T, cmp func(a, b T) int) T {
 
 // TempDir makes *dir, a bench's -dir left "", a fresh temporary directory
 // named after pattern (os.MkdirTemp); the cleanup it returns removes that
-// one, and does nothing when *dir was set. It exits when it cannot.
+// one, and does nothing when *dir was set (which it creates if missing).
+// It exits when it cannot.
 func TempDir(dir *string, pattern string) (cleanup func()) {
 	if *dir != "" {
+		if err := os.MkdirAll(*dir, 0o755); err != nil {
+			log.Fatal(err)
+		}
 		return func() {}
 	}
 	d, err := os.MkdirTemp("", pattern)
