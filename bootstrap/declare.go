@@ -401,7 +401,7 @@ func declareConsumer(ctx context.Context, js jetstream.JetStream, stream string,
 	safe.add("consumer_max_deliver", have.MaxDeliver, want.MaxDeliver)
 	safe.add("max_ack_pending", have.MaxAckPending, want.MaxAckPending)
 	safe.add("filter_subject", have.FilterSubject, want.FilterSubject)
-	safe.add("backoff", durList(have.BackOff), durList(want.BackOff))
+	safe.add("backoff", have.BackOff, want.BackOff)
 	if len(safe.changes) == 0 {
 		return nil
 	}
@@ -449,17 +449,6 @@ func durStr(d time.Duration) string {
 		return "unlimited"
 	}
 	return d.String()
-}
-
-func durList(l []time.Duration) string {
-	if len(l) == 0 {
-		return "[]"
-	}
-	s := make([]string, len(l))
-	for i, d := range l {
-		s[i] = d.String()
-	}
-	return "[" + strings.Join(s, " ") + "]"
 }
 
 func limitStr(n int64) string {

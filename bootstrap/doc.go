@@ -7,6 +7,6 @@
 // refusing a destructive change with a [DriftError], and [Verify], the
 // recovery check, finds a consumer ahead of a stream that lost events.
 // [CheckStored] finds Declare's drift in a stopped store's files (for
-// `orderstore check`). A failure is an [Error], whose Hint tells an
+// `orderstore check`). A failure's Hint, where it has one, tells an
 // operator what to do.
 package bootstrap

@@ -1,28 +1,17 @@
 package bootstrap
 
-import "fmt"
+import (
+	"fmt"
 
-// Error is a bootstrap failure with the remedy an operator needs. The CLI
-// prints Hint on its own "hint:" line.
-type Error struct {
-	Op   string // "preflight", "declare stream", ...
-	What string // the thing that failed, quoted: `store_dir "/var/lib/orderstore"`
-	Err  error
-	hint string
-}
+	"github.com/orderstore/orderstore/internal/hint"
+)
 
-func (e *Error) Error() string {
-	if e.What == "" {
-		return fmt.Sprintf("%s: %v", e.Op, e.Err)
+// errorf is op's failure on what (quoted: `store_dir "/var/lib/orderstore"`;
+// "" none) with the remedy an operator needs ("" none): the error's Hint,
+// which the CLI prints on its own "hint:" line.
+func errorf(op, what, remedy string, err error) error {
+	if what != "" {
+		op += ": " + what
 	}
-	return fmt.Sprintf("%s: %s: %v", e.Op, e.What, e.Err)
-}
-
-func (e *Error) Unwrap() error { return e.Err }
-
-// Hint says what to do about the error; empty when there is nothing to add.
-func (e *Error) Hint() string { return e.hint }
-
-func errorf(op, what, hint string, err error) *Error {
-	return &Error{Op: op, What: what, Err: err, hint: hint}
+	return hint.Wrap(fmt.Errorf("%s: %w", op, err), remedy)
 }

@@ -47,7 +47,7 @@ func TestPreflightCreatesAndLocks(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
-	var be *Error
+	var be interface{ Hint() string }
 	if !errors.As(err, &be) || be.Hint() == "" {
 		t.Errorf("error %v has no hint", err)
 	}
@@ -73,7 +73,7 @@ func TestPreflightParentIsFile(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `store_dir "`+filepath.Join(file, "store")+`"`) {
 		t.Fatalf("error = %v, want one naming the store_dir", err)
 	}
-	if h := err.(*Error).Hint(); !strings.Contains(h, "file") {
+	if h := err.(interface{ Hint() string }).Hint(); !strings.Contains(h, "file") {
 		t.Errorf("hint %q does not explain the parent is a file", h)
 	}
 	_, _, err = Preflight(PreflightConfig{StoreDir: file})
@@ -94,7 +94,7 @@ func TestPreflightFreeDisk(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
-	if h := err.(*Error).Hint(); !strings.Contains(h, "allow_low_disk") {
+	if h := err.(interface{ Hint() string }).Hint(); !strings.Contains(h, "allow_low_disk") {
 		t.Errorf("hint %q does not name the override", h)
 	}
 	// The lock is not kept after a failed preflight.

@@ -21,15 +21,12 @@ var ErrAckFloorAhead = errors.New("consumer ahead of the stream")
 // acks for messages the stream lost, and would then silently skip the
 // events published next).
 func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
-	obj := fmt.Sprintf("stream %q", spec.Stream.Name)
+	obj := streamObj(spec.Stream.Name)
 	s, err := js.Stream(ctx, spec.Stream.Name)
 	if err != nil {
 		return errorf("recovery check", obj, "", err)
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return errorf("recovery check", obj, "", err)
-	}
+	info := s.CachedInfo() // the lookup's answer
 	if info.Config.Storage != spec.Stream.Storage {
 		return errorf("recovery check", obj, "", fmt.Errorf("storage is %s, want %s", info.Config.Storage, spec.Stream.Storage))
 	}
@@ -42,23 +39,18 @@ func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
 		return nil
 	}
 	if spec.Aggregate != nil {
-		obj = fmt.Sprintf("stream %q", spec.Aggregate.Name)
+		obj = streamObj(spec.Aggregate.Name)
 		if s, err = js.Stream(ctx, spec.Aggregate.Name); err != nil {
 			return errorf("recovery check", obj, "", err)
 		}
-		if info, err = s.Info(ctx); err != nil {
-			return errorf("recovery check", obj, "", err)
-		}
+		info = s.CachedInfo()
 	}
 	cobj := fmt.Sprintf("consumer %q", spec.Consumer.Durable)
 	c, err := s.Consumer(ctx, spec.Consumer.Durable)
 	if err != nil {
 		return errorf("recovery check", cobj, "", err)
 	}
-	ci, err := c.Info(ctx)
-	if err != nil {
-		return errorf("recovery check", cobj, "", err)
-	}
+	ci := c.CachedInfo()
 	if !consumerAhead(ci, info) {
 		return nil
 	}
