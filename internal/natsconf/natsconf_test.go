@@ -124,8 +124,7 @@ func TestGuardMappingsInEveryAPIAccount(t *testing.T) {
 func TestLeafListsSplitTheTable(t *testing.T) {
 	in := input()
 	in.Edges = []string{"edge-1"}
-	fromLeaf, toLeaf := in.leafPermissions()
-	denyImports, denyExports := in.leafDenies()
+	fromLeaf, toLeaf, denyImports, denyExports := in.leafLists()
 	for _, r := range in.internalSubjects() {
 		if slices.Contains(toLeaf, r.Pattern) == slices.Contains(denyImports, r.Pattern) {
 			t.Errorf("%s: in the hub's toLeaf %v, in the edge's denyImports %v", r.Pattern, slices.Contains(toLeaf, r.Pattern), slices.Contains(denyImports, r.Pattern))

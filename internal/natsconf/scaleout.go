@@ -25,6 +25,7 @@ func (in Input) scaleOut(ec *embedded.Config) error {
 		}
 	}
 	ln := in.LeafNode
+	fromLeaf, toLeaf, denyImports, denyExports := in.leafLists()
 	if ln.Listen != "" {
 		var err error
 		if ec.LeafNode.Host, ec.LeafNode.Port, err = splitHostPort("leafnode.listen", ln.Listen); err != nil {
@@ -34,7 +35,7 @@ func (in Input) scaleOut(ec *embedded.Config) error {
 		// Leaf peers (edges) bind to StreamAccount: what crosses the link
 		// is only what sourcing and the hub watcher need, both ways
 		// (the internal subjects table, subjects.go).
-		ec.LeafNode.FromLeaf, ec.LeafNode.ToLeaf = in.leafPermissions()
+		ec.LeafNode.FromLeaf, ec.LeafNode.ToLeaf = fromLeaf, toLeaf
 		if ec.LeafNode.TLS, err = LoadTLS("leafnode.tls", ln.TLS, false); err != nil {
 			return err
 		}
@@ -48,7 +49,6 @@ func (in Input) scaleOut(ec *embedded.Config) error {
 	// reaches an edge's streams only through its JetStream domain
 	// ($JS.<domain>.API), and sourced events travel on the source
 	// consumer's own deliver subject.
-	denyImports, denyExports := in.leafDenies()
 	for i, r := range ln.Remotes {
 		t, err := LoadTLS(fmt.Sprintf("leafnode.remotes[%d].tls", i), r.TLS, true)
 		if err != nil {

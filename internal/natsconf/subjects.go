@@ -96,35 +96,27 @@ func (in Input) roleImports(role string) []embedded.Import {
 	return im
 }
 
-// leafPermissions are a hub's leaf listener allow lists: what a leaf peer
-// may send in (fromLeaf) and what is sent out to it (toLeaf).
-func (in Input) leafPermissions() (fromLeaf, toLeaf []string) {
+// leafLists are what crosses a leaf link: a hub's leaf listener allow
+// lists, what a leaf peer may send in (fromLeaf) and what is sent out to
+// it (toLeaf), and an edge remote's deny lists, every row that does not
+// cross the link in that direction (nats' remote options take deny lists
+// only; the hub's allow lists bound the rest). The edge's own domain API
+// answers the hub (nats maps it), and the projection bucket and dead
+// letters of every name stay local.
+func (in Input) leafLists() (fromLeaf, toLeaf, denyImports, denyExports []string) {
 	for _, r := range in.internalSubjects() {
 		if r.EdgeToHub {
 			fromLeaf = append(fromLeaf, r.Pattern)
+		} else {
+			denyExports = append(denyExports, r.Pattern)
 		}
 		if r.HubToEdge {
 			toLeaf = append(toLeaf, r.Pattern)
-		}
-	}
-	return fromLeaf, toLeaf
-}
-
-// leafDenies are an edge remote's deny lists: every row that does not
-// cross the link in that direction. nats' remote options take deny lists
-// only; the hub's allow lists (leafPermissions) bound the rest.
-func (in Input) leafDenies() (denyImports, denyExports []string) {
-	for _, r := range in.internalSubjects() {
-		if !r.HubToEdge {
+		} else {
 			denyImports = append(denyImports, r.Pattern)
 		}
-		if !r.EdgeToHub {
-			denyExports = append(denyExports, r.Pattern)
-		}
 	}
-	// The edge's own domain API answers the hub (nats maps it), and the
-	// projection bucket and dead letters of every name stay local.
-	return denyImports, denyExports
+	return fromLeaf, toLeaf, denyImports, denyExports
 }
 
 // ProtectedConsumers are the consumers only orderstore's own connections
