@@ -262,13 +262,13 @@ func Parse(r io.Reader, name string) (Config, error) {
 	}
 	// Keys nested below a known key (e.g. server.users[0].bogus).
 	for _, k := range md.Undecoded() {
-		ks := k.String()
-		if len(k) < 3 || failed[ks] || hasFailedParent(ks, failed) {
+		// A failed table or key's own keys are not unknown.
+		if len(k) < 3 || failed[k[0]] || failed[k[:2].String()] {
 			continue
 		}
-		unknown = append(unknown, ks)
+		unknown = append(unknown, k.String())
 	}
-	// The problems by key, after the unknown keys, before Validate's.
+	// The problems by key, after the unknown keys, before validate's.
 	slices.SortStableFunc(errs.Problems, func(a, b *orderstore.FieldError) int { return strings.Compare(a.Key, b.Key) })
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
@@ -291,15 +291,6 @@ func Parse(r io.Reader, name string) (Config, error) {
 
 // maxFileSize bounds what Parse reads: a configuration is a few KiB.
 const maxFileSize = 1 << 20
-
-func hasFailedParent(k string, failed map[string]bool) bool {
-	for f := range failed {
-		if strings.HasPrefix(k, f+".") {
-			return true
-		}
-	}
-	return false
-}
 
 // decodeReason strips BurntSushi's wrapping down to the cause.
 func decodeReason(err error) string {

@@ -67,7 +67,7 @@ func TestExampleFileListsEveryKey(t *testing.T) {
 }
 
 func TestDefaultIsValid(t *testing.T) {
-	if err := Default().Validate(); err != nil {
+	if err := Default().validate(); len(err) > 0 {
 		t.Fatal(err)
 	}
 }
@@ -165,7 +165,7 @@ publish = ["orders.>"]
 	if cfg.JetStream.MaxFileStore != 3<<29 {
 		t.Errorf("max_file_store = %d", cfg.JetStream.MaxFileStore)
 	}
-	if cfg.Stream.MaxAge.D() != 72*time.Hour || cfg.Stream.MaxBytes != -1 {
+	if time.Duration(cfg.Stream.MaxAge) != 72*time.Hour || cfg.Stream.MaxBytes != -1 {
 		t.Errorf("stream = %+v", cfg.Stream)
 	}
 	if len(cfg.Server.Users) != 1 || cfg.Server.Users[0].Publish.Allow[0] != "orders.>" {
@@ -236,8 +236,8 @@ func TestByteSize(t *testing.T) {
 func TestDuration(t *testing.T) {
 	for in, want := range map[string]time.Duration{"72h": 72 * time.Hour, "1m30s": 90 * time.Second, "0s": 0} {
 		var d Duration
-		if err := d.UnmarshalText([]byte(in)); err != nil || d.D() != want {
-			t.Errorf("Duration(%q) = %v, %v", in, d.D(), err)
+		if err := d.UnmarshalText([]byte(in)); err != nil || time.Duration(d) != want {
+			t.Errorf("Duration(%q) = %v, %v", in, time.Duration(d), err)
 		}
 	}
 	for _, in := range []string{"72", "", "1 day", "3.5"} {

@@ -64,7 +64,7 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if err := cfg.Validate(); err != nil {
+		if err := cfg.validate(); len(err) > 0 {
 			t.Fatalf("Parse accepted a config that does not validate: %v", err)
 		}
 		b, err := cfg.Encode()

@@ -37,9 +37,6 @@ func (d Duration) MarshalText() ([]byte, error) {
 	return []byte(duration.Format(time.Duration(d))), nil
 }
 
-// D returns the value as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
 func (d Duration) String() string { return duration.Format(time.Duration(d)) }
 
 // ByteSize is a size in bytes written in TOML as a string with an IEC unit:

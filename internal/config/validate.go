@@ -16,14 +16,7 @@ import (
 	"github.com/orderstore/orderstore"
 )
 
-// Validate reports every problem of an already decoded Config at once.
-func (c Config) Validate() error {
-	if l := c.validate(); len(l) > 0 {
-		return &orderstore.ValidationError{File: "<config>", Problems: l}
-	}
-	return nil
-}
-
+// validate is every problem of an already decoded Config.
 func (c Config) validate() []*orderstore.FieldError {
 	var errs []*orderstore.FieldError
 	bad := func(key string, value any, reason string) {
