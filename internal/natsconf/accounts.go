@@ -114,30 +114,28 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 		if aerr != nil {
 			return nil, nil, "", aerr
 		}
-		if !in.anonymousBesideStream() {
+		au := embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: StreamAccount}
+		if in.anonymousBesideStream() {
+			// A standalone node: anonymous loopback clients in StreamAccount
+			// itself, with an admin's reach by permissions instead of imports
+			// (no service import on each event, its ack or a consumer's
+			// pull). The guard's mappings move into StreamAccount and spare
+			// orderstore's own user (ec.MappingsExemptNkey).
+			stream.Mappings = in.guardMappings()
+			for _, s := range sysReadOnly {
+				stream.Imports = append(stream.Imports, embedded.Import{Account: "SYS", Subject: s})
+			}
+			accounts[0] = stream
+			au.PublishDeny, au.SubscribeDeny = in.besideDenies()
+		} else {
 			// Anonymous loopback clients (Validate refuses them
 			// elsewhere) land in an account of their own with an admin's
 			// imports, so that orderstore's own consumers are reached
 			// only through the guard.
 			accounts = append(accounts, client(AnonymousAccount, RoleAdmin))
-			users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: AnonymousAccount,
-				PublishDeny: in.guardDenies()})
-			return accounts, users, anon.pub, nil
+			au.Account, au.PublishDeny = AnonymousAccount, in.guardDenies()
 		}
-		// A standalone node: anonymous loopback clients in StreamAccount
-		// itself, with an admin's reach by permissions instead of imports
-		// (no service import on each event, its ack or a consumer's
-		// pull). The guard's mappings move into StreamAccount and spare
-		// orderstore's own user (ec.MappingsExemptNkey).
-		stream.Mappings = in.guardMappings()
-		for _, s := range sysReadOnly {
-			stream.Imports = append(stream.Imports, embedded.Import{Account: "SYS", Subject: s})
-		}
-		accounts[0] = stream
-		pubDeny, subDeny := in.besideDenies()
-		users = append(users, embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: StreamAccount,
-			PublishDeny: pubDeny, SubscribeDeny: subDeny})
-		return accounts, users, anon.pub, nil
+		return accounts, append(users, au), anon.pub, nil
 	}
 
 	for i, u := range in.Users {
@@ -252,15 +250,11 @@ func (in Input) readerPermissions() (allow, deny []string) {
 // userAccount names user i's account: "USER<i>_" and the name's letters,
 // digits, '_' and '-' (what /connz and `nats server report` show).
 func userAccount(i int, name string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "USER%d_", i+1)
-	for _, r := range name {
-		if b.Len() >= 64 {
-			break
-		}
+	s := fmt.Sprintf("USER%d_", i+1) + strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
-			b.WriteRune(r)
+			return r
 		}
-	}
-	return b.String()
+		return -1
+	}, name)
+	return s[:min(len(s), 64)]
 }
