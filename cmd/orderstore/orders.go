@@ -93,7 +93,8 @@ func ordersCmd(args []string, stdout, stderr io.Writer) int {
 				if o.Stale {
 					mark = "stale"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", clip(o.OrderID, 256), clip(o.Status, 40), when(o.LastEventAt), since(now, o.LastEventAt), mark)
+				at, ago := lastEvent(now, o.LastEventAt)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", clip(o.OrderID, 256), clip(o.Status, 40), at, ago, mark)
 			}
 		}
 		listed += len(page.Orders)
@@ -111,30 +112,21 @@ func ordersCmd(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// ago is a duration for reading: 45s, 12m, 5h3m, 3d4h.
-func ago(d time.Duration) string {
+// lastEvent is when t (an order's last event) was, and how long before
+// now for reading: 45s, 12m, 5h3m, 3d4h; "-" both for none.
+func lastEvent(now, t time.Time) (at, ago string) {
+	d := now.Sub(t)
 	switch {
+	case t.IsZero():
+		return "-", "-"
 	case d < time.Minute:
-		return fmt.Sprintf("%ds", max(int(d/time.Second), 0))
+		ago = fmt.Sprintf("%ds", max(int(d/time.Second), 0))
 	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d/time.Minute))
+		ago = fmt.Sprintf("%dm", int(d/time.Minute))
 	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+		ago = fmt.Sprintf("%dh%dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
 	default:
-		return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+		ago = fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
 	}
-}
-
-func when(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.Format(time.RFC3339)
-}
-
-func since(now, t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return ago(now.Sub(t))
+	return t.Format(time.RFC3339), ago
 }

@@ -132,12 +132,12 @@ func (r *rebuildCmd) status() int {
 	var st status.Rebuild
 	if err := r.c.do(http.MethodGet, rebuildPath, &st); err != nil {
 		if statusOf(err) == http.StatusNotFound {
+			w := r.stdout
 			if r.asJSON {
 				fmt.Fprintln(r.stdout, "null")
-				fmt.Fprintln(r.stderr, "no projection rebuild has run on this store")
-			} else {
-				fmt.Fprintln(r.stdout, "no projection rebuild has run on this store")
+				w = r.stderr
 			}
+			fmt.Fprintln(w, "no projection rebuild has run on this store")
 			return exitOK
 		}
 		return fail(r.stderr, exitFailure, err)
@@ -173,7 +173,8 @@ func (r *rebuildCmd) start(ctx context.Context, req status.RebuildRequest, detac
 		return exitOK
 	}
 	fmt.Fprintf(r.stderr, "projection rebuild %s started (%s); the live projection serves reads until the rebuilt one takes over; Ctrl-C stops following, not the rebuild\n", st.ID, st.Reason)
-	return r.follow(sctx, &st, newRebuildProgress(r.stderr), status.RebuildDone)
+	p := &rebuildProgress{w: r.stderr, tty: isTerminal(r.stderr) && os.Getenv("TERM") != "dumb", width: 24}
+	return r.follow(sctx, &st, p, status.RebuildDone)
 }
 
 // cancel cancels the rebuild under way and, unless detach, waits for it
@@ -361,10 +362,6 @@ type rebuildProgress struct {
 	drawn     bool
 	lastPlain time.Time
 	lastState string
-}
-
-func newRebuildProgress(w io.Writer) *rebuildProgress {
-	return &rebuildProgress{w: w, tty: isTerminal(w) && os.Getenv("TERM") != "dumb", width: 24}
 }
 
 // show draws st's progress.

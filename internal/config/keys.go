@@ -3,9 +3,8 @@ package config
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
-
-	"github.com/orderstore/orderstore"
 )
 
 // The file's one table of keys is its types' struct tags. A field's toml
@@ -118,7 +117,7 @@ func copyValue(dst, src reflect.Value, fileToLib bool) {
 // [orderstore.FieldError] has it, e.g. "Server.Users[0].Name") by the
 // file's key ("server.users[0].user"); "" if the file has no key for it.
 func KeyOf(field string) string {
-	ft, ot := reflect.TypeOf(Config{}), reflect.TypeOf(orderstore.Config{})
+	ft := reflect.TypeOf(Config{})
 	var keys []string
 	segs := strings.Split(field, ".")
 	for k, seg := range segs {
@@ -126,29 +125,22 @@ func KeyOf(field string) string {
 		if idx != "" {
 			idx = "[" + idx
 		}
-		var (
-			found bool
-			next  reflect.StructField
-			key   string
-		)
-		for i := 0; i < ft.NumField() && !found; i++ {
+		var next reflect.Type
+		for i := 0; i < ft.NumField() && next == nil; i++ {
 			sf := ft.Field(i)
 			names, _ := libTag(sf)
-			for j, n := range names {
-				if n == name {
-					found, next, key = true, sf, tomlName(sf)
-					if j == 1 && sf.Type == subjectsType {
-						key += ".deny" // publish = { deny = [...] }
-					}
+			if j := slices.Index(names, name); j >= 0 {
+				key := tomlName(sf)
+				if j == 1 && sf.Type == subjectsType {
+					key += ".deny" // publish = { deny = [...] }
 				}
+				keys, next = append(keys, key+idx), sf.Type
 			}
 		}
-		if !found {
+		if next == nil {
 			return ""
 		}
-		keys = append(keys, key+idx)
-		of, _ := ot.FieldByName(name)
-		ft, ot = elem(next.Type), elem(of.Type)
+		ft = elem(next)
 		if (ft.Kind() != reflect.Struct || ft == subjectsType) && k < len(segs)-1 {
 			return "" // a leaf: nothing may follow it
 		}
