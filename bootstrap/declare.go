@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -180,11 +181,8 @@ func declareStream(ctx context.Context, js jetstream.JetStream, w *jetstream.Str
 		return nil
 	}
 	// Keep what the server owns and we do not declare.
-	upd := want
-	if upd.Duplicates == 0 {
-		upd.Duplicates = have.Duplicates
-	}
-	if _, err := js.UpdateStream(ctx, upd); err != nil {
+	want.Duplicates = cmp.Or(want.Duplicates, have.Duplicates)
+	if _, err := js.UpdateStream(ctx, want); err != nil {
 		return errorf("declare", obj, streamHint(err), err)
 	}
 	for _, c := range safe.changes {
@@ -321,13 +319,11 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, w *jetstream.Key
 		if cfg.MaxAge > 0 && cfg.Duplicates > cfg.MaxAge {
 			cfg.Duplicates = cfg.MaxAge
 		}
-		var safe []Change
-		if cfg.MaxBytes != have.MaxBytes {
-			safe = append(safe, Change{obj, "max_bytes", bytesize.Format(have.MaxBytes), bytesize.Format(cfg.MaxBytes)})
+		safe := diff{obj: obj}
+		if cfg.MaxBytes != have.MaxBytes { // Format rounds: two sizes may print alike
+			safe.changes = append(safe.changes, Change{obj, "max_bytes", bytesize.Format(have.MaxBytes), bytesize.Format(cfg.MaxBytes)})
 		}
-		if cfg.MaxAge != have.MaxAge {
-			safe = append(safe, Change{obj, "ttl", durStr(have.MaxAge), durStr(cfg.MaxAge)})
-		}
+		safe.add("ttl", durStr(have.MaxAge), durStr(cfg.MaxAge))
 		// A bucket declared before orderstore asked for markers of
 		// expired keys gets them (nats cannot take them back: a marker TTL
 		// asked off later stays on).
@@ -337,13 +333,13 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, w *jetstream.Key
 			if have.SubjectDeleteMarkerTTL > 0 {
 				before = durStr(have.SubjectDeleteMarkerTTL)
 			}
-			safe = append(safe, Change{obj, "limit_marker_ttl", before, durStr(want.LimitMarkerTTL)})
+			safe.add("limit_marker_ttl", before, durStr(want.LimitMarkerTTL))
 		}
-		if len(safe) > 0 {
+		if len(safe.changes) > 0 {
 			if _, err := js.UpdateStream(ctx, cfg); err != nil {
 				return errorf("declare", obj, "", err)
 			}
-			res.Changes = append(res.Changes, safe...)
+			res.Changes = append(res.Changes, safe.changes...)
 		}
 	}
 	return allowAtomic(ctx, js, want.Bucket, obj, res)

@@ -4,21 +4,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 )
 
 // newLogger builds the one handler of the process: text on a terminal, JSON
 // otherwise, unless format says which.
 func newLogger(w io.Writer, level, format string) *slog.Logger {
-	var lv slog.Level // info unless level says otherwise
-	switch strings.ToLower(level) {
-	case "debug":
-		lv = slog.LevelDebug
-	case "warn":
-		lv = slog.LevelWarn
-	case "error":
-		lv = slog.LevelError
-	}
+	var lv slog.Level // info unless level (debug, info, warn or error: validated) says otherwise
+	lv.UnmarshalText([]byte(level))
 	opts := &slog.HandlerOptions{Level: lv}
 	if format == "json" || (format == "auto" && !isTerminal(w)) {
 		return slog.New(slog.NewJSONHandler(w, opts))
