@@ -116,11 +116,10 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 		}
 		au := embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: StreamAccount}
 		if in.anonymousBesideStream() {
-			// A standalone node: anonymous loopback clients in StreamAccount
-			// itself, with an admin's reach by permissions instead of imports
-			// (no service import on each event, its ack or a consumer's
-			// pull). The guard's mappings move into StreamAccount and spare
-			// orderstore's own user (ec.MappingsExemptNkey).
+			// A standalone node: an admin's reach by permissions instead of
+			// imports (docs/security.md). The guard's mappings move into
+			// StreamAccount and spare orderstore's own user
+			// (ec.MappingsExemptNkey).
 			stream.Mappings = in.guardMappings()
 			for _, s := range sysReadOnly {
 				stream.Imports = append(stream.Imports, embedded.Import{Account: "SYS", Subject: s})
@@ -163,12 +162,8 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 
 // anonymousBesideStream says the anonymous loopback clients land in
 // StreamAccount: no users, a single node, no leaf links, no JetStream
-// domain. In a cluster a publish crosses a route without the publisher's
-// identity; a leaf peer could bind to the no-auth user's account; and a
-// domain is an account mapping nats adds to StreamAccount
-// ("$JS.<domain>.API.>" to "$JS.API.>"), which a request on orderstore's
-// own consumer would take instead of the guard's (nats applies one
-// mapping). There they keep AnonymousAccount and its imports.
+// domain. Elsewhere they keep AnonymousAccount and its imports (why:
+// docs/security.md, where the anonymous loopback clients land).
 func (in Input) anonymousBesideStream() bool {
 	return len(in.Users) == 0 && !in.Cluster.Enabled() && in.LeafNode.Listen == "" &&
 		len(in.LeafNode.Remotes) == 0 && len(in.Edges) == 0 && in.Domain == ""

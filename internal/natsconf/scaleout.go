@@ -42,13 +42,8 @@ func (in Input) scaleOut(ec *embedded.Config) error {
 	}
 	ec.LeafNode.ReconnectInterval = ln.ReconnectInterval
 	// Nothing of this node's own crosses a leaf connection but what a
-	// hub's sourcing needs (the internal subjects table): with one account
-	// on both sides, an edge's ORDER_EVENTS (orders.>) would otherwise
-	// also store every other edge's events, the buckets each other's
-	// writes, and a peer on the hub would read this edge's acks. The hub
-	// reaches an edge's streams only through its JetStream domain
-	// ($JS.<domain>.API), and sourced events travel on the source
-	// consumer's own deliver subject.
+	// hub's sourcing needs (docs/topologies.md, "Each edge stores only its
+	// own events"; a peer on the hub would otherwise also read its acks).
 	for i, r := range ln.Remotes {
 		t, err := LoadTLS(fmt.Sprintf("leafnode.remotes[%d].tls", i), r.TLS, true)
 		if err != nil {

@@ -5,18 +5,12 @@ import (
 )
 
 // The internal subjects: every subject orderstore's own parts use, in one
-// table. Every account export and import (accounts.go), every role's
-// permissions, the hub's leaf listener permissions and the edges' leaf
-// deny lists (scaleout.go) are derived from it, and the principals test
-// (the root package's subjects_test.go) tries each row as every principal.
-//
-// A row names who may use the subject besides orderstore's own
-// connections in StreamAccount:
-//   - the client roles that reach it (through an import from
-//     StreamAccount, so that the subject is theirs only in that form);
-//   - whether it crosses a leaf link, and in which direction: a hub's
-//     requests and flow-control answers go out to its edges, the edges'
-//     sourced events and API answers come back. Nothing else crosses.
+// table from which every export, import, permission, guard mapping and
+// leaf list is derived (docs/security.md, "Where features meet"); the
+// root package's subjects_test.go tries each row as every principal. A
+// row names who may use the subject besides orderstore's own connections
+// in StreamAccount: the client roles that import it, and the way it
+// crosses a leaf link, if at all.
 type internalSubject struct {
 	// Pattern is the subject as StreamAccount sees it.
 	Pattern string
