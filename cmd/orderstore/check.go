@@ -53,8 +53,7 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	// even while a running instance holds the store (its next start would
 	// refuse it).
 	if err := orderstore.CheckStored(cfg); err != nil {
-		printErr(stderr, byKey(err, name))
-		return exitCode(err)
+		return fail(stderr, exitCode(err), byKey(err, name))
 	}
 	fmt.Fprintf(stderr, "config %q is valid\n", name)
 	for _, w := range append(fc.SecretFileWarnings(name), cfg.PlaintextWarnings()...) {

@@ -26,9 +26,8 @@ func keyCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
-		printErr(stderr, withHint(fmt.Errorf("key generate: %q exists", path),
+		return fail(stderr, exitUsage, withHint(fmt.Errorf("key generate: %q exists", path),
 			"a key in use opens its store and nothing else does: choose another file name, or move the old key away yourself"))
-		return exitUsage
 	}
 	if err != nil {
 		return fail(stderr, exitFailure, fmt.Errorf("key generate: %w", err))

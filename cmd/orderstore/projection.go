@@ -49,15 +49,6 @@ const (
 	rebuildUnreachable = 30 * time.Second
 )
 
-// exitSignaled is the exit code for a signal that stopped the following
-// (128 + the signal's number, as a shell reports it).
-func exitSignaled(ctx context.Context) int {
-	if sig, _ := signalName(ctx); sig == syscall.SIGTERM.String() {
-		return 128 + int(syscall.SIGTERM)
-	}
-	return exitInterrupted
-}
-
 // projectionCmd starts, follows, cancels and reports a projection rebuild
 // through a running instance's admin API.
 func projectionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -217,7 +208,10 @@ func (r *rebuildCmd) follow(ctx context.Context, st *status.Rebuild, p *rebuildP
 			p.clear()
 			fmt.Fprintf(r.stderr, "orderstore: stopped following: the projection rebuild %s goes on in the background (%s)\n", id, rebuildBrief(cur))
 			fmt.Fprintf(r.stderr, "  watch it:  orderstore projection status%s\n  cancel it: orderstore projection rebuild -cancel%s\n", r.again, r.again)
-			return exitSignaled(ctx)
+			if sig, _ := signalName(ctx); sig == syscall.SIGTERM.String() {
+				return 128 + int(syscall.SIGTERM) // as a shell reports it
+			}
+			return exitInterrupted
 		case <-t.C:
 		}
 		var next status.Rebuild
@@ -241,18 +235,16 @@ func (r *rebuildCmd) follow(ctx context.Context, st *status.Rebuild, p *rebuildP
 			}
 			if time.Since(failingSince) > rebuildUnreachable {
 				p.clear()
-				printErr(r.stderr, withHint(fmt.Errorf("following projection rebuild %s: %w", id, err),
+				return fail(r.stderr, exitFailure, withHint(fmt.Errorf("following projection rebuild %s: %w", id, err),
 					fmt.Sprintf("the rebuild may go on: 'orderstore projection status%s' shows it once the admin API answers", r.again)))
-				return exitFailure
 			}
 			continue
 		}
 		failingSince = time.Time{}
 		if next.ID != id {
 			p.clear()
-			printErr(r.stderr, withHint(fmt.Errorf("projection rebuild %s is no longer the store's latest: %s is (%s)", id, next.ID, next.State),
+			return fail(r.stderr, exitFailure, withHint(fmt.Errorf("projection rebuild %s is no longer the store's latest: %s is (%s)", id, next.ID, next.State),
 				fmt.Sprintf("'orderstore projection status%s' shows it", r.again)))
-			return exitFailure
 		}
 		cur = &next
 	}

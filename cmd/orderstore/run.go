@@ -66,8 +66,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			logger.Info("start-up interrupted by signal, shutdown complete", "signal", sig, "cause", context.Cause(ctx).Error())
 			return exitOK
 		}
-		printErr(stderr, byKey(err, cfgName))
-		return exitCode(err)
+		return fail(stderr, exitCode(err), byKey(err, cfgName))
 	}
 	if err := sdnotify.Ready(); err != nil {
 		logger.Warn("sd_notify", "err", err)

@@ -26,8 +26,7 @@ func syntaxError(pe toml.ParseError, src []byte) string {
 		msg = maskQuoted(msg)
 	}
 	if line < 1 {
-		fmt.Fprintf(&b, "syntax error: %s", msg)
-		return b.String()
+		return "syntax error: " + msg
 	}
 	fmt.Fprintf(&b, "syntax error at line %d, column %d: %s", line, col, msg)
 	if pe.LastKey != "" {

@@ -64,13 +64,9 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 			continue
 		}
 		num := strings.TrimSpace(strings.TrimSuffix(s, u.Suffix))
-		if u.Suffix == "B" {
-			// "10GB", "10KB": SI spelling.
-			for _, si := range []string{"K", "M", "G", "T", "k"} {
-				if strings.HasSuffix(num, si) {
-					return fmt.Errorf("%q: unit %sB is ambiguous, write %siB (units are powers of 1024: KiB, MiB, GiB, TiB)", s, strings.ToUpper(si), strings.ToUpper(si))
-				}
-			}
+		if n := len(num); u.Suffix == "B" && n > 0 && strings.ContainsRune("KMGTk", rune(num[n-1])) {
+			si := strings.ToUpper(num[n-1:]) // "10GB", "10KB": SI spelling
+			return fmt.Errorf("%q: unit %sB is ambiguous, write %siB (units are powers of 1024: KiB, MiB, GiB, TiB)", s, si, si)
 		}
 		n, err := strconv.ParseFloat(num, 64)
 		if err != nil || n < 0 {
