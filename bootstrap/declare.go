@@ -52,16 +52,11 @@ func (s Spec) Streams() []string {
 	if s.Projection != nil {
 		names = append(names, "KV_"+s.Projection.Bucket)
 	}
-	if s.History != nil {
-		// After the projection: a chunk a record counts is in the backup.
-		names = append(names, s.History.Name)
-	}
-	if s.DeadLetter != nil {
-		names = append(names, s.DeadLetter.Name)
-	}
-	names = append(names, s.Stream.Name)
-	if s.Aggregate != nil {
-		names = append(names, s.Aggregate.Name)
+	// History after the projection: a chunk a record counts is in the backup.
+	for _, c := range []*jetstream.StreamConfig{s.History, s.DeadLetter, &s.Stream, s.Aggregate} {
+		if c != nil {
+			names = append(names, c.Name)
+		}
 	}
 	return names
 }
@@ -472,10 +467,8 @@ func sourcesStr(l []*jetstream.StreamSource) string {
 			// nats stores a source's domain d as the API prefix
 			// "$JS.d.API": the same source, spelled as declared.
 			p := s.External.APIPrefix
-			if d, ok := strings.CutPrefix(p, "$JS."); ok {
-				if d, ok := strings.CutSuffix(d, ".API"); ok && d != "" {
-					p = d
-				}
+			if d := strings.TrimSuffix(strings.TrimPrefix(p, "$JS."), ".API"); d != "" && "$JS."+d+".API" == p {
+				p = d
 			}
 			n += "@" + p
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -161,16 +162,9 @@ func printOrder(w io.Writer, o map[string]any, asJSON bool) {
 	if a, ok := o["as_of"].(map[string]any); ok {
 		line := fmt.Sprintf("the fold of %v events up to sequence %v", a["events"], a["last_seq"])
 		if a["complete"] != true {
-			line += fmt.Sprintf("; INCOMPLETE: %v events no longer retained, %v older than the history index", orZero(a["not_retained"]), orZero(a["unindexed"]))
+			line += fmt.Sprintf("; INCOMPLETE: %v events no longer retained, %v older than the history index", cmp.Or(a["not_retained"], any(0)), cmp.Or(a["unindexed"], any(0)))
 		}
 		fmt.Fprintf(tw, "as_of\t%s\n", line)
 	}
 	tw.Flush()
-}
-
-func orZero(v any) any {
-	if v == nil {
-		return 0
-	}
-	return v
 }

@@ -51,11 +51,11 @@ func printStatus(w io.Writer, st status.Status) {
 	if s.MaxAgeSeconds > 0 {
 		maxAge = config.Duration(time.Duration(s.MaxAgeSeconds) * time.Second).String()
 	}
-	if s.Messages == 0 {
-		fmt.Fprintf(tw, "  oldest event\tnone (the stream is empty), max_age %s\n", maxAge)
-	} else {
-		fmt.Fprintf(tw, "  oldest event\t%s old, max_age %s\n", config.Duration(time.Duration(s.OldestAgeSeconds)*time.Second).String(), maxAge)
+	oldest := "none (the stream is empty)"
+	if s.Messages > 0 {
+		oldest = config.Duration(time.Duration(s.OldestAgeSeconds)*time.Second).String() + " old"
 	}
+	fmt.Fprintf(tw, "  oldest event\t%s, max_age %s\n", oldest, maxAge)
 	if c := st.Consumer; c != nil {
 		on := ""
 		if c.Stream != "" && c.Stream != s.Name {
