@@ -1,8 +1,6 @@
 package config
 
-import (
-	"fmt"
-)
+import "fmt"
 
 // Subjects is a user's publish or subscribe permission: in the file either
 // a list of allowed subjects (publish = ["orders.>"]) or a table with both
@@ -35,7 +33,7 @@ func (s *Subjects) UnmarshalTOML(v any) error {
 		*s = Subjects{Allow: l}
 		return err
 	case map[string]any:
-		var out Subjects
+		*s = Subjects{} // a failed decode is dropped whole (Parse)
 		for k, v := range x {
 			l, err := strs(k, v)
 			if err != nil {
@@ -43,14 +41,13 @@ func (s *Subjects) UnmarshalTOML(v any) error {
 			}
 			switch k {
 			case "allow":
-				out.Allow = l
+				s.Allow = l
 			case "deny":
-				out.Deny = l
+				s.Deny = l
 			default:
 				return fmt.Errorf("publish/subscribe: unknown key %q (want allow and deny)", k)
 			}
 		}
-		*s = out
 		return nil
 	}
 	return fmt.Errorf("publish/subscribe must be a list of subjects or { allow = [...], deny = [...] }")

@@ -6,9 +6,7 @@
 // it to an [embedded.Config].
 package natsconf
 
-import (
-	"github.com/orderstore/orderstore/embedded"
-)
+import "github.com/orderstore/orderstore/embedded"
 
 // Input is what the NATS configuration is made of: the parts of
 // orderstore's Config that name principals, subjects and links.

@@ -1,8 +1,6 @@
 package natsconf
 
-import (
-	"github.com/orderstore/orderstore/embedded"
-)
+import "github.com/orderstore/orderstore/embedded"
 
 // The internal subjects: every subject orderstore's own parts use, in one
 // table from which every export, import, permission, guard mapping and
