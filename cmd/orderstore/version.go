@@ -12,11 +12,7 @@ import (
 )
 
 // Set by goreleaser: -X main.version=... -X main.commit=... -X main.date=...
-var (
-	version = ""
-	commit  = ""
-	date    = ""
-)
+var version, commit, date string
 
 func getBuildInfo() status.BuildInfo {
 	b := status.BuildInfo{Version: version, Commit: commit, Date: date, GoVersion: runtime.Version(), NATSServer: orderstore.NATSServerVersion}

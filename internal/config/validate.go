@@ -87,12 +87,11 @@ func (c Config) Orderstore() (orderstore.Config, error) {
 		if u.PasswordFile == "" {
 			continue
 		}
-		pw, err := readSecretFile(fmt.Sprintf("server.users[%d].password_file", i), u.PasswordFile)
-		if err != nil {
+		if pw, err := readSecretFile(fmt.Sprintf("server.users[%d].password_file", i), u.PasswordFile); err != nil {
 			errs = append(errs, err)
-			continue
+		} else {
+			o.Server.Users[i].Password = pw
 		}
-		o.Server.Users[i].Password = pw
 	}
 	return o, errors.Join(errs...)
 }
