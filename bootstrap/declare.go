@@ -164,9 +164,9 @@ func declareStream(ctx context.Context, js jetstream.JetStream, w *jetstream.Str
 	safe := diff{obj: obj}
 	safe.add("subjects", fmt.Sprintf("%q", have.Subjects), fmt.Sprintf("%q", want.Subjects))
 	safe.add("max_age", durStr(have.MaxAge), durStr(want.MaxAge))
-	safe.add("max_bytes", bytesize.Format(have.MaxBytes), bytesize.Format(orUnlimited(want.MaxBytes)))
+	safe.size("max_bytes", have.MaxBytes, orUnlimited(want.MaxBytes))
 	safe.add("max_msgs", limitStr(have.MaxMsgs), limitStr(orUnlimited(want.MaxMsgs)))
-	safe.add("max_msg_size", bytesize.Format(int64(have.MaxMsgSize)), bytesize.Format(int64(orUnlimited(want.MaxMsgSize))))
+	safe.size("max_msg_size", int64(have.MaxMsgSize), int64(orUnlimited(want.MaxMsgSize)))
 	safe.add("discard", have.Discard, want.Discard)
 	if want.Duplicates != 0 {
 		safe.add("duplicate_window", durStr(have.Duplicates), durStr(want.Duplicates))
@@ -217,6 +217,18 @@ type diff struct {
 // add notes field's change when before and after print differently.
 func (d *diff) add(field string, before, after any) {
 	if b, a := fmt.Sprint(before), fmt.Sprint(after); b != a {
+		d.changes = append(d.changes, Change{d.obj, field, b, a})
+	}
+}
+
+// size notes a byte limit's change: compared as numbers, printed for
+// people, exactly where the rounded figures would print alike.
+func (d *diff) size(field string, before, after int64) {
+	b, a := bytesize.Format(before), bytesize.Format(after)
+	if b == a {
+		b, a = bytesize.Exact(before), bytesize.Exact(after)
+	}
+	if before != after {
 		d.changes = append(d.changes, Change{d.obj, field, b, a})
 	}
 }
@@ -315,9 +327,7 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, w *jetstream.Key
 			cfg.Duplicates = cfg.MaxAge
 		}
 		safe := diff{obj: obj}
-		if cfg.MaxBytes != have.MaxBytes { // Format rounds: two sizes may print alike
-			safe.changes = append(safe.changes, Change{obj, "max_bytes", bytesize.Format(have.MaxBytes), bytesize.Format(cfg.MaxBytes)})
-		}
+		safe.size("max_bytes", have.MaxBytes, cfg.MaxBytes)
 		safe.add("ttl", durStr(have.MaxAge), durStr(cfg.MaxAge))
 		// A bucket declared before orderstore asked for markers of
 		// expired keys gets them (nats cannot take them back: a marker TTL

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,34 @@ func TestDeclareAppliesSafeChangesAsDiff(t *testing.T) {
 	c, _ := js.Consumer(ctx, "ORDER_EVENTS", "order-processor")
 	if c.CachedInfo().Config.MaxAckPending != 2000 {
 		t.Errorf("consumer max_ack_pending = %d", c.CachedInfo().Config.MaxAckPending)
+	}
+}
+
+// A size that changes by less than its printed rounding is still a change:
+// 1536MiB and 1546MiB both print as 1.5GiB.
+func TestDeclareAppliesSizeChangesBelowRounding(t *testing.T) {
+	js := embeddedtest.JetStream(t, embeddedtest.Start(t))
+	ctx := context.Background()
+	cfg := orderstore.DefaultConfig()
+	cfg.Stream.MaxBytes = 1536 << 20
+	if _, err := bootstrap.Declare(ctx, js, cfg.DeclareSpec(), nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Stream.MaxBytes = 1546 << 20
+	res, err := bootstrap.Declare(ctx, js, cfg.DeclareSpec(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range res.Changes {
+		got = append(got, c.Object+" "+c.Field+": "+c.Before+" -> "+c.After)
+	}
+	if want := `stream "ORDER_EVENTS" max_bytes: 1536MiB -> 1546MiB`; !slices.Contains(got, want) {
+		t.Errorf("changes %q, want %q among them", got, want)
+	}
+	s, _ := js.Stream(ctx, "ORDER_EVENTS")
+	if info, _ := s.Info(ctx); info.Config.MaxBytes != 1546<<20 {
+		t.Errorf("stored max_bytes %d, want %d", info.Config.MaxBytes, 1546<<20)
 	}
 }
 
