@@ -399,6 +399,12 @@ func (s *Server) Readiness(ctx context.Context) (string, []status.Check) {
 	if b == nil {
 		return "recovering", []status.Check{{Name: "startup", OK: false, Reason: s.startingReason()}}
 	}
+	return s.readiness(ctx, b, &status.Status{})
+}
+
+// readiness also fills st with what its lookups read, and st.Errors with
+// the lookups that failed, so that /v1/status asks JetStream once.
+func (s *Server) readiness(ctx context.Context, b *Backend, st *status.Status) (string, []status.Check) {
 	var checks []status.Check
 	add := func(name string, err error) {
 		c := status.Check{Name: name, OK: err == nil}
@@ -407,58 +413,88 @@ func (s *Server) Readiness(ctx context.Context) (string, []status.Check) {
 		}
 		checks = append(checks, c)
 	}
+	fail := func(err error) { st.Errors = append(st.Errors, err.Error()) }
 	ai, err := b.JS.AccountInfo(ctx)
+	if err != nil {
+		fail(err)
+	} else {
+		st.Store.JetStreamBytes, st.Store.JetStreamMaxBytes = ai.Store, ai.Limits.MaxStore
+		if s.cfg.MaxStore > 0 {
+			st.Store.JetStreamMaxBytes = s.cfg.MaxStore
+		}
+	}
 	add("jetstream", err)
 	add("storage", func() error {
-		if max := s.maxStore(ai); err == nil && max > 0 && float64(ai.Store) >= 0.99*float64(max) {
-			return fmt.Errorf("JetStream uses %d of its %d bytes (jetstream.max_file_store): new events are refused", ai.Store, max)
+		if used, max := st.Store.JetStreamBytes, st.Store.JetStreamMaxBytes; max > 0 && float64(used) >= 0.99*float64(max) {
+			return fmt.Errorf("JetStream uses %d of its %d bytes (jetstream.max_file_store): new events are refused", used, max)
 		}
-		if s.cfg.FreeBytes != nil && s.cfg.DiskHeadroom > 0 {
-			if free, ferr := s.cfg.FreeBytes(); ferr == nil && free < uint64(s.cfg.DiskHeadroom) {
-				return fmt.Errorf("free disk under %s is %d bytes, below jetstream.disk_headroom (%d bytes): writes may fail", s.cfg.StoreDir, free, s.cfg.DiskHeadroom)
-			}
+		if s.cfg.FreeBytes == nil {
+			return nil
+		}
+		free, err := s.cfg.FreeBytes()
+		if err != nil {
+			fail(err)
+		} else if st.Store.FreeBytes = free; s.cfg.DiskHeadroom > 0 && free < uint64(s.cfg.DiskHeadroom) {
+			return fmt.Errorf("free disk under %s is %d bytes, below jetstream.disk_headroom (%d bytes): writes may fail", s.cfg.StoreDir, free, s.cfg.DiskHeadroom)
 		}
 		return nil
 	}())
 
 	add("stream", func() error {
-		st, err := b.JS.Stream(ctx, s.cfg.Stream)
+		str, err := b.JS.Stream(ctx, s.cfg.Stream)
 		if err != nil {
+			fail(err)
 			return fmt.Errorf("stream %q: %w", s.cfg.Stream, err)
 		}
-		c := st.CachedInfo().Config
-		if c.Storage != jetstream.FileStorage {
-			return fmt.Errorf("stream %q: storage is %s, want file", s.cfg.Stream, c.Storage)
+		i := str.CachedInfo()
+		st.Stream.Messages, st.Stream.Bytes = i.State.Msgs, i.State.Bytes
+		st.Stream.FirstSeq, st.Stream.LastSeq = i.State.FirstSeq, i.State.LastSeq
+		if i.State.Msgs > 0 {
+			st.Stream.FirstTime = i.State.FirstTime
+			st.Stream.OldestAgeSeconds = max(time.Since(i.State.FirstTime).Seconds(), 0)
+		}
+		if st.Stream.MaxBytes > 0 {
+			st.Stream.BytesPercent = 100 * float64(i.State.Bytes) / float64(st.Stream.MaxBytes)
+		}
+		if i.Config.Storage != jetstream.FileStorage {
+			return fmt.Errorf("stream %q: storage is %s, want file", s.cfg.Stream, i.Config.Storage)
 		}
 		for _, subj := range s.cfg.Subjects {
-			if !slices.Contains(c.Subjects, subj) {
-				return fmt.Errorf("stream %q: subject %q missing (has %q)", s.cfg.Stream, subj, c.Subjects)
+			if !slices.Contains(i.Config.Subjects, subj) {
+				return fmt.Errorf("stream %q: subject %q missing (has %q)", s.cfg.Stream, subj, i.Config.Subjects)
 			}
 		}
 		return nil
 	}())
 	if s.cfg.DeadLetterStream != "" {
-		_, err := b.JS.Stream(ctx, s.cfg.DeadLetterStream)
+		d, err := b.JS.Stream(ctx, s.cfg.DeadLetterStream)
 		if err != nil {
+			fail(err)
 			err = fmt.Errorf("dead-letter stream %q: %w", s.cfg.DeadLetterStream, err)
+		} else {
+			i := d.CachedInfo()
+			st.DeadLetters.Messages, st.DeadLetters.Bytes, st.DeadLetters.MaxBytes = i.State.Msgs, i.State.Bytes, i.Config.MaxBytes
 		}
 		add("dead_letter_stream", err)
 	}
 	if s.cfg.ProjectionBucket != "" {
 		add("projection_bucket", func() error {
 			kv, err := b.JS.KeyValue(ctx, s.cfg.ProjectionBucket)
-			var st jetstream.KeyValueStatus
+			var kst jetstream.KeyValueStatus
 			if err == nil {
-				st, err = kv.Status(ctx)
+				kst, err = kv.Status(ctx)
 			}
 			if err != nil {
+				fail(err)
 				return fmt.Errorf("projection bucket %q: %w", s.cfg.ProjectionBucket, err)
 			}
-			if ks, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+			if ks, ok := kst.(*jetstream.KeyValueBucketStatus); ok {
+				i := ks.StreamInfo()
+				st.Projection.Orders, st.Projection.Bytes, st.Projection.MaxBytes = i.State.Msgs, i.State.Bytes, i.Config.MaxBytes
 				// Full: less room left than a record or two, or 1%.
-				if max := ks.StreamInfo().Config.MaxBytes; max > 0 && int64(st.Bytes()) > max-min(4096, max/4)-max/100 {
+				if max := i.Config.MaxBytes; max > 0 && int64(i.State.Bytes) > max-min(4096, max/4)-max/100 {
 					return fmt.Errorf("projection bucket %q is full (%d of %d bytes): new orders cannot be projected and are dead-lettered; raise processor.projection_max_bytes, then orderstore dlq replay -all",
-						s.cfg.ProjectionBucket, st.Bytes(), max)
+						s.cfg.ProjectionBucket, i.State.Bytes, max)
 				}
 			}
 			return nil
@@ -625,17 +661,6 @@ func (f *firstWrite) Write(p []byte) (int, error) {
 		f.w.Header().Set("Content-Type", "application/x-tar")
 	}
 	return f.w.Write(p)
-}
-
-// maxStore is what JetStream may store on disk.
-func (s *Server) maxStore(ai *jetstream.AccountInfo) int64 {
-	if s.cfg.MaxStore > 0 {
-		return s.cfg.MaxStore
-	}
-	if ai != nil {
-		return ai.Limits.MaxStore
-	}
-	return 0
 }
 
 // orderIDChecked answers 400 for an {id} no order can have (the

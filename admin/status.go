@@ -30,22 +30,8 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) status.Status {
 	if b.OrderIndex != nil {
 		st.Orders = ordersStatus(b.OrderIndex, s.cfg.StaleAfter)
 	}
-	st.Status, st.Checks = s.Readiness(ctx)
+	st.Status, st.Checks = s.readiness(ctx, b, &st)
 	fail := func(err error) { st.Errors = append(st.Errors, err.Error()) }
-	if str, err := b.JS.Stream(ctx, s.cfg.Stream); err != nil {
-		fail(err)
-	} else {
-		i := str.CachedInfo()
-		st.Stream.Messages, st.Stream.Bytes = i.State.Msgs, i.State.Bytes
-		st.Stream.FirstSeq, st.Stream.LastSeq = i.State.FirstSeq, i.State.LastSeq
-		if i.State.Msgs > 0 {
-			st.Stream.FirstTime = i.State.FirstTime
-			st.Stream.OldestAgeSeconds = max(time.Since(i.State.FirstTime).Seconds(), 0)
-		}
-		if st.Stream.MaxBytes > 0 {
-			st.Stream.BytesPercent = 100 * float64(i.State.Bytes) / float64(st.Stream.MaxBytes)
-		}
-	}
 	if b.Processor != nil {
 		ps := b.Processor.Stats()
 		st.Processor = &ps
@@ -55,34 +41,8 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) status.Status {
 			st.Consumer = &status.ConsumerStatus{Name: s.cfg.Durable, Stream: s.consumerStream(), LagInfo: lag}
 		}
 	}
-	if d, err := b.JS.Stream(ctx, s.cfg.DeadLetterStream); err != nil {
-		fail(err)
-	} else {
-		i := d.CachedInfo()
-		st.DeadLetters.Messages, st.DeadLetters.Bytes, st.DeadLetters.MaxBytes = i.State.Msgs, i.State.Bytes, i.Config.MaxBytes
-	}
-	if s.cfg.ProjectionBucket != "" {
-		if p, err := b.JS.Stream(ctx, "KV_"+s.cfg.ProjectionBucket); err != nil {
-			fail(err)
-		} else {
-			i := p.CachedInfo()
-			st.Projection.Orders, st.Projection.Bytes, st.Projection.MaxBytes = i.State.Msgs, i.State.Bytes, i.Config.MaxBytes
-		}
-	}
 	if b.Topology != nil {
 		st.Topology = b.Topology(ctx)
-	}
-	if ai, err := b.JS.AccountInfo(ctx); err != nil {
-		fail(err)
-	} else {
-		st.Store.JetStreamBytes, st.Store.JetStreamMaxBytes = ai.Store, s.maxStore(ai)
-	}
-	if s.cfg.FreeBytes != nil {
-		if n, err := s.cfg.FreeBytes(); err != nil {
-			fail(err)
-		} else {
-			st.Store.FreeBytes = n
-		}
 	}
 	return st
 }
