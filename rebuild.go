@@ -283,25 +283,20 @@ func (a *Appliance) syncStreams(ctx context.Context, streams ...string) error {
 // bucket's max_bytes within jetstream.max_file_store, and the free disk.
 func (a *Appliance) rebuildBudget(ctx context.Context) error {
 	cfg := a.cfg
-	bytesOf := func(name string) (uint64, error) {
-		s, err := a.js.Stream(ctx, name)
+	buckets := []string{cfg.Processor.ProjectionBucket}
+	if cfg.historyMaxBytes() > 0 {
+		buckets = append(buckets, cfg.Processor.HistoryBucket())
+	}
+	var need uint64 // the live projection's records and history index
+	for _, b := range buckets {
+		s, err := a.js.Stream(ctx, "KV_"+b)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return 0, nil
+			continue
 		}
 		if err != nil {
-			return 0, err
-		}
-		return s.CachedInfo().State.Bytes, nil
-	}
-	recBytes, err := bytesOf("KV_" + cfg.Processor.ProjectionBucket)
-	if err != nil {
-		return err
-	}
-	var histBytes uint64
-	if cfg.historyMaxBytes() > 0 {
-		if histBytes, err = bytesOf("KV_" + cfg.Processor.HistoryBucket()); err != nil {
 			return err
 		}
+		need += s.CachedInfo().State.Bytes
 	}
 	// The shadow bucket reserves the live one's max_bytes; on disk it
 	// takes about what the live one stores.
@@ -323,7 +318,7 @@ func (a *Appliance) rebuildBudget(ctx context.Context) error {
 		}
 	}
 	if free, err := bootstrap.FreeBytes(a.report.StoreDir); err == nil {
-		if need := recBytes + histBytes; need+uint64(cfg.JetStream.DiskHeadroom) > free {
+		if need+uint64(cfg.JetStream.DiskHeadroom) > free {
 			return fmt.Errorf("%w: the shadow needs about %s of disk (the live projection's records and history index), and %s is free of which jetstream.disk_headroom keeps %s; free disk space under %s",
 				ErrRebuildNoRoom, bytesize.Format(int64(need)), bytesize.Format(int64(free)), bytesize.Format(cfg.JetStream.DiskHeadroom), a.report.StoreDir)
 		}

@@ -171,21 +171,19 @@ func (s *supervisor) interrupt(st *stage) {
 	ctx := s.stopContext()
 	for i := len(st.parts) - 1; i >= 0; i-- {
 		p := st.parts[i]
-		var errs []error
+		var err error
 		if p.stop != nil {
-			if err := p.stop(ctx); err != nil {
-				errs = append(errs, err)
-			}
+			err = p.stop(ctx)
 		}
 		p.cancel()
 		select {
 		case <-p.ended:
 		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("%s: not stopped: %w", p.name, ctx.Err()))
+			err = errors.Join(err, fmt.Errorf("%s: not stopped: %w", p.name, ctx.Err()))
 		}
-		if len(errs) > 0 {
+		if err != nil {
 			s.mu.Lock()
-			s.stopErrs = append(s.stopErrs, errs...)
+			s.stopErrs = append(s.stopErrs, err)
 			s.mu.Unlock()
 		}
 	}
