@@ -135,7 +135,6 @@ func problems(checks ...func(badFunc)) error {
 // value (nil: none to show) and the reason.
 type badFunc func(field string, value any, format string, args ...any)
 
-// when records the problem if cond holds.
 func (bad badFunc) when(cond bool, field string, value any, format string, args ...any) {
 	if cond {
 		bad(field, value, format, args...)

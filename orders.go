@@ -56,7 +56,6 @@ func (a *Appliance) OrderCounts(ctx context.Context) ([]OrderCount, int, error) 
 	return counts, total, nil
 }
 
-// indexLoaded waits until the order index has loaded the bucket.
 func (a *Appliance) indexLoaded(ctx context.Context, what string) error {
 	if a.index == nil {
 		return ErrNoOrderIndex

@@ -219,11 +219,9 @@ func (a *Appliance) recordVersion(version string) error {
 	return durable.WriteFile(filepath.Join(a.report.StoreDir, projectionStateFile), append(data, '\n'), 0o640)
 }
 
-// bucketsTarget is the built-in projection's rebuild target.
 func (a *Appliance) bucketsTarget() *rebuild.Buckets {
 	cfg := a.cfg
-	spec := a.spec
-	shadow := *spec.Projection
+	shadow := *a.spec.Projection
 	shadow.Bucket += shadowSuffix
 	if cfg.Cluster.Enabled() {
 		shadow.Bucket += "_" + nodeSuffix(cfg.Server.Name) // each node's own (rebuildcluster.go)
@@ -231,7 +229,7 @@ func (a *Appliance) bucketsTarget() *rebuild.Buckets {
 	shadow.Description = "order projection being rebuilt (managed by orderstore; dropped after the takeover)"
 	b := &rebuild.Buckets{JS: a.pjs, Live: cfg.Processor.ProjectionBucket, ShadowBucket: shadow, Log: a.log.With("component", "rebuild"),
 		Reads: a.reads.Switch, Sync: a.syncStreams}
-	if spec.History != nil {
+	if a.spec.History != nil {
 		b.LiveHistory = cfg.Processor.HistoryBucket()
 		b.ShadowHistory = cfg.historySpec(shadow.Bucket+"_HISTORY", cfg.historyMaxBytes())
 		b.ShadowHistory.Description = "order history index being rebuilt (managed by orderstore)"

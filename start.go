@@ -96,10 +96,8 @@ func (a *Appliance) startCommitter(context.Context) error {
 	if a.cfg.DurabilityMode() != DurabilityGroupCommit {
 		return nil
 	}
-	c := ingest.NewCommitter(a.cfg.Stream.Name)
-	a.commit = c
-	a.sup.add(component{name: "group commit",
-		run: watch(c.Failed(), c.Err)})
+	a.commit = ingest.NewCommitter(a.cfg.Stream.Name)
+	a.sup.add(component{name: "group commit", run: watch(a.commit.Failed(), a.commit.Err)})
 	return nil
 }
 

@@ -246,7 +246,6 @@ func (s *supervisor) Err() error {
 	return s.err
 }
 
-// stopping reports whether stop began.
 func (s *supervisor) stopping() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

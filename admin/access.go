@@ -207,7 +207,6 @@ func (l *limiter) blocked(addr string) (bool, time.Duration) {
 	return b.tokens < 1, time.Duration(max(0, 1-b.tokens) * float64(failRefill))
 }
 
-// fail records a failed sign-in from addr.
 func (l *limiter) fail(addr string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

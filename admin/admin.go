@@ -592,7 +592,6 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request, b *Backend) e
 	return writeResult(w, http.StatusOK, out, nil)
 }
 
-// isNotFound reports whether err is the backend's NotFound.
 func (b *Backend) isNotFound(err error) bool { return b.NotFound != nil && errors.Is(err, b.NotFound) }
 
 // poisonAgain says whether dead letter seq, replayed as it is, will be
