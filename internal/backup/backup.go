@@ -137,22 +137,12 @@ func Snapshot(ctx context.Context, nc *nats.Conn, name, dir string, seal Seal, p
 	sub.SetPendingLimits(-1, -1)
 
 	req, _ := json.Marshal(map[string]any{"deliver_subject": inbox, "no_consumers": true, "chunk_size": 128 << 10})
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	resp, err := nc.RequestWithContext(rctx, "$JS.API.STREAM.SNAPSHOT."+name, req)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("snapshot request: %w", err)
-	}
 	var sr struct {
 		Config json.RawMessage       `json:"config"`
 		State  jetstream.StreamState `json:"state"`
-		Error  *jetstream.APIError   `json:"error"`
 	}
-	if err := json.Unmarshal(resp.Data, &sr); err != nil {
-		return nil, fmt.Errorf("snapshot response: %w", err)
-	}
-	if sr.Error != nil {
-		return nil, sr.Error
+	if err := request(ctx, nc, 30*time.Second, "snapshot", "$JS.API.STREAM.SNAPSHOT."+name, req, &sr); err != nil {
+		return nil, err
 	}
 	total = sr.State.Bytes
 	select {
@@ -234,21 +224,11 @@ func RestoreStream(ctx context.Context, nc *nats.Conn, dir string, s Stream, key
 	if err := json.Unmarshal(meta, new(map[string]json.RawMessage)); err != nil {
 		return fmt.Errorf("%s: %w", metaFile, err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	resp, err := nc.RequestWithContext(rctx, "$JS.API.STREAM.RESTORE."+s.Name, meta)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("restore request: %w", err)
-	}
 	var rr struct {
-		DeliverSubject string              `json:"deliver_subject"`
-		Error          *jetstream.APIError `json:"error"`
+		DeliverSubject string `json:"deliver_subject"`
 	}
-	if err := json.Unmarshal(resp.Data, &rr); err != nil {
+	if err := request(ctx, nc, 30*time.Second, "restore", "$JS.API.STREAM.RESTORE."+s.Name, meta, &rr); err != nil {
 		return err
-	}
-	if rr.Error != nil {
-		return rr.Error
 	}
 	f, err := os.Open(filepath.Join(dir, dataFile))
 	if err != nil {
@@ -290,21 +270,11 @@ func RestoreStream(ctx context.Context, nc *nats.Conn, dir string, s Stream, key
 			return err
 		}
 	}
-	fctx, cancel := context.WithTimeout(ctx, time.Hour)
-	defer cancel()
-	r, err := nc.RequestWithContext(fctx, rr.DeliverSubject, nil)
-	if err != nil {
-		return fmt.Errorf("finish: %w", err)
-	}
 	var fin struct {
 		State *jetstream.StreamState `json:"state"`
-		Error *jetstream.APIError    `json:"error"`
 	}
-	if err := json.Unmarshal(r.Data, &fin); err != nil {
-		return fmt.Errorf("finish: %w", err)
-	}
-	if fin.Error != nil {
-		return fin.Error
+	if err := request(ctx, nc, time.Hour, "finish", rr.DeliverSubject, nil, &fin); err != nil {
+		return err
 	}
 	// The manifest's counts are the stream's as its snapshot began; a
 	// live stream may have moved on a little while it was taken (a
@@ -314,6 +284,27 @@ func RestoreStream(ctx context.Context, nc *nats.Conn, dir string, s Stream, key
 	}
 	if progress != nil {
 		progress(Progress{Stream: s.Name, BytesReceived: sent, BytesTotal: s.Bytes})
+	}
+	return nil
+}
+
+// request sends req to subj, waits up to timeout for the answer and
+// decodes it into v; the answer's JetStream API error is the error.
+func request(ctx context.Context, nc *nats.Conn, timeout time.Duration, what, subj string, req []byte, v any) error {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := nc.RequestWithContext(rctx, subj, req)
+	if err != nil {
+		return fmt.Errorf("%s request: %w", what, err)
+	}
+	var e struct {
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := errors.Join(json.Unmarshal(resp.Data, v), json.Unmarshal(resp.Data, &e)); err != nil {
+		return fmt.Errorf("%s response: %w", what, err)
+	}
+	if e.Error != nil {
+		return e.Error
 	}
 	return nil
 }

@@ -178,21 +178,9 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 	if err != nil || first == nil {
 		return err
 	}
-	// Collect the copies from the boundary on, up to the first that is of
-	// the expected epoch: the lost ones.
-	var lost []hubCopy
-	c := first
-	for c != nil && len(lost) < maxRepair {
-		got, want := c.msg.Header.Get(w.cfg.EpochHeader), expectedEpoch(epochs, c.sseq)
-		if got == want || got == "" && want == "" {
-			break
-		}
-		lost = append(lost, *c)
-		if c, err = nextCopy(rctx, st, edge, c.seq+1); err != nil {
-			return err
-		}
-	}
-	if len(lost) == 0 {
+	// The first copy from the boundary on is of the expected epoch: the
+	// edge lost none of its copied events there.
+	if first.msg.Header.Get(w.cfg.EpochHeader) == expectedEpoch(epochs, first.sseq) {
 		return nil
 	}
 	// Stop sourcing from edge while the copies are moved.
@@ -211,7 +199,7 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 	removed, moved := 0, 0
 	var firstLost, lastLost uint64
 	runs := map[string]bool{} // the epochs that lost copies: one per crash
-	for c := &lost[0]; c != nil && removed < maxRepair; {
+	for c := first; c != nil && removed < maxRepair; {
 		m, sseq := c.msg, c.sseq
 		if m.Header.Get(w.cfg.EpochHeader) != expectedEpoch(epochs, sseq) {
 			h := nats.Header{}
