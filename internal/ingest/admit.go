@@ -40,11 +40,10 @@ const Headroom = 4 << 10
 
 // Bounds of admission's line (see Admission).
 const (
-	// Past lineMsgs events (or lineBytes) waiting in the stream's inbound
-	// queue, a producer's connection waits in line before its next event
-	// is queued. What is queued is what a newcomer's publish waits behind
-	// (twice: once to be stored, once for its ack), so the bound is low:
-	// 1,024 is what 64 producers with 16 publishes in flight fill.
+	// The queue is deep at lineMsgs events (or lineBytes). What is queued
+	// is what a newcomer's publish waits behind (twice: once to be stored,
+	// once for its ack), so the bound is low: 1,024 is what 64 producers
+	// with 16 publishes in flight fill.
 	lineMsgs  = 1024
 	lineBytes = 8 << 20
 	// lineWait: a publish that waited this long in line, counted from
@@ -87,12 +86,10 @@ type AdmitConfig struct {
 // Admission decides on every event published into the stream, on the
 // publisher's own goroutine, before nats queues it for the stream: what it
 // refuses, scopes, drops, validates and stamps is docs/durability.md's
-// ("Admission, in every mode"). It also holds a producer's connection in
-// line while the stream's inbound queue is deep (wait), so that one
-// account's flood waits its turn behind another's single publish instead
-// of filling the queue (which nats would answer 429 for everyone). A
-// refused event is answered at once with a JetStream API error and is not
-// stored.
+// ("Admission, in every mode"), and so is the line it holds producers in
+// while the stream's inbound queue is deep ("Overload"; nats itself would
+// answer 429 for everyone). A refused event is answered at once with a
+// JetStream API error and is not stored.
 type Admission struct {
 	cfg AdmitConfig
 
@@ -346,12 +343,9 @@ func truncateSubject(s string) string {
 	return strconv.Quote(s)
 }
 
-// APIError is a JetStream API error response, as nats-server writes it.
-func APIError(code, errCode int, description string) []byte {
-	d, _ := json.Marshal(description)
-	b := make([]byte, 0, len(d)+64)
-	b = strconv.AppendInt(append(b, `{"error":{"code":`...), int64(code), 10)
-	b = append(append(b, `,"description":`...), d...)
-	b = strconv.AppendInt(append(b, `,"err_code":`...), int64(errCode), 10)
-	return append(b, "}}"...)
+// APIError is a JetStream API error response with orderstore's err_code
+// for refusals (10077), as nats-server writes it.
+func APIError(code int, description string) []byte {
+	b, _ := json.Marshal(map[string]map[string]any{"error": {"code": code, "description": description, "err_code": 10077}})
+	return b
 }

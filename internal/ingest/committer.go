@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/orderstore/orderstore/status"
@@ -21,10 +20,9 @@ import (
 type Committer struct {
 	stream string // the events stream: Acked counts its acks
 	fail   chan struct{}
-	once   sync.Once
-	err    atomic.Pointer[error]
 
-	mu        sync.Mutex // guards the rounds' figures (/metrics, the dashboard)
+	mu        sync.Mutex // guards the rest
+	err       error      // the first failed sync's
 	syncs     uint64
 	errors    uint64
 	syncHist  histogram // seconds per round
@@ -62,13 +60,12 @@ func (c *Committer) Round(stream string, acks int, sync time.Duration) {
 // Fail records a stream's failed sync; the first one closes Failed.
 func (c *Committer) Fail(stream string, err error) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.errors++
-	c.mu.Unlock()
-	c.once.Do(func() {
-		e := fmt.Errorf("group commit: the sync of stream %s failed, so its store refuses writes: %w", stream, err)
-		c.err.Store(&e)
+	if c.err == nil {
+		c.err = fmt.Errorf("group commit: the sync of stream %s failed, so its store refuses writes: %w", stream, err)
 		close(c.fail)
-	})
+	}
 }
 
 // Failed is closed after the first failed sync.
@@ -76,10 +73,9 @@ func (c *Committer) Failed() <-chan struct{} { return c.fail }
 
 // Err is the first failed sync's error, or nil.
 func (c *Committer) Err() error {
-	if p := c.err.Load(); p != nil {
-		return *p
-	}
-	return nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }
 
 // histogram is a cumulative Prometheus-style histogram.

@@ -35,7 +35,7 @@ func StartDurableGuard(nc *nats.Conn, stream, durable string, log *slog.Logger) 
 		"no client may bind, pull, ack, change or delete it, or the projection would miss events; "+
 		"make a durable of your own, e.g. nats consumer add %s my-worker --pull --deliver all --ack explicit --defaults",
 		durable, stream, stream)
-	g := &DurableGuard{log: log, why: ingest.APIError(403, 10077, desc),
+	g := &DurableGuard{log: log, why: ingest.APIError(403, desc),
 		next: nats.Header{"Status": {"409"}, "Description": {desc}}}
 	var err error
 	if g.sub, err = nc.Subscribe(strings.TrimSuffix(natsconf.GuardPrefix, ".")+".>", g.on); err != nil {

@@ -132,7 +132,7 @@ func (g *StoreGuard) recover(ctx context.Context) error {
 	ownFailed := g.ownFailed
 	refuse := func() {
 		ownFailed = nil
-		reply := ingest.APIError(503, 10077, "orderstore: the store cannot write (disk full?); retry later")
+		reply := ingest.APIError(503, "orderstore: the store cannot write (disk full?); retry later")
 		for _, subj := range g.cfg.Subjects {
 			sub, err := g.conn.Subscribe(subj, func(m *nats.Msg) {
 				if m.Reply != "" {
