@@ -197,15 +197,13 @@ func (c *Check) moveAside(why string) error {
 }
 
 // unloadedConsumer moves aside the processor's durable when its directory
-// is on disk but nats did not load it: its meta.inf or o.dat was
-// unreadable (nats writes them without fsync in the relaxed modes, and a
-// power cut can leave them empty). Declaring it over that directory would
-// keep both the unreadable meta.inf (nats writes it only when it is
-// missing) and the state file beside it, which a power cut can leave ahead
-// of the stream: the consumer would then skip the new events that reuse
-// the lost sequence numbers, or wait for ever on deliveries the stream no
-// longer has (nats reconciles a consumer with its stream only when it
-// loads it at start-up).
+// is on disk but nats did not load it (its meta.inf or o.dat unreadable, as
+// a power cut leaves them in the relaxed modes): declared over that
+// directory, it would keep both (docs/reliability.md, "What the damage rows
+// mean"), and a state ahead of the stream would skip the new events that
+// reuse the lost sequence numbers, or wait for ever on deliveries the
+// stream no longer has (nats reconciles a consumer with its stream only
+// when it loads it at start-up).
 func (c *Check) unloadedConsumer(ctx context.Context) error {
 	if c.Spec.Consumer == nil {
 		return nil
@@ -332,13 +330,9 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 	if why == "" {
 		return nil
 	}
-	// The projection holds the effect of events the stream no longer has,
-	// and the next events will reuse their sequence numbers: rebuild it
-	// from what the stream holds, so that it is again the fold of the
-	// stream (the events lost are gone from both).
-	// The consumer is reset first and the bucket purged second: if
-	// start-up stops in between, the next start finds the same condition
-	// and does it again.
+	// Rebuild the projection: the consumer is reset first and the bucket
+	// purged second: if start-up stops in between, the next start finds the
+	// same condition and does it again.
 	if spec.Consumer != nil {
 		if err := c.JS.DeleteConsumer(ctx, cs, spec.Consumer.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("recovery check: rebuild the projection: reset consumer %q: %w", spec.Consumer.Durable, err)
