@@ -8,9 +8,7 @@
 // Each test runs the appliance as a child process (the test binary run
 // again with ORDERSTORE_POWERLOSS_STORE set) on a powerfs mount, either
 // directly or inside ext4 on a loop device whose image lives on the mount.
-// A start that the recovery check refuses in relaxed mode (the durable's
-// ack floor ahead of the stream, nats-server#5412) is reported, its hint's
-// remedy applied (remove the consumer) and the appliance started again.
-// What is not part of the relaxed contract is reported, not failed: the
-// projection differing from the fold.
+// After every cut the appliance must start by itself and its projection be
+// the fold of what the stream holds; in the relaxed mode an order's history
+// index that differs from the stream is reported, not failed.
 package powerloss
