@@ -60,11 +60,8 @@ func RecordEpoch(ctx context.Context, js jetstream.JetStream, stream, epoch stri
 	}
 	info := st.CachedInfo()
 	cfg := info.Config
-	es := parseEpochs(cfg.Metadata[epochsKey])
-	es = append(es, epochStart{epoch, info.State.LastSeq + 1})
-	if len(es) > maxEpochs {
-		es = es[len(es)-maxEpochs:]
-	}
+	es := append(parseEpochs(cfg.Metadata[epochsKey]), epochStart{epoch, info.State.LastSeq + 1})
+	es = es[max(len(es)-maxEpochs, 0):]
 	fs := make([]string, len(es))
 	for i, e := range es {
 		fs[i] = fmt.Sprintf("%s:%d", e.epoch, e.first)

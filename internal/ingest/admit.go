@@ -309,17 +309,14 @@ func (ad *Admission) logInvalid(subject string, err error) {
 		"subject", truncateSubject(subject), "err", err)
 }
 
-// ElectionWait is how long a producer's publish into a clustered stream
-// without a leader waits for one (embedded.Config.AwaitInterest) before
-// nats answers it "no responders": within a client's 5 s timeout.
-const ElectionWait = 3500 * time.Millisecond
-
 // AwaitElection is embedded.Config.AwaitInterest for a clustered stream
-// with subjects in account streamAccount.
+// with subjects in account streamAccount: a producer's publish into it
+// while it has no leader waits 3.5 s for one before nats answers it "no
+// responders" (within a client's 5 s timeout).
 func AwaitElection(streamAccount string, subjects []string) func(account, subject string) time.Duration {
 	return func(account, subject string) time.Duration {
 		if account == streamAccount && slices.ContainsFunc(subjects, func(p string) bool { return server.SubjectMatchesFilter(subject, p) }) {
-			return ElectionWait
+			return 3500 * time.Millisecond
 		}
 		return 0
 	}

@@ -10,13 +10,10 @@ import (
 )
 
 // Committer follows group commit, which runs inside the embedded
-// nats-server's file store (natsserver/patches/0001-group-commit.patch):
-// each single-replica file stream acks a publish once one fdatasync of the
-// blocks written since the round before (and of the msgs/ directory when a
-// block file appeared) has covered it. The Committer keeps the rounds'
-// figures (/metrics, the dashboard) and the first failed sync, which is
-// final (docs/durability.md, "A failed sync is final"): Failed is closed,
-// and the appliance stops.
+// nats-server's file store (docs/durability.md, "How group commit works").
+// It keeps the rounds' figures (/metrics, the dashboard) and the first
+// failed sync, which is final (docs/durability.md, "A failed sync is
+// final"): Failed is closed, and the appliance stops.
 type Committer struct {
 	stream string // the events stream: Acked counts its acks
 	fail   chan struct{}
