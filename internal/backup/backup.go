@@ -194,13 +194,12 @@ func ReadManifest(dir string) (*Manifest, error) {
 			if strings.ContainsAny(s.Name, "/\\") || strings.Contains(s.Name, "..") || strings.ContainsAny(file, "/\\") {
 				return nil, fmt.Errorf("backup %q: manifest names %q: not a stream file", dir, p)
 			}
-			f, err := os.Open(p)
-			if err != nil {
-				return nil, fmt.Errorf("backup %q: %w", dir, err)
-			}
 			h := sha256.New()
-			_, err = io.Copy(h, f)
-			f.Close()
+			f, err := os.Open(p)
+			if err == nil {
+				_, err = io.Copy(h, f)
+				f.Close()
+			}
 			if err != nil {
 				return nil, fmt.Errorf("backup %q: %w", dir, err)
 			}
@@ -352,18 +351,17 @@ func WriteTar(dir string, w io.Writer) error {
 	files = append(files, filepath.Join(dir, ManifestFile))
 	for _, p := range files {
 		rel, _ := filepath.Rel(dir, p)
-		fi, err := os.Stat(p)
-		if err != nil {
-			return err
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: filepath.ToSlash(rel), Mode: 0o600, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
-			return err
-		}
 		f, err := os.Open(p)
 		if err != nil {
 			return err
 		}
-		_, err = io.Copy(tw, f)
+		fi, err := f.Stat()
+		if err == nil {
+			err = tw.WriteHeader(&tar.Header{Name: filepath.ToSlash(rel), Mode: 0o600, Size: fi.Size(), ModTime: fi.ModTime()})
+		}
+		if err == nil {
+			_, err = io.Copy(tw, f)
+		}
 		f.Close()
 		if err != nil {
 			return err

@@ -17,11 +17,7 @@ import (
 )
 
 // An edge's power cut, seen from its hub: docs/topologies.md ("An edge's
-// power cut") says what goes wrong and the design. Every run of a node has
-// an epoch (Config.EpochHeader, stamped on each event by admission), the
-// stream records in its metadata where each epoch began (epochsKey), and
-// the hub's watcher checks each epoch boundary of each edge once,
-// repairing the aggregate where the edge lost copied events.
+// power cut") says what goes wrong, and how the epochs find and repair it.
 
 // epochsKey is the stream metadata key of the epochs' list:
 // "<epoch>:<first seq>,..." oldest first.
