@@ -30,7 +30,7 @@ type Check struct {
 	Account string // where the streams live
 	Spec    bootstrap.Spec
 	Log     *slog.Logger
-	// Retry runs f again while a cluster elects its leaders (nil: once).
+	// Retry runs f, again while a cluster elects its leaders (required).
 	Retry func(ctx context.Context, what string, f func(context.Context) error) error
 	// Unclean: the last run did not stop cleanly.
 	Unclean bool
@@ -59,13 +59,6 @@ func (c *Check) Notes() []string { return c.notes }
 // ConsumerReset reports whether the consumer was declared again from the
 // start of the stream.
 func (c *Check) ConsumerReset() bool { return c.consumerReset }
-
-func (c *Check) retry(ctx context.Context, what string, f func(context.Context) error) error {
-	if c.Retry == nil {
-		return f(ctx)
-	}
-	return c.Retry(ctx, what, f)
-}
 
 func (c *Check) declare(ctx context.Context) error {
 	_, err := bootstrap.Declare(ctx, c.JS, c.Spec, c.Log.With("component", "bootstrap"))
@@ -109,14 +102,14 @@ func (c *Check) Declare(ctx context.Context, clustered bool) error {
 			return err
 		}
 	}
-	if err := c.retry(ctx, "declare", c.declareRecovering); err != nil {
+	if err := c.Retry(ctx, "declare", c.declareRecovering); err != nil {
 		return err
 	}
 	if err := c.checkReloaded(ctx, unloaded); err != nil {
 		return err
 	}
 	spec := c.Spec
-	err := c.retry(ctx, "recovery check", func(ctx context.Context) error { return bootstrap.Verify(ctx, c.JS, spec) })
+	err := c.Retry(ctx, "recovery check", func(ctx context.Context) error { return bootstrap.Verify(ctx, c.JS, spec) })
 	if !errors.Is(err, bootstrap.ErrAckFloorAhead) || spec.Consumer == nil {
 		return err
 	}
@@ -275,7 +268,7 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 		s  jetstream.Stream
 		hw uint64
 	)
-	if err := c.retry(ctx, "recovery check", func(ctx context.Context) (err error) {
+	if err := c.Retry(ctx, "recovery check", func(ctx context.Context) (err error) {
 		if s, err = c.JS.Stream(ctx, cs); err != nil {
 			return fmt.Errorf("recovery check: stream %q: %w", cs, err)
 		}
