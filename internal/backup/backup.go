@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -106,7 +107,7 @@ func Snapshot(ctx context.Context, nc *nats.Conn, name, dir string, seal Seal, p
 	inbox := nc.NewRespInbox()
 	done := make(chan error, 1)
 	var received int64
-	var total uint64
+	var total atomic.Uint64 // set once the snapshot's answer came: chunks may come before it
 	chunks := 0
 	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
 		if len(m.Data) == 0 {
@@ -127,7 +128,7 @@ func Snapshot(ctx context.Context, nc *nats.Conn, name, dir string, seal Seal, p
 			m.Respond(nil) // flow control: the next window
 		}
 		if progress != nil && chunks%64 == 0 {
-			progress(Progress{Stream: name, BytesReceived: received, BytesTotal: total})
+			progress(Progress{Stream: name, BytesReceived: received, BytesTotal: total.Load()})
 		}
 	})
 	if err != nil {
@@ -144,7 +145,7 @@ func Snapshot(ctx context.Context, nc *nats.Conn, name, dir string, seal Seal, p
 	if err := request(ctx, nc, 30*time.Second, "snapshot", "$JS.API.STREAM.SNAPSHOT."+name, req, &sr); err != nil {
 		return nil, err
 	}
-	total = sr.State.Bytes
+	total.Store(sr.State.Bytes)
 	select {
 	case err := <-done:
 		if err != nil {
@@ -171,7 +172,7 @@ func Snapshot(ctx context.Context, nc *nats.Conn, name, dir string, seal Seal, p
 	}
 	ms := sha256.Sum256(meta)
 	if progress != nil {
-		progress(Progress{Stream: name, BytesReceived: received, BytesTotal: total})
+		progress(Progress{Stream: name, BytesReceived: received, BytesTotal: total.Load()})
 	}
 	return &Stream{Name: name, Messages: sr.State.Msgs, Bytes: sr.State.Bytes, FirstSeq: sr.State.FirstSeq, LastSeq: sr.State.LastSeq,
 		Files: map[string]string{dataFile: hex.EncodeToString(h.Sum(nil)), metaFile: hex.EncodeToString(ms[:])}}, nil
