@@ -86,8 +86,10 @@ func (p *Processor) partition(ctx context.Context, in <-chan item, size int, ski
 func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled int) {
 	var dls deadLetters
 	defer func() { p.finishDeadLetters(ctx, dls) }()
-	groups := make(map[string][]item)
-	var order []string
+	// orders[k] are the events of items[k], one order's; index[id] is its k.
+	index := map[string]int{}
+	var orders [][]Event
+	var items [][]item
 	for _, it := range batch {
 		switch id := it.ev.OrderID; {
 		case it.skip:
@@ -106,25 +108,23 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled in
 			p.deadLetterUnapplied(ctx, it, fmt.Errorf("delivered %d times without a result (max_deliver %d): the processor stopped or exceeded ack_wait on it",
 				it.ev.Delivered, p.cfg.MaxDeliver), &dls)
 		default:
-			if _, ok := groups[id]; !ok {
-				order = append(order, id)
+			k, ok := index[id]
+			if !ok {
+				k = len(orders)
+				index[id] = k
+				orders, items = append(orders, nil), append(items, nil)
 			}
-			groups[id] = append(groups[id], it)
-		}
-	}
-	if len(order) == 0 {
-		return unhandled
-	}
-	orders := make([][]Event, len(order))
-	for k, id := range order {
-		for _, it := range groups[id] {
 			orders[k] = append(orders[k], it.ev)
+			items[k] = append(items[k], it)
 		}
+	}
+	if len(orders) == 0 {
+		return unhandled
 	}
 	results := handleAll(ctx, p.cfg.Handler, orders, errUnhandled)
 	var handled []result
-	for k, id := range order {
-		for j, it := range groups[id] {
+	for k, its := range items {
+		for j, it := range its {
 			if results[k][j] == errUnhandled {
 				unhandled++
 				continue

@@ -176,6 +176,20 @@ type HistoryPage struct {
 // stream s, the stream the projection folds. An unknown order is
 // jetstream.ErrKeyNotFound.
 func (p *Projection) History(ctx context.Context, s jetstream.Stream, orderID string, from, limit int) (HistoryPage, error) {
+	return p.history(ctx, s, orderID, from, limit, false)
+}
+
+// HistoryStates is [Projection.History] with, for each listed event, the
+// order's state after it (State; nil before any event was folded): the
+// fold of the order's events up to it, by the live projection's fold. It
+// folds every event before the page too, so its cost grows with from.
+func (p *Projection) HistoryStates(ctx context.Context, s jetstream.Stream, orderID string, from, limit int) (HistoryPage, error) {
+	return p.history(ctx, s, orderID, from, limit, true)
+}
+
+// history is History, and HistoryStates with states: one read of the
+// order's record serves the page and the fold before it.
+func (p *Projection) history(ctx context.Context, s jetstream.Stream, orderID string, from, limit int, states bool) (HistoryPage, error) {
 	if p.hist == nil {
 		return HistoryPage{}, ErrNoHistory
 	}
@@ -206,6 +220,24 @@ func (p *Projection) History(ctx context.Context, s jetstream.Stream, orderID st
 	page.Events = evs
 	if next := from + len(page.Events); next < page.Total {
 		page.Next = next
+	}
+	if !states || len(page.Events) == 0 {
+		return page, nil
+	}
+	_, folded, err := p.foldUpTo(ctx, s, orderID, r, AsOfPoint{}, min(from, r.historyCount()), nil)
+	if err != nil {
+		return page, err
+	}
+	for i := range page.Events {
+		he := &page.Events[i]
+		if he.Retained && !he.Replaced {
+			folded.apply(he.event(orderID))
+		}
+		if folded.Events > 0 {
+			o := folded.Order
+			o.UpdatedAt = o.LastEventAt
+			he.State = &o
+		}
 	}
 	return page, nil
 }
@@ -460,37 +492,6 @@ func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID s
 // event is he as the fold sees it.
 func (he *HistoryEvent) event(orderID string) Event {
 	return Event{Subject: he.Subject, Type: he.Type, OrderID: orderID, Status: he.Status, Data: he.Data, Header: he.Header, Sequence: he.Sequence, Time: he.Time}
-}
-
-// HistoryStates is [Projection.History] with, for each listed event, the
-// order's state after it (State; nil before any event was folded): the
-// fold of the order's events up to it, by the live projection's fold. It
-// folds every event before the page too, so its cost grows with from.
-func (p *Projection) HistoryStates(ctx context.Context, s jetstream.Stream, orderID string, from, limit int) (HistoryPage, error) {
-	page, err := p.History(ctx, s, orderID, from, limit)
-	if err != nil || len(page.Events) == 0 {
-		return page, err
-	}
-	r, err := p.readRecord(ctx, orderID)
-	if err != nil {
-		return page, err
-	}
-	_, folded, err := p.foldUpTo(ctx, s, orderID, r, AsOfPoint{}, min(from, r.historyCount()), nil)
-	if err != nil {
-		return page, err
-	}
-	for i := range page.Events {
-		he := &page.Events[i]
-		if he.Retained && !he.Replaced {
-			folded.apply(he.event(orderID))
-		}
-		if folded.Events > 0 {
-			o := folded.Order
-			o.UpdatedAt = o.LastEventAt
-			he.State = &o
-		}
-	}
-	return page, nil
 }
 
 // writeSeals writes the sealed chunks of writes, all in flight at once,

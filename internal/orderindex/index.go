@@ -73,10 +73,7 @@ type item struct {
 }
 
 func compareItems(a, b item) int {
-	if a.at != b.at {
-		return cmp.Compare(a.at, b.at)
-	}
-	return strings.Compare(a.id, b.id)
+	return cmp.Or(cmp.Compare(a.at, b.at), strings.Compare(a.id, b.id))
 }
 
 func newTree() *btree.BTreeG[item] {
@@ -227,17 +224,15 @@ func (x *Index) Top(n int) (top []Count, total, otherOrders, otherStatuses int) 
 	// best holds the n largest so far, the smallest of them first.
 	var best []*statusSet
 	for _, s := range x.by {
-		switch {
-		case len(best) < n:
-			i, _ := slices.BinarySearchFunc(best, s, smaller)
-			best = slices.Insert(best, i, s)
-		case n > 0 && smaller(s, best[0]) > 0:
+		if n > 0 && len(best) == n && smaller(s, best[0]) > 0 {
 			otherOrders += best[0].tree.Len()
 			otherStatuses++
 			best = best[1:]
+		}
+		if len(best) < n {
 			i, _ := slices.BinarySearchFunc(best, s, smaller)
 			best = slices.Insert(best, i, s)
-		default:
+		} else {
 			otherOrders += s.tree.Len()
 			otherStatuses++
 		}

@@ -1,6 +1,7 @@
 package rebuild
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,7 +39,7 @@ type Buckets struct {
 	Forget func()
 	// Sync makes the named streams' writes durable.
 	Sync func(ctx context.Context, streams ...string) error
-	Log  *slog.Logger
+	Log  *slog.Logger // nil discards
 }
 
 func (b *Buckets) shadowStreams() []string {
@@ -143,8 +144,9 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	}); err != nil {
 		return fmt.Errorf("projection bucket %q: %w", b.Live, err)
 	}
-	if unreadable > 0 && b.Log != nil {
-		b.Log.Warn("projection rebuild: live records that cannot be read are replaced by the rebuilt ones", "unreadable", unreadable)
+	log := cmp.Or(b.Log, slog.New(slog.DiscardHandler))
+	if unreadable > 0 {
+		log.Warn("projection rebuild: live records that cannot be read are replaced by the rebuilt ones", "unreadable", unreadable)
 	}
 	partialLive := func(id string) bool {
 		h := live[id]
@@ -235,9 +237,7 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	if b.Forget != nil {
 		b.Forget()
 	}
-	if b.Log != nil {
-		b.Log.Info("projection rebuild: copied into the live projection", "rebuilt", t.Rebuilt, "partial_kept", t.Partial, "conflicts_kept", t.Conflicts, "untouched", untouched)
-	}
+	log.Info("projection rebuild: copied into the live projection", "rebuilt", t.Rebuilt, "partial_kept", t.Partial, "conflicts_kept", t.Conflicts, "untouched", untouched)
 	return nil
 }
 
