@@ -207,7 +207,6 @@ func (p *Projection) load(ctx context.Context, id string) (record, uint64, error
 	return decodeRecord(id, e.Value(), e.Revision())
 }
 
-// decodeRecord is id's record stored as data at revision rev.
 func decodeRecord(id string, data []byte, rev uint64) (record, uint64, error) {
 	var r record
 	if err := json.Unmarshal(data, &r); err != nil {
@@ -252,7 +251,6 @@ func parallel(n, width int, fn func(i int)) {
 	wg.Wait()
 }
 
-// store caches r as id's record at revision rev.
 func (p *Projection) store(id string, r record, rev uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

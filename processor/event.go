@@ -81,13 +81,10 @@ type AppliedChecker interface {
 // processor calls it before it dead-letters an event whose deliveries ran
 // out without a result. Withhold reports whether the event was applied
 // already (then it is acked, not dead-lettered). Otherwise it records the
-// event as withheld, so that a later Handle of it returns ErrWithheld: a
-// processor that still holds an earlier delivery of the event (a sibling
-// on a shared durable, or this one, slowed past ack_wait) cannot apply it
-// after it was dead-lettered, and dead-letters it too (if the first dead
-// letter failed, the event is not lost). An event is then never both applied and a
-// dead letter. A Handler without it is asked [AppliedChecker.Applied]
-// instead, which leaves that race open.
+// event as withheld, so that a later Handle of it returns ErrWithheld: an
+// earlier delivery still held elsewhere is dead-lettered too, never applied
+// (docs/processor.md, "Retries and max_deliver"). A Handler without it is
+// asked [AppliedChecker.Applied] instead, which leaves that race open.
 type Withholder interface {
 	Withhold(ctx context.Context, ev Event) (applied bool, err error)
 }
@@ -183,7 +180,6 @@ func jsonProblem(data []byte, err error) string {
 	return "not JSON: " + strings.TrimPrefix(err.Error(), "json: ")
 }
 
-// eventType is the subject's last token.
 func eventType(subject string) string { return subject[strings.LastIndexByte(subject, '.')+1:] }
 
 // EventOf returns the Event of a stream message as the processor hands it

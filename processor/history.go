@@ -265,9 +265,9 @@ func (p *Projection) readRecord(ctx context.Context, orderID string) (record, er
 func (p *Projection) historySeqs(ctx context.Context, orderID string, r record, from, limit int) ([]uint64, error) {
 	var out []uint64
 	sealed := r.HistoryChunks * HistoryChunk
-	for pos := from; pos < from+limit && pos < r.historyCount(); {
+	end := min(from+limit, r.historyCount())
+	for pos := from; pos < end; {
 		if pos >= sealed {
-			end := min(from+limit, r.historyCount())
 			return append(out, r.History[pos-sealed:end-sealed]...), nil
 		}
 		n := pos / HistoryChunk
@@ -275,9 +275,9 @@ func (p *Projection) historySeqs(ctx context.Context, orderID string, r record, 
 		if err != nil {
 			return out, err
 		}
-		end := min(from+limit, (n+1)*HistoryChunk)
-		out = append(out, chunk[pos-n*HistoryChunk:end-n*HistoryChunk]...)
-		pos = end
+		upTo := min(end, (n+1)*HistoryChunk)
+		out = append(out, chunk[pos-n*HistoryChunk:upTo-n*HistoryChunk]...)
+		pos = upTo
 	}
 	return out, nil
 }
@@ -489,7 +489,6 @@ func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID s
 	return st, folded, nil
 }
 
-// event is he as the fold sees it.
 func (he *HistoryEvent) event(orderID string) Event {
 	return Event{Subject: he.Subject, Type: he.Type, OrderID: orderID, Status: he.Status, Data: he.Data, Header: he.Header, Sequence: he.Sequence, Time: he.Time}
 }

@@ -133,12 +133,10 @@ var ErrDuplicate = errors.New("already applied")
 // bucket, one key per order, updated by compare-and-set on the key's
 // revision so concurrent processors never overwrite each other.
 //
-// The writes of one batch go to the server together. When the bucket's
-// stream allows atomic batch publishes (bootstrap.Declare enables it), a
-// batch is committed as one atomic batch: with sync_interval "always" the
-// server then fsyncs once per batch instead of once per order. Otherwise,
-// or when the atomic batch is refused (another processor moved a key), the
-// writes are pipelined one by one: every order's update in flight at once.
+// The writes of one batch go to the server together: as one atomic batch
+// where the bucket's stream allows it (see [Projection.SetAtomicBatches]),
+// else, or when the batch is refused (another processor moved a key),
+// pipelined one by one: every order's update in flight at once.
 type Projection struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
@@ -260,9 +258,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 		for k, i := range todo {
 			ids[k] = orders[i][0].OrderID
 		}
-		// A write refused because the key moved is read again from the
-		// bucket's leader: the replica that served the first read (a
-		// direct get) may lag behind, as a cluster node catching up does.
+		// A retry reads from the bucket's leader (loadLatest: a replica may lag).
 		states, loadErrs := p.loadMany(ctx, ids, attempt > 0)
 		var writes []write
 		var reread []int // orders whose write seals a chunk: read again from the leader

@@ -307,7 +307,6 @@ type retry struct {
 	timer *time.Timer
 }
 
-// add delivers r again once delay has passed.
 func (rs *retries) add(r *recoveredMsg, delay time.Duration) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()

@@ -32,7 +32,6 @@ func (p *Processor) settleAll(ctx context.Context, rs []result, dls *deadLetters
 	}
 }
 
-// sync runs Config.Sync, if set.
 func (p *Processor) sync(ctx context.Context) error {
 	if p.cfg.Sync == nil {
 		return nil

@@ -74,8 +74,7 @@ type Rebuild struct {
 	Rate       float64 `json:"rate"`
 	ETASeconds float64 `json:"eta_seconds"`
 	// Paced: the fold yields the CPU to producers, who are publishing
-	// (it then works at most the share of the time that keeps it twice
-	// as fast as they are, and at least a quarter).
+	// (docs/rebuild.md, "The steps", 2).
 	Paced bool `json:"paced,omitempty"`
 	// Skipped, as the live projection does not hold them either: Poison,
 	// events that can never be applied (whether or not the live
@@ -83,12 +82,9 @@ type Rebuild struct {
 	// dead letters, or originals of replayed ones.
 	Poison       uint64 `json:"poison"`
 	DeadLettered uint64 `json:"dead_lettered"`
-	// At the takeover: orders whose state was replaced by the rebuilt
-	// one; Partial, orders some of whose events the stream no longer
-	// holds (or that precede FromSeq), kept as they were unless
-	// ReplacePartial; Conflicts, orders with an event dead-lettered after
-	// the rebuild folded it, kept as they were; Untouched, orders with
-	// no event in the folded range, kept.
+	// At the takeover (docs/rebuild.md, "The steps", 4): orders rebuilt,
+	// and the partial ones (unless ReplacePartial) and conflicts kept as
+	// they were; Untouched, orders with no event in the folded range, kept.
 	Rebuilt        uint64 `json:"rebuilt"`
 	Partial        uint64 `json:"partial"`
 	Conflicts      uint64 `json:"conflicts"`
@@ -372,11 +368,9 @@ type SourceStatus struct {
 	// Regressed: the edge's last sequence is below the newest the
 	// aggregate holds from it (it lost events the hub had copied).
 	Regressed bool `json:"regressed,omitempty"`
-	// LostEvents counts events the aggregate had copied from the edge
-	// that the edge then lost in a crash (never acknowledged there): they
-	// were moved to the dead-letter stream and the edge sourced again.
-	// Regressions counts such repairs; LastRegression says what the last
-	// one did.
+	// LostEvents, Regressions and LastRegression: the repairs after the
+	// edge's power cuts (docs/topologies.md, "3. Edges and a hub": "An
+	// edge's power cut").
 	LostEvents     uint64 `json:"lost_events"`
 	Regressions    uint64 `json:"regressions"`
 	LastRegression string `json:"last_regression,omitempty"`

@@ -360,12 +360,10 @@ func (x *Index) List(q Query) (Page, error) {
 	for _, src := range srcs {
 		items = append(items, take(src, cur, q.Newest, limit+1)...)
 	}
-	slices.SortFunc(items, func(a, b item) int {
-		if q.Newest {
-			return compareItems(b, a)
-		}
-		return compareItems(a, b)
-	})
+	slices.SortFunc(items, compareItems) // an order is in one source only
+	if q.Newest {
+		slices.Reverse(items)
+	}
 	var p Page
 	if len(items) > limit {
 		items = items[:limit]

@@ -54,7 +54,6 @@ type folder struct {
 	rested     time.Duration // slept by yield: not the fold's work
 }
 
-// fetched is one batch the reader fetched.
 type fetched struct {
 	msgs []jetstream.Msg
 	err  error
@@ -263,7 +262,6 @@ func seqAtTime(ctx context.Context, s jetstream.Stream, t time.Time, ss jetstrea
 	return lo, nil
 }
 
-// position is the last sequence the fold folded.
 func (f *folder) position() uint64 {
 	f.r.mu.Lock()
 	defer f.r.mu.Unlock()

@@ -370,7 +370,6 @@ func (r *Runner) reloadSaved(st *state) error {
 	return nil
 }
 
-// readState reads the state file at path.
 func readState(path string) (*state, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -25,7 +25,6 @@ type state struct {
 // running reports whether s is a rebuild under way (folding or taking over).
 func (s *state) running() bool { return s != nil && s.Rebuild.Running() }
 
-// save writes st durably.
 func (r *Runner) save(st *state) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -47,7 +47,6 @@ func (r *Runner) FinishTakeover(ctx context.Context) error {
 	return nil
 }
 
-// takingOver reports whether st's takeover has begun and not ended.
 func (r *Runner) takingOver(st *state) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
