@@ -234,9 +234,7 @@ func ListDeadLetters(ctx context.Context, js jetstream.JetStream, stream string,
 	if err != nil {
 		return nil, 0, err
 	}
-	if limit <= 0 {
-		limit = 100
-	}
+	limit = orDefault(limit, 100)
 	if st.Msgs == 0 {
 		return []DeadLetter{}, 0, nil
 	}
@@ -263,9 +261,7 @@ func deadLetterStream(ctx context.Context, js jetstream.JetStream, stream string
 // leave gaps in the stream's sequences; those returned are still the most
 // recent that remain.
 func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream string, n int) ([]DeadLetter, error) {
-	if n <= 0 {
-		n = 100
-	}
+	n = orDefault(n, 100)
 	s, st, err := deadLetterStream(ctx, js, stream)
 	if err != nil {
 		return nil, err

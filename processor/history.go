@@ -290,21 +290,19 @@ func (p *Projection) readChunk(ctx context.Context, orderID string, n int) ([]ui
 	key := historyKey(orderID, n)
 	var data []byte
 	e, err := p.hist.Get(ctx, key)
-	switch {
-	case err == nil:
+	if err == nil {
 		data = e.Value()
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	} else if errors.Is(err, jetstream.ErrKeyNotFound) {
 		// A replica may lag behind the one that served the record: ask
 		// the leader before calling it gone.
-		d, seq, deleted, lerr := leaderget.LastBySubject(ctx, p.js, "KV_"+p.hist.Bucket(), p.histPrefix+key)
-		if lerr != nil {
-			return nil, fmt.Errorf("history of %q: chunk %d of its index: %w", orderID, n, lerr)
-		}
-		if seq == 0 || deleted {
+		var seq uint64
+		var deleted bool
+		data, seq, deleted, err = leaderget.LastBySubject(ctx, p.js, "KV_"+p.hist.Bucket(), p.histPrefix+key)
+		if err == nil && (seq == 0 || deleted) {
 			return make([]uint64, HistoryChunk), nil
 		}
-		data = d
-	default:
+	}
+	if err != nil {
 		return nil, fmt.Errorf("history of %q: chunk %d of its index: %w", orderID, n, err)
 	}
 	var chunk []uint64

@@ -76,16 +76,13 @@ type Config struct {
 	Exclusive bool
 	// Shared says the durable is shared by processors of the same
 	// application (the nodes of a cluster each run one): with Exclusive,
-	// a jump in the sequences delivered here is then expected (a sibling
-	// got those events). Such events are read back only once the ack floor
+	// the events a sibling was delivered are read back once the ack floor
 	// has passed them, and applied only if the handler, an
-	// [AppliedChecker], says that they were not (a sibling applies what it
-	// acks); without an AppliedChecker, nothing is read back. Its limit: the
-	// projection forgets which events at or below the ack floor it applied
-	// (it keeps only that floor), so an event of an order written again
-	// after the floor passed the event counts as applied: an outside client
-	// that took it from the shared durable goes unnoticed then. The durable
-	// guard, not this check, keeps outside clients off the durable.
+	// [AppliedChecker], says they were not (docs/processor.md, "In a
+	// cluster"); without one, nothing is read back. Its limit: such an
+	// event of an order written since the floor passed it counts as
+	// applied (the projection keeps only the floor), so an outside client
+	// that took it goes unnoticed; the durable guard keeps them off.
 	Shared bool
 	// SettledThrough: every event up to this stream sequence was settled
 	// (applied or dead-lettered) before the store was restored from a
@@ -183,18 +180,10 @@ func New(js jetstream.JetStream, cfg Config) (*Processor, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("processor: %w", err)
 	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 32
-	}
-	if cfg.MaxDeliver <= 0 {
-		cfg.MaxDeliver = 5
-	}
-	if cfg.MaxBufferedBytes <= 0 {
-		cfg.MaxBufferedBytes = 64 << 20
-	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = 10 * time.Second
-	}
+	cfg.Workers = orDefault(cfg.Workers, 32)
+	cfg.MaxDeliver = orDefault(cfg.MaxDeliver, 5)
+	cfg.MaxBufferedBytes = orDefault(cfg.MaxBufferedBytes, 64<<20)
+	cfg.DrainTimeout = orDefault(cfg.DrainTimeout, 10*time.Second)
 	if len(cfg.Backoff) == 0 {
 		cfg.Backoff = []time.Duration{time.Second}
 	}
@@ -203,6 +192,14 @@ func New(js jetstream.JetStream, cfg Config) (*Processor, error) {
 		dlSeen: map[uint64]struct{}{}, recPending: map[uint64]struct{}{}, awaiting: map[uint64]struct{}{},
 		retries: retries{pending: map[*retry]struct{}{}},
 	}, nil
+}
+
+// orDefault is v if it is positive, else d.
+func orDefault[T int | int64 | time.Duration](v, d T) T {
+	if v > 0 {
+		return v
+	}
+	return d
 }
 
 // Stats returns the counters.
@@ -263,21 +260,14 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.log.Warn("the consumer's own max_deliver drops events silently when reached; set it to -1 (orderstore declares it so)",
 			"consumer", p.cfg.Durable, "consumer_max_deliver", md)
 	}
-	maxPending := info.Config.MaxAckPending
-	if maxPending <= 0 {
-		maxPending = 1000
-	}
+	maxPending := orDefault(info.Config.MaxAckPending, 1000)
 	partitions := p.cfg.Workers
 	if _, ok := p.cfg.Handler.(BatchHandler); ok {
 		partitions = 4 // each partition pipelines a whole batch
 	}
 	// Batches are small enough that every partition has one in flight and
 	// the server still has room to deliver the next events meanwhile.
-	batch := p.cfg.BatchSize
-	if batch <= 0 {
-		batch = maxPending / (2 * partitions)
-	}
-	batch = min(max(batch, 1), 10_000)
+	batch := min(max(orDefault(p.cfg.BatchSize, maxPending/(2*partitions)), 1), 10_000)
 	p.ackFloor.Store(info.AckFloor.Stream)
 
 	msgs := make(chan delivery, maxPending)
@@ -386,10 +376,12 @@ func (p *Processor) Run(ctx context.Context) error {
 			return false
 		}
 	}
-	closeParts := func() {
+	// stopParts closes the partitions' inputs and waits for them to return.
+	stopParts := func() {
 		for _, c := range parts {
 			close(c)
 		}
+		wg.Wait()
 	}
 	// waitClosed waits until no consume callback of ours runs. Closed
 	// follows promptly once the subscription ends (at once when the
@@ -422,8 +414,7 @@ loop:
 				cancelHandlers()
 				cc.Stop()
 				close(quit)
-				closeParts()
-				wg.Wait()
+				stopParts()
 				waitClosed()
 				return fmt.Errorf("processor: consumer %q: %w", p.cfg.Durable, err)
 			}
@@ -437,10 +428,7 @@ loop:
 	finished := make(chan struct{})    // closed once every partition returned
 	go func() {
 		defer close(finished)
-		defer func() {
-			closeParts()
-			wg.Wait()
-		}()
+		defer stopParts()
 		route := func(it item) bool {
 			if !send(it, stopRouting) {
 				skipped.Add(1)
