@@ -274,7 +274,10 @@ func (r *recoveredMsg) Nak() error                  { return r.NakWithDelay(0) }
 
 // NakWithDelay delivers r again once d has passed (see retries).
 func (r *recoveredMsg) NakWithDelay(d time.Duration) error {
-	r.p.retries.add(r, d)
+	rs := &r.p.retries
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.arm(&retry{r: r, due: time.Now().Add(d)})
 	return nil
 }
 
@@ -305,12 +308,6 @@ type retry struct {
 	r     *recoveredMsg
 	due   time.Time
 	timer *time.Timer
-}
-
-func (rs *retries) add(r *recoveredMsg, delay time.Duration) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	rs.arm(&retry{r: r, due: time.Now().Add(delay)})
 }
 
 // arm starts e's timer; rs.mu is held.
