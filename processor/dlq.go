@@ -363,9 +363,8 @@ func ReplayMsgIDPrefix(dlq string) string { return "replay-" + dlq + "-" }
 // Replay republishes dead letter seq to its original subject, with its
 // original headers and payload plus Orderstore-Replay-Of, and removes it
 // from the dead-letter stream. It returns the event's new stream sequence.
-// Replaying the same dead letter twice (a crash between publish and
-// remove) stores it once: the republish carries a Nats-Msg-Id derived from
-// the dead letter.
+// A replay done twice (a crash between publish and remove) is stored once
+// ([ReplayMsgIDPrefix]).
 func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (uint64, error) {
 	d, err := GetDeadLetter(ctx, js, stream, seq)
 	if err != nil {

@@ -12,11 +12,10 @@ import (
 // [Projection.FoldEvents]; docs/processor.md, "With your own
 // Processor.Handler"). The appliance wraps a custom Processor.Handler so.
 //
-// h decides: an event h fails (or calls poison) is retried (or
-// dead-lettered) and never indexed; an event h applied is indexed, and if
-// the index's write fails the event is retried (h must be idempotent on
-// ev.Sequence, as every Handler). What p records is therefore a subset of
-// what h applied, and it answers [AppliedChecker] for h where h cannot.
+// h decides, as that doc says; an event h applied whose index write fails
+// is retried (h must be idempotent on ev.Sequence, as every Handler). What
+// p records is therefore a subset of what h applied, and it answers
+// [AppliedChecker] for h where h cannot.
 //
 // Before an event whose deliveries ran out is dead-lettered, h's own
 // [Withholder] (or else [AppliedChecker]) is asked; with neither, p
@@ -68,8 +67,7 @@ func (w *withHistory) HandleBatch(ctx context.Context, orders [][]Event) [][]err
 	return res
 }
 
-// Withhold asks h (a [Withholder], else an [AppliedChecker]); with
-// neither, p withholds it (what p indexed answers). An event h applied is
+// Withhold asks h or p as [WithHistory] says. An event h applied is
 // indexed before the answer, so that the history lists it.
 func (w *withHistory) Withhold(ctx context.Context, ev Event) (bool, error) {
 	switch h := w.h.(type) {

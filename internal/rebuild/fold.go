@@ -135,7 +135,7 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 	if err := f.deadLetters(ctx, 1, fresh); err != nil {
 		return err
 	}
-	r.log.Info("projection rebuild folding", "id", st.ID, "from_seq", st.FromSeq, "position", st.Position, "head", info.State.LastSeq)
+	r.cfg.Log.Info("projection rebuild folding", "id", st.ID, "from_seq", st.FromSeq, "position", st.Position, "head", info.State.LastSeq)
 	if f.cons, err = js.OrderedConsumer(ctx, r.cfg.Stream, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: st.Position + 1, MaxResetAttempts: orderedResets}); err != nil {
 		return fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
@@ -159,7 +159,7 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 		wg.Go(func() {
 			defer close(f.scanDone)
 			if err := f.replays(gctx, st.Position+1, f.scanTo); err != nil && gctx.Err() == nil {
-				r.log.Warn("projection rebuild: reading the stream's replays failed; an order with a replayed event keeps its state", "err", err)
+				r.cfg.Log.Warn("projection rebuild: reading the stream's replays failed; an order with a replayed event keeps its state", "err", err)
 			}
 		})
 	}
@@ -411,7 +411,7 @@ func (f *folder) applyChunk(ctx context.Context, orders [][]processor.Event) err
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		f.r.log.Warn("projection rebuild: a fold step failed; retrying", "err", err)
+		f.r.cfg.Log.Warn("projection rebuild: a fold step failed; retrying", "err", err)
 		if err := sleep(ctx, 2*time.Second); err != nil {
 			return err
 		}

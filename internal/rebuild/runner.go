@@ -87,7 +87,6 @@ var ErrTakingOver = errors.New("the rebuild is taking over (the live processor i
 // component) folds it and takes over, Cancel stops it, Status reports it.
 type Runner struct {
 	cfg  Config
-	log  *slog.Logger
 	jobs chan *state // the rebuild Run runs next
 
 	mu       sync.Mutex
@@ -129,7 +128,7 @@ func New(cfg Config) (*Runner, error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	return &Runner{cfg: cfg, log: cfg.Log, jobs: make(chan *state, 1), st: st}, nil
+	return &Runner{cfg: cfg, jobs: make(chan *state, 1), st: st}, nil
 }
 
 // Status returns the running or last rebuild; nil when none ran.
@@ -225,7 +224,7 @@ func (r *Runner) Start(ctx context.Context, opts Options) (*status.Rebuild, erro
 	case r.jobs <- st:
 	default:
 	}
-	r.log.Info("projection rebuild started", "id", st.ID, "reason", st.Reason, "from_seq", st.FromSeq, "from_time", st.FromTime)
+	r.cfg.Log.Info("projection rebuild started", "id", st.ID, "reason", st.Reason, "from_seq", st.FromSeq, "from_time", st.FromTime)
 	out := st.Rebuild
 	return &out, nil
 }
@@ -294,7 +293,7 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 	// bucket's) answers no one for seconds: go on from the position
 	// reached, for a while.
 	for since := time.Now(); err != nil && transient(err) && jctx.Err() == nil && !r.takingOver(st) && time.Since(since) < electionWait; {
-		r.log.Warn("projection rebuild: nats did not answer (a cluster electing a leader?); going on from the position reached", "id", st.ID, "position", st.Position, "err", err)
+		r.cfg.Log.Warn("projection rebuild: nats did not answer (a cluster electing a leader?); going on from the position reached", "id", st.ID, "position", st.Position, "err", err)
 		if sleep(jctx, time.Second) != nil {
 			continue
 		}
@@ -323,14 +322,14 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 	var left errTakeoverLeft
 	if errors.As(err, &left) || r.takingOver(st) {
 		if ctx.Err() != nil {
-			r.log.Info("projection rebuild: stopped with the appliance while taking over; the next start finishes the takeover before the processor runs", "id", st.ID)
+			r.cfg.Log.Info("projection rebuild: stopped with the appliance while taking over; the next start finishes the takeover before the processor runs", "id", st.ID)
 			return nil
 		}
-		r.log.Error("projection rebuild: the takeover failed; the processor stays paused and orderstore stops, so that the next start finishes the takeover before the processor runs", "id", st.ID, "err", err)
+		r.cfg.Log.Error("projection rebuild: the takeover failed; the processor stays paused and orderstore stops, so that the next start finishes the takeover before the processor runs", "id", st.ID, "err", err)
 		return fmt.Errorf("projection rebuild %s: the takeover failed (the next start finishes it before the processor runs): %w", st.ID, err)
 	}
 	if ctx.Err() != nil && !canceled {
-		r.log.Info("projection rebuild stopped with the appliance; it goes on at the next start", "id", st.ID, "position", st.Position)
+		r.cfg.Log.Info("projection rebuild stopped with the appliance; it goes on at the next start", "id", st.ID, "position", st.Position)
 		return nil
 	}
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -341,16 +340,16 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 	st.EndedAt = &end
 	if canceled {
 		st.State = status.RebuildCanceled
-		r.log.Info("projection rebuild canceled; the live projection is as it was", "id", st.ID, "position", st.Position)
+		r.cfg.Log.Info("projection rebuild canceled; the live projection is as it was", "id", st.ID, "position", st.Position)
 	} else {
 		st.State, st.Error = status.RebuildFailed, err.Error()
-		r.log.Error("projection rebuild failed; the live projection is as it was", "id", st.ID, "err", err)
+		r.cfg.Log.Error("projection rebuild failed; the live projection is as it was", "id", st.ID, "err", err)
 	}
 	if derr != nil {
 		st.Error = errors.Join(errors.New(st.Error), fmt.Errorf("dropping the shadow: %w", derr)).Error()
 	}
 	if serr := r.saveLocked(st); serr != nil {
-		r.log.Error("projection rebuild: state", "err", serr)
+		r.cfg.Log.Error("projection rebuild: state", "err", serr)
 	}
 	r.mu.Unlock()
 	r.release(st.ID)

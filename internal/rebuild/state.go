@@ -54,7 +54,7 @@ func (r *Runner) update(fn func()) {
 // startOver makes st a fresh rebuild from its first sequence: its shadow
 // cannot be trusted or is gone.
 func (r *Runner) startOver(st *state, why string) {
-	r.log.Warn("projection rebuild starts over", "id", st.ID, "position", st.Position, "why", why)
+	r.cfg.Log.Warn("projection rebuild starts over", "id", st.ID, "position", st.Position, "why", why)
 	r.update(func() {
 		st.State, st.Fresh, st.Error = status.RebuildFolding, true, ""
 		if st.FromSeq > 0 {

@@ -39,7 +39,7 @@ func (r *Runner) FinishTakeover(ctx context.Context) error {
 		r.startOver(st, fmt.Sprintf("the stream ends at %d, below the takeover's position %d: a power cut took events it had folded", last, st.Position))
 		return r.save(st)
 	}
-	r.log.Info("projection rebuild: finishing the takeover a stop interrupted", "id", st.ID)
+	r.cfg.Log.Info("projection rebuild: finishing the takeover a stop interrupted", "id", st.ID)
 	if err := r.takeover(ctx, st); err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func (r *Runner) takeover(ctx context.Context, st *state) error {
 	}
 	t := &Takeover{From: st.FromSeq, ReplacePartial: st.ReplacePartial, Keep: keep,
 		Progress: func(copied, total uint64) { r.update(func() { st.Copied, st.ToCopy = copied, total }) }}
-	r.log.Info("projection rebuild taking over", "id", st.ID, "position", st.Position, "kept", len(keep))
+	r.cfg.Log.Info("projection rebuild taking over", "id", st.ID, "position", st.Position, "kept", len(keep))
 	if err := r.cfg.Target.Takeover(ctx, t); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -155,7 +155,7 @@ func (r *Runner) takeover(ctx context.Context, st *state) error {
 		done := st.Rebuild
 		r.mu.Unlock()
 		if err := r.cfg.Done(&done); err != nil {
-			r.log.Error("projection rebuild: recording its end", "err", err)
+			r.cfg.Log.Error("projection rebuild: recording its end", "err", err)
 		}
 	}
 	end := time.Now().UTC()
@@ -164,7 +164,7 @@ func (r *Runner) takeover(ctx context.Context, st *state) error {
 		st.Rebuilt, st.Partial, st.Conflicts, st.Untouched = t.Rebuilt, t.Partial, t.Conflicts, t.Untouched
 		st.Keep = nil
 	})
-	r.log.Info("projection rebuild done", "id", st.ID, "position", st.Position, "rebuilt", t.Rebuilt, "partial_kept", t.Partial,
+	r.cfg.Log.Info("projection rebuild done", "id", st.ID, "position", st.Position, "rebuilt", t.Rebuilt, "partial_kept", t.Partial,
 		"conflicts_kept", t.Conflicts, "untouched", t.Untouched, "poison", st.Poison, "dead_letters", st.DeadLettered)
 	if err := r.save(st); err != nil {
 		return err
@@ -172,7 +172,7 @@ func (r *Runner) takeover(ctx context.Context, st *state) error {
 	// Dropped once its end is recorded (a crash before: the next start
 	// drops it, Cleanup).
 	if err := r.cfg.Target.Discard(ctx); err != nil {
-		r.log.Warn("projection rebuild: dropping the shadow", "err", err)
+		r.cfg.Log.Warn("projection rebuild: dropping the shadow", "err", err)
 	}
 	return nil
 }
