@@ -64,17 +64,13 @@ func (r *record) unindexed() int { return max(r.Events-r.historyCount(), 0) }
 // historyBaseline counts the events of a record written before the index
 // existed (or while it was off) as unindexed. Call it before applying.
 func (r *record) historyBaseline() {
-	if n := r.Events - r.HistoryBase - r.historyCount(); n > 0 {
-		r.HistoryBase += n
-	}
+	r.HistoryBase = max(r.HistoryBase, r.Events-r.historyCount())
 }
 
 // indexHistory adds seq to r's history tail (sorted: a retried event can
 // arrive after later ones).
 func (r *record) indexHistory(seq uint64) {
-	if seq < r.HistorySealedMax {
-		r.HistoryUnordered = true
-	}
+	r.HistoryUnordered = r.HistoryUnordered || seq < r.HistorySealedMax
 	i, found := slices.BinarySearch(r.History, seq)
 	if !found {
 		r.History = slices.Insert(r.History, i, seq)
@@ -93,9 +89,7 @@ const maxHistoryTail = 4 * HistoryChunk
 // rare, is listed after the sealed chunks, out of stream order).
 func (r *record) sealable() [][]uint64 {
 	n, _ := slices.BinarySearch(r.History, r.AppliedFloor+1)
-	if over := len(r.History) - maxHistoryTail; over > n {
-		n = over
-	}
+	n = max(n, len(r.History)-maxHistoryTail)
 	var out [][]uint64
 	for i := 0; i+HistoryChunk <= n; i += HistoryChunk {
 		out = append(out, r.History[i:i+HistoryChunk])

@@ -172,9 +172,7 @@ func (p *Processor) safeFloor() uint64 {
 	p.recMu.Lock()
 	defer p.recMu.Unlock()
 	for seq := range p.recPending {
-		if seq <= f {
-			f = seq - 1
-		}
+		f = min(f, seq-1) // a stream sequence is at least 1
 	}
 	return f
 }
