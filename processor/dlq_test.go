@@ -112,19 +112,28 @@ func TestLatestDeadLetters(t *testing.T) {
 	}
 }
 
-// A page of dead letters is bounded in bytes too: large dead letters come
-// in several pages, each about MaxPageBytes, and every one is listed.
-func TestListDeadLettersPagesByBytes(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	dlq := e.cfg.Processor.DeadLetterStream
-	big := strings.Repeat("x", 900<<10)
-	const n = 20 // 18 MiB
-	for i := range n {
-		if _, err := e.js.Publish(ctx, "dlq."+dlq+".orders.created", []byte(big), jetstream.WithMsgID(fmt.Sprint("big-", i))); err != nil {
+// bigDeadLetters is an env whose dead-letter stream dlq holds bigCount
+// dead letters of big each, 18 MiB in all.
+func bigDeadLetters(t *testing.T) (e *env, dlq, big string) {
+	e = newEnv(t)
+	dlq = e.cfg.Processor.DeadLetterStream
+	big = strings.Repeat("x", 900<<10)
+	for i := range bigCount {
+		if _, err := e.js.Publish(context.Background(), "dlq."+dlq+".orders.created", []byte(big), jetstream.WithMsgID(fmt.Sprint("big-", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return e, dlq, big
+}
+
+// bigCount is how many dead letters bigDeadLetters stores.
+const bigCount = 20
+
+// A page of dead letters is bounded in bytes too: large dead letters come
+// in several pages, each about MaxPageBytes, and every one is listed.
+func TestListDeadLettersPagesByBytes(t *testing.T) {
+	e, dlq, big := bigDeadLetters(t)
+	ctx := context.Background()
 	seen, pages := 0, 0
 	for from := uint64(1); ; {
 		items, next, err := processor.ListDeadLetters(ctx, e.js, dlq, from, 1000)
@@ -141,24 +150,16 @@ func TestListDeadLettersPagesByBytes(t *testing.T) {
 		}
 		from = next
 	}
-	if seen != n || pages < 2 {
-		t.Fatalf("listed %d of %d in %d pages, want all of them in more than one", seen, n, pages)
+	if seen != bigCount || pages < 2 {
+		t.Fatalf("listed %d of %d in %d pages, want all of them in more than one", seen, bigCount, pages)
 	}
 }
 
 // The latest dead letters are the newest even when a window of them holds
 // more than MaxPageBytes: as many of the newest as fit in it.
 func TestLatestDeadLettersLargeOnes(t *testing.T) {
-	e := newEnv(t)
+	e, dlq, _ := bigDeadLetters(t)
 	ctx := context.Background()
-	dlq := e.cfg.Processor.DeadLetterStream
-	big := strings.Repeat("x", 900<<10)
-	const n = 20 // 18 MiB
-	for i := range n {
-		if _, err := e.js.Publish(ctx, "dlq."+dlq+".orders.created", []byte(big), jetstream.WithMsgID(fmt.Sprint("big-", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
 	var all []processor.DeadLetter // in pages of MaxPageBytes
 	for from := uint64(1); from != 0; {
 		page, next, err := processor.ListDeadLetters(ctx, e.js, dlq, from, 1000)
@@ -167,8 +168,8 @@ func TestLatestDeadLettersLargeOnes(t *testing.T) {
 		}
 		all, from = append(all, page...), next
 	}
-	if len(all) != n {
-		t.Fatalf("listed %d dead letters, want %d", len(all), n)
+	if len(all) != bigCount {
+		t.Fatalf("listed %d dead letters, want %d", len(all), bigCount)
 	}
 	size := func(d processor.DeadLetter) int { return len(d.Data) + processor.HeaderSize(d.Header) }
 	for _, limit := range []int{1, 3, 15, 100} {
@@ -178,15 +179,15 @@ func TestLatestDeadLettersLargeOnes(t *testing.T) {
 		}
 		// The newest, as many as limit allows and MaxPageBytes holds.
 		want, bytes := 0, 0
-		for i := n - 1; i >= 0 && want < limit && bytes+size(all[i]) <= processor.MaxPageBytes; i-- {
+		for i := bigCount - 1; i >= 0 && want < limit && bytes+size(all[i]) <= processor.MaxPageBytes; i-- {
 			want, bytes = want+1, bytes+size(all[i])
 		}
 		var seqs []uint64
 		for _, d := range got {
 			seqs = append(seqs, d.Sequence)
 		}
-		if len(got) != want || len(got) == 0 || got[len(got)-1].Sequence != n || got[0].Sequence != uint64(n-want+1) {
-			t.Errorf("LatestDeadLetters(%d) = sequences %v, want the newest %d, up to %d", limit, seqs, want, n)
+		if len(got) != want || len(got) == 0 || got[len(got)-1].Sequence != bigCount || got[0].Sequence != uint64(bigCount-want+1) {
+			t.Errorf("LatestDeadLetters(%d) = sequences %v, want the newest %d, up to %d", limit, seqs, want, bigCount)
 		}
 	}
 }
