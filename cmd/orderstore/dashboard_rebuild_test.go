@@ -493,13 +493,21 @@ func TestDashboardRebuildNoRoom(t *testing.T) {
 // polls fill them: under a loaded machine a click landed beside the
 // Rebuild button (a full run: no confirm step in 60 s; in
 // TestDashboardRebuild, then in TestDashboardRebuildNoRoom). Every click
-// used so is harmless twice (the page ignores a second one).
+// used so is harmless twice (the page ignores a second one). A click
+// that fails because the status poll replaced the button between its
+// lookup and the click ("Could not find node with given id": a full run
+// failed so) is made again too.
 func clickCardUntil(t *testing.T, ctx context.Context, read func() rebuildCard, sel, what string, cond func(c rebuildCard) error) rebuildCard {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel))); err != nil {
-			t.Fatalf("click %s: %v", sel, err)
+			if time.Now().After(deadline) {
+				t.Fatalf("click %s: %v", sel, err)
+			}
+			t.Logf("click %s: %v: clicking again", sel, err)
+			time.Sleep(100 * time.Millisecond)
+			continue
 		}
 		var c rebuildCard
 		var err error
