@@ -498,6 +498,27 @@ func (mset *stream) sendPubAck(outq *jsOutQ, reply string, response []byte, stre
 	outq.sendMsg(reply, response)
 }
 
+// sendDupAck (orderstore) is sendPubAck for a duplicate of the message
+// at seq: with group commit, the round that answers it syncs the block
+// holding seq too. An earlier run may have written that message and never
+// synced it (its round's sync failed, a crash, nats restarted on the store
+// after a failed write), and this run read it back from the page cache:
+// the duplicate's ack vouches for it.
+// Lock should be held.
+func (mset *stream) sendDupAck(outq *jsOutQ, reply string, response []byte, stream string, seq uint64) {
+	if fs, ok := mset.store.(*fileStore); ok && fs.gc != nil {
+		fs.mu.RLock()
+		mb := fs.selectMsgBlock(seq)
+		fs.mu.RUnlock()
+		if mb != nil {
+			mb.mu.RLock()
+			fs.gc.written(mb.index, mb.mfn, mb.mfd)
+			mb.mu.RUnlock()
+		}
+	}
+	mset.sendPubAck(outq, reply, response, stream)
+}
+
 // outqSent (orderstore) waits, at most max, until the stream's send loop
 // has delivered everything queued on outq before the call: it queues a
 // marker to an internal subscription of c (the stream's own client) and

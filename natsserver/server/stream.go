@@ -7162,7 +7162,7 @@ func (mset *stream) processJetStreamMsgWithBatch(subject, reply string, hdr, msg
 						response := append(pubAck, strconv.FormatUint(seq, 10)...)
 						response = append(response, ",\"duplicate\": true}"...)
 						// orderstore: behind the original's sync.
-						mset.sendPubAck(outq, reply, response, name)
+						mset.sendDupAck(outq, reply, response, name, seq)
 					}
 					return errMsgIdDuplicate
 				}
