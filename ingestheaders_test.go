@@ -101,3 +101,23 @@ func itoa(n uint64) string {
 		}
 	}
 }
+
+// Nats-Expected-Last-Msg-Id is scoped as Nats-Msg-Id is: a producer that
+// expects the id it published last gets its next event stored, and one
+// that expects another is refused.
+func TestExpectLastMsgIDScoped(t *testing.T) {
+	app := orderstoretest.Start(t)
+	js := embeddedtest.JetStream(t, app)
+	ctx := context.Background()
+	if _, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"e-1"}`), jetstream.WithMsgID("e-1-created")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "orders.paid", []byte(`{"order_id":"e-1"}`), jetstream.WithMsgID("e-1-paid"),
+		jetstream.WithExpectLastMsgID("e-1-created")); err != nil {
+		t.Fatalf("a publish expecting the producer's own last id: %v", err)
+	}
+	if _, err := js.Publish(ctx, "orders.shipped", []byte(`{"order_id":"e-1"}`), jetstream.WithMsgID("e-1-shipped"),
+		jetstream.WithExpectLastMsgID("e-1-created")); err == nil {
+		t.Fatal("a publish expecting an id that is not the last was stored")
+	}
+}

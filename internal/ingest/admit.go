@@ -31,6 +31,7 @@ const (
 	requestInfoHeader  = "Nats-Request-Info"  // nats' own on a service import: who published
 	StreamSourceHeader = "Nats-Stream-Source" // set by nats when sourcing: never a producer's
 	msgIDHeader        = "Nats-Msg-Id"
+	expectLastIDHeader = "Nats-Expected-Last-Msg-Id" // compared with the last stored (scoped) id
 )
 
 // Headroom is what nats' max_payload is raised by, beyond the configured
@@ -252,12 +253,12 @@ func (ad *Admission) headers(hdr []byte, account string) (out []byte, added int)
 				continue
 			case ad.cfg.ReplayOf != "" && strings.EqualFold(k, ad.cfg.ReplayOf) && account != ad.cfg.StreamAccount:
 				continue
-			case k == msgIDHeader:
-				// nats reads this spelling alone (case-sensitive), and the
+			case k == msgIDHeader, k == expectLastIDHeader:
+				// nats reads these spellings alone (case-sensitive), and the
 				// first of several: every one is scoped.
 				if id := bytes.TrimLeft(val, " "); len(id) > 0 {
 					added += len(ad.cfg.Scope) + len(account) + 1
-					out = append(out, msgIDHeader+": "...)
+					out = append(append(out, k...), ": "...)
 					out = append(out, ad.cfg.Scope...)
 					out = append(out, account...)
 					out = append(out, ':')
