@@ -44,6 +44,9 @@ type (
 // BackupManifestFile is the manifest's name in a backup directory.
 const BackupManifestFile = backup.ManifestFile
 
+// backupStaging names the directories under store_dir a backup through the admin API is staged in.
+const backupStaging = "backup-staging-"
+
 // Backup writes a consistent backup of the projection bucket, its history
 // index, the dead-letter stream and the stream into dir (created; it must be empty),
 // while the appliance runs. progress, if set, is called every few
@@ -192,7 +195,7 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 
 // backupTar writes a backup as a tar stream: the backup is made in a
 // directory under the store (same disk, no memory), then sent, then
-// removed.
+// removed; one a crash left is removed at the next start (openStore).
 func (a *Appliance) backupTar(ctx context.Context, w io.Writer) error {
 	// One backup at a time: each takes the store's size again on its disk.
 	if !a.backupMu.TryLock() {
@@ -208,7 +211,7 @@ func (a *Appliance) backupTar(ctx context.Context, w io.Writer) error {
 				"free disk under jetstream.store_dir: the copy is staged there before it is sent")
 		}
 	}
-	tmp, err := os.MkdirTemp(a.report.StoreDir, "backup-")
+	tmp, err := os.MkdirTemp(a.report.StoreDir, backupStaging)
 	if err != nil {
 		return err
 	}

@@ -279,3 +279,28 @@ func TestRestoreDoesNotDeadLetterAgain(t *testing.T) {
 		t.Errorf("%s after the processor passed it and a restart: %v", marker, err)
 	}
 }
+
+// A backup's copy staged under store_dir, that a crash (or a stop that
+// did not wait for the backup) left there, is removed at the next start:
+// it is as large as the store, and nothing else ever removes it. An
+// operator's own directory there is kept.
+func TestBackupStagingLeftByCrashRemoved(t *testing.T) {
+	cfg := orderstoretest.Config(t)
+	staged := filepath.Join(cfg.JetStream.StoreDir, orderstore.BackupStaging+"1234")
+	mine := filepath.Join(cfg.JetStream.StoreDir, "backup-1")
+	for _, d := range []string{filepath.Join(staged, "b", "ORDER_EVENTS"), mine} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "stream.arc.s2"), make([]byte, 1<<20), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+	if _, err := os.Stat(staged); !os.IsNotExist(err) {
+		t.Errorf("a backup's staged copy left by a crash is still in the store after a start: %q (%v)", staged, err)
+	}
+	if _, err := os.Stat(mine); err != nil {
+		t.Errorf("an operator's own directory in the store: %v", err)
+	}
+}

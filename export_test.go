@@ -40,3 +40,7 @@ func HoldBackup(app *Appliance) (release func()) {
 	app.backupMu.Lock()
 	return app.backupMu.Unlock
 }
+
+// BackupStaging names the directories under store_dir a backup through
+// the admin API is staged in.
+const BackupStaging = backupStaging

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -53,6 +54,10 @@ func (a *Appliance) openStore(context.Context) error {
 		Retry: a.clusterRetry, Unclean: unclean, SyncInterval: interval, BuiltinProjection: cfg.Processor.Handler == nil || cfg.historyMaxBytes() > 0}
 	for _, w := range rep.Warnings {
 		log.Warn("preflight", "warning", w)
+	}
+	stale, _ := filepath.Glob(filepath.Join(rep.StoreDir, backupStaging+"*")) // a backup's copy a crash left
+	for _, s := range stale {
+		log.Warn("preflight: removing a backup's staged copy left by a crash", "path", s, "err", os.RemoveAll(s))
 	}
 	if moved, err := storedir.Dir(rep.StoreDir).MoveAccount(legacyAccount, StreamAccount); errors.Is(err, storedir.ErrBothAccounts) {
 		return WithHint(err, "an older orderstore wrote the first, this one the second; keep one (move the other away) and start again")
