@@ -143,16 +143,7 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 	if err != nil {
 		return nil, err
 	}
-	c := cfg
-	c.Cluster, c.LeafNode = ClusterConfig{}, LeafNodeConfig{ReconnectInterval: time.Second}
-	c.Stream.Replicas = 1
-	// nats-server stores each restored message with the store's sync
-	// policy, and gives up on a restore whose chunk takes 5 s: with an
-	// fsync per message a restore of more than a few thousand events
-	// stalls (measured: 256 KiB in, then "restore failed"). The restore
-	// runs with relaxed syncing, and every file is fsynced once it is done.
-	c.JetStream.SyncInterval = 2 * time.Minute
-	ec, err := c.embeddedConfig(loggerOrDiscard(cfg.Logger), id)
+	ec, err := cfg.restoreConfig().embeddedConfig(loggerOrDiscard(cfg.Logger), id)
 	if err != nil {
 		return nil, err
 	}
@@ -191,6 +182,20 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 		}
 	}
 	return m, nil
+}
+
+// restoreConfig is cfg as Restore runs nats on it: one node. nats-server
+// stores each restored message with the store's sync policy, and gives up
+// on a restore whose chunk takes 5 s: with an fsync per message a restore
+// of more than a few thousand events stalls (measured: 256 KiB in, then
+// "restore failed"). The restore runs with relaxed syncing, and every
+// file is fsynced once it is done.
+func (cfg Config) restoreConfig() Config {
+	c := cfg
+	c.Cluster, c.LeafNode = ClusterConfig{}, LeafNodeConfig{ReconnectInterval: time.Second}
+	c.Stream.Replicas = 1
+	c.JetStream.Durability, c.JetStream.SyncInterval = DurabilityInterval, 2*time.Minute
+	return c
 }
 
 // backupTar writes a backup as a tar stream: the backup is made in a
