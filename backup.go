@@ -139,6 +139,10 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 				"restore into an empty jetstream.store_dir (move the old one away first)")
 		}
 	}
+	// Until it is done, start-up refuses the store (openStore).
+	if err := storedir.Dir(rep.StoreDir).WriteRestored(storedir.Restored{Restoring: true}); err != nil {
+		return nil, err
+	}
 	id, err := natsconf.NewIdentity()
 	if err != nil {
 		return nil, err
@@ -173,23 +177,19 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 	if err := durable.SyncTree(storedir.Dir(rep.StoreDir).JetStream()); err != nil {
 		return nil, fmt.Errorf("restore: sync the store: %w", err)
 	}
-	if m.SettledThrough > 0 {
-		// The processor starts over on the restored stream: what the
-		// backed-up one settled is not handled again.
-		r := storedir.Restored{Stream: cfg.DeclareSpec().ConsumerStream(), SettledThrough: m.SettledThrough}
-		if err := storedir.Dir(rep.StoreDir).WriteRestored(r); err != nil {
-			return nil, err
-		}
+	// The restore is done. The processor starts over on the restored
+	// stream: what the backed-up one settled is not handled again.
+	r := storedir.Restored{Stream: cfg.DeclareSpec().ConsumerStream(), SettledThrough: m.SettledThrough}
+	if err := storedir.Dir(rep.StoreDir).WriteRestored(r); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
 
-// restoreConfig is cfg as Restore runs nats on it: one node. nats-server
-// stores each restored message with the store's sync policy, and gives up
-// on a restore whose chunk takes 5 s: with an fsync per message a restore
-// of more than a few thousand events stalls (measured: 256 KiB in, then
-// "restore failed"). The restore runs with relaxed syncing, and every
-// file is fsynced once it is done.
+// restoreConfig is cfg as Restore runs nats on it: one node, relaxed
+// syncing whatever the durability (nats gives up on a chunk that takes 5 s:
+// with an fsync per restored event, after 256 KiB); every file is fsynced
+// once the restore is done.
 func (cfg Config) restoreConfig() Config {
 	c := cfg
 	c.Cluster, c.LeafNode = ClusterConfig{}, LeafNodeConfig{ReconnectInterval: time.Second}

@@ -2,7 +2,9 @@ package orderstore_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
@@ -302,5 +304,54 @@ func TestBackupStagingLeftByCrashRemoved(t *testing.T) {
 	}
 	if _, err := os.Stat(mine); err != nil {
 		t.Errorf("an operator's own directory in the store: %v", err)
+	}
+}
+
+// A restore that did not finish (interrupted, or refused by nats half-way
+// through the stream) leaves a store that holds part of the backup: the
+// appliance refuses to start on it, saying so, rather than serve a stream
+// that lacks acknowledged events the backup holds.
+func TestRestoreInterruptedRefusesStart(t *testing.T) {
+	app := orderstoretest.Start(t)
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, app)
+	for i := range 30000 {
+		if _, err := js.PublishAsync("orders.created", []byte(fmt.Sprintf(`{"order_id":"i-%d","status":"%x"}`, i%97, rand.Text()+rand.Text()+rand.Text()))); err != nil {
+			t.Fatal(err)
+		}
+		if i%1000 == 999 {
+			<-js.PublishAsyncComplete()
+		}
+	}
+	<-js.PublishAsyncComplete()
+	dir := filepath.Join(t.TempDir(), "backup")
+	if _, err := app.Backup(ctx, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := orderstoretest.Config(t)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	_, err := orderstore.Restore(rctx, cfg, dir, func(p orderstore.BackupProgress) {
+		if p.Stream == "ORDER_EVENTS" && p.BytesReceived > 1<<20 {
+			cancel() // part of the way through the stream
+		}
+	})
+	if err == nil {
+		t.Fatal("a restore canceled in the stream's first chunk succeeded")
+	}
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	restored, err := orderstore.Start(sctx, cfg)
+	if err == nil {
+		var last uint64
+		if st, err := embeddedtest.JetStream(t, restored).Stream(ctx, "ORDER_EVENTS"); err == nil {
+			last = st.CachedInfo().State.LastSeq
+		}
+		restored.Close(ctx)
+		t.Fatalf("the appliance started on a store whose restore did not finish (its stream ends at %d of 30000; notes %q)", last, restored.Recovery())
+	}
+	var h orderstore.Hinted
+	if !strings.Contains(err.Error(), "restore") || !errors.As(err, &h) || !strings.Contains(h.Hint(), "orderstore restore") {
+		t.Errorf("start on an unfinished restore: %v, want one saying so, with the hint to restore again", err)
 	}
 }

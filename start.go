@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,6 +42,10 @@ func (a *Appliance) openStore(context.Context) error {
 		}
 		return errors.Join(append(errs, lock.Release())...)
 	}})
+	if r, _, err := storedir.Dir(rep.StoreDir).ReadRestored(); err != nil || r.Restoring {
+		return cmp.Or(err, WithHint(fmt.Errorf("preflight: store_dir %q holds a restore that did not finish: part of a backup only", rep.StoreDir),
+			"move jetstream.store_dir away, then run orderstore restore again"))
+	}
 	// Whether the last run stopped cleanly, and this one marked running.
 	unclean, err := storedir.Dir(rep.StoreDir).MarkRunning(os.Getpid())
 	if err != nil {

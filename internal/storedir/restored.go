@@ -6,8 +6,8 @@ import (
 )
 
 // RestoredFile is a file in the store directory that a restore from a
-// backup writes: what the backed-up processor had settled. It is removed
-// once the processor is past it.
+// backup writes: that it runs, then what the backed-up processor had
+// settled. It is removed once the processor is past it.
 const RestoredFile = "restored.json"
 
 // Restored is what RestoredFile holds.
@@ -17,6 +17,8 @@ type Restored struct {
 	// event (applied, or dead-lettered) before the backup began.
 	Stream         string `json:"stream"`
 	SettledThrough uint64 `json:"settled_through"`
+	// Restoring: the restore did not finish, the store holds part of the backup.
+	Restoring bool `json:"restoring,omitempty"`
 }
 
 // WriteRestored writes r durably.
