@@ -270,6 +270,9 @@ func TestDiscardNewRefusesAtTheLimit(t *testing.T) {
 	if acked != 5 || refused == nil || !strings.Contains(refused.Error(), "maximum messages exceeded") {
 		t.Fatalf("acked %d, last refusal %v; want 5 acked and the rest refused with maximum messages exceeded", acked, refused)
 	}
+	if err := app.Ready(ctx); err == nil || !strings.Contains(err.Error(), "max_msgs") {
+		t.Errorf("Ready with the stream full and discard new = %v, want not ready naming max_msgs", err)
+	}
 	embeddedtest.WaitFor(t, 20*time.Second, func() error {
 		for i := range 5 {
 			if _, err := app.Order(ctx, fmt.Sprintf("n-%d", i)); err != nil {

@@ -464,6 +464,11 @@ func (s *Server) readiness(ctx context.Context, b *Backend, st *status.Status) (
 				return fmt.Errorf("stream %q: subject %q missing (has %q)", s.cfg.Stream, subj, i.Config.Subjects)
 			}
 		}
+		if c := i.Config; c.Discard == jetstream.DiscardNew && (c.MaxMsgs > 0 && i.State.Msgs >= uint64(c.MaxMsgs) ||
+			c.MaxBytes > 0 && float64(i.State.Bytes) >= 0.99*float64(c.MaxBytes)) {
+			return fmt.Errorf("stream %q is full (%d events of max_msgs %d, %d bytes of max_bytes %d) and discards new events: every publish is refused; raise stream.max_msgs or max_bytes, or set discard = \"old\"",
+				s.cfg.Stream, i.State.Msgs, c.MaxMsgs, i.State.Bytes, c.MaxBytes)
+		}
 		return nil
 	}())
 	if s.cfg.DeadLetterStream != "" {

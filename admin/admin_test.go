@@ -222,3 +222,33 @@ func TestNotFoundIsTheBackendsError(t *testing.T) {
 		t.Errorf("/v1/orders/nope with another not-found error = %d, want 500", code)
 	}
 }
+
+// A stream that discards new events and is at its limit refuses every
+// publish: the node cannot take orders, and /readyz says so.
+func TestReadinessChecksStreamFullWithDiscardNew(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	js := embeddedtest.JetStream(t, srv)
+	declare(t, js)
+	ctx := context.Background()
+	if _, err := js.UpdateStream(ctx, jetstream.StreamConfig{Name: "ORDER_EVENTS", Subjects: []string{"orders.>"}, Storage: jetstream.FileStorage,
+		Discard: jetstream.DiscardNew, MaxMsgs: 2}); err != nil {
+		t.Fatal(err)
+	}
+	s := New(testConfig())
+	s.SetBackend(Backend{JS: js})
+	for i := range 2 {
+		if code, m := do(t, s, "/readyz"); code != 200 {
+			t.Fatalf("/readyz with %d of 2 events = %d %v", i, code, m)
+		}
+		if _, err := js.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":"%d"}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"refused"}`)); err == nil {
+		t.Fatal("a third event was stored past max_msgs 2 with discard new")
+	}
+	code, m := do(t, s, "/readyz")
+	if code != 503 || !strings.Contains(fmt.Sprint(m["checks"]), "max_msgs") {
+		t.Fatalf("/readyz with the stream full and discard new = %d %v, want 503 naming max_msgs", code, m)
+	}
+}
