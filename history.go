@@ -135,13 +135,12 @@ func describePoint(p AsOf) string {
 	return cmp.Or(strings.Join(parts, " and "), "now")
 }
 
-// orderDeadLetterScan bounds how many of the most recent dead letters
+// orderDeadLetterScan bounds the most recent dead-letter sequences (replayed ones too)
 // OrderDeadLetters reads: the dead-letter stream has no per-order index.
 const orderDeadLetterScan = 10_000
 
-// OrderDeadLetters returns up to 100 dead letters of an order, newest
-// first, among the 10,000 most recent (complete: all dead letters were
-// read).
+// OrderDeadLetters returns up to 100 dead letters of an order, newest first, among the
+// 10,000 most recent sequences and within 8 MiB (complete: all dead letters were read).
 func (a *Appliance) OrderDeadLetters(ctx context.Context, id string) ([]DeadLetter, bool, error) {
 	if !processor.ValidOrderID(id) {
 		return nil, false, fmt.Errorf("order %q: %w", id, ErrNotFound)

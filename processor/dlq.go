@@ -415,11 +415,10 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 	return ack.Sequence, nil
 }
 
-// OrderDeadLetters returns up to limit dead letters of one order (by the
-// "order_id" of their payloads), newest first, from the most recent scan
-// dead letters in stream (the dead-letter stream has no per-order index:
-// the scan bounds the cost). complete is false when older dead letters
-// were left unread.
+// OrderDeadLetters returns up to limit dead letters of one order (by the "order_id" of
+// their payloads), newest first, from the most recent scan sequences of stream, replayed
+// ones too (no per-order index: the scan bounds the cost), until they hold MaxPageBytes.
+// complete is false when older dead letters were left unread.
 func OrderDeadLetters(ctx context.Context, js jetstream.JetStream, stream, orderID string, scan, limit int) (out []DeadLetter, complete bool, err error) {
 	s, st, err := deadLetterStream(ctx, js, stream)
 	if err != nil {
@@ -429,8 +428,8 @@ func OrderDeadLetters(ctx context.Context, js jetstream.JetStream, stream, order
 	if st.Msgs == 0 {
 		return out, true, nil
 	}
-	seq, read := st.LastSeq, 0
-	for ; seq >= st.FirstSeq && seq > 0 && read < scan && len(out) < limit; seq-- {
+	seq, size := st.LastSeq, 0
+	for ; seq >= st.FirstSeq && seq > 0 && st.LastSeq-seq < uint64(scan) && len(out) < limit && size < MaxPageBytes; seq-- {
 		m, err := s.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // replayed: removed
@@ -438,12 +437,12 @@ func OrderDeadLetters(ctx context.Context, js jetstream.JetStream, stream, order
 		if err != nil {
 			return out, false, fmt.Errorf("dead letters %q: seq %d: %w", stream, seq, err)
 		}
-		read++
 		var env struct {
 			OrderID string `json:"order_id"`
 		}
 		if json.Unmarshal(m.Data, &env) == nil && env.OrderID == orderID {
 			out = append(out, deadLetterFrom(m))
+			size += len(m.Data) + headerSize(m.Header)
 		}
 	}
 	return out, seq < st.FirstSeq || seq == 0, nil

@@ -191,3 +191,80 @@ func TestLatestDeadLettersLargeOnes(t *testing.T) {
 		}
 	}
 }
+
+// An order's dead letters are bounded in bytes, as a page of
+// ListDeadLetters is: large ones of one order do not all come back at
+// once, the newest always does, and complete says that some were left.
+func TestOrderDeadLettersBoundedByBytes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	dlq := e.cfg.Processor.DeadLetterStream
+	big := `{"order_id":"big","pad":"` + strings.Repeat("x", 900<<10) + `"}`
+	for i := range bigCount {
+		if _, err := e.js.Publish(ctx, "dlq."+dlq+".orders.created", []byte(big), jetstream.WithMsgID(fmt.Sprint("big-", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	items, complete, err := processor.OrderDeadLetters(ctx, e.js, dlq, "big", 10_000, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := len(items) * len(big); len(items) == 0 || b > processor.MaxPageBytes+len(big) || complete {
+		t.Fatalf("%d dead letters (%d bytes of payload), complete %v; want at most MaxPageBytes and one more, not complete", len(items), b, complete)
+	}
+	if items[0].Sequence != bigCount {
+		t.Errorf("first dead letter is %d, want the newest, %d", items[0].Sequence, bigCount)
+	}
+}
+
+// The scan for an order's dead letters visits at most scan sequences,
+// replayed (removed) ones included: a long run of them costs no more
+// than as many dead letters.
+func TestOrderDeadLettersScanBoundsRemoved(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	dlq := e.cfg.Processor.DeadLetterStream
+	const removed, scan = 60, 10
+	for i := range removed + 1 {
+		if _, err := e.js.Publish(ctx, "dlq."+dlq+".orders.created", fmt.Appendf(nil, `{"order_id":"o-%d"}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := e.js.Stream(ctx, dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(2); seq <= removed+1; seq++ { // the first stays
+		if err := s.DeleteMsg(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Count the stream's get requests on a connection of the test's own.
+	nc := e.js.Conn()
+	var subs []*nats.Subscription
+	for _, subj := range []string{"$JS.API.STREAM.MSG.GET." + dlq, "$JS.API.DIRECT.GET." + dlq, "$JS.API.DIRECT.GET." + dlq + ".>"} {
+		sub, err := nc.SubscribeSync(subj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	_, complete, err := processor.OrderDeadLetters(ctx, e.js, dlq, "o-0", scan, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, sub := range subs {
+		k, _, _ := sub.Pending()
+		n += k
+	}
+	if n > scan || complete {
+		t.Errorf("%d gets (complete %v) for a scan of %d over %d removed dead letters; want at most %d, not complete", n, complete, scan, removed, scan)
+	}
+}
