@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -250,5 +251,26 @@ func TestReadinessChecksStreamFullWithDiscardNew(t *testing.T) {
 	code, m := do(t, s, "/readyz")
 	if code != 503 || !strings.Contains(fmt.Sprint(m["checks"]), "max_msgs") {
 		t.Fatalf("/readyz with the stream full and discard new = %d %v, want 503 naming max_msgs", code, m)
+	}
+}
+
+// A publish that got no answer in time may have stored the event: HTTP
+// ingest does not tell the client it was not stored (a client without an
+// Idempotency-Key would then store it twice), it says to send it again
+// with the same key.
+func TestIngestTimeoutMayHaveStored(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	js := embeddedtest.JetStream(t, srv)
+	declare(t, js)
+	s := New(testConfig())
+	s.SetBackend(Backend{JS: js, Publish: func(context.Context, string, nats.Header, []byte, ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+		return nil, context.DeadlineExceeded // injected: the stream's ack did not come in time
+	}})
+	req := httptest.NewRequest("POST", "http://127.0.0.1:8222/v1/events/created", strings.NewReader(`{"order_id":"7"}`))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	if body := rec.Body.String(); rec.Code != 503 || strings.Contains(body, "not stored") || !strings.Contains(body, "Idempotency-Key") {
+		t.Errorf("POST /v1/events/created with no ack in time = %d %s, want 503 saying it may be stored, to send it again with the same Idempotency-Key", rec.Code, body)
 	}
 }

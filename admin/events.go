@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -95,7 +96,10 @@ func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend
 		}
 		writeJSON(w, code, map[string]any{"error": apiErr.Description, "err_code": apiErr.ErrorCode})
 	case err != nil:
-		s.log.Warn("HTTP ingest: event not stored", "subject", subject, "err", err)
+		s.log.Warn("HTTP ingest: event not acknowledged", "subject", subject, "err", err)
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			return errorf(http.StatusServiceUnavailable, "no ack in time: the event may have been stored; send it again with the same Idempotency-Key (%s)", err)
+		}
 		return errorf(http.StatusServiceUnavailable, "the event was not stored: %s", err)
 	case ack.Duplicate:
 		writeJSON(w, http.StatusOK, map[string]any{"stream": ack.Stream, "seq": ack.Sequence, "duplicate": true})
