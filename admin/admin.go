@@ -673,7 +673,7 @@ func orderIDChecked(h apiHandler) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request, b *Backend) error {
 		if id := r.PathValue("id"); !processor.ValidOrderID(id) {
 			return errorf(http.StatusBadRequest,
-				"%q is no order id: an order id is 1 to %d letters, digits, '-', '_', '=', '/' or '.' (not starting or ending with '.')",
+				"%q is no order id: an order id is 1 to %d letters, digits, '-', '_', '=', '/' or '.' (not starting or ending with '.', no \"..\")",
 				clip(id), processor.MaxOrderIDLen)
 		}
 		return h(w, r, b)

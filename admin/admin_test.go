@@ -274,3 +274,13 @@ func TestIngestTimeoutMayHaveStored(t *testing.T) {
 		t.Errorf("POST /v1/events/created with no ack in time = %d %s, want 503 saying it may be stored, to send it again with the same Idempotency-Key", rec.Code, body)
 	}
 }
+
+// The refusal of an id no order can have names the rule it breaks, ".."
+// included.
+func TestBadOrderIDNamesTheRule(t *testing.T) {
+	s := New(testConfig())
+	s.SetBackend(Backend{})
+	if code, m := do(t, s, "/v1/orders/a..b"); code != 400 || !strings.Contains(fmt.Sprint(m["error"]), `".."`) {
+		t.Errorf("/v1/orders/a..b = %d %v, want 400 naming \"..\"", code, m)
+	}
+}
