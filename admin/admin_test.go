@@ -284,3 +284,31 @@ func TestBadOrderIDNamesTheRule(t *testing.T) {
 		t.Errorf("/v1/orders/a..b = %d %v, want 400 naming \"..\"", code, m)
 	}
 }
+
+// refusingReplays is a DeadLetters whose replays the stream refuses with
+// err (an injected fault: the stream's own answer).
+type refusingReplays struct {
+	deadLetters // nil: only ReplayDeadLetter is called
+	err         error
+}
+
+type deadLetters = DeadLetters
+
+func (d refusingReplays) ReplayDeadLetter(context.Context, uint64) (uint64, error) { return 0, d.err }
+
+// A replay the stream refuses (overload, schema validation, a store that
+// cannot write) answers the stream's status, as HTTP ingest does, not 500.
+func TestReplayRefusalKeepsItsStatus(t *testing.T) {
+	s := New(testConfig())
+	for _, code := range []int{422, 429, 503} {
+		refusal := fmt.Errorf("replay dead letter 7 to %q: %w", "orders.created", &jetstream.APIError{Code: code, ErrorCode: 10077, Description: "refused"})
+		s.SetBackend(Backend{DeadLetters: refusingReplays{err: refusal}})
+		req := httptest.NewRequest("POST", "http://127.0.0.1:8222/v1/dlq/7/replay", nil)
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code != code || !strings.Contains(rec.Body.String(), "refused") {
+			t.Errorf("replay refused with %d = %d %s, want %d with the refusal", code, rec.Code, rec.Body, code)
+		}
+	}
+}
