@@ -215,3 +215,33 @@ func TestHostileAdminRequests(t *testing.T) {
 		return err
 	})
 }
+
+// A trimmed dead letter whose original the stream no longer holds cannot
+// be replayed: the answer says so, not that the dead letter (which `dlq
+// list` shows) is not found.
+func TestReplayOfATrimmedDeadLetterWithoutItsOriginal(t *testing.T) {
+	app := orderstoretest.Start(t, func(c *orderstore.Config) { c.Admin.Listen = "127.0.0.1:0" })
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, app)
+	p := app.Config().Processor
+	h := nats.Header{}
+	h.Set(processor.HeaderSubject, "orders.created")
+	h.Set(processor.HeaderStream, app.Config().Stream.Name)
+	h.Set(processor.HeaderSequence, "999")
+	h.Set(processor.HeaderTrimmed, "payload 2000000 bytes")
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq." + p.DeadLetterStream + ".orders.created", Header: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", fmt.Sprintf("http://%s/v1/dlq/%d/replay", app.AdminAddr(), ack.Sequence), nil)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode == 200 || resp.StatusCode == 404 || !strings.Contains(string(body), "#999 cannot be read") {
+		t.Errorf("replay of a trimmed dead letter without its original = %d %s, want a refusal naming the original", resp.StatusCode, body)
+	}
+}

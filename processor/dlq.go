@@ -386,7 +386,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 		}
 		m, err := src.GetMsg(ctx, d.OriginalSequence)
 		if err != nil {
-			return 0, fmt.Errorf("dead letter %d in %q was trimmed (%s) and its original %q #%d cannot be read: %w",
+			return 0, fmt.Errorf("dead letter %d in %q was trimmed (%s) and its original %q #%d cannot be read: %v", // not the dead letter's own ErrMsgNotFound
 				seq, stream, d.Header.Get(HeaderTrimmed), orig, d.OriginalSequence, err)
 		}
 		d.Data = m.Data
