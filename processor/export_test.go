@@ -30,3 +30,9 @@ func (p *Processor) Recovering() int {
 
 // HeaderSize is headerSize, what a page of dead letters counts of headers.
 var HeaderSize = headerSize
+
+// The history reads' bounds: a page's bytes, and the events read at once.
+const (
+	MaxHistoryPageBytes = maxHistoryPageBytes
+	HistoryGetParallel  = historyGetParallel
+)

@@ -200,18 +200,17 @@ func (p *Projection) history(ctx context.Context, s jetstream.Stream, orderID st
 	if err != nil {
 		return page, err
 	}
-	evs, err := p.historyEvents(ctx, s, orderID, from, seqs)
+	size := 0
+	err = p.historyEvents(ctx, s, orderID, from, seqs, func(ev HistoryEvent) bool {
+		if size += len(ev.Data) + headerSize(ev.Header); size > maxHistoryPageBytes && len(page.Events) > 0 {
+			return false // the page stops early rather than pass the bound
+		}
+		page.Events = append(page.Events, ev)
+		return true
+	})
 	if err != nil {
 		return page, err
 	}
-	size := 0
-	for i, ev := range evs {
-		if size += len(ev.Data) + headerSize(ev.Header); size > maxHistoryPageBytes && i > 0 {
-			evs = evs[:i] // the page stops early rather than pass the bound
-			break
-		}
-	}
-	page.Events = evs
 	if next := from + len(page.Events); next < page.Total {
 		page.Next = next
 	}
@@ -306,39 +305,48 @@ func (p *Projection) readChunk(ctx context.Context, orderID string, n int) ([]ui
 	return chunk, nil
 }
 
-// historyEvents reads the events at seqs (positions from on) from s,
-// historyGetParallel at once.
-func (p *Projection) historyEvents(ctx context.Context, s jetstream.Stream, orderID string, from int, seqs []uint64) ([]HistoryEvent, error) {
-	out := make([]HistoryEvent, len(seqs))
-	errs := make([]error, len(seqs))
-	parallel(len(seqs), historyGetParallel, func(i int) {
-		seq := seqs[i]
-		out[i] = HistoryEvent{Position: from + i, Sequence: seq}
-		if seq == 0 {
-			return // its index chunk is gone: not retained
+// historyEvents reads the events at seqs (positions from on) from s, a
+// window of historyGetParallel at once, and hands them to yield in order
+// until it returns false: it holds one window of events, whatever their
+// sizes (up to max_payload each).
+func (p *Projection) historyEvents(ctx context.Context, s jetstream.Stream, orderID string, from int, seqs []uint64, yield func(HistoryEvent) bool) error {
+	for w := range slices.Chunk(seqs, historyGetParallel) {
+		out := make([]HistoryEvent, len(w))
+		errs := make([]error, len(w))
+		parallel(len(w), len(w), func(i int) {
+			out[i] = HistoryEvent{Position: from + i, Sequence: w[i]}
+			if w[i] == 0 {
+				return // its index chunk is gone: not retained
+			}
+			m, err := s.GetMsg(ctx, w[i])
+			switch {
+			case errors.Is(err, jetstream.ErrMsgNotFound):
+				return
+			case err != nil:
+				errs[i] = fmt.Errorf("history of %q: event %d: %w", orderID, w[i], err)
+				return
+			}
+			ev := &out[i]
+			ev.Retained = true
+			ev.Subject, ev.Type, ev.Time, ev.Header, ev.Data = m.Subject, eventType(m.Subject), m.Time.UTC(), eventHeader(m.Header), m.Data
+			id, status, perr := parse(m.Subject, m.Data)
+			if perr != nil || id != orderID {
+				ev.Replaced = true
+				return
+			}
+			ev.Status = status
+		})
+		if err := errors.Join(errs...); err != nil {
+			return err
 		}
-		m, err := s.GetMsg(ctx, seq)
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return
-		case err != nil:
-			errs[i] = fmt.Errorf("history of %q: event %d: %w", orderID, seq, err)
-			return
+		for _, ev := range out {
+			if !yield(ev) {
+				return nil
+			}
 		}
-		ev := &out[i]
-		ev.Retained = true
-		ev.Subject, ev.Type, ev.Time, ev.Header, ev.Data = m.Subject, eventType(m.Subject), m.Time.UTC(), eventHeader(m.Header), m.Data
-		id, status, perr := parse(m.Subject, m.Data)
-		if perr != nil || id != orderID {
-			ev.Replaced = true
-			return
-		}
-		ev.Status = status
-	})
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		from += len(w)
 	}
-	return out, nil
+	return nil
 }
 
 // directGetHeaders are what a direct get adds to a message's headers
@@ -435,40 +443,38 @@ func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID s
 		if err != nil {
 			return st, folded, err
 		}
-		evs, err := p.historyEvents(ctx, s, orderID, from, seqs)
-		if err != nil {
-			return st, folded, err
-		}
-		for _, he := range evs {
+		var fnErr error
+		err = p.historyEvents(ctx, s, orderID, from, seqs, func(he HistoryEvent) bool {
 			if he.Replaced {
-				continue
+				return true
 			}
 			// An event not retained has no time: only its sequence (0 if
 			// its chunk is gone) can place it past the point.
 			if !point.includes(he.Sequence, he.Time) {
 				// Past the point: the rest is too, unless the index is
 				// out of order.
-				if !r.HistoryUnordered {
-					done = true
-					break
-				}
-				continue
+				done = !r.HistoryUnordered
+				return !done
 			}
 			if !he.Retained {
 				pending++
-				continue
+				return true
 			}
 			st.NotRetained += pending
 			pending = 0
 			ev := he.event(orderID)
 			if fn != nil {
-				if err := fn(ev); err != nil {
-					return st, folded, err
+				if fnErr = fn(ev); fnErr != nil {
+					return false
 				}
 			}
 			folded.apply(ev)
 			st.Folded++
 			st.Last = he.Sequence
+			return true
+		})
+		if err = cmp.Or(err, fnErr); err != nil {
+			return st, folded, err
 		}
 	}
 	// Events not retained before the first event past the point (or the

@@ -432,3 +432,63 @@ func TestStaleRecordSealsNoChunk(t *testing.T) {
 		t.Fatalf("record of o: %d chunks, tail %v; want 1 chunk, tail [257 258 400]", r.HistoryChunks, r.History)
 	}
 }
+
+// Events far larger than usual (a producer may send max_payload each) are
+// read a window at a time: a page reads little more than its byte bound,
+// not all its events (up to 1,000) to keep 4 MiB of them, and a fold holds
+// a window of events ahead of it, not a chunk (256): memory stays bounded
+// whatever the events' sizes. The bytes the reading connection received
+// tell what was read.
+func TestHistoryReadsLargeEventsAWindowAtATime(t *testing.T) {
+	e := newEnv(t)
+	pad := strings.Repeat("x", 300<<10)
+	var msgs []*nats.Msg
+	for range 100 {
+		m := nats.NewMsg("orders.step")
+		m.Data = []byte(`{"order_id":"big","pad":"` + pad + `"}`)
+		msgs = append(msgs, m)
+	}
+	e.publish(t, msgs)
+	p := e.projection(t)
+	e.start(t, p)
+	e.waitCaughtUp(t, 30*time.Second)
+	ctx := context.Background()
+	nc := embeddedtest.Connect(t, e.srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, e.cfg.Stream.Name) // the events are read on nc
+	if err != nil {
+		t.Fatal(err)
+	}
+	received := func() int { return int(nc.Stats().InBytes) }
+	// One window of reads, with room for a get's own encoding.
+	window := processor.HistoryGetParallel * 2 * len(msgs[0].Data)
+
+	before := received()
+	page, err := p.History(ctx, s, "big", 0, len(msgs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(page.Events); n == 0 || n >= len(msgs) || page.Next != n {
+		t.Fatalf("a page of 100 events of 300 KiB lists %d (next %d), want it to stop at %d bytes", n, page.Next, processor.MaxHistoryPageBytes)
+	}
+	if got, most := received()-before, processor.MaxHistoryPageBytes+window; got > most {
+		t.Errorf("a page of %d events read %d bytes of events, want at most %d (its bound and one window of reads)", len(page.Events), got, most)
+	}
+
+	before = received()
+	folded, ahead := 0, 0
+	st, err := p.FoldEvents(ctx, s, "big", processor.AsOfPoint{}, func(ev processor.Event) error {
+		ahead = max(ahead, received()-before-folded)
+		folded += len(ev.Data)
+		return nil
+	})
+	if err != nil || st.Folded != len(msgs) {
+		t.Fatalf("fold: %d events, %v; want %d", st.Folded, err, len(msgs))
+	}
+	if ahead > window {
+		t.Errorf("the fold read %d bytes of events ahead of what it had folded, want at most one window of reads (%d)", ahead, window)
+	}
+}
