@@ -168,3 +168,34 @@ func TestHistoryTailBound(t *testing.T) {
 
 // fakeKV stands for a history bucket sealWrites never calls.
 type fakeKV struct{ jetstream.KeyValue }
+
+// A recovered event's retry that fell due while the processor was paused
+// (no Run) is handed to the next Run, not dropped.
+func TestRetryDueDuringPauseFiresOnResume(t *testing.T) {
+	p := &Processor{retries: retries{pending: map[*retry]struct{}{}}}
+	got := make(chan uint64, 1)
+	enqueue := func(m delivery) bool {
+		md, _ := m.Metadata()
+		got <- md.Sequence.Stream
+		return true
+	}
+	r := &recoveredMsg{m: &jetstream.RawStreamMsg{Sequence: 7}, p: p}
+	p.retries.mu.Lock()
+	p.retries.arm(&retry{r: r, due: time.Now().Add(time.Hour)})
+	p.retries.mu.Unlock()
+	p.retries.stop() // Run returns: the retry is held
+	for e := range slices.Values(p.retries.held) {
+		e.due = time.Now().Add(-time.Minute) // it fell due during the pause
+	}
+	p.requeue.Store(&enqueue)
+	p.retries.start() // the next Run
+	defer p.retries.stop()
+	select {
+	case seq := <-got:
+		if seq != 7 {
+			t.Fatalf("redelivered %d, want 7", seq)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the retry that fell due during the pause was never redelivered")
+	}
+}

@@ -291,9 +291,8 @@ func (r *recoveredMsg) redeliver() {
 
 // retries are the recovered events nak'ed and waiting out their delay, a
 // timer each. Run owns the timers: as it returns, stop stops those not yet
-// due and waits for those firing; the next Run's start arms again those
-// still not due then. One that falls due while no Run runs is dropped: it
-// has no Run to go to.
+// due and waits for those firing; the next Run's start arms them again (one
+// that fell due meanwhile fires at once: its event is not lost).
 type retries struct {
 	mu      sync.Mutex
 	pending map[*retry]struct{} // armed
@@ -321,14 +320,13 @@ func (rs *retries) arm(e *retry) {
 	})
 }
 
-// start arms the retries the last Run held that are not due yet.
+// start arms the retries the last Run held; those that fell due meanwhile
+// fire at once.
 func (rs *retries) start() {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	for _, e := range rs.held {
-		if time.Now().Before(e.due) {
-			rs.arm(e)
-		}
+		rs.arm(e)
 	}
 	rs.held = nil
 }
