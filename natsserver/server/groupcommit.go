@@ -186,6 +186,7 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 	unlink := g.unlink
 	g.unlink = nil
 	round := g.taken.Add(1)
+	g.inRound = true // from taking the acks on: a flush meanwhile waits for the next round too
 	g.mu.Unlock()
 	werr := g.fs.gcWriteLastBlock()
 	g.mu.Lock()
@@ -193,6 +194,7 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 	if len(acks) == 0 && len(dirty) == 0 && !dirSync && werr == nil && g.err == nil {
 		// Nothing stored before this round is left unsynced.
 		g.synced.Store(round)
+		g.inRound = false
 		g.rounds++
 		g.cond.Broadcast()
 		g.mu.Unlock()
@@ -201,7 +203,6 @@ func (g *groupCommit) round(spare []gcAck) []gcAck {
 	}
 	g.dirSync = false
 	g.dirty = make(map[uint32]gcBlock, len(dirty))
-	g.inRound = true
 	g.syncing.Store(true)
 	failed := g.err
 	g.mu.Unlock()
