@@ -186,10 +186,9 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 	return m, nil
 }
 
-// restoreConfig is cfg as Restore runs nats on it: one node, relaxed
-// syncing whatever the durability (nats gives up on a chunk that takes 5 s:
-// with an fsync per restored event, after 256 KiB); every file is fsynced
-// once the restore is done.
+// restoreConfig is cfg as Restore runs nats on it: one node, relaxed syncing whatever the
+// durability (nats gives up on a chunk that takes 5 s: after 256 KiB with an fsync per
+// event); every file is fsynced once the restore is done.
 func (cfg Config) restoreConfig() Config {
 	c := cfg
 	c.Cluster, c.LeafNode = ClusterConfig{}, LeafNodeConfig{ReconnectInterval: time.Second}

@@ -415,10 +415,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 	return ack.Sequence, nil
 }
 
-// OrderDeadLetters returns up to limit dead letters of one order (by the "order_id" of
-// their payloads), newest first, from the most recent scan sequences of stream, replayed
-// ones too (no per-order index: the scan bounds the cost), until they hold MaxPageBytes.
-// complete is false when older dead letters were left unread.
+// OrderDeadLetters returns up to limit dead letters of one order (by the "order_id" of their
+// payloads), newest first, from the last scan sequences of stream (replayed ones too: there is
+// no per-order index), until they hold MaxPageBytes. complete: no older one was left unread.
 func OrderDeadLetters(ctx context.Context, js jetstream.JetStream, stream, orderID string, scan, limit int) (out []DeadLetter, complete bool, err error) {
 	s, st, err := deadLetterStream(ctx, js, stream)
 	if err != nil {

@@ -201,14 +201,13 @@ func (p *Projection) history(ctx context.Context, s jetstream.Stream, orderID st
 		return page, err
 	}
 	size := 0
-	err = p.historyEvents(ctx, s, orderID, from, seqs, func(ev HistoryEvent) bool {
+	if err := p.historyEvents(ctx, s, orderID, from, seqs, func(ev HistoryEvent) bool {
 		if size += len(ev.Data) + headerSize(ev.Header); size > maxHistoryPageBytes && len(page.Events) > 0 {
 			return false // the page stops early rather than pass the bound
 		}
 		page.Events = append(page.Events, ev)
 		return true
-	})
-	if err != nil {
+	}); err != nil {
 		return page, err
 	}
 	if next := from + len(page.Events); next < page.Total {
@@ -305,10 +304,8 @@ func (p *Projection) readChunk(ctx context.Context, orderID string, n int) ([]ui
 	return chunk, nil
 }
 
-// historyEvents reads the events at seqs (positions from on) from s, a
-// window of historyGetParallel at once, and hands them to yield in order
-// until it returns false: it holds one window of events, whatever their
-// sizes (up to max_payload each).
+// historyEvents hands yield the events at seqs (positions from on) in order
+// until it returns false, read from s historyGetParallel at a time: one window held.
 func (p *Projection) historyEvents(ctx context.Context, s jetstream.Stream, orderID string, from int, seqs []uint64, yield func(HistoryEvent) bool) error {
 	for w := range slices.Chunk(seqs, historyGetParallel) {
 		out := make([]HistoryEvent, len(w))

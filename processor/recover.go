@@ -289,10 +289,9 @@ func (r *recoveredMsg) redeliver() {
 	(*enqueue)(r)
 }
 
-// retries are the recovered events nak'ed and waiting out their delay, a
-// timer each. Run owns the timers: as it returns, stop stops those not yet
-// due and waits for those firing; the next Run's start arms them again (one
-// that fell due meanwhile fires at once: its event is not lost).
+// retries are the recovered events nak'ed and waiting out their delay, a timer each. Run owns
+// the timers: as it returns, stop stops those not yet due and waits for those firing; the
+// next Run's start arms them again (one that fell due meanwhile fires at once, not dropped).
 type retries struct {
 	mu      sync.Mutex
 	pending map[*retry]struct{} // armed
@@ -320,8 +319,7 @@ func (rs *retries) arm(e *retry) {
 	})
 }
 
-// start arms the retries the last Run held; those that fell due meanwhile
-// fire at once.
+// start arms the retries the last Run held (those due by now fire at once).
 func (rs *retries) start() {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()

@@ -5,9 +5,8 @@ import (
 	"path/filepath"
 )
 
-// RestoredFile is a file in the store directory that a restore from a
-// backup writes: that it runs, then what the backed-up processor had
-// settled. It is removed once the processor is past it.
+// RestoredFile is the store directory's file a restore writes: that it runs, then what the
+// backed-up processor had settled. It is removed once the processor is past it.
 const RestoredFile = "restored.json"
 
 // Restored is what RestoredFile holds.
