@@ -109,11 +109,8 @@ type Index struct {
 	by         map[string]*statusSet
 	staleAfter map[string]time.Duration
 	now        func() time.Time
-
-	// Loading: until the watch has read every record that was in the
-	// bucket when it began, listings would be incomplete.
-	loaded   chan struct{}
-	loadOnce sync.Once
+	loaded     chan struct{} // closed once the watch read what the bucket held (listings are complete)
+	loadOnce   sync.Once
 }
 
 // New returns an empty index. staleAfter maps a status to how long an order

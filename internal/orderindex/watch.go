@@ -14,16 +14,19 @@ import (
 )
 
 // Run loads the bucket's records into the index, then follows every write
-// until ctx is done. A record that is not an order's (no status, or not
-// JSON) is skipped and counted; a key deleted or purged is forgotten. It
-// returns ctx's end as nil, and an error if the watch fails: the index
-// would then fall behind the projection silently.
+// until ctx is done (nil). A record that is not an order's (no status, not
+// JSON) is skipped and reported; a key deleted or purged is forgotten. A
+// failed watch is an error: the index would fall behind silently.
 func (x *Index) Run(ctx context.Context, kv jetstream.KeyValue, skipped func(key string, err error)) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("order index: watch bucket %q: %w", kv.Bucket(), err)
 	}
-	defer w.Stop()
+	defer func() { // stopped, its delivery may wait on a full Updates: drained till it ends
+		w.Stop()
+		for range w.Updates() {
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():

@@ -2,9 +2,11 @@ package orderindex
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -179,6 +181,52 @@ func TestWatchForgetsExpiredRecords(t *testing.T) {
 		}
 		if n := x.Len(); n != 0 {
 			return fmt.Errorf("o-1 expired from the bucket, but the index still holds %d orders", n)
+		}
+		return nil
+	})
+}
+
+// A watch stopped while its updates are backed up (a load under way, a
+// burst of writes) leaves no goroutine behind: the watcher's delivery,
+// blocked on a full channel nobody reads any more, would hold the
+// subscription and its pending records for the life of the connection.
+func TestWatchStoppedWhileBackedUpLeavesNoGoroutine(t *testing.T) {
+	js, kv := bucket(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := kv.Put(ctx, "junk", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		if _, err := js.PublishAsync(fmt.Sprintf("$KV.ORDERS.o-%d", i), record("paid", t0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+	// The first record's report holds Run until ctx ends: meanwhile the
+	// watcher fills its channel and blocks.
+	held := make(chan struct{})
+	skipped := func(string, error) { close(held); <-ctx.Done() }
+	done := make(chan error, 1)
+	go func() { done <- New(nil).Run(ctx, kv, skipped) }()
+	<-held
+	delivering := func() bool {
+		buf := make([]byte, 1<<20)
+		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "jetstream.(*kvs).WatchFiltered.func")
+	}
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
+		if !delivering() {
+			return errors.New("the watcher is not blocked delivering yet")
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
+		if delivering() {
+			return errors.New("the stopped watch's delivery goroutine is still blocked on its updates")
 		}
 		return nil
 	})
