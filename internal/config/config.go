@@ -252,7 +252,11 @@ func Parse(r io.Reader, name string) (Config, error) {
 			// Decode into a fresh value: a failed decode must not leave
 			// the default half-overwritten.
 			nv := reflect.New(fv.Type())
-			if err := md.PrimitiveDecode(kprim, nv.Interface()); err != nil {
+			err := md.PrimitiveDecode(kprim, nv.Interface())
+			if fv.Kind() == reflect.Map && md.Type(tname, kname) != "Hash" {
+				err = errors.New("wrong type: it must be a table, e.g. [" + dotted + "]") // BurntSushi takes any other value as none
+			}
+			if err != nil {
 				errs.Problems = append(errs.Problems, &orderstore.FieldError{Key: dotted, Reason: decodeReason(err)})
 				failed[dotted] = true
 				continue

@@ -113,6 +113,11 @@ func TestParseErrors(t *testing.T) {
 			[]string{"stream.max_bytes"}, []string{"processor.dead_letter_max_bytes 256MiB + processor.projection_max_bytes 512MiB = 2.5GiB exceeds jetstream.max_file_store 2GiB"}},
 		{"zero dead-letter budget", "[processor]\ndead_letter_max_bytes = \"0B\"\n", []string{"processor.dead_letter_max_bytes"}, nil},
 		{"max_msg_size over max_payload", "[stream]\nmax_msg_size = \"2MiB\"\n", []string{"stream.max_msg_size"}, nil},
+		// BurntSushi leaves a map as it was when the value is not a table.
+		{"schemas not a table", "[validation]\nschemas = \"created.json\"\n", []string{"validation.schemas"}, []string{"must be a table"}},
+		{"stale_after not a table", "[processor]\nstale_after = \"1h\"\n", []string{"processor.stale_after"}, []string{"must be a table"}},
+		{"size beyond int64", "[jetstream]\nmax_file_store = \"1e30TiB\"\n", []string{"jetstream.max_file_store"}, []string{"too large"}},
+		{"bare byte count", "[server]\nmax_payload = 1048576\n", []string{"server.max_payload"}, []string{`"1048576B"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -151,6 +156,8 @@ max_file_store = "1.5GiB"
 [stream]
 max_age = "72h"
 max_bytes = "-1"
+[processor]
+stale_after = { shipped = "36h" }
 [[server.users]]
 user = "producer"
 password = "p"
@@ -170,6 +177,9 @@ publish = ["orders.>"]
 	}
 	if len(cfg.Server.Users) != 1 || cfg.Server.Users[0].Publish.Allow[0] != "orders.>" {
 		t.Errorf("users = %+v", cfg.Server.Users)
+	}
+	if time.Duration(cfg.Processor.StaleAfter["shipped"]) != 36*time.Hour {
+		t.Errorf("stale_after = %v", cfg.Processor.StaleAfter)
 	}
 	// Keys not in the file keep their defaults.
 	if cfg.Processor.Durable != "order-processor" || cfg.Stream.Name != "ORDER_EVENTS" {
@@ -218,6 +228,7 @@ func TestByteSize(t *testing.T) {
 	}{
 		{"10GiB", 10 << 30, false}, {"512MiB", 512 << 20, false}, {"1KiB", 1024, false}, {"7B", 7, false},
 		{"1TiB", 1 << 40, false}, {"-1", -1, false}, {"10GB", 0, true}, {"10", 0, true}, {"", 0, true}, {"GiB", 0, true}, {"-5MiB", 0, true},
+		{"NaNGiB", 0, true}, {"InfB", 0, true}, {"9000000TiB", 0, true},
 	}
 	for _, tt := range tests {
 		var b ByteSize

@@ -109,7 +109,7 @@ its key; ` + "`orderstore check -print`" + ` prints the whole configuration in f
 Relative paths are relative to the file's directory.
 
 Units: a **duration** is a string such as ` + "`\"30s\"`, `\"5m\"`, `\"1h30m\"`, `\"720h\"`" + `; a
-**size** is a string such as ` + "`\"512MiB\"`, `\"1GiB\"`" + ` (or a number of bytes).
+**size** is a string with a unit, powers of 1024: ` + "`\"512MiB\"`, `\"1GiB\"`, `\"1024B\"`" + ` (a bare number is refused; -1 is unlimited where a key says so).
 
 `)
 	var missing []string

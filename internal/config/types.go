@@ -57,7 +57,7 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 		return fmt.Errorf("empty size (write e.g. \"10GiB\")")
 	}
 	if _, err := strconv.ParseFloat(s, 64); err == nil {
-		return fmt.Errorf("%q: missing unit (write e.g. \"%sMiB\"; units are B, KiB, MiB, GiB, TiB)", s, s)
+		return fmt.Errorf("%q: missing unit (write e.g. \"%sB\" for bytes; units are B, KiB, MiB, GiB, TiB)", s, s)
 	}
 	for _, u := range bytesize.Units {
 		if !strings.HasSuffix(s, u.Suffix) {
@@ -69,8 +69,10 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 			return fmt.Errorf("%q: unit %sB is ambiguous, write %siB (units are powers of 1024: KiB, MiB, GiB, TiB)", s, si, si)
 		}
 		n, err := strconv.ParseFloat(num, 64)
-		if err != nil || n < 0 {
+		if err != nil || !(n >= 0) { // NaN too
 			return fmt.Errorf("%q is not a size (write e.g. \"10GiB\", \"512MiB\")", s)
+		} else if n*float64(u.Mult) >= 1<<63 {
+			return fmt.Errorf("%q is too large: at most 8EiB", s)
 		}
 		*b = ByteSize(n * float64(u.Mult))
 		return nil
