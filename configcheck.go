@@ -198,18 +198,12 @@ func (c Config) validateServer(bad badFunc) {
 	validTLS(bad, "Server.TLS", s.TLS, true)
 }
 
-// validTLS checks one [TLSConfig]; client says whether it may verify
-// client certificates.
+// validTLS checks a listener's [TLSConfig]; client says whether it may
+// verify client certificates.
 func validTLS(bad badFunc, field string, t TLSConfig, client bool) {
-	bad.when((t.CertFile == "") != (t.KeyFile == ""), field+".CertFile", nil, "cert_file and key_file go together")
+	validTLSFiles(bad, field, t)
 	bad.when(!client && (t.CAFile != "" || t.Verify), field+".CAFile", nil, "client certificates (ca_file, verify) are for the client port only")
-	bad.when(t.Verify && t.CAFile == "", field+".Verify", true, "needs ca_file: the CAs that sign client certificates")
 	bad.when((t.Verify || t.CAFile != "") && !t.Enabled(), field+".CAFile", nil, "needs cert_file and key_file: client certificates are checked only over TLS")
-	switch t.MinVersion {
-	case "", "1.2", "1.3":
-	default:
-		bad(field+".MinVersion", clipValue(t.MinVersion), "must be \"1.2\" or \"1.3\"")
-	}
 }
 
 func (c Config) validateJetStream(bad badFunc) {
@@ -396,6 +390,7 @@ func (c Config) validateScaleOut(bad badFunc) {
 		}
 	}
 	bad.when((ln.User == "") != (ln.Password == ""), "LeafNode.User", ln.User, "leafnode.user and leafnode.password go together")
+	bad.when(ln.ReconnectInterval < 0, "LeafNode.ReconnectInterval", ln.ReconnectInterval, "must be positive, or 0 for 1s")
 	validTLSFiles(bad, "LeafNode.TLS", ln.TLS)
 	for i, r := range ln.Remotes {
 		f := fmt.Sprintf("LeafNode.Remotes[%d]", i)
@@ -426,7 +421,8 @@ func (c Config) validateScaleOut(bad badFunc) {
 // validTLSFiles checks a TLS table that may carry client-certificate keys.
 func validTLSFiles(bad badFunc, field string, t TLSConfig) {
 	bad.when((t.CertFile == "") != (t.KeyFile == ""), field+".CertFile", nil, "cert_file and key_file go together")
-	bad.when(t.Verify && t.CAFile == "", field+".Verify", true, "needs ca_file")
+	bad.when(t.Verify && t.CAFile == "", field+".Verify", true, "needs ca_file: the CAs that sign client certificates")
+	bad.when(t.MinVersion != "" && t.MinVersion != "1.2" && t.MinVersion != "1.3", field+".MinVersion", clipValue(t.MinVersion), "must be \"1.2\" or \"1.3\"")
 }
 
 func hostOf(hostport string) (string, error) {

@@ -116,6 +116,10 @@ func TestParseErrors(t *testing.T) {
 		// BurntSushi leaves a map as it was when the value is not a table.
 		{"schemas not a table", "[validation]\nschemas = \"created.json\"\n", []string{"validation.schemas"}, []string{"must be a table"}},
 		{"stale_after not a table", "[processor]\nstale_after = \"1h\"\n", []string{"processor.stale_after"}, []string{"must be a table"}},
+		{"min_version of a route", "[server]\nname = \"n1\"\n[cluster]\nname = \"c\"\nroutes = [\"nats-route://127.0.0.1:6223\"]\ntls = { min_version = \"TLS1.3\" }\n", []string{"cluster.tls.min_version"}, []string{`"1.2" or "1.3"`}},
+		{"min_version of a leaf remote", "[jetstream]\ndomain = \"e1\"\n[[leafnode.remotes]]\nurl = \"nats-leaf://hub:7422\"\ntls = { min_version = \"1.4\" }\n",
+			[]string{"leafnode.remotes[0].tls.min_version"}, []string{`"1.2" or "1.3"`}},
+		{"negative reconnect_interval", "[leafnode]\nreconnect_interval = \"-1s\"\n", []string{"leafnode.reconnect_interval"}, []string{"positive"}},
 		{"size beyond int64", "[jetstream]\nmax_file_store = \"1e30TiB\"\n", []string{"jetstream.max_file_store"}, []string{"too large"}},
 		{"bare byte count", "[server]\nmax_payload = 1048576\n", []string{"server.max_payload"}, []string{`"1048576B"`}},
 	}
