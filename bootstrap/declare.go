@@ -466,7 +466,8 @@ func orUnlimited[T int32 | int64](n T) T {
 	return n
 }
 
-// sourcesStr lists a stream's sources as "NAME@domain" (or NAME).
+// sourcesStr lists a stream's sources as "NAME@domain" (or NAME), each
+// with its subject transforms: they are what a source takes.
 func sourcesStr(l []*jetstream.StreamSource) string {
 	var out []string
 	for _, s := range l {
@@ -481,6 +482,9 @@ func sourcesStr(l []*jetstream.StreamSource) string {
 				p = d
 			}
 			n += "@" + p
+		}
+		for _, tr := range s.SubjectTransforms {
+			n += " " + tr.Source + " as " + tr.Destination
 		}
 		out = append(out, n)
 	}

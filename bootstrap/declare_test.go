@@ -380,3 +380,43 @@ func TestDeclareAddsExpiryMarkersAndKeepsAPause(t *testing.T) {
 		t.Errorf("declared again: %v %v, want no change", res.Changes, err)
 	}
 }
+
+// A hub's aggregate stream sources each stream through one subject
+// transform per stream subject, and sources only what those match: a
+// subject added to stream.subjects must reach the stored sources too, or
+// the aggregate (and the processor reading it) never sees its events.
+func TestDeclareUpdatesHubSourcesForAddedSubject(t *testing.T) {
+	js := embeddedtest.JetStream(t, embeddedtest.Start(t))
+	ctx := context.Background()
+	cfg := orderstore.DefaultConfig()
+	cfg.Hub = orderstore.HubConfig{Stream: "ORDER_EVENTS_ALL"}
+	cfg.Stream.MaxBytes = 1 << 20 // the aggregate takes as much again
+	if _, err := bootstrap.Declare(ctx, js, cfg.DeclareSpec(), nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Stream.Subjects = []string{"orders.>", "returns.>"}
+	if _, err := bootstrap.Declare(ctx, js, cfg.DeclareSpec(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := bootstrap.Declare(ctx, js, cfg.DeclareSpec(), nil); err != nil || len(res.Changes) > 0 {
+		t.Fatalf("declared again: %v, changes %v; want none", err, res.Changes)
+	}
+	if _, err := js.Publish(ctx, "returns.created", []byte(`{"order_id":"1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	agg, err := js.Stream(ctx, "ORDER_EVENTS_ALL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := agg.Info(ctx)
+	if got := fmt.Sprint(info.Config.Sources[0].SubjectTransforms); !strings.Contains(got, "returns.>") {
+		t.Fatalf("stored aggregate source transforms %s: returns.> is not sourced", got)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := agg.GetLastMsgForSubject(ctx, orderstore.HubLocalPrefix+".returns.created"); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the aggregate never sourced returns.created: %v", err)
+		}
+	}
+}
