@@ -301,6 +301,13 @@ func TestReadyzOwnObjectsOnly(t *testing.T) {
 	if r["status"] != "not ready" || !strings.Contains(fmt.Sprint(r["checks"]), `subject "orders.>" missing`) {
 		t.Errorf("/readyz = %v", r)
 	}
+	// status says so with exit 1, in JSON too (the README: "exit 1 when not ready").
+	for _, args := range [][]string{{"status", "-admin", a.adminURL}, {"status", "-admin", a.adminURL, "-json"}} {
+		var out, errb strings.Builder
+		if code := run(ctx, args, &out, &errb); code != exitFailure || !strings.Contains(out.String(), "not ready") {
+			t.Errorf("%q while not ready: exit %d, want %d\n%s%s", args, code, exitFailure, out.String(), errb.String())
+		}
+	}
 	if _, err := js.UpdateStream(ctx, orig); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("status", stderr)
 	client := clientFlags(fs)
 	asJSON := fs.Bool("json", false, "print the raw JSON of /v1/status")
-	if err := fs.Parse(args); err != nil {
+	if !parseFlags(fs, args) {
 		return exitUsage
 	}
 	c, err := client()
@@ -31,9 +31,9 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if *asJSON {
 		printJSON(stdout, st)
-		return exitOK
+	} else {
+		printStatus(stdout, st)
 	}
-	printStatus(stdout, st)
 	if st.Status != "ready" {
 		return exitFailure
 	}
