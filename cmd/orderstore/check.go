@@ -17,7 +17,7 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("check", stderr)
 	configPath := fs.String("config", "", "config file (default: $ORDERSTORE_CONFIG, else built-in defaults)")
 	print := fs.Bool("print", false, "print the effective config (defaults filled in, secrets redacted)")
-	if err := fs.Parse(args); err != nil {
+	if !parseFlags(fs, args) {
 		return exitUsage
 	}
 	fc, name, err := loadConfig(*configPath)

@@ -150,3 +150,22 @@ func TestCheckStoreDirIsAFile(t *testing.T) {
 		t.Errorf("check reports the store's files, not the store_dir:\n%s", got)
 	}
 }
+
+// A config file given without -config is refused, not ignored: check
+// would call the built-in defaults valid (and create ./orderstore-data),
+// status would ask another admin listener than the one named.
+func TestCommandsRefuseArguments(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	t.Setenv("ORDERSTORE_CONFIG", "")
+	cfg := writeConfig(t, dir, filepath.Join(dir, "store"), "")
+	for _, args := range [][]string{{"check", cfg}, {"check", "-config", cfg, "extra"}, {"status", "http://127.0.0.1:1"}, {"version", "x"}} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), args, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), "unexpected arguments") {
+			t.Errorf("%q: exit %d, want %d and the arguments named\n%s%s", args, code, exitUsage, out.String(), errb.String())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "orderstore-data")); err == nil {
+		t.Error("check created ./orderstore-data for a file it did not read")
+	}
+}

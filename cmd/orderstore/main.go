@@ -121,6 +121,16 @@ func hintOf(err error) string {
 // withHint attaches a hint to an error from a package that has none.
 func withHint(err error, hint string) error { return orderstore.WithHint(err, hint) }
 
+// parseFlags parses the flags of a command that takes no arguments, and
+// refuses any (a file without -config would go unread); false: exit 2.
+func parseFlags(fs *flag.FlagSet, args []string) bool {
+	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
+		return err == nil
+	}
+	fmt.Fprintf(fs.Output(), "orderstore %s: unexpected arguments %q ('orderstore %s -h' lists its flags)\n", fs.Name(), fs.Args(), fs.Name())
+	return false
+}
+
 // newFlagSet is a subcommand's flags, reporting on stderr.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)

@@ -27,11 +27,8 @@ const stopTimeout = 50 * time.Second
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", stderr)
 	configPath := fs.String("config", "", "config file (default: $ORDERSTORE_CONFIG, else built-in defaults)")
-	if err := fs.Parse(args); err != nil {
+	if !parseFlags(fs, args) {
 		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		return usageErr(stderr, "orderstore run: unexpected arguments %q\n", fs.Args())
 	}
 
 	// Signals cancel ctx from the first moment: a SIGTERM during a long

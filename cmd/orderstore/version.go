@@ -35,7 +35,7 @@ func getBuildInfo() status.BuildInfo {
 
 func versionCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("version", stderr)
-	if err := fs.Parse(args); err != nil {
+	if !parseFlags(fs, args) {
 		return exitUsage
 	}
 	b := getBuildInfo()
