@@ -24,8 +24,7 @@ type Config struct {
 	Cluster   ClusterConfig
 	LeafNode  LeafNodeConfig
 	Hub       HubConfig
-	// Validation checks every event at ingest against JSON Schemas
-	// ([validation]). Default: none.
+	// Validation checks every event at ingest against JSON Schemas ([validation]). Default: none.
 	Validation ValidationConfig
 
 	// Logger receives every component's log lines (component=nats,
@@ -44,8 +43,7 @@ type Config struct {
 type ServerConfig struct {
 	// Name is the server name `nats server info` shows. Default "orderstore".
 	Name string
-	// Host is the client listener address. Default "127.0.0.1". A
-	// non-loopback host needs Users.
+	// Host is the client listener address. Default "127.0.0.1". A non-loopback host needs Users.
 	Host string
 	// Port is the client port. Default 4222; -1 picks a random free port
 	// (read it back with [Appliance.ClientURL]); 0 means 4222.
@@ -71,8 +69,7 @@ type ServerConfig struct {
 	// refused, so a flood cannot exhaust the process's file descriptors.
 	// Default 4096 (the systemd unit allows 65536 descriptors).
 	MaxConnections int
-	// MaxSubscriptions caps one connection's subscriptions. Default 10000;
-	// 0 is unlimited.
+	// MaxSubscriptions caps one connection's subscriptions. Default 10000; 0 is unlimited.
 	MaxSubscriptions int
 }
 
@@ -91,8 +88,7 @@ type LeafRemote = natsconf.LeafRemote
 // sources each edge's stream across its JetStream domain, and the local
 // stream too. The processor and projection run over it.
 type HubConfig struct {
-	// Stream is the aggregate stream's name, e.g. "ORDER_EVENTS_ALL". ""
-	// (the default) is no hub.
+	// Stream is the aggregate stream's name, e.g. "ORDER_EVENTS_ALL". "" (the default) is no hub.
 	Stream string `toml:"stream"`
 	// Edges are the edges' JetStream domains (their jetstream.domain).
 	Edges []string `toml:"edges"`
@@ -101,8 +97,7 @@ type HubConfig struct {
 // Enabled reports whether the node is a hub.
 func (h HubConfig) Enabled() bool { return h.Stream != "" }
 
-// TLSConfig names the certificate files of a listener ([server.tls],
-// [admin.tls]).
+// TLSConfig names the certificate files of a listener ([server.tls], [admin.tls]).
 type TLSConfig = natsconf.TLSConfig
 
 // Roles of a [User].
@@ -191,19 +186,16 @@ type StreamConfig struct {
 	Subjects []string
 	// MaxAge is how long events are kept; 0 keeps them forever. Default 168h.
 	MaxAge time.Duration
-	// MaxBytes caps the stream, in bytes; -1 is unlimited (up to
-	// MaxFileStore). Default 8 GiB.
+	// MaxBytes caps the stream, in bytes; -1 is unlimited (up to MaxFileStore). Default 8 GiB.
 	MaxBytes int64
 	// MaxMsgs caps the event count; -1 (the default) is unlimited.
 	MaxMsgs int64
-	// MaxMsgSize is the largest event, in bytes. Default 1 MiB; at most
-	// Server.MaxPayload.
+	// MaxMsgSize is the largest event, in bytes. Default 1 MiB; at most Server.MaxPayload.
 	MaxMsgSize int64
 	// Discard is what happens at a limit: "old" (default) drops the oldest
 	// events, "new" refuses new ones.
 	Discard string
-	// DuplicateWindow is how long a Nats-Msg-Id is remembered for dedupe.
-	// Default 2m.
+	// DuplicateWindow is how long a Nats-Msg-Id is remembered for dedupe. Default 2m.
 	DuplicateWindow time.Duration
 	// Replicas is 1 on a single host, 3 (or 5) in a cluster: the stream,
 	// the dead-letter stream, the projection bucket and the processor's
@@ -211,30 +203,25 @@ type StreamConfig struct {
 	Replicas int
 }
 
-// ProcessorConfig is the built-in durable processor and what it owns
-// ([processor]).
+// ProcessorConfig is the built-in durable processor and what it owns ([processor]).
 type ProcessorConfig struct {
 	// Enabled runs the processor. Default true. The dead-letter stream and
 	// the projection bucket are declared either way.
 	Enabled bool
 	// Durable is the consumer's name. Default "order-processor".
 	Durable string
-	// AckWait is how long a delivered event may stay unacked before it is
-	// redelivered. Default 30s.
+	// AckWait is how long a delivered event may stay unacked before it is redelivered. Default 30s.
 	AckWait time.Duration
-	// MaxDeliver is the delivery on which a failing event is dead-lettered.
-	// Default 5.
+	// MaxDeliver is the delivery on which a failing event is dead-lettered. Default 5.
 	MaxDeliver int
 	// Backoff lists the delays before the 1st, 2nd, ... retry; fewer
 	// entries than MaxDeliver. Default [1s 5s 30s].
 	Backoff []time.Duration
 	// MaxAckPending caps events delivered and not yet acked. Default 8000.
 	MaxAckPending int
-	// DeadLetterStream holds poison and exhausted events. Default
-	// "ORDER_EVENTS_DLQ".
+	// DeadLetterStream holds poison and exhausted events. Default "ORDER_EVENTS_DLQ".
 	DeadLetterStream string
-	// DeadLetterMaxAge is how long a dead letter is kept; 0 forever.
-	// Default 720h.
+	// DeadLetterMaxAge is how long a dead letter is kept; 0 forever. Default 720h.
 	DeadLetterMaxAge time.Duration
 	// DeadLetterMaxBytes caps the dead-letter stream, in bytes (the oldest
 	// dead letters go beyond it). Default 256 MiB.
@@ -342,8 +329,7 @@ type ValidationConfig struct {
 	Func func(subject string, data []byte) error `toml:"-"`
 }
 
-// HistoryBucket is the KV bucket of the history index's chunks:
-// "<ProjectionBucket>_HISTORY".
+// HistoryBucket is the KV bucket of the history index's chunks: "<ProjectionBucket>_HISTORY".
 func (p ProcessorConfig) HistoryBucket() string { return p.ProjectionBucket + "_HISTORY" }
 
 // AdminConfig is the HTTP admin listener ([admin]).

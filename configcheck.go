@@ -36,8 +36,7 @@ type FieldError struct {
 	Unknown bool
 }
 
-// Error names the problem by its Go field, or by its TOML key when it
-// has no field (a file's).
+// Error names the problem by its Go field, or by its TOML key when it has no field (a file's).
 func (e *FieldError) Error() string {
 	name := cmp.Or(e.Field, e.Key)
 	if e.Unknown {
@@ -61,8 +60,7 @@ func (e *FileError) Unwrap() error { return e.Err }
 // (named by Go field), or in a config file (File, named by TOML key).
 // It is orderstore's one problem-list error.
 type ValidationError struct {
-	// File is the config file the problems are in; "" for a Config
-	// built in Go.
+	// File is the config file the problems are in; "" for a Config built in Go.
 	File     string
 	Problems []*FieldError
 }
@@ -103,8 +101,7 @@ func (c Config) Validate() error {
 		c.validateProcessor, c.validateAdmin, c.validateValidation)
 }
 
-// problems runs checks and returns what they found as a
-// *[ValidationError]; nil if nothing.
+// problems runs checks and returns what they found as a *[ValidationError]; nil if nothing.
 func problems(checks ...func(badFunc)) error {
 	var errs []*FieldError
 	bad := func(field string, value any, format string, args ...any) {
@@ -198,8 +195,7 @@ func (c Config) validateServer(bad badFunc) {
 	validTLS(bad, "Server.TLS", s.TLS, true)
 }
 
-// validTLS checks a listener's [TLSConfig]; client says whether it may
-// verify client certificates.
+// validTLS checks a listener's [TLSConfig]; client says whether it may verify client certificates.
 func validTLS(bad badFunc, field string, t TLSConfig, client bool) {
 	validTLSFiles(bad, field, t)
 	bad.when(!client && (t.CAFile != "" || t.Verify), field+".CAFile", nil, "client certificates (ca_file, verify) are for the client port only")
