@@ -45,6 +45,9 @@ import (
 const (
 	edgeCutEnvStore = "ORDERSTORE_EDGECUT_STORE"
 	edgeCutEnvLeaf  = "ORDERSTORE_EDGECUT_LEAF" // the hub's leaf address
+	// edgeCutEnvEarly: the edge publishes this many acked events
+	// ("early-<i>") during its start-up, as soon as nats is ready.
+	edgeCutEnvEarly = "ORDERSTORE_EDGECUT_EARLY"
 	edgeCutName     = "edge-1"
 )
 
@@ -64,6 +67,9 @@ func edgeCutChildMain(store, leaf string) int {
 	cfg.Admin.Listen = "127.0.0.1:0"
 	edgeConfig(edgeCutName, leaf)(&cfg)
 	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if n, _ := strconv.Atoi(os.Getenv(edgeCutEnvEarly)); n > 0 {
+		cfg.Logger = slog.New(edgeCutEarly{cfg.Logger.Handler(), n})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	app, err := orderstore.Start(ctx, cfg)
 	cancel()
@@ -77,6 +83,43 @@ func edgeCutChildMain(store, leaf string) int {
 	return 1
 }
 
+// edgeCutEarly publishes n acked events when start-up logs "nats ready":
+// a producer that reconnects at once, before start-up has finished.
+type edgeCutEarly struct {
+	slog.Handler
+	n int
+}
+
+func (h edgeCutEarly) Handle(ctx context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if r.Message != "nats ready" || a.Key != "client_url" {
+			return true
+		}
+		nc, err := nats.Connect(a.Value.String())
+		if err == nil {
+			defer nc.Close()
+			js, _ := jetstream.New(nc)
+			for i := 0; i < h.n && err == nil; i++ {
+				_, err = js.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":"o-early-%d","event_id":"early-%d"}`, i, i))
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "EARLY PUBLISH FAILED: %v\n", err)
+			os.Exit(1)
+		}
+		return false
+	})
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h edgeCutEarly) WithAttrs(as []slog.Attr) slog.Handler {
+	return edgeCutEarly{h.Handler.WithAttrs(as), h.n}
+}
+
+func (h edgeCutEarly) WithGroup(name string) slog.Handler {
+	return edgeCutEarly{h.Handler.WithGroup(name), h.n}
+}
+
 // edgeCutChild is one run of the edge process; its READY line says its
 // client URL and admin address.
 type edgeCutChild struct {
@@ -86,9 +129,9 @@ type edgeCutChild struct {
 	t          testing.TB
 }
 
-func startEdgeCutChild(t *testing.T, store, leaf string) *edgeCutChild {
+func startEdgeCutChild(t *testing.T, store, leaf string, env ...string) *edgeCutChild {
 	t.Helper()
-	c, err := testkit.StartChild(t, "the edge", edgeCutEnvStore+"="+store, edgeCutEnvLeaf+"="+leaf)
+	c, err := testkit.StartChild(t, "the edge", append([]string{edgeCutEnvStore + "=" + store, edgeCutEnvLeaf + "=" + leaf}, env...)...)
 	if err != nil {
 		t.Fatalf("the edge exited while starting:\n%v", err)
 	}
@@ -247,7 +290,16 @@ type edgeCutStatus struct {
 	} `json:"topology"`
 }
 
-func TestEdgePowerCutLostEventsRepairedAtHub(t *testing.T) {
+func TestEdgePowerCutLostEventsRepairedAtHub(t *testing.T) { edgePowerCut(t, 0) }
+
+// The same, with a producer whose events the edge stores and acks while
+// its start-up runs, before it records its new epoch: those events, the
+// first of the new run, take the lost events' first sequences.
+func TestEdgePowerCutEventsAckedDuringStartRepairedAtHub(t *testing.T) { edgePowerCut(t, 2) }
+
+// edgePowerCut runs the cut, with early events acked during the edge's
+// second start.
+func edgePowerCut(t *testing.T, early int) {
 	const (
 		n = 20 // acked before the cut
 		k = 5  // stored at the edge and sourced, never acked, lost
@@ -351,7 +403,10 @@ func TestEdgePowerCutLostEventsRepairedAtHub(t *testing.T) {
 	}
 
 	// 4. The edge starts again on its store and acks m more events.
-	edge = startEdgeCutChild(t, store, leaf)
+	edge = startEdgeCutChild(t, store, leaf, fmt.Sprintf("%s=%d", edgeCutEnvEarly, early))
+	for i := range early {
+		acked = append(acked, edgeCutAck{fmt.Sprintf("early-%d", i), uint64(n + 1 + i)})
+	}
 	publishAcked(edge, "after", m)
 	if got := acked[n].seq; got != n+1 {
 		t.Fatalf("the first event acked after the restart took sequence %d, want %d: the reproduction did not lose the unacked events", got, n+1)
@@ -414,8 +469,8 @@ func TestEdgePowerCutLostEventsRepairedAtHub(t *testing.T) {
 		if s.Edge != edgeCutName || s.LostEvents != k || s.Regressions != 1 || s.LastRegression == "" {
 			return fmt.Errorf("source %+v: want lost_events %d, regressions 1 and a last_regression", s, k)
 		}
-		if !s.Reachable || s.Regressed || s.Behind != 0 || s.EdgeLastSeq != n+m || s.SourcedSeq != n+m {
-			return fmt.Errorf("source %+v: want it reachable and in step at %d", s, n+m)
+		if last := uint64(n + early + m); !s.Reachable || s.Regressed || s.Behind != 0 || s.EdgeLastSeq != last || s.SourcedSeq != last {
+			return fmt.Errorf("source %+v: want it reachable and in step at %d", s, last)
 		}
 		rec := httptest.NewRecorder()
 		hub.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/metrics", nil))

@@ -231,10 +231,9 @@ func (a *Appliance) checkStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// This run's epoch and where it begins, in the stream's metadata,
-	// before any event of it is stored (a hub checks each edge's epochs:
-	// internal/edgehub); not in a cluster: no hub sources a cluster by
-	// epoch.
+	// This run's epoch and where it begins, in the stream's metadata (a
+	// hub checks each edge's epochs: internal/edgehub); not in a cluster:
+	// no hub sources a cluster by epoch.
 	if !a.cfg.Cluster.Enabled() {
 		if err := edgehub.RecordEpoch(ctx, a.js, a.cfg.Stream.Name, a.epoch); err != nil {
 			return err

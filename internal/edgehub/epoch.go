@@ -46,9 +46,9 @@ func parseEpochs(s string) []epochStart {
 }
 
 // RecordEpoch writes this run's epoch and its first sequence to stream's
-// metadata, before any event of this run is stored (the caller syncs the
-// metadata). Not in a cluster: there each node's ingest service writes to
-// the one stream, and no hub sources a cluster's stream by epoch.
+// metadata (the caller syncs it). Not in a cluster: there each node's
+// ingest service writes to the one stream, and no hub sources a
+// cluster's stream by epoch.
 func RecordEpoch(ctx context.Context, js jetstream.JetStream, stream, epoch string) error {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -56,7 +56,16 @@ func RecordEpoch(ctx context.Context, js jetstream.JetStream, stream, epoch stri
 	}
 	info := st.CachedInfo()
 	cfg := info.Config
-	es := append(parseEpochs(cfg.Metadata[epochsKey]), epochStart{epoch, info.State.LastSeq + 1})
+	// A producer's events stored while start-up ran carry this epoch
+	// already: the run begins at the first of them.
+	first := info.State.LastSeq + 1
+	m, err := firstMsg(ctx, st, ">", func(m *jetstream.RawStreamMsg) bool { return m.Header.Get(ingest.EpochHeader) == epoch })
+	if err != nil {
+		return fmt.Errorf("epoch: find this run's first event in stream %q: %w", stream, err)
+	} else if m != nil {
+		first = m.Sequence
+	}
+	es := append(parseEpochs(cfg.Metadata[epochsKey]), epochStart{epoch, first})
 	es = es[max(len(es)-maxEpochs, 0):]
 	fs := make([]string, len(es))
 	for i, e := range es {
@@ -108,51 +117,39 @@ func (w *Watcher) checkEpochs(ctx context.Context, edge string, epochs []epochSt
 	}
 }
 
-// hubCopy is one event of the aggregate from an edge.
-type hubCopy struct {
-	seq, sseq uint64 // the aggregate's sequence, the edge's
-	msg       *jetstream.RawStreamMsg
-}
-
-// nextCopy is the aggregate's first event from edge at or after its
-// sequence seq (nil: none).
-func nextCopy(ctx context.Context, st jetstream.Stream, edge string, seq uint64) (*hubCopy, error) {
-	m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(edge+".>"))
+// nextMsg is st's first message on subject at or after seq (nil: none).
+func nextMsg(ctx context.Context, st jetstream.Stream, subject string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	return &hubCopy{seq: m.Sequence, sseq: sourceSeq(m.Header.Get(ingest.StreamSourceHeader)), msg: m}, nil
+	return m, err
 }
 
-// firstCopyFrom is the aggregate's first event from edge whose edge
-// sequence is at least from (a binary search: the copies of one edge are
-// in the edge's order).
-func firstCopyFrom(ctx context.Context, st jetstream.Stream, edge string, from uint64) (*hubCopy, error) {
+// firstMsg is st's first message on subject for which from holds, where
+// from holds for every message after it too (a binary search); nil: none.
+func firstMsg(ctx context.Context, st jetstream.Stream, subject string, from func(*jetstream.RawStreamMsg) bool) (*jetstream.RawStreamMsg, error) {
 	info, err := st.Info(ctx)
 	if err != nil {
 		return nil, err
 	}
-	// The smallest h whose next copy is from at least from (or none).
 	lo, hi := max(info.State.FirstSeq, 1), info.State.LastSeq+1
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		c, err := nextCopy(ctx, st, edge, mid)
+		m, err := nextMsg(ctx, st, subject, mid)
 		if err != nil {
 			return nil, err
 		}
-		if c == nil || c.sseq >= from {
+		if m == nil || from(m) {
 			hi = mid
 		} else {
-			lo = c.seq + 1
+			lo = m.Sequence + 1
 		}
 	}
 	if lo > info.State.LastSeq {
 		return nil, nil
 	}
-	return nextCopy(ctx, st, edge, lo)
+	return nextMsg(ctx, st, subject, lo)
 }
 
 // repair checks the aggregate's copies from edge at and after boundary ep
@@ -167,13 +164,14 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 	if err != nil {
 		return err
 	}
-	first, err := firstCopyFrom(rctx, st, edge, ep.first)
+	// The copies of one edge are in the edge's order.
+	first, err := firstMsg(rctx, st, edge+".>", func(m *jetstream.RawStreamMsg) bool { return sourceSeq(m) >= ep.first })
 	if err != nil || first == nil {
 		return err
 	}
 	// The first copy from the boundary on is of the expected epoch: the
 	// edge lost none of its copied events there.
-	if first.msg.Header.Get(w.cfg.EpochHeader) == expectedEpoch(epochs, first.sseq) {
+	if first.Header.Get(w.cfg.EpochHeader) == expectedEpoch(epochs, sourceSeq(first)) {
 		return nil
 	}
 	// Stop sourcing from edge while the copies are moved.
@@ -192,8 +190,8 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 	removed, moved := 0, 0
 	var firstLost, lastLost uint64
 	runs := map[string]bool{} // the epochs that lost copies: one per crash
-	for c := first; c != nil && removed < maxRepair; {
-		m, sseq := c.msg, c.sseq
+	for m := first; m != nil && removed < maxRepair; {
+		sseq := sourceSeq(m)
 		if m.Header.Get(w.cfg.EpochHeader) != expectedEpoch(epochs, sseq) {
 			h := nats.Header{}
 			maps.Copy(h, m.Header)
@@ -228,7 +226,7 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 			return fmt.Errorf("remove a copy: %w", err)
 		}
 		removed++
-		if c, err = nextCopy(rctx, st, edge, m.Sequence+1); err != nil {
+		if m, err = nextMsg(rctx, st, edge+".>", m.Sequence+1); err != nil {
 			return err
 		}
 	}

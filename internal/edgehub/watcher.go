@@ -128,7 +128,7 @@ func (w *Watcher) check(ctx context.Context) {
 		}
 		ecancel()
 		if m, err := st.GetLastMsgForSubject(cctx, edge+".>"); err == nil {
-			s.SourcedSeq = sourceSeq(m.Header.Get(ingest.StreamSourceHeader))
+			s.SourcedSeq = sourceSeq(m)
 		}
 		if s.Reachable {
 			// The edge's sequence went backwards (it lost events the
@@ -204,10 +204,10 @@ func (w *Watcher) Sources() []status.SourceStatus {
 	return out
 }
 
-// sourceSeq is the origin sequence in a Nats-Stream-Source header
-// ("<stream index name> <seq> ...").
-func sourceSeq(h string) uint64 {
-	f := strings.Fields(h)
+// sourceSeq is a copy's origin sequence, from its Nats-Stream-Source
+// header ("<stream index name> <seq> ...").
+func sourceSeq(m *jetstream.RawStreamMsg) uint64 {
+	f := strings.Fields(m.Header.Get(ingest.StreamSourceHeader))
 	if len(f) < 2 {
 		return 0
 	}
