@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
@@ -180,4 +181,58 @@ func TestEdgesForwardToHub(t *testing.T) {
 	if err != nil || st.Order.LastEvent != "created" || st.Folded != 1 || !st.Complete {
 		t.Errorf("hub's shared-1 as of its first event: %+v, %v", st, err)
 	}
+}
+
+// Edges that take their time to answer (a leaf link gone half-open, a
+// busy edge) do not keep the hub's watcher from the others: edge-1, last
+// in the list, behind three edges whose every request goes unanswered
+// (a leaf peer that subscribes to their domains' API and never replies),
+// is still watched.
+func TestHubWatcherReachesEdgeBehindSlowOnes(t *testing.T) {
+	ctx := context.Background()
+	leaf := orderstoretest.Addrs(t, 1)[0]
+	slow := []string{"slow-1", "slow-2", "slow-3"}
+	hub := orderstoretest.Start(t, hubConfig(t, leaf, append(slow, "edge-1")...))
+	rc := rogueClient(t, startRogue(t, leaf))
+	asked := make(chan string, 64)
+	for _, e := range slow {
+		if _, err := rc.Subscribe("$JS."+e+".API.>", func(*nats.Msg) {
+			select {
+			case asked <- e:
+			default:
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc.Flush()
+	// Every slow edge's requests reach the silent peer.
+	seen := map[string]bool{}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		for len(seen) < len(slow) {
+			select {
+			case e := <-asked:
+				seen[e] = true
+			default:
+				return fmt.Errorf("the hub's requests reached the silent peer for %v of %v", seen, slow)
+			}
+		}
+		return nil
+	})
+
+	edge := orderstoretest.Start(t, edgeConfig("edge-1", leaf))
+	if _, err := embeddedtest.JetStream(t, edge).Publish(ctx, "orders.created", []byte(`{"order_id":"o-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 60*time.Second, func() error {
+		var st edgeCutStatus
+		getStatus(t, hub, &st)
+		if st.Topology == nil || len(st.Topology.Sources) != 4 {
+			return fmt.Errorf("hub topology %+v", st.Topology)
+		}
+		if s := st.Topology.Sources[3]; s.Edge != "edge-1" || !s.Reachable || s.EdgeLastSeq != 1 || s.SourcedSeq != 1 {
+			return fmt.Errorf("source %+v: want edge-1 reachable, its one event sourced", s)
+		}
+		return nil
+	})
 }

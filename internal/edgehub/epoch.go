@@ -96,10 +96,7 @@ func expectedEpoch(es []epochStart, seq uint64) string {
 // checkEpochs checks edge's epoch boundaries the watcher has not yet
 // checked, and repairs the aggregate where the edge lost events.
 func (w *Watcher) checkEpochs(ctx context.Context, edge string, epochs []epochStart, sourced uint64) {
-	if len(epochs) < 2 {
-		return
-	}
-	for _, ep := range epochs[1:] {
+	for _, ep := range epochs[min(1, len(epochs)):] { // the first one has no run before it
 		if w.checked[[2]string{edge, ep.epoch}] {
 			continue
 		}

@@ -6,6 +6,7 @@ package edgehub
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -116,7 +117,12 @@ func (w *Watcher) check(ctx context.Context) {
 	}
 	for _, edge := range w.cfg.Edges {
 		s := status.SourceStatus{Edge: edge}
-		ectx, ecancel := context.WithTimeout(cctx, time.Second)
+		// A timeout per edge (slow ones starve no other); the aggregate first (it lags the edge).
+		ectx, ecancel := context.WithTimeout(ctx, 2*time.Second)
+		m, herr := st.GetLastMsgForSubject(ectx, edge+".>")
+		if herr == nil {
+			s.SourcedSeq = sourceSeq(m)
+		}
 		var epochs []epochStart
 		if ejs, err := jetstream.NewWithDomain(w.edges, edge); err == nil {
 			if es, err := ejs.Stream(ectx, w.cfg.Stream); err == nil {
@@ -127,8 +133,8 @@ func (w *Watcher) check(ctx context.Context) {
 			}
 		}
 		ecancel()
-		if m, err := st.GetLastMsgForSubject(cctx, edge+".>"); err == nil {
-			s.SourcedSeq = sourceSeq(m)
+		if herr != nil && !errors.Is(herr, jetstream.ErrMsgNotFound) { // how far it got is unknown
+			s.Reachable, s.Error = false, strings.TrimPrefix(s.Error+"; ", "; ")+"aggregate: "+herr.Error()
 		}
 		if s.Reachable {
 			// The edge's sequence went backwards (it lost events the
