@@ -236,3 +236,69 @@ func TestHubWatcherReachesEdgeBehindSlowOnes(t *testing.T) {
 		return nil
 	})
 }
+
+// An edge whose events its limits removed (idle for max_age) has nothing
+// left to source: the hub's watcher, started after the hub's copies
+// expired too, shows it in step, not behind nor stalled (and does not
+// restart its source over and over).
+func TestHubWatcherIdleEdgeExpiredInStep(t *testing.T) {
+	ctx := context.Background()
+	leaf := orderstoretest.Addrs(t, 1)[0]
+	short := func(c *orderstore.Config) { c.Stream.MaxAge, c.Stream.DuplicateWindow = 3*time.Second, time.Second }
+	hubCfg := orderstoretest.Config(t)
+	hubConfig(t, leaf, "edge-1")(&hubCfg)
+	short(&hubCfg)
+	hub := orderstoretest.Start(t, func(c *orderstore.Config) { *c = hubCfg })
+	edge := orderstoretest.Start(t, edgeConfig("edge-1", leaf), short)
+	ejs := embeddedtest.JetStream(t, edge)
+	if _, err := ejs.Publish(ctx, "orders.created", []byte(`{"order_id":"o-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	hjs := embeddedtest.JetStream(t, hub)
+	count := func(js jetstream.JetStream, stream, filter string) (uint64, error) {
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return 0, err
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+		if err != nil {
+			return 0, err
+		}
+		n := uint64(0)
+		for _, c := range info.State.Subjects {
+			n += c
+		}
+		return n, nil
+	}
+	copied := false
+	embeddedtest.WaitFor(t, 60*time.Second, func() error {
+		e, err := count(ejs, "ORDER_EVENTS", "orders.>")
+		if err != nil {
+			return err
+		}
+		h, err := count(hjs, "ORDER_EVENTS_ALL", "edge-1.>")
+		if err != nil {
+			return err
+		}
+		copied = copied || h > 0
+		if !copied || e+h > 0 {
+			return fmt.Errorf("the edge holds %d events, the hub %d copies (copied: %v): waiting for the copy, then for both to expire", e, h, copied)
+		}
+		return nil
+	})
+	if err := hub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hub = orderstoretest.Start(t, func(c *orderstore.Config) { *c = hubCfg })
+	embeddedtest.WaitFor(t, 60*time.Second, func() error {
+		var st edgeCutStatus
+		getStatus(t, hub, &st)
+		if st.Topology == nil || len(st.Topology.Sources) != 1 {
+			return fmt.Errorf("hub topology %+v", st.Topology)
+		}
+		if s := st.Topology.Sources[0]; !s.Reachable || s.EdgeLastSeq != 1 || s.Behind != 0 {
+			return fmt.Errorf("source %+v: want edge-1 reachable, in step at 1", s)
+		}
+		return nil
+	})
+}

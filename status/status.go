@@ -351,8 +351,8 @@ type SourceStatus struct {
 	// leaf link just now; EdgeLastSeq is its stream's last sequence.
 	Reachable   bool   `json:"reachable"`
 	EdgeLastSeq uint64 `json:"edge_last_seq"`
-	// SourcedSeq is the edge sequence of the newest event the aggregate
-	// holds from it; Behind = EdgeLastSeq - SourcedSeq events, for
+	// SourcedSeq is the edge sequence of the aggregate's newest event from it, or, if later,
+	// the last the edge's limits removed; Behind = EdgeLastSeq - SourcedSeq events, for
 	// BehindSeconds (since the source last advanced while behind).
 	SourcedSeq    uint64  `json:"sourced_seq"`
 	Behind        uint64  `json:"behind"`

@@ -227,18 +227,16 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 			return err
 		}
 	}
-	// Every copy moved counts, of every crash this repair covers (a later
-	// boundary then finds nothing left).
-	n := uint64(moved)
+	// Every copy moved counts, of every crash covered (a later boundary finds none left).
 	w.mu.Lock()
 	s := w.st[edge]
-	s.LostEvents += n
+	s.LostEvents += uint64(moved)
 	s.Regressions += uint64(max(len(runs), 1))
 	s.LastRegression = fmt.Sprintf("%s: %d events copied from %s (its sequences %d-%d) were lost there in %d crash(es); moved to %s, %d copies sourced again",
-		time.Now().UTC().Format(time.RFC3339), n, edge, firstLost, lastLost, max(len(runs), 1), w.cfg.DeadLetterStream, removed)
+		time.Now().UTC().Format(time.RFC3339), moved, edge, firstLost, lastLost, max(len(runs), 1), w.cfg.DeadLetterStream, removed)
 	w.mu.Unlock()
 	w.log.Error("hub: an edge lost events the hub had copied (a crash before they were durable there): they were never acknowledged; moved to the dead-letter stream",
-		"edge", edge, "lost", n, "edge_seqs", fmt.Sprintf("%d-%d", firstLost, lastLost), "removed_copies", removed,
+		"edge", edge, "lost", moved, "edge_seqs", fmt.Sprintf("%d-%d", firstLost, lastLost), "removed_copies", removed,
 		"orders", strings.Join(orders, ","), "hint", "the hub's projection of these orders still reflects the lost events until it is rebuilt")
 	return nil
 }

@@ -127,6 +127,8 @@ func (w *Watcher) check(ctx context.Context) {
 		if ejs, err := jetstream.NewWithDomain(w.edges, edge); err == nil {
 			if es, err := ejs.Stream(ectx, w.cfg.Stream); err == nil {
 				s.Reachable, s.EdgeLastSeq = true, es.CachedInfo().State.LastSeq
+				// What the edge's limits removed is not to be sourced any more.
+				s.SourcedSeq = max(s.SourcedSeq, es.CachedInfo().State.FirstSeq-1)
 				epochs = parseEpochs(es.CachedInfo().Config.Metadata[epochsKey])
 			} else {
 				s.Error = "edge: " + err.Error()
