@@ -524,6 +524,67 @@ func TestAnonymousCannotAnswerIntoInternalSubjects(t *testing.T) {
 	}
 }
 
+// No client may create a push consumer that delivers into orderstore's
+// own inbox: JetStream would publish every event there for it, into a
+// subscription orderstore waits on (a reader finds the projection
+// watch's in the bucket's consumer list). The create is refused as a
+// permissions violation (natsserver/patches/0019-deliver-denied.patch),
+// for a reader, an admin and the anonymous clients (beside the stream and
+// in their own account); a deliver subject of the client's own is taken.
+func TestPushConsumersCannotDeliverIntoInternalInbox(t *testing.T) {
+	domain := func(c *orderstore.Config) { c.JetStream.Domain = "site1" }
+	for _, mode := range []struct {
+		name       string
+		opts       []func(*orderstore.Config)
+		principals []principal
+	}{
+		{"users", []func(*orderstore.Config){securedConfig}, []principal{
+			{name: "reader", role: orderstore.RoleReader, user: "reader", password: readerPassword},
+			{name: "admin", role: orderstore.RoleAdmin, user: "ops", password: adminPassword}}},
+		{"anonymous", nil, []principal{{name: "anonymous", role: orderstore.RoleAdmin}}},
+		{"anonymous_domain", []func(*orderstore.Config){domain}, []principal{{name: "anonymous", role: orderstore.RoleAdmin}}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			app := orderstoretest.Start(t, mode.opts...)
+			own := orderstore.InternalJetStream(app).Conn()
+			forged, err := own.SubscribeSync("_INBOX_ORDERSTORE.forged")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { forged.Unsubscribe() })
+			own.Flush()
+			if _, err := orderstore.InternalJetStream(app).Publish(context.Background(), "orders.created", []byte(`{"order_id":"pushed"}`)); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range mode.principals {
+				nc, _ := p.connect(t, app)
+				nc.SetErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})
+				create := func(name, deliver string) error {
+					_, err := nc.Request("$JS.API.CONSUMER.CREATE.ORDER_EVENTS."+name,
+						[]byte(`{"stream_name":"ORDER_EVENTS","config":{"name":"`+name+`","deliver_subject":"`+deliver+`","ack_policy":"none"}}`), 2*time.Second)
+					return err
+				}
+				if err := create("sneak-"+p.name, "_INBOX_ORDERSTORE.forged"); err == nil {
+					t.Errorf("%s created a push consumer delivering into orderstore's inbox", p.name)
+				}
+				if p.role == orderstore.RoleAdmin {
+					mine, _ := nc.SubscribeSync("_INBOX.mine")
+					if err := create("mine-"+p.name, "_INBOX.mine"); err != nil {
+						t.Errorf("%s: a push consumer delivering to its own inbox: %v", p.name, err)
+					} else if _, err := mine.NextMsg(10 * time.Second); err != nil {
+						t.Errorf("%s: nothing delivered to its own inbox: %v", p.name, err)
+					}
+				}
+			}
+			own.Flush()
+			if n, _, _ := forged.Pending(); n != 0 {
+				m, _ := forged.NextMsg(0)
+				t.Errorf("%d events delivered into orderstore's inbox, the first on %s", n, m.Subject)
+			}
+		})
+	}
+}
+
 // A store written before accounts (streams in nats' global account) moves
 // to the ORDERSTORE account once, with its events.
 func TestLegacyStoreMovesToItsAccount(t *testing.T) {

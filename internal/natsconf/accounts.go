@@ -106,6 +106,7 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 		return acc
 	}
 
+	denies, _ := in.besideDenies()
 	if len(in.Users) == 0 {
 		// The no-auth user is an nkey whose seed is thrown away: nats
 		// skips the signature only for the no-auth user, so nobody can
@@ -132,7 +133,7 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 			// imports, so that orderstore's own consumers are reached
 			// only through the guard.
 			accounts = append(accounts, client(AnonymousAccount, RoleAdmin))
-			au.Account, au.PublishDeny = AnonymousAccount, in.guardDenies()
+			au.Account, au.PublishDeny = AnonymousAccount, denies
 		}
 		return accounts, append(users, au), anon.pub, nil
 	}
@@ -152,7 +153,7 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 		case RoleReader:
 			eu.Publish, eu.PublishDeny = in.readerPermissions()
 		default:
-			eu.PublishDeny = append(eu.PublishDeny, in.guardDenies()...)
+			eu.PublishDeny = append(eu.PublishDeny, denies...)
 		}
 		accounts = append(accounts, acc)
 		users = append(users, eu)
@@ -169,16 +170,14 @@ func (in Input) anonymousBesideStream() bool {
 		len(in.LeafNode.Remotes) == 0 && len(in.Edges) == 0 && in.Domain == ""
 }
 
-// besideDenies are what anonymous clients beside the stream may not
-// publish or subscribe to: every row of the internal subjects table an
-// admin does not reach (orderstore's own inboxes, advisories, what a hub
-// sources), the response subjects of StreamAccount's service imports,
-// the group commit's stop markers, and the guard's permission denies.
+// besideDenies are what anonymous clients beside the stream may not publish or subscribe to,
+// and admins may not publish or have a push consumer deliver to: every internal subjects row
+// an admin does not reach (orderstore's own inboxes, advisories, what a hub sources), the
+// replies of StreamAccount's service imports, group commit's stop markers, the guard's denies.
 func (in Input) besideDenies() (pub, sub []string) {
 	for _, r := range in.internalSubjects() {
 		if !r.Admin {
-			pub = append(pub, r.Pattern)
-			sub = append(sub, r.Pattern)
+			pub, sub = append(pub, r.Pattern), append(sub, r.Pattern)
 		}
 	}
 	for _, s := range []string{"_R_.>", "_ORDERSTORE_GC_SENT.>"} {

@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch, 0008-own-user.patch, 0009-reply-denied.patch, 0012-ack-permission-cache.patch, 0015-ack-match-cache.patch; see natsserver/README.md).
+// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch, 0008-own-user.patch, 0009-reply-denied.patch, 0012-ack-permission-cache.patch, 0015-ack-match-cache.patch, 0019-deliver-denied.patch; see natsserver/README.md).
 
 // Copyright 2012-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -4601,6 +4601,11 @@ func (c *client) processInboundClientMsg(msg []byte) (bool, bool) {
 		if c.replyDenied(c.pa.reply) {
 			c.mu.Unlock()
 			c.replySubjectViolation(c.pa.reply)
+			return false, true
+		}
+		if d := c.deliverDenied(string(c.pa.subject), msg); d != _EMPTY_ {
+			c.mu.Unlock()
+			c.deliverSubjectViolation(d)
 			return false, true
 		}
 	}
