@@ -387,7 +387,7 @@ func (c Config) validateScaleOut(bad badFunc) {
 	}
 	bad.when((ln.User == "") != (ln.Password == ""), "LeafNode.User", ln.User, "leafnode.user and leafnode.password go together")
 	bad.when(ln.ReconnectInterval < 0, "LeafNode.ReconnectInterval", ln.ReconnectInterval, "must be positive, or 0 for 1s")
-	validTLSFiles(bad, "LeafNode.TLS", ln.TLS)
+	validTLS(bad, "LeafNode.TLS", ln.TLS, true) // a listener: ca_file verifies the edges' certificates
 	for i, r := range ln.Remotes {
 		f := fmt.Sprintf("LeafNode.Remotes[%d]", i)
 		if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "nats-leaf" && u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
@@ -417,7 +417,7 @@ func (c Config) validateScaleOut(bad badFunc) {
 // validTLSFiles checks a TLS table that may carry client-certificate keys.
 func validTLSFiles(bad badFunc, field string, t TLSConfig) {
 	bad.when((t.CertFile == "") != (t.KeyFile == ""), field+".CertFile", nil, "cert_file and key_file go together")
-	bad.when(t.Verify && t.CAFile == "", field+".Verify", true, "needs ca_file: the CAs that sign client certificates")
+	bad.when(t.Verify && t.CAFile == "", field+".Verify", true, "needs ca_file: the CAs that sign the other side's certificates")
 	bad.when(t.MinVersion != "" && t.MinVersion != "1.2" && t.MinVersion != "1.3", field+".MinVersion", clipValue(t.MinVersion), "must be \"1.2\" or \"1.3\"")
 }
 

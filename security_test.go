@@ -1016,6 +1016,21 @@ func TestSecurityValidation(t *testing.T) {
 		{"admin client certs", func(c *orderstore.Config) {
 			c.Admin.TLS = orderstore.TLSConfig{CertFile: "c", KeyFile: "k", CAFile: "ca"}
 		}, "Admin.TLS.CAFile"},
+		// A hub's leaf listener with client certificates and no certificate
+		// of its own ran without TLS; a min_version other than "1.2" or
+		// "1.3" on the routes or a leaf remote ran 1.2.
+		{"leaf listener client certs without its own", func(c *orderstore.Config) {
+			c.LeafNode = orderstore.LeafNodeConfig{Listen: "127.0.0.1:7422", User: "leaf", Password: "pw", TLS: orderstore.TLSConfig{CAFile: "ca", Verify: true}}
+		}, "LeafNode.TLS.CAFile"},
+		{"cluster min_version", func(c *orderstore.Config) {
+			c.Server.Name = "n1"
+			c.Cluster = orderstore.ClusterConfig{Name: "c", Listen: "127.0.0.1:6222", Routes: []string{"nats-route://127.0.0.1:6222"},
+				TLS: orderstore.TLSConfig{CertFile: "c", KeyFile: "k", MinVersion: "TLSv1.3"}}
+		}, "Cluster.TLS.MinVersion"},
+		{"leaf remote min_version", func(c *orderstore.Config) {
+			c.JetStream.Domain = "edge"
+			c.LeafNode.Remotes = []orderstore.LeafRemote{{URL: "nats-leaf://hub:7422", TLS: orderstore.TLSConfig{CAFile: "ca", MinVersion: "1.3 "}}}
+		}, "LeafNode.Remotes[0].TLS.MinVersion"},
 		{"no max_connections", func(c *orderstore.Config) { c.Server.MaxConnections = 0 }, "Server.MaxConnections"},
 		{"open port", func(c *orderstore.Config) { c.Server.Host = "0.0.0.0" }, "Server.Host"},
 	}

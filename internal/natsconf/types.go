@@ -69,9 +69,9 @@ type TLSConfig struct {
 	// (chain) and its private key. Both or neither.
 	CertFile string `toml:"cert_file"`
 	KeyFile  string `toml:"key_file"` // the certificate's private key (PEM)
-	// CAFile is a PEM file of the CAs that sign client certificates; with
-	// Verify, every client must present one they signed ([server.tls]
-	// only).
+	// CAFile is a PEM file of the CAs that sign client certificates (on
+	// routes and leaf remotes: the other side's); with Verify, every
+	// client must present one they signed (not in [admin.tls]).
 	CAFile string `toml:"ca_file,omitempty"`
 	Verify bool   `toml:"verify,omitempty"` // require a client certificate signed by CAFile
 	// MinVersion is the lowest TLS version accepted: "1.2" (default) or
