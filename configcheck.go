@@ -365,7 +365,7 @@ func (c Config) validateScaleOut(bad badFunc) {
 		bad.when(len(cl.Routes) == 0, "Cluster.Routes", nil, "must list the nodes' route URLs (e.g. [\"nats-route://10.0.0.1:6222\", ...]; listing this node is fine)")
 		for i, r := range cl.Routes {
 			if u, err := url.Parse(r); err != nil || (u.Scheme != "nats-route" && u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
-				bad(fmt.Sprintf("Cluster.Routes[%d]", i), clipValue(r), "must be a route URL such as \"nats-route://10.0.0.1:6222\"")
+				bad(fmt.Sprintf("Cluster.Routes[%d]", i), nil, "must be a route URL such as \"nats-route://10.0.0.1:6222\"") // not shown: it may hold a password
 			}
 		}
 		bad.when((cl.User == "") != (cl.Password == ""), "Cluster.User", cl.User, "cluster.user and cluster.password go together")
@@ -391,7 +391,7 @@ func (c Config) validateScaleOut(bad badFunc) {
 	for i, r := range ln.Remotes {
 		f := fmt.Sprintf("LeafNode.Remotes[%d]", i)
 		if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "nats-leaf" && u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
-			bad(f+".URL", clipValue(r.URL), "must be a leaf URL such as \"nats-leaf://hub.example.com:7422\"")
+			bad(f+".URL", nil, "must be a leaf URL such as \"nats-leaf://hub.example.com:7422\"") // not shown: it may hold a password
 		}
 		bad.when(r.Password != "" && r.User == "", f+".User", nil, "a password needs a user")
 		validTLSFiles(bad, f+".TLS", r.TLS)

@@ -1031,6 +1031,15 @@ func TestSecurityValidation(t *testing.T) {
 			c.JetStream.Domain = "edge"
 			c.LeafNode.Remotes = []orderstore.LeafRemote{{URL: "nats-leaf://hub:7422", TLS: orderstore.TLSConfig{CAFile: "ca", MinVersion: "1.3 "}}}
 		}, "LeafNode.Remotes[0].TLS.MinVersion"},
+		// A mistyped URL is echoed with its password masked.
+		{"route URL with a password", func(c *orderstore.Config) {
+			c.Server.Name = "n1"
+			c.Cluster = orderstore.ClusterConfig{Name: "c", Listen: "127.0.0.1:6222", Routes: []string{"nat-route://ops:route-secret@10.0.0.2:6222"}}
+		}, "Cluster.Routes[0]"},
+		{"leaf URL with a password", func(c *orderstore.Config) {
+			c.JetStream.Domain = "edge"
+			c.LeafNode.Remotes = []orderstore.LeafRemote{{URL: "nats-lef://edge:leaf-secret@hub:7422"}}
+		}, "LeafNode.Remotes[0].URL"},
 		{"no max_connections", func(c *orderstore.Config) { c.Server.MaxConnections = 0 }, "Server.MaxConnections"},
 		{"open port", func(c *orderstore.Config) { c.Server.Host = "0.0.0.0" }, "Server.Host"},
 	}
@@ -1038,7 +1047,8 @@ func TestSecurityValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ve := expectProblem(t, tt.f, tt.field)
 			for _, p := range ve.Problems {
-				if strings.Contains(p.Error(), "x\"") && tt.name == "short token" || strings.Contains(p.Error(), "SUAMK2") {
+				if strings.Contains(p.Error(), "x\"") && tt.name == "short token" || strings.Contains(p.Error(), "SUAMK2") ||
+					strings.Contains(p.Error(), "route-secret") || strings.Contains(p.Error(), "leaf-secret") {
 					t.Errorf("the message echoes the secret: %v", p)
 				}
 			}
