@@ -136,9 +136,8 @@ type Appliance struct {
 //
 // (TestStartDocIsTheStepTable checks this list against startSteps.)
 //
-// It returns once the processor consumes and every part runs, or with an
-// error naming what failed; on error everything it started is stopped and
-// the lock released.
+// It returns once the processor consumes and every part runs (none failed meanwhile), or with
+// an error naming what failed; on error everything it started is stopped and the lock released.
 //
 // ctx bounds start-up only (a canceled ctx aborts it); stop a running
 // appliance with [Appliance.Close].
@@ -170,10 +169,12 @@ func Start(ctx context.Context, cfg Config) (*Appliance, error) {
 		select {
 		case <-a.proc.Ready():
 		case <-a.sup.done:
-			return nil, errors.Join(fmt.Errorf("start: %w", a.sup.Err()), a.sup.failStart())
 		case <-ctx.Done():
 			return nil, errors.Join(fmt.Errorf("start: processor: %w", ctx.Err()), a.sup.failStart())
 		}
+	}
+	if err := a.sup.Err(); err != nil { // a part failed during start-up (whichever case the select took)
+		return nil, errors.Join(fmt.Errorf("start: %w", err), a.sup.failStart())
 	}
 	if cfg.historyMaxBytes() == 0 {
 		log.Warn("no history index: jetstream.max_file_store leaves no room for it next to the stream, the dead letters and the projection; an order's events and its state as of a moment cannot be looked up (raise max_file_store and set processor.history_max_bytes)")

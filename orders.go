@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,15 +64,16 @@ func (a *Appliance) indexLoaded(ctx context.Context, what string) error {
 	select {
 	case <-a.index.Loaded():
 		return nil
+	case <-a.sup.done: // failed or closed: it will not load
+		return fmt.Errorf("%s: the order index did not load: %w", what, cmp.Or(a.sup.Err(), errors.New("the appliance stopped")))
 	case <-ctx.Done():
 		return fmt.Errorf("%s: the order index is still loading: %w", what, ctx.Err())
 	}
 }
 
-// startOrderIndex runs the order index (unless processor.order_index is
-// off): a watch of the projection bucket, which loads every record and
-// then follows each write. Its failure fails the appliance: the listings
-// would fall behind the projection silently.
+// startOrderIndex runs the order index (unless processor.order_index is off): a watch of the
+// projection bucket, which loads every record and then follows each write. Its failure fails
+// the appliance: the listings would fall behind the projection silently.
 func (a *Appliance) startOrderIndex(ctx context.Context) error {
 	p := a.cfg.Processor
 	if !p.OrderIndex {

@@ -241,14 +241,17 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	return nil
 }
 
-// eachValue calls fn with every key of kv and its last value (deleted
-// keys left out), as a watcher delivers them.
+// eachValue calls fn with every key of kv and its last value (deleted keys left out).
 func eachValue(ctx context.Context, kv jetstream.KeyValue, fn func(key string, value []byte) error) error {
 	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return err
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() { // stopped, its delivery may wait on a full Updates: drained till it ends
+		_ = w.Stop()
+		for range w.Updates() {
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
