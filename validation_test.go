@@ -238,3 +238,26 @@ func TestValidationFuncAtAnEdge(t *testing.T) {
 		t.Errorf("the hub's aggregate holds %d events, want only the valid one", n)
 	}
 }
+
+// A number the schema library cannot compare (an exponent past ±1e6
+// panicked in it, on the publishing client's read loop: the whole server
+// went down) or would compare at a cost growing with it is refused with
+// 422; the appliance goes on storing.
+func TestValidationHostileNumbers(t *testing.T) {
+	schema := writeSchema(t, t.TempDir(), "created.json", createdSchema)
+	app := orderstoretest.Start(t, func(c *orderstore.Config) {
+		c.Validation = orderstore.ValidationConfig{Schemas: map[string]string{"created": schema}}
+	})
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, app)
+	for _, n := range []string{"1e10000000", "-1e-10000000", "1e100000", "1" + strings.Repeat("0", 200)} {
+		_, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"h-1","amount":`+n+`}`))
+		var api *jetstream.APIError
+		if !errors.As(err, &api) || api.Code != 422 || !strings.Contains(api.Description, "a number beyond what is compared") {
+			t.Errorf("amount %.20s: %v, want 422 naming the bound", n, err)
+		}
+	}
+	if _, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"h-2","amount":1e300}`)); err != nil {
+		t.Fatalf("a valid event after the hostile ones: %v", err)
+	}
+}

@@ -36,9 +36,22 @@ func decode(data []byte) (any, error) {
 			err = errors.New("another value after the event's")
 		}
 	}
+	if errors.Is(err, errNumberRange) {
+		return nil, err
+	}
 	// jsontext's errors name the place: "invalid character 'x' at start
 	// of value after offset 7".
 	return nil, errors.New(strings.TrimPrefix(err.Error(), "jsontext: "))
+}
+
+// errNumberRange refuses a number the JSON Schema library would compare exactly at a cost
+// that grows with its digits and exponent (math/big), or not at all (past ±1e6 it panicked):
+// RFC 8259, section 6, lets an implementation limit the range and precision it takes.
+var errNumberRange = errors.New("a number beyond what is compared (at most 64 characters, exponent within ±999)")
+
+func comparable(n string) bool {
+	e := strings.IndexAny(n, "eE")
+	return len(n) <= 64 && (e < 0 || len(strings.TrimLeft(n[e+1:], "+-0")) <= 3)
 }
 
 var (
@@ -88,6 +101,9 @@ func decodeValue(d *jsontext.Decoder) (any, error) {
 	case '"':
 		return tok.String(), nil
 	case '0':
+		if n := tok.String(); !comparable(n) {
+			return nil, fmt.Errorf("%w: %.24s", errNumberRange, n)
+		}
 		return json.Number(tok.String()), nil
 	case 't':
 		return true, nil

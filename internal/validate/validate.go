@@ -164,11 +164,16 @@ func (v *Validator) Enabled() bool {
 
 // Check validates one event on subject. A refusal is a *Rejection, and
 // counted. data is never changed.
-func (v *Validator) Check(subject string, data []byte) error {
+func (v *Validator) Check(subject string, data []byte) (err error) {
 	if !v.Enabled() {
 		return nil
 	}
 	typ := subject[strings.LastIndexByte(subject, '.')+1:]
+	defer func() { // a panic in a check must not take the server (its client's read loop) down
+		if r := recover(); r != nil {
+			err = v.refused(&Rejection{Type: typ, Schema: v.files[typ], Keyword: "schema", Message: fmt.Sprint("the check failed: ", r)})
+		}
+	}()
 	sch, ok := v.schemas[typ]
 	switch {
 	case ok:

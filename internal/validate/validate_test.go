@@ -118,3 +118,32 @@ func TestDisabled(t *testing.T) {
 		t.Errorf("empty: %v %v", v.Enabled(), err)
 	}
 }
+
+// Numbers the library would compare at a cost that grows with them, or
+// panic on (an exponent past ±1e6: the server's read loop with it), are
+// refused; those within the bound are compared.
+func TestCheckBoundsNumbers(t *testing.T) {
+	v, err := Compile(map[string]string{"created": write(t, "created.json", created)}, Reject, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := "1" + strings.Repeat("0", 64)
+	for _, c := range []struct {
+		amount string
+		ok     bool
+	}{
+		{"1e999", true}, {"-1E-999", false}, {"12.5e+0999", true}, {strings.Repeat("9", 64), true},
+		{"1e10000000", false}, {"1e1000", false}, {"1e-0001000", false}, {long, false}, {"-" + long, false},
+	} {
+		err := v.Check("orders.created", []byte(`{"order_id":"o-1","amount":`+c.amount+`}`))
+		var r *Rejection
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("amount %.30s: %v, want it taken", c.amount, err)
+		case !c.ok && !errors.As(err, &r):
+			t.Errorf("amount %.30s: %v, want a refusal", c.amount, err)
+		case !c.ok && c.amount != "-1E-999" && (r.Keyword != ReasonInvalidJSON || !strings.Contains(r.Message, "a number beyond")):
+			t.Errorf("amount %.30s: %+v, want invalid_json naming the bound", c.amount, r)
+		}
+	}
+}
