@@ -121,3 +121,19 @@ func TestExpectLastMsgIDScoped(t *testing.T) {
 		t.Fatal("a publish expecting an id that is not the last was stored")
 	}
 }
+
+// A refused Nats-Expected-Last-Msg-Id does not name another producer's
+// last id (its account and its own Nats-Msg-Id): ids are scoped by producer.
+func TestExpectLastMsgIDNamesNoOtherProducer(t *testing.T) {
+	app := orderstoretest.Start(t, securedConfig)
+	ctx := context.Background()
+	_, p1 := connectAs(t, app, "p1", p1Password)
+	_, p2 := connectAs(t, app, "p2", p2Password)
+	if _, err := p1.Publish(ctx, "orders.created", []byte(`{"order_id":"e-1"}`), jetstream.WithMsgID("p1-private-id")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p2.Publish(ctx, "orders.paid", []byte(`{"order_id":"e-1"}`), jetstream.WithExpectLastMsgID("p2-last"))
+	if err == nil || strings.Contains(err.Error(), "p1-private-id") || strings.Contains(err.Error(), "_p1") || !strings.Contains(err.Error(), "another producer's") {
+		t.Fatalf("p2's publish expecting its last id after p1's: %v; want refused, naming no id of p1's", err)
+	}
+}

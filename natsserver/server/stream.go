@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0001-group-commit.patch, 0002-admission.patch, 0010-skip-header-lookups.patch, 0013-admit-without-stream-lock.patch; see natsserver/README.md).
+// (patches: 0001-group-commit.patch, 0002-admission.patch, 0010-skip-header-lookups.patch, 0013-admit-without-stream-lock.patch, 0020-last-msg-id-scoped.patch; see natsserver/README.md).
 
 // Copyright 2019-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -7173,6 +7173,11 @@ func (mset *stream) processJetStreamMsgWithBatch(subject, reply string, hdr, msg
 		if lmsgId := getExpectedLastMsgId(hdr); lmsgId != _EMPTY_ {
 			if lmsgId != mset.lmsgId {
 				last := mset.lmsgId
+				// orderstore: admission scopes ids by producer
+				// ("<account>:<id>"); another producer's is not named.
+				if scope, _, ok := strings.Cut(lmsgId, ":"); ok && !strings.HasPrefix(last, scope+":") {
+					last = "another producer's"
+				}
 				bumpCLFS()
 				if canRespond {
 					resp.PubAck = &PubAck{Stream: name}
