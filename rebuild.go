@@ -145,9 +145,7 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 	if cfg.Cluster.Enabled() {
 		// The claim and the durable's pause as this node left them.
 		// The cluster may still be electing leaders while its nodes start.
-		if err := a.clusterRetry(ctx, "projection rebuild claim", a.reconcileRebuildClaim); err != nil {
-			return err
-		}
+		return a.clusterRetry(ctx, "projection rebuild claim", a.reconcileRebuildClaim)
 	}
 	return nil
 }

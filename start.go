@@ -163,9 +163,7 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 	a.log.Info("nats ready", "client_url", a.clientURLForLog(), "took", time.Since(t0).Round(time.Millisecond).String(),
 		"durability", policy, "meaning", desc)
 	if a.cfg.Cluster.Enabled() {
-		if err := a.waitForMetaLeader(ctx); err != nil {
-			return err
-		}
+		return a.waitForMetaLeader(ctx)
 	}
 	return nil
 }
