@@ -106,10 +106,7 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		fmt.Fprintf(stderr, "%d replayed, %d failed\n", len(seqs)-failed, failed)
-		if failed > 0 {
-			return exitFailure
-		}
-		return exitOK
+		return exitIf(failed > 0)
 	}
 }
 

@@ -26,6 +26,14 @@ const (
 	exitInterrupted = 130
 )
 
+// exitIf is exitFailure when failed, else exitOK.
+func exitIf(failed bool) int {
+	if failed {
+		return exitFailure
+	}
+	return exitOK
+}
+
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -134,10 +134,7 @@ func (r *rebuildCmd) status() int {
 		return fail(r.stderr, exitFailure, err)
 	}
 	r.print(&st)
-	if st.State == status.RebuildFailed {
-		return exitFailure
-	}
-	return exitOK
+	return exitIf(st.State == status.RebuildFailed)
 }
 
 // start asks for a rebuild and, unless detach, follows it to its end.
@@ -250,10 +247,7 @@ func (r *rebuildCmd) follow(ctx context.Context, st *status.Rebuild, p *rebuildP
 	}
 	p.clear()
 	r.print(cur)
-	if cur.State != want {
-		return exitFailure
-	}
-	return exitOK
+	return exitIf(cur.State != want)
 }
 
 // print prints a rebuild's status: JSON, or lines.

@@ -34,10 +34,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	} else {
 		printStatus(stdout, st)
 	}
-	if st.Status != "ready" {
-		return exitFailure
-	}
-	return exitOK
+	return exitIf(st.Status != "ready")
 }
 
 func printStatus(w io.Writer, st status.Status) {
