@@ -16,14 +16,12 @@ import (
 	"github.com/orderstore/orderstore/internal/leaderget"
 )
 
-// An order's history index (docs/processor.md, "An order's history"): the
-// stream sequences of the events the projection applied to it, in stream
-// order. The newest are the record's "history" tail; every HistoryChunk of
-// them at or below the ack floor (no earlier event of the order can still
+// An order's history index (docs/processor.md, "An order's history"): the stream sequences of the
+// events the projection applied to it, in stream order. The newest are the record's "history" tail;
+// every HistoryChunk of them at or below the ack floor (no earlier event of the order can still
 // arrive) are sealed into the history bucket as "<order id>.<chunk number>".
 
-// HistoryChunk is how many sequences one sealed chunk of an order's
-// history index holds.
+// HistoryChunk is how many sequences one sealed chunk of an order's history index holds.
 const HistoryChunk = 256
 
 // MaxHistoryPage bounds the events of one history page.
@@ -36,18 +34,16 @@ const maxHistoryPageBytes = 4 << 20
 // historyGetParallel bounds the event reads of a page in flight at once.
 const historyGetParallel = 16
 
-// ErrNoHistory says the projection keeps no history index
-// ([Projection.SetHistory] was not called).
+// ErrNoHistory says the projection keeps no history index ([Projection.SetHistory] was not called).
 var ErrNoHistory = errors.New("the projection keeps no history index")
 
 // ErrNotRetained is returned (wrapped) by [Projection.AsOf] for a point
 // before the first event of the order that the stream still holds.
 var ErrNotRetained = errors.New("the stream no longer holds the order's events up to that point")
 
-// SetHistory makes the projection keep each order's history index, with
-// its sealed chunks in kv (the appliance's "<projection bucket>_HISTORY").
-// Call it before the first batch. Records written before the index
-// existed count their earlier events as unindexed ([HistoryPage.Unindexed]).
+// SetHistory makes the projection keep each order's history index, with its sealed chunks in kv
+// (the appliance's "<projection bucket>_HISTORY"). Call it before the first batch. Records written
+// before the index existed count their earlier events as unindexed ([HistoryPage.Unindexed]).
 func (p *Projection) SetHistory(kv jetstream.KeyValue) {
 	p.hist = kv
 	p.histPrefix = "$KV." + kv.Bucket() + "."
@@ -56,9 +52,8 @@ func (p *Projection) SetHistory(kv jetstream.KeyValue) {
 // historyCount is how many of r's events the index lists.
 func (r *record) historyCount() int { return r.HistoryChunks*HistoryChunk + len(r.History) }
 
-// unindexed is how many of r's events its index does not list: those
-// applied before the index began (a record not written since counts them
-// all).
+// unindexed is how many of r's events its index does not list: those applied before the index began
+// (a record not written since counts them all).
 func (r *record) unindexed() int { return max(r.Events-r.historyCount(), 0) }
 
 // historyBaseline counts the events of a record written before the index
@@ -67,8 +62,7 @@ func (r *record) historyBaseline() {
 	r.HistoryBase = max(r.HistoryBase, r.Events-r.historyCount())
 }
 
-// indexHistory adds seq to r's history tail (sorted: a retried event can
-// arrive after later ones).
+// indexHistory adds seq to r's history tail (sorted: a retried event can arrive after later ones).
 func (r *record) indexHistory(seq uint64) {
 	r.HistoryUnordered = r.HistoryUnordered || seq < r.HistorySealedMax
 	i, found := slices.BinarySearch(r.History, seq)
@@ -82,11 +76,10 @@ func (r *record) indexHistory(seq uint64) {
 // record stays far below max_payload however far the floor lags.
 const maxHistoryTail = 4 * HistoryChunk
 
-// sealable returns the chunks of r's tail ready to be sealed: every
-// HistoryChunk sequences at or below the applied floor, oldest first
-// (no earlier event of the order can still arrive), and past
-// maxHistoryTail the oldest regardless (an event retried after that,
-// rare, is listed after the sealed chunks, out of stream order).
+// sealable returns the chunks of r's tail ready to be sealed: every HistoryChunk sequences at or
+// below the applied floor, oldest first (no earlier event of the order can still arrive), and past
+// maxHistoryTail the oldest regardless (an event retried after that, rare, is listed after the
+// sealed chunks, out of stream order).
 func (r *record) sealable() [][]uint64 {
 	n, _ := slices.BinarySearch(r.History, r.AppliedFloor+1)
 	n = max(n, len(r.History)-maxHistoryTail)
@@ -154,9 +147,8 @@ type HistoryEvent struct {
 // HistoryPage is a page of an order's history.
 type HistoryPage struct {
 	OrderID string
-	// Total is how many events the index lists; Unindexed how many
-	// earlier events the order had when the index began (an upgrade from
-	// a version without one): those are not listed.
+	// Total is how many events the index lists; Unindexed how many earlier events the order had
+	// when the index began (an upgrade from a version without one): those are not listed.
 	Total, Unindexed int
 	// Events are the page's, oldest first, from position From.
 	From   int
@@ -165,18 +157,16 @@ type HistoryPage struct {
 	Next int
 }
 
-// History returns up to limit (at most MaxHistoryPage) of an order's
-// events from position from (0 is its first indexed event), read from
-// stream s, the stream the projection folds. An unknown order is
-// jetstream.ErrKeyNotFound.
+// History returns up to limit (at most MaxHistoryPage) of an order's events from position from (0
+// is its first indexed event), read from stream s, the stream the projection folds. An unknown
+// order is jetstream.ErrKeyNotFound.
 func (p *Projection) History(ctx context.Context, s jetstream.Stream, orderID string, from, limit int) (HistoryPage, error) {
 	return p.history(ctx, s, orderID, from, limit, false)
 }
 
-// HistoryStates is [Projection.History] with, for each listed event, the
-// order's state after it (State; nil before any event was folded): the
-// fold of the order's events up to it, by the live projection's fold. It
-// folds every event before the page too, so its cost grows with from.
+// HistoryStates is [Projection.History] with, for each listed event, the order's state after it
+// (State; nil before any event was folded): the fold of the order's events up to it, by the live
+// projection's fold. It folds every event before the page too, so its cost grows with from.
 func (p *Projection) HistoryStates(ctx context.Context, s jetstream.Stream, orderID string, from, limit int) (HistoryPage, error) {
 	return p.history(ctx, s, orderID, from, limit, true)
 }
@@ -234,9 +224,8 @@ func (p *Projection) history(ctx context.Context, s jetstream.Stream, orderID st
 	return page, nil
 }
 
-// readRecord reads an order's record; a record of withheld events only
-// is not an order, and one whose history index claims more than it holds
-// (written by hand) is refused.
+// readRecord reads an order's record; a record of withheld events only is not an order, and one
+// whose history index claims more than it holds (written by hand) is refused.
 func (p *Projection) readRecord(ctx context.Context, orderID string) (record, error) {
 	r, _, err := p.load(ctx, orderID)
 	if err != nil {
@@ -252,8 +241,7 @@ func (p *Projection) readRecord(ctx context.Context, orderID string) (record, er
 	return r, nil
 }
 
-// historySeqs returns the sequences at positions [from, from+limit) of
-// r's index.
+// historySeqs returns the sequences at positions [from, from+limit) of r's index.
 func (p *Projection) historySeqs(ctx context.Context, orderID string, r record, from, limit int) ([]uint64, error) {
 	var out []uint64
 	sealed := r.HistoryChunks * HistoryChunk
@@ -274,10 +262,9 @@ func (p *Projection) historySeqs(ctx context.Context, orderID string, r record, 
 	return out, nil
 }
 
-// readChunk reads chunk n of an order's index. A chunk that is gone (the
-// history bucket's limits, history_max_bytes or max_age, dropped it; or a
-// power cut before it was durable) lists HistoryChunk unknown sequences
-// (0): events no longer retained.
+// readChunk reads chunk n of an order's index. A chunk that is gone (the history bucket's limits,
+// history_max_bytes or max_age, dropped it; or a power cut before it was durable) lists
+// HistoryChunk unknown sequences (0): events no longer retained.
 func (p *Projection) readChunk(ctx context.Context, orderID string, n int) ([]uint64, error) {
 	key := historyKey(orderID, n)
 	var data []byte
@@ -361,9 +348,8 @@ func eventHeader(h nats.Header) nats.Header {
 	return h
 }
 
-// AsOfPoint is a point in an order's history: its events up to stream
-// sequence Seq (0: no bound) and stored at or before Time (zero: no
-// bound).
+// AsOfPoint is a point in an order's history: its events up to stream sequence Seq (0: no bound)
+// and stored at or before Time (zero: no bound).
 type AsOfPoint struct {
 	Seq  uint64
 	Time time.Time
@@ -378,32 +364,28 @@ type AsOfState struct {
 	// Order is the fold of the order's events up to the point, by the
 	// projection's own fold (UpdatedAt is the last folded event's time).
 	Order Order
-	// Folded counts the events folded. NotRetained counts the events up
-	// to the point that the stream no longer holds, and Unindexed those
-	// older than the history index: neither is in Order. Complete is
-	// true when both are 0.
+	// Folded counts the events folded. NotRetained counts the events up to the point that the
+	// stream no longer holds, and Unindexed those older than the history index: neither is in
+	// Order. Complete is true when both are 0.
 	Folded, NotRetained, Unindexed int
 	Complete                       bool
 	// Last is the sequence of the last folded event.
 	Last uint64
 }
 
-// AsOf folds an order's events up to point, read through its history
-// index from stream s, with the same fold as the live projection: at a
-// point past its last event it equals [Projection.Get] (but UpdatedAt).
-// An order with no event up to the point is jetstream.ErrKeyNotFound; a
-// point before the first event the stream still holds is ErrNotRetained.
+// AsOf folds an order's events up to point, read through its history index from stream s, with the
+// same fold as the live projection: at a point past its last event it equals [Projection.Get] (but
+// UpdatedAt). An order with no event up to the point is jetstream.ErrKeyNotFound; a point before
+// the first event the stream still holds is ErrNotRetained.
 func (p *Projection) AsOf(ctx context.Context, s jetstream.Stream, orderID string, point AsOfPoint) (AsOfState, error) {
 	return p.FoldEvents(ctx, s, orderID, point, nil)
 }
 
-// FoldEvents calls fn (if set) with each event of the order up to point,
-// in stream order (in index order for an index that is out of order, see
-// record.HistoryUnordered: rare, after a retry of a very hot order): the
-// events AsOf folds, which it returns folded by the projection's own fold
-// too. With it a program folds an order's history
-// with its own code (a [Handler] of its own, say), and gets the same
-// answers about retention. An error from fn stops it and is returned.
+// FoldEvents calls fn (if set) with each event of the order up to point, in stream order (in index
+// order for an index that is out of order, see record.HistoryUnordered: rare, after a retry of a
+// very hot order): the events AsOf folds, which it returns folded by the projection's own fold too.
+// With it a program folds an order's history with its own code (a [Handler] of its own, say), and
+// gets the same answers about retention. An error from fn stops it and is returned.
 func (p *Projection) FoldEvents(ctx context.Context, s jetstream.Stream, orderID string, point AsOfPoint, fn func(Event) error) (AsOfState, error) {
 	if p.hist == nil {
 		return AsOfState{}, ErrNoHistory
@@ -448,8 +430,7 @@ func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID s
 			// An event not retained has no time: only its sequence (0 if
 			// its chunk is gone) can place it past the point.
 			if !point.includes(he.Sequence, he.Time) {
-				// Past the point: the rest is too, unless the index is
-				// out of order.
+				// Past the point: the rest is too, unless the index is out of order.
 				done = !r.HistoryUnordered
 				return !done
 			}
@@ -474,9 +455,8 @@ func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID s
 			return st, folded, err
 		}
 	}
-	// Events not retained before the first event past the point (or the
-	// end) are counted within it: with a time point their times are
-	// unknown, and an answer that may miss them says so.
+	// Events not retained before the first event past the point (or the end) are counted within it:
+	// with a time point their times are unknown, and an answer that may miss them says so.
 	st.NotRetained += pending
 	st.Order = folded.Order
 	st.Order.UpdatedAt = folded.LastEventAt
@@ -488,9 +468,8 @@ func (he *HistoryEvent) event(orderID string) Event {
 	return Event{Subject: he.Subject, Type: he.Type, OrderID: orderID, Status: he.Status, Data: he.Data, Header: he.Header, Sequence: he.Sequence, Time: he.Time}
 }
 
-// writeSeals writes the sealed chunks of writes, all in flight at once,
-// and returns the writes whose chunks are stored; the others fail their
-// order's events in results.
+// writeSeals writes the sealed chunks of writes, all in flight at once, and returns the writes
+// whose chunks are stored; the others fail their order's events in results.
 func (p *Projection) writeSeals(ctx context.Context, writes []write, results [][]error) []write {
 	futs := make([][]jetstream.PubAckFuture, len(writes))
 	errs := make([]error, len(writes))

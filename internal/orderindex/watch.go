@@ -13,10 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Run loads the bucket's records into the index, then follows every write
-// until ctx is done (nil). A record that is not an order's (no status, not
-// JSON) is skipped and reported; a key deleted or purged is forgotten. A
-// failed watch is an error: the index would fall behind silently.
+// Run loads the bucket's records into the index, then follows every write until ctx is done (nil).
+// A record that is not an order's (no status, not JSON) is skipped and reported; a key deleted or
+// purged is forgotten. A failed watch is an error: the index would fall behind silently.
 func (x *Index) Run(ctx context.Context, kv jetstream.KeyValue, skipped func(key string, err error)) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
@@ -68,12 +67,11 @@ func (x *Index) apply(e jetstream.KeyValueEntry) error {
 	return nil
 }
 
-// indexFields reads a record's "status" and "last_event_at" as
-// encoding/json would into a *string and a time.Time, and stops once it
-// has both: the processor writes them ahead of its bookkeeping lists
-// (applied, history: hundreds of sequences for a long-lived order), which
-// the index never needs, so indexing a write costs the same for every
-// order. What follows the two fields is not read, nor checked.
+// indexFields reads a record's "status" and "last_event_at" as encoding/json would into a *string
+// and a time.Time, and stops once it has both: the processor writes them ahead of its bookkeeping
+// lists (applied, history: hundreds of sequences for a long-lived order), which the index never
+// needs, so indexing a write costs the same for every order. What follows the two fields is not
+// read, nor checked.
 func indexFields(b []byte) (status *string, at time.Time, err error) {
 	d := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 	if tok, err := d.ReadToken(); err != nil {

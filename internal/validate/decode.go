@@ -12,14 +12,12 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// decode parses an event into the values the JSON Schema library
-// validates (what its UnmarshalJSON gives: map[string]any, []any, string,
-// json.Number, bool, nil), with jsontext's single-pass tokenizer instead
-// of encoding/json's scan-then-decode: a third of a check's time went to
-// decoding (bench/README.md, "Cost of schema validation"). As encoding/json
-// does, a repeated name keeps its last value; unlike it, invalid UTF-8 is
-// refused (JSON text is UTF-8: RFC 8259, section 8.1), as is anything
-// after the one value.
+// decode parses an event into the values the JSON Schema library validates (what its UnmarshalJSON
+// gives: map[string]any, []any, string, json.Number, bool, nil), with jsontext's single-pass
+// tokenizer instead of encoding/json's scan-then-decode: a third of a check's time went to decoding
+// (bench/README.md, "Cost of schema validation"). As encoding/json does, a repeated name keeps its
+// last value; unlike it, invalid UTF-8 is refused (JSON text is UTF-8: RFC 8259, section 8.1), as
+// is anything after the one value.
 func decode(data []byte) (any, error) {
 	d := decoders.Get().(*jsontext.Decoder)
 	defer func() {
@@ -39,8 +37,7 @@ func decode(data []byte) (any, error) {
 	if errors.Is(err, errNumberRange) {
 		return nil, err
 	}
-	// jsontext's errors name the place: "invalid character 'x' at start
-	// of value after offset 7".
+	// jsontext's errors name the place: "invalid character 'x' at start of value after offset 7".
 	return nil, errors.New(strings.TrimPrefix(err.Error(), "jsontext: "))
 }
 

@@ -1,7 +1,6 @@
-// Package validate checks events against JSON Schemas (draft 2020-12 by
-// default) at ingest: one schema file per event type (the subject's last
-// token), what to do with a type that has none, and a program's own check.
-// A refused event names the schema, the JSON pointer of the failing value
+// Package validate checks events against JSON Schemas (draft 2020-12 by default) at ingest: one
+// schema file per event type (the subject's last token), what to do with a type that has none, and
+// a program's own check. A refused event names the schema, the JSON pointer of the failing value
 // and the schema keyword that failed.
 package validate
 
@@ -36,8 +35,7 @@ const (
 	ReasonFunc        = "func"         // the program's own check refused it
 )
 
-// Rejection is an event refused: its type, the schema file, where in the
-// event and which keyword.
+// Rejection is an event refused: its type, the schema file, where in the event and which keyword.
 type Rejection struct {
 	Type    string // event type (the subject's last token)
 	Schema  string // schema file ("" for unknown types and the program's check)
@@ -75,15 +73,13 @@ type Validator struct {
 	counts map[[2]string]uint64
 }
 
-// maxCountKeys bounds the distinct (type, reason) pairs counted: a
-// producer inventing event types must not grow the metrics without end
-// (types without a schema are counted as "other").
+// maxCountKeys bounds the distinct (type, reason) pairs counted: a producer inventing event types
+// must not grow the metrics without end (types without a schema are counted as "other").
 const maxCountKeys = 1000
 
-// Compile loads and compiles the schema of each event type (file paths),
-// with unknownTypes Accept ("" too) or Reject, and fn, if set, as a last
-// check. Every problem is reported at once, each naming its event type,
-// file and, where it has one, the position in the file.
+// Compile loads and compiles the schema of each event type (file paths), with unknownTypes Accept
+// ("" too) or Reject, and fn, if set, as a last check. Every problem is reported at once, each
+// naming its event type, file and, where it has one, the position in the file.
 func Compile(schemas map[string]string, unknownTypes string, fn func(subject string, data []byte) error) (*Validator, error) {
 	v := &Validator{schemas: map[string]*jsonschema.Schema{}, files: map[string]string{}, fn: fn, counts: map[[2]string]uint64{}}
 	var errs []error
@@ -114,8 +110,7 @@ func Compile(schemas map[string]string, unknownTypes string, fn func(subject str
 	return v, nil
 }
 
-// compileFile compiles one schema file; a JSON syntax error names its
-// line and column.
+// compileFile compiles one schema file; a JSON syntax error names its line and column.
 func compileFile(file string) (*jsonschema.Schema, error) {
 	src, err := os.ReadFile(file)
 	if err != nil {
@@ -201,8 +196,7 @@ func (v *Validator) Check(subject string, data []byte) (err error) {
 
 var printer = message.NewPrinter(language.English)
 
-// rejection describes the first leaf cause of ve: the most precise place
-// and keyword.
+// rejection describes the first leaf cause of ve: the most precise place and keyword.
 func rejection(typ, file string, ve *jsonschema.ValidationError) *Rejection {
 	for len(ve.Causes) > 0 {
 		ve = ve.Causes[0]
