@@ -60,6 +60,9 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *natsconf.Identity) (embe
 		DropForSlowConsumers: true,
 		EncryptionKey:        c.JetStream.EncryptionKey,
 		Cipher:               c.JetStream.Cipher,
+		// nats recovers every stream before it is ready: minutes on a large store, as the
+		// systemd unit allows (TimeoutStartSec), where embedded's default gives up after 60s.
+		ReadyTimeout: 5 * time.Minute,
 	}
 	err := c.natsInput().Apply(&ec, id)
 	return ec, err

@@ -213,9 +213,7 @@ func (g *StoreGuard) restart(ctx context.Context) error {
 	g.werr = ""
 	g.ownFailed, g.ownOnce = make(chan struct{}), sync.Once{}
 	g.mu.Unlock()
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	srv, err := embedded.Start(sctx, ec)
+	srv, err := embedded.Start(ctx, ec) // bounded by ec.ReadyTimeout
 	if err != nil {
 		return fmt.Errorf("restart nats after a write error: %w", err)
 	}
