@@ -179,7 +179,11 @@ func (s *supervisor) interrupt(st *stage) {
 		select {
 		case <-p.ended:
 		case <-ctx.Done():
-			err = errors.Join(err, fmt.Errorf("%s: not stopped: %w", p.name, ctx.Err()))
+			select {
+			case <-p.ended: // ended too (or has no goroutine): not cut off
+			default:
+				err = errors.Join(err, fmt.Errorf("%s: not stopped: %w", p.name, ctx.Err()))
+			}
 		}
 		if err != nil {
 			s.mu.Lock()
@@ -278,9 +282,7 @@ func (s *supervisor) failStart() error {
 	s.mu.Lock()
 	s.startFailed = true
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultStopTimeout)
-	defer cancel()
-	return s.stop(ctx)
+	return s.stop(s.stopContext()) // defaultStopTimeout
 }
 
 // clean reports whether the start-up succeeded and every stop step so far

@@ -169,3 +169,27 @@ func TestSupervisorStopBoundedAndQuiet(t *testing.T) {
 		t.Fatal("done not closed after stop")
 	}
 }
+
+// A stop whose ctx has ended names only what it cut off: not a component
+// without a goroutine (the store's lock, the durable guard), nor one whose
+// goroutine had ended. (Both are ready once ctx has ended, and a select
+// picks either: half of the time they were named "not stopped".)
+func TestSupervisorStopNamesOnlyWhatItCut(t *testing.T) {
+	for range 40 {
+		s := newSupervisor(slog.New(slog.DiscardHandler))
+		s.stage(func(context.Context) error {
+			s.add(component{name: "store", stop: func(context.Context) error { return nil }})
+			s.add(component{name: "ended", run: func(context.Context) error { return nil }})
+			return nil
+		})
+		if err := s.start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		<-s.stages[0].parts[1].ended
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := s.stop(ctx); err != nil {
+			t.Fatalf("stop with an ended ctx = %v, want nil: nothing was cut off", err)
+		}
+	}
+}
