@@ -64,8 +64,13 @@ func (a *Appliance) indexLoaded(ctx context.Context, what string) error {
 	select {
 	case <-a.index.Loaded():
 		return nil
-	case <-a.sup.done: // failed or closed: it will not load
-		return fmt.Errorf("%s: the order index did not load: %w", what, cmp.Or(a.sup.Err(), errors.New("the appliance stopped")))
+	case <-a.sup.done: // failed or closed: unless it loaded first, it will not
+		select {
+		case <-a.index.Loaded():
+			return nil
+		default:
+			return fmt.Errorf("%s: the order index did not load: %w", what, cmp.Or(a.sup.Err(), errors.New("the appliance stopped")))
+		}
 	case <-ctx.Done():
 		return fmt.Errorf("%s: the order index is still loading: %w", what, ctx.Err())
 	}
