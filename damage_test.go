@@ -362,3 +362,72 @@ func TestUnloadedConsumerIsDeclaredAgain(t *testing.T) {
 		t.Errorf("recovery notes at the next start: %q, want none", n)
 	}
 }
+
+// A power cut in durability "interval" can lose the projection's last
+// writes while the consumer's acks of those events survive; the start
+// after it rebuilds the projection. It still must when that start runs in
+// another durability mode (say the operator moved to group commit after
+// the cut): the last run's mode is what the store went through.
+func TestProjectionCheckedAfterRelaxedCutWhateverTheNewMode(t *testing.T) {
+	interval := func(c *orderstore.Config) {
+		c.JetStream.Durability, c.JetStream.SyncInterval = orderstore.DurabilityInterval, time.Second
+	}
+	cfg := damagedStore(t, 100, interval)
+	ctx := context.Background()
+	// The projection as it was at 100 events.
+	kvDir, kvBefore := streamDir(cfg, "KV_ORDERS"), t.TempDir()
+	if err := os.CopyFS(kvBefore, os.DirFS(kvDir)); err != nil {
+		t.Fatal(err)
+	}
+	app, err := orderstore.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := embeddedtest.JetStream(t, app)
+	for i := range 50 {
+		if _, err := js.Publish(ctx, "orders.paid", fmt.Appendf(nil, `{"order_id":"o-%d"}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if lag, err := app.Lag(ctx); err != nil || lag.AckFloor != 150 {
+			return fmt.Errorf("lag %+v %v", lag, err)
+		}
+		return nil
+	})
+	marker := filepath.Join(cfg.JetStream.StoreDir, "orderstore.running")
+	running, err := os.ReadFile(marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js.Conn().Close()
+	if err := app.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The cut: the bucket lost the 50 writes, the consumer's acks stayed,
+	// and the run marker says the run did not stop.
+	if err := os.RemoveAll(kvDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(kvDir, os.DirFS(kvBefore)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(marker, running, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	app = orderstoretest.Start(t, func(c *orderstore.Config) {
+		*c = cfg
+		c.JetStream.Durability, c.JetStream.SyncInterval = orderstore.DurabilityGroupCommit, 0
+	})
+	if !hasNote(app, "the projection lacks event") {
+		t.Errorf("recovery notes %q lack the projection's lost writes", app.Recovery())
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		for i := range 50 {
+			if o, err := app.Order(ctx, fmt.Sprintf("o-%d", i)); err != nil || o.Status != "paid" {
+				return fmt.Errorf("order o-%d = %+v, %v; want paid (the acknowledged event applied)", i, o, err)
+			}
+		}
+		return nil
+	})
+}

@@ -46,17 +46,15 @@ func (a *Appliance) openStore(context.Context) error {
 		return cmp.Or(err, WithHint(fmt.Errorf("preflight: store_dir %q holds a restore that did not finish: part of a backup only", rep.StoreDir),
 			"move jetstream.store_dir away, then run orderstore restore again"))
 	}
-	// Whether the last run stopped cleanly, and this one marked running.
-	unclean, err := storedir.Dir(rep.StoreDir).MarkRunning(os.Getpid())
+	interval := cfg.JetStream.SyncInterval // validated: set in durability "interval" only
+	// Whether the last run stopped cleanly (with its sync interval: a
+	// relaxed mode in either run is checked), this one marked running.
+	unclean, last, err := storedir.Dir(rep.StoreDir).MarkRunning(os.Getpid(), interval)
 	if err != nil {
 		return err
 	}
-	var interval time.Duration
-	if cfg.relaxedSync() {
-		interval = cfg.JetStream.SyncInterval
-	}
 	a.rc = &recovery.Check{Dir: storedir.Dir(rep.StoreDir), Account: StreamAccount, Spec: a.spec, Log: a.log,
-		Retry: a.clusterRetry, Unclean: unclean, SyncInterval: interval, BuiltinProjection: cfg.Processor.Handler == nil || cfg.historyMaxBytes() > 0}
+		Retry: a.clusterRetry, Unclean: unclean, SyncInterval: max(interval, last), BuiltinProjection: cfg.Processor.Handler == nil || cfg.historyMaxBytes() > 0}
 	for _, w := range rep.Warnings {
 		log.Warn("preflight", "warning", w)
 	}

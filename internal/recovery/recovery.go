@@ -34,8 +34,8 @@ type Check struct {
 	Retry func(ctx context.Context, what string, f func(context.Context) error) error
 	// Unclean: the last run did not stop cleanly.
 	Unclean bool
-	// SyncInterval > 0: nats syncs on a timer (the relaxed mode), so an
-	// unclean stop may have lost that long of writes.
+	// SyncInterval > 0: nats syncs on a timer (the relaxed mode), in this
+	// run or the last, so an unclean stop may have lost that long of writes.
 	SyncInterval time.Duration
 	// BuiltinProjection: the projection is the built-in one, whose records
 	// say which events they applied.

@@ -90,16 +90,18 @@ func (d Dir) HasStreams(account string) bool {
 const RunMarker = "orderstore.running"
 
 // MarkRunning reports whether the last run stopped cleanly (unclean: it
-// did not) and marks this one as running, with pid. The marker is synced:
-// it must survive the power cut it is there to detect.
-func (d Dir) MarkRunning(pid int) (unclean bool, err error) {
+// did not; last: its relaxed sync interval, 0 if none or unknown) and marks
+// this one as running, with pid and interval. The marker is synced: it
+// must survive the power cut it is there to detect.
+func (d Dir) MarkRunning(pid int, interval time.Duration) (unclean bool, last time.Duration, err error) {
 	path := filepath.Join(string(d), RunMarker)
-	_, statErr := os.Stat(path)
-	unclean = statErr == nil
-	if err := durable.WriteFile(path, fmt.Appendf(nil, "%d\n", pid), 0o640); err != nil {
-		return unclean, fmt.Errorf("preflight: run marker %q: %w", path, err)
+	b, rerr := os.ReadFile(path)
+	unclean = rerr == nil
+	fmt.Sscan(string(b), new(int), &last) // an older marker holds the pid only
+	if err := durable.WriteFile(path, fmt.Appendf(nil, "%d %d\n", pid, interval), 0o640); err != nil {
+		return unclean, last, fmt.Errorf("preflight: run marker %q: %w", path, err)
 	}
-	return unclean, nil
+	return unclean, last, nil
 }
 
 // MarkStopped removes the marker after a clean stop, durably.

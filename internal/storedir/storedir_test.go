@@ -5,21 +5,23 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
-// The run marker tells a run that did not stop from one that did.
+// The run marker tells a run that did not stop from one that did, and
+// the sync interval it ran with.
 func TestRunMarker(t *testing.T) {
 	d := Dir(t.TempDir())
-	if unclean, err := d.MarkRunning(1); err != nil || unclean {
+	if unclean, _, err := d.MarkRunning(1, time.Second); err != nil || unclean {
 		t.Fatalf("first run: unclean %v, %v; want a clean start", unclean, err)
 	}
-	if unclean, err := d.MarkRunning(2); err != nil || !unclean {
-		t.Fatalf("a run after one that did not stop: unclean %v, %v; want unclean", unclean, err)
+	if unclean, last, err := d.MarkRunning(2, 0); err != nil || !unclean || last != time.Second {
+		t.Fatalf("a run after one that did not stop: unclean %v, its sync interval %s, %v; want unclean, 1s", unclean, last, err)
 	}
 	if err := d.MarkStopped(); err != nil {
 		t.Fatal(err)
 	}
-	if unclean, err := d.MarkRunning(3); err != nil || unclean {
+	if unclean, _, err := d.MarkRunning(3, 0); err != nil || unclean {
 		t.Fatalf("a run after a clean stop: unclean %v, %v; want clean", unclean, err)
 	}
 	if err := d.MarkStopped(); err != nil {
