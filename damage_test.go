@@ -431,3 +431,35 @@ func TestProjectionCheckedAfterRelaxedCutWhateverTheNewMode(t *testing.T) {
 		return nil
 	})
 }
+
+// An encrypted stream whose key file (meta.key) a power cut left empty
+// (nats writes it without fsync in the relaxed modes): nats skips the
+// stream, and declaring it again made nats-server panic on the short key,
+// taking the appliance down at every start. Start-up now refuses with a
+// hint, and the stream's blocks are left as they were.
+func TestLostStreamKeyIsRefused(t *testing.T) {
+	cfg := damagedStore(t, 100, withKey(keyA))
+	dir := streamDir(cfg, "ORDER_EVENTS")
+	if err := os.WriteFile(filepath.Join(dir, "meta.key"), nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	blk := firstBlock(t, cfg)
+	before, err := os.ReadFile(blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	app, err := orderstore.Start(ctx, cfg)
+	if err == nil {
+		app.Close(ctx)
+		t.Fatal("started over a stream whose key is lost")
+	}
+	var h orderstore.Hinted
+	if !errors.As(err, &h) || !strings.Contains(h.Hint(), dir) || !strings.Contains(h.Hint(), "backup") {
+		t.Errorf("start = %v, want a refusal whose hint names %q and a backup", err, dir)
+	}
+	if after, err := os.ReadFile(blk); err != nil || string(after) != string(before) {
+		t.Errorf("the stream's block changed (%v)", err)
+	}
+}

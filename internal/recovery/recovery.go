@@ -60,11 +60,6 @@ func (c *Check) Notes() []string { return c.notes }
 // start of the stream.
 func (c *Check) ConsumerReset() bool { return c.consumerReset }
 
-func (c *Check) declare(ctx context.Context) error {
-	_, err := bootstrap.Declare(ctx, c.JS, c.Spec, c.Log.With("component", "bootstrap"))
-	return err
-}
-
 // StartupProblems turns nats-server's start-up warnings about the store
 // into notes.
 func (c *Check) StartupProblems(problems []string) {
@@ -103,6 +98,11 @@ func (c *Check) Declare(ctx context.Context, clustered bool) error {
 		}
 	}
 	if err := c.Retry(ctx, "declare", c.declareRecovering); err != nil {
+		for name := range unloaded { // nats cannot open its files either (its key, meta.key, lost?)
+			if msg := err.Error(); strings.Contains(msg, fmt.Sprintf("stream %q: ", name)) && strings.Contains(msg, "error creating store for stream") {
+				err = hint.Wrap(err, fmt.Sprintf(restoreHint, c.Dir.Stream(c.Account, name)))
+			}
+		}
 		return err
 	}
 	if err := c.checkReloaded(ctx, unloaded); err != nil {
@@ -159,13 +159,16 @@ func (c *Check) checkReloaded(ctx context.Context, unloaded map[string]int64) er
 		st := s.CachedInfo().State
 		if st.Msgs == 0 && st.LastSeq == 0 {
 			return hint.Wrap(fmt.Errorf("recovery check: stream %q has %d bytes of message blocks in %q that nats did not load, and declaring it again did not bring them back", name, size, dir),
-				fmt.Sprintf("stop orderstore, restore %q from a backup (or move it away to start with an empty stream, keeping the old files for inspection)", dir))
+				fmt.Sprintf(restoreHint, dir))
 		}
 		c.Note("stream %q: nats could not read its metadata (meta.inf, e.g. after a power cut with a relaxed sync_interval) and skipped it; orderstore declared it again with its configuration and nats recovered %d events (sequences %d..%d) from its blocks",
 			name, st.Msgs, st.FirstSeq, st.LastSeq)
 	}
 	return nil
 }
+
+// restoreHint is what to do about a stream's files (%q) nats cannot load.
+const restoreHint = "stop orderstore, restore %q from a backup (or move it away to start with an empty stream, keeping the old files for inspection)"
 
 // consumerDir is where nats keeps the processor's durable's files.
 func (c *Check) consumerDir() string {
@@ -235,14 +238,16 @@ func (c *Check) natsNamedConsumer() bool {
 // declareRecovering declares the spec; a consumer whose stored state nats
 // cannot read is moved aside and declared again.
 func (c *Check) declareRecovering(ctx context.Context) error {
-	err := c.declare(ctx)
+	log := c.Log.With("component", "bootstrap")
+	_, err := bootstrap.Declare(ctx, c.JS, c.Spec, log)
 	if err == nil || c.Spec.Consumer == nil || !strings.Contains(err.Error(), "error creating store for consumer") {
 		return err
 	}
 	if err := c.moveAside(fmt.Sprintf("nats could not read its state (%v)", err)); err != nil {
 		return err
 	}
-	return c.declare(ctx)
+	_, err = bootstrap.Declare(ctx, c.JS, c.Spec, log)
+	return err
 }
 
 // HighWater compares the stream's last sequence with the highest the
@@ -264,10 +269,8 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 	// responders until their replicas have a leader): the reads are
 	// retried like the declaration.
 	cs := spec.ConsumerStream()
-	var (
-		s  jetstream.Stream
-		hw uint64
-	)
+	var s jetstream.Stream
+	var hw uint64
 	if err := c.Retry(ctx, "recovery check", func(ctx context.Context) (err error) {
 		if s, err = c.JS.Stream(ctx, cs); err != nil {
 			return fmt.Errorf("recovery check: stream %q: %w", cs, err)

@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0001-group-commit.patch; see natsserver/README.md).
+// (patches: 0001-group-commit.patch, 0021-short-stream-key.patch; see natsserver/README.md).
 
 // Copyright 2019-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -1001,6 +1001,12 @@ func (fs *fileStore) recoverAEK() error {
 		ekey, err := os.ReadFile(filepath.Join(fs.fcfg.StoreDir, JetStreamMetaFileKey))
 		if err != nil {
 			return err
+		}
+		// orderstore: a key file shorter than a key (a power cut can empty
+		// it in a relaxed sync mode, where it is written without fsync) is
+		// refused as start-up refuses it, not sliced out of range (a panic).
+		if len(ekey) < minMetaKeySize {
+			return errBadKeySize
 		}
 		rb, err := fs.prf([]byte(fs.cfg.Name))
 		if err != nil {
