@@ -311,11 +311,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		if err == nil && md.NumDelivered == 1 {
 			// Events skipped before this one were taken by another
 			// client: those read back are applied first, in their place.
-			for _, r := range p.noteDelivered(md.Sequence.Stream) {
-				if !enqueue(r) {
-					return
-				}
-			}
+			p.noteDelivered(md.Sequence.Stream, enqueue)
 		}
 		enqueue(m)
 	},

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -18,23 +19,22 @@ import (
 // highest seen means events were not delivered to this processor: those
 // below the stream's first sequence were removed by its limits before it
 // saw them; the others went to another consumer on the same durable,
-// which an Exclusive processor reads back from the stream and returns, to
-// be applied before seq.
-func (p *Processor) noteDelivered(seq uint64) []*recoveredMsg {
+// which an Exclusive processor reads back from the stream and hands to
+// emit, to be applied before seq.
+func (p *Processor) noteDelivered(seq uint64, emit func(delivery) bool) {
 	prev := p.highestSeen.Load()
 	if seq <= prev {
-		return nil
+		return
 	}
 	p.highestSeen.Store(seq)
 	if seq == prev+1 {
-		return nil
+		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := context.Background() // each request bounded by the client's timeout
 	s, err := p.js.Stream(ctx, p.cfg.Stream)
 	if err != nil {
 		p.log.Warn("cannot tell whether events were removed unprocessed", "stream", p.cfg.Stream, "err", err)
-		return nil
+		return
 	}
 	first := s.CachedInfo().State.FirstSeq
 	if last := min(seq-1, first-1); last > prev {
@@ -44,10 +44,9 @@ func (p *Processor) noteDelivered(seq uint64) []*recoveredMsg {
 			"stream", p.cfg.Stream, "removed", n, "first_seq", prev+1, "last_seq", last,
 			"hint", "raise stream.max_bytes, max_msgs or max_age, or keep the processor up and caught up")
 	}
-	if !p.cfg.Exclusive {
-		return nil
+	if p.cfg.Exclusive {
+		p.takenElsewhere(ctx, max(prev+1, first), seq, emit)
 	}
-	return p.takenElsewhere(ctx, max(prev+1, first), seq)
 }
 
 // seqRange is the stream sequences [from, upTo).
@@ -78,9 +77,9 @@ func (p *Processor) addGap(from, upTo uint64) {
 }
 
 // checkGaps reads back what a Shared processor's siblings were delivered,
-// once the ack floor has passed it, and returns the events that the
+// once the ack floor has passed it, and hands to emit the events that the
 // handler has not applied: taken by someone else after all.
-func (p *Processor) checkGaps(ctx context.Context, floor uint64) []*recoveredMsg {
+func (p *Processor) checkGaps(ctx context.Context, floor uint64, emit func(delivery) bool) {
 	ac, ok := p.cfg.Handler.(AppliedChecker)
 	p.gapsMu.Lock()
 	var due []seqRange
@@ -90,79 +89,70 @@ func (p *Processor) checkGaps(ctx context.Context, floor uint64) []*recoveredMsg
 	}
 	p.gapsMu.Unlock()
 	if !ok {
-		return nil
+		return
 	}
-	var out []*recoveredMsg
 	for i, g := range due {
-		ms, next, err := p.unapplied(ctx, ac, g)
-		out = append(out, ms...)
-		if err != nil || next < g.upTo {
-			// An error, or maxRecover reached: the rest at the next look.
-			if err != nil {
-				p.log.Warn("cannot check the events a sibling processor was delivered; will retry", "from_seq", next, "to_seq", g.upTo-1, "err", err)
-			}
+		if next, err := p.unapplied(ctx, ac, g, emit); err != nil {
+			p.log.Warn("cannot check the events a sibling processor was delivered; will retry", "from_seq", next, "to_seq", g.upTo-1, "err", err)
 			p.gapsMu.Lock()
 			p.gaps = append(append([]seqRange{{next, g.upTo}}, due[i+1:]...), p.gaps...)
 			p.gapsMu.Unlock()
-			return out
+			return
 		}
 	}
-	return out
 }
 
-// unapplied reads the events of g from the stream and returns those the
+// unapplied reads the events of g from the stream and hands those the
 // handler has not applied (poison events are skipped: they are dead
-// letters, never applied), all of them if ac is nil, as recovered events,
-// and the sequence to go on from: g.upTo once it read them all, less after
-// maxRecover of them or an error.
-func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange) ([]*recoveredMsg, uint64, error) {
+// letters, never applied), all of them if ac is nil, to emit as recovered
+// events, one at a time: emit waits for room in Run's byte budget, so
+// memory stays bounded however many there are. On an error, or once emit
+// refuses one (Run is returning), it returns the sequence to go on from.
+func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange, emit func(delivery) bool) (uint64, error) {
 	s, err := p.js.Stream(ctx, p.cfg.Stream)
 	if err != nil {
-		return nil, g.from, err
+		return g.from, err
 	}
-	var out []*recoveredMsg
-	next := max(g.from, s.CachedInfo().State.FirstSeq)
-	for next < g.upTo && len(out) < maxRecover {
+	var n, firstSeq uint64
+	defer func() {
+		if n > 0 {
+			p.log.Error("events were taken from the processor's durable by another client: read back from the stream to apply them",
+				"stream", p.cfg.Stream, "consumer", p.cfg.Durable, "events", n, "first_seq", firstSeq, "before_seq", g.upTo)
+		}
+	}()
+	for next := max(g.from, s.CachedInfo().State.FirstSeq); next < g.upTo; {
 		m, err := s.GetMsg(ctx, next, jetstream.WithGetMsgSubject(">"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && m.Sequence >= g.upTo {
-			next = g.upTo // nothing more (deleted events are skipped by the subject filter)
-			break
+			break // nothing more (deleted events are skipped by the subject filter)
 		}
 		if err != nil {
-			return p.recoveredMsgs(out, g.upTo), next, err
+			return next, err
 		}
 		keep := ac == nil
 		if !keep {
 			if ev, poison := EventOf(m.Subject, m.Data, m.Header, m.Sequence, m.Time, 0); poison == nil {
 				applied, err := ac.Applied(ctx, ev)
 				if err != nil {
-					return p.recoveredMsgs(out, g.upTo), next, err
+					return next, err
 				}
 				keep = !applied
 			}
 		}
 		if keep {
-			out = append(out, &recoveredMsg{m: m, p: p})
+			// Pending (see safeFloor) before it is handed out; counted in
+			// Stats.Recovered once applied.
+			p.recMu.Lock()
+			p.recPending[m.Sequence] = struct{}{}
+			p.recMu.Unlock()
+			if !emit(&recoveredMsg{m: m, p: p}) {
+				p.recoveredDone(m.Sequence)
+				return next, errors.New("the processor stopped")
+			}
+			n, firstSeq = n+1, cmp.Or(firstSeq, m.Sequence)
 		}
 		next = m.Sequence + 1
 	}
-	return p.recoveredMsgs(out, g.upTo), next, nil
-}
-
-// recoveredMsgs marks out as recovered (recPending: see safeFloor; counted
-// in Stats.Recovered once applied) and logs them.
-func (p *Processor) recoveredMsgs(out []*recoveredMsg, upTo uint64) []*recoveredMsg {
-	if len(out) == 0 {
-		return nil
-	}
-	p.recMu.Lock()
-	for _, m := range out {
-		p.recPending[m.m.Sequence] = struct{}{}
-	}
-	p.recMu.Unlock()
-	p.log.Error("events were taken from the processor's durable by another client: read back from the stream to apply them",
-		"stream", p.cfg.Stream, "consumer", p.cfg.Durable, "events", len(out), "first_seq", out[0].m.Sequence, "before_seq", upTo)
-	return out
+	return g.upTo, nil
 }
 
 // safeFloor is the ack floor events are handed out with: the consumer's,
@@ -186,30 +176,25 @@ func (p *Processor) recoveredDone(seq uint64) {
 
 // takenElsewhere handles the events in [from, upTo) that another client
 // was delivered: a Shared processor checks them once the ack floor passes
-// them (checkGaps); another returns those the stream still holds (deleted
-// events are skipped), at most maxRecover of them, as recovered events.
-func (p *Processor) takenElsewhere(ctx context.Context, from, upTo uint64) []*recoveredMsg {
+// them (checkGaps); another hands those the stream still holds (deleted
+// events are skipped) to emit as recovered events.
+func (p *Processor) takenElsewhere(ctx context.Context, from, upTo uint64, emit func(delivery) bool) {
 	if p.cfg.Shared {
 		p.addGap(from, upTo)
-		return nil
+		return
 	}
-	out, next, err := p.unapplied(ctx, nil, seqRange{from, upTo})
-	if err != nil {
+	if next, err := p.unapplied(ctx, nil, seqRange{from, upTo}, emit); err != nil {
 		p.log.Error("events taken from the processor's durable by another client could not be read back: they are missing from the projection",
 			"stream", p.cfg.Stream, "from_seq", next, "to_seq", upTo-1, "err", err)
 	}
-	return out
 }
 
 // checkTaken is the floor watcher's part of Exclusive: events nak'ed that
 // the ack floor passed without being delivered here again, and the last
 // events delivered elsewhere with nothing after them, are read back.
 func (p *Processor) checkTaken(ctx context.Context, info *jetstream.ConsumerInfo) {
-	if !p.cfg.Exclusive {
-		return
-	}
 	enqueue := p.requeue.Load()
-	if enqueue == nil {
+	if !p.cfg.Exclusive || enqueue == nil {
 		return
 	}
 	floor := info.AckFloor.Stream
@@ -222,28 +207,19 @@ func (p *Processor) checkTaken(ctx context.Context, info *jetstream.ConsumerInfo
 		}
 	}
 	p.recMu.Unlock()
-	var out []*recoveredMsg
 	for _, seq := range passed {
-		out = append(out, p.takenElsewhere(ctx, seq, seq+1)...)
+		p.takenElsewhere(ctx, seq, seq+1, *enqueue)
 	}
 	// Nothing pending or awaiting an ack, yet delivered past what this
 	// processor saw: the tail went to someone else.
 	if prev := p.highestSeen.Load(); info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > prev {
 		p.highestSeen.Store(info.Delivered.Stream)
-		out = append(out, p.takenElsewhere(ctx, prev+1, info.Delivered.Stream+1)...)
+		p.takenElsewhere(ctx, prev+1, info.Delivered.Stream+1, *enqueue)
 	}
 	if p.cfg.Shared {
-		out = append(out, p.checkGaps(ctx, floor)...)
-	}
-	for _, m := range out {
-		if !(*enqueue)(m) {
-			return
-		}
+		p.checkGaps(ctx, floor, *enqueue)
 	}
 }
-
-// maxRecover bounds the events read back for one jump.
-const maxRecover = 10000
 
 // recoveredMsg is an event read back from the stream: settled already in
 // the consumer (by whoever took it), so its acks are no-ops, while a nak
@@ -283,7 +259,7 @@ func (r *recoveredMsg) NakWithDelay(d time.Duration) error {
 func (r *recoveredMsg) redeliver() {
 	enqueue := r.p.requeue.Load()
 	if enqueue == nil {
-		return // Run is returning: the event stays missing, as recoveredMsgs logged
+		return // Run is returning: the event stays missing
 	}
 	r.redelivered.Add(1)
 	(*enqueue)(r)

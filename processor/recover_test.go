@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/processor"
 )
@@ -496,4 +497,124 @@ func projectionDiff(e *env, want map[string]processor.Order) error {
 		return fmt.Errorf("%d of %d orders missing, %d with other events than the fold %v", missing, len(want), differ, eg)
 	}
 	return nil
+}
+
+// A long run of events taken from an Exclusive processor's durable, more
+// than any fixed batch of read-backs: each is read back and applied
+// (Stats.Recovered counts every one), and the read-back holds no more of
+// them in memory than the processor's byte budget (MaxBufferedBytes):
+// while the handler holds the recovered events, no more are read. The
+// run is found either by the processor's next delivery after it, or, with
+// nothing published after it, by the floor watcher (the tail).
+func TestExclusiveProcessorRecoversALongRunTaken(t *testing.T) {
+	for _, next := range []bool{true, false} {
+		t.Run(fmt.Sprintf("next delivery=%v", next), func(t *testing.T) {
+			e := newEnv(t, func(c *orderstore.Config) {
+				c.Processor.MaxAckPending = 50_000 // room for the other client while the processor holds its events
+				c.Processor.AckWait = time.Minute  // nothing redelivered while the handler is held
+			})
+			const budget = 64 << 10
+			held := make(chan struct{})    // the processor's own events
+			recHeld := make(chan struct{}) // the events read back
+			var tk atomic.Pointer[taker]
+			g := &gate{inner: e.projection(t), wait: func(ev processor.Event) <-chan struct{} {
+				if tk.Load().took(ev.Sequence) {
+					return recHeld
+				}
+				return held
+			}}
+			openHeld, openRec := sync.OnceFunc(func() { close(held) }), sync.OnceFunc(func() { close(recHeld) })
+			p, _ := startRecovering(t, e, g, func(pc *processor.Config) {
+				pc.Exclusive = true
+				pc.MaxBufferedBytes = budget
+			})
+			t.Cleanup(func() { openHeld(); openRec() }) // before the processor stops
+			msgs := orderEvents(30_000, 500, 0, 6000)
+			e.publish(t, msgs)
+			// The handler holds the processor's events: its callback waits for
+			// the budget, so once its pull is spent it asks for no more, and
+			// the other client is delivered the rest, one run.
+			cons, err := e.js.Consumer(context.Background(), e.cfg.Stream.Name, e.cfg.Processor.Durable)
+			if err != nil {
+				t.Fatal(err)
+			}
+			embeddedtest.WaitFor(t, 30*time.Second, func() error {
+				ci, err := cons.Info(context.Background())
+				if err != nil || ci.NumWaiting != 0 {
+					return fmt.Errorf("the processor's pull still open (%v)", err)
+				}
+				return nil
+			})
+			tk.Store(startTaker(t, e))
+			embeddedtest.WaitFor(t, 60*time.Second, func() error {
+				if ci, err := cons.Info(context.Background()); err != nil || ci.NumPending != 0 {
+					return fmt.Errorf("events still pending (%v)", err)
+				}
+				return nil
+			})
+			tk.Load().halt(t)
+			if n := tk.Load().first.Load(); n <= 10_000 {
+				t.Fatalf("the other client took %d events: not a long run", n)
+			}
+			if next {
+				e.publish(t, orderEvents(1, 500, 0, 6001))
+			}
+			openHeld()
+			embeddedtest.WaitFor(t, 60*time.Second, func() error {
+				if g.blocked(recHeld) == 0 {
+					return errors.New("no event read back reached the handler yet")
+				}
+				return nil
+			})
+			minSize := len(msgs[0].Data) + len(msgs[0].Subject)
+			for _, m := range msgs {
+				minSize = min(minSize, len(m.Data)+len(m.Subject))
+			}
+			if n, most := p.Recovering(), budget/minSize+1; n > most {
+				t.Errorf("%d events read back and held at once, the byte budget (%d bytes) holds at most %d", n, budget, most)
+			}
+			openRec()
+			assertProjectionConverges(t, e)
+			assertRecoveredExactly(t, p, tk.Load())
+		})
+	}
+}
+
+// gate wraps the projection: each event waits until the channel wait
+// returns for it is closed (or ctx is done).
+type gate struct {
+	inner   *processor.Projection
+	wait    func(processor.Event) <-chan struct{}
+	mu      sync.Mutex
+	waiting map[<-chan struct{}]int
+}
+
+func (g *gate) Handle(ctx context.Context, ev processor.Event) error {
+	return g.HandleBatch(ctx, [][]processor.Event{{ev}})[0][0]
+}
+
+func (g *gate) HandleBatch(ctx context.Context, orders [][]processor.Event) [][]error {
+	for _, evs := range orders {
+		for _, ev := range evs {
+			c := g.wait(ev)
+			g.mu.Lock()
+			if g.waiting == nil {
+				g.waiting = map[<-chan struct{}]int{}
+			}
+			g.waiting[c]++
+			g.mu.Unlock()
+			select {
+			case <-c:
+			case <-ctx.Done():
+			}
+		}
+	}
+	return g.inner.HandleBatch(ctx, orders)
+}
+
+// blocked is how many events waited on c so far.
+func (g *gate) blocked(c <-chan struct{}) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.waiting[c]
 }
