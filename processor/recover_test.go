@@ -618,3 +618,53 @@ func (g *gate) blocked(c <-chan struct{}) int {
 	defer g.mu.Unlock()
 	return g.waiting[c]
 }
+
+// An Exclusive processor awaits each event it nak'ed: delivered to it
+// again, or, if the ack floor passes it first, taken by another client
+// and read back. A redelivery that arrives before the nak is noted (here:
+// ack_wait ran out while the handler worked on the event, which then
+// failed) and is applied here must not leave the event awaited: with no
+// other client, nothing is read back.
+func TestExclusiveProcessorRedeliveryBeforeNakNotTakenForStolen(t *testing.T) {
+	e := newEnv(t)
+	const target = 1 // the stream's first event
+	var firstTries atomic.Int32
+	redelivered := make(chan struct{})
+	f := &failFirstTry{inner: e.projection(t), fail: func(ev processor.Event) bool {
+		if ev.Sequence != target || ev.Delivered != 1 {
+			return false
+		}
+		if firstTries.Add(1) == 1 {
+			<-redelivered // fails once the server has redelivered it
+		}
+		return true
+	}}
+	p, _ := startRecovering(t, e, f, func(pc *processor.Config) {
+		pc.Exclusive = true
+		pc.Backoff = []time.Duration{time.Minute} // the nak brings no other delivery: the redelivery is applied first
+	})
+	e.publish(t, orderEvents(50, 5, 0, 7000))
+	cons, err := e.js.Consumer(context.Background(), e.cfg.Stream.Name, e.cfg.Processor.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if ci, err := cons.Info(context.Background()); err != nil || ci.NumRedelivered == 0 {
+			return fmt.Errorf("event %d not redelivered yet (%v)", target, err)
+		}
+		return nil
+	})
+	close(redelivered)
+	assertProjectionConverges(t, e)
+	// The floor watcher has seen the floor pass the event, and settled
+	// whatever it read back.
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if fl, n := p.Progress().AckFloor, p.Recovering(); fl < target || n != 0 {
+			return fmt.Errorf("ack floor %d, %d events read back not settled", fl, n)
+		}
+		return nil
+	})
+	if n := firstTries.Load(); n != 1 {
+		t.Errorf("event %d handed to the handler as a first delivery %d times: read back as taken by another client, though none took it (stats %+v)", target, n, p.Stats())
+	}
+}

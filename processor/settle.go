@@ -129,12 +129,14 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 // failure is logged and counted in AckErrors: the event stays unacked and
 // the server redelivers it after ack_wait.
 func (p *Processor) settled(op string, ev Event, err error) bool {
-	if p.cfg.Exclusive && op == "nak" {
-		// Awaited: delivered here again, or taken by another client if
-		// the ack floor passes it first (checkTaken). A recovered event's
-		// naks are retries instead.
+	if p.cfg.Exclusive {
+		// Nak'ed, awaited: delivered here again, or taken by another client
+		// if the ack floor passes it first (checkTaken); settled otherwise,
+		// no more (a redelivery may be delivered before a nak is noted). A
+		// recovered event's naks are retries instead.
 		p.recMu.Lock()
-		if _, recovering := p.recPending[ev.Sequence]; !recovering {
+		delete(p.awaiting, ev.Sequence)
+		if _, recovering := p.recPending[ev.Sequence]; op == "nak" && !recovering {
 			p.awaiting[ev.Sequence] = struct{}{}
 		}
 		p.recMu.Unlock()
