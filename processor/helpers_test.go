@@ -46,14 +46,17 @@ func newEnv(t testing.TB, adjust ...func(*orderstore.Config)) *env {
 	// Processor tests are about delivery and idempotency, not fsync: a
 	// relaxed sync keeps 10,000-event tests quick. Durability under
 	// "always" is covered in cmd/orderstore.
-	srv := embeddedtest.Start(t, func(c *embedded.Config) { c.SyncInterval = time.Second })
-	nc := embeddedtest.Connect(t, srv)
-	spec := orderstoretest.DeclareOrderEvents(t, nc, append([]func(*orderstore.Config){testConfig}, adjust...)...)
 	cfg := orderstore.DefaultConfig()
 	testConfig(&cfg)
 	for _, a := range adjust {
 		a(&cfg)
 	}
+	srv := embeddedtest.Start(t, func(c *embedded.Config) {
+		c.SyncInterval = time.Second
+		c.MaxPayload = int32(cfg.Server.MaxPayload)
+	})
+	nc := embeddedtest.Connect(t, srv)
+	spec := orderstoretest.DeclareOrderEvents(t, nc, append([]func(*orderstore.Config){testConfig}, adjust...)...)
 	js, _ := jetstream.New(nc)
 	return &env{srv: srv, js: js, cfg: cfg, spec: spec}
 }

@@ -276,10 +276,14 @@ func (p *Processor) Run(ctx context.Context) error {
 	// Memory stays bounded whatever the event sizes: an event takes its
 	// size from the budget when it arrives and gives it back once settled;
 	// while the budget is spent the callback waits, so the client stops
-	// pulling. Each pull asks for at most a quarter of it (never less than
-	// the largest message the server takes).
+	// pulling. Each pull asks for at most a quarter of it, and no more than
+	// nats.go's subscription holds meanwhile (it drops what arrives past
+	// 64 MiB, a delivery of each event lost), never less than the largest
+	// message the server takes.
 	budget := &byteBudget{max: p.cfg.MaxBufferedBytes, freed: make(chan struct{})}
-	pullBytes := max(int(p.cfg.MaxBufferedBytes/4), 2*int(p.js.Conn().MaxPayload()))
+	maxPayload := int(p.js.Conn().MaxPayload())
+	pullBytes := min(max(int(p.cfg.MaxBufferedBytes/4), 2*maxPayload), nats.DefaultSubPendingBytesLimit)
+	pullBytes = max(pullBytes, maxPayload+4<<10) // one whole message, its subject and reply included
 	p.highestSeen.Store(max(info.Delivered.Stream, p.cfg.SeenUpTo))
 	enqueue := func(m delivery) bool {
 		n := msgSize(m)

@@ -538,3 +538,60 @@ func TestExhaustedEventIsNotAppliedLate(t *testing.T) {
 	e.checkProjection(t)
 	t.Logf("p1 %+v\np2 %+v", p1.Stats(), p2.Stats())
 }
+
+// A processor's pulls never ask for more than its nats.go subscription
+// holds (64 MiB): past that the client drops what arrives while the
+// processor waits for its byte budget, and each event dropped is
+// delivered again later, a delivery used without reaching the handler
+// (enough of them dead-letter an event never tried). With
+// server.max_payload at 40 MiB the pulls asked for 80 MiB: here every
+// event reaches the handler on its first delivery.
+func TestProcessorPullsNoMoreThanTheSubscriptionHolds(t *testing.T) {
+	e := newEnv(t, func(c *orderstore.Config) { c.Server.MaxPayload = 40 << 20 })
+	held := make(chan struct{})
+	open := sync.OnceFunc(func() { close(held) })
+	var mu sync.Mutex
+	first := map[uint64]uint64{} // the first delivery each event reached the handler on
+	g := &gate{inner: e.projection(t), wait: func(ev processor.Event) <-chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		if d, ok := first[ev.Sequence]; !ok || ev.Delivered < d {
+			first[ev.Sequence] = ev.Delivered
+		}
+		return held
+	}}
+	_, _ = e.startAdjusted(t, g, func(pc *processor.Config) { pc.MaxBufferedBytes = 1 << 20 }) // one event at a time
+	t.Cleanup(open)
+	// 80 events of about 1 MiB, while the handler holds the first: the
+	// processor waits for its budget, and what its pull brings waits in
+	// the subscription.
+	data := fmt.Appendf(nil, `{"order_id":"order-1","pad":"%s"}`, strings.Repeat("x", 1<<20-4<<10))
+	var msgs []*nats.Msg
+	for range 80 {
+		msgs = append(msgs, &nats.Msg{Subject: "orders.created", Data: data})
+	}
+	e.publish(t, msgs)
+	cons, err := e.js.Consumer(context.Background(), e.cfg.Stream.Name, e.cfg.Processor.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if ci, err := cons.Info(context.Background()); err != nil || ci.NumWaiting != 0 {
+			return fmt.Errorf("the processor's pull still open (%v)", err)
+		}
+		return nil
+	})
+	open()
+	e.waitCaughtUp(t, 60*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	var late []uint64
+	for seq, d := range first {
+		if d > 1 {
+			late = append(late, seq)
+		}
+	}
+	if len(first) != len(msgs) || len(late) > 0 {
+		t.Errorf("%d of %d events reached the handler; %d of them only on a later delivery (dropped by the client): %v", len(first), len(msgs), len(late), late)
+	}
+}
