@@ -377,13 +377,13 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("ServerName: required in a cluster"))
 	}
 	for i, r := range c.Cluster.Routes {
-		if _, err := url.Parse(r); err != nil {
-			errs = append(errs, fmt.Errorf("Cluster.Routes[%d]: %v", i, err))
+		if _, err := url.Parse(r); err != nil { // url.Error's text holds the URL, password and all
+			errs = append(errs, fmt.Errorf("Cluster.Routes[%d]: not a URL: %v", i, errors.Unwrap(err)))
 		}
 	}
 	for i, r := range c.LeafNode.Remotes {
 		if _, err := url.Parse(r.URL); err != nil || r.URL == "" {
-			errs = append(errs, fmt.Errorf("LeafNode.Remotes[%d].URL: %q is not a URL", i, r.URL))
+			errs = append(errs, fmt.Errorf("LeafNode.Remotes[%d].URL: not a URL", i))
 		}
 	}
 	if c.MaxConnections < 0 || c.MaxSubscriptions < 0 {

@@ -238,6 +238,16 @@ func TestValidateReportsEveryField(t *testing.T) {
 	}
 }
 
+// A route or leaf URL that does not parse is named by its field, not
+// shown: it may hold a password.
+func TestValidateShowsNoURLPassword(t *testing.T) {
+	err := embedded.Config{StoreDir: t.TempDir(), Cluster: embedded.Cluster{Name: "c", Routes: []string{"nats://ops:route-secret@h:bad"}},
+		ServerName: "n", LeafNode: embedded.LeafNode{Remotes: []embedded.LeafRemote{{URL: "nats-leaf://e:leaf-secret@h:%zz"}}}}.Validate()
+	if err == nil || strings.Contains(err.Error(), "secret") || !strings.Contains(err.Error(), "Cluster.Routes[0]") || !strings.Contains(err.Error(), "LeafNode.Remotes[0].URL") {
+		t.Errorf("Validate() = %v; want both URLs named by field, no password", err)
+	}
+}
+
 func TestDontListenInProcess(t *testing.T) {
 	srv := embeddedtest.Start(t, func(c *embedded.Config) { c.DontListen = true })
 	if u := srv.ClientURL(); u != "" {
