@@ -141,3 +141,65 @@ func TestFullDisk(t *testing.T) {
 	}
 	t.Logf("%d acked events all present after the restart (%d published after space was freed)", len(acked), resumed)
 }
+
+// The projection's writes hit a full disk: the processor's events fail
+// while it lasts, and once space is freed (nats restarted by the store
+// guard) every event is projected; none is dead-lettered for the disk.
+func TestFullDiskDeadLettersNothing(t *testing.T) {
+	disk := tmpfs(t, 48<<20)
+	cfg := orderstoretest.Config(t)
+	cfg.JetStream.StoreDir = filepath.Join(disk, "store")
+	cfg.JetStream.AllowLowDisk = true
+	cfg.JetStream.DiskHeadroom = 1 << 20
+	// Two deliveries, 50 ms apart: the disk's failures alone would spend them. ack_wait is
+	// well above a delivery's handling, even under -race: a delivery without a result
+	// (the processor stopped on it, or exceeded ack_wait) counts, rightly.
+	cfg.Processor.AckWait = 10 * time.Second
+	cfg.Processor.MaxDeliver = 2
+	cfg.Processor.Backoff = []time.Duration{50 * time.Millisecond}
+	ctx := context.Background()
+	const n = 2000
+	{ // the events, stored with the processor off
+		off := cfg
+		off.Processor.Enabled = false
+		app := orderstoretest.Start(t, func(c *orderstore.Config) { *c = off })
+		js := embeddedtest.JetStream(t, app)
+		for i := range n {
+			if _, err := js.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":"o-%d","pad":"%0200d"}`, i, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := app.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(disk, &st); err != nil {
+		t.Fatal(err)
+	}
+	filler := filepath.Join(disk, "filler")
+	if err := os.WriteFile(filler, make([]byte, int64(st.Bavail)*st.Bsize-(256<<10)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	app := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+	embeddedtest.WaitFor(t, 60*time.Second, func() error {
+		if st := app.Stats(); st.Failed < 2*n/10 {
+			return fmt.Errorf("stats %+v: want the projection's writes failing on the full disk", st)
+		}
+		return nil
+	})
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 120*time.Second, func() error {
+		for i := range n {
+			if _, err := app.Order(ctx, fmt.Sprintf("o-%d", i)); err != nil {
+				return fmt.Errorf("order o-%d: %v (stats %+v)", i, err, app.Stats())
+			}
+		}
+		return nil
+	})
+	if st := app.Stats(); st.DeadLettered != 0 {
+		t.Errorf("stats %+v: %d events dead-lettered for a full disk, want every one projected", st, st.DeadLettered)
+	}
+}

@@ -102,7 +102,7 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled in
 			}
 		case it.poison != nil:
 			p.deadLetter(ctx, it.msg, it.ev, it.poison, &dls)
-		case it.ev.Delivered > uint64(p.cfg.MaxDeliver):
+		case p.tries(it.ev) > uint64(p.cfg.MaxDeliver):
 			// Dead-lettered without handling it again: an event that
 			// crashes the process every time must not crash-loop it.
 			p.deadLetterUnapplied(ctx, it, fmt.Errorf("delivered %d times without a result (max_deliver %d): the processor stopped or exceeded ack_wait on it",

@@ -150,9 +150,10 @@ type Processor struct {
 	// them, must not prune them from the projection's idempotency
 	// records) until they are settled, and events nak'ed and not yet
 	// delivered again (taken if the floor passes them).
-	recMu      sync.Mutex // guards recPending and awaiting
+	recMu      sync.Mutex // guards recPending, awaiting and storeFails
 	recPending map[uint64]struct{}
 	awaiting   map[uint64]struct{}
+	storeFails map[uint64]uint64 // deliveries of an unsettled event that failed for a store that cannot write
 	// Shared: the sequence ranges delivered elsewhere, to check once the
 	// ack floor passes them.
 	gapsMu sync.Mutex
@@ -189,7 +190,7 @@ func New(js jetstream.JetStream, cfg Config) (*Processor, error) {
 	}
 	return &Processor{
 		js: js, cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), ready: make(chan struct{}),
-		dlSeen: map[uint64]struct{}{}, recPending: map[uint64]struct{}{}, awaiting: map[uint64]struct{}{},
+		dlSeen: map[uint64]struct{}{}, recPending: map[uint64]struct{}{}, awaiting: map[uint64]struct{}{}, storeFails: map[uint64]uint64{},
 		retries: retries{pending: map[*retry]struct{}{}},
 	}, nil
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // result is a handled event and what its handler returned.
@@ -113,7 +116,7 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 		p.settled("nak", ev, m.Nak())
 	case errors.Is(err, ErrPoison):
 		p.deadLetter(ctx, m, ev, err, dls)
-	case ev.Delivered >= uint64(p.cfg.MaxDeliver):
+	case !p.storeFailed(ev, err) && p.tries(ev) >= uint64(p.cfg.MaxDeliver):
 		p.deadLetterUnapplied(ctx, it, fmt.Errorf("failed %d deliveries: %w", ev.Delivered, err), dls)
 	default:
 		p.failed.Add(1)
@@ -125,22 +128,47 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 	}
 }
 
+// storeFailed reports whether a handler's err is the store's, not ev's: a store that cannot
+// write (503: a full disk, nats restarted by the store guard), no connection or no answer in time. Noted:
+// such deliveries do not count against max_deliver (tries).
+func (p *Processor) storeFailed(ev Event, err error) bool {
+	var api *jetstream.APIError
+	if !(errors.As(err, &api) && api.Code == 503) && !slices.ContainsFunc([]error{nats.ErrTimeout, context.DeadlineExceeded, nats.ErrNoResponders,
+		jetstream.ErrNoStreamResponse, nats.ErrDisconnected, nats.ErrConnectionReconnecting, nats.ErrConnectionClosed}, func(e error) bool { return errors.Is(err, e) }) {
+		return false
+	}
+	p.recMu.Lock()
+	p.storeFails[ev.Sequence]++
+	p.recMu.Unlock()
+	return true
+}
+
+// tries is how many deliveries of ev counted against max_deliver: those that failed for the
+// store (storeFailure) do not.
+func (p *Processor) tries(ev Event) uint64 {
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	return ev.Delivered - min(p.storeFails[ev.Sequence], ev.Delivered)
+}
+
 // settled reports whether an ack, nak or term (op) of ev was sent. A
 // failure is logged and counted in AckErrors: the event stays unacked and
 // the server redelivers it after ack_wait.
 func (p *Processor) settled(op string, ev Event, err error) bool {
+	p.recMu.Lock()
 	if p.cfg.Exclusive {
-		// Nak'ed, awaited: delivered here again, or taken by another client
-		// if the ack floor passes it first (checkTaken); settled otherwise,
-		// no more (a redelivery may be delivered before a nak is noted). A
-		// recovered event's naks are retries instead.
-		p.recMu.Lock()
+		// Nak'ed, awaited: delivered here again, or taken by another client if the ack floor
+		// passes it first (checkTaken); settled otherwise, no more (a redelivery may be
+		// delivered before a nak is noted). A recovered event's naks are retries instead.
 		delete(p.awaiting, ev.Sequence)
 		if _, recovering := p.recPending[ev.Sequence]; op == "nak" && !recovering {
 			p.awaiting[ev.Sequence] = struct{}{}
 		}
-		p.recMu.Unlock()
 	}
+	if op != "nak" && err == nil {
+		delete(p.storeFails, ev.Sequence) // settled: its deliveries are counted no more
+	}
+	p.recMu.Unlock()
 	if err == nil {
 		return true
 	}
