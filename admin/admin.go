@@ -290,13 +290,15 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
-	ip := remoteIP(r)
+	// The body first: a guess held back while the limit is checked would
+	// pass it with every other guess in flight.
+	ip, token := remoteIP(r), r.PostFormValue("token")
 	if limited, wait := s.limit.blocked(ip); limited {
 		s.log.Warn("admin sign-in refused: too many failures", "remote", ip)
 		tooMany(w, wait)
 		return
 	}
-	if tokenEqual(r.PostFormValue("token"), s.cfg.Token) {
+	if tokenEqual(token, s.cfg.Token) {
 		id, err := s.sess.create()
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, "session: "+err.Error())
