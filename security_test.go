@@ -1168,3 +1168,25 @@ func TestGuardHoldsForARequestPipelinedWithConnect(t *testing.T) {
 		})
 	}
 }
+
+// With no admin token (the loopback default) nats-server's monitoring
+// handlers, served on the admin listener, answered every page with
+// Access-Control-Allow-Origin: *, so any web site the operator visited
+// could read /connz, /jsz, /accountz ... of the local node with a fetch,
+// past the Host check. The admin listener grants no cross-origin read.
+func TestMonitoringGrantsNoCrossOriginRead(t *testing.T) {
+	app := orderstoretest.Start(t, func(c *orderstore.Config) { c.Admin.Listen = "127.0.0.1:0" })
+	for _, path := range []string{"/varz", "/connz", "/jsz", "/accountz", "/healthz", "/subsz", "/leafz", "/routez"} {
+		req, _ := http.NewRequest("GET", "http://"+app.AdminAddr()+path, nil)
+		req.Header.Set("Origin", "http://evil.example")
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if acao := resp.Header.Get("Access-Control-Allow-Origin"); resp.StatusCode != 200 || acao != "" {
+			t.Errorf("%s from another site: %d, Access-Control-Allow-Origin %q, want 200 and none", path, resp.StatusCode, acao)
+		}
+	}
+}

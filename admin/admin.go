@@ -218,12 +218,21 @@ func (s *Server) routes() {
 	s.mux.Handle("DELETE /v1/projection/rebuild", s.auth(s.needBackend(s.rebuildCancel)))
 	s.mux.Handle("POST /v1/events/{type}", s.auth(s.needBackend(s.publishEvent)))
 	for path, h := range s.cfg.Monitoring {
-		s.mux.Handle("GET "+path, s.auth(h))
+		s.mux.Handle("GET "+path, s.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h(noCORS{w}, r) })))
 	}
 	s.mux.HandleFunc("POST /login", s.login)
 	s.mux.HandleFunc("POST /logout", s.logout)
 	s.mux.Handle("GET /{$}", s.auth(http.HandlerFunc(s.dashboard)))
 	s.mux.Handle("GET /ui/", s.auth(http.StripPrefix("/ui/", http.FileServerFS(uiFS()))))
+}
+
+// noCORS drops the Access-Control-Allow-Origin: * of nats-server's monitoring
+// handlers: any web page could read them from the operator's browser.
+type noCORS struct{ http.ResponseWriter }
+
+func (w noCORS) WriteHeader(code int) {
+	w.Header().Del("Access-Control-Allow-Origin")
+	w.ResponseWriter.WriteHeader(code)
 }
 
 // auth requires the token when one is configured. Failed attempts count
@@ -247,12 +256,14 @@ func (s *Server) auth(h http.Handler) http.Handler {
 			tooMany(w, wait)
 			return
 		}
-		ok, tried := s.authorized(r)
-		if ok {
+		authz := r.Header.Get("Authorization")
+		if got, ok := strings.CutPrefix(authz, "Bearer "); ok && tokenEqual(got, s.cfg.Token) {
 			h.ServeHTTP(w, r)
 			return
 		}
-		if tried {
+		// An expired or unknown session (a tab left open across a restart)
+		// is not a guess: only a wrong Authorization counts as a failure.
+		if authz != "" {
 			s.limit.fail(ip)
 			s.log.Warn("admin request refused: bad credentials", "remote", ip, "path", clip(r.URL.Path))
 		}
@@ -265,21 +276,6 @@ func (s *Server) auth(h http.Handler) http.Handler {
 		}
 		writeError(w, http.StatusUnauthorized, "unauthorized: send Authorization: Bearer <admin token>")
 	})
-}
-
-// authorized checks the bearer token or the session cookie; tried says
-// whether the request offered either.
-func (s *Server) authorized(r *http.Request) (ok, tried bool) {
-	if h := r.Header.Get("Authorization"); h != "" {
-		got, isBearer := strings.CutPrefix(h, "Bearer ")
-		return isBearer && tokenEqual(got, s.cfg.Token), true
-	}
-	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != "" {
-		// An expired or unknown session (a tab left open across a
-		// restart) is not a guess: it does not count as a failure.
-		return s.sess.valid(c.Value), false
-	}
-	return false, false
 }
 
 // login takes the token from the dashboard's form (the body only, never
