@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -170,11 +171,7 @@ func (ss *sessions) valid(id string) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	exp, ok := ss.m[id]
-	if ok && time.Now().After(exp) {
-		delete(ss.m, id)
-		return false
-	}
-	return ok
+	return ok && !time.Now().After(exp) // create forgets the expired
 }
 
 func (ss *sessions) remove(id string) {
@@ -199,7 +196,7 @@ type bucket struct {
 func (l *limiter) blocked(addr string) (bool, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b := l.m[addr]
+	b := l.m[limitKey(addr)]
 	if b == nil {
 		return false, 0
 	}
@@ -208,6 +205,7 @@ func (l *limiter) blocked(addr string) (bool, time.Duration) {
 }
 
 func (l *limiter) fail(addr string) {
+	addr = limitKey(addr)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.m[addr]
@@ -237,14 +235,22 @@ func (l *limiter) refill(b *bucket) {
 	b.last = now
 }
 
+// limitKey is what a client's failures count against: its address, or
+// an IPv6 client's /64, whose every address a host may use.
+func limitKey(addr string) string {
+	if ip, err := netip.ParseAddr(addr); err == nil && ip.Is6() && !ip.Is4In6() {
+		addr = netip.PrefixFrom(ip, 64).Masked().String()
+	}
+	return addr
+}
+
 // remoteIP is the client's address without its port (one bucket per
 // host, whatever port it comes from).
 func remoteIP(r *http.Request) string {
-	h, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
+	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return h
 	}
-	return h
+	return r.RemoteAddr
 }
 
 // tooMany answers a client that has used up its failed sign-ins.
