@@ -183,6 +183,7 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 	if err := storedir.Dir(rep.StoreDir).WriteRestored(r); err != nil {
 		return nil, err
 	}
+	bootstrap.ChownLikeDir(rep.StoreDir, rep.StoreDir) // restored by root: still the service user's to open
 	return m, nil
 }
 

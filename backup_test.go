@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testenv"
 	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/orderstoretest"
 )
@@ -279,6 +281,44 @@ func TestRestoreDoesNotDeadLetterAgain(t *testing.T) {
 	orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {
 		t.Errorf("%s after the processor passed it and a restart: %v", marker, err)
+	}
+}
+
+// `sudo orderstore restore` into the service user's store (the packaged
+// install: /var/lib/orderstore, orderstore:orderstore) leaves every file it
+// made that user's: root-owned ones the service (User=orderstore, no
+// capabilities) could not open, and systemd's StateDirectory= does not
+// chown a tree whose top directory is already the service user's.
+func TestRestoreByRootKeepsStoreOwner(t *testing.T) {
+	testenv.Require(t, testenv.Root())
+	app := orderstoretest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang detector
+	defer cancel()
+	if _, err := app.Publish(ctx, "orders.created", []byte(`{"order_id":"o-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "backup")
+	if _, err := app.Backup(ctx, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := orderstoretest.Config(t)
+	if err := os.Chown(cfg.JetStream.StoreDir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := orderstore.Restore(ctx, cfg, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	err := filepath.Walk(cfg.JetStream.StoreDir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 65534 || st.Gid != 65534 {
+			t.Errorf("%s: owner %d:%d after root's restore, want the store's 65534:65534", p, st.Uid, st.Gid)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

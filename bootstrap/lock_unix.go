@@ -5,6 +5,7 @@ package bootstrap
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"syscall"
 )
 
@@ -33,8 +34,10 @@ func FreeBytes(dir string) (uint64, error) {
 	return st.Bavail * uint64(st.Bsize), nil
 }
 
-// chownLikeDir gives f the owner of dir when running as root.
-func chownLikeDir(f *os.File, dir string) {
+// ChownLikeDir gives path, and all under it, the owner of dir when running
+// as root (lockOwner): what root leaves in the service user's store (a
+// lock file, a restored store) the service can still open.
+func ChownLikeDir(path, dir string) {
 	st, err := os.Stat(dir)
 	if err != nil {
 		return
@@ -44,7 +47,7 @@ func chownLikeDir(f *os.File, dir string) {
 		return
 	}
 	if uid, gid, ok := lockOwner(os.Geteuid(), sys.Uid, sys.Gid); ok {
-		_ = f.Chown(uid, gid)
+		_ = filepath.Walk(path, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, gid) })
 	}
 }
 

@@ -41,4 +41,4 @@ func FreeBytes(dir string) (uint64, error) {
 	return avail, nil
 }
 
-func chownLikeDir(*os.File, string) {}
+func ChownLikeDir(string, string) {}

@@ -160,10 +160,7 @@ func lockDir(dir string) (*Lock, error) {
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
-	// Created by root (say `orderstore check` run with sudo) in a store
-	// owned by the service user: give the file to that user, or the service
-	// could not open it any more.
-	chownLikeDir(f, dir)
+	ChownLikeDir(path, dir) // made by `sudo orderstore check`: still the service user's to open
 	return &Lock{f: f, path: path}, nil
 }
 
