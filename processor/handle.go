@@ -47,8 +47,7 @@ func (p *Processor) toItem(m delivery) item {
 	return it
 }
 
-// partition applies the items routed to it, a batch at a time: whatever
-// has arrived, up to size.
+// partition applies the items routed to it, a batch at a time: whatever has arrived, up to size.
 //
 // Once ctx is canceled (the drain deadline) it handles nothing more: it
 // empties in, counting the items in skipped, and leaves them unacked.
@@ -79,9 +78,8 @@ func (p *Processor) partition(ctx context.Context, in <-chan item, size int, ski
 	}
 }
 
-// handleBatch handles one batch of one partition: poison events are
-// dead-lettered and those out of deliveries settled, the rest
-// handled grouped by order, each order's events in stream order, and
+// handleBatch handles one batch of one partition: poison events are dead-lettered and those out of
+// deliveries settled, the rest handled grouped by order, each order's events in stream order, and
 // settled. It returns how many it left unhandled because ctx was canceled.
 func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled int) {
 	var dls deadLetters
@@ -139,10 +137,9 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled in
 // errUnhandled marks, in handleAll's results, an event left unhandled.
 var errUnhandled = errors.New("not handled")
 
-// handleAll runs h on orders: as one batch if h is a BatchHandler (see
-// safeBatch), else on each event in turn, each order's in stream order;
-// then, once ctx is canceled, it handles no more: their result is
-// unhandled, or ctx's error if that is nil.
+// handleAll runs h on orders: as one batch if h is a BatchHandler (see safeBatch), else on each
+// event in turn, each order's in stream order; then, once ctx is canceled, it handles no more:
+// their result is unhandled, or ctx's error if that is nil.
 func handleAll(ctx context.Context, h Handler, orders [][]Event, unhandled error) [][]error {
 	if bh, ok := h.(BatchHandler); ok {
 		return safeBatch(ctx, bh, orders)
@@ -161,8 +158,7 @@ func handleAll(ctx context.Context, h Handler, orders [][]Event, unhandled error
 	return res
 }
 
-// safeHandle turns a handler panic into an error: one bad event must not
-// take the appliance down.
+// safeHandle turns a handler panic into an error: one bad event must not take the appliance down.
 func safeHandle(ctx context.Context, h Handler, ev Event) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -172,8 +168,7 @@ func safeHandle(ctx context.Context, h Handler, ev Event) (err error) {
 	return h.Handle(ctx, ev)
 }
 
-// safeBatch is safeHandle for a BatchHandler; a result of the wrong shape
-// fails every event.
+// safeBatch is safeHandle for a BatchHandler; a result of the wrong shape fails every event.
 func safeBatch(ctx context.Context, h BatchHandler, orders [][]Event) (res [][]error) {
 	failAll := func(err error) [][]error {
 		out := make([][]error, len(orders))

@@ -75,8 +75,9 @@ func (p *Processor) Progress() Progress {
 
 // watchFloor reads the consumer's info four times a second until ctx is
 // done: it keeps the ack floor fresh (handlers prune by it), tracks
-// Progress, and lets checkTaken read back what others took.
-func (p *Processor) watchFloor(ctx context.Context, cons jetstream.Consumer) {
+// Progress, and lets checkTaken read back what others took. A consumer
+// gone is told to gone (the consume's own report can miss it, a pull between).
+func (p *Processor) watchFloor(ctx context.Context, cons jetstream.Consumer, gone func(error)) {
 	p.progressAt.Store(time.Now().UnixNano())
 	// Four times a second: the projection prunes its idempotency
 	// bookkeeping and seals its history index by the floor, so a hot
@@ -92,6 +93,9 @@ func (p *Processor) watchFloor(ctx context.Context, cons jetstream.Consumer) {
 		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		info, err := cons.Info(ictx)
 		cancel()
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			gone(err)
+		}
 		if err != nil {
 			continue
 		}

@@ -273,7 +273,7 @@ func (p *Processor) Run(ctx context.Context) error {
 
 	msgs := make(chan delivery, maxPending)
 	quit := make(chan struct{})
-	var consumeErr atomic.Value
+	var consumeErr atomic.Pointer[error]
 	// Memory stays bounded whatever the event sizes: an event takes its
 	// size from the budget when it arrives and gives it back once settled;
 	// while the budget is spent the callback waits, so the client stops
@@ -327,7 +327,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		jetstream.PullHeartbeat(3*time.Second),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-				consumeErr.Store(err)
+				consumeErr.Store(&err)
 			}
 			p.log.Warn("consume", "err", err)
 		}))
@@ -346,7 +346,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	// then the retries' timers (by the one above).
 	floorCtx, stopFloor := context.WithCancel(context.Background())
 	var floorDone sync.WaitGroup
-	floorDone.Go(func() { p.watchFloor(floorCtx, cons) }) // keeps the ack floor fresh: handlers prune by it
+	floorDone.Go(func() { p.watchFloor(floorCtx, cons, func(err error) { consumeErr.Store(&err) }) }) // keeps the ack floor fresh: handlers prune by it
 	defer func() {
 		stopFloor()
 		floorDone.Wait()
@@ -410,14 +410,14 @@ loop:
 		case <-ctx.Done():
 			break loop
 		case <-check.C:
-			if err, ok := consumeErr.Load().(error); ok {
+			if err := consumeErr.Load(); err != nil {
 				// Nothing can be acked any more: stop the handlers too.
 				cancelHandlers()
 				cc.Stop()
 				close(quit)
 				stopParts()
 				waitClosed()
-				return fmt.Errorf("processor: consumer %q: %w", p.cfg.Durable, err)
+				return fmt.Errorf("processor: consumer %q: %w", p.cfg.Durable, *err)
 			}
 		}
 	}

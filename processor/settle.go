@@ -42,11 +42,9 @@ func (p *Processor) sync(ctx context.Context) error {
 	return p.cfg.Sync(ctx)
 }
 
-// deadLetterUnapplied dead-letters an event that ran out of deliveries
-// (cause says how), unless the handler applied it after all (an earlier
-// delivery, here or at a sibling, cut short after its write; a write whose
-// ack timed out): then it is acked. The handler is asked as [Withholder]
-// says.
+// deadLetterUnapplied dead-letters an event that ran out of deliveries (cause says how), unless the
+// handler applied it after all (an earlier delivery, here or at a sibling, cut short after its
+// write; a write whose ack timed out): then it is acked. The handler is asked as [Withholder] says.
 func (p *Processor) deadLetterUnapplied(ctx context.Context, it item, cause error, dls *deadLetters) {
 	var applied bool
 	var err error
@@ -101,9 +99,8 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 			}
 		}
 	case errors.Is(err, ErrWithheld):
-		// Dead-lettered elsewhere (or that dead letter failed and this
-		// delivery is its retry): the dead letter again, which the
-		// dead-letter stream stores once, then the ack.
+		// Dead-lettered elsewhere (or that dead letter failed and this delivery is its retry): the
+		// dead letter again, which the dead-letter stream stores once, then the ack.
 		p.deadLetter(ctx, m, ev, err, dls)
 	case errors.Is(err, ErrDuplicate):
 		if p.settled("ack", ev, m.Ack()) {
@@ -128,8 +125,8 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 	}
 }
 
-// storeFailed reports whether a handler's err is the store's, not ev's: a store that cannot
-// write (503: a full disk, nats restarted by the store guard), no connection or no answer in time. Noted:
+// storeFailed reports whether a handler's err is the store's, not ev's: a store that cannot write
+// (503: a full disk, nats restarted by the store guard), no connection, no answer in time. Noted:
 // such deliveries do not count against max_deliver (tries).
 func (p *Processor) storeFailed(ev Event, err error) bool {
 	var api *jetstream.APIError
@@ -151,9 +148,8 @@ func (p *Processor) tries(ev Event) uint64 {
 	return ev.Delivered - min(p.storeFails[ev.Sequence], ev.Delivered)
 }
 
-// settled reports whether an ack, nak or term (op) of ev was sent. A
-// failure is logged and counted in AckErrors: the event stays unacked and
-// the server redelivers it after ack_wait.
+// settled reports whether an ack, nak or term (op) of ev was sent. A failure is logged and counted
+// in AckErrors: the event stays unacked and the server redelivers it after ack_wait.
 func (p *Processor) settled(op string, ev Event, err error) bool {
 	p.recMu.Lock()
 	if p.cfg.Exclusive {
