@@ -53,18 +53,16 @@ func Lag(ctx context.Context, js jetstream.JetStream, stream, durable string) (L
 	return l, nil
 }
 
-// Progress is whether the processor moves: the consumer's ack floor (every
-// event at or below it is settled), the events delivered or waiting
-// beyond it, and since when the floor has not moved while events were
-// outstanding (zero while it moves or nothing is outstanding).
+// Progress is whether the processor moves: the consumer's ack floor (every event at or below it is
+// settled), the events delivered or waiting beyond it, and since when the floor has not moved while
+// events were outstanding (zero while it moves or nothing is outstanding).
 type Progress struct {
 	AckFloor    uint64
 	Outstanding uint64
 	StuckSince  time.Time
 }
 
-// Progress reports the processor's progress as last seen (four times a second
-// while Run runs).
+// Progress reports the processor's progress as last seen (four times a second while Run runs).
 func (p *Processor) Progress() Progress {
 	pr := Progress{AckFloor: p.ackFloor.Load(), Outstanding: p.outstanding.Load()}
 	if at := p.progressAt.Load(); at != 0 && pr.Outstanding > 0 {
@@ -73,15 +71,13 @@ func (p *Processor) Progress() Progress {
 	return pr
 }
 
-// watchFloor reads the consumer's info four times a second until ctx is
-// done: it keeps the ack floor fresh (handlers prune by it), tracks
-// Progress, and lets checkTaken read back what others took. A consumer
-// gone is told to gone (the consume's own report can miss it, a pull between).
+// watchFloor reads the consumer's info four times a second until ctx is done: it keeps the ack
+// floor fresh (handlers prune by it), tracks Progress, and lets checkTaken read back what others
+// took. A consumer gone is told to gone (the consume's own report can miss it, a pull between).
 func (p *Processor) watchFloor(ctx context.Context, cons jetstream.Consumer, gone func(error)) {
 	p.progressAt.Store(time.Now().UnixNano())
-	// Four times a second: the projection prunes its idempotency
-	// bookkeeping and seals its history index by the floor, so a hot
-	// order's record holds about what a quarter second delivers.
+	// Four times a second: the projection prunes its idempotency bookkeeping and seals its history
+	// index by the floor, so a hot order's record holds about what a quarter second delivers.
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -125,12 +126,13 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 	}
 }
 
-// storeFailed reports whether a handler's err is the store's, not ev's: a store that cannot write
-// (503: a full disk, nats restarted by the store guard), no connection, no answer in time. Noted:
-// such deliveries do not count against max_deliver (tries).
+// storeFailed reports whether a handler's err is the store's, not ev's (noted: such deliveries
+// do not count against max_deliver, tries): a store that cannot write (503: a full disk, nats
+// restarted by the store guard; a limit reached is the operator's to raise: dead-lettered), no
+// connection, no answer in time.
 func (p *Processor) storeFailed(ev Event, err error) bool {
 	var api *jetstream.APIError
-	if !(errors.As(err, &api) && api.Code == 503) && !slices.ContainsFunc([]error{nats.ErrTimeout, context.DeadlineExceeded, nats.ErrNoResponders,
+	if !(errors.As(err, &api) && api.Code == 503 && !strings.Contains(api.Description, "maximum")) && !slices.ContainsFunc([]error{nats.ErrTimeout, context.DeadlineExceeded, nats.ErrNoResponders,
 		jetstream.ErrNoStreamResponse, nats.ErrDisconnected, nats.ErrConnectionReconnecting, nats.ErrConnectionClosed}, func(e error) bool { return errors.Is(err, e) }) {
 		return false
 	}
