@@ -69,8 +69,8 @@ func storeKey(dir string, j JetStreamConfig) (write bool, err error) {
 			ErrEncryption, abs, e.Cipher, j.cipherName()),
 			"set jetstream.cipher = \""+e.Cipher+"\"; to change the cipher: "+reencryptSteps)
 	default:
-		return false, WithHint(fmt.Errorf("%w: the key of jetstream.encryption_key_file does not open store %q: it was encrypted with another key",
-			ErrEncryption, abs),
+		return false, WithHint(fmt.Errorf("%w: the key given (jetstream.encryption_key_file, else the systemd credential %s) does not open store %q: it was encrypted with another key",
+			ErrEncryption, CredentialName, abs),
 			"give the key it was encrypted with; to change the key: "+reencryptSteps)
 	}
 }

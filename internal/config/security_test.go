@@ -213,6 +213,15 @@ func TestEncryptionKeySources(t *testing.T) {
 	if got, err := (Config{}).EncryptionKey(); err != nil || got != key {
 		t.Errorf("credential: %q, %v; want the key without its newline", got, err)
 	}
+	// A credential that is there but cannot be read is an error, never a plain store
+	// (ELOOP fails for root too, like EACCES for the service user).
+	os.Remove(filepath.Join(creds, "orderstore-encryption-key"))
+	os.Symlink("orderstore-encryption-key", filepath.Join(creds, "orderstore-encryption-key"))
+	if got, err := (Config{}).EncryptionKey(); err == nil || !strings.Contains(err.Error(), "orderstore-encryption-key") {
+		t.Errorf("unreadable credential: %q, %v; want an error naming it", got, err)
+	}
+	os.Remove(filepath.Join(creds, "orderstore-encryption-key"))
+	write("creds/orderstore-encryption-key", key+"\n", 0o440)
 	// A key file wins over the credential.
 	var c Config
 	c.JetStream.EncryptionKeyFile = write("file.key", key+"-file\n", 0o600)

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -143,15 +144,13 @@ func readKey(key, path string, private bool) (string, error) {
 	return string(b), nil
 }
 
-// credential is the path of systemd credential name, if systemd gave the
-// service one ($CREDENTIALS_DIRECTORY/name), else "".
+// credential is the path of systemd credential name, if systemd gave the service one
+// ($CREDENTIALS_DIRECTORY/name), else "". A credential that is there but cannot be read is
+// given (reading it says why): a store must not start plain because its key was unreadable.
 func credential(name string) string {
 	dir := os.Getenv("CREDENTIALS_DIRECTORY")
-	if dir == "" {
-		return ""
-	}
 	path := filepath.Join(dir, name)
-	if _, err := os.Stat(path); err != nil {
+	if _, err := os.Stat(path); dir == "" || errors.Is(err, fs.ErrNotExist) {
 		return ""
 	}
 	return path
