@@ -72,10 +72,9 @@ func (a *Appliance) startAdmin(context.Context) error {
 	return nil
 }
 
-// openAdmin gives the admin API its backend; the admin listener's intake
-// is the last component to start and the first to stop: Close stops it
-// taking requests and finishes those in flight before anything else
-// stops.
+// openAdmin gives the admin API its backend; the admin listener's intake is the last component to
+// start and the first to stop: Close stops it taking requests and finishes those in flight before
+// anything else stops.
 func (a *Appliance) openAdmin(context.Context) error {
 	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, History: a, Validation: a.validationStats, Checks: a.checks, Recovery: a.rc.Notes(), Topology: a.topology, Backup: a.backupTar,
 		Publish: a.publishMsg, Guard: a.guardStats, Rebuild: a, RebuildCodes: rebuildCodes, OrderIndex: a.index}

@@ -34,9 +34,8 @@ import (
 // [Appliance.ReplayDeadLetter] and their kin for what does not exist.
 var ErrNotFound = errors.New("orderstore: not found")
 
-// The processor's types the appliance's methods return, under the names
-// its API uses. The JSON shapes the appliance reports (/v1/status, its
-// topology, build information) are package status's.
+// The processor's types the appliance's methods return, under the names its API uses. The JSON
+// shapes the appliance reports (/v1/status, its topology, build information) are package status's.
 type (
 	// Order is an order's projected state.
 	Order = processor.Order
@@ -50,8 +49,7 @@ type (
 	Lag = processor.LagInfo
 )
 
-// ErrProcessorDisabled is returned by [Appliance.Lag] when
-// Processor.Enabled is false.
+// ErrProcessorDisabled is returned by [Appliance.Lag] when Processor.Enabled is false.
 var ErrProcessorDisabled = errors.New("orderstore: the processor is disabled")
 
 // Appliance is a running, ready orderstore: the store lock, the embedded
@@ -79,10 +77,9 @@ type Appliance struct {
 	admit      *ingest.Admission                  // nats' admission hook: every publish into the stream
 	validator  atomic.Pointer[validate.Validator] // schema validation at admission; swapped by SetValidation
 
-	// orderstore's own connections, each of its own so that no part shares
-	// another's fate: for declare, the admin API and lookups (internal),
-	// the processor and its projection writes (processor), a hub's source
-	// watcher (hubwatch).
+	// orderstore's own connections, each of its own so that no part shares another's fate: for
+	// declare, the admin API and lookups (internal), the processor and its projection writes
+	// (processor), a hub's source watcher (hubwatch).
 	internal, processor, hubwatch conn
 	js, pjs                       jetstream.JetStream // on internal, on processor
 
@@ -105,9 +102,8 @@ type Appliance struct {
 	adminLn *admin.Listener // nil when it is disabled
 }
 
-// Start runs the start-up in order (docs/operations.md, "Start-up, in order"); each
-// step starts its components, which [Appliance.Close] stops in the reverse
-// order:
+// Start runs the start-up in order (docs/operations.md, "Start-up, in order"); each step starts its
+// components, which [Appliance.Close] stops in the reverse order:
 //
 //  1. validate cfg and the files it names (TLS certificates, schemas);
 //  2. the store: preflight (store_dir, free disk), its lock, the run
@@ -254,9 +250,8 @@ func (a *Appliance) AdminAddr() string {
 	return a.adminLn.Addr().String()
 }
 
-// Recovery returns what start-up found and did about a damaged store (nats'
-// recovery warnings, a consumer declared again, lost sequence numbers);
-// empty after a clean start.
+// Recovery returns what start-up found and did about a damaged store (nats' recovery warnings, a
+// consumer declared again, lost sequence numbers); empty after a clean start.
 func (a *Appliance) Recovery() []string { return a.rc.Notes() }
 
 // StoreDir returns the absolute store directory.
@@ -273,19 +268,17 @@ func (a *Appliance) Handler() http.Handler { return a.admin }
 // [Appliance.Wait]) or Close stopped it.
 func (a *Appliance) Done() <-chan struct{} { return a.sup.done }
 
-// Wait blocks until the appliance stops. It returns the error of the part
-// that failed (nats stopped, the processor's consumer vanished, the admin
-// listener failed), or nil after Close. After a failure, call Close to
-// stop the rest and release the store.
+// Wait blocks until the appliance stops. It returns the error of the part that failed (nats
+// stopped, the processor's consumer vanished, the admin listener failed), or nil after Close. After
+// a failure, call Close to stop the rest and release the store.
 func (a *Appliance) Wait() error {
 	<-a.sup.done
 	return a.sup.Err()
 }
 
-// Ready reports whether the appliance is ready: JetStream answers, its
-// stream, dead-letter stream, projection bucket and consumer exist as
-// declared, and the processor runs. The error names every failed check.
-// It is what /readyz serves.
+// Ready reports whether the appliance is ready: JetStream answers, its stream, dead-letter stream,
+// projection bucket and consumer exist as declared, and the processor runs. The error names every
+// failed check. It is what /readyz serves.
 func (a *Appliance) Ready(ctx context.Context) error {
 	status, checks := a.admin.Readiness(ctx)
 	if status == "ready" {
@@ -316,8 +309,7 @@ func (a *Appliance) Lag(ctx context.Context) (Lag, error) {
 	return processor.Lag(ctx, a.js, a.spec.ConsumerStream(), a.cfg.Processor.Durable)
 }
 
-// Order returns an order's projected state; an unknown or invalid id
-// matches [ErrNotFound].
+// Order returns an order's projected state; an unknown or invalid id matches [ErrNotFound].
 func (a *Appliance) Order(ctx context.Context, id string) (Order, error) {
 	if !processor.ValidOrderID(id) {
 		return processor.Order{}, fmt.Errorf("order %q: %w", id, ErrNotFound)
@@ -337,15 +329,13 @@ func (a *Appliance) DeadLetters(ctx context.Context, from uint64, limit int) ([]
 	return processor.ListDeadLetters(ctx, a.js, a.cfg.Processor.DeadLetterStream, from, limit)
 }
 
-// LatestDeadLetters returns up to n of the most recent dead letters,
-// oldest first.
+// LatestDeadLetters returns up to n of the most recent dead letters, oldest first.
 func (a *Appliance) LatestDeadLetters(ctx context.Context, n int) ([]DeadLetter, error) {
 	return processor.LatestDeadLetters(ctx, a.js, a.cfg.Processor.DeadLetterStream, n)
 }
 
-// ReplayDeadLetter republishes dead letter seq to its original subject
-// and deletes it; it returns the event's new stream sequence. An unknown
-// seq matches [ErrNotFound].
+// ReplayDeadLetter republishes dead letter seq to its original subject and deletes it; it returns
+// the event's new stream sequence. An unknown seq matches [ErrNotFound].
 func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, error) {
 	// Published as a producer's event is (with group commit: acknowledged
 	// once durable, before the dead letter is removed), and refused when
@@ -357,9 +347,8 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 	return n, err
 }
 
-// Close stops the appliance and waits. It stops the components [Start]
-// started, last started first, each completely (its stop step, then its
-// goroutines) before the next:
+// Close stops the appliance and waits. It stops the components [Start] started, last started first,
+// each completely (its stop step, then its goroutines) before the next:
 //
 //  1. the admin listener's intake: it stops taking requests and finishes
 //     those in flight;
@@ -383,12 +372,11 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 //
 // (TestCloseDocIsTheStepTable checks this list against startSteps.)
 //
-// ctx bounds each step's wait: when it ends, what is left in flight is
-// cut off (unacked events are redelivered on the next start) and the
-// error says which step it cut. nats' shutdown is always waited for,
-// because releasing the lock while nats still writes would let a second
-// process corrupt the store. Close is idempotent and safe to call
-// concurrently: every call waits for the first and returns its result.
+// ctx bounds each step's wait: when it ends, what is left in flight is cut off (unacked events are
+// redelivered on the next start) and the error says which step it cut. nats' shutdown is always
+// waited for, because releasing the lock while nats still writes would let a second process corrupt
+// the store. Close is idempotent and safe to call concurrently: every call waits for the first and
+// returns its result.
 func (a *Appliance) Close(ctx context.Context) error {
 	return a.sup.stop(ctx)
 }

@@ -22,9 +22,8 @@ import (
 // and the stream after it, so the projection never holds an event the restored stream lacks:
 // docs/operations.md, "Backup and restore".
 
-// ErrBackupRunning and ErrBackupNoRoom are matched (errors.Is) by a backup
-// refused before it began: another runs, or the copy would fill the
-// store's disk.
+// ErrBackupRunning and ErrBackupNoRoom are matched (errors.Is) by a backup refused before it began:
+// another runs, or the copy would fill the store's disk.
 var (
 	ErrBackupRunning = backup.ErrRunning
 	ErrBackupNoRoom  = backup.ErrNoRoom
@@ -47,18 +46,16 @@ const BackupManifestFile = backup.ManifestFile
 // backupStaging names the directories under store_dir a backup through the admin API is staged in.
 const backupStaging = "backup-staging-"
 
-// Backup writes a consistent backup of the projection bucket, its history
-// index, the dead-letter stream and the stream into dir (created; it must be empty),
-// while the appliance runs. progress, if set, is called every few
-// chunks.
+// Backup writes a consistent backup of the projection bucket, its history index, the dead-letter
+// stream and the stream into dir (created; it must be empty), while the appliance runs. progress,
+// if set, is called every few chunks.
 func (a *Appliance) Backup(ctx context.Context, dir string, progress func(BackupProgress)) (*BackupManifest, error) {
 	if err := backup.EmptyDir(dir); err != nil {
 		return nil, err
 	}
 	spec := a.spec
 	m := &BackupManifest{Format: 1, Created: time.Now().UTC(), Server: a.cfg.Server.Name, NATSServer: NATSServerVersion}
-	// A backup of an encrypted store is sealed with its key: a JetStream
-	// snapshot is plain text.
+	// A backup of an encrypted store is sealed with its key: a JetStream snapshot is plain text.
 	seal := backup.Seal{Key: a.cfg.JetStream.EncryptionKey, Cipher: cipherOf(a.cfg.JetStream)}
 	m.Sealed = seal.Cipher
 	if c := spec.Consumer; c != nil && spec.Projection != nil && a.cfg.Processor.Enabled {
@@ -84,23 +81,20 @@ func (a *Appliance) Backup(ctx context.Context, dir string, progress func(Backup
 	return m, nil
 }
 
-// ReadBackupManifest reads dir's manifest and checks every file against
-// its checksum.
+// ReadBackupManifest reads dir's manifest and checks every file against its checksum.
 func ReadBackupManifest(dir string) (*BackupManifest, error) { return backup.ReadManifest(dir) }
 
-// Restore restores the backup in dir into cfg's store, which must hold no
-// streams, without starting the appliance: it takes the store's lock,
-// starts nats on it (no listener), restores each stream through
-// JetStream's restore API, and stops. Start the appliance afterwards.
+// Restore restores the backup in dir into cfg's store, which must hold no streams, without starting
+// the appliance: it takes the store's lock, starts nats on it (no listener), restores each stream
+// through JetStream's restore API, and stops. Start the appliance afterwards.
 func Restore(ctx context.Context, cfg Config, dir string, progress func(BackupProgress)) (*BackupManifest, error) {
 	return RestoreWith(ctx, cfg, dir, RestoreOptions{Progress: progress})
 }
 
 // RestoreOptions are Restore's choices beyond the config.
 type RestoreOptions struct {
-	// BackupKey opens a sealed backup (one of an encrypted store) when it
-	// was sealed with another key than cfg's: a restore into a store with
-	// a new key, or into a plain one. "" is cfg's key.
+	// BackupKey opens a sealed backup (one of an encrypted store) when it was sealed with another
+	// key than cfg's: a restore into a store with a new key, or into a plain one. "" is cfg's key.
 	BackupKey string
 	// Progress, if set, is called every few chunks.
 	Progress func(BackupProgress)

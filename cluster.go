@@ -12,8 +12,7 @@ const (
 	// clusterJoinTimeout bounds the wait for the JetStream meta leader
 	// when ctx has no deadline: the other nodes may boot later.
 	clusterJoinTimeout = 5 * time.Minute
-	// clusterDeclareTimeout bounds declaring in a cluster, retries
-	// included.
+	// clusterDeclareTimeout bounds declaring in a cluster, retries included.
 	clusterDeclareTimeout = 3 * time.Minute
 )
 

@@ -10,11 +10,10 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-// Config is the whole appliance, in plain Go. Its tables mirror the TOML
-// file's ([server], [jetstream], [stream], [processor], [admin]): the file's
-// jetstream.store_dir is Config.JetStream.StoreDir. Start from
-// [DefaultConfig] and change what you need; [Config.Validate] reports every
-// problem at once.
+// Config is the whole appliance, in plain Go. Its tables mirror the TOML file's ([server],
+// [jetstream], [stream], [processor], [admin]): the file's jetstream.store_dir is
+// Config.JetStream.StoreDir. Start from [DefaultConfig] and change what you need; [Config.Validate]
+// reports every problem at once.
 type Config struct {
 	Server    ServerConfig
 	JetStream JetStreamConfig
@@ -27,9 +26,8 @@ type Config struct {
 	// Validation checks every event at ingest against JSON Schemas ([validation]). Default: none.
 	Validation ValidationConfig
 
-	// Logger receives every component's log lines (component=nats,
-	// bootstrap, processor, admin). Nil discards them. When it is enabled
-	// for slog.LevelDebug, nats-server's debug log is on too.
+	// Logger receives every component's log lines (component=nats, bootstrap, processor, admin).
+	// Nil discards them. When it is enabled for slog.LevelDebug, nats-server's debug log is on too.
 	Logger *slog.Logger
 
 	// Build is the version reported by /metrics, /v1/status and the
@@ -51,14 +49,12 @@ type ServerConfig struct {
 	// MaxPayload is the largest message a client may publish, in bytes.
 	// Default 1 MiB; at most 64 MiB.
 	MaxPayload int64
-	// SystemUser and SystemPassword, both set, define a system-account
-	// user so `nats server info` works. Default none. The password may be
-	// a bcrypt hash.
+	// SystemUser and SystemPassword, both set, define a system-account user so `nats server info`
+	// works. Default none. The password may be a bcrypt hash.
 	SystemUser, SystemPassword string
-	// Users are the client users, each in an account of its own (see
-	// [User]). Empty means anonymous clients, which is allowed on a
-	// loopback Host only; with users, a client without credentials is
-	// always refused.
+	// Users are the client users, each in an account of its own (see [User]). Empty means anonymous
+	// clients, which is allowed on a loopback Host only; with users, a client without credentials
+	// is always refused.
 	Users []User
 	// TLS secures the client port. Zero: plaintext.
 	TLS TLSConfig
@@ -73,9 +69,8 @@ type ServerConfig struct {
 	MaxSubscriptions int
 }
 
-// ClusterConfig joins a NATS cluster ([cluster]): JetStream clustering
-// with Raft over the routes, so Stream.Replicas may be 3. Every node runs
-// the processor against the one durable consumer.
+// ClusterConfig joins a NATS cluster ([cluster]): JetStream clustering with Raft over the routes,
+// so Stream.Replicas may be 3. Every node runs the processor against the one durable consumer.
 type ClusterConfig = natsconf.ClusterConfig
 
 // LeafNodeConfig connects edges to a hub over NATS leaf nodes ([leafnode]).
@@ -84,9 +79,8 @@ type LeafNodeConfig = natsconf.LeafNodeConfig
 // LeafRemote is one hub an edge connects to.
 type LeafRemote = natsconf.LeafRemote
 
-// HubConfig makes this node a hub ([hub]): it declares Stream, which
-// sources each edge's stream across its JetStream domain, and the local
-// stream too. The processor and projection run over it.
+// HubConfig makes this node a hub ([hub]): it declares Stream, which sources each edge's stream
+// across its JetStream domain, and the local stream too. The processor and projection run over it.
 type HubConfig struct {
 	// Stream is the aggregate stream's name, e.g. "ORDER_EVENTS_ALL". "" (the default) is no hub.
 	Stream string `toml:"stream"`
@@ -114,10 +108,9 @@ const (
 	RoleAdmin = natsconf.RoleAdmin
 )
 
-// User is one NATS client user ([[server.users]]). Each user lands in an
-// account of its own, which reaches the stream's account only through the
-// services its role imports: no user can receive another user's replies,
-// and the stream's account holds orderstore's own connections only.
+// User is one NATS client user ([[server.users]]). Each user lands in an account of its own, which
+// reaches the stream's account only through the services its role imports: no user can receive
+// another user's replies, and the stream's account holds orderstore's own connections only.
 type User = natsconf.User
 
 // JetStreamConfig is the storage engine ([jetstream]).
@@ -142,9 +135,8 @@ type JetStreamConfig struct {
 	//     a process crash loses nothing, a power cut can lose up to
 	//     SyncInterval of acknowledged events.
 	//
-	// "" chooses: "interval" when SyncInterval is set, else "group-commit"
-	// on a single node and "always" in a cluster (where the stream
-	// leader's quorum, on other hosts, acks an event).
+	// "" chooses: "interval" when SyncInterval is set, else "group-commit" on a single node and
+	// "always" in a cluster (where the stream leader's quorum, on other hosts, acks an event).
 	Durability string
 	// SyncInterval is how often nats fsyncs stream files with Durability
 	// "interval"; it must be 0 otherwise.
@@ -157,16 +149,14 @@ type JetStreamConfig struct {
 	DiskHeadroom int64
 	// AllowLowDisk turns a failed free-disk check into a warning.
 	AllowLowDisk bool
-	// EncryptionKey, when set, encrypts everything the store holds: the
-	// stream, the dead letters, the projection, the history index and the
-	// consumer's state (nats-server's store encryption), and the backups
-	// orderstore writes. At least 32 bytes; `orderstore key generate`
-	// makes one. The store keeps a check of it (store_dir/encryption.json),
-	// so that a wrong or missing key is refused before anything starts.
+	// EncryptionKey, when set, encrypts everything the store holds: the stream, the dead letters,
+	// the projection, the history index and the consumer's state (nats-server's store encryption),
+	// and the backups orderstore writes. At least 32 bytes; `orderstore key generate` makes one.
+	// The store keeps a check of it (store_dir/encryption.json), so that a wrong or missing key is
+	// refused before anything starts.
 	EncryptionKey string
-	// Cipher is CipherChaCha ("", the default) or CipherAES. A store keeps
-	// the cipher and key it was made with: another takes a backup and a
-	// restore (docs/security.md).
+	// Cipher is CipherChaCha ("", the default) or CipherAES. A store keeps the cipher and key it
+	// was made with: another takes a backup and a restore (docs/security.md).
 	Cipher string
 }
 
@@ -197,9 +187,8 @@ type StreamConfig struct {
 	Discard string
 	// DuplicateWindow is how long a Nats-Msg-Id is remembered for dedupe. Default 2m.
 	DuplicateWindow time.Duration
-	// Replicas is 1 on a single host, 3 (or 5) in a cluster: the stream,
-	// the dead-letter stream, the projection bucket and the processor's
-	// consumer are replicated alike.
+	// Replicas is 1 on a single host, 3 (or 5) in a cluster: the stream, the dead-letter stream,
+	// the projection bucket and the processor's consumer are replicated alike.
 	Replicas int
 }
 
@@ -230,47 +219,37 @@ type ProcessorConfig struct {
 	// id. Default "ORDERS". An order's record expires Stream.MaxAge after
 	// its last event, when the stream no longer holds its events either.
 	ProjectionBucket string
-	// ProjectionMaxBytes caps the projection bucket, in bytes. Default
-	// 512 MiB. When it is full the appliance reports not ready, and events
-	// that cannot be applied are dead-lettered after MaxDeliver (replay
-	// them once there is room); nothing is lost. Stream.MaxBytes +
-	// DeadLetterMaxBytes + ProjectionMaxBytes must fit in
-	// JetStream.MaxFileStore.
+	// ProjectionMaxBytes caps the projection bucket, in bytes. Default 512 MiB. When it is full the
+	// appliance reports not ready, and events that cannot be applied are dead-lettered after
+	// MaxDeliver (replay them once there is room); nothing is lost. Stream.MaxBytes +
+	// DeadLetterMaxBytes + ProjectionMaxBytes must fit in JetStream.MaxFileStore.
 	ProjectionMaxBytes int64
-	// HistoryMaxBytes caps the history index, in bytes: per order, the
-	// stream sequences of its events, so that an order's events and its
-	// state as of any moment are found without reading the stream. It is
-	// kept in the stream "KV_<projection bucket>_HISTORY", in chunks of
-	// 256 sequences (about 2.5 KiB on disk each, counted at their largest,
-	// HistoryChunkMaxBytes: the limit lists 43,690 events per MiB); beyond
-	// it (or stream.max_age) the oldest chunks go, and the events they
-	// listed show as no longer retained. 0 (the default) is 512 MiB, or
-	// what jetstream.max_file_store leaves next to the stream, the dead
-	// letters and the projection if that is less; under 1 MiB left there
-	// is no index (the history calls answer ErrNoHistory, saying why).
-	// Stream.MaxBytes + DeadLetterMaxBytes + ProjectionMaxBytes +
-	// HistoryMaxBytes must fit in JetStream.MaxFileStore.
+	// HistoryMaxBytes caps the history index, in bytes: per order, the stream sequences of its
+	// events, so that an order's events and its state as of any moment are found without reading
+	// the stream. It is kept in the stream "KV_<projection bucket>_HISTORY", in chunks of 256
+	// sequences (about 2.5 KiB on disk each, counted at their largest, HistoryChunkMaxBytes: the
+	// limit lists 43,690 events per MiB); beyond it (or stream.max_age) the oldest chunks go, and
+	// the events they listed show as no longer retained. 0 (the default) is 512 MiB, or what
+	// jetstream.max_file_store leaves next to the stream, the dead letters and the projection if
+	// that is less; under 1 MiB left there is no index (the history calls answer ErrNoHistory,
+	// saying why). Stream.MaxBytes + DeadLetterMaxBytes + ProjectionMaxBytes + HistoryMaxBytes must
+	// fit in JetStream.MaxFileStore.
 	HistoryMaxBytes int64
-	// OrderIndex keeps the projection's orders by status and by the time
-	// of their latest event, in memory (about 280 bytes per order), for
-	// [Appliance.Orders], GET /v1/orders, `orderstore orders` and the
-	// orderstore_orders metrics. It is computed from the projection
-	// bucket (a watch), so it holds what the projection holds. Default
-	// true.
+	// OrderIndex keeps the projection's orders by status and by the time of their latest event, in
+	// memory (about 280 bytes per order), for [Appliance.Orders], GET /v1/orders, `orderstore
+	// orders` and the orderstore_orders metrics. It is computed from the projection bucket (a
+	// watch), so it holds what the projection holds. Default true.
 	OrderIndex bool
-	// StaleAfter maps a status to how long an order may stay in it with no
-	// event before it counts as stale: orderstore_orders_stale{status},
-	// the OrderstoreOrdersStale alert, `orderstore orders -stale`. At
-	// most 64 statuses; none by default.
+	// StaleAfter maps a status to how long an order may stay in it with no event before it counts
+	// as stale: orderstore_orders_stale{status}, the OrderstoreOrdersStale alert, `orderstore
+	// orders -stale`. At most 64 statuses; none by default.
 	StaleAfter map[string]time.Duration
-	// Handler, when set, runs your logic instead of the built-in projection,
-	// with the same delivery, retry, dead-letter and shutdown machinery (a
-	// program embedding orderstore with its own logic). The projection
-	// still runs beside it, after it, for the events it applied
-	// ([processor.WithHistory]), so that an order's history and its state
-	// as of a moment can be looked up (unless max_file_store leaves no room
-	// for the history index). Nil runs the projection of [NewProjection]
-	// alone. It has no TOML key.
+	// Handler, when set, runs your logic instead of the built-in projection, with the same
+	// delivery, retry, dead-letter and shutdown machinery (a program embedding orderstore with its
+	// own logic). The projection still runs beside it, after it, for the events it applied
+	// ([processor.WithHistory]), so that an order's history and its state as of a moment can be
+	// looked up (unless max_file_store leaves no room for the history index). Nil runs the
+	// projection of [NewProjection] alone. It has no TOML key.
 	Handler processor.Handler
 }
 
@@ -280,11 +259,10 @@ const (
 	minHistoryBytes     = 1 << 20 // 170 chunks
 )
 
-// historyMaxBytes is the history index's limit: Processor.HistoryMaxBytes,
-// or by default 512 MiB or what max_file_store leaves, if less; 0 (no
-// index) when that is less than 1 MiB: a config that gives the stream,
-// the dead letters and the projection all of max_file_store keeps working
-// as before, without the index (the history calls say why).
+// historyMaxBytes is the history index's limit: Processor.HistoryMaxBytes, or by default 512 MiB or
+// what max_file_store leaves, if less; 0 (no index) when that is less than 1 MiB: a config that
+// gives the stream, the dead letters and the projection all of max_file_store keeps working as
+// before, without the index (the history calls say why).
 func (c Config) historyMaxBytes() int64 {
 	p, st, j := c.Processor, c.Stream, c.JetStream
 	if p.HistoryMaxBytes > 0 {
@@ -306,26 +284,22 @@ func (c Config) historyMaxBytes() int64 {
 	return n
 }
 
-// ValidationConfig is schema validation at ingest ([validation]): every
-// way an event comes in (NATS publishes in every durability mode and
-// topology, HTTP ingest, dead-letter replays) passes it, and an invalid
-// event is refused (422, naming the schema, the JSON pointer and the
-// keyword) before anything is stored.
+// ValidationConfig is schema validation at ingest ([validation]): every way an event comes in (NATS
+// publishes in every durability mode and topology, HTTP ingest, dead-letter replays) passes it, and
+// an invalid event is refused (422, naming the schema, the JSON pointer and the keyword) before
+// anything is stored.
 type ValidationConfig struct {
-	// Schemas maps an event type (the subject's last token: "created" for
-	// orders.created) to a JSON Schema file (draft 2020-12 unless its
-	// "$schema" says otherwise). A schema may $ref local files, never a
-	// URL. A change applies from the next start, or from the next publish
-	// with [Appliance.SetValidation] (SIGHUP for `orderstore run`); stored
-	// events are never touched.
+	// Schemas maps an event type (the subject's last token: "created" for orders.created) to a JSON
+	// Schema file (draft 2020-12 unless its "$schema" says otherwise). A schema may $ref local
+	// files, never a URL. A change applies from the next start, or from the next publish with
+	// [Appliance.SetValidation] (SIGHUP for `orderstore run`); stored events are never touched.
 	Schemas map[string]string `toml:"schemas"`
 	// UnknownTypes is what happens to an event of a type without a
 	// schema: "accept" (the default) or "reject".
 	UnknownTypes string `toml:"unknown_types"`
-	// Func, when set, is called for every event the schemas passed (and
-	// for types without one, when accepted): a non-nil error refuses it,
-	// with its text. It has no TOML key: an embedding program's own check.
-	// It runs on the ingest path of every publish: keep it fast.
+	// Func, when set, is called for every event the schemas passed (and for types without one, when
+	// accepted): a non-nil error refuses it, with its text. It has no TOML key: an embedding
+	// program's own check. It runs on the ingest path of every publish: keep it fast.
 	Func func(subject string, data []byte) error `toml:"-"`
 }
 
@@ -342,18 +316,16 @@ type AdminConfig struct {
 	Token string
 	// TLS serves the listener over HTTPS (CertFile and KeyFile only).
 	TLS TLSConfig
-	// AllowedHosts are the host names (besides IP addresses and
-	// "localhost") a request's Host header may carry: what a browser sends
-	// when you reach the listener by name. A request for any other host is
-	// refused, which defeats DNS rebinding.
+	// AllowedHosts are the host names (besides IP addresses and "localhost") a request's Host
+	// header may carry: what a browser sends when you reach the listener by name. A request for any
+	// other host is refused, which defeats DNS rebinding.
 	AllowedHosts []string
 	// AllowPlaintext silences the warning a non-loopback listener without
 	// TLS logs at every start (for labs).
 	AllowPlaintext bool
-	// ReadTimeout, WriteTimeout and IdleTimeout bound a request's reading,
-	// its response and an idle keep-alive connection. Defaults 30s, 60s
-	// and 15s; 0 is no limit. No TOML keys. At most 256 admin connections
-	// are open at once.
+	// ReadTimeout, WriteTimeout and IdleTimeout bound a request's reading, its response and an idle
+	// keep-alive connection. Defaults 30s, 60s and 15s; 0 is no limit. No TOML keys. At most 256
+	// admin connections are open at once.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }
 

@@ -23,16 +23,14 @@ import (
 
 // FieldError is one problem with one field.
 type FieldError struct {
-	// Field is the Go path, e.g. "Stream.MaxAge" ("" for what only a
-	// config file has); Key is the same field in the TOML file, e.g.
-	// "stream.max_age", when the problem was found in a file.
+	// Field is the Go path, e.g. "Stream.MaxAge" ("" for what only a config file has); Key is the
+	// same field in the TOML file, e.g. "stream.max_age", when the problem was found in a file.
 	Field, Key string
 	// Value is the offending value, formatted; empty if none applies.
 	Value  string
 	Reason string
-	// Unknown marks the problem that lists every unknown key of a file
-	// (Key holds them, comma-separated; Value the same with a suggestion
-	// after each key close to a known one).
+	// Unknown marks the problem that lists every unknown key of a file (Key holds them,
+	// comma-separated; Value the same with a suggestion after each key close to a known one).
 	Unknown bool
 }
 
@@ -56,9 +54,8 @@ type FileError struct{ Err error }
 func (e *FileError) Error() string { return e.Err.Error() }
 func (e *FileError) Unwrap() error { return e.Err }
 
-// ValidationError is every problem found at once: by [Config.Validate]
-// (named by Go field), or in a config file (File, named by TOML key).
-// It is orderstore's one problem-list error.
+// ValidationError is every problem found at once: by [Config.Validate] (named by Go field), or in a
+// config file (File, named by TOML key). It is orderstore's one problem-list error.
 type ValidationError struct {
 	// File is the config file the problems are in; "" for a Config built in Go.
 	File     string

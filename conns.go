@@ -16,18 +16,16 @@ type conn struct {
 	closed chan struct{} // closed once it closed for good
 }
 
-// connect opens one of orderstore's own connections, in-process, with
-// replies on inbox, as a component: it reconnects when the server drops
-// it (a slow consumer, a protocol error, an operator's kick, a restart by
-// the store guard) and closes only when it cannot, which fails the
+// connect opens one of orderstore's own connections, in-process, with replies on inbox, as a
+// component: it reconnects when the server drops it (a slow consumer, a protocol error, an
+// operator's kick, a restart by the store guard) and closes only when it cannot, which fails the
 // appliance; its stop step drains it.
 func (a *Appliance) connect(name, inbox string) (conn, jetstream.JetStream, error) {
 	log := a.log.With("component", "nats-client", "conn", name)
 	c := conn{closed: make(chan struct{})}
-	// In-process through the appliance, so a reconnect reaches the server
-	// running now (the store guard may have restarted it). Reconnects give
-	// up after about 5 minutes without a server, the longest the guard
-	// gives a restart (stream recovery on a large store).
+	// In-process through the appliance, so a reconnect reaches the server running now (the store
+	// guard may have restarted it). Reconnects give up after about 5 minutes without a server, the
+	// longest the guard gives a restart (stream recovery on a large store).
 	opts := []nats.Option{nats.InProcessServer(a), nats.Name(name),
 		nats.MaxReconnects(1200), nats.ReconnectWait(250 * time.Millisecond),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
@@ -50,9 +48,8 @@ func (a *Appliance) connect(name, inbox string) (conn, jetstream.JetStream, erro
 			return fmt.Errorf("internal nats connection %q closed and could not reconnect", name)
 		}),
 		stop: func(ctx context.Context) error { return drain(ctx, nc, c.closed) }})
-	// A write whose ack never comes (its stream's leader died with it)
-	// fails after internalAckTimeout, to be retried, instead of holding
-	// the processor's partition for good.
+	// A write whose ack never comes (its stream's leader died with it) fails after
+	// internalAckTimeout, to be retried, instead of holding the processor's partition for good.
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(internalAckTimeout))
 	if err != nil {
 		return conn{}, nil, fmt.Errorf("jetstream (%s): %w", name, err)
@@ -64,8 +61,7 @@ func (a *Appliance) connect(name, inbox string) (conn, jetstream.JetStream, erro
 // connection's asynchronous write (the projection's).
 const internalAckTimeout = 10 * time.Second
 
-// drain drains nc and waits for it to close, at most 10s or until ctx
-// ends; then it closes it.
+// drain drains nc and waits for it to close, at most 10s or until ctx ends; then it closes it.
 func drain(ctx context.Context, nc *nats.Conn, closed <-chan struct{}) error {
 	if nc.IsClosed() {
 		return nil

@@ -14,9 +14,8 @@ const (
 	DurabilityInterval    = "interval"
 )
 
-// DurabilityMode is the durability in force: JetStream.Durability, or,
-// when that is "", "interval" with a SyncInterval, else "group-commit" on
-// a single node and "always" in a cluster.
+// DurabilityMode is the durability in force: JetStream.Durability, or, when that is "", "interval"
+// with a SyncInterval, else "group-commit" on a single node and "always" in a cluster.
 func (c Config) DurabilityMode() string {
 	switch {
 	case c.JetStream.Durability != "":
@@ -46,9 +45,8 @@ func (c Config) natsSyncInterval() time.Duration {
 	return 0
 }
 
-// DurabilityPolicy returns the durability mode ("group-commit", "always" or
-// "interval 1s") and its one-line meaning, as the startup log, /readyz and
-// `orderstore status` state it.
+// DurabilityPolicy returns the durability mode ("group-commit", "always" or "interval 1s") and its
+// one-line meaning, as the startup log, /readyz and `orderstore status` state it.
 func (c Config) DurabilityPolicy() (mode, description string) {
 	switch c.DurabilityMode() {
 	case DurabilityGroupCommit:

@@ -76,8 +76,7 @@ func storeKey(dir string, j JetStreamConfig) (write bool, err error) {
 }
 
 // CredentialName is the systemd credential the key may come from
-// ($CREDENTIALS_DIRECTORY/orderstore-encryption-key), when the config
-// names no key file.
+// ($CREDENTIALS_DIRECTORY/orderstore-encryption-key), when the config names no key file.
 const CredentialName = "orderstore-encryption-key"
 
 // cipherOf is the cipher the store is encrypted with, "" when plain.

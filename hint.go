@@ -25,10 +25,9 @@ func startHint(cfg Config, err error) string {
 	return ""
 }
 
-// Hinted is an error that says what to do about it: the remedy the CLI
-// prints on a "hint:" line. Every error of Start, Close and the
-// appliance's methods that has a remedy carries one somewhere in its
-// chain (orderstore's own, and those of bootstrap's checks):
+// Hinted is an error that says what to do about it: the remedy the CLI prints on a "hint:" line.
+// Every error of Start, Close and the appliance's methods that has a remedy carries one somewhere
+// in its chain (orderstore's own, and those of bootstrap's checks):
 //
 //	var h orderstore.Hinted
 //	if errors.As(err, &h) {

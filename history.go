@@ -20,8 +20,7 @@ type (
 	OrderEvent = processor.HistoryEvent
 	// OrderHistory is a page of an order's history.
 	OrderHistory = processor.HistoryPage
-	// AsOf is a point in an order's history: a stream sequence, a time,
-	// or both.
+	// AsOf is a point in an order's history: a stream sequence, a time, or both.
 	AsOf = processor.AsOfPoint
 	// OrderAsOf is an order's state as of a point.
 	OrderAsOf = processor.AsOfState
@@ -31,24 +30,21 @@ type (
 // before the first event of the order that the stream still holds.
 var ErrNotRetained = processor.ErrNotRetained
 
-// ErrNoHistory is matched by the history calls' error when the appliance
-// keeps no history index: jetstream.max_file_store leaves no room for it.
-// (A custom Processor.Handler gets the index too: the projection runs
-// beside it, see processor.WithHistory.)
+// ErrNoHistory is matched by the history calls' error when the appliance keeps no history index:
+// jetstream.max_file_store leaves no room for it. (A custom Processor.Handler gets the index too:
+// the projection runs beside it, see processor.WithHistory.)
 var ErrNoHistory = processor.ErrNoHistory
 
-// OrderEvents returns up to limit (at most 1000) of an order's events,
-// oldest first, from position from (0 is its first event), with the
-// position to go on from (0 at the end). Events the stream no longer
-// holds are listed with Retained false. On a hub each event's Edge names
-// where it came from. An unknown or invalid id matches [ErrNotFound].
+// OrderEvents returns up to limit (at most 1000) of an order's events, oldest first, from position
+// from (0 is its first event), with the position to go on from (0 at the end). Events the stream no
+// longer holds are listed with Retained false. On a hub each event's Edge names where it came from.
+// An unknown or invalid id matches [ErrNotFound].
 func (a *Appliance) OrderEvents(ctx context.Context, id string, from, limit int) (OrderHistory, error) {
 	return a.orderEvents(ctx, id, from, limit, false)
 }
 
-// OrderEventStates is [Appliance.OrderEvents] with each event's State:
-// the order's state after it, by the live projection's fold. It folds
-// every event before from too.
+// OrderEventStates is [Appliance.OrderEvents] with each event's State: the order's state after it,
+// by the live projection's fold. It folds every event before from too.
 func (a *Appliance) OrderEventStates(ctx context.Context, id string, from, limit int) (OrderHistory, error) {
 	return a.orderEvents(ctx, id, from, limit, true)
 }
@@ -76,19 +72,17 @@ func (a *Appliance) orderEvents(ctx context.Context, id string, from, limit int,
 	return page, err
 }
 
-// OrderAsOf returns an order's state as of point: the fold of its events
-// up to it, by the same code as the live projection. An order without
-// events up to the point (or an unknown or invalid id) matches
-// [ErrNotFound]; a point before the first event the stream still holds
-// matches [ErrNotRetained].
+// OrderAsOf returns an order's state as of point: the fold of its events up to it, by the same code
+// as the live projection. An order without events up to the point (or an unknown or invalid id)
+// matches [ErrNotFound]; a point before the first event the stream still holds matches
+// [ErrNotRetained].
 func (a *Appliance) OrderAsOf(ctx context.Context, id string, point AsOf) (OrderAsOf, error) {
 	return a.FoldOrderEvents(ctx, id, point, nil)
 }
 
-// FoldOrderEvents calls fn with each event of an order up to point, in
-// stream order: the events OrderAsOf folds, for a fold of your own code
-// (your Handler's, say). It returns what OrderAsOf does, with the same
-// errors.
+// FoldOrderEvents calls fn with each event of an order up to point, in stream order: the events
+// OrderAsOf folds, for a fold of your own code (your Handler's, say). It returns what OrderAsOf
+// does, with the same errors.
 func (a *Appliance) FoldOrderEvents(ctx context.Context, id string, point AsOf, fn func(Event) error) (OrderAsOf, error) {
 	s, err := a.historyStream(id)
 	if err != nil {

@@ -10,8 +10,7 @@ import (
 )
 
 type (
-	// OrdersQuery selects a page of orders by status and age: see
-	// [Appliance.Orders].
+	// OrdersQuery selects a page of orders by status and age: see [Appliance.Orders].
 	OrdersQuery = orderindex.Query
 	// OrdersPage is one page of orders; its Next continues the listing.
 	OrdersPage = orderindex.Page
@@ -23,22 +22,19 @@ type (
 )
 
 var (
-	// ErrNoOrderIndex is what the order listings answer when
-	// processor.order_index is off.
+	// ErrNoOrderIndex is what the order listings answer when processor.order_index is off.
 	ErrNoOrderIndex = errors.New("no order index: processor.order_index = false")
 	// ErrBadOrdersQuery wraps what is wrong with an [OrdersQuery].
 	ErrBadOrdersQuery = orderindex.ErrBadQuery
 )
 
-// Orders lists orders by status and by the time of their latest event
-// (q.OlderThan: no event for at least that long; q.Stale: past their
-// status's processor.stale_after), oldest first unless q.Newest, a page at
-// a time (q.Cursor is the last page's Next). Its cost is O(the page), not
-// O(orders): the order index keeps them sorted. The index is computed
-// from the projection bucket, so it lists what [Appliance.Order] finds.
+// Orders lists orders by status and by the time of their latest event (q.OlderThan: no event for at
+// least that long; q.Stale: past their status's processor.stale_after), oldest first unless
+// q.Newest, a page at a time (q.Cursor is the last page's Next). Its cost is O(the page), not
+// O(orders): the order index keeps them sorted. The index is computed from the projection bucket,
+// so it lists what [Appliance.Order] finds.
 //
-// At start the index loads the bucket's records: until it has, Orders
-// waits (bounded by ctx).
+// At start the index loads the bucket's records: until it has, Orders waits (bounded by ctx).
 func (a *Appliance) Orders(ctx context.Context, q OrdersQuery) (OrdersPage, error) {
 	if err := a.indexLoaded(ctx, "orders"); err != nil {
 		return OrdersPage{}, err

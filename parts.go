@@ -29,9 +29,8 @@ func (c Config) internalConns() int {
 	return 2
 }
 
-// embeddedConfig is the embedded server for c: its limits, and the
-// accounts, users, cluster, leaf node and TLS options internal/natsconf
-// makes of c, with id as orderstore's own user.
+// embeddedConfig is the embedded server for c: its limits, and the accounts, users, cluster, leaf
+// node and TLS options internal/natsconf makes of c, with id as orderstore's own user.
 func (c Config) embeddedConfig(logger *slog.Logger, id *natsconf.Identity) (embedded.Config, error) {
 	ec := embedded.Config{
 		StoreDir:   c.JetStream.StoreDir,
@@ -53,10 +52,9 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *natsconf.Identity) (embe
 		// One second to sign in: a socket that never does holds a
 		// max_connections slot that long, not nats' default 2s.
 		AuthTimeout: time.Second,
-		// A connection that falls behind (a reader that does not read)
-		// costs itself alone: nats drops what it cannot take and answers
-		// the requests among them "no responders", rather than stalling
-		// every producer and closing the connection with all it held.
+		// A connection that falls behind (a reader that does not read) costs itself alone: nats
+		// drops what it cannot take and answers the requests among them "no responders", rather
+		// than stalling every producer and closing the connection with all it held.
 		DropForSlowConsumers: true,
 		EncryptionKey:        c.JetStream.EncryptionKey,
 		Cipher:               c.JetStream.Cipher,
@@ -81,10 +79,9 @@ func (c Config) preflightConfig() bootstrap.PreflightConfig {
 // record is kept: long enough for a watch that fell behind to see it.
 const projectionMarkerTTL = time.Hour
 
-// DeclareSpec returns what the appliance declares for c at start-up: the
-// stream, the dead-letter stream, the projection bucket, its history
-// index and, when the processor is enabled, its durable consumer. Pass it to
-// [bootstrap.Declare] to declare the same objects on any NATS server.
+// DeclareSpec returns what the appliance declares for c at start-up: the stream, the dead-letter
+// stream, the projection bucket, its history index and, when the processor is enabled, its durable
+// consumer. Pass it to [bootstrap.Declare] to declare the same objects on any NATS server.
 func (c Config) DeclareSpec() bootstrap.Spec {
 	st := c.Stream
 	discard := jetstream.DiscardOld
@@ -119,9 +116,8 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		MaxBytes:    p.DeadLetterMaxBytes,
 		MaxMsgSize:  int32(c.Server.MaxPayload),
 		Discard:     jetstream.DiscardOld,
-		// A dead letter's Nats-Msg-Id names its event: an event
-		// dead-lettered again (a consumer declared again from the start,
-		// a restored backup replayed) is stored once while the dead
+		// A dead letter's Nats-Msg-Id names its event: an event dead-lettered again (a consumer
+		// declared again from the start, a restored backup replayed) is stored once while the dead
 		// letters are kept.
 		Duplicates:  cmp.Or(p.DeadLetterMaxAge, 720*time.Hour),
 		Replicas:    st.Replicas,
@@ -148,10 +144,9 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		agg := spec.Stream
 		agg.Name, agg.Subjects = h.Stream, nil
 		agg.Description = "order events of every edge, sourced (managed by orderstore)"
-		// Each source's subjects are prefixed with where it came from
-		// ("edge-1.orders.created"): consumers can tell and filter the
-		// edges, the event type stays the last token, and the newest
-		// event of each edge tells how far its source got.
+		// Each source's subjects are prefixed with where it came from ("edge-1.orders.created"):
+		// consumers can tell and filter the edges, the event type stays the last token, and the
+		// newest event of each edge tells how far its source got.
 		src := func(name, domain, prefix string) *jetstream.StreamSource {
 			ss := &jetstream.StreamSource{Name: name, Domain: domain}
 			for _, subj := range st.Subjects {
@@ -172,11 +167,10 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       p.AckWait,
-			// The processor enforces max_deliver itself and dead-letters
-			// the event; the server's own limit stays off, because when
-			// nats-server reaches it, it drops the event silently (an
-			// advisory nobody may hear): a processor that crashed or timed
-			// out on the last delivery would lose an order for good.
+			// The processor enforces max_deliver itself and dead-letters the event; the server's
+			// own limit stays off, because when nats-server reaches it, it drops the event silently
+			// (an advisory nobody may hear): a processor that crashed or timed out on the last
+			// delivery would lose an order for good.
 			MaxDeliver:    -1,
 			Metadata:      map[string]string{bootstrap.MetadataMaxDeliver: strconv.Itoa(p.MaxDeliver)},
 			MaxAckPending: p.MaxAckPending,
@@ -199,18 +193,16 @@ func (c Config) historySpec(hb string, hmax int64) *jetstream.StreamConfig {
 		// A chunk lists events stored before it was written: once
 		// max_age has passed, the stream holds none of them.
 		MaxAge: st.MaxAge,
-		// Bounded by its count of chunks, each at most
-		// HistoryChunkMaxBytes, not by max_bytes: nats reserves a
-		// stream's max_bytes against max_file_store, and an index that
-		// had to shrink (max_file_store lowered) would leave the account
-		// over its reservation, refusing every stream's update.
+		// Bounded by its count of chunks, each at most HistoryChunkMaxBytes, not by max_bytes: nats
+		// reserves a stream's max_bytes against max_file_store, and an index that had to shrink
+		// (max_file_store lowered) would leave the account over its reservation, refusing every
+		// stream's update.
 		MaxBytes:          -1,
 		MaxMsgs:           hmax / HistoryChunkMaxBytes,
 		MaxMsgSize:        HistoryChunkMaxBytes,
 		MaxMsgsPerSubject: 1,
 		Discard:           jetstream.DiscardOld,
-		// nats' default for a KV bucket (2m), at most max_age (nats
-		// refuses a longer one).
+		// nats' default for a KV bucket (2m), at most max_age (nats refuses a longer one).
 		Duplicates:  min(2*time.Minute, cmp.Or(st.MaxAge, 2*time.Minute)),
 		Replicas:    st.Replicas,
 		AllowDirect: true,
@@ -219,10 +211,9 @@ func (c Config) historySpec(hb string, hmax int64) *jetstream.StreamConfig {
 	}
 }
 
-// HistoryChunkMaxBytes is the most one chunk of the history index takes
-// on disk (256 sequences of up to 20 digits, its subject with the longest
-// order id, nats' record overhead): processor.history_max_bytes allows
-// history_max_bytes / HistoryChunkMaxBytes chunks.
+// HistoryChunkMaxBytes is the most one chunk of the history index takes on disk (256 sequences of
+// up to 20 digits, its subject with the longest order id, nats' record overhead):
+// processor.history_max_bytes allows history_max_bytes / HistoryChunkMaxBytes chunks.
 const HistoryChunkMaxBytes = 6 << 10
 
 // HubLocalPrefix prefixes the subjects of a hub's own events in its
@@ -233,10 +224,9 @@ const HubLocalPrefix = "hub"
 // a dead letter of orders.created is stored on "<prefix>.orders.created".
 func deadLetterSubjectPrefix(stream string) string { return "dlq." + stream }
 
-// ProcessorConfig returns the built-in processor's configuration for c, as
-// the appliance runs it, with h as its handler (the appliance's is the
-// projection of [NewProjection]). Logger is c.Logger under
-// component=processor.
+// ProcessorConfig returns the built-in processor's configuration for c, as the appliance runs it,
+// with h as its handler (the appliance's is the projection of [NewProjection]). Logger is c.Logger
+// under component=processor.
 func (c Config) ProcessorConfig(h processor.Handler) processor.Config {
 	return processor.Config{
 		Stream:                  c.DeclareSpec().ConsumerStream(),
@@ -251,10 +241,9 @@ func (c Config) ProcessorConfig(h processor.Handler) processor.Config {
 	}
 }
 
-// NewProjection returns the built-in projection over c's bucket, as the
-// appliance wires it. Atomic batch commits are on only when every publish
-// is fsynced (durability "always"), where they save an fsync per order; with
-// group commit or a relaxed interval, pipelined single writes are faster.
+// NewProjection returns the built-in projection over c's bucket, as the appliance wires it. Atomic
+// batch commits are on only when every publish is fsynced (durability "always"), where they save an
+// fsync per order; with group commit or a relaxed interval, pipelined single writes are faster.
 func NewProjection(ctx context.Context, js jetstream.JetStream, c Config) (*processor.Projection, error) {
 	kv, err := js.KeyValue(ctx, c.Processor.ProjectionBucket)
 	if err != nil {

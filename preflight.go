@@ -12,9 +12,8 @@ import (
 	"github.com/orderstore/orderstore/internal/storedir"
 )
 
-// PreflightReport is what [Preflight] found: the absolute store directory,
-// its free disk, what JetStream already uses, and the warnings let through
-// by AllowLowDisk.
+// PreflightReport is what [Preflight] found: the absolute store directory, its free disk, what
+// JetStream already uses, and the warnings let through by AllowLowDisk.
 type PreflightReport = bootstrap.Report
 
 // DriftError is a difference between cfg and a stream, bucket or consumer
@@ -22,15 +21,12 @@ type PreflightReport = bootstrap.Report
 // or change semantics; it names every difference.
 type DriftError = bootstrap.DriftError
 
-// ErrLocked is matched (errors.Is) when another live process holds the
-// store directory.
+// ErrLocked is matched (errors.Is) when another live process holds the store directory.
 var ErrLocked = bootstrap.ErrLocked
 
-// Preflight runs start-up's checks without starting anything, like
-// `orderstore check`: cfg is valid, the TLS certificates load, the store
-// directory exists (it is created) and is writable, the disk has room, and
-// no other process holds the store (the lock is taken and released at
-// once).
+// Preflight runs start-up's checks without starting anything, like `orderstore check`: cfg is
+// valid, the TLS certificates load, the store directory exists (it is created) and is writable, the
+// disk has room, and no other process holds the store (the lock is taken and released at once).
 func Preflight(cfg Config) (PreflightReport, error) {
 	if err := cfg.Validate(); err != nil {
 		return PreflightReport{}, err
@@ -48,12 +44,11 @@ func Preflight(cfg Config) (PreflightReport, error) {
 	return rep, lock.Release()
 }
 
-// CheckStored compares cfg with what its store already holds (the
-// streams', the consumer's and the bucket's stored configs, read from the
-// store directory without starting nats; a running instance may hold
-// it): every change Start would refuse as a *[DriftError], joined. A new
-// store, or an object it does not hold yet, passes. `orderstore check`
-// runs it, so that check refuses what run refuses.
+// CheckStored compares cfg with what its store already holds (the streams', the consumer's and the
+// bucket's stored configs, read from the store directory without starting nats; a running instance
+// may hold it): every change Start would refuse as a *[DriftError], joined. A new store, or an
+// object it does not hold yet, passes. `orderstore check` runs it, so that check refuses what run
+// refuses.
 func CheckStored(cfg Config) error {
 	dir, err := filepath.Abs(cfg.JetStream.StoreDir)
 	if err != nil {

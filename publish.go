@@ -12,15 +12,13 @@ import (
 	"github.com/orderstore/orderstore/processor"
 )
 
-// EpochHeader names the run of the node that stored the event: a new
-// random value at every start. A reader that saw sequence N with one
-// epoch and later sees N with another knows the first was lost in a crash
-// before it was acknowledged (docs/reliability.md).
+// EpochHeader names the run of the node that stored the event: a new random value at every start. A
+// reader that saw sequence N with one epoch and later sees N with another knows the first was lost
+// in a crash before it was acknowledged (docs/reliability.md).
 const EpochHeader = ingest.EpochHeader
 
-// msgIDScope prefixes every Nats-Msg-Id admission stores
-// (ingest.AdmitConfig.Scope): the node's domain, so that ids from two
-// edges never collide in a hub's aggregate stream.
+// msgIDScope prefixes every Nats-Msg-Id admission stores (ingest.AdmitConfig.Scope): the node's
+// domain, so that ids from two edges never collide in a hub's aggregate stream.
 func (c Config) msgIDScope() string {
 	if c.JetStream.Domain != "" {
 		return c.JetStream.Domain + "/"
@@ -43,12 +41,10 @@ func (a *Appliance) newAdmission() *ingest.Admission {
 	})
 }
 
-// Publish stores one event on subject (one of the stream's subjects) the
-// way a producer's publish is stored: admitted (validated, its id scoped
-// to orderstore's own account, the epoch stamped) and, with group commit,
-// acknowledged once durable. opts are jetstream's publish options
-// (WithMsgID, WithExpectLastSequence, ...). It is what POST
-// /v1/events/{type} calls.
+// Publish stores one event on subject (one of the stream's subjects) the way a producer's publish
+// is stored: admitted (validated, its id scoped to orderstore's own account, the epoch stamped)
+// and, with group commit, acknowledged once durable. opts are jetstream's publish options
+// (WithMsgID, WithExpectLastSequence, ...). It is what POST /v1/events/{type} calls.
 func (a *Appliance) Publish(ctx context.Context, subject string, data []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	return a.publishMsg(ctx, subject, nil, data, opts...)
 }
@@ -68,9 +64,8 @@ const maxPublishSubject = 3900
 
 var errSubjectTooLong = errors.New("subject too long to publish: it would exceed nats' 4 KiB protocol line")
 
-// guardedJetStream publishes through publishMsg: a subject too long for
-// orderstore's own connection is refused rather than closing it (a dead
-// letter's replay keeps the subject a producer chose).
+// guardedJetStream publishes through publishMsg: a subject too long for orderstore's own connection
+// is refused rather than closing it (a dead letter's replay keeps the subject a producer chose).
 type guardedJetStream struct {
 	jetstream.JetStream
 	a *Appliance

@@ -27,8 +27,7 @@ var (
 	ErrRebuildRunning = rebuild.ErrRunning
 	// ErrNoRebuild: there is no rebuild to cancel.
 	ErrNoRebuild = rebuild.ErrNotRunning
-	// ErrRebuildTakingOver: the rebuild is in its takeover, which cannot
-	// be canceled.
+	// ErrRebuildTakingOver: the rebuild is in its takeover, which cannot be canceled.
 	ErrRebuildTakingOver = rebuild.ErrTakingOver
 	// ErrRebuildUnsupported: this appliance cannot rebuild its projection
 	// (a custom Processor.Handler that is not a processor.Rebuilder).
@@ -41,9 +40,8 @@ var (
 	ErrRebuildBadRequest = rebuild.ErrBadRequest
 )
 
-// rebuildStateFile and projectionStateFile are in the store directory:
-// the rebuild's durable position, and the version the projection was
-// built with.
+// rebuildStateFile and projectionStateFile are in the store directory: the rebuild's durable
+// position, and the version the projection was built with.
 const (
 	rebuildStateFile    = "rebuild.json"
 	projectionStateFile = "projection.json"
@@ -53,21 +51,18 @@ const (
 // history index "<bucket>_REBUILD_HISTORY").
 const shadowSuffix = "_REBUILD"
 
-// The shapes of a projection rebuild, as POST /v1/projection/rebuild
-// takes and answers them.
+// The shapes of a projection rebuild, as POST /v1/projection/rebuild takes and answers them.
 type (
-	// RebuildRequest is what a rebuild is asked: where its fold starts
-	// (all optional).
+	// RebuildRequest is what a rebuild is asked: where its fold starts (all optional).
 	RebuildRequest = status.RebuildRequest
 	// Rebuild is a rebuild's state and progress.
 	Rebuild = status.Rebuild
 )
 
-// RebuildProjection starts rebuilding the projection from the stream, in
-// the background: the fold runs into a shadow projection while the live
-// processor goes on, and the shadow takes over once it has caught up
-// (docs/rebuild.md). It returns at once with the rebuild's state; follow
-// it with [Appliance.RebuildStatus].
+// RebuildProjection starts rebuilding the projection from the stream, in the background: the fold
+// runs into a shadow projection while the live processor goes on, and the shadow takes over once it
+// has caught up (docs/rebuild.md). It returns at once with the rebuild's state; follow it with
+// [Appliance.RebuildStatus].
 func (a *Appliance) RebuildProjection(ctx context.Context, req RebuildRequest) (*Rebuild, error) {
 	if a.rebuild == nil {
 		return nil, a.rebuildUnsupported
@@ -75,8 +70,7 @@ func (a *Appliance) RebuildProjection(ctx context.Context, req RebuildRequest) (
 	return a.rebuild.Start(ctx, rebuild.Options{FromSeq: req.FromSeq, FromTime: req.FromTime, ReplacePartial: req.ReplacePartial})
 }
 
-// RebuildStatus returns the rebuild under way or the last one (nil: none
-// ran on this store).
+// RebuildStatus returns the rebuild under way or the last one (nil: none ran on this store).
 func (a *Appliance) RebuildStatus() *Rebuild {
 	if a.rebuild == nil {
 		return nil
@@ -150,9 +144,8 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 	return nil
 }
 
-// runRebuild runs the rebuild runner (after the processor: it stops
-// first), which goes on with a fold under way, and starts one when the
-// handler's version changed.
+// runRebuild runs the rebuild runner (after the processor: it stops first), which goes on with a
+// fold under way, and starts one when the handler's version changed.
 func (a *Appliance) runRebuild(context.Context) error {
 	if err := a.checkVersion(a.handlerVersion, a.rebuild != nil); err != nil || a.rebuild == nil {
 		return err
@@ -166,9 +159,8 @@ type projectionState struct {
 	Version string `json:"version"`
 }
 
-// checkVersion compares the handler's version with the one the
-// projection was built with, records it the first time, and starts a
-// rebuild (canRebuild) when it changed.
+// checkVersion compares the handler's version with the one the projection was built with, records
+// it the first time, and starts a rebuild (canRebuild) when it changed.
 func (a *Appliance) checkVersion(version string, canRebuild bool) error {
 	if version == "" {
 		return nil
@@ -256,10 +248,9 @@ func (h handlerTarget) Takeover(ctx context.Context, _ *rebuild.Takeover) error 
 }
 func (h handlerTarget) HighWater(context.Context) (uint64, error) { return 0, nil } // the handler's own storage
 
-// syncStreams makes the named streams' writes durable, as the durability
-// mode asks: nothing with group commit or in "always" (nats acked each
-// write once synced), an fsync of the streams' files with a relaxed
-// interval.
+// syncStreams makes the named streams' writes durable, as the durability mode asks: nothing with
+// group commit or in "always" (nats acked each write once synced), an fsync of the streams' files
+// with a relaxed interval.
 func (a *Appliance) syncStreams(ctx context.Context, streams ...string) error {
 	if !a.cfg.relaxedSync() {
 		return nil
@@ -297,8 +288,7 @@ func (a *Appliance) rebuildBudget(ctx context.Context) error {
 	// The shadow bucket reserves the live one's max_bytes; on disk it
 	// takes about what the live one stores.
 	reserve := uint64(max(cfg.Processor.ProjectionMaxBytes, 0))
-	// nats reserves a stream's max_bytes within the server's
-	// max_file_store when it is created.
+	// nats reserves a stream's max_bytes within the server's max_file_store when it is created.
 	if srv := a.monitored.Load(); srv != nil && reserve > 0 {
 		jsz, err := srv.Jsz(nil)
 		if err != nil {
@@ -322,8 +312,7 @@ func (a *Appliance) rebuildBudget(ctx context.Context) error {
 	return nil
 }
 
-// pauseProcessor pauses the processor for a rebuild's takeover, logging
-// the pause and the resume.
+// pauseProcessor pauses the processor for a rebuild's takeover, logging the pause and the resume.
 func (a *Appliance) pauseProcessor(ctx context.Context) (func(), error) {
 	if a.pause == nil {
 		return func() {}, nil
@@ -348,8 +337,7 @@ func (a *Appliance) pauseProcessor(ctx context.Context) (func(), error) {
 	}, nil
 }
 
-// rebuildCodes give a rebuild's refusals their HTTP status in the admin
-// API.
+// rebuildCodes give a rebuild's refusals their HTTP status in the admin API.
 var rebuildCodes = map[error]int{ErrRebuildRunning: http.StatusConflict, ErrNoRebuild: http.StatusConflict,
 	ErrRebuildTakingOver: http.StatusConflict, ErrRebuildUnsupported: http.StatusNotImplemented,
 	ErrRebuildNoRoom: http.StatusInsufficientStorage, ErrRebuildBadRequest: http.StatusBadRequest}

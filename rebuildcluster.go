@@ -17,9 +17,8 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-// A projection rebuild in a cluster: one node at a time (a claim), a shadow
-// per node, every processor paused for the takeover. See docs/rebuild.md,
-// "In a cluster".
+// A projection rebuild in a cluster: one node at a time (a claim), a shadow per node, every
+// processor paused for the takeover. See docs/rebuild.md, "In a cluster".
 
 // claimKey is the claim's key in the claim bucket, named after the
 // projection bucket with claimBucketSuffix.
@@ -28,10 +27,9 @@ const (
 	claimBucketSuffix = "_REBUILDING"
 )
 
-// rebuildClaim is the claim's value. Paused is set before the takeover
-// pauses the durable and cleared once it is resumed: whoever finds it set
-// with no takeover under way (a node stopped between the two, a rebuild
-// that failed or was canceled) resumes the durable.
+// rebuildClaim is the claim's value. Paused is set before the takeover pauses the durable and
+// cleared once it is resumed: whoever finds it set with no takeover under way (a node stopped
+// between the two, a rebuild that failed or was canceled) resumes the durable.
 type rebuildClaim struct {
 	Node    string    `json:"node"`
 	ID      string    `json:"id"`
@@ -39,10 +37,9 @@ type rebuildClaim struct {
 	Paused  bool      `json:"paused,omitempty"`
 }
 
-// readClaim reads the cluster's claim from its bucket's leader; found is
-// false when there is none (nor its bucket: no rebuild ran in this cluster
-// yet). A KV get may be answered by a replica that has not applied this
-// node's last write of the claim yet, and the compare-and-set that follows
+// readClaim reads the cluster's claim from its bucket's leader; found is false when there is none
+// (nor its bucket: no rebuild ran in this cluster yet). A KV get may be answered by a replica that
+// has not applied this node's last write of the claim yet, and the compare-and-set that follows
 // would then fail (a release left the claim behind so, in CI).
 func (a *Appliance) readClaim(ctx context.Context) (c rebuildClaim, rev uint64, found bool, err error) {
 	bucket := a.cfg.Processor.ProjectionBucket + claimBucketSuffix
@@ -59,8 +56,7 @@ func (a *Appliance) readClaim(ctx context.Context) (c rebuildClaim, rev uint64, 
 	return c, rev, true, nil
 }
 
-// setClaimPaused records in this node's claim whether the durable is
-// paused.
+// setClaimPaused records in this node's claim whether the durable is paused.
 func (a *Appliance) setClaimPaused(ctx context.Context, paused bool) error {
 	c, rev, found, err := a.readClaim(ctx)
 	if err != nil {
@@ -108,10 +104,9 @@ func (a *Appliance) claimRebuild(ctx context.Context, id string) error {
 		return fmt.Errorf("projection rebuild: the cluster's claim: %w", cmp.Or(gerr, errors.New("given back while read: try again")))
 	}
 	if c.Node == me {
-		// This node's own, left by a rebuild that ended while the claim
-		// could not be given back (no rebuild runs here: Start claims one
-		// at a time): take it over for this one, resuming the durable if
-		// that one left it paused.
+		// This node's own, left by a rebuild that ended while the claim could not be given back (no
+		// rebuild runs here: Start claims one at a time): take it over for this one, resuming the
+		// durable if that one left it paused.
 		if c.Paused {
 			a.resumeEveryProcessor()
 		}
@@ -140,15 +135,13 @@ func (a *Appliance) releaseRebuild(ctx context.Context, id string) {
 	}
 }
 
-// reconcileRebuildClaim runs at start, after any takeover this node had
-// left was finished: a claim of this node's for a rebuild that is over is
-// given back, a pause no takeover holds is ended, and a pause a takeover
-// holds (which a concurrent declare may have cleared) is put back.
+// reconcileRebuildClaim runs at start, after any takeover this node had left was finished: a claim
+// of this node's for a rebuild that is over is given back, a pause no takeover holds is ended, and
+// a pause a takeover holds (which a concurrent declare may have cleared) is put back.
 func (a *Appliance) reconcileRebuildClaim(ctx context.Context) error {
 	stream, durable := a.spec.ConsumerStream(), a.cfg.Processor.Durable
-	// The durable first, then the claim: the claim says paused before
-	// the durable is paused, so a pause seen here whose claim is not
-	// marked is no takeover's.
+	// The durable first, then the claim: the claim says paused before the durable is paused, so a
+	// pause seen here whose claim is not marked is no takeover's.
 	cons, err := a.js.Consumer(ctx, stream, durable)
 	if err != nil {
 		return fmt.Errorf("projection rebuild: consumer %q: %w", durable, err)
@@ -188,9 +181,8 @@ func (a *Appliance) reconcileRebuildClaim(ctx context.Context) error {
 	return nil
 }
 
-// pauseEveryProcessor pauses the durable for the whole cluster (no event
-// is delivered to any node), then waits a little for what the nodes hold
-// to be settled. It returns the resume.
+// pauseEveryProcessor pauses the durable for the whole cluster (no event is delivered to any node),
+// then waits a little for what the nodes hold to be settled. It returns the resume.
 func (a *Appliance) pauseEveryProcessor(ctx context.Context) (func(), error) {
 	stream, durable := a.spec.ConsumerStream(), a.cfg.Processor.Durable
 	if err := a.setClaimPaused(ctx, true); err != nil {
@@ -207,10 +199,9 @@ func (a *Appliance) pauseEveryProcessor(ctx context.Context) (func(), error) {
 		return nil, fmt.Errorf("pausing consumer %q of every node: %w", durable, err)
 	}
 	a.log.Info("every node's processor paused for the projection rebuild's takeover (consumer paused)", "consumer", durable)
-	// Events already delivered finish on their nodes. A write of one
-	// that lands during the copy is safe either way (the shadow folded it
-	// too, and the processor's compare-and-set reads a copied record
-	// again), so this wait is only to let them settle first.
+	// Events already delivered finish on their nodes. A write of one that lands during the copy is
+	// safe either way (the shadow folded it too, and the processor's compare-and-set reads a copied
+	// record again), so this wait is only to let them settle first.
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		c, err := a.js.Consumer(ctx, stream, durable)
@@ -251,12 +242,10 @@ func (a *Appliance) resumeEveryProcessor() bool {
 	return true
 }
 
-// setDurablePaused pauses the processors' durable (with no end of its
-// own) or resumes it, and returns once the consumer says so: in a cluster
-// nats answers the request when its meta layer has taken it, before the
-// consumer's leader applies it, so a node could still be delivered events
-// after the pause was answered, or be told the durable runs while it is
-// still paused.
+// setDurablePaused pauses the processors' durable (with no end of its own) or resumes it, and
+// returns once the consumer says so: in a cluster nats answers the request when its meta layer has
+// taken it, before the consumer's leader applies it, so a node could still be delivered events
+// after the pause was answered, or be told the durable runs while it is still paused.
 func (a *Appliance) setDurablePaused(ctx context.Context, pause bool) error {
 	stream, durable := a.spec.ConsumerStream(), a.cfg.Processor.Durable
 	var err error

@@ -9,18 +9,16 @@ import (
 	"github.com/orderstore/orderstore/internal/natsconf"
 )
 
-// StreamAccount is the NATS account that holds orderstore's streams,
-// consumers and bucket (in store_dir/jetstream/ORDERSTORE). orderstore's
-// own connections live in it, and, on a single node with no users and no
-// leaf links, the anonymous loopback clients (with an admin's reach by
-// permissions: docs/security.md). Every configured user has an account of
-// its own that imports what its role allows from here.
+// StreamAccount is the NATS account that holds orderstore's streams, consumers and bucket (in
+// store_dir/jetstream/ORDERSTORE). orderstore's own connections live in it, and, on a single node
+// with no users and no leaf links, the anonymous loopback clients (with an admin's reach by
+// permissions: docs/security.md). Every configured user has an account of its own that imports what
+// its role allows from here.
 const StreamAccount = natsconf.StreamAccount
 
-// AnonymousAccount is where anonymous loopback clients land when no users
-// are configured in a cluster, on a hub or on an edge: outside
-// StreamAccount, with an admin's imports. It is also the scope of their
-// Nats-Msg-Id on a single node, where they are clients of StreamAccount.
+// AnonymousAccount is where anonymous loopback clients land when no users are configured in a
+// cluster, on a hub or on an edge: outside StreamAccount, with an admin's imports. It is also the
+// scope of their Nats-Msg-Id on a single node, where they are clients of StreamAccount.
 const AnonymousAccount = natsconf.AnonymousAccount
 
 // legacyAccount is where stores written before accounts (orderstore up to

@@ -78,10 +78,9 @@ func (a *Appliance) openStore(context.Context) error {
 	return nil
 }
 
-// lockStore checks c's key against the store (reading only: a key that
-// does not fit changes no byte of it), runs the preflight and takes the
-// store's lock; a new encrypted store gets its key check before nats
-// writes anything.
+// lockStore checks c's key against the store (reading only: a key that does not fit changes no byte
+// of it), runs the preflight and takes the store's lock; a new encrypted store gets its key check
+// before nats writes anything.
 func (c Config) lockStore() (*bootstrap.Lock, bootstrap.Report, error) {
 	write, err := storeKey(c.JetStream.StoreDir, c.JetStream)
 	if err != nil {
@@ -176,9 +175,8 @@ func (a *Appliance) connectInternal(context.Context) (err error) {
 	return err
 }
 
-// startStoreGuard runs the store guard: it refuses publishes while the
-// store cannot write and restarts nats once it can. It stops before nats
-// does (no restart from there on).
+// startStoreGuard runs the store guard: it refuses publishes while the store cannot write and
+// restarts nats once it can. It stops before nats does (no restart from there on).
 func (a *Appliance) startStoreGuard(context.Context) error {
 	a.storeGuard.SetConn(a.internal.Conn)
 	a.sup.add(component{name: "store guard", run: a.storeGuard.Run, stop: a.storeGuard.Stop})
@@ -205,10 +203,9 @@ func (a *Appliance) declare(ctx context.Context) error {
 	return nil
 }
 
-// checkStore runs what start-up checks after the declaration: the
-// projection's high-water mark against the stream (lost sequences
-// forgotten), this run's epoch recorded, the metadata nats wrote made
-// durable.
+// checkStore runs what start-up checks after the declaration: the projection's high-water mark
+// against the stream (lost sequences forgotten), this run's epoch recorded, the metadata nats wrote
+// made durable.
 func (a *Appliance) checkStore(ctx context.Context) error {
 	if err := a.clusterRetry(ctx, "projection", func(c context.Context) (err error) {
 		if a.reads.Live, err = NewProjection(c, a.js, a.cfg); err != nil {
@@ -227,19 +224,17 @@ func (a *Appliance) checkStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// This run's epoch and where it begins, in the stream's metadata (a
-	// hub checks each edge's epochs: internal/edgehub); not in a cluster:
-	// no hub sources a cluster by epoch.
+	// This run's epoch and where it begins, in the stream's metadata (a hub checks each edge's
+	// epochs: internal/edgehub); not in a cluster: no hub sources a cluster by epoch.
 	if !a.cfg.Cluster.Enabled() {
 		if err := edgehub.RecordEpoch(ctx, a.js, a.cfg.Stream.Name, a.epoch); err != nil {
 			return err
 		}
 	}
-	// nats writes the metadata of what it declared (meta.inf, the
-	// consumer's state) without fsync: with group commit, make it durable
-	// before any event is acknowledged (nats syncs the metadata files it
-	// writes, not the directories it makes for a new stream, bucket or
-	// consumer). A no-op in the other modes.
+	// nats writes the metadata of what it declared (meta.inf, the consumer's state) without fsync:
+	// with group commit, make it durable before any event is acknowledged (nats syncs the metadata
+	// files it writes, not the directories it makes for a new stream, bucket or consumer). A no-op
+	// in the other modes.
 	if a.commit == nil {
 		return nil
 	}

@@ -12,18 +12,16 @@ import (
 	"github.com/oklog/run"
 )
 
-// A component is one part of a running appliance: the goroutine it runs
-// and the step that stops it. A start step adds the components it starts;
-// they stop in the reverse order.
+// A component is one part of a running appliance: the goroutine it runs and the step that stops it.
+// A start step adds the components it starts; they stop in the reverse order.
 type component struct {
 	name string
 	// run is the component's goroutine (nil: it has none). It returns nil
 	// once ctx ends (the component was stopped), or an error when the
 	// part failed: the appliance then fails (see [Appliance.Wait]).
 	run func(ctx context.Context) error
-	// stop is the component's stop step (nil: none). It runs before run's
-	// ctx ends, so a component can finish its work first (the processor
-	// acks what it holds); ctx bounds it.
+	// stop is the component's stop step (nil: none). It runs before run's ctx ends, so a component
+	// can finish its work first (the processor acks what it holds); ctx bounds it.
 	stop func(ctx context.Context) error
 }
 
@@ -43,17 +41,15 @@ func watch(ended <-chan struct{}, err func() error) func(ctx context.Context) er
 // defaultStopTimeout bounds the stop after a failed start-up.
 const defaultStopTimeout = 30 * time.Second
 
-// supervisor runs the appliance as one run.Group (github.com/oklog/run):
-// an actor per start step, and a closer actor that returns when stop is
-// called.
+// supervisor runs the appliance as one run.Group (github.com/oklog/run): an actor per start step,
+// and a closer actor that returns when stop is called.
 //
-// A step's actor waits until the step before it started, runs its step
-// (which adds the step's components) and then waits for its interrupt.
-// The group interrupts its actors in the order they were added, each
-// interrupt returning once its step's components stopped; the actors are
-// added last step first, so the appliance stops in the reverse order of
-// its start, each step completely before the one before it. Run returns
-// when the closer returns (stop) or when a step fails (a failed start).
+// A step's actor waits until the step before it started, runs its step (which adds the step's
+// components) and then waits for its interrupt. The group interrupts its actors in the order they
+// were added, each interrupt returning once its step's components stopped; the actors are added
+// last step first, so the appliance stops in the reverse order of its start, each step completely
+// before the one before it. Run returns when the closer returns (stop) or when a step fails (a
+// failed start).
 //
 // A component whose goroutine fails does not stop the group: it is the
 // appliance's failure (the first one is kept), Done closes and readiness
@@ -80,8 +76,7 @@ type supervisor struct {
 	once        sync.Once
 }
 
-// stage is one start step, an actor of the group, with the components its
-// step started.
+// stage is one start step, an actor of the group, with the components its step started.
 type stage struct {
 	step      func(ctx context.Context) error
 	parts     []*part       // in start order
@@ -193,8 +188,7 @@ func (s *supervisor) interrupt(st *stage) {
 	}
 }
 
-// stopContext bounds the stop steps: stop's ctx, or defaultStopTimeout
-// after a failed start-up.
+// stopContext bounds the stop steps: stop's ctx, or defaultStopTimeout after a failed start-up.
 func (s *supervisor) stopContext() context.Context {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -256,10 +250,9 @@ func (s *supervisor) stopping() bool {
 	return s.stopped
 }
 
-// stop stops every component, last started first (see interrupt), and
-// returns every stop step's error. ctx bounds each step; nats' shutdown
-// is waited for regardless (its stop step says why). Every call after the
-// first waits for it and returns its result.
+// stop stops every component, last started first (see interrupt), and returns every stop step's
+// error. ctx bounds each step; nats' shutdown is waited for regardless (its stop step says why).
+// Every call after the first waits for it and returns its result.
 func (s *supervisor) stop(ctx context.Context) error {
 	s.stopOnce.Do(func() {
 		s.mu.Lock()

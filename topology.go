@@ -117,8 +117,7 @@ func (a *Appliance) otherNodes() (n int) {
 	return n
 }
 
-// ownRoute reports whether route leads to this node's own route
-// listener (listen, host:port).
+// ownRoute reports whether route leads to this node's own route listener (listen, host:port).
 func ownRoute(route, listen string) bool {
 	u, err := url.Parse(route)
 	if err != nil {

@@ -8,8 +8,7 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-// validator compiles the config's schemas (internal/validate): what
-// Start and CheckFiles run.
+// validator compiles the config's schemas (internal/validate): what Start and CheckFiles run.
 func (c Config) validator() (*validate.Validator, error) {
 	v, err := validate.Compile(c.Validation.Schemas, c.Validation.UnknownTypes, c.Validation.Func)
 	if err != nil {
@@ -37,11 +36,10 @@ func (a *Appliance) validationStats() *status.ValidationStats {
 	return st
 }
 
-// SetValidation replaces the schema validation of a running appliance:
-// the schemas are compiled first (an error leaves the current ones in
-// place), then every publish from the next on is checked against them.
-// Stored events are never touched. The refusal counts carry over.
-// `orderstore run` calls it on SIGHUP with the config file's [validation].
+// SetValidation replaces the schema validation of a running appliance: the schemas are compiled
+// first (an error leaves the current ones in place), then every publish from the next on is checked
+// against them. Stored events are never touched. The refusal counts carry over. `orderstore run`
+// calls it on SIGHUP with the config file's [validation].
 func (a *Appliance) SetValidation(vc ValidationConfig) error {
 	c := a.cfg
 	c.Validation = vc

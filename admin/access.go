@@ -32,8 +32,7 @@ const (
 	sessionTTL = 12 * time.Hour
 	// maxSessions bounds the sessions held; the oldest go first.
 	maxSessions = 1024
-	// failBurst failed sign-ins from one address are allowed at once,
-	// then one per failRefill.
+	// failBurst failed sign-ins from one address are allowed at once, then one per failRefill.
 	failBurst  = 10
 	failRefill = 6 * time.Second
 	// maxLimited bounds the addresses the limiter tracks.
@@ -63,10 +62,9 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		h.Set("Content-Security-Policy", csp)
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("X-Content-Type-Options", "nosniff")
-		// same-origin, not no-referrer: under no-referrer a browser sends
-		// "Origin: null" with a form's POST, and crossSite refused the
-		// dashboard's own sign-in and sign-out forms. Nothing leaks to
-		// another site either way.
+		// same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with a
+		// form's POST, and crossSite refused the dashboard's own sign-in and sign-out forms.
+		// Nothing leaks to another site either way.
 		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cross-Origin-Opener-Policy", "same-origin")
 		h.Set("Cross-Origin-Resource-Policy", "same-origin")
@@ -100,9 +98,8 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	})
 }
 
-// allowedHost reports whether a request's Host names this listener: an IP
-// address (a DNS-rebinding page always uses a name), localhost, or a name
-// in AllowedHosts (with or without the port).
+// allowedHost reports whether a request's Host names this listener: an IP address (a DNS-rebinding
+// page always uses a name), localhost, or a name in AllowedHosts (with or without the port).
 func (s *Server) allowedHost(hostport string) bool {
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
@@ -118,19 +115,17 @@ func (s *Server) allowedHost(hostport string) bool {
 	})
 }
 
-// crossSite says why a state-changing request comes from another site,
-// or "" when it does not: Sec-Fetch-Site must be same-origin or none, and
-// an Origin must name this host. Clients that are not browsers send
-// neither and pass.
+// crossSite says why a state-changing request comes from another site, or "" when it does not:
+// Sec-Fetch-Site must be same-origin or none, and an Origin must name this host. Clients that are
+// not browsers send neither and pass.
 func crossSite(r *http.Request) string {
 	if sfs := r.Header.Get("Sec-Fetch-Site"); sfs != "" && sfs != "same-origin" && sfs != "none" {
 		return "Sec-Fetch-Site is " + clip(sfs)
 	}
 	if o := r.Header.Get("Origin"); o != "" {
 		if o == "null" && r.Header.Get("Sec-Fetch-Site") == "same-origin" {
-			// A form posted from a page of ours under a no-referrer
-			// policy (an older page, a browser's own setting): the
-			// browser vouches for the origin.
+			// A form posted from a page of ours under a no-referrer policy (an older page, a
+			// browser's own setting): the browser vouches for the origin.
 			return ""
 		}
 		u, err := url.Parse(o)

@@ -1,14 +1,12 @@
-// Package admin serves orderstore's HTTP admin listener (docs/http-api.md):
-// health and readiness, Prometheus metrics, a JSON status, the order
-// projection and dead-letter API, the nats-server monitoring endpoints,
-// and a live dashboard.
+// Package admin serves orderstore's HTTP admin listener (docs/http-api.md): health and readiness,
+// Prometheus metrics, a JSON status, the order projection and dead-letter API, the nats-server
+// monitoring endpoints, and a live dashboard.
 //
-// [New] builds a Server from static facts, and it can serve before the
-// broker is up: until [Server.SetBackend], /readyz answers 503
-// "recovering" and the data endpoints 503, so that a busy admin port
-// fails start-up fast and a long stream recovery shows. What it reads from
-// the running parts comes in through small interfaces ([Processor],
-// [DeadLetters], [Orders]) that the root package's Appliance satisfies.
+// [New] builds a Server from static facts, and it can serve before the broker is up: until
+// [Server.SetBackend], /readyz answers 503 "recovering" and the data endpoints 503, so that a busy
+// admin port fails start-up fast and a long stream recovery shows. What it reads from the running
+// parts comes in through small interfaces ([Processor], [DeadLetters], [Orders]) that the root
+// package's Appliance satisfies.
 package admin
 
 import (
@@ -41,9 +39,8 @@ import (
 
 // Config is what the admin server knows from the start.
 type Config struct {
-	// Token, when set, is required as "Authorization: Bearer <token>" (or
-	// the dashboard's session cookie, from /login) on everything but
-	// /livez and /readyz.
+	// Token, when set, is required as "Authorization: Bearer <token>" (or the dashboard's session
+	// cookie, from /login) on everything but /livez and /readyz.
 	Token string
 
 	// AllowedHosts are the host names a request's Host may carry besides
@@ -53,12 +50,10 @@ type Config struct {
 	// Stream, Durable, DeadLetterStream and ProjectionBucket name
 	// orderstore's own objects: /readyz checks these and nothing else.
 	Stream string
-	// ConsumerStream is the stream the durable reads ("" means Stream): a
-	// hub's aggregate stream.
+	// ConsumerStream is the stream the durable reads ("" means Stream): a hub's aggregate stream.
 	ConsumerStream string
 	Subjects       []string
-	// MaxEventBytes bounds an HTTP-ingested event's body
-	// (stream.max_msg_size); 0 is 1 MiB.
+	// MaxEventBytes bounds an HTTP-ingested event's body (stream.max_msg_size); 0 is 1 MiB.
 	MaxEventBytes    int64
 	Durable          string // empty when the processor is disabled
 	DeadLetterStream string
@@ -109,8 +104,7 @@ type DeadLetters interface {
 	DeadLetters(ctx context.Context, from uint64, limit int) ([]processor.DeadLetter, uint64, error)
 	// LatestDeadLetters returns up to n of the most recent, newest last.
 	LatestDeadLetters(ctx context.Context, n int) ([]processor.DeadLetter, error)
-	// ReplayDeadLetter republishes one; an unknown seq matches
-	// Backend.NotFound.
+	// ReplayDeadLetter republishes one; an unknown seq matches Backend.NotFound.
 	ReplayDeadLetter(ctx context.Context, seq uint64) (newSeq uint64, err error)
 }
 
@@ -121,46 +115,37 @@ type Orders interface {
 
 // Backend is everything that exists once the broker is up and declared.
 type Backend struct {
-	// NotFound is what Orders and DeadLetters return (wrapped) for what
-	// does not exist: answered 404. The backend owns it (orderstore's
-	// ErrNotFound).
+	// NotFound is what Orders and DeadLetters return (wrapped) for what does not exist: answered
+	// 404. The backend owns it (orderstore's ErrNotFound).
 	NotFound    error
 	JS          jetstream.JetStream
 	Processor   Processor // nil when disabled
 	DeadLetters DeadLetters
 	Orders      Orders
-	// History, if set, serves an order's events, its state as of a
-	// point and its dead letters.
+	// History, if set, serves an order's events, its state as of a point and its dead letters.
 	History History
 	// Checks, if set, adds readiness checks of the parts admin cannot see
 	// (connections, the processor's progress).
 	Checks func(ctx context.Context) []status.Check
-	// Publish, if set, serves HTTP ingest (POST /v1/events/{type}): it
-	// stores one event and returns the stream's ack once the event is as
-	// durable as the durability mode says (with group commit: after the
-	// sync that covers it).
+	// Publish, if set, serves HTTP ingest (POST /v1/events/{type}): it stores one event and returns
+	// the stream's ack once the event is as durable as the durability mode says (with group commit:
+	// after the sync that covers it).
 	Publish func(ctx context.Context, subject string, h nats.Header, data []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
-	// Ingest, if set, reports group commit's figures for /metrics and
-	// /v1/status.
+	// Ingest, if set, reports group commit's figures for /metrics and /v1/status.
 	Ingest func() *status.IngestStats
-	// Validation, if set, reports schema validation at ingest (nil when
-	// it checks nothing).
+	// Validation, if set, reports schema validation at ingest (nil when it checks nothing).
 	Validation func() *status.ValidationStats
-	// Guard, if set, reports what the ingest service and the durable
-	// guard refused.
+	// Guard, if set, reports what the ingest service and the durable guard refused.
 	Guard func() *status.GuardStats
 	// Backup, if set, writes a backup as a tar stream (POST /v1/backup).
 	Backup func(ctx context.Context, w io.Writer) error
-	// Topology, if set, reports the cluster, the leaf links and a hub's
-	// sources in /v1/status.
+	// Topology, if set, reports the cluster, the leaf links and a hub's sources in /v1/status.
 	Topology func(ctx context.Context) *status.Topology
-	// Recovery lists what start-up found and did about a damaged store:
-	// served in /v1/status, counted in /metrics, and a warning (still
-	// ready) in /readyz.
+	// Recovery lists what start-up found and did about a damaged store: served in /v1/status,
+	// counted in /metrics, and a warning (still ready) in /readyz.
 	Recovery []string
-	// Rebuild, if set, rebuilds the projection (/v1/projection/rebuild);
-	// RebuildCodes give its refusals (matched by errors.Is) their HTTP
-	// status, as a *RebuildError does.
+	// Rebuild, if set, rebuilds the projection (/v1/projection/rebuild); RebuildCodes give its
+	// refusals (matched by errors.Is) their HTTP status, as a *RebuildError does.
 	Rebuild      Rebuild
 	RebuildCodes map[error]int
 	// OrderIndex, if set, lists orders by status and age (GET /v1/orders)
@@ -173,8 +158,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	backend atomic.Pointer[Backend]
-	// starting says what start-up waits for ("" : the default, recovering
-	// the streams).
+	// starting says what start-up waits for ("" : the default, recovering the streams).
 	starting atomic.Pointer[string]
 	mux      *http.ServeMux
 	handler  http.Handler
@@ -183,8 +167,7 @@ type Server struct {
 	limit    limiter
 }
 
-// New builds the server. Serve it with net/http; call SetBackend once the
-// broker is ready.
+// New builds the server. Serve it with net/http; call SetBackend once the broker is ready.
 func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), mux: http.NewServeMux(),
 		reg: prometheus.NewRegistry(), sess: sessions{m: map[string]time.Time{}}, limit: limiter{m: map[string]*bucket{}}}
@@ -242,11 +225,10 @@ func (s *Server) auth(h http.Handler) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// A valid session always passes (its id is 256 random bits, not
-		// something to guess), so a guesser sharing the operator's
-		// address cannot lock the dashboard out. A blocked address gets
-		// 429 for every token, right or wrong: a guess that happens to be
-		// right must not answer differently while guessing is limited.
+		// A valid session always passes (its id is 256 random bits, not something to guess), so a
+		// guesser sharing the operator's address cannot lock the dashboard out. A blocked address
+		// gets 429 for every token, right or wrong: a guess that happens to be right must not
+		// answer differently while guessing is limited.
 		ip := remoteIP(r)
 		if c, err := r.Cookie(sessionCookie); err == nil && r.Header.Get("Authorization") == "" && s.sess.valid(c.Value) {
 			h.ServeHTTP(w, r)
@@ -323,9 +305,8 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-// apiHandler serves an API request once the backend is set. An error it
-// returns is answered {"error": ...}: an *apiError's, a *RebuildError's or
-// a RebuildCodes' code, any other 500.
+// apiHandler serves an API request once the backend is set. An error it returns is answered
+// {"error": ...}: an *apiError's, a *RebuildError's or a RebuildCodes' code, any other 500.
 type apiHandler func(http.ResponseWriter, *http.Request, *Backend) error
 
 // apiError is an answer other than success.
@@ -388,10 +369,9 @@ func (s *Server) livez(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "durability": s.durability()})
 }
 
-// Readiness checks orderstore's own objects only (its stream, dead-letter
-// stream, projection bucket, consumer and processor): a broken ad-hoc
-// consumer elsewhere must not make the node unready. status is "ready",
-// "not ready" or "recovering" (the broker is not up yet).
+// Readiness checks orderstore's own objects only (its stream, dead-letter stream, projection
+// bucket, consumer and processor): a broken ad-hoc consumer elsewhere must not make the node
+// unready. status is "ready", "not ready" or "recovering" (the broker is not up yet).
 func (s *Server) Readiness(ctx context.Context) (string, []status.Check) {
 	b := s.backend.Load()
 	if b == nil {
@@ -599,10 +579,9 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request, b *Backend) e
 
 func (b *Backend) isNotFound(err error) bool { return b.NotFound != nil && errors.Is(err, b.NotFound) }
 
-// poisonAgain says whether dead letter seq, replayed as it is, will be
-// dead-lettered again at once (its payload is no order event), and why;
-// "" when it will not or cannot tell (a trimmed copy, no dead-letter
-// stream).
+// poisonAgain says whether dead letter seq, replayed as it is, will be dead-lettered again at once
+// (its payload is no order event), and why; "" when it will not or cannot tell (a trimmed copy, no
+// dead-letter stream).
 func (s *Server) poisonAgain(ctx context.Context, b *Backend, seq uint64) string {
 	if s.cfg.DeadLetterStream == "" || b.JS == nil {
 		return ""
@@ -646,8 +625,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, b *Backend) erro
 			}
 			return e
 		}
-		// Mid-stream: the client sees a truncated tar without its
-		// manifest and fails.
+		// Mid-stream: the client sees a truncated tar without its manifest and fails.
 		panic(http.ErrAbortHandler)
 	}
 	return nil

@@ -15,18 +15,15 @@ import (
 	"github.com/orderstore/orderstore/processor"
 )
 
-// maxIdempotencyKey bounds the Idempotency-Key header (the event's
-// Nats-Msg-Id).
+// maxIdempotencyKey bounds the Idempotency-Key header (the event's Nats-Msg-Id).
 const maxIdempotencyKey = 256
 
-// replayIDPrefix begins the ids of the replays of dead letters
-// (processor.ReplayMsgIDPrefix).
+// replayIDPrefix begins the ids of the replays of dead letters (processor.ReplayMsgIDPrefix).
 const replayIDPrefix = "replay-"
 
-// EventSubject is the subject an event of type typ is published on over
-// HTTP: the first stream subject ending in ".>" or ".*", with typ in place
-// of the wildcard ("orders.>" and "created" make "orders.created"). ok is
-// false when no stream subject takes a type.
+// EventSubject is the subject an event of type typ is published on over HTTP: the first stream
+// subject ending in ".>" or ".*", with typ in place of the wildcard ("orders.>" and "created" make
+// "orders.created"). ok is false when no stream subject takes a type.
 func EventSubject(subjects []string, typ string) (subject string, ok bool) {
 	for _, s := range subjects {
 		if strings.HasSuffix(s, ".>") || strings.HasSuffix(s, ".*") {
@@ -44,11 +41,10 @@ func validEventType(t string) bool {
 	})
 }
 
-// publishEvent is POST /v1/events/{type}: the body (a JSON object with an
-// order_id) is stored on the type's subject; Idempotency-Key becomes its
-// Nats-Msg-Id. 201 with the stream sequence once durable, 200 for a
-// duplicate, 4xx for bad input, 503 when the store refuses or cannot make
-// it durable.
+// publishEvent is POST /v1/events/{type}: the body (a JSON object with an order_id) is stored on
+// the type's subject; Idempotency-Key becomes its Nats-Msg-Id. 201 with the stream sequence once
+// durable, 200 for a duplicate, 4xx for bad input, 503 when the store refuses or cannot make it
+// durable.
 func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	if b.Publish == nil {
 		return errorf(http.StatusNotImplemented, "HTTP ingest is not available here")
@@ -79,9 +75,8 @@ func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend
 			return errorf(http.StatusBadRequest, "Idempotency-Key must be at most %d bytes of text", maxIdempotencyKey)
 		}
 		if strings.HasPrefix(key, replayIDPrefix) {
-			// Stored in orderstore's own scope, as its replays of dead
-			// letters are: the key would make a later replay a
-			// duplicate, and the dead letter be removed unreplayed.
+			// Stored in orderstore's own scope, as its replays of dead letters are: the key would
+			// make a later replay a duplicate, and the dead letter be removed unreplayed.
 			return errorf(http.StatusBadRequest, "Idempotency-Key may not begin with %q: orderstore's replays of dead letters use such ids", replayIDPrefix)
 		}
 		h.Set(jetstream.MsgIDHeader, key)

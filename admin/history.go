@@ -15,9 +15,8 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-// History reads an order's story through the projection's history index.
-// Unknown orders match Backend.NotFound; processor.ErrNotRetained and
-// processor.ErrNoHistory are answered 410 and 501.
+// History reads an order's story through the projection's history index. Unknown orders match
+// Backend.NotFound; processor.ErrNotRetained and processor.ErrNoHistory are answered 410 and 501.
 type History interface {
 	OrderEvents(ctx context.Context, id string, from, limit int) (processor.HistoryPage, error)
 	OrderEventStates(ctx context.Context, id string, from, limit int) (processor.HistoryPage, error)

@@ -13,9 +13,8 @@ import (
 	"time"
 )
 
-// MaxConns caps a Listener's open connections, below the process's file
-// descriptors: a flood of idle keep-alives cannot starve nats of
-// descriptors for its clients and stores.
+// MaxConns caps a Listener's open connections, below the process's file descriptors: a flood of
+// idle keep-alives cannot starve nats of descriptors for its clients and stores.
 const MaxConns = 256
 
 // ListenConfig is what [Listen] needs.
@@ -36,8 +35,7 @@ type Listener struct {
 	err    error
 }
 
-// Listen listens on c.Addr and serves h in a goroutine of its own, which
-// [Listener.Close] joins.
+// Listen listens on c.Addr and serves h in a goroutine of its own, which [Listener.Close] joins.
 func Listen(h http.Handler, c ListenConfig) (*Listener, error) {
 	ln, err := net.Listen("tcp", c.Addr)
 	if err != nil {
@@ -91,8 +89,7 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the listener and every connection, and waits for the serve
-// goroutine.
+// Close closes the listener and every connection, and waits for the serve goroutine.
 func (l *Listener) Close() error {
 	err := l.hs.Close()
 	<-l.served

@@ -10,8 +10,7 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-// collector reads the state at scrape time: no background polling, no
-// stale gauges.
+// collector reads the state at scrape time: no background polling, no stale gauges.
 type collector struct{ s *Server }
 
 // descs are every metric's description, in the order desc made them.

@@ -18,8 +18,7 @@ import (
 // ordersParams are GET /v1/orders's query parameters.
 var ordersParams = []string{"status", "older_than", "stale", "order", "limit", "cursor"}
 
-// ordersList serves GET /v1/orders: a page of orders by status and age,
-// from the order index.
+// ordersList serves GET /v1/orders: a page of orders by status and age, from the order index.
 func (s *Server) ordersList(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	q, err := ordersQuery(r.URL.Query())
 	if err != nil {

@@ -19,9 +19,8 @@ type Rebuild interface {
 	CancelRebuild() error
 }
 
-// RebuildError gives a rebuild's refusal its HTTP status: 409 (one is
-// under way, or none to cancel), 501 (not possible here), 507 (no room
-// for the shadow).
+// RebuildError gives a rebuild's refusal its HTTP status: 409 (one is under way, or none to
+// cancel), 501 (not possible here), 507 (no room for the shadow).
 type RebuildError struct {
 	Code int
 	Err  error

@@ -25,10 +25,9 @@ type Spec struct {
 	DeadLetter *jetstream.StreamConfig
 	// Projection is the projection KV bucket; nil declares none.
 	Projection *jetstream.KeyValueConfig
-	// History is the stream of the projection's history index, read as a
-	// KV bucket ("KV_<bucket>"); a stream, not a KeyValueConfig, because
-	// it discards its oldest chunks when full (a bucket refuses new
-	// writes). nil declares none.
+	// History is the stream of the projection's history index, read as a KV bucket ("KV_<bucket>");
+	// a stream, not a KeyValueConfig, because it discards its oldest chunks when full (a bucket
+	// refuses new writes). nil declares none.
 	History *jetstream.StreamConfig
 	// Aggregate is a hub's stream that sources Stream and the edges'
 	// streams; nil declares none. When set, Consumer lives on it.
@@ -100,12 +99,10 @@ func (e *DriftError) Error() string {
 // Hint says what to do.
 func (e *DriftError) Hint() string { return e.hint }
 
-// Declare creates or updates, idempotently, the history index, the
-// stream, the dead-letter stream, the projection bucket, a hub's aggregate
-// stream and the durable consumer of spec. Safe differences (limits,
-// max_deliver, ack_wait, added subjects) are applied and logged as
-// before/after; a destructive one returns a *DriftError and leaves its
-// object as it is.
+// Declare creates or updates, idempotently, the history index, the stream, the dead-letter stream,
+// the projection bucket, a hub's aggregate stream and the durable consumer of spec. Safe
+// differences (limits, max_deliver, ack_wait, added subjects) are applied and logged as
+// before/after; a destructive one returns a *DriftError and leaves its object as it is.
 func Declare(ctx context.Context, js jetstream.JetStream, spec Spec, logger *slog.Logger) (*Result, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -329,9 +326,8 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, w *jetstream.Key
 		safe := diff{obj: obj}
 		safe.size("max_bytes", have.MaxBytes, cfg.MaxBytes)
 		safe.add("ttl", durStr(have.MaxAge), durStr(cfg.MaxAge))
-		// A bucket declared before orderstore asked for markers of
-		// expired keys gets them (nats cannot take them back: a marker TTL
-		// asked off later stays on).
+		// A bucket declared before orderstore asked for markers of expired keys gets them (nats
+		// cannot take them back: a marker TTL asked off later stays on).
 		if want.LimitMarkerTTL > 0 && have.SubjectDeleteMarkerTTL != want.LimitMarkerTTL {
 			cfg.AllowMsgTTL, cfg.SubjectDeleteMarkerTTL = true, want.LimitMarkerTTL
 			before := "none"
@@ -416,9 +412,8 @@ func declareConsumer(ctx context.Context, js jetstream.JetStream, stream string,
 	return nil
 }
 
-// MetadataMaxDeliver is the consumer metadata key that holds
-// processor.max_deliver: the processor enforces it, not the server (see
-// orderstore.Config.DeclareSpec).
+// MetadataMaxDeliver is the consumer metadata key that holds processor.max_deliver: the processor
+// enforces it, not the server (see orderstore.Config.DeclareSpec).
 const MetadataMaxDeliver = "orderstore_max_deliver"
 
 // metadataStr is md[key], or "unset" when md has no such key.

@@ -51,10 +51,9 @@ func ChownLikeDir(path, dir string) {
 	}
 }
 
-// lockOwner says whether a lock file that euid created in a store dir owned
-// by dirUID:dirGID goes to the dir's owner, and to which uid and gid. Only
-// root can hand it over, and must when the store belongs to another user
-// (say `sudo orderstore check` on the service user's store): a root-owned
+// lockOwner says whether a lock file that euid created in a store dir owned by dirUID:dirGID goes
+// to the dir's owner, and to which uid and gid. Only root can hand it over, and must when the store
+// belongs to another user (say `sudo orderstore check` on the service user's store): a root-owned
 // 0640 lock file could not be opened by the service any more.
 func lockOwner(euid int, dirUID, dirGID uint32) (uid, gid int, chown bool) {
 	if euid != 0 || dirUID == 0 {

@@ -11,8 +11,7 @@ import (
 )
 
 func tryLock(f *os.File) (held bool, err error) {
-	// Lock one byte far past the PID text, so other processes can still
-	// read who holds the lock.
+	// Lock one byte far past the PID text, so other processes can still read who holds the lock.
 	ol := &windows.Overlapped{OffsetHigh: 1}
 	err = windows.LockFileEx(windows.Handle(f.Fd()), windows.LOCKFILE_EXCLUSIVE_LOCK|windows.LOCKFILE_FAIL_IMMEDIATELY, 0, 1, 0, ol)
 	if errors.Is(err, windows.ERROR_LOCK_VIOLATION) {

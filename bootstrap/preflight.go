@@ -21,8 +21,7 @@ type PreflightConfig struct {
 	StoreDir string
 	// MaxFileStore is the disk JetStream may use, in bytes.
 	MaxFileStore int64
-	// Headroom is the free disk wanted beyond what JetStream may still grow
-	// into, in bytes.
+	// Headroom is the free disk wanted beyond what JetStream may still grow into, in bytes.
 	Headroom int64
 	// AllowLowDisk turns a failed free-disk check into a warning.
 	AllowLowDisk bool
@@ -36,8 +35,7 @@ type Report struct {
 	Warnings  []string // problems let through by AllowLowDisk
 }
 
-// Lock is the exclusive lock on a store directory. Release it after the
-// server has shut down.
+// Lock is the exclusive lock on a store directory. Release it after the server has shut down.
 type Lock struct {
 	f    *os.File
 	path string
@@ -56,14 +54,12 @@ func (l *Lock) Release() error {
 	return err
 }
 
-// ErrLocked is matched (errors.Is) when another live process holds the
-// store directory.
+// ErrLocked is matched (errors.Is) when another live process holds the store directory.
 var ErrLocked = errors.New("store_dir is locked by another process")
 
-// Preflight runs before nats-server starts: store_dir exists (created if
-// missing) and is a directory, a probe file can be created, written,
-// fsynced and removed, nobody else holds it, and the disk has room for
-// MaxFileStore plus Headroom. On success the caller owns the returned Lock.
+// Preflight runs before nats-server starts: store_dir exists (created if missing) and is a
+// directory, a probe file can be created, written, fsynced and removed, nobody else holds it, and
+// the disk has room for MaxFileStore plus Headroom. On success the caller owns the returned Lock.
 func Preflight(cfg PreflightConfig) (_ *Lock, _ Report, err error) {
 	var rep Report
 	dir := cfg.StoreDir
@@ -184,8 +180,7 @@ func dirHint(dir string, err error) string {
 	switch {
 	case errors.Is(err, fs.ErrPermission):
 		if _, serr := os.Stat(dir); errors.Is(serr, fs.ErrNotExist) {
-			// Nothing to chown yet: the service user may not create it
-			// in its parent.
+			// Nothing to chown yet: the service user may not create it in its parent.
 			return fmt.Sprintf("create it for the service user (e.g. install -d -o orderstore %s) or set jetstream.store_dir to a directory it owns", dir)
 		}
 		return fmt.Sprintf("give the service user write access (e.g. chown -R orderstore: %s) or set jetstream.store_dir to a directory it owns", dir)

@@ -12,15 +12,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// CheckStored compares spec with what a store already holds, read from
-// the objects' meta.inf files under accountDir (the stream account's
-// directory, <store_dir>/jetstream/<account>) without starting nats:
-// every change Declare would refuse, each a *DriftError, joined. An
-// object the store does not hold yet is fine (Declare creates it); a
-// meta.inf that cannot be read is reported, since nats would not load it
-// either. An encrypted object (a meta.key beside its meta.inf) is not
-// read: Declare compares it once nats has opened it with the key. It is
-// what `orderstore check` runs, so that check refuses what run refuses.
+// CheckStored compares spec with what a store already holds, read from the objects' meta.inf files
+// under accountDir (the stream account's directory, <store_dir>/jetstream/<account>) without
+// starting nats: every change Declare would refuse, each a *DriftError, joined. An object the store
+// does not hold yet is fine (Declare creates it); a meta.inf that cannot be read is reported, since
+// nats would not load it either. An encrypted object (a meta.key beside its meta.inf) is not read:
+// Declare compares it once nats has opened it with the key. It is what `orderstore check` runs, so
+// that check refuses what run refuses.
 func CheckStored(accountDir string, spec Spec) error {
 	var errs []error
 	streams := filepath.Join(accountDir, "streams")
@@ -45,9 +43,8 @@ func CheckStored(accountDir string, spec Spec) error {
 	return errors.Join(errs...)
 }
 
-// checkMeta adds to errs what drift finds in the config of obj, read from
-// the meta.inf in dir, or why it cannot be read; nothing when the store
-// does not hold obj or it is encrypted.
+// checkMeta adds to errs what drift finds in the config of obj, read from the meta.inf in dir, or
+// why it cannot be read; nothing when the store does not hold obj or it is encrypted.
 func checkMeta[T any](errs *[]error, dir, obj string, drift func(have T) *DriftError) {
 	var have T
 	ok, err := readMeta(dir, &have)

@@ -9,17 +9,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ErrAckFloorAhead is matched (errors.Is) by Verify's error when the
-// consumer's ack floor, or the last sequence delivered to it, is ahead of
-// the stream's last sequence.
+// ErrAckFloorAhead is matched (errors.Is) by Verify's error when the consumer's ack floor, or the
+// last sequence delivered to it, is ahead of the stream's last sequence.
 var ErrAckFloorAhead = errors.New("consumer ahead of the stream")
 
-// Verify is the post-recovery check run after Declare: the stream exists
-// with the declared storage and subjects, and the durable consumer's ack
-// floor and delivered sequence are not ahead of the stream's last
-// sequence (nats-server#5412: after a power cut a consumer can remember
-// acks for messages the stream lost, and would then silently skip the
-// events published next).
+// Verify is the post-recovery check run after Declare: the stream exists with the declared storage
+// and subjects, and the durable consumer's ack floor and delivered sequence are not ahead of the
+// stream's last sequence (nats-server#5412: after a power cut a consumer can remember acks for
+// messages the stream lost, and would then silently skip the events published next).
 func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
 	obj := streamObj(spec.Stream.Name)
 	s, err := js.Stream(ctx, spec.Stream.Name)
@@ -71,16 +68,14 @@ func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
 		fmt.Errorf("%w: %s is ahead of the stream's last sequence %d", ErrAckFloorAhead, what, info.State.LastSeq))
 }
 
-// consumerAhead reports whether a consumer acked or was delivered events
-// past the stream's last sequence: the stream lost them, and the
-// consumer would skip the events that reuse their sequence numbers (or
-// wait for ever for the acks of deliveries the stream no longer has).
+// consumerAhead reports whether a consumer acked or was delivered events past the stream's last
+// sequence: the stream lost them, and the consumer would skip the events that reuse their sequence
+// numbers (or wait for ever for the acks of deliveries the stream no longer has).
 //
-// A replicated stream without a leader answers from whichever replica the
-// request reached, maybe one still catching up: nothing is judged then
-// (a reset would delete the consumer every node's processor shares). Its
-// deliveries are not judged either (a node catching up may be behind
-// them); its ack floor is.
+// A replicated stream without a leader answers from whichever replica the request reached, maybe
+// one still catching up: nothing is judged then (a reset would delete the consumer every node's
+// processor shares). Its deliveries are not judged either (a node catching up may be behind them);
+// its ack floor is.
 func consumerAhead(ci *jetstream.ConsumerInfo, info *jetstream.StreamInfo) bool {
 	last := info.State.LastSeq
 	if info.Cluster != nil && info.Config.Replicas > 1 {

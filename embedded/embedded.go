@@ -47,72 +47,60 @@ type Config struct {
 	// 0 means the nats default of 1 MiB.
 	MaxPayload int32
 
-	// MaxMemory and MaxStore are JetStream's storage limits in bytes for
-	// memory- and file-backed streams. 0 means 256 MiB and 1 GiB; nats-server's
-	// own default (a share of free RAM and disk at start) breaks restarts once
-	// a disk fills, so a limit is always explicit.
+	// MaxMemory and MaxStore are JetStream's storage limits in bytes for memory- and file-backed
+	// streams. 0 means 256 MiB and 1 GiB; nats-server's own default (a share of free RAM and disk
+	// at start) breaks restarts once a disk fills, so a limit is always explicit.
 	MaxMemory int64
 	MaxStore  int64
 
-	// SyncInterval is how often stream files are fsynced. 0 means fsync
-	// before every publish ack (nats "sync_interval: always"), so an
-	// acknowledged message survives power loss. A positive interval trades
-	// that for throughput: a process crash loses nothing, a power loss can
-	// lose up to the interval.
+	// SyncInterval is how often stream files are fsynced. 0 means fsync before every publish ack
+	// (nats "sync_interval: always"), so an acknowledged message survives power loss. A positive
+	// interval trades that for throughput: a process crash loses nothing, a power loss can lose up
+	// to the interval.
 	SyncInterval time.Duration
 
-	// GroupCommit makes every single-replica file stream (key-value buckets
-	// included) acknowledge a publish only once one sync of its store has
-	// covered it, shared by every publish waiting then: the guarantee of a
-	// sync before every ack at far higher throughput (natsserver/patches/
-	// 0001-group-commit.patch). SyncInterval then only paces nats'
-	// background syncs (0 means nats' default, 2 min). Ignored by streams
-	// of a cluster, whose durability is their Raft log's.
+	// GroupCommit makes every single-replica file stream (key-value buckets included) acknowledge a
+	// publish only once one sync of its store has covered it, shared by every publish waiting then:
+	// the guarantee of a sync before every ack at far higher throughput (natsserver/patches/
+	// 0001-group-commit.patch). SyncInterval then only paces nats' background syncs (0 means nats'
+	// default, 2 min). Ignored by streams of a cluster, whose durability is their Raft log's.
 	GroupCommit bool
 
-	// EncryptionKey, when set, encrypts every stream and bucket the server
-	// stores (nats' JetStream store encryption) with Cipher: CipherChaCha
-	// ("" too) or CipherAES.
+	// EncryptionKey, when set, encrypts every stream and bucket the server stores (nats' JetStream
+	// store encryption) with Cipher: CipherChaCha ("" too) or CipherAES.
 	EncryptionKey, Cipher string
 
-	// GroupCommitRound, if set, is called after each group commit round
-	// that synced: the stream, the acks it released and the sync's time.
-	// It runs on the round's goroutine: keep it short.
+	// GroupCommitRound, if set, is called after each group commit round that synced: the stream,
+	// the acks it released and the sync's time. It runs on the round's goroutine: keep it short.
 	GroupCommitRound func(stream string, acks int, sync time.Duration)
 
-	// GroupCommitFailed, if set, is called once for each stream whose
-	// group commit sync failed. That stream refuses every write from then
-	// on (the kernel may have dropped what it could not write): stop the
-	// server and start it again, which reads the store back from disk.
+	// GroupCommitFailed, if set, is called once for each stream whose group commit sync failed.
+	// That stream refuses every write from then on (the kernel may have dropped what it could not
+	// write): stop the server and start it again, which reads the store back from disk.
 	GroupCommitFailed func(stream string, err error)
 
-	// Admit, if set, decides on every message published into a stream at
-	// this server, on the publisher's own goroutine, before the stream
-	// queues it: it may rewrite the headers, hold the publisher back, or
-	// refuse the message with a JetStream API error, which the publisher
-	// gets at once; nothing refused is stored (server.AdmitMsg,
-	// natsserver/patches/0002-admission.patch).
+	// Admit, if set, decides on every message published into a stream at this server, on the
+	// publisher's own goroutine, before the stream queues it: it may rewrite the headers, hold the
+	// publisher back, or refuse the message with a JetStream API error, which the publisher gets at
+	// once; nothing refused is stored (server.AdmitMsg, natsserver/patches/0002-admission.patch).
 	Admit func(*server.AdmitMsg) ([]byte, *server.ApiError)
 
-	// AwaitInterest, if set, is asked about a client's publish with a
-	// reply subject that finds no subscriber in account: a positive
-	// duration holds that publisher up to that long for one to subscribe
-	// (a clustered stream electing its leader) instead of answering "no
-	// responders" at once (natsserver/patches/0004-await-interest.patch).
+	// AwaitInterest, if set, is asked about a client's publish with a reply subject that finds no
+	// subscriber in account: a positive duration holds that publisher up to that long for one to
+	// subscribe (a clustered stream electing its leader) instead of answering "no responders" at
+	// once (natsserver/patches/0004-await-interest.patch).
 	AwaitInterest func(account, subject string) time.Duration
 
-	// MappingsExemptNkey, if set, is a user nkey (of Users) whose publishes
-	// no account's Mappings apply to: the embedding program's own user, in
-	// an account whose mappings are meant for its other clients
-	// (natsserver/patches/0008-own-user.patch).
+	// MappingsExemptNkey, if set, is a user nkey (of Users) whose publishes no account's Mappings
+	// apply to: the embedding program's own user, in an account whose mappings are meant for its
+	// other clients (natsserver/patches/0008-own-user.patch).
 	MappingsExemptNkey string
 
 	// ReadyTimeout bounds Start when ctx has no deadline. Default 60s:
 	// stream recovery on a large store runs inside start-up.
 	ReadyTimeout time.Duration
 
-	// Logger receives the server's log lines under component=nats. Nil
-	// discards them.
+	// Logger receives the server's log lines under component=nats. Nil discards them.
 	Logger *slog.Logger
 
 	// Debug and Trace turn on nats-server's debug and protocol trace logs.
@@ -131,25 +119,21 @@ type Config struct {
 	// (unless NoAuthUser names one of them, see there).
 	Users []User
 
-	// Accounts, when set, are the server's accounts besides the default
-	// one: a JetStream-enabled account holds its own streams (in
-	// StoreDir/jetstream/<Name>), and service exports and imports connect
-	// them. A user with Account "" stays in the default account. An
-	// account named like the system account ("SYS") only adds exports to
-	// it. With Accounts set, nats-server's hidden no-auth user for the
-	// default account is never added: a client without credentials is
-	// refused unless NoAuthUser is set.
+	// Accounts, when set, are the server's accounts besides the default one: a JetStream-enabled
+	// account holds its own streams (in StoreDir/jetstream/<Name>), and service exports and imports
+	// connect them. A user with Account "" stays in the default account. An account named like the
+	// system account ("SYS") only adds exports to it. With Accounts set, nats-server's hidden
+	// no-auth user for the default account is never added: a client without credentials is refused
+	// unless NoAuthUser is set.
 	Accounts []Account
 
-	// NoAuthUser names the user (in Users: its Name, or its Nkey for an
-	// nkey user) a client without credentials connects as. Empty refuses
-	// such clients when any user exists.
+	// NoAuthUser names the user (in Users: its Name, or its Nkey for an nkey user) a client without
+	// credentials connects as. Empty refuses such clients when any user exists.
 	NoAuthUser string
 
-	// TLS, when set, secures the client port: every TCP client must speak
-	// TLS (in-process connections need not). For client certificates set
-	// its ClientAuth and ClientCAs. TLSTimeout bounds the handshake
-	// (default 2s).
+	// TLS, when set, secures the client port: every TCP client must speak TLS (in-process
+	// connections need not). For client certificates set its ClientAuth and ClientCAs. TLSTimeout
+	// bounds the handshake (default 2s).
 	TLS        *tls.Config
 	TLSTimeout time.Duration
 
@@ -158,38 +142,32 @@ type Config struct {
 	// replicas. ServerName must be set and unique in the cluster.
 	Cluster Cluster
 
-	// LeafNode opens a leaf node listener (a hub) or connects to remote
-	// ones (an edge).
+	// LeafNode opens a leaf node listener (a hub) or connects to remote ones (an edge).
 	LeafNode LeafNode
 
-	// Domain is the JetStream domain ("" none): an edge's own domain, so
-	// a hub reaches its JetStream API as $JS.<Domain>.API over a leaf
-	// connection. No '.', '*', '>' or spaces.
+	// Domain is the JetStream domain ("" none): an edge's own domain, so a hub reaches its
+	// JetStream API as $JS.<Domain>.API over a leaf connection. No '.', '*', '>' or spaces.
 	Domain string
 
-	// AuthTimeout is how long a client may take to authenticate after it
-	// connects (0: nats' default, 2s; with TLS, the TLS timeout too). A
-	// connection that has not signed in yet counts against
-	// MaxConnections: a short timeout frees its slot sooner.
+	// AuthTimeout is how long a client may take to authenticate after it connects (0: nats'
+	// default, 2s; with TLS, the TLS timeout too). A connection that has not signed in yet counts
+	// against MaxConnections: a short timeout frees its slot sooner.
 	AuthTimeout time.Duration
 
-	// MaxConnections caps client connections (0: nats' default of 64K);
-	// past it new clients are refused. MaxSubscriptions caps a
-	// connection's subscriptions (0: unlimited).
+	// MaxConnections caps client connections (0: nats' default of 64K); past it new clients are
+	// refused. MaxSubscriptions caps a connection's subscriptions (0: unlimited).
 	MaxConnections, MaxSubscriptions int
 
-	// DropForSlowConsumers: a message to a connection that has fallen
-	// behind (three quarters of nats' max_pending, 64 MiB, waiting for
-	// it) is dropped for that connection, and a producer's request that
-	// nobody else took is answered 503 no responders, instead of stalling
-	// the producer up to 10 ms per read and, once max_pending is full,
-	// closing the slow connection with everything it had waiting (nats'
-	// no_fast_producer_stall). A slow reader then costs only itself.
+	// DropForSlowConsumers: a message to a connection that has fallen behind (three quarters of
+	// nats' max_pending, 64 MiB, waiting for it) is dropped for that connection, and a producer's
+	// request that nobody else took is answered 503 no responders, instead of stalling the producer
+	// up to 10 ms per read and, once max_pending is full, closing the slow connection with
+	// everything it had waiting (nats' no_fast_producer_stall). A slow reader then costs only
+	// itself.
 	DropForSlowConsumers bool
 
-	// OnError, if set, is called with every error line nats-server logs
-	// (a stream's critical write error, for one), on the logging goroutine:
-	// it must return quickly.
+	// OnError, if set, is called with every error line nats-server logs (a stream's critical write
+	// error, for one), on the logging goroutine: it must return quickly.
 	OnError func(msg string)
 }
 
@@ -237,25 +215,22 @@ type LeafNode struct {
 	// User and Password, when set, are required from every incoming leaf
 	// connection, which then binds to Account.
 	User, Password, Account string
-	// FromLeaf and ToLeaf, when set (with User), are allow lists for the
-	// listener's leaf connections: the subjects a leaf peer may send into
-	// this server (its publishes and the replies it gives), and those this
-	// server sends out to it (what the peer may subscribe to). Empty
-	// means everything.
+	// FromLeaf and ToLeaf, when set (with User), are allow lists for the listener's leaf
+	// connections: the subjects a leaf peer may send into this server (its publishes and the
+	// replies it gives), and those this server sends out to it (what the peer may subscribe to).
+	// Empty means everything.
 	FromLeaf, ToLeaf []string
 	// TLS secures the listener.
 	TLS *tls.Config
 	// Remotes are the hubs this server connects to.
 	Remotes []LeafRemote
-	// ReconnectInterval is how long a remote waits before reconnecting
-	// (0: nats' default, 1s).
+	// ReconnectInterval is how long a remote waits before reconnecting (0: nats' default, 1s).
 	ReconnectInterval time.Duration
 }
 
 // LeafRemote is one leaf connection this server makes.
 type LeafRemote struct {
-	// URL of the hub's leaf listener ("nats-leaf://host:7422"), with or
-	// without user:password.
+	// URL of the hub's leaf listener ("nats-leaf://host:7422"), with or without user:password.
 	URL string
 	// User and Password are added to URL when set.
 	User, Password string
@@ -277,14 +252,12 @@ type Account struct {
 	// JetStream enables JetStream for the account, without limits of its
 	// own (the server's MaxMemory and MaxStore bound it).
 	JetStream bool
-	// Exports are the services and message streams other accounts may
-	// import from it.
+	// Exports are the services and message streams other accounts may import from it.
 	Exports []Export
 	// Imports bring other accounts' exports into it (see Import).
 	Imports []Import
-	// Mappings rewrite a client's publish subject in this account before
-	// it is delivered (nats subject mappings): From (wildcards allowed)
-	// to To.
+	// Mappings rewrite a client's publish subject in this account before it is delivered (nats
+	// subject mappings): From (wildcards allowed) to To.
 	Mappings []Mapping
 }
 
@@ -304,12 +277,10 @@ type Export struct {
 	Accounts []string
 }
 
-// Import is a service import of Subject from Account: a publish on Subject
-// here is delivered on To there (To "" is Subject; with wildcards, To
-// takes them in the same order). With Stream it is a stream import of
-// Subject instead: what is published on Subject there is delivered here
-// on To ("" is Subject; with wildcards, as for a service, so that
-// "x.>" to ">" delivers x.a.b as a.b).
+// Import is a service import of Subject from Account: a publish on Subject here is delivered on To
+// there (To "" is Subject; with wildcards, To takes them in the same order). With Stream it is a
+// stream import of Subject instead: what is published on Subject there is delivered here on To (""
+// is Subject; with wildcards, as for a service, so that "x.>" to ">" delivers x.a.b as a.b).
 type Import struct {
 	Account, Subject, To string
 	Stream               bool
@@ -413,9 +384,8 @@ const (
 
 func (c Config) options() (*server.Options, error) {
 	o := &server.Options{}
-	// A JetStream-enabled account can only be declared in nats' own
-	// configuration language (its limits are not exported); the names are
-	// validated, so the text holds nothing but them.
+	// A JetStream-enabled account can only be declared in nats' own configuration language (its
+	// limits are not exported); the names are validated, so the text holds nothing but them.
 	var js []string
 	for _, a := range c.Accounts {
 		if a.JetStream {
@@ -566,10 +536,9 @@ func (c Config) options() (*server.Options, error) {
 	// no-auth user) can join as a leaf peer past the leaf user below.
 	clientOnly := map[string]struct{}{jwt.ConnectionTypeStandard: {}, jwt.ConnectionTypeInProcess: {}}
 	if ln := c.LeafNode; ln.Port != 0 && ln.User != "" && len(ln.FromLeaf)+len(ln.ToLeaf) > 0 {
-		// Permissions bind only to a server user that leaf peers sign in
-		// as (nats ignores those of the leaf listener's own users). For
-		// an accepted leaf nats reads them from the peer's side: Publish
-		// is what the peer may send in, Subscribe what it is sent.
+		// Permissions bind only to a server user that leaf peers sign in as (nats ignores those of
+		// the leaf listener's own users). For an accepted leaf nats reads them from the peer's
+		// side: Publish is what the peer may send in, Subscribe what it is sent.
 		perms := permissions(User{Publish: ln.FromLeaf, Subscribe: ln.ToLeaf})
 		o.LeafNode.Username, o.LeafNode.Password, o.LeafNode.Account = "", "", ""
 		o.Users = append(o.Users, &server.User{Username: ln.User, Password: ln.Password, Permissions: perms, Account: account(ln.Account),
@@ -613,15 +582,13 @@ func validAccountName(s string) bool {
 	})
 }
 
-// Start validates cfg, starts nats-server with JetStream and returns once it
-// is ready for connections, or with an error. A fatal error during start-up
-// (port in use, unusable store) comes back as soon as nats-server reports it,
-// not after a timeout. On any error nothing is left running: Start returns
-// only after nats-server's own start-up has returned and the server has shut
-// down. If ctx ends while nats-server is still recovering streams, Start
-// therefore waits for that recovery before it shuts the server down (and
-// logs that it does): stopping nats-server in the middle of its start-up
-// can leave stream stores open on StoreDir.
+// Start validates cfg, starts nats-server with JetStream and returns once it is ready for
+// connections, or with an error. A fatal error during start-up (port in use, unusable store) comes
+// back as soon as nats-server reports it, not after a timeout. On any error nothing is left
+// running: Start returns only after nats-server's own start-up has returned and the server has shut
+// down. If ctx ends while nats-server is still recovering streams, Start therefore waits for that
+// recovery before it shuts the server down (and logs that it does): stopping nats-server in the
+// middle of its start-up can leave stream stores open on StoreDir.
 func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("start embedded nats: invalid config: %w", err)
@@ -645,9 +612,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		defer cancel()
 	}
 
-	// nats-server's Start runs in its own goroutine: it recovers every
-	// stream before it opens the client listener, so it can take long, and
-	// it reports a failure only through Fatalf.
+	// nats-server's Start runs in its own goroutine: it recovers every stream before it opens the
+	// client listener, so it can take long, and it reports a failure only through Fatalf.
 	started := make(chan struct{})
 	go func() {
 		defer close(started)
@@ -688,9 +654,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, fatalOr(errors.New("start embedded nats: server ready but JetStream is not enabled"))
 	}
 
-	// Ready means the listener is open, the last step of nats-server's
-	// Start: it returns right after. Wait for it, so that Close never
-	// races it.
+	// Ready means the listener is open, the last step of nats-server's Start: it returns right
+	// after. Wait for it, so that Close never races it.
 	<-started
 
 	s := &Server{ns: ns, cfg: cfg, done: make(chan struct{}), closing: make(chan struct{}), problems: adapter.started()}
@@ -704,14 +669,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 // stopAfterStart shuts down a server whose start failed, once its Start
 // (running in the goroutine that closes started) has returned.
 //
-// Shutdown must not run while Start still does (nats-server v2.15.3,
-// server/server.go): Shutdown is one-shot, so whatever Start sets up after
-// it stays up. Start does not check for a shutdown until AcceptLoop, and
-// that check is not under the server lock: a JetStream enabled after the
-// shutdown keeps its stream stores open on the store dir (goroutines
-// alive), and an AcceptLoop that passed the check just before the shutdown
-// still opens the client listener. After Start has returned, Shutdown sees
-// everything it started and stops it; WaitForShutdown then waits for it.
+// Shutdown must not run while Start still does (nats-server v2.15.3, server/server.go): Shutdown is
+// one-shot, so whatever Start sets up after it stays up. Start does not check for a shutdown until
+// AcceptLoop, and that check is not under the server lock: a JetStream enabled after the shutdown
+// keeps its stream stores open on the store dir (goroutines alive), and an AcceptLoop that passed
+// the check just before the shutdown still opens the client listener. After Start has returned,
+// Shutdown sees everything it started and stops it; WaitForShutdown then waits for it.
 func stopAfterStart(ns *server.Server, started <-chan struct{}, logger *slog.Logger) {
 	select {
 	case <-started:
@@ -724,9 +687,8 @@ func stopAfterStart(ns *server.Server, started <-chan struct{}, logger *slog.Log
 	ns.WaitForShutdown()
 }
 
-// ClientURL returns the URL clients connect to, with the real port even
-// when Config.Port was -1. With DontListen it returns "" (connect with
-// nats.InProcessServer(srv) instead).
+// ClientURL returns the URL clients connect to, with the real port even when Config.Port was -1.
+// With DontListen it returns "" (connect with nats.InProcessServer(srv) instead).
 func (s *Server) ClientURL() string {
 	if s.cfg.DontListen {
 		return ""
@@ -754,15 +716,13 @@ func (s *Server) StoreDir() string { return s.cfg.StoreDir }
 // SyncAlways reports whether every publish is fsynced before its ack.
 func (s *Server) SyncAlways() bool { return s.cfg.SyncInterval == 0 && !s.cfg.GroupCommit }
 
-// StartupProblems returns the warnings and errors nats-server logged while
-// it started, at most 100: what stream and consumer recovery reported
-// (damaged blocks, unreadable metadata, consumers moved back). Empty after
-// a clean start.
+// StartupProblems returns the warnings and errors nats-server logged while it started, at most 100:
+// what stream and consumer recovery reported (damaged blocks, unreadable metadata, consumers moved
+// back). Empty after a clean start.
 func (s *Server) StartupProblems() []string { return s.problems }
 
-// NATSServer returns the underlying nats-server, for monitoring handlers
-// (HandleVarz, HandleJsz, ...) and tests. Do not Shutdown it directly: use
-// [Server.Close].
+// NATSServer returns the underlying nats-server, for monitoring handlers (HandleVarz, HandleJsz,
+// ...) and tests. Do not Shutdown it directly: use [Server.Close].
 func (s *Server) NATSServer() *server.Server { return s.ns }
 
 // Done is closed once the server has stopped, for any reason.

@@ -1,7 +1,6 @@
-// Package orderstoretest gives a Go test a whole orderstore appliance (the
-// embedded broker with ORDER_EVENTS, the dead-letter stream, the ORDERS
-// projection and the running processor) in a few tens of milliseconds,
-// stopped by t.Cleanup:
+// Package orderstoretest gives a Go test a whole orderstore appliance (the embedded broker with
+// ORDER_EVENTS, the dead-letter stream, the ORDERS projection and the running processor) in a few
+// tens of milliseconds, stopped by t.Cleanup:
 //
 //	func TestCheckout(t *testing.T) {
 //		app := orderstoretest.Start(t)
@@ -45,10 +44,9 @@ func Config(t testing.TB) orderstore.Config {
 	return cfg
 }
 
-// Start starts an appliance for t from [Config] adjusted by opts, and
-// returns it ready (the processor consumes). It calls t.Fatal if start-up
-// fails. When the test ends it is closed, and a part that failed while the
-// test ran is reported with t.Errorf.
+// Start starts an appliance for t from [Config] adjusted by opts, and returns it ready (the
+// processor consumes). It calls t.Fatal if start-up fails. When the test ends it is closed, and a
+// part that failed while the test ran is reported with t.Errorf.
 func Start(t testing.TB, opts ...func(*orderstore.Config)) *orderstore.Appliance {
 	t.Helper()
 	cfg := Config(t)
@@ -74,13 +72,11 @@ func Start(t testing.TB, opts ...func(*orderstore.Config)) *orderstore.Appliance
 	return app
 }
 
-// DeclareOrderEvents declares, on nc's server, exactly what the appliance
-// declares with its built-in defaults adjusted by opts: the ORDER_EVENTS
-// stream (orders.>), the dead-letter stream, the ORDERS projection bucket,
-// its history index (KV_ORDERS_HISTORY) and the order-processor durable
-// consumer. It returns the spec declared.
-// Use it to test your own consumers against a bare broker
-// (embeddedtest.Start) or any NATS server.
+// DeclareOrderEvents declares, on nc's server, exactly what the appliance declares with its
+// built-in defaults adjusted by opts: the ORDER_EVENTS stream (orders.>), the dead-letter stream,
+// the ORDERS projection bucket, its history index (KV_ORDERS_HISTORY) and the order-processor
+// durable consumer. It returns the spec declared. Use it to test your own consumers against a bare
+// broker (embeddedtest.Start) or any NATS server.
 func DeclareOrderEvents(t testing.TB, nc *nats.Conn, opts ...func(*orderstore.Config)) bootstrap.Spec {
 	t.Helper()
 	cfg := orderstore.DefaultConfig()

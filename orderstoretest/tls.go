@@ -21,9 +21,8 @@ import (
 	"time"
 )
 
-// Certs are the PEM files of a throwaway certificate authority, a server
-// certificate for the loopback addresses and a client certificate, for
-// tests that make real TLS handshakes (see [TLS]).
+// Certs are the PEM files of a throwaway certificate authority, a server certificate for the
+// loopback addresses and a client certificate, for tests that make real TLS handshakes (see [TLS]).
 type Certs struct {
 	CA                    string // the CA's certificate
 	ServerCert, ServerKey string // for 127.0.0.1, ::1, localhost and the address of [Addrs]
@@ -33,9 +32,8 @@ type Certs struct {
 	OtherCA string
 }
 
-// TLS writes a fresh CA, server and client certificate into a temporary
-// directory of t. Use them for Server.TLS and Admin.TLS, and give clients
-// Certs.CA (nats.RootCAs, natscli's --tlsca).
+// TLS writes a fresh CA, server and client certificate into a temporary directory of t. Use them
+// for Server.TLS and Admin.TLS, and give clients Certs.CA (nats.RootCAs, natscli's --tlsca).
 func TLS(t testing.TB) Certs {
 	t.Helper()
 	dir := t.TempDir()
@@ -110,20 +108,17 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 	}
 }
 
-// Addrs returns n listen addresses ("host:port") for the route, leaf or
-// client listeners of t whose addresses must be known before they start
-// (each cluster node lists every node's route; edges dial a hub that is
-// not up yet) or must stay the same when their server restarts. They are
-// ports of a loopback address of t's own, a random 127.x.y.z (Linux
-// routes all of 127.0.0.0/8 to lo), where nothing else listens: unlike a
-// port of 127.0.0.1 that was free a moment ago, no other test's or
-// process's listener or connection can take one between now and when it
-// is used, nor while its server is down. (Outgoing connections to it come
-// from 127.0.0.1, and the ports lie below the kernel's ephemeral range,
-// net.ipv4.ip_local_port_range, where every random port of a listener on
-// all addresses comes from.) Each call returns further ports of the same
-// address; the server certificate of [TLS] for the same t is valid for
-// it. Config validation counts it as loopback, as 127.0.0.1.
+// Addrs returns n listen addresses ("host:port") for the route, leaf or client listeners of t whose
+// addresses must be known before they start (each cluster node lists every node's route; edges dial
+// a hub that is not up yet) or must stay the same when their server restarts. They are ports of a
+// loopback address of t's own, a random 127.x.y.z (Linux routes all of 127.0.0.0/8 to lo), where
+// nothing else listens: unlike a port of 127.0.0.1 that was free a moment ago, no other test's or
+// process's listener or connection can take one between now and when it is used, nor while its
+// server is down. (Outgoing connections to it come from 127.0.0.1, and the ports lie below the
+// kernel's ephemeral range, net.ipv4.ip_local_port_range, where every random port of a listener on
+// all addresses comes from.) Each call returns further ports of the same address; the server
+// certificate of [TLS] for the same t is valid for it. Config validation counts it as loopback, as
+// 127.0.0.1.
 //
 // Where 127.0.0.1 is the only loopback address (macOS), they are ports of
 // 127.0.0.1 that were free a moment ago.
@@ -143,9 +138,8 @@ func Addrs(t testing.TB, n int) []string {
 		}
 		addr := net.JoinHostPort(lb.host, strconv.Itoa(lb.next))
 		lb.next++
-		// Only a listener on all addresses with this port (a service's
-		// fixed port) or an address 127.x.y.z not routed to lo (macOS)
-		// stops this.
+		// Only a listener on all addresses with this port (a service's fixed port) or an address
+		// 127.x.y.z not routed to lo (macOS) stops this.
 		l, err := net.Listen("tcp", addr)
 		if errors.Is(err, syscall.EADDRNOTAVAIL) && lb.host != "127.0.0.1" {
 			lb.host = "127.0.0.1"
@@ -160,8 +154,7 @@ func Addrs(t testing.TB, n int) []string {
 	return addrs
 }
 
-// loopback is t's own loopback address and the next port [Addrs] tries
-// on it.
+// loopback is t's own loopback address and the next port [Addrs] tries on it.
 type loopback struct {
 	mu   sync.Mutex
 	host string
@@ -198,8 +191,7 @@ func ownLoopback(t testing.TB) *loopback {
 	return lb
 }
 
-// ephemeralLow is the first port of the kernel's ephemeral range (32768
-// where it cannot be read).
+// ephemeralLow is the first port of the kernel's ephemeral range (32768 where it cannot be read).
 func ephemeralLow() int {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {

@@ -30,11 +30,10 @@ const (
 // atomicBatchMax is nats-server's limit of messages per atomic batch.
 const atomicBatchMax = 1000
 
-// SetAtomicBatches turns atomic batch commits off (false) or leaves them
-// on where the bucket allows them (true, the default). They pay off when
-// every write is fsynced (sync_interval "always": one fsync per batch);
-// with a relaxed sync interval, pipelined single writes are faster. Call
-// it before the first batch.
+// SetAtomicBatches turns atomic batch commits off (false) or leaves them on where the bucket allows
+// them (true, the default). They pay off when every write is fsynced (sync_interval "always": one
+// fsync per batch); with a relaxed sync interval, pipelined single writes are faster. Call it
+// before the first batch.
 func (p *Projection) SetAtomicBatches(on bool) { p.atomicOff = !on }
 
 // useAtomic reports, once, whether the bucket's stream allows atomic batches.
@@ -43,10 +42,9 @@ func (p *Projection) useAtomic(ctx context.Context) bool {
 	return atomic && !p.atomicOff
 }
 
-// bucketOnce reads what the projection needs to know of its bucket's
-// stream, until a read succeeds: whether it accepts atomic batches and
-// whether it has replicas. While unknown: no atomic batches, reads from
-// the leader.
+// bucketOnce reads what the projection needs to know of its bucket's stream, until a read succeeds:
+// whether it accepts atomic batches and whether it has replicas. While unknown: no atomic batches,
+// reads from the leader.
 func (p *Projection) bucketOnce(ctx context.Context) (atomic, replicated bool) {
 	p.bucketMu.Lock()
 	defer p.bucketMu.Unlock()
@@ -68,12 +66,11 @@ func (p *Projection) bucketOnce(ctx context.Context) (atomic, replicated bool) {
 	return
 }
 
-// loadLatest is load where its answer must be the latest: from the
-// bucket's leader when the bucket has replicas (a direct get may be
-// answered by one that lags), else a direct get (its only server is the
-// leader, and direct gets do not queue behind the JetStream API), unless
-// that finds no order: a deleted one's marker has a revision that a write
-// must expect, which only the leader's answer gives.
+// loadLatest is load where its answer must be the latest: from the bucket's leader when the bucket
+// has replicas (a direct get may be answered by one that lags), else a direct get (its only server
+// is the leader, and direct gets do not queue behind the JetStream API), unless that finds no
+// order: a deleted one's marker has a revision that a write must expect, which only the leader's
+// answer gives.
 func (p *Projection) loadLatest(ctx context.Context, id string) (record, uint64, error) {
 	if _, replicated := p.bucketOnce(ctx); !replicated {
 		if r, rev, err := p.load(ctx, id); err != nil || rev != 0 {
@@ -143,18 +140,16 @@ func isWrongLastSequence(err error) bool {
 	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// inFlightAtLeader reports the 10164 of isWrongLastSequence: the other
-// write has not been applied yet, and a read now would most likely find
-// the record it replaces.
+// inFlightAtLeader reports the 10164 of isWrongLastSequence: the other write has not been applied
+// yet, and a read now would most likely find the record it replaces.
 func inFlightAtLeader(err error) bool {
 	var api *jetstream.APIError
 	return errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
-// conflictPause waits a moment before the attempt-th retry of a write
-// that found another in flight at the leader (a few milliseconds, longer
-// with each attempt, jittered so that two writers part): the other write
-// is then applied, and the read that follows finds it.
+// conflictPause waits a moment before the attempt-th retry of a write that found another in flight
+// at the leader (a few milliseconds, longer with each attempt, jittered so that two writers part):
+// the other write is then applied, and the read that follows finds it.
 func conflictPause(ctx context.Context, attempt int) {
 	d := time.Duration(rand.Int64N(int64(min(time.Millisecond<<min(attempt, 6), 50*time.Millisecond)))) + time.Millisecond
 	t := time.NewTimer(d)
@@ -215,9 +210,8 @@ func decodeRecord(id string, data []byte, rev uint64) (record, uint64, error) {
 	return r, rev, nil
 }
 
-// loadFromLeader is load answered by the bucket's stream leader (the
-// JetStream API's message get, where load's direct get may be answered by
-// any replica).
+// loadFromLeader is load answered by the bucket's stream leader (the JetStream API's message get,
+// where load's direct get may be answered by any replica).
 func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uint64, error) {
 	data, seq, deleted, err := leaderget.LastBySubject(ctx, p.js, "KV_"+p.kv.Bucket(), p.prefix+id)
 	switch {
@@ -231,9 +225,8 @@ func (p *Projection) loadFromLeader(ctx context.Context, id string) (record, uin
 	return decodeRecord(id, data, seq)
 }
 
-// parallel calls fn(i) for each i below n, width calls at most at once,
-// on as many goroutines (not one per call, whose stack would grow anew
-// through the request path each time).
+// parallel calls fn(i) for each i below n, width calls at most at once, on as many goroutines (not
+// one per call, whose stack would grow anew through the request path each time).
 func parallel(n, width int, fn func(i int)) {
 	next := make(chan int)
 	var wg sync.WaitGroup

@@ -15,9 +15,8 @@ type byteBudget struct {
 	freed chan struct{} // closed and replaced on every release
 }
 
-// acquire takes n bytes, waiting while they would exceed the budget (an
-// n above the whole budget is taken when nothing else is held). It
-// returns false if stop closes first.
+// acquire takes n bytes, waiting while they would exceed the budget (an n above the whole budget is
+// taken when nothing else is held). It returns false if stop closes first.
 func (b *byteBudget) acquire(n int64, stop <-chan struct{}) bool {
 	for {
 		b.mu.Lock()

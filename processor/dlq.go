@@ -27,10 +27,9 @@ const (
 	HeaderDeadLetterAt  = "Orderstore-Dead-Lettered-At"
 	HeaderOriginalMsgID = "Orderstore-Original-Msg-Id"
 	HeaderPoison        = "Orderstore-Poison"
-	// HeaderTrimmed is set on a dead letter stored without (part of) the
-	// original because the copy would exceed the server's max_payload:
-	// "payload 1048000 bytes", "headers 70000 bytes". Replay then reads
-	// the original from its stream, while it is still there.
+	// HeaderTrimmed is set on a dead letter stored without (part of) the original because the copy
+	// would exceed the server's max_payload: "payload 1048000 bytes", "headers 70000 bytes". Replay
+	// then reads the original from its stream, while it is still there.
 	HeaderTrimmed = "Orderstore-Trimmed"
 	// HeaderReplayOf is set on an event republished from the dead-letter
 	// stream: the original stream sequence.
@@ -41,15 +40,13 @@ const (
 // limit on a message's headers.
 const maxDeadLetterHeaders = 60 << 10
 
-// maxDeadLetterSubject bounds the part of a dead letter's subject taken
-// from the original's.
+// maxDeadLetterSubject bounds the part of a dead letter's subject taken from the original's.
 const maxDeadLetterSubject = 256
 
-// DeadLetterSubject is the subject a dead letter of an event on subject is
-// stored on: "<prefix>.<subject>", or, for a subject longer than 256
-// bytes, "<prefix>.long.<sha256 of the subject>" (the original subject is
-// in the HeaderSubject header either way), so that no event makes a
-// subject nats would refuse.
+// DeadLetterSubject is the subject a dead letter of an event on subject is stored on:
+// "<prefix>.<subject>", or, for a subject longer than 256 bytes, "<prefix>.long.<sha256 of the
+// subject>" (the original subject is in the HeaderSubject header either way), so that no event
+// makes a subject nats would refuse.
 func DeadLetterSubject(prefix, subject string) string {
 	if len(subject) <= maxDeadLetterSubject {
 		return prefix + "." + subject
@@ -58,11 +55,10 @@ func DeadLetterSubject(prefix, subject string) string {
 	return prefix + ".long." + hex.EncodeToString(sum[:16])
 }
 
-// deadLetter copies the event to the dead-letter stream with headers naming
-// its origin and the error, and adds it to dls: finishDeadLetters
-// terminates the original once the copy is durable. If the copy cannot be
-// stored the original is retried instead: nothing is dropped. A copy too
-// large is trimmed (docs/processor.md, "Dead letters").
+// deadLetter copies the event to the dead-letter stream with headers naming its origin and the
+// error, and adds it to dls: finishDeadLetters terminates the original once the copy is durable. If
+// the copy cannot be stored the original is retried instead: nothing is dropped. A copy too large
+// is trimmed (docs/processor.md, "Dead letters").
 func (p *Processor) deadLetter(ctx context.Context, m delivery, ev Event, cause error, dls *deadLetters) {
 	h := nats.Header{}
 	for k, v := range m.Headers() {
@@ -118,9 +114,8 @@ func (p *Processor) deadLetter(ctx context.Context, m delivery, ev Event, cause 
 	*dls = append(*dls, deadLettered{m: m, ev: ev, cause: cause, trimmed: h.Get(HeaderTrimmed)})
 }
 
-// deadLetters are a batch's events copied to the dead-letter stream whose
-// originals are terminated once the copies are durable (Config.Sync), with
-// one sync for them all.
+// deadLetters are a batch's events copied to the dead-letter stream whose originals are terminated
+// once the copies are durable (Config.Sync), with one sync for them all.
 type deadLetters []deadLettered
 
 type deadLettered struct {
@@ -133,9 +128,8 @@ type deadLettered struct {
 // deadLetterMemory bounds the sequences firstDeadLetter remembers.
 const deadLetterMemory = 100_000
 
-// firstDeadLetter reports whether this processor counts the dead letter of
-// the event at seq for the first time, and remembers it (the oldest
-// forgotten past deadLetterMemory).
+// firstDeadLetter reports whether this processor counts the dead letter of the event at seq for the
+// first time, and remembers it (the oldest forgotten past deadLetterMemory).
 func (p *Processor) firstDeadLetter(seq uint64) bool {
 	p.dlMu.Lock()
 	defer p.dlMu.Unlock()
@@ -151,9 +145,8 @@ func (p *Processor) firstDeadLetter(seq uint64) bool {
 	return true
 }
 
-// finishDeadLetters makes the batch's dead letters durable, then
-// terminates their originals; if they cannot be made durable the originals
-// are retried instead.
+// finishDeadLetters makes the batch's dead letters durable, then terminates their originals; if
+// they cannot be made durable the originals are retried instead.
 func (p *Processor) finishDeadLetters(ctx context.Context, dls deadLetters) {
 	if len(dls) == 0 {
 		return
@@ -167,9 +160,8 @@ func (p *Processor) finishDeadLetters(ctx context.Context, dls deadLetters) {
 		return
 	}
 	for _, d := range dls {
-		// Counted once per event: one that comes back (its term was lost,
-		// or ack_wait passed before it) is dead-lettered again, stored
-		// once (the copy's Nats-Msg-Id) and not counted again.
+		// Counted once per event: one that comes back (its term was lost, or ack_wait passed before
+		// it) is dead-lettered again, stored once (the copy's Nats-Msg-Id) and not counted again.
 		poison := errors.Is(d.cause, ErrPoison)
 		if p.firstDeadLetter(d.ev.Sequence) {
 			p.deadLettered.Add(1)
@@ -222,13 +214,11 @@ func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
 	return d
 }
 
-// ListDeadLetters returns up to limit dead letters from stream with a
-// sequence at or after from (1 for the start), oldest first, and the
-// sequence to pass as from for the next page (0 when there is none). A
-// page also ends once it holds MaxPageBytes of payloads and headers (it
-// always holds at least one), so that listing never holds more than that
-// in memory whatever the dead letters' sizes. With none to list it returns
-// an empty, non-nil slice.
+// ListDeadLetters returns up to limit dead letters from stream with a sequence at or after from (1
+// for the start), oldest first, and the sequence to pass as from for the next page (0 when there is
+// none). A page also ends once it holds MaxPageBytes of payloads and headers (it always holds at
+// least one), so that listing never holds more than that in memory whatever the dead letters'
+// sizes. With none to list it returns an empty, non-nil slice.
 func ListDeadLetters(ctx context.Context, js jetstream.JetStream, stream string, from uint64, limit int) ([]DeadLetter, uint64, error) {
 	s, st, err := deadLetterStream(ctx, js, stream)
 	if err != nil {
@@ -241,8 +231,7 @@ func ListDeadLetters(ctx context.Context, js jetstream.JetStream, stream string,
 	return scanDeadLetters(ctx, s, stream, max(from, st.FirstSeq), st.LastSeq, limit)
 }
 
-// MaxPageBytes bounds the payloads and headers of one page of
-// [ListDeadLetters].
+// MaxPageBytes bounds the payloads and headers of one page of [ListDeadLetters].
 const MaxPageBytes = 8 << 20
 
 // deadLetterStream looks the dead-letter stream up, with its state.
@@ -254,12 +243,10 @@ func deadLetterStream(ctx context.Context, js jetstream.JetStream, stream string
 	return s, s.CachedInfo().State, nil // its info, fetched by the lookup
 }
 
-// LatestDeadLetters returns up to n of the most recent dead letters in
-// stream, oldest first (n <= 0 means 100), and no more of them than hold
-// MaxPageBytes of payloads and headers (the newest is always returned). With
-// none it returns an empty, non-nil slice. Dead letters removed by Replay
-// leave gaps in the stream's sequences; those returned are still the most
-// recent that remain.
+// LatestDeadLetters returns up to n of the most recent dead letters in stream, oldest first (n <= 0
+// means 100), and no more of them than hold MaxPageBytes of payloads and headers (the newest is
+// always returned). With none it returns an empty, non-nil slice. Dead letters removed by Replay
+// leave gaps in the stream's sequences; those returned are still the most recent that remain.
 func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream string, n int) ([]DeadLetter, error) {
 	n = orDefault(n, 100)
 	s, st, err := deadLetterStream(ctx, js, stream)
@@ -271,10 +258,9 @@ func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream strin
 		return out, nil
 	}
 	want := int(min(uint64(n), st.Msgs))
-	// Read windows of want sequences back from the end until they hold
-	// want: no window reads more than want dead letters, so what is read
-	// stays near what is returned, and a run of removed ones costs one
-	// read per window (at most maxWindows of them).
+	// Read windows of want sequences back from the end until they hold want: no window reads more
+	// than want dead letters, so what is read stays near what is returned, and a run of removed
+	// ones costs one read per window (at most maxWindows of them).
 	const maxWindows = 256
 	to, width, full := st.LastSeq, uint64(want), false
 	for w := 0; len(out) < want && !full && w < maxWindows; w++ {
@@ -282,8 +268,7 @@ func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream strin
 		if to-st.FirstSeq >= width {
 			from = to - width + 1
 		}
-		// A scan stops at MaxPageBytes: read the window on from there,
-		// keeping its newest.
+		// A scan stops at MaxPageBytes: read the window on from there, keeping its newest.
 		page := []DeadLetter{}
 		for seq := from; seq != 0; {
 			p, next, err := scanDeadLetters(ctx, s, stream, seq, to, 0)
@@ -302,9 +287,8 @@ func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream strin
 	return out, nil
 }
 
-// newestDeadLetters is the tail of dls that holds at most n of them and
-// MaxPageBytes of their payloads and headers (the last one always); full
-// says whether the bytes cut it.
+// newestDeadLetters is the tail of dls that holds at most n of them and MaxPageBytes of their
+// payloads and headers (the last one always); full says whether the bytes cut it.
 func newestDeadLetters(dls []DeadLetter, n int) (tail []DeadLetter, full bool) {
 	k, size := len(dls), 0
 	for ; k > 0 && len(dls)-k < n; k-- {
@@ -355,15 +339,13 @@ func GetDeadLetter(ctx context.Context, js jetstream.JetStream, stream string, s
 	return deadLetterFrom(m), nil
 }
 
-// ReplayMsgIDPrefix begins the Nats-Msg-Id of every event Replay
-// republishes from dead-letter stream dlq ("replay-<dlq>-<sequence>"):
-// a replay done twice is stored once.
+// ReplayMsgIDPrefix begins the Nats-Msg-Id of every event Replay republishes from dead-letter
+// stream dlq ("replay-<dlq>-<sequence>"): a replay done twice is stored once.
 func ReplayMsgIDPrefix(dlq string) string { return "replay-" + dlq + "-" }
 
-// Replay republishes dead letter seq to its original subject, with its
-// original headers and payload plus Orderstore-Replay-Of, and removes it
-// from the dead-letter stream. It returns the event's new stream sequence.
-// A replay done twice (a crash between publish and remove) is stored once
+// Replay republishes dead letter seq to its original subject, with its original headers and payload
+// plus Orderstore-Replay-Of, and removes it from the dead-letter stream. It returns the event's new
+// stream sequence. A replay done twice (a crash between publish and remove) is stored once
 // ([ReplayMsgIDPrefix]).
 func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (uint64, error) {
 	d, err := GetDeadLetter(ctx, js, stream, seq)

@@ -139,8 +139,7 @@ type HistoryEvent struct {
 	Time    time.Time
 	Header  nats.Header
 	Data    []byte
-	// State is the order's state after the event, from
-	// [Projection.HistoryStates]; nil otherwise.
+	// State is the order's state after the event, from [Projection.HistoryStates]; nil otherwise.
 	State *Order
 }
 

@@ -6,9 +6,8 @@ import (
 	"sync"
 )
 
-// Pausable runs a Processor so that it can be paused (a projection
-// rebuild's takeover does): Pause waits for Run of the processor to
-// return, and the processor runs again on resume.
+// Pausable runs a Processor so that it can be paused (a projection rebuild's takeover does): Pause
+// waits for Run of the processor to return, and the processor runs again on resume.
 type Pausable struct {
 	proc *Processor
 
@@ -21,8 +20,7 @@ type Pausable struct {
 // NewPausable returns a Pausable of p.
 func NewPausable(p *Processor) *Pausable { return &Pausable{proc: p} }
 
-// Run runs the processor until ctx is done or it fails, pausing it
-// whenever Pause asks.
+// Run runs the processor until ctx is done or it fails, pausing it whenever Pause asks.
 func (p *Pausable) Run(ctx context.Context) error {
 	for {
 		p.mu.Lock()

@@ -26,11 +26,10 @@ type Config struct {
 	// orders.created is published on "<prefix>.orders.created".
 	DeadLetterStream        string
 	DeadLetterSubjectPrefix string
-	// MaxDeliver is the delivery on which a failing event is dead-lettered
-	// (processor.max_deliver), enforced by the processor, also on an event
-	// with no result (docs/processor.md, "Retries and max_deliver"). Keep
-	// the consumer's own max_deliver -1: nats-server drops an event
-	// silently when it reaches that. Default 5.
+	// MaxDeliver is the delivery on which a failing event is dead-lettered (processor.max_deliver),
+	// enforced by the processor, also on an event with no result (docs/processor.md, "Retries and
+	// max_deliver"). Keep the consumer's own max_deliver -1: nats-server drops an event silently
+	// when it reaches that. Default 5.
 	MaxDeliver int
 	// Backoff lists the delays before the 1st, 2nd, ... retry of a failed
 	// event; the last one repeats. Empty means 1s.
@@ -39,63 +38,51 @@ type Config struct {
 	Handler Handler
 	// Workers is how many orders are handled at once. Default 32.
 	Workers int
-	// BatchSize caps the events taken in one round. Default: the consumer's
-	// max_ack_pending.
+	// BatchSize caps the events taken in one round. Default: the consumer's max_ack_pending.
 	BatchSize int
-	// DrainTimeout bounds the shutdown drain: at the deadline the handlers'
-	// context is canceled, and events fetched but not handled by then stay
-	// unacked and are redelivered (one whose handler was cut short is
-	// nak'ed). Default 10s.
+	// DrainTimeout bounds the shutdown drain: at the deadline the handlers' context is canceled,
+	// and events fetched but not handled by then stay unacked and are redelivered (one whose
+	// handler was cut short is nak'ed). Default 10s.
 	DrainTimeout time.Duration
-	// MaxBufferedBytes bounds the events held in memory (fetched, queued and
-	// being handled), whatever their sizes: when it is reached the
-	// processor stops pulling until some settle. An event larger than the
-	// bound is still taken, alone. Default 64 MiB.
+	// MaxBufferedBytes bounds the events held in memory (fetched, queued and being handled),
+	// whatever their sizes: when it is reached the processor stops pulling until some settle. An
+	// event larger than the bound is still taken, alone. Default 64 MiB.
 	MaxBufferedBytes int64
-	// SeenUpTo, when set, is taken as the highest stream sequence already
-	// seen, for counting events removed unprocessed: a consumer declared
-	// again from the start (after a damaged store) does not count what
-	// the one before it processed. Zero: the consumer's delivered sequence.
+	// SeenUpTo, when set, is taken as the highest stream sequence already seen, for counting events
+	// removed unprocessed: a consumer declared again from the start (after a damaged store) does
+	// not count what the one before it processed. Zero: the consumer's delivered sequence.
 	SeenUpTo uint64
-	// Sync, when set, makes durable what the handler and dead-lettering
-	// wrote (a group commit of the store): the processor calls it once per
-	// batch, after the batch's events were handled and before any of them
-	// is acked, and before a dead letter's original is terminated. An
-	// error leaves the batch unacked: it is retried after the backoff.
+	// Sync, when set, makes durable what the handler and dead-lettering wrote (a group commit of
+	// the store): the processor calls it once per batch, after the batch's events were handled and
+	// before any of them is acked, and before a dead letter's original is terminated. An error
+	// leaves the batch unacked: it is retried after the backoff.
 	Sync func(context.Context) error
-	// MaxDeadLetterBytes is the largest dead letter (headers and payload)
-	// the dead-letter stream takes (its max_msg_size); larger ones are
-	// trimmed. Zero: the connection's max payload.
+	// MaxDeadLetterBytes is the largest dead letter (headers and payload) the dead-letter stream
+	// takes (its max_msg_size); larger ones are trimmed. Zero: the connection's max payload.
 	MaxDeadLetterBytes int
-	// Exclusive says no other processor shares Durable (the appliance's:
-	// nobody else may bind it). A jump in the sequences delivered to it
-	// then means events were taken by someone else (acked behind its
-	// back): the processor reads each from the stream, applies it in its
-	// place and counts it (Stats.Recovered), instead of leaving it out of
-	// the projection.
+	// Exclusive says no other processor shares Durable (the appliance's: nobody else may bind it).
+	// A jump in the sequences delivered to it then means events were taken by someone else (acked
+	// behind its back): the processor reads each from the stream, applies it in its place and
+	// counts it (Stats.Recovered), instead of leaving it out of the projection.
 	Exclusive bool
-	// Shared says the durable is shared by processors of the same
-	// application (the nodes of a cluster each run one): with Exclusive,
-	// the events a sibling was delivered are read back once the ack floor
-	// has passed them, and applied only if the handler, an
-	// [AppliedChecker], says they were not (docs/processor.md, "In a
-	// cluster"); without one, nothing is read back. Its limit: such an
-	// event of an order written since the floor passed it counts as
-	// applied (the projection keeps only the floor), so an outside client
-	// that took it goes unnoticed; the durable guard keeps them off.
+	// Shared says the durable is shared by processors of the same application (the nodes of a
+	// cluster each run one): with Exclusive, the events a sibling was delivered are read back once
+	// the ack floor has passed them, and applied only if the handler, an [AppliedChecker], says
+	// they were not (docs/processor.md, "In a cluster"); without one, nothing is read back. Its
+	// limit: such an event of an order written since the floor passed it counts as applied (the
+	// projection keeps only the floor), so an outside client that took it goes unnoticed; the
+	// durable guard keeps them off.
 	Shared bool
-	// SettledThrough: every event up to this stream sequence was settled
-	// (applied or dead-lettered) before the store was restored from a
-	// backup; the processor acks them unhandled, so that none is
-	// dead-lettered again, nor applied beside the replay the projection
-	// holds (docs/operations.md, "Restore").
+	// SettledThrough: every event up to this stream sequence was settled (applied or dead-lettered)
+	// before the store was restored from a backup; the processor acks them unhandled, so that none
+	// is dead-lettered again, nor applied beside the replay the projection holds
+	// (docs/operations.md, "Restore").
 	SettledThrough uint64
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
 
-// Stats are the processor's counters since it started. Its JSON is what
-// an HTTP API serves as is.
+// Stats are the processor's counters since it started. Its JSON is what an HTTP API serves as is.
 type Stats struct {
 	Running      bool   `json:"running"`       // Run is consuming
 	Processed    uint64 `json:"processed"`     // events applied and acked
@@ -105,19 +92,17 @@ type Stats struct {
 	Duplicates   uint64 `json:"duplicates"`    // events acked without effect: already applied, or settled before a restore
 	// LastAppliedSeq is the highest stream sequence this processor applied.
 	LastAppliedSeq uint64 `json:"last_applied_seq"`
-	// AckErrors counts acks, naks and terms that could not be sent (the
-	// connection closed or failed): the event stays unacked and is
-	// redelivered after ack_wait, and is not counted as processed,
-	// duplicate or dead-lettered. Acks are not confirmed by the server, so
-	// one lost on the way is not counted.
+	// AckErrors counts acks, naks and terms that could not be sent (the connection closed or
+	// failed): the event stays unacked and is redelivered after ack_wait, and is not counted as
+	// processed, duplicate or dead-lettered. Acks are not confirmed by the server, so one lost on
+	// the way is not counted.
 	AckErrors uint64 `json:"ack_errors"`
 	// RemovedUnprocessed counts events the stream's retention limits
 	// (max_age, max_bytes, max_msgs with discard "old") removed before
 	// the processor was delivered them: they never reach the handler.
 	RemovedUnprocessed uint64 `json:"removed_unprocessed"`
-	// Recovered counts events an Exclusive processor was not delivered
-	// (another client took them from its durable) and read from the
-	// stream and applied itself.
+	// Recovered counts events an Exclusive processor was not delivered (another client took them
+	// from its durable) and read from the stream and applied itself.
 	Recovered uint64 `json:"recovered"`
 }
 
@@ -145,17 +130,15 @@ type Processor struct {
 	recovered                  atomic.Uint64
 	requeue                    atomic.Pointer[func(delivery) bool] // Run's enqueue, while it runs
 	retries                    retries                             // recovered events nak'ed
-	// Exclusive: the recovered events, which the floor handed out stays
-	// below (safeFloor: the consumer's ack floor, moved by whoever took
-	// them, must not prune them from the projection's idempotency
-	// records) until they are settled, and events nak'ed and not yet
-	// delivered again (taken if the floor passes them).
+	// Exclusive: the recovered events, which the floor handed out stays below (safeFloor: the
+	// consumer's ack floor, moved by whoever took them, must not prune them from the projection's
+	// idempotency records) until they are settled, and events nak'ed and not yet delivered again
+	// (taken if the floor passes them).
 	recMu      sync.Mutex // guards recPending, awaiting and storeFails
 	recPending map[uint64]struct{}
 	awaiting   map[uint64]struct{}
 	storeFails map[uint64]uint64 // deliveries of an unsettled event that failed for a store that cannot write
-	// Shared: the sequence ranges delivered elsewhere, to check once the
-	// ack floor passes them.
+	// Shared: the sequence ranges delivered elsewhere, to check once the ack floor passes them.
 	gapsMu sync.Mutex
 	gaps   []seqRange
 
@@ -219,11 +202,9 @@ func (p *Processor) Stats() Stats {
 	}
 }
 
-// Ready returns a channel that is closed once Run is consuming: the
-// consumer was found and its pull subscription is up. It stays closed after
-// Run returns (Stats().Running tells the current state). A Run that fails
-// before it consumes never closes it, so wait on it together with Run's
-// result:
+// Ready returns a channel that is closed once Run is consuming: the consumer was found and its pull
+// subscription is up. It stays closed after Run returns (Stats().Running tells the current state).
+// A Run that fails before it consumes never closes it, so wait on it together with Run's result:
 //
 //	done := make(chan error, 1)
 //	go func() { done <- p.Run(ctx) }()
@@ -238,16 +219,14 @@ func (p *Processor) Ready() <-chan struct{} { return p.ready }
 // the events it holds (within DrainTimeout), and returns nil. It returns an
 // error only if it cannot start or the consumer goes away.
 //
-// Run returns only once every goroutine it started has finished: no
-// handler runs and no event is settled after it returns. At the drain
-// deadline it cancels the handlers' context, stops consuming and waits for
-// the handler calls under way to return, so a handler that ignores its
-// context delays Run's return.
+// Run returns only once every goroutine it started has finished: no handler runs and no event is
+// settled after it returns. At the drain deadline it cancels the handlers' context, stops consuming
+// and waits for the handler calls under way to return, so a handler that ignores its context delays
+// Run's return.
 //
-// Events are routed by order id to partitions, each applying its own
-// batches in turn: an order always lands in the same partition, so its
-// events are never handled concurrently, while the partitions keep several
-// batches in flight at once.
+// Events are routed by order id to partitions, each applying its own batches in turn: an order
+// always lands in the same partition, so its events are never handled concurrently, while the
+// partitions keep several batches in flight at once.
 func (p *Processor) Run(ctx context.Context) error {
 	cons, err := p.consumer(ctx)
 	if err != nil {
@@ -274,13 +253,11 @@ func (p *Processor) Run(ctx context.Context) error {
 	msgs := make(chan delivery, maxPending)
 	quit := make(chan struct{})
 	var consumeErr atomic.Pointer[error]
-	// Memory stays bounded whatever the event sizes: an event takes its
-	// size from the budget when it arrives and gives it back once settled;
-	// while the budget is spent the callback waits, so the client stops
-	// pulling. Each pull asks for at most a quarter of it, and no more than
-	// nats.go's subscription holds meanwhile (it drops what arrives past
-	// 64 MiB, a delivery of each event lost), never less than the largest
-	// message the server takes.
+	// Memory stays bounded whatever the event sizes: an event takes its size from the budget when
+	// it arrives and gives it back once settled; while the budget is spent the callback waits, so
+	// the client stops pulling. Each pull asks for at most a quarter of it, and no more than
+	// nats.go's subscription holds meanwhile (it drops what arrives past 64 MiB, a delivery of each
+	// event lost), never less than the largest message the server takes.
 	budget := &byteBudget{max: p.cfg.MaxBufferedBytes, freed: make(chan struct{})}
 	maxPayload := int(p.js.Conn().MaxPayload())
 	pullBytes := min(max(int(p.cfg.MaxBufferedBytes/4), 2*maxPayload), nats.DefaultSubPendingBytesLimit)
@@ -299,8 +276,7 @@ func (p *Processor) Run(ctx context.Context) error {
 			return false
 		}
 	}
-	// A recovered event that fails is delivered again from here, as nats
-	// redelivers the others.
+	// A recovered event that fails is delivered again from here, as nats redelivers the others.
 	p.requeue.Store(&enqueue)
 	defer func() {
 		p.requeue.Store(nil)
@@ -341,9 +317,8 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.log.Info("processor running", "stream", p.cfg.Stream, "consumer", p.cfg.Durable, "max_deliver", p.cfg.MaxDeliver,
 		"batch", batch, "partitions", partitions)
 
-	// Every goroutine Run starts is waited for before it returns: the
-	// partitions and the drain, then the floor watcher (by this defer),
-	// then the retries' timers (by the one above).
+	// Every goroutine Run starts is waited for before it returns: the partitions and the drain,
+	// then the floor watcher (by this defer), then the retries' timers (by the one above).
 	floorCtx, stopFloor := context.WithCancel(context.Background())
 	var floorDone sync.WaitGroup
 	floorDone.Go(func() { p.watchFloor(floorCtx, cons, func(err error) { consumeErr.Store(&err) }) }) // keeps the ack floor fresh: handlers prune by it
@@ -364,9 +339,8 @@ func (p *Processor) Run(ctx context.Context) error {
 		parts[i] = make(chan item, batch)
 		wg.Go(func() { p.partition(hctx, parts[i], batch, &skipped, budget) })
 	}
-	// send routes it to its partition unless stop closes first. Poison
-	// events have no order id: they share one partition and reach the
-	// dead-letter stream in stream order.
+	// send routes it to its partition unless stop closes first. Poison events have no order id:
+	// they share one partition and reach the dead-letter stream in stream order.
 	send := func(it item, stop <-chan struct{}) bool {
 		h := fnv.New32a()
 		h.Write([]byte(it.ev.OrderID))
@@ -384,10 +358,9 @@ func (p *Processor) Run(ctx context.Context) error {
 		}
 		wg.Wait()
 	}
-	// waitClosed waits until no consume callback of ours runs. Closed
-	// follows promptly once the subscription ends (at once when the
-	// connection is closed); the bound only guards against a client that
-	// never reports it.
+	// waitClosed waits until no consume callback of ours runs. Closed follows promptly once the
+	// subscription ends (at once when the connection is closed); the bound only guards against a
+	// client that never reports it.
 	waitClosed := func() {
 		select {
 		case <-cc.Closed():

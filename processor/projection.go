@@ -22,8 +22,7 @@ type Order struct {
 	Status string `json:"status"`
 	// LastEvent is the type of the latest event.
 	LastEvent string `json:"last_event"`
-	// LastSeq and FirstSeq are the stream sequences of the latest and the
-	// earliest applied event.
+	// LastSeq and FirstSeq are the stream sequences of the latest and the earliest applied event.
 	LastSeq  uint64 `json:"last_seq"`
 	FirstSeq uint64 `json:"first_seq"`
 	// Events counts the events applied.
@@ -36,11 +35,10 @@ type Order struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// record is the value stored under the order id in the projection bucket:
-// the order's state and the idempotency bookkeeping, which is not part of
-// the order. Its JSON is the Order's fields followed by "applied" and
-// "applied_floor", the shape the bucket has always held (Order must not
-// get a MarshalJSON of its own: it would replace record's).
+// record is the value stored under the order id in the projection bucket: the order's state and the
+// idempotency bookkeeping, which is not part of the order. Its JSON is the Order's fields followed
+// by "applied" and "applied_floor", the shape the bucket has always held (Order must not get a
+// MarshalJSON of its own: it would replace record's).
 type record struct {
 	Order
 	// Applied lists the sequences applied above AppliedFloor; every event of
@@ -48,21 +46,18 @@ type record struct {
 	// they make applying idempotent under any redelivery or reordering.
 	Applied      []uint64 `json:"applied,omitempty"`
 	AppliedFloor uint64   `json:"applied_floor,omitempty"`
-	// Withheld lists the sequences above AppliedFloor that were not
-	// applied and never will be: dead-lettered when their deliveries ran
-	// out ([Projection.Withhold]).
+	// Withheld lists the sequences above AppliedFloor that were not applied and never will be:
+	// dead-lettered when their deliveries ran out ([Projection.Withhold]).
 	Withheld []uint64 `json:"withheld,omitempty"`
-	// History is the history index's tail: the sequences of applied
-	// events not yet sealed into one of the order's HistoryChunks chunks
-	// in the history bucket (see history.go). HistoryBase counts the
-	// events applied before the index began, which it does not list.
+	// History is the history index's tail: the sequences of applied events not yet sealed into one
+	// of the order's HistoryChunks chunks in the history bucket (see history.go). HistoryBase
+	// counts the events applied before the index began, which it does not list.
 	History       []uint64 `json:"history,omitempty"`
 	HistoryChunks int      `json:"history_chunks,omitempty"`
 	HistoryBase   int      `json:"history_base,omitempty"`
-	// HistorySealedMax is the highest sequence sealed into a chunk;
-	// HistoryUnordered is set once an event below it was indexed (a retry
-	// that arrived after its order's tail had to be sealed early): the
-	// index is then not in stream order, and folds read all of it.
+	// HistorySealedMax is the highest sequence sealed into a chunk; HistoryUnordered is set once an
+	// event below it was indexed (a retry that arrived after its order's tail had to be sealed
+	// early): the index is then not in stream order, and folds read all of it.
 	HistorySealedMax uint64 `json:"history_sealed_max,omitempty"`
 	HistoryUnordered bool   `json:"history_unordered,omitempty"`
 }
@@ -73,10 +68,9 @@ func (r *record) hasApplied(seq uint64) bool {
 	return seq <= r.AppliedFloor || slices.Contains(r.Applied, seq) || slices.Contains(r.Withheld, seq)
 }
 
-// apply folds ev into r. The result depends only on the set of applied
-// events, not on the order they arrive in: the latest event by sequence
-// sets Status and LastEvent, the earliest sets FirstEventAt. It returns
-// false, changing nothing, if ev was applied before.
+// apply folds ev into r. The result depends only on the set of applied events, not on the order
+// they arrive in: the latest event by sequence sets Status and LastEvent, the earliest sets
+// FirstEventAt. It returns false, changing nothing, if ev was applied before.
 func (r *record) apply(ev Event) bool {
 	if r.hasApplied(ev.Sequence) {
 		return false
@@ -104,8 +98,7 @@ func (r *record) apply(ev Event) bool {
 	return true
 }
 
-// prune forgets applied sequences at or below floor: the consumer will not
-// deliver them again.
+// prune forgets applied sequences at or below floor: the consumer will not deliver them again.
 func (r *record) prune(floor uint64) {
 	if floor <= r.AppliedFloor {
 		return
@@ -133,10 +126,9 @@ var ErrDuplicate = errors.New("already applied")
 // bucket, one key per order, updated by compare-and-set on the key's
 // revision so concurrent processors never overwrite each other.
 //
-// The writes of one batch go to the server together: as one atomic batch
-// where the bucket's stream allows it (see [Projection.SetAtomicBatches]),
-// else, or when the batch is refused (another processor moved a key),
-// pipelined one by one: every order's update in flight at once.
+// The writes of one batch go to the server together: as one atomic batch where the bucket's stream
+// allows it (see [Projection.SetAtomicBatches]), else, or when the batch is refused (another
+// processor moved a key), pipelined one by one: every order's update in flight at once.
 type Projection struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
@@ -155,11 +147,10 @@ type Projection struct {
 	cache map[string]cached // last known value and revision per order
 }
 
-// NewProjection returns the projection over kv; js publishes its writes.
-// Give js a bound on the wait for a write's ack
-// (jetstream.WithPublishAsyncTimeout; the appliance uses 10s): a write
-// whose ack is lost with a cluster node that died would otherwise hold the
-// processor's partition for good.
+// NewProjection returns the projection over kv; js publishes its writes. Give js a bound on the
+// wait for a write's ack (jetstream.WithPublishAsyncTimeout; the appliance uses 10s): a write whose
+// ack is lost with a cluster node that died would otherwise hold the processor's partition for
+// good.
 func NewProjection(js jetstream.JetStream, kv jetstream.KeyValue) *Projection {
 	return &Projection{js: js, kv: kv, prefix: "$KV." + kv.Bucket() + ".", cache: make(map[string]cached)}
 }
@@ -170,13 +161,11 @@ func (p *Projection) Get(ctx context.Context, orderID string) (Order, error) {
 	return r.Order, err
 }
 
-// Withhold records that ev will not be applied (it is dead-lettered), in
-// its order's record, unless it was applied already: see [Withholder]. It
-// reads the order from the bucket's leader and writes by compare-and-set,
-// so a processor applying ev at the same moment either wins (Withhold
-// reports it applied) or finds it withheld (a duplicate). An order with
-// no applied event gets a record with its id, 0 events and the withheld
-// sequence; Get reports it not found.
+// Withhold records that ev will not be applied (it is dead-lettered), in its order's record, unless
+// it was applied already: see [Withholder]. It reads the order from the bucket's leader and writes
+// by compare-and-set, so a processor applying ev at the same moment either wins (Withhold reports
+// it applied) or finds it withheld (a duplicate). An order with no applied event gets a record with
+// its id, 0 events and the withheld sequence; Get reports it not found.
 func (p *Projection) Withhold(ctx context.Context, ev Event) (applied bool, err error) {
 	for attempt := 0; attempt < 50; attempt++ {
 		r, rev, err := p.loadLatest(ctx, ev.OrderID)
@@ -298,12 +287,10 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 			}
 			next.prune(floor)
 			if p.hist != nil && attempt == 0 && len(next.sealable()) > 0 {
-				// A chunk is written before its record, and no
-				// compare-and-set guards it: it is sealed only from the
-				// record as the bucket's leader has it (the next attempt
-				// reads it there). One sealed from a stale record (this
-				// processor's cache, a replica catching up) would replace
-				// the chunk the current record names, and the record's
+				// A chunk is written before its record, and no compare-and-set guards it: it is
+				// sealed only from the record as the bucket's leader has it (the next attempt reads
+				// it there). One sealed from a stale record (this processor's cache, a replica
+				// catching up) would replace the chunk the current record names, and the record's
 				// retry would not write it again.
 				reread = append(reread, i)
 				continue
@@ -319,10 +306,9 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(st.rev, 10))
 			writes = append(writes, write{i: i, id: id, next: next, msg: msg, seal: seal})
 		}
-		// Sealed history chunks are written (and acknowledged) before the
-		// records that count them: a record never names a chunk that is
-		// not there. A chunk written for a record that then loses its
-		// compare-and-set is written again, the same, by the retry.
+		// Sealed history chunks are written (and acknowledged) before the records that count them:
+		// a record never names a chunk that is not there. A chunk written for a record that then
+		// loses its compare-and-set is written again, the same, by the retry.
 		writes = p.writeSeals(ctx, writes, results)
 		todo = append(todo[:0], reread...)
 		if len(writes) > 1 && p.useAtomic(ctx) {
@@ -362,9 +348,8 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 			case err := <-w.fut.Err():
 				p.forget(w.id)
 				if isWrongLastSequence(err) && attempt < 50 {
-					// Another processor wrote it first, or is writing it
-					// (in a cluster every node's processor takes events
-					// of any order): read again, re-apply.
+					// Another processor wrote it first, or is writing it (in a cluster every node's
+					// processor takes events of any order): read again, re-apply.
 					todo = append(todo, w.i)
 					inFlight = inFlight || inFlightAtLeader(err)
 					continue
@@ -396,11 +381,10 @@ func fill(errs []error, err error) []error {
 	return errs
 }
 
-// HighWater returns the highest stream sequence among the last window
-// writes to the projection bucket: about the highest event the projection
-// applied (writes land roughly in stream order). 0 for an empty bucket.
-// After a damaged store, a stream whose last sequence is below it lost
-// events the projection had applied.
+// HighWater returns the highest stream sequence among the last window writes to the projection
+// bucket: about the highest event the projection applied (writes land roughly in stream order). 0
+// for an empty bucket. After a damaged store, a stream whose last sequence is below it lost events
+// the projection had applied.
 func (p *Projection) HighWater(ctx context.Context, window int) (uint64, error) {
 	s, err := p.js.Stream(ctx, "KV_"+p.kv.Bucket())
 	if err != nil {
@@ -424,12 +408,11 @@ func (p *Projection) HighWater(ctx context.Context, window int) (uint64, error) 
 	return hw, nil
 }
 
-// Unapplied looks, from sequence to down to from (at most max events, and
-// none stored before notBefore), for a valid order event in stream s that
-// the projection does not hold: an event acknowledged but whose projection
-// write was lost (a power cut with a relaxed sync_interval). Poison events
-// are skipped (they are dead letters, never applied). It returns the first
-// such sequence found.
+// Unapplied looks, from sequence to down to from (at most max events, and none stored before
+// notBefore), for a valid order event in stream s that the projection does not hold: an event
+// acknowledged but whose projection write was lost (a power cut with a relaxed sync_interval).
+// Poison events are skipped (they are dead letters, never applied). It returns the first such
+// sequence found.
 func (p *Projection) Unapplied(ctx context.Context, s jetstream.Stream, from, to uint64, max int, notBefore time.Time) (uint64, bool, error) {
 	for seq, n := to, 0; seq >= from && seq > 0 && n < max; seq, n = seq-1, n+1 {
 		m, err := s.GetMsg(ctx, seq)
@@ -465,8 +448,7 @@ const ProjectionVersion = "orders/1"
 // Version returns ProjectionVersion.
 func (p *Projection) Version() string { return ProjectionVersion }
 
-// Bucket returns the name of the projection's bucket, and of its history
-// index's ("" without one).
+// Bucket returns the name of the projection's bucket, and of its history index's ("" without one).
 func (p *Projection) Bucket() (records, history string) {
 	if p.hist != nil {
 		history = p.hist.Bucket()

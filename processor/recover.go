@@ -14,13 +14,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// noteDelivered sees the stream sequence of each first delivery, in
-// stream order (the consume callback runs one at a time). A jump past the
-// highest seen means events were not delivered to this processor: those
-// below the stream's first sequence were removed by its limits before it
-// saw them; the others went to another consumer on the same durable,
-// which an Exclusive processor reads back from the stream and hands to
-// emit, to be applied before seq.
+// noteDelivered sees the stream sequence of each first delivery, in stream order (the consume
+// callback runs one at a time). A jump past the highest seen means events were not delivered to
+// this processor: those below the stream's first sequence were removed by its limits before it saw
+// them; the others went to another consumer on the same durable, which an Exclusive processor reads
+// back from the stream and hands to emit, to be applied before seq.
 func (p *Processor) noteDelivered(seq uint64, emit func(delivery) bool) {
 	prev := p.highestSeen.Load()
 	if seq <= prev {
@@ -52,9 +50,8 @@ func (p *Processor) noteDelivered(seq uint64, emit func(delivery) bool) {
 // seqRange is the stream sequences [from, upTo).
 type seqRange struct{ from, upTo uint64 }
 
-// maxGaps bounds the ranges a Shared processor keeps to check; past it
-// the oldest are merged (a range may span events applied here too: they
-// are checked like the others).
+// maxGaps bounds the ranges a Shared processor keeps to check; past it the oldest are merged (a
+// range may span events applied here too: they are checked like the others).
 const maxGaps = 4096
 
 // addGap notes [from, upTo) to check; the ranges stay in order.
@@ -102,12 +99,11 @@ func (p *Processor) checkGaps(ctx context.Context, floor uint64, emit func(deliv
 	}
 }
 
-// unapplied reads the events of g from the stream and hands those the
-// handler has not applied (poison events are skipped: they are dead
-// letters, never applied), all of them if ac is nil, to emit as recovered
-// events, one at a time: emit waits for room in Run's byte budget, so
-// memory stays bounded however many there are. On an error, or once emit
-// refuses one (Run is returning), it returns the sequence to go on from.
+// unapplied reads the events of g from the stream and hands those the handler has not applied
+// (poison events are skipped: they are dead letters, never applied), all of them if ac is nil, to
+// emit as recovered events, one at a time: emit waits for room in Run's byte budget, so memory
+// stays bounded however many there are. On an error, or once emit refuses one (Run is returning),
+// it returns the sequence to go on from.
 func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange, emit func(delivery) bool) (uint64, error) {
 	s, err := p.js.Stream(ctx, p.cfg.Stream)
 	if err != nil {
@@ -174,10 +170,9 @@ func (p *Processor) recoveredDone(seq uint64) {
 	p.recMu.Unlock()
 }
 
-// takenElsewhere handles the events in [from, upTo) that another client
-// was delivered: a Shared processor checks them once the ack floor passes
-// them (checkGaps); another hands those the stream still holds (deleted
-// events are skipped) to emit as recovered events.
+// takenElsewhere handles the events in [from, upTo) that another client was delivered: a Shared
+// processor checks them once the ack floor passes them (checkGaps); another hands those the stream
+// still holds (deleted events are skipped) to emit as recovered events.
 func (p *Processor) takenElsewhere(ctx context.Context, from, upTo uint64, emit func(delivery) bool) {
 	if p.cfg.Shared {
 		p.addGap(from, upTo)
@@ -221,10 +216,9 @@ func (p *Processor) checkTaken(ctx context.Context, info *jetstream.ConsumerInfo
 	}
 }
 
-// recoveredMsg is an event read back from the stream: settled already in
-// the consumer (by whoever took it), so its acks are no-ops, while a nak
-// delivers it again after the delay, with its delivery count one higher,
-// as nats would (and max_deliver dead-letters it in the end).
+// recoveredMsg is an event read back from the stream: settled already in the consumer (by whoever
+// took it), so its acks are no-ops, while a nak delivers it again after the delay, with its
+// delivery count one higher, as nats would (and max_deliver dead-letters it in the end).
 type recoveredMsg struct {
 	m           *jetstream.RawStreamMsg
 	p           *Processor

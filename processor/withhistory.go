@@ -6,21 +6,18 @@ import (
 	"fmt"
 )
 
-// WithHistory returns a Handler that applies each event to h and then, once
-// h has applied it, to p, which keeps each order's state and history index
-// beside h's own ([Projection.History], [Projection.AsOf],
-// [Projection.FoldEvents]; docs/processor.md, "With your own
+// WithHistory returns a Handler that applies each event to h and then, once h has applied it, to p,
+// which keeps each order's state and history index beside h's own ([Projection.History],
+// [Projection.AsOf], [Projection.FoldEvents]; docs/processor.md, "With your own
 // Processor.Handler"). The appliance wraps a custom Processor.Handler so.
 //
-// h decides, as that doc says; an event h applied whose index write fails
-// is retried (h must be idempotent on ev.Sequence, as every Handler). What
-// p records is therefore a subset of what h applied, and it answers
-// [AppliedChecker] for h where h cannot.
+// h decides, as that doc says; an event h applied whose index write fails is retried (h must be
+// idempotent on ev.Sequence, as every Handler). What p records is therefore a subset of what h
+// applied, and it answers [AppliedChecker] for h where h cannot.
 //
-// Before an event whose deliveries ran out is dead-lettered, h's own
-// [Withholder] (or else [AppliedChecker]) is asked; with neither, p
-// withholds it, and a later delivery is indexed as a dead letter. An event
-// is never both applied and a dead letter as far as h implements
+// Before an event whose deliveries ran out is dead-lettered, h's own [Withholder] (or else
+// [AppliedChecker]) is asked; with neither, p withholds it, and a later delivery is indexed as a
+// dead letter. An event is never both applied and a dead letter as far as h implements
 // [Withholder].
 func WithHistory(h Handler, p *Projection) Handler {
 	return &withHistory{h: h, p: p}
@@ -35,9 +32,8 @@ func (w *withHistory) Handle(ctx context.Context, ev Event) error {
 	return w.HandleBatch(ctx, [][]Event{{ev}})[0][0]
 }
 
-// HandleBatch runs h on the batch (its own HandleBatch if it has one, else
-// each event in turn, each order's in stream order), then indexes the
-// events h applied.
+// HandleBatch runs h on the batch (its own HandleBatch if it has one, else each event in turn, each
+// order's in stream order), then indexes the events h applied.
 func (w *withHistory) HandleBatch(ctx context.Context, orders [][]Event) [][]error {
 	res := handleAll(ctx, w.h, orders, nil)
 	// The events h applied, by order, for the projection (an order with

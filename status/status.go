@@ -1,8 +1,7 @@
-// Package status holds the JSON shapes orderstore reports: /v1/status
-// and what `orderstore status` prints, its readiness checks, topology and
-// build information, and an order's history (/v1/orders/{id}/events). The
-// admin listener serves them; the CLI and other programs decode them. It
-// has no behaviour of its own.
+// Package status holds the JSON shapes orderstore reports: /v1/status and what `orderstore status`
+// prints, its readiness checks, topology and build information, and an order's history
+// (/v1/orders/{id}/events). The admin listener serves them; the CLI and other programs decode them.
+// It has no behaviour of its own.
 package status
 
 import (
@@ -34,11 +33,9 @@ type Status struct {
 	Ingest *IngestStats `json:"ingest,omitempty"`
 	// Guard is what the ingest service and the durable guard refused.
 	Guard *GuardStats `json:"guard,omitempty"`
-	// Validation is schema validation at ingest; absent when it checks
-	// nothing.
+	// Validation is schema validation at ingest; absent when it checks nothing.
 	Validation *ValidationStats `json:"validation,omitempty"`
-	// Rebuild is the projection rebuild under way, or the last one;
-	// absent when none ran.
+	// Rebuild is the projection rebuild under way, or the last one; absent when none ran.
 	Rebuild *Rebuild `json:"rebuild,omitempty"`
 	// Orders counts the orders by status (the order index); absent when
 	// processor.order_index is off.
@@ -54,16 +51,14 @@ const (
 	RebuildFailed     = "failed"
 )
 
-// Rebuild is a projection rebuild: GET /v1/projection/rebuild, the
-// "rebuild" of /v1/status, and what `orderstore projection rebuild`
-// follows.
+// Rebuild is a projection rebuild: GET /v1/projection/rebuild, the "rebuild" of /v1/status, and
+// what `orderstore projection rebuild` follows.
 type Rebuild struct {
 	ID     string `json:"id"`
 	State  string `json:"state"`  // RebuildFolding, ...
 	Reason string `json:"reason"` // "requested", "the handler's version changed from ... to ..."
-	// FromSeq is the first stream sequence folded; Position the last
-	// folded (every event up to it is in the shadow); Head the stream's
-	// last sequence when last read.
+	// FromSeq is the first stream sequence folded; Position the last folded (every event up to it
+	// is in the shadow); Head the stream's last sequence when last read.
 	FromSeq  uint64 `json:"from_seq"`
 	Position uint64 `json:"position"`
 	Head     uint64 `json:"head"`
@@ -76,10 +71,9 @@ type Rebuild struct {
 	// Paced: the fold yields the CPU to producers, who are publishing
 	// (docs/rebuild.md, "The steps", 2).
 	Paced bool `json:"paced,omitempty"`
-	// Skipped, as the live projection does not hold them either: Poison,
-	// events that can never be applied (whether or not the live
-	// processor dead-lettered them); DeadLettered, valid events that are
-	// dead letters, or originals of replayed ones.
+	// Skipped, as the live projection does not hold them either: Poison, events that can never be
+	// applied (whether or not the live processor dead-lettered them); DeadLettered, valid events
+	// that are dead letters, or originals of replayed ones.
 	Poison       uint64 `json:"poison"`
 	DeadLettered uint64 `json:"dead_lettered"`
 	// At the takeover (docs/rebuild.md, "The steps", 4): orders rebuilt,
@@ -99,12 +93,10 @@ type Rebuild struct {
 	Error     string     `json:"error,omitempty"`
 }
 
-// RebuildRequest is what a rebuild is asked (POST /v1/projection/rebuild's
-// body; all optional).
+// RebuildRequest is what a rebuild is asked (POST /v1/projection/rebuild's body; all optional).
 type RebuildRequest struct {
-	// FromSeq or FromTime: fold from there instead of the stream's first
-	// event; orders with earlier events keep their state unless
-	// ReplacePartial.
+	// FromSeq or FromTime: fold from there instead of the stream's first event; orders with earlier
+	// events keep their state unless ReplacePartial.
 	FromSeq        uint64    `json:"from_seq,omitempty"`
 	FromTime       time.Time `json:"from_time,omitzero"`
 	ReplacePartial bool      `json:"replace_partial,omitempty"`
@@ -115,16 +107,14 @@ func (r *Rebuild) Running() bool {
 	return r != nil && (r.State == RebuildFolding || r.State == RebuildTakingOver)
 }
 
-// ValidationStats are schema validation's settings and what it refused
-// since start.
+// ValidationStats are schema validation's settings and what it refused since start.
 type ValidationStats struct {
 	Schemas       map[string]string `json:"schemas"`       // event type -> schema file
 	UnknownTypes  string            `json:"unknown_types"` // accept or reject
 	Func          bool              `json:"func"`          // an embedding program's own check is set
 	RejectedTotal uint64            `json:"rejected_total"`
-	// Rejected counts refusals per event type ("other" for types without
-	// a schema) and reason (the schema keyword that failed, or
-	// invalid_json, unknown_type, func).
+	// Rejected counts refusals per event type ("other" for types without a schema) and reason (the
+	// schema keyword that failed, or invalid_json, unknown_type, func).
 	Rejected []ValidationCount `json:"rejected,omitempty"`
 }
 
@@ -153,17 +143,14 @@ type IngestStats struct {
 	BatchEvents    Histogram `json:"batch_events"`
 }
 
-// GuardStats count what orderstore answered with an error instead of
-// passing it on, since start.
+// GuardStats count what orderstore answered with an error instead of passing it on, since start.
 type GuardStats struct {
-	// Refused: events refused at admission for their subject (a wildcard
-	// token), their size with headers (past max_msg_size) or their origin
-	// (a leaf node), answered 400 or 403; schema validation's refusals
-	// are counted under validation.
+	// Refused: events refused at admission for their subject (a wildcard token), their size with
+	// headers (past max_msg_size) or their origin (a leaf node), answered 400 or 403; schema
+	// validation's refusals are counted under validation.
 	Refused uint64 `json:"refused"`
-	// HeldBack: publishes whose connection waited in line because the
-	// stream's inbound queue was deep (a producer faster than the disk);
-	// Overloaded: those answered 429 after 2 s in line.
+	// HeldBack: publishes whose connection waited in line because the stream's inbound queue was
+	// deep (a producer faster than the disk); Overloaded: those answered 429 after 2 s in line.
 	HeldBack   uint64 `json:"held_back"`
 	Overloaded uint64 `json:"overloaded"`
 	// ForeignConsumerRequests: client requests on orderstore's own
@@ -187,8 +174,7 @@ type StreamStatus struct {
 	FirstSeq  uint64    `json:"first_seq"`
 	LastSeq   uint64    `json:"last_seq"`
 	FirstTime time.Time `json:"first_time,omitzero"`
-	// OldestAgeSeconds is the age of the oldest stored event, to set
-	// against MaxAgeSeconds.
+	// OldestAgeSeconds is the age of the oldest stored event, to set against MaxAgeSeconds.
 	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
 	MaxBytes         int64   `json:"max_bytes"`
 	MaxMsgs          int64   `json:"max_msgs"`
@@ -200,8 +186,7 @@ type StreamStatus struct {
 // ConsumerStatus is the processor's durable and its lag.
 type ConsumerStatus struct {
 	Name string `json:"name"`
-	// Stream is the stream the durable reads: ORDER_EVENTS, or on a hub
-	// its aggregate stream.
+	// Stream is the stream the durable reads: ORDER_EVENTS, or on a hub its aggregate stream.
 	Stream string `json:"stream"`
 	processor.LagInfo
 }
@@ -222,16 +207,14 @@ type ProjectionStatus struct {
 	MaxBytes int64  `json:"max_bytes"` // processor.projection_max_bytes; -1 unlimited
 }
 
-// MaxOrderStatuses is how many statuses [OrdersStatus] and the
-// orderstore_orders metric name, the largest first; the others are summed
-// as "other" (a status is whatever a producer wrote: the labels must stay
-// bounded).
+// MaxOrderStatuses is how many statuses [OrdersStatus] and the orderstore_orders metric name, the
+// largest first; the others are summed as "other" (a status is whatever a producer wrote: the
+// labels must stay bounded).
 const MaxOrderStatuses = 32
 
 // OrdersStatus is the order index: how many orders are in each status.
 type OrdersStatus struct {
-	// Loading: the index is still reading the projection bucket; the
-	// counts are not complete yet.
+	// Loading: the index is still reading the projection bucket; the counts are not complete yet.
 	Loading bool `json:"loading,omitempty"`
 	Total   int  `json:"total"`
 	// Statuses are the largest statuses (up to MaxOrderStatuses), the
@@ -246,16 +229,14 @@ type OrdersStatus struct {
 	StaleAfter map[string]string `json:"stale_after,omitempty"`
 }
 
-// OrderCount is one status's orders, and its stale ones if it has a
-// stale_after.
+// OrderCount is one status's orders, and its stale ones if it has a stale_after.
 type OrderCount = orderindex.Count
 
 // StoreStatus is the store directory and its free disk.
 type StoreStatus struct {
 	Dir       string `json:"dir"`
 	FreeBytes uint64 `json:"free_bytes"`
-	// JetStreamBytes is what all streams store; JetStreamMaxBytes is
-	// jetstream.max_file_store.
+	// JetStreamBytes is what all streams store; JetStreamMaxBytes is jetstream.max_file_store.
 	JetStreamBytes    uint64 `json:"jetstream_bytes"`
 	JetStreamMaxBytes int64  `json:"jetstream_max_bytes"`
 	// Encrypted says whether the store is encrypted at rest, and Cipher
@@ -280,9 +261,8 @@ type Check struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// Topology is where this node stands beyond itself: its cluster, its leaf
-// links, and (on a hub) each edge's source. Nil on a lone node without
-// leaf links.
+// Topology is where this node stands beyond itself: its cluster, its leaf links, and (on a hub)
+// each edge's source. Nil on a lone node without leaf links.
 type Topology struct {
 	Node string `json:"node"`
 	// Domain is this node's JetStream domain ("" none).
@@ -303,12 +283,10 @@ type ClusterStatus struct {
 	// RoutesUp is how many other nodes this node has routes to.
 	Routes   []string `json:"routes"`
 	RoutesUp int      `json:"routes_up"`
-	// OtherNodes is how many of Routes lead to other nodes (a node may
-	// list its own route).
+	// OtherNodes is how many of Routes lead to other nodes (a node may list its own route).
 	OtherNodes int      `json:"other_nodes"`
 	Peers      []string `json:"peers,omitempty"`
-	// Stream and Consumer are the replica groups of the stream and the
-	// processor's consumer.
+	// Stream and Consumer are the replica groups of the stream and the processor's consumer.
 	Stream   *ReplicaGroup `json:"stream,omitempty"`
 	Consumer *ReplicaGroup `json:"consumer,omitempty"`
 	// Quorum is true when the meta group, the stream and the consumer
@@ -336,8 +314,7 @@ type Replica struct {
 
 // LeafStatus is one leaf link.
 type LeafStatus struct {
-	// Remote is the other side's server name (or the configured URL of a
-	// remote that is down).
+	// Remote is the other side's server name (or the configured URL of a remote that is down).
 	Remote    string `json:"remote"`
 	Connected bool   `json:"connected"`
 	Account   string `json:"account,omitempty"`
@@ -368,9 +345,8 @@ type SourceStatus struct {
 	// Regressed: the edge's last sequence is below the newest the
 	// aggregate holds from it (it lost events the hub had copied).
 	Regressed bool `json:"regressed,omitempty"`
-	// LostEvents, Regressions and LastRegression: the repairs after the
-	// edge's power cuts (docs/topologies.md, "3. Edges and a hub": "An
-	// edge's power cut").
+	// LostEvents, Regressions and LastRegression: the repairs after the edge's power cuts
+	// (docs/topologies.md, "3. Edges and a hub": "An edge's power cut").
 	LostEvents     uint64 `json:"lost_events"`
 	Regressions    uint64 `json:"regressions"`
 	LastRegression string `json:"last_regression,omitempty"`

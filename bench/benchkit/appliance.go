@@ -17,8 +17,7 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-// Config is the defaults on store dir, on a random client port and
-// without the admin listener.
+// Config is the defaults on store dir, on a random client port and without the admin listener.
 func Config(dir string) orderstore.Config {
 	cfg := orderstore.DefaultConfig()
 	cfg.JetStream.StoreDir = dir
@@ -27,10 +26,9 @@ func Config(dir string) orderstore.Config {
 	return cfg
 }
 
-// ApplySync sets the durability a bench's -sync names: "" keeps the
-// default (group commit), "always" (an fsync before every ack),
-// "group-commit", or a duration (durability "interval" with that
-// sync_interval).
+// ApplySync sets the durability a bench's -sync names: "" keeps the default (group commit),
+// "always" (an fsync before every ack), "group-commit", or a duration (durability "interval" with
+// that sync_interval).
 func ApplySync(cfg *orderstore.Config, mode string) error {
 	switch mode {
 	case "":
@@ -47,8 +45,7 @@ func ApplySync(cfg *orderstore.Config, mode string) error {
 	return nil
 }
 
-// Start starts an appliance, giving it up to 10 minutes (a large store's
-// recovery).
+// Start starts an appliance, giving it up to 10 minutes (a large store's recovery).
 func Start(ctx context.Context, cfg orderstore.Config) (*orderstore.Appliance, error) {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -62,9 +59,8 @@ func Stop(app *orderstore.Appliance) error {
 	return app.Close(ctx)
 }
 
-// Env is a store directory of its own, the appliance running on it (if
-// any) and the connections opened to it. The appliance can be stopped
-// and started again on the same store.
+// Env is a store directory of its own, the appliance running on it (if any) and the connections
+// opened to it. The appliance can be stopped and started again on the same store.
 type Env struct {
 	Dir   string
 	Cfg   orderstore.Config // what Start starts: Config(Dir) until changed
@@ -72,10 +68,9 @@ type Env struct {
 	conns []*nats.Conn
 }
 
-// NewEnv makes a fresh store directory under parent (the system temp
-// dir when "") named after pattern (os.MkdirTemp), with the durability
-// sync names (ApplySync) and room for events of about 150 bytes on disk
-// many times over.
+// NewEnv makes a fresh store directory under parent (the system temp dir when "") named after
+// pattern (os.MkdirTemp), with the durability sync names (ApplySync) and room for events of about
+// 150 bytes on disk many times over.
 func NewEnv(parent, pattern, sync string, events int) (*Env, error) {
 	cfg := Config("")
 	if err := ApplySync(&cfg, sync); err != nil {
@@ -93,9 +88,8 @@ func NewEnv(parent, pattern, sync string, events int) (*Env, error) {
 	return &Env{Dir: dir, Cfg: cfg}, nil
 }
 
-// Start validates Cfg and starts the appliance with it, with its
-// processor or without. Without, the appliance does not declare the
-// processor's consumer: the whole spec is declared, as the appliance
+// Start validates Cfg and starts the appliance with it, with its processor or without. Without, the
+// appliance does not declare the processor's consumer: the whole spec is declared, as the appliance
 // would.
 func (e *Env) Start(ctx context.Context, processorOn bool) error {
 	if err := e.Cfg.Validate(); err != nil {
@@ -146,8 +140,7 @@ func (e *Env) Publisher(tcp bool, name string, window int) (jetstream.JetStream,
 		jetstream.WithPublishAsyncTimeout(60*time.Second))
 }
 
-// CaughtUp is CaughtUp for the appliance's own processor; an event it
-// dead-lettered is an error.
+// CaughtUp is CaughtUp for the appliance's own processor; an event it dead-lettered is an error.
 func (e *Env) CaughtUp(ctx context.Context, want uint64, timeout time.Duration) (orderstore.Stats, error) {
 	st, err := CaughtUp(ctx, want, timeout, e.App.Lag, e.App.Stats, nil)
 	if err == nil && st.DeadLettered > 0 {
@@ -170,8 +163,7 @@ func (e *Env) Stop() {
 	}
 }
 
-// Close stops the appliance and removes the store; again, it does
-// nothing.
+// Close stops the appliance and removes the store; again, it does nothing.
 func (e *Env) Close() {
 	e.Stop()
 	if err := os.RemoveAll(e.Dir); err != nil {
@@ -179,12 +171,10 @@ func (e *Env) Close() {
 	}
 }
 
-// CaughtUp waits until a processor's consumer has nothing pending or
-// unacked (lag) and the processor has settled (processed, found
-// duplicate or dead-lettered) at least want events (stats), polling every
-// 25 ms and logging its progress every 10 s; it returns the stats it saw
-// last. A value from stopped (nil: none) ends the wait: the processor
-// stopped.
+// CaughtUp waits until a processor's consumer has nothing pending or unacked (lag) and the
+// processor has settled (processed, found duplicate or dead-lettered) at least want events (stats),
+// polling every 25 ms and logging its progress every 10 s; it returns the stats it saw last. A
+// value from stopped (nil: none) ends the wait: the processor stopped.
 func CaughtUp(ctx context.Context, want uint64, timeout time.Duration,
 	lag func(context.Context) (orderstore.Lag, error), stats func() orderstore.Stats, stopped <-chan error) (orderstore.Stats, error) {
 	deadline := time.Now().Add(timeout)

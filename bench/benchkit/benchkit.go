@@ -69,8 +69,7 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Poll calls done at once and then every every until it reports true
-// or an error, or ctx ends.
+// Poll calls done at once and then every every until it reports true or an error, or ctx ends.
 func Poll(ctx context.Context, every time.Duration, done func() (bool, error)) error {
 	for {
 		if ok, err := done(); ok || err != nil {
@@ -140,10 +139,9 @@ func CPUShare(cpu, d time.Duration) string {
 	return fmt.Sprintf("%.0f%%", 100*cpu.Seconds()/d.Seconds())
 }
 
-// MachineBusy is the CPU time every process of the machine has used
-// since boot (/proc/stat: all but idle and iowait); 0 without
-// /proc/stat. The machine here is shared: a step that shared the cores is
-// slower for it, and the benches report what other processes used.
+// MachineBusy is the CPU time every process of the machine has used since boot (/proc/stat: all but
+// idle and iowait); 0 without /proc/stat. The machine here is shared: a step that shared the cores
+// is slower for it, and the benches report what other processes used.
 func MachineBusy() time.Duration {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -196,9 +194,8 @@ func PassFail(ok bool) string {
 	return "FAIL"
 }
 
-// StepProfile starts a CPU profile of one step, written to
-// PREFIX-step.pprof, when prefix (a bench's -cpuprofile) is set; the
-// returned stop is idempotent.
+// StepProfile starts a CPU profile of one step, written to PREFIX-step.pprof, when prefix (a
+// bench's -cpuprofile) is set; the returned stop is idempotent.
 func StepProfile(prefix, step string) (func(), error) {
 	if prefix == "" {
 		return func() {}, nil
@@ -215,8 +212,7 @@ type Others struct {
 // StartOthers starts measuring the other processes' CPU.
 func StartOthers() Others { return Others{MachineBusy(), CPUTime(), time.Now()} }
 
-// Share is the other processes' CPU since o, as "35%" of one core; "-"
-// where it cannot be told.
+// Share is the other processes' CPU since o, as "35%" of one core; "-" where it cannot be told.
 func (o Others) Share() string {
 	busy, cpu, d := MachineBusy(), CPUTime(), time.Since(o.t)
 	if o.busy <= 0 || busy <= 0 || o.cpu <= 0 || d <= 0 {
@@ -234,8 +230,7 @@ func Rate(n int, d time.Duration) float64 {
 	return float64(n) / d.Seconds()
 }
 
-// Quantile is the q quantile of sorted s (the nearest rank); 0 when s
-// is empty.
+// Quantile is the q quantile of sorted s (the nearest rank); 0 when s is empty.
 func Quantile(s []time.Duration, q float64) time.Duration {
 	if len(s) == 0 {
 		return 0
@@ -252,10 +247,9 @@ func Middle[T any](s []T, cmp func(a, b T) int) T {
 	return c[len(c)/2]
 }
 
-// TempDir makes *dir, a bench's -dir left "", a fresh temporary directory
-// named after pattern (os.MkdirTemp); the cleanup it returns removes that
-// one, and does nothing when *dir was set (which it creates if missing).
-// It exits when it cannot.
+// TempDir makes *dir, a bench's -dir left "", a fresh temporary directory named after pattern
+// (os.MkdirTemp); the cleanup it returns removes that one, and does nothing when *dir was set
+// (which it creates if missing). It exits when it cannot.
 func TempDir(dir *string, pattern string) (cleanup func()) {
 	if *dir != "" {
 		if err := os.MkdirAll(*dir, 0o755); err != nil {
@@ -298,8 +292,7 @@ func Run(name string, run func(context.Context) error) {
 	}
 }
 
-// Ints parses flag's comma-separated positive numbers; empty items are
-// skipped.
+// Ints parses flag's comma-separated positive numbers; empty items are skipped.
 func Ints(flag, s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {

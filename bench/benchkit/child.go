@@ -9,9 +9,8 @@ import (
 	"time"
 )
 
-// Child is a target running in a process of its own: a bench's program
-// run again, which prints "READY <fields>" once its target serves and
-// stops it when its stdin closes.
+// Child is a target running in a process of its own: a bench's program run again, which prints
+// "READY <fields>" once its target serves and stops it when its stdin closes.
 type Child struct {
 	Cmd   *exec.Cmd
 	In    io.WriteCloser
@@ -19,8 +18,7 @@ type Child struct {
 	Ready []string       // the fields after READY
 }
 
-// StartChild runs args with stderr as the child's and waits for its
-// READY line.
+// StartChild runs args with stderr as the child's and waits for its READY line.
 func StartChild(args []string, stderr io.Writer) (*Child, error) {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stderr = stderr

@@ -13,10 +13,9 @@ import (
 // Types are the event types, an order's first four events' in turn.
 var Types = [...]string{"created", "paid", "shipped", "delivered", "cancelled"}
 
-// NextType is the type (an index of Types) of an order's event after c
-// events: created, paid, shipped, delivered for the first four; later
-// ones (amendments, returns) paid, shipped, delivered (30% each) or
-// cancelled (10%), drawn from r.
+// NextType is the type (an index of Types) of an order's event after c events: created, paid,
+// shipped, delivered for the first four; later ones (amendments, returns) paid, shipped, delivered
+// (30% each) or cancelled (10%), drawn from r.
 func NextType(r *rand.Rand, c int32) uint8 {
 	if c < 4 {
 		return uint8(c)
@@ -40,8 +39,7 @@ type Orders struct {
 	Last  []uint8 // the type of each order's latest event
 }
 
-// NewOrders is Orders of orders orders, drawn from the random stream
-// (seed, stream).
+// NewOrders is Orders of orders orders, drawn from the random stream (seed, stream).
 func NewOrders(seed, stream uint64, orders int) *Orders {
 	return &Orders{r: rand.New(rand.NewPCG(seed, stream)), Count: make([]int32, orders), Last: make([]uint8, orders)}
 }
@@ -55,8 +53,7 @@ func (g *Orders) Next() (order int, typ uint8) {
 	return order, typ
 }
 
-// Type is the type of an order's event after c events (NextType), drawn
-// from g's random stream.
+// Type is the type of an order's event after c events (NextType), drawn from g's random stream.
 func (g *Orders) Type(c int32) uint8 { return NextType(g.r, c) }
 
 // Distinct is how many orders got at least one event.
@@ -73,9 +70,8 @@ func (g *Orders) Distinct() int {
 // OrderID is order o's id: order-NNNNNN.
 func OrderID(o int) string { return fmt.Sprintf("order-%06d", o) }
 
-// EventMsg is an event of order id of type typ on orders.TYPE:
-// {"order_id":ID,"status":TYPE}, with a "note" padding it to about size
-// bytes when size > 0 (the projection keeps none of it).
+// EventMsg is an event of order id of type typ on orders.TYPE: {"order_id":ID,"status":TYPE}, with
+// a "note" padding it to about size bytes when size > 0 (the projection keeps none of it).
 func EventMsg(id, typ string, size int) *nats.Msg {
 	data := make([]byte, 0, max(64, size+2))
 	data = append(data, `{"order_id":"`...)
@@ -90,9 +86,8 @@ func EventMsg(id, typ string, size int) *nats.Msg {
 	return &nats.Msg{Subject: "orders." + typ, Data: data}
 }
 
-// Retryable is a publish the appliance asks to send again: a 429 (its
-// ingest service sheds load: "publish it again after a moment") or no
-// responders (the account's publishes are paused).
+// Retryable is a publish the appliance asks to send again: a 429 (its ingest service sheds load:
+// "publish it again after a moment") or no responders (the account's publishes are paused).
 func Retryable(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||

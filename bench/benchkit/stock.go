@@ -10,10 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// StartNATS starts the stock nats-server (upstream's, no orderstore) with
-// opts, logging as they say (NoLog: nothing), and declares what the
-// bench needs with declare, on a connection signed in with auth; stop
-// shuts the server down.
+// StartNATS starts the stock nats-server (upstream's, no orderstore) with opts, logging as they say
+// (NoLog: nothing), and declares what the bench needs with declare, on a connection signed in with
+// auth; stop shuts the server down.
 func StartNATS(opts *server.Options, declare func(context.Context, jetstream.JetStream) error, auth ...nats.Option) (url string, stop func(), err error) {
 	s, err := server.NewServer(opts)
 	if err != nil {

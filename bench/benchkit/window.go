@@ -9,9 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Window keeps up to a fixed number of async publishes in flight:
-// Publish first waits for the ack of the publish sent that many before,
-// Drain for every one still in flight.
+// Window keeps up to a fixed number of async publishes in flight: Publish first waits for the ack
+// of the publish sent that many before, Drain for every one still in flight.
 type Window struct {
 	js   jetstream.JetStream
 	ring []inflight

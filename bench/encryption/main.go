@@ -1,6 +1,5 @@
-// Command encryption measures what encryption at rest costs a restart:
-// the median time Start takes on a plain and an encrypted store with the
-// same events (bench/README.md, "Encryption at rest").
+// Command encryption measures what encryption at rest costs a restart: the median time Start takes
+// on a plain and an encrypted store with the same events (bench/README.md, "Encryption at rest").
 //
 //	go run ./bench/encryption                  # 1,000,000 events: a few minutes on 2 cores
 package main
@@ -46,8 +45,7 @@ func stop(app *orderstore.Appliance) {
 	}
 }
 
-// fill publishes the events (1,000 orders) and waits until the processor
-// has applied them all.
+// fill publishes the events (1,000 orders) and waits until the processor has applied them all.
 func fill(app *orderstore.Appliance) time.Duration {
 	nc, err := nats.Connect(app.ClientURL())
 	if err != nil {

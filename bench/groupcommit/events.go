@@ -34,12 +34,11 @@ type orderCreated struct {
 	Notes string `json:"notes"`
 }
 
-// events returns the payloads of a cell with events of size bytes: 1,000
-// orders' order-created events, valid against orderCreatedSchema, each
-// with 1 to 8 items (fewer when they do not fit) and a notes field that
-// pads it to exactly size bytes; orders is true. Below the smallest such
-// event (under 200 B) it returns the bench's earlier events,
-// {"order_id":"o-N","pad":"xx…"}, which the schema refuses, and false.
+// events returns the payloads of a cell with events of size bytes: 1,000 orders' order-created
+// events, valid against orderCreatedSchema, each with 1 to 8 items (fewer when they do not fit) and
+// a notes field that pads it to exactly size bytes; orders is true. Below the smallest such event
+// (under 200 B) it returns the bench's earlier events, {"order_id":"o-N","pad":"xx…"}, which the
+// schema refuses, and false.
 func events(size int) (payloads [][]byte, orders bool) {
 	payloads = make([][]byte, 1000)
 	for i := range payloads {

@@ -1,7 +1,6 @@
-// Command groupcommit measures what a durable ack costs: nats-server and
-// orderstore with each durability side by side, under a Go load generator
-// and natscli's `nats bench`. bench/README.md, "Group commit", says what
-// each target and cell is and holds the figures.
+// Command groupcommit measures what a durable ack costs: nats-server and orderstore with each
+// durability side by side, under a Go load generator and natscli's `nats bench`. bench/README.md,
+// "Group commit", says what each target and cell is and holds the figures.
 //
 //	go run ./bench/groupcommit                 # about 8 minutes on 2 cores
 package main
@@ -171,8 +170,7 @@ func main() {
 	validationCost(results)
 }
 
-// defaultTargets: the first targets run without -only, the others only
-// when it names them.
+// defaultTargets: the first targets run without -only, the others only when it names them.
 const defaultTargets = 4
 
 // targets is every target bench/groupcommit knows; each orderstore target
@@ -234,10 +232,9 @@ func childTarget(name string) func(string) (string, func(), func() uint64, error
 	}
 }
 
-// serveTarget is -serve: it runs the target named by -serve on -dir,
-// prints "READY <url> processor|-", answers each line on stdin with
-// "processed <n>" (the events its processor handled) and stops the
-// target when stdin ends.
+// serveTarget is -serve: it runs the target named by -serve on -dir, prints "READY <url>
+// processor|-", answers each line on stdin with "processed <n>" (the events its processor handled)
+// and stops the target when stdin ends.
 func serveTarget(targets []target) {
 	i := slices.IndexFunc(targets, func(t target) bool { return t.name == *serve })
 	if i < 0 {
@@ -339,12 +336,11 @@ func natsTarget(syncInterval time.Duration) func(string) (string, func(), func()
 	}
 }
 
-// natsLayoutTarget is the stock nats-server with orderstore's account
-// layout and no orderstore code: the stream in one account, the clients in
-// another that imports the stream's subjects, the JetStream API and acks
-// as services and _INBOX.> as a stream (as bench/layout.sh). Against
-// nats-relaxed it prices the layout; against orderstore-relaxed, what
-// orderstore adds to it (admission, its hooks).
+// natsLayoutTarget is the stock nats-server with orderstore's account layout and no orderstore
+// code: the stream in one account, the clients in another that imports the stream's subjects, the
+// JetStream API and acks as services and _INBOX.> as a stream (as bench/layout.sh). Against
+// nats-relaxed it prices the layout; against orderstore-relaxed, what orderstore adds to it
+// (admission, its hooks).
 func natsLayoutTarget(syncInterval time.Duration) func(string) (string, func(), func() uint64, error) {
 	return func(dir string) (string, func(), func() uint64, error) {
 		conf := fmt.Sprintf(`max_payload: 1048576

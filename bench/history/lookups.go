@@ -72,10 +72,9 @@ type loaded struct {
 	targets []target
 }
 
-// loadSize starts a fresh appliance (-sync; processor on, as `orderstore run`),
-// publishes the workload of n events over TCP, waits until the processor
-// has applied all of them, and checks the target orders' histories. The
-// caller closes l.env.
+// loadSize starts a fresh appliance (-sync; processor on, as `orderstore run`), publishes the
+// workload of n events over TCP, waits until the processor has applied all of them, and checks the
+// target orders' histories. The caller closes l.env.
 func loadSize(ctx context.Context, n int) (*loaded, error) {
 	res := &sizeResult{Events: n}
 	w, err := newWorkload(*seed, n, *targets, *perTarget, *eventsPerOrder)
@@ -143,11 +142,9 @@ func loadSize(ctx context.Context, n int) (*loaded, error) {
 	return l, nil
 }
 
-// measureLookups times the lookups on every loaded appliance, one at a
-// time, interleaved: each round picks a target order of each size in
-// turn (the first size rotating) and runs each kind on it, so that drift
-// on the machine (other processes, the page cache) does not favour one
-// size.
+// measureLookups times the lookups on every loaded appliance, one at a time, interleaved: each
+// round picks a target order of each size in turn (the first size rotating) and runs each kind on
+// it, so that drift on the machine (other processes, the page cache) does not favour one size.
 func measureLookups(ctx context.Context, ls []*loaded) error {
 	stopProf, err := benchkit.StepProfile(*cpuprofile, "lookups")
 	if err != nil {
@@ -191,8 +188,7 @@ func measureLookups(ctx context.Context, ls []*loaded) error {
 	return nil
 }
 
-// lookup times one lookup of kind k and checks its result against what
-// was published.
+// lookup times one lookup of kind k and checks its result against what was published.
 func lookup(ctx context.Context, a *orderstore.Appliance, tg *target, k int, rng *rand.Rand) (time.Duration, error) {
 	first, last := tg.seqs[0], tg.seqs[len(tg.seqs)-1]
 	switch k {

@@ -1,7 +1,6 @@
-// Command history benchmarks the order history index (processor/history.go):
-// history and as-of lookups in streams of different sizes (goal: p99 of
-// the largest at most 1.5 times the smallest's). bench/README.md,
-// "bench/history", says how and holds the figures.
+// Command history benchmarks the order history index (processor/history.go): history and as-of
+// lookups in streams of different sizes (goal: p99 of the largest at most 1.5 times the
+// smallest's). bench/README.md, "bench/history", says how and holds the figures.
 //
 //	go run ./bench/history                    # 10k vs 1M events
 package main
@@ -19,8 +18,7 @@ import (
 	"github.com/orderstore/orderstore/bench/benchkit"
 )
 
-// The goal of the issue: p99 of the largest stream / p99 of the smallest,
-// at most.
+// The goal of the issue: p99 of the largest stream / p99 of the smallest, at most.
 const goalP99Ratio = 1.5
 
 var (

@@ -13,10 +13,9 @@ import (
 	"github.com/orderstore/orderstore/bench/benchkit"
 )
 
-// workload is the event sequence of one stream: n events, of which
-// targets orders get exactly perTarget each, spread evenly over the whole
-// stream (target t's event j sits near position (j*targets+t)*n/(targets*perTarget)),
-// and every other event goes to one of the background orders
+// workload is the event sequence of one stream: n events, of which targets orders get exactly
+// perTarget each, spread evenly over the whole stream (target t's event j sits near position
+// (j*targets+t)*n/(targets*perTarget)), and every other event goes to one of the background orders
 // (benchkit.Orders, a fixed seed).
 type workload struct {
 	*benchkit.Orders      // the background orders
@@ -37,15 +36,13 @@ func newWorkload(seed uint64, n, targets, perTarget, eventsPerOrder int) (*workl
 		slots: slots, tcount: make([]int32, targets)}, nil
 }
 
-// slotPos is the position of target slot k: the middle of its 1/slots of
-// the stream.
+// slotPos is the position of target slot k: the middle of its 1/slots of the stream.
 func (w *workload) slotPos(k int) int {
 	return int((int64(2*k+1) * int64(w.n)) / int64(2*w.slots))
 }
 
-// next returns the next event: its order's id, its type, and which
-// target's event it is (tag: target*perTarget + its index; -1: a
-// background order's).
+// next returns the next event: its order's id, its type, and which target's event it is (tag:
+// target*perTarget + its index; -1: a background order's).
 func (w *workload) next() (id string, typ string, tag int) {
 	pos := w.i
 	w.i++
@@ -62,15 +59,13 @@ func (w *workload) next() (id string, typ string, tag int) {
 
 func targetID(t int) string { return "target-" + strconv.Itoa(t) }
 
-// targetSeqs are the stream sequences of each target order's events, in
-// stream order.
+// targetSeqs are the stream sequences of each target order's events, in stream order.
 type targetSeqs [][]uint64
 
-// publish publishes the workload's n events, async with up to window
-// unacked, and returns once every one is acked, with the target orders'
-// sequences and how many publishes were sent again. A publish the
-// appliance turns away for now (benchkit.Retryable) is sent again after a
-// pause, as a producer would.
+// publish publishes the workload's n events, async with up to window unacked, and returns once
+// every one is acked, with the target orders' sequences and how many publishes were sent again. A
+// publish the appliance turns away for now (benchkit.Retryable) is sent again after a pause, as a
+// producer would.
 func publish(ctx context.Context, js jetstream.JetStream, w *workload, window int) (targetSeqs, int, time.Duration, error) {
 	seqs := make(targetSeqs, w.targets)
 	for t := range seqs {

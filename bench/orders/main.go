@@ -1,7 +1,6 @@
-// Command orders benchmarks listing orders by status through the admin
-// API (GET /v1/orders), among 10,000 and 1,000,000 orders (goal: p50 of
-// the largest at most 1.5 times the smallest's). bench/README.md, "The
-// order index", holds the figures.
+// Command orders benchmarks listing orders by status through the admin API (GET /v1/orders), among
+// 10,000 and 1,000,000 orders (goal: p50 of the largest at most 1.5 times the smallest's).
+// bench/README.md, "The order index", holds the figures.
 //
 //	go run ./bench/orders                         # 10k and 1M orders
 package main

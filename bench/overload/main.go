@@ -1,8 +1,7 @@
-// Command overload offers orderstore and a standalone nats-server, each a
-// child process (this program with -serve), ten times what orderstore
-// sustains, and counts what became of every publish; -idle measures their
-// idle memory instead. bench/README.md, "Overload", says how and holds the
-// figures.
+// Command overload offers orderstore and a standalone nats-server, each a child process (this
+// program with -serve), ten times what orderstore sustains, and counts what became of every
+// publish; -idle measures their idle memory instead. bench/README.md, "Overload", says how and
+// holds the figures.
 //
 //	go run ./bench/overload                    # about 2 minutes on 2 cores
 package main
@@ -245,9 +244,8 @@ func runTarget(name, d string) {
 	stop()
 }
 
-// idleMemory starts each target in turn, leaves it idle for -idle and
-// prints its resident memory, and orderstore's over the standalone
-// server's.
+// idleMemory starts each target in turn, leaves it idle for -idle and prints its resident memory,
+// and orderstore's over the standalone server's.
 func idleMemory(names []string) {
 	fmt.Printf("idle memory: nats-server %s, %d CPU, stores in %s, each target idle for %s after it is ready\n\n| target | VmRSS | VmHWM |\n|---|---|---|\n",
 		server.VERSION, runtime.NumCPU(), *dir, *idle)
@@ -421,8 +419,7 @@ func (p *pipe) onAnswer(m *nats.Msg) {
 	p.codes[code]++
 }
 
-// request sends request i; false if the connection did not take it (it
-// is not counted as sent).
+// request sends request i; false if the connection did not take it (it is not counted as sent).
 func (p *pipe) request(subject string, i int, payload []byte) bool {
 	now := time.Now().UnixNano()
 	p.sentAt[i].Store(now)
@@ -524,9 +521,8 @@ func sustained(c *child, payload []byte) phase {
 	return ph
 }
 
-// overload pipelines requests paced at offered/s over -conns connections
-// for -duration, as fast as the connections take them when they cannot
-// keep the pace.
+// overload pipelines requests paced at offered/s over -conns connections for -duration, as fast as
+// the connections take them when they cannot keep the pace.
 func overload(c *child, payload []byte, offered float64) phase {
 	perConn := int(offered * duration.Seconds() / float64(*conns))
 	pipes := make([]*pipe, *conns)
@@ -566,8 +562,7 @@ func adminStatus(admin string) (st status.Status) {
 	return st
 }
 
-// ingestWaiting is orderstore's ingest.waiting: publishes its ingest
-// service holds.
+// ingestWaiting is orderstore's ingest.waiting: publishes its ingest service holds.
 func ingestWaiting(admin string) int64 {
 	if in := adminStatus(admin).Ingest; in != nil {
 		return in.Waiting

@@ -7,12 +7,10 @@ import (
 	"sync/atomic"
 )
 
-// countingHandler counts the processor's "consume" warnings (its
-// ConsumeErrHandler: e.g. a missed heartbeat, when the client stalled) and
-// passes every record on.
-// It also keeps the attributes of the "processor running" record (batch,
-// partitions, ...), which it sees whatever the level: Enabled lets Info
-// through and Handle drops what the inner handler would not print.
+// countingHandler counts the processor's "consume" warnings (its ConsumeErrHandler: e.g. a missed
+// heartbeat, when the client stalled) and passes every record on. It also keeps the attributes of
+// the "processor running" record (batch, partitions, ...), which it sees whatever the level:
+// Enabled lets Info through and Handle drops what the inner handler would not print.
 type countingHandler struct {
 	slog.Handler
 	consumeErrs *atomic.Int64

@@ -1,7 +1,6 @@
-// Command processor benchmarks the built-in processor end to end (issue 3):
-// acked publish, the raw pull-consume rate of the same stream, the
-// projection's rate over the same events, and the processor's lag while
-// producers publish at a share (default 80%) of the acked-publish rate.
+// Command processor benchmarks the built-in processor end to end (issue 3): acked publish, the raw
+// pull-consume rate of the same stream, the projection's rate over the same events, and the
+// processor's lag while producers publish at a share (default 80%) of the acked-publish rate.
 //
 //	go run ./bench/processor                         # both sync modes, 1M events over 100k orders
 //	go run ./bench/processor -sync 1s -events 100000 -orders 10000 -out /tmp/proc.md
@@ -258,10 +257,9 @@ func runMode(ctx context.Context, mode string) (*modeResult, error) {
 
 // ---------------------------------------------------------------- broker
 
-// newEnv starts a fresh appliance (benchkit.NewEnv) with -max-ack-pending
-// and -no-order-index, without its processor: the benchmark starts and
-// stops processors itself. It declares the processor's consumer as the
-// appliance would.
+// newEnv starts a fresh appliance (benchkit.NewEnv) with -max-ack-pending and -no-order-index,
+// without its processor: the benchmark starts and stops processors itself. It declares the
+// processor's consumer as the appliance would.
 func newEnv(ctx context.Context, mode string, events int) (*benchkit.Env, error) {
 	e, err := benchkit.NewEnv(*tmp, "orderstore-bench-", mode, events)
 	if err != nil {
@@ -301,9 +299,8 @@ func newPublisher(js jetstream.JetStream, gen *benchkit.Orders, window int, pref
 	return p
 }
 
-// run publishes n events (n < 0: until the deadline), at most rate per
-// second (0: as fast as the window allows), with up to window unacked,
-// and returns once every one is acked.
+// run publishes n events (n < 0: until the deadline), at most rate per second (0: as fast as the
+// window allows), with up to window unacked, and returns once every one is acked.
 func (p *publisher) run(ctx context.Context, n int, rate float64, until time.Time) error {
 	start := time.Now()
 	for i := 0; n < 0 || i < n; i++ {
@@ -333,9 +330,8 @@ func (p *publisher) run(ctx context.Context, n int, rate float64, until time.Tim
 
 // ---------------------------------------------------------------- raw consume
 
-// rawConsume is step 3 (README.md). It reads with Fetch: nats.go's
-// Consume, which the processor uses, sometimes stalls for ~30 s here
-// (README.md, "Stalls").
+// rawConsume is step 3 (README.md). It reads with Fetch: nats.go's Consume, which the processor
+// uses, sometimes stalls for ~30 s here (README.md, "Stalls").
 func rawConsume(ctx context.Context, e *benchkit.Env, mode string, n int, lastSeq uint64, rep int) (phase, error) {
 	js, err := e.Connect(false, "bench-raw")
 	if err != nil {
@@ -367,9 +363,8 @@ func rawConsume(ctx context.Context, e *benchkit.Env, mode string, n int, lastSe
 	}
 	defer stopProf()
 	t0, c0 := time.Now(), benchkit.CPUTime()
-	// One pull request of `batch` at a time, each message acked as it
-	// arrives; the next request follows the last ack of the batch on the
-	// same connection, so the server has the acks first.
+	// One pull request of `batch` at a time, each message acked as it arrives; the next request
+	// follows the last ack of the batch on the same connection, so the server has the acks first.
 	fctx, stopFetch := context.WithCancel(ctx)
 	var fetching sync.WaitGroup
 	defer func() { stopFetch(); fetching.Wait() }()
@@ -431,9 +426,8 @@ type running struct {
 	done        chan error
 }
 
-// startProcessor runs the processor exactly as the appliance builds it
-// (plus -workers / -batch, and without the history index with -no-history),
-// on its own in-process connection.
+// startProcessor runs the processor exactly as the appliance builds it (plus -workers / -batch, and
+// without the history index with -no-history), on its own in-process connection.
 func startProcessor(ctx context.Context, e *benchkit.Env) (*running, error) {
 	js, err := e.Connect(false, "bench-processor")
 	if err != nil {
@@ -469,8 +463,7 @@ func startProcessor(ctx context.Context, e *benchkit.Env) (*running, error) {
 	return r, nil
 }
 
-// settings renders the processor's own start-up settings, e.g.
-// ", batch 125, partitions 4".
+// settings renders the processor's own start-up settings, e.g. ", batch 125, partitions 4".
 func (r *running) settings() string {
 	var s string
 	for _, k := range []string{"batch", "partitions", "workers"} {

@@ -18,11 +18,10 @@ import (
 // env is benchkit.Env with the rebuild's own steps.
 type env struct{ *benchkit.Env }
 
-// newEnv makes a fresh store directory and the config every start of
-// the benchmark's appliance uses: the defaults (group commit, processor
-// on) on a random client port, no admin listener, and storage limits
-// with room for the rebuild's shadow bucket and shadow history index
-// beside the live ones (Start validates it).
+// newEnv makes a fresh store directory and the config every start of the benchmark's appliance
+// uses: the defaults (group commit, processor on) on a random client port, no admin listener, and
+// storage limits with room for the rebuild's shadow bucket and shadow history index beside the live
+// ones (Start validates it).
 func newEnv() (*env, error) {
 	e, err := benchkit.NewEnv(*tmp, "orderstore-bench-rebuild-", "", 0)
 	if err != nil {
@@ -44,10 +43,9 @@ func newEnv() (*env, error) {
 	return &env{e}, nil
 }
 
-// resetProjection drops the projection (its bucket, its history index and
-// the processor's durable consumer) and declares them again, empty, with
-// the appliance stopped before and after: the next start's processor
-// projects the whole stream again, as after the load.
+// resetProjection drops the projection (its bucket, its history index and the processor's durable
+// consumer) and declares them again, empty, with the appliance stopped before and after: the next
+// start's processor projects the whole stream again, as after the load.
 func (e *env) resetProjection(ctx context.Context) error {
 	e.Stop()
 	if err := e.Start(ctx, false); err != nil {
@@ -92,9 +90,8 @@ func retryable(err error) bool {
 // first part of its message ids.
 const loadStream = 0x10ad
 
-// load publishes n events of g of -size bytes each, async with up to
-// window unacked, and returns once every one is acked, with how many were
-// sent again.
+// load publishes n events of g of -size bytes each, async with up to window unacked, and returns
+// once every one is acked, with how many were sent again.
 func load(ctx context.Context, js jetstream.JetStream, g *benchkit.Orders, n, window int) (int, error) {
 	w := benchkit.NewWindow(js, window)
 	w.Retry = retryable
@@ -102,9 +99,8 @@ func load(ctx context.Context, js jetstream.JetStream, g *benchkit.Orders, n, wi
 	err := w.PublishAll(ctx, n, func() (*nats.Msg, int) {
 		o, typ := g.Next()
 		m := benchkit.EventMsg(benchkit.OrderID(o), benchkit.Types[typ], *size)
-		// An id, so that a publish sent again after a timeout (nats' reply
-		// subject collisions leave about one in 10^6 unanswered: bench/README's
-		// overload section) is stored once.
+		// An id, so that a publish sent again after a timeout (nats' reply subject collisions leave
+		// about one in 10^6 unanswered: bench/README's overload section) is stored once.
 		seq++
 		m.Header = nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprintf("bench-%d-%d", loadStream, seq)}}
 		return m, 0

@@ -1,8 +1,7 @@
-// Command rebuild benchmarks the projection rebuild
-// (Appliance.RebuildProjection) against the two goals: twice the
-// live processor's rate, and live ingest keeping 0.8 of its rate while a
-// rebuild runs. bench/README.md, "bench/rebuild", says what each step
-// measures and holds the figures.
+// Command rebuild benchmarks the projection rebuild (Appliance.RebuildProjection) against the
+// issue's two goals: twice the live processor's rate, and live ingest keeping 0.8 of its rate while
+// a rebuild runs. bench/README.md, "bench/rebuild", says what each step measures and holds the
+// figures.
 //
 //	go run ./bench/rebuild                  # 1M events over 10k orders, ~5 min on 2 cores
 package main
@@ -66,8 +65,7 @@ type results struct {
 	Rebuilds []rebuildRun
 	Ingest   []ingestRun
 	Full     *rebuildRun
-	// The projection bucket after the first rebuild: its records and
-	// their stored bytes.
+	// The projection bucket after the first rebuild: its records and their stored bytes.
 	Records, RecordBytes uint64
 	// FullBase is the producers' acked rate in the seconds before the
 	// whole rebuild under ingest started.

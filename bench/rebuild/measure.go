@@ -33,10 +33,9 @@ type procRun struct {
 
 func (r procRun) rate() float64 { return benchkit.Rate(r.N, r.Dur) }
 
-// liveProcessor starts the appliance with its processor on a store
-// holding n events its consumer has not processed, and times it
-// (bench/README.md, "bench/rebuild", step 2); the events processed while
-// the appliance was starting are left out of the rate.
+// liveProcessor starts the appliance with its processor on a store holding n events its consumer
+// has not processed, and times it (bench/README.md, "bench/rebuild", step 2); the events processed
+// while the appliance was starting are left out of the rate.
 func liveProcessor(ctx context.Context, e *env, rep, n int) (procRun, error) {
 	r := procRun{Rep: rep}
 	t0 := time.Now()
@@ -66,8 +65,7 @@ func liveProcessor(ctx context.Context, e *env, rep, n int) (procRun, error) {
 
 // ---------------------------------------------------------------- rebuild
 
-// rebuildRun is one rebuild, start to done, from RebuildStatus polled
-// every 20 ms.
+// rebuildRun is one rebuild, start to done, from RebuildStatus polled every 20 ms.
 type rebuildRun struct {
 	Rep    int
 	Ingest bool // producers published all along
@@ -97,15 +95,13 @@ func (r rebuildRun) rate() float64 { return benchkit.Rate(int(r.events()), r.Tot
 // foldRate is the fold phase's rate.
 func (r rebuildRun) foldRate() float64 { return benchkit.Rate(int(r.Folded), r.Fold) }
 
-// ingestIn is the producers' acked rate in phase k (0 setup, 1 fold, 2
-// takeover).
+// ingestIn is the producers' acked rate in phase k (0 setup, 1 fold, 2 takeover).
 func (r rebuildRun) ingestIn(k int) float64 {
 	d := []time.Duration{r.Setup, r.Fold, r.Takeover}[k]
 	return benchkit.Rate(int(r.Acked[k+1]-r.Acked[k]), d)
 }
 
-// rebuild runs one rebuild to its end. acked, if not nil, counts the
-// producers' acked publishes.
+// rebuild runs one rebuild to its end. acked, if not nil, counts the producers' acked publishes.
 func rebuild(ctx context.Context, e *env, prof string, acked *atomic.Int64) (rebuildRun, error) {
 	var r rebuildRun
 	r.Ingest = acked != nil
@@ -228,8 +224,7 @@ func compareOrders(ctx context.Context, e *env, before map[string]orderstore.Ord
 	return nil
 }
 
-// recordSize is the projection bucket's records and stored bytes (0, 0
-// when it cannot be read).
+// recordSize is the projection bucket's records and stored bytes (0, 0 when it cannot be read).
 func recordSize(ctx context.Context, e *env) (records, bytes uint64) {
 	js, err := e.Connect(false, "bench-rebuild-size")
 	if err != nil {
@@ -248,9 +243,8 @@ func recordSize(ctx context.Context, e *env) (records, bytes uint64) {
 
 // ---------------------------------------------------------------- ingest
 
-// producers publish events of the same shape as the loaded ones, each
-// over its own TCP connection, one synchronous publish at a time, as
-// external producers would.
+// producers publish events of the same shape as the loaded ones, each over its own TCP connection,
+// one synchronous publish at a time, as external producers would.
 type producers struct {
 	js     []jetstream.JetStream
 	round  atomic.Uint64 // a new random stream per run
@@ -350,8 +344,7 @@ type ingestRun struct {
 	// its state at the window's end (it should still be "folding").
 	Folded       uint64
 	RebuildState string
-	// Group commit's rounds during the window (GET /v1/status "ingest"):
-	// syncs and their mean time.
+	// Group commit's rounds during the window (GET /v1/status "ingest"): syncs and their mean time.
 	Syncs    uint64
 	SyncMean time.Duration
 }
@@ -434,8 +427,7 @@ func ingestWindow(ctx context.Context, e *env, p *producers, rep int, withRebuil
 	return r, nil
 }
 
-// ingestStats is group commit's figures (GET /v1/status); nil when
-// there are none.
+// ingestStats is group commit's figures (GET /v1/status); nil when there are none.
 func ingestStats(e *env) *status.IngestStats {
 	if st, err := benchkit.Status(e.App); err == nil {
 		return st.Ingest

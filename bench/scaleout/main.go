@@ -1,7 +1,6 @@
-// Command scaleout measures orderstore beyond one host with in-process
-// appliances on loopback: a 3-node R3 cluster against one node, leader
-// loss, an edge's backlog drained to its hub, backup and restore
-// (docs/topologies.md holds the figures).
+// Command scaleout measures orderstore beyond one host with in-process appliances on loopback: a
+// 3-node R3 cluster against one node, leader loss, an edge's backlog drained to its hub, backup and
+// restore (docs/topologies.md holds the figures).
 //
 //	go run ./bench/scaleout -pub 20000 -backlog 100000 -backup-events 1000000
 package main
@@ -81,8 +80,7 @@ func closeAll(apps ...*orderstore.Appliance) {
 	}
 }
 
-// publishRate makes n acked async publishes, conc in flight, and returns
-// the rate.
+// publishRate makes n acked async publishes, conc in flight, and returns the rate.
 func publishRate(js jetstream.JetStream, n int) float64 {
 	t0 := time.Now()
 	sem := make(chan struct{}, *conc)
@@ -147,8 +145,7 @@ func cluster() {
 	r3 := publishRate(cjs, *pubN)
 	fmt.Printf("acked publishes/s (%d events, %d in flight, sync always): single node %.0f, 3-node R3 %.0f, ratio %.2f\n", *pubN, *conc, r1, r3, r3/r1)
 
-	// Leader loss: close the stream leader's appliance and publish until
-	// a publish is accepted.
+	// Leader loss: close the stream leader's appliance and publish until a publish is accepted.
 	st, err := cjs.Stream(context.Background(), "ORDER_EVENTS")
 	if err != nil {
 		log.Fatal(err)
@@ -219,8 +216,7 @@ func leaf() {
 	fmt.Printf("link restored (hub restarted): first new event forwarded after %s\n", time.Since(t0).Round(time.Millisecond))
 }
 
-// aggregated is how many events the hub's aggregate stream holds (0 when
-// it cannot tell).
+// aggregated is how many events the hub's aggregate stream holds (0 when it cannot tell).
 func aggregated(js jetstream.JetStream) uint64 {
 	st, err := js.Stream(context.Background(), "ORDER_EVENTS_ALL")
 	if err != nil {

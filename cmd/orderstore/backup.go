@@ -18,9 +18,8 @@ import (
 	"github.com/orderstore/orderstore/internal/durable"
 )
 
-// backupCmd asks the running appliance for a backup (POST /v1/backup, a
-// tar of JetStream snapshots) and writes it into DIR, then checks every
-// file against the manifest.
+// backupCmd asks the running appliance for a backup (POST /v1/backup, a tar of JetStream snapshots)
+// and writes it into DIR, then checks every file against the manifest.
 func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("backup", stderr)
 	client := clientFlags(fs)
@@ -153,8 +152,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// untar writes a tar stream's regular files under dir, refusing any path
-// that would leave it.
+// untar writes a tar stream's regular files under dir, refusing any path that would leave it.
 func untar(r io.Reader, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err

@@ -49,9 +49,8 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		stdout.Write(b)
 	}
-	// What the store holds: a change run would refuse (exit 2), checked
-	// even while a running instance holds the store (its next start would
-	// refuse it).
+	// What the store holds: a change run would refuse (exit 2), checked even while a running
+	// instance holds the store (its next start would refuse it).
 	if err := orderstore.CheckStored(cfg); err != nil {
 		return fail(stderr, exitCode(err), byKey(err, name))
 	}

@@ -78,8 +78,7 @@ func (c *adminClient) do(method, path string, out any) error {
 	return c.send(context.Background(), method, path, nil, out)
 }
 
-// apiError is the admin API's refusal of a request: its HTTP status and
-// the error it gave.
+// apiError is the admin API's refusal of a request: its HTTP status and the error it gave.
 type apiError struct {
 	Method, Path string
 	Code         int    // 409
@@ -91,8 +90,7 @@ func (e *apiError) Error() string {
 	return fmt.Sprintf("admin %s %s: %s: %s", e.Method, e.Path, e.Status, e.Msg)
 }
 
-// statusOf is the HTTP status of the admin API's refusal in err's chain
-// (0: none).
+// statusOf is the HTTP status of the admin API's refusal in err's chain (0: none).
 func statusOf(err error) int {
 	var e *apiError
 	if errors.As(err, &e) {
@@ -101,9 +99,8 @@ func statusOf(err error) int {
 	return 0
 }
 
-// send sends a request (a POST's body: in as JSON, "{}" when nil) and
-// decodes the answer into out, or hands a func(io.Reader) error out the
-// answer's body; ctx ends the wait for it.
+// send sends a request (a POST's body: in as JSON, "{}" when nil) and decodes the answer into out,
+// or hands a func(io.Reader) error out the answer's body; ctx ends the wait for it.
 func (c *adminClient) send(ctx context.Context, method, path string, in, out any) error {
 	var reqBody io.Reader
 	if method == http.MethodPost {

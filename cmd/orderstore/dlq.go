@@ -110,10 +110,9 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// clip shortens s to about n bytes for a table, cut at a character. What
-// a terminal would act on (control characters, escape sequences, invalid
-// UTF-8) is shown as Go escapes: a status or type a producer wrote must not
-// move the cursor, rewrite lines or set the clipboard of whoever lists it.
+// clip shortens s to about n bytes for a table, cut at a character. What a terminal would act on
+// (control characters, escape sequences, invalid UTF-8) is shown as Go escapes: a status or type a
+// producer wrote must not move the cursor, rewrite lines or set the clipboard of whoever lists it.
 func clip(s string, n int) string {
 	if strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError || !unicode.IsPrint(r) }) >= 0 {
 		q := strconv.QuoteToGraphic(s)

@@ -110,8 +110,7 @@ func fail(w io.Writer, code int, err error) int {
 	return code
 }
 
-// usageErr prints a usage problem (format as fmt.Fprintf takes it) and
-// returns exitUsage.
+// usageErr prints a usage problem (format as fmt.Fprintf takes it) and returns exitUsage.
 func usageErr(w io.Writer, format string, a ...any) int {
 	fmt.Fprintf(w, format, a...)
 	return exitUsage

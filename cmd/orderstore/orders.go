@@ -25,8 +25,7 @@ const ordersUsage = `usage: orderstore orders [flags]
   and -admin URL, -token T, -config FILE to reach the admin listener
 `
 
-// ordersCmd lists orders by status and age from a running instance's
-// admin API (GET /v1/orders).
+// ordersCmd lists orders by status and age from a running instance's admin API (GET /v1/orders).
 func ordersCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("orders", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, ordersUsage) }

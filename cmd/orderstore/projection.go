@@ -39,10 +39,9 @@ const projectionUsage = `usage: orderstore projection rebuild [-from-seq N | -fr
 
 const rebuildPath = "/v1/projection/rebuild"
 
-// Following a rebuild: how often it is asked, how often a plain progress
-// line is printed (stderr not a terminal), and how long the admin API may
-// be unreachable (an appliance restarting: the rebuild goes on after it)
-// before the command gives up.
+// Following a rebuild: how often it is asked, how often a plain progress line is printed (stderr
+// not a terminal), and how long the admin API may be unreachable (an appliance restarting: the
+// rebuild goes on after it) before the command gives up.
 const (
 	rebuildPoll        = 500 * time.Millisecond
 	rebuildPlainEvery  = 2 * time.Second
@@ -139,9 +138,8 @@ func (r *rebuildCmd) status() int {
 
 // start asks for a rebuild and, unless detach, follows it to its end.
 func (r *rebuildCmd) start(ctx context.Context, req status.RebuildRequest, detach bool) int {
-	// Ctrl-C while following stops the following, not the rebuild; the
-	// signal is taken before the request so that none is lost to the
-	// default action (which would leave the user not knowing).
+	// Ctrl-C while following stops the following, not the rebuild; the signal is taken before the
+	// request so that none is lost to the default action (which would leave the user not knowing).
 	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var st status.Rebuild
@@ -165,8 +163,7 @@ func (r *rebuildCmd) start(ctx context.Context, req status.RebuildRequest, detac
 	return r.follow(sctx, &st, p, status.RebuildDone)
 }
 
-// cancel cancels the rebuild under way and, unless detach, waits for it
-// to stop.
+// cancel cancels the rebuild under way and, unless detach, waits for it to stop.
 func (r *rebuildCmd) cancel(ctx context.Context, detach bool) int {
 	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -188,10 +185,9 @@ func (r *rebuildCmd) cancel(ctx context.Context, detach bool) int {
 	return r.follow(sctx, &st, nil, status.RebuildCanceled)
 }
 
-// follow asks for the rebuild every rebuildPoll, showing its progress on
-// p (nil: none), until it ends, and prints its end: exit 0 when it ends
-// in the state want. A signal (ctx done) stops the following and says how
-// to go on.
+// follow asks for the rebuild every rebuildPoll, showing its progress on p (nil: none), until it
+// ends, and prints its end: exit 0 when it ends in the state want. A signal (ctx done) stops the
+// following and says how to go on.
 func (r *rebuildCmd) follow(ctx context.Context, st *status.Rebuild, p *rebuildProgress, want string) int {
 	id := st.ID
 	cur := st
@@ -217,9 +213,8 @@ func (r *rebuildCmd) follow(ctx context.Context, st *status.Rebuild, p *rebuildP
 			continue // the signal, above
 		}
 		if err != nil {
-			// An appliance restarting answers 503 or not at all for a
-			// while: the rebuild goes on after it. Anything else is an
-			// answer.
+			// An appliance restarting answers 503 or not at all for a while: the rebuild goes on
+			// after it. Anything else is an answer.
 			var unreachable *url.Error
 			code := statusOf(err)
 			if !errors.As(err, &unreachable) && code != http.StatusServiceUnavailable && code != http.StatusBadGateway && code != http.StatusGatewayTimeout {
@@ -259,8 +254,7 @@ func (r *rebuildCmd) print(st *status.Rebuild) {
 	printRebuild(r.stdout, st, time.Now())
 }
 
-// printRebuild prints a rebuild's state, progress and, once it ended,
-// what it did.
+// printRebuild prints a rebuild's state, progress and, once it ended, what it did.
 func printRebuild(w io.Writer, st *status.Rebuild, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := st.State
@@ -338,9 +332,8 @@ func rebuildBrief(st *status.Rebuild) string {
 	return fmt.Sprintf("%s, %d of %d events", st.State, st.Done, st.Total)
 }
 
-// rebuildProgress shows a followed rebuild's progress on stderr: one line
-// redrawn in place on a terminal, plain lines every rebuildPlainEvery
-// (and at each change of state) otherwise.
+// rebuildProgress shows a followed rebuild's progress on stderr: one line redrawn in place on a
+// terminal, plain lines every rebuildPlainEvery (and at each change of state) otherwise.
 type rebuildProgress struct {
 	w         io.Writer
 	tty       bool
@@ -427,8 +420,7 @@ func bar(done, total uint64, width int) string {
 	return "[" + strings.Repeat("#", n) + strings.Repeat("-", width-n) + "]"
 }
 
-// percent is done of total in percent, rounded down to a tenth: 100.0
-// only when done.
+// percent is done of total in percent, rounded down to a tenth: 100.0 only when done.
 func percent(done, total uint64) float64 {
 	if total == 0 {
 		return 0
@@ -452,9 +444,8 @@ func roundDuration(d time.Duration) string {
 	}
 }
 
-// connArgs are the flags given that reach this instance (-admin,
-// -config; -token as a placeholder, never the token), for the commands a
-// message suggests.
+// connArgs are the flags given that reach this instance (-admin, -config; -token as a placeholder,
+// never the token), for the commands a message suggests.
 func connArgs(fs *flag.FlagSet) string {
 	var b strings.Builder
 	fs.Visit(func(f *flag.Flag) {

@@ -31,10 +31,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 
-	// Signals cancel ctx from the first moment: a SIGTERM during a long
-	// stream recovery aborts start-up cleanly, and one that lands at any
-	// later moment stops the appliance (a canceled ctx stays canceled, so
-	// no signal can be lost between start-up and running).
+	// Signals cancel ctx from the first moment: a SIGTERM during a long stream recovery aborts
+	// start-up cleanly, and one that lands at any later moment stops the appliance (a canceled ctx
+	// stays canceled, so no signal can be lost between start-up and running).
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -112,9 +111,8 @@ func signalName(ctx context.Context) (string, bool) {
 	return strings.CutSuffix(cause.Error(), " signal received")
 }
 
-// byKey restates a config problem Start found (a node name another node
-// of the cluster has) by the file's keys, naming the file, instead of the
-// Go fields a library caller sets.
+// byKey restates a config problem Start found (a node name another node of the cluster has) by the
+// file's keys, naming the file, instead of the Go fields a library caller sets.
 func byKey(err error, cfgName string) error {
 	var invalid *orderstore.ValidationError
 	if !errors.As(err, &invalid) {
@@ -136,8 +134,7 @@ func byKey(err error, cfgName string) error {
 	return &exitCoded{withHint(errors.New(b.String()), hint), err}
 }
 
-// exitCoded is an error restated for the operator that keeps the exit
-// code of the one it restates.
+// exitCoded is an error restated for the operator that keeps the exit code of the one it restates.
 type exitCoded struct {
 	error
 	orig error
@@ -157,9 +154,8 @@ func exitCode(err error) int {
 	return exitFailure
 }
 
-// reloadValidation reads the config file again and applies its
-// [validation] to the running appliance (SIGHUP). A file or schema that
-// does not load leaves the running validation as it is.
+// reloadValidation reads the config file again and applies its [validation] to the running
+// appliance (SIGHUP). A file or schema that does not load leaves the running validation as it is.
 func reloadValidation(app *orderstore.Appliance, configPath string, logger *slog.Logger) {
 	fc, name, err := loadConfig(configPath)
 	if err != nil {

@@ -174,8 +174,7 @@ func printValidation(tw io.Writer, v *status.ValidationStats) {
 	fmt.Fprintf(tw, "validation\t%s\n", b.String())
 }
 
-// printTopology prints the node's cluster, its leaf links and a hub's
-// sources.
+// printTopology prints the node's cluster, its leaf links and a hub's sources.
 func printTopology(tw io.Writer, t *status.Topology) {
 	if t == nil {
 		return

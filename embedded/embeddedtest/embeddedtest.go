@@ -30,10 +30,9 @@ import (
 	"github.com/orderstore/orderstore/embedded"
 )
 
-// Start starts a broker for t on a random loopback port with a fresh store
-// directory, and stops it when the test ends. opts adjust the config before
-// start (e.g. to reuse a StoreDir for a restart test). It calls t.Fatal if
-// the broker does not start.
+// Start starts a broker for t on a random loopback port with a fresh store directory, and stops it
+// when the test ends. opts adjust the config before start (e.g. to reuse a StoreDir for a restart
+// test). It calls t.Fatal if the broker does not start.
 func Start(t testing.TB, opts ...func(*embedded.Config)) *embedded.Server {
 	t.Helper()
 	cfg := embedded.Config{
@@ -63,9 +62,8 @@ func Start(t testing.TB, opts ...func(*embedded.Config)) *embedded.Server {
 	return srv
 }
 
-// Connect opens an in-process client connection to srv (an
-// *embedded.Server, an *orderstore.Appliance, ...), closed when the test
-// ends.
+// Connect opens an in-process client connection to srv (an *embedded.Server, an
+// *orderstore.Appliance, ...), closed when the test ends.
 func Connect(t testing.TB, srv nats.InProcessConnProvider, opts ...nats.Option) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect("", append([]nats.Option{nats.InProcessServer(srv)}, opts...)...)
@@ -105,10 +103,9 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// WaitFor polls f every 20ms until it returns nil, and fails the test with
-// f's last error if that has not happened within timeout. Use it for state
-// that becomes true eventually (a consumer catching up, a port closing)
-// instead of sleeping.
+// WaitFor polls f every 20ms until it returns nil, and fails the test with f's last error if that
+// has not happened within timeout. Use it for state that becomes true eventually (a consumer
+// catching up, a port closing) instead of sleeping.
 func WaitFor(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

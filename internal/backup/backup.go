@@ -1,10 +1,9 @@
-// Package backup writes and restores orderstore's backups: JetStream
-// snapshots, one directory per stream in the layout `nats backup`
-// (natscli) writes and `nats backup validate` reads:
+// Package backup writes and restores orderstore's backups: JetStream snapshots, one directory per
+// stream in the layout `nats backup` (natscli) writes and `nats backup validate` reads:
 // <dir>/<stream>/backup.json (the stream's configuration and state) and
-// <dir>/<stream>/stream.arc.s2 (the snapshot), plus <dir>/manifest.json
-// with counts and SHA-256 checksums. Which streams, in which order, is the
-// appliance's to say (package orderstore, Appliance.Backup).
+// <dir>/<stream>/stream.arc.s2 (the snapshot), plus <dir>/manifest.json with counts and SHA-256
+// checksums. Which streams, in which order, is the appliance's to say (package orderstore,
+// Appliance.Backup).
 package backup
 
 import (
@@ -29,9 +28,8 @@ import (
 	"github.com/orderstore/orderstore/internal/hint"
 )
 
-// ErrRunning and ErrNoRoom refuse a backup before it begins: another
-// runs, or the copy would fill the store's disk (orderstore's
-// ErrBackupRunning and ErrBackupNoRoom).
+// ErrRunning and ErrNoRoom refuse a backup before it begins: another runs, or the copy would fill
+// the store's disk (orderstore's ErrBackupRunning and ErrBackupNoRoom).
 var (
 	ErrRunning = errors.New("a backup is already running")
 	ErrNoRoom  = errors.New("not enough free disk for the backup's copy")
@@ -53,8 +51,7 @@ type Manifest struct {
 	SettledThrough uint64 `json:"settled_through,omitempty"`
 }
 
-// Stream is one stream's snapshot in a backup. The counts are the
-// stream's as its snapshot began.
+// Stream is one stream's snapshot in a backup. The counts are the stream's as its snapshot began.
 type Stream struct {
 	Name     string `json:"name"`
 	Messages uint64 `json:"messages"`
@@ -178,8 +175,7 @@ func Snapshot(ctx context.Context, nc *nats.Conn, name, dir string, seal Seal, p
 		Files: map[string]string{dataFile: hex.EncodeToString(h.Sum(nil)), metaFile: hex.EncodeToString(ms[:])}}, nil
 }
 
-// ReadManifest reads dir's manifest and checks every file against
-// its checksum.
+// ReadManifest reads dir's manifest and checks every file against its checksum.
 func ReadManifest(dir string) (*Manifest, error) {
 	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
 	if err != nil {
@@ -212,10 +208,9 @@ func ReadManifest(dir string) (*Manifest, error) {
 	return &m, nil
 }
 
-// RestoreStream restores one stream's snapshot, saved in dir, through
-// JetStream's restore API on nc, and checks that the restored stream ends
-// where the manifest says. key opens a sealed snapshot ("" for a plain
-// one).
+// RestoreStream restores one stream's snapshot, saved in dir, through JetStream's restore API on
+// nc, and checks that the restored stream ends where the manifest says. key opens a sealed snapshot
+// ("" for a plain one).
 func RestoreStream(ctx context.Context, nc *nats.Conn, dir string, s Stream, key string, progress func(Progress)) error {
 	meta, err := os.ReadFile(filepath.Join(dir, metaFile))
 	if err != nil {
@@ -276,9 +271,8 @@ func RestoreStream(ctx context.Context, nc *nats.Conn, dir string, s Stream, key
 	if err := request(ctx, nc, time.Hour, "finish", rr.DeliverSubject, nil, &fin); err != nil {
 		return err
 	}
-	// The manifest's counts are the stream's as its snapshot began; a
-	// live stream may have moved on a little while it was taken (a
-	// bucket replaces revisions), never back.
+	// The manifest's counts are the stream's as its snapshot began; a live stream may have moved on
+	// a little while it was taken (a bucket replaces revisions), never back.
 	if fin.State == nil || fin.State.LastSeq < s.LastSeq {
 		return fmt.Errorf("restored state %+v ends before the manifest's last sequence %d", fin.State, s.LastSeq)
 	}

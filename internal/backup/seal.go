@@ -20,17 +20,15 @@ import (
 	"github.com/orderstore/orderstore/embedded"
 )
 
-// A sealed file is a backup file encrypted with the store's key, so that a
-// backup of an encrypted store is no more readable than the store (a
-// JetStream snapshot is plain text). Its layout:
+// A sealed file is a backup file encrypted with the store's key, so that a backup of an encrypted
+// store is no more readable than the store (a JetStream snapshot is plain text). Its layout:
 //
 //	magic (sealMagic) | cipher (1 byte) | salt (32) | key check (32)
 //	then chunks: length (4 bytes, big-endian) | sealed chunk
 //
-// Each chunk seals up to sealChunk bytes with a key derived from the
-// store's key and the salt (HKDF-SHA256); its nonce counts the chunks and
-// marks the last one, so that a reordered, dropped or cut chunk fails to
-// open. The key check (an HMAC of the salt) tells a wrong key from damage.
+// Each chunk seals up to sealChunk bytes with a key derived from the store's key and the salt
+// (HKDF-SHA256); its nonce counts the chunks and marks the last one, so that a reordered, dropped
+// or cut chunk fails to open. The key check (an HMAC of the salt) tells a wrong key from damage.
 const (
 	sealMagic = "orderstore sealed backup file v1\n"
 	sealChunk = 64 << 10

@@ -15,9 +15,8 @@ var Units = []struct {
 	{"EiB", 1 << 60}, {"PiB", 1 << 50}, {"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1},
 }
 
-// Exact prints n with the largest unit that divides it exactly ("10GiB",
-// "1536MiB", "1000B"), so that parsing it back gives n. Negative is "-1"
-// (unlimited).
+// Exact prints n with the largest unit that divides it exactly ("10GiB", "1536MiB", "1000B"), so
+// that parsing it back gives n. Negative is "-1" (unlimited).
 func Exact(n int64) string {
 	if n < 0 {
 		return "-1"
@@ -30,9 +29,8 @@ func Exact(n int64) string {
 	return strconv.FormatInt(n, 10) + "B"
 }
 
-// Format prints n for people: exact when a unit divides it ("10GiB"), else
-// rounded to one decimal of the largest unit below it ("1.5GiB").
-// Negative is "unlimited".
+// Format prints n for people: exact when a unit divides it ("10GiB"), else rounded to one decimal
+// of the largest unit below it ("1.5GiB"). Negative is "unlimited".
 func Format(n int64) string {
 	if n < 0 {
 		return "unlimited"

@@ -1,13 +1,11 @@
-// Package config defines orderstore's TOML file: its shape, built-in
-// defaults, strict decoding and validation, and its mapping onto
-// orderstore.Config ([Config.Orderstore]). The file's types are the one
-// table of its keys (keys.go): their tags drive the mapping both ways and
-// name every problem by its key ([KeyOf]).
+// Package config defines orderstore's TOML file: its shape, built-in defaults, strict decoding and
+// validation, and its mapping onto orderstore.Config ([Config.Orderstore]). The file's types are
+// the one table of its keys (keys.go): their tags drive the mapping both ways and name every
+// problem by its key ([KeyOf]).
 //
-// Precedence, stated once: the -config flag, then the ORDERSTORE_CONFIG
-// environment variable (for the path only), then the file's values, then the
-// built-in defaults of [Default]. Every key of the file is optional; a key
-// that is absent keeps its default.
+// Precedence, stated once: the -config flag, then the ORDERSTORE_CONFIG environment variable (for
+// the path only), then the file's values, then the built-in defaults of [Default]. Every key of the
+// file is optional; a key that is absent keeps its default.
 package config
 
 import (
@@ -141,9 +139,8 @@ type Log struct {
 	Format string `toml:"format"` // auto (text on a terminal, JSON otherwise), text, json
 }
 
-// Default returns the built-in configuration: what `orderstore run` uses
-// with no file, and what every absent key keeps. It is
-// orderstore.DefaultConfig in the file's shape, plus [log].
+// Default returns the built-in configuration: what `orderstore run` uses with no file, and what
+// every absent key keeps. It is orderstore.DefaultConfig in the file's shape, plus [log].
 func Default() Config {
 	c := fromOrderstore(orderstore.DefaultConfig())
 	c.Log = Log{Level: "info", Format: "auto"}
@@ -197,11 +194,10 @@ func (c *Config) resolvePaths(dir string) {
 	}
 }
 
-// Parse decodes r over [Default], rejects unknown keys and values of the
-// wrong shape, and validates the result. All problems come back in one
-// *orderstore.ValidationError, with the Config as far as it decoded (for
-// a caller that checks more of it, as `check` does the files it names); a
-// TOML syntax error comes back with its line and column.
+// Parse decodes r over [Default], rejects unknown keys and values of the wrong shape, and validates
+// the result. All problems come back in one *orderstore.ValidationError, with the Config as far as
+// it decoded (for a caller that checks more of it, as `check` does the files it names); a TOML
+// syntax error comes back with its line and column.
 func Parse(r io.Reader, name string) (Config, error) {
 	cfg := Default()
 	src, err := io.ReadAll(io.LimitReader(r, maxFileSize+1))

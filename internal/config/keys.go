@@ -16,11 +16,10 @@ import (
 //	lib:"SyncInterval,rule"    named for messages, mapped by a rule in toOrderstore/fromOrderstore
 //	lib:"Publish,PublishDeny"  a Subjects value: its allow and deny lists are two fields
 //
-// From the table come the mapping both ways (toOrderstore, fromOrderstore),
-// the keys that name a problem the appliance finds ([KeyOf]) and, through
-// the toml tags, what `check -print` writes. TestKeyTableCoversTheLibrary
-// fails when a field of orderstore.Config has no key and is not listed as
-// the library's alone.
+// From the table come the mapping both ways (toOrderstore, fromOrderstore), the keys that name a
+// problem the appliance finds ([KeyOf]) and, through the toml tags, what `check -print` writes.
+// TestKeyTableCoversTheLibrary fails when a field of orderstore.Config has no key and is not listed
+// as the library's alone.
 
 var subjectsType = reflect.TypeOf(Subjects{})
 
@@ -74,10 +73,9 @@ func copyFields(f, o reflect.Value, toLib bool) {
 	}
 }
 
-// copyValue sets dst from src: a struct field by field through the table
-// (fileToLib says which of the two is the file's), a slice element by
-// element, a map value by value, anything else converted (Duration to time.Duration, ByteSize
-// to int64, and back).
+// copyValue sets dst from src: a struct field by field through the table (fileToLib says which of
+// the two is the file's), a slice element by element, a map value by value, anything else converted
+// (Duration to time.Duration, ByteSize to int64, and back).
 func copyValue(dst, src reflect.Value, fileToLib bool) {
 	switch {
 	case src.Kind() == reflect.Struct && src.Type() != dst.Type():

@@ -8,11 +8,10 @@ import (
 	"github.com/BurntSushi/toml"
 )
 
-// syntaxError is pe with its position and the lines up to it, as
-// BurntSushi's ErrorWithPosition shows them, with the whole value of a
-// secret key (password, token, ...) masked, and what the parser's message
-// quotes masked when a secret key is near: a syntax error must not copy a
-// secret into the journal, and should show what is wrong with the rest.
+// syntaxError is pe with its position and the lines up to it, as BurntSushi's ErrorWithPosition
+// shows them, with the whole value of a secret key (password, token, ...) masked, and what the
+// parser's message quotes masked when a secret key is near: a syntax error must not copy a secret
+// into the journal, and should show what is wrong with the rest.
 func syntaxError(pe toml.ParseError, src []byte) string {
 	var b strings.Builder
 	line, col := pe.Position.Line, pe.Position.Col
@@ -79,10 +78,9 @@ func multiLineStrings(lines []string) []bool {
 // secretKey matches the keys whose values are secrets.
 var secretKey = regexp.MustCompile(`(?i)(password|passwd|token|secret|seed|credential|private)`)
 
-// MaskLine returns a TOML source line with the whole value masked after
-// a key that names a secret, and the password in a URL's user info
-// masked. Table headers, comments and other keys' values are kept; a line
-// that is no key = value (a stray secret?) is masked whole.
+// MaskLine returns a TOML source line with the whole value masked after a key that names a secret,
+// and the password in a URL's user info masked. Table headers, comments and other keys' values are
+// kept; a line that is no key = value (a stray secret?) is masked whole.
 func MaskLine(line string) string {
 	t := strings.TrimSpace(line)
 	if t == "" || strings.HasPrefix(t, "#") || (strings.HasPrefix(t, "[") && !strings.Contains(t, "=")) {
@@ -102,8 +100,7 @@ func MaskLine(line string) string {
 	return urlPassword.ReplaceAllString(line, "${1}***@")
 }
 
-// urlPassword matches the user info of a URL with a password
-// ("nats://user:secret@host").
+// urlPassword matches the user info of a URL with a password ("nats://user:secret@host").
 var urlPassword = regexp.MustCompile(`(://[^:/@\s"']*:)[^@\s"']*@`)
 
 // maskStrings replaces the contents of every quoted string on a line
@@ -140,10 +137,9 @@ func maskStrings(line string) string {
 // quoted matches what a parser's message quotes of the input.
 var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'[^']*'`)
 
-// maskQuoted masks every quoted part of a parser message longer than one
-// character: BurntSushi quotes the offending input ("expected value but
-// found \"hunter2\" instead"); a single quoted character (an unexpected
-// '=') tells what is wrong without telling a secret.
+// maskQuoted masks every quoted part of a parser message longer than one character: BurntSushi
+// quotes the offending input ("expected value but found \"hunter2\" instead"); a single quoted
+// character (an unexpected '=') tells what is wrong without telling a secret.
 func maskQuoted(msg string) string {
 	return quoted.ReplaceAllStringFunc(msg, func(q string) string {
 		if len(q) <= 3 {

@@ -10,9 +10,8 @@ import (
 	"github.com/orderstore/orderstore/internal/duration"
 )
 
-// Duration is a time.Duration written in TOML as a string with a unit ("72h",
-// "30s"). A bare number is rejected: BurntSushi/toml would otherwise read it as
-// nanoseconds (the etcd trap).
+// Duration is a time.Duration written in TOML as a string with a unit ("72h", "30s"). A bare number
+// is rejected: BurntSushi/toml would otherwise read it as nanoseconds (the etcd trap).
 type Duration time.Duration
 
 // UnmarshalText parses a Go duration string such as "72h" or "1m30s".
@@ -39,14 +38,12 @@ func (d Duration) MarshalText() ([]byte, error) {
 
 func (d Duration) String() string { return duration.Format(time.Duration(d)) }
 
-// ByteSize is a size in bytes written in TOML as a string with an IEC unit:
-// "512MiB", "10GiB". Units are powers of 1024: B, KiB, MiB, GiB, TiB. SI
-// spellings ("10GB") are rejected with a hint, because nats-server reads "GB"
-// as 1024³ while most people read it as 1000³.
+// ByteSize is a size in bytes written in TOML as a string with an IEC unit: "512MiB", "10GiB".
+// Units are powers of 1024: B, KiB, MiB, GiB, TiB. SI spellings ("10GB") are rejected with a hint,
+// because nats-server reads "GB" as 1024³ while most people read it as 1000³.
 type ByteSize int64
 
-// UnmarshalText parses "10GiB", "512MiB", "1024B". "-1" means unlimited
-// where a key allows it.
+// UnmarshalText parses "10GiB", "512MiB", "1024B". "-1" means unlimited where a key allows it.
 func (b *ByteSize) UnmarshalText(text []byte) error {
 	s := strings.TrimSpace(string(text))
 	if s == "-1" {
@@ -87,10 +84,9 @@ func (b ByteSize) MarshalText() ([]byte, error) { return []byte(bytesize.Exact(i
 // String is the size for people: "10GiB", "1.5GiB".
 func (b ByteSize) String() string { return bytesize.Format(int64(b)) }
 
-// SyncPolicy is jetstream.sync_interval: a duration (with durability
-// "interval", fsync in the background at that interval), or "always", the
-// durability mode as files before `durability` wrote it. The zero value is
-// unset.
+// SyncPolicy is jetstream.sync_interval: a duration (with durability "interval", fsync in the
+// background at that interval), or "always", the durability mode as files before `durability` wrote
+// it. The zero value is unset.
 type SyncPolicy struct {
 	Always   bool
 	Interval time.Duration

@@ -31,8 +31,7 @@ func (c Config) validate() []*orderstore.FieldError {
 	var ve *orderstore.ValidationError
 	if err := c.toOrderstore().Validate(); errors.As(err, &ve) {
 		for _, p := range ve.Problems {
-			// A field the file has no key for is set from one that it
-			// has: the table misses a row.
+			// A field the file has no key for is set from one that it has: the table misses a row.
 			key := cmp.Or(KeyOf(p.Field), p.Field)
 			errs = append(errs, &orderstore.FieldError{Key: key, Value: p.Value, Reason: p.Reason})
 		}
@@ -64,9 +63,8 @@ func (c Config) validate() []*orderstore.FieldError {
 	return errs
 }
 
-// Orderstore maps the file onto the appliance's configuration, reading
-// admin.token_file. Logger and Build are the caller's.
-// Every file that cannot be read is reported, all at once.
+// Orderstore maps the file onto the appliance's configuration, reading admin.token_file. Logger and
+// Build are the caller's. Every file that cannot be read is reported, all at once.
 func (c Config) Orderstore() (orderstore.Config, error) {
 	o := c.toOrderstore()
 	var errs []error
@@ -113,9 +111,8 @@ func (c Config) EncryptionKey() (string, error) {
 	return readKey("the systemd credential "+orderstore.CredentialName, path, false)
 }
 
-// ReadKeyFile reads an encryption key from path (named key in errors): the
-// file must be no one else's to read, and one trailing newline is not part
-// of the key.
+// ReadKeyFile reads an encryption key from path (named key in errors): the file must be no one
+// else's to read, and one trailing newline is not part of the key.
 func ReadKeyFile(key, path string) (string, error) { return readKey(key, path, true) }
 
 // maxKeyFile bounds what is read as a key.
@@ -169,9 +166,8 @@ func readSecretFile(key, path string) (string, error) {
 	return t, nil
 }
 
-// toOrderstore is the mapping without reading admin.token_file (a set
-// token_file stands in for the token, for validation): the key table
-// (keys.go), then the rules it cannot state.
+// toOrderstore is the mapping without reading admin.token_file (a set token_file stands in for the
+// token, for validation): the key table (keys.go), then the rules it cannot state.
 func (c Config) toOrderstore() orderstore.Config {
 	var o orderstore.Config
 	copyFields(reflect.ValueOf(&c).Elem(), reflect.ValueOf(&o).Elem(), true)
@@ -206,8 +202,7 @@ func fromOrderstore(o orderstore.Config) Config {
 	return c
 }
 
-// AdminToken returns the admin bearer token from admin.token or the file
-// named by admin.token_file.
+// AdminToken returns the admin bearer token from admin.token or the file named by admin.token_file.
 func (c Config) AdminToken() (string, error) {
 	if c.Admin.TokenFile == "" {
 		return c.Admin.Token, nil
@@ -215,8 +210,7 @@ func (c Config) AdminToken() (string, error) {
 	return readSecretFile("admin.token_file", c.Admin.TokenFile)
 }
 
-// Redacted is c with every secret replaced by "<redacted>": what Encode
-// prints.
+// Redacted is c with every secret replaced by "<redacted>": what Encode prints.
 func (c Config) Redacted() Config {
 	c.Server.Users = append([]User{}, c.Server.Users...)
 	c.LeafNode.Remotes = append([]orderstore.LeafRemote{}, c.LeafNode.Remotes...)
@@ -240,8 +234,7 @@ func (c *Config) secrets() []*string {
 	return s
 }
 
-// Encode writes c as TOML: the effective configuration `check -print` shows.
-// Secrets are masked.
+// Encode writes c as TOML: the effective configuration `check -print` shows. Secrets are masked.
 func (c Config) Encode() ([]byte, error) {
 	var b bytes.Buffer
 	if err := toml.NewEncoder(&b).Encode(c.Redacted()); err != nil {
@@ -250,10 +243,9 @@ func (c Config) Encode() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// SecretFileWarnings names each file holding a secret that users other
-// than its owner and group can read: the configuration at path (when it
-// holds a password or token), admin.token_file and every password_file.
-// `check` and `run` print them at every start.
+// SecretFileWarnings names each file holding a secret that users other than its owner and group can
+// read: the configuration at path (when it holds a password or token), admin.token_file and every
+// password_file. `check` and `run` print them at every start.
 func (c Config) SecretFileWarnings(path string) []string {
 	var w []string
 	check := func(what, file string) {

@@ -14,10 +14,9 @@ import (
 	"path/filepath"
 )
 
-// WriteFile replaces path with data, atomically and durably: data goes to
-// a temporary file in path's directory, which is fsynced, renamed over
-// path, and the directory fsynced. A crash leaves the old file or the new
-// one, never a torn one.
+// WriteFile replaces path with data, atomically and durably: data goes to a temporary file in
+// path's directory, which is fsynced, renamed over path, and the directory fsynced. A crash leaves
+// the old file or the new one, never a torn one.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
@@ -77,9 +76,8 @@ func SyncPath(path string) error {
 	return errors.Join(f.Sync(), f.Close())
 }
 
-// SyncTree fsyncs every regular file and directory under root, children
-// before their directory (what syncfs does, where it is not available,
-// or for one tree of a file system).
+// SyncTree fsyncs every regular file and directory under root, children before their directory
+// (what syncfs does, where it is not available, or for one tree of a file system).
 func SyncTree(root string) error {
 	var dirs []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {

@@ -22,8 +22,7 @@ func Format(d time.Duration) string {
 	return s
 }
 
-// ParseAge reads an age: a Go duration ("90m", "36h") or whole days
-// ("7d"), positive.
+// ParseAge reads an age: a Go duration ("90m", "36h") or whole days ("7d"), positive.
 func ParseAge(s string) (time.Duration, error) {
 	if n, ok := strings.CutSuffix(s, "d"); ok {
 		if days, err := strconv.Atoi(n); err == nil && days > 0 && days <= 100*365 {

@@ -19,8 +19,7 @@ import (
 // An edge's power cut, seen from its hub: docs/topologies.md ("An edge's
 // power cut") says what goes wrong, and how the epochs find and repair it.
 
-// epochsKey is the stream metadata key of the epochs' list:
-// "<epoch>:<first seq>,..." oldest first.
+// epochsKey is the stream metadata key of the epochs' list: "<epoch>:<first seq>,..." oldest first.
 const epochsKey = "orderstore_epochs"
 
 // maxEpochs is how many epochs the list keeps.
@@ -45,10 +44,9 @@ func parseEpochs(s string) []epochStart {
 	return out
 }
 
-// RecordEpoch writes this run's epoch and its first sequence to stream's
-// metadata (the caller syncs it). Not in a cluster: there each node's
-// ingest service writes to the one stream, and no hub sources a
-// cluster's stream by epoch.
+// RecordEpoch writes this run's epoch and its first sequence to stream's metadata (the caller syncs
+// it). Not in a cluster: there each node's ingest service writes to the one stream, and no hub
+// sources a cluster's stream by epoch.
 func RecordEpoch(ctx context.Context, js jetstream.JetStream, stream, epoch string) error {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -100,10 +98,9 @@ func (w *Watcher) checkEpochs(ctx context.Context, edge string, epochs []epochSt
 		if w.checked[[2]string{edge, ep.epoch}] {
 			continue
 		}
-		// With sourced < ep.first the aggregate holds nothing at or past
-		// the boundary: what the edge lost there was never copied, and
-		// what it holds there now is this epoch's (the run before it is
-		// over).
+		// With sourced < ep.first the aggregate holds nothing at or past the boundary: what the
+		// edge lost there was never copied, and what it holds there now is this epoch's (the run
+		// before it is over).
 		if sourced >= ep.first {
 			if err := w.repair(ctx, edge, epochs, ep); err != nil {
 				w.log.Warn("hub: check an edge's epoch", "edge", edge, "epoch", ep.epoch, "first_seq", ep.first, "err", err)
@@ -149,10 +146,9 @@ func firstMsg(ctx context.Context, st jetstream.Stream, subject string, from fun
 	return nextMsg(ctx, st, subject, lo)
 }
 
-// repair checks the aggregate's copies from edge at and after boundary ep
-// against the epochs, and, where copies are of an earlier epoch (lost at
-// the edge), moves them to the dead-letter stream, removes every copy
-// from the first lost one on, and sources the edge again from there.
+// repair checks the aggregate's copies from edge at and after boundary ep against the epochs, and,
+// where copies are of an earlier epoch (lost at the edge), moves them to the dead-letter stream,
+// removes every copy from the first lost one on, and sources the edge again from there.
 func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, ep epochStart) error {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()

@@ -1,7 +1,6 @@
-// Package edgehub is what edges and their hub add to nats' sourcing: the
-// epochs an edge records (where each run's events begin) and the hub's
-// watcher of its sources (a stalled source restarted, an edge's lost
-// events repaired in the aggregate). docs/topologies.md says why.
+// Package edgehub is what edges and their hub add to nats' sourcing: the epochs an edge records
+// (where each run's events begin) and the hub's watcher of its sources (a stalled source restarted,
+// an edge's lost events repaired in the aggregate). docs/topologies.md says why.
 package edgehub
 
 import (
@@ -22,11 +21,10 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-// A hub's sources, watched: docs/topologies.md ("Recovery after a link
-// loss") says why (nats' own backoff, upstream #6206, #8346) and how. An
-// edge with more events whose source has not advanced for sourceKickAfter
-// gets its source removed and added back; one behind for sourceStallAfter
-// is flagged stalled.
+// A hub's sources, watched: docs/topologies.md ("Recovery after a link loss") says why (nats' own
+// backoff, upstream #6206, #8346) and how. An edge with more events whose source has not advanced
+// for sourceKickAfter gets its source removed and added back; one behind for sourceStallAfter is
+// flagged stalled.
 const (
 	sourceWatchEvery = time.Second
 	sourceKickAfter  = 3 * time.Second
@@ -39,14 +37,12 @@ type Config struct {
 	Edges []string // the edges' names (their JetStream domains)
 	// Stream is the edges' stream's name (the same on every edge).
 	Stream string
-	// Spec declares the hub's aggregate stream (with its sources) and its
-	// consumer.
+	// Spec declares the hub's aggregate stream (with its sources) and its consumer.
 	Spec bootstrap.Spec
 	// DeadLetterStream takes the events an edge lost, on subjects with
 	// DeadLetterPrefix (the processor's dead-letter subjects).
 	DeadLetterStream, DeadLetterPrefix string
-	// EpochHeader is the header each event's epoch is stamped on (by the
-	// edge's ingest service).
+	// EpochHeader is the header each event's epoch is stamped on (by the edge's ingest service).
 	EpochHeader string
 }
 
@@ -66,9 +62,8 @@ type sourceState struct {
 	lastKick time.Time
 }
 
-// New returns the watcher of the hub's sources: js reaches the hub's own
-// streams, edges the edges' (over the leaf links, on an inbox of its
-// own).
+// New returns the watcher of the hub's sources: js reaches the hub's own streams, edges the edges'
+// (over the leaf links, on an inbox of its own).
 func New(cfg Config, js jetstream.JetStream, edges *nats.Conn, log *slog.Logger) *Watcher {
 	if cfg.EpochHeader == "" || cfg.DeadLetterPrefix == "" || cfg.Spec.Aggregate == nil {
 		// Without them every copy would look lost at its edge.

@@ -1,8 +1,7 @@
-// Package ingest is orderstore's side of a producer's publish into the
-// stream, which the embedded nats-server takes itself: the admission hook
-// nats calls on the publisher's own goroutine (natsserver/patches/
-// 0002-admission.patch), and the figures and failure of group commit,
-// which nats' file store runs (0001-group-commit.patch).
+// Package ingest is orderstore's side of a producer's publish into the stream, which the embedded
+// nats-server takes itself: the admission hook nats calls on the publisher's own goroutine
+// (natsserver/patches/ 0002-admission.patch), and the figures and failure of group commit, which
+// nats' file store runs (0001-group-commit.patch).
 package ingest
 
 import (
@@ -23,10 +22,9 @@ import (
 
 // Headers admission reads or writes.
 const (
-	// EpochHeader names the run of the node that stored the event: a new
-	// random value at every start. A reader that saw sequence N with one
-	// epoch and later sees N with another knows the first was lost in a
-	// crash before it was acknowledged (docs/reliability.md).
+	// EpochHeader names the run of the node that stored the event: a new random value at every
+	// start. A reader that saw sequence N with one epoch and later sees N with another knows the
+	// first was lost in a crash before it was acknowledged (docs/reliability.md).
 	EpochHeader        = "Orderstore-Epoch"
 	requestInfoHeader  = "Nats-Request-Info"  // nats' own on a service import: who published
 	StreamSourceHeader = "Nats-Stream-Source" // set by nats when sourcing: never a producer's
@@ -41,16 +39,14 @@ const Headroom = 4 << 10
 
 // Bounds of admission's line (see Admission).
 const (
-	// The queue is deep at lineMsgs events (or lineBytes). What is queued
-	// is what a newcomer's publish waits behind (twice: once to be stored,
-	// once for its ack), so the bound is low: 1,024 is what 64 producers
-	// with 16 publishes in flight fill.
+	// The queue is deep at lineMsgs events (or lineBytes). What is queued is what a newcomer's
+	// publish waits behind (twice: once to be stored, once for its ack), so the bound is low: 1,024
+	// is what 64 producers with 16 publishes in flight fill.
 	lineMsgs  = 1024
 	lineBytes = 8 << 20
-	// lineWait: a publish that waited this long in line, counted from
-	// when it joined, is answered 429 (the stream is behind what producers
-	// send), well within a client's 5 s timeout (nats.go's and natscli's
-	// default).
+	// lineWait: a publish that waited this long in line, counted from when it joined, is answered
+	// 429 (the stream is behind what producers send), well within a client's 5 s timeout (nats.go's
+	// and natscli's default).
 	lineWait = 2 * time.Second
 	// linePoll is how often the head of the line looks at the queue.
 	linePoll = 100 * time.Microsecond
@@ -60,9 +56,8 @@ const (
 type AdmitConfig struct {
 	Stream        string // the events stream's name: other streams are not touched
 	StreamAccount string // orderstore's own account (HTTP ingest, dead-letter replays)
-	// OwnNkey is orderstore's own user. A client of StreamAccount signed in
-	// as anyone else (the anonymous loopback clients of a standalone node
-	// with no users) is scoped as OthersAccount.
+	// OwnNkey is orderstore's own user. A client of StreamAccount signed in as anyone else (the
+	// anonymous loopback clients of a standalone node with no users) is scoped as OthersAccount.
 	OwnNkey, OthersAccount string
 	// MaxEvent is the stream's max_msg_size: a larger event (with the
 	// headers it is stored with) is refused up front.
@@ -71,26 +66,22 @@ type AdmitConfig struct {
 	Epoch string
 	// Scope prefixes every scoped Nats-Msg-Id (the node's domain, or "").
 	Scope string
-	// Validate checks each event (its subject and payload) before anything
-	// is stored: an error refuses it with code 422, err_code InvalidCode
-	// and the error's text. Called for every event; it may change its
-	// mind between two (SetValidation).
+	// Validate checks each event (its subject and payload) before anything is stored: an error
+	// refuses it with code 422, err_code InvalidCode and the error's text. Called for every event;
+	// it may change its mind between two (SetValidation).
 	Validate    func(subject string, data []byte) error
 	InvalidCode int
-	// ReplayOf is the header only orderstore's own dead-letter replays may
-	// set (processor.HeaderReplayOf): a producer's would have a rebuild
-	// leave out the event it names.
+	// ReplayOf is the header only orderstore's own dead-letter replays may set
+	// (processor.HeaderReplayOf): a producer's would have a rebuild leave out the event it names.
 	ReplayOf string
 	Log      *slog.Logger
 }
 
-// Admission decides on every event published into the stream, on the
-// publisher's own goroutine, before nats queues it for the stream: what it
-// refuses, scopes, drops, validates and stamps is docs/durability.md's
-// ("Admission, in every mode"), and so is the line it holds producers in
-// while the stream's inbound queue is deep ("Overload"; nats itself would
-// answer 429 for everyone). A refused event is answered at once with a
-// JetStream API error and is not stored.
+// Admission decides on every event published into the stream, on the publisher's own goroutine,
+// before nats queues it for the stream: what it refuses, scopes, drops, validates and stamps is
+// docs/durability.md's ("Admission, in every mode"), and so is the line it holds producers in while
+// the stream's inbound queue is deep ("Overload"; nats itself would answer 429 for everyone). A
+// refused event is answered at once with a JetStream API error and is not stored.
 type Admission struct {
 	cfg AdmitConfig
 
@@ -142,10 +133,9 @@ func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 		ad.refused.Add(1)
 		return nil, apiError(403, "%s: a leaf node may not publish into this node's stream (a hub sources its edges' streams)", truncateSubject(m.Subject))
 	case "Router":
-		// Published at another node of the cluster: the service import
-		// there named the publisher's account in Nats-Request-Info (nats
-		// sets it, a client cannot); without one, a connection of
-		// orderstore's own in the stream's account.
+		// Published at another node of the cluster: the service import there named the publisher's
+		// account in Nats-Request-Info (nats sets it, a client cannot); without one, a connection
+		// of orderstore's own in the stream's account.
 		account = ad.cfg.StreamAccount
 		if v := headerValue(m.Header, requestInfoHeader); v != nil {
 			var ci struct {
@@ -188,12 +178,10 @@ func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 	return hdr, nil
 }
 
-// wait holds a producer's publish in line while the stream's inbound
-// queue is deep; false when it waited lineWait in vain. Every connection
-// waits its turn: while anyone waits, a newcomer queues behind (senders
-// blocked on a channel go in arrival order), and a connection has one
-// publish at a time here (its read loop is what waits), so a flood goes at
-// the pace of everyone else.
+// wait holds a producer's publish in line while the stream's inbound queue is deep; false when it
+// waited lineWait in vain. Every connection waits its turn: while anyone waits, a newcomer queues
+// behind (senders blocked on a channel go in arrival order), and a connection has one publish at a
+// time here (its read loop is what waits), so a flood goes at the pace of everyone else.
 func (ad *Admission) wait(m *server.AdmitMsg) bool {
 	deep := func() bool {
 		if ad.hold.Load() {
@@ -226,15 +214,13 @@ func (ad *Admission) wait(m *server.AdmitMsg) bool {
 	return true
 }
 
-// Hold makes the stream's queue count as deep (held) or not, for tests of
-// the line: every producer's publish then waits lineWait and is answered
-// 429.
+// Hold makes the stream's queue count as deep (held) or not, for tests of the line: every
+// producer's publish then waits lineWait and is answered 429.
 func (ad *Admission) Hold(held bool) { ad.hold.Store(held) }
 
-// headers are the headers stored with an event published by account: the
-// Nats-Msg-Id scoped to it, nats' and orderstore's own headers dropped (in
-// any spelling), the epoch stamped. hdr is NATS wire form, or nil. added
-// is how many of the bytes are orderstore's: the scopes and the epoch.
+// headers are the headers stored with an event published by account: the Nats-Msg-Id scoped to it,
+// nats' and orderstore's own headers dropped (in any spelling), the epoch stamped. hdr is NATS wire
+// form, or nil. added is how many of the bytes are orderstore's: the scopes and the epoch.
 func (ad *Admission) headers(hdr []byte, account string) (out []byte, added int) {
 	out = make([]byte, 0, len(hdr)+len(ad.cfg.Scope)+len(account)+len(EpochHeader)+len(ad.cfg.Epoch)+32)
 	out = append(out, "NATS/1.0\r\n"...)
@@ -310,10 +296,9 @@ func (ad *Admission) logInvalid(subject string, err error) {
 		"subject", truncateSubject(subject), "err", err)
 }
 
-// AwaitElection is embedded.Config.AwaitInterest for a clustered stream
-// with subjects in account streamAccount: a producer's publish into it
-// while it has no leader waits 3.5 s for one before nats answers it "no
-// responders" (within a client's 5 s timeout).
+// AwaitElection is embedded.Config.AwaitInterest for a clustered stream with subjects in account
+// streamAccount: a producer's publish into it while it has no leader waits 3.5 s for one before
+// nats answers it "no responders" (within a client's 5 s timeout).
 func AwaitElection(streamAccount string, subjects []string) func(account, subject string) time.Duration {
 	return func(account, subject string) time.Duration {
 		if account == streamAccount && slices.ContainsFunc(subjects, func(p string) bool { return server.SubjectMatchesFilter(subject, p) }) {

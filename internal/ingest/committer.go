@@ -9,10 +9,9 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-// Committer follows group commit, which runs inside the embedded
-// nats-server's file store (docs/durability.md, "How group commit works").
-// It keeps the rounds' figures (/metrics, the dashboard) and the first
-// failed sync, which is final (docs/durability.md, "A failed sync is
+// Committer follows group commit, which runs inside the embedded nats-server's file store
+// (docs/durability.md, "How group commit works"). It keeps the rounds' figures (/metrics, the
+// dashboard) and the first failed sync, which is final (docs/durability.md, "A failed sync is
 // final"): Failed is closed, and the appliance stops.
 type Committer struct {
 	stream string // the events stream: Acked counts its acks
@@ -39,8 +38,7 @@ var (
 	batchBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000}
 )
 
-// Round records one round of any stream or bucket: the acks it released
-// and its sync's time.
+// Round records one round of any stream or bucket: the acks it released and its sync's time.
 func (c *Committer) Round(stream string, acks int, sync time.Duration) {
 	c.mu.Lock()
 	c.syncs++
@@ -105,8 +103,7 @@ func (h *histogram) cumulative() map[float64]uint64 {
 	return m
 }
 
-// quantile estimates the q-quantile from the buckets (the bucket's upper
-// bound), for the dashboard.
+// quantile estimates the q-quantile from the buckets (the bucket's upper bound), for the dashboard.
 func (h *histogram) quantile(q float64) float64 {
 	if h.n == 0 {
 		return 0

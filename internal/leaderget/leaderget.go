@@ -1,9 +1,7 @@
-// Package leaderget reads a stream's last message on a subject from the
-// stream's leader. A KV get is a direct get, which any replica may answer
-// with what it has applied so far: a compare-and-set that follows it can
-// then name a revision the leader has moved past, though this very client
-// wrote the newer one. The JetStream API's message get is answered by the
-// leader.
+// Package leaderget reads a stream's last message on a subject from the stream's leader. A KV get
+// is a direct get, which any replica may answer with what it has applied so far: a compare-and-set
+// that follows it can then name a revision the leader has moved past, though this very client wrote
+// the newer one. The JetStream API's message get is answered by the leader.
 package leaderget
 
 import (
@@ -20,10 +18,9 @@ import (
 // leader that dies with the request would otherwise never answer it.
 const Timeout = 5 * time.Second
 
-// LastBySubject reads the last message on subject of stream from the
-// stream's leader: its data and sequence (0: there is none), and whether
-// it is a KV delete or purge, or an expired record's marker. A stream that
-// does not exist is jetstream.ErrStreamNotFound.
+// LastBySubject reads the last message on subject of stream from the stream's leader: its data and
+// sequence (0: there is none), and whether it is a KV delete or purge, or an expired record's
+// marker. A stream that does not exist is jetstream.ErrStreamNotFound.
 func LastBySubject(ctx context.Context, js jetstream.JetStream, stream, subject string) (data []byte, seq uint64, deleted bool, err error) {
 	o := js.Options()
 	prefix := o.APIPrefix

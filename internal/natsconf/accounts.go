@@ -11,11 +11,10 @@ import (
 	"github.com/orderstore/orderstore/embedded"
 )
 
-// StreamAccount is the NATS account that holds orderstore's streams,
-// consumers and bucket (in store_dir/jetstream/ORDERSTORE). Only
-// orderstore's own connections live in it. Every configured user (or,
-// with none, the anonymous loopback clients) has an account of its own
-// that imports what its role allows from here.
+// StreamAccount is the NATS account that holds orderstore's streams, consumers and bucket (in
+// store_dir/jetstream/ORDERSTORE). Only orderstore's own connections live in it. Every configured
+// user (or, with none, the anonymous loopback clients) has an account of its own that imports what
+// its role allows from here.
 const StreamAccount = "ORDERSTORE"
 
 // Names of orderstore's own users; a configured user may not take them.
@@ -24,17 +23,15 @@ const (
 	anonymousUser = "orderstore-anonymous"
 )
 
-// AnonymousAccount is where anonymous loopback clients land when no users
-// are configured in a cluster or with leaf links: outside StreamAccount,
-// with an admin's imports, so that orderstore's own consumers and inboxes
-// stay out of their reach. On a single node they are clients of
+// AnonymousAccount is where anonymous loopback clients land when no users are configured in a
+// cluster or with leaf links: outside StreamAccount, with an admin's imports, so that orderstore's
+// own consumers and inboxes stay out of their reach. On a single node they are clients of
 // StreamAccount itself (anonymousBesideStream).
 const AnonymousAccount = "ANONYMOUS"
 
-// InternalInbox is the inbox prefix of orderstore's own connections:
-// anonymous loopback clients beside the stream are refused publishes and
-// subscriptions on it, so the processor's deliveries and the projection's
-// reads stay private and nobody answers for the stream.
+// InternalInbox is the inbox prefix of orderstore's own connections: anonymous loopback clients
+// beside the stream are refused publishes and subscriptions on it, so the processor's deliveries
+// and the projection's reads stay private and nobody answers for the stream.
 const InternalInbox = "_INBOX_ORDERSTORE"
 
 // ReservedUser reports whether name is one of orderstore's own users,
@@ -43,10 +40,9 @@ func ReservedUser(name string) bool {
 	return name == internalUser || name == anonymousUser
 }
 
-// Identity is how orderstore's own connections sign in: a fresh
-// user nkey per start, held in memory only. An nkey rather than a password
-// keeps nats' "plaintext passwords detected" warning for the operator's own
-// passwords.
+// Identity is how orderstore's own connections sign in: a fresh user nkey per start, held in memory
+// only. An nkey rather than a password keeps nats' "plaintext passwords detected" warning for the
+// operator's own passwords.
 type Identity struct {
 	kp  nkeys.KeyPair
 	pub string
@@ -77,13 +73,11 @@ func (id *Identity) Options(inbox string) []nats.Option {
 	}
 }
 
-// accounts is the account layout of docs/security.md ("How replies stay private"):
-// StreamAccount with JetStream and orderstore's own user, the system
-// account's read-only server requests, and one account per configured user
-// (or, with no users, ANONYMOUS for loopback clients; on a single node
-// they are in StreamAccount itself) importing what its role allows from
-// here. Exports, imports and the durable guard's mappings
-// all come from the internal subjects table (subjects.go).
+// accounts is the account layout of docs/security.md ("How replies stay private"): StreamAccount
+// with JetStream and orderstore's own user, the system account's read-only server requests, and one
+// account per configured user (or, with no users, ANONYMOUS for loopback clients; on a single node
+// they are in StreamAccount itself) importing what its role allows from here. Exports, imports and
+// the durable guard's mappings all come from the internal subjects table (subjects.go).
 func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []embedded.User, noAuthUser string, err error) {
 	stream := embedded.Account{Name: StreamAccount, JetStream: true, Exports: in.streamAccountExports()}
 	sys := embedded.Account{Name: "SYS"}
@@ -108,19 +102,17 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 
 	denies, _ := in.besideDenies()
 	if len(in.Users) == 0 {
-		// The no-auth user is an nkey whose seed is thrown away: nats
-		// skips the signature only for the no-auth user, so nobody can
-		// sign in as it, and no plaintext password is configured.
+		// The no-auth user is an nkey whose seed is thrown away: nats skips the signature only for
+		// the no-auth user, so nobody can sign in as it, and no plaintext password is configured.
 		anon, aerr := NewIdentity()
 		if aerr != nil {
 			return nil, nil, "", aerr
 		}
 		au := embedded.User{Name: anonymousUser, Nkey: anon.pub, Account: StreamAccount}
 		if in.anonymousBesideStream() {
-			// A standalone node: an admin's reach by permissions instead of
-			// imports (docs/security.md). The guard's mappings move into
-			// StreamAccount and spare orderstore's own user
-			// (ec.MappingsExemptNkey).
+			// A standalone node: an admin's reach by permissions instead of imports
+			// (docs/security.md). The guard's mappings move into StreamAccount and spare
+			// orderstore's own user (ec.MappingsExemptNkey).
 			stream.Mappings = in.guardMappings()
 			for _, s := range sysReadOnly {
 				stream.Imports = append(stream.Imports, embedded.Import{Account: "SYS", Subject: s})
@@ -128,9 +120,8 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 			accounts[0] = stream
 			au.PublishDeny, au.SubscribeDeny = in.besideDenies()
 		} else {
-			// Anonymous loopback clients (Validate refuses them
-			// elsewhere) land in an account of their own with an admin's
-			// imports, so that orderstore's own consumers are reached
+			// Anonymous loopback clients (Validate refuses them elsewhere) land in an account of
+			// their own with an admin's imports, so that orderstore's own consumers are reached
 			// only through the guard.
 			accounts = append(accounts, client(AnonymousAccount, RoleAdmin))
 			au.Account, au.PublishDeny = AnonymousAccount, denies
@@ -161,10 +152,9 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 	return accounts, users, "", nil
 }
 
-// anonymousBesideStream says the anonymous loopback clients land in
-// StreamAccount: no users, a single node, no leaf links, no JetStream
-// domain. Elsewhere they keep AnonymousAccount and its imports (why:
-// docs/security.md, where the anonymous loopback clients land).
+// anonymousBesideStream says the anonymous loopback clients land in StreamAccount: no users, a
+// single node, no leaf links, no JetStream domain. Elsewhere they keep AnonymousAccount and its
+// imports (why: docs/security.md, where the anonymous loopback clients land).
 func (in Input) anonymousBesideStream() bool {
 	return len(in.Users) == 0 && !in.Cluster.Enabled() && in.LeafNode.Listen == "" &&
 		len(in.LeafNode.Remotes) == 0 && len(in.Edges) == 0 && in.Domain == ""
@@ -186,10 +176,9 @@ func (in Input) besideDenies() (pub, sub []string) {
 	return append(pub, in.guardDenies()...), sub
 }
 
-// sysReadOnly are the system account's requests an admin may make: the
-// server pings `nats server info/report/list` send, and the monitoring
-// requests of one server. Kicking clients, lame-duck mode and reloads stay
-// with the system user.
+// sysReadOnly are the system account's requests an admin may make: the server pings `nats server
+// info/report/list` send, and the monitoring requests of one server. Kicking clients, lame-duck
+// mode and reloads stay with the system user.
 var sysReadOnly = []string{
 	"$SYS.REQ.SERVER.PING",
 	"$SYS.REQ.SERVER.PING.*",
@@ -227,10 +216,9 @@ func (in Input) readerPermissions() (allow, deny []string) {
 		"$JS.ACK." + s + "." + d + ".>",
 		"$JS.ACK.*.*." + s + "." + d + ".>",
 	}
-	// The account's mappings send requests on orderstore's own consumers
-	// to the durable guard before nats checks permissions: a reader may
-	// send there, so that the guard's answer says why it is refused (a
-	// permission error would not).
+	// The account's mappings send requests on orderstore's own consumers to the durable guard
+	// before nats checks permissions: a reader may send there, so that the guard's answer says why
+	// it is refused (a permission error would not).
 	guarded := map[string]bool{}
 	for _, m := range in.guardMappings() {
 		guarded[m.From] = true

@@ -1,9 +1,7 @@
-// Package natsconf translates orderstore's configuration into nats-server's:
-// the accounts, users and permissions (who may publish and subscribe
-// what), the one table of internal subjects they all come from, the
-// cluster and leaf node options, and the one TLS loader. It starts
-// nothing; the root package builds an [Input] from its Config and applies
-// it to an [embedded.Config].
+// Package natsconf translates orderstore's configuration into nats-server's: the accounts, users
+// and permissions (who may publish and subscribe what), the one table of internal subjects they all
+// come from, the cluster and leaf node options, and the one TLS loader. It starts nothing; the root
+// package builds an [Input] from its Config and applies it to an [embedded.Config].
 package natsconf
 
 import "github.com/orderstore/orderstore/embedded"
@@ -11,16 +9,13 @@ import "github.com/orderstore/orderstore/embedded"
 // Input is what the NATS configuration is made of: the parts of
 // orderstore's Config that name principals, subjects and links.
 type Input struct {
-	// Stream and Subjects are the stream's name and subjects
-	// (stream.name, stream.subjects).
+	// Stream and Subjects are the stream's name and subjects (stream.name, stream.subjects).
 	Stream   string
 	Subjects []string
-	// DeadLetterSubjects is the dead-letter stream's subject pattern
-	// ("dlq.<stream>.>").
+	// DeadLetterSubjects is the dead-letter stream's subject pattern ("dlq.<stream>.>").
 	DeadLetterSubjects string
-	// Processor says the built-in processor runs (processor.enabled);
-	// Durable is its consumer (processor.durable) on ConsumerStream (the
-	// stream, or a hub's aggregate stream).
+	// Processor says the built-in processor runs (processor.enabled); Durable is its consumer
+	// (processor.durable) on ConsumerStream (the stream, or a hub's aggregate stream).
 	Processor      bool
 	Durable        string
 	ConsumerStream string

@@ -9,9 +9,8 @@ import (
 	"github.com/orderstore/orderstore/embedded"
 )
 
-// scaleOut adds [cluster], [leafnode] and the domain to ec: NATS's own
-// clustering (JetStream over Raft routes) and leaf nodes, nothing of
-// orderstore's making.
+// scaleOut adds [cluster], [leafnode] and the domain to ec: NATS's own clustering (JetStream over
+// Raft routes) and leaf nodes, nothing of orderstore's making.
 func (in Input) scaleOut(ec *embedded.Config) error {
 	ec.Domain = in.Domain
 	if cl := in.Cluster; cl.Enabled() {
@@ -32,9 +31,8 @@ func (in Input) scaleOut(ec *embedded.Config) error {
 			return err
 		}
 		ec.LeafNode.User, ec.LeafNode.Password, ec.LeafNode.Account = ln.User, ln.Password, StreamAccount
-		// Leaf peers (edges) bind to StreamAccount: what crosses the link
-		// is only what sourcing and the hub watcher need, both ways
-		// (the internal subjects table, subjects.go).
+		// Leaf peers (edges) bind to StreamAccount: what crosses the link is only what sourcing and
+		// the hub watcher need, both ways (the internal subjects table, subjects.go).
 		ec.LeafNode.FromLeaf, ec.LeafNode.ToLeaf = fromLeaf, toLeaf
 		if ec.LeafNode.TLS, err = LoadTLS("leafnode.tls", ln.TLS, false); err != nil {
 			return err

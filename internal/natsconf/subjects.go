@@ -2,21 +2,18 @@ package natsconf
 
 import "github.com/orderstore/orderstore/embedded"
 
-// The internal subjects: every subject orderstore's own parts use, in one
-// table from which every export, import, permission, guard mapping and
-// leaf list is derived (docs/security.md, "Where features meet"); the
-// root package's subjects_test.go tries each row as every principal. A
-// row names who may use the subject besides orderstore's own connections
-// in StreamAccount: the client roles that import it, and the way it
-// crosses a leaf link, if at all.
+// The internal subjects: every subject orderstore's own parts use, in one table from which every
+// export, import, permission, guard mapping and leaf list is derived (docs/security.md, "Where
+// features meet"); the root package's subjects_test.go tries each row as every principal. A row
+// names who may use the subject besides orderstore's own connections in StreamAccount: the client
+// roles that import it, and the way it crosses a leaf link, if at all.
 type internalSubject struct {
 	// Pattern is the subject as StreamAccount sees it.
 	Pattern string
 	// Use says what it carries.
 	Use string
-	// Producer, Reader, Admin: the roles whose accounts import it (the
-	// anonymous loopback client, when no users are configured, has the
-	// admin's). A service import unless Stream.
+	// Producer, Reader, Admin: the roles whose accounts import it (the anonymous loopback client,
+	// when no users are configured, has the admin's). A service import unless Stream.
 	Producer, Reader, Admin bool
 	// Stream is a stream export (messages published in StreamAccount are
 	// delivered to importers' subscribers), not a service.
@@ -27,15 +24,13 @@ type internalSubject struct {
 	HubToEdge, EdgeToHub bool
 }
 
-// HubWatchInbox is the inbox prefix of the hub watcher's connection:
-// its requests to the edges' JetStream API are answered on it, over the
-// leaf link, and nothing else of orderstore's is.
+// HubWatchInbox is the inbox prefix of the hub watcher's connection: its requests to the edges'
+// JetStream API are answered on it, over the leaf link, and nothing else of orderstore's is.
 const HubWatchInbox = "_ORDERSTORE_HUBWATCH"
 
-// GuardPrefix is where requests on the processor's durable (and the hub's
-// aggregate consumer) from any client are mapped: the durable guard
-// answers them with an error saying why and how to make a consumer of
-// one's own.
+// GuardPrefix is where requests on the processor's durable (and the hub's aggregate consumer) from
+// any client are mapped: the durable guard answers them with an error saying why and how to make a
+// consumer of one's own.
 const GuardPrefix = "_ORDERSTORE_GUARD."
 
 // internalSubjects is the table for in.
@@ -65,8 +60,7 @@ func (in Input) internalSubjects() []internalSubject {
 	return rows
 }
 
-// streamAccountExports are StreamAccount's exports: every row some role
-// imports.
+// streamAccountExports are StreamAccount's exports: every row some role imports.
 func (in Input) streamAccountExports() []embedded.Export {
 	var ex []embedded.Export
 	for _, r := range in.internalSubjects() {
@@ -88,13 +82,11 @@ func (in Input) roleImports(role string) []embedded.Import {
 	return im
 }
 
-// leafLists are what crosses a leaf link: a hub's leaf listener allow
-// lists, what a leaf peer may send in (fromLeaf) and what is sent out to
-// it (toLeaf), and an edge remote's deny lists, every row that does not
-// cross the link in that direction (nats' remote options take deny lists
-// only; the hub's allow lists bound the rest). The edge's own domain API
-// answers the hub (nats maps it), and the projection bucket and dead
-// letters of every name stay local.
+// leafLists are what crosses a leaf link: a hub's leaf listener allow lists, what a leaf peer may
+// send in (fromLeaf) and what is sent out to it (toLeaf), and an edge remote's deny lists, every
+// row that does not cross the link in that direction (nats' remote options take deny lists only;
+// the hub's allow lists bound the rest). The edge's own domain API answers the hub (nats maps it),
+// and the projection bucket and dead letters of every name stay local.
 func (in Input) leafLists() (fromLeaf, toLeaf, denyImports, denyExports []string) {
 	for _, r := range in.internalSubjects() {
 		if r.EdgeToHub {
@@ -111,9 +103,8 @@ func (in Input) leafLists() (fromLeaf, toLeaf, denyImports, denyExports []string
 	return fromLeaf, toLeaf, denyImports, denyExports
 }
 
-// ProtectedConsumers are the consumers only orderstore's own connections
-// may bind, pull, ack, change or delete: the processor's durable (on the
-// hub, its aggregate stream's).
+// ProtectedConsumers are the consumers only orderstore's own connections may bind, pull, ack,
+// change or delete: the processor's durable (on the hub, its aggregate stream's).
 func (in Input) ProtectedConsumers() (stream, durable string, ok bool) {
 	// With the processor disabled, nothing of orderstore's consumes it:
 	// an operator may then change or remove it with natscli.
@@ -123,13 +114,11 @@ func (in Input) ProtectedConsumers() (stream, durable string, ok bool) {
 	return in.ConsumerStream, in.Durable, true
 }
 
-// guardMappings map every client request that would bind, pull, ack,
-// change or delete a protected consumer to the durable guard, which
-// answers with an error. A mapping, not a permission: nats' permission
-// error tells a client nothing of why or what to do instead. They belong
-// to every account that imports the JetStream API (nats applies an account's
-// own mappings to its publishes before their permissions and imports), so
-// that a producer's events pay for none of them.
+// guardMappings map every client request that would bind, pull, ack, change or delete a protected
+// consumer to the durable guard, which answers with an error. A mapping, not a permission: nats'
+// permission error tells a client nothing of why or what to do instead. They belong to every
+// account that imports the JetStream API (nats applies an account's own mappings to its publishes
+// before their permissions and imports), so that a producer's events pay for none of them.
 func (in Input) guardMappings() []embedded.Mapping {
 	s, d, ok := in.ProtectedConsumers()
 	if !ok {
@@ -145,9 +134,8 @@ func (in Input) guardMappings() []embedded.Mapping {
 	add("$JS.API.CONSUMER.UNPIN."+s+"."+d, "unpin")
 	add("$JS.API.CONSUMER.RESET."+s+"."+d, "reset")
 	add("$JS.API.CONSUMER.LEADER.STEPDOWN."+s+"."+d, "stepdown")
-	// A filtered create names its filter after the durable; both ack
-	// subject formats of nats-server 2.15 (where "+NXT" is a pull too).
-	// (A mapping's destination takes its source's wildcards.)
+	// A filtered create names its filter after the durable; both ack subject formats of nats-server
+	// 2.15 (where "+NXT" is a pull too). (A mapping's destination takes its source's wildcards.)
 	add("$JS.API.CONSUMER.CREATE."+s+"."+d+".>", "create.>")
 	add("$JS.ACK."+s+"."+d+".>", "ack.>")
 	add("$JS.ACK.*.*."+s+"."+d+".>", "ack.{{wildcard(1)}}.{{wildcard(2)}}.>")

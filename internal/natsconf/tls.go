@@ -9,13 +9,11 @@ import (
 	"github.com/orderstore/orderstore/internal/hint"
 )
 
-// LoadTLS loads a [*.tls] table as Start uses it, naming key in its
-// errors. A listener's (the client port, admin, a hub's leaf listener:
-// peer false) needs a certificate, and its CA verifies client
-// certificates (required with verify). A peer link's (cluster routes, an
-// edge's leaf remotes: peer true) CA verifies the other side both ways,
-// and a leaf remote may have no certificate of its own (it only verifies
-// the hub).
+// LoadTLS loads a [*.tls] table as Start uses it, naming key in its errors. A listener's (the
+// client port, admin, a hub's leaf listener: peer false) needs a certificate, and its CA verifies
+// client certificates (required with verify). A peer link's (cluster routes, an edge's leaf
+// remotes: peer true) CA verifies the other side both ways, and a leaf remote may have no
+// certificate of its own (it only verifies the hub).
 func LoadTLS(key string, t TLSConfig, peer bool) (*tls.Config, error) {
 	if !t.Enabled() && !(peer && t.CAFile != "") {
 		return nil, nil

@@ -2,21 +2,17 @@ package natsconf
 
 import "time"
 
-// The config types of the NATS side of orderstore's Config: the root
-// package names them as aliases (orderstore.User, orderstore.TLSConfig,
-// ...), so that they are one type in the API, the file mapping
-// (internal/config) and here.
+// The config types of the NATS side of orderstore's Config: the root package names them as aliases
+// (orderstore.User, orderstore.TLSConfig, ...), so that they are one type in the API, the file
+// mapping (internal/config) and here.
 
-// ClusterConfig joins a NATS cluster ([cluster]): JetStream clustering
-// with Raft over the routes, so Stream.Replicas may be 3. Every node runs
-// the processor against the one durable consumer.
+// ClusterConfig joins a NATS cluster ([cluster]): JetStream clustering with Raft over the routes,
+// so Stream.Replicas may be 3. Every node runs the processor against the one durable consumer.
 type ClusterConfig struct {
-	// Name is the cluster's name, the same on every node. "" (the
-	// default) runs a single node.
+	// Name is the cluster's name, the same on every node. "" (the default) runs a single node.
 	Name string `toml:"name"`
-	// Listen is the route listener, host:port. Default "127.0.0.1:6222".
-	// A non-loopback address needs User and Password (or TLS with
-	// client certificates).
+	// Listen is the route listener, host:port. Default "127.0.0.1:6222". A non-loopback address
+	// needs User and Password (or TLS with client certificates).
 	Listen string `toml:"listen"`
 	// Routes are every node's route URL ("nats-route://host:6222");
 	// listing the node itself is fine.
@@ -24,8 +20,7 @@ type ClusterConfig struct {
 	// User and Password are what every route presents.
 	User     string `toml:"user"`
 	Password string `toml:"password"` // the routes' password
-	// TLS secures the routes; CAFile and Verify check the peers'
-	// certificates.
+	// TLS secures the routes; CAFile and Verify check the peers' certificates.
 	TLS TLSConfig `toml:"tls"`
 }
 
@@ -43,27 +38,23 @@ type LeafNodeConfig struct {
 	TLS TLSConfig
 	// Remotes are the hubs an edge connects to.
 	Remotes []LeafRemote
-	// ReconnectInterval is how long an edge waits between attempts to
-	// reach its hub. Default 1s.
+	// ReconnectInterval is how long an edge waits between attempts to reach its hub. Default 1s.
 	ReconnectInterval time.Duration
 }
 
 // LeafRemote is one hub an edge connects to.
 type LeafRemote struct {
-	// URL is the hub's leaf listener: "nats-leaf://hub:7422" (or
-	// "tls://hub:7422").
+	// URL is the hub's leaf listener: "nats-leaf://hub:7422" (or "tls://hub:7422").
 	URL string `toml:"url"`
 	// User and Password (or Credentials, a .creds file) sign in at the hub.
 	User        string `toml:"user,omitempty"`
 	Password    string `toml:"password,omitempty"`    // the hub's password for User
 	Credentials string `toml:"credentials,omitempty"` // a .creds file instead of User and Password
-	// TLS: CAFile verifies the hub; CertFile and KeyFile present a
-	// client certificate.
+	// TLS: CAFile verifies the hub; CertFile and KeyFile present a client certificate.
 	TLS TLSConfig `toml:"tls,omitempty"`
 }
 
-// TLSConfig names the certificate files of a listener ([server.tls],
-// [admin.tls]).
+// TLSConfig names the certificate files of a listener ([server.tls], [admin.tls]).
 type TLSConfig struct {
 	// CertFile and KeyFile are PEM files: the listener's certificate
 	// (chain) and its private key. Both or neither.
@@ -74,8 +65,7 @@ type TLSConfig struct {
 	// client must present one they signed (not in [admin.tls]).
 	CAFile string `toml:"ca_file,omitempty"`
 	Verify bool   `toml:"verify,omitempty"` // require a client certificate signed by CAFile
-	// MinVersion is the lowest TLS version accepted: "1.2" (default) or
-	// "1.3".
+	// MinVersion is the lowest TLS version accepted: "1.2" (default) or "1.3".
 	MinVersion string `toml:"min_version,omitempty"`
 }
 
@@ -96,26 +86,23 @@ const (
 	RoleAdmin = "admin"
 )
 
-// User is one NATS client user ([[server.users]]). Each user lands in an
-// account of its own, which reaches the stream's account only through the
-// services its role imports: no user can receive another user's replies,
-// and the stream's account holds orderstore's own connections only.
+// User is one NATS client user ([[server.users]]). Each user lands in an account of its own, which
+// reaches the stream's account only through the services its role imports: no user can receive
+// another user's replies, and the stream's account holds orderstore's own connections only.
 type User struct {
 	// Name is the user name (with Nkey: a label in logs and errors).
 	Name string
-	// Password logs the user in; a bcrypt hash ("$2a$...", made with
-	// `nats server passwd`) is accepted and keeps the secret out of the
-	// file. Nkey, instead of a password, is the user's public nkey
-	// ("U...", made with `nats auth nkey gen user --output user.nk` and
-	// shown by `nats auth nkey show user.nk`).
+	// Password logs the user in; a bcrypt hash ("$2a$...", made with `nats server passwd`) is
+	// accepted and keeps the secret out of the file. Nkey, instead of a password, is the user's
+	// public nkey ("U...", made with `nats auth nkey gen user --output user.nk` and shown by `nats
+	// auth nkey show user.nk`).
 	Password, Nkey string
 	// Role is RoleProducer, RoleReader or RoleAdmin. Leave it empty to
 	// give explicit Publish/Subscribe lists instead: such a user gets the
 	// admin role's imports, limited by the lists.
 	Role string
-	// Publish and Subscribe list the subjects the user may publish to and
-	// subscribe to (empty: everything); the Deny lists refuse subjects an
-	// allow list would permit.
+	// Publish and Subscribe list the subjects the user may publish to and subscribe to (empty:
+	// everything); the Deny lists refuse subjects an allow list would permit.
 	Publish, Subscribe         []string
 	PublishDeny, SubscribeDeny []string
 }

@@ -16,12 +16,11 @@ import (
 // attemptTimeout bounds one attempt of what Retry retries.
 const attemptTimeout = 4 * time.Second
 
-// Retry runs f until it succeeds, fails with what a cluster does not answer
-// while its peers boot or elect leaders (no reply, "cluster not
-// available", "no suitable peers", "insufficient resources": see
-// Retryable), or ctx ends. Each attempt has its own timeout; drift and
-// other errors return at once. Several nodes declaring the same objects at
-// once converge: the server compares the configurations.
+// Retry runs f until it succeeds, fails with what a cluster does not answer while its peers boot or
+// elect leaders (no reply, "cluster not available", "no suitable peers", "insufficient resources":
+// see Retryable), or ctx ends. Each attempt has its own timeout; drift and other errors return at
+// once. Several nodes declaring the same objects at once converge: the server compares the
+// configurations.
 func Retry(ctx context.Context, log *slog.Logger, cluster, what string, f func(context.Context) error) error {
 	backoff := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {
@@ -41,8 +40,7 @@ func Retry(ctx context.Context, log *slog.Logger, cluster, what string, f func(c
 	}
 }
 
-// Retryable reports whether err is what a cluster answers while its peers
-// boot or elect leaders.
+// Retryable reports whether err is what a cluster answers while its peers boot or elect leaders.
 func Retryable(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
 		return true

@@ -13,12 +13,11 @@ import (
 	"github.com/orderstore/orderstore/internal/natsconf"
 )
 
-// DurableGuard answers every client request on orderstore's own consumer
-// (the processor's durable; on a hub, its aggregate stream's), which the
-// client accounts' subject mappings send here (natsconf: guardMappings):
-// such a client would take events from the processor, and the projection
-// would silently miss them. It gets a JetStream API error that says why and
-// how to make a consumer of its own; an ack is dropped and counted.
+// DurableGuard answers every client request on orderstore's own consumer (the processor's durable;
+// on a hub, its aggregate stream's), which the client accounts' subject mappings send here
+// (natsconf: guardMappings): such a client would take events from the processor, and the projection
+// would silently miss them. It gets a JetStream API error that says why and how to make a consumer
+// of its own; an ack is dropped and counted.
 type DurableGuard struct {
 	sub      *nats.Subscription
 	log      *slog.Logger

@@ -1,6 +1,5 @@
-// Package natsrun runs the embedded nats-server as one of the appliance's
-// components, and the store guard that restarts it on the same store and
-// port once a store that could not write can again.
+// Package natsrun runs the embedded nats-server as one of the appliance's components, and the store
+// guard that restarts it on the same store and port once a store that could not write can again.
 package natsrun
 
 import (
@@ -12,9 +11,8 @@ import (
 	"github.com/orderstore/orderstore/embedded"
 )
 
-// Server is the embedded nats-server component: the server running now,
-// which the store guard may replace with a new one on the same store and
-// port (read it with Current).
+// Server is the embedded nats-server component: the server running now, which the store guard may
+// replace with a new one on the same store and port (read it with Current).
 type Server struct {
 	// Config is what the server runs with (and a restart starts again).
 	Config    embedded.Config
@@ -50,11 +48,9 @@ func (n *Server) Set(srv *embedded.Server) {
 	n.changed = make(chan struct{})
 }
 
-// Watch is the component's run: it fails when the server stops on its
-// own (not for a restart by the store guard), or when nats switches
-// JetStream off (it does on some store errors, a permission error, and
-// says so only in a warning). restarting tells when the guard restarts
-// it.
+// Watch is the component's run: it fails when the server stops on its own (not for a restart by the
+// store guard), or when nats switches JetStream off (it does on some store errors, a permission
+// error, and says so only in a warning). restarting tells when the guard restarts it.
 func (n *Server) Watch(ctx context.Context, restarting func() bool) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -91,8 +87,7 @@ func (n *Server) Watch(ctx context.Context, restarting func() bool) error {
 	}
 }
 
-// Stop shuts the server down and waits for it (every stream flushed and
-// closed).
+// Stop shuts the server down and waits for it (every stream flushed and closed).
 func (n *Server) Stop(context.Context) error {
 	if srv := n.Current(); srv != nil {
 		return srv.Close()

@@ -19,12 +19,10 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-// StoreGuard handles a store that cannot write (a full disk, an I/O
-// error), where nats-server marks the stream with a "critical write error"
-// and sends publishers no reply at all, for good. The guard answers them
-// with an error itself, makes /readyz 503, waits for free disk and
-// restarts nats on the same store and port (docs/operations.md, "A full
-// disk").
+// StoreGuard handles a store that cannot write (a full disk, an I/O error), where nats-server marks
+// the stream with a "critical write error" and sends publishers no reply at all, for good. The
+// guard answers them with an error itself, makes /readyz 503, waits for free disk and restarts nats
+// on the same store and port (docs/operations.md, "A full disk").
 type StoreGuard struct {
 	cfg  GuardConfig
 	log  *slog.Logger
@@ -114,8 +112,7 @@ func (g *StoreGuard) Run(ctx context.Context) error {
 	}
 }
 
-// recover refuses publishes while the store cannot write, waits for room,
-// and restarts nats.
+// recover refuses publishes while the store cannot write, waits for room, and restarts nats.
 func (g *StoreGuard) recover(ctx context.Context) error {
 	werr, _ := g.state()
 	g.log.Error("the store cannot write: publishers are refused until it can, then nats restarts", "err", werr,
@@ -172,8 +169,7 @@ func (g *StoreGuard) recover(ctx context.Context) error {
 	return g.restart(ctx)
 }
 
-// restart replaces the embedded server with a new one on the same store
-// and port.
+// restart replaces the embedded server with a new one on the same store and port.
 func (g *StoreGuard) restart(ctx context.Context) error {
 	g.restartMu.Lock()
 	defer g.restartMu.Unlock()
@@ -226,8 +222,7 @@ func (g *StoreGuard) restart(ctx context.Context) error {
 	return nil
 }
 
-// backoff is the least time between two restarts: 5s, doubling with each
-// restart up to 5 minutes.
+// backoff is the least time between two restarts: 5s, doubling with each restart up to 5 minutes.
 func (g *StoreGuard) backoff() time.Duration {
 	return min(5*time.Second<<min(max(g.restarts.Load()-1, 0), 6), 5*time.Minute)
 }

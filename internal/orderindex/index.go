@@ -1,9 +1,8 @@
-// Package orderindex keeps the projection's orders by status and by the
-// time of their latest event, in memory, so that "which orders are paid but
-// not shipped?" and "which have had no event for a day?" cost O(result),
-// not O(orders). It is computed from the projection bucket by a watch
-// ([Index.Run]), so it holds exactly what the projection holds
-// (docs/processor.md, "Orders by status, and stale orders": "How it works").
+// Package orderindex keeps the projection's orders by status and by the time of their latest event,
+// in memory, so that "which orders are paid but not shipped?" and "which have had no event for a
+// day?" cost O(result), not O(orders). It is computed from the projection bucket by a watch
+// ([Index.Run]), so it holds exactly what the projection holds (docs/processor.md, "Orders by
+// status, and stale orders": "How it works").
 package orderindex
 
 import (
@@ -41,8 +40,7 @@ type Entry struct {
 type Query struct {
 	// Status, if set, is the only status listed.
 	Status string
-	// OlderThan, if set, lists only orders whose latest event is at least
-	// this old.
+	// OlderThan, if set, lists only orders whose latest event is at least this old.
 	OlderThan time.Duration
 	// Stale lists only the orders past their status's stale_after.
 	Stale bool
@@ -65,8 +63,7 @@ type Page struct {
 // ErrBadQuery wraps what is wrong with a Query.
 var ErrBadQuery = errors.New("bad order query")
 
-// item is an order's place in a tree: by the time of its latest event,
-// then by id.
+// item is an order's place in a tree: by the time of its latest event, then by id.
 type item struct {
 	at int64 // LastEventAt, unix nanoseconds
 	id string
@@ -91,17 +88,15 @@ type place struct {
 type statusSet struct {
 	name string
 	tree *btree.BTreeG[item]
-	// staleAfter is the status's stale_after (0: none). stale counts the
-	// items at or before staleAt, the threshold last counted against: a
-	// write adjusts it, and a later count walks only the items between
-	// the old threshold and the new one.
+	// staleAfter is the status's stale_after (0: none). stale counts the items at or before
+	// staleAt, the threshold last counted against: a write adjusts it, and a later count walks only
+	// the items between the old threshold and the new one.
 	staleAfter time.Duration
 	staleAt    int64
 	stale      int
 }
 
-// Index is the orders by status and latest event. It is safe for
-// concurrent use.
+// Index is the orders by status and latest event. It is safe for concurrent use.
 type Index struct {
 	mu         sync.RWMutex
 	byID       map[string]place // where each order is
@@ -120,8 +115,7 @@ func New(staleAfter map[string]time.Duration) *Index {
 		staleAfter: staleAfter, now: time.Now, loaded: make(chan struct{})}
 }
 
-// Loaded is closed once the index holds every order the bucket held when
-// its watch began.
+// Loaded is closed once the index holds every order the bucket held when its watch began.
 func (x *Index) Loaded() <-chan struct{} { return x.loaded }
 
 // Put records an order's status and the time of its latest event.
@@ -190,8 +184,7 @@ type Count struct {
 	Stale *int `json:"stale,omitempty"`
 }
 
-// Counts returns the orders per status, the largest first (ties by
-// status); and the total.
+// Counts returns the orders per status, the largest first (ties by status); and the total.
 func (x *Index) Counts() (counts []Count, total int) {
 	x.mu.Lock() // stale counts move their threshold
 	defer x.mu.Unlock()
@@ -205,10 +198,9 @@ func (x *Index) Counts() (counts []Count, total int) {
 	return counts, x.all.Len()
 }
 
-// Top returns the n largest statuses as Counts does, and what the others
-// hold: their orders and how many statuses they are. It costs O(statuses ×
-// log n), not a sort of every status: a producer that writes a new status
-// per order must not make every /v1/status poll sort them all.
+// Top returns the n largest statuses as Counts does, and what the others hold: their orders and how
+// many statuses they are. It costs O(statuses × log n), not a sort of every status: a producer that
+// writes a new status per order must not make every /v1/status poll sort them all.
 func (x *Index) Top(n int) (top []Count, total, otherOrders, otherStatuses int) {
 	x.mu.Lock() // stale counts move their threshold
 	defer x.mu.Unlock()
@@ -266,9 +258,8 @@ func (s *statusSet) count(now time.Time) Count {
 	return c
 }
 
-// countStale moves s's threshold to now and returns the stale count: it
-// walks only the items between the old threshold and the new one (all of
-// them again if the clock went back).
+// countStale moves s's threshold to now and returns the stale count: it walks only the items
+// between the old threshold and the new one (all of them again if the clock went back).
 func (s *statusSet) countStale(now time.Time) int {
 	at := now.Add(-s.staleAfter).UnixNano()
 	switch {
@@ -284,9 +275,8 @@ func (s *statusSet) countStale(now time.Time) int {
 
 const maxAt = math.MaxInt64
 
-// Times as unix nanoseconds, clamped to what they can count: a record
-// without a latest event (the zero time) sorts first and reads back as the
-// zero time.
+// Times as unix nanoseconds, clamped to what they can count: a record without a latest event (the
+// zero time) sorts first and reads back as the zero time.
 var (
 	minTime = time.Unix(0, math.MinInt64+1)
 	maxTime = time.Unix(0, maxAt-1)
@@ -351,8 +341,7 @@ func (x *Index) List(q Query) (Page, error) {
 	default:
 		srcs = append(srcs, source{x.all, bound})
 	}
-	// Up to limit+1 from each source, merged: the extra one says whether
-	// there is a next page.
+	// Up to limit+1 from each source, merged: the extra one says whether there is a next page.
 	var items []item
 	for _, src := range srcs {
 		items = append(items, take(src, cur, q.Newest, limit+1)...)

@@ -17,10 +17,9 @@ import (
 	"github.com/orderstore/orderstore/processor"
 )
 
-// Buckets is the built-in projection's Target: the shadow is a bucket (and
-// history index) of its own beside the live ones, folded by the same
-// projection code, and copied into the live ones by the takeover
-// (docs/rebuild.md, "The steps", 4, and "What a reader sees").
+// Buckets is the built-in projection's Target: the shadow is a bucket (and history index) of its
+// own beside the live ones, folded by the same projection code, and copied into the live ones by
+// the takeover (docs/rebuild.md, "The steps", 4, and "What a reader sees").
 type Buckets struct {
 	JS                jetstream.JetStream
 	Live, LiveHistory string // the live buckets ("" history: no index)
@@ -31,9 +30,8 @@ type Buckets struct {
 	// Projection wires a projection over records and history (nil: no
 	// index) as the appliance wires its own.
 	Projection func(records, history jetstream.KeyValue) *processor.Projection
-	// Reads switches the appliance's reads to the shadow (orders for
-	// which live is true still read from the live projection), or back
-	// to the live projection (shadow nil).
+	// Reads switches the appliance's reads to the shadow (orders for which live is true still read
+	// from the live projection), or back to the live projection (shadow nil).
 	Reads func(shadow *processor.Projection, live func(orderID string) bool)
 	// Forget drops the live processor's cached records.
 	Forget func()
@@ -72,8 +70,7 @@ func (b *Buckets) Shadow(ctx context.Context, fresh bool) (processor.Handler, er
 	return b.Projection(kv, hkv), nil
 }
 
-// openShadow opens the shadow buckets; jetstream.ErrBucketNotFound when
-// they are gone.
+// openShadow opens the shadow buckets; jetstream.ErrBucketNotFound when they are gone.
 func (b *Buckets) openShadow(ctx context.Context) (kv, hkv jetstream.KeyValue, err error) {
 	if kv, err = b.JS.KeyValue(ctx, b.ShadowBucket.Bucket); err != nil {
 		return nil, nil, fmt.Errorf("shadow bucket %q: %w", b.ShadowBucket.Bucket, err)
@@ -107,9 +104,8 @@ type recordHead struct {
 	HistoryChunks int    `json:"history_chunks"`
 }
 
-// Takeover copies the rebuilt orders into the live buckets, read by
-// watchers and written pipelined (copier). A copy is idempotent: a
-// takeover cut short is done again whole.
+// Takeover copies the rebuilt orders into the live buckets, read by watchers and written pipelined
+// (copier). A copy is idempotent: a takeover cut short is done again whole.
 func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	skv, shkv, err := b.openShadow(ctx)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -129,9 +125,8 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 			return fmt.Errorf("history index %q: %w", b.LiveHistory, err)
 		}
 	}
-	// The live records' heads: which orders keep their live state
-	// (partial ones), and how many history chunks each has. A record
-	// that cannot be read is replaced by the rebuilt one.
+	// The live records' heads: which orders keep their live state (partial ones), and how many
+	// history chunks each has. A record that cannot be read is replaced by the rebuilt one.
 	live := map[string]recordHead{}
 	var unreadable int
 	if err := eachValue(ctx, lkv, func(id string, value []byte) error {
@@ -355,8 +350,7 @@ func (c *copier) wait() error {
 // highWaterScan is how many of the shadow's last writes HighWater reads.
 const highWaterScan = 8192
 
-// HighWater is the highest stream sequence among the shadow bucket's
-// last writes.
+// HighWater is the highest stream sequence among the shadow bucket's last writes.
 func (b *Buckets) HighWater(ctx context.Context) (uint64, error) {
 	kv, hkv, err := b.openShadow(ctx)
 	if err != nil {

@@ -14,12 +14,10 @@ import (
 	"github.com/orderstore/orderstore/processor"
 )
 
-// deadLetters reads the dead-letter stream from dead-letter sequence from
-// on (1: all of it, as the older ones tell what to skip) up to its last
-// when the read began: the dead letters the fold knew (all when all, else
-// those up to DLQScanned) and those of events it has yet to fold are
-// skipped; a newer one of an event it already folded puts its order in
-// keep.
+// deadLetters reads the dead-letter stream from dead-letter sequence from on (1: all of it, as the
+// older ones tell what to skip) up to its last when the read began: the dead letters the fold knew
+// (all when all, else those up to DLQScanned) and those of events it has yet to fold are skipped; a
+// newer one of an event it already folded puts its order in keep.
 func (f *folder) deadLetters(ctx context.Context, from uint64, all bool) error {
 	r := f.r
 	s, err := r.cfg.JS.Stream(ctx, r.cfg.DeadLetterStream)
@@ -53,12 +51,10 @@ func (f *folder) deadLetters(ctx context.Context, from uint64, all bool) error {
 	return nil
 }
 
-// pull calls fn with each message of stream from sequence from up to to,
-// and its metadata, pulling batch at a time through an ordered consumer;
-// it ends after to, after the stream's last message, or after a pull that
-// brought none. After each pull, after is told how many messages it
-// brought and its error (none for a timeout): an error it returns ends
-// the scan.
+// pull calls fn with each message of stream from sequence from up to to, and its metadata, pulling
+// batch at a time through an ordered consumer; it ends after to, after the stream's last message,
+// or after a pull that brought none. After each pull, after is told how many messages it brought
+// and its error (none for a timeout): an error it returns ends the scan.
 func (r *Runner) pull(ctx context.Context, stream string, from, to uint64, batch int, headersOnly bool,
 	fn func(jetstream.Msg, *jetstream.MsgMetadata), after func(n int, err error) error) error {
 	c, err := r.cfg.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
@@ -96,10 +92,9 @@ func (r *Runner) pull(ctx context.Context, stream string, from, to uint64, batch
 	}
 }
 
-// replays reads the headers of events from..to, a step or two ahead of
-// the fold (scanned is how far): the original that an event replayed
-// from the dead letters names goes into skip, since the replay is folded
-// in its place.
+// replays reads the headers of events from..to, a step or two ahead of the fold (scanned is how
+// far): the original that an event replayed from the dead letters names goes into skip, since the
+// replay is folded in its place.
 func (f *folder) replays(ctx context.Context, from, to uint64) error {
 	if from > to {
 		return nil
@@ -112,10 +107,9 @@ func (f *folder) replays(ctx context.Context, from, to uint64) error {
 		}
 		f.scanned.Store(md.Sequence.Stream)
 	}, func(n int, _ error) error {
-		// Two steps ahead of the fold at most: a scan racing through the
-		// stream while producers publish to it slows their publishes
-		// (the stream serves both), and the fold needs it only a step
-		// ahead.
+		// Two steps ahead of the fold at most: a scan racing through the stream while producers
+		// publish to it slows their publishes (the stream serves both), and the fold needs it only
+		// a step ahead.
 		for ahead := 2 * uint64(f.r.cfg.BatchSize); n > 0 && f.scanned.Load() > f.position()+ahead; {
 			if err := sleep(ctx, 5*time.Millisecond); err != nil {
 				return err
@@ -129,10 +123,9 @@ func (f *folder) replays(ctx context.Context, from, to uint64) error {
 	return nil
 }
 
-// replayOf is the original's sequence an event replayed from the dead
-// letters names, 0 for any other event. Only this node's own replays are
-// believed (their Nats-Msg-Id begins with Config.ReplayMsgID, which no
-// producer's can): docs/rebuild.md, "The steps", 2.
+// replayOf is the original's sequence an event replayed from the dead letters names, 0 for any
+// other event. Only this node's own replays are believed (their Nats-Msg-Id begins with
+// Config.ReplayMsgID, which no producer's can): docs/rebuild.md, "The steps", 2.
 func (r *Runner) replayOf(h nats.Header) uint64 {
 	if r.cfg.ReplayMsgID == "" || !strings.HasPrefix(h.Get(nats.MsgIdHdr), r.cfg.ReplayMsgID) {
 		return 0

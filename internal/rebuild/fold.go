@@ -26,14 +26,12 @@ type folder struct {
 	skipMu sync.Mutex      // the replay scan adds to skip while the fold reads it
 	skip   map[uint64]bool // dead letters (and replayed originals): not folded
 	keep   map[string]bool // orders the takeover keeps as they are (Takeover.Keep)
-	// resumed is the position this run began at: what lies below was folded
-	// by an earlier run.
+	// resumed is the position this run began at: what lies below was folded by an earlier run.
 	resumed uint64
-	// mayHaveReplays: the dead-letter stream lost a dead letter (its
-	// message count is below its last sequence) when deadLetters last read
-	// it. A replay removes the one it replays, so without that there is no
-	// replay of this node's to find (one cut short before the removal
-	// leaves its original a dead letter, skipped anyway).
+	// mayHaveReplays: the dead-letter stream lost a dead letter (its message count is below its
+	// last sequence) when deadLetters last read it. A replay removes the one it replays, so without
+	// that there is no replay of this node's to find (one cut short before the removal leaves its
+	// original a dead letter, skipped anyway).
 	mayHaveReplays bool
 
 	batches chan fetched // the reader's batches, one fetched ahead of the fold
@@ -44,8 +42,7 @@ type folder struct {
 	scanned  atomic.Uint64
 	scanDone chan struct{}
 
-	// Pacing: while producers publish, the fold yields the CPU (see
-	// pace).
+	// Pacing: while producers publish, the fold yields the CPU (see pace).
 	lastHead   uint64
 	lastHeadAt time.Time
 	ingest     float64       // events/s producers stored, last measured
@@ -72,9 +69,8 @@ const (
 	applyChunk    = 1000
 )
 
-// fold runs st's rebuild: it makes or reopens the shadow, folds the
-// stream into it from st's position, checkpointing as it goes, and once
-// near the stream's head catches up and takes over.
+// fold runs st's rebuild: it makes or reopens the shadow, folds the stream into it from st's
+// position, checkpointing as it goes, and once near the stream's head catches up and takes over.
 func (r *Runner) fold(ctx context.Context, st *state) error {
 	js := r.cfg.JS
 	stream, err := js.Stream(ctx, r.cfg.Stream)
@@ -148,10 +144,9 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 		stop()
 		wg.Wait()
 	}()
-	// The scan reads every event's headers, so that an order with a
-	// replayed event is rebuilt rather than kept as it is; it is skipped
-	// when there can be no replay to find (mayHaveReplays). Without it
-	// the fold still folds no event twice: a replay whose original it
+	// The scan reads every event's headers, so that an order with a replayed event is rebuilt
+	// rather than kept as it is; it is skipped when there can be no replay to find
+	// (mayHaveReplays). Without it the fold still folds no event twice: a replay whose original it
 	// folded keeps its order as it is (step).
 	if f.mayHaveReplays {
 		f.scanTo, f.scanDone = info.State.LastSeq, make(chan struct{})
@@ -201,13 +196,11 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 // while the cluster cannot place it): docs/rebuild.md, "In a cluster".
 var orderedResets = 6 // a var: a test lowers it
 
-// read fetches batches from the stream ahead of the fold until ctx is
-// done or a fetch fails.
+// read fetches batches from the stream ahead of the fold until ctx is done or a fetch fails.
 func (f *folder) read(ctx context.Context) {
 	for ctx.Err() == nil {
-		// A step's events in pulls of at most fetchMax: nats serves a
-		// pull in one go, and a long one holds up the producers'
-		// publishes to the same stream.
+		// A step's events in pulls of at most fetchMax: nats serves a pull in one go, and a long
+		// one holds up the producers' publishes to the same stream.
 		var out fetched
 		for len(out.msgs) < f.r.cfg.BatchSize && out.err == nil {
 			want := min(fetchMax, f.r.cfg.BatchSize-len(out.msgs))
@@ -239,8 +232,7 @@ func (f *folder) read(ctx context.Context) {
 	}
 }
 
-// seqAtTime is the first sequence stored at or after t (the last
-// sequence + 1 when none is).
+// seqAtTime is the first sequence stored at or after t (the last sequence + 1 when none is).
 func seqAtTime(ctx context.Context, s jetstream.Stream, t time.Time, ss jetstream.StreamState) (uint64, error) {
 	lo, hi := max(ss.FirstSeq, 1), ss.LastSeq+1
 	for lo < hi {
@@ -303,9 +295,8 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 		}
 		seq := md.Sequence.Stream
 		if upTo > 0 && seq > upTo {
-			// Past the takeover's head (the live processor's): an
-			// ordered consumer delivers in order, so every event up to
-			// the head was delivered.
+			// Past the takeover's head (the live processor's): an ordered consumer delivers in
+			// order, so every event up to the head was delivered.
 			lastSeq = upTo
 			break
 		}
@@ -320,9 +311,8 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 			continue
 		}
 		if of := f.r.replayOf(ev.Header); of > 0 && of >= st.FromSeq && (!f.skip[of] || of <= f.resumed) {
-			// Replayed from the dead letters after the fold took its
-			// original (or before a restart, when it cannot tell):
-			// the order is kept as it is.
+			// Replayed from the dead letters after the fold took its original (or before a restart,
+			// when it cannot tell): the order is kept as it is.
 			f.keep[ev.OrderID] = true
 		}
 		i, ok := index[ev.OrderID]
@@ -355,10 +345,9 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 // apply folds one batch into the shadow, retrying what fails (the fold is
 // idempotent on sequence) for about a minute.
 func (f *folder) apply(ctx context.Context, orders [][]processor.Event) error {
-	// Chunks of distinct orders, a few at once: the shadow's writes are
-	// pipelined without holding more in flight than a connection takes.
-	// Paced, one small chunk at a time, each followed by its share of
-	// rest (yield), so that producers never wait behind a burst.
+	// Chunks of distinct orders, a few at once: the shadow's writes are pipelined without holding
+	// more in flight than a connection takes. Paced, one small chunk at a time, each followed by
+	// its share of rest (yield), so that producers never wait behind a burst.
 	size, parallel := applyChunk, applyParallel
 	if f.duty < 1 {
 		size, parallel = applyChunk/4, 1
@@ -443,10 +432,9 @@ func (f *folder) applyOnce(ctx context.Context, orders [][]processor.Event) erro
 	return nil
 }
 
-// checkpoint records the position, with the dead letters that arrived
-// meanwhile and what also changes in the state (under the lock), once the
-// stream's events and the shadow's writes are durable: a position
-// recorded is never past what survives a power cut.
+// checkpoint records the position, with the dead letters that arrived meanwhile and what also
+// changes in the state (under the lock), once the stream's events and the shadow's writes are
+// durable: a position recorded is never past what survives a power cut.
 func (f *folder) checkpoint(ctx context.Context, also func()) error {
 	r := f.r
 	if err := f.deadLetters(ctx, f.st.DLQScanned+1, false); err != nil {

@@ -5,9 +5,8 @@ import (
 	"time"
 )
 
-// pace sets the fold's duty after a step of n events (while producers
-// publish: see minIngestToPace; otherwise it runs flat out), then sleeps
-// Config.Pace.
+// pace sets the fold's duty after a step of n events (while producers publish: see minIngestToPace;
+// otherwise it runs flat out), then sleeps Config.Pace.
 func (f *folder) pace(ctx context.Context, n int, work time.Duration) error {
 	r := f.r
 	work -= f.rested
@@ -60,13 +59,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// minIngestToPace is the producers' rate (events/s) from which the fold
-// yields the CPU; minDuty the least share of the time it works then;
-// foldAhead how much faster than the producers it folds, and minGain the
-// least it gains on the head a second, so that beside a trickle of
-// producers it still catches up soon. What the fold takes, the producers
-// lose: with these values they kept 0.81 of their rate (bench/rebuild,
-// 2 cores, 32 synchronous producers).
+// minIngestToPace is the producers' rate (events/s) from which the fold yields the CPU; minDuty the
+// least share of the time it works then; foldAhead how much faster than the producers it folds, and
+// minGain the least it gains on the head a second, so that beside a trickle of producers it still
+// catches up soon. What the fold takes, the producers lose: with these values they kept 0.81 of
+// their rate (bench/rebuild, 2 cores, 32 synchronous producers).
 const (
 	minIngestToPace = 100
 	minDuty         = 0.02

@@ -23,9 +23,8 @@ type shadowReads struct {
 	closed bool         // the takeover is over: the shadow may be gone
 }
 
-// Switch sends reads to the shadow (except the orders live reports), or
-// back to the live projection (shadow nil) once every read from the shadow
-// finished.
+// Switch sends reads to the shadow (except the orders live reports), or back to the live projection
+// (shadow nil) once every read from the shadow finished.
 func (r *Reads) Switch(shadow *processor.Projection, live func(orderID string) bool) {
 	if shadow != nil {
 		r.cur.Store(&shadowReads{shadow: shadow, live: live})
@@ -38,8 +37,7 @@ func (r *Reads) Switch(shadow *processor.Projection, live func(orderID string) b
 	}
 }
 
-// For is the projection order id is read from, and what to call when the
-// read is done.
+// For is the projection order id is read from, and what to call when the read is done.
 func (r *Reads) For(ctx context.Context, id string) (*processor.Projection, func()) {
 	if s := r.cur.Load(); s != nil && !s.live(id) {
 		s.mu.RLock()

@@ -35,10 +35,9 @@ type Config struct {
 	JS               jetstream.JetStream
 	Stream           string // the stream the live processor folds
 	DeadLetterStream string
-	// ReplayMsgID begins the Nats-Msg-Id of this node's replays from
-	// the dead letters: only an event whose id begins so is believed
-	// to be a replay (its Replay-Of header names the event the fold
-	// leaves out). "": none is.
+	// ReplayMsgID begins the Nats-Msg-Id of this node's replays from the dead letters: only an
+	// event whose id begins so is believed to be a replay (its Replay-Of header names the event the
+	// fold leaves out). "": none is.
 	ReplayMsgID string
 	StatePath   string // the durable state file
 	Target      Target
@@ -48,21 +47,18 @@ type Config struct {
 	Pause func(ctx context.Context) (resume func(), err error)
 	// Check refuses a rebuild up front (the storage budget).
 	Check func(ctx context.Context) error
-	// SyncSource makes the stream's events durable up to what was
-	// folded, before a checkpoint or the takeover records a position
-	// (nil: nats synced each event).
+	// SyncSource makes the stream's events durable up to what was folded, before a checkpoint or
+	// the takeover records a position (nil: nats synced each event).
 	SyncSource func(ctx context.Context) error
 	Log        *slog.Logger
-	// Done is called when a rebuild took over, before its state says
-	// done (the appliance records the version the projection is now
-	// built with).
+	// Done is called when a rebuild took over, before its state says done (the appliance records
+	// the version the projection is now built with).
 	Done func(st *status.Rebuild) error
-	// Claim, if set, claims the rebuild with this id for this node before
-	// it starts: in a cluster one node rebuilds at a time, and a claim
-	// held by another node refuses it (an error wrapping ErrRunning).
-	// Release gives the claim back once the rebuild ended: done, canceled
-	// or failed (not one left under way, nor one stopped with the
-	// appliance: it goes on at the next start, still claimed).
+	// Claim, if set, claims the rebuild with this id for this node before it starts: in a cluster
+	// one node rebuilds at a time, and a claim held by another node refuses it (an error wrapping
+	// ErrRunning). Release gives the claim back once the rebuild ended: done, canceled or failed
+	// (not one left under way, nor one stopped with the appliance: it goes on at the next start,
+	// still claimed).
 	Claim     func(ctx context.Context, id string) error
 	Release   func(ctx context.Context, id string)
 	BatchSize int           // events per fold step; default 50000
@@ -98,8 +94,7 @@ type Runner struct {
 	starting bool               // a Start is claiming: another waits for it to end
 }
 
-// sample is the fold's position at a time (the fold keeps about 10 s of
-// them), for Status's rate.
+// sample is the fold's position at a time (the fold keeps about 10 s of them), for Status's rate.
 type sample struct {
 	at  time.Time
 	pos uint64 // the position plus the step's applied events
@@ -229,8 +224,7 @@ func (r *Runner) Start(ctx context.Context, opts Options) (*status.Rebuild, erro
 	return &out, nil
 }
 
-// Cancel stops the rebuild under way and drops its shadow; the live
-// projection stays as it was.
+// Cancel stops the rebuild under way and drops its shadow; the live projection stays as it was.
 func (r *Runner) Cancel() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -247,10 +241,9 @@ func (r *Runner) Cancel() error {
 	return nil
 }
 
-// Run runs rebuilds until ctx is done: one left under way by the last
-// run at once, then each Start asks for. A stop leaves the one under way
-// to the next start. Run returns early only with the error of a takeover
-// that kept failing (see job).
+// Run runs rebuilds until ctx is done: one left under way by the last run at once, then each Start
+// asks for. A stop leaves the one under way to the next start. Run returns early only with the
+// error of a takeover that kept failing (see job).
 func (r *Runner) Run(ctx context.Context) error {
 	r.mu.Lock()
 	if r.st.running() && r.st.State == status.RebuildFolding {
@@ -272,12 +265,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// job runs one rebuild to its end (done, canceled, failed) or until ctx
-// is done (it stays under way, for the next start). A takeover that kept
-// failing is its error: the live processor stays paused (it would write
-// orders the takeover has yet to copy, and the copy would then overwrite
-// what it wrote), so the appliance must fail and start again, and the
-// next start finishes the takeover before the processor runs.
+// job runs one rebuild to its end (done, canceled, failed) or until ctx is done (it stays under
+// way, for the next start). A takeover that kept failing is its error: the live processor stays
+// paused (it would write orders the takeover has yet to copy, and the copy would then overwrite
+// what it wrote), so the appliance must fail and start again, and the next start finishes the
+// takeover before the processor runs.
 func (r *Runner) job(ctx context.Context, st *state) error {
 	jctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -289,17 +281,15 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 		cancel()
 	}
 	err := r.fold(jctx, st)
-	// A cluster electing a leader (the stream's, the consumer's, a
-	// bucket's) answers no one for seconds: go on from the position
-	// reached, for a while.
+	// A cluster electing a leader (the stream's, the consumer's, a bucket's) answers no one for
+	// seconds: go on from the position reached, for a while.
 	for since := time.Now(); err != nil && transient(err) && jctx.Err() == nil && !r.takingOver(st) && time.Since(since) < electionWait; {
 		r.cfg.Log.Warn("projection rebuild: nats did not answer (a cluster electing a leader?); going on from the position reached", "id", st.ID, "position", st.Position, "err", err)
 		if sleep(jctx, time.Second) != nil {
 			continue
 		}
-		// From the last checkpoint, as a restart would: what the fold did
-		// since (its position, the dead letters it read, the orders it
-		// keeps) is redone.
+		// From the last checkpoint, as a restart would: what the fold did since (its position, the
+		// dead letters it read, the orders it keeps) is redone.
 		if rerr := r.reloadSaved(st); rerr != nil {
 			err = errors.Join(err, rerr)
 			continue

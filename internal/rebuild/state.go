@@ -43,8 +43,7 @@ func (r *Runner) saveLocked(st *state) error {
 	return nil
 }
 
-// update runs fn, which changes the state, under the lock (Status reads
-// it).
+// update runs fn, which changes the state, under the lock (Status reads it).
 func (r *Runner) update(fn func()) {
 	r.mu.Lock()
 	fn()

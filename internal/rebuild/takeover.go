@@ -19,8 +19,7 @@ func (r *Runner) TakeoverPending() bool {
 	return r.st != nil && r.st.State == status.RebuildTakingOver
 }
 
-// FinishTakeover finishes an interrupted takeover (at start-up, before the
-// live processor runs).
+// FinishTakeover finishes an interrupted takeover (at start-up, before the live processor runs).
 func (r *Runner) FinishTakeover(ctx context.Context) error {
 	r.mu.Lock()
 	st := r.st
@@ -33,9 +32,8 @@ func (r *Runner) FinishTakeover(ctx context.Context) error {
 		return fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
 	}
 	if last := s.CachedInfo().State.LastSeq; last < st.Position {
-		// The shadow folded events the stream lost: copying it would
-		// put them in the projection. Start over instead (the recovery
-		// check made the live projection forget them).
+		// The shadow folded events the stream lost: copying it would put them in the projection.
+		// Start over instead (the recovery check made the live projection forget them).
 		r.startOver(st, fmt.Sprintf("the stream ends at %d, below the takeover's position %d: a power cut took events it had folded", last, st.Position))
 		return r.save(st)
 	}
@@ -65,9 +63,8 @@ func (f *folder) catchUpAndTakeOver(ctx context.Context) error {
 		}
 	}
 	defer func() {
-		// Once the takeover has begun, the processor runs again only
-		// after it ended: what it applied now, the takeover's copy
-		// (finished by the next start) would overwrite.
+		// Once the takeover has begun, the processor runs again only after it ended: what it
+		// applied now, the takeover's copy (finished by the next start) would overwrite.
 		if !r.takingOver(st) {
 			resume()
 		}
@@ -127,9 +124,8 @@ var (
 // for the next start to finish, and its shadow is kept.
 type errTakeoverLeft struct{ error }
 
-// takeover runs the Target's takeover for st and records its end. A
-// failure leaves st taking over, to be tried again (catchUpAndTakeOver's
-// retries, then FinishTakeover at the next start).
+// takeover runs the Target's takeover for st and records its end. A failure leaves st taking over,
+// to be tried again (catchUpAndTakeOver's retries, then FinishTakeover at the next start).
 func (r *Runner) takeover(ctx context.Context, st *state) error {
 	keep := map[string]bool{}
 	for _, id := range st.Keep {
@@ -148,8 +144,7 @@ func (r *Runner) takeover(ctx context.Context, st *state) error {
 		_ = r.save(st)
 		return fmt.Errorf("takeover: %w", err)
 	}
-	// Recorded (the version the projection is now built with) before
-	// anyone is told it is done.
+	// Recorded (the version the projection is now built with) before anyone is told it is done.
 	if r.cfg.Done != nil {
 		r.mu.Lock()
 		done := st.Rebuild
@@ -169,8 +164,7 @@ func (r *Runner) takeover(ctx context.Context, st *state) error {
 	if err := r.save(st); err != nil {
 		return err
 	}
-	// Dropped once its end is recorded (a crash before: the next start
-	// drops it, Cleanup).
+	// Dropped once its end is recorded (a crash before: the next start drops it, Cleanup).
 	if err := r.cfg.Target.Discard(ctx); err != nil {
 		r.cfg.Log.Warn("projection rebuild: dropping the shadow", "err", err)
 	}

@@ -11,19 +11,16 @@ type Target interface {
 	// Shadow returns the handler folding into the shadow: a fresh,
 	// empty one, or (fresh false) the one an interrupted rebuild began.
 	Shadow(ctx context.Context, fresh bool) (processor.Handler, error)
-	// Durable makes what the shadow's handler wrote durable: a
-	// checkpoint names it next.
+	// Durable makes what the shadow's handler wrote durable: a checkpoint names it next.
 	Durable(ctx context.Context) error
-	// Takeover makes the shadow the live projection, with the live
-	// processor paused (or not yet started). It must be idempotent: a
-	// crash half-way runs it again at the next start.
+	// Takeover makes the shadow the live projection, with the live processor paused (or not yet
+	// started). It must be idempotent: a crash half-way runs it again at the next start.
 	Takeover(ctx context.Context, t *Takeover) error
 	// Discard drops the shadow.
 	Discard(ctx context.Context) error
-	// HighWater is about the highest stream sequence the shadow folded
-	// (0: it cannot tell): a resumed rebuild whose shadow is ahead of
-	// the stream (a power cut took events the shadow had folded) starts
-	// over.
+	// HighWater is about the highest stream sequence the shadow folded (0: it cannot tell): a
+	// resumed rebuild whose shadow is ahead of the stream (a power cut took events the shadow had
+	// folded) starts over.
 	HighWater(ctx context.Context) (uint64, error)
 }
 

@@ -56,12 +56,10 @@ func (c *Check) Note(format string, args ...any) {
 // Notes are the findings so far.
 func (c *Check) Notes() []string { return c.notes }
 
-// ConsumerReset reports whether the consumer was declared again from the
-// start of the stream.
+// ConsumerReset reports whether the consumer was declared again from the start of the stream.
 func (c *Check) ConsumerReset() bool { return c.consumerReset }
 
-// StartupProblems turns nats-server's start-up warnings about the store
-// into notes.
+// StartupProblems turns nats-server's start-up warnings about the store into notes.
 func (c *Check) StartupProblems(problems []string) {
 	c.problems = append(c.problems, problems...)
 	for _, p := range problems {
@@ -71,10 +69,9 @@ func (c *Check) StartupProblems(problems []string) {
 	}
 }
 
-// StoreProblem reports whether a warning nats logged at start-up is about
-// the store (a damaged block, unreadable metadata, a consumer moved back)
-// rather than the network (a hub or route not reachable yet) or the
-// config (plaintext passwords).
+// StoreProblem reports whether a warning nats logged at start-up is about the store (a damaged
+// block, unreadable metadata, a consumer moved back) rather than the network (a hub or route not
+// reachable yet) or the config (plaintext passwords).
 func StoreProblem(msg string) bool {
 	m := strings.ToLower(msg)
 	has := func(s string) bool { return strings.Contains(m, s) }
@@ -82,13 +79,11 @@ func StoreProblem(msg string) bool {
 		slices.ContainsFunc([]string{"stream", "consumer", "block", "msgs", "meta", "checksum", "recover", "store", "corrupt", "truncat", "index", "state"}, has)
 }
 
-// Declare declares the spec, as start-up does, with what nats left
-// unloaded brought back first: in a single node (clustered streams are
-// loaded from the meta group's assignments, asynchronously, so their
-// files say nothing yet), the streams nats skipped are declared again
-// and must come back with their events, and a consumer nats did not load
-// is moved aside. Then the recovery check: a consumer ahead of the stream
-// is declared again from the start.
+// Declare declares the spec, as start-up does, with what nats left unloaded brought back first: in
+// a single node (clustered streams are loaded from the meta group's assignments, asynchronously, so
+// their files say nothing yet), the streams nats skipped are declared again and must come back with
+// their events, and a consumer nats did not load is moved aside. Then the recovery check: a
+// consumer ahead of the stream is declared again from the start.
 func (c *Check) Declare(ctx context.Context, clustered bool) error {
 	var unloaded map[string]int64
 	if !clustered {
@@ -113,11 +108,10 @@ func (c *Check) Declare(ctx context.Context, clustered bool) error {
 	if !errors.Is(err, bootstrap.ErrAckFloorAhead) || spec.Consumer == nil {
 		return err
 	}
-	// The stream lost its last events (a power cut with a relaxed
-	// sync_interval): a consumer past them would skip the events that
-	// reuse their sequence numbers. Declare it again from the start; the
-	// projection skips what it applied (and HighWater makes it forget the
-	// lost sequence numbers).
+	// The stream lost its last events (a power cut with a relaxed sync_interval): a consumer past
+	// them would skip the events that reuse their sequence numbers. Declare it again from the
+	// start; the projection skips what it applied (and HighWater makes it forget the lost sequence
+	// numbers).
 	if derr := c.JS.DeleteConsumer(ctx, spec.ConsumerStream(), spec.Consumer.Durable); derr != nil {
 		return errors.Join(err, fmt.Errorf("reset consumer %q: %w", spec.Consumer.Durable, derr))
 	}
@@ -145,10 +139,9 @@ func (c *Check) notLoaded(ctx context.Context) map[string]int64 {
 	return out
 }
 
-// checkReloaded runs after the declaration for the streams nats had not
-// loaded: declaring them with their known configuration makes nats read
-// their message blocks again. If it did not (the stream is empty),
-// start-up fails rather than serve an empty stream over the old files.
+// checkReloaded runs after the declaration for the streams nats had not loaded: declaring them with
+// their known configuration makes nats read their message blocks again. If it did not (the stream
+// is empty), start-up fails rather than serve an empty stream over the old files.
 func (c *Check) checkReloaded(ctx context.Context, unloaded map[string]int64) error {
 	for name, size := range unloaded {
 		dir := c.Dir.Stream(c.Account, name)
@@ -175,9 +168,8 @@ func (c *Check) consumerDir() string {
 	return c.Dir.Consumer(c.Account, c.Spec.ConsumerStream(), c.Spec.Consumer.Durable)
 }
 
-// moveAside moves a consumer's directory nats could not use out of nats'
-// tree, so that it is declared again from the start of the stream (the
-// projection skips what it already applied).
+// moveAside moves a consumer's directory nats could not use out of nats' tree, so that it is
+// declared again from the start of the stream (the projection skips what it already applied).
 func (c *Check) moveAside(why string) error {
 	dir := c.consumerDir()
 	durable := c.Spec.Consumer.Durable
@@ -192,14 +184,12 @@ func (c *Check) moveAside(why string) error {
 	return nil
 }
 
-// unloadedConsumer moves aside the processor's durable when its directory
-// is on disk but nats did not load it (its meta.inf or o.dat unreadable, as
-// a power cut leaves them in the relaxed modes): declared over that
-// directory, it would keep both (docs/reliability.md, "What the damage rows
-// mean"), and a state ahead of the stream would skip the new events that
-// reuse the lost sequence numbers, or wait for ever on deliveries the
-// stream no longer has (nats reconciles a consumer with its stream only
-// when it loads it at start-up).
+// unloadedConsumer moves aside the processor's durable when its directory is on disk but nats did
+// not load it (its meta.inf or o.dat unreadable, as a power cut leaves them in the relaxed modes):
+// declared over that directory, it would keep both (docs/reliability.md, "What the damage rows
+// mean"), and a state ahead of the stream would skip the new events that reuse the lost sequence
+// numbers, or wait for ever on deliveries the stream no longer has (nats reconciles a consumer with
+// its stream only when it loads it at start-up).
 func (c *Check) unloadedConsumer(ctx context.Context) error {
 	if c.Spec.Consumer == nil {
 		return nil
@@ -223,8 +213,7 @@ func (c *Check) unloadedConsumer(ctx context.Context) error {
 // the processor's durable: its files (meta.inf) or its state (o.dat, in
 // "Error adding consumer 'account > stream > durable': ...").
 func (c *Check) natsNamedConsumer() bool {
-	// The directory's tail: nats names it as its store_dir was given to
-	// it, which may be relative.
+	// The directory's tail: nats names it as its store_dir was given to it, which may be relative.
 	dir := string(filepath.Separator) + filepath.Join(c.Account, "streams", c.Spec.ConsumerStream(), "obs", c.Spec.Consumer.Durable) + string(filepath.Separator)
 	name := fmt.Sprintf("> %s > %s'", c.Spec.ConsumerStream(), c.Spec.Consumer.Durable)
 	for _, p := range c.problems {
@@ -250,24 +239,20 @@ func (c *Check) declareRecovering(ctx context.Context) error {
 	return err
 }
 
-// HighWater compares the stream's last sequence with the highest the
-// projection applied: a stream that ends below it lost acknowledged events
-// (a damaged block, a power cut with a relaxed sync_interval), and the next
-// events will reuse those sequences. After an unclean stop with a relaxed
-// sync_interval, the bucket may also have lost its last writes while the
-// consumer's acks survived: a consumer whose ack floor is past what the
-// projection holds would never deliver those events again. Either way the
-// projection is rebuilt.
+// HighWater compares the stream's last sequence with the highest the projection applied: a stream
+// that ends below it lost acknowledged events (a damaged block, a power cut with a relaxed
+// sync_interval), and the next events will reuse those sequences. After an unclean stop with a
+// relaxed sync_interval, the bucket may also have lost its last writes while the consumer's acks
+// survived: a consumer whose ack floor is past what the projection holds would never deliver those
+// events again. Either way the projection is rebuilt.
 func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error {
 	spec := c.Spec
 	if proj == nil || spec.Projection == nil {
 		return nil
 	}
-	// The projection's sequence numbers are those of the stream the
-	// consumer reads (a hub's aggregate stream).
-	// A restarted cluster node may not reach the streams yet (no
-	// responders until their replicas have a leader): the reads are
-	// retried like the declaration.
+	// The projection's sequence numbers are those of the stream the consumer reads (a hub's
+	// aggregate stream). A restarted cluster node may not reach the streams yet (no responders
+	// until their replicas have a leader): the reads are retried like the declaration.
 	cs := spec.ConsumerStream()
 	var s jetstream.Stream
 	var hw uint64
@@ -287,11 +272,10 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 	why := ""
 	switch {
 	case last == 0 && hw > 0 && !(c.Unclean && relaxed):
-		// Nothing left to rebuild from: purging would destroy the only
-		// copy of the orders' state. Refused at every start until an
-		// operator decides. (After an unclean stop in a relaxed mode an
-		// empty stream is the documented loss, the events of the last
-		// interval: the projection is rebuilt, to empty, below.)
+		// Nothing left to rebuild from: purging would destroy the only copy of the orders' state.
+		// Refused at every start until an operator decides. (After an unclean stop in a relaxed
+		// mode an empty stream is the documented loss, the events of the last interval: the
+		// projection is rebuilt, to empty, below.)
 		return hint.Wrap(fmt.Errorf("recovery check: stream %q is empty but the projection %q holds orders applied up to sequence %d: the stream's events are gone (a deleted or unreadable store?)",
 			cs, spec.Projection.Bucket, hw),
 			fmt.Sprintf("restore %q from a backup; or, to accept the loss and start over, remove the projection (its directory %q) and start again",
@@ -304,10 +288,9 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 		if err != nil {
 			return fmt.Errorf("recovery check: consumer %q: %w", spec.Consumer.Durable, err)
 		}
-		// The bucket may have lost the writes of its last sync interval
-		// while the consumer's acks of those events survived. Check the
-		// events acknowledged in that time (and a margin) against the
-		// projection.
+		// The bucket may have lost the writes of its last sync interval while the consumer's acks
+		// of those events survived. Check the events acknowledged in that time (and a margin)
+		// against the projection.
 		floor := cons.CachedInfo().AckFloor.Stream
 		kvs, err := c.JS.Stream(ctx, "KV_"+spec.Projection.Bucket)
 		if err != nil {
@@ -326,9 +309,8 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 	if why == "" {
 		return nil
 	}
-	// Rebuild the projection: the consumer is reset first and the bucket
-	// purged second: if start-up stops in between, the next start finds the
-	// same condition and does it again.
+	// Rebuild the projection: the consumer is reset first and the bucket purged second: if start-up
+	// stops in between, the next start finds the same condition and does it again.
 	if spec.Consumer != nil {
 		if err := c.JS.DeleteConsumer(ctx, cs, spec.Consumer.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("recovery check: rebuild the projection: reset consumer %q: %w", spec.Consumer.Durable, err)

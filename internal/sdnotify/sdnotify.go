@@ -1,14 +1,11 @@
-// Package sdnotify implements the client side of systemd's sd_notify
-// protocol (sd_notify(3)) with the standard library only: a service started
-// with Type=notify sends "KEY=VALUE" lines as one datagram to the unix
-// socket named in $NOTIFY_SOCKET. orderstore sends [Ready] once the store is
-// recovered and declared, [Status] for progress, and [Stopping] when a
-// graceful shutdown begins.
+// Package sdnotify implements the client side of systemd's sd_notify protocol (sd_notify(3)) with
+// the standard library only: a service started with Type=notify sends "KEY=VALUE" lines as one
+// datagram to the unix socket named in $NOTIFY_SOCKET. orderstore sends [Ready] once the store is
+// recovered and declared, [Status] for progress, and [Stopping] when a graceful shutdown begins.
 //
-// When $NOTIFY_SOCKET is unset every function is a no-op that returns a nil
-// error, so callers may use it unconditionally. On platforms without unix
-// datagram sockets (Windows) a set $NOTIFY_SOCKET yields an error from the
-// dial, never a panic or a build failure.
+// When $NOTIFY_SOCKET is unset every function is a no-op that returns a nil error, so callers may
+// use it unconditionally. On platforms without unix datagram sockets (Windows) a set $NOTIFY_SOCKET
+// yields an error from the dial, never a panic or a build failure.
 package sdnotify
 
 import (
@@ -19,17 +16,15 @@ import (
 	"strings"
 )
 
-// EnvSocket is the environment variable systemd sets to the notification
-// socket's address: an absolute path, or an abstract socket name starting
-// with '@'.
+// EnvSocket is the environment variable systemd sets to the notification socket's address: an
+// absolute path, or an abstract socket name starting with '@'.
 const EnvSocket = "NOTIFY_SOCKET"
 
 // Notify sends state (for example "READY=1" or "STATUS=recovering\nREADY=1")
 // as one datagram to the socket named in $NOTIFY_SOCKET.
 //
-// It returns (false, nil) when $NOTIFY_SOCKET is unset or empty, (true, nil)
-// once the datagram was sent, and (false, err) when the address is not
-// supported or the socket cannot be reached.
+// It returns (false, nil) when $NOTIFY_SOCKET is unset or empty, (true, nil) once the datagram was
+// sent, and (false, err) when the address is not supported or the socket cannot be reached.
 func Notify(state string) (sent bool, err error) {
 	addr := os.Getenv(EnvSocket)
 	if addr == "" {
@@ -56,9 +51,8 @@ func Notify(state string) (sent bool, err error) {
 	return true, nil
 }
 
-// Ready tells systemd that startup has finished ("READY=1"). With
-// Type=notify, systemd considers the unit started, and starts units ordered
-// after it, only once this has been sent.
+// Ready tells systemd that startup has finished ("READY=1"). With Type=notify, systemd considers
+// the unit started, and starts units ordered after it, only once this has been sent.
 func Ready() error {
 	_, err := Notify("READY=1")
 	return err
@@ -70,9 +64,8 @@ func Stopping() error {
 	return err
 }
 
-// Status sends a one-line, human-readable status ("STATUS=" + s), shown by
-// `systemctl status`. Newlines in s would start a new assignment, so they
-// are rejected.
+// Status sends a one-line, human-readable status ("STATUS=" + s), shown by `systemctl status`.
+// Newlines in s would start a new assignment, so they are rejected.
 func Status(s string) error {
 	if strings.Contains(s, "\n") {
 		return errors.New("sd_notify STATUS: value contains a newline")

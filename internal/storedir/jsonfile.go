@@ -10,8 +10,7 @@ import (
 	"github.com/orderstore/orderstore/internal/durable"
 )
 
-// readJSON reads the JSON file at path into v; ok is false when there is
-// none.
+// readJSON reads the JSON file at path into v; ok is false when there is none.
 func readJSON(path string, v any) (ok bool, err error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {

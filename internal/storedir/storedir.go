@@ -1,9 +1,7 @@
-// Package storedir is the store directory's layout and the files
-// orderstore keeps in it beside nats' own: where an account's streams
-// live, the run marker that tells a crash from a clean stop, the move of
-// a store written before accounts existed, and where what nats could not
-// read is moved aside. Every file it writes
-// survives a power cut (internal/durable).
+// Package storedir is the store directory's layout and the files orderstore keeps in it beside
+// nats' own: where an account's streams live, the run marker that tells a crash from a clean stop,
+// the move of a store written before accounts existed, and where what nats could not read is moved
+// aside. Every file it writes survives a power cut (internal/durable).
 package storedir
 
 import (
@@ -34,8 +32,7 @@ func (d Dir) Stream(account, name string) string {
 // Msgs is the directory of stream name's message blocks in account.
 func (d Dir) Msgs(account, name string) string { return filepath.Join(d.Stream(account, name), "msgs") }
 
-// MsgsSize is the size of stream name's message blocks in account (0:
-// none, or unreadable).
+// MsgsSize is the size of stream name's message blocks in account (0: none, or unreadable).
 func (d Dir) MsgsSize(account, name string) int64 {
 	blks, _ := filepath.Glob(filepath.Join(d.Msgs(account, name), "*.blk"))
 	var size int64
@@ -56,10 +53,9 @@ func (d Dir) Consumer(account, stream, durable string) string {
 // nats' tree, so that nats never loads it again.
 func (d Dir) Damaged() string { return filepath.Join(string(d), "damaged") }
 
-// MoveAside moves path (a stream's or consumer's directory nats could not
-// read) to Damaged, named after its place in the store and the time, and
-// returns where it went. The move survives a power cut (both directories
-// are synced).
+// MoveAside moves path (a stream's or consumer's directory nats could not read) to Damaged, named
+// after its place in the store and the time, and returns where it went. The move survives a power
+// cut (both directories are synced).
 func (d Dir) MoveAside(path string, now time.Time) (string, error) {
 	rel, err := filepath.Rel(d.JetStream(), path)
 	if err != nil || strings.HasPrefix(rel, "..") {
@@ -84,15 +80,13 @@ func (d Dir) HasStreams(account string) bool {
 	return len(entries) > 0
 }
 
-// RunMarker is a file in the store directory that exists while an
-// appliance runs: if it is there at start-up, the last run did not stop
-// cleanly (a crash, a kill, a power cut).
+// RunMarker is a file in the store directory that exists while an appliance runs: if it is there at
+// start-up, the last run did not stop cleanly (a crash, a kill, a power cut).
 const RunMarker = "orderstore.running"
 
-// MarkRunning reports whether the last run stopped cleanly (unclean: it
-// did not; last: its relaxed sync interval, 0 if none or unknown) and marks
-// this one as running, with pid and interval. The marker is synced: it
-// must survive the power cut it is there to detect.
+// MarkRunning reports whether the last run stopped cleanly (unclean: it did not; last: its relaxed
+// sync interval, 0 if none or unknown) and marks this one as running, with pid and interval. The
+// marker is synced: it must survive the power cut it is there to detect.
 func (d Dir) MarkRunning(pid int, interval time.Duration) (unclean bool, last time.Duration, err error) {
 	path := filepath.Join(string(d), RunMarker)
 	b, rerr := os.ReadFile(path)
@@ -113,11 +107,10 @@ func (d Dir) MarkStopped() error {
 // streams: which to keep is an operator's decision.
 var ErrBothAccounts = errors.New("streams in both accounts")
 
-// MoveAccount moves account from's streams to account to, once, before
-// nats starts (a store written before accounts existed keeps them in
-// nats' global account). Nothing moves when from holds no stream. A
-// rename within one directory is atomic; the directory is synced so the
-// move survives a power cut.
+// MoveAccount moves account from's streams to account to, once, before nats starts (a store written
+// before accounts existed keeps them in nats' global account). Nothing moves when from holds no
+// stream. A rename within one directory is atomic; the directory is synced so the move survives a
+// power cut.
 func (d Dir) MoveAccount(from, to string) (moved bool, err error) {
 	old, cur := d.Account(from), d.Account(to)
 	if _, err := os.Stat(old); errors.Is(err, os.ErrNotExist) {

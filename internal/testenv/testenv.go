@@ -1,10 +1,8 @@
-// Package testenv says what a test needs from the machine beyond Go: a
-// browser, FUSE, loop devices and mkfs.ext4, root. A test calls Require
-// with what is missing; on a machine without it the test is skipped with
-// a message naming what to install, so that the README's test command
-// passes on a fresh machine. With ORDERSTORE_TEST_ALL set (.ci/run sets
-// it, after installing everything) a missing tool fails the test
-// instead: CI always runs every test.
+// Package testenv says what a test needs from the machine beyond Go: a browser, FUSE, loop devices
+// and mkfs.ext4, root. A test calls Require with what is missing; on a machine without it the test
+// is skipped with a message naming what to install, so that the README's test command passes on a
+// fresh machine. With ORDERSTORE_TEST_ALL set (.ci/run sets it, after installing everything) a
+// missing tool fails the test instead: CI always runs every test.
 package testenv
 
 import (
@@ -13,8 +11,7 @@ import (
 	"testing"
 )
 
-// AllEnv names the environment variable that makes a missing tool a
-// failure instead of a skip.
+// AllEnv names the environment variable that makes a missing tool a failure instead of a skip.
 const AllEnv = "ORDERSTORE_TEST_ALL"
 
 // Require skips t (or, with AllEnv set, fails it) when missing is not
@@ -30,8 +27,7 @@ func Require(t testing.TB, missing string) {
 	t.Skipf("skipped: this test needs %s (.ci/run installs what the tests need; set %s=1 to make this a failure)", missing, AllEnv)
 }
 
-// Root is what a test that mounts file systems or runs a child as
-// another user lacks: "" as root.
+// Root is what a test that mounts file systems or runs a child as another user lacks: "" as root.
 func Root() string {
 	if os.Geteuid() != 0 {
 		return "root (it mounts file systems, or starts a child as uid 65534): run the tests as root, e.g. in a container"
@@ -67,8 +63,7 @@ func Ext4() string {
 	return ""
 }
 
-// Browser is the path of a headless-capable Chromium, and what is
-// missing when there is none.
+// Browser is the path of a headless-capable Chromium, and what is missing when there is none.
 func Browser() (path, missing string) {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -78,8 +73,7 @@ func Browser() (path, missing string) {
 	return "", "chromium on PATH (the dashboard test drives a real browser): apt-get install -y chromium"
 }
 
-// Sbin is the path of an administration command found in $PATH,
-// /usr/sbin or /sbin; "" if none.
+// Sbin is the path of an administration command found in $PATH, /usr/sbin or /sbin; "" if none.
 func Sbin(name string) string {
 	if p, err := exec.LookPath(name); err == nil {
 		return p

@@ -16,10 +16,9 @@ import (
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 )
 
-// Child is the test binary run again, as a child process of one kind
-// (its TestMain or an init reads env to choose): it prints a line
-// "READY ..." on stdout once it is ready; everything else it prints is
-// kept in Out.
+// Child is the test binary run again, as a child process of one kind (its TestMain or an init reads
+// env to choose): it prints a line "READY ..." on stdout once it is ready; everything else it
+// prints is kept in Out.
 type Child struct {
 	Cmd *exec.Cmd
 	Out *LockedBuffer
@@ -28,12 +27,10 @@ type Child struct {
 	done  chan struct{}
 }
 
-// StartChild runs the test binary (no tests of its own: -test.run=^$)
-// with env added and waits, up to 2 minutes, until it prints its READY
-// line; the error is its output when it exited before. It is killed with
-// SIGKILL when the test ends (a cleanup registered now, so it runs before
-// those registered earlier: before a file system the child uses is
-// unmounted, also when the test fails).
+// StartChild runs the test binary (no tests of its own: -test.run=^$) with env added and waits, up
+// to 2 minutes, until it prints its READY line; the error is its output when it exited before. It
+// is killed with SIGKILL when the test ends (a cleanup registered now, so it runs before those
+// registered earlier: before a file system the child uses is unmounted, also when the test fails).
 func StartChild(t testing.TB, what string, env ...string) (*Child, error) {
 	t.Helper()
 	self, err := os.Executable()
@@ -95,8 +92,7 @@ func (c *Child) Exited() bool {
 	}
 }
 
-// Kill is kill -9: nothing of the child's shutdown runs. It waits until
-// the child exited.
+// Kill is kill -9: nothing of the child's shutdown runs. It waits until the child exited.
 func (c *Child) Kill(t testing.TB) {
 	if c.Exited() {
 		return
@@ -109,10 +105,9 @@ func (c *Child) Kill(t testing.TB) {
 	}
 }
 
-// Quit sends SIGQUIT: the Go runtime prints every goroutine's stack to
-// Out and exits. It is what a test does before it fails on a child that
-// stopped making progress, to show where. It waits until the child
-// exited.
+// Quit sends SIGQUIT: the Go runtime prints every goroutine's stack to Out and exits. It is what a
+// test does before it fails on a child that stopped making progress, to show where. It waits until
+// the child exited.
 func (c *Child) Quit(t testing.TB) {
 	if c.Exited() {
 		return

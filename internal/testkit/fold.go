@@ -16,9 +16,8 @@ type OracleEvent struct {
 	Time            time.Time
 }
 
-// FoldOrder folds one order's events, in stream order, into the state the
-// projection must hold for them: written apart from the projection's own
-// fold, so that a test comparing the two can fail.
+// FoldOrder folds one order's events, in stream order, into the state the projection must hold for
+// them: written apart from the projection's own fold, so that a test comparing the two can fail.
 func FoldOrder(id string, evs []OracleEvent) processor.Order {
 	var o processor.Order
 	for _, r := range evs {

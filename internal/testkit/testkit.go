@@ -1,7 +1,6 @@
-// Package testkit holds the helpers orderstore's tests share: a buffer
-// safe for concurrent use, and the test binary run again as a child
-// process (the appliance or an edge killed with SIGKILL). Polling for
-// eventual state is embeddedtest.WaitFor. Tests only.
+// Package testkit holds the helpers orderstore's tests share: a buffer safe for concurrent use, and
+// the test binary run again as a child process (the appliance or an edge killed with SIGKILL).
+// Polling for eventual state is embeddedtest.WaitFor. Tests only.
 package testkit
 
 import (

@@ -1,7 +1,6 @@
-// Command embedprogram embeds orderstore in a Go program of its own: it
-// imports nothing of orderstore but the root package. It starts the
-// appliance on a store directory, publishes an order's events with
-// nats.go, reads the projected status from the ORDERS bucket, closes, then
+// Command embedprogram embeds orderstore in a Go program of its own: it imports nothing of
+// orderstore but the root package. It starts the appliance on a store directory, publishes an
+// order's events with nats.go, reads the projected status from the ORDERS bucket, closes, then
 // restarts on the same store and reads it again.
 //
 //	go run . STORE_DIR
