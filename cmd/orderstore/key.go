@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/orderstore/orderstore/internal/durable"
 )
@@ -16,7 +17,7 @@ import (
 // 256 random bits in hex, written to FILE with mode 0600. It never
 // overwrites a file: a key in use would be lost with the store it opens.
 func keyCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 2 || args[0] != "generate" {
+	if len(args) != 2 || args[0] != "generate" || strings.HasPrefix(args[1], "-") { // -h is no file name
 		return usageErr(stderr, "usage: orderstore key generate FILE\n  writes a new store encryption key to FILE (mode 0600); set jetstream.encryption_key_file to it\n")
 	}
 	path := args[1]

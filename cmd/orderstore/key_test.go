@@ -37,6 +37,16 @@ func TestEncryptionKeyFile(t *testing.T) {
 		t.Fatal("key generate overwrote a key")
 	}
 
+	// A flag is not a file name: `key generate -h` once wrote a key to a file named "-h".
+	for _, h := range []string{"-h", "--help"} {
+		errb.Reset()
+		code := run(context.Background(), []string{"key", "generate", h}, &out, &errb)
+		if _, err := os.Stat(h); code != exitUsage || !strings.Contains(errb.String(), "usage") || err == nil {
+			os.Remove(h)
+			t.Errorf("key generate %s: exit %d, file made: %v\n%s", h, code, err == nil, errb.String())
+		}
+	}
+
 	cfg := writeConfig(t, dir, store, "[jetstream]\nencryption_key_file = \"k1\"\n")
 	p := start(t, nil, "run", "-config", cfg)
 	p.waitReady()
