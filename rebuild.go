@@ -116,7 +116,7 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 	}
 	r, err := rebuild.New(rebuild.Config{BatchSize: batch,
 		JS: a.pjs, Stream: a.spec.ConsumerStream(), DeadLetterStream: cfg.Processor.DeadLetterStream,
-		// This node's own replays, as its ingest service stores them.
+		// This node's own replays, as admission stores their ids.
 		ReplayMsgID: ingest.ScopedMsgID(cfg.msgIDScope(), StreamAccount, processor.ReplayMsgIDPrefix(cfg.Processor.DeadLetterStream)),
 		StatePath:   filepath.Join(a.report.StoreDir, rebuildStateFile), Target: target, Version: a.handlerVersion,
 		Pause: a.pauseProcessor, Check: a.rebuildBudget, Log: a.log.With("component", "rebuild"), Pace: cfg.rebuildPace,

@@ -135,7 +135,7 @@ type Backend struct {
 	Ingest func() *status.IngestStats
 	// Validation, if set, reports schema validation at ingest (nil when it checks nothing).
 	Validation func() *status.ValidationStats
-	// Guard, if set, reports what the ingest service and the durable guard refused.
+	// Guard, if set, reports what admission and the durable guard refused.
 	Guard func() *status.GuardStats
 	// Backup, if set, writes a backup as a tar stream (POST /v1/backup).
 	Backup func(ctx context.Context, w io.Writer) error

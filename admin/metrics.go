@@ -61,7 +61,7 @@ var (
 	descSyncSeconds    = desc("group_commit_sync_seconds", "Time of one group-commit round's sync, of any stream or bucket (durability \"group-commit\").")
 	descBatchEvents    = desc("group_commit_batch_events", "Publishes (events and orderstore's own writes) acknowledged after one group-commit round's sync.")
 	descGCAcked        = desc("group_commit_acked_events_total", "Producers' events acknowledged after a group-commit sync.")
-	descGCWaiting      = desc("group_commit_acks_waiting", "Producers' events taken by the ingest service and not yet answered.")
+	descGCWaiting      = desc("group_commit_acks_waiting", "Publishes waiting now in admission's line (their connection held while the stream's inbound queue is deep).")
 	descGCSyncErrors   = desc("group_commit_sync_errors_total", "Failed group-commit syncs (the first one stops orderstore).")
 	descRejected       = desc("validation_rejected_total", "Events refused at ingest by schema validation ([validation]), nothing stored, by event type (\"other\" for types without a schema) and reason (the schema keyword that failed, or invalid_json, unknown_type, func).", "type", "reason")
 	descRebuildRunning = desc("projection_rebuild_running", "1 while a projection rebuild is under way (folding or taking over), else 0.")

@@ -31,7 +31,7 @@ type Status struct {
 	Topology *Topology `json:"topology,omitempty"` // absent on a lone node
 	// Ingest is group commit's figures; absent in the other modes.
 	Ingest *IngestStats `json:"ingest,omitempty"`
-	// Guard is what the ingest service and the durable guard refused.
+	// Guard is what admission and the durable guard refused.
 	Guard *GuardStats `json:"guard,omitempty"`
 	// Validation is schema validation at ingest; absent when it checks nothing.
 	Validation *ValidationStats `json:"validation,omitempty"`
