@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -232,6 +233,17 @@ func TestHubWatcherReachesEdgeBehindSlowOnes(t *testing.T) {
 		}
 		if s := st.Topology.Sources[3]; s.Edge != "edge-1" || !s.Reachable || s.EdgeLastSeq != 1 || s.SourcedSeq != 1 {
 			return fmt.Errorf("source %+v: want edge-1 reachable, its one event sourced", s)
+		}
+		// /metrics tells an alert the same, per edge.
+		rec := httptest.NewRecorder()
+		hub.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/metrics", nil))
+		for name, want := range map[string]float64{
+			`orderstore_hub_edge_reachable{edge="slow-1"}`: 0, `orderstore_hub_edge_reachable{edge="edge-1"}`: 1,
+			`orderstore_hub_edge_behind_events{edge="edge-1"}`: 0, `orderstore_hub_edge_behind_seconds{edge="edge-1"}`: 0,
+		} {
+			if v, err := edgeCutMetricValue(rec.Body.String(), name); err != nil || v != want {
+				return fmt.Errorf("/metrics %s = %v (%v), want %v", name, v, err, want)
+			}
 		}
 		return nil
 	})

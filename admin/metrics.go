@@ -49,6 +49,9 @@ var (
 	descRecovered      = desc("processor_events_recovered_total", "Events another client took from the processor's durable, which the processor read back from the stream and applied.")
 	descLostAtEdge     = desc("hub_edge_lost_events_total", "Events the hub had copied from an edge that the edge lost in a crash before they were durable (never acknowledged there); moved to the dead-letter stream.", "edge")
 	descEdgeRegress    = desc("hub_edge_regressions_total", "Times an edge's sequence went backwards under events the hub had copied (each repaired).", "edge")
+	descEdgeReachable  = desc("hub_edge_reachable", "1 when the edge's JetStream answered the hub through the leaf link at the last check (every second), else 0.", "edge")
+	descEdgeBehind     = desc("hub_edge_behind_events", "Events the edge holds that the hub's aggregate has not sourced yet (0 while the edge is unreachable).", "edge")
+	descEdgeBehindSecs = desc("hub_edge_behind_seconds", "Seconds the hub's source of the edge has been behind without advancing (over 30: stalled); 0 when in step.", "edge")
 	descIngestRefused  = desc("guard_refused_total", "What orderstore answered with an error instead of passing it on (events refused at admission for their subject, size or origin; publishes answered 429 after 2 s in admission's line; requests on orderstore's own consumer), by reason.", "reason")
 	descHeldBack       = desc("ingest_held_back_total", "Publishes whose connection waited in admission's line because the stream's inbound queue was deep (producers faster than the disk).")
 	descAckErrors      = desc("processor_settle_errors_total", "Acks, naks and terms that could not be sent (the event is redelivered).")
@@ -170,6 +173,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, src := range t.Sources {
 			counter(descLostAtEdge, src.LostEvents, src.Edge)
 			counter(descEdgeRegress, src.Regressions, src.Edge)
+			gauge(descEdgeReachable, b11(src.Reachable), src.Edge)
+			gauge(descEdgeBehind, float64(src.Behind), src.Edge)
+			gauge(descEdgeBehindSecs, src.BehindSeconds, src.Edge)
 		}
 	}
 	if o := st.Orders; o != nil && !o.Loading {
