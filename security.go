@@ -46,7 +46,8 @@ func (c Config) natsInput() natsconf.Input {
 
 // PlaintextWarnings returns what the start-up log warns about every time:
 // each listener reachable from the network that sends passwords, events or
-// the admin token in clear (silenced per listener by AllowPlaintext).
+// the admin token in clear (the client port's and the admin listener's
+// silenced by their AllowPlaintext).
 func (c Config) PlaintextWarnings() []string {
 	var w []string
 	if !isLoopback(c.Server.Host) && !c.Server.TLS.Enabled() && !c.Server.AllowPlaintext {
@@ -54,6 +55,12 @@ func (c Config) PlaintextWarnings() []string {
 	}
 	if host, _, err := net.SplitHostPort(c.Admin.Listen); err == nil && !isLoopback(host) && !c.Admin.TLS.Enabled() && !c.Admin.AllowPlaintext {
 		w = append(w, fmt.Sprintf("the admin listener %s faces the network without TLS: the admin token crosses it in clear; set [admin.tls] (or admin.allow_plaintext = true in a lab)", c.Admin.Listen))
+	}
+	if host, err := hostOf(c.Cluster.Listen); c.Cluster.Enabled() && err == nil && !isLoopback(host) && !c.Cluster.TLS.Enabled() {
+		w = append(w, fmt.Sprintf("the route listener cluster.listen %s faces the network without TLS: the routes' password and every event cross it in clear; set [cluster.tls]", c.Cluster.Listen))
+	}
+	if host, err := hostOf(c.LeafNode.Listen); err == nil && !isLoopback(host) && !c.LeafNode.TLS.Enabled() {
+		w = append(w, fmt.Sprintf("the leaf node listener leafnode.listen %s faces the network without TLS: the edges' password and their events cross it in clear; set [leafnode.tls]", c.LeafNode.Listen))
 	}
 	return w
 }

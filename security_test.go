@@ -2,6 +2,7 @@ package orderstore_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -1188,5 +1189,45 @@ func TestMonitoringGrantsNoCrossOriginRead(t *testing.T) {
 		if acao := resp.Header.Get("Access-Control-Allow-Origin"); resp.StatusCode != 200 || acao != "" {
 			t.Errorf("%s from another site: %d, Access-Control-Allow-Origin %q, want 200 and none", path, resp.StatusCode, acao)
 		}
+	}
+}
+
+// A route or leaf node listener that faces the network without TLS is warned about, naming its key
+// and the table that fixes it; one on loopback or with TLS is not.
+func TestPlaintextWarningsRoutesAndLeafs(t *testing.T) {
+	tlsFiles := orderstore.TLSConfig{CertFile: "server.pem", KeyFile: "server-key.pem"}
+	tests := []struct {
+		name, listen string
+		tls          bool
+		want         string // "" no warning
+	}{
+		{"cluster on the network", "10.0.0.1:6222", false, "cluster.listen 10.0.0.1:6222 faces the network without TLS"},
+		{"cluster on every address", "0.0.0.0:6222", false, "set [cluster.tls]"},
+		{"cluster on loopback", "127.0.0.1:6222", false, ""},
+		{"cluster with TLS", "10.0.0.1:6222", true, ""},
+		{"leaf on the network", "0.0.0.0:7422", false, "leafnode.listen 0.0.0.0:7422 faces the network without TLS"},
+		{"leaf hint", "[::]:7422", false, "set [leafnode.tls]"},
+		{"leaf on loopback", "[::1]:7422", false, ""},
+		{"leaf with TLS", "0.0.0.0:7422", true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := orderstore.DefaultConfig()
+			if strings.HasPrefix(tt.name, "cluster") {
+				c.Cluster.Name, c.Cluster.Listen = "c", tt.listen
+				if tt.tls {
+					c.Cluster.TLS = tlsFiles
+				}
+			} else {
+				c.LeafNode.Listen = tt.listen
+				if tt.tls {
+					c.LeafNode.TLS = tlsFiles
+				}
+			}
+			got := strings.Join(c.PlaintextWarnings(), "\n")
+			if tt.want == "" && got != "" || !strings.Contains(got, tt.want) {
+				t.Errorf("PlaintextWarnings() = %q, want %q", got, cmp.Or(tt.want, "none"))
+			}
+		})
 	}
 }

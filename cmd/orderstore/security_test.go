@@ -161,11 +161,11 @@ role = "admin"
 
 // check -print shows the effective configuration of a secured appliance
 // with no secret in it, warns about a world-readable file holding secrets
-// and about a network listener without TLS; a syntax error on a secret's
+// and about network listeners without TLS; a syntax error on a secret's
 // line does not show the secret either.
 func TestCheckHidesSecrets(t *testing.T) {
 	dir := t.TempDir()
-	secrets := []string{"sys-password-ab", "p1-password-ab", "admin-token-0123456789-ab"}
+	secrets := []string{"sys-password-ab", "p1-password-ab", "admin-token-0123456789-ab", "leaf-password-ab"}
 	cfg := writeConfig(t, dir, filepath.Join(dir, "store"), `[server]
 host = "0.0.0.0"
 system_user = "sys"
@@ -177,6 +177,10 @@ role = "producer"
 [admin]
 listen = "0.0.0.0:0"
 token = "`+secrets[2]+`"
+[leafnode]
+listen = "0.0.0.0:7422"
+user = "edge"
+password = "`+secrets[3]+`"
 `) // writeConfig writes 0644: readable by every user
 	var out, errb strings.Builder
 	if code := run(context.Background(), []string{"check", "-config", cfg, "-print"}, &out, &errb); code != 0 {
@@ -187,7 +191,8 @@ token = "`+secrets[2]+`"
 			t.Errorf("check -print shows the secret %q:\n%s\n%s", s, out.String(), errb.String())
 		}
 	}
-	for _, want := range []string{"readable by every user", "NATS client port 0.0.0.0:-1 faces the network without TLS", "admin listener 0.0.0.0:0 faces the network without TLS"} {
+	for _, want := range []string{"readable by every user", "NATS client port 0.0.0.0:-1 faces the network without TLS", "admin listener 0.0.0.0:0 faces the network without TLS",
+		"leafnode.listen 0.0.0.0:7422 faces the network without TLS"} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("check output lacks %q:\n%s", want, errb.String())
 		}
