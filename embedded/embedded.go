@@ -348,8 +348,10 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("ServerName: required in a cluster"))
 	}
 	for i, r := range c.Cluster.Routes {
-		if _, err := url.Parse(r); err != nil { // url.Error's text holds the URL, password and all
-			errs = append(errs, fmt.Errorf("Cluster.Routes[%d]: not a URL: %v", i, errors.Unwrap(err)))
+		// Not url.Parse's error: it quotes the URL, or the part of it up to a '/', '?' or '#'
+		// (a password's unescaped '/' makes its start the "port").
+		if _, err := url.Parse(r); err != nil {
+			errs = append(errs, fmt.Errorf("Cluster.Routes[%d]: not a URL", i))
 		}
 	}
 	for i, r := range c.LeafNode.Remotes {
@@ -423,10 +425,7 @@ func (c Config) options() (*server.Options, error) {
 		o.Cluster = server.ClusterOpts{Name: cl.Name, Host: cmp.Or(cl.Host, "127.0.0.1"), Port: cl.Port, Username: cl.User, Password: cl.Password,
 			TLSConfig: cl.TLS, TLSTimeout: 2}
 		for _, r := range cl.Routes {
-			u, err := url.Parse(r)
-			if err != nil {
-				return nil, fmt.Errorf("cluster route %q: %w", r, err)
-			}
+			u, _ := url.Parse(r) // Validate checked it
 			if cl.User != "" && u.User == nil {
 				u.User = url.UserPassword(cl.User, cl.Password)
 			}
@@ -437,10 +436,7 @@ func (c Config) options() (*server.Options, error) {
 		o.LeafNode = server.LeafNodeOpts{Host: cmp.Or(ln.Host, "127.0.0.1"), Port: ln.Port, Username: ln.User, Password: ln.Password, Account: ln.Account,
 			TLSConfig: ln.TLS, TLSTimeout: 2, ReconnectInterval: ln.ReconnectInterval}
 		for _, r := range ln.Remotes {
-			u, err := url.Parse(r.URL)
-			if err != nil {
-				return nil, fmt.Errorf("leaf remote %q: %w", r.URL, err)
-			}
+			u, _ := url.Parse(r.URL) // Validate checked it
 			if r.User != "" {
 				u.User = url.UserPassword(r.User, r.Password)
 			}

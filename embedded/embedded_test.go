@@ -248,6 +248,26 @@ func TestValidateShowsNoURLPassword(t *testing.T) {
 	}
 }
 
+// No error of Start shows a route's or leaf remote's password, not even a part that url.Parse
+// quotes (a password with '/' or '#' unescaped ends the URL's host there).
+func TestStartShowsNoURLPassword(t *testing.T) {
+	for _, cfg := range []embedded.Config{
+		{ServerName: "n", Cluster: embedded.Cluster{Name: "c", Port: -1, Routes: []string{"nats-route://ops:route-secret/1@h:6222"}}},
+		{ServerName: "n", Cluster: embedded.Cluster{Name: "c", Port: -1, Routes: []string{"nats-route://ops:route-secret#1@h:6222"}}},
+		{LeafNode: embedded.LeafNode{Remotes: []embedded.LeafRemote{{URL: "nats-leaf://e:leaf-secret?1@h:7422"}}}},
+		{LeafNode: embedded.LeafNode{Remotes: []embedded.LeafRemote{{URL: "nats-leaf://e:leaf-secret@h:7422", DenyImports: []string{"a..b"}}}}},
+	} {
+		cfg.StoreDir, cfg.Port = t.TempDir(), -1
+		srv, err := embedded.Start(context.Background(), cfg)
+		if err == nil {
+			srv.Close()
+		}
+		if err == nil || strings.Contains(err.Error(), "secret") {
+			t.Errorf("Start() = %v; want an error without the password", err)
+		}
+	}
+}
+
 func TestDontListenInProcess(t *testing.T) {
 	srv := embeddedtest.Start(t, func(c *embedded.Config) { c.DontListen = true })
 	if u := srv.ClientURL(); u != "" {
