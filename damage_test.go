@@ -463,3 +463,44 @@ func TestLostStreamKeyIsRefused(t *testing.T) {
 		t.Errorf("the stream's block changed (%v)", err)
 	}
 }
+
+// A projection bucket made after the processor's consumer (processor.projection_bucket renamed,
+// or the bucket's directory moved away) held none of the orders the consumer had acknowledged,
+// and the consumer never delivered them again: /v1/orders answered 404 for orders that exist.
+// orderstore notices the new bucket at start and rebuilds the projection from the stream.
+func TestNewProjectionBucketIsRebuilt(t *testing.T) {
+	cfg := damagedStore(t, 300) // 100 orders, 3 events each
+	cfg.Processor.ProjectionBucket = "ORDERS_V2"
+	// The old bucket keeps its reservation of max_file_store: no room for the new one.
+	var h orderstore.Hinted
+	if app, err := orderstore.Start(context.Background(), cfg); err == nil || !errors.As(err, &h) || !strings.Contains(h.Hint(), "projection_bucket") {
+		if err == nil {
+			app.Close(context.Background())
+		}
+		t.Fatalf("start with no room for the new bucket = %v, want a refusal with a hint", err)
+	}
+	cfg.Processor.ProjectionMaxBytes = 64 << 20
+	for _, start := range []string{"bucket renamed", "bucket moved away"} {
+		if start == "bucket moved away" {
+			if err := os.RemoveAll(streamDir(cfg, "KV_ORDERS_V2")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		app := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+		ctx := context.Background()
+		embeddedtest.WaitFor(t, 30*time.Second, func() error {
+			for i := range 100 {
+				if o, err := app.Order(ctx, fmt.Sprintf("o-%d", i)); err != nil || o.Events != 3 {
+					return fmt.Errorf("%s: order o-%d = %+v, %v; want its 3 events", start, i, o, err)
+				}
+			}
+			return nil
+		})
+		if !hasNote(app, "the projection is rebuilt") {
+			t.Errorf("%s: recovery notes %q do not say the projection was rebuilt", start, app.Recovery())
+		}
+		if err := app.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -262,7 +262,11 @@ const streamDriftHint = "to keep the stored events, set the keys back to the sto
 // storage: a new bucket, filled again from the stream.
 const bucketDriftHint = "the bucket was made with a storage other than orderstore's (file): " +
 	"stop orderstore, move the bucket's directory (jetstream/<account>/streams/KV_<bucket> " +
-	"under jetstream.store_dir) away, start it, and run `orderstore projection rebuild` to fill the new bucket from the stream"
+	"under jetstream.store_dir) away and start it: the new bucket is filled from the stream"
+
+// bucketRoomHint is the remedy for a new projection bucket that does not fit.
+const bucketRoomHint = "processor.projection_max_bytes does not fit in jetstream.max_file_store next to what the store holds " +
+	"(a renamed processor.projection_bucket leaves the old bucket in place): raise max_file_store, or lower projection_max_bytes"
 
 // consumerDrift is what orderstore refuses to change in a stored consumer
 // (have) on stream: one that is not the processor's kind of consumer.
@@ -299,6 +303,9 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, w *jetstream.Key
 			// batches) a moment ago: declare the one that is there.
 			kv, err = js.KeyValue(ctx, want.Bucket)
 		default:
+			if api := (*jetstream.APIError)(nil); errors.As(cerr, &api) && api.ErrorCode == 10047 { // insufficient resources
+				return errorf("declare", obj, bucketRoomHint, cerr)
+			}
 			return errorf("declare", obj, "", cerr)
 		}
 	}

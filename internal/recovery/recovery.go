@@ -283,19 +283,30 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 	case hw > last:
 		why = fmt.Sprintf("stream %q ends at sequence %d but the projection had applied events up to %d: %d acknowledged events were lost from the store (see nats' recovery warnings)",
 			cs, last, hw, hw-last)
-	case c.Unclean && relaxed && spec.Consumer != nil && c.BuiltinProjection:
+	case spec.Consumer != nil && c.BuiltinProjection:
 		cons, err := c.JS.Consumer(ctx, cs, spec.Consumer.Durable)
 		if err != nil {
 			return fmt.Errorf("recovery check: consumer %q: %w", spec.Consumer.Durable, err)
 		}
-		// The bucket may have lost the writes of its last sync interval while the consumer's acks
-		// of those events survived. Check the events acknowledged in that time (and a margin)
-		// against the projection.
 		floor := cons.CachedInfo().AckFloor.Stream
 		kvs, err := c.JS.Stream(ctx, "KV_"+spec.Projection.Bucket)
 		if err != nil {
 			return fmt.Errorf("recovery check: projection bucket: %w", err)
 		}
+		// A bucket made after the consumer (projection_bucket renamed, the bucket deleted or moved
+		// away) holds none of the events the consumer acknowledged before, and it never delivers
+		// them again.
+		if ki := kvs.CachedInfo(); floor > 0 && ki.State.Msgs == 0 && ki.Created.After(cons.CachedInfo().Created) {
+			why = fmt.Sprintf("projection bucket %q is new (processor.projection_bucket renamed, or the bucket deleted or moved away?) while consumer %q has acknowledged events up to sequence %d",
+				spec.Projection.Bucket, spec.Consumer.Durable, floor)
+			break
+		}
+		if !c.Unclean || !relaxed {
+			break
+		}
+		// The bucket may have lost the writes of its last sync interval while the consumer's acks
+		// of those events survived. Check the events acknowledged in that time (and a margin)
+		// against the projection.
 		notBefore := kvs.CachedInfo().State.LastTime.Add(-3*c.SyncInterval - 2*time.Second)
 		seq, missing, err := proj.Unapplied(ctx, s, 1, floor, 20000, notBefore)
 		if err != nil {
