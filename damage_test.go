@@ -504,3 +504,39 @@ func TestNewProjectionBucketIsRebuilt(t *testing.T) {
 		}
 	}
 }
+
+// A projection bucket nats cannot load (its key lost): start-up is refused with a hint, and
+// following it (move the projection's directories away) brings every order back, rebuilt from the
+// stream; the hint said to restore the bucket from a backup, which leaves it behind the consumer.
+func TestLostProjectionKeyHintRebuilds(t *testing.T) {
+	cfg := damagedStore(t, 300, withKey(keyA))
+	dir := streamDir(cfg, "KV_ORDERS")
+	if err := os.WriteFile(filepath.Join(dir, "meta.key"), nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	app, err := orderstore.Start(ctx, cfg)
+	if err == nil {
+		app.Close(ctx)
+		t.Fatal("started over a projection bucket whose key is lost")
+	}
+	var h orderstore.Hinted
+	if !errors.As(err, &h) || !strings.Contains(h.Hint(), dir) || !strings.Contains(h.Hint(), "rebuilds the projection") {
+		t.Fatalf("start = %v, want a refusal whose hint names %q and the rebuild", err, dir)
+	}
+	for _, d := range []string{dir, streamDir(cfg, "KV_ORDERS_HISTORY")} {
+		if err := os.Rename(d, d+".damaged"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app = orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		for i := range 100 {
+			if o, err := app.Order(ctx, fmt.Sprintf("o-%d", i)); err != nil || o.Events != 3 {
+				return fmt.Errorf("order o-%d = %+v, %v; want its 3 events", i, o, err)
+			}
+		}
+		return nil
+	})
+}

@@ -94,8 +94,9 @@ func (c *Check) Declare(ctx context.Context, clustered bool) error {
 	}
 	if err := c.Retry(ctx, "declare", c.declareRecovering); err != nil {
 		for name := range unloaded { // nats cannot open its files either (its key, meta.key, lost?)
-			if msg := err.Error(); strings.Contains(msg, fmt.Sprintf("stream %q: ", name)) && strings.Contains(msg, "error creating store for stream") {
-				err = hint.Wrap(err, fmt.Sprintf(restoreHint, c.Dir.Stream(c.Account, name)))
+			msg, obj := err.Error(), fmt.Sprintf("bucket %q: ", strings.TrimPrefix(name, "KV_")) // the projection's
+			if (strings.Contains(msg, fmt.Sprintf("stream %q: ", name)) || strings.Contains(msg, obj)) && strings.Contains(msg, "error creating store for stream") {
+				err = hint.Wrap(err, c.restoreHint(name))
 			}
 		}
 		return err
@@ -152,7 +153,7 @@ func (c *Check) checkReloaded(ctx context.Context, unloaded map[string]int64) er
 		st := s.CachedInfo().State
 		if st.Msgs == 0 && st.LastSeq == 0 {
 			return hint.Wrap(fmt.Errorf("recovery check: stream %q has %d bytes of message blocks in %q that nats did not load, and declaring it again did not bring them back", name, size, dir),
-				fmt.Sprintf(restoreHint, dir))
+				c.restoreHint(name))
 		}
 		c.Note("stream %q: nats could not read its metadata (meta.inf, e.g. after a power cut with a relaxed sync_interval) and skipped it; orderstore declared it again with its configuration and nats recovered %d events (sequences %d..%d) from its blocks",
 			name, st.Msgs, st.FirstSeq, st.LastSeq)
@@ -160,8 +161,19 @@ func (c *Check) checkReloaded(ctx context.Context, unloaded map[string]int64) er
 	return nil
 }
 
-// restoreHint is what to do about a stream's files (%q) nats cannot load.
-const restoreHint = "stop orderstore, restore %q from a backup (or move it away to start with an empty stream, keeping the old files for inspection)"
+// restoreHint is what to do about the files of stream name that nats cannot load. The projection's
+// are moved away, not restored: a new bucket is filled from the stream at start (HighWater), while
+// one restored alone from a backup would lack what the processor's consumer acknowledged since.
+func (c *Check) restoreHint(name string) string {
+	dirs := []string{c.Dir.Stream(c.Account, name)}
+	if p, h := c.Spec.Projection, c.Spec.History; p != nil && (name == "KV_"+p.Bucket || h != nil && name == h.Name) {
+		if dirs[0] = c.Dir.Stream(c.Account, "KV_"+p.Bucket); h != nil {
+			dirs = append(dirs, c.Dir.Stream(c.Account, h.Name))
+		}
+		return fmt.Sprintf("stop orderstore and move the projection's directories %q away (keeping them for inspection): the next start rebuilds the projection from the stream", dirs)
+	}
+	return fmt.Sprintf("stop orderstore, restore %q from a backup (or move it away to start with an empty stream, keeping the old files for inspection)", dirs[0])
+}
 
 // consumerDir is where nats keeps the processor's durable's files.
 func (c *Check) consumerDir() string {
