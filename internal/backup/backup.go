@@ -102,21 +102,28 @@ func Snapshot(ctx context.Context, nc *nats.Conn, name, dir string, seal Seal, p
 	}
 
 	inbox := nc.NewRespInbox()
+	// The first outcome is kept: a later one (after a failed write) must not block the callback.
 	done := make(chan error, 1)
+	finish := func(err error) {
+		select {
+		case done <- err:
+		default:
+		}
+	}
 	var received int64
 	var total atomic.Uint64 // set once the snapshot's answer came: chunks may come before it
 	chunks := 0
 	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
 		if len(m.Data) == 0 {
 			if st := m.Header.Get("Status"); st != "" && st != "204" {
-				done <- fmt.Errorf("snapshot ended with status %s %s", st, m.Header.Get("Description"))
+				finish(fmt.Errorf("snapshot ended with status %s %s", st, m.Header.Get("Description")))
 			} else {
-				done <- nil
+				finish(nil)
 			}
 			return
 		}
 		if _, err := w.Write(m.Data); err != nil {
-			done <- err
+			finish(err)
 			return
 		}
 		received += int64(len(m.Data))
@@ -149,7 +156,7 @@ func Snapshot(ctx context.Context, nc *nats.Conn, name, dir string, seal Seal, p
 			return nil, err
 		}
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, context.Cause(ctx)
 	}
 	if sealer != nil {
 		if err := sealer.Close(); err != nil {

@@ -3,9 +3,14 @@ package backup_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -52,4 +57,53 @@ func TestSnapshotProgress(t *testing.T) {
 	if last := seen[len(seen)-1]; last.BytesTotal == 0 || last.BytesReceived == 0 {
 		t.Errorf("last progress %+v, want the bytes received and the total", last)
 	}
+}
+
+// A snapshot whose file cannot be written (here: past the process's file
+// size limit, as a full disk would) fails, and leaves no goroutine behind:
+// the chunks still in flight after the failed write used to block the
+// subscription's goroutine for good, one per failed backup.
+func TestSnapshotWriteErrorLeaksNothing(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	nc := embeddedtest.Connect(t, srv)
+	js := embeddedtest.JetStream(t, srv)
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, 64<<10)
+	for range 320 { // 20 MiB of random data: 160 chunks, of which the last 80 fail
+		rand.Read(payload)
+		if _, err := js.Publish(ctx, "s.x", payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// nats' blocks (8 MiB at most) stay below the limit; the snapshot's file passes it.
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	lim := old
+	lim.Cur = 10 << 20
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old)
+	for i := range 3 {
+		_, err := backup.Snapshot(ctx, nc, "S", filepath.Join(t.TempDir(), "S"), backup.Seal{}, nil)
+		if !errors.Is(err, syscall.EFBIG) {
+			t.Fatalf("snapshot %d past the file size limit: %v, want %v", i, err, syscall.EFBIG)
+		}
+	}
+	syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old)
+	stuck := func() bool {
+		buf := make([]byte, 1<<20)
+		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "internal/backup.Snapshot.func")
+	}
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
+		if stuck() {
+			return errors.New("a failed snapshot's subscription goroutine is still blocked in its callback")
+		}
+		return nil
+	})
 }
