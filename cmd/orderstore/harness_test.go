@@ -28,7 +28,11 @@ import (
 // codes without a separate go build.
 func TestMain(m *testing.M) {
 	if os.Getenv("ORDERSTORE_TEST_MAIN") == "1" {
-		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+		var stderr io.Writer = os.Stderr
+		if m := os.Getenv("ORDERSTORE_TEST_SIGHUP_AT"); m != "" {
+			stderr = &sighupAt{marker: []byte(m)}
+		}
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, stderr))
 	}
 	os.Exit(m.Run())
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -82,5 +85,52 @@ func TestSIGHUPReloadsValidation(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(30 * time.Second); code != 0 {
 		t.Errorf("exit %d", code)
+	}
+}
+
+// sighupAt is the child's stderr (ORDERSTORE_TEST_SIGHUP_AT): when the
+// first line holding marker is written, the writing thread sends itself
+// SIGHUP, which the kernel delivers before the call returns: the signal
+// lands at that line's moment of start-up, however loaded the machine.
+type sighupAt struct {
+	marker []byte
+	once   sync.Once
+}
+
+func (s *sighupAt) Write(p []byte) (int, error) {
+	n, err := os.Stderr.Write(p)
+	if bytes.Contains(p, s.marker) {
+		s.once.Do(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			syscall.Tgkill(syscall.Getpid(), syscall.Gettid(), syscall.SIGHUP)
+		})
+	}
+	return n, err
+}
+
+// A SIGHUP during start-up (systemctl reload while a long stream recovery
+// runs) neither kills orderstore nor is lost: it starts, becomes ready, and
+// then reloads [validation]. Go's default for SIGHUP, before orderstore
+// asks for it, is to exit.
+func TestSIGHUPDuringStartup(t *testing.T) {
+	for _, at := range []string{`"msg":"orderstore starting"`, `"msg":"stream ready"`} {
+		t.Run(at, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := writeConfig(t, dir, filepath.Join(dir, "store"), "")
+			t.Setenv("ORDERSTORE_TEST_SIGHUP_AT", at)
+			p := start(t, nil, "run", "-config", cfg)
+			p.waitReady()
+			embeddedtest.WaitFor(t, 20*time.Second, func() error {
+				if !strings.Contains(p.stderr.String(), "SIGHUP: validation reloaded") {
+					return errors.New("the SIGHUP sent during start-up was not handled once ready")
+				}
+				return nil
+			})
+			p.signal(syscall.SIGTERM)
+			if code := p.wait(30 * time.Second); code != 0 {
+				t.Fatalf("exit code after SIGTERM = %d, want 0\n%s", code, p.stderr)
+			}
+		})
 	}
 }

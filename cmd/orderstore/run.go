@@ -36,6 +36,11 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// stays canceled, so no signal can be lost between start-up and running).
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP reloads [validation] from the config file once the appliance runs: the schemas apply
+	// from the next publish. One during start-up waits for it (Go's default for it is to exit).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	fc, cfgName, err := loadConfig(*configPath)
 	if err != nil {
@@ -68,11 +73,6 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logger.Warn("sd_notify", "err", err)
 	}
 
-	// SIGHUP reloads [validation] from the config file: the schemas apply
-	// from the next publish. Everything else needs a restart.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	go func() {
 		for range hup {
 			reloadValidation(app, *configPath, logger)
