@@ -3,6 +3,7 @@ package orderstore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -40,6 +41,22 @@ type (
 	BackupProgress = backup.Progress
 )
 
+// errBackupStopped ends a backup under way at a stop, whose budget the stream's last sync needs.
+var errBackupStopped = WithHint(errors.New("orderstore is stopping: the backup was canceled"), "run the backup again once orderstore runs")
+
+// untilStop is ctx, also canceled with errBackupStopped once the appliance begins to stop.
+func (a *Appliance) untilStop(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-a.sup.closer:
+			cancel(errBackupStopped)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
+
 // BackupManifestFile is the manifest's name in a backup directory.
 const BackupManifestFile = backup.ManifestFile
 
@@ -47,12 +64,14 @@ const BackupManifestFile = backup.ManifestFile
 const backupStaging = "backup-staging-"
 
 // Backup writes a consistent backup of the projection bucket, its history index, the dead-letter
-// stream and the stream into dir (created; it must be empty), while the appliance runs. progress,
-// if set, is called every few chunks.
+// stream and the stream into dir (created; it must be empty), while the appliance runs; Close
+// cancels it. progress, if set, is called every few chunks.
 func (a *Appliance) Backup(ctx context.Context, dir string, progress func(BackupProgress)) (*BackupManifest, error) {
 	if err := backup.EmptyDir(dir); err != nil {
 		return nil, err
 	}
+	ctx, cancel := a.untilStop(ctx)
+	defer cancel()
 	spec := a.spec
 	m := &BackupManifest{Format: 1, Created: time.Now().UTC(), Server: a.cfg.Server.Name, NATSServer: NATSServerVersion}
 	// A backup of an encrypted store is sealed with its key: a JetStream snapshot is plain text.
@@ -70,7 +89,7 @@ func (a *Appliance) Backup(ctx context.Context, dir string, progress func(Backup
 	for _, name := range spec.Streams() {
 		bs, err := backup.Snapshot(ctx, a.internal.Conn, name, filepath.Join(dir, name), seal, progress)
 		if err != nil {
-			return nil, fmt.Errorf("backup %q: %w", name, err)
+			return nil, fmt.Errorf("backup %q: %w", name, cmp.Or(context.Cause(ctx), err))
 		}
 		m.Streams = append(m.Streams, *bs)
 		a.log.Info("backup: stream saved", "stream", name, "messages", bs.Messages, "bytes", bs.Bytes)
@@ -201,6 +220,8 @@ func (a *Appliance) backupTar(ctx context.Context, w io.Writer) error {
 		return WithHint(ErrBackupRunning, "wait for the other backup to finish, then run this one again")
 	}
 	defer a.backupMu.Unlock()
+	ctx, cancel := a.untilStop(ctx)
+	defer cancel()
 	// The copy must not fill the store's disk (that would stop writes):
 	// it needs what JetStream stores, on top of the headroom.
 	if free, err := bootstrap.FreeBytes(a.report.StoreDir); err == nil {
@@ -219,5 +240,18 @@ func (a *Appliance) backupTar(ctx context.Context, w io.Writer) error {
 	if _, err := a.Backup(ctx, dir, nil); err != nil {
 		return err
 	}
-	return backup.WriteTar(dir, w)
+	return backup.WriteTar(dir, stopWriter{ctx, w})
+}
+
+// stopWriter fails once ctx ends: a stop cuts the tar being sent.
+type stopWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (s stopWriter) Write(p []byte) (int, error) {
+	if err := context.Cause(s.ctx); err != nil {
+		return 0, err
+	}
+	return s.w.Write(p)
 }

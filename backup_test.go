@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -393,5 +395,97 @@ func TestRestoreInterruptedRefusesStart(t *testing.T) {
 	var h orderstore.Hinted
 	if !strings.Contains(err.Error(), "restore") || !errors.As(err, &h) || !strings.Contains(h.Hint(), "orderstore restore") {
 		t.Errorf("start on an unfinished restore: %v, want one saying so, with the hint to restore again", err)
+	}
+}
+
+// A backup being sent through the admin API when the appliance stops is cut at once (the client
+// gets a truncated tar without its manifest, and the copy staged under store_dir is removed): it
+// used to be waited for, and took the stop's budget from the stream's last sync and the acks.
+func TestStopCancelsBackup(t *testing.T) {
+	var logs testkit.LockedBuffer
+	app := orderstoretest.Start(t, func(c *orderstore.Config) {
+		c.Admin.Listen = "127.0.0.1:0"
+		c.Processor.Enabled = false // random bytes: no dead letters of them
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, app)
+	payload := make([]byte, 64<<10)
+	for range 512 { // 32 MiB that does not compress: far more than the sockets buffer
+		rand.Read(payload)
+		if _, err := js.PublishAsync("orders.created", payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+	resp, err := http.Post("http://"+app.AdminAddr()+"/v1/backup", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1)); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("POST /v1/backup = %d, %v", resp.StatusCode, err)
+	}
+	// The tar is being sent: stop, and read on once the stop began.
+	closed := make(chan error, 1)
+	go func() { closed <- app.Close(ctx) }()
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
+		if !orderstore.Stopping(app) {
+			return errors.New("Close has not begun")
+		}
+		return nil
+	})
+	if n, err := io.Copy(io.Discard, resp.Body); err == nil {
+		t.Errorf("the whole backup (%d bytes more) was sent after the stop began; want it cut", n)
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if l := logs.String(); !strings.Contains(l, "orderstore is stopping: the backup was canceled") {
+		t.Errorf("the log does not say why the backup failed:\n%s", l)
+	}
+	entries, _ := os.ReadDir(app.StoreDir())
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), orderstore.BackupStaging) {
+			t.Errorf("the canceled backup left %s in the store", e.Name())
+		}
+	}
+}
+
+// A program's own Appliance.Backup under way when it calls Close ends at once with the reason,
+// rather than wait on a snapshot whose connection the stop drains.
+func TestStopCancelsLibraryBackup(t *testing.T) {
+	app := orderstoretest.Start(t, func(c *orderstore.Config) { c.Processor.Enabled = false })
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, app)
+	payload := make([]byte, 64<<10)
+	for range 256 { // 16 MiB: the stream's snapshot reports progress after 8 MiB
+		rand.Read(payload)
+		if _, err := js.PublishAsync("orders.created", payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+	closed := make(chan error, 1)
+	var once sync.Once
+	_, err := app.Backup(ctx, filepath.Join(t.TempDir(), "b"), func(p orderstore.BackupProgress) {
+		if p.Stream != "ORDER_EVENTS" {
+			return
+		}
+		once.Do(func() {
+			go func() { closed <- app.Close(ctx) }()
+			embeddedtest.WaitFor(t, 10*time.Second, func() error {
+				if !orderstore.Stopping(app) {
+					return errors.New("Close has not begun")
+				}
+				return nil
+			})
+		})
+	})
+	if err == nil || !strings.Contains(err.Error(), "orderstore is stopping: the backup was canceled") {
+		t.Errorf("Backup during Close: %v, want it canceled, saying why", err)
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close: %v", err)
 	}
 }

@@ -44,3 +44,6 @@ func HoldBackup(app *Appliance) (release func()) {
 // BackupStaging names the directories under store_dir a backup through
 // the admin API is staged in.
 const BackupStaging = backupStaging
+
+// Stopping reports whether app's Close began.
+func Stopping(app *Appliance) bool { return app.sup.stopping() }
