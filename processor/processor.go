@@ -240,7 +240,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.log.Warn("the consumer's own max_deliver drops events silently when reached; set it to -1 (orderstore declares it so)",
 			"consumer", p.cfg.Durable, "consumer_max_deliver", md)
 	}
-	maxPending := orDefault(info.Config.MaxAckPending, 1000)
+	maxPending := min(orDefault(info.Config.MaxAckPending, 1000), nats.DefaultSubPendingMsgsLimit)
 	partitions := p.cfg.Workers
 	if _, ok := p.cfg.Handler.(BatchHandler); ok {
 		partitions = 4 // each partition pipelines a whole batch
@@ -256,11 +256,14 @@ func (p *Processor) Run(ctx context.Context) error {
 	// Memory stays bounded whatever the event sizes: an event takes its size from the budget when
 	// it arrives and gives it back once settled; while the budget is spent the callback waits, so
 	// the client stops pulling. Each pull asks for at most a quarter of it, and no more than
-	// nats.go's subscription holds meanwhile (it drops what arrives past 64 MiB, a delivery of each
-	// event lost), never less than the largest message the server takes.
+	// nats.go's subscription holds meanwhile (it drops what arrives past 64 MiB or 500,000
+	// messages, a delivery of each event lost; the margin is for status messages and heartbeats),
+	// never less than the largest message the server takes. One pull is open at a time
+	// (PullThresholdMessages(1)): by default the client asks again once half a pull's messages
+	// arrived, and every pull then open may bring as much.
 	budget := &byteBudget{max: p.cfg.MaxBufferedBytes, freed: make(chan struct{})}
 	maxPayload := int(p.js.Conn().MaxPayload())
-	pullBytes := min(max(int(p.cfg.MaxBufferedBytes/4), 2*maxPayload), nats.DefaultSubPendingBytesLimit)
+	pullBytes := min(max(int(p.cfg.MaxBufferedBytes/4), 2*maxPayload), nats.DefaultSubPendingBytesLimit-64<<10)
 	pullBytes = max(pullBytes, maxPayload+4<<10) // one whole message, its subject and reply included
 	p.highestSeen.Store(max(info.Delivered.Stream, p.cfg.SeenUpTo))
 	enqueue := func(m delivery) bool {
@@ -296,7 +299,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		}
 		enqueue(m)
 	},
-		jetstream.PullMaxMessagesWithBytesLimit(maxPending, pullBytes),
+		jetstream.PullMaxMessagesWithBytesLimit(maxPending, pullBytes), jetstream.PullThresholdMessages(1),
 		// Short heartbeats: a pull that stalls (nats-io/nats.go#1622) is
 		// noticed and re-issued after seconds, not after the 30s default.
 		jetstream.PullExpiry(10*time.Second),

@@ -547,7 +547,38 @@ func TestExhaustedEventIsNotAppliedLate(t *testing.T) {
 // server.max_payload at 40 MiB the pulls asked for 80 MiB: here every
 // event reaches the handler on its first delivery.
 func TestProcessorPullsNoMoreThanTheSubscriptionHolds(t *testing.T) {
-	e := newEnv(t, func(c *orderstore.Config) { c.Server.MaxPayload = 40 << 20 })
+	// 80 events of about 1 MiB, while the handler holds the first.
+	data := fmt.Appendf(nil, `{"order_id":"order-1","pad":"%s"}`, strings.Repeat("x", 1<<20-4<<10))
+	var msgs []*nats.Msg
+	for range 80 {
+		msgs = append(msgs, &nats.Msg{Subject: "orders.created", Data: data})
+	}
+	checkFirstDeliveries(t, msgs)
+}
+
+// Nor do its open pulls together: by default nats.go asks again once half a pull's messages
+// arrived, and each pull open may bring its max_bytes. Here 300 small events (max_ack_pending
+// 500) left two pulls open, each with room for two 22 MiB events: 66 MiB arrived while the
+// processor waited for its byte budget, and the last was dropped.
+func TestProcessorOpenPullsNoMoreThanTheSubscriptionHolds(t *testing.T) {
+	var msgs []*nats.Msg
+	for i := range 300 {
+		msgs = append(msgs, event("orders.created", fmt.Sprintf("small-%d", i), "", ""))
+	}
+	data := fmt.Appendf(nil, `{"order_id":"order-1","pad":"%s"}`, strings.Repeat("x", 22<<20))
+	for range 3 {
+		msgs = append(msgs, &nats.Msg{Subject: "orders.created", Data: data})
+	}
+	checkFirstDeliveries(t, msgs)
+}
+
+// checkFirstDeliveries runs a processor holding every event in its handler (a byte budget of
+// 1 MiB: one large event at a time) while msgs are published, the first 300 (or all, if fewer)
+// before the rest; once its pulls are closed, it lets them through and checks that every event
+// reached the handler on its first delivery.
+func checkFirstDeliveries(t *testing.T, msgs []*nats.Msg) {
+	t.Helper()
+	e := newEnv(t, func(c *orderstore.Config) { c.Server.MaxPayload, c.Stream.MaxMsgSize = 40<<20, 40<<20 })
 	held := make(chan struct{})
 	open := sync.OnceFunc(func() { close(held) })
 	var mu sync.Mutex
@@ -562,15 +593,9 @@ func TestProcessorPullsNoMoreThanTheSubscriptionHolds(t *testing.T) {
 	}}
 	_, _ = e.startAdjusted(t, g, func(pc *processor.Config) { pc.MaxBufferedBytes = 1 << 20 }) // one event at a time
 	t.Cleanup(open)
-	// 80 events of about 1 MiB, while the handler holds the first: the
-	// processor waits for its budget, and what its pull brings waits in
-	// the subscription.
-	data := fmt.Appendf(nil, `{"order_id":"order-1","pad":"%s"}`, strings.Repeat("x", 1<<20-4<<10))
-	var msgs []*nats.Msg
-	for range 80 {
-		msgs = append(msgs, &nats.Msg{Subject: "orders.created", Data: data})
-	}
-	e.publish(t, msgs)
+	// The processor waits for its budget, and what its pulls bring waits in the subscription.
+	e.publish(t, msgs[:min(300, len(msgs))])
+	e.publish(t, msgs[min(300, len(msgs)):])
 	cons, err := e.js.Consumer(context.Background(), e.cfg.Stream.Name, e.cfg.Processor.Durable)
 	if err != nil {
 		t.Fatal(err)
