@@ -361,6 +361,13 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 			}
 		}
 	}
+	for _, errs := range results {
+		for j, err := range errs {
+			if err != nil && err != ErrDuplicate {
+				errs[j] = storeErr{err} // the store's, if it is no answer in time (storeFailed)
+			}
+		}
+	}
 	return results
 }
 

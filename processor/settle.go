@@ -23,7 +23,7 @@ func (p *Processor) settleAll(ctx context.Context, rs []result, dls *deadLetters
 	wrote := func(r result) bool { return r.err == nil || errors.Is(r.err, ErrDuplicate) }
 	if slices.ContainsFunc(rs, wrote) {
 		if err := p.sync(ctx); err != nil {
-			err = fmt.Errorf("make the batch's writes durable: %w", err)
+			err = storeErr{fmt.Errorf("make the batch's writes durable: %w", err)}
 			for i := range rs {
 				if wrote(rs[i]) {
 					rs[i].err = err
@@ -128,12 +128,14 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 
 // storeFailed reports whether a handler's err is the store's, not ev's (noted: such deliveries
 // do not count against max_deliver, tries): a store that cannot write (503: a full disk, nats
-// restarted by the store guard; a limit reached is the operator's to raise: dead-lettered), no
-// connection, no answer in time.
+// restarted by the store guard; a limit reached is the operator's to raise: dead-lettered), and,
+// for orderstore's own store calls (storeErr), no connection or no answer in time. A handler's
+// own timeout (a service it calls) is ev's failure. The server tells a limit from a failure by
+// the description only (both are 503 with err_code 10077, "{err}": the store's error text).
 func (p *Processor) storeFailed(ev Event, err error) bool {
 	var api *jetstream.APIError
-	if !(errors.As(err, &api) && api.Code == 503 && !strings.Contains(api.Description, "maximum")) && !slices.ContainsFunc([]error{nats.ErrTimeout, context.DeadlineExceeded, nats.ErrNoResponders,
-		jetstream.ErrNoStreamResponse, nats.ErrDisconnected, nats.ErrConnectionReconnecting, nats.ErrConnectionClosed}, func(e error) bool { return errors.Is(err, e) }) {
+	if !(errors.As(err, &api) && api.Code == 503 && !strings.Contains(api.Description, "maximum")) && !(errors.As(err, new(storeErr)) && slices.ContainsFunc([]error{nats.ErrTimeout, context.DeadlineExceeded,
+		nats.ErrNoResponders, jetstream.ErrNoStreamResponse, nats.ErrDisconnected, nats.ErrConnectionReconnecting, nats.ErrConnectionClosed}, func(e error) bool { return errors.Is(err, e) })) {
 		return false
 	}
 	p.recMu.Lock()
@@ -141,6 +143,11 @@ func (p *Processor) storeFailed(ev Event, err error) bool {
 	p.recMu.Unlock()
 	return true
 }
+
+// storeErr is an error of orderstore's own store calls: the projection's and Config.Sync's.
+type storeErr struct{ error }
+
+func (e storeErr) Unwrap() error { return e.error }
 
 // tries is how many deliveries of ev counted against max_deliver: those that failed for the
 // store (storeFailure) do not.

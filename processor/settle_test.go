@@ -106,3 +106,25 @@ func TestSettleFailuresAreLoggedAndCounted(t *testing.T) {
 		})
 	}
 }
+
+// A handler's own timeout (its call to another service ran out of time) is the event's failure,
+// counted against max_deliver: the event is dead-lettered. Only orderstore's own store calls
+// that get no answer are the store's, retried without counting.
+func TestHandlerTimeoutCountsAgainstMaxDeliver(t *testing.T) {
+	e := newEnv(t)
+	h := processor.HandlerFunc(func(ctx context.Context, ev processor.Event) error {
+		return fmt.Errorf("payment service: %w", context.DeadlineExceeded)
+	})
+	p, _ := e.start(t, h)
+	e.publish(t, []*nats.Msg{event("orders.created", "o-1", "", "")})
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		dls, _, err := processor.ListDeadLetters(context.Background(), e.js, e.cfg.Processor.DeadLetterStream, 1, 10)
+		if err != nil || len(dls) != 1 {
+			return fmt.Errorf("dead letters %+v (%v), want the event; stats %+v", dls, err, p.Stats())
+		}
+		if d := dls[0]; d.Deliveries != uint64(e.cfg.Processor.MaxDeliver) || !strings.Contains(d.Error, "payment service") {
+			return fmt.Errorf("dead letter %+v, want delivery %d with the handler's error", d, e.cfg.Processor.MaxDeliver)
+		}
+		return nil
+	})
+}
