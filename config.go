@@ -206,7 +206,7 @@ type ProcessorConfig struct {
 	// Backoff lists the delays before the 1st, 2nd, ... retry; fewer
 	// entries than MaxDeliver. Default [1s 5s 30s].
 	Backoff []time.Duration
-	// MaxAckPending caps events delivered and not yet acked. Default 8000.
+	// MaxAckPending caps events delivered and not yet acked: at most 500,000. Default 8000.
 	MaxAckPending int
 	// DeadLetterStream holds poison and exhausted events. Default "ORDER_EVENTS_DLQ".
 	DeadLetterStream string

@@ -13,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/orderstore/orderstore/internal/bytesize"
 	"github.com/orderstore/orderstore/internal/duration"
@@ -269,6 +270,7 @@ func (c Config) validateProcessor(bad badFunc) {
 	}
 	bad.when(p.MaxDeliver >= 1 && len(p.Backoff) >= p.MaxDeliver, "Processor.Backoff", fmt.Sprintf("%d entries", len(p.Backoff)), "must have fewer entries than processor.max_deliver (%d)", p.MaxDeliver)
 	bad.when(p.MaxAckPending < 1, "Processor.MaxAckPending", p.MaxAckPending, "must be at least 1")
+	bad.when(p.MaxAckPending > nats.DefaultSubPendingMsgsLimit, "Processor.MaxAckPending", p.MaxAckPending, "must be at most %d, what the processor's client (nats.go) holds of delivered events: it drops the rest, each a delivery spent (hint: lower it; the default is 8000)", nats.DefaultSubPendingMsgsLimit)
 	if !validName(p.DeadLetterStream) {
 		bad("Processor.DeadLetterStream", p.DeadLetterStream, "must be a valid stream name")
 	} else if p.DeadLetterStream == st.Name {

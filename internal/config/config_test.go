@@ -94,6 +94,8 @@ func TestParseErrors(t *testing.T) {
 		{"backoff not shorter than max_deliver", "[processor]\nmax_deliver = 2\nbackoff = [\"1s\", \"2s\"]\n",
 			[]string{"processor.backoff"}, []string{"fewer entries than processor.max_deliver (2)"}},
 		{"infinite max_deliver", "[processor]\nmax_deliver = -1\n", []string{"processor.max_deliver"}, []string{"finite"}},
+		{"max_ack_pending beyond the client's", "[processor]\nmax_ack_pending = 500001\n", []string{"processor.max_ack_pending"},
+			[]string{"processor.max_ack_pending = 500001: must be at most 500000", "hint: lower it"}},
 		{"sync interval word", "[jetstream]\nsync_interval = \"sometimes\"\n", []string{"jetstream.sync_interval"}, []string{"always"}},
 		{"durability word", "[jetstream]\ndurability = \"fast\"\n", []string{"jetstream.durability"}, []string{`"group-commit", "always" or "interval"`}},
 		{"interval without sync_interval", "[jetstream]\ndurability = \"interval\"\n", []string{"jetstream.sync_interval"}, []string{"needs a sync_interval"}},
