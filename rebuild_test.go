@@ -1167,3 +1167,63 @@ func TestRebuildOnHubIgnoresEdgeReplays(t *testing.T) {
 	}
 	checkIndexIsTheFold(t, hub, want)
 }
+
+// Events the stream's limits remove during a rebuild, before the fold reached them (a purge here):
+// the orders that had them keep their state (partial), as those whose events were gone before it
+// began, instead of being replaced by a fold that misses them.
+func TestRebuildKeepsWhatTheStreamLosesMeanwhile(t *testing.T) {
+	app := orderstoretest.Start(t, roomyConfig, func(c *orderstore.Config) { orderstore.SetRebuildPace(c, time.Second) })
+	js := embeddedtest.JetStream(t, app)
+	ctx := context.Background()
+	ids := []string{"f-1", "f-2", "f-3"}
+	publishOrders(t, js, ids, 0, 6000) // seqs 1-6000
+	if _, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"gone-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	publishOrders(t, js, ids, 6001, 3000) // seqs 6002-9001
+	if _, err := js.Publish(ctx, "orders.shipped", []byte(`{"order_id":"gone-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitProjected(t, app)
+	before := map[string]orderstore.Order{}
+	for _, id := range append(ids, "gone-1") {
+		o, err := app.Order(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[id] = o
+	}
+	if _, err := app.RebuildProjection(ctx, status.RebuildRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if st := app.RebuildStatus(); st.Done == 0 {
+			return fmt.Errorf("not folding yet: %+v", st)
+		}
+		return nil
+	})
+	// The fold is at 1000 (3000 read ahead at most), and pauses a second a step.
+	s, err := js.Stream(ctx, "ORDER_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Purge(ctx, jetstream.WithPurgeSequence(8001)); err != nil { // keeps 8001 on
+		t.Fatal(err)
+	}
+	var end *status.Rebuild
+	embeddedtest.WaitFor(t, 2*time.Minute, func() error {
+		if end = app.RebuildStatus(); end.State != status.RebuildDone {
+			return fmt.Errorf("state %+v", end)
+		}
+		return nil
+	})
+	for id, o := range before {
+		got, _ := app.Order(ctx, id)
+		if got.Events != o.Events || got.Status != o.Status || got.FirstSeq != o.FirstSeq {
+			t.Errorf("order %s after the rebuild: %+v, was %+v (its events below 8001 were purged while the rebuild ran)", id, got, o)
+		}
+	}
+	if end.Partial != 4 || end.Rebuilt != 0 {
+		t.Errorf("rebuild: %+v, want the 4 orders partial, none rebuilt", end)
+	}
+}

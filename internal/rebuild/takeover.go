@@ -131,7 +131,13 @@ func (r *Runner) takeover(ctx context.Context, st *state) error {
 	for _, id := range st.Keep {
 		keep[id] = true
 	}
-	t := &Takeover{From: st.FromSeq, ReplacePartial: st.ReplacePartial, Keep: keep,
+	s, err := r.cfg.JS.Stream(ctx, r.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
+	}
+	// Events the stream's limits removed meanwhile, perhaps before the fold read them: an order
+	// with an event below the stream's first is partial too.
+	t := &Takeover{From: max(st.FromSeq, s.CachedInfo().State.FirstSeq), ReplacePartial: st.ReplacePartial, Keep: keep,
 		Progress: func(copied, total uint64) { r.update(func() { st.Copied, st.ToCopy = copied, total }) }}
 	r.cfg.Log.Info("projection rebuild taking over", "id", st.ID, "position", st.Position, "kept", len(keep))
 	if err := r.cfg.Target.Takeover(ctx, t); err != nil {
