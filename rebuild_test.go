@@ -1227,3 +1227,60 @@ func TestRebuildKeepsWhatTheStreamLosesMeanwhile(t *testing.T) {
 		t.Errorf("rebuild: %+v, want the 4 orders partial, none rebuilt", end)
 	}
 }
+
+// A rebuild folding when orderstore stops, resumed by a start with a new version of the fold,
+// starts over with the new one: a shadow folded half by each would take over, recorded as the
+// old version's.
+func TestRebuildResumedByNewVersionStartsOver(t *testing.T) {
+	store := t.TempDir()
+	ctx := context.Background()
+	ids := []string{"w-1", "w-2", "w-3"}
+	v1 := newVersionedFold("v1")
+	app := orderstoretest.Start(t, roomyConfig, func(c *orderstore.Config) {
+		c.JetStream.StoreDir = store
+		c.Processor.Handler = v1
+		orderstore.SetRebuildPace(c, time.Second)
+	})
+	publishOrders(t, embeddedtest.JetStream(t, app), ids, 0, 5000)
+	waitProjected(t, app)
+	if _, err := app.RebuildProjection(ctx, status.RebuildRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if st := app.RebuildStatus(); st.Done == 0 || st.State != status.RebuildFolding {
+			return fmt.Errorf("not folding yet: %+v", st)
+		}
+		return nil
+	})
+	if err := app.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// v2 starts from what v1 left (its storage, the shadow too, survived).
+	v2 := newVersionedFold("v2")
+	v1.mu.Lock()
+	v2.live, v2.seen, v2.shadow, v2.sseen = maps.Clone(v1.live), maps.Clone(v1.seen), maps.Clone(v1.shadow), maps.Clone(v1.sseen)
+	v1.mu.Unlock()
+	if len(v2.shadow) == 0 {
+		t.Fatal("v1 left no shadow")
+	}
+	app = orderstoretest.Start(t, roomyConfig, func(c *orderstore.Config) {
+		c.JetStream.StoreDir = store
+		c.Processor.Handler = v2
+	})
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if end := app.RebuildStatus(); end == nil || end.State != status.RebuildDone {
+			return fmt.Errorf("rebuild: %+v", end)
+		}
+		return nil
+	})
+	want := map[string]int{}
+	for i := range 5000 {
+		want[ids[i%3]] += i
+	}
+	if got := v2.snapshot(); !maps.Equal(got, want) {
+		t.Errorf("after the takeover: %v, want the v2 fold %v", got, want)
+	}
+	if data, _ := os.ReadFile(filepath.Join(store, "projection.json")); !strings.Contains(string(data), `"v2"`) {
+		t.Errorf("projection.json after the rebuild: %s, want v2", data)
+	}
+}

@@ -86,6 +86,9 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 		if err != nil {
 			return err
 		}
+		if why == "" && st.Version != r.cfg.Version {
+			why = fmt.Sprintf("the fold's version changed from %q to %q", st.Version, r.cfg.Version)
+		}
 		if why != "" {
 			r.startOver(st, why)
 		}
@@ -119,7 +122,7 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 		})
 	}
 	r.update(func() {
-		st.Fresh = false
+		st.Fresh, st.Version = false, r.cfg.Version
 		st.Head = info.State.LastSeq
 	})
 	f.resumed = st.Position
