@@ -1,6 +1,7 @@
 package rebuild
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -451,9 +452,13 @@ func (f *folder) checkpoint(ctx context.Context, also func()) error {
 	if err := r.cfg.Target.Durable(ctx); err != nil {
 		return fmt.Errorf("making the shadow durable: %w", err)
 	}
+	// A Cancel accepted so far (under the lock, as this) ends the rebuild: also is not done.
+	var err error
 	r.update(func() {
 		f.st.Keep = slices.Collect(maps.Keys(f.keep))
-		also()
+		if err = ctx.Err(); err == nil {
+			also()
+		}
 	})
-	return r.save(f.st)
+	return cmp.Or(err, r.save(f.st))
 }

@@ -53,7 +53,7 @@ func (p *pauser) pause(context.Context) (func(), error) {
 	return func() { p.paused.Store(0); p.resumes.Add(1) }, nil
 }
 
-func newTakeoverRunner(t *testing.T, target *fakeTarget, p *pauser) (*Runner, string) {
+func newTakeoverRunner(t *testing.T, target Target, p *pauser) (*Runner, string) {
 	t.Helper()
 	srv := embeddedtest.Start(t)
 	js := embeddedtest.JetStream(t, srv)
@@ -149,5 +149,61 @@ func TestTakeoverThatKeepsFailingFailsTheRunner(t *testing.T) {
 	defer target.mu.Unlock()
 	if len(target.folded) != 50 {
 		t.Errorf("folded %d events, want 50", len(target.folded))
+	}
+}
+
+// cancelingTarget cancels its rebuild in the catch-up's checkpoint, once the processor is paused:
+// after the cancel's last look at the state, before the takeover is recorded.
+type cancelingTarget struct {
+	*fakeTarget
+	r        *Runner
+	p        *pauser
+	once     sync.Once
+	canceled chan error
+}
+
+func (c *cancelingTarget) Durable(context.Context) error {
+	if c.p.paused.Load() == 1 {
+		c.once.Do(func() { c.canceled <- c.r.Cancel() })
+	}
+	return nil
+}
+
+// A cancel that was accepted (the rebuild still folding) as the catch-up's checkpoint makes the
+// shadow durable cancels the rebuild: it used to take over all the same, with a canceled context,
+// which failed the runner (and the appliance) and left the takeover to the next start.
+func TestCancelBeforeTheTakeoverIsRecorded(t *testing.T) {
+	target := &fakeTarget{folded: map[uint64]bool{}, entered: make(chan struct{}),
+		takeover: func(ctx context.Context) error { return ctx.Err() }}
+	p := &pauser{}
+	ct := &cancelingTarget{fakeTarget: target, p: p, canceled: make(chan error, 1)}
+	r, _ := newTakeoverRunner(t, ct, p)
+	ct.r = r
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	if _, err := r.Start(context.Background(), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ct.canceled; err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("Run after an accepted cancel: %v", err)
+		default:
+		}
+		if st := r.Status(); st.State != status.RebuildCanceled {
+			return fmt.Errorf("state %q", st.State)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if p.paused.Load() != 0 || target.tries.Load() != 0 {
+		t.Errorf("after the cancel: processor paused %d, takeover tried %d times; want it resumed and no takeover", p.paused.Load(), target.tries.Load())
 	}
 }
