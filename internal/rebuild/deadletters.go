@@ -63,7 +63,7 @@ func (r *Runner) pull(ctx context.Context, stream string, from, to uint64, batch
 		return err
 	}
 	for {
-		b, err := c.Fetch(batch, jetstream.FetchMaxWait(time.Second))
+		b, err := c.Fetch(batch, jetstream.FetchMaxWait(time.Second), jetstream.FetchMaxBytes(stepBytes+int(r.cfg.JS.Conn().MaxPayload())))
 		if err != nil {
 			return err
 		}

@@ -190,3 +190,42 @@ func waitFailedAtTheLimit(t *testing.T, r *Runner) {
 		return nil
 	})
 }
+
+// A step of the fold holds about stepBytes of events, whatever their size: 50,000 events of
+// max_payload (1 MiB by default) would be 50 GB in memory.
+func TestFoldStepsBoundedInBytes(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	js := embeddedtest.JetStream(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang detector
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"orders.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	const events = 100 // 100 MB, three steps and more
+	data := fmt.Appendf(nil, `{"order_id":"o-1","pad":"%s"}`, strings.Repeat("x", 1000<<10))
+	for range events {
+		if _, err := js.Publish(ctx, "orders.paid", data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons, err := js.OrderedConsumer(ctx, "EVENTS", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &folder{r: &Runner{cfg: Config{JS: js, BatchSize: 50000}}, cons: cons, batches: make(chan fetched)}
+	go f.read(ctx)
+	for n := 0; n < events; {
+		b := <-f.batches
+		if b.err != nil {
+			t.Fatal(b.err)
+		}
+		size := 0
+		for _, m := range b.msgs {
+			size += len(m.Data())
+		}
+		if size > stepBytes+2<<20 {
+			t.Fatalf("a step of %d events holds %d bytes, want about %d at most", len(b.msgs), size, stepBytes)
+		}
+		n += len(b.msgs)
+	}
+}

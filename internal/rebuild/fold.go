@@ -57,11 +57,13 @@ type fetched struct {
 	err  error
 }
 
-// catchUp is how close to the stream's head the fold must be to take
-// over; fetchMax the most events one pull asks for.
+// catchUp is how close to the stream's head the fold must be to take over; fetchMax the most
+// events one pull asks for; stepBytes about the most bytes of events one step holds (a step of
+// 50,000 events of max_payload would not fit in memory; a pull always has room for the largest).
 const (
-	catchUp  = 2000
-	fetchMax = 2000
+	catchUp   = 2000
+	fetchMax  = 2000
+	stepBytes = 32 << 20
 )
 
 // applyParallel chunks of applyChunk orders are applied at once.
@@ -206,9 +208,10 @@ func (f *folder) read(ctx context.Context) {
 		// A step's events in pulls of at most fetchMax: nats serves a pull in one go, and a long
 		// one holds up the producers' publishes to the same stream.
 		var out fetched
-		for len(out.msgs) < f.r.cfg.BatchSize && out.err == nil {
+		size, largest := 0, int(f.r.cfg.JS.Conn().MaxPayload())+64<<10 // a message's headers and subject
+		for len(out.msgs) < f.r.cfg.BatchSize && size < stepBytes && out.err == nil {
 			want := min(fetchMax, f.r.cfg.BatchSize-len(out.msgs))
-			b, err := f.cons.Fetch(want, jetstream.FetchMaxWait(250*time.Millisecond))
+			b, err := f.cons.Fetch(want, jetstream.FetchMaxWait(250*time.Millisecond), jetstream.FetchMaxBytes(max(stepBytes-size, largest)))
 			if err != nil {
 				out.err = err
 				break
@@ -216,7 +219,7 @@ func (f *folder) read(ctx context.Context) {
 			got := 0
 			for m := range b.Messages() {
 				out.msgs = append(out.msgs, m)
-				got++
+				got, size = got+1, size+len(m.Data())+len(m.Subject())
 			}
 			if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 				out.err = err
