@@ -432,7 +432,7 @@ func (p *pipe) request(subject string, i int, payload []byte) bool {
 
 // settle waits until every request sent is answered, or until nothing
 // changed for -quiet: no answer came, the stream stored nothing more and
-// (orderstore) its ingest service holds nothing. It adds up the phase.
+// (orderstore) admission's line holds nothing. It adds up the phase.
 func settle(c *child, pipes []*pipe, sent []int, t0 time.Time, sendTime time.Duration) phase {
 	for _, p := range pipes {
 		p.nc.FlushTimeout(time.Minute)
@@ -562,7 +562,7 @@ func adminStatus(admin string) (st status.Status) {
 	return st
 }
 
-// ingestWaiting is orderstore's ingest.waiting: publishes its ingest service holds.
+// ingestWaiting is orderstore's ingest.waiting: publishes waiting in admission's line.
 func ingestWaiting(admin string) int64 {
 	if in := adminStatus(admin).Ingest; in != nil {
 		return in.Waiting

@@ -45,8 +45,8 @@ func parseEpochs(s string) []epochStart {
 }
 
 // RecordEpoch writes this run's epoch and its first sequence to stream's metadata (the caller syncs
-// it). Not in a cluster: there each node's ingest service writes to the one stream, and no hub
-// sources a cluster's stream by epoch.
+// it). Not in a cluster: there each node's admission stamps its own epoch on the one stream, and
+// no hub sources a cluster's stream by epoch.
 func RecordEpoch(ctx context.Context, js jetstream.JetStream, stream, epoch string) error {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {

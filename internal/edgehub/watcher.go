@@ -42,7 +42,7 @@ type Config struct {
 	// DeadLetterStream takes the events an edge lost, on subjects with
 	// DeadLetterPrefix (the processor's dead-letter subjects).
 	DeadLetterStream, DeadLetterPrefix string
-	// EpochHeader is the header each event's epoch is stamped on (by the edge's ingest service).
+	// EpochHeader is the header each event's epoch is stamped on (by the edge's admission).
 	EpochHeader string
 }
 
