@@ -19,6 +19,7 @@ import (
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/orderstoretest"
+	"github.com/orderstore/orderstore/processor"
 	"github.com/orderstore/orderstore/status"
 )
 
@@ -241,4 +242,49 @@ func TestNoOrderIndex(t *testing.T) {
 	if _, _ = handlerGet(t, app, "/v1/status", &st); st.Orders != nil {
 		t.Errorf("/v1/status has orders without an index: %+v", st.Orders)
 	}
+}
+
+// An order whose only event a custom handler failed until it was
+// dead-lettered has a record of withheld events only (0 events, no
+// status): Order does not find it, so the listings and counts must not list
+// it either (they listed it with status "" and no latest event).
+func TestOrdersLeaveOutWithheldOnlyRecords(t *testing.T) {
+	app := orderstoretest.Start(t, func(c *orderstore.Config) {
+		c.Processor.MaxDeliver = 2
+		c.Processor.Backoff = []time.Duration{20 * time.Millisecond}
+		c.Processor.Handler = processor.HandlerFunc(func(_ context.Context, ev processor.Event) error {
+			if ev.OrderID == "doomed" {
+				return errors.New("refused by the handler")
+			}
+			return nil
+		})
+	})
+	js := embeddedtest.JetStream(t, app)
+	ctx := context.Background()
+	for _, id := range []string{"doomed", "fine"} {
+		if _, err := js.Publish(ctx, "orders.created", fmt.Appendf(nil, `{"order_id":%q}`, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		dls, _, err := app.OrderDeadLetters(ctx, "doomed")
+		if err != nil || len(dls) != 1 {
+			return fmt.Errorf("dead letters of doomed: %d, %v", len(dls), err)
+		}
+		return nil
+	})
+	waitProjected(t, app)
+	if _, err := app.Order(ctx, "doomed"); !errors.Is(err, orderstore.ErrNotFound) {
+		t.Fatalf("Order(doomed): %v, want ErrNotFound", err)
+	}
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		got := listOrders(t, app, orderstore.OrdersQuery{})
+		if len(got) != 1 || got[0].OrderID != "fine" {
+			return fmt.Errorf("listed %+v, want only fine", got)
+		}
+		if cs, total, err := app.OrderCounts(ctx); err != nil || total != 1 || len(cs) != 1 || cs[0].Status != "created" {
+			return fmt.Errorf("counts %+v (total %d), %v; want created: 1", cs, total, err)
+		}
+		return nil
+	})
 }

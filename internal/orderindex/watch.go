@@ -14,8 +14,9 @@ import (
 )
 
 // Run loads the bucket's records into the index, then follows every write until ctx is done (nil).
-// A record that is not an order's (no status, not JSON) is skipped and reported; a key deleted or
-// purged is forgotten. A failed watch is an error: the index would fall behind silently.
+// A record that is not an order's (no status, not JSON) is skipped and reported, one of withheld
+// events only (status "") skipped; a key deleted or purged is forgotten. A failed watch is an
+// error: the index would fall behind silently.
 func (x *Index) Run(ctx context.Context, kv jetstream.KeyValue, skipped func(key string, err error)) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
@@ -59,7 +60,7 @@ func (x *Index) apply(e jetstream.KeyValueEntry) error {
 	if err == nil && status == nil {
 		err = errors.New("no status")
 	}
-	if err != nil {
+	if err != nil || *status == "" { // "": dead-lettered events only, no order yet (not found by Get)
 		x.Remove(e.Key())
 		return err
 	}
