@@ -156,15 +156,23 @@ func printOrder(w io.Writer, o map[string]any, asJSON bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, k := range []string{"order_id", "status", "last_event", "events", "first_seq", "last_seq", "first_event_at", "last_event_at", "updated_at"} {
 		if v, ok := o[k]; ok {
-			fmt.Fprintf(tw, "%s\t%v\n", k, v)
+			fmt.Fprintf(tw, "%s\t%s\n", k, clip(value(v), 2048)) // a producer's status, never acted on
 		}
 	}
 	if a, ok := o["as_of"].(map[string]any); ok {
-		line := fmt.Sprintf("the fold of %v events up to sequence %v", a["events"], a["last_seq"])
+		line := fmt.Sprintf("the fold of %s events up to sequence %s", value(a["events"]), value(a["last_seq"]))
 		if a["complete"] != true {
-			line += fmt.Sprintf("; INCOMPLETE: %v events no longer retained, %v older than the history index", cmp.Or(a["not_retained"], any(0)), cmp.Or(a["unindexed"], any(0)))
+			line += fmt.Sprintf("; INCOMPLETE: %s events no longer retained, %s older than the history index", value(cmp.Or(a["not_retained"], any(0.0))), value(cmp.Or(a["unindexed"], any(0.0))))
 		}
 		fmt.Fprintf(tw, "as_of\t%s\n", line)
 	}
 	tw.Flush()
+}
+
+// value is a JSON value as printed: a number whole (a sequence of 1,200,000 is not 1.2e+06).
+func value(v any) string {
+	if f, ok := v.(float64); ok {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return fmt.Sprint(v)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -71,6 +72,17 @@ func TestOrderCommand(t *testing.T) {
 	if code, _, errs := cli("nobody", "-events"); code != exitFailure || !strings.Contains(errs, "not found") {
 		t.Errorf("order nobody -events: exit %d %s", code, errs)
 	}
+	// A producer's status is shown, never acted on by the terminal (TestClipIsSafeForATerminal).
+	if _, err := js.Publish(ctx, "orders.paid", []byte(`{"order_id":"H/1","status":"\u001b]52;c;aGk=\u0007"}`)); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		code, out, errs := cli("H/1")
+		if code != 0 || !strings.Contains(out, `\x1b]52;c;aGk=\a`) || strings.ContainsAny(out, "\x1b\x07") {
+			return fmt.Errorf("order H/1: exit %d, status not escaped: %q %s", code, out, errs)
+		}
+		return nil
+	})
 }
 
 // orderstore orders [-status S] [-stale] [-older-than D] against a running
@@ -154,6 +166,22 @@ func TestClipIsSafeForATerminal(t *testing.T) {
 	} {
 		if got := clip(in, 40); got != want {
 			t.Errorf("clip(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// An order of a store past a million events prints its sequences whole:
+// "last_seq 1200000", not the float64 JSON decodes into (1.2e+06).
+func TestPrintOrderShowsSequencesWhole(t *testing.T) {
+	var o map[string]any
+	if err := json.Unmarshal([]byte(`{"order_id":"o-1","events":3000000,"last_seq":1200000,"as_of":{"events":2000000,"last_seq":98765432101,"complete":false,"not_retained":1000000}}`), &o); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	printOrder(&out, o, false)
+	for _, want := range []string{`\nevents +3000000\n`, `\nlast_seq +1200000\n`, `the fold of 2000000 events up to sequence 98765432101; INCOMPLETE: 1000000 events no longer retained, 0 older`} {
+		if !regexp.MustCompile(want).MatchString(out.String()) {
+			t.Errorf("printOrder lacks %s:\n%s", want, out.String())
 		}
 	}
 }
