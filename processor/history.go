@@ -364,8 +364,8 @@ type AsOfState struct {
 	// projection's own fold (UpdatedAt is the last folded event's time).
 	Order Order
 	// Folded counts the events folded. NotRetained counts the events up to the point that the
-	// stream no longer holds, and Unindexed those older than the history index: neither is in
-	// Order. Complete is true when both are 0.
+	// stream no longer holds (replaced ones too), and Unindexed those older than the history index:
+	// neither is in Order. Complete is true when both are 0.
 	Folded, NotRetained, Unindexed int
 	Complete                       bool
 	// Last is the sequence of the last folded event.
@@ -423,8 +423,8 @@ func (p *Projection) foldUpTo(ctx context.Context, s jetstream.Stream, orderID s
 		}
 		var fnErr error
 		err = p.historyEvents(ctx, s, orderID, from, seqs, func(he HistoryEvent) bool {
-			if he.Replaced {
-				return true
+			if he.Replaced { // lost: the stream no longer holds it, as one not retained
+				he.Retained, he.Time = false, time.Time{}
 			}
 			// An event not retained has no time: only its sequence (0 if
 			// its chunk is gone) can place it past the point.

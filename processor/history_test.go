@@ -291,8 +291,8 @@ func TestHistoryRetention(t *testing.T) {
 		t.Errorf("a planted sequence: %+v, %v", page, err)
 	}
 	st, err = p.AsOf(ctx, s, "o-1", processor.AsOfPoint{})
-	if err != nil || st.Order.Status != "s18" || st.Folded != 11 {
-		t.Errorf("as of now with a planted sequence: %+v, %v; want status s18 of 11 folded", st, err)
+	if err != nil || st.Order.Status != "s18" || st.Folded != 11 || st.NotRetained != 9 {
+		t.Errorf("as of now with a planted sequence: %+v, %v; want status s18 of 11 folded, 9 not retained (the lost one too)", st, err)
 	}
 }
 
