@@ -55,7 +55,7 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(tw, "SEQ\tSUBJECT\tORIG SEQ\tDELIVERIES\tDEAD-LETTERED\tERROR\tDATA")
 		for _, d := range p.Items {
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%s\n", d.Sequence, clip(d.Subject, 80), d.OriginalSequence, d.Deliveries,
-				d.DeadLetteredAt.Format(time.RFC3339), d.Error, preview(d.Data))
+				d.DeadLetteredAt.Format(time.RFC3339), clip(d.Error, 200), preview(d.Data))
 		}
 		tw.Flush()
 		if p.Next != 0 {
@@ -128,10 +128,7 @@ func clip(s string, n int) string {
 	return s[:cut] + "…"
 }
 
+// preview is the start of an event's payload, on one line and safe for a terminal (clip).
 func preview(b []byte) string {
-	b = bytes.ReplaceAll(b, []byte("\n"), []byte(" "))
-	if len(b) > 60 {
-		return string(b[:60]) + "…"
-	}
-	return string(b)
+	return clip(string(bytes.ReplaceAll(b, []byte("\n"), []byte(" "))), 60)
 }

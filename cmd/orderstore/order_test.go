@@ -168,6 +168,16 @@ func TestClipIsSafeForATerminal(t *testing.T) {
 			t.Errorf("clip(%q) = %q, want %q", in, got, want)
 		}
 	}
+	// So is an event's payload in `order ID -events` and `dlq list` (raw bytes, data_base64).
+	for in, want := range map[string]string{
+		"{\"a\":\n1}":                         `{"a": 1}`,
+		"\x1b]52;c;aGk=\x07":                  `\x1b]52;c;aGk=\a`,
+		"\u009b31m" + strings.Repeat("é", 40): `\u009b31m` + strings.Repeat("é", 25) + "…",
+	} {
+		if got := preview([]byte(in)); got != want {
+			t.Errorf("preview(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
 
 // An order of a store past a million events prints its sequences whole:
