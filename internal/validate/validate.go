@@ -68,9 +68,12 @@ type Validator struct {
 	files   map[string]string
 	reject  bool
 	fn      func(subject string, data []byte) error
+	counts  *counts // shared with the validators it replaced and replaces (InheritCounts)
+}
 
-	mu     sync.Mutex
-	counts map[[2]string]uint64
+type counts struct {
+	mu sync.Mutex
+	m  map[[2]string]uint64
 }
 
 // maxCountKeys bounds the distinct (type, reason) pairs counted: a producer inventing event types
@@ -81,7 +84,7 @@ const maxCountKeys = 1000
 // ("" too) or Reject, and fn, if set, as a last check. Every problem is reported at once, each
 // naming its event type, file and, where it has one, the position in the file.
 func Compile(schemas map[string]string, unknownTypes string, fn func(subject string, data []byte) error) (*Validator, error) {
-	v := &Validator{schemas: map[string]*jsonschema.Schema{}, files: map[string]string{}, fn: fn, counts: map[[2]string]uint64{}}
+	v := &Validator{schemas: map[string]*jsonschema.Schema{}, files: map[string]string{}, fn: fn, counts: &counts{m: map[[2]string]uint64{}}}
 	var errs []error
 	switch unknownTypes {
 	case "", Accept:
@@ -219,26 +222,27 @@ func (v *Validator) refused(r *Rejection) error {
 	if _, ok := v.schemas[typ]; !ok {
 		typ = "other" // no schema: a producer's invention must not make a label
 	}
-	v.mu.Lock()
+	c := v.counts
+	c.mu.Lock()
 	k := [2]string{typ, r.Keyword}
-	if _, ok := v.counts[k]; ok || len(v.counts) < maxCountKeys {
-		v.counts[k]++
+	if _, ok := c.m[k]; ok || len(c.m) < maxCountKeys {
+		c.m[k]++
 	} else {
-		v.counts[[2]string{"other", "other"}]++
+		c.m[[2]string{"other", "other"}]++
 	}
-	v.mu.Unlock()
+	c.mu.Unlock()
 	return r
 }
 
 // Counts returns the refusals so far, per type and reason, sorted.
 func (v *Validator) Counts() []Count {
-	if v == nil {
+	if v == nil || v.counts == nil {
 		return nil
 	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	out := make([]Count, 0, len(v.counts))
-	for k, n := range v.counts {
+	v.counts.mu.Lock()
+	defer v.counts.mu.Unlock()
+	out := make([]Count, 0, len(v.counts.m))
+	for k, n := range v.counts.m {
 		out = append(out, Count{Type: k[0], Reason: k[1], N: n})
 	}
 	slices.SortFunc(out, func(a, b Count) int { return cmp.Or(cmp.Compare(a.Type, b.Type), cmp.Compare(a.Reason, b.Reason)) })
@@ -264,17 +268,10 @@ func (v *Validator) UnknownTypes() string {
 // HasFunc reports whether a program's own check is set.
 func (v *Validator) HasFunc() bool { return v != nil && v.fn != nil }
 
-// InheritCounts adds old's refusal counts to v's (a reload keeps them).
+// InheritCounts makes v count on from old's refusal counts (a reload keeps them): the two share
+// them, so that a refusal old counts after the swap, for a check that began before it, is kept.
 func (v *Validator) InheritCounts(old *Validator) {
-	if v == nil || old == nil || old == v {
-		return
-	}
-	old.mu.Lock()
-	counts := maps.Clone(old.counts)
-	old.mu.Unlock()
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for k, n := range counts {
-		v.counts[k] += n
+	if v != nil && old != nil && old.counts != nil {
+		v.counts = old.counts
 	}
 }

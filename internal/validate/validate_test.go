@@ -147,3 +147,28 @@ func TestCheckBoundsNumbers(t *testing.T) {
 		}
 	}
 }
+
+// A reload swaps validators while publishes run: a check that loaded the old one before the swap
+// and refuses after the counts were carried over is still counted, so the metric never goes back.
+func TestInheritCountsKeepsLateRefusals(t *testing.T) {
+	file := write(t, "created.json", created)
+	old, err := Compile(map[string]string{"created": file}, Reject, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Check("orders.created", []byte(`{}`))
+	v, err := Compile(map[string]string{"created": file}, Reject, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.InheritCounts(old)
+	old.Check("orders.created", []byte(`{}`)) // in flight on the old one
+	v.Check("orders.paid", []byte(`{}`))
+	var n uint64
+	for _, c := range v.Counts() {
+		n += c.N
+	}
+	if n != 3 {
+		t.Errorf("after the swap the counts hold %d refusals, want 3: %+v", n, v.Counts())
+	}
+}
