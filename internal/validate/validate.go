@@ -18,6 +18,7 @@ import (
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )
@@ -140,10 +141,29 @@ func compileFile(file string) (*jsonschema.Schema, error) {
 		return nil, err
 	}
 	sch, err := c.Compile(abs)
+	for _, inst := range []any{nil, map[string]any{}, []any{}} {
+		// A $ref cycle that reads nothing of the event ({"$ref": "#"}) compiles, then refuses every event.
+		if ve := (*jsonschema.ValidationError)(nil); err == nil && errors.As(sch.Validate(inst), &ve) {
+			err = refCycle(ve)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("not a valid JSON Schema: %s", strings.ReplaceAll(err.Error(), "file://"+abs, "the file"))
 	}
 	return sch, nil
+}
+
+// refCycle is the $ref cycle among ve's causes, or nil.
+func refCycle(ve *jsonschema.ValidationError) error {
+	if _, ok := ve.ErrorKind.(*kind.RefCycle); ok {
+		return ve
+	}
+	for _, c := range ve.Causes {
+		if err := refCycle(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // position is the 1-based line and column of byte offset off in src.

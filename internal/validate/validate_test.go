@@ -89,7 +89,8 @@ func TestCompileErrors(t *testing.T) {
 	syntax := write(t, "bad.json", "{\n  \"type\": \"object\",\n  \"required\": [\"a\",]\n}")
 	wrong := write(t, "wrong.json", `{"type": 5}`)
 	remote := write(t, "remote.json", `{"$ref": "https://example.com/s.json"}`)
-	_, err := Compile(map[string]string{"a": syntax, "b": wrong, "c": "/nonexistent.json", "d.e": syntax, "f": remote}, "maybe", nil)
+	cycle := write(t, "cycle.json", `{"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}`)
+	_, err := Compile(map[string]string{"a": syntax, "b": wrong, "c": "/nonexistent.json", "d.e": syntax, "f": remote, "g": cycle}, "maybe", nil)
 	if err == nil {
 		t.Fatal("compiled")
 	}
@@ -100,11 +101,27 @@ func TestCompileErrors(t *testing.T) {
 		`validation.schemas.c = "/nonexistent.json"`,
 		`validation.schemas.d.e: "d.e" is not an event type`,
 		`validation.schemas.f`,
+		`validation.schemas.g = "` + cycle + `": not a valid JSON Schema`, "reference cycle", // else every event is refused
 		`validation.unknown_types "maybe"`,
 	} {
 		if !strings.Contains(msg, w) {
 			t.Errorf("error lacks %q:\n%s", w, msg)
 		}
+	}
+}
+
+// A schema that refers to itself inside the event (a tree) is no cycle.
+func TestCompileRecursiveSchema(t *testing.T) {
+	tree := write(t, "tree.json", `{"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#"}}}}`)
+	v, err := Compile(map[string]string{"tree": tree}, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Check("orders.tree", []byte(`{"children": [{"children": []}]}`)); err != nil {
+		t.Error(err)
+	}
+	if err := v.Check("orders.tree", []byte(`{"children": [{"children": 1}]}`)); err == nil {
+		t.Error("a bad subtree passed")
 	}
 }
 
