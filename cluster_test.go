@@ -81,8 +81,8 @@ func startAll(t testing.TB, cfgs []orderstore.Config) []*orderstore.Appliance {
 }
 
 func TestClusterR3Basics(t *testing.T) {
-	// Every node validates what its producers send (one schema file, the
-	// same config on each).
+	// The stream's leader validates every publish, made at any node (one
+	// schema file, the same config on each).
 	schema := filepath.Join(t.TempDir(), "created.json")
 	if err := os.WriteFile(schema, []byte(`{"type":"object","required":["order_id"],"properties":{"order_id":{"pattern":"^c-"}}}`), 0o600); err != nil {
 		t.Fatal(err)
