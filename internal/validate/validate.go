@@ -116,6 +116,9 @@ func Compile(schemas map[string]string, unknownTypes string, fn func(subject str
 
 // compileFile compiles one schema file; a JSON syntax error names its line and column.
 func compileFile(file string) (*jsonschema.Schema, error) {
+	if err := regular(file); err != nil {
+		return nil, err
+	}
 	src, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
@@ -136,7 +139,7 @@ func compileFile(file string) (*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	// Only local files: a schema that names a URL is refused, not fetched.
-	c.UseLoader(jsonschema.SchemeURLLoader{"file": jsonschema.FileLoader{}})
+	c.UseLoader(jsonschema.SchemeURLLoader{"file": fileLoader{}})
 	if err := c.AddResource(abs, doc); err != nil {
 		return nil, err
 	}
@@ -164,6 +167,30 @@ func refCycle(ve *jsonschema.ValidationError) error {
 		}
 	}
 	return nil
+}
+
+// fileLoader loads a $ref's file, if it is a regular file.
+type fileLoader struct{ jsonschema.FileLoader }
+
+func (l fileLoader) Load(url string) (any, error) {
+	path, err := l.ToFile(url)
+	if err == nil {
+		err = regular(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return l.FileLoader.Load(url)
+}
+
+// regular refuses what is not a regular file: reading a FIFO or a device could block start,
+// check or a reload for ever.
+func regular(path string) error {
+	fi, err := os.Stat(path)
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file (%v)", path, fi.Mode().Type())
+	}
+	return err
 }
 
 // position is the 1-based line and column of byte offset off in src.

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func write(t *testing.T, name, body string) string {
@@ -122,6 +124,32 @@ func TestCompileRecursiveSchema(t *testing.T) {
 	}
 	if err := v.Check("orders.tree", []byte(`{"children": [{"children": 1}]}`)); err == nil {
 		t.Error("a bad subtree passed")
+	}
+}
+
+// A schema file, or a file it refers to, that is a FIFO would block a read for ever: check, start
+// and a reload hung; it is refused, named.
+func TestCompileRefusesAFIFO(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip(err)
+	}
+	ref := write(t, "ref.json", `{"$ref": "`+fifo+`"}`)
+	done := make(chan error, 1)
+	go func() {
+		_, err := Compile(map[string]string{"a": fifo, "b": ref}, "", nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		for _, w := range []string{`validation.schemas.a = "` + fifo + `": ` + fifo + " is not a regular file", `validation.schemas.b = "` + ref + `": not a valid JSON Schema: failing loading`} {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("error lacks %q: %v", w, err)
+			}
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Compile blocked on a FIFO")
 	}
 }
 
