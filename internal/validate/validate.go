@@ -174,10 +174,7 @@ type fileLoader struct{ jsonschema.FileLoader }
 
 func (l fileLoader) Load(url string) (any, error) {
 	path, err := l.ToFile(url)
-	if err == nil {
-		err = regular(path)
-	}
-	if err != nil {
+	if err = cmp.Or(err, regular(path)); err != nil {
 		return nil, err
 	}
 	return l.FileLoader.Load(url)
