@@ -325,3 +325,30 @@ func TestHubWatcherIdleEdgeExpiredInStep(t *testing.T) {
 		return nil
 	})
 }
+
+// A hub's processor dead-letters the aggregate's events, which carry nats' Nats-Stream-Source
+// (refused by nats on a publish).
+func TestHubDeadLettersAndReplays(t *testing.T) {
+	ctx := context.Background()
+	leaf := orderstoretest.Addrs(t, 1)[0]
+	edge := orderstoretest.Start(t, edgeConfig("edge-1", leaf))
+	hub := orderstoretest.Start(t, hubConfig(t, leaf, "edge-1"))
+	// Poison at the hub too: the hub's processor dead-letters its copy.
+	if _, err := embeddedtest.JetStream(t, edge).Publish(ctx, "orders.created", []byte(`{"no_order_id":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	var dl orderstore.DeadLetter
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		dls, _, err := hub.DeadLetters(ctx, 1, 10)
+		if err != nil || len(dls) != 1 {
+			var st status.Status
+			getStatus(t, hub, &st)
+			return fmt.Errorf("hub's dead letters: %+v %v; its processor %+v", dls, err, st.Processor)
+		}
+		dl = dls[0]
+		return nil
+	})
+	if dl.Subject != "edge-1.orders.created" {
+		t.Fatalf("dead letter's subject %q", dl.Subject)
+	}
+}

@@ -62,12 +62,12 @@ func DeadLetterSubject(prefix, subject string) string {
 func (p *Processor) deadLetter(ctx context.Context, m delivery, ev Event, cause error, dls *deadLetters) {
 	h := nats.Header{}
 	for k, v := range m.Headers() {
-		if strings.HasPrefix(k, "Nats-Expected-") {
-			continue // publish preconditions of the original, not data
+		if strings.HasPrefix(k, "Nats-") {
+			continue // nats' own: the original's publish preconditions, or a source's header, which nats refuses on a publish
 		}
 		h[k] = append([]string(nil), v...)
 	}
-	if id := h.Get(jetstream.MsgIDHeader); id != "" {
+	if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
 		h.Set(HeaderOriginalMsgID, truncate(id, 256))
 	}
 	own := func(h nats.Header) {
