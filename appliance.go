@@ -340,6 +340,11 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 	// Published as a producer's event is (with group commit: acknowledged
 	// once durable, before the dead letter is removed), and refused when
 	// the original subject is too long for orderstore's own connection.
+	if a.cfg.Hub.Enabled() {
+		if d, err := processor.GetDeadLetter(ctx, a.js, a.cfg.Processor.DeadLetterStream, seq); err == nil && d.Header.Get(edgehub.HeaderOriginalSource) != "" {
+			return 0, fmt.Errorf("dead letter %d is not replayed: %s (its producer had no ack, and may have published it again)", seq, d.Error)
+		}
+	}
 	n, err := processor.Replay(ctx, guardedJetStream{a.js, a}, a.cfg.Processor.DeadLetterStream, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, fmt.Errorf("dead letter %d: %w", seq, ErrNotFound)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -327,7 +328,10 @@ func TestHubWatcherIdleEdgeExpiredInStep(t *testing.T) {
 }
 
 // A hub's processor dead-letters the aggregate's events, which carry nats' Nats-Stream-Source
-// (refused by nats on a publish).
+// (refused by nats on a publish). Their subjects name their source (edge-1.orders.created), which
+// no stream takes: a replay goes into the hub's own stream on the event's own subject, and so back
+// into the aggregate, where the processor takes it. A copy an edge lost (never acknowledged there)
+// is not replayed.
 func TestHubDeadLettersAndReplays(t *testing.T) {
 	ctx := context.Background()
 	leaf := orderstoretest.Addrs(t, 1)[0]
@@ -350,5 +354,42 @@ func TestHubDeadLettersAndReplays(t *testing.T) {
 	})
 	if dl.Subject != "edge-1.orders.created" {
 		t.Fatalf("dead letter's subject %q", dl.Subject)
+	}
+	if _, err := hub.ReplayDeadLetter(ctx, dl.Sequence); err != nil {
+		t.Fatalf("replay at the hub: %v", err)
+	}
+	hjs := embeddedtest.JetStream(t, hub)
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		st, err := hjs.Stream(ctx, "ORDER_EVENTS_ALL")
+		if err != nil {
+			return err
+		}
+		m, err := st.GetLastMsgForSubject(ctx, "hub.orders.created")
+		if err != nil {
+			return err
+		}
+		if of := m.Header.Get("Orderstore-Replay-Of"); of != strconv.FormatUint(dl.OriginalSequence, 10) {
+			return fmt.Errorf("replayed copy's Replay-Of %q, want %d", of, dl.OriginalSequence)
+		}
+		return nil
+	})
+
+	// A copy the edge lost, moved here by the hub's watcher.
+	m := nats.NewMsg("dlq.ORDER_EVENTS_DLQ.edge-1.orders.created")
+	m.Data = []byte(`{"order_id":"lost-1"}`)
+	m.Header.Set("Orderstore-Original-Source", "ORDER_EVENTS edge-1")
+	m.Header.Set("Orderstore-Original-Stream", "ORDER_EVENTS_ALL")
+	m.Header.Set("Orderstore-Original-Subject", "edge-1.orders.created")
+	m.Header.Set("Orderstore-Original-Sequence", "7")
+	m.Header.Set("Orderstore-Error", "lost at edge edge-1: never acknowledged there")
+	ack, err := hjs.PublishMsg(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hub.ReplayDeadLetter(ctx, ack.Sequence); err == nil || !strings.Contains(err.Error(), "never acknowledged") {
+		t.Errorf("replay of a copy an edge lost: %v, want a refusal", err)
+	}
+	if dls, _, err := hub.DeadLetters(ctx, ack.Sequence, 1); err != nil || len(dls) != 1 || dls[0].Sequence != ack.Sequence {
+		t.Errorf("the lost copy's dead letter after its refused replay: %+v %v", dls, err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,13 +66,19 @@ const maxPublishSubject = 3900
 
 var errSubjectTooLong = errors.New("subject too long to publish: it would exceed nats' 4 KiB protocol line")
 
-// guardedJetStream publishes through publishMsg: a subject too long for orderstore's own connection
-// is refused rather than closing it (a dead letter's replay keeps the subject a producer chose).
+// guardedJetStream publishes a dead letter's replay through publishMsg: a subject too long for
+// orderstore's own connection is refused rather than closing it (a replay keeps the subject a
+// producer chose). A hub's dead letters are of its aggregate, whose subjects name their source
+// ("edge-1.orders.created"), which no stream takes: they go into the hub's own stream without it.
 type guardedJetStream struct {
 	jetstream.JetStream
 	a *Appliance
 }
 
 func (j guardedJetStream) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	return j.a.publishMsg(ctx, msg.Subject, msg.Header, msg.Data, opts...)
+	subject := msg.Subject
+	if src, rest, ok := strings.Cut(subject, "."); ok && j.a.cfg.Hub.Enabled() && (src == HubLocalPrefix || slices.Contains(j.a.cfg.Hub.Edges, src)) {
+		subject = rest
+	}
+	return j.a.publishMsg(ctx, subject, msg.Header, msg.Data, opts...)
 }

@@ -22,6 +22,10 @@ import (
 // epochsKey is the stream metadata key of the epochs' list: "<epoch>:<first seq>,..." oldest first.
 const epochsKey = "orderstore_epochs"
 
+// HeaderOriginalSource marks a dead letter that is a copy an edge lost (never acknowledged there):
+// the source it came from.
+const HeaderOriginalSource = "Orderstore-Original-Source"
+
 // maxEpochs is how many epochs the list keeps.
 const maxEpochs = 32
 
@@ -193,7 +197,7 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 			if id := m.Header.Get(nats.MsgIdHdr); id != "" {
 				h.Set("Orderstore-Original-Msg-Id", id)
 			}
-			h.Set("Orderstore-Original-Source", m.Header.Get(ingest.StreamSourceHeader))
+			h.Set(HeaderOriginalSource, m.Header.Get(ingest.StreamSourceHeader))
 			h.Set("Orderstore-Original-Stream", agg.Name)
 			h.Set("Orderstore-Original-Subject", m.Subject)
 			h.Set("Orderstore-Original-Sequence", strconv.FormatUint(m.Sequence, 10))
