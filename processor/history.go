@@ -95,25 +95,33 @@ func (r *record) sealable() [][]uint64 {
 // orders apart ("a.1" chunk 0 is "a.1.0"; "a" chunk 1 is "a.1").
 func historyKey(orderID string, n int) string { return orderID + "." + strconv.Itoa(n) }
 
-// sealWrites returns the writes of the chunks next seals, and seals them
-// in next (its tail shrinks, its chunk count grows).
-func (p *Projection) sealWrites(id string, next *record) []*nats.Msg {
+// sealWrites returns the writes of the chunks next seals, and seals them in next (its tail shrinks,
+// its chunk count grows). A chunk holds sequences of base, the tail as read, never the events this
+// write applies: a chunk write has no compare-and-set, and the record that wins its own may name a
+// chunk another processor wrote from the same record (in a cluster), so both must write the same
+// chunk. An applied event below a sealed one stays in the tail (the index is then unordered).
+func (p *Projection) sealWrites(id string, next *record, base []uint64) []*nats.Msg {
 	if p.hist == nil {
 		return nil
 	}
 	var msgs []*nats.Msg
-	chunks := next.sealable()
-	for _, c := range chunks {
+	n := min(len(next.sealable()), len(base)/HistoryChunk)
+	sealed := base[:n*HistoryChunk]
+	for c := range slices.Chunk(sealed, HistoryChunk) {
 		data, _ := json.Marshal(c) // a []uint64 always marshals
 		msgs = append(msgs, &nats.Msg{Subject: p.histPrefix + historyKey(id, next.HistoryChunks), Data: data})
 		next.HistoryChunks++
 		next.HistorySealedMax = max(next.HistorySealedMax, c[len(c)-1])
 	}
-	if len(chunks) > 0 {
-		next.History = slices.Clone(next.History[len(chunks)*HistoryChunk:])
+	if n > 0 {
+		next.History = slices.DeleteFunc(slices.Clone(next.History), func(s uint64) bool {
+			_, ok := slices.BinarySearch(sealed, s)
+			return ok
+		})
 		if len(next.History) == 0 {
 			next.History = nil
 		}
+		next.HistoryUnordered = next.HistoryUnordered || len(next.History) > 0 && next.History[0] < next.HistorySealedMax
 	}
 	return msgs
 }

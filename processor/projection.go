@@ -295,7 +295,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 				reread = append(reread, i)
 				continue
 			}
-			seal := p.sealWrites(id, &next)
+			seal := p.sealWrites(id, &next, st.rec.History)
 			next.UpdatedAt = time.Now().UTC()
 			data, err := json.Marshal(next)
 			if err != nil {

@@ -3,6 +3,8 @@ package processor
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -148,12 +150,12 @@ func TestHistoryTailBound(t *testing.T) {
 		t.Fatalf("sealable: %d chunks", len(chunks))
 	}
 	p := &Projection{hist: nil}
-	if msgs := p.sealWrites("o", &r); msgs != nil {
+	if msgs := p.sealWrites("o", &r, r.History); msgs != nil {
 		t.Fatal("sealed without a history bucket")
 	}
 	p.histPrefix = "$KV.H."
 	p.hist = fakeKV{}
-	msgs := p.sealWrites("o", &r)
+	msgs := p.sealWrites("o", &r, r.History)
 	if len(msgs) != 1 || msgs[0].Subject != "$KV.H.o.0" || r.HistoryChunks != 1 || len(r.History) != 1300-HistoryChunk || r.HistorySealedMax != 1256 {
 		t.Fatalf("sealWrites: %v, %d chunks, tail %d, sealed max %d", msgs, r.HistoryChunks, len(r.History), r.HistorySealedMax)
 	}
@@ -163,6 +165,47 @@ func TestHistoryTailBound(t *testing.T) {
 	r.indexHistory(999) // a retry, late
 	if !r.HistoryUnordered || r.History[0] != 999 {
 		t.Fatalf("a late event: unordered %v, tail starts %d", r.HistoryUnordered, r.History[0])
+	}
+}
+
+// Two processors (two cluster nodes) applying events of one order from the same record both seal
+// its next chunk, and the chunk write has no compare-and-set: the record that wins may name the
+// other's chunk, so both must write the same one, whatever event each applied (here a late retry
+// on one, below the tail, and a new event on the other).
+func TestHistorySealSameFromSameRecord(t *testing.T) {
+	var base record
+	for seq := uint64(1001); seq < 1001+maxHistoryTail+HistoryChunk; seq++ {
+		base.apply(Event{OrderID: "o", Sequence: seq})
+		base.indexHistory(seq)
+	}
+	p := &Projection{hist: fakeKV{}, histPrefix: "$KV.H."}
+	var chunks []string
+	for _, seq := range []uint64{9000, 999} {
+		next := base
+		next.Applied, next.History = slices.Clone(base.Applied), slices.Clone(base.History)
+		next.apply(Event{OrderID: "o", Sequence: seq})
+		next.indexHistory(seq)
+		msgs := p.sealWrites("o", &next, base.History)
+		var data []byte
+		for _, m := range msgs {
+			data = append(data, m.Data...)
+		}
+		chunks = append(chunks, string(data))
+		if !slices.Contains(next.History, seq) && !strings.Contains(string(data), strconv.FormatUint(seq, 10)) {
+			t.Errorf("event %d: neither in the tail nor sealed", seq)
+		}
+		if n := next.historyCount(); n != next.Events {
+			t.Errorf("event %d: the index lists %d of %d events", seq, n, next.Events)
+		}
+		if len(msgs) != 1 {
+			t.Fatalf("event %d: %d chunks sealed, want 1 (the tail is past its bound)", seq, len(msgs))
+		}
+		if seq == 999 && next.History[0] == 999 && !next.HistoryUnordered {
+			t.Errorf("event %d stayed in the tail below the sealed chunk, but the index says it is in order", seq)
+		}
+	}
+	if chunks[0] != chunks[1] {
+		t.Fatalf("two processors sealed chunk 0 of one record differently:\n%.80s...\n%.80s...", chunks[0], chunks[1])
 	}
 }
 
