@@ -764,3 +764,50 @@ func TestClusterRebuildLeftoversAreEnded(t *testing.T) {
 		return err
 	})
 }
+
+// A node whose fold is new, started while another node holds the rebuild claim, records the new
+// version only if the claim's rebuild runs it: in a rolling upgrade the claim may be an old node's
+// (or from a release whose claim names no version), whose rebuild folds the old way, and the new
+// node would then never rebuild what it says the new fold built.
+func TestClusterNewVersionWhileAnotherNodeRebuilds(t *testing.T) {
+	cfgs := clusterConfigs(t)
+	for i := range cfgs {
+		roomyConfig(&cfgs[i])
+	}
+	apps := startAll(t, cfgs)
+	ctx := context.Background()
+	js := orderstore.InternalJetStream(apps[0])
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "ORDERS_REBUILDING", Storage: jetstream.FileStorage, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(cfgs[2].JetStream.StoreDir, "projection.json")
+	for _, tc := range []struct{ claim, want string }{
+		{`{"node":"n2","id":"old","started":"2026-12-05T00:00:00Z","version":"orders/0"}`, "orders/0"},
+		{`{"node":"n2","id":"older","started":"2026-12-05T00:00:00Z"}`, "orders/0"},
+		{`{"node":"n2","id":"new","started":"2026-12-05T00:00:00Z","version":"` + processor.ProjectionVersion + `"}`, processor.ProjectionVersion},
+	} {
+		if _, err := kv.Put(ctx, "claim", []byte(tc.claim)); err != nil {
+			t.Fatal(err)
+		}
+		// n3 restarts with the new fold over a projection the old one built.
+		if err := apps[2].Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(state, []byte(`{"version":"orders/0"}`), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		a, err := orderstore.Start(ctx, cfgs[2])
+		if err != nil {
+			t.Fatalf("restart n3: %v", err)
+		}
+		apps[2] = a
+		// (Start returns once the version is checked.)
+		if data, _ := os.ReadFile(state); !strings.Contains(string(data), `"`+tc.want+`"`) {
+			t.Errorf("claim %s: projection.json %s, want version %s", tc.claim, data, tc.want)
+		}
+		if st := a.RebuildStatus(); st != nil && st.Running() {
+			t.Fatalf("claim %s: n3 rebuilds while n2 holds the claim: %+v", tc.claim, st)
+		}
+	}
+}

@@ -191,10 +191,13 @@ func (a *Appliance) checkVersion(version string, canRebuild bool) error {
 	}
 	reason := fmt.Sprintf("the handler's version changed from %q to %q", ps.Version, version)
 	if _, err := a.rebuild.Start(context.Background(), rebuild.Options{Reason: reason}); errors.Is(err, ErrRebuildRunning) && a.cfg.Cluster.Enabled() {
-		// Another node rebuilds the cluster's projection (for this
-		// version too, when its handler changed with this one's).
-		a.log.Info("the handler's version changed; another node of the cluster is rebuilding the projection", "err", err)
-		return a.recordVersion(version)
+		// Another node rebuilds the cluster's projection: recorded only if with this version's fold
+		// (in a rolling upgrade it may run the old one), else a later start rebuilds.
+		if c, _, found, cerr := a.readClaim(context.Background()); cerr == nil && found && c.Version == version {
+			a.log.Info("the handler's version changed; another node of the cluster is rebuilding the projection with it", "err", err)
+			return a.recordVersion(version)
+		}
+		a.log.Warn("the handler's version changed; another node of the cluster is rebuilding the projection, not with this version: a later start rebuilds", "now", version, "err", err)
 	} else if err != nil {
 		a.log.Error("projection rebuild for a new handler version could not start; the projection stays as the old version built it", "err", err)
 	}

@@ -29,12 +29,14 @@ const (
 
 // rebuildClaim is the claim's value. Paused is set before the takeover pauses the durable and
 // cleared once it is resumed: whoever finds it set with no takeover under way (a node stopped
-// between the two, a rebuild that failed or was canceled) resumes the durable.
+// between the two, a rebuild that failed or was canceled) resumes the durable. Version is the
+// claiming node's fold's (none from a release before it): in a rolling upgrade it may be the old.
 type rebuildClaim struct {
 	Node    string    `json:"node"`
 	ID      string    `json:"id"`
 	Started time.Time `json:"started"`
 	Paused  bool      `json:"paused,omitempty"`
+	Version string    `json:"version,omitempty"`
 }
 
 // readClaim reads the cluster's claim from its bucket's leader; found is false when there is none
@@ -94,7 +96,7 @@ func (a *Appliance) claimRebuild(ctx context.Context, id string) error {
 		return fmt.Errorf("projection rebuild: the cluster's claim: %w", err)
 	}
 	me := a.cfg.Server.Name
-	data, _ := json.Marshal(rebuildClaim{Node: me, ID: id, Started: time.Now().UTC()})
+	data, _ := json.Marshal(rebuildClaim{Node: me, ID: id, Started: time.Now().UTC(), Version: a.handlerVersion})
 	_, err = kv.Create(ctx, claimKey, data)
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return err
