@@ -2,8 +2,10 @@ package orderstore_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -135,5 +137,76 @@ func TestExpectLastMsgIDNamesNoOtherProducer(t *testing.T) {
 	_, err := p2.Publish(ctx, "orders.paid", []byte(`{"order_id":"e-1"}`), jetstream.WithExpectLastMsgID("p2-last"))
 	if err == nil || strings.Contains(err.Error(), "p1-private-id") || strings.Contains(err.Error(), "_p1") || !strings.Contains(err.Error(), "another producer's") {
 		t.Fatalf("p2's publish expecting its last id after p1's: %v; want refused, naming no id of p1's", err)
+	}
+}
+
+// A producer's event keeps no header that a reader takes for nats' or orderstore's word on it:
+// what a direct get adds (Nats-Subject, Nats-Time-Stamp, ...: nats.go reads the first of each,
+// the stored one), a delivery's status (Status, Description: a pull consumer takes an event
+// without payload for nats' own status message, "409 Consumer Deleted" stopping the processor's
+// pull), and orderstore's own (Orderstore-*: a dead letter's). Each is dropped at ingest: the
+// history and as-of read the event where it is, the empty event is dead-lettered and the processor
+// goes on, and the dead letter says what orderstore found, not what the producer wrote.
+func TestIngestDropsHeadersReadersTrust(t *testing.T) {
+	app := orderstoretest.Start(t)
+	js := embeddedtest.JetStream(t, app)
+	ctx := context.Background()
+	created, err := js.PublishMsg(ctx, &nats.Msg{Subject: "orders.created", Data: []byte(`{"order_id":"fh-1"}`), Header: nats.Header{
+		"Nats-Subject": {"orders.cancelled"}, "Nats-Time-Stamp": {"2001-01-01T00:00:00Z"}, "Nats-Sequence": {"1"}, "Nats-Stream": {"ELSEWHERE"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "orders.created", Header: nats.Header{
+		"Status": {"409"}, "Description": {"Consumer Deleted"},
+		"Orderstore-Trimmed": {"payload 1 bytes"}, "Orderstore-Original-Source": {"ORDER_EVENTS:x 1"}, "orderstore-poison": {"true"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"fh-2"}`)); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if _, err := app.Order(ctx, "fh-2"); err != nil {
+			return fmt.Errorf("the valid event after the forged ones: %w (stats %+v)", err, app.Stats())
+		}
+		if st := app.Stats(); st.DeadLettered != 1 {
+			return fmt.Errorf("dead-lettered %d, want the empty event's 1 (stats %+v)", st.DeadLettered, st)
+		}
+		return nil
+	})
+	page, err := app.OrderEvents(ctx, "fh-1", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Events) != 1 {
+		t.Fatalf("history of fh-1: %+v, want its one event", page)
+	}
+	if ev := page.Events[0]; ev.Subject != "orders.created" || ev.Type != "created" || ev.Sequence != created.Sequence || ev.Time.Year() < 2020 {
+		t.Errorf("history of fh-1: %s %s #%d at %s, want orders.created #%d now (not the producer's headers)", ev.Subject, ev.Type, ev.Sequence, ev.Time, created.Sequence)
+	}
+	live, err := app.Order(ctx, "fh-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asOf, err := app.OrderAsOf(ctx, "fh-1", orderstore.AsOf{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asOf.Order.Status != live.Status {
+		t.Errorf("fh-1 as of now: %q, the projection: %q", asOf.Order.Status, live.Status)
+	}
+	dls, _, err := app.DeadLetters(ctx, 1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 {
+		t.Fatalf("dead letters %+v, want 1", dls)
+	}
+	if d := dls[0]; d.Trimmed != "" || !d.Poison || d.Header.Get("Status") != "" || d.Header.Get("Orderstore-Original-Source") != "" || len(d.Header["orderstore-poison"]) > 0 {
+		t.Errorf("dead letter of the empty event: trimmed %q, poison %v, headers %v; want none of the producer's Orderstore-* or Status", d.Trimmed, d.Poison, d.Header)
+	}
+	if _, err := app.ReplayDeadLetter(ctx, dls[0].Sequence); err != nil {
+		t.Errorf("replay of the empty event's dead letter: %v", err)
 	}
 }

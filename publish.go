@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/internal/ingest"
-	"github.com/orderstore/orderstore/processor"
 )
 
 // EpochHeader names the run of the node that stored the event: a new random value at every start. A
@@ -35,7 +34,7 @@ func (a *Appliance) newAdmission() *ingest.Admission {
 	return ingest.NewAdmission(ingest.AdmitConfig{
 		Stream: a.cfg.Stream.Name, StreamAccount: StreamAccount, MaxEvent: int(a.cfg.Stream.MaxMsgSize),
 		OwnNkey: a.id.PublicKey(), OthersAccount: AnonymousAccount,
-		Epoch: a.epoch, Scope: a.cfg.msgIDScope(), ReplayOf: processor.HeaderReplayOf,
+		Epoch: a.epoch, Scope: a.cfg.msgIDScope(),
 		// Always set: SetValidation may turn validation on while it runs.
 		Validate:    func(subject string, data []byte) error { return a.validator.Load().Check(subject, data) },
 		InvalidCode: ValidationErrCode,

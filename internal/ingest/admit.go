@@ -30,7 +30,15 @@ const (
 	StreamSourceHeader = "Nats-Stream-Source" // set by nats when sourcing: never a producer's
 	msgIDHeader        = "Nats-Msg-Id"
 	expectLastIDHeader = "Nats-Expected-Last-Msg-Id" // compared with the last stored (scoped) id
+	ownPrefix          = "Orderstore-"               // orderstore's own: kept from its own account alone
 )
+
+// dropped are the headers no publisher may store, in any spelling: nats' own (who published, a
+// source), what a direct get adds (nats.go takes the first of each: it would be the event's), a
+// delivery's status (a pull consumer takes an event without payload for nats' status message: "409
+// Consumer Deleted" stops it), and the epoch admission stamps.
+var dropped = []string{requestInfoHeader, StreamSourceHeader, "Nats-Stream", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Subject",
+	"Nats-Last-Sequence", "Nats-Num-Pending", "Nats-UpTo-Sequence", "Status", "Description", EpochHeader}
 
 // Headroom is what nats' max_payload is raised by, beyond the configured
 // server.max_payload: a publish made at one node of a cluster crosses the
@@ -71,10 +79,7 @@ type AdmitConfig struct {
 	// it may change its mind between two (SetValidation).
 	Validate    func(subject string, data []byte) error
 	InvalidCode int
-	// ReplayOf is the header only orderstore's own dead-letter replays may set
-	// (processor.HeaderReplayOf): a producer's would have a rebuild leave out the event it names.
-	ReplayOf string
-	Log      *slog.Logger
+	Log         *slog.Logger
 }
 
 // Admission decides on every event published into the stream, on the publisher's own goroutine,
@@ -219,8 +224,9 @@ func (ad *Admission) wait(m *server.AdmitMsg) bool {
 func (ad *Admission) Hold(held bool) { ad.hold.Store(held) }
 
 // headers are the headers stored with an event published by account: the Nats-Msg-Id scoped to it,
-// nats' and orderstore's own headers dropped (in any spelling), the epoch stamped. hdr is NATS wire
-// form, or nil. added is how many of the bytes are orderstore's: the scopes and the epoch.
+// the dropped headers and, from any account but orderstore's own, every Orderstore-* header left
+// out, the epoch stamped. hdr is NATS wire form, or nil. added is how many of the bytes are
+// orderstore's: the scopes and the epoch.
 func (ad *Admission) headers(hdr []byte, account string) (out []byte, added int) {
 	out = make([]byte, 0, len(hdr)+len(ad.cfg.Scope)+len(account)+len(EpochHeader)+len(ad.cfg.Epoch)+32)
 	out = append(out, "NATS/1.0\r\n"...)
@@ -235,10 +241,10 @@ func (ad *Admission) headers(hdr []byte, account string) (out []byte, added int)
 			}
 			k := string(key)
 			switch {
-			case strings.EqualFold(k, requestInfoHeader), strings.EqualFold(k, StreamSourceHeader), strings.EqualFold(k, EpochHeader):
+			case slices.ContainsFunc(dropped, func(d string) bool { return strings.EqualFold(k, d) }):
 				continue
-			case ad.cfg.ReplayOf != "" && strings.EqualFold(k, ad.cfg.ReplayOf) && account != ad.cfg.StreamAccount:
-				continue
+			case account != ad.cfg.StreamAccount && len(k) >= len(ownPrefix) && strings.EqualFold(k[:len(ownPrefix)], ownPrefix):
+				continue // a dead letter's (Orderstore-Trimmed, -Poison, ...) or a replay's (-Replay-Of: a rebuild leaves out the event it names)
 			case k == msgIDHeader, k == expectLastIDHeader:
 				// nats reads these spellings alone (case-sensitive), and the
 				// first of several: every one is scoped.

@@ -9,8 +9,7 @@ import (
 )
 
 func testAdmission() *Admission {
-	return NewAdmission(AdmitConfig{Stream: "ORDER_EVENTS", StreamAccount: "ORDERSTORE", MaxEvent: 400, Epoch: "E1", Scope: "edge1/",
-		ReplayOf: "Orderstore-Replay-Of", InvalidCode: 10422,
+	return NewAdmission(AdmitConfig{Stream: "ORDER_EVENTS", StreamAccount: "ORDERSTORE", MaxEvent: 400, Epoch: "E1", Scope: "edge1/", InvalidCode: 10422,
 		Validate: func(subject string, data []byte) error {
 			if strings.Contains(string(data), "bad") {
 				return errors.New("missing property order_id")
@@ -21,12 +20,13 @@ func testAdmission() *Admission {
 
 // The headers an event is stored with: the Nats-Msg-Id scoped to the
 // publisher's account (every line of it), nats' and orderstore's own
-// headers dropped in any spelling, the replay header kept for orderstore's
-// own account alone, the epoch stamped; other headers as they came.
+// headers dropped in any spelling (a direct get's and a status too), the
+// Orderstore-* ones kept for orderstore's own account alone, the epoch
+// stamped; other headers as they came.
 func TestAdmitHeaders(t *testing.T) {
 	ad := testAdmission()
 	in := "NATS/1.0\r\nNats-Msg-Id: a1\r\nX-Trace: keep me\r\nnats-request-info: {\"acc\":\"X\"}\r\nORDERSTORE-EPOCH: forged\r\n" +
-		"Nats-Stream-Source: forged\r\nOrderstore-Replay-Of: 7\r\nNats-Msg-Id: a2\r\n\r\n"
+		"Nats-Stream-Source: forged\r\nOrderstore-Replay-Of: 7\r\nNats-Msg-Id: a2\r\nstatus: 409\r\nNats-Subject: orders.x\r\norderstore-poison: true\r\n\r\n"
 	h, added := ad.headers([]byte(in), "USER1_p")
 	got := string(h)
 	want := "NATS/1.0\r\nNats-Msg-Id: edge1/USER1_p:a1\r\nX-Trace: keep me\r\nNats-Msg-Id: edge1/USER1_p:a2\r\nOrderstore-Epoch: E1\r\n\r\n"
@@ -39,7 +39,7 @@ func TestAdmitHeaders(t *testing.T) {
 	}
 	h, _ = ad.headers([]byte(in), "ORDERSTORE")
 	got = string(h)
-	if !strings.Contains(got, "Orderstore-Replay-Of: 7\r\n") || !strings.Contains(got, "Nats-Msg-Id: edge1/ORDERSTORE:a1\r\n") {
+	if !strings.Contains(got, "Orderstore-Replay-Of: 7\r\n") || !strings.Contains(got, "orderstore-poison: true\r\n") || strings.Contains(got, "status") || !strings.Contains(got, "Nats-Msg-Id: edge1/ORDERSTORE:a1\r\n") {
 		t.Errorf("orderstore's own replay: %q, want the replay header kept and the id scoped", got)
 	}
 	if h, added := ad.headers(nil, "USER1_p"); string(h) != "NATS/1.0\r\nOrderstore-Epoch: E1\r\n\r\n" || added != len(h) {
