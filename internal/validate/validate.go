@@ -145,7 +145,8 @@ func compileFile(file string) (*jsonschema.Schema, error) {
 	}
 	sch, err := c.Compile(abs)
 	for _, inst := range []any{nil, map[string]any{}, []any{}} {
-		// A $ref cycle that reads nothing of the event ({"$ref": "#"}) compiles, then refuses every event.
+		// A $ref cycle that reads nothing of the event ({"$ref": "#"}) compiles, then refuses every
+		// event.
 		if ve := (*jsonschema.ValidationError)(nil); err == nil && errors.As(sch.Validate(inst), &ve) {
 			err = refCycle(ve)
 		}
