@@ -459,6 +459,10 @@ func (s *Server) readiness(ctx context.Context, b *Backend, st *status.Status) (
 			st.DeadLetters.Messages, st.DeadLetters.Bytes, st.DeadLetters.MaxBytes = i.State.Msgs, i.State.Bytes, i.Config.MaxBytes
 		}
 		add("dead_letter_stream", err)
+		if dl := st.DeadLetters; err == nil && dl.MaxBytes > 0 && float64(dl.Bytes) >= 0.9*float64(dl.MaxBytes) {
+			checks[len(checks)-1].Reason = fmt.Sprintf("warning: the dead-letter stream holds %d of its %d bytes (processor.dead_letter_max_bytes): beyond them its oldest dead letters are discarded, unreplayed; replay them (orderstore dlq replay) or raise the limit",
+				dl.Bytes, dl.MaxBytes)
+		}
 	}
 	if s.cfg.ProjectionBucket != "" {
 		add("projection_bucket", func() error {

@@ -312,3 +312,37 @@ func TestReplayRefusalKeepsItsStatus(t *testing.T) {
 		}
 	}
 }
+
+// A dead-letter stream near its max_bytes discards its oldest dead letters, unreplayed, as new
+// ones come: /readyz stays ready but says so, and /metrics has its bytes against the limit.
+func TestReadinessWarnsDeadLetterStreamNearFull(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	js := embeddedtest.JetStream(t, srv)
+	declare(t, js)
+	ctx := context.Background()
+	cfg := jetstream.StreamConfig{Name: "ORDER_EVENTS_DLQ", Subjects: []string{"dlq.ORDER_EVENTS_DLQ.>"},
+		Storage: jetstream.FileStorage, MaxBytes: 64 << 10, Discard: jetstream.DiscardOld}
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	s := New(testConfig())
+	s.SetBackend(Backend{JS: js})
+	if code, m := do(t, s, "/readyz"); code != 200 || strings.Contains(fmt.Sprint(m["checks"]), "dead_letter_max_bytes") {
+		t.Fatalf("/readyz with an empty dead-letter stream = %d %v, want 200 without a warning", code, m)
+	}
+	for range 80 { // 80 KiB into 64 KiB: the first ones go
+		if _, err := js.Publish(ctx, "dlq.ORDER_EVENTS_DLQ.orders.created", make([]byte, 1<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, m := do(t, s, "/readyz")
+	if code != 200 || !strings.Contains(fmt.Sprint(m["checks"]), "processor.dead_letter_max_bytes") {
+		t.Errorf("/readyz with the dead-letter stream full = %d %v, want 200 with a warning naming dead_letter_max_bytes", code, m)
+	}
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:8222/metrics", nil))
+	if body := rec.Body.String(); !strings.Contains(body, `orderstore_dead_letter_max_bytes{stream="ORDER_EVENTS_DLQ"} 65536`) ||
+		!strings.Contains(body, "orderstore_dead_letter_bytes{") {
+		t.Errorf("/metrics lacks the dead-letter stream's bytes and limit")
+	}
+}

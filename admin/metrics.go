@@ -57,6 +57,8 @@ var (
 	descAckErrors      = desc("processor_settle_errors_total", "Acks, naks and terms that could not be sent (the event is redelivered).")
 	descRecovery       = desc("recovery_notes", "What start-up found and did about a damaged store (see /v1/status recovery); 0 after a clean start.")
 	descDLQ            = desc("dead_letter_messages", "Events in the dead-letter stream.", "stream")
+	descDLQBytes       = desc("dead_letter_bytes", "Bytes the dead-letter stream holds.", "stream")
+	descDLQMax         = desc("dead_letter_max_bytes", "processor.dead_letter_max_bytes (-1: unlimited): beyond it the oldest dead letters are discarded.", "stream")
 	descFree           = desc("store_free_bytes", "Free disk under store_dir for the service user.")
 	descJSUsed         = desc("jetstream_store_bytes", "Bytes JetStream stores on disk, all streams together.")
 	descJSMax          = desc("jetstream_max_store_bytes", "jetstream.max_file_store: what JetStream may store on disk.")
@@ -146,6 +148,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descAckErrors, p.AckErrors)
 	}
 	gauge(descDLQ, float64(st.DeadLetters.Messages), st.DeadLetters.Stream)
+	gauge(descDLQBytes, float64(st.DeadLetters.Bytes), st.DeadLetters.Stream)
+	gauge(descDLQMax, float64(limit(st.DeadLetters.MaxBytes)), st.DeadLetters.Stream)
 	gauge(descRecovery, float64(len(st.Recovery)))
 	if s.cfg.FreeBytes != nil {
 		gauge(descFree, float64(st.Store.FreeBytes))
