@@ -296,15 +296,21 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 		why = fmt.Sprintf("stream %q ends at sequence %d but the projection had applied events up to %d: %d acknowledged events were lost from the store (see nats' recovery warnings)",
 			cs, last, hw, hw-last)
 	case spec.Consumer != nil && c.BuiltinProjection:
-		cons, err := c.JS.Consumer(ctx, cs, spec.Consumer.Durable)
-		if err != nil {
-			return fmt.Errorf("recovery check: consumer %q: %w", spec.Consumer.Durable, err)
+		// Read on every start, so retried like the stream (a cluster electing its leaders).
+		var cons jetstream.Consumer
+		var kvs jetstream.Stream
+		if err := c.Retry(ctx, "recovery check", func(ctx context.Context) (err error) {
+			if cons, err = c.JS.Consumer(ctx, cs, spec.Consumer.Durable); err != nil {
+				return fmt.Errorf("recovery check: consumer %q: %w", spec.Consumer.Durable, err)
+			}
+			if kvs, err = c.JS.Stream(ctx, "KV_"+spec.Projection.Bucket); err != nil {
+				return fmt.Errorf("recovery check: projection bucket: %w", err)
+			}
+			return nil
+		}); err != nil {
+			return err
 		}
 		floor := cons.CachedInfo().AckFloor.Stream
-		kvs, err := c.JS.Stream(ctx, "KV_"+spec.Projection.Bucket)
-		if err != nil {
-			return fmt.Errorf("recovery check: projection bucket: %w", err)
-		}
 		// A bucket made after the consumer (projection_bucket renamed, the bucket deleted or moved
 		// away) holds none of the events the consumer acknowledged before, and it never delivers
 		// them again.
