@@ -133,7 +133,7 @@ func TestCompileRefusesAFIFO(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.json")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	ref := write(t, "ref.json", `{"$ref": "`+fifo+`"}`)
 	done := make(chan error, 1)
