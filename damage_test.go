@@ -439,26 +439,12 @@ func TestProjectionCheckedAfterRelaxedCutWhateverTheNewMode(t *testing.T) {
 // hint, and the stream's blocks are left as they were.
 func TestLostStreamKeyIsRefused(t *testing.T) {
 	cfg := damagedStore(t, 100, withKey(keyA))
-	dir := streamDir(cfg, "ORDER_EVENTS")
-	if err := os.WriteFile(filepath.Join(dir, "meta.key"), nil, 0o640); err != nil {
-		t.Fatal(err)
-	}
 	blk := firstBlock(t, cfg)
 	before, err := os.ReadFile(blk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	app, err := orderstore.Start(ctx, cfg)
-	if err == nil {
-		app.Close(ctx)
-		t.Fatal("started over a stream whose key is lost")
-	}
-	var h orderstore.Hinted
-	if !errors.As(err, &h) || !strings.Contains(h.Hint(), dir) || !strings.Contains(h.Hint(), "backup") {
-		t.Errorf("start = %v, want a refusal whose hint names %q and a backup", err, dir)
-	}
+	refusedWithKeyLost(t, cfg, "ORDER_EVENTS", "backup")
 	if after, err := os.ReadFile(blk); err != nil || string(after) != string(before) {
 		t.Errorf("the stream's block changed (%v)", err)
 	}
@@ -510,7 +496,28 @@ func TestNewProjectionBucketIsRebuilt(t *testing.T) {
 // stream; the hint said to restore the bucket from a backup, which leaves it behind the consumer.
 func TestLostProjectionKeyHintRebuilds(t *testing.T) {
 	cfg := damagedStore(t, 300, withKey(keyA))
-	dir := streamDir(cfg, "KV_ORDERS")
+	dir := refusedWithKeyLost(t, cfg, "KV_ORDERS", "rebuilds the projection")
+	for _, d := range []string{dir, streamDir(cfg, "KV_ORDERS_HISTORY")} {
+		if err := os.Rename(d, d+".damaged"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		for i := range 100 {
+			if o, err := app.Order(context.Background(), fmt.Sprintf("o-%d", i)); err != nil || o.Events != 3 {
+				return fmt.Errorf("order o-%d = %+v, %v; want its 3 events", i, o, err)
+			}
+		}
+		return nil
+	})
+}
+
+// refusedWithKeyLost empties stream's meta.key and checks that a start is refused with a hint
+// naming the stream's directory and saying want; it returns the directory.
+func refusedWithKeyLost(t *testing.T, cfg orderstore.Config, stream, want string) string {
+	t.Helper()
+	dir := streamDir(cfg, stream)
 	if err := os.WriteFile(filepath.Join(dir, "meta.key"), nil, 0o640); err != nil {
 		t.Fatal(err)
 	}
@@ -519,24 +526,11 @@ func TestLostProjectionKeyHintRebuilds(t *testing.T) {
 	app, err := orderstore.Start(ctx, cfg)
 	if err == nil {
 		app.Close(ctx)
-		t.Fatal("started over a projection bucket whose key is lost")
+		t.Fatalf("started over %s whose key is lost", stream)
 	}
 	var h orderstore.Hinted
-	if !errors.As(err, &h) || !strings.Contains(h.Hint(), dir) || !strings.Contains(h.Hint(), "rebuilds the projection") {
-		t.Fatalf("start = %v, want a refusal whose hint names %q and the rebuild", err, dir)
+	if !errors.As(err, &h) || !strings.Contains(h.Hint(), dir) || !strings.Contains(h.Hint(), want) {
+		t.Fatalf("start = %v, want a refusal whose hint names %q and says %q", err, dir, want)
 	}
-	for _, d := range []string{dir, streamDir(cfg, "KV_ORDERS_HISTORY")} {
-		if err := os.Rename(d, d+".damaged"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	app = orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
-	embeddedtest.WaitFor(t, 30*time.Second, func() error {
-		for i := range 100 {
-			if o, err := app.Order(ctx, fmt.Sprintf("o-%d", i)); err != nil || o.Events != 3 {
-				return fmt.Errorf("order o-%d = %+v, %v; want its 3 events", i, o, err)
-			}
-		}
-		return nil
-	})
+	return dir
 }
