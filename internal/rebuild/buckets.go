@@ -109,8 +109,8 @@ type recordHead struct {
 func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	skv, shkv, err := b.openShadow(ctx)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		// Dropped after a copy that finished: nothing is left to do.
-		return nil
+		// Not dropped before the rebuild was recorded done: lost.
+		return fmt.Errorf("%w: %w", ErrShadowLost, err)
 	}
 	if err != nil {
 		return err

@@ -41,7 +41,9 @@ func (r *Runner) FinishTakeover(ctx context.Context) error {
 	if err := r.takeover(ctx, st); err != nil {
 		return err
 	}
-	r.release(st.ID)
+	if r.Status().State == status.RebuildDone { // else started over (its shadow lost): Run folds it
+		r.release(st.ID)
+	}
 	return nil
 }
 
@@ -125,7 +127,8 @@ var (
 type errTakeoverLeft struct{ error }
 
 // takeover runs the Target's takeover for st and records its end. A failure leaves st taking over,
-// to be tried again (catchUpAndTakeOver's retries, then FinishTakeover at the next start).
+// to be tried again (catchUpAndTakeOver's retries, then FinishTakeover at the next start); a
+// shadow lost starts st over.
 func (r *Runner) takeover(ctx context.Context, st *state) error {
 	keep := map[string]bool{}
 	for _, id := range st.Keep {
@@ -143,6 +146,19 @@ func (r *Runner) takeover(ctx context.Context, st *state) error {
 	if err := r.cfg.Target.Takeover(ctx, t); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, ErrShadowLost) {
+			// Not done with nothing copied (the live projection as it was, or half copied): Run
+			// folds it again from the start.
+			r.startOver(st, err.Error()+", while taking over: a power cut took its metadata (meta.inf) or files, or it was deleted")
+			if err := r.save(st); err != nil {
+				return err
+			}
+			select {
+			case r.jobs <- st:
+			default:
+			}
+			return nil
 		}
 		// Neither canceled nor failed: the live projection may be half
 		// copied, so the takeover must be finished; report why it is not yet.

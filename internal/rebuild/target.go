@@ -2,6 +2,7 @@ package rebuild
 
 import (
 	"context"
+	"errors"
 
 	"github.com/orderstore/orderstore/processor"
 )
@@ -14,7 +15,8 @@ type Target interface {
 	// Durable makes what the shadow's handler wrote durable: a checkpoint names it next.
 	Durable(ctx context.Context) error
 	// Takeover makes the shadow the live projection, with the live processor paused (or not yet
-	// started). It must be idempotent: a crash half-way runs it again at the next start.
+	// started). It must be idempotent: a crash half-way runs it again at the next start. A shadow
+	// that is gone is an error wrapping ErrShadowLost: the rebuild starts over.
 	Takeover(ctx context.Context, t *Takeover) error
 	// Discard drops the shadow.
 	Discard(ctx context.Context) error
@@ -23,6 +25,10 @@ type Target interface {
 	// folded) starts over.
 	HighWater(ctx context.Context) (uint64, error)
 }
+
+// ErrShadowLost is a Takeover's error when the shadow is gone (the shadow is dropped only after
+// the rebuild was recorded done): a power cut took its metadata, or it was deleted.
+var ErrShadowLost = errors.New("the rebuild's shadow is gone")
 
 // Takeover is what a takeover is told, and what it reports.
 type Takeover struct {
