@@ -82,6 +82,8 @@ func (a *Appliance) openAdmin(context.Context) error {
 		b.Ingest = func() *status.IngestStats {
 			st := c.Status()
 			st.Waiting = a.admit.Counts().Waiting
+			_, d := a.syncInFlight()
+			st.SyncInFlightSeconds = d.Seconds()
 			return st
 		}
 	}

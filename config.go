@@ -34,7 +34,8 @@ type Config struct {
 	// dashboard. Zero fields read "unknown".
 	Build status.BuildInfo
 
-	rebuildPace time.Duration // tests: a projection rebuild's pause after each step
+	rebuildPace   time.Duration // tests: a projection rebuild's pause after each step
+	syncHungAfter time.Duration // tests: readiness' bound on a sync in flight, instead of 30 s
 }
 
 // ServerConfig is the NATS client listener ([server]).

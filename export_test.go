@@ -47,3 +47,7 @@ const BackupStaging = backupStaging
 
 // Stopping reports whether app's Close began.
 func Stopping(app *Appliance) bool { return app.sup.stopping() }
+
+// SetSyncHungAfter makes /readyz fail once a group commit sync has been in
+// flight longer than d, instead of 30 s.
+func SetSyncHungAfter(c *Config, d time.Duration) { c.syncHungAfter = d }

@@ -1,17 +1,19 @@
 package orderstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/orderstore/orderstore/internal/duration"
 	"github.com/orderstore/orderstore/status"
 )
 
 // checks are the readiness checks of what admin cannot see: both internal
-// connections are up, and the processor's ack floor moves.
+// connections are up, no group commit sync failed or hangs, and the processor's ack floor moves.
 func (a *Appliance) checks(ctx context.Context) []status.Check {
 	conns := status.Check{Name: "connections", OK: true}
 	for _, c := range []struct {
@@ -30,9 +32,13 @@ func (a *Appliance) checks(ctx context.Context) []status.Check {
 			": the appliance stopped working; close it and start it again (orderstore run exits non-zero, so that systemd restarts it)"})
 	}
 	if a.commit != nil {
-		c := status.Check{Name: "durability", OK: true}
+		c, hung := status.Check{Name: "durability", OK: true}, cmp.Or(a.cfg.syncHungAfter, syncHungAfter)
 		if err := a.commit.Err(); err != nil {
 			c.OK, c.Reason = false, err.Error()+"; restart orderstore (it exits non-zero so that systemd does)"
+		} else if stream, d := a.syncInFlight(); d > hung {
+			c.OK, c.Reason = false, fmt.Sprintf("group commit: a sync of stream %s under jetstream.store_dir %s has been in flight for %s (over %s): "+
+				"publishes wait for their acks; the disk or NFS server under it is hung or failing: check dmesg (I/O errors, hung tasks) and the storage; "+
+				"ready again once the sync returns", stream, a.report.StoreDir, duration.Format(d.Round(time.Second)), duration.Format(hung))
 		}
 		out = append(out, c)
 	}
@@ -52,6 +58,22 @@ func (a *Appliance) checks(ctx context.Context) []status.Check {
 		out = append(out, c)
 	}
 	return out
+}
+
+// syncHungAfter is how long a group commit sync may be in flight before readiness fails: a
+// healthy one takes milliseconds (the histogram's top bucket is 2.5 s), and 30 s is the kernel's
+// default timeout of one disk command (/sys/block/*/device/timeout), after which it is retried.
+const syncHungAfter = 30 * time.Second
+
+// syncInFlight is the group commit sync in flight the longest: its stream, and for how long
+// (0: none).
+func (a *Appliance) syncInFlight() (string, time.Duration) {
+	if srv := a.monitored.Load(); srv != nil {
+		if stream, since := srv.GroupCommitSyncing(); !since.IsZero() {
+			return stream, time.Since(since)
+		}
+	}
+	return "", 0
 }
 
 // guardStats is what admission and the durable guard refused or held back.

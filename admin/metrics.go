@@ -68,6 +68,7 @@ var (
 	descGCAcked        = desc("group_commit_acked_events_total", "Producers' events acknowledged after a group-commit sync.")
 	descGCWaiting      = desc("group_commit_acks_waiting", "Publishes waiting now in admission's line (their connection held while the stream's inbound queue is deep).")
 	descGCSyncErrors   = desc("group_commit_sync_errors_total", "Failed group-commit syncs (the first one stops orderstore).")
+	descGCInFlight     = desc("group_commit_sync_inflight_seconds", "How long the group-commit sync in flight the longest has taken so far (0: none); over 30 s /readyz fails.")
 	descRejected       = desc("validation_rejected_total", "Events refused at ingest by schema validation ([validation]), nothing stored, by event type (\"other\" for types without a schema) and reason (the schema keyword that failed, or invalid_json, unknown_type, func).", "type", "reason")
 	descRebuildRunning = desc("projection_rebuild_running", "1 while a projection rebuild is under way (folding or taking over), else 0.")
 	descRebuildDone    = desc("projection_rebuild_events_done", "Events (by stream sequence) the rebuild under way or the last one folded into its shadow.")
@@ -204,6 +205,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descGCAcked, in.Acked)
 		gauge(descGCWaiting, float64(in.Waiting))
 		counter(descGCSyncErrors, in.SyncErrors)
+		gauge(descGCInFlight, in.SyncInFlightSeconds)
 	}
 }
 

@@ -141,6 +141,8 @@ type IngestStats struct {
 	SyncP99Seconds float64   `json:"sync_p99_seconds"`
 	SyncSeconds    Histogram `json:"sync_seconds"`
 	BatchEvents    Histogram `json:"batch_events"`
+	// SyncInFlightSeconds is how long the sync in flight the longest has taken so far; 0: none.
+	SyncInFlightSeconds float64 `json:"sync_inflight_seconds"`
 }
 
 // GuardStats count what orderstore answered with an error instead of passing it on, since start.

@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0001-group-commit.patch; see natsserver/README.md).
+// (patches: 0001-group-commit.patch, 0022-sync-inflight-since.patch; see natsserver/README.md).
 
 // Copyright 2026 The orderstore Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -379,6 +379,10 @@ func (fs *fileStore) gcWriteLastBlock() error {
 // nothing left of it to sync.
 func (g *groupCommit) sync(dirty map[uint32]gcBlock, dirSync bool) (err error) {
 	defer closeBlocks(dirty)
+	if s := g.fs.srv; s != nil {
+		s.gcSyncing.Store(g, time.Now()) // for GroupCommitSyncing
+		defer s.gcSyncing.Delete(g)
+	}
 	dios := g.fs.dios
 	for _, b := range dirty {
 		dios.acquire()
@@ -571,6 +575,20 @@ func (s *Server) groupCommitFlushAll() {
 		}
 		return true
 	})
+}
+
+// GroupCommitSyncing (orderstore) returns the stream whose group commit
+// sync has been in flight the longest and when that sync began, or a zero
+// time when no sync is in flight. A sync that does not return (a hung disk
+// or NFS server) holds every PubAck parked behind it.
+func (s *Server) GroupCommitSyncing() (stream string, since time.Time) {
+	s.gcSyncing.Range(func(k, v any) bool {
+		if t := v.(time.Time); since.IsZero() || t.Before(since) {
+			stream, since = k.(*groupCommit).name, t
+		}
+		return true
+	})
+	return stream, since
 }
 
 // InjectGroupCommitFault (orderstore, for tests) makes every later group

@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0001-group-commit.patch; see natsserver/README.md).
+// (patches: 0001-group-commit.patch, 0022-sync-inflight-since.patch; see natsserver/README.md).
 
 // Copyright 2012-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -174,6 +174,8 @@ type Server struct {
 	gcid uint64
 	// orderstore: a fault every group commit sync fails with (tests).
 	gcFault atomic.Pointer[error]
+	// orderstore: when each group commit sync in flight began (*groupCommit -> time.Time).
+	gcSyncing sync.Map
 	// How often user logon fails due to the issuer account not being pinned.
 	pinnedAccFail uint64
 	stats
