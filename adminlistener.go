@@ -76,7 +76,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 // start and the first to stop: Close stops it taking requests and finishes those in flight before
 // anything else stops.
 func (a *Appliance) openAdmin(context.Context) error {
-	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, History: a, Validation: a.validationStats, Checks: a.checks, Recovery: a.rc.Notes(), Topology: a.topology, Backup: a.backupTar,
+	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, History: a, Validation: a.validationStats, ConfigReload: a.reload.Load, Checks: a.checks, Recovery: a.rc.Notes(), Topology: a.topology, Backup: a.backupTar,
 		Publish: a.publishMsg, Guard: a.guardStats, Rebuild: a, RebuildCodes: rebuildCodes, OrderIndex: a.index}
 	if c := a.commit; c != nil {
 		b.Ingest = func() *status.IngestStats {

@@ -28,6 +28,7 @@ import (
 	"github.com/orderstore/orderstore/internal/recovery"
 	"github.com/orderstore/orderstore/internal/validate"
 	"github.com/orderstore/orderstore/processor"
+	"github.com/orderstore/orderstore/status"
 )
 
 // ErrNotFound is matched (errors.Is) by the errors of [Appliance.Order],
@@ -76,6 +77,8 @@ type Appliance struct {
 	commit     *ingest.Committer                  // group commit's figures and failure; nil in other modes
 	admit      *ingest.Admission                  // nats' admission hook: every publish into the stream
 	validator  atomic.Pointer[validate.Validator] // schema validation at admission; swapped by SetValidation
+
+	reload atomic.Pointer[status.ConfigReload] // the last reload's outcome (SetValidation, ReloadFailed)
 
 	// orderstore's own connections, each of its own so that no part shares another's fate: for
 	// declare, the admin API and lookups (internal), the processor and its projection writes
@@ -155,6 +158,7 @@ func Start(ctx context.Context, cfg Config) (*Appliance, error) {
 	a := &Appliance{cfg: cfg, spec: cfg.DeclareSpec(), log: log, sup: newSupervisor(log),
 		epoch: rand.Text()[:12]} // 12 random letters and digits
 	a.validator.Store(v)
+	a.reloaded(nil)
 	for _, step := range startSteps {
 		a.sup.stage(func(ctx context.Context) error { return step.run(a, ctx) })
 	}

@@ -31,6 +31,10 @@ func (a *Appliance) checks(ctx context.Context) []status.Check {
 		out = append(out, status.Check{Name: "components", Reason: err.Error() +
 			": the appliance stopped working; close it and start it again (orderstore run exits non-zero, so that systemd restarts it)"})
 	}
+	if r := a.reload.Load(); !r.Successful {
+		out = append(out, status.Check{Name: "config_reload", OK: true, Reason: "warning: the last reload failed, the schemas before it stay in force: " +
+			r.Error + "; fix it (orderstore check -config FILE lists every problem), then reload again (systemctl reload orderstore)"})
+	}
 	if a.commit != nil {
 		c, hung := status.Check{Name: "durability", OK: true}, cmp.Or(a.cfg.syncHungAfter, syncHungAfter)
 		if err := a.commit.Err(); err != nil {

@@ -2,6 +2,8 @@ package orderstore
 
 import (
 	"cmp"
+	"errors"
+	"time"
 
 	"github.com/orderstore/orderstore/internal/hint"
 	"github.com/orderstore/orderstore/internal/validate"
@@ -39,8 +41,10 @@ func (a *Appliance) validationStats() *status.ValidationStats {
 // SetValidation replaces the schema validation of a running appliance: the schemas are compiled
 // first (an error leaves the current ones in place), then every publish from the next on is checked
 // against them. Stored events are never touched. The refusal counts carry over. `orderstore run`
-// calls it on SIGHUP with the config file's [validation].
-func (a *Appliance) SetValidation(vc ValidationConfig) error {
+// calls it on SIGHUP with the config file's [validation]. Its outcome is the last reload's: an
+// error is a /readyz warning and orderstore_config_last_reload_successful 0 until one succeeds.
+func (a *Appliance) SetValidation(vc ValidationConfig) (err error) {
+	defer func() { a.reloaded(err) }()
 	c := a.cfg
 	c.Validation = vc
 	if err := problems(c.validateValidation); err != nil {
@@ -54,4 +58,17 @@ func (a *Appliance) SetValidation(vc ValidationConfig) error {
 	a.validator.Store(v)
 	a.log.Info("validation set", "schemas", len(vc.Schemas), "unknown_types", v.UnknownTypes(), "func", vc.Func != nil)
 	return nil
+}
+
+// ReloadFailed records a reload that failed before SetValidation (a config file that does not
+// load), or restates SetValidation's error naming the file, as the last reload's outcome.
+func (a *Appliance) ReloadFailed(err error) { a.reloaded(cmp.Or(err, errors.New("reload failed"))) }
+
+// reloaded records a reload's outcome (nil: it succeeded) for /readyz, /metrics and /v1/status.
+func (a *Appliance) reloaded(err error) {
+	r := status.ConfigReload{Successful: err == nil, LastSuccess: time.Now()}
+	if err != nil {
+		r.LastSuccess, r.Error = a.reload.Load().LastSuccess, err.Error()
+	}
+	a.reload.Store(&r)
 }

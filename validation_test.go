@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -259,5 +260,43 @@ func TestValidationHostileNumbers(t *testing.T) {
 	}
 	if _, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"h-2","amount":1e300}`)); err != nil {
 		t.Fatalf("a valid event after the hostile ones: %v", err)
+	}
+}
+
+// SetValidation records its outcome as the last reload's, for a program that embeds orderstore as
+// for `orderstore run`: a failure is a /readyz warning (still ready) and
+// orderstore_config_last_reload_successful 0, until one succeeds.
+func TestSetValidationOutcomeShows(t *testing.T) {
+	app := orderstoretest.Start(t)
+	// state is the config_reload warning ("" none) and whether /metrics says the last succeeded.
+	state := func() (warning string, ok bool) {
+		rec := httptest.NewRecorder()
+		app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/readyz", nil))
+		var ready struct{ Checks []status.Check }
+		if err := json.Unmarshal(rec.Body.Bytes(), &ready); rec.Code != 200 || err != nil {
+			t.Fatalf("/readyz = %d, want 200: %v %s", rec.Code, err, rec.Body)
+		}
+		for _, c := range ready.Checks {
+			if c.Name == "config_reload" && c.OK {
+				warning = c.Reason
+			}
+		}
+		rec = httptest.NewRecorder()
+		app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/metrics", nil))
+		return warning, strings.Contains(rec.Body.String(), "\norderstore_config_last_reload_successful 1\n")
+	}
+	bad := writeSchema(t, t.TempDir(), "created.json", `{"properties":`)
+	if err := app.SetValidation(orderstore.ValidationConfig{Schemas: map[string]string{"created": bad}}); err == nil {
+		t.Fatal("SetValidation of a schema that does not compile: no error")
+	}
+	if w, ok := state(); !strings.HasPrefix(w, "warning: the last reload failed") || !strings.Contains(w, bad) || ok {
+		t.Fatalf("after a failed SetValidation: /readyz warning %q, last reload successful %v", w, ok)
+	}
+	good := writeSchema(t, t.TempDir(), "created.json", createdSchema)
+	if err := app.SetValidation(orderstore.ValidationConfig{Schemas: map[string]string{"created": good}}); err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := state(); w != "" || !ok {
+		t.Fatalf("after a good SetValidation: /readyz warning %q, last reload successful %v", w, ok)
 	}
 }

@@ -135,6 +135,8 @@ type Backend struct {
 	Ingest func() *status.IngestStats
 	// Validation, if set, reports schema validation at ingest (nil when it checks nothing).
 	Validation func() *status.ValidationStats
+	// ConfigReload, if set, reports the last reload's outcome (/metrics, /v1/status).
+	ConfigReload func() *status.ConfigReload
 	// Guard, if set, reports what admission and the durable guard refused.
 	Guard func() *status.GuardStats
 	// Backup, if set, writes a backup as a tar stream (POST /v1/backup).

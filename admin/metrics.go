@@ -77,6 +77,8 @@ var (
 	descRebuildFailed  = desc("projection_rebuild_failed", "1 when the last projection rebuild failed or its takeover is left to the next start, else 0.")
 	descOrders         = desc("orders", "Orders in the projection by status (the 32 largest statuses; the rest summed as status \"other\"), from the order index; absent while it loads.", "status")
 	descOrdersStale    = desc("orders_stale", "Orders in a status of processor.stale_after with no event for longer than it says, by status.", "status")
+	descReloadOK       = desc("config_last_reload_successful", "1 when the last reload of [validation] (SIGHUP, SetValidation) succeeded; 0 when it failed and the schemas before it stay in force (/readyz says why).")
+	descReloadAt       = desc("config_last_reload_success_timestamp_seconds", "Unix time of the last successful reload of [validation], or of the start.")
 	descScrapeErrors   = desc("scrape_errors", "Parts of the state that could not be read during this scrape.")
 )
 
@@ -166,6 +168,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, c := range v.Rejected {
 			counter(descRejected, c.Events, c.Type, c.Reason)
 		}
+	}
+	if r := st.ConfigReload; r != nil {
+		gauge(descReloadOK, b11(r.Successful))
+		gauge(descReloadAt, float64(r.LastSuccess.UnixNano())/1e9)
 	}
 	if rb := st.Rebuild; rb != nil {
 		gauge(descRebuildRunning, b11(rb.Running()))

@@ -101,7 +101,8 @@ func exportedMetrics(t *testing.T) map[string]bool {
 		h := status.Histogram{Count: 1, Sum: 0.001, Buckets: map[float64]uint64{0.001: 1}}
 		return &status.IngestStats{Sync: "syncfs", Syncs: 1, Acked: 1, SyncSeconds: h, BatchEvents: h}
 	},
-		Guard: func() *status.GuardStats { return &status.GuardStats{} },
+		Guard:        func() *status.GuardStats { return &status.GuardStats{} },
+		ConfigReload: func() *status.ConfigReload { return &status.ConfigReload{Successful: true} },
 		Validation: func() *status.ValidationStats {
 			return &status.ValidationStats{Rejected: []status.ValidationCount{{Type: "created", Reason: "minimum", Events: 1}}}
 		},

@@ -24,6 +24,9 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) status.Status {
 	if b.Validation != nil {
 		st.Validation = b.Validation()
 	}
+	if b.ConfigReload != nil {
+		st.ConfigReload = b.ConfigReload()
+	}
 	if b.Rebuild != nil {
 		st.Rebuild = b.Rebuild.RebuildStatus()
 	}

@@ -40,6 +40,15 @@ type Status struct {
 	// Orders counts the orders by status (the order index); absent when
 	// processor.order_index is off.
 	Orders *OrdersStatus `json:"orders,omitempty"`
+	// ConfigReload is the outcome of the last reload of [validation] (SIGHUP, SetValidation).
+	ConfigReload *ConfigReload `json:"config_reload,omitempty"`
+}
+
+// ConfigReload is the outcome of the last reload; before any, the start's.
+type ConfigReload struct {
+	Successful  bool      `json:"successful"`
+	LastSuccess time.Time `json:"last_success"`    // the last that succeeded, or the start
+	Error       string    `json:"error,omitempty"` // why the last one failed
 }
 
 // Rebuild states of [Rebuild].

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -132,5 +133,78 @@ func TestSIGHUPDuringStartup(t *testing.T) {
 				t.Fatalf("exit code after SIGTERM = %d, want 0\n%s", code, p.stderr)
 			}
 		})
+	}
+}
+
+// A reload that fails shows where an operator looks, not only in the log (systemctl reload reports
+// success either way): /readyz stays ready with a warning naming the file and the error, and
+// orderstore_config_last_reload_successful is 0, until a reload succeeds again.
+func TestSIGHUPFailureShowsInReadyzAndMetrics(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, filepath.Join(dir, "store"), "[admin]\nlisten = \"127.0.0.1:0\"\n")
+	good, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, nil, "run", "-config", cfg)
+	p.waitReady()
+	admin := p.adminURL(t)
+	// reloadState is the reload warning of /readyz ("" none) and the two metrics' lines.
+	reloadState := func() (warning string, metrics []string) {
+		ready := getJSON(t, admin+"/readyz", 200) // a failed reload leaves the node ready
+		for _, c := range ready["checks"].([]any) {
+			if c := c.(map[string]any); c["name"] == "config_reload" {
+				warning = fmt.Sprint(c["ok"], " ", c["reason"])
+			}
+		}
+		for _, l := range strings.Split(string(get(t, "GET", admin+"/metrics", "").body), "\n") {
+			if strings.HasPrefix(l, "orderstore_config_last_reload_") {
+				metrics = append(metrics, l)
+			}
+		}
+		return warning, metrics
+	}
+	var started string // the success timestamp set at start
+	if w, m := reloadState(); w != "" || len(m) != 2 || m[0] == "" {
+		t.Fatalf("after start: warning %q, metrics %q; want none and two", w, m)
+	} else {
+		started = m[0]
+	}
+	breakAndWait := func(text, want string) {
+		t.Helper()
+		if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p.signal(syscall.SIGHUP)
+		embeddedtest.WaitFor(t, 20*time.Second, func() error {
+			w, m := reloadState()
+			if !strings.HasPrefix(w, "true warning: ") || !strings.Contains(w, cfg) || !strings.Contains(w, want) ||
+				!strings.Contains(w, "reload again") || !slices.Equal(m, []string{started, "orderstore_config_last_reload_successful 0"}) {
+				return fmt.Errorf("after a failed reload: warning %q, metrics %q", w, m)
+			}
+			return nil
+		})
+	}
+	breakAndWait(string(good)+"[[[\n", "toml")
+	schema := filepath.Join(dir, "created.json")
+	if err := os.WriteFile(schema, []byte(`{"properties":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	breakAndWait(string(good)+"[validation]\nschemas = { created = \"created.json\" }\n", schema)
+
+	// Fixed: the next reload clears both.
+	if err := os.WriteFile(schema, []byte(`{"properties":{"amount":{"minimum":0}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.signal(syscall.SIGHUP)
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		if w, m := reloadState(); w != "" || len(m) != 2 || m[0] == started || m[1] != "orderstore_config_last_reload_successful 1" {
+			return fmt.Errorf("after a good reload: warning %q, metrics %q", w, m)
+		}
+		return nil
+	})
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Errorf("exit %d", code)
 	}
 }

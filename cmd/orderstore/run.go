@@ -155,14 +155,17 @@ func exitCode(err error) int {
 }
 
 // reloadValidation reads the config file again and applies its [validation] to the running
-// appliance (SIGHUP). A file or schema that does not load leaves the running validation as it is.
+// appliance (SIGHUP). A file or schema that does not load leaves the running validation as it is,
+// and shows in /readyz and /metrics until a reload succeeds.
 func reloadValidation(app *orderstore.Appliance, configPath string, logger *slog.Logger) {
 	fc, name, err := loadConfig(configPath)
 	if err != nil {
+		app.ReloadFailed(err)
 		logger.Error("SIGHUP: the config file does not load; validation unchanged", "config", name, "err", err)
 		return
 	}
 	if err := app.SetValidation(fc.Validation); err != nil {
+		app.ReloadFailed(fmt.Errorf("config %q [validation]: %w", name, err))
 		logger.Error("SIGHUP: the schemas do not compile; validation unchanged", "config", name, "err", err)
 		return
 	}
