@@ -480,6 +480,9 @@ func (s *Server) readiness(ctx context.Context, b *Backend, st *status.Status) (
 			if ks, ok := kst.(*jetstream.KeyValueBucketStatus); ok {
 				i := ks.StreamInfo()
 				st.Projection.Orders, st.Projection.Bytes, st.Projection.MaxBytes = i.State.Msgs, i.State.Bytes, i.Config.MaxBytes
+				if o := st.Orders; o != nil { // the index read after the bucket: no lag made up
+					o.IndexLagWrites = i.State.LastSeq - min(b.OrderIndex.Applied(), i.State.LastSeq)
+				}
 				// Full: less room left than a record or two, or 1%.
 				if max := i.Config.MaxBytes; max > 0 && int64(i.State.Bytes) > max-min(4096, max/4)-max/100 {
 					return fmt.Errorf("projection bucket %q is full (%d of %d bytes): new orders cannot be projected and are dead-lettered; raise processor.projection_max_bytes, then orderstore dlq replay -all",

@@ -79,6 +79,7 @@ var (
 	descOrdersStale    = desc("orders_stale", "Orders in a status of processor.stale_after with no event for longer than it says, by status.", "status")
 	descReloadOK       = desc("config_last_reload_successful", "1 when the last reload of [validation] (SIGHUP, SetValidation) succeeded; 0 when it failed and the schemas before it stay in force (/readyz says why).")
 	descReloadAt       = desc("config_last_reload_success_timestamp_seconds", "Unix time of the last successful reload of [validation], or of the start.")
+	descIndexLag       = desc("order_index_lag_writes", "Writes of the projection bucket the order index has not read yet (the bucket's last sequence minus the index's): near 0; one that does not shrink means listings, counts and stale counts by status are stale.")
 	descScrapeErrors   = desc("scrape_errors", "Parts of the state that could not be read during this scrape.")
 )
 
@@ -204,6 +205,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for s, n := range o.Stale {
 			gauge(descOrdersStale, float64(n), s)
 		}
+		gauge(descIndexLag, float64(o.IndexLagWrites))
 	}
 	if in := st.Ingest; in != nil {
 		ch <- prometheus.MustNewConstHistogram(descSyncSeconds, in.SyncSeconds.Count, in.SyncSeconds.Sum, in.SyncSeconds.Buckets)

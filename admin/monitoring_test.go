@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -477,3 +478,62 @@ func (l lastRebuild) RebuildProjection(context.Context, status.RebuildRequest) (
 }
 func (l lastRebuild) RebuildStatus() *status.Rebuild { return l.r }
 func (l lastRebuild) CancelRebuild() error           { return nil }
+
+// orderstore_order_index_lag_writes is the projection bucket's writes the order index has not read:
+// 0 once it has read them, the writes made since while its watch is held back (here by the report
+// of a record that is not an order's), and 0 again once it goes on.
+func TestOrderIndexLagMetric(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	js := embeddedtest.JetStream(t, srv)
+	declare(t, js)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kv, err := js.KeyValue(ctx, "ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(key string) {
+		t.Helper()
+		if _, err := kv.Put(ctx, key, []byte(`{"status":"paid","last_event_at":"2026-01-01T00:00:00Z"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("o-1")
+	x, release := orderindex.New(nil), make(chan struct{})
+	go x.Run(ctx, kv, func(string, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	})
+	<-x.Loaded()
+	s := New(testConfig())
+	s.SetBackend(Backend{JS: js, OrderIndex: x})
+	lagIs := func(want int) {
+		t.Helper()
+		embeddedtest.WaitFor(t, 30*time.Second, func() error {
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:8222/metrics", nil))
+			if line := fmt.Sprintf("\norderstore_order_index_lag_writes %d\n", want); !strings.Contains(rec.Body.String(), line) {
+				return fmt.Errorf("/metrics lacks %q", line[1:])
+			}
+			return nil
+		})
+	}
+	lagIs(0)
+	if _, err := kv.Put(ctx, "junk", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	put("o-2")
+	put("o-3")
+	put("o-1")
+	lagIs(3)
+	if n := x.Len(); n != 1 {
+		t.Errorf("the held index holds %d orders, want o-1 only", n)
+	}
+	close(release)
+	lagIs(0)
+	if n := x.Len(); n != 3 {
+		t.Errorf("the index holds %d orders once it went on, want 3", n)
+	}
+}

@@ -238,6 +238,8 @@ type OrdersStatus struct {
 	// with no event for longer than StaleAfter says.
 	Stale      map[string]int    `json:"stale,omitempty"`
 	StaleAfter map[string]string `json:"stale_after,omitempty"`
+	// IndexLagWrites are the projection bucket's writes the index has not read yet.
+	IndexLagWrites uint64 `json:"index_lag_writes"`
 }
 
 // OrderCount is one status's orders, and its stale ones if it has a stale_after.

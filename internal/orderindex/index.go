@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/btree"
@@ -106,6 +107,7 @@ type Index struct {
 	now        func() time.Time
 	loaded     chan struct{} // closed once the watch read what the bucket held (listings are complete)
 	loadOnce   sync.Once
+	applied    atomic.Uint64 // the bucket sequence (revision) of the last write read
 }
 
 // New returns an empty index. staleAfter maps a status to how long an order
@@ -114,6 +116,10 @@ func New(staleAfter map[string]time.Duration) *Index {
 	return &Index{byID: map[string]place{}, all: newTree(), by: map[string]*statusSet{},
 		staleAfter: staleAfter, now: time.Now, loaded: make(chan struct{})}
 }
+
+// Applied is the bucket sequence of the last write the index read: the bucket's last sequence
+// minus it is the writes the listings and counts do not reflect yet.
+func (x *Index) Applied() uint64 { return x.applied.Load() }
 
 // Loaded is closed once the index holds every order the bucket held when its watch began.
 func (x *Index) Loaded() <-chan struct{} { return x.loaded }

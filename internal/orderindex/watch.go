@@ -18,6 +18,10 @@ import (
 // events only (status "") skipped; a key deleted or purged is forgotten. A failed watch is an
 // error: the index would fall behind silently.
 func (x *Index) Run(ctx context.Context, kv jetstream.KeyValue, skipped func(key string, err error)) error {
+	st, err := kv.Status(ctx) // loaded, the index reflects the bucket up to its last sequence now
+	if err != nil {
+		return fmt.Errorf("order index: bucket %q: %w", kv.Bucket(), err)
+	}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("order index: watch bucket %q: %w", kv.Bucket(), err)
@@ -39,6 +43,9 @@ func (x *Index) Run(ctx context.Context, kv jetstream.KeyValue, skipped func(key
 				return fmt.Errorf("order index: the watch of bucket %q ended", kv.Bucket())
 			}
 			if e == nil {
+				if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok { // its last write may be gone unread (expired)
+					x.applied.Store(max(x.applied.Load(), bs.StreamInfo().State.LastSeq))
+				}
 				x.loadOnce.Do(func() { close(x.loaded) }) // every record the bucket held is in
 				continue
 			}
@@ -51,6 +58,7 @@ func (x *Index) Run(ctx context.Context, kv jetstream.KeyValue, skipped func(key
 
 // apply records one write of the bucket.
 func (x *Index) apply(e jetstream.KeyValueEntry) error {
+	defer x.applied.Store(e.Revision()) // once the index holds it
 	switch e.Operation() {
 	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
 		x.Remove(e.Key())

@@ -231,3 +231,38 @@ func TestWatchStoppedWhileBackedUpLeavesNoGoroutine(t *testing.T) {
 		return nil
 	})
 }
+
+// Loaded, the index is at the bucket's last sequence even when the write there is gone (an order
+// expired, and its marker too): the watch never reads it, and a lag must not stay.
+func TestLoadedIndexIsAtTheBucketsLastSequence(t *testing.T) {
+	js := embeddedtest.JetStream(t, embeddedtest.Start(t))
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "ORDERS", Storage: jetstream.FileStorage, TTL: time.Second, LimitMarkerTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "o-1", record("paid", t0)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, "KV_ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		i, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if i.State.Msgs > 0 || i.State.LastSeq < 2 {
+			return fmt.Errorf("o-1 and its expiry marker not both gone yet: %+v", i.State)
+		}
+		last = i.State.LastSeq
+		return nil
+	})
+	x := New(nil)
+	defer run(t, x, kv, nil)()
+	if got := x.Applied(); got != last || x.Len() != 0 {
+		t.Errorf("loaded: applied %d with %d orders, want %d (the bucket's last sequence) with none", got, x.Len(), last)
+	}
+}
