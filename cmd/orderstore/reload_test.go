@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/status"
 )
 
 // A schema change applies from the next publish: SIGHUP reloads
@@ -206,5 +207,21 @@ func TestSIGHUPFailureShowsInReadyzAndMetrics(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(30 * time.Second); code != 0 {
 		t.Errorf("exit %d", code)
+	}
+}
+
+// orderstore status names the checks that warn while ready (a failed reload, a dead-letter
+// stream near full), not the recovery's summary, whose notes it prints one by one.
+func TestStatusShowsWarnings(t *testing.T) {
+	st := status.Status{Status: "ready", Checks: []status.Check{
+		{Name: "config_reload", OK: true, Reason: "warning: the last reload failed"},
+		{Name: "recovery", OK: true, Reason: "warning: start-up found a damaged store"},
+		{Name: "connections", OK: true},
+	}, Recovery: []string{"a note"}}
+	var b strings.Builder
+	printStatus(&b, st)
+	if !hasLine(b.String(), `warning +config_reload: the last reload failed`) || strings.Contains(b.String(), "damaged store") ||
+		!hasLine(b.String(), `recovery +a note`) {
+		t.Errorf("status with warnings:\n%s", b.String())
 	}
 }

@@ -106,6 +106,8 @@ func printStatus(w io.Writer, st status.Status) {
 	for _, c := range st.Checks {
 		if !c.OK {
 			fmt.Fprintf(tw, "not ready\t%s: %s\n", c.Name, c.Reason)
+		} else if w, ok := strings.CutPrefix(c.Reason, "warning: "); ok && c.Name != "recovery" { // recovery: its notes below
+			fmt.Fprintf(tw, "warning\t%s: %s\n", c.Name, w)
 		}
 	}
 	for _, r := range st.Recovery {
