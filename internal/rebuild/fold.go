@@ -216,16 +216,21 @@ func (f *folder) read(ctx context.Context) {
 				out.err = err
 				break
 			}
-			got := 0
+			got, pending := 0, uint64(0)
 			for m := range b.Messages() {
 				out.msgs = append(out.msgs, m)
 				got, size = got+1, size+len(m.Data())+len(m.Subject())
+				if md, err := m.Metadata(); err == nil {
+					pending = md.NumPending
+				}
 			}
 			if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 				out.err = err
 			}
-			if got < want || ctx.Err() != nil {
-				break // at the head for now
+			// At the head for now; a pull that brought fewer with more pending (a loaded machine)
+			// does not end the step.
+			if got == 0 || got < want && pending == 0 || ctx.Err() != nil {
+				break
 			}
 		}
 		select {

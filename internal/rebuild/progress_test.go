@@ -65,7 +65,7 @@ func TestProgressMovesWithinAStep(t *testing.T) {
 			takeover: func(context.Context) error { return nil }},
 		hold: applyChunk, release: make(chan struct{}),
 	}
-	r, err := New(Config{JS: js, Stream: "EVENTS", DeadLetterStream: "DLQ",
+	r, err := New(Config{JS: js, Stream: "EVENTS", DeadLetterStream: "DLQ", BatchSize: events, // one step, however the pulls split it
 		StatePath: filepath.Join(t.TempDir(), "rebuild.json"), Target: target, Pause: (&pauser{}).pause})
 	if err != nil {
 		t.Fatal(err)
