@@ -3,6 +3,7 @@ package orderstore_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -244,4 +245,86 @@ func TestReplayOfATrimmedDeadLetterWithoutItsOriginal(t *testing.T) {
 	if resp.StatusCode == 200 || resp.StatusCode == 404 || !strings.Contains(string(body), "#999 cannot be read") {
 		t.Errorf("replay of a trimmed dead letter without its original = %d %s, want a refusal naming the original", resp.StatusCode, body)
 	}
+}
+
+// A dead letter names the subject its replay publishes on, and whoever may write the dead letters
+// chooses it: the anonymous loopback default, which the durable guard keeps off orderstore's
+// consumer, wrote a replay to the JetStream API that deleted the consumer (the appliance stopped)
+// or purged the stream, with orderstore's own rights. Such a replay, and a Publish on a subject
+// that is none of the stream's, is now refused before anything is sent: 400 naming the subject,
+// the dead letter kept. A replay to a stream subject still works.
+func TestReplayAndPublishOnlyOnStreamSubjects(t *testing.T) {
+	app := orderstoretest.Start(t, func(c *orderstore.Config) { c.Admin.Listen = "127.0.0.1:0" })
+	ctx := context.Background()
+	cfg := app.Config()
+	js := embeddedtest.JetStream(t, app) // anonymous
+	if err := js.DeleteConsumer(ctx, cfg.Stream.Name, cfg.Processor.Durable); err == nil {
+		t.Fatal("the durable guard let an anonymous client delete the processor's consumer")
+	}
+	if _, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"kept"}`)); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error { _, err := app.Order(ctx, "kept"); return err })
+	replay := func(seq uint64) (int, string) {
+		req, _ := http.NewRequest("POST", fmt.Sprintf("http://%s/v1/dlq/%d/replay", app.AdminAddr(), seq), nil)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	deadLetter := func(subject, data string) uint64 {
+		h := nats.Header{}
+		h.Set(processor.HeaderSubject, subject)
+		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq." + cfg.Processor.DeadLetterStream + ".x", Header: h, Data: []byte(data)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	for _, c := range []struct{ subject, data, why string }{
+		{"$JS.API.STREAM.PURGE." + cfg.Stream.Name, "{}", "none of stream"},
+		{"$JS.API.CONSUMER.DELETE." + cfg.Stream.Name + "." + cfg.Processor.Durable, "", "none of stream"},
+		{"$KV." + cfg.Processor.ProjectionBucket + ".p9", `{"order_id":"p9"}`, "none of stream"},
+		{"orders.*", `{"order_id":"w"}`, "wildcard"},
+	} {
+		seq := deadLetter(c.subject, c.data)
+		if code, body := replay(seq); code != 400 || !strings.Contains(body, c.subject) || !strings.Contains(body, c.why) {
+			t.Errorf("replay to %s = %d %s, want 400 naming it and %q", c.subject, code, body, c.why)
+		}
+		if dls, _, err := app.DeadLetters(ctx, seq, 1); err != nil || len(dls) != 1 || dls[0].Sequence != seq {
+			t.Errorf("dead letter to %s after its refused replay: %+v %v", c.subject, dls, err)
+		}
+	}
+	for _, subject := range []string{"$KV." + cfg.Processor.ProjectionBucket + ".p9", "dlq." + cfg.Processor.DeadLetterStream + ".x",
+		"$JS.API.STREAM.PURGE." + cfg.Stream.Name, "orders.>"} {
+		_, err := app.Publish(ctx, subject, []byte(`{"order_id":"p9"}`))
+		var api *jetstream.APIError
+		if !errors.As(err, &api) || api.Code != 400 || !strings.Contains(api.Description, subject) {
+			t.Errorf("Publish on %s: %v, want a 400 naming it", subject, err)
+		}
+	}
+	if _, err := js.Consumer(ctx, cfg.Stream.Name, cfg.Processor.Durable); err != nil {
+		t.Errorf("the processor's consumer after the refused replays: %v", err)
+	}
+	if st, err := js.Stream(ctx, cfg.Stream.Name); err != nil || st.CachedInfo().State.Msgs != 1 {
+		t.Errorf("stream after the refused replays: %v, want its one event", err)
+	}
+	if kv, err := js.KeyValue(ctx, cfg.Processor.ProjectionBucket); err != nil {
+		t.Error(err)
+	} else if _, err := kv.Get(ctx, "p9"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("key p9, written only by refused replays and Publish: %v, want not found", err)
+	}
+	if dls, _, err := app.DeadLetters(ctx, 1, 100); err != nil || len(dls) != 4 {
+		t.Errorf("dead letters: %d %v, want the 4 refused replays' (none from Publish)", len(dls), err)
+	}
+
+	seq := deadLetter("orders.created", `{"order_id":"replayed"}`)
+	if code, body := replay(seq); code != 200 {
+		t.Fatalf("replay to orders.created = %d %s", code, body)
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error { _, err := app.Order(ctx, "replayed"); return err })
 }

@@ -392,4 +392,19 @@ func TestHubDeadLettersAndReplays(t *testing.T) {
 	if dls, _, err := hub.DeadLetters(ctx, ack.Sequence, 1); err != nil || len(dls) != 1 || dls[0].Sequence != ack.Sequence {
 		t.Errorf("the lost copy's dead letter after its refused replay: %+v %v", dls, err)
 	}
+	// Without its source's prefix, a subject must still be one of the hub's stream's.
+	for _, subject := range []string{"edge-1.$JS.API.STREAM.PURGE.ORDER_EVENTS", "hub.$KV.ORDERS.x"} {
+		m := nats.NewMsg("dlq.ORDER_EVENTS_DLQ." + subject)
+		m.Header.Set("Orderstore-Original-Subject", subject)
+		ack, err := hjs.PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := hub.ReplayDeadLetter(ctx, ack.Sequence); err == nil || !strings.Contains(err.Error(), "none of stream ORDER_EVENTS") {
+			t.Errorf("replay at the hub to %s: %v, want refused", subject, err)
+		}
+	}
+	if st, err := hjs.Stream(ctx, "ORDER_EVENTS"); err != nil || st.CachedInfo().State.Msgs != 1 {
+		t.Errorf("the hub's stream after the refused replays: %v, want the one replayed event", err)
+	}
 }

@@ -2,7 +2,6 @@ package orderstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/internal/ingest"
+	"github.com/orderstore/orderstore/natsserver/server"
 )
 
 // EpochHeader names the run of the node that stored the event: a new random value at every start. A
@@ -45,30 +45,40 @@ func (a *Appliance) newAdmission() *ingest.Admission {
 // Publish stores one event on subject (one of the stream's subjects) the way a producer's publish
 // is stored: admitted (validated, its id scoped to orderstore's own account, the epoch stamped)
 // and, with group commit, acknowledged once durable. opts are jetstream's publish options
-// (WithMsgID, WithExpectLastSequence, ...). It is what POST /v1/events/{type} calls.
+// (WithMsgID, WithExpectLastSequence, ...). It is what POST /v1/events/{type} calls. Any other
+// subject is refused before anything is sent (a *jetstream.APIError, 400, err_code 10077).
 func (a *Appliance) Publish(ctx context.Context, subject string, data []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	return a.publishMsg(ctx, subject, nil, data, opts...)
 }
 
+// publishMsg publishes with the rights of orderstore's own connection, which may write its
+// buckets, the dead letters and the JetStream API: only a literal subject of the stream passes,
+// and one short enough for that connection (with its reply inbox, a longer one would exceed
+// nats' 4 KiB protocol line, and nats would close the connection).
 func (a *Appliance) publishMsg(ctx context.Context, subject string, h nats.Header, data []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	// With its reply inbox, a longer subject would exceed nats' 4 KiB
-	// protocol line, and nats would close orderstore's own connection.
-	if len(subject) > maxPublishSubject {
-		return nil, fmt.Errorf("a subject of %d bytes is longer than the %d orderstore publishes on: %w", len(subject), maxPublishSubject, errSubjectTooLong)
+	why := ""
+	switch st := a.cfg.Stream; {
+	case len(subject) > maxPublishSubject:
+		why = fmt.Sprintf("it is too long: %d bytes, more than the %d orderstore publishes on", len(subject), maxPublishSubject)
+	case !server.IsValidPublishSubject(subject):
+		why = "it has a wildcard token ('*' or '>') or an empty one: publish on a literal subject"
+	case !slices.ContainsFunc(st.Subjects, func(f string) bool { return server.SubjectMatchesFilter(subject, f) }):
+		why = fmt.Sprintf("it is none of stream %s's subjects %q, and orderstore publishes only events", st.Name, st.Subjects)
+	default:
+		return a.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: data}, opts...)
 	}
-	return a.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: data}, opts...)
+	return nil, &jetstream.APIError{Code: 400, ErrorCode: 10077, Description: fmt.Sprintf("orderstore: subject %.200q refused: %s", subject, why)}
 }
 
 // maxPublishSubject is the longest subject orderstore's own connection
 // publishes on: nats' protocol line (4 KiB) with the reply inbox and sizes.
 const maxPublishSubject = 3900
 
-var errSubjectTooLong = errors.New("subject too long to publish: it would exceed nats' 4 KiB protocol line")
-
-// guardedJetStream publishes a dead letter's replay through publishMsg: a subject too long for
-// orderstore's own connection is refused rather than closing it (a replay keeps the subject a
-// producer chose). A hub's dead letters are of its aggregate, whose subjects name their source
-// ("edge-1.orders.created"), which no stream takes: they go into the hub's own stream without it.
+// guardedJetStream publishes a dead letter's replay through publishMsg: its subject is whatever
+// wrote the dead letter chose (an admin, or the anonymous default, may write there), so one that
+// is none of the stream's, or too long, is refused. A hub's dead letters are of its aggregate,
+// whose subjects name their source ("edge-1.orders.created"), which no stream takes: they go into
+// the hub's own stream without it (a subject that is still none of its stream's is refused).
 type guardedJetStream struct {
 	jetstream.JetStream
 	a *Appliance
