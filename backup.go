@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -128,6 +129,17 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 	m, err := ReadBackupManifest(dir)
 	if err != nil {
 		return nil, err
+	}
+	// restored.json's settled_through is the backup's consumer stream's: applied to another
+	// stream, the processor would ack new orders unapplied.
+	names := make([]string, len(m.Streams))
+	for i, s := range m.Streams {
+		names[i] = s.Name
+	}
+	if want := cfg.DeclareSpec().Streams(); !slices.Equal(slices.Sorted(slices.Values(names)), slices.Sorted(slices.Values(want))) {
+		return nil, WithHint(fmt.Errorf("restore: backup %q holds the streams %q, the config declares %q", dir, names, want),
+			"restore with the config the backup was made with: stream.name, processor.projection_bucket, processor.dead_letter_stream "+
+				"and hub.stream name the streams (processor.history_max_bytes and jetstream.max_file_store: whether a history index is kept)")
 	}
 	key := ""
 	if m.Sealed != "" {

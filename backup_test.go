@@ -489,3 +489,54 @@ func TestStopCancelsLibraryBackup(t *testing.T) {
 		t.Errorf("Close: %v", err)
 	}
 }
+
+// A backup restored with a config that names other streams (the stream, the projection bucket, the
+// dead letters), or whose manifest lacks one of the config's, is refused, naming both sides and
+// the keys, and the store is left as it was: the processor used to start on the config's stream
+// with the backup's settled_through, acking new orders it never applied.
+func TestRestoreRefusesOtherStreams(t *testing.T) {
+	app := orderstoretest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang detector
+	defer cancel()
+	if _, err := app.Publish(ctx, "orders.created", []byte(`{"order_id":"o-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "backup")
+	if _, err := app.Backup(ctx, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The same backup, its manifest without the stream.
+	lacking := filepath.Join(t.TempDir(), "lacking")
+	if err := os.CopyFS(lacking, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := orderstore.ReadBackupManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Streams = m.Streams[:len(m.Streams)-1]
+	if b, _ := json.Marshal(m); os.WriteFile(filepath.Join(lacking, orderstore.BackupManifestFile), b, 0o600) != nil {
+		t.Fatal("cannot write the manifest")
+	}
+	for _, tc := range []struct {
+		name, dir, says string
+		change          func(*orderstore.Config)
+	}{
+		{"another stream.name", dir, `"OTHER_EVENTS"`, func(c *orderstore.Config) { c.Stream.Name = "OTHER_EVENTS" }},
+		{"another processor.projection_bucket", dir, `"KV_OTHER"`, func(c *orderstore.Config) { c.Processor.ProjectionBucket = "OTHER" }},
+		{"another processor.dead_letter_stream", dir, `"OTHER_DLQ"`, func(c *orderstore.Config) { c.Processor.DeadLetterStream = "OTHER_DLQ" }},
+		{"a manifest without the stream", lacking, `"ORDER_EVENTS"]`, func(*orderstore.Config) {}},
+	} {
+		cfg := orderstoretest.Config(t)
+		tc.change(&cfg)
+		before := storeState(t, cfg.JetStream.StoreDir)
+		_, err := orderstore.Restore(ctx, cfg, tc.dir, nil)
+		if err == nil || !strings.Contains(err.Error(), "holds the streams") || !strings.Contains(err.Error(), tc.says) ||
+			!strings.Contains(hintOf(err), "stream.name, processor.projection_bucket, processor.dead_letter_stream") {
+			t.Errorf("%s: restore: %v (hint %q), want a refusal naming both sides (%s) and the keys", tc.name, err, hintOf(err), tc.says)
+		}
+		if after := storeState(t, cfg.JetStream.StoreDir); len(after) != len(before) {
+			t.Errorf("%s: the refused restore changed the store: %d files, %d before", tc.name, len(after), len(before))
+		}
+	}
+}
