@@ -212,13 +212,15 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 	return m, nil
 }
 
-// restoreConfig is cfg as Restore runs nats on it: one node, relaxed syncing whatever the
-// durability (nats gives up on a chunk that takes 5 s: after 256 KiB with an fsync per
-// event); every file is fsynced once the restore is done.
+// restoreConfig is cfg as Restore runs nats on it: one node, its chunks taken whatever
+// server.max_payload, relaxed syncing whatever the durability (nats gives up on a chunk that
+// takes 5 s: after 256 KiB with an fsync per event); every file is fsynced once the restore is
+// done.
 func (cfg Config) restoreConfig() Config {
 	c := cfg
 	c.Cluster, c.LeafNode = ClusterConfig{}, LeafNodeConfig{ReconnectInterval: time.Second}
 	c.Stream.Replicas = 1
+	c.Server.MaxPayload = max(c.Server.MaxPayload, backup.RestoreChunk)
 	c.JetStream.Durability, c.JetStream.SyncInterval = DurabilityInterval, 2*time.Minute
 	return c
 }

@@ -540,3 +540,42 @@ func TestRestoreRefusesOtherStreams(t *testing.T) {
 		}
 	}
 }
+
+// A store whose server.max_payload is less than a restore's chunks (a valid config) is restored:
+// every backup of it used to fail to restore, nats refusing the first chunk ("maximum payload
+// exceeded").
+func TestRestoreWithSmallMaxPayload(t *testing.T) {
+	small := func(c *orderstore.Config) { c.Server.MaxPayload, c.Stream.MaxMsgSize = 16<<10, 16<<10 }
+	app := orderstoretest.Start(t, small)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang detector
+	defer cancel()
+	js := embeddedtest.JetStream(t, app)
+	for i := range 200 { // about 1 MiB that compresses little: many chunks
+		var status strings.Builder
+		for range 150 {
+			status.WriteString(rand.Text())
+		}
+		if _, err := js.PublishAsync("orders.created", []byte(fmt.Sprintf(`{"order_id":"p-%d","status":"%s"}`, i, status.String()))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+	dir := filepath.Join(t.TempDir(), "backup")
+	m, err := app.Backup(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := orderstoretest.Config(t)
+	small(&cfg)
+	if _, err := orderstore.Restore(ctx, cfg, dir, nil); err != nil {
+		t.Fatalf("restore with server.max_payload %d: %v", cfg.Server.MaxPayload, err)
+	}
+	restored := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+	st, err := embeddedtest.JetStream(t, restored).Stream(ctx, "ORDER_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := st.CachedInfo().State.LastSeq, m.Streams[len(m.Streams)-1].LastSeq; got != want || want != 200 {
+		t.Errorf("restored stream ends at %d, the backup's at %d, want 200", got, want)
+	}
+}

@@ -215,6 +215,9 @@ func ReadManifest(dir string) (*Manifest, error) {
 	return &m, nil
 }
 
+// RestoreChunk is the size of the chunks RestoreStream sends: the restore's server takes them.
+const RestoreChunk = 64 << 10
+
 // RestoreStream restores one stream's snapshot, saved in dir, through JetStream's restore API on
 // nc, and checks that the restored stream ends where the manifest says. key opens a sealed snapshot
 // ("" for a plain one).
@@ -243,7 +246,7 @@ func RestoreStream(ctx context.Context, nc *nats.Conn, dir string, s Stream, key
 			return fmt.Errorf("%s: %w", filepath.Join(dir, dataFile), err)
 		}
 	}
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, RestoreChunk)
 	var sent int64
 	for n := 0; ; n++ {
 		k, err := io.ReadFull(data, buf)
