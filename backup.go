@@ -116,6 +116,8 @@ type RestoreOptions struct {
 	// BackupKey opens a sealed backup (one of an encrypted store) when it was sealed with another
 	// key than cfg's: a restore into a store with a new key, or into a plain one. "" is cfg's key.
 	BackupKey string
+	// Decrypt allows a sealed backup into a store with no key (cfg's): every order plain on disk.
+	Decrypt bool
 	// Progress, if set, is called every few chunks.
 	Progress func(BackupProgress)
 }
@@ -143,6 +145,11 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 	}
 	key := ""
 	if m.Sealed != "" {
+		if cfg.JetStream.EncryptionKey == "" && !opts.Decrypt {
+			return nil, WithHint(fmt.Errorf("%w: backup %q is sealed (%s) and the config names no encryption key: the store would hold every order in plain text", ErrEncryption, dir, m.Sealed),
+				"run restore with the store's key: jetstream.encryption_key_file, or systemd's credential (systemd-run --pipe --wait -p LoadCredentialEncrypted="+
+					CredentialName+":/etc/credstore.encrypted/"+CredentialName+" orderstore restore ...); for a plain store, orderstore restore -decrypt")
+		}
 		if key = cmp.Or(opts.BackupKey, cfg.JetStream.EncryptionKey); key == "" {
 			return nil, WithHint(fmt.Errorf("%w: backup %q is sealed (%s): restoring it needs the key of the store it came from", ErrEncryption, dir, m.Sealed),
 				"give that key: jetstream.encryption_key_file in the config restored into, or orderstore restore -backup-key-file FILE")

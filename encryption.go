@@ -61,7 +61,7 @@ func storeKey(dir string, j JetStreamConfig) (write bool, err error) {
 		return false, WithHint(fmt.Errorf("%w: store %q is encrypted (%s): nothing in it can be read without its key",
 			ErrEncryption, abs, e.Cipher),
 			"set jetstream.encryption_key_file to the key it was encrypted with (or give it as the systemd credential "+
-				CredentialName+"); to turn encryption off: "+reencryptSteps+", the config naming no key")
+				CredentialName+"); to turn encryption off: "+reencryptSteps+", the config naming no key, and -decrypt")
 	case e.Opens(j.EncryptionKey) && e.Cipher == j.cipherName():
 		return false, nil
 	case e.Opens(j.EncryptionKey):

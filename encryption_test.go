@@ -247,22 +247,27 @@ func TestEncryptedBackupAndRestore(t *testing.T) {
 		}
 	}
 
-	refused := func(name string, cfg orderstore.Config, opts orderstore.RestoreOptions, says string) {
+	refused := func(name string, cfg orderstore.Config, opts orderstore.RestoreOptions, says, hint string) {
 		t.Helper()
 		before := storeState(t, cfg.JetStream.StoreDir)
 		_, err := orderstore.RestoreWith(ctx, cfg, dir, opts)
-		if !errors.Is(err, orderstore.ErrEncryption) || !strings.Contains(err.Error(), says) || hintOf(err) == "" {
-			t.Errorf("%s: %v (hint %q), want ErrEncryption saying %q", name, err, hintOf(err), says)
+		if !errors.Is(err, orderstore.ErrEncryption) || !strings.Contains(err.Error(), says) || !strings.Contains(hintOf(err), hint) {
+			t.Errorf("%s: %v (hint %q), want ErrEncryption saying %q, hinting %q", name, err, hintOf(err), says, hint)
 		}
 		if after := storeState(t, cfg.JetStream.StoreDir); len(after) != len(before) {
 			t.Errorf("%s: the store changed: %d files, %d before", name, len(after), len(before))
 		}
 	}
 	plain := orderstoretest.Config(t)
-	refused("no key", plain, orderstore.RestoreOptions{}, "is sealed (chacha20-poly1305)")
+	refused("no key", plain, orderstore.RestoreOptions{}, "is sealed (chacha20-poly1305)", "-decrypt")
+	// The backup's key opens it, but a plain store is wanted only when said: on a host whose key is
+	// systemd's credential, a shell's restore has no key in its config.
+	refused("a plain store unasked", plain, orderstore.RestoreOptions{BackupKey: keyA}, "every order in plain text",
+		"systemd-run --pipe --wait -p LoadCredentialEncrypted=orderstore-encryption-key:")
 	other := orderstoretest.Config(t)
 	withKey(keyB)(&other)
-	refused("another key", other, orderstore.RestoreOptions{}, "sealed with another key")
+	refused("another key", other, orderstore.RestoreOptions{}, "sealed with another key", "-backup-key-file")
+	refused("-decrypt without the key", plain, orderstore.RestoreOptions{Decrypt: true}, "needs the key of the store it came from", "-backup-key-file")
 
 	// A new key: the backup opens with the old one.
 	if _, err := orderstore.RestoreWith(ctx, other, dir, orderstore.RestoreOptions{BackupKey: keyA}); err != nil {
@@ -277,7 +282,7 @@ func TestEncryptedBackupAndRestore(t *testing.T) {
 		t.Errorf("the store restored with a new key holds the marker in plain text: %q", got)
 	}
 	// Encryption off: a plain store from the sealed backup.
-	if _, err := orderstore.RestoreWith(ctx, plain, dir, orderstore.RestoreOptions{BackupKey: keyA}); err != nil {
+	if _, err := orderstore.RestoreWith(ctx, plain, dir, orderstore.RestoreOptions{BackupKey: keyA, Decrypt: true}); err != nil {
 		t.Fatalf("restore into a plain store: %v", err)
 	}
 	off := orderstoretest.Start(t, func(c *orderstore.Config) { *c = plain })

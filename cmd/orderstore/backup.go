@@ -73,13 +73,14 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := newFlagSet("restore", stderr)
 	configPath := fs.String("config", "", "config file (default: $ORDERSTORE_CONFIG, else built-in defaults)")
 	backupKey := fs.String("backup-key-file", "", "the key a sealed backup was made with, when it is not the config's (a new key, or a plain store)")
+	decrypt := fs.Bool("decrypt", false, "restore a sealed backup into a store with no encryption key: every order in plain text")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	if fs.NArg() != 1 {
-		return usageErr(stderr, "usage: orderstore restore [-config FILE] [-backup-key-file FILE] DIR\n")
+		return usageErr(stderr, "usage: orderstore restore [-config FILE] [-backup-key-file FILE] [-decrypt] DIR\n")
 	}
-	var opts orderstore.RestoreOptions
+	opts := orderstore.RestoreOptions{Decrypt: *decrypt}
 	if *backupKey != "" {
 		k, err := config.ReadKeyFile("-backup-key-file", *backupKey)
 		if err != nil {
