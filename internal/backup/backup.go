@@ -192,11 +192,19 @@ func ReadManifest(dir string) (*Manifest, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("backup %q: manifest: %w", dir, err)
 	}
+	if m.Format != 1 {
+		return nil, hint.Wrap(fmt.Errorf("backup %q: manifest format %d, this orderstore reads format 1", dir, m.Format),
+			"restore it with the orderstore release that made it")
+	}
 	for _, s := range m.Streams {
+		if s.Name == "" || strings.ContainsAny(s.Name, "./\\*> \t\n") || len(s.Files) != 2 || s.Files[metaFile] == "" || s.Files[dataFile] == "" {
+			return nil, hint.Wrap(fmt.Errorf("backup %q: manifest: stream %q, files %d: want a stream's name and its files %s and %s",
+				dir, s.Name, len(s.Files), metaFile, dataFile), "the manifest is not one orderstore backup wrote: use another backup")
+		}
 		for file, sum := range s.Files {
 			p := filepath.Join(dir, s.Name, file)
-			if strings.ContainsAny(s.Name, "/\\") || strings.Contains(s.Name, "..") || strings.ContainsAny(file, "/\\") {
-				return nil, fmt.Errorf("backup %q: manifest names %q: not a stream file", dir, p)
+			if fi, err := os.Lstat(p); err == nil && !fi.Mode().IsRegular() {
+				return nil, hint.Wrap(fmt.Errorf("backup %q: %s is not a regular file (%s)", dir, p, fi.Mode()), "copy the backup's files themselves, not links to them")
 			}
 			h := sha256.New()
 			f, err := os.Open(p)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -106,4 +107,74 @@ func TestSnapshotWriteErrorLeaksNothing(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A manifest is read only as `orderstore backup` writes it: its format, each stream's name and its
+// two files, each a regular file. A manifest of another format, a stream without files or with a
+// name out of the backup, and a file that is a link (to a copy with the same checksum, to
+// /dev/zero, on which the checksum never ended) are refused, naming what is wrong.
+func TestReadManifestRefusesOthers(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	nc := embeddedtest.Connect(t, srv)
+	js := embeddedtest.JetStream(t, srv)
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "s.x", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	st, err := backup.Snapshot(ctx, nc, "S", filepath.Join(dir, "S"), backup.Seal{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := func(m backup.Manifest) {
+		t.Helper()
+		if err := backup.WriteManifest(filepath.Join(dir, backup.ManifestFile), &m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	manifest(backup.Manifest{Format: 1, Streams: []backup.Stream{*st}})
+	if _, err := backup.ReadManifest(dir); err != nil {
+		t.Fatalf("the manifest as written: %v", err)
+	}
+	data := filepath.Join(dir, "S", "stream.arc.s2")
+	b, err := os.ReadFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := func(to string) func() {
+		return func() {
+			if err := errors.Join(os.Remove(data), os.Symlink(to, data)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	copied := filepath.Join(t.TempDir(), "copy")
+	if err := os.WriteFile(copied, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, says string
+		change     func()
+	}{
+		{"format 2", "manifest format 2", func() { manifest(backup.Manifest{Format: 2, Streams: []backup.Stream{*st}}) }},
+		{"no format", "manifest format 0", func() { manifest(backup.Manifest{Streams: []backup.Stream{*st}}) }},
+		{"no files", `stream "S", files 0`, func() {
+			manifest(backup.Manifest{Format: 1, Streams: []backup.Stream{{Name: "S", Files: map[string]string{}}}})
+		}},
+		{"a name out of the backup", `stream "..", files 0`, func() { manifest(backup.Manifest{Format: 1, Streams: []backup.Stream{{Name: ".."}}}) }},
+		{"a link to a copy", data + " is not a regular file", func() {
+			manifest(backup.Manifest{Format: 1, Streams: []backup.Stream{*st}})
+			link(copied)()
+		}},
+		{"a link to /dev/zero", data + " is not a regular file", link("/dev/zero")},
+	} {
+		tc.change()
+		_, err := backup.ReadManifest(dir)
+		if err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v, want a refusal saying %q", tc.name, err, tc.says)
+		}
+	}
 }
