@@ -3,6 +3,7 @@ package orderstore
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -86,6 +87,11 @@ func (a *Appliance) Backup(ctx context.Context, dir string, progress func(Backup
 			return nil, fmt.Errorf("backup: consumer %q: %w", c.Durable, err)
 		}
 		m.SettledThrough = cons.CachedInfo().AckFloor.Stream
+	}
+	// Before the projection's snapshot too: a takeover after it is rebuilt again, not mislabelled.
+	var ps projectionState
+	if b, err := os.ReadFile(filepath.Join(a.report.StoreDir, projectionStateFile)); err == nil && json.Unmarshal(b, &ps) == nil {
+		m.ProjectionVersion = ps.Version
 	}
 	for _, name := range spec.Streams() {
 		bs, err := backup.Snapshot(ctx, a.internal.Conn, name, filepath.Join(dir, name), seal, progress)
@@ -208,6 +214,10 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 	}
 	if err := durable.SyncTree(storedir.Dir(rep.StoreDir).JetStream()); err != nil {
 		return nil, fmt.Errorf("restore: sync the store: %w", err)
+	}
+	ps, _ := json.Marshal(projectionState{Version: m.ProjectionVersion}) // the backup's fold
+	if err := durable.WriteFile(filepath.Join(rep.StoreDir, projectionStateFile), append(ps, '\n'), 0o640); err != nil {
+		return nil, err
 	}
 	// The restore is done. The processor starts over on the restored
 	// stream: what the backed-up one settled is not handled again.

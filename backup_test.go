@@ -26,6 +26,8 @@ import (
 	"github.com/orderstore/orderstore/internal/testenv"
 	"github.com/orderstore/orderstore/internal/testkit"
 	"github.com/orderstore/orderstore/orderstoretest"
+	"github.com/orderstore/orderstore/processor"
+	"github.com/orderstore/orderstore/status"
 )
 
 // Test 5: a backup taken while producers publish, restored into a fresh
@@ -578,4 +580,47 @@ func TestRestoreWithSmallMaxPayload(t *testing.T) {
 	if got, want := st.CachedInfo().State.LastSeq, m.Streams[len(m.Streams)-1].LastSeq; got != want || want != 200 {
 		t.Errorf("restored stream ends at %d, the backup's at %d, want 200", got, want)
 	}
+}
+
+// A restore keeps the version of the fold that built the backed-up projection (projection.json):
+// it used to be labelled with the running fold's, and a projection an older fold built was never
+// rebuilt. A backup of a projection built by "orders/0" is rebuilt at the restored store's start.
+func TestRestoreKeepsProjectionVersion(t *testing.T) {
+	app := orderstoretest.Start(t, roomyConfig)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang detector
+	defer cancel()
+	publishOrders(t, embeddedtest.JetStream(t, app), []string{"v-1", "v-2"}, 0, 12)
+	waitProjected(t, app)
+	dir := filepath.Join(t.TempDir(), "backup")
+	m, err := app.Backup(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ProjectionVersion != processor.ProjectionVersion {
+		t.Errorf("the manifest's projection version %q, want %q", m.ProjectionVersion, processor.ProjectionVersion)
+	}
+	m.ProjectionVersion = "orders/0" // as an older fold built it
+	if b, _ := json.Marshal(m); os.WriteFile(filepath.Join(dir, orderstore.BackupManifestFile), b, 0o600) != nil {
+		t.Fatal("cannot write the manifest")
+	}
+	cfg := orderstoretest.Config(t)
+	roomyConfig(&cfg)
+	if _, err := orderstore.Restore(ctx, cfg, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(cfg.JetStream.StoreDir, "projection.json")); !strings.Contains(string(b), `"orders/0"`) {
+		t.Fatalf("projection.json after the restore: %q, want the backup's version orders/0", b)
+	}
+	restored := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+	var end *orderstore.Rebuild
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if end = restored.RebuildStatus(); end == nil || end.State != status.RebuildDone {
+			return fmt.Errorf("rebuild: %+v", end)
+		}
+		return nil
+	})
+	if !strings.Contains(end.Reason, `"orders/0" to "`+processor.ProjectionVersion+`"`) {
+		t.Errorf("the rebuild after the restore: %+v, want one for the fold's change", end)
+	}
+	checkProjectionIsTheFold(t, restored)
 }

@@ -49,6 +49,9 @@ type Manifest struct {
 	// (before the projection's snapshot): every event up to it is applied
 	// in the projection or held by the dead letters. Zero: no processor.
 	SettledThrough uint64 `json:"settled_through,omitempty"`
+	// ProjectionVersion is the fold version that built the projection (projection.json); "":
+	// unknown, and the restored store's first start rebuilds the projection.
+	ProjectionVersion string `json:"projection_version,omitempty"`
 }
 
 // Stream is one stream's snapshot in a backup. The counts are the stream's as its snapshot began.
