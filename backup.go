@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/internal/backup"
@@ -69,37 +70,77 @@ const backupStaging = "backup-staging-"
 // stream and the stream into dir (created; it must be empty), while the appliance runs; Close
 // cancels it. progress, if set, is called every few chunks.
 func (a *Appliance) Backup(ctx context.Context, dir string, progress func(BackupProgress)) (*BackupManifest, error) {
+	ctx, cancel := a.untilStop(ctx)
+	defer cancel()
+	return backupStreams(ctx, a.cfg, a.spec, a.internal.Conn, dir, 0, progress)
+}
+
+// BackupOffline is Backup with the appliance stopped, so that the backup holds every event it
+// acknowledged: it takes the store's lock (ErrLocked while orderstore runs), starts nats on the
+// store as Restore does, takes the same backup into dir, and stops.
+func BackupOffline(ctx context.Context, cfg Config, dir string, progress func(BackupProgress)) (*BackupManifest, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	lock, rep, err := cfg.lockStore()
+	if errors.Is(err, ErrLocked) {
+		err = WithHint(fmt.Errorf("backup -offline: %w", err), "orderstore runs on this store: stop it first, or take an online backup (without -offline)")
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	d := storedir.Dir(rep.StoreDir)
+	r, _, err := d.ReadRestored()
+	_, marker := os.Stat(filepath.Join(rep.StoreDir, storedir.RunMarker))
+	if err != nil || marker == nil || r.Restoring || d.HasStreams(legacyAccount) {
+		return nil, cmp.Or(err, WithHint(fmt.Errorf("backup -offline: store %q did not stop cleanly, holds a restore that did not finish, or an older layout", rep.StoreDir),
+			"start orderstore on it once (its start-up recovers the store), stop it, then back up again"))
+	}
+	defer bootstrap.ChownLikeDir(rep.StoreDir, rep.StoreDir) // once nats stopped: what it rewrote as root
+	srv, nc, err := cfg.startOffline(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Close()
+	defer nc.Close()
+	return backupStreams(ctx, cfg, cfg.DeclareSpec(), nc, dir, r.SettledThrough, progress)
+}
+
+// backupStreams backs spec's streams up on nc into dir (empty). restored is what a restore not
+// started since found settled (storedir.Restored): the processor's consumer is not declared yet.
+func backupStreams(ctx context.Context, cfg Config, spec bootstrap.Spec, nc *nats.Conn, dir string, restored uint64,
+	progress func(BackupProgress)) (*BackupManifest, error) {
 	if err := backup.EmptyDir(dir); err != nil {
 		return nil, err
 	}
-	ctx, cancel := a.untilStop(ctx)
-	defer cancel()
-	spec := a.spec
-	m := &BackupManifest{Format: 1, Created: time.Now().UTC(), Server: a.cfg.Server.Name, NATSServer: NATSServerVersion}
+	m := &BackupManifest{Format: 1, Created: time.Now().UTC(), Server: cfg.Server.Name, NATSServer: NATSServerVersion}
 	// A backup of an encrypted store is sealed with its key: a JetStream snapshot is plain text.
-	seal := backup.Seal{Key: a.cfg.JetStream.EncryptionKey, Cipher: cipherOf(a.cfg.JetStream)}
+	seal := backup.Seal{Key: cfg.JetStream.EncryptionKey, Cipher: cipherOf(cfg.JetStream)}
 	m.Sealed = seal.Cipher
-	if c := spec.Consumer; c != nil && spec.Projection != nil && a.cfg.Processor.Enabled {
+	if c := spec.Consumer; c != nil && spec.Projection != nil && cfg.Processor.Enabled {
 		// Read before the projection's snapshot: what the floor covers is
 		// in it or in the dead letters, whose snapshot comes after.
-		cons, err := a.js.Consumer(ctx, spec.ConsumerStream(), c.Durable) // its info, as of now
-		if err != nil {
+		// Its info, as of now (jetstream.New with no option does not fail).
+		js, _ := jetstream.New(nc)
+		if cons, err := js.Consumer(ctx, spec.ConsumerStream(), c.Durable); err == nil {
+			m.SettledThrough = max(restored, cons.CachedInfo().AckFloor.Stream)
+		} else if m.SettledThrough = restored; restored == 0 || !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil, fmt.Errorf("backup: consumer %q: %w", c.Durable, err)
 		}
-		m.SettledThrough = cons.CachedInfo().AckFloor.Stream
 	}
 	// Before the projection's snapshot too: a takeover after it is rebuilt again, not mislabelled.
 	var ps projectionState
-	if b, err := os.ReadFile(filepath.Join(a.report.StoreDir, projectionStateFile)); err == nil && json.Unmarshal(b, &ps) == nil {
+	if b, err := os.ReadFile(filepath.Join(cfg.JetStream.StoreDir, projectionStateFile)); err == nil && json.Unmarshal(b, &ps) == nil {
 		m.ProjectionVersion = ps.Version
 	}
 	for _, name := range spec.Streams() {
-		bs, err := backup.Snapshot(ctx, a.internal.Conn, name, filepath.Join(dir, name), seal, progress)
+		bs, err := backup.Snapshot(ctx, nc, name, filepath.Join(dir, name), seal, progress)
 		if err != nil {
 			return nil, fmt.Errorf("backup %q: %w", name, cmp.Or(context.Cause(ctx), err))
 		}
 		m.Streams = append(m.Streams, *bs)
-		a.log.Info("backup: stream saved", "stream", name, "messages", bs.Messages, "bytes", bs.Bytes)
+		loggerOrDiscard(cfg.Logger).Info("backup: stream saved", "stream", name, "messages", bs.Messages, "bytes", bs.Bytes)
 	}
 	if err := backup.WriteManifest(filepath.Join(dir, BackupManifestFile), m); err != nil {
 		return nil, err
@@ -181,27 +222,11 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 	if err := storedir.Dir(rep.StoreDir).WriteRestored(storedir.Restored{Restoring: true}); err != nil {
 		return nil, err
 	}
-	id, err := natsconf.NewIdentity()
-	if err != nil {
-		return nil, err
-	}
-	ec, err := cfg.restoreConfig().embeddedConfig(loggerOrDiscard(cfg.Logger), id)
-	if err != nil {
-		return nil, err
-	}
-	// A loopback port of its own, not an in-process connection: over the
-	// in-process pipe, nats-server's restore stalled after 256 KiB (its
-	// read loop blocks writing each chunk to the restore).
-	ec.Host, ec.Port = "127.0.0.1", -1
-	srv, err := embedded.Start(ctx, ec)
+	srv, nc, err := cfg.startOffline(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.Close()
-	nc, err := nats.Connect(srv.ClientURL(), id.Options(natsconf.InternalInbox)...)
-	if err != nil {
-		return nil, err
-	}
 	defer nc.Close()
 	for _, s := range m.Streams {
 		if err := backup.RestoreStream(ctx, nc, filepath.Join(dir, s.Name), s, key, opts.Progress); err != nil {
@@ -227,6 +252,32 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 	}
 	bootstrap.ChownLikeDir(rep.StoreDir, rep.StoreDir) // restored by root: still the service user's to open
 	return m, nil
+}
+
+// startOffline starts nats on cfg's store, locked, as Restore and BackupOffline run it
+// (restoreConfig), and connects to it.
+func (cfg Config) startOffline(ctx context.Context) (*embedded.Server, *nats.Conn, error) {
+	id, err := natsconf.NewIdentity()
+	if err != nil {
+		return nil, nil, err
+	}
+	ec, err := cfg.restoreConfig().embeddedConfig(loggerOrDiscard(cfg.Logger), id)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A loopback port of its own, not an in-process connection: over the
+	// in-process pipe, nats-server's restore stalled after 256 KiB (its
+	// read loop blocks writing each chunk to the restore).
+	ec.Host, ec.Port = "127.0.0.1", -1
+	srv, err := embedded.Start(ctx, ec)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := nats.Connect(srv.ClientURL(), id.Options(natsconf.InternalInbox)...)
+	if err != nil {
+		return nil, nil, errors.Join(err, srv.Close())
+	}
+	return srv, nc, nil
 }
 
 // restoreConfig is cfg as Restore runs nats on it: one node, its chunks taken whatever

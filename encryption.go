@@ -20,9 +20,9 @@ func (j JetStreamConfig) cipherName() string { return cmp.Or(j.Cipher, CipherCha
 // reencryptSteps is how a store gets another key or cipher: nats-server
 // v2.15.3 cannot convert one in place (with prev_encryption_key or another
 // cipher its state files and the consumer's fail to load).
-const reencryptSteps = "start with the store's key and cipher, take a backup (orderstore backup DIR: sealed with that key), " +
-	"stop, move jetstream.store_dir away, then restore the backup with the new settings and the old key " +
-	"(orderstore restore -config FILE -backup-key-file OLD_KEY_FILE DIR)"
+const reencryptSteps = "stop orderstore, take an offline backup with the store's key and cipher in the config " +
+	"(orderstore backup -offline -config FILE DIR: sealed with that key), move jetstream.store_dir away, then restore the " +
+	"backup with the new settings and the old key (orderstore restore -config FILE -backup-key-file OLD_KEY_FILE DIR), and start"
 
 // storeKey says whether j's key opens the store in dir, reading only: a
 // refusal changes no byte of the store. write is set for a new encrypted
@@ -52,9 +52,9 @@ func storeKey(dir string, j JetStreamConfig) (write bool, err error) {
 	case !encrypted && streams:
 		return false, WithHint(fmt.Errorf("%w: store %q holds streams written without encryption, and orderstore does not encrypt a store in place",
 			ErrEncryption, abs),
-			"to keep it plain, leave jetstream.encryption_key_file out; to encrypt it: start without the key, take a backup "+
-				"(orderstore backup DIR), stop, move jetstream.store_dir away, then restore the backup with the key set "+
-				"(orderstore restore -config FILE DIR): the restore writes every event encrypted")
+			"to keep it plain, leave jetstream.encryption_key_file out; to encrypt it: stop orderstore, take an offline backup "+
+				"with the config naming no key (orderstore backup -offline -config FILE DIR), move jetstream.store_dir away, then "+
+				"restore the backup with the key set (orderstore restore -config FILE DIR), and start: the restore writes every event encrypted")
 	case !encrypted:
 		return true, nil
 	case j.EncryptionKey == "":

@@ -254,8 +254,8 @@ func consumerObj(durable, stream string) string {
 // streamDriftHint is the remedy for a destructive change of the stream:
 // a new stream, the old events kept in a backup.
 const streamDriftHint = "to keep the stored events, set the keys back to the stored values and start again; " +
-	"to change them, the stream must begin anew: start orderstore with the stored values, " +
-	"take a backup if you need the events (orderstore backup DIR), stop it, move jetstream.store_dir away, " +
+	"to change them, the stream must begin anew: with orderstore stopped and the stored values in the config, " +
+	"take a backup if you need the events (orderstore backup -offline DIR), move jetstream.store_dir away, " +
 	"and start with the new values"
 
 // bucketDriftHint is the remedy for a change of the projection bucket's

@@ -223,7 +223,7 @@ func TestDeclareRefusesDestructiveChanges(t *testing.T) {
 			}
 			// The remedy works with orderstore stopped (it refused to
 			// start): its own backup, not nats commands that need it.
-			if !strings.Contains(drift.Hint(), "orderstore backup DIR") || strings.Contains(drift.Hint(), "nats stream") {
+			if !strings.Contains(drift.Hint(), "orderstore backup -offline DIR") || strings.Contains(drift.Hint(), "nats stream") {
 				t.Errorf("hint %q: want orderstore's backup, no nats stream commands", drift.Hint())
 			}
 			// Nothing was changed: the event is still there.

@@ -19,42 +19,65 @@ import (
 )
 
 // backupCmd asks the running appliance for a backup (POST /v1/backup, a tar of JetStream snapshots)
-// and writes it into DIR, then checks every file against the manifest.
+// and writes it into DIR, then checks every file against the manifest; with -offline, it backs up
+// the stopped store itself (orderstore.BackupOffline).
 func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("backup", stderr)
 	client := clientFlags(fs)
+	offline := fs.Bool("offline", false, "back up the store of -config with orderstore stopped (it takes the store's lock): nothing acknowledged is left out")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	if fs.NArg() != 1 {
-		return usageErr(stderr, "usage: orderstore backup [-config FILE] [-admin URL] [-token T] DIR\n")
+		return usageErr(stderr, "usage: orderstore backup [-config FILE] [-admin URL] [-token T] DIR\n       orderstore backup -offline [-config FILE] DIR\n")
 	}
 	dir := fs.Arg(0)
-	c, err := client()
-	if err != nil {
-		return fail(stderr, exitUsage, err)
-	}
-	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
-		return fail(stderr, exitUsage, withHint(fmt.Errorf("backup: %q is not empty", dir), "pass a new or empty directory"))
-	}
 	t0 := time.Now()
-	bc := *c
-	bc.hc = &http.Client{Transport: c.hc.Transport} // no timeout: a backup takes as long as it takes
 	var received atomic.Int64
-	var untarErr error
-	err = bc.send(ctx, http.MethodPost, "/v1/backup", nil, func(r io.Reader) error {
-		stop := progressLine(stderr, func() string {
-			return fmt.Sprintf("backup: %s received (%s)", config.ByteSize(received.Load()), time.Since(t0).Round(time.Second))
+	if *offline {
+		fc, _, err := loadConfig(fs.Lookup("config").Value.String())
+		if err != nil {
+			return fail(stderr, exitUsage, err)
+		}
+		cfg, err := fc.Orderstore()
+		if err != nil {
+			return fail(stderr, exitUsage, err)
+		}
+		stop := progressLine(stderr, func() string { return fmt.Sprintf("backup: %s saved", config.ByteSize(received.Load())) })
+		saved := map[string]int64{} // by stream
+		_, err = orderstore.BackupOffline(ctx, cfg, dir, func(p orderstore.BackupProgress) {
+			received.Add(p.BytesReceived - saved[p.Stream])
+			saved[p.Stream] = p.BytesReceived
 		})
-		defer stop()
-		untarErr = untar(&countingReader{r: r, n: &received}, dir)
-		return untarErr
-	})
-	if untarErr != nil {
-		err = fmt.Errorf("%w (the backup in %q is incomplete)", err, dir)
-	}
-	if err != nil {
-		return fail(stderr, exitFailure, fmt.Errorf("backup: %w", err))
+		if stop(); err != nil {
+			printErr(stderr, err)
+			return exitCode(err)
+		}
+	} else {
+		c, err := client()
+		if err != nil {
+			return fail(stderr, exitUsage, err)
+		}
+		if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+			return fail(stderr, exitUsage, withHint(fmt.Errorf("backup: %q is not empty", dir), "pass a new or empty directory"))
+		}
+		bc := *c
+		bc.hc = &http.Client{Transport: c.hc.Transport} // no timeout: a backup takes as long as it takes
+		var untarErr error
+		err = bc.send(ctx, http.MethodPost, "/v1/backup", nil, func(r io.Reader) error {
+			stop := progressLine(stderr, func() string {
+				return fmt.Sprintf("backup: %s received (%s)", config.ByteSize(received.Load()), time.Since(t0).Round(time.Second))
+			})
+			defer stop()
+			untarErr = untar(&countingReader{r: r, n: &received}, dir)
+			return untarErr
+		})
+		if untarErr != nil {
+			err = fmt.Errorf("%w (the backup in %q is incomplete)", err, dir)
+		}
+		if err != nil {
+			return fail(stderr, exitFailure, fmt.Errorf("backup: %w", err))
+		}
 	}
 	m, err := orderstore.ReadBackupManifest(dir)
 	if err != nil {

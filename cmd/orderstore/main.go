@@ -51,6 +51,7 @@ commands:
   projection rebuild [-from-seq N]   rebuild the projection from the stream beside the live one; -cancel stops it
   projection status                  the projection rebuild under way, or the last one
   backup   [-config FILE] DIR        back up the stream, dead letters and projection of a running instance
+  backup -offline [-config FILE] DIR the same of a stopped instance's store
   restore  [-config FILE] DIR        restore a backup into an empty store (orderstore stopped)
   key generate FILE                  write a new store encryption key to FILE (mode 0600)
   version                            print version, commit, build date, Go and nats-server versions
