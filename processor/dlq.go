@@ -343,10 +343,15 @@ func GetDeadLetter(ctx context.Context, js jetstream.JetStream, stream string, s
 // stream dlq ("replay-<dlq>-<sequence>"): a replay done twice is stored once.
 func ReplayMsgIDPrefix(dlq string) string { return "replay-" + dlq + "-" }
 
+// replayTimeout bounds a replay's publish and removal, which its caller's context no longer cuts.
+const replayTimeout = 30 * time.Second
+
 // Replay republishes dead letter seq to its original subject, with its original headers and payload
 // plus Orderstore-Replay-Of, and removes it from the dead-letter stream. It returns the event's new
 // stream sequence. A replay done twice (a crash between publish and remove) is stored once
-// ([ReplayMsgIDPrefix]).
+// ([ReplayMsgIDPrefix]). ctx ending (an HTTP client that hangs up) cuts neither the publish nor the
+// removal, bounded by replayTimeout instead: a dead letter left listed after its replay, replayed
+// again once the stream's duplicate window is over, would be stored twice.
 func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (uint64, error) {
 	d, err := GetDeadLetter(ctx, js, stream, seq)
 	if err != nil {
@@ -383,6 +388,8 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 	}
 	h.Set(HeaderReplayOf, strconv.FormatUint(d.OriginalSequence, 10))
 	h.Set(jetstream.MsgIDHeader, ReplayMsgIDPrefix(stream)+strconv.FormatUint(seq, 10))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replayTimeout)
+	defer cancel()
 	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: d.Subject, Header: h, Data: d.Data})
 	if err != nil {
 		return 0, fmt.Errorf("replay dead letter %d to %q: %w", seq, d.Subject, err)

@@ -268,3 +268,42 @@ func TestOrderDeadLettersScanBoundsRemoved(t *testing.T) {
 		t.Errorf("%d gets (complete %v) for a scan of %d over %d removed dead letters; want at most %d, not complete", n, complete, scan, removed, scan)
 	}
 }
+
+// cancelAfterPublish is a real JetStream whose PublishMsg, once the stream
+// stored the event, cancels the caller's context, as an HTTP client that
+// hangs up right then does.
+type cancelAfterPublish struct {
+	jetstream.JetStream
+	cancel context.CancelFunc
+}
+
+func (j cancelAfterPublish) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	ack, err := j.JetStream.PublishMsg(ctx, m, opts...)
+	j.cancel()
+	return ack, err
+}
+
+// A replay whose caller goes away once the event is republished still
+// removes the dead letter: left listed, it would be replayed again and,
+// past the duplicate window, stored twice.
+func TestReplayOutlivesItsCaller(t *testing.T) {
+	e := newEnv(t)
+	dlq := e.cfg.Processor.DeadLetterStream
+	m := nats.NewMsg(e.processorConfig(nil).DeadLetterSubjectPrefix + ".orders.created")
+	m.Header.Set(processor.HeaderSubject, "orders.created")
+	m.Header.Set(processor.HeaderSequence, "7")
+	m.Data = []byte(`{"order_id":"o-1"}`)
+	e.publish(t, []*nats.Msg{m})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	newSeq, err := processor.Replay(ctx, cancelAfterPublish{e.js, cancel}, dlq, 1)
+	if ctx.Err() == nil {
+		t.Fatal("the caller's context was not canceled after the publish")
+	}
+	if err != nil || newSeq != 1 {
+		t.Errorf("Replay = %d, %v; want event 1 and no error", newSeq, err)
+	}
+	if dls, _, err := processor.ListDeadLetters(context.Background(), e.js, dlq, 1, 10); err != nil || len(dls) != 0 {
+		t.Errorf("dead letters after the replay: %+v (%v), want none", dls, err)
+	}
+}
