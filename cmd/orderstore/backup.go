@@ -8,8 +8,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/orderstore/orderstore"
@@ -32,6 +34,13 @@ func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return usageErr(stderr, "usage: orderstore backup [-config FILE] [-admin URL] [-token T] DIR\n       orderstore backup -offline [-config FILE] DIR\n")
 	}
 	dir := fs.Arg(0)
+	entries, err := os.ReadDir(dir)
+	if err == nil && len(entries) > 0 {
+		return fail(stderr, exitUsage, withHint(fmt.Errorf("backup: %q is not empty", dir), "pass a new or empty directory"))
+	}
+	created := errors.Is(err, os.ErrNotExist) // else an empty directory: what it holds is the backup's
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	t0 := time.Now()
 	var received atomic.Int64
 	if *offline {
@@ -49,7 +58,10 @@ func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			received.Add(p.BytesReceived - saved[p.Stream])
 			saved[p.Stream] = p.BytesReceived
 		})
-		if stop(); err != nil {
+		if stop(); err != nil && ctx.Err() != nil {
+			return interrupted(stderr, dir, created)
+		}
+		if err != nil {
 			printErr(stderr, err)
 			return exitCode(err)
 		}
@@ -57,9 +69,6 @@ func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		c, err := client()
 		if err != nil {
 			return fail(stderr, exitUsage, err)
-		}
-		if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
-			return fail(stderr, exitUsage, withHint(fmt.Errorf("backup: %q is not empty", dir), "pass a new or empty directory"))
 		}
 		bc := *c
 		bc.hc = &http.Client{Transport: c.hc.Transport} // no timeout: a backup takes as long as it takes
@@ -72,6 +81,9 @@ func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			untarErr = untar(&countingReader{r: r, n: &received}, dir)
 			return untarErr
 		})
+		if err != nil && ctx.Err() != nil {
+			return interrupted(stderr, dir, created)
+		}
 		if untarErr != nil {
 			err = fmt.Errorf("%w (the backup in %q is incomplete)", err, dir)
 		}
@@ -88,6 +100,25 @@ func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	fmt.Fprintf(stderr, "backup complete: %q, %s in %s; checksums verified\n", dir, config.ByteSize(received.Load()), time.Since(t0).Round(time.Millisecond))
 	return exitOK
+}
+
+// interrupted removes what a backup interrupted by a signal wrote: dir when it created it, else
+// what it wrote into it (empty before), so that no partial backup is left for a restore.
+func interrupted(stderr io.Writer, dir string, created bool) int {
+	var err error
+	if created {
+		err = os.RemoveAll(dir)
+	} else {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			err = errors.Join(err, os.RemoveAll(filepath.Join(dir, e.Name())))
+		}
+	}
+	if err != nil {
+		return fail(stderr, exitFailure, withHint(fmt.Errorf("backup interrupted; %q holds a partial backup: %w", dir, err), "remove it: no restore takes it"))
+	}
+	fmt.Fprintf(stderr, "backup interrupted; removed partial %s\n", dir)
+	return exitFailure
 }
 
 // restoreCmd restores a backup into the config's store, which must be
