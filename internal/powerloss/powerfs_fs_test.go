@@ -204,7 +204,7 @@ func (p *FS) mountLocked() error {
 	sec := time.Second
 	raw := fs.NewNodeFS(rootNode, &fs.Options{EntryTimeout: &sec, AttrTimeout: &sec})
 	g := &gate{RawFileSystem: raw}
-	srv, err := fuse.NewServer(g, p.mountpoint, &fuse.MountOptions{
+	srv, err := newServer(g, p.mountpoint, &fuse.MountOptions{
 		DirectMountStrict: true,
 		AllowOther:        true,
 		FsName:            p.live,
@@ -223,6 +223,24 @@ func (p *FS) mountLocked() error {
 	}
 	p.gate, p.server, p.mounted = g, srv, true
 	return nil
+}
+
+// newServer is fuse.NewServer with close-on-exec set on the /dev/fuse descriptor, which go-fuse's
+// direct mount leaves unset: every child (mkfs.ext4) would hold the mount, and one killed mid-mkfs
+// keep it wedged, and with it every later mkfs. ForkLock keeps any fork from coming in between.
+func newServer(raw fuse.RawFileSystem, mountpoint string, opts *fuse.MountOptions) (*fuse.Server, error) {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	srv, err := fuse.NewServer(raw, mountpoint, opts)
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range fds {
+		if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); l == "/dev/fuse" {
+			if fd, err := strconv.Atoi(e.Name()); err == nil {
+				syscall.CloseOnExec(fd)
+			}
+		}
+	}
+	return srv, err
 }
 
 // Cut is the power failure: it waits for the requests in flight, and from

@@ -358,6 +358,25 @@ func TestPowerFSCutFailsEveryOperation(t *testing.T) {
 	}
 }
 
+// No child the tests start (mkfs.ext4) inherits the daemon's /dev/fuse descriptor, after a mount or
+// a remount: one killed mid-mkfs would keep the mount wedged, and with it every later mkfs.
+func TestPowerFSNotInheritedByChildren(t *testing.T) {
+	p := mount(t, Journal)
+	for _, step := range []string{"mount", "restore"} {
+		if step == "restore" {
+			restore(t, p)
+		}
+		own, err := exec.Command("sh", "-c", "ls -l /proc/$PPID/fd").CombinedOutput() // this process's
+		if err != nil || !bytes.Contains(own, []byte("/dev/fuse")) {
+			t.Fatalf("after the %s, this process holds no /dev/fuse (%v):\n%s", step, err, own)
+		}
+		child, err := exec.Command("ls", "-l", "/proc/self/fd").CombinedOutput()
+		if err != nil || bytes.Contains(child, []byte("/dev/fuse")) {
+			t.Errorf("after the %s, a child holds /dev/fuse (%v):\n%s", step, err, child)
+		}
+	}
+}
+
 // A file system on a loop device whose image lives on the power-loss file
 // system: what ext4 synced survives a cut, the journal replays, and e2fsck
 // finds the result clean.
