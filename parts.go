@@ -61,6 +61,8 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *natsconf.Identity) (embe
 		// nats recovers every stream before it is ready: minutes on a large store, as the
 		// systemd unit allows (TimeoutStartSec), where embedded's default gives up after 60s.
 		ReadyTimeout: 5 * time.Minute,
+		// The preflight took the store's lock (lockStore), for the appliance's whole life.
+		StoreLocked: true,
 	}
 	err := c.natsInput().Apply(&ec, id)
 	return ec, err

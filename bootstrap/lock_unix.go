@@ -9,21 +9,7 @@ import (
 	"syscall"
 )
 
-// tryLock takes an exclusive, non-blocking advisory lock on f. The kernel
-// drops it when the process dies, even on SIGKILL.
-func tryLock(f *os.File) (held bool, err error) {
-	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-	if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) {
-		return true, nil
-	}
-	return false, err
-}
-
 func isNotDir(err error) bool { return errors.Is(err, syscall.ENOTDIR) }
-
-func unlock(f *os.File) error {
-	return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-}
 
 // FreeBytes returns the free disk under dir for an unprivileged user.
 func FreeBytes(dir string) (uint64, error) {

@@ -6,14 +6,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
+	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/internal/bytesize"
 )
 
-// LockFileName is the lock file Preflight holds inside store_dir.
-const LockFileName = "orderstore.lock"
+// LockFileName is the lock file Preflight holds inside store_dir, the one embedded.Start takes.
+const LockFileName = embedded.LockFileName
 
 // PreflightConfig is what Preflight checks.
 type PreflightConfig struct {
@@ -36,26 +35,10 @@ type Report struct {
 }
 
 // Lock is the exclusive lock on a store directory. Release it after the server has shut down.
-type Lock struct {
-	f    *os.File
-	path string
-}
+type Lock = embedded.StoreLock
 
-// Path returns the lock file's path.
-func (l *Lock) Path() string { return l.path }
-
-// Release drops the lock. It is safe to call more than once.
-func (l *Lock) Release() error {
-	if l == nil || l.f == nil {
-		return nil
-	}
-	err := errors.Join(unlock(l.f), l.f.Close())
-	l.f = nil
-	return err
-}
-
-// ErrLocked is matched (errors.Is) when another live process holds the store directory.
-var ErrLocked = errors.New("store_dir is locked by another process")
+// ErrLocked is matched (errors.Is) when another live server holds the store directory.
+var ErrLocked = embedded.ErrLocked
 
 // Preflight runs before nats-server starts: store_dir exists (created if missing) and is a
 // directory, a probe file can be created, written, fsynced and removed, nobody else holds it, and
@@ -130,34 +113,16 @@ func probe(dir string) error {
 }
 
 func lockDir(dir string) (*Lock, error) {
-	path := filepath.Join(dir, LockFileName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
-	if err != nil {
-		return nil, errorf("preflight", fmt.Sprintf("lock %q", path), dirHint(dir, err), unwrapPath(err))
-	}
-	held, err := tryLock(f)
-	if err != nil {
-		f.Close()
-		return nil, errorf("preflight", fmt.Sprintf("lock %q", path), "", err)
-	}
-	if held {
-		b, _ := os.ReadFile(path)
-		f.Close()
-		holder := "another process"
-		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && pid > 0 {
-			holder = fmt.Sprintf("process %d", pid)
-		}
+	lock, err := embedded.LockStoreDir(dir)
+	if errors.Is(err, ErrLocked) {
 		return nil, errorf("preflight", fmt.Sprintf("store_dir %q", dir),
-			"another orderstore is running on this store_dir; stop it, or give this instance its own jetstream.store_dir (two servers on one store corrupt it)",
-			fmt.Errorf("%w: %s holds %q", ErrLocked, holder, path))
+			"another orderstore is running on this store_dir; stop it, or give this instance its own jetstream.store_dir (two servers on one store corrupt it)", err)
 	}
-	// The PID is a hint for the next one to fail; it needs no fsync (the
-	// lock itself lives in the kernel and dies with the process).
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	if err != nil {
+		return nil, errorf("preflight", "lock", dirHint(dir, err), unwrapPath(err))
 	}
-	ChownLikeDir(path, dir) // made by `sudo orderstore check`: still the service user's to open
-	return &Lock{f: f, path: path}, nil
+	ChownLikeDir(lock.Path(), dir) // made by `sudo orderstore check`: still the service user's to open
+	return lock, nil
 }
 
 func duBytes(dir string) int64 {

@@ -10,6 +10,10 @@
 //
 //	nc, err := nats.Connect("", nats.InProcessServer(srv))
 //
-// This package imports only nats-server and the standard library, so other projects can use it
-// without pulling in orderstore's configuration, metrics or CLI. Tests use package embeddedtest.
+// Start locks [Config.StoreDir] while the server runs: a second server on it, of this process or
+// another, fails with [ErrLocked] (two servers on one store lose acknowledged publishes).
+//
+// This package imports only nats-server and the standard library (and, on Windows, the
+// golang.org/x/sys nats-server uses), so other projects can use it without pulling in
+// orderstore's configuration, metrics or CLI. Tests use package embeddedtest.
 package embedded

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,10 +29,14 @@ const (
 // Config describes one embedded server. It is plain data; the zero value is
 // valid except for StoreDir.
 type Config struct {
-	// StoreDir is the JetStream storage directory. Required. Streams live in
-	// StoreDir/jetstream. Two servers must never share one StoreDir; the
-	// embedded package does not lock it (bootstrap.Preflight does).
+	// StoreDir is the JetStream storage directory. Required. Streams live in StoreDir/jetstream.
+	// Start locks it ([LockFileName] in it) until the server stops, and refuses with ErrLocked a
+	// StoreDir that another server holds, of this process or another.
 	StoreDir string
+
+	// StoreLocked says the caller holds StoreDir's lock already ([LockStoreDir]; the appliance
+	// holds it across its server's restarts): Start then takes none.
+	StoreLocked bool
 
 	// Host is the client listener address. Default "127.0.0.1" (nats-server's
 	// own default is 0.0.0.0; an embedded broker stays on loopback unless told).
@@ -369,6 +375,7 @@ func (c Config) Validate() error {
 // exists only once the server accepts connections.
 type Server struct {
 	ns       *server.Server
+	lock     *StoreLock // nil with Config.StoreLocked
 	problems []string
 	cfg      Config
 	done     chan struct{}
@@ -589,6 +596,22 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("start embedded nats: invalid config: %w", err)
 	}
+	var lock *StoreLock
+	if !cfg.StoreLocked {
+		if err := os.MkdirAll(cfg.StoreDir, 0o750); err != nil {
+			return nil, fmt.Errorf("start embedded nats: cannot create storage directory: %w", err)
+		}
+		if lock, err = LockStoreDir(cfg.StoreDir); errors.Is(err, ErrLocked) {
+			return nil, fmt.Errorf("start embedded nats: StoreDir %q: %w: close that server, or give this one a StoreDir of its own", cfg.StoreDir, err)
+		} else if err != nil {
+			return nil, fmt.Errorf("start embedded nats: StoreDir %q: %w", cfg.StoreDir, err)
+		}
+		defer func() {
+			if err != nil {
+				lock.Release()
+			}
+		}()
+	}
 	opts, err := cfg.options()
 	if err != nil {
 		return nil, fmt.Errorf("start embedded nats: %w", err)
@@ -654,9 +677,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	// after. Wait for it, so that Close never races it.
 	<-started
 
-	s := &Server{ns: ns, cfg: cfg, done: make(chan struct{}), closing: make(chan struct{}), problems: adapter.started()}
+	s := &Server{ns: ns, lock: lock, cfg: cfg, done: make(chan struct{}), closing: make(chan struct{}), problems: adapter.started()}
 	go func() {
 		ns.WaitForShutdown()
+		s.lock.Release()
 		close(s.done)
 	}()
 	return s, nil
@@ -740,7 +764,8 @@ func (s *Server) Wait() error {
 //  1. mark the stop as requested, so Wait returns nil;
 //  2. nats-server Shutdown: stop accepting, close client connections,
 //     flush and close every JetStream stream and consumer store;
-//  3. WaitForShutdown: wait for all of the server's goroutines.
+//  3. WaitForShutdown: wait for all of the server's goroutines;
+//  4. drop StoreDir's lock.
 //
 // Close is idempotent and safe to call concurrently; calls after the first
 // wait for the same stop and return nil.
@@ -751,4 +776,62 @@ func (s *Server) Close() error {
 	})
 	<-s.done
 	return nil
+}
+
+// LockFileName is the file in StoreDir whose lock a server holds while it runs: an flock
+// (LockFileEx on Windows), which the kernel drops when the process dies, even on SIGKILL.
+const LockFileName = "orderstore.lock"
+
+// ErrLocked is matched (errors.Is) when another server, of this process or another, holds a
+// StoreDir: two servers on one store both acknowledge publishes, and one's are lost.
+var ErrLocked = errors.New("locked by another server")
+
+// StoreLock is the lock on a store directory, of [LockStoreDir].
+type StoreLock struct {
+	f    *os.File
+	path string
+}
+
+// LockStoreDir takes the lock on dir, an existing directory, that [Start] takes unless
+// Config.StoreLocked says the caller holds it. If another holds it the error is ErrLocked, naming
+// the holder's process; else any error is the lock file's.
+func LockStoreDir(dir string) (*StoreLock, error) {
+	path := filepath.Join(dir, LockFileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, err
+	}
+	held, err := tryLock(f)
+	if err != nil {
+		f.Close()
+		return nil, &os.PathError{Op: "lock", Path: path, Err: err}
+	}
+	if held {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		holder := "another process"
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && pid > 0 {
+			holder = fmt.Sprintf("process %d", pid)
+		}
+		return nil, fmt.Errorf("%w: %s holds %q", ErrLocked, holder, path)
+	}
+	// The PID is a hint for the next one to fail; it needs no fsync (the
+	// lock itself lives in the kernel and dies with the process).
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &StoreLock{f: f, path: path}, nil
+}
+
+// Path returns the lock file's path.
+func (l *StoreLock) Path() string { return l.path }
+
+// Release drops the lock. It is safe to call more than once, and on nil.
+func (l *StoreLock) Release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := errors.Join(unlock(l.f), l.f.Close())
+	l.f = nil
+	return err
 }

@@ -567,3 +567,23 @@ func TestStreamExportToAccountsAndMappedImport(t *testing.T) {
 		t.Fatalf("Validate: %v, want the unknown account named", err)
 	}
 }
+
+// Two servers on one StoreDir both acknowledge publishes, and the store then holds only one of
+// them: a second Start on a StoreDir a running server holds is refused, naming the dir, and the
+// dir is free again once the first has closed.
+func TestSecondStartOnAStoreDirInUseIsRefused(t *testing.T) {
+	store := t.TempDir()
+	first := embeddedtest.Start(t, func(c *embedded.Config) { c.StoreDir = store })
+	second, err := embedded.Start(context.Background(), embedded.Config{StoreDir: store, Port: -1})
+	if err == nil {
+		second.Close()
+		t.Fatalf("a second Start on %q, which a running server holds, succeeded", store)
+	}
+	if !errors.Is(err, embedded.ErrLocked) || !strings.Contains(err.Error(), store) {
+		t.Errorf("second Start = %v, want ErrLocked naming %q", err, store)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.Start(t, func(c *embedded.Config) { c.StoreDir = store })
+}

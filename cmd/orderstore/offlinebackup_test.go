@@ -63,7 +63,7 @@ func TestRotationByOfflineBackupKeepsLateEvents(t *testing.T) {
 
 	offline := filepath.Join(dir, "offline")
 	if code := cmd("backup", "-offline", "-config", old, offline); code != exitFailure ||
-		!strings.Contains(errb.String(), "locked by another process") || !strings.Contains(errb.String(), "hint: orderstore runs on this store: stop it first") {
+		!strings.Contains(errb.String(), "locked by another server") || !strings.Contains(errb.String(), "hint: orderstore runs on this store: stop it first") {
 		t.Errorf("backup -offline while orderstore runs = %d\n%s", code, errb.String())
 	}
 	if entries, _ := os.ReadDir(offline); len(entries) > 0 {
