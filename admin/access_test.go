@@ -81,3 +81,47 @@ func TestLoginLimitCountsAnIPv6ClientsWhole64(t *testing.T) {
 		t.Errorf("a guess from an IPv4 address: %d, want 401 (not limited)", code)
 	}
 }
+
+// A browser's cached basic auth, or a proxy doing basic auth, sends Authorization: Basic with
+// every request. It is no token attempt: the dashboard session passes beside it, and nothing
+// counts against the address, whose right bearer token still passes after.
+func TestBasicAuthorizationIsNoFailedSignIn(t *testing.T) {
+	const token = "the-right-admin-token"
+	s := New(Config{Token: token})
+	get := func(authz, cookie string) int {
+		req := httptest.NewRequest("GET", "http://127.0.0.1:8222/", nil)
+		req.Header.Set("Authorization", authz)
+		if cookie != "" {
+			req.Header.Set("Cookie", cookie)
+		}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	req := httptest.NewRequest("POST", "http://127.0.0.1:8222/login", strings.NewReader("token="+token))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	cookie, _, _ := strings.Cut(rec.Header().Get("Set-Cookie"), ";")
+	if rec.Code != 303 || !strings.HasPrefix(cookie, sessionCookie+"=") {
+		t.Fatalf("/login = %d, Set-Cookie %q", rec.Code, cookie)
+	}
+	const basic = "Basic dXNlcjpwYXNz"
+	got := map[int]int{}
+	for range 3 * failBurst {
+		got[get(basic, cookie)]++
+	}
+	if got[200] != 3*failBurst {
+		t.Errorf("%d requests with the session and %q: answers %v, want all 200", 3*failBurst, basic, got)
+	}
+	got = map[int]int{}
+	for range 3 * failBurst {
+		got[get(basic, "")]++
+	}
+	if got[401] != 3*failBurst {
+		t.Errorf("%d requests with %q alone: answers %v, want all 401 (no token, no failed sign-in)", 3*failBurst, basic, got)
+	}
+	if code := get("Bearer "+token, ""); code != 200 {
+		t.Errorf("the right bearer token after them: %d, want 200 (the address not limited)", code)
+	}
+}

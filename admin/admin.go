@@ -227,12 +227,14 @@ func (s *Server) auth(h http.Handler) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// A valid session always passes (its id is 256 random bits, not something to guess), so a
-		// guesser sharing the operator's address cannot lock the dashboard out. A blocked address
-		// gets 429 for every token, right or wrong: a guess that happens to be right must not
-		// answer differently while guessing is limited.
+		// Only a bearer token is a token attempt: another scheme (a browser's cached basic auth,
+		// a proxy's) is no guess. A valid session passes beside it (its id is 256 random bits, not
+		// something to guess), so a guesser sharing the operator's address cannot lock the
+		// dashboard out. A blocked address gets 429 for every token, right or wrong: a guess that
+		// happens to be right must not answer differently while guessing is limited.
 		ip := remoteIP(r)
-		if c, err := r.Cookie(sessionCookie); err == nil && r.Header.Get("Authorization") == "" && s.sess.valid(c.Value) {
+		got, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if c, err := r.Cookie(sessionCookie); err == nil && !bearer && s.sess.valid(c.Value) {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -240,14 +242,13 @@ func (s *Server) auth(h http.Handler) http.Handler {
 			tooMany(w, wait)
 			return
 		}
-		authz := r.Header.Get("Authorization")
-		if got, ok := strings.CutPrefix(authz, "Bearer "); ok && tokenEqual(got, s.cfg.Token) {
+		if bearer && tokenEqual(got, s.cfg.Token) {
 			h.ServeHTTP(w, r)
 			return
 		}
 		// An expired or unknown session (a tab left open across a restart)
-		// is not a guess: only a wrong Authorization counts as a failure.
-		if authz != "" {
+		// is not a guess: only a wrong bearer token counts as a failure.
+		if bearer {
 			s.limit.fail(ip)
 			s.log.Warn("admin request refused: bad credentials", "remote", ip, "path", clip(r.URL.Path))
 		}
