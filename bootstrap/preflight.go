@@ -95,13 +95,14 @@ func Preflight(cfg PreflightConfig) (_ *Lock, _ Report, err error) {
 	return lock, rep, nil
 }
 
-// probe creates, writes, fsyncs and removes a file in dir.
+// probe creates, writes, fsyncs and removes a file in dir, named at random: two preflights at once,
+// in one process too, each probe their own.
 func probe(dir string) error {
-	name := filepath.Join(dir, fmt.Sprintf(".orderstore-probe-%d", os.Getpid()))
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	f, err := os.CreateTemp(dir, ".orderstore-probe-*")
 	if err != nil {
 		return unwrapPath(err)
 	}
+	name := f.Name()
 	_, werr := f.Write([]byte("orderstore preflight probe\n"))
 	serr := f.Sync()
 	cerr := f.Close()

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -37,12 +38,13 @@ func TestPreflightCreatesAndLocks(t *testing.T) {
 		}
 	}
 
-	// A second preflight on the same dir fails at once, naming lock and pid.
+	// A second preflight on the same dir fails at once, naming the lock and its holder: this
+	// process, not its PID as if another's.
 	_, _, err = Preflight(PreflightConfig{StoreDir: dir, MaxFileStore: 1 << 20})
 	if !errors.Is(err, ErrLocked) {
 		t.Fatalf("second Preflight error = %v, want ErrLocked", err)
 	}
-	for _, want := range []string{LockFileName, fmt.Sprintf("process %d", os.Getpid()), dir} {
+	for _, want := range []string{LockFileName, "this process (another Appliance", dir} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
@@ -230,5 +232,45 @@ func TestSourcesStrSpellsDomainsOneWay(t *testing.T) {
 	other := []*jetstream.StreamSource{{Name: "ORDER_EVENTS"}, {Name: "ORDER_EVENTS", External: &jetstream.ExternalStream{APIPrefix: "$JS.edge2.API"}}}
 	if sourcesStr(declared) == sourcesStr(other) {
 		t.Fatal("edge1 and edge2 spelled alike")
+	}
+}
+
+// Two appliances started at once in one process (two tests, a program running two) probed the
+// store with the same file, named by the PID, and one removed it under the other: "is not
+// writable" instead of the lock's error. Each probe has a name of its own.
+func TestPreflightsAtOnceInOneProcess(t *testing.T) {
+	const n = 8
+	for round := range 20 {
+		dir := t.TempDir()
+		errs := make(chan error, n)
+		var locks []*Lock
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				lock, _, err := Preflight(PreflightConfig{StoreDir: dir, MaxFileStore: 1 << 20})
+				if err == nil {
+					mu.Lock()
+					locks = append(locks, lock)
+					mu.Unlock()
+				}
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for _, l := range locks {
+			l.Release()
+		}
+		for err := range errs {
+			if err != nil && !errors.Is(err, ErrLocked) {
+				t.Fatalf("round %d: %d Preflights at once on one store: %v, want ErrLocked", round, n, err)
+			}
+		}
+		if len(locks) != 1 {
+			t.Fatalf("round %d: %d Preflights at once on one store took %d locks, want 1", round, n, len(locks))
+		}
 	}
 }

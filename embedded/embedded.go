@@ -809,8 +809,10 @@ func LockStoreDir(dir string) (*StoreLock, error) {
 	if held {
 		b, _ := os.ReadFile(path)
 		f.Close()
-		holder := "another process"
-		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && pid > 0 {
+		holder := "a server of this process or another"
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); pid == os.Getpid() {
+			holder = "this process (another Appliance or embedded server in it)"
+		} else if perr == nil && pid > 0 {
 			holder = fmt.Sprintf("process %d", pid)
 		}
 		return nil, fmt.Errorf("%w: %s holds %q", ErrLocked, holder, path)

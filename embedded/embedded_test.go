@@ -579,8 +579,8 @@ func TestSecondStartOnAStoreDirInUseIsRefused(t *testing.T) {
 		second.Close()
 		t.Fatalf("a second Start on %q, which a running server holds, succeeded", store)
 	}
-	if !errors.Is(err, embedded.ErrLocked) || !strings.Contains(err.Error(), store) {
-		t.Errorf("second Start = %v, want ErrLocked naming %q", err, store)
+	if !errors.Is(err, embedded.ErrLocked) || !strings.Contains(err.Error(), store) || !strings.Contains(err.Error(), "this process") {
+		t.Errorf("second Start = %v, want ErrLocked naming %q and this process as its holder", err, store)
 	}
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
