@@ -265,7 +265,9 @@ func (a *Appliance) StoreDir() string { return a.report.StoreDir }
 func (a *Appliance) Config() Config { return a.cfg }
 
 // Handler returns the admin HTTP handler (health, metrics, API, dashboard),
-// for a program that serves it on a listener of its own.
+// for a program that serves it on a listener of its own. Validate's "a non-loopback admin
+// listener needs a token" sees only Admin.Listen, not that listener: without Admin.Token the
+// handler answers anyone who reaches it, so protect it or set the token.
 func (a *Appliance) Handler() http.Handler { return a.admin }
 
 // Done is closed when the appliance stopped running: a part failed (see
