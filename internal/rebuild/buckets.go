@@ -62,6 +62,17 @@ func (b *Buckets) Shadow(ctx context.Context, fresh bool) (processor.Handler, er
 				return nil, fmt.Errorf("shadow history index %q: %w", b.ShadowHistory.Name, err)
 			}
 		}
+		// nats makes a stream in the directory of one it skipped at start (its meta.inf lost by a
+		// power cut), with the messages of its files: another fold's records.
+		for _, name := range b.shadowStreams() {
+			s, err := b.JS.Stream(ctx, name)
+			if err == nil {
+				err = s.Purge(ctx)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("shadow %q: %w", name, err)
+			}
+		}
 	}
 	kv, hkv, err := b.openShadow(ctx)
 	if err != nil {

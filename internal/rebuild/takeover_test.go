@@ -296,6 +296,16 @@ func TestTakeoverOfALostShadowStartsOver(t *testing.T) {
 	if st := r.Status(); st.State != status.RebuildFolding {
 		t.Fatalf("after finishing the takeover of a lost shadow: %s, %d orders rebuilt; want it folding again", st.State, st.Rebuilt)
 	}
+	// A fresh shadow made where nats skipped the lost one's files starts empty, without their
+	// records (which a fold of another version would keep).
+	if _, err := builtIn(js).Shadow(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := js.Stream(ctx, "KV_ORDERS_REBUILD"); err != nil {
+		t.Fatal(err)
+	} else if n := s.CachedInfo().State.Msgs; n != 0 {
+		t.Fatalf("a fresh shadow over the lost one's files holds %d records; want it empty", n)
+	}
 	rctx, stop = context.WithCancel(ctx)
 	defer stop()
 	go func() { done <- r.Run(rctx) }()
