@@ -24,7 +24,7 @@ func TestBusyListenerHintNamesItsKey(t *testing.T) {
 		}},
 		{"cluster.listen", func(c *orderstore.Config, addr string) {
 			c.Server.Name = "n1"
-			c.Cluster = orderstore.ClusterConfig{Name: "c", Listen: addr, Routes: []string{"nats-route://" + addr}}
+			c.Cluster = orderstore.ClusterConfig{Name: "c", Listen: addr, Routes: []string{"nats-route://" + addr}, User: "route", Password: "route-secret-1"}
 			c.Stream.Replicas = 1
 		}},
 	} {

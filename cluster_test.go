@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/internal/testkit"
+	"github.com/orderstore/orderstore/natsserver/server"
 	"github.com/orderstore/orderstore/orderstoretest"
 	"github.com/orderstore/orderstore/processor"
 	"github.com/orderstore/orderstore/status"
@@ -40,7 +42,7 @@ func clusterConfigs(t testing.TB) []orderstore.Config {
 	for i, a := range addrs {
 		c := orderstoretest.Config(t)
 		c.Server.Name = fmt.Sprintf("n%d", i+1)
-		c.Cluster = orderstore.ClusterConfig{Name: "orders", Listen: a, Routes: routes}
+		c.Cluster = orderstore.ClusterConfig{Name: "orders", Listen: a, Routes: routes, User: "route", Password: routePassword}
 		c.Stream.Replicas = 3
 		cfgs = append(cfgs, c)
 	}
@@ -279,8 +281,10 @@ func getStatus(t *testing.T, app *orderstore.Appliance, v any) {
 func TestScaleOutValidation(t *testing.T) {
 	cluster := func(c *orderstore.Config) {
 		c.Server.Name = "n1"
-		c.Cluster = orderstore.ClusterConfig{Name: "orders", Listen: "127.0.0.1:6222", Routes: []string{"nats-route://127.0.0.1:6222"}}
+		c.Cluster = orderstore.ClusterConfig{Name: "orders", Listen: "127.0.0.1:6222", Routes: []string{"nats-route://127.0.0.1:6222"},
+			User: "route", Password: routePassword}
 	}
+	noAuth := func(c *orderstore.Config) { cluster(c); c.Cluster.User, c.Cluster.Password = "", "" }
 	tests := []struct {
 		name  string
 		f     func(*orderstore.Config)
@@ -290,7 +294,13 @@ func TestScaleOutValidation(t *testing.T) {
 		{"replicas 3 without a cluster", func(c *orderstore.Config) { c.Stream.Replicas = 3 }, "Stream.Replicas"},
 		{"replicas 2", func(c *orderstore.Config) { cluster(c); c.Stream.Replicas = 2 }, "Stream.Replicas"},
 		{"illegal domain", func(c *orderstore.Config) { c.JetStream.Domain = "edge.1" }, "JetStream.Domain"},
-		{"open route listener without auth", func(c *orderstore.Config) { cluster(c); c.Cluster.Listen = "0.0.0.0:6222" }, "Cluster.Listen"},
+		{"open route listener without auth", func(c *orderstore.Config) { noAuth(c); c.Cluster.Listen = "0.0.0.0:6222" }, "Cluster.Listen"},
+		// Any local process could join a loopback route listener as a node.
+		{"loopback route listener without auth", noAuth, "Cluster.Listen"},
+		{"loopback routes with TLS but no verify", func(c *orderstore.Config) {
+			noAuth(c)
+			c.Cluster.TLS = orderstore.TLSConfig{CertFile: "c", KeyFile: "k", CAFile: "ca"}
+		}, "Cluster.Listen"},
 		{"cluster without routes", func(c *orderstore.Config) { cluster(c); c.Cluster.Routes = nil }, "Cluster.Routes"},
 		{"bad route URL", func(c *orderstore.Config) { cluster(c); c.Cluster.Routes = []string{"10.0.0.1:6222"} }, "Cluster.Routes[0]"},
 		{"edge without a domain", func(c *orderstore.Config) {
@@ -311,6 +321,10 @@ func TestScaleOutValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { expectProblem(t, tt.f, tt.field) })
+	}
+	ve := expectProblem(t, noAuth, "Cluster.Listen")
+	if msg := ve.Error(); !strings.Contains(msg, "also on loopback") || !strings.Contains(msg, "cluster.user and cluster.password") || !strings.Contains(msg, "verify") {
+		t.Errorf("a loopback cluster without credentials: %v, want it to name cluster.user, cluster.password and [cluster.tls] with verify", msg)
 	}
 	ok := orderstore.DefaultConfig()
 	cluster(&ok)
@@ -809,5 +823,40 @@ func TestClusterNewVersionWhileAnotherNodeRebuilds(t *testing.T) {
 		if st := a.RebuildStatus(); st != nil && st.Running() {
 			t.Fatalf("claim %s: n3 rebuilds while n2 holds the claim: %+v", tc.claim, st)
 		}
+	}
+}
+
+// A stock nats-server that routes to a node without the cluster's route credentials (any local
+// process reaches a loopback route listener, the default) is refused: the node logs the failed
+// sign-in and keeps routes to its two peers only, and the rogue holds no route.
+func TestRogueRoute(t *testing.T) {
+	cfgs := clusterConfigs(t)
+	var logs testkit.LockedBuffer
+	cfgs[0].Logger = debugLogger(&logs)
+	apps := startAll(t, cfgs)
+	u, err := url.Parse("nats-route://" + cfgs[0].Cluster.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue, err := server.NewServer(&server.Options{ServerName: "rogue", Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		Cluster: server.ClusterOpts{Name: "orders", Host: "127.0.0.1", Port: -1}, Routes: []*url.URL{u}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go rogue.Start()
+	t.Cleanup(func() {
+		rogue.Shutdown()
+		rogue.WaitForShutdown()
+	})
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		if !strings.Contains(logs.String(), "Router connection closed: Authentication Failure") {
+			return errors.New("n1 has not refused the rogue's route yet")
+		}
+		return nil
+	})
+	var st status.Status
+	getStatus(t, apps[0], &st)
+	if up := st.Topology.Cluster.RoutesUp; up != 2 || rogue.NumRoutes() != 0 {
+		t.Errorf("n1 has routes to %d other nodes, want 2 (its peers); the rogue has %d routes, want none\n%s", up, rogue.NumRoutes(), logs.String())
 	}
 }

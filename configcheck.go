@@ -355,11 +355,10 @@ func (c Config) validateScaleOut(bad badFunc) {
 	if cl.Enabled() {
 		bad.when(!validName(cl.Name), "Cluster.Name", clipValue(cl.Name), "may not contain spaces, '.', '*', '>', '/' or '\\'")
 		bad.when(c.Server.Name == "" || c.Server.Name == DefaultConfig().Server.Name, "Server.Name", c.Server.Name, "must be set to this node's own name in a cluster (unique among the nodes, e.g. \"orders-1\")")
-		host, err := hostOf(cl.Listen)
-		if err != nil {
+		if _, err := hostOf(cl.Listen); err != nil {
 			bad("Cluster.Listen", clipValue(cl.Listen), "must be host:port (e.g. \"10.0.0.1:6222\")")
-		} else if !isLoopback(host) && cl.User == "" && !(cl.TLS.Enabled() && cl.TLS.Verify) {
-			bad("Cluster.Listen", cl.Listen, "is not a loopback address and routes need no credentials: set cluster.user and cluster.password (or [cluster.tls] with verify), or bind 127.0.0.1")
+		} else if cl.User == "" && !(cl.TLS.Enabled() && cl.TLS.Verify) {
+			bad("Cluster.Listen", cl.Listen, "needs route credentials, also on loopback: any local process could join as a node and read every event; set cluster.user and cluster.password (the same on every node), or [cluster.tls] with ca_file and verify")
 		}
 		bad.when(len(cl.Routes) == 0, "Cluster.Routes", nil, "must list the nodes' route URLs (e.g. [\"nats-route://10.0.0.1:6222\", ...]; listing this node is fine)")
 		for i, r := range cl.Routes {

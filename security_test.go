@@ -45,6 +45,7 @@ const (
 	readerPassword = "reader-secret-password"
 	adminPassword  = "admin-secret-password"
 	sysPassword    = "sys-secret-password"
+	routePassword  = "route-secret-password"
 	adminToken     = "admin-token-0123456789-secret"
 )
 

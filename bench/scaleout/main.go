@@ -126,7 +126,7 @@ func cluster() {
 	var cfgs []orderstore.Config
 	for i, p := range ps {
 		c := base(fmt.Sprintf("n%d", i+1))
-		c.Cluster = orderstore.ClusterConfig{Name: "orders", Listen: fmt.Sprintf("127.0.0.1:%d", p), Routes: routes}
+		c.Cluster = orderstore.ClusterConfig{Name: "orders", Listen: fmt.Sprintf("127.0.0.1:%d", p), Routes: routes, User: "route", Password: "route-secret-1"}
 		c.Stream.Replicas = 3
 		cfgs = append(cfgs, c)
 	}

@@ -229,6 +229,8 @@ ack_wait = "5s"
 name = "orders"
 listen = %q
 routes = [%s]
+user = "route"
+password = "route-secret-1"
 `, i+1, host, port, addrs[3+i], strings.Join(routes, ", ")))
 		urls = append(urls, "nats://"+a)
 	}

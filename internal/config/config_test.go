@@ -101,7 +101,7 @@ func TestParseErrors(t *testing.T) {
 		{"interval without sync_interval", "[jetstream]\ndurability = \"interval\"\n", []string{"jetstream.sync_interval"}, []string{"needs a sync_interval"}},
 		{"sync_interval with always", "[jetstream]\ndurability = \"always\"\nsync_interval = \"1s\"\n", []string{"jetstream.sync_interval"}, []string{`applies to durability "interval" only`}},
 		{"sync_interval always with a durability", "[jetstream]\ndurability = \"group-commit\"\nsync_interval = \"always\"\n", []string{"jetstream.sync_interval"}, []string{"leave sync_interval out"}},
-		{"group commit in a cluster", "[server]\nname = \"n1\"\n[jetstream]\ndurability = \"group-commit\"\n[cluster]\nname = \"c\"\nroutes = [\"nats-route://127.0.0.1:6223\"]\n",
+		{"group commit in a cluster", "[server]\nname = \"n1\"\n[jetstream]\ndurability = \"group-commit\"\n[cluster]\nname = \"c\"\nroutes = [\"nats-route://127.0.0.1:6223\"]\nuser = \"route\"\npassword = \"route-secret-1\"\n",
 			[]string{"jetstream.durability"}, []string{"single node"}},
 		{"non-loopback without users", "[server]\nhost = \"0.0.0.0\"\n", []string{"server.host"}, []string{"users"}},
 		{"non-loopback admin without token", "[admin]\nlisten = \"0.0.0.0:8222\"\n", []string{"admin.listen"}, []string{"token"}},
@@ -118,7 +118,7 @@ func TestParseErrors(t *testing.T) {
 		// BurntSushi leaves a map as it was when the value is not a table.
 		{"schemas not a table", "[validation]\nschemas = \"created.json\"\n", []string{"validation.schemas"}, []string{"must be a table"}},
 		{"stale_after not a table", "[processor]\nstale_after = \"1h\"\n", []string{"processor.stale_after"}, []string{"must be a table"}},
-		{"min_version of a route", "[server]\nname = \"n1\"\n[cluster]\nname = \"c\"\nroutes = [\"nats-route://127.0.0.1:6223\"]\ntls = { min_version = \"TLS1.3\" }\n", []string{"cluster.tls.min_version"}, []string{`"1.2" or "1.3"`}},
+		{"min_version of a route", "[server]\nname = \"n1\"\n[cluster]\nname = \"c\"\nroutes = [\"nats-route://127.0.0.1:6223\"]\nuser = \"route\"\npassword = \"route-secret-1\"\ntls = { min_version = \"TLS1.3\" }\n", []string{"cluster.tls.min_version"}, []string{`"1.2" or "1.3"`}},
 		{"min_version of a leaf remote", "[jetstream]\ndomain = \"e1\"\n[[leafnode.remotes]]\nurl = \"nats-leaf://hub:7422\"\ntls = { min_version = \"1.4\" }\n",
 			[]string{"leafnode.remotes[0].tls.min_version"}, []string{`"1.2" or "1.3"`}},
 		{"negative reconnect_interval", "[leafnode]\nreconnect_interval = \"-1s\"\n", []string{"leafnode.reconnect_interval"}, []string{"positive"}},

@@ -11,8 +11,8 @@ import "time"
 type ClusterConfig struct {
 	// Name is the cluster's name, the same on every node. "" (the default) runs a single node.
 	Name string `toml:"name"`
-	// Listen is the route listener, host:port. Default "127.0.0.1:6222". A non-loopback address
-	// needs User and Password (or TLS with client certificates).
+	// Listen is the route listener, host:port. Default "127.0.0.1:6222". It needs User and
+	// Password (or TLS with client certificates), also on loopback: any local process could join.
 	Listen string `toml:"listen"`
 	// Routes are every node's route URL ("nats-route://host:6222");
 	// listing the node itself is fine.
