@@ -51,7 +51,8 @@ type ServerConfig struct {
 	// Default 1 MiB; at most 64 MiB.
 	MaxPayload int64
 	// SystemUser and SystemPassword, both set, define a system-account user so `nats server info`
-	// works. Default none. The password may be a bcrypt hash.
+	// works: it may publish system requests ($SYS.REQ.>) only. Default none. The password may be a
+	// bcrypt hash.
 	SystemUser, SystemPassword string
 	// Users are the client users, each in an account of its own (see [User]). Empty means anonymous
 	// clients, which is allowed on a loopback Host only; with users, a client without credentials

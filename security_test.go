@@ -1232,3 +1232,51 @@ func TestPlaintextWarningsRoutesAndLeafs(t *testing.T) {
 		})
 	}
 }
+
+// The system user (for `nats server info/report/list`) publishes system requests only: a JetStream
+// request stamped with Nats-Request-Info naming another account, which nats honours from the system
+// account, is refused, so it neither deletes the processor's durable nor purges the stream or the
+// dead letters; its system requests are still answered.
+func TestSystemUserCannotActAsAnAccount(t *testing.T) {
+	app := orderstoretest.Start(t, securedConfig, func(c *orderstore.Config) {
+		c.Server.SystemUser, c.Server.SystemPassword = "sys", sysPassword
+	})
+	ctx := context.Background()
+	js := orderstore.InternalJetStream(app)
+	if _, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"sys-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := connectAs(t, app, "sys", sysPassword)
+	var refusals testkit.LockedBuffer
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { refusals.Write([]byte(err.Error() + "\n")) })
+	subjects := []string{"$JS.API.CONSUMER.DELETE.ORDER_EVENTS.order-processor", "$JS.API.STREAM.PURGE.ORDER_EVENTS",
+		"$JS.API.STREAM.PURGE.ORDER_EVENTS_DLQ", "$KV.ORDERS.sys-1"}
+	for _, s := range subjects {
+		m := nats.NewMsg(s)
+		m.Reply = nats.NewInbox()
+		m.Header.Set("Nats-Request-Info", `{"acc":"ORDERSTORE"}`)
+		if err := nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := nc.Request("$SYS.REQ.SERVER.PING", nil, 10*time.Second); err != nil {
+		t.Fatalf("the system user's server ping: %v", err)
+	}
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
+		for _, s := range subjects {
+			if !strings.Contains(refusals.String(), `Permissions Violation for Publish to "`+s+`"`) {
+				return fmt.Errorf("no refusal of the system user's publish to %s: %s", s, refusals.String())
+			}
+		}
+		return nil
+	})
+	if _, err := js.Consumer(ctx, "ORDER_EVENTS", "order-processor"); err != nil {
+		t.Errorf("the processor's durable: %v", err)
+	}
+	if st, err := js.Stream(ctx, "ORDER_EVENTS"); err != nil || st.CachedInfo().State.Msgs != 1 {
+		t.Errorf("the stream after the system user's purge: %v, want its event", err)
+	}
+	if err := app.Ready(ctx); err != nil {
+		t.Errorf("not ready: %v", err)
+	}
+}

@@ -134,7 +134,11 @@ role = "admin"
 	expect(ok(url, "ops", "ops-password-1", "server", "info"), "Version: 2.15.3")
 	expect(ok(url, "ops", "ops-password-1", "server", "report", "jetstream"), "orderstore")
 	expect(ok(url, "ops", "ops-password-1", "stream", "info", "ORDER_EVENTS"), "Messages: 2")
+	// The system user sends system requests only: all natscli's server commands need.
 	expect(ok(url, "sys", "sys-password-1", "server", "info"), "Version: 2.15.3")
+	expect(ok(url, "sys", "sys-password-1", "server", "report", "jetstream"), "orderstore")
+	expect(ok(url, "sys", "sys-password-1", "server", "list"), "orderstore")
+	refused(url, "sys", "sys-password-1", "stream", "purge", "ORDER_EVENTS", "-f")
 
 	// A client that does not trust the CA is refused.
 	cmd := exec.Command(cli, "-s", url, "--timeout", "5s", "--user", "p1", "--password", "p1-password-1", "pub", "-J", "orders.created", "{}")
