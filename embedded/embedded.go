@@ -550,10 +550,11 @@ func (c Config) options() (*server.Options, error) {
 	if c.SystemUser != "" {
 		// nats serves every account's JetStream API from the system account: the system user reads
 		// only its own replies and $SYS, and sends system requests only (nats honours the
-		// Nats-Request-Info a system account client sets, so it could act as any account).
+		// Nats-Request-Info a system account client sets, so it could act as any account), and the
+		// cluster's meta leader step-down and peer removal.
 		o.Users = append(o.Users, &server.User{Username: c.SystemUser, Password: c.SystemPassword, Account: byName[systemAccount],
 			Permissions: &server.Permissions{Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", "$SYS.>"}},
-				Publish: &server.SubjectPermission{Allow: []string{"$SYS.REQ.>"}}},
+				Publish: &server.SubjectPermission{Allow: []string{"$SYS.REQ.>", "$JS.API.META.LEADER.STEPDOWN", "$JS.API.SERVER.REMOVE"}}},
 			AllowedConnectionTypes: clientOnly})
 	}
 	for _, u := range c.Users {
