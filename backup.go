@@ -72,7 +72,7 @@ const backupStaging = "backup-staging-"
 func (a *Appliance) Backup(ctx context.Context, dir string, progress func(BackupProgress)) (*BackupManifest, error) {
 	ctx, cancel := a.untilStop(ctx)
 	defer cancel()
-	return backupStreams(ctx, a.cfg, a.spec, a.internal.Conn, dir, 0, progress)
+	return backupStreams(ctx, a.cfg, a.spec, a.internal.Conn, a.report.StoreDir, dir, 0, progress)
 }
 
 // BackupOffline is Backup with the appliance stopped, so that the backup holds every event it
@@ -102,14 +102,16 @@ func BackupOffline(ctx context.Context, cfg Config, dir string, progress func(Ba
 	if err != nil {
 		return nil, err
 	}
-	defer srv.Close()
-	defer nc.Close()
-	return backupStreams(ctx, cfg, cfg.DeclareSpec(), nc, dir, r.SettledThrough, progress)
+	m, err := backupStreams(ctx, cfg, cfg.DeclareSpec(), nc, rep.StoreDir, dir, r.SettledThrough, progress)
+	nc.Close()
+	// What nats rewrote at its start and stop, synced (it ran relaxed, as for a restore): the
+	// store must not look stopped cleanly with a power cut's damage in it.
+	return m, errors.Join(err, srv.Close(), durable.SyncTree(d.JetStream()))
 }
 
 // backupStreams backs spec's streams up on nc into dir (empty). restored is what a restore not
 // started since found settled (storedir.Restored): the processor's consumer is not declared yet.
-func backupStreams(ctx context.Context, cfg Config, spec bootstrap.Spec, nc *nats.Conn, dir string, restored uint64,
+func backupStreams(ctx context.Context, cfg Config, spec bootstrap.Spec, nc *nats.Conn, storeDir, dir string, restored uint64,
 	progress func(BackupProgress)) (*BackupManifest, error) {
 	if err := backup.EmptyDir(dir); err != nil {
 		return nil, err
@@ -131,7 +133,7 @@ func backupStreams(ctx context.Context, cfg Config, spec bootstrap.Spec, nc *nat
 	}
 	// Before the projection's snapshot too: a takeover after it is rebuilt again, not mislabelled.
 	var ps projectionState
-	if b, err := os.ReadFile(filepath.Join(cfg.JetStream.StoreDir, projectionStateFile)); err == nil && json.Unmarshal(b, &ps) == nil {
+	if b, err := os.ReadFile(filepath.Join(storeDir, projectionStateFile)); err == nil && json.Unmarshal(b, &ps) == nil {
 		m.ProjectionVersion = ps.Version
 	}
 	for _, name := range spec.Streams() {
