@@ -33,6 +33,8 @@ func TestHostileEventsSettle(t *testing.T) {
 	// refused up front, TestIngestRefusesUpFront).
 	maxPayload := int(app.Config().Stream.MaxMsgSize)
 
+	// Its dead letter is stored without its payload, and still listed among the order's.
+	bigPoison := `{"order_id":"big-poison","status":"` + strings.Repeat("s", processor.MaxStatusLen+1) + `","pad":"` + strings.Repeat("p", maxPayload) + `"}`
 	deep := strings.Repeat("[", 20000) + strings.Repeat("]", 20000)
 	type ev struct {
 		name, subject string
@@ -56,6 +58,7 @@ func TestHostileEventsSettle(t *testing.T) {
 		{name: "odd but valid id", subject: "orders.created", data: `{"order_id":"A/b=c_d-e.f"}`, projected: "A/b=c_d-e.f"},
 		{name: "number id", subject: "orders.created", data: `{"order_id":42}`},
 		{name: "max payload, not JSON", subject: "orders.created", data: strings.Repeat("z", maxPayload-200)},
+		{name: "max payload, an order's poison", subject: "orders.created", data: bigPoison[:maxPayload-202] + `"}`},
 		{name: "huge headers and payload, not JSON", subject: "orders.created", header: nats.Header{"X-Big": []string{strings.Repeat("h", 60<<10)}}, data: strings.Repeat("n", maxPayload-(62<<10))},
 		{name: "headers at nats' limit, not JSON", subject: "orders.created", header: nats.Header{"X-Big": []string{strings.Repeat("h", 63<<10)}}, data: "not json"},
 	}
@@ -110,6 +113,9 @@ func TestHostileEventsSettle(t *testing.T) {
 	}
 	if !trimmed["payload"] || !trimmed["headers"] {
 		t.Errorf("trimmed dead letters %v, want one without its payload and one without its headers", trimmed)
+	}
+	if own, complete, err := app.OrderDeadLetters(ctx, "big-poison"); err != nil || len(own) != 1 || own[0].Trimmed == "" || !complete {
+		t.Errorf("the order's dead letters: %d, complete %v, %v; want its one trimmed dead letter, complete", len(own), complete, err)
 	}
 	// The last event's ack (or term) reaches the server after its effect
 	// is visible: wait for the floor.

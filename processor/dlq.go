@@ -27,6 +27,9 @@ const (
 	HeaderDeadLetterAt  = "Orderstore-Dead-Lettered-At"
 	HeaderOriginalMsgID = "Orderstore-Original-Msg-Id"
 	HeaderPoison        = "Orderstore-Poison"
+	// HeaderOrderID names the order of a dead letter whose payload was trimmed away (so that the
+	// order's dead letters still list it).
+	HeaderOrderID = "Orderstore-Order-Id"
 	// HeaderTrimmed is set on a dead letter stored without (part of) the original because the copy
 	// would exceed the server's max_payload: "payload 1048000 bytes", "headers 70000 bytes". Replay
 	// then reads the original from its stream, while it is still there.
@@ -98,6 +101,9 @@ func (p *Processor) deadLetter(ctx context.Context, m delivery, ev Event, cause 
 			h.Set(HeaderTrimmed, fmt.Sprintf("headers %d bytes", n))
 		}
 		if headerSize(h)+len(data) > limit {
+			if id := payloadOrderID(data); ValidOrderID(id) {
+				h.Set(HeaderOrderID, id)
+			}
 			h.Set(HeaderTrimmed, strings.TrimPrefix(h.Get(HeaderTrimmed)+", ", ", ")+fmt.Sprintf("payload %d bytes", len(data)))
 			data = nil
 		}
@@ -404,8 +410,17 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 	return ack.Sequence, nil
 }
 
+// payloadOrderID is the "order_id" of an event's payload, "" if none.
+func payloadOrderID(data []byte) string {
+	var env struct {
+		OrderID string `json:"order_id"`
+	}
+	_ = json.Unmarshal(data, &env)
+	return env.OrderID
+}
+
 // OrderDeadLetters returns up to limit dead letters of one order (by the "order_id" of their
-// payloads), newest first, from the last scan sequences of stream (replayed ones too: there is
+// payloads, or HeaderOrderID of a trimmed one), newest first, from the last scan sequences of stream (replayed ones too: there is
 // no per-order index), until they hold MaxPageBytes. complete: no older one was left unread.
 func OrderDeadLetters(ctx context.Context, js jetstream.JetStream, stream, orderID string, scan, limit int) (out []DeadLetter, complete bool, err error) {
 	s, st, err := deadLetterStream(ctx, js, stream)
@@ -425,10 +440,7 @@ func OrderDeadLetters(ctx context.Context, js jetstream.JetStream, stream, order
 		if err != nil {
 			return out, false, fmt.Errorf("dead letters %q: seq %d: %w", stream, seq, err)
 		}
-		var env struct {
-			OrderID string `json:"order_id"`
-		}
-		if json.Unmarshal(m.Data, &env) == nil && env.OrderID == orderID {
+		if payloadOrderID(m.Data) == orderID || m.Header.Get(HeaderOrderID) == orderID {
 			out = append(out, deadLetterFrom(m))
 			size += len(m.Data) + headerSize(m.Header)
 		}
