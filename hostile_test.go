@@ -171,6 +171,9 @@ func TestHostileAdminRequests(t *testing.T) {
 		{"GET", "/v1/dlq?from=-1", 400, ""},
 		{"GET", "/v1/dlq?limit=1000000000", 400, ""},
 		{"GET", "/v1/dlq?from=" + strings.Repeat("9", 100), 400, ""},
+		// A repeated parameter, which would count once (a typo listing nothing, or a smaller page).
+		{"GET", "/v1/orders?status=typo&status=created", 400, ""},
+		{"GET", "/v1/dlq?limit=1&limit=5000", 400, ""},
 		{"POST", "/v1/dlq/abc/replay", 400, ""},
 		{"POST", "/v1/dlq/99999999999999999999999/replay", 400, ""},
 		{"POST", "/v1/dlq/123/replay", 404, ""},

@@ -81,6 +81,13 @@ func (s *Server) guard(next http.Handler) http.Handler {
 				"host %q is not this listener's: add it to [admin] allowed_hosts if you reach orderstore by that name", clip(r.Host)))
 			return
 		}
+		// A repeated parameter would count once, silently (?status=typo&status=paid lists nothing).
+		for k, v := range r.URL.Query() {
+			if len(v) > 1 && strings.HasPrefix(r.URL.Path, "/v1/") {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter %q is given %d times: give it once", clip(k), len(v)))
+				return
+			}
+		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions {
 			if why := crossSite(r); why != "" {
 				s.log.Warn("admin request refused: cross-site", "reason", why, "remote", remoteIP(r), "path", clip(r.URL.Path))
