@@ -47,30 +47,7 @@ config() { # layout dir port
 	[[ $sync == always ]] || sync="\"$sync\""
 	printf 'listen: "127.0.0.1:%s"\nmax_payload: 1048576\njetstream { store_dir: "%s/store", sync_interval: %s }\n' "$3" "$2" "$sync"
 	[[ $1 == imports ]] || return 0
-	cat <<'EOF'
-accounts {
-  OS: {
-    jetstream: enabled
-    users: [{user: os, password: os-not-used}]
-    exports: [
-      {service: "orders.>"}
-      {service: "$JS.API.>", response_type: stream}
-      {service: "$JS.ACK.>"}
-      {stream: "_INBOX.>"}
-    ]
-  }
-  CL: {
-    users: [{user: cl, password: cl-not-used}]
-    imports: [
-      {service: {account: OS, subject: "orders.>"}}
-      {service: {account: OS, subject: "$JS.API.>"}}
-      {service: {account: OS, subject: "$JS.ACK.>"}}
-      {stream: {account: OS, subject: "_INBOX.>"}}
-    ]
-  }
-}
-no_auth_user: cl
-EOF
+	cat "$(dirname "${BASH_SOURCE[0]}")/groupcommit/layout.conf" # the accounts, as bench/groupcommit's
 }
 
 csv5() { sed -n 2p "$1" | cut -d, -f5; }

@@ -20,9 +20,7 @@ import (
 // Config is the defaults on store dir, on a random client port and without the admin listener.
 func Config(dir string) orderstore.Config {
 	cfg := orderstore.DefaultConfig()
-	cfg.JetStream.StoreDir = dir
-	cfg.Server.Port = -1
-	cfg.Admin.Listen = ""
+	cfg.JetStream.StoreDir, cfg.Server.Port, cfg.Admin.Listen = dir, -1, ""
 	return cfg
 }
 
@@ -77,8 +75,7 @@ func NewEnv(parent, pattern, sync string, events int) (*Env, error) {
 		return nil, err
 	}
 	if need := int64(events) * 2048; need > cfg.Stream.MaxBytes {
-		cfg.Stream.MaxBytes = need
-		cfg.JetStream.MaxFileStore = need + 2<<30
+		cfg.Stream.MaxBytes, cfg.JetStream.MaxFileStore = need, need+2<<30
 	}
 	dir, err := os.MkdirTemp(parent, pattern)
 	if err != nil {

@@ -5,6 +5,7 @@ package benchkit
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log"
 	"net"
@@ -289,6 +290,22 @@ func Run(name string, run func(context.Context) error) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(1)
+	}
+}
+
+// UsageIf prints the flags' usage and exits 2 when bad.
+func UsageIf(bad bool) {
+	if bad {
+		flag.Usage()
+		os.Exit(2)
+	}
+}
+
+// UsageErr prints err (a flag's value refused) and exits 2 when it is not nil.
+func UsageErr(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 }
 

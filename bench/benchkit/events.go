@@ -13,26 +13,8 @@ import (
 // Types are the event types, an order's first four events' in turn.
 var Types = [...]string{"created", "paid", "shipped", "delivered", "cancelled"}
 
-// NextType is the type (an index of Types) of an order's event after c events: created, paid,
-// shipped, delivered for the first four; later ones (amendments, returns) paid, shipped, delivered
-// (30% each) or cancelled (10%), drawn from r.
-func NextType(r *rand.Rand, c int32) uint8 {
-	if c < 4 {
-		return uint8(c)
-	}
-	switch x := r.IntN(10); {
-	case x < 3:
-		return 1
-	case x < 6:
-		return 2
-	case x < 9:
-		return 3
-	}
-	return 4
-}
-
 // Orders makes an event sequence: each event picks one of its orders
-// uniformly at random (a fixed seed), its type by NextType.
+// uniformly at random (a fixed seed), its type by Type.
 type Orders struct {
 	r     *rand.Rand
 	Count []int32 // events per order so far
@@ -53,8 +35,15 @@ func (g *Orders) Next() (order int, typ uint8) {
 	return order, typ
 }
 
-// Type is the type of an order's event after c events (NextType), drawn from g's random stream.
-func (g *Orders) Type(c int32) uint8 { return NextType(g.r, c) }
+// Type is the type (an index of Types) of an order's event after c events: created, paid,
+// shipped, delivered for the first four; later ones (amendments, returns) paid, shipped, delivered
+// (30% each) or cancelled (10%), drawn from g's random stream.
+func (g *Orders) Type(c int32) uint8 {
+	if c < 4 {
+		return uint8(c)
+	}
+	return uint8(min(g.r.IntN(10)/3, 3)) + 1 // 0-2: paid, 3-5: shipped, 6-8: delivered, 9: cancelled
+}
 
 // Distinct is how many orders got at least one event.
 func (g *Orders) Distinct() int {

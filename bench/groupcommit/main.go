@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	_ "embed"
 	"encoding/csv"
 	"flag"
 	"fmt"
@@ -90,10 +91,7 @@ func main() {
 	if *natsMsgs > 0 {
 		natsCLI = findNATS()
 	}
-	where := "in this process"
-	if *processes {
-		where = "each in a process of its own"
-	}
+	where := map[bool]string{false: "in this process", true: "each in a process of its own"}[*processes]
 	fmt.Printf("group commit figures: nats-server %s, %d CPU, stores in %s, %s per cell, %d reps (median), targets %s\n\n", server.VERSION, runtime.NumCPU(), *dir, *cell, *reps, where)
 	// Every target runs at once (an idle one costs nothing); each load cell
 	// runs on every target in turn, in an order that alternates between
@@ -327,14 +325,16 @@ func natsTarget(syncInterval time.Duration) func(string) (string, func(), func()
 	return func(dir string) (string, func(), func() uint64, error) {
 		opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true,
 			JetStreamMaxStore: 10 << 30, JetStreamMaxMemory: 256 << 20, MaxPayload: 1 << 20}
-		if syncInterval == 0 {
-			opts.SyncAlways = true
-		} else {
-			opts.SyncInterval = syncInterval
-		}
+		opts.SyncAlways, opts.SyncInterval = syncInterval == 0, syncInterval
 		return startStock(opts)
 	}
 }
+
+// layoutAccounts is orderstore's account layout in nats' config syntax, which bench/layout.sh
+// reads too.
+//
+//go:embed layout.conf
+var layoutAccounts string
 
 // natsLayoutTarget is the stock nats-server with orderstore's account layout and no orderstore
 // code: the stream in one account, the clients in another that imports the stream's subjects, the
@@ -345,29 +345,7 @@ func natsLayoutTarget(syncInterval time.Duration) func(string) (string, func(), 
 	return func(dir string) (string, func(), func() uint64, error) {
 		conf := fmt.Sprintf(`max_payload: 1048576
 jetstream { store_dir: %q, sync_interval: "%s", max_file_store: 10GB, max_memory_store: 256MB }
-accounts {
-  OS: {
-    jetstream: enabled
-    users: [{user: os, password: os}]
-    exports: [
-      {service: "orders.>"}
-      {service: "$JS.API.>", response_type: stream}
-      {service: "$JS.ACK.>"}
-      {stream: "_INBOX.>"}
-    ]
-  }
-  CL: {
-    users: [{user: cl, password: cl}]
-    imports: [
-      {service: {account: OS, subject: "orders.>"}}
-      {service: {account: OS, subject: "$JS.API.>"}}
-      {service: {account: OS, subject: "$JS.ACK.>"}}
-      {stream: {account: OS, subject: "_INBOX.>"}}
-    ]
-  }
-}
-no_auth_user: cl
-`, filepath.Join(dir, "store"), syncInterval)
+`, filepath.Join(dir, "store"), syncInterval) + layoutAccounts
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return "", nil, nil, err
 		}

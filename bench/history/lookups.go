@@ -26,16 +26,14 @@ var kindNames = [nKinds]string{"history (OrderEvents, all its events)", "as-of b
 
 // latencies summarises one kind's lookups.
 type latencies struct {
-	P50, P99, Mean time.Duration
-	Max            time.Duration
+	P50, P99, Mean, Max time.Duration
 }
 
 func summarise(ds []time.Duration) latencies {
 	if len(ds) == 0 {
 		return latencies{}
 	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
+	s := slices.Sorted(slices.Values(ds))
 	var sum time.Duration
 	for _, d := range s {
 		sum += d
@@ -136,8 +134,7 @@ func loadSize(ctx context.Context, n int) (*loaded, error) {
 		for _, ev := range page.Events {
 			tg.times = append(tg.times, ev.Time)
 		}
-		res.Span[0] = min(res.Span[0], tg.seqs[0])
-		res.Span[1] = max(res.Span[1], tg.seqs[len(tg.seqs)-1])
+		res.Span = [2]uint64{min(res.Span[0], tg.seqs[0]), max(res.Span[1], tg.seqs[len(tg.seqs)-1])}
 	}
 	return l, nil
 }
@@ -191,6 +188,7 @@ func measureLookups(ctx context.Context, ls []*loaded) error {
 // lookup times one lookup of kind k and checks its result against what was published.
 func lookup(ctx context.Context, a *orderstore.Appliance, tg *target, k int, rng *rand.Rand) (time.Duration, error) {
 	first, last := tg.seqs[0], tg.seqs[len(tg.seqs)-1]
+	var point orderstore.AsOf
 	switch k {
 	case kindHistory:
 		t0 := time.Now()
@@ -201,33 +199,29 @@ func lookup(ctx context.Context, a *orderstore.Appliance, tg *target, k int, rng
 		}
 		return d, checkHistory(page, tg.seqs)
 	case kindAsOfSeq:
-		point := first + rng.Uint64N(last-first+1)
-		t0 := time.Now()
-		st, err := a.OrderAsOf(ctx, tg.id, orderstore.AsOf{Seq: point})
-		d := time.Since(t0)
-		if err != nil {
-			return d, err
-		}
-		want := sort.Search(len(tg.seqs), func(i int) bool { return tg.seqs[i] > point })
-		if st.Folded != want || st.Last != tg.seqs[want-1] || !st.Complete || st.Order.Events != want {
-			return d, fmt.Errorf("as of sequence %d: folded %d (last %d, complete %v), want %d (last %d)", point, st.Folded, st.Last, st.Complete, want, tg.seqs[want-1])
-		}
-		return d, nil
+		point.Seq = first + rng.Uint64N(last-first+1)
 	default:
 		t1, t2 := tg.times[0], tg.times[len(tg.times)-1]
-		point := t1.Add(time.Duration(rng.Int64N(int64(t2.Sub(t1)) + 1)))
-		t0 := time.Now()
-		st, err := a.OrderAsOf(ctx, tg.id, orderstore.AsOf{Time: point})
-		d := time.Since(t0)
-		if err != nil {
-			return d, err
-		}
-		want := sort.Search(len(tg.times), func(i int) bool { return tg.times[i].After(point) })
-		if st.Folded != want || !st.Complete || st.Order.Events != want {
-			return d, fmt.Errorf("as of %s: folded %d (complete %v), want %d", point.Format(time.RFC3339Nano), st.Folded, st.Complete, want)
+		point.Time = t1.Add(time.Duration(rng.Int64N(int64(t2.Sub(t1)) + 1)))
+	}
+	t0 := time.Now()
+	st, err := a.OrderAsOf(ctx, tg.id, point)
+	d := time.Since(t0)
+	if err != nil {
+		return d, err
+	}
+	if k == kindAsOfSeq {
+		want := sort.Search(len(tg.seqs), func(i int) bool { return tg.seqs[i] > point.Seq })
+		if st.Folded != want || st.Last != tg.seqs[want-1] || !st.Complete || st.Order.Events != want {
+			return d, fmt.Errorf("as of sequence %d: folded %d (last %d, complete %v), want %d (last %d)", point.Seq, st.Folded, st.Last, st.Complete, want, tg.seqs[want-1])
 		}
 		return d, nil
 	}
+	want := sort.Search(len(tg.times), func(i int) bool { return tg.times[i].After(point.Time) })
+	if st.Folded != want || !st.Complete || st.Order.Events != want {
+		return d, fmt.Errorf("as of %s: folded %d (complete %v), want %d", point.Time.Format(time.RFC3339Nano), st.Folded, st.Complete, want)
+	}
+	return d, nil
 }
 
 // checkHistory checks a history page against the published sequences.

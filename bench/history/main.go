@@ -9,7 +9,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -40,18 +39,9 @@ var (
 func main() {
 	flag.Parse()
 	sizes, err := benchkit.Ints("sizes", *sizeList)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	if *targets <= 0 || *perTarget <= 0 || *eventsPerOrder <= 0 || *nLookups <= 0 || *warmup < 0 || *window <= 0 || flag.NArg() > 0 {
-		flag.Usage()
-		os.Exit(2)
-	}
-	if err := benchkit.ApplySync(new(orderstore.Config), *syncMode); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
+	benchkit.UsageErr(err)
+	benchkit.UsageIf(*targets <= 0 || *perTarget <= 0 || *eventsPerOrder <= 0 || *nLookups <= 0 || *warmup < 0 || *window <= 0 || flag.NArg() > 0)
+	benchkit.UsageErr(benchkit.ApplySync(new(orderstore.Config), *syncMode))
 	benchkit.Run("bench/history", func(ctx context.Context) error { return run(ctx, sizes) })
 }
 

@@ -282,6 +282,7 @@ func startNATSServer(_, d string) (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
+	kill := func(err error) (*child, error) { cmd.Process.Kill(); cmd.Wait(); return nil, err }
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	var nc *nats.Conn
 	for i := 0; ; i++ {
@@ -289,18 +290,14 @@ func startNATSServer(_, d string) (*child, error) {
 			break
 		}
 		if i == 100 {
-			cmd.Process.Kill()
-			cmd.Wait()
-			return nil, fmt.Errorf("%s did not start: %v", *natsBin, err)
+			return kill(fmt.Errorf("%s did not start: %v", *natsBin, err))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	if _, err := bootstrap.Declare(context.Background(), js, orderstore.DefaultConfig().DeclareSpec(), slog.New(slog.DiscardHandler)); err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, err
+		return kill(err)
 	}
 	return &child{Child: &benchkit.Child{Cmd: cmd, In: termOnClose{cmd, stdin}}, url: url}, nil
 }
@@ -516,8 +513,7 @@ func sustained(c *child, payload []byte) phase {
 		inWindow += p.acked.Load()
 	}
 	ph := settle(c, pipes, sent, t0, sendTime)
-	ph.acked = float64(inWindow)
-	ph.elapsed = sendTime
+	ph.acked, ph.elapsed = float64(inWindow), sendTime
 	return ph
 }
 

@@ -64,17 +64,11 @@ func main() {
 		if m = strings.TrimSpace(m); m == "" {
 			continue
 		}
-		if err := benchkit.ApplySync(new(orderstore.Config), m); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
+		benchkit.UsageErr(benchkit.ApplySync(new(orderstore.Config), m))
 		modes = append(modes, m)
 	}
-	if len(modes) == 0 || *rawReps <= 0 || *events <= 0 || *orders <= 0 || *window <= 0 || *loadShare <= 0 ||
-		(*pubConn != "tcp" && *pubConn != "inproc") {
-		flag.Usage()
-		os.Exit(2)
-	}
+	benchkit.UsageIf(len(modes) == 0 || *rawReps <= 0 || *events <= 0 || *orders <= 0 || *window <= 0 || *loadShare <= 0 ||
+		(*pubConn != "tcp" && *pubConn != "inproc"))
 	benchkit.Run("bench/processor", func(ctx context.Context) error { return run(ctx, modes) })
 }
 
@@ -109,43 +103,37 @@ func run(ctx context.Context, modes []string) error {
 // ---------------------------------------------------------------- results
 
 type phase struct {
-	N   int
-	Dur time.Duration
-	CPU time.Duration
+	N        int
+	Dur, CPU time.Duration
 }
 
 func (p phase) rate() float64 { return benchkit.Rate(p.N, p.Dur) }
 
 type sample struct {
-	T             float64 // seconds since publishing started
-	Stored        uint64  // the stream's last sequence: events stored (acked)
-	Processed     uint64
-	Pending       uint64
-	AckPending    int
-	SecondsBehind float64
+	T                  float64 // seconds since publishing started
+	Stored             uint64  // the stream's last sequence: events stored (acked)
+	Processed, Pending uint64
+	AckPending         int
+	SecondsBehind      float64
 }
 
 func (s sample) backlog() uint64 { return s.Pending + uint64(max(s.AckPending, 0)) }
 
 type loadResult struct {
-	Target    float64
-	Published int64
-	PubDur    time.Duration
-	CPU       time.Duration
+	Target      float64
+	Published   int64
+	PubDur, CPU time.Duration
 	// Processed while publishing (at the last ack of the publisher).
-	ProcessedDuring uint64
-	Samples         []sample
-	MaxBacklog      uint64
-	MaxBehind       float64
-	EndBacklog      uint64
-	EndBehind       float64
-	Mean1, Mean2    float64 // backlog mean over the first and the second half
-	Slope2          float64 // backlog trend over the second half, events/s
-	Bounded         bool
-	CaughtUp        bool
-	Catchup         time.Duration
-	ConsumeErrs     int64 // the processor's consume warnings
-	MaxAckPending   int
+	ProcessedDuring        uint64
+	Samples                []sample
+	MaxBacklog, EndBacklog uint64
+	MaxBehind, EndBehind   float64
+	Mean1, Mean2           float64 // backlog mean over the first and the second half
+	Slope2                 float64 // backlog trend over the second half, events/s
+	Bounded, CaughtUp      bool
+	Catchup                time.Duration
+	ConsumeErrs            int64 // the processor's consume warnings
+	MaxAckPending          int
 }
 
 func (l loadResult) achieved() float64 { return benchkit.Rate(int(l.Published), l.PubDur) }
@@ -164,11 +152,10 @@ type modeResult struct {
 	ProjStats      processor.Stats
 	// ProjConsumeErrs counts the processor's consume warnings (a missed
 	// heartbeat means its client stalled, as in the raw consume).
-	ProjConsumeErrs int64
-	Keys            uint64
-	SpotChecked     int
-	SpotBad         int
-	MaxAckPending   int
+	ProjConsumeErrs      int64
+	Keys                 uint64
+	SpotChecked, SpotBad int
+	MaxAckPending        int
 	// ProcSettings is what the processor logged at start ("processor
 	// running": batch, partitions or workers, ...).
 	ProcSettings string
@@ -616,9 +603,7 @@ func loadPhase(ctx context.Context, mode string, orders int, target float64) (*l
 		}
 	})
 	perr := pub.run(ctx, -1, target, t0.Add(*loadDur))
-	lr.PubDur = time.Since(t0)
-	lr.Published = int64(pub.acked)
-	lr.ProcessedDuring = r.p.Stats().Processed
+	lr.PubDur, lr.Published, lr.ProcessedDuring = time.Since(t0), int64(pub.acked), r.p.Stats().Processed
 	if perr != nil {
 		stopSampling()
 		sampling.Wait()
@@ -628,9 +613,7 @@ func loadPhase(ctx context.Context, mode string, orders int, target float64) (*l
 		lr.PubDur.Round(time.Millisecond), benchkit.Num(int(lr.Published)), benchkit.Num(int(lr.achieved())))
 	pubEnd := time.Now()
 	err = caughtUp(ctx, lagJS, e, r, uint64(lr.Published), *catchupTimeout)
-	lr.Catchup = time.Since(pubEnd)
-	lr.CaughtUp = err == nil
-	lr.CPU = benchkit.CPUTime() - c0
+	lr.Catchup, lr.CaughtUp, lr.CPU = time.Since(pubEnd), err == nil, benchkit.CPUTime()-c0
 	stopSampling()
 	sampling.Wait()
 	lr.ConsumeErrs = r.consumeErrs.Load()
@@ -662,42 +645,26 @@ func (lr *loadResult) analyse() {
 			max2 = max(max2, s.backlog())
 		}
 	}
-	lr.Mean1, lr.Mean2 = meanBacklog(first), meanBacklog(second)
-	lr.Slope2 = slope(second)
+	lr.Mean1, _ = fit(first)
+	lr.Mean2, lr.Slope2 = fit(second)
 	slack := 2 * float64(max(lr.MaxAckPending, 1000))
 	lr.Bounded = len(second) >= 2 && (float64(max2) <= slack || (lr.Slope2 < 0.05*lr.Target && lr.Mean2 <= 1.5*lr.Mean1+slack))
 }
 
-func meanBacklog(ss []sample) float64 {
-	if len(ss) == 0 {
-		return 0
-	}
-	var sum float64
-	for _, s := range ss {
-		sum += float64(s.backlog())
-	}
-	return sum / float64(len(ss))
-}
-
-// slope is the least-squares trend of the backlog, in events per second.
-func slope(ss []sample) float64 {
-	if len(ss) < 2 {
-		return 0
-	}
+// fit is the backlog's mean over ss and its least-squares trend, in events per second.
+func fit(ss []sample) (mean, slope float64) {
 	var n, sx, sy, sxx, sxy float64
 	for _, s := range ss {
 		x, y := s.T, float64(s.backlog())
-		n++
-		sx += x
-		sy += y
-		sxx += x * x
-		sxy += x * y
+		n, sx, sy, sxx, sxy = n+1, sx+x, sy+y, sxx+x*x, sxy+x*y
 	}
-	d := n*sxx - sx*sx
-	if d == 0 {
-		return 0
+	if n > 0 {
+		mean = sy / n
 	}
-	return (n*sxy - sx*sy) / d
+	if d := n*sxx - sx*sx; n >= 2 && d != 0 {
+		slope = (n*sxy - sx*sy) / d
+	}
+	return mean, slope
 }
 
 // ---------------------------------------------------------------- output
@@ -748,7 +715,7 @@ func (r *modeResult) markdown() string {
 		fmt.Fprintf(&b, "- raw consume repetitions (fresh durable each): %s events/s; the table shows the median\n", strings.Join(reps, ", "))
 	}
 	if r.Proj.N > 0 {
-		fmt.Fprintf(&b, "- projection / raw consume: **%.1f%%** (goal >= 50%%: %s)\n", 100*r.ratio(), metStr(r.ratio() >= 0.5))
+		fmt.Fprintf(&b, "- projection / raw consume: **%.1f%%** (goal >= 50%%: %s)\n", 100*r.ratio(), metStr[r.ratio() >= 0.5])
 		fmt.Fprintf(&b, "- projection checked: %s keys for %s orders with events; processed %s, duplicates %d, failed %d, dead-lettered %d; %d/%d spot-checked orders match the generator\n",
 			benchkit.Num(int(r.Keys)), benchkit.Num(r.Distinct), benchkit.Num(int(r.ProjStats.Processed)), r.ProjStats.Duplicates, r.ProjStats.Failed, r.ProjStats.DeadLettered, r.SpotChecked-r.SpotBad, r.SpotChecked)
 		fmt.Fprintf(&b, "- processor consume warnings (e.g. missed heartbeat: a client stall): %d\n", r.ProjConsumeErrs)
@@ -763,12 +730,8 @@ func (r *modeResult) markdown() string {
 		fmt.Fprintf(&b, "| seconds_behind: max / at end of publishing | %.2f s / %.2f s |\n", l.MaxBehind, l.EndBehind)
 		fmt.Fprintf(&b, "| backlog mean, first half -> second half | %s -> %s |\n", benchkit.Num(int(l.Mean1)), benchkit.Num(int(l.Mean2)))
 		fmt.Fprintf(&b, "| backlog trend over the second half | %+.0f events/s (%.1f%% of the target rate) |\n", l.Slope2, 100*l.Slope2/math.Max(l.Target, 1))
-		fmt.Fprintf(&b, "| lag bounded | **%s** |\n", yesNo(l.Bounded))
-		if l.CaughtUp {
-			fmt.Fprintf(&b, "| catch-up after publishing stopped | %s |\n", benchkit.Secs(l.Catchup))
-		} else {
-			fmt.Fprintf(&b, "| catch-up after publishing stopped | not caught up after %s |\n", benchkit.Secs(l.Catchup))
-		}
+		fmt.Fprintf(&b, "| lag bounded | **%s** |\n", yesNo[l.Bounded])
+		fmt.Fprintf(&b, "| catch-up after publishing stopped | %s%s |\n", map[bool]string{false: "not caught up after "}[l.CaughtUp], benchkit.Secs(l.Catchup))
 		fmt.Fprintf(&b, "| processor consume warnings (missed heartbeat = client stall) | %d |\n", l.ConsumeErrs)
 		fmt.Fprintf(&b, "| CPU while publishing + catch-up | %s |\n", benchkit.CPUShare(l.CPU, l.PubDur+l.Catchup))
 		fmt.Fprintf(&b, "\n<details><summary>lag samples (every second)</summary>\n\n| t (s) | stored (stream last seq) | processed | pending | ack pending | seconds_behind |\n|---:|---:|---:|---:|---:|---:|\n")
@@ -787,13 +750,13 @@ func summary(rs []*modeResult) string {
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
 	for _, r := range rs {
 		fmt.Fprintf(&b, "| %s | %s / %s | %s | %s | %s | %.1f%% (%s) |", r.Mode, benchkit.Num(r.Events), benchkit.Num(r.Orders),
-			benchkit.Num(int(r.Publish.rate())), benchkit.Num(int(r.Raw.rate())), benchkit.Num(int(r.Proj.rate())), 100*r.ratio(), metStr(r.ratio() >= 0.5))
+			benchkit.Num(int(r.Publish.rate())), benchkit.Num(int(r.Raw.rate())), benchkit.Num(int(r.Proj.rate())), 100*r.ratio(), metStr[r.ratio() >= 0.5])
 		if l := r.Load; l != nil {
 			c := benchkit.Secs(l.Catchup)
 			if !l.CaughtUp {
 				c = "> " + c
 			}
-			fmt.Fprintf(&b, " %s | %s | %s | %.1f | %s | %s |\n", benchkit.Num(int(l.Target)), benchkit.Num(int(l.applyRate())), benchkit.Num(int(l.MaxBacklog)), l.MaxBehind, yesNo(l.Bounded), c)
+			fmt.Fprintf(&b, " %s | %s | %s | %.1f | %s | %s |\n", benchkit.Num(int(l.Target)), benchkit.Num(int(l.applyRate())), benchkit.Num(int(l.MaxBacklog)), l.MaxBehind, yesNo[l.Bounded], c)
 		} else {
 			b.WriteString(" - | - | - | - | - | - |\n")
 		}
@@ -802,16 +765,4 @@ func summary(rs []*modeResult) string {
 	return b.String()
 }
 
-func metStr(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "NOT met"
-}
-
-func yesNo(ok bool) string {
-	if ok {
-		return "yes"
-	}
-	return "no"
-}
+var metStr, yesNo = map[bool]string{true: "met", false: "NOT met"}, map[bool]string{true: "yes", false: "no"}

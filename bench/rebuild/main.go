@@ -10,7 +10,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -46,10 +45,7 @@ var (
 
 func main() {
 	flag.Parse()
-	if *events <= 0 || *orders <= 0 || *size <= 0 || *window <= 0 || *reps <= 0 || *duration <= 0 || *nProducers <= 0 || *maxFileStoreGiB <= 0 || flag.NArg() > 0 {
-		flag.Usage()
-		os.Exit(2)
-	}
+	benchkit.UsageIf(*events <= 0 || *orders <= 0 || *size <= 0 || *window <= 0 || *reps <= 0 || *duration <= 0 || *nProducers <= 0 || *maxFileStoreGiB <= 0 || flag.NArg() > 0)
 	benchkit.Run("bench/rebuild", run)
 }
 
@@ -168,11 +164,7 @@ func run(ctx context.Context) (err error) {
 		return err
 	}
 	for rep := 1; rep <= *reps; rep++ {
-		order := []bool{false, true}
-		if rep%2 == 0 {
-			order = []bool{true, false}
-		}
-		for _, with := range order {
+		for _, with := range []bool{rep%2 == 0, rep%2 != 0} { // odd reps: without a rebuild first
 			benchkit.Logf("=== 4. ingest rep %d, %s: %d producers for %s", rep, map[bool]string{true: "a rebuild folding", false: "no rebuild"}[with], *nProducers, *duration)
 			r, err := ingestWindow(ctx, e, p, rep, with)
 			if err != nil {

@@ -103,8 +103,7 @@ func (r rebuildRun) ingestIn(k int) float64 {
 
 // rebuild runs one rebuild to its end. acked, if not nil, counts the producers' acked publishes.
 func rebuild(ctx context.Context, e *env, prof string, acked *atomic.Int64) (rebuildRun, error) {
-	var r rebuildRun
-	r.Ingest = acked != nil
+	r := rebuildRun{Ingest: acked != nil}
 	count := func() int64 {
 		if acked == nil {
 			return 0
@@ -137,13 +136,10 @@ func rebuild(ctx context.Context, e *env, prof string, acked *atomic.Int64) (reb
 			return r, fmt.Errorf("rebuild %s: status shows %+v", id, s)
 		}
 		if foldAt.IsZero() && s.Done > 0 {
-			foldAt, foldDone0 = now, s.Done
-			r.Acked[1] = count()
+			foldAt, foldDone0, r.Acked[1] = now, s.Done, count()
 		}
 		if takeoverAt.IsZero() && s.State != status.RebuildFolding {
-			takeoverAt = now
-			r.Folded = s.Done - foldDone0
-			r.Acked[2] = count()
+			takeoverAt, r.Folded, r.Acked[2] = now, s.Done-foldDone0, count()
 			if foldAt.IsZero() {
 				foldAt, r.Acked[1] = now, r.Acked[2]
 			}
@@ -167,10 +163,7 @@ func rebuild(ctx context.Context, e *env, prof string, acked *atomic.Int64) (reb
 			if s.EndedAt != nil {
 				end = *s.EndedAt
 			}
-			r.Total = end.Sub(s.StartedAt)
-			r.Setup = foldAt.Sub(s.StartedAt)
-			r.Fold = takeoverAt.Sub(foldAt)
-			r.Takeover = end.Sub(takeoverAt)
+			r.Total, r.Setup, r.Fold, r.Takeover = end.Sub(s.StartedAt), foldAt.Sub(s.StartedAt), takeoverAt.Sub(foldAt), end.Sub(takeoverAt)
 			return r, nil
 		case status.RebuildFailed, status.RebuildCanceled:
 			return r, fmt.Errorf("rebuild %s %s: %s", id, s.State, s.Error)
@@ -328,18 +321,14 @@ func publishSync(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, res
 
 // ingestRun is one window of live ingest.
 type ingestRun struct {
-	Rep     int
-	Rebuild bool // a rebuild was folding all along
-	Acked   int
-	Dur     time.Duration
-	P50     time.Duration
-	P99     time.Duration
-	CPU     time.Duration
-	Others  string // the other processes' CPU share meanwhile
+	Rep                int
+	Rebuild            bool // a rebuild was folding all along
+	Acked              int
+	Dur, P50, P99, CPU time.Duration
+	Others             string // the other processes' CPU share meanwhile
 	// Projected: what the live processor processed during the window;
 	// Backlog: what it had not yet processed at its end.
-	Projected uint64
-	Backlog   uint64
+	Projected, Backlog uint64
 	// Folded: events the rebuild folded during the window; RebuildState
 	// its state at the window's end (it should still be "folding").
 	Folded       uint64
@@ -418,8 +407,7 @@ func ingestWindow(ctx context.Context, e *env, p *producers, rep int, withRebuil
 	r.P50, r.P99 = benchkit.Quantile(lat, 0.50), benchkit.Quantile(lat, 0.99)
 	if withRebuild {
 		s1 := e.App.RebuildStatus()
-		r.RebuildState = s1.State
-		r.Folded = s1.Position - s0.Position
+		r.RebuildState, r.Folded = s1.State, s1.Position-s0.Position
 		if err := cancelRebuild(ctx, e, id); err != nil {
 			return r, err
 		}
@@ -466,10 +454,6 @@ func median(v []float64) float64 {
 	if len(v) == 0 {
 		return 0
 	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 0 {
-		return (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return s[len(s)/2]
+	s := slices.Sorted(slices.Values(v))
+	return (s[(len(s)-1)/2] + s[len(s)/2]) / 2 // of an odd count, the middle one
 }

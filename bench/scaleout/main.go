@@ -49,9 +49,7 @@ func main() {
 func base(name string) orderstore.Config {
 	c := benchkit.Config(filepath.Join(*dir, name))
 	c.Server.Name = name
-	c.JetStream.MaxFileStore = 20 << 30
-	c.JetStream.DiskHeadroom = 16 << 20
-	c.JetStream.AllowLowDisk = true
+	c.JetStream.MaxFileStore, c.JetStream.DiskHeadroom, c.JetStream.AllowLowDisk = 20<<30, 16<<20, true
 	c.Stream.MaxBytes = 16 << 30
 	return c
 }
@@ -154,8 +152,7 @@ func cluster() {
 	var victim *orderstore.Appliance
 	for i, a := range apps {
 		if cfgs[i].Server.Name == leader {
-			victim = a
-			apps[i] = nil
+			victim, apps[i] = a, nil
 		}
 	}
 	t0 := time.Now()

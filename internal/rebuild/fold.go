@@ -119,15 +119,9 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 				return fmt.Errorf("from_time %s: %w", st.FromTime.Format(time.RFC3339), err)
 			}
 		}
-		r.update(func() {
-			st.FromSeq = from
-			st.Position = from - 1
-		})
+		r.update(func() { st.FromSeq, st.Position = from, from-1 })
 	}
-	r.update(func() {
-		st.Fresh, st.Version = false, r.cfg.Version
-		st.Head = info.State.LastSeq
-	})
+	r.update(func() { st.Fresh, st.Version, st.Head = false, r.cfg.Version, info.State.LastSeq })
 	f.resumed = st.Position
 	if err := r.save(st); err != nil {
 		return err
@@ -344,11 +338,8 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 		return n, err
 	}
 	f.r.update(func() {
-		st.Position = max(st.Position, lastSeq)
-		st.Poison += poison
-		st.DeadLettered += dead
-		st.Head = max(st.Head, lastSeq)
-		f.r.inStep = 0
+		st.Position, st.Head = max(st.Position, lastSeq), max(st.Head, lastSeq)
+		st.Poison, st.DeadLettered, f.r.inStep = st.Poison+poison, st.DeadLettered+dead, 0
 		f.r.sampleLocked(st)
 	})
 	return n, ctx.Err()
@@ -403,10 +394,7 @@ func (f *folder) applyChunk(ctx context.Context, orders [][]processor.Event) err
 			for _, evs := range orders {
 				n += len(evs)
 			}
-			f.r.update(func() {
-				f.r.inStep += uint64(n)
-				f.r.sampleLocked(f.st)
-			})
+			f.r.update(func() { f.r.inStep += uint64(n); f.r.sampleLocked(f.st) })
 			return nil
 		}
 		if ctx.Err() != nil {

@@ -94,10 +94,7 @@ func (f *folder) catchUpAndTakeOver(ctx context.Context) error {
 			}
 		}
 	}
-	if err := f.checkpoint(ctx, func() {
-		st.State = status.RebuildTakingOver
-		st.Position = head
-	}); err != nil {
+	if err := f.checkpoint(ctx, func() { st.State, st.Position = status.RebuildTakingOver, head }); err != nil {
 		return err
 	}
 	// A takeover that fails is tried again (the live processor stays
@@ -177,9 +174,8 @@ func (r *Runner) takeover(ctx context.Context, st *state) error {
 	}
 	end := time.Now().UTC()
 	r.update(func() {
-		st.State, st.EndedAt, st.Error = status.RebuildDone, &end, ""
+		st.State, st.EndedAt, st.Error, st.Keep = status.RebuildDone, &end, "", nil
 		st.Rebuilt, st.Partial, st.Conflicts, st.Untouched = t.Rebuilt, t.Partial, t.Conflicts, t.Untouched
-		st.Keep = nil
 	})
 	r.cfg.Log.Info("projection rebuild done", "id", st.ID, "position", st.Position, "rebuilt", t.Rebuilt, "partial_kept", t.Partial,
 		"conflicts_kept", t.Conflicts, "untouched", t.Untouched, "poison", st.Poison, "dead_letters", st.DeadLettered)
