@@ -115,13 +115,11 @@ func (e *Env) Start(ctx context.Context, processorOn bool) error {
 // Connect opens a connection: in-process as the appliance's own, or over
 // TCP as an external producer.
 func (e *Env) Connect(tcp bool, name string, jsopts ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
-	var nc *nats.Conn
-	var err error
-	if tcp {
-		nc, err = nats.Connect(e.App.ClientURL(), nats.Name(name))
-	} else {
-		nc, err = nats.Connect("", nats.InProcessServer(e.App), nats.Name(name))
+	url, opts := e.App.ClientURL(), []nats.Option{nats.Name(name)}
+	if !tcp {
+		url, opts = "", append(opts, nats.InProcessServer(e.App))
 	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -94,10 +94,7 @@ func run(ctx context.Context, modes []string) error {
 		report += r.markdown() + "\n"
 	}
 	sum := summary(results)
-	if err := benchkit.Results(sum, report+sum, *out); err != nil {
-		return errors.Join(runErr, err)
-	}
-	return runErr
+	return errors.Join(runErr, benchkit.Results(sum, report+sum, *out))
 }
 
 // ---------------------------------------------------------------- results
