@@ -31,11 +31,11 @@ func TestIngestOwnsItsHeaders(t *testing.T) {
 	// import delivers on, never from a header: the ingest service drops
 	// Nats-Request-Info in every spelling.
 	exact := &nats.Msg{Subject: "orders.created", Data: []byte(`{"order_id":"f-2"}`), Header: nats.Header{
-		"Nats-Request-Info":  {`{"acc":"USER1_a"}`, `{"acc":"USER1_victim"}`},
+		"Nats-Request-Info":  {`{"acc":"USER_a"}`, `{"acc":"USER_victim"}`},
 		"Nats-Stream-Source": {"ORDER_EVENTS:xyz 999999"},
 		"Orderstore-Epoch":   {"forged"},
 	}}
-	exact.Header["nats-request-info"] = []string{`{"acc":"USER1_victim"}`} // another spelling
+	exact.Header["nats-request-info"] = []string{`{"acc":"USER_victim"}`} // another spelling
 	ack, err := js.PublishMsg(ctx, exact, jetstream.WithMsgID("id-1"))
 	if err != nil {
 		t.Fatalf("a publish with nats' own headers set: %v", err)

@@ -649,6 +649,27 @@ func TestDedupeScopedToProducer(t *testing.T) {
 	}
 }
 
+// A producer's dedupe scope is its name's, not its place among the users: a retry after a restart
+// with another user removed is still a duplicate.
+func TestDedupeScopeKeepsWhenUsersChange(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	for i, users := range [][]orderstore.User{
+		{{Name: "p1", Password: p1Password, Role: orderstore.RoleProducer}, {Name: "p2", Password: p2Password, Role: orderstore.RoleProducer}},
+		{{Name: "p2", Password: p2Password, Role: orderstore.RoleProducer}},
+	} {
+		app := orderstoretest.Start(t, func(c *orderstore.Config) { c.JetStream.StoreDir, c.Server.Users = dir, users })
+		_, p2 := integrityConnect(t, app, "p2", p2Password)
+		ack, err := p2.Publish(ctx, "orders.created", []byte(`{"order_id":"kept"}`), jetstream.WithMsgID("kept-1"))
+		if err != nil || ack.Duplicate != (i == 1) || ack.Sequence != 1 {
+			t.Errorf("start %d: p2's publish with id kept-1: %+v, %v; want sequence 1, a duplicate after the restart", i+1, ack, err)
+		}
+		if err := app.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // Row 9: an event the stream would refuse for its size is refused up
 // front with a 400 naming stream.max_msg_size, not a 503: one of exactly
 // the max_payload nats advertises (it is larger than max_msg_size, room

@@ -291,7 +291,7 @@ func TestRolesAndPrivateReplies(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reader: ordered consumer: %v", err)
 	}
-	if m, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil || m.Headers().Get("Nats-Msg-Id") != "USER1_p1:m0" {
+	if m, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil || m.Headers().Get("Nats-Msg-Id") != "USER_p1:m0" {
 		// (A message id is scoped to its producer's account.)
 		t.Errorf("reader: ordered read: %v", err)
 	}

@@ -253,9 +253,9 @@ func TestInternalSubjectsPerPrincipal(t *testing.T) {
 	jsAPI := "$JS.API.INFO"
 	sys := principal{name: "system", role: "system", user: "sys", password: sysPassword, control: "$SYS.REQ.SERVER.PING", account: "SYS"}
 	users := []principal{
-		{name: "producer", role: orderstore.RoleProducer, user: "p1", password: p1Password, control: "orders.created", controlSeen: "orders.created", account: "USER1_p1"},
-		{name: "reader", role: orderstore.RoleReader, user: "reader", password: readerPassword, control: jsAPI, controlSeen: jsAPI, account: "USER3_reader"},
-		{name: "admin", role: orderstore.RoleAdmin, user: "ops", password: adminPassword, control: jsAPI, controlSeen: jsAPI, account: "USER4_ops"},
+		{name: "producer", role: orderstore.RoleProducer, user: "p1", password: p1Password, control: "orders.created", controlSeen: "orders.created", account: "USER_p1"},
+		{name: "reader", role: orderstore.RoleReader, user: "reader", password: readerPassword, control: jsAPI, controlSeen: jsAPI, account: "USER_reader"},
+		{name: "admin", role: orderstore.RoleAdmin, user: "ops", password: adminPassword, control: jsAPI, controlSeen: jsAPI, account: "USER_ops"},
 		sys,
 	}
 	anonymous := []principal{{name: "anonymous", role: orderstore.RoleAdmin, control: jsAPI, controlSeen: jsAPI, account: "ORDERSTORE", beside: true}, sys}

@@ -1,6 +1,8 @@
 package natsconf
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -129,12 +131,12 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 		return accounts, append(users, au), anon.pub, nil
 	}
 
-	for i, u := range in.Users {
+	for _, u := range in.Users {
 		role := u.Role
 		if role != RoleProducer && role != RoleReader {
 			role = RoleAdmin // RoleAdmin, or explicit lists on top of the admin's imports
 		}
-		acc := client(userAccount(i, u.Name), role)
+		acc := client(userAccount(u.Name), role)
 		eu := embedded.User{Name: u.Name, Password: u.Password, Nkey: u.Nkey, Account: acc.Name,
 			Publish: u.Publish, Subscribe: u.Subscribe, PublishDeny: u.PublishDeny, SubscribeDeny: u.SubscribeDeny}
 		switch u.Role {
@@ -229,14 +231,21 @@ func (in Input) readerPermissions() (allow, deny []string) {
 	return allow, slices.DeleteFunc(deny, func(d string) bool { return guarded[d] })
 }
 
-// userAccount names user i's account: "USER<i>_" and the name's letters,
-// digits, '_' and '-' (what /connz and `nats server report` show).
-func userAccount(i int, name string) string {
-	s := fmt.Sprintf("USER%d_", i+1) + strings.Map(func(r rune) rune {
+// userAccount names a user's account from the name alone, so that the user's dedupe scope (ids are
+// stored as "<account>:<id>") stays when users are added, removed or reordered: "USER_<name>" for
+// a name of letters, digits, '_' and '-' up to 59 bytes; else "USERX_", those of its characters
+// and a hash of the whole name, so that two names never share an account (what /connz and `nats
+// server report` show).
+func userAccount(name string) string {
+	kept := strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
 			return r
 		}
 		return -1
 	}, name)
-	return s[:min(len(s), 64)]
+	if kept == name && len(name) <= 59 {
+		return "USER_" + name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return "USERX_" + kept[:min(len(kept), 48)] + "_" + hex.EncodeToString(sum[:4])
 }

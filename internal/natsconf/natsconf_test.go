@@ -139,11 +139,18 @@ func TestLeafListsSplitTheTable(t *testing.T) {
 }
 
 func TestAccountNamesAndStreamImports(t *testing.T) {
-	if got := userAccount(1, "ann o'brien.x*"); got != "USER2_annobrienx" {
-		t.Errorf("userAccount = %q", got)
+	// From the name alone (a user's dedupe scope stays when others are added or removed), and
+	// never the same for two names.
+	seen := map[string]string{}
+	for _, name := range []string{"p1", "p-1_X", "ann o'brien.x*", "annobrienx", "p.1", "USERX_p1_a8f6a0e2", strings.Repeat("a", 59), strings.Repeat("a", 100), strings.Repeat("a", 101)} {
+		got := userAccount(name)
+		if len(got) > 64 || seen[got] != "" {
+			t.Errorf("userAccount(%q) = %q: %d characters (at most 64), or %q's too", name, got, len(got), seen[got])
+		}
+		seen[got] = name
 	}
-	if got := userAccount(0, strings.Repeat("a", 100)); len(got) != 64 {
-		t.Errorf("userAccount of a long name: %d characters, want 64", len(got))
+	if got := userAccount("p1"); got != "USER_p1" {
+		t.Errorf("userAccount(p1) = %q, want USER_p1", got)
 	}
 	// The accounts that may publish events import the stream's subjects
 	// from StreamAccount as a service (its subscription answers them);
@@ -170,7 +177,7 @@ func TestAccountNamesAndStreamImports(t *testing.T) {
 	}
 	in.Domain = ""
 	in.Users = []User{{Name: "p", Role: RoleProducer}, {Name: "r", Role: RoleReader}, {Name: "x", Publish: []string{"a"}}}
-	if got := publishers(in); !slices.Equal(got, []string{"USER1_p", "USER3_x"}) {
+	if got := publishers(in); !slices.Equal(got, []string{"USER_p", "USER_x"}) {
 		t.Errorf("users: accounts importing the stream's subjects %q", got)
 	}
 	for _, n := range []string{"orderstore-internal", "orderstore-anonymous"} {
@@ -263,7 +270,7 @@ func TestAccountOf(t *testing.T) {
 		}
 	}
 	in := Input{Users: []User{{Name: "p1", Role: RoleProducer}, {Name: "ann o'brien", Role: RoleAdmin}}}
-	for user, want := range map[string]string{"p1": "USER1_p1", "ann o'brien": "USER2_annobrien", "": "", "nobody": ""} {
+	for user, want := range map[string]string{"p1": "USER_p1", "ann o'brien": userAccount("ann o'brien"), "": "", "nobody": ""} {
 		if got := accountOf(t, in, user); got != want {
 			t.Errorf("account of %q = %q, want %q", user, got, want)
 		}
