@@ -420,8 +420,9 @@ func payloadOrderID(data []byte) string {
 }
 
 // OrderDeadLetters returns up to limit dead letters of one order (by the "order_id" of their
-// payloads, or HeaderOrderID of a trimmed one), newest first, from the last scan sequences of stream (replayed ones too: there is
-// no per-order index), until they hold MaxPageBytes. complete: no older one was left unread.
+// payloads, or HeaderOrderID of a trimmed one), newest first, from the last scan sequences of
+// stream (replayed ones too: there is no per-order index), until they hold MaxPageBytes.
+// complete: no older one was left unread.
 func OrderDeadLetters(ctx context.Context, js jetstream.JetStream, stream, orderID string, scan, limit int) (out []DeadLetter, complete bool, err error) {
 	s, st, err := deadLetterStream(ctx, js, stream)
 	if err != nil {
