@@ -82,9 +82,10 @@ type Appliance struct {
 
 	// orderstore's own connections, each of its own so that no part shares another's fate: for
 	// declare, the admin API and lookups (internal), the processor and its projection writes
-	// (processor), a hub's source watcher (hubwatch).
-	internal, processor, hubwatch conn
-	js, pjs                       jetstream.JetStream // on internal, on processor
+	// (processor), a hub's source watcher (hubwatch), and the events orderstore publishes into
+	// the stream (publisher: HTTP ingest, Publish, replays), which wait in admission's line on it.
+	internal, processor, hubwatch, publisher conn
+	js, pjs, pubjs                           jetstream.JetStream // on internal, processor, publisher
 
 	// The processor, the projection it writes, and its rebuilds.
 	proc               *processor.Processor  // nil when disabled
@@ -117,7 +118,7 @@ type Appliance struct {
 //     store syncs, and a failed sync fails the appliance);
 //  5. nats-server, with the admission hook every publish into the stream
 //     passes, and a watchdog on it;
-//  6. orderstore's internal and processor connections;
+//  6. orderstore's internal, publisher and processor connections;
 //  7. the store guard;
 //  8. declare the stream, dead-letter stream, projection bucket and
 //     consumer, with the recovery check of what nats loaded;
@@ -199,8 +200,8 @@ var startSteps = []struct {
 		"group commit's watch stops"},
 	{"nats-server, with the admission hook every publish into the stream passes, and a watchdog on it", (*Appliance).startNATS,
 		"nats-server shuts down (Shutdown + WaitForShutdown: every stream flushed and closed, group commit syncing and answering every publish it holds first)"},
-	{"orderstore's internal and processor connections", (*Appliance).connectInternal,
-		"the processor's connection drains, then the internal one"},
+	{"orderstore's internal, publisher and processor connections", (*Appliance).connectInternal,
+		"the processor's connection drains, then the publisher's, then the internal one"},
 	{"the store guard", (*Appliance).startStoreGuard,
 		"the store guard: no restart of nats from here on (one under way is waited for)"},
 	{"declare the stream, dead-letter stream, projection bucket and consumer, with the recovery check of what nats loaded", (*Appliance).declare, ""},
@@ -372,7 +373,7 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 //  6. the order index's watch;
 //  7. the store guard: no restart of nats from here on (one under way is
 //     waited for);
-//  8. the processor's connection drains, then the internal one;
+//  8. the processor's connection drains, then the publisher's, then the internal one;
 //  9. nats-server shuts down (Shutdown + WaitForShutdown: every stream
 //     flushed and closed, group commit syncing and answering every
 //     publish it holds first);

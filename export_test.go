@@ -12,6 +12,9 @@ import (
 // and, after 2 s, is answered 429.
 func HoldAdmission(app *Appliance, held bool) { app.admit.Hold(held) }
 
+// AdmissionWaiting is how many publishes wait in admission's line now.
+func AdmissionWaiting(app *Appliance) int64 { return app.admit.Counts().Waiting }
+
 // SetRebuildPace makes a projection rebuild fold 1,000 events per step
 // and pause d after each: slow enough to stop it half-way.
 func SetRebuildPace(c *Config, d time.Duration) { c.rebuildPace = d }

@@ -21,12 +21,12 @@ import (
 
 // internalConns are orderstore's own in-process connections, which nats
 // counts among its connections (max_connections counts clients only): the
-// internal one, the processor's and a hub's watcher's.
+// internal one, the publisher's, the processor's and a hub's watcher's.
 func (c Config) internalConns() int {
 	if c.Hub.Enabled() {
-		return 3
+		return 4
 	}
-	return 2
+	return 3
 }
 
 // embeddedConfig is the embedded server for c: its limits, and the accounts, users, cluster, leaf

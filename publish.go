@@ -54,7 +54,9 @@ func (a *Appliance) Publish(ctx context.Context, subject string, data []byte, op
 // publishMsg publishes with the rights of orderstore's own connection, which may write its
 // buckets, the dead letters and the JetStream API: only a literal subject of the stream passes,
 // and one short enough for that connection (with its reply inbox, a longer one would exceed
-// nats' 4 KiB protocol line, and nats would close the connection).
+// nats' 4 KiB protocol line, and nats would close the connection). It publishes on the
+// publisher's connection: under overload its wait in admission's line holds that connection
+// alone, not the one readiness, queries and the admin API read on.
 func (a *Appliance) publishMsg(ctx context.Context, subject string, h nats.Header, data []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	why := ""
 	switch st := a.cfg.Stream; {
@@ -65,7 +67,7 @@ func (a *Appliance) publishMsg(ctx context.Context, subject string, h nats.Heade
 	case !slices.ContainsFunc(st.Subjects, func(f string) bool { return server.SubjectMatchesFilter(subject, f) }):
 		why = fmt.Sprintf("it is none of stream %s's subjects %q, and orderstore publishes only events", st.Name, st.Subjects)
 	default:
-		return a.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: data}, opts...)
+		return a.pubjs.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: data}, opts...)
 	}
 	return nil, &jetstream.APIError{Code: 400, ErrorCode: 10077, Description: fmt.Sprintf("orderstore: subject %.200q refused: %s", subject, why)}
 }

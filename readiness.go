@@ -12,14 +12,14 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-// checks are the readiness checks of what admin cannot see: both internal
+// checks are the readiness checks of what admin cannot see: the internal
 // connections are up, no group commit sync failed or hangs, and the processor's ack floor moves.
 func (a *Appliance) checks(ctx context.Context) []status.Check {
 	conns := status.Check{Name: "connections", OK: true}
 	for _, c := range []struct {
 		name string
 		nc   *nats.Conn
-	}{{"admin", a.internal.Conn}, {"processor", a.processor.Conn}} {
+	}{{"admin", a.internal.Conn}, {"HTTP ingest", a.publisher.Conn}, {"processor", a.processor.Conn}} {
 		if c.nc != nil && !c.nc.IsConnected() {
 			conns.OK = false
 			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the %s's internal connection is %s", c.name, c.nc.Status())

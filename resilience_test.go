@@ -32,7 +32,7 @@ func adminJSON(t *testing.T, app *orderstore.Appliance, path string, out any) in
 }
 
 // An operator kicks orderstore's internal connections through the
-// server's own API: both reconnect, the appliance keeps running, and a
+// server's own API: all reconnect, the appliance keeps running, and a
 // new event is projected.
 func TestKickedInternalConnectionsReconnect(t *testing.T) {
 	app := orderstoretest.Start(t, func(c *orderstore.Config) {
@@ -67,9 +67,9 @@ func TestKickedInternalConnectionsReconnect(t *testing.T) {
 		}
 		kicked++
 	}
-	// admin (the internal connection) and processor
-	if kicked != 2 {
-		t.Fatalf("kicked %d internal connections, want 2 (connz: %+v)", kicked, connz.Conns)
+	// admin (the internal connection), publisher and processor
+	if kicked != 3 {
+		t.Fatalf("kicked %d internal connections, want 3 (connz: %+v)", kicked, connz.Conns)
 	}
 	embeddedtest.WaitFor(t, 20*time.Second, func() error { return app.Ready(ctx) })
 	select {

@@ -166,9 +166,12 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 }
 
 // connectInternal opens the internal connection (declare, the admin API,
-// lookups) and the processor's.
+// lookups), the publisher's and the processor's.
 func (a *Appliance) connectInternal(context.Context) (err error) {
 	if a.internal, a.js, err = a.connect("orderstore-internal", natsconf.InternalInbox); err != nil {
+		return err
+	}
+	if a.publisher, a.pubjs, err = a.connect("orderstore-publish", natsconf.InternalInbox); err != nil {
 		return err
 	}
 	a.processor, a.pjs, err = a.connect("orderstore-processor", natsconf.InternalInbox)
