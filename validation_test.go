@@ -243,19 +243,27 @@ func TestValidationFuncAtAnEdge(t *testing.T) {
 // A number the schema library cannot compare (an exponent past ±1e6
 // panicked in it, on the publishing client's read loop: the whole server
 // went down) or would compare at a cost growing with it is refused with
-// 422; the appliance goes on storing.
-func TestValidationHostileNumbers(t *testing.T) {
+// 422; so is an event nested or with values past what is checked (a
+// failing one 5,000 deep cost 670 MB); the appliance goes on storing.
+func TestValidationHostileEvents(t *testing.T) {
 	schema := writeSchema(t, t.TempDir(), "created.json", createdSchema)
 	app := orderstoretest.Start(t, func(c *orderstore.Config) {
 		c.Validation = orderstore.ValidationConfig{Schemas: map[string]string{"created": schema}}
 	})
 	ctx := context.Background()
 	js := embeddedtest.JetStream(t, app)
+	events := map[string]string{
+		strings.Repeat(`{"children":[`, 4990) + `{"order_id":1}` + strings.Repeat(`]}`, 4990): "nested deeper than is checked (at most 32 levels)",
+		`{"order_id":"h-1","amount":1,"x":[` + strings.Repeat("1,", 10_000) + `1]}`:           "more values than are checked (at most 10000",
+	}
 	for _, n := range []string{"1e10000000", "-1e-10000000", "1e100000", "1" + strings.Repeat("0", 200)} {
-		_, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"h-1","amount":`+n+`}`))
+		events[`{"order_id":"h-1","amount":`+n+`}`] = "a number beyond what is compared"
+	}
+	for data, want := range events {
+		_, err := js.Publish(ctx, "orders.created", []byte(data))
 		var api *jetstream.APIError
-		if !errors.As(err, &api) || api.Code != 422 || !strings.Contains(api.Description, "a number beyond what is compared") {
-			t.Errorf("amount %.20s: %v, want 422 naming the bound", n, err)
+		if !errors.As(err, &api) || api.Code != 422 || !strings.Contains(api.Description, want) {
+			t.Errorf("%.40s...: %.300v, want 422 naming %q", data, err, want)
 		}
 	}
 	if _, err := js.Publish(ctx, "orders.created", []byte(`{"order_id":"h-2","amount":1e300}`)); err != nil {

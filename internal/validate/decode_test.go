@@ -36,8 +36,8 @@ func FuzzDecode(f *testing.F) {
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("%q: decode gives %#v, UnmarshalJSON %#v", data, got, want)
 			}
-		case werr == nil && (notUTF8(data) || errors.Is(gerr, errNumberRange)):
-			// Refused by decode alone: JSON text is UTF-8, numbers are bounded.
+		case werr == nil && (notUTF8(data) || errors.Is(gerr, errNumberRange) || errors.Is(gerr, errTooDeep) || errors.Is(gerr, errTooMany)):
+			// Refused by decode alone: JSON text is UTF-8, numbers, nesting and values are bounded.
 		default:
 			t.Fatalf("%q: UnmarshalJSON: %v; decode: %v", data, werr, gerr)
 		}
