@@ -82,10 +82,11 @@ type Appliance struct {
 
 	// orderstore's own connections, each of its own so that no part shares another's fate: for
 	// declare, the admin API and lookups (internal), the processor and its projection writes
-	// (processor), a hub's source watcher (hubwatch), and the events orderstore publishes into
-	// the stream (publisher: HTTP ingest, Publish, replays), which wait in admission's line on it.
-	internal, processor, hubwatch, publisher conn
-	js, pjs, pubjs                           jetstream.JetStream // on internal, processor, publisher
+	// (processor), and the events orderstore publishes into the stream (publisher: HTTP ingest,
+	// Publish, replays), which wait in admission's line on it; a hub's source watcher has one per
+	// edge (startHubWatch).
+	internal, processor, publisher conn
+	js, pjs, pubjs                 jetstream.JetStream // on internal, processor, publisher
 
 	// The processor, the projection it writes, and its rebuilds.
 	proc               *processor.Processor  // nil when disabled

@@ -81,6 +81,9 @@ type LeafNodeConfig = natsconf.LeafNodeConfig
 // LeafRemote is one hub an edge connects to.
 type LeafRemote = natsconf.LeafRemote
 
+// LeafUser is one edge's own credential at a hub.
+type LeafUser = natsconf.LeafUser
+
 // HubConfig makes this node a hub ([hub]): it declares Stream, which sources each edge's stream
 // across its JetStream domain, and the local stream too. The processor and projection run over it.
 type HubConfig struct {

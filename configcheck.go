@@ -377,13 +377,27 @@ func (c Config) validateScaleOut(bad badFunc) {
 		host, err := hostOf(ln.Listen)
 		if err != nil {
 			bad("LeafNode.Listen", clipValue(ln.Listen), "must be host:port (e.g. \"0.0.0.0:7422\")")
-		} else if !isLoopback(host) && ln.User == "" {
-			bad("LeafNode.Listen", ln.Listen, "is not a loopback address and no leafnode.user is set: anyone could join the hub; set leafnode.user and leafnode.password, or bind 127.0.0.1")
-		} else if ln.User == "" {
-			bad("LeafNode.Listen", ln.Listen, "needs leafnode.user and leafnode.password, also on loopback: edges sign in with them, and what may cross the link is bound to that user")
+		} else if !isLoopback(host) && ln.User == "" && len(ln.Users) == 0 {
+			bad("LeafNode.Listen", ln.Listen, "is not a loopback address and no leafnode.user is set: anyone could join the hub; set [[leafnode.users]] (each edge's own), or leafnode.user and leafnode.password, or bind 127.0.0.1")
+		} else if ln.User == "" && len(ln.Users) == 0 {
+			bad("LeafNode.Listen", ln.Listen, "needs [[leafnode.users]] (each edge's own user and password) or leafnode.user and leafnode.password, also on loopback: edges sign in with them, and what may cross the link is bound to that user")
 		}
 	}
 	bad.when((ln.User == "") != (ln.Password == ""), "LeafNode.User", ln.User, "leafnode.user and leafnode.password go together")
+	taken, own := map[string]bool{ln.User: true, c.Server.SystemUser: true}, map[string]bool{}
+	for _, u := range c.Server.Users {
+		taken[u.Name] = true
+	}
+	for i, u := range ln.Users {
+		f := fmt.Sprintf("LeafNode.Users[%d]", i)
+		bad.when(u.User == "" || u.Password == "", f+".User", u.User, "needs user and password: what edge %q presents in its [[leafnode.remotes]]", u.Edge)
+		bad.when(u.User != "" && taken[u.User], f+".User", u.User, "is defined twice: each edge's leaf user needs a name no other user has")
+		bad.when(!slices.Contains(c.Hub.Edges, u.Edge), f+".Edge", clipValue(u.Edge), "must be one of hub.edges %q: the edge this user signs in as", c.Hub.Edges)
+		taken[u.User], own[u.Edge] = true, true
+	}
+	for i, e := range c.Hub.Edges {
+		bad.when(len(ln.Users) > 0 && !own[e], fmt.Sprintf("Hub.Edges[%d]", i), e, "has no user in [[leafnode.users]]: with them every edge needs its own (edge = %q)", e)
+	}
 	bad.when(ln.ReconnectInterval < 0, "LeafNode.ReconnectInterval", ln.ReconnectInterval, "must be positive, or 0 for 1s")
 	validTLS(bad, "LeafNode.TLS", ln.TLS, true) // a listener: ca_file verifies the edges' certificates
 	for i, r := range ln.Remotes {

@@ -21,10 +21,10 @@ import (
 
 // internalConns are orderstore's own in-process connections, which nats
 // counts among its connections (max_connections counts clients only): the
-// internal one, the publisher's, the processor's and a hub's watcher's.
+// internal one, the publisher's, the processor's and a hub's watcher's, one per edge.
 func (c Config) internalConns() int {
 	if c.Hub.Enabled() {
-		return 4
+		return 3 + len(c.Hub.Edges)
 	}
 	return 3
 }
@@ -150,7 +150,10 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		// consumers can tell and filter the edges, the event type stays the last token, and the
 		// newest event of each edge tells how far its source got.
 		src := func(name, domain, prefix string) *jetstream.StreamSource {
-			ss := &jetstream.StreamSource{Name: name, Domain: domain}
+			ss := &jetstream.StreamSource{Name: name}
+			if domain != "" { // delivered on subjects naming the edge: only its own leaf user's (docs/security.md)
+				ss.External = &jetstream.ExternalStream{APIPrefix: "$JS." + domain + ".API", DeliverPrefix: "$JS.S." + domain}
+			}
 			for _, subj := range st.Subjects {
 				ss.SubjectTransforms = append(ss.SubjectTransforms, jetstream.SubjectTransformConfig{Source: subj, Destination: prefix + "." + subj})
 			}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/orderstore/orderstore/bootstrap"
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/internal/bytesize"
@@ -302,19 +304,24 @@ func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 	return nil
 }
 
-// startHubWatch runs a hub's source watcher, with a connection of its own:
-// its requests to the edges are answered over the leaf links, on an inbox
-// prefix that is the only one of orderstore's to cross.
-func (a *Appliance) startHubWatch(context.Context) (err error) {
+// startHubWatch runs a hub's source watcher, with a connection of its own per edge: its requests
+// to an edge are answered over the leaf links, on an inbox prefix that names the edge, the only
+// one of orderstore's to cross (so that only that edge's leaf user may answer).
+func (a *Appliance) startHubWatch(context.Context) error {
 	if !a.cfg.Hub.Enabled() {
 		return nil
 	}
-	if a.hubwatch, _, err = a.connect("orderstore-hubwatch", natsconf.HubWatchInbox); err != nil {
-		return err
+	edges := map[string]*nats.Conn{}
+	for _, e := range a.cfg.Hub.Edges {
+		c, _, err := a.connect("orderstore-hubwatch-"+e, natsconf.HubWatchInbox+"."+e)
+		if err != nil {
+			return err
+		}
+		edges[e] = c.Conn
 	}
 	a.hub = edgehub.New(edgehub.Config{Edges: a.cfg.Hub.Edges, Stream: a.cfg.Stream.Name, Spec: a.spec, DeadLetterStream: a.cfg.Processor.DeadLetterStream,
 		DeadLetterPrefix: deadLetterSubjectPrefix(a.cfg.Processor.DeadLetterStream), EpochHeader: EpochHeader},
-		a.js, a.hubwatch.Conn, a.log)
+		a.js, edges, a.log)
 	a.sup.add(component{name: "hub watcher", run: a.hub.Run})
 	return nil
 }

@@ -469,7 +469,7 @@ func orUnlimited[T int32 | int64](n T) T {
 }
 
 // sourcesStr lists a stream's sources as "NAME@domain" (or NAME), each
-// with its subject transforms: they are what a source takes.
+// with its deliver prefix and subject transforms: what a source takes, and where.
 func sourcesStr(l []*jetstream.StreamSource) string {
 	var out []string
 	for _, s := range l {
@@ -484,6 +484,9 @@ func sourcesStr(l []*jetstream.StreamSource) string {
 				p = d
 			}
 			n += "@" + p
+			if s.External.DeliverPrefix != "" {
+				n += " delivered on " + s.External.DeliverPrefix
+			}
 		}
 		for _, tr := range s.SubjectTransforms {
 			n += " " + tr.Source + " as " + tr.Destination

@@ -233,6 +233,12 @@ func TestSourcesStrSpellsDomainsOneWay(t *testing.T) {
 	if sourcesStr(declared) == sourcesStr(other) {
 		t.Fatal("edge1 and edge2 spelled alike")
 	}
+	// A hub's sources now ask each edge to deliver on subjects naming it: one stored by an older
+	// hub, without, is a change to apply.
+	prefixed := []*jetstream.StreamSource{{Name: "ORDER_EVENTS"}, {Name: "ORDER_EVENTS", External: &jetstream.ExternalStream{APIPrefix: "$JS.edge1.API", DeliverPrefix: "$JS.S.edge1"}}}
+	if sourcesStr(prefixed) == sourcesStr(stored) {
+		t.Fatal("a source with and without a deliver prefix spelled alike")
+	}
 }
 
 // Two appliances started at once in one process (two tests, a program running two) probed the

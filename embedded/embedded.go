@@ -218,9 +218,11 @@ type LeafNode struct {
 	// Host and Port of the listener; Port 0 opens none, -1 a random one.
 	Host string
 	Port int
-	// User and Password, when set, are required from every incoming leaf
-	// connection, which then binds to Account.
+	// User and Password, when set, sign an incoming leaf connection in (as
+	// Users do); it then binds to Account.
 	User, Password, Account string
+	// Users are more users leaf peers may sign in as, each with lists of its own (see FromLeaf).
+	Users []LeafUser
 	// FromLeaf and ToLeaf, when set (with User), are allow lists for the listener's leaf
 	// connections: the subjects a leaf peer may send into this server (its publishes and the
 	// replies it gives), and those this server sends out to it (what the peer may subscribe to).
@@ -232,6 +234,12 @@ type LeafNode struct {
 	Remotes []LeafRemote
 	// ReconnectInterval is how long a remote waits before reconnecting (0: nats' default, 1s).
 	ReconnectInterval time.Duration
+}
+
+// LeafUser is one user of a leaf listener, with its own FromLeaf and ToLeaf (see LeafNode).
+type LeafUser struct {
+	User, Password   string
+	FromLeaf, ToLeaf []string
 }
 
 // LeafRemote is one leaf connection this server makes.
@@ -538,14 +546,21 @@ func (c Config) options() (*server.Options, error) {
 	// Client users connect as clients only: none of them (nor the
 	// no-auth user) can join as a leaf peer past the leaf user below.
 	clientOnly := map[string]struct{}{jwt.ConnectionTypeStandard: {}, jwt.ConnectionTypeInProcess: {}}
-	if ln := c.LeafNode; ln.Port != 0 && ln.User != "" && len(ln.FromLeaf)+len(ln.ToLeaf) > 0 {
+	ln := c.LeafNode
+	if ln.User != "" {
+		ln.Users = append([]LeafUser{{User: ln.User, Password: ln.Password, FromLeaf: ln.FromLeaf, ToLeaf: ln.ToLeaf}}, ln.Users...)
+	}
+	if ln.Port != 0 && len(ln.Users) > 0 {
 		// Permissions bind only to a server user that leaf peers sign in as (nats ignores those of
 		// the leaf listener's own users). For an accepted leaf nats reads them from the peer's
 		// side: Publish is what the peer may send in, Subscribe what it is sent.
-		perms := permissions(User{Publish: ln.FromLeaf, Subscribe: ln.ToLeaf})
 		o.LeafNode.Username, o.LeafNode.Password, o.LeafNode.Account = "", "", ""
-		o.Users = append(o.Users, &server.User{Username: ln.User, Password: ln.Password, Permissions: perms, Account: account(ln.Account),
-			AllowedConnectionTypes: map[string]struct{}{jwt.ConnectionTypeLeafnode: {}}})
+		for _, u := range ln.Users {
+			o.Users = append(o.Users, &server.User{Username: u.User, Password: u.Password, Permissions: permissions(User{Publish: u.FromLeaf, Subscribe: u.ToLeaf}),
+				Account: account(ln.Account), AllowedConnectionTypes: map[string]struct{}{jwt.ConnectionTypeLeafnode: {}}})
+		}
+		// Replies to this server's requests to another domain's API name it: $JSC.R.<domain>.>.
+		o.FeatureFlags = map[string]bool{server.FeatureFlagJsAPIReplyFormatV2: true}
 	}
 	if c.SystemUser != "" {
 		// nats serves every account's JetStream API from the system account: the system user reads

@@ -169,7 +169,7 @@ role = "admin"
 // line does not show the secret either.
 func TestCheckHidesSecrets(t *testing.T) {
 	dir := t.TempDir()
-	secrets := []string{"sys-password-ab", "p1-password-ab", "admin-token-0123456789-ab", "leaf-password-ab"}
+	secrets := []string{"sys-password-ab", "p1-password-ab", "admin-token-0123456789-ab", "leaf-password-ab", "edge-1-password-ab"}
 	cfg := writeConfig(t, dir, filepath.Join(dir, "store"), `[server]
 host = "0.0.0.0"
 system_user = "sys"
@@ -185,6 +185,15 @@ token = "`+secrets[2]+`"
 listen = "0.0.0.0:7422"
 user = "edge"
 password = "`+secrets[3]+`"
+[[leafnode.users]]
+user = "leaf-edge-1"
+password = "`+secrets[4]+`"
+edge = "edge-1"
+[hub]
+stream = "ORDER_EVENTS_ALL"
+edges = ["edge-1"]
+[stream]
+max_bytes = "512MiB"
 `) // writeConfig writes 0644: readable by every user
 	var out, errb strings.Builder
 	if code := run(context.Background(), []string{"check", "-config", cfg, "-print"}, &out, &errb); code != 0 {

@@ -43,8 +43,9 @@ type Config struct {
 // LeafNode links edges to a hub.
 type LeafNode struct {
 	Listen            string                  `toml:"listen"`             // a hub's leaf listener host:port; "" none
-	User              string                  `toml:"user"`               // what edges present to this hub
+	User              string                  `toml:"user"`               // one user every edge presents (shared; users below: each its own)
 	Password          string                  `toml:"password"`           // the password for user
+	Users             []orderstore.LeafUser   `toml:"users"`              // each edge's own user instead (docs/security.md)
 	ReconnectInterval Duration                `toml:"reconnect_interval"` // an edge's wait between attempts
 	TLS               orderstore.TLSConfig    `toml:"tls"`                // [leafnode.tls]: the hub's listener
 	Remotes           []orderstore.LeafRemote `toml:"remotes"`            // an edge's hubs

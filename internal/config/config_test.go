@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -72,6 +73,15 @@ func TestDefaultIsValid(t *testing.T) {
 	}
 }
 
+// hubTOML is a hub of edge-1 and edge-2 with the leaf users named in pairs (user, edge).
+func hubTOML(users ...string) string {
+	s := "[leafnode]\nlisten = \"127.0.0.1:7422\"\n"
+	for i := 0; i < len(users); i += 2 {
+		s += fmt.Sprintf("[[leafnode.users]]\nuser = %q\npassword = \"secret\"\nedge = %q\n", users[i], users[i+1])
+	}
+	return "[jetstream]\nmax_file_store = \"40GiB\"\n[hub]\nstream = \"ORDER_EVENTS_ALL\"\nedges = [\"edge-1\", \"edge-2\"]\n" + s
+}
+
 func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -122,6 +132,12 @@ func TestParseErrors(t *testing.T) {
 		{"min_version of a leaf remote", "[jetstream]\ndomain = \"e1\"\n[[leafnode.remotes]]\nurl = \"nats-leaf://hub:7422\"\ntls = { min_version = \"1.4\" }\n",
 			[]string{"leafnode.remotes[0].tls.min_version"}, []string{`"1.2" or "1.3"`}},
 		{"negative reconnect_interval", "[leafnode]\nreconnect_interval = \"-1s\"\n", []string{"leafnode.reconnect_interval"}, []string{"positive"}},
+		{"leaf user of no hub edge", hubTOML("edge-1", "edge-1", "e2", "edge-3"), []string{"leafnode.users[1].edge", "hub.edges[1]"},
+			[]string{`leafnode.users[1].edge = "edge-3": must be one of hub.edges ["edge-1" "edge-2"]`, `hub.edges[1] = "edge-2": has no user in [[leafnode.users]]`}},
+		{"leaf users defined twice", hubTOML("edge-1", "edge-1", "edge-1", "edge-2"), []string{"leafnode.users[1].user"}, []string{`"edge-1": is defined twice`}},
+		{"edge without its leaf user", hubTOML("edge-1", "edge-1"), []string{"hub.edges[1]"}, []string{`has no user in [[leafnode.users]]: with them every edge needs its own (edge = "edge-2")`}},
+		{"leaf user without password", hubTOML("edge-1", "edge-1") + "[[leafnode.users]]\nuser = \"e2\"\nedge = \"edge-2\"\n", []string{"leafnode.users[1].user"},
+			[]string{`needs user and password: what edge "edge-2" presents`}},
 		{"size beyond int64", "[jetstream]\nmax_file_store = \"1e30TiB\"\n", []string{"jetstream.max_file_store"}, []string{"too large"}},
 		{"bare byte count", "[server]\nmax_payload = 1048576\n", []string{"server.max_payload"}, []string{`"1048576B"`}},
 	}
@@ -470,6 +486,7 @@ func TestKeyTableCoversTheLibrary(t *testing.T) {
 	c := Default()
 	c.Server.Users = []User{{User: "u", Password: "p", Role: "producer", Publish: Subjects{Allow: []string{"orders.>"}, Deny: []string{"orders.x"}}}}
 	c.LeafNode.Remotes = []orderstore.LeafRemote{{URL: "nats-leaf://h:7422", TLS: orderstore.TLSConfig{CAFile: "ca.pem", Verify: true}}}
+	c.LeafNode.Users = []orderstore.LeafUser{{User: "leaf-e1", Password: "p", Edge: "e1"}}
 	c.Processor.Backoff = []Duration{Duration(time.Second)}
 	c.Log = Log{}
 	if back := fromOrderstore(c.toOrderstore()); !reflect.DeepEqual(back, c) {

@@ -94,4 +94,7 @@ func normalizeEmpty(c *Config) {
 	if c.LeafNode.Remotes == nil {
 		c.LeafNode.Remotes = []orderstore.LeafRemote{}
 	}
+	if c.LeafNode.Users == nil {
+		c.LeafNode.Users = []orderstore.LeafUser{}
+	}
 }

@@ -214,6 +214,7 @@ func (c Config) AdminToken() (string, error) {
 func (c Config) Redacted() Config {
 	c.Server.Users = append([]User{}, c.Server.Users...)
 	c.LeafNode.Remotes = append([]orderstore.LeafRemote{}, c.LeafNode.Remotes...)
+	c.LeafNode.Users = append([]orderstore.LeafUser{}, c.LeafNode.Users...)
 	for _, s := range c.secrets() {
 		if *s != "" {
 			*s = "<redacted>"
@@ -230,6 +231,9 @@ func (c *Config) secrets() []*string {
 	}
 	for i := range c.LeafNode.Remotes {
 		s = append(s, &c.LeafNode.Remotes[i].Password)
+	}
+	for i := range c.LeafNode.Users {
+		s = append(s, &c.LeafNode.Users[i].Password)
 	}
 	return s
 }

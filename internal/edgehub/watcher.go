@@ -49,8 +49,8 @@ type Config struct {
 // Watcher watches a hub's sources; Run runs it, Sources reports them.
 type Watcher struct {
 	cfg     Config
-	js      jetstream.JetStream // the hub's own streams
-	edges   *nats.Conn          // the edges' streams, over the leaf links (an inbox of its own)
+	js      jetstream.JetStream   // the hub's own streams
+	edges   map[string]*nats.Conn // each edge's streams, over the leaf links (an inbox of its own)
 	log     *slog.Logger
 	mu      sync.Mutex
 	st      map[string]*sourceState
@@ -62,9 +62,9 @@ type sourceState struct {
 	lastKick time.Time
 }
 
-// New returns the watcher of the hub's sources: js reaches the hub's own streams, edges the edges'
+// New returns the watcher of the hub's sources: js reaches the hub's own streams, edges each edge's
 // (over the leaf links, on an inbox of its own).
-func New(cfg Config, js jetstream.JetStream, edges *nats.Conn, log *slog.Logger) *Watcher {
+func New(cfg Config, js jetstream.JetStream, edges map[string]*nats.Conn, log *slog.Logger) *Watcher {
 	if cfg.EpochHeader == "" || cfg.DeadLetterPrefix == "" || cfg.Spec.Aggregate == nil {
 		// Without them every copy would look lost at its edge.
 		panic("edgehub: Config needs EpochHeader, DeadLetterPrefix and an aggregate Spec")
@@ -119,7 +119,7 @@ func (w *Watcher) check(ctx context.Context) {
 			s.SourcedSeq = sourceSeq(m)
 		}
 		var epochs []epochStart
-		if ejs, err := jetstream.NewWithDomain(w.edges, edge); err == nil {
+		if ejs, err := jetstream.NewWithDomain(w.edges[edge], edge); err == nil {
 			if es, err := ejs.Stream(ectx, w.cfg.Stream); err == nil {
 				s.Reachable, s.EdgeLastSeq = true, es.CachedInfo().State.LastSeq
 				// What the edge's limits removed is not to be sourced any more.
@@ -193,7 +193,9 @@ func (w *Watcher) kick(ctx context.Context, edge string, s status.SourceStatus) 
 
 // withoutSource is agg without edge's source.
 func withoutSource(agg jetstream.StreamConfig, edge string) jetstream.StreamConfig {
-	agg.Sources = slices.DeleteFunc(slices.Clone(agg.Sources), func(ss *jetstream.StreamSource) bool { return ss.Domain == edge })
+	agg.Sources = slices.DeleteFunc(slices.Clone(agg.Sources), func(ss *jetstream.StreamSource) bool {
+		return ss.External != nil && ss.External.APIPrefix == "$JS."+edge+".API"
+	})
 	return agg
 }
 

@@ -124,7 +124,7 @@ func TestGuardMappingsInEveryAPIAccount(t *testing.T) {
 func TestLeafListsSplitTheTable(t *testing.T) {
 	in := input()
 	in.Edges = []string{"edge-1"}
-	fromLeaf, toLeaf, denyImports, denyExports := in.leafLists()
+	fromLeaf, toLeaf, denyImports, denyExports := in.leafLists("")
 	for _, r := range in.internalSubjects() {
 		if slices.Contains(toLeaf, r.Pattern) == slices.Contains(denyImports, r.Pattern) {
 			t.Errorf("%s: in the hub's toLeaf %v, in the edge's denyImports %v", r.Pattern, slices.Contains(toLeaf, r.Pattern), slices.Contains(denyImports, r.Pattern))
@@ -135,6 +135,16 @@ func TestLeafListsSplitTheTable(t *testing.T) {
 	}
 	if !slices.Contains(toLeaf, "$JS.edge-1.API.>") {
 		t.Errorf("toLeaf %q lacks the edge's API", toLeaf)
+	}
+	// An edge's own leaf user: its own answers and deliveries in, flow control and its own
+	// domain's requests out.
+	in.Edges = []string{"edge-1", "edge-2"}
+	fromLeaf, toLeaf, _, _ = in.leafLists("edge-2")
+	if want := []string{"_ORDERSTORE_HUBWATCH.edge-2.>", "$JS.S.edge-2.>", "$JSC.R.edge-2.>"}; !slices.Equal(fromLeaf, want) {
+		t.Errorf("edge-2's fromLeaf %q, want %q", fromLeaf, want)
+	}
+	if want := []string{"$JS.FC.>", "$JS.edge-2.API.>"}; !slices.Equal(toLeaf, want) {
+		t.Errorf("edge-2's toLeaf %q, want %q", toLeaf, want)
 	}
 }
 

@@ -24,7 +24,7 @@ func (in Input) scaleOut(ec *embedded.Config) error {
 		}
 	}
 	ln := in.LeafNode
-	fromLeaf, toLeaf, denyImports, denyExports := in.leafLists()
+	fromLeaf, toLeaf, denyImports, denyExports := in.leafLists("")
 	if ln.Listen != "" {
 		var err error
 		if ec.LeafNode.Host, ec.LeafNode.Port, err = splitHostPort("leafnode.listen", ln.Listen); err != nil {
@@ -34,6 +34,10 @@ func (in Input) scaleOut(ec *embedded.Config) error {
 		// Leaf peers (edges) bind to StreamAccount: what crosses the link is only what sourcing and
 		// the hub watcher need, both ways (the internal subjects table, subjects.go).
 		ec.LeafNode.FromLeaf, ec.LeafNode.ToLeaf = fromLeaf, toLeaf
+		for _, u := range ln.Users {
+			from, to, _, _ := in.leafLists(u.Edge)
+			ec.LeafNode.Users = append(ec.LeafNode.Users, embedded.LeafUser{User: u.User, Password: u.Password, FromLeaf: from, ToLeaf: to})
+		}
 		if ec.LeafNode.TLS, err = LoadTLS("leafnode.tls", ln.TLS, false); err != nil {
 			return err
 		}

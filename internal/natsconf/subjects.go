@@ -22,10 +22,16 @@ type internalSubject struct {
 	Streamed bool
 	// HubToEdge and EdgeToHub: it crosses the leaf link that way.
 	HubToEdge, EdgeToHub bool
+	// For an edge's own leaf user (the shared one crosses every row): Edge, a row of that edge
+	// alone; PerEdge, only Pattern with the edge's name before its '>', where the hub asks that
+	// edge to deliver or answer ($JS.S.edge-1.>).
+	Edge    string
+	PerEdge bool
 }
 
-// HubWatchInbox is the inbox prefix of the hub watcher's connection: its requests to the edges'
-// JetStream API are answered on it, over the leaf link, and nothing else of orderstore's is.
+// HubWatchInbox is the inbox prefix of the hub watcher's connections, one per edge (HubWatchInbox.
+// <edge>): its requests to the edges' JetStream API are answered on it, over the leaf link, and
+// nothing else of orderstore's is.
 const HubWatchInbox = "_ORDERSTORE_HUBWATCH"
 
 // GuardPrefix is where requests on the processor's durable (and the hub's aggregate consumer) from
@@ -42,7 +48,7 @@ func (in Input) internalSubjects() []internalSubject {
 	}
 	rows = append(rows,
 		internalSubject{Pattern: InternalInbox + ".>", Use: "replies to orderstore's own connections: acks of HTTP ingest, processor deliveries, projection reads"},
-		internalSubject{Pattern: HubWatchInbox + ".>", Use: "the hub watcher's replies from edges (stream info, message gets)", EdgeToHub: true},
+		internalSubject{Pattern: HubWatchInbox + ".>", Use: "the hub watcher's replies from edges (stream info, message gets)", EdgeToHub: true, PerEdge: true},
 		internalSubject{Pattern: GuardPrefix + ">", Use: "requests on orderstore's own consumers, which the client accounts' mappings send here, answered by the durable guard", Reader: true, Admin: true},
 		internalSubject{Pattern: "$JS.API.>", Use: "the JetStream API of the stream's account (readers: read-only verbs; requests on orderstore's own consumers mapped to the guard)", Reader: true, Admin: true, Streamed: true},
 		internalSubject{Pattern: "$JS.ACK.>", Use: "consumer acks (acks on orderstore's own consumers mapped to the guard)", Reader: true, Admin: true},
@@ -51,11 +57,11 @@ func (in Input) internalSubjects() []internalSubject {
 		internalSubject{Pattern: dlq, Use: "dead letters", Admin: true},
 		internalSubject{Pattern: "_INBOX.>", Use: "deliveries of clients' own push consumers and KV watches in the stream's account", Admin: true, Stream: true},
 		internalSubject{Pattern: "$JS.EVENT.>", Use: "JetStream advisories of the stream's account"},
-		internalSubject{Pattern: "$JS.S.>", Use: "events a hub sources from an edge (deliveries, heartbeats, flow-control requests)", EdgeToHub: true},
-		internalSubject{Pattern: "$JSC.R.>", Use: "nats' own replies to a hub's source-consumer requests", EdgeToHub: true},
+		internalSubject{Pattern: "$JS.S.>", Use: "events a hub sources from an edge (deliveries, heartbeats, flow-control requests)", EdgeToHub: true, PerEdge: true},
+		internalSubject{Pattern: "$JSC.R.>", Use: "nats' own replies to a hub's source-consumer requests", EdgeToHub: true, PerEdge: true},
 	)
 	for _, e := range in.Edges {
-		rows = append(rows, internalSubject{Pattern: "$JS." + e + ".API.>", Use: "the hub's requests to edge " + e + "'s JetStream API (sourcing, the watcher)", HubToEdge: true})
+		rows = append(rows, internalSubject{Pattern: "$JS." + e + ".API.>", Use: "the hub's requests to edge " + e + "'s JetStream API (sourcing, the watcher)", HubToEdge: true, Edge: e})
 	}
 	return rows
 }
@@ -86,16 +92,23 @@ func (in Input) roleImports(role string) []embedded.Import {
 // send in (fromLeaf) and what is sent out to it (toLeaf), and an edge remote's deny lists, every
 // row that does not cross the link in that direction (nats' remote options take deny lists only;
 // the hub's allow lists bound the rest). The edge's own domain API answers the hub (nats maps it),
-// and the projection bucket and dead letters of every name stay local.
-func (in Input) leafLists() (fromLeaf, toLeaf, denyImports, denyExports []string) {
+// and the projection bucket and dead letters of every name stay local. With edge set, the allow
+// lists are that edge's own leaf user's.
+func (in Input) leafLists(edge string) (fromLeaf, toLeaf, denyImports, denyExports []string) {
 	for _, r := range in.internalSubjects() {
+		p, own := r.Pattern, edge != ""
+		if own && r.Edge != "" && r.Edge != edge {
+			continue
+		} else if own && r.PerEdge {
+			p = p[:len(p)-1] + edge + ".>" // before the '>'
+		}
 		if r.EdgeToHub {
-			fromLeaf = append(fromLeaf, r.Pattern)
+			fromLeaf = append(fromLeaf, p)
 		} else {
 			denyExports = append(denyExports, r.Pattern)
 		}
 		if r.HubToEdge {
-			toLeaf = append(toLeaf, r.Pattern)
+			toLeaf = append(toLeaf, p)
 		} else {
 			denyImports = append(denyImports, r.Pattern)
 		}

@@ -32,8 +32,10 @@ type LeafNodeConfig struct {
 	// Listen is a hub's leaf listener, host:port ("" none). A
 	// non-loopback address needs User and Password.
 	Listen string
-	// User and Password are what every edge presents to this hub.
+	// User and Password are what every edge presents to this hub, unless it has its own in Users.
 	User, Password string
+	// Users are each edge's own credential: a peer signed in with one acts for that edge only.
+	Users []LeafUser
 	// TLS secures the hub's leaf listener.
 	TLS TLSConfig
 	// Remotes are the hubs an edge connects to.
@@ -52,6 +54,13 @@ type LeafRemote struct {
 	Credentials string `toml:"credentials,omitempty"` // a .creds file instead of User and Password
 	// TLS: CAFile verifies the hub; CertFile and KeyFile present a client certificate.
 	TLS TLSConfig `toml:"tls,omitempty"`
+}
+
+// LeafUser is one edge's own credential at a hub ([[leafnode.users]]).
+type LeafUser struct {
+	User     string `toml:"user"`     // what the edge's [[leafnode.remotes]] present, with password
+	Password string `toml:"password"` // plaintext or a bcrypt hash ("$2a$...")
+	Edge     string `toml:"edge"`     // the one of hub.edges it signs in as
 }
 
 // TLSConfig names the certificate files of a listener ([server.tls], [admin.tls]).

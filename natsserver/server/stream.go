@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0001-group-commit.patch, 0002-admission.patch, 0010-skip-header-lookups.patch, 0013-admit-without-stream-lock.patch, 0020-last-msg-id-scoped.patch; see natsserver/README.md).
+// (patches: 0001-group-commit.patch, 0002-admission.patch, 0010-skip-header-lookups.patch, 0013-admit-without-stream-lock.patch, 0020-last-msg-id-scoped.patch, 0023-source-scope.patch; see natsserver/README.md).
 
 // Copyright 2019-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -4747,7 +4747,7 @@ func (mset *stream) trySetupSourceConsumer(iname string, seq uint64, startTime t
 				msgs := mset.smsgs
 				if durableDeliverSubject != _EMPTY_ {
 					deliverSubject = durableDeliverSubject
-				} else {
+				} else if !mset.srv.sourcesScoped() {
 					deliverSubject = ccr.ConsumerInfo.Config.DeliverSubject
 				}
 				sub, err := mset.subscribeInternal(deliverSubject, func(sub *subscription, c *client, _ *Account, subject, reply string, rmsg []byte) {
@@ -5034,7 +5034,7 @@ func (mset *stream) processInboundSourceMsg(si *sourceInfo, m *inMsg) bool {
 	}
 	// Receiving messages means we are not stalled on flow control.
 	mset.clearStalledFlowControl(si)
-	isClustered, ident := mset.isClustered(), si.ident
+	isClustered, ident, scope := mset.isClustered(), si.ident, mset.sourceScope(si)
 	mset.mu.Unlock()
 
 	hdr, msg := m.hdr, m.msg
@@ -5049,6 +5049,12 @@ func (mset *stream) processInboundSourceMsg(si *sourceInfo, m *inMsg) bool {
 	}
 	// Hold onto the origin reply which has all the metadata.
 	hdr = genHeader(hdr, JSStreamSource, si.genSourceHeader(m.subj, m.rply, ident))
+	if scope != _EMPTY_ {
+		var ok bool
+		if hdr, ok = inSourceScope(scope, si.trs, m.subj, hdr); !ok {
+			return true
+		}
+	}
 
 	// Do the subject transform for the source if there's one
 	if len(si.trs) > 0 {
