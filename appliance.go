@@ -385,8 +385,10 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 //
 // (TestCloseDocIsTheStepTable checks this list against startSteps.)
 //
-// ctx bounds each step's wait: when it ends, what is left in flight is cut off (unacked events are
-// redelivered on the next start) and the error says which step it cut. nats' shutdown is always
+// ctx bounds each step's wait: when it ends, what is left in flight is cut off (the processor's
+// drain too; unacked events are redelivered on the next start) and the error says which stop step
+// it cut. A part whose goroutine still runs a second after the rest of the stop is named "<part>:
+// not stopped"; nothing else of the appliance runs once Close returned. nats' shutdown is always
 // waited for, because releasing the lock while nats still writes would let a second process corrupt
 // the store. Close is idempotent and safe to call concurrently: every call waits for the first and
 // returns its result.

@@ -300,7 +300,8 @@ func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 	a.stallAfter = time.Duration(cfg.Processor.MaxDeliver) * (cfg.Processor.AckWait + slices.Max(append([]time.Duration{0}, cfg.Processor.Backoff...)))
 	a.proc, a.procHandler = proc, h
 	a.pause = processor.NewPausable(proc)
-	a.sup.add(component{name: "processor", run: a.pause.Run})
+	a.sup.add(component{name: "processor", run: a.pause.Run, // the stop's ctx bounds its drain too:
+		stop: func(ctx context.Context) error { context.AfterFunc(ctx, proc.CutDrain); return nil }})
 	return nil
 }
 

@@ -70,6 +70,7 @@ type supervisor struct {
 	stopped     bool   // stop began
 	stopCtx     context.Context
 	stopErrs    []error // of the stop steps, in the order they ran (complete once ran is closed)
+	cut         []*part // parts whose goroutine had not returned when the stop's ctx ended (unguarded)
 	startFailed bool
 	err         error         // the first component's failure; nil while none failed
 	done        chan struct{} // closed at the first failure, or when stop ends
@@ -118,6 +119,7 @@ func (s *supervisor) start(ctx context.Context) error {
 	}
 	go func() {
 		s.runErr = g.Run()
+		s.notStopped()
 		close(s.ran)
 	}()
 	if len(s.stages) == 0 {
@@ -159,7 +161,7 @@ func (s *supervisor) execute(ctx context.Context, prev, st *stage) error {
 
 // interrupt stops a stage: its actor returns, then its components stop,
 // last started first, each with its stop step, then its goroutine's ctx
-// ends and the goroutine is waited for (up to the stop's ctx).
+// ends and the goroutine is waited for (up to the stop's ctx; see notStopped).
 func (s *supervisor) interrupt(st *stage) {
 	st.abortOnce.Do(func() { close(st.abort) })
 	<-st.executed
@@ -174,16 +176,32 @@ func (s *supervisor) interrupt(st *stage) {
 		select {
 		case <-p.ended:
 		case <-ctx.Done():
-			select {
-			case <-p.ended: // ended too (or has no goroutine): not cut off
-			default:
-				err = errors.Join(err, fmt.Errorf("%s: not stopped: %w", p.name, ctx.Err()))
-			}
+			s.cut = append(s.cut, p) // its goroutine may be returning (interrupts run one at a time)
 		}
 		if err != nil {
 			s.mu.Lock()
 			s.stopErrs = append(s.stopErrs, err)
 			s.mu.Unlock()
+		}
+	}
+}
+
+// notStopped reports, as stop errors, the parts whose goroutine had not returned when the stop's
+// ctx ended and still runs after the rest of the stop and up to a second more: only those did not
+// stop (a goroutine returns at once when its ctx ends, the processor's drain is cut short then).
+// It runs once every interrupt returned, before ran is closed.
+func (s *supervisor) notStopped() {
+	grace, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, p := range s.cut {
+		select {
+		case <-p.ended:
+		case <-grace.Done():
+			select {
+			case <-p.ended:
+			default:
+				s.stopErrs = append(s.stopErrs, fmt.Errorf("%s: not stopped: %w", p.name, s.stopCtx.Err()))
+			}
 		}
 	}
 }

@@ -173,13 +173,16 @@ func TestSupervisorStopBoundedAndQuiet(t *testing.T) {
 // A stop whose ctx has ended names only what it cut off: not a component
 // without a goroutine (the store's lock, the durable guard), nor one whose
 // goroutine had ended. (Both are ready once ctx has ended, and a select
-// picks either: half of the time they were named "not stopped".)
+// picks either: half of the time they were named "not stopped".) Nor one
+// whose goroutine returns once its ctx ends, as every part's does: it was
+// named when it had not returned yet at the moment its ctx ended.
 func TestSupervisorStopNamesOnlyWhatItCut(t *testing.T) {
 	for range 40 {
 		s := newSupervisor(slog.New(slog.DiscardHandler))
 		s.stage(func(context.Context) error {
 			s.add(component{name: "store", stop: func(context.Context) error { return nil }})
 			s.add(component{name: "ended", run: func(context.Context) error { return nil }})
+			s.add(component{name: "watch", run: func(ctx context.Context) error { <-ctx.Done(); return nil }})
 			return nil
 		})
 		if err := s.start(context.Background()); err != nil {

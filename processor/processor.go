@@ -144,6 +144,8 @@ type Processor struct {
 
 	ready     chan struct{} // closed once Run consumes
 	readyOnce sync.Once
+	cut       context.Context // canceled by CutDrain
+	cutDrain  context.CancelFunc
 }
 
 // New checks cfg and returns a processor; Run starts it.
@@ -171,8 +173,9 @@ func New(js jetstream.JetStream, cfg Config) (*Processor, error) {
 	if len(cfg.Backoff) == 0 {
 		cfg.Backoff = []time.Duration{time.Second}
 	}
+	cut, cutDrain := context.WithCancel(context.Background())
 	return &Processor{
-		js: js, cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), ready: make(chan struct{}),
+		js: js, cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), ready: make(chan struct{}), cut: cut, cutDrain: cutDrain,
 		dlSeen: map[uint64]struct{}{}, recPending: map[uint64]struct{}{}, awaiting: map[uint64]struct{}{}, storeFails: map[uint64]uint64{},
 		retries: retries{pending: map[*retry]struct{}{}},
 	}, nil
@@ -220,9 +223,9 @@ func (p *Processor) Ready() <-chan struct{} { return p.ready }
 // error only if it cannot start or the consumer goes away.
 //
 // Run returns only once every goroutine it started has finished: no handler runs and no event is
-// settled after it returns. At the drain deadline it cancels the handlers' context, stops consuming
-// and waits for the handler calls under way to return, so a handler that ignores its context delays
-// Run's return.
+// settled after it returns. At the drain deadline (or CutDrain) it cancels the handlers' context,
+// stops consuming and waits for the handler calls under way to return, so a handler that ignores
+// its context delays Run's return.
 //
 // Events are routed by order id to partitions, each applying its own batches in turn: an order
 // always lands in the same partition, so its events are never handled concurrently, while the
@@ -436,15 +439,15 @@ loop:
 			}
 		}
 	}()
-	deadline := time.NewTimer(p.cfg.DrainTimeout)
-	defer deadline.Stop()
+	deadline, cancel := context.WithTimeout(p.cut, p.cfg.DrainTimeout)
+	defer cancel()
 	select {
 	case <-finished:
 		close(quit)
-	case <-deadline.C:
+	case <-deadline.Done():
 		// Cancel the handlers, stop consuming, then wait for every handler
 		// call to return and be settled: nothing runs after Run returns.
-		p.log.Warn("processor drain timed out: canceling handlers; unhandled events stay unacked and are redelivered",
+		p.log.Warn("processor drain timed out or cut short: canceling handlers; unhandled events stay unacked and are redelivered",
 			"drain_timeout", p.cfg.DrainTimeout.String())
 		cancelHandlers()
 		close(stopRouting)
@@ -456,6 +459,11 @@ loop:
 	p.log.Info("processor stopped", "processed", p.processed.Load(), "unhandled", len(msgs)+int(skipped.Load()))
 	return nil
 }
+
+// CutDrain cuts the drain of Run short, at once and in every later Run, as DrainTimeout does: for a
+// stop whose own bound ended (the appliance's Close), so that Run returns once the handler calls
+// under way return (given their canceled context) instead of draining on.
+func (p *Processor) CutDrain() { p.cutDrain() }
 
 // consumer looks the durable up, waiting out what a cluster answers while
 // the consumer's group elects a leader (no reply, no responders) for up to
