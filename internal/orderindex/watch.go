@@ -26,9 +26,20 @@ func (x *Index) Run(ctx context.Context, kv jetstream.KeyValue, skipped func(key
 	if err != nil {
 		return fmt.Errorf("order index: watch bucket %q: %w", kv.Bucket(), err)
 	}
-	defer func() { // stopped, its delivery may wait on a full Updates: drained till it ends
+	defer func() {
+		// Stopped, a delivery under way may wait on a full Updates (at most two sends): emptied, not
+		// drained till closed, which nats.go skips if the subscription ended before Watch set its
+		// closed handler (a Close right after the start: Close then waited for ever).
 		w.Stop()
-		for range w.Updates() {
+		for {
+			select {
+			case _, ok := <-w.Updates():
+				if ok {
+					continue
+				}
+			default:
+			}
+			return
 		}
 	}()
 	for {
