@@ -26,22 +26,7 @@ func (x *Index) Run(ctx context.Context, kv jetstream.KeyValue, skipped func(key
 	if err != nil {
 		return fmt.Errorf("order index: watch bucket %q: %w", kv.Bucket(), err)
 	}
-	defer func() {
-		// Stopped, a delivery under way may wait on a full Updates (at most two sends): emptied, not
-		// drained till closed, which nats.go skips if the subscription ended before Watch set its
-		// closed handler (a Close right after the start: Close then waited for ever).
-		w.Stop()
-		for {
-			select {
-			case _, ok := <-w.Updates():
-				if ok {
-					continue
-				}
-			default:
-			}
-			return
-		}
-	}()
+	defer StopWatch(w)
 	for {
 		select {
 		case <-ctx.Done():
@@ -122,4 +107,21 @@ func indexFields(b []byte) (status *string, at time.Time, err error) {
 		}
 	}
 	return status, at, nil
+}
+
+// StopWatch stops w. A delivery under way may wait on a full Updates (at most two sends): Updates is
+// emptied once, not drained till closed, which nats.go skips if the subscription ended before
+// Watch set its closed handler (a Close right after the start then waited for ever).
+func StopWatch(w jetstream.KeyWatcher) {
+	_ = w.Stop()
+	for {
+		select {
+		case _, ok := <-w.Updates():
+			if ok {
+				continue
+			}
+		default:
+		}
+		return
+	}
 }

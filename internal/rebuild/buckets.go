@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderstore/orderstore/internal/orderindex"
 	"github.com/orderstore/orderstore/processor"
 )
 
@@ -253,11 +254,7 @@ func eachValue(ctx context.Context, kv jetstream.KeyValue, fn func(key string, v
 	if err != nil {
 		return err
 	}
-	defer func() { // stopped, its delivery may wait on a full Updates: drained till it ends
-		_ = w.Stop()
-		for range w.Updates() {
-		}
-	}()
+	defer orderindex.StopWatch(w)
 	for {
 		select {
 		case <-ctx.Done():
