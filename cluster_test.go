@@ -428,10 +428,9 @@ func TestClusterAdmissionAtEveryNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for seq, want := range map[uint64]string{first.Sequence: "ANONYMOUS:same", own.Sequence: "ORDERSTORE:same"} {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
+		var m *jetstream.RawStreamMsg
+		// A direct get may reach a replica that has not stored it yet.
+		embeddedtest.WaitFor(t, time.Minute, func() (err error) { m, err = s.GetMsg(ctx, seq); return err })
 		if got := m.Header.Get("Nats-Msg-Id"); got != want {
 			t.Errorf("seq %d stored with Nats-Msg-Id %q, want %q", seq, got, want)
 		}
@@ -444,6 +443,55 @@ func TestClusterAdmissionAtEveryNode(t *testing.T) {
 		if _, err := publish(app, "orders.*", nuid.Next()); !errors.As(err, &apiErr) || apiErr.Code != 400 {
 			t.Errorf("node %d, a wildcard subject: %v, want 400", i+1, err)
 		}
+	}
+
+	// The anonymous client makes a stream in the stream's account (the JetStream API it imports)
+	// republish the events on orders.seed as orders.copied. Its leader, at another node than the
+	// events stream's, publishes them there, and they cross the route in the stream's account
+	// with no Nats-Request-Info: refused, not taken for orderstore's own.
+	nc, ajs := integrityConnect(t, apps[0], "", "")
+	if _, err := ajs.CreateStream(ctx, jetstream.StreamConfig{Name: "SIDE", Replicas: 3,
+		Sources:   []*jetstream.StreamSource{{Name: "ORDER_EVENTS", FilterSubject: "orders.seed"}},
+		RePublish: &jetstream.RePublish{Source: "orders.seed", Destination: "orders.copied"}}); err != nil {
+		t.Fatal(err)
+	}
+	var leader *orderstore.Appliance
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		ev, err1 := s.Info(ctx)
+		side, err2 := ajs.Stream(ctx, "SIDE")
+		if err := errors.Join(err1, err2); err != nil || side.CachedInfo().Cluster.Leader == "" {
+			return fmt.Errorf("leaders: %v", err)
+		}
+		if side.CachedInfo().Cluster.Leader == ev.Cluster.Leader {
+			_, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN.SIDE", nil, 10*time.Second)
+			return fmt.Errorf("SIDE's leader is the events stream's, %s (stepped down: %v)", ev.Cluster.Leader, err)
+		}
+		for _, app := range apps {
+			if app.Config().Server.Name == ev.Cluster.Leader {
+				leader = app
+			}
+		}
+		return nil
+	})
+	before, err := integrityGetStatus(leader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := publish(apps[0], "orders.seed", nuid.Next()); err != nil {
+		t.Fatal(err)
+	}
+	var copied *jetstream.RawStreamMsg
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if copied, err = s.GetLastMsgForSubject(ctx, "orders.copied"); err == nil {
+			return nil
+		}
+		if st, err := integrityGetStatus(leader); err != nil || st.Guard["refused"] == before.Guard["refused"] {
+			return fmt.Errorf("the republish neither stored nor refused: %v", err)
+		}
+		return nil
+	})
+	if copied != nil {
+		t.Errorf("the republish across a route was stored with headers %v, want it refused", copied.Header)
 	}
 }
 

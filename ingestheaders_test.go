@@ -3,6 +3,7 @@ package orderstore_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/orderstoretest"
+	"github.com/orderstore/orderstore/processor"
 )
 
 // The headers a producer may not set: nats' own account stamp of a
@@ -209,4 +211,71 @@ func TestIngestDropsHeadersReadersTrust(t *testing.T) {
 	if _, err := app.ReplayDeadLetter(ctx, dls[0].Sequence); err != nil {
 		t.Errorf("replay of the empty event's dead letter: %v", err)
 	}
+}
+
+// nats-server's own clients publish into the stream for whoever configures them: a stream's
+// RePublish, the stream's ack to a publish whose reply subject is one of the stream's. Admission
+// took them for orderstore's own connection: the anonymous client's republish was stored with
+// the id of dead letter 1's replay and kept its Orderstore-Replay-Of (that replay was then
+// answered "duplicate" and the dead letter deleted unreplayed), and an ack was stored as an event.
+// Both are refused now, unanswered: nothing is stored, and the replay replays.
+func TestIngestRefusesInternalPublishers(t *testing.T) {
+	app := orderstoretest.Start(t)
+	ctx := context.Background()
+	dlq := app.Config().Processor.DeadLetterStream
+	js := embeddedtest.JetStream(t, app) // anonymous, in the stream's account
+	h := nats.Header{processor.HeaderSubject: {"orders.created"}, processor.HeaderSequence: {"1"}}
+	dl, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq." + dlq + ".orders.created", Header: h, Data: []byte(`{"order_id":"dead"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SIDE", Subjects: []string{"side.*"},
+		RePublish: &jetstream.RePublish{Source: "side.*", Destination: "orders.{{wildcard(1)}}"}}); err != nil {
+		t.Fatal(err)
+	}
+	replayID := processor.ReplayMsgIDPrefix(dlq) + strconv.FormatUint(dl.Sequence, 10)
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "side.created", Data: []byte(`{"order_id":"forged"}`),
+		Header: nats.Header{"Nats-Msg-Id": {replayID}, processor.HeaderReplayOf: {"1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.Conn().PublishMsg(&nats.Msg{Subject: "orders.created", Reply: "orders.acked", Data: []byte(`{"order_id":"plain"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	// The plain event is stored; the republish and its ack are refused (or, before, stored).
+	var msgs uint64
+	embeddedtest.WaitFor(t, 30*time.Second, func() error {
+		st, err := integrityGetStatus(app)
+		if err != nil {
+			return err
+		}
+		if msgs, _ = integrityMsgs(t, js); msgs < 3 && st.Guard["refused"] < 2 {
+			return fmt.Errorf("%d events stored, %d refused: want 1 and 2", msgs, st.Guard["refused"])
+		}
+		return nil
+	})
+	s, err := js.Stream(ctx, app.Config().Stream.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= msgs; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(m.Data) != `{"order_id":"plain"}` {
+			t.Errorf("event %d: %s with headers %v, want only the plain publish stored", seq, m.Data, m.Header)
+		}
+	}
+	seq, err := app.ReplayDeadLetter(ctx, dl.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Data) != `{"order_id":"dead"}` || m.Header.Get(processor.HeaderReplayOf) != "1" || m.Header.Get("Nats-Msg-Id") != "ORDERSTORE:"+replayID {
+		t.Errorf("dead letter %d replayed as event %d: %s with headers %v, want its own payload and replay headers", dl.Sequence, seq, m.Data, m.Header)
+	}
+	embeddedtest.WaitFor(t, 30*time.Second, func() error { _, err := app.Order(ctx, "dead"); return err })
 }

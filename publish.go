@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore/internal/ingest"
+	"github.com/orderstore/orderstore/internal/natsconf"
 	"github.com/orderstore/orderstore/natsserver/server"
 )
 
@@ -33,7 +34,7 @@ func (c Config) msgIDScope() string {
 func (a *Appliance) newAdmission() *ingest.Admission {
 	return ingest.NewAdmission(ingest.AdmitConfig{
 		Stream: a.cfg.Stream.Name, StreamAccount: StreamAccount, MaxEvent: int(a.cfg.Stream.MaxMsgSize),
-		OwnNkey: a.id.PublicKey(), OthersAccount: AnonymousAccount,
+		OwnNkey: a.id.PublicKey(), OthersAccount: AnonymousAccount, OwnInbox: natsconf.InternalInbox,
 		Epoch: a.epoch, Scope: a.cfg.msgIDScope(),
 		// Always set: SetValidation may turn validation on while it runs.
 		Validate:    func(subject string, data []byte) error { return a.validator.Load().Check(subject, data) },

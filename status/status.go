@@ -157,8 +157,8 @@ type IngestStats struct {
 // GuardStats count what orderstore answered with an error instead of passing it on, since start.
 type GuardStats struct {
 	// Refused: events refused at admission for their subject (a wildcard token), their size with
-	// headers (past max_msg_size) or their origin (a leaf node), answered 400 or 403; schema
-	// validation's refusals are counted under validation.
+	// headers (past max_msg_size) or their origin (a leaf node; nats-server's own clients, not
+	// answered), answered 400 or 403; schema validation's refusals are counted under validation.
 	Refused uint64 `json:"refused"`
 	// HeldBack: publishes whose connection waited in line because the stream's inbound queue was
 	// deep (a producer faster than the disk); Overloaded: those answered 429 after 2 s in line.

@@ -67,6 +67,7 @@ type AdmitConfig struct {
 	// OwnNkey is orderstore's own user. A client of StreamAccount signed in as anyone else (the
 	// anonymous loopback clients of a standalone node with no users) is scoped as OthersAccount.
 	OwnNkey, OthersAccount string
+	OwnInbox               string // the reply prefix of orderstore's own connections
 	// MaxEvent is the stream's max_msg_size: a larger event (with the
 	// headers it is stored with) is refused up front.
 	MaxEvent int
@@ -96,8 +97,8 @@ type Admission struct {
 
 	admitted, invalid, refused, held, overloaded atomic.Uint64
 
-	invalidLogMu sync.Mutex
-	invalidLog   time.Time
+	unansweredMu sync.Mutex
+	unanswered   time.Time
 }
 
 // NewAdmission returns admission for cfg; Admit is nats' hook.
@@ -139,16 +140,22 @@ func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 		return nil, apiError(403, "%s: a leaf node may not publish into this node's stream (a hub sources its edges' streams)", truncateSubject(m.Subject))
 	case "Router":
 		// Published at another node of the cluster: the service import there named the publisher's
-		// account in Nats-Request-Info (nats sets it, a client cannot); without one, a connection
-		// of orderstore's own in the stream's account.
-		account = ad.cfg.StreamAccount
+		// account in Nats-Request-Info (nats sets it, a client cannot). Without one, it was in the
+		// stream's account there: orderstore's own connection, whose ack comes on its own inbox
+		// (nobody else may name it as a reply), or one of nats' own clients, refused.
+		account = ""
 		if v := headerValue(m.Header, requestInfoHeader); v != nil {
 			var ci struct {
 				Account string `json:"acc"`
 			}
-			if json.Unmarshal(v, &ci) == nil && ci.Account != "" {
+			if json.Unmarshal(v, &ci) == nil {
 				account = ci.Account
 			}
+		} else if strings.HasPrefix(m.Reply, ad.cfg.OwnInbox+".") {
+			account = ad.cfg.StreamAccount
+		}
+		if account == "" {
+			return ad.refuseInternal(m)
 		}
 	case "Client":
 		if account == ad.cfg.StreamAccount && m.Nkey != ad.cfg.OwnNkey {
@@ -158,6 +165,8 @@ func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 			ad.overloaded.Add(1)
 			return nil, apiError(429, "the stream is behind what producers send: the event was not stored, publish it again shortly")
 		}
+	default: // nats' own clients ("JetStream", "System", "Account"), a gateway
+		return ad.refuseInternal(m)
 	}
 	if hasWildcard(m.Subject) {
 		ad.refused.Add(1)
@@ -173,7 +182,8 @@ func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 		if err := v(m.Subject, m.Data); err != nil {
 			ad.invalid.Add(1)
 			if m.Reply == "" {
-				ad.logInvalid(m.Subject, err)
+				ad.logUnanswered("ingest: an event published without a reply subject failed validation and was not stored (the publisher cannot be told; publish with a request, or JetStream publish, to see the error)",
+					"subject", truncateSubject(m.Subject), "err", err)
 			}
 			return nil, &server.ApiError{Code: 422, ErrCode: uint16(ad.cfg.InvalidCode),
 				Description: "orderstore: " + truncateSubject(m.Subject) + ": " + err.Error() + " (nothing was stored)"}
@@ -289,17 +299,25 @@ func headerValue(hdr []byte, key string) []byte {
 	return nil
 }
 
-// logInvalid logs a refused event that had no reply subject (nobody to
-// tell), at most once a second.
-func (ad *Admission) logInvalid(subject string, err error) {
-	ad.invalidLogMu.Lock()
-	defer ad.invalidLogMu.Unlock()
-	if time.Since(ad.invalidLog) < time.Second {
+// refuseInternal refuses what nats' own clients publish into the stream (a republish, an ack sent
+// to a reply subject of the stream's), unanswered: nobody reads it, and it could come back in.
+func (ad *Admission) refuseInternal(m *server.AdmitMsg) ([]byte, *server.ApiError) {
+	ad.refused.Add(1)
+	m.Reply = ""
+	ad.logUnanswered("ingest: nats-server's own client published into the stream, refused: only producers and orderstore publish events (a stream's republish, a consumer's deliver subject or a reply subject must not be one of the stream's)",
+		"kind", m.Kind, "subject", truncateSubject(m.Subject))
+	return nil, apiError(403, "%s: published by nats-server's own client (arrived as %s), not by a producer", truncateSubject(m.Subject), m.Kind)
+}
+
+// logUnanswered logs a refusal nobody is told of, at most once a second.
+func (ad *Admission) logUnanswered(msg string, args ...any) {
+	ad.unansweredMu.Lock()
+	defer ad.unansweredMu.Unlock()
+	if time.Since(ad.unanswered) < time.Second {
 		return
 	}
-	ad.invalidLog = time.Now()
-	ad.cfg.Log.Warn("ingest: an event published without a reply subject failed validation and was not stored (the publisher cannot be told; publish with a request, or JetStream publish, to see the error)",
-		"subject", truncateSubject(subject), "err", err)
+	ad.unanswered = time.Now()
+	ad.cfg.Log.Warn(msg, args...)
 }
 
 // AwaitElection is embedded.Config.AwaitInterest for a clustered stream with subjects in account

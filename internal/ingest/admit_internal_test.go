@@ -9,7 +9,7 @@ import (
 )
 
 func testAdmission() *Admission {
-	return NewAdmission(AdmitConfig{Stream: "ORDER_EVENTS", StreamAccount: "ORDERSTORE", MaxEvent: 400, Epoch: "E1", Scope: "edge1/", InvalidCode: 10422,
+	return NewAdmission(AdmitConfig{Stream: "ORDER_EVENTS", StreamAccount: "ORDERSTORE", OwnInbox: "_INBOX_OWN", MaxEvent: 400, Epoch: "E1", Scope: "edge1/", InvalidCode: 10422,
 		Validate: func(subject string, data []byte) error {
 			if strings.Contains(string(data), "bad") {
 				return errors.New("missing property order_id")
@@ -89,7 +89,8 @@ func TestAdmitRefusals(t *testing.T) {
 
 // A publish made at another node arrives from a route: its account is
 // the one nats named in Nats-Request-Info at that node's service import,
-// or orderstore's own when there is none.
+// or, when there is none, orderstore's own if it waits for its ack on
+// orderstore's inbox; any other is one of nats' own clients, refused.
 func TestAdmitAccountFromRoute(t *testing.T) {
 	ad := testAdmission()
 	m := &server.AdmitMsg{Stream: "ORDER_EVENTS", Account: "ORDERSTORE", Kind: "Router", Subject: "orders.created", Data: []byte("{}"),
@@ -98,8 +99,31 @@ func TestAdmitAccountFromRoute(t *testing.T) {
 	if err != nil || !strings.Contains(string(h), "Nats-Msg-Id: edge1/USER2_q:k\r\n") || strings.Contains(string(h), "Request-Info") {
 		t.Errorf("routed from USER2_q: %q %v", h, err)
 	}
-	m.Header = []byte("NATS/1.0\r\nNats-Msg-Id: k\r\n\r\n")
+	m.Header, m.Reply = []byte("NATS/1.0\r\nNats-Msg-Id: k\r\n\r\n"), "_INBOX_OWN.abc.1"
 	if h, _ := ad.Admit(m); !strings.Contains(string(h), "Nats-Msg-Id: edge1/ORDERSTORE:k\r\n") {
 		t.Errorf("routed from orderstore's own: %q", h)
+	}
+	for _, reply := range []string{"", "_INBOX_OWNER.x", "$JS.ACK.x"} {
+		m.Reply = reply
+		if h, err := ad.Admit(m); err == nil || err.Code != 403 || m.Reply != "" {
+			t.Errorf("routed without Nats-Request-Info, reply %q: %q %v, reply %q; want refused unanswered", reply, h, err, m.Reply)
+		}
+	}
+}
+
+// What nats' own clients publish into the stream (a republish, an ack
+// sent to a reply subject of the stream's, an API answer) is refused and
+// left unanswered (its Reply cleared), whatever the account.
+func TestAdmitRefusesInternalClients(t *testing.T) {
+	ad := testAdmission()
+	for _, kind := range []string{"JetStream", "System", "Account", "Gateway"} {
+		m := &server.AdmitMsg{Stream: "ORDER_EVENTS", StreamAccount: "ORDERSTORE", Account: "ORDERSTORE", Kind: kind, Subject: "orders.created",
+			Reply: "orders.acked", Header: []byte("NATS/1.0\r\nOrderstore-Replay-Of: 1\r\n\r\n"), Data: []byte("{}")}
+		if h, err := ad.Admit(m); err == nil || err.Code != 403 || !strings.Contains(err.Description, kind) || m.Reply != "" {
+			t.Errorf("%s: %q %+v, reply %q; want a 403 naming it, unanswered", kind, h, err, m.Reply)
+		}
+	}
+	if c := ad.Counts(); c.Refused != 4 || c.Admitted != 0 {
+		t.Errorf("counts %+v, want 4 refused", c)
 	}
 }

@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0002-admission.patch, 0008-own-user.patch, 0013-admit-without-stream-lock.patch; see natsserver/README.md).
+// (patches: 0002-admission.patch, 0008-own-user.patch, 0013-admit-without-stream-lock.patch, 0024-admit-unanswered.patch; see natsserver/README.md).
 
 // Copyright 2026 The orderstore Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -34,7 +34,9 @@ import "encoding/json"
 // value replaces them, in NATS wire form "NATS/1.0\r\n...\r\n\r\n") or an
 // error: the publisher then gets that error as its PubAck (when it asked
 // for a reply), at once, and nothing is stored. It must not keep Header or
-// Data after it returns.
+// Data after it returns. A hook that refuses may clear Reply: the refusal
+// is then not answered (0024-admit-unanswered: one of nats' own clients
+// cannot read an answer, and one sent on the stream's subjects comes back).
 type AdmitMsg struct {
 	Stream        string // the stream's name
 	StreamAccount string // the stream's account
@@ -75,7 +77,7 @@ func (mset *stream) admit(admit func(*AdmitMsg) ([]byte, *ApiError), c *client, 
 	c.mu.Unlock()
 	nhdr, apiErr := admit(&m)
 	if apiErr != nil {
-		if reply != _EMPTY_ {
+		if reply != _EMPTY_ && m.Reply != _EMPTY_ {
 			resp := &JSPubAckResponse{PubAck: &PubAck{Stream: m.Stream}, Error: apiErr}
 			b, _ := json.Marshal(resp)
 			mset.outq.sendMsg(reply, b)

@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0002-admission.patch; see natsserver/README.md).
+// (patches: 0002-admission.patch, 0024-admit-unanswered.patch; see natsserver/README.md).
 
 // Copyright 2026 The orderstore Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -95,6 +95,37 @@ func TestAdmitHook(t *testing.T) {
 				t.Fatalf("stream holds %d, want 1", st.Msgs)
 			}
 		})
+	}
+}
+
+// A hook that refuses and clears Reply leaves the publish unanswered
+// (0024-admit-unanswered); one that keeps Reply is answered as before.
+func TestAdmitRefusalUnanswered(t *testing.T) {
+	gcResetHooks(t)
+	_, nc := gcServer(t, func(o *Options) {
+		o.JetStreamAdmit = func(m *AdmitMsg) ([]byte, *ApiError) {
+			if m.Subject == "orders.quiet" {
+				m.Reply = ""
+			}
+			return nil, &ApiError{Code: 403, ErrCode: 10077, Description: "refused " + m.Subject}
+		}
+	})
+	sub, err := nc.SubscribeSync("answers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subject := range []string{"orders.quiet", "orders.loud"} {
+		if err := nc.PublishRequest(subject, "answers", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The stream answers in order: the first answer is the loud one's.
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(m.Data, []byte("refused orders.loud")) {
+		t.Fatalf("first answer %s, want the refusal of orders.loud (orders.quiet's is not answered)", m.Data)
 	}
 }
 
