@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -355,9 +356,10 @@ const replayTimeout = 30 * time.Second
 // Replay republishes dead letter seq to its original subject, with its original headers and payload
 // plus Orderstore-Replay-Of, and removes it from the dead-letter stream. It returns the event's new
 // stream sequence. A replay done twice (a crash between publish and remove) is stored once
-// ([ReplayMsgIDPrefix]). ctx ending (an HTTP client that hangs up) cuts neither the publish nor the
-// removal, bounded by replayTimeout instead: a dead letter left listed after its replay, replayed
-// again once the stream's duplicate window is over, would be stored twice.
+// ([ReplayMsgIDPrefix]); a duplicate that is not this replay keeps the dead letter. ctx ending (an
+// HTTP client that hangs up) cuts neither the publish nor the removal, bounded by replayTimeout
+// instead: a dead letter left listed after its replay, replayed again once the stream's duplicate
+// window is over, would be stored twice.
 func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (uint64, error) {
 	d, err := GetDeadLetter(ctx, js, stream, seq)
 	if err != nil {
@@ -399,6 +401,20 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: d.Subject, Header: h, Data: d.Data})
 	if err != nil {
 		return 0, fmt.Errorf("replay dead letter %d to %q: %w", seq, d.Subject, err)
+	}
+	if ack.Duplicate { // this replay, stored before a crash cut off the removal, or another event
+		var m *jetstream.RawStreamMsg
+		s, err := js.Stream(ctx, ack.Stream)
+		if err == nil {
+			m, err = s.GetMsg(ctx, ack.Sequence)
+		}
+		if of := h.Get(HeaderReplayOf); err == nil && (m.Header.Get(HeaderReplayOf) != of || !bytes.Equal(m.Data, d.Data)) {
+			err = fmt.Errorf("its %s is %q and its payload %d bytes, the replay's %q and %d", HeaderReplayOf, m.Header.Get(HeaderReplayOf), len(m.Data), of, len(d.Data))
+		}
+		if err != nil {
+			return 0, fmt.Errorf("replay dead letter %d: its id %q is held by %s #%d, not this replay: %w; the dead letter is kept (replay it once the stream's duplicate_window is over)",
+				seq, h.Get(jetstream.MsgIDHeader), ack.Stream, ack.Sequence, err)
+		}
 	}
 	s, err := js.Stream(ctx, stream)
 	if err != nil {

@@ -307,3 +307,42 @@ func TestReplayOutlivesItsCaller(t *testing.T) {
 		t.Errorf("dead letters after the replay: %+v (%v), want none", dls, err)
 	}
 }
+
+// A replay answered "duplicate" removes its dead letter only when the event stored under the
+// replay's id is this replay (one done before, cut off before the removal). When another event
+// holds that id, the dead letter was removed unreplayed (its event lost); now it stays listed and
+// the error says what holds the id.
+func TestReplayDuplicateOnlyOfItself(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	dlq := e.cfg.Processor.DeadLetterStream
+	deadLetter := func(data string) *nats.Msg {
+		m := nats.NewMsg(e.processorConfig(nil).DeadLetterSubjectPrefix + ".orders.created")
+		m.Header.Set(processor.HeaderSubject, "orders.created")
+		m.Header.Set(processor.HeaderSequence, "7")
+		m.Data = []byte(data)
+		return m
+	}
+	taken := nats.NewMsg("orders.created")
+	taken.Header.Set(jetstream.MsgIDHeader, processor.ReplayMsgIDPrefix(dlq)+"1")
+	taken.Header.Set(processor.HeaderReplayOf, "7")
+	taken.Data = []byte(`{"order_id":"other"}`)
+	// The replay of dead letter 2, stored before a crash kept it from removing the dead letter.
+	done := nats.NewMsg("orders.created")
+	done.Header.Set(jetstream.MsgIDHeader, processor.ReplayMsgIDPrefix(dlq)+"2")
+	done.Header.Set(processor.HeaderReplayOf, "7")
+	done.Data = []byte(`{"order_id":"o-2"}`)
+	e.publish(t, []*nats.Msg{taken, done})
+	e.publish(t, []*nats.Msg{deadLetter(`{"order_id":"o-1"}`), deadLetter(`{"order_id":"o-2"}`)})
+
+	if seq, err := processor.Replay(ctx, e.js, dlq, 1); err == nil || !strings.Contains(err.Error(), "#1") || !strings.Contains(err.Error(), "kept") {
+		t.Errorf("replay of dead letter 1, whose id event 1 holds: %d, %v; want an error naming event 1, the dead letter kept", seq, err)
+	}
+	if seq, err := processor.Replay(ctx, e.js, dlq, 2); err != nil || seq != 2 {
+		t.Errorf("replay of dead letter 2, replayed before as event 2: %d, %v; want event 2", seq, err)
+	}
+	dls, _, err := processor.ListDeadLetters(ctx, e.js, dlq, 1, 10)
+	if err != nil || len(dls) != 1 || dls[0].Sequence != 1 {
+		t.Errorf("dead letters after the replays: %+v (%v), want dead letter 1 alone", dls, err)
+	}
+}
