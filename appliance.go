@@ -131,7 +131,7 @@ type Appliance struct {
 //  12. the processor;
 //  13. the rebuild runner's fold under way, or one a new handler version
 //     asks for;
-//  14. a hub's source watcher and its connection;
+//  14. a hub's source watcher and its connections, one per edge;
 //  15. the durable guard;
 //  16. the admin API's backend, and the admin listener's intake.
 //
@@ -214,7 +214,7 @@ var startSteps = []struct {
 		"the processor: it stops fetching, finishes and acks the events it holds"},
 	{"the rebuild runner's fold under way, or one a new handler version asks for", (*Appliance).runRebuild,
 		"the projection rebuild: a fold under way stops, and the next start goes on from its last durable position"},
-	{"a hub's source watcher and its connection", (*Appliance).startHubWatch,
+	{"a hub's source watcher and its connections, one per edge", (*Appliance).startHubWatch,
 		"a hub's source watcher, then its connection drains"},
 	{"the durable guard", (*Appliance).startDurableGuard,
 		"the durable guard"},
