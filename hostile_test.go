@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -253,6 +254,40 @@ func TestReplayOfATrimmedDeadLetterWithoutItsOriginal(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode == 200 || resp.StatusCode == 404 || !strings.Contains(string(body), "#999 cannot be read") {
 		t.Errorf("replay of a trimmed dead letter without its original = %d %s, want a refusal naming the original", resp.StatusCode, body)
+	}
+}
+
+// A replay whose id another event already holds (a program's Publish may take it) keeps its dead
+// letter and answers 409 naming that event.
+func TestReplayWhoseIDIsTakenAnswers409(t *testing.T) {
+	app := orderstoretest.Start(t, func(c *orderstore.Config) { c.Admin.Listen = "127.0.0.1:0" })
+	ctx := context.Background()
+	js := embeddedtest.JetStream(t, app)
+	dlq := app.Config().Processor.DeadLetterStream
+	h := nats.Header{}
+	h.Set(processor.HeaderSubject, "orders.created")
+	h.Set(processor.HeaderStream, app.Config().Stream.Name)
+	dl, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq." + dlq + ".orders.created", Header: h, Data: []byte(`{"order_id":"r"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taker, err := app.Publish(ctx, "orders.created", []byte(`{"order_id":"t"}`), jetstream.WithMsgID(processor.ReplayMsgIDPrefix(dlq)+strconv.FormatUint(dl.Sequence, 10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", fmt.Sprintf("http://%s/v1/dlq/%d/replay", app.AdminAddr(), dl.Sequence), nil)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(body), fmt.Sprintf("#%d", taker.Sequence)) {
+		t.Errorf("replay of a dead letter whose id event %d holds = %d %s, want 409 naming it", taker.Sequence, resp.StatusCode, body)
+	}
+	if dls, _, err := app.DeadLetters(ctx, 1, 10); err != nil || len(dls) != 1 {
+		t.Errorf("dead letters after the refused replay: %d, %v; want it kept", len(dls), err)
 	}
 }
 

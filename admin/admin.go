@@ -573,6 +573,8 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request, b *Backend) e
 	newSeq, err := b.DeadLetters.ReplayDeadLetter(r.Context(), seq)
 	if b.isNotFound(err) {
 		return errorf(http.StatusNotFound, "dead letter %d not found", seq)
+	} else if errors.Is(err, processor.ErrReplayIDTaken) {
+		return errorf(http.StatusConflict, "%s", err)
 	} else if apiErr := (*jetstream.APIError)(nil); errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 600 {
 		return errorf(apiErr.Code, "%s", err) // the stream refused it (overload, schema, a store that cannot write)
 	} else if err != nil {

@@ -412,8 +412,8 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 			err = fmt.Errorf("its %s is %q and its payload %d bytes, the replay's %q and %d", HeaderReplayOf, m.Header.Get(HeaderReplayOf), len(m.Data), of, len(d.Data))
 		}
 		if err != nil {
-			return 0, fmt.Errorf("replay dead letter %d: its id %q is held by %s #%d, not this replay: %w; the dead letter is kept (replay it once the stream's duplicate_window is over)",
-				seq, h.Get(jetstream.MsgIDHeader), ack.Stream, ack.Sequence, err)
+			return 0, fmt.Errorf("replay dead letter %d: %w: %q is held by %s #%d, not this replay: %w; the dead letter is kept (replay it once the stream's duplicate_window is over)",
+				seq, ErrReplayIDTaken, h.Get(jetstream.MsgIDHeader), ack.Stream, ack.Sequence, err)
 		}
 	}
 	s, err := js.Stream(ctx, stream)
@@ -425,6 +425,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 	}
 	return ack.Sequence, nil
 }
+
+// ErrReplayIDTaken: another event holds a replay's id; the dead letter is kept.
+var ErrReplayIDTaken = errors.New("its id is taken")
 
 // payloadOrderID is the "order_id" of an event's payload, "" if none.
 func payloadOrderID(data []byte) string {

@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -335,7 +336,7 @@ func TestReplayDuplicateOnlyOfItself(t *testing.T) {
 	e.publish(t, []*nats.Msg{taken, done})
 	e.publish(t, []*nats.Msg{deadLetter(`{"order_id":"o-1"}`), deadLetter(`{"order_id":"o-2"}`)})
 
-	if seq, err := processor.Replay(ctx, e.js, dlq, 1); err == nil || !strings.Contains(err.Error(), "#1") || !strings.Contains(err.Error(), "kept") {
+	if seq, err := processor.Replay(ctx, e.js, dlq, 1); !errors.Is(err, processor.ErrReplayIDTaken) || !strings.Contains(err.Error(), "#1") || !strings.Contains(err.Error(), "kept") {
 		t.Errorf("replay of dead letter 1, whose id event 1 holds: %d, %v; want an error naming event 1, the dead letter kept", seq, err)
 	}
 	if seq, err := processor.Replay(ctx, e.js, dlq, 2); err != nil || seq != 2 {
