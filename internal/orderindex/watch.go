@@ -110,8 +110,9 @@ func indexFields(b []byte) (status *string, at time.Time, err error) {
 }
 
 // StopWatch stops w. A delivery under way may wait on a full Updates (a few sends at most, of its
-// 256 slots): Updates is emptied once, not drained till closed, which nats.go skips if the subscription ended before
-// Watch set its closed handler (a Close right after the start then waited for ever).
+// 256 slots): Updates is emptied once, not drained till closed, which nats.go skips if the
+// subscription ended before Watch set its closed handler (a Close right after the start then
+// waited for ever).
 func StopWatch(w jetstream.KeyWatcher) {
 	_ = w.Stop()
 	for {
