@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testenv"
 	"github.com/orderstore/orderstore/orderstoretest"
 	"github.com/orderstore/orderstore/processor"
 )
@@ -92,17 +92,8 @@ func TestCloseWithEndedCtxStopsEverything(t *testing.T) {
 // processorGoroutines returns the stacks of the goroutines running the processor's code (the
 // root package's tests run one at a time: none is expected outside an appliance's life).
 func processorGoroutines() []string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	var left []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range testenv.Goroutines() {
 		if strings.Contains(g, "orderstore/orderstore/processor.") {
 			left = append(left, g)
 		}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/orderstore/orderstore/embedded"
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
+	"github.com/orderstore/orderstore/internal/testenv"
 )
 
 func TestStartClientURLAndClose(t *testing.T) {
@@ -447,17 +447,8 @@ func TestCanceledDuringNATSStartShutsItDown(t *testing.T) {
 // tests of this package run one after the other, each closing its servers,
 // so none is expected between servers.
 func noNATSGoroutines() error {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	var left []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range testenv.Goroutines() {
 		if strings.Contains(g, "orderstore/natsserver/") || strings.Contains(g, "nats-io/nats-server/") {
 			left = append(left, g)
 		}

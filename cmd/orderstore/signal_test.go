@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/orderstore/orderstore/internal/testkit"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -12,6 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/orderstore/orderstore/internal/testenv"
+	"github.com/orderstore/orderstore/internal/testkit"
 )
 
 // signalAtLine is a log writer that, when a line containing marker is
@@ -91,16 +93,7 @@ func goroutineID() string {
 // that goroutine has returned (it has canceled the context) or if there
 // is none. Goroutine ids are never reused.
 func signalWatcherOf(creator string) string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range testenv.Goroutines() {
 		if !strings.Contains(g, "\nos/signal.NotifyContext.func1(") ||
 			!strings.Contains(g, "\ncreated by os/signal.NotifyContext in goroutine "+creator+"\n") {
 			continue

@@ -8,6 +8,8 @@ package testenv
 import (
 	"os"
 	"os/exec"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -92,4 +94,15 @@ func Curl() string {
 		return "curl on PATH (the README's quick start uses it): apt-get install -y curl"
 	}
 	return ""
+}
+
+// Goroutines returns the stack of every goroutine of the process, one per element, for a test that
+// looks for what is still running.
+func Goroutines() []string {
+	for size := 1 << 20; ; size *= 2 {
+		buf := make([]byte, size)
+		if n := runtime.Stack(buf, true); n < size {
+			return strings.Split(string(buf[:n]), "\n\n")
+		}
+	}
 }
