@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,6 +15,10 @@ import (
 type conn struct {
 	*nats.Conn
 	closed chan struct{} // closed once it closed for good
+	// status is its nats.Status as its handlers last told it, read without its lock (IsConnected
+	// takes the lock, which a write into the in-process pipe holds while the server's read loop
+	// waits: the publish connection's publishes wait in admission's line).
+	status *atomic.Int32
 }
 
 // connect opens one of orderstore's own connections, in-process, with replies on inbox, as a
@@ -22,19 +27,24 @@ type conn struct {
 // appliance; its stop step drains it.
 func (a *Appliance) connect(name, inbox string) (conn, jetstream.JetStream, error) {
 	log := a.log.With("component", "nats-client", "conn", name)
-	c := conn{closed: make(chan struct{})}
+	c := conn{closed: make(chan struct{}), status: new(atomic.Int32)}
+	c.status.Store(int32(nats.CONNECTED))
 	// In-process through the appliance, so a reconnect reaches the server running now (the store
 	// guard may have restarted it). Reconnects give up after about 5 minutes without a server, the
 	// longest the guard gives a restart (stream recovery on a large store).
 	opts := []nats.Option{nats.InProcessServer(a), nats.Name(name),
 		nats.MaxReconnects(1200), nats.ReconnectWait(250 * time.Millisecond),
-		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
+		nats.ClosedHandler(func(*nats.Conn) { c.status.Store(int32(nats.CLOSED)); close(c.closed) }),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			c.status.CompareAndSwap(int32(nats.CONNECTED), int32(nats.RECONNECTING))
 			if !a.sup.stopping() {
 				log.Warn("internal connection lost, reconnecting", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info("internal connection reconnected") }),
+		nats.ReconnectHandler(func(*nats.Conn) {
+			c.status.CompareAndSwap(int32(nats.RECONNECTING), int32(nats.CONNECTED))
+			log.Info("internal connection reconnected")
+		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("internal connection", "err", err) }),
 	}
 	opts = append(opts, a.id.Options(inbox)...)

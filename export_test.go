@@ -8,9 +8,9 @@ import (
 )
 
 // HoldAdmission makes app's admission treat the stream's inbound queue as
-// deep (held) or not: every producer's publish then waits its turn in line
-// and, after 2 s, is answered 429.
-func HoldAdmission(app *Appliance, held bool) { app.admit.Hold(held) }
+// deep while wait > 0: every producer's publish then waits its turn in line
+// and, after wait, is answered 429. 0 ends the hold.
+func HoldAdmission(app *Appliance, wait time.Duration) { app.admit.Hold(wait) }
 
 // AdmissionWaiting is how many publishes wait in admission's line now.
 func AdmissionWaiting(app *Appliance) int64 { return app.admit.Counts().Waiting }

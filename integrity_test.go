@@ -924,7 +924,7 @@ func TestAdmissionLineAnswers429(t *testing.T) {
 				t.Fatalf("before the line: %v", err)
 			}
 			before, _ := integrityMsgs(t, orderstore.InternalJetStream(app))
-			orderstore.HoldAdmission(app, true)
+			orderstore.HoldAdmission(app, 2*time.Second)
 			var apiErr *jetstream.APIError
 			if err := publish("orders.created"); !errors.As(err, &apiErr) || apiErr.Code != 429 || !strings.Contains(apiErr.Description, "publish it again") {
 				t.Fatalf("held: %v, want orderstore's 429", err)
@@ -946,7 +946,7 @@ func TestAdmissionLineAnswers429(t *testing.T) {
 			if st.Guard["overloaded"] != 2 || st.Guard["held_back"] < 2 {
 				t.Errorf("status guard %v, want 2 overloaded and at least 2 held back", st.Guard)
 			}
-			orderstore.HoldAdmission(app, false)
+			orderstore.HoldAdmission(app, 0)
 			if err := publish("orders.created"); err != nil {
 				t.Fatalf("after the line: %v", err)
 			}
@@ -955,7 +955,7 @@ func TestAdmissionLineAnswers429(t *testing.T) {
 }
 
 // HTTP ingest waits in admission's line on a connection of its own: while POSTs wait there, /readyz
-// answers 200 and an order read answers, each before any POST is answered (they shared the
+// answers 200 and an order read answers while the line holds every POST (they shared the
 // connection whose reads then waited behind the line: /readyz 503), and once the line clears
 // the POSTs are answered and stored again.
 func TestHTTPIngestWaitLeavesReadsAnswered(t *testing.T) {
@@ -988,63 +988,51 @@ func TestHTTPIngestWaitLeavesReadsAnswered(t *testing.T) {
 		_, err := app.Order(ctx, "x")
 		return err
 	})
-	orderstore.HoldAdmission(app, true)
-	var answered atomic.Int64
+	// The line holds the POSTs until released: a read that waited behind them would not be
+	// answered at all (only its own timeout would end it), so no timing is compared.
+	orderstore.HoldAdmission(app, time.Hour)
 	var mu sync.Mutex
 	var wrong []string
-	stop, held := make(chan struct{}), true
+	held := true
 	var wg sync.WaitGroup
 	for i := range 4 {
 		wg.Go(func() {
-			for j := 0; ; j++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				code, body, err := do("POST", "/v1/events/created", fmt.Sprintf(`{"order_id":"w-%d-%d"}`, i, j))
-				answered.Add(1)
-				if err != nil || code != 429 && code != 503 && code != 201 {
-					mu.Lock()
-					wrong = append(wrong, fmt.Sprintf("%d %s %v", code, body, err))
-					mu.Unlock()
-				}
+			code, body, err := do("POST", "/v1/events/created", fmt.Sprintf(`{"order_id":"w-%d"}`, i))
+			if err != nil || code != 201 && code != 503 {
+				mu.Lock()
+				wrong = append(wrong, fmt.Sprintf("%d %s %v", code, body, err))
+				mu.Unlock()
 			}
 		})
 	}
 	release := func() {
 		if held {
 			held = false
-			close(stop)
-			orderstore.HoldAdmission(app, false)
+			orderstore.HoldAdmission(app, 0)
 			wg.Wait()
 		}
 	}
 	defer release()
-	// A read that overlapped a POST's answer proves nothing: it is tried again.
-	clean := false
-	for try := 0; try < 5 && !clean; try++ {
-		embeddedtest.WaitFor(t, 20*time.Second, func() error {
-			if n := orderstore.AdmissionWaiting(app); n == 0 {
-				return errors.New("no POST waits in line")
-			}
-			return nil
-		})
-		before := answered.Load()
+	embeddedtest.WaitFor(t, 20*time.Second, func() error {
+		if n := orderstore.AdmissionWaiting(app); n == 0 {
+			return errors.New("no POST waits in line")
+		}
+		return nil
+	})
+	for range 3 {
 		if code, body, err := do("GET", "/readyz", ""); code != 200 {
 			t.Fatalf("/readyz while POSTs wait in line = %d %s %v, want 200", code, body, err)
 		}
 		if code, body, err := do("GET", "/v1/orders/x", ""); code != 200 {
 			t.Fatalf("GET /v1/orders/x while POSTs wait in line = %d %s %v, want 200", code, body, err)
 		}
-		clean = answered.Load() == before
 	}
-	if !clean {
-		t.Fatal("every /readyz and order read waited until a POST in line was answered")
+	if n := orderstore.AdmissionWaiting(app); n == 0 {
+		t.Fatal("the line emptied while held: the reads proved nothing")
 	}
 	release()
 	if len(wrong) > 0 {
-		t.Errorf("POSTs in line answered %q, want 429 or 503 (201 once released)", wrong)
+		t.Errorf("POSTs in line answered %q, want 201 once released (or 503: no ack in time)", wrong)
 	}
 	if code, body, err := do("POST", "/v1/events/created", `{"order_id":"after"}`); code != 201 {
 		t.Fatalf("POST after the line = %d %s %v", code, body, err)

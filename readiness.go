@@ -18,11 +18,11 @@ func (a *Appliance) checks(ctx context.Context) []status.Check {
 	conns := status.Check{Name: "connections", OK: true}
 	for _, c := range []struct {
 		name string
-		nc   *nats.Conn
-	}{{"admin", a.internal.Conn}, {"HTTP ingest", a.publisher.Conn}, {"processor", a.processor.Conn}} {
-		if c.nc != nil && !c.nc.IsConnected() {
+		c    conn
+	}{{"admin", a.internal}, {"HTTP ingest", a.publisher}, {"processor", a.processor}} {
+		if st := c.c.status; st != nil && nats.Status(st.Load()) != nats.CONNECTED {
 			conns.OK = false
-			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the %s's internal connection is %s", c.name, c.nc.Status())
+			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the %s's internal connection is %s", c.name, nats.Status(st.Load()))
 		}
 	}
 	out := []status.Check{conns, a.storeGuard.Check()}

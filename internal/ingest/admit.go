@@ -93,7 +93,7 @@ type Admission struct {
 
 	line    chan struct{} // capacity 1: holds a token while the head of the line waits
 	waiting atomic.Int64
-	hold    atomic.Bool // tests: the queue counts as deep
+	hold    atomic.Int64 // tests: the queue counts as deep, a publish waits this long (ns)
 
 	admitted, invalid, refused, held, overloaded atomic.Uint64
 
@@ -199,7 +199,7 @@ func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 // time here (its read loop is what waits), so a flood goes at the pace of everyone else.
 func (ad *Admission) wait(m *server.AdmitMsg) bool {
 	deep := func() bool {
-		if ad.hold.Load() {
+		if ad.hold.Load() > 0 {
 			return true
 		}
 		n, b := m.Queued()
@@ -211,8 +211,12 @@ func (ad *Admission) wait(m *server.AdmitMsg) bool {
 	ad.held.Add(1)
 	ad.waiting.Add(1)
 	defer ad.waiting.Add(-1)
-	give := time.Now().Add(lineWait)
-	timer := time.NewTimer(lineWait)
+	wait := lineWait
+	if h := ad.hold.Load(); h > 0 {
+		wait = time.Duration(h)
+	}
+	give := time.Now().Add(wait)
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
 	case ad.line <- struct{}{}:
@@ -229,9 +233,9 @@ func (ad *Admission) wait(m *server.AdmitMsg) bool {
 	return true
 }
 
-// Hold makes the stream's queue count as deep (held) or not, for tests of the line: every
-// producer's publish then waits lineWait and is answered 429.
-func (ad *Admission) Hold(held bool) { ad.hold.Store(held) }
+// Hold makes the stream's queue count as deep while wait > 0, for tests of the line: every
+// producer's publish then waits in line for wait (not lineWait) and is answered 429.
+func (ad *Admission) Hold(wait time.Duration) { ad.hold.Store(int64(wait)) }
 
 // headers are the headers stored with an event published by account: the Nats-Msg-Id scoped to it,
 // the dropped headers and, from any account but orderstore's own, every Orderstore-* header left
