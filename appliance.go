@@ -87,6 +87,7 @@ type Appliance struct {
 	// edge (startHubWatch).
 	internal, processor, publisher conn
 	js, pjs, pubjs                 jetstream.JetStream // on internal, processor, publisher
+	pubSlots                       chan struct{}       // publishMsg's publishes in flight
 
 	// The processor, the projection it writes, and its rebuilds.
 	proc               *processor.Processor  // nil when disabled
@@ -158,7 +159,7 @@ func Start(ctx context.Context, cfg Config) (*Appliance, error) {
 	cfg.Stream.Subjects = append([]string(nil), cfg.Stream.Subjects...)
 	log := loggerOrDiscard(cfg.Logger)
 	a := &Appliance{cfg: cfg, spec: cfg.DeclareSpec(), log: log, sup: newSupervisor(log),
-		epoch: rand.Text()[:12]} // 12 random letters and digits
+		epoch: rand.Text()[:12], pubSlots: make(chan struct{}, publishSlots)} // 12 random letters and digits
 	a.validator.Store(v)
 	a.reloaded(nil)
 	for _, step := range startSteps {

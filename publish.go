@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -68,10 +69,25 @@ func (a *Appliance) publishMsg(ctx context.Context, subject string, h nats.Heade
 	case !slices.ContainsFunc(st.Subjects, func(f string) bool { return server.SubjectMatchesFilter(subject, f) }):
 		why = fmt.Sprintf("it is none of stream %s's subjects %q, and orderstore publishes only events", st.Name, st.Subjects)
 	default:
-		return a.pubjs.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: data}, opts...)
+		select {
+		case a.pubSlots <- struct{}{}:
+			defer func() { <-a.pubSlots }()
+			return a.pubjs.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: data}, opts...)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(publishSlotWait):
+			return nil, &jetstream.APIError{Code: 429, ErrorCode: 10077, Description: fmt.Sprintf("orderstore: the stream is behind what "+
+				"producers send (%d of orderstore's own publishes wait in line): the event was not stored, publish it again shortly", publishSlots)}
+		}
 	}
 	return nil, &jetstream.APIError{Code: 400, ErrorCode: 10077, Description: fmt.Sprintf("orderstore: subject %.200q refused: %s", subject, why)}
 }
+
+// At most publishSlots publishes of publishMsg are in flight; another waits publishSlotWait for a
+// slot, then is answered 429. Those in flight wait in admission's line one after another
+// (lineWait each, holding the connection's lock: nats.go's write into the in-process pipe waits
+// for the server's read loop), so that an HTTP flood cannot hold every admin connection.
+const publishSlots, publishSlotWait = 16, 5 * time.Second
 
 // maxPublishSubject is the longest subject orderstore's own connection
 // publishes on: nats' protocol line (4 KiB) with the reply inbox and sizes.

@@ -211,10 +211,7 @@ func (ad *Admission) wait(m *server.AdmitMsg) bool {
 	ad.held.Add(1)
 	ad.waiting.Add(1)
 	defer ad.waiting.Add(-1)
-	wait := lineWait
-	if h := ad.hold.Load(); h > 0 {
-		wait = time.Duration(h)
-	}
+	wait := cmp.Or(time.Duration(ad.hold.Load()), lineWait)
 	give := time.Now().Add(wait)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
