@@ -5,6 +5,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderstore/orderstore/internal/natsconf"
 )
 
 // HoldAdmission makes app's admission treat the stream's inbound queue as
@@ -34,7 +36,7 @@ func InternalJetStream(app *Appliance) jetstream.JetStream { return app.js }
 // stream's account: BenchmarkPublishLayout prices the account layout with
 // them.
 func OwnConnectionOptions(app *Appliance) []nats.Option {
-	return app.id.Options("_INBOX_BENCH")
+	return app.id.Options(natsconf.InternalInbox) // its publishes ask for acks there
 }
 
 // HoldBackup makes app behave as if a backup were running until the

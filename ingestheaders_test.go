@@ -241,15 +241,20 @@ func TestIngestRefusesInternalPublishers(t *testing.T) {
 	if err := js.Conn().PublishMsg(&nats.Msg{Subject: "orders.created", Reply: "orders.acked", Data: []byte(`{"order_id":"plain"}`)}); err != nil {
 		t.Fatal(err)
 	}
-	// The plain event is stored; the republish and its ack are refused (or, before, stored).
+	// The durable guard answers on orderstore's own connection, to the reply the client named.
+	if err := js.Conn().PublishRequest("$JS.API.CONSUMER.DELETE."+app.Config().Stream.Name+"."+app.Config().Processor.Durable, "orders.guarded", nil); err != nil {
+		t.Fatal(err)
+	}
+	// The plain event is stored; the republish, its ack and the guard's answer are refused (or,
+	// before, stored).
 	var msgs uint64
 	embeddedtest.WaitFor(t, 30*time.Second, func() error {
 		st, err := integrityGetStatus(app)
 		if err != nil {
 			return err
 		}
-		if msgs, _ = integrityMsgs(t, js); msgs < 3 && st.Guard["refused"] < 2 {
-			return fmt.Errorf("%d events stored, %d refused: want 1 and 2", msgs, st.Guard["refused"])
+		if msgs, _ = integrityMsgs(t, js); msgs < 4 && st.Guard["refused"] < 3 {
+			return fmt.Errorf("%d events stored, %d refused: want 1 and 3", msgs, st.Guard["refused"])
 		}
 		return nil
 	})

@@ -160,6 +160,8 @@ func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 	case "Client":
 		if account == ad.cfg.StreamAccount && m.Nkey != ad.cfg.OwnNkey {
 			account = ad.cfg.OthersAccount
+		} else if account == ad.cfg.StreamAccount && !strings.HasPrefix(m.Reply, ad.cfg.OwnInbox+".") {
+			return ad.refuseInternal(m) // orderstore's own answer (a guard's) to a reply a client named
 		}
 		if !ad.wait(m) {
 			ad.overloaded.Add(1)
@@ -305,9 +307,9 @@ func headerValue(hdr []byte, key string) []byte {
 func (ad *Admission) refuseInternal(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 	ad.refused.Add(1)
 	m.Reply = ""
-	ad.logUnanswered("ingest: nats-server's own client published into the stream, refused: only producers and orderstore publish events (a stream's republish, a consumer's deliver subject or a reply subject must not be one of the stream's)",
+	ad.logUnanswered("ingest: nats-server's or orderstore's own client published into the stream, refused: only producers and orderstore publish events (a stream's republish, a consumer's deliver subject or a reply subject must not be one of the stream's)",
 		"kind", m.Kind, "subject", truncateSubject(m.Subject))
-	return nil, apiError(403, "%s: published by nats-server's own client (arrived as %s), not by a producer", truncateSubject(m.Subject), m.Kind)
+	return nil, apiError(403, "%s: published by nats-server's or orderstore's own client (arrived as %s), not by a producer", truncateSubject(m.Subject), m.Kind)
 }
 
 // logUnanswered logs a refusal nobody is told of, at most once a second.
