@@ -73,8 +73,8 @@ func (a *Appliance) startAdmin(context.Context) error {
 }
 
 // openAdmin gives the admin API its backend; the admin listener's intake is the last component to
-// start and the first to stop: Close stops it taking requests and finishes those in flight before
-// anything else stops.
+// start and the first to stop, but for admission's line (its waits answered, so that none holds the
+// stop): Close stops it taking requests and finishes those in flight before anything else stops.
 func (a *Appliance) openAdmin(context.Context) error {
 	b := admin.Backend{NotFound: ErrNotFound, JS: a.js, DeadLetters: a, Orders: a, History: a, Validation: a.validationStats, ConfigReload: a.reload.Load, Checks: a.checks, Recovery: a.rc.Notes(), Topology: a.topology, Backup: a.backupTar,
 		Publish: a.publishMsg, Guard: a.guardStats, Rebuild: a, RebuildCodes: rebuildCodes, OrderIndex: a.index}
@@ -94,6 +94,7 @@ func (a *Appliance) openAdmin(context.Context) error {
 	if l := a.adminLn; l != nil {
 		a.sup.add(component{name: "admin intake", stop: l.Shutdown})
 	}
+	a.sup.add(component{name: "admission's line", stop: func(context.Context) error { a.admit.Stop(); return nil }})
 	return nil
 }
 

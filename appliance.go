@@ -220,7 +220,7 @@ var startSteps = []struct {
 	{"the durable guard", (*Appliance).startDurableGuard,
 		"the durable guard"},
 	{"the admin API's backend, and the admin listener's intake", (*Appliance).openAdmin,
-		"the admin listener's intake: it stops taking requests and finishes those in flight"},
+		"admission's line (a publish waiting in it is answered 429), then the admin listener's intake: it stops taking requests and finishes those in flight"},
 }
 
 // server returns the embedded server running now.
@@ -364,8 +364,9 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 // Close stops the appliance and waits. It stops the components [Start] started, last started first,
 // each completely (its stop step, then its goroutines) before the next:
 //
-//  1. the admin listener's intake: it stops taking requests and finishes
-//     those in flight;
+//  1. admission's line (a publish waiting in it is answered 429), then the
+//     admin listener's intake: it stops taking requests and finishes those
+//     in flight;
 //  2. the durable guard;
 //  3. a hub's source watcher, then its connection drains;
 //  4. the projection rebuild: a fold under way stops, and the next start

@@ -2,6 +2,7 @@ package orderstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderstore/orderstore"
@@ -99,4 +101,48 @@ func processorGoroutines() []string {
 		}
 	}
 	return left
+}
+
+// Close while publishes of orderstore's own (Publish, HTTP ingest, replays) wait in admission's
+// line: the line answers them 429 at once and the stop goes on. Before, the publish connection's
+// drain waited behind every one of them in turn (nats.go's lock, held by a write into the
+// in-process pipe), past Close's ctx, and Close said "not drained".
+func TestCloseAnswersTheLine(t *testing.T) {
+	cfg := orderstoretest.Config(t)
+	app, err := orderstore.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orderstore.HoldAdmission(app, time.Hour)
+	errs := make(chan error, 20)
+	for i := range cap(errs) {
+		go func() {
+			_, err := app.Publish(context.Background(), "orders.created", fmt.Appendf(nil, `{"order_id":"h-%d"}`, i))
+			errs <- err
+		}()
+	}
+	embeddedtest.WaitFor(t, time.Minute, func() error {
+		if orderstore.AdmissionWaiting(app) == 0 {
+			return fmt.Errorf("no publish waits in line")
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- app.Close(ctx) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close with publishes in line: %v", err)
+		}
+	case <-time.After(3 * time.Minute): // only to fail rather than hang: Close waited for the line
+		t.Fatal("Close with publishes in line did not return, its ctx long ended")
+	}
+	for range cap(errs) {
+		var apiErr *jetstream.APIError
+		if err := <-errs; err != nil && !(errors.As(err, &apiErr) && apiErr.Code == 429) && !errors.Is(err, nats.ErrConnectionClosed) {
+			t.Errorf("a publish in line at Close: %v, want 429 (or the connection closed)", err)
+		}
+	}
 }

@@ -965,7 +965,7 @@ func TestHTTPIngestWaitLeavesReadsAnswered(t *testing.T) {
 	ctx := context.Background()
 	var written atomic.Int64 // requests sent in full
 	trace := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { written.Add(1) }})
-	do := func(method, path, body string) (int, string, error) {
+	doWith := func(client *http.Client, method, path, body string) (int, string, error) {
 		req, err := http.NewRequestWithContext(trace, method, "http://"+app.AdminAddr()+path, strings.NewReader(body))
 		if err != nil {
 			return 0, "", err
@@ -974,13 +974,16 @@ func TestHTTPIngestWaitLeavesReadsAnswered(t *testing.T) {
 		if tok := app.Config().Admin.Token; tok != "" {
 			req.Header.Set("Authorization", "Bearer "+tok)
 		}
-		resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			return 0, "", err
 		}
 		defer resp.Body.Close()
 		raw, err := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(raw), err
+	}
+	do := func(method, path, body string) (int, string, error) { // on a new connection, as a probe is
+		return doWith(&http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}, method, path, body)
 	}
 	if code, body, err := do("POST", "/v1/events/created", `{"order_id":"x"}`); code != 201 {
 		t.Fatalf("POST before the line = %d %s %v", code, body, err)
@@ -994,26 +997,37 @@ func TestHTTPIngestWaitLeavesReadsAnswered(t *testing.T) {
 	})
 	// The line holds the POSTs until released: a read that waited behind them would not be
 	// answered at all (only its own timeout would end it), so no timing is compared. Twice as many
-	// POSTs as the admin listener takes connections: those beyond orderstore's publishes in flight
-	// are answered 429 and free theirs (they held every one, and the reads waited).
+	// producers as the admin listener takes connections, each POSTing again on its keep-alive once
+	// answered: those beyond orderstore's publishes in flight are answered 429 and their
+	// connection closed (they held every one, and the reads waited).
 	orderstore.HoldAdmission(app, time.Hour)
 	var mu sync.Mutex
 	var wrong []string
-	held, posts, sent := true, 2*admin.MaxConns, written.Load()
+	held, posts, sent, stop := true, 2*admin.MaxConns, written.Load(), make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range posts {
 		wg.Go(func() {
-			code, body, err := do("POST", "/v1/events/created", fmt.Sprintf(`{"order_id":"w-%d"}`, i))
-			if err != nil || code != 201 && code != 503 && code != 429 {
-				mu.Lock()
-				wrong = append(wrong, fmt.Sprintf("%d %s %v", code, body, err))
-				mu.Unlock()
+			client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{}} // keep-alives of its own
+			defer client.CloseIdleConnections()
+			for j := 0; ; j++ {
+				code, body, err := doWith(client, "POST", "/v1/events/created", fmt.Sprintf(`{"order_id":"w-%d-%d"}`, i, j))
+				if err != nil || code != 201 && code != 503 && code != 429 {
+					mu.Lock()
+					wrong = append(wrong, fmt.Sprintf("%d %s %v", code, body, err))
+					mu.Unlock()
+				}
+				select {
+				case <-stop:
+					return
+				default:
+				}
 			}
 		})
 	}
 	release := func() {
 		if held {
 			held = false
+			close(stop)
 			orderstore.HoldAdmission(app, 0)
 			wg.Wait()
 		}
@@ -1027,13 +1041,11 @@ func TestHTTPIngestWaitLeavesReadsAnswered(t *testing.T) {
 		}
 		return nil
 	})
-	for range 3 {
-		if code, body, err := do("GET", "/readyz", ""); code != 200 {
-			t.Fatalf("/readyz while POSTs wait in line = %d %s %v, want 200", code, body, err)
-		}
-		if code, body, err := do("GET", "/v1/orders/x", ""); code != 200 {
-			t.Fatalf("GET /v1/orders/x while POSTs wait in line = %d %s %v, want 200", code, body, err)
-		}
+	if code, body, err := do("GET", "/readyz", ""); code != 200 {
+		t.Fatalf("/readyz while POSTs wait in line = %d %s %v, want 200", code, body, err)
+	}
+	if code, body, err := do("GET", "/v1/orders/x", ""); code != 200 {
+		t.Fatalf("GET /v1/orders/x while POSTs wait in line = %d %s %v, want 200", code, body, err)
 	}
 	if n := orderstore.AdmissionWaiting(app); n == 0 {
 		t.Fatal("the line emptied while held: the reads proved nothing")

@@ -88,6 +88,11 @@ func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend
 		code := apiErr.Code
 		if code < 400 || code > 599 || code == http.StatusInternalServerError {
 			code = http.StatusServiceUnavailable
+		} else if code == http.StatusTooManyRequests {
+			// Its connection closes: a flood of producers on keep-alives would hold every one the
+			// admin listener takes (admin.MaxConns), and /readyz would wait behind them.
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Connection", "close")
 		}
 		writeJSON(w, code, map[string]any{"error": apiErr.Description, "err_code": apiErr.ErrorCode})
 	case err != nil:

@@ -7,6 +7,7 @@ package ingest
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -91,7 +92,9 @@ type AdmitConfig struct {
 type Admission struct {
 	cfg AdmitConfig
 
-	line    chan struct{} // capacity 1: holds a token while the head of the line waits
+	line    chan struct{}   // capacity 1: holds a token while the head of the line waits
+	stopped context.Context // ends with Stop
+	stop    context.CancelFunc
 	waiting atomic.Int64
 	hold    atomic.Int64 // tests: the queue counts as deep, a publish waits this long (ns)
 
@@ -104,7 +107,9 @@ type Admission struct {
 // NewAdmission returns admission for cfg; Admit is nats' hook.
 func NewAdmission(cfg AdmitConfig) *Admission {
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
-	return &Admission{cfg: cfg, line: make(chan struct{}, 1)}
+	ad := &Admission{cfg: cfg, line: make(chan struct{}, 1)}
+	ad.stopped, ad.stop = context.WithCancel(context.Background())
+	return ad
 }
 
 // Counts are what admission did since start.
@@ -221,16 +226,22 @@ func (ad *Admission) wait(m *server.AdmitMsg) bool {
 	case ad.line <- struct{}{}:
 	case <-timer.C:
 		return false
+	case <-ad.stopped.Done():
+		return false
 	}
 	defer func() { <-ad.line }()
 	for deep() {
-		if time.Now().After(give) {
+		if time.Now().After(give) || ad.stopped.Err() != nil {
 			return false
 		}
 		time.Sleep(linePoll)
 	}
 	return true
 }
+
+// Stop ends the line for good: every publish in it is answered 429 at once, and a later one instead
+// of waiting. A stopping appliance calls it, so that its stop does not wait for the line.
+func (ad *Admission) Stop() { ad.stop() }
 
 // Hold makes the stream's queue count as deep while wait > 0, for tests of the line: every
 // producer's publish then waits in line for wait (not lineWait) and is answered 429.
