@@ -435,13 +435,10 @@ func validTLSFiles(bad badFunc, field string, t TLSConfig) {
 
 func hostOf(hostport string) (string, error) {
 	host, port, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return "", err
+	if err == nil {
+		_, err = strconv.Atoi(port)
 	}
-	if _, err := strconv.Atoi(port); err != nil {
-		return "", err
-	}
-	return host, nil
+	return host, err
 }
 
 func validDomain(s string) bool { return len(s) <= 64 && validBucket(s) }

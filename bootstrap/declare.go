@@ -104,9 +104,7 @@ func (e *DriftError) Hint() string { return e.hint }
 // differences (limits, max_deliver, ack_wait, added subjects) are applied and logged as
 // before/after; a destructive one returns a *DriftError and leaves its object as it is.
 func Declare(ctx context.Context, js jetstream.JetStream, spec Spec, logger *slog.Logger) (*Result, error) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	logger = cmp.Or(logger, slog.New(slog.DiscardHandler))
 	res := &Result{}
 	for _, step := range []func() error{
 		func() error { return declareStream(ctx, js, spec.History, res) },

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,16 +77,11 @@ func (r *record) apply(ev Event) bool {
 		return false
 	}
 	o := &r.Order
-	if o.OrderID == "" {
-		o.OrderID = ev.OrderID
-	}
+	o.OrderID = cmp.Or(o.OrderID, ev.OrderID)
 	if o.Events == 0 || ev.Sequence > o.LastSeq {
 		o.LastSeq = ev.Sequence
 		o.LastEvent = ev.Type
-		o.Status = ev.Status
-		if o.Status == "" {
-			o.Status = ev.Type
-		}
+		o.Status = cmp.Or(ev.Status, ev.Type)
 		o.LastEventAt = ev.Time.UTC()
 	}
 	if o.Events == 0 || ev.Sequence < o.FirstSeq {
@@ -178,9 +174,7 @@ func (p *Projection) Withhold(ctx context.Context, ev Event) (applied bool, err 
 		if r.hasApplied(ev.Sequence) {
 			return true, nil
 		}
-		if r.OrderID == "" {
-			r.OrderID = ev.OrderID
-		}
+		r.OrderID = cmp.Or(r.OrderID, ev.OrderID)
 		i, _ := slices.BinarySearch(r.Withheld, ev.Sequence)
 		r.Withheld = slices.Insert(slices.Clone(r.Withheld), i, ev.Sequence)
 		r.prune(ev.AckFloor)

@@ -124,11 +124,8 @@ func byKey(err error, cfgName string) error {
 		b.WriteString("s")
 	}
 	for _, p := range invalid.Problems {
-		b.WriteString("\n  " + cmp.Or(config.KeyOf(p.Field), p.Field))
-		if p.Value != "" {
-			b.WriteString(" = " + p.Value)
-		}
-		b.WriteString(": " + p.Reason)
+		fe := orderstore.FieldError{Key: cmp.Or(config.KeyOf(p.Field), p.Field), Value: p.Value, Reason: p.Reason}
+		b.WriteString("\n  " + fe.Error())
 	}
 	hint := cmp.Or(hintOf(err), "fix the keys named above in "+cfgName+", then start again (orderstore check -config FILE checks a file)")
 	return &exitCoded{withHint(errors.New(b.String()), hint), err}

@@ -1,6 +1,7 @@
 package edgehub
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -214,10 +215,7 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 			}
 			moved++
 			runs[m.Header.Get(w.cfg.EpochHeader)] = true
-			if firstLost == 0 {
-				firstLost = sseq
-			}
-			lastLost = sseq
+			firstLost, lastLost = cmp.Or(firstLost, sseq), sseq
 		}
 		if err := st.DeleteMsg(rctx, m.Sequence); err != nil {
 			return fmt.Errorf("remove a copy: %w", err)

@@ -1,6 +1,7 @@
 package rebuild
 
 import (
+	"cmp"
 	"context"
 	"time"
 )
@@ -13,10 +14,7 @@ func (f *folder) pace(ctx context.Context, n int, work time.Duration) error {
 	f.rested = 0
 	if n > 0 && work > 0 {
 		rate := float64(n) / work.Seconds()
-		if f.foldRate == 0 {
-			f.foldRate = rate
-		}
-		f.foldRate = 0.8*f.foldRate + 0.2*rate
+		f.foldRate = 0.8*cmp.Or(f.foldRate, rate) + 0.2*rate
 	}
 	if since := time.Since(f.lastHeadAt); since >= time.Second {
 		if si, err := f.stream.Info(ctx); err == nil {

@@ -112,12 +112,8 @@ func (r *Runner) sampleLocked(st *state) {
 // New returns a runner with its state file loaded: a rebuild left folding
 // goes on when Run starts, one left taking over is finished by FinishTakeover.
 func New(cfg Config) (*Runner, error) {
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 50000
-	}
-	if cfg.Every <= 0 {
-		cfg.Every = 2 * time.Second
-	}
+	cfg.BatchSize = cmp.Or(max(cfg.BatchSize, 0), 50000)
+	cfg.Every = cmp.Or(max(cfg.Every, 0), 2*time.Second)
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	st, err := readState(cfg.StatePath)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
