@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -14,7 +15,7 @@ import (
 	"github.com/orderstore/orderstore"
 )
 
-func dlqCmd(args []string, stdout, stderr io.Writer) int {
+func dlqCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "list" && args[0] != "replay") {
 		return usageErr(stderr, "usage: orderstore dlq list [-from SEQ] [-limit N] [-json] | orderstore dlq replay (SEQ... | -all)\n  both take -admin URL, -token T, -config FILE\n")
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -16,7 +17,7 @@ import (
 // keyCmd is `orderstore key generate FILE`: a new store encryption key,
 // 256 random bits in hex, written to FILE with mode 0600. It never
 // overwrites a file: a key in use would be lost with the store it opens.
-func keyCmd(args []string, stdout, stderr io.Writer) int {
+func keyCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) != 2 || args[0] != "generate" || strings.HasPrefix(args[1], "-") { // -h is no file name
 		return usageErr(stderr, "usage: orderstore key generate FILE\n  writes a new store encryption key to FILE (mode 0600); set jetstream.encryption_key_file to it\n")
 	}

@@ -65,35 +65,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usageErr(stderr, "%s", usage)
 	}
 	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "run":
-		return runCmd(ctx, rest, stdout, stderr)
-	case "check":
-		return checkCmd(ctx, rest, stdout, stderr)
-	case "status":
-		return statusCmd(rest, stdout, stderr)
-	case "order":
-		return orderCmd(rest, stdout, stderr)
-	case "orders":
-		return ordersCmd(rest, stdout, stderr)
-	case "dlq":
-		return dlqCmd(rest, stdout, stderr)
-	case "projection":
-		return projectionCmd(ctx, rest, stdout, stderr)
-	case "backup":
-		return backupCmd(ctx, rest, stdout, stderr)
-	case "restore":
-		return restoreCmd(ctx, rest, stdout, stderr)
-	case "key":
-		return keyCmd(rest, stdout, stderr)
-	case "version", "-version", "--version":
-		return versionCmd(rest, stdout, stderr)
-	case "help", "-h", "-help", "--help":
+	if c, ok := commands[cmd]; ok {
+		return c(ctx, rest, stdout, stderr)
+	}
+	if cmd == "help" || cmd == "-h" || cmd == "-help" || cmd == "--help" {
 		fmt.Fprint(stdout, usage)
 		return exitOK
-	default:
-		return usageErr(stderr, "orderstore: unknown command %q\n\n%s", cmd, usage)
 	}
+	return usageErr(stderr, "orderstore: unknown command %q\n\n%s", cmd, usage)
+}
+
+// commands are the subcommands by name.
+var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
+	"run": runCmd, "check": checkCmd, "status": statusCmd, "order": orderCmd, "orders": ordersCmd, "dlq": dlqCmd,
+	"projection": projectionCmd, "backup": backupCmd, "restore": restoreCmd, "key": keyCmd,
+	"version": versionCmd, "-version": versionCmd, "--version": versionCmd,
 }
 
 // printErr writes err and, when it carries one, its hint on a line of its

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -25,7 +26,7 @@ const orderUsage = `usage: orderstore order [flags] ID
 
 // orderCmd prints an order's state, its history or its state as of a
 // point, from a running instance's admin API.
-func orderCmd(args []string, stdout, stderr io.Writer) int {
+func orderCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("order", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, orderUsage) }
 	client := clientFlags(fs)

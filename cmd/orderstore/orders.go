@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/url"
@@ -26,7 +27,7 @@ const ordersUsage = `usage: orderstore orders [flags]
 `
 
 // ordersCmd lists orders by status and age from a running instance's admin API (GET /v1/orders).
-func ordersCmd(args []string, stdout, stderr io.Writer) int {
+func ordersCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("orders", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, ordersUsage) }
 	client := clientFlags(fs)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -14,7 +15,7 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-func statusCmd(args []string, stdout, stderr io.Writer) int {
+func statusCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("status", stderr)
 	client := clientFlags(fs)
 	asJSON := fs.Bool("json", false, "print the raw JSON of /v1/status")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"runtime"
@@ -33,7 +34,7 @@ func getBuildInfo() status.BuildInfo {
 	return b
 }
 
-func versionCmd(args []string, stdout, stderr io.Writer) int {
+func versionCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("version", stderr)
 	if !parseFlags(fs, args) {
 		return exitUsage
