@@ -70,11 +70,7 @@ func (c Config) PlaintextWarnings() []string {
 // problem at once (each naming its key): what `orderstore check` runs beside Validate.
 func (c Config) CheckFiles() error {
 	var errs []error
-	add := func(_ *tls.Config, err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
+	add := func(_ *tls.Config, err error) { errs = append(errs, err) } // errors.Join drops the nils
 	add(natsconf.LoadTLS("server.tls", c.Server.TLS, false))
 	add(natsconf.LoadTLS("admin.tls", c.Admin.TLS, false))
 	add(natsconf.LoadTLS("cluster.tls", c.Cluster.TLS, true))
@@ -86,11 +82,9 @@ func (c Config) CheckFiles() error {
 	if u := vc.Validation.UnknownTypes; u != "accept" && u != "reject" {
 		vc.Validation.UnknownTypes = "" // a bad value is Validate's to report
 	}
-	if _, err := vc.validator(); err != nil {
-		errs = append(errs, err)
+	_, err := vc.validator()
+	if err := errors.Join(append(errs, err)...); err != nil {
+		return &FileError{Err: err}
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return &FileError{Err: errors.Join(errs...)}
+	return nil
 }

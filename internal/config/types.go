@@ -32,9 +32,7 @@ func (d *Duration) UnmarshalText(b []byte) error {
 }
 
 // MarshalText writes the duration in the shortest form time.Duration prints.
-func (d Duration) MarshalText() ([]byte, error) {
-	return []byte(duration.Format(time.Duration(d))), nil
-}
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
 func (d Duration) String() string { return duration.Format(time.Duration(d)) }
 

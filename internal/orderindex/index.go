@@ -424,13 +424,10 @@ func decodeCursor(s string) (item, error) {
 	if len(s) > 512 {
 		return item{}, bad
 	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return item{}, bad
-	}
+	b, derr := base64.RawURLEncoding.DecodeString(s)
 	at, id, ok := strings.Cut(string(b), " ")
 	n, err := strconv.ParseInt(at, 10, 64)
-	if !ok || err != nil || id == "" {
+	if derr != nil || !ok || err != nil || id == "" {
 		return item{}, bad
 	}
 	return item{at: n, id: id}, nil
