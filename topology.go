@@ -119,12 +119,9 @@ func (a *Appliance) otherNodes() (n int) {
 
 // ownRoute reports whether route leads to this node's own route listener (listen, host:port).
 func ownRoute(route, listen string) bool {
-	u, err := url.Parse(route)
-	if err != nil {
-		return false
-	}
+	u, uerr := url.Parse(route)
 	host, port, err := net.SplitHostPort(listen)
-	if err != nil || u.Port() != port {
+	if uerr != nil || err != nil || u.Port() != port {
 		return false
 	}
 	rh := u.Hostname()

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -65,14 +66,10 @@ func (s *Server) orderEvents(w http.ResponseWriter, r *http.Request, b *Backend)
 		return errorf(http.StatusBadRequest, "limit must be 1..%d", processor.MaxHistoryPage)
 	}
 	read := b.History.OrderEvents
-	if v := q.Get("states"); v != "" {
-		states, err := strconv.ParseBool(v)
-		if err != nil {
-			return errorf(http.StatusBadRequest, "states must be true or false")
-		}
-		if states {
-			read = b.History.OrderEventStates
-		}
+	if states, err := strconv.ParseBool(cmp.Or(q.Get("states"), "false")); err != nil {
+		return errorf(http.StatusBadRequest, "states must be true or false")
+	} else if states {
+		read = b.History.OrderEventStates
 	}
 	page, err := read(r.Context(), id, from, limit)
 	if err != nil {
@@ -104,19 +101,16 @@ func (s *Server) orderAsOf(w http.ResponseWriter, r *http.Request, b *Backend) e
 	id := r.PathValue("id")
 	q := r.URL.Query()
 	var point processor.AsOfPoint
+	var err error
 	if v := q.Get("as_of"); v != "" {
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
+		if point.Time, err = time.Parse(time.RFC3339Nano, v); err != nil {
 			return errorf(http.StatusBadRequest, "as_of %q is not an RFC 3339 time, e.g. 2026-12-02T14:02:00Z", clip(v))
 		}
-		point.Time = t
 	}
 	if v := q.Get("as_of_seq"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || n == 0 {
+		if point.Seq, err = strconv.ParseUint(v, 10, 64); err != nil || point.Seq == 0 {
 			return errorf(http.StatusBadRequest, "as_of_seq %q must be a stream sequence: 1 or more", clip(v))
 		}
-		point.Seq = n
 	}
 	// The point asked for, in an error and in the answer.
 	var at []string

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -62,13 +63,11 @@ func ordersQuery(v url.Values) (orderindex.Query, error) {
 		}
 		q.OlderThan = d
 	}
-	if s := v.Get("stale"); s != "" {
-		stale, err := strconv.ParseBool(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("stale %.20q: want true or false", s))
-		}
-		q.Stale = stale
+	stale, err := strconv.ParseBool(cmp.Or(v.Get("stale"), "false"))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("stale %.20q: want true or false", v.Get("stale")))
 	}
+	q.Stale = stale
 	switch o := v.Get("order"); o {
 	case "", "oldest":
 	case "newest":
@@ -76,11 +75,9 @@ func ordersQuery(v url.Values) (orderindex.Query, error) {
 	default:
 		errs = append(errs, fmt.Errorf("order %.20q: want oldest or newest", o))
 	}
-	limit, err := queryInt(v.Get("limit"), 100)
-	if err != nil || limit < 1 || limit > orderindex.MaxLimit {
+	if q.Limit, err = queryInt(v.Get("limit"), 100); err != nil || q.Limit < 1 || q.Limit > orderindex.MaxLimit {
 		errs = append(errs, fmt.Errorf("limit must be 1..%d", orderindex.MaxLimit))
 	}
-	q.Limit = limit
 	return q, errors.Join(errs...)
 }
 
