@@ -76,16 +76,14 @@ func Preflight(cfg PreflightConfig) (_ *Lock, _ Report, err error) {
 		}
 	}()
 
-	free, err := FreeBytes(abs)
-	if err != nil {
+	if rep.FreeBytes, err = FreeBytes(abs); err != nil {
 		return nil, rep, errorf("preflight", what, "", fmt.Errorf("cannot read free disk space: %w", err))
 	}
-	rep.FreeBytes = free
 	rep.UsedBytes = duBytes(filepath.Join(abs, "jetstream"))
 	need := uint64(max(cfg.MaxFileStore-rep.UsedBytes, 0)) + uint64(max(cfg.Headroom, 0))
-	if free < need {
+	if rep.FreeBytes < need {
 		msg := fmt.Errorf("free disk %s is less than jetstream.max_file_store %s (of which %s already used) plus disk_headroom %s",
-			bytesize.Format(int64(free)), bytesize.Format(cfg.MaxFileStore), bytesize.Format(rep.UsedBytes), bytesize.Format(cfg.Headroom))
+			bytesize.Format(int64(rep.FreeBytes)), bytesize.Format(cfg.MaxFileStore), bytesize.Format(rep.UsedBytes), bytesize.Format(cfg.Headroom))
 		if !cfg.AllowLowDisk {
 			return nil, rep, errorf("preflight", what,
 				"free disk space, lower jetstream.max_file_store (and stream.max_bytes), or set jetstream.allow_low_disk = true to start anyway", msg)
@@ -129,10 +127,7 @@ func lockDir(dir string) (*Lock, error) {
 func duBytes(dir string) int64 {
 	var n int64
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if d.Type().IsRegular() {
+		if err == nil && d.Type().IsRegular() {
 			if info, err := d.Info(); err == nil {
 				n += info.Size()
 			}
