@@ -182,12 +182,12 @@ func (r *rebuildCmd) cancel(ctx context.Context, detach bool) int {
 		fmt.Fprintf(r.stderr, "watch it: orderstore projection status%s\n", r.again)
 		return exitOK
 	}
-	return r.follow(sctx, &st, nil, status.RebuildCanceled)
+	return r.follow(sctx, &st, &rebuildProgress{w: io.Discard}, status.RebuildCanceled)
 }
 
-// follow asks for the rebuild every rebuildPoll, showing its progress on p (nil: none), until it
-// ends, and prints its end: exit 0 when it ends in the state want. A signal (ctx done) stops the
-// following and says how to go on.
+// follow asks for the rebuild every rebuildPoll, showing its progress on p (on io.Discard: none),
+// until it ends, and prints its end: exit 0 when it ends in the state want. A signal (ctx done)
+// stops the following and says how to go on.
 func (r *rebuildCmd) follow(ctx context.Context, st *status.Rebuild, p *rebuildProgress, want string) int {
 	id := st.ID
 	cur := st
@@ -345,9 +345,6 @@ type rebuildProgress struct {
 
 // show draws st's progress.
 func (p *rebuildProgress) show(st *status.Rebuild) {
-	if p == nil {
-		return
-	}
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\033[K%s", p.line(st))
 		p.drawn = true
@@ -362,16 +359,13 @@ func (p *rebuildProgress) show(st *status.Rebuild) {
 
 // note prints a message on a line of its own.
 func (p *rebuildProgress) note(msg string) {
-	if p == nil {
-		return
-	}
 	p.clear()
 	fmt.Fprintf(p.w, "projection rebuild: %s\n", msg)
 }
 
 // clear erases the drawn line (a terminal's).
 func (p *rebuildProgress) clear() {
-	if p == nil || !p.drawn {
+	if !p.drawn {
 		return
 	}
 	fmt.Fprint(p.w, "\r\033[K")
