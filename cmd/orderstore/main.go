@@ -27,11 +27,14 @@ const (
 )
 
 // exitIf is exitFailure when failed, else exitOK.
-func exitIf(failed bool) int {
-	if failed {
-		return exitFailure
+func exitIf(failed bool) int { return either(failed, exitFailure, exitOK) }
+
+// either is yes when cond holds, else no (both are evaluated).
+func either[T any](cond bool, yes, no T) T {
+	if cond {
+		return yes
 	}
-	return exitOK
+	return no
 }
 
 func main() {

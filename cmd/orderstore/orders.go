@@ -89,12 +89,9 @@ func ordersCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(tw, "ORDER\tSTATUS\tLAST EVENT\tAGO\tSTALE")
 			}
 			for _, o := range page.Orders {
-				mark := ""
-				if o.Stale {
-					mark = "stale"
-				}
 				at, ago := lastEvent(now, o.LastEventAt)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", clip(o.OrderID, 256), clip(o.Status, 40), at, ago, mark)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", clip(o.OrderID, 256), clip(o.Status, 40), at, ago,
+					either(o.Stale, "stale", ""))
 			}
 		}
 		listed += len(page.Orders)

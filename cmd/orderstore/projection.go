@@ -301,11 +301,8 @@ func printRebuild(w io.Writer, st *status.Rebuild, now time.Time) {
 		if st.FromSeq > 1 {
 			partial = fmt.Sprintf("%d (events before seq %d or no longer in the stream", st.Partial, st.FromSeq)
 		}
-		if st.ReplacePartial {
-			partial += "; -replace-partial: none kept, each rebuilt from what the stream holds)"
-		} else {
-			partial += ": kept as they were; -replace-partial replaces them)"
-		}
+		partial += either(st.ReplacePartial, "; -replace-partial: none kept, each rebuilt from what the stream holds)",
+			": kept as they were; -replace-partial replaces them)")
 		fmt.Fprintf(tw, "partial, kept\t%s\n", partial)
 		fmt.Fprintf(tw, "conflicts, kept\t%d (an event dead-lettered after the rebuild folded it: kept as they were)\n", st.Conflicts)
 		fmt.Fprintf(tw, "untouched\t%d (no event in the folded range)\n", st.Untouched)

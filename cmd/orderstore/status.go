@@ -45,30 +45,19 @@ func printStatus(w io.Writer, st status.Status) {
 	s := st.Stream
 	fmt.Fprintf(tw, "stream %s\t%d events, seq %d..%d\n", s.Name, s.Messages, s.FirstSeq, s.LastSeq)
 	fmt.Fprintf(tw, "  size\t%s of max_bytes %s (%.1f%%)\n", config.ByteSize(s.Bytes), config.ByteSize(s.MaxBytes), s.BytesPercent)
-	maxAge := "forever"
-	if s.MaxAgeSeconds > 0 {
-		maxAge = config.Duration(time.Duration(s.MaxAgeSeconds) * time.Second).String()
-	}
-	oldest := "none (the stream is empty)"
-	if s.Messages > 0 {
-		oldest = config.Duration(time.Duration(s.OldestAgeSeconds)*time.Second).String() + " old"
-	}
+	age := func(secs float64) string { return config.Duration(time.Duration(secs) * time.Second).String() }
+	maxAge := either(s.MaxAgeSeconds > 0, age(s.MaxAgeSeconds), "forever")
+	oldest := either(s.Messages > 0, age(s.OldestAgeSeconds)+" old", "none (the stream is empty)")
 	fmt.Fprintf(tw, "  oldest event\t%s, max_age %s\n", oldest, maxAge)
 	if c := st.Consumer; c != nil {
-		on := ""
-		if c.Stream != "" && c.Stream != s.Name {
-			on = " on " + c.Stream // a hub's aggregate stream, not the stream above
-		}
+		// On a hub the consumer reads the aggregate stream, not the stream above.
+		on := either(c.Stream != "" && c.Stream != s.Name, " on "+c.Stream, "")
 		fmt.Fprintf(tw, "consumer %s%s\t%d unprocessed (%d pending, %d awaiting ack), %.1fs behind, %d redelivered, ack floor %d\n",
 			c.Name, on, c.Pending+uint64(c.AckPending), c.Pending, c.AckPending, c.SecondsBehind, c.Redelivered, c.AckFloor)
 	}
 	if p := st.Processor; p != nil {
-		state := "running"
-		if !p.Running {
-			state = "stopped"
-		}
 		fmt.Fprintf(tw, "processor\t%s: %d processed, %d retrying, %d dead-lettered (%d poison), %d duplicates skipped\n",
-			state, p.Processed, p.Failed, p.DeadLettered, p.Poison, p.Duplicates)
+			either(p.Running, "running", "stopped"), p.Processed, p.Failed, p.DeadLettered, p.Poison, p.Duplicates)
 		if p.RemovedUnprocessed > 0 {
 			fmt.Fprintf(tw, "  lost to retention\t%d events removed by the stream's limits before the processor saw them (not in the projection)\n", p.RemovedUnprocessed)
 		}
@@ -90,11 +79,8 @@ func printStatus(w io.Writer, st status.Status) {
 	}
 	fmt.Fprintf(tw, "store\t%s, %s free; JetStream stores %s of max_file_store %s\n", st.Store.Dir, config.ByteSize(st.Store.FreeBytes),
 		config.ByteSize(st.Store.JetStreamBytes), config.ByteSize(st.Store.JetStreamMaxBytes))
-	if st.Store.Encrypted {
-		fmt.Fprintf(tw, "  encryption\tat rest, %s\n", st.Store.Cipher)
-	} else {
-		fmt.Fprint(tw, "  encryption\tnone (jetstream.encryption_key_file encrypts a new store)\n")
-	}
+	fmt.Fprintf(tw, "  encryption\t%s\n", either(st.Store.Encrypted, "at rest, "+st.Store.Cipher,
+		"none (jetstream.encryption_key_file encrypts a new store)"))
 	printTopology(tw, st.Topology)
 	printValidation(tw, st.Validation)
 	if g := st.Guard; g != nil && g.Refused+g.Overloaded+g.ForeignConsumerRequests > 0 {
@@ -144,11 +130,7 @@ func printValidation(tw io.Writer, v *status.ValidationStats) {
 		}
 		b.WriteString(")")
 	}
-	if v.UnknownTypes == "reject" {
-		b.WriteString(", unknown types rejected")
-	} else {
-		b.WriteString(", unknown types accepted")
-	}
+	b.WriteString(either(v.UnknownTypes == "reject", ", unknown types rejected", ", unknown types accepted"))
 	if v.Func {
 		b.WriteString(", plus the program's own check")
 	}
@@ -188,11 +170,8 @@ func printTopology(tw io.Writer, t *status.Topology) {
 	}
 	fmt.Fprintf(tw, "node\t%s\n", node)
 	if c := t.Cluster; c != nil {
-		q := "quorum"
-		if !c.Quorum {
-			q = "NO QUORUM"
-		}
-		fmt.Fprintf(tw, "cluster %s\t%s; meta leader %q; %d of %d other nodes reached; peers %v\n", c.Name, q, c.MetaLeader, c.RoutesUp, c.OtherNodes, c.Peers)
+		fmt.Fprintf(tw, "cluster %s\t%s; meta leader %q; %d of %d other nodes reached; peers %v\n",
+			c.Name, either(c.Quorum, "quorum", "NO QUORUM"), c.MetaLeader, c.RoutesUp, c.OtherNodes, c.Peers)
 		for _, g := range []*status.ReplicaGroup{c.Stream, c.Consumer} {
 			if g == nil {
 				continue
@@ -212,11 +191,7 @@ func printTopology(tw io.Writer, t *status.Topology) {
 		}
 	}
 	for _, l := range t.Leafnodes {
-		state := "connected"
-		if !l.Connected {
-			state = "DOWN (retrying)"
-		}
-		fmt.Fprintf(tw, "leaf link\t%s %s", l.Remote, state)
+		fmt.Fprintf(tw, "leaf link\t%s %s", l.Remote, either(l.Connected, "connected", "DOWN (retrying)"))
 		if l.RTT != "" {
 			fmt.Fprintf(tw, ", rtt %s", l.RTT)
 		}
