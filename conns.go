@@ -81,16 +81,16 @@ func drain(ctx context.Context, nc *nats.Conn, closed <-chan struct{}) error {
 		if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionReconnecting) {
 			return nil // nothing in flight to drain
 		}
-		return fmt.Errorf("drain internal connection: %w", err)
+		return fmt.Errorf("drain connection %s: %w", nc.Opts.Name, err)
 	}
 	select {
 	case <-closed:
 		return nil
 	case <-time.After(10 * time.Second):
 		nc.Close()
-		return errors.New("drain internal connection: not drained after 10s")
+		return fmt.Errorf("drain connection %s: not drained after 10s", nc.Opts.Name)
 	case <-ctx.Done():
 		nc.Close()
-		return fmt.Errorf("drain internal connection: %w", ctx.Err())
+		return fmt.Errorf("drain connection %s: %w", nc.Opts.Name, ctx.Err())
 	}
 }
