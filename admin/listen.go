@@ -17,6 +17,10 @@ import (
 // idle keep-alives cannot starve nats of descriptors for its clients and stores.
 const MaxConns = 256
 
+// MaxConnsPerAddr caps those of one client address (an IPv6 /64; loopback is not counted): a client
+// that opens connections and sends nothing cannot hold every one and starve /livez and /readyz.
+const MaxConnsPerAddr = 32
+
 // ListenConfig is what [Listen] needs.
 type ListenConfig struct {
 	Addr string      // host:port
@@ -41,14 +45,14 @@ func Listen(h http.Handler, c ListenConfig) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln = &limitedListener{Listener: ln, sem: make(chan struct{}, MaxConns)}
+	ln = &limitedListener{Listener: ln, sem: make(chan struct{}, MaxConns), per: map[string]int{}, exempt: net.IP.IsLoopback}
 	if c.TLS != nil {
 		ln = tls.NewListener(ln, c.TLS)
 	}
 	log := cmp.Or(c.Log, slog.New(slog.DiscardHandler))
 	hs := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       c.ReadTimeout,
 		WriteTimeout:      c.WriteTimeout,
 		IdleTimeout:       c.IdleTimeout,
@@ -100,20 +104,48 @@ func (l *Listener) Close() error {
 }
 
 // limitedListener accepts at most cap(sem) connections at a time; the next
-// waits until one closes (net/http's Serve retries Accept).
+// waits until one closes (net/http's Serve retries Accept). One more from an
+// address that holds MaxConnsPerAddr is closed at once.
 type limitedListener struct {
 	net.Listener
-	sem chan struct{}
+	sem    chan struct{}
+	mu     sync.Mutex
+	per    map[string]int    // open connections by client address
+	exempt func(net.IP) bool // addresses not counted
 }
 
 func (l *limitedListener) Accept() (net.Conn, error) {
-	l.sem <- struct{}{}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
+	for {
+		l.sem <- struct{}{}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			<-l.sem
+			return nil, err
+		}
+		addr := ""
+		if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok && ta.IP.To4() != nil && !l.exempt(ta.IP) {
+			addr = ta.IP.String()
+		} else if ok && !l.exempt(ta.IP) {
+			addr = ta.IP.Mask(net.CIDRMask(64, 128)).String()
+		}
+		l.mu.Lock()
+		if full := addr != "" && l.per[addr] >= MaxConnsPerAddr; full {
+			l.mu.Unlock()
+			c.Close()
+			<-l.sem
+			continue
+		}
+		l.per[addr]++
+		l.mu.Unlock()
+		return &limitedConn{Conn: c, release: sync.OnceFunc(func() {
+			l.mu.Lock()
+			if l.per[addr]--; l.per[addr] == 0 {
+				delete(l.per, addr)
+			}
+			l.mu.Unlock()
+			<-l.sem
+		})}, nil
 	}
-	return &limitedConn{Conn: c, release: sync.OnceFunc(func() { <-l.sem })}, nil
 }
 
 type limitedConn struct {
