@@ -91,7 +91,7 @@ func TestLayering(t *testing.T) {
 		"internal/leaderget": 0,
 		// leaves: nats, the stdlib, or nothing of orderstore's (but the read above)
 		"embedded": 1, "processor": 1, "internal/bytesize": 1, "internal/duration": 1,
-		"internal/storedir": 2, "internal/backup": 2, "internal/durable": 1, "internal/sdnotify": 1,
+		"internal/storedir": 2, "internal/backup": 2, "internal/durable": 1, "internal/sdnotify": 1, "internal/lograte": 1,
 		"internal/powerloss": 1, "internal/testenv": 1, "internal/hint": 1, "internal/validate": 1, "internal/orderindex": 1,
 		// nats-server's accounts, permissions, cluster, leaf and TLS options of orderstore's config
 		"internal/natsconf": 2,

@@ -76,7 +76,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			r.Body = http.MaxBytesReader(w, r.Body, limit)
 		}
 		if r.URL.Path != "/livez" && r.URL.Path != "/readyz" && !s.allowedHost(r.Host) {
-			s.log.Warn("admin request refused: foreign Host", "host", clip(r.Host), "remote", remoteIP(r), "path", clip(r.URL.Path))
+			s.quiet.Warn(s.log, "host", "admin request refused: foreign Host", "host", clip(r.Host), "remote", remoteIP(r), "path", clip(r.URL.Path))
 			writeError(w, http.StatusMisdirectedRequest, fmt.Sprintf(
 				"host %q is not this listener's: add it to [admin] allowed_hosts if you reach orderstore by that name", clip(r.Host)))
 			return
@@ -90,7 +90,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions {
 			if why := crossSite(r); why != "" {
-				s.log.Warn("admin request refused: cross-site", "reason", why, "remote", remoteIP(r), "path", clip(r.URL.Path))
+				s.quiet.Warn(s.log, "cross-site", "admin request refused: cross-site", "reason", why, "remote", remoteIP(r), "path", clip(r.URL.Path))
 				writeError(w, http.StatusForbidden, "cross-origin request refused: "+why)
 				return
 			}

@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderstore/orderstore/internal/backup"
+	"github.com/orderstore/orderstore/internal/lograte"
 	"github.com/orderstore/orderstore/internal/orderindex"
 	"github.com/orderstore/orderstore/processor"
 
@@ -167,6 +168,7 @@ type Server struct {
 	reg      *prometheus.Registry
 	sess     sessions
 	limit    limiter
+	quiet    lograte.Limiter // refusals anyone can cause: a line a second of each kind at most
 }
 
 // New builds the server. Serve it with net/http; call SetBackend once the broker is ready.
@@ -275,7 +277,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	// pass it with every other guess in flight.
 	ip, token := remoteIP(r), r.PostFormValue("token")
 	if limited, wait := s.limit.blocked(ip); limited {
-		s.log.Warn("admin sign-in refused: too many failures", "remote", ip)
+		s.quiet.Warn(s.log, "login", "admin sign-in refused: too many failures", "remote", ip)
 		tooMany(w, wait)
 		return
 	}

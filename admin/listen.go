@@ -6,11 +6,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/orderstore/orderstore/internal/lograte"
 )
 
 // MaxConns caps a Listener's open connections, below the process's file descriptors: a flood of
@@ -27,7 +31,8 @@ type ListenConfig struct {
 	TLS  *tls.Config // nil: plain HTTP
 	// Timeouts of net/http's Server; 0 is none.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
-	Log                                    *slog.Logger // net/http's own errors, at warn
+	Log                                    *slog.Logger     // net/http's own errors, at warn, at most one a second
+	now                                    func() time.Time // tests: the clock of Log's limit
 }
 
 // Listener serves a handler on a TCP address (the admin listener), at
@@ -57,7 +62,7 @@ func Listen(h http.Handler, c ListenConfig) (*Listener, error) {
 		WriteTimeout:      c.WriteTimeout,
 		IdleTimeout:       c.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          stdlog.New(limitedLog{&lograte.Limiter{Now: c.now}, log}, "", 0),
 	}
 	if hs.ReadHeaderTimeout > c.ReadTimeout && c.ReadTimeout > 0 {
 		hs.ReadHeaderTimeout = c.ReadTimeout
@@ -101,6 +106,17 @@ func (l *Listener) Close() error {
 		err = nil
 	}
 	return err
+}
+
+// limitedLog is an http.Server's ErrorLog: what a client causes (a failed TLS handshake).
+type limitedLog struct {
+	*lograte.Limiter
+	log *slog.Logger
+}
+
+func (l limitedLog) Write(p []byte) (int, error) {
+	l.Warn(l.log, "", strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }
 
 // limitedListener accepts at most cap(sem) connections at a time; the next

@@ -14,10 +14,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/orderstore/orderstore/internal/lograte"
 	"github.com/orderstore/orderstore/natsserver/server"
 )
 
@@ -100,8 +100,7 @@ type Admission struct {
 
 	admitted, invalid, refused, held, overloaded atomic.Uint64
 
-	unansweredMu sync.Mutex
-	unanswered   time.Time
+	unanswered lograte.Limiter // refusals nobody is told of: logged at most once a second
 }
 
 // NewAdmission returns admission for cfg; Admit is nats' hook.
@@ -189,7 +188,7 @@ func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 		if err := v(m.Subject, m.Data); err != nil {
 			ad.invalid.Add(1)
 			if m.Reply == "" {
-				ad.logUnanswered("ingest: an event published without a reply subject failed validation and was not stored (the publisher cannot be told; publish with a request, or JetStream publish, to see the error)",
+				ad.unanswered.Warn(ad.cfg.Log, "", "ingest: an event published without a reply subject failed validation and was not stored (the publisher cannot be told; publish with a request, or JetStream publish, to see the error)",
 					"subject", truncateSubject(m.Subject), "err", err)
 			}
 			return nil, &server.ApiError{Code: 422, ErrCode: uint16(ad.cfg.InvalidCode),
@@ -318,20 +317,9 @@ func headerValue(hdr []byte, key string) []byte {
 func (ad *Admission) refuseInternal(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 	ad.refused.Add(1)
 	m.Reply = ""
-	ad.logUnanswered("ingest: nats-server's or orderstore's own client published into the stream, refused: only producers and orderstore publish events (a stream's republish, a consumer's deliver subject or a reply subject must not be one of the stream's)",
+	ad.unanswered.Warn(ad.cfg.Log, "", "ingest: nats-server's or orderstore's own client published into the stream, refused: only producers and orderstore publish events (a stream's republish, a consumer's deliver subject or a reply subject must not be one of the stream's)",
 		"kind", m.Kind, "subject", truncateSubject(m.Subject))
 	return nil, apiError(403, "%s: published by nats-server's or orderstore's own client (arrived as %s), not by a producer", truncateSubject(m.Subject), m.Kind)
-}
-
-// logUnanswered logs a refusal nobody is told of, at most once a second.
-func (ad *Admission) logUnanswered(msg string, args ...any) {
-	ad.unansweredMu.Lock()
-	defer ad.unansweredMu.Unlock()
-	if time.Since(ad.unanswered) < time.Second {
-		return
-	}
-	ad.unanswered = time.Now()
-	ad.cfg.Log.Warn(msg, args...)
 }
 
 // AwaitElection is embedded.Config.AwaitInterest for a clustered stream with subjects in account
