@@ -273,38 +273,50 @@ func TestValidationHostileEvents(t *testing.T) {
 
 // SetValidation records its outcome as the last reload's, for a program that embeds orderstore as
 // for `orderstore run`: a failure is a /readyz warning (still ready) and
-// orderstore_config_last_reload_successful 0, until one succeeds.
+// orderstore_config_last_reload_successful 0, until one succeeds. Its error, which names the file,
+// is in /v1/status, not in /readyz, which answers anyone.
 func TestSetValidationOutcomeShows(t *testing.T) {
 	app := orderstoretest.Start(t)
-	// state is the config_reload warning ("" none) and whether /metrics says the last succeeded.
-	state := func() (warning string, ok bool) {
-		rec := httptest.NewRecorder()
-		app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/readyz", nil))
-		var ready struct{ Checks []status.Check }
-		if err := json.Unmarshal(rec.Body.Bytes(), &ready); rec.Code != 200 || err != nil {
-			t.Fatalf("/readyz = %d, want 200: %v %s", rec.Code, err, rec.Body)
+	// state is the config_reload warning of /readyz and of /v1/status ("" none), and whether
+	// /metrics says the last succeeded.
+	state := func() (ready, full string, ok bool) {
+		get := func(path string) *httptest.ResponseRecorder {
+			rec := httptest.NewRecorder()
+			app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1"+path, nil))
+			return rec
 		}
-		for _, c := range ready.Checks {
-			if c.Name == "config_reload" && c.OK {
-				warning = c.Reason
+		for path, warning := range map[string]*string{"/readyz": &ready, "/v1/status": &full} {
+			var st struct{ Checks []status.Check }
+			if rec := get(path); rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &st) != nil {
+				t.Fatalf("%s = %d, want 200: %s", path, rec.Code, rec.Body)
+			}
+			for _, c := range st.Checks {
+				if c.Name == "config_reload" && c.OK {
+					*warning = c.Reason
+				}
 			}
 		}
-		rec = httptest.NewRecorder()
-		app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/metrics", nil))
-		return warning, strings.Contains(rec.Body.String(), "\norderstore_config_last_reload_successful 1\n")
+		return ready, full, strings.Contains(get("/metrics").Body.String(), "\norderstore_config_last_reload_successful 1\n")
 	}
 	bad := writeSchema(t, t.TempDir(), "created.json", `{"properties":`)
 	if err := app.SetValidation(orderstore.ValidationConfig{Schemas: map[string]string{"created": bad}}); err == nil {
 		t.Fatal("SetValidation of a schema that does not compile: no error")
 	}
-	if w, ok := state(); !strings.HasPrefix(w, "warning: the last reload failed") || !strings.Contains(w, bad) || ok {
-		t.Fatalf("after a failed SetValidation: /readyz warning %q, last reload successful %v", w, ok)
-	}
+	embeddedtest.WaitFor(t, 10*time.Second, func() error { // /readyz reuses an answer up to a second
+		if r, st, ok := state(); !strings.HasPrefix(r, "warning: the last reload failed: see config_reload in /v1/status") ||
+			strings.Contains(r, bad) || !strings.Contains(st, bad) || ok {
+			return fmt.Errorf("after a failed SetValidation: /readyz warning %q, /v1/status warning %q, last reload successful %v", r, st, ok)
+		}
+		return nil
+	})
 	good := writeSchema(t, t.TempDir(), "created.json", createdSchema)
 	if err := app.SetValidation(orderstore.ValidationConfig{Schemas: map[string]string{"created": good}}); err != nil {
 		t.Fatal(err)
 	}
-	if w, ok := state(); w != "" || !ok {
-		t.Fatalf("after a good SetValidation: /readyz warning %q, last reload successful %v", w, ok)
-	}
+	embeddedtest.WaitFor(t, 10*time.Second, func() error {
+		if r, st, ok := state(); r != "" || st != "" || !ok {
+			return fmt.Errorf("after a good SetValidation: /readyz warning %q, /v1/status warning %q, last reload successful %v", r, st, ok)
+		}
+		return nil
+	})
 }

@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -169,6 +170,7 @@ type Server struct {
 	sess     sessions
 	limit    limiter
 	quiet    lograte.Limiter // refusals anyone can cause: a line a second of each kind at most
+	ready    readyCache
 }
 
 // New builds the server. Serve it with net/http; call SetBackend once the broker is ready.
@@ -525,15 +527,38 @@ func (s *Server) readiness(ctx context.Context, b *Backend, st *status.Status) (
 	return "ready", checks
 }
 
+// readyCache is /readyz's last answer. Anyone may ask, and an evaluation makes several JetStream
+// requests: concurrent callers share one, and a caller within a second of its start reuses it,
+// whether it passed or failed (Readiness, the library's, evaluates each time).
+type readyCache struct {
+	sync.Mutex
+	every       time.Duration // 0: a second (tests change it)
+	start, done time.Time
+	status      string
+	checks      []status.Check
+}
+
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	c, arrived := &s.ready, time.Now()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 3*time.Second)
 	defer cancel()
-	status, checks := s.Readiness(ctx)
+	c.Lock()
+	if arrived.Sub(c.start) >= cmp.Or(c.every, time.Second) && !c.done.After(arrived) { // none started lately or ran meanwhile
+		c.start = time.Now()
+		c.status, c.checks = s.Readiness(ctx)
+		c.done = time.Now()
+		// A failed reload's error quotes the config file: it is for /v1/status, behind the token.
+		if i := slices.IndexFunc(c.checks, func(c status.Check) bool { return c.Name == "config_reload" }); i >= 0 {
+			c.checks[i].Reason = "warning: the last reload failed: see config_reload in /v1/status, or the log"
+		}
+	}
+	st, checks := c.status, c.checks
+	c.Unlock()
 	code := http.StatusOK
-	if status != "ready" {
+	if st != "ready" {
 		code = http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, map[string]any{"status": status, "checks": checks, "durability": s.durability()})
+	writeJSON(w, code, map[string]any{"status": st, "checks": checks, "durability": s.durability()})
 }
 
 func (s *Server) order(w http.ResponseWriter, r *http.Request, b *Backend) error {

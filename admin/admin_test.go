@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 	"github.com/orderstore/orderstore/processor"
+	"github.com/orderstore/orderstore/status"
 )
 
 func testConfig() Config {
@@ -105,6 +108,7 @@ func TestReadinessChecksDeadLetterStreamAndBucket(t *testing.T) {
 	js := embeddedtest.JetStream(t, srv)
 	declare(t, js)
 	s := New(testConfig())
+	s.ready.every = time.Nanosecond // each /readyz evaluates anew
 	s.SetBackend(Backend{JS: js})
 	if code, m := do(t, s, "/readyz"); code != 200 {
 		t.Fatalf("/readyz with everything declared = %d %v", code, m)
@@ -236,6 +240,7 @@ func TestReadinessChecksStreamFullWithDiscardNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := New(testConfig())
+	s.ready.every = time.Nanosecond // each /readyz evaluates anew
 	s.SetBackend(Backend{JS: js})
 	for i := range 2 {
 		if code, m := do(t, s, "/readyz"); code != 200 {
@@ -326,6 +331,7 @@ func TestReadinessWarnsDeadLetterStreamNearFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := New(testConfig())
+	s.ready.every = time.Nanosecond // each /readyz evaluates anew
 	s.SetBackend(Backend{JS: js})
 	if code, m := do(t, s, "/readyz"); code != 200 || strings.Contains(fmt.Sprint(m["checks"]), "dead_letter_max_bytes") {
 		t.Fatalf("/readyz with an empty dead-letter stream = %d %v, want 200 without a warning", code, m)
@@ -344,5 +350,55 @@ func TestReadinessWarnsDeadLetterStreamNearFull(t *testing.T) {
 	if body := rec.Body.String(); !strings.Contains(body, `orderstore_dead_letter_max_bytes{stream="ORDER_EVENTS_DLQ"} 65536`) ||
 		!strings.Contains(body, "orderstore_dead_letter_bytes{") {
 		t.Errorf("/metrics lacks the dead-letter stream's bytes and limit")
+	}
+}
+
+// /readyz is open to anyone and costs JetStream API requests: callers that come together share one
+// evaluation, and its answer is reused (up to a second; here while the test says), whether it
+// passed or failed. A failed reload's error, which quotes the config file, stays in /v1/status.
+func TestReadyzSharesOneEvaluation(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	js := embeddedtest.JetStream(t, srv)
+	declare(t, js)
+	s := New(testConfig())
+	const reloadErr = "/etc/orderstore/orderstore.toml: line 7: system_password = ***"
+	var evals atomic.Int64
+	s.SetBackend(Backend{JS: js, Checks: func(context.Context) []status.Check {
+		evals.Add(1)
+		return []status.Check{{Name: "config_reload", OK: true, Reason: "warning: the last reload failed: " + reloadErr}}
+	}, ConfigReload: func() *status.ConfigReload { return &status.ConfigReload{Error: reloadErr} }})
+	s.ready.every = time.Hour
+	const n = 64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if code, m := do(t, s, "/readyz"); code != 200 {
+				t.Errorf("/readyz = %d %v", code, m)
+			}
+		})
+	}
+	wg.Wait()
+	if got := evals.Load(); got != 1 {
+		t.Errorf("%d /readyz evaluated readiness %d times, want once", n, got)
+	}
+
+	// Past its window an answer is evaluated anew: a failure shows, and so does its end.
+	s.ready.every = time.Nanosecond
+	ctx := context.Background()
+	if err := js.DeleteStream(ctx, "ORDER_EVENTS_DLQ"); err != nil {
+		t.Fatal(err)
+	}
+	if code, m := do(t, s, "/readyz"); code != 503 {
+		t.Errorf("/readyz with the dead-letter stream deleted = %d %v, want 503", code, m)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDER_EVENTS_DLQ", Subjects: []string{"dlq.ORDER_EVENTS_DLQ.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	code, m := do(t, s, "/readyz")
+	if code != 200 || strings.Contains(fmt.Sprint(m), "orderstore.toml") || !strings.Contains(fmt.Sprint(m), "the last reload failed: see config_reload in /v1/status") {
+		t.Errorf("/readyz with the dead-letter stream back, after a failed reload = %d %v, want 200, the reload's failure without its error", code, m)
+	}
+	if code, m := do(t, s, "/v1/status"); code != 200 || strings.Count(fmt.Sprint(m), reloadErr) != 2 {
+		t.Errorf("/v1/status after a failed reload = %d %v, want its error in config_reload and in the check", code, m)
 	}
 }

@@ -138,8 +138,9 @@ func TestSIGHUPDuringStartup(t *testing.T) {
 }
 
 // A reload that fails shows where an operator looks, not only in the log (systemctl reload reports
-// success either way): /readyz stays ready with a warning naming the file and the error, and
-// orderstore_config_last_reload_successful is 0, until a reload succeeds again.
+// success either way): /readyz stays ready with a warning, /v1/status names the file and the error
+// (not /readyz, which answers anyone), and orderstore_config_last_reload_successful is 0, until a
+// reload succeeds again.
 func TestSIGHUPFailureShowsInReadyzAndMetrics(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, filepath.Join(dir, "store"), "[admin]\nlisten = \"127.0.0.1:0\"\n")
@@ -150,12 +151,15 @@ func TestSIGHUPFailureShowsInReadyzAndMetrics(t *testing.T) {
 	p := start(t, nil, "run", "-config", cfg)
 	p.waitReady()
 	admin := p.adminURL(t)
-	// reloadState is the reload warning of /readyz ("" none) and the two metrics' lines.
-	reloadState := func() (warning string, metrics []string) {
-		ready := getJSON(t, admin+"/readyz", 200) // a failed reload leaves the node ready
-		for _, c := range ready["checks"].([]any) {
-			if c := c.(map[string]any); c["name"] == "config_reload" {
-				warning = fmt.Sprint(c["ok"], " ", c["reason"])
+	// reloadState is the reload warning of /readyz and of /v1/status ("" none) and the two
+	// metrics' lines.
+	reloadState := func() (warning, full string, metrics []string) {
+		for path, w := range map[string]*string{"/readyz": &warning, "/v1/status": &full} {
+			ready := getJSON(t, admin+path, 200) // a failed reload leaves the node ready
+			for _, c := range ready["checks"].([]any) {
+				if c := c.(map[string]any); c["name"] == "config_reload" {
+					*w = fmt.Sprint(c["ok"], " ", c["reason"])
+				}
 			}
 		}
 		for _, l := range strings.Split(string(get(t, "GET", admin+"/metrics", "").body), "\n") {
@@ -163,11 +167,11 @@ func TestSIGHUPFailureShowsInReadyzAndMetrics(t *testing.T) {
 				metrics = append(metrics, l)
 			}
 		}
-		return warning, metrics
+		return warning, full, metrics
 	}
 	var started string // the success timestamp set at start
-	if w, m := reloadState(); w != "" || len(m) != 2 || m[0] == "" {
-		t.Fatalf("after start: warning %q, metrics %q; want none and two", w, m)
+	if w, full, m := reloadState(); w != "" || full != "" || len(m) != 2 || m[0] == "" {
+		t.Fatalf("after start: warnings %q %q, metrics %q; want none and two", w, full, m)
 	} else {
 		started = m[0]
 	}
@@ -178,10 +182,11 @@ func TestSIGHUPFailureShowsInReadyzAndMetrics(t *testing.T) {
 		}
 		p.signal(syscall.SIGHUP)
 		embeddedtest.WaitFor(t, 20*time.Second, func() error {
-			w, m := reloadState()
-			if !strings.HasPrefix(w, "true warning: ") || !strings.Contains(w, cfg) || !strings.Contains(w, want) ||
-				!strings.Contains(w, "reload again") || !slices.Equal(m, []string{started, "orderstore_config_last_reload_successful 0"}) {
-				return fmt.Errorf("after a failed reload: warning %q, metrics %q", w, m)
+			w, full, m := reloadState()
+			if w != "true warning: the last reload failed: see config_reload in /v1/status, or the log" ||
+				!strings.HasPrefix(full, "true warning: ") || !strings.Contains(full, cfg) || !strings.Contains(full, want) ||
+				!strings.Contains(full, "reload again") || !slices.Equal(m, []string{started, "orderstore_config_last_reload_successful 0"}) {
+				return fmt.Errorf("after a failed reload: warnings %q %q, metrics %q", w, full, m)
 			}
 			return nil
 		})
@@ -199,8 +204,8 @@ func TestSIGHUPFailureShowsInReadyzAndMetrics(t *testing.T) {
 	}
 	p.signal(syscall.SIGHUP)
 	embeddedtest.WaitFor(t, 20*time.Second, func() error {
-		if w, m := reloadState(); w != "" || len(m) != 2 || m[0] == started || m[1] != "orderstore_config_last_reload_successful 1" {
-			return fmt.Errorf("after a good reload: warning %q, metrics %q", w, m)
+		if w, full, m := reloadState(); w != "" || full != "" || len(m) != 2 || m[0] == started || m[1] != "orderstore_config_last_reload_successful 1" {
+			return fmt.Errorf("after a good reload: warnings %q %q, metrics %q", w, full, m)
 		}
 		return nil
 	})
