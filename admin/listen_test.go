@@ -51,7 +51,7 @@ func TestListenerCapsOneAddress(t *testing.T) {
 		io.WriteString(c, "GET / HTTP/1.1\r\n") // and nothing more
 		held = append(held, c)
 	}
-	// The listener accepts in order: once the next from 127.0.0.2 is served, all of them are counted.
+	// Connections are accepted in order: once the next from 127.0.0.2 is served, all are counted.
 	if body, err := get(dial("127.0.0.2")); err != nil || body != "ok" {
 		t.Fatalf("another address while 127.0.0.1 holds %d: %q %v, want served", MaxConnsPerAddr, body, err)
 	}
