@@ -127,9 +127,10 @@ func (ad *Admission) Counts() Counts {
 		Held: ad.held.Load(), Overloaded: ad.overloaded.Load(), Waiting: ad.waiting.Load()}
 }
 
-// apiError is a refusal with orderstore's err_code for refusals (10077).
-func apiError(code int, format string, args ...any) *server.ApiError {
-	return &server.ApiError{Code: code, ErrCode: 10077, Description: "orderstore: " + fmt.Sprintf(format, args...)}
+// refuse counts a refusal in n and answers it with orderstore's err_code for refusals (10077).
+func refuse(n *atomic.Uint64, code int, format string, args ...any) ([]byte, *server.ApiError) {
+	n.Add(1)
+	return nil, &server.ApiError{Code: code, ErrCode: 10077, Description: "orderstore: " + fmt.Sprintf(format, args...)}
 }
 
 // Admit is nats' admission hook (embedded.Config.Admit).
@@ -140,8 +141,7 @@ func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 	account := m.Account
 	switch m.Kind {
 	case "Leafnode":
-		ad.refused.Add(1)
-		return nil, apiError(403, "%s: a leaf node may not publish into this node's stream (a hub sources its edges' streams)", truncateSubject(m.Subject))
+		return refuse(&ad.refused, 403, "%s: a leaf node may not publish into this node's stream (a hub sources its edges' streams)", truncateSubject(m.Subject))
 	case "Router":
 		// Published at another node of the cluster: the service import there named the publisher's
 		// account in Nats-Request-Info (nats sets it, a client cannot). Without one, it was in the
@@ -168,20 +168,17 @@ func (ad *Admission) Admit(m *server.AdmitMsg) ([]byte, *server.ApiError) {
 			return ad.refuseInternal(m) // orderstore's own answer (a guard's) to a reply a client named
 		}
 		if !ad.wait(m) {
-			ad.overloaded.Add(1)
-			return nil, apiError(429, "the stream is behind what producers send: the event was not stored, publish it again shortly")
+			return refuse(&ad.overloaded, 429, "the stream is behind what producers send: the event was not stored, publish it again shortly")
 		}
 	default: // nats' own clients ("JetStream", "System", "Account"), a gateway
 		return ad.refuseInternal(m)
 	}
 	if hasWildcard(m.Subject) {
-		ad.refused.Add(1)
-		return nil, apiError(400, "%s: a subject with a wildcard token ('*' or '>') names no single event type; publish on a literal subject", truncateSubject(m.Subject))
+		return refuse(&ad.refused, 400, "%s: a subject with a wildcard token ('*' or '>') names no single event type; publish on a literal subject", truncateSubject(m.Subject))
 	}
 	hdr, added := ad.headers(m.Header, account)
 	if stored := len(hdr) + len(m.Data); ad.cfg.MaxEvent > 0 && stored > ad.cfg.MaxEvent {
-		ad.refused.Add(1)
-		return nil, apiError(400, "the event takes %d bytes with its headers (orderstore adds %d of them), more than the stream's max_msg_size of %d: make it smaller, or raise stream.max_msg_size",
+		return refuse(&ad.refused, 400, "the event takes %d bytes with its headers (orderstore adds %d of them), more than the stream's max_msg_size of %d: make it smaller, or raise stream.max_msg_size",
 			stored, added, ad.cfg.MaxEvent)
 	}
 	if v := ad.cfg.Validate; v != nil {
@@ -217,20 +214,16 @@ func (ad *Admission) wait(m *server.AdmitMsg) bool {
 	ad.held.Add(1)
 	ad.waiting.Add(1)
 	defer ad.waiting.Add(-1)
-	wait := cmp.Or(time.Duration(ad.hold.Load()), lineWait)
-	give := time.Now().Add(wait)
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	ctx, cancel := context.WithTimeout(ad.stopped, cmp.Or(time.Duration(ad.hold.Load()), lineWait))
+	defer cancel()
 	select {
 	case ad.line <- struct{}{}:
-	case <-timer.C:
-		return false
-	case <-ad.stopped.Done():
+	case <-ctx.Done():
 		return false
 	}
 	defer func() { <-ad.line }()
 	for deep() {
-		if time.Now().After(give) || ad.stopped.Err() != nil {
+		if ctx.Err() != nil {
 			return false
 		}
 		time.Sleep(linePoll)
@@ -273,11 +266,8 @@ func (ad *Admission) headers(hdr []byte, account string) (out []byte, added int)
 				// first of several: every one is scoped.
 				if id := bytes.TrimLeft(val, " "); len(id) > 0 {
 					added += len(ad.cfg.Scope) + len(account) + 1
-					out = append(append(out, k...), ": "...)
-					out = append(out, ad.cfg.Scope...)
-					out = append(out, account...)
-					out = append(out, ':')
-					out = append(append(out, id...), "\r\n"...)
+					out = append(append(append(append(out, k...), ": "...), ad.cfg.Scope...), account...)
+					out = append(append(append(out, ':'), id...), "\r\n"...)
 					continue
 				}
 			}
@@ -286,8 +276,7 @@ func (ad *Admission) headers(hdr []byte, account string) (out []byte, added int)
 	}
 	if ad.cfg.Epoch != "" {
 		added += len(EpochHeader) + 4 + len(ad.cfg.Epoch)
-		out = append(out, EpochHeader+": "...)
-		out = append(append(out, ad.cfg.Epoch...), "\r\n"...)
+		out = append(append(append(out, EpochHeader+": "...), ad.cfg.Epoch...), "\r\n"...)
 	}
 	if len(out) == len("NATS/1.0\r\n") {
 		return nil, 0
@@ -315,11 +304,10 @@ func headerValue(hdr []byte, key string) []byte {
 // refuseInternal refuses what nats' own clients publish into the stream (a republish, an ack sent
 // to a reply subject of the stream's), unanswered: nobody reads it, and it could come back in.
 func (ad *Admission) refuseInternal(m *server.AdmitMsg) ([]byte, *server.ApiError) {
-	ad.refused.Add(1)
 	m.Reply = ""
 	ad.unanswered.Warn(ad.cfg.Log, "", "ingest: nats-server's or orderstore's own client published into the stream, refused: only producers and orderstore publish events (a stream's republish, a consumer's deliver subject or a reply subject must not be one of the stream's)",
 		"kind", m.Kind, "subject", truncateSubject(m.Subject))
-	return nil, apiError(403, "%s: published by nats-server's or orderstore's own client (arrived as %s), not by a producer", truncateSubject(m.Subject), m.Kind)
+	return refuse(&ad.refused, 403, "%s: published by nats-server's or orderstore's own client (arrived as %s), not by a producer", truncateSubject(m.Subject), m.Kind)
 }
 
 // AwaitElection is embedded.Config.AwaitInterest for a clustered stream with subjects in account
