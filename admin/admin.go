@@ -338,8 +338,7 @@ func (s *Server) needBackend(h apiHandler) http.Handler {
 		}
 		if err := h(w, r, b); err != nil {
 			e := &apiError{code: http.StatusInternalServerError, msg: err.Error()}
-			var re *RebuildError
-			if errors.As(err, &re) {
+			if re := (*RebuildError)(nil); errors.As(err, &re) {
 				e.code = re.Code
 			}
 			for target, code := range b.RebuildCodes {
@@ -658,8 +657,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, b *Backend) erro
 			// what to do when the error says (the CLI's "hint:" line).
 			e := &apiError{http.StatusServiceUnavailable, err.Error(),
 				`orderstore's log says why ("backup failed"); run the backup again once that is fixed`}
-			var h interface{ Hint() string }
-			if errors.As(err, &h) {
+			if h := interface{ Hint() string }(nil); errors.As(err, &h) {
 				e.hint = h.Hint()
 			}
 			return e

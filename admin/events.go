@@ -59,8 +59,7 @@ func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			return errorf(http.StatusRequestEntityTooLarge, "the event is larger than %d bytes (stream.max_msg_size)", mbe.Limit)
 		}
 		return errorf(http.StatusBadRequest, "reading the body: %s", err)

@@ -431,8 +431,7 @@ func metadataStr(md map[string]string, key string) string {
 }
 
 func streamHint(err error) string {
-	var api *jetstream.APIError
-	if errors.As(err, &api) {
+	if api := (*jetstream.APIError)(nil); errors.As(err, &api) {
 		switch api.ErrorCode {
 		case jetstream.JSErrCodeStreamNameInUse:
 			return "a stream with another configuration already uses this name"

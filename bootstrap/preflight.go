@@ -153,8 +153,7 @@ func dirHint(dir string, err error) string {
 
 // unwrapPath drops *PathError's repeated path: the message already names it.
 func unwrapPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
 		return fmt.Errorf("%s %q: %w", pe.Op, pe.Path, pe.Err)
 	}
 	return err

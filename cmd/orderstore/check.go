@@ -23,8 +23,7 @@ func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fc, name, err := loadConfig(*configPath)
 	if err != nil {
 		printErr(stderr, err)
-		var invalid *orderstore.ValidationError
-		if errors.As(err, &invalid) {
+		if invalid := (*orderstore.ValidationError)(nil); errors.As(err, &invalid) {
 			// Every problem at once: the files the keys name too.
 			if cfg, cerr := fc.Orderstore(); cerr == nil {
 				if ferr := cfg.CheckFiles(); ferr != nil {

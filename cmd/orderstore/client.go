@@ -92,8 +92,7 @@ func (e *apiError) Error() string {
 
 // statusOf is the HTTP status of the admin API's refusal in err's chain (0: none).
 func statusOf(err error) int {
-	var e *apiError
-	if errors.As(err, &e) {
+	if e := (*apiError)(nil); errors.As(err, &e) {
 		return e.Code
 	}
 	return 0

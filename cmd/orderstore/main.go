@@ -108,8 +108,7 @@ func usageErr(w io.Writer, format string, a ...any) int {
 
 // hintOf finds the first hint in err's chain.
 func hintOf(err error) string {
-	var h orderstore.Hinted
-	if errors.As(err, &h) {
+	if h := orderstore.Hinted(nil); errors.As(err, &h) {
 		return h.Hint()
 	}
 	return ""

@@ -211,8 +211,7 @@ func Parse(r io.Reader, name string) (Config, error) {
 	var raw map[string]toml.Primitive
 	md, err := toml.Decode(string(src), &raw)
 	if err != nil {
-		var pe toml.ParseError
-		if errors.As(err, &pe) {
+		if pe := (toml.ParseError{}); errors.As(err, &pe) {
 			return Config{}, fmt.Errorf("config %q: %s", name, syntaxError(pe, src))
 		}
 		return Config{}, fmt.Errorf("config %q: %s", name, maskQuoted(err.Error()))
@@ -296,8 +295,7 @@ const maxFileSize = 1 << 20
 // decodeReason strips BurntSushi's wrapping down to the cause.
 func decodeReason(err error) string {
 	s := err.Error()
-	var pe toml.ParseError
-	if errors.As(err, &pe) && pe.Message != "" {
+	if pe := (toml.ParseError{}); errors.As(err, &pe) && pe.Message != "" {
 		s = pe.Message
 	}
 	if i := strings.Index(s, "toml: "); i >= 0 {

@@ -45,8 +45,7 @@ func Retryable(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
 		return true
 	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
+	if apiErr := (*jetstream.APIError)(nil); errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode {
 		case 10008, // cluster not available
 			10005, // no suitable peers

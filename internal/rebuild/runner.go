@@ -305,8 +305,7 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 	canceled = r.canceled
 	r.cancel = nil
 	r.mu.Unlock()
-	var left errTakeoverLeft
-	if errors.As(err, &left) || r.takingOver(st) {
+	if errors.As(err, new(errTakeoverLeft)) || r.takingOver(st) {
 		if ctx.Err() != nil {
 			r.cfg.Log.Info("projection rebuild: stopped with the appliance while taking over; the next start finishes the takeover before the processor runs", "id", st.ID)
 			return nil

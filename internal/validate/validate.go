@@ -125,8 +125,7 @@ func compileFile(file string) (*jsonschema.Schema, error) {
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(src))
 	if err != nil {
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
+		if se := (*json.SyntaxError)(nil); errors.As(err, &se) {
 			line, col := position(src, se.Offset)
 			return nil, fmt.Errorf("line %d, column %d: not JSON: %v", line, col, se)
 		}
