@@ -283,9 +283,8 @@ func (cfg Config) startOffline(ctx context.Context) (*embedded.Server, *nats.Con
 }
 
 // restoreConfig is cfg as Restore runs nats on it: one node, its chunks taken whatever
-// server.max_payload, relaxed syncing whatever the durability (nats gives up on a chunk that
-// takes 5 s: after 256 KiB with an fsync per event); every file is fsynced once the restore is
-// done.
+// server.max_payload, relaxed syncing whatever the durability (nats gives up on a chunk that takes
+// 5 s: after 256 KiB with an fsync per event); every file is fsynced once the restore is done.
 func (cfg Config) restoreConfig() Config {
 	c := cfg
 	c.Cluster, c.LeafNode = ClusterConfig{}, LeafNodeConfig{ReconnectInterval: time.Second}

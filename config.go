@@ -220,11 +220,10 @@ type ProcessorConfig struct {
 	// DeadLetterMaxBytes caps the dead-letter stream, in bytes (the oldest
 	// dead letters go beyond it). Default 256 MiB.
 	DeadLetterMaxBytes int64
-	// ProjectionBucket is the KV bucket of projected orders, key = order
-	// id. Default "ORDERS". An order's record expires Stream.MaxAge after
-	// its last event, when the stream no longer holds its events either.
-	// A new name on a store with events: start rebuilds the projection
-	// from the stream (the old bucket is kept, with its reservation).
+	// ProjectionBucket is the KV bucket of projected orders, key = order id. Default "ORDERS". An
+	// order's record expires Stream.MaxAge after its last event, when the stream no longer holds
+	// its events either. A new name on a store with events: start rebuilds the projection from the
+	// stream (the old bucket is kept, with its reservation).
 	ProjectionBucket string
 	// ProjectionMaxBytes caps the projection bucket, in bytes. Default 512 MiB. When it is full the
 	// appliance reports not ready, and events that cannot be applied are dead-lettered after

@@ -55,8 +55,7 @@ func (a *Appliance) checks(ctx context.Context) []status.Check {
 		if a.pause.Paused() {
 			c.Reason = "paused while a projection rebuild takes over"
 		} else if !pr.StuckSince.IsZero() && time.Since(pr.StuckSince) > a.stallAfter {
-			c.OK = false
-			c.Reason = fmt.Sprintf("the ack floor has been stuck at %d for %s with %d events outstanding, longer than an event can take (max_deliver × (ack_wait + longest backoff) = %s): an event cannot be settled; see the log and `orderstore dlq list`",
+			c.OK, c.Reason = false, fmt.Sprintf("the ack floor has been stuck at %d for %s with %d events outstanding, longer than an event can take (max_deliver × (ack_wait + longest backoff) = %s): an event cannot be settled; see the log and `orderstore dlq list`",
 				pr.AckFloor, time.Since(pr.StuckSince).Round(time.Second), pr.Outstanding, a.stallAfter)
 		}
 		out = append(out, c)
@@ -69,8 +68,7 @@ func (a *Appliance) checks(ctx context.Context) []status.Check {
 // default timeout of one disk command (/sys/block/*/device/timeout), after which it is retried.
 const syncHungAfter = 30 * time.Second
 
-// syncInFlight is the group commit sync in flight the longest: its stream, and for how long
-// (0: none).
+// syncInFlight is the group commit sync in flight the longest: its stream and how long (0: none).
 func (a *Appliance) syncInFlight() (string, time.Duration) {
 	if srv := a.monitored.Load(); srv != nil {
 		if stream, since := srv.GroupCommitSyncing(); !since.IsZero() {

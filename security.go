@@ -44,10 +44,9 @@ func (c Config) natsInput() natsconf.Input {
 	}
 }
 
-// PlaintextWarnings returns what the start-up log warns about every time:
-// each listener reachable from the network that sends passwords, events or
-// the admin token in clear (the client port's and the admin listener's
-// silenced by their AllowPlaintext).
+// PlaintextWarnings returns what the start-up log warns about every time: each listener reachable
+// from the network that sends passwords, events or the admin token in clear (the client port's and
+// the admin listener's silenced by their AllowPlaintext).
 func (c Config) PlaintextWarnings() []string {
 	var w []string
 	if !isLoopback(c.Server.Host) && !c.Server.TLS.Enabled() && !c.Server.AllowPlaintext {
