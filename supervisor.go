@@ -145,13 +145,9 @@ func (s *supervisor) execute(ctx context.Context, prev, st *stage) error {
 			return nil
 		}
 	}
-	s.mu.Lock()
-	s.cur = st
-	s.mu.Unlock()
+	s.locked(func() { s.cur = st })
 	if err := st.step(ctx); err != nil {
-		s.mu.Lock()
-		s.startFailed, s.stopped = true, true // what fails from here on is the stop's
-		s.mu.Unlock()
+		s.locked(func() { s.startFailed, s.stopped = true, true }) // what fails from here on is the stop's
 		return err
 	}
 	close(st.started)
@@ -179,9 +175,7 @@ func (s *supervisor) interrupt(st *stage) {
 			s.cut = append(s.cut, p) // its goroutine may be returning (interrupts run one at a time)
 		}
 		if err != nil {
-			s.mu.Lock()
-			s.stopErrs = append(s.stopErrs, err)
-			s.mu.Unlock()
+			s.locked(func() { s.stopErrs = append(s.stopErrs, err) })
 		}
 	}
 }
@@ -223,9 +217,8 @@ func (s *supervisor) stopContext() context.Context {
 func (s *supervisor) add(c component) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &part{component: c, cancel: cancel, ended: make(chan struct{})}
-	s.mu.Lock()
-	st := s.cur
-	s.mu.Unlock()
+	var st *stage
+	s.locked(func() { st = s.cur })
 	if st == nil {
 		panic("orderstore: component " + c.name + " added outside a start step")
 	}
@@ -253,6 +246,12 @@ func (s *supervisor) fail(name string, err error) {
 	s.mu.Unlock()
 	s.log.Error("appliance failed", "component", name, "err", err)
 	s.once.Do(func() { close(s.done) })
+}
+
+func (s *supervisor) locked(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn()
 }
 
 // Err is the first failure (nil while none).
@@ -290,9 +289,7 @@ func (s *supervisor) stop(ctx context.Context) error {
 // failStart marks the start-up failed after every step ran (the store then
 // keeps its run marker) and stops everything.
 func (s *supervisor) failStart() error {
-	s.mu.Lock()
-	s.startFailed = true
-	s.mu.Unlock()
+	s.locked(func() { s.startFailed = true })
 	return s.stop(s.stopContext()) // defaultStopTimeout
 }
 

@@ -35,8 +35,7 @@ type ListenConfig struct {
 	now                                    func() time.Time // tests: the clock of Log's limit
 }
 
-// Listener serves a handler on a TCP address (the admin listener), at
-// most MaxConns connections at a time.
+// Listener serves a handler on a TCP address (the admin listener), at most MaxConns at a time.
 type Listener struct {
 	hs     *http.Server
 	ln     net.Listener
