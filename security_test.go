@@ -1175,9 +1175,22 @@ func TestGuardHoldsForARequestPipelinedWithConnect(t *testing.T) {
 // handlers, served on the admin listener, answered every page with
 // Access-Control-Allow-Origin: *, so any web site the operator visited
 // could read /connz, /jsz, /accountz ... of the local node with a fetch,
-// past the Host check. The admin listener grants no cross-origin read.
+// past the Host check. The admin listener grants no cross-origin read. Its own API refuses another
+// site's requests, reads too: with no token a page could fire a costly listing blind.
 func TestMonitoringGrantsNoCrossOriginRead(t *testing.T) {
 	app := orderstoretest.Start(t, func(c *orderstore.Config) { c.Admin.Listen = "127.0.0.1:0" })
+	for _, path := range []string{"/v1/status", "/v1/orders?limit=1000", "/v1/dlq?limit=1000"} {
+		req, _ := http.NewRequest("GET", "http://"+app.AdminAddr()+path, nil)
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("GET %s from another site: %d, want 403", path, resp.StatusCode)
+		}
+	}
 	for _, path := range []string{"/varz", "/connz", "/jsz", "/accountz", "/healthz", "/subsz", "/leafz", "/routez"} {
 		req, _ := http.NewRequest("GET", "http://"+app.AdminAddr()+path, nil)
 		req.Header.Set("Origin", "http://evil.example")

@@ -88,7 +88,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 				return
 			}
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions || strings.HasPrefix(r.URL.Path, "/v1/") {
 			if why := crossSite(r); why != "" {
 				s.quiet.Warn(s.log, "cross-site", "admin request refused: cross-site", "reason", why, "remote", remoteIP(r), "path", clip(r.URL.Path))
 				writeError(w, http.StatusForbidden, "cross-origin request refused: "+why)
@@ -122,9 +122,9 @@ func (s *Server) allowedHost(hostport string) bool {
 	})
 }
 
-// crossSite says why a state-changing request comes from another site, or "" when it does not:
-// Sec-Fetch-Site must be same-origin or none, and an Origin must name this host. Clients that are
-// not browsers send neither and pass.
+// crossSite says why a state-changing or API request comes from another site (a page could fire a
+// costly read blind, with no token on loopback), or "" when not: Sec-Fetch-Site must be same-origin
+// or none, and an Origin must name this host. Clients that are not browsers send neither and pass.
 func crossSite(r *http.Request) string {
 	if sfs := r.Header.Get("Sec-Fetch-Site"); sfs != "" && sfs != "same-origin" && sfs != "none" {
 		return "Sec-Fetch-Site is " + clip(sfs)
