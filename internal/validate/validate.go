@@ -66,6 +66,7 @@ type Count struct {
 // Validator checks events. The zero value and nil accept everything.
 type Validator struct {
 	schemas map[string]*jsonschema.Schema
+	fast    map[string]*fast // nil where compileFast does not take the schema
 	files   map[string]string
 	reject  bool
 	fn      func(subject string, data []byte) error
@@ -85,7 +86,7 @@ const maxCountKeys = 1000
 // ("" too) or Reject, and fn, if set, as a last check. Every problem is reported at once, each
 // naming its event type, file and, where it has one, the position in the file.
 func Compile(schemas map[string]string, unknownTypes string, fn func(subject string, data []byte) error) (*Validator, error) {
-	v := &Validator{schemas: map[string]*jsonschema.Schema{}, files: map[string]string{}, fn: fn, counts: &counts{m: map[[2]string]uint64{}}}
+	v := &Validator{schemas: map[string]*jsonschema.Schema{}, fast: map[string]*fast{}, files: map[string]string{}, fn: fn, counts: &counts{m: map[[2]string]uint64{}}}
 	var errs []error
 	switch unknownTypes {
 	case "", Accept:
@@ -101,12 +102,12 @@ func Compile(schemas map[string]string, unknownTypes string, fn func(subject str
 			errs = append(errs, fmt.Errorf("%s: %q is not an event type (a subject's last token, without '.', '*', '>' or spaces)", key, typ))
 			continue
 		}
-		sch, err := compileFile(file)
+		sch, f, err := compileFile(file)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s = %q: %w", key, file, err))
 			continue
 		}
-		v.schemas[typ], v.files[typ] = sch, file
+		v.schemas[typ], v.fast[typ], v.files[typ] = sch, f, file
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -114,33 +115,34 @@ func Compile(schemas map[string]string, unknownTypes string, fn func(subject str
 	return v, nil
 }
 
-// compileFile compiles one schema file; a JSON syntax error names its line and column.
-func compileFile(file string) (*jsonschema.Schema, error) {
+// compileFile compiles one schema file, and for a check on tokens where it can; a JSON syntax error
+// names its line and column.
+func compileFile(file string) (*jsonschema.Schema, *fast, error) {
 	if err := regular(file); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	src, err := os.ReadFile(file)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(src))
 	if err != nil {
 		if se := (*json.SyntaxError)(nil); errors.As(err, &se) {
 			line, col := position(src, se.Offset)
-			return nil, fmt.Errorf("line %d, column %d: not JSON: %v", line, col, se)
+			return nil, nil, fmt.Errorf("line %d, column %d: not JSON: %v", line, col, se)
 		}
-		return nil, fmt.Errorf("not JSON: %w", err)
+		return nil, nil, fmt.Errorf("not JSON: %w", err)
 	}
 	abs, err := filepath.Abs(file)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	// Only local files: a schema that names a URL is refused, not fetched.
 	c.UseLoader(jsonschema.SchemeURLLoader{"file": fileLoader{}})
 	if err := c.AddResource(abs, doc); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sch, err := c.Compile(abs)
 	for _, inst := range []any{nil, map[string]any{}, []any{}} {
@@ -151,9 +153,9 @@ func compileFile(file string) (*jsonschema.Schema, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("not a valid JSON Schema: %s", strings.ReplaceAll(err.Error(), "file://"+abs, "the file"))
+		return nil, nil, fmt.Errorf("not a valid JSON Schema: %s", strings.ReplaceAll(err.Error(), "file://"+abs, "the file"))
 	}
-	return sch, nil
+	return sch, compileFast(doc, true), nil
 }
 
 // refCycle is the $ref cycle among ve's causes, or nil.
@@ -218,6 +220,7 @@ func (v *Validator) Check(subject string, data []byte) (err error) {
 	}()
 	sch, ok := v.schemas[typ]
 	switch {
+	case ok && v.fast[typ] != nil && v.fast[typ].valid(data):
 	case ok:
 		inst, err := decode(data)
 		if err != nil {

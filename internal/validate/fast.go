@@ -1,0 +1,285 @@
+package validate
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// fast is a schema of the common keywords below (draft 2020-12; no $ref, combinators or patterns)
+// checked on the event's tokens as they are read, building nothing: 3 µs for bench/groupcommit's
+// 1 KiB event where the library's check costs 23 (bench/README.md, "Cost of schema validation"). It
+// only ever passes an event: where it does not (an invalid event, a number it cannot compare
+// exactly, a repeated name, a bound of decode), the library decides, with its verdict and error.
+// TestFastPassesOnlyWhatTheLibraryPasses and FuzzFast hold it to that.
+type fast struct {
+	never             bool                // the schema false
+	types             uint8               // 1 << the index in typeNames of each; 0 for any
+	props             map[string]fastProp // properties, and required names
+	required          uint64              // the bits of the required names
+	additional, items *fast               // nil for any
+	limits            [6]int              // of limitNames; -1 for none
+	bounds            [4]*bound           // of boundNames
+	enum              []any               // strings, booleans and nil only; nil for any
+}
+
+type fastProp struct {
+	s   *fast // nil: additionalProperties applies
+	bit uint64
+}
+
+// bound is a minimum or maximum; exact as literal says.
+type bound struct {
+	f     float64
+	exact bool
+}
+
+const (
+	tNull = 1 << iota
+	tBoolean
+	tObject
+	tArray
+	tNumber
+	tInteger
+	tString
+)
+
+var (
+	typeNames  = []string{"null", "boolean", "object", "array", "number", "integer", "string"}
+	limitNames = []string{"minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"}
+	boundNames = []string{"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+	// Keywords that assert nothing as schemas are compiled here: format is not asserted in draft
+	// 2020-12, and $defs is only reached through $ref, which compileFast does not take.
+	annotations = []string{"$id", "$comment", "$defs", "title", "description", "default", "examples",
+		"deprecated", "readOnly", "writeOnly", "format"}
+	anything = newFast()
+)
+
+func newFast() *fast { return &fast{limits: [6]int{-1, -1, -1, -1, -1, -1}} }
+
+// compileFast compiles doc (as jsonschema.UnmarshalJSON gives it), or returns nil where it uses a
+// keyword or a value that fast does not take.
+func compileFast(doc any, root bool) *fast {
+	s, ok := newFast(), true
+	obj, isObj := doc.(map[string]any)
+	if b, isBool := doc.(bool); isBool || !isObj {
+		s.never = !b
+		return cmpSel(isBool, s, nil)
+	}
+	for k, v := range obj {
+		n, _ := v.(json.Number)
+		switch a, isArr := v.([]any); k {
+		case "$schema":
+			ok = ok && root && (v == "https://json-schema.org/draft/2020-12/schema" || v == "https://json-schema.org/draft/2020-12/schema#")
+		case "type":
+			for _, t := range cmpSel(isArr, a, []any{v}) {
+				name, _ := t.(string)
+				i := slices.Index(typeNames, name)
+				ok, s.types = ok && i >= 0, s.types|1<<max(i, 0)
+			}
+		case "properties":
+			m, isMap := v.(map[string]any)
+			ok = ok && isMap
+			for name, sub := range m {
+				p := s.props[name]
+				p.s = compileFast(sub, false)
+				ok = ok && p.s != nil
+				s.prop(name, p)
+			}
+		case "required":
+			ok = ok && len(a) <= 64
+			for i, e := range a {
+				name, isStr := e.(string)
+				p := s.props[name]
+				p.bit, s.required, ok = 1<<i, s.required|1<<i, ok && isStr
+				s.prop(name, p)
+			}
+		case "additionalProperties", "items":
+			c := compileFast(v, false)
+			ok = ok && c != nil
+			*cmpSel(k == "items", &s.items, &s.additional) = c
+		case "enum", "const":
+			ok = ok && s.enum == nil
+			s.enum = cmpSel(k == "const", []any{v}, a)
+			for _, e := range s.enum {
+				switch e.(type) {
+				case string, bool, nil:
+				default:
+					ok = false
+				}
+			}
+		default:
+			if i := slices.Index(limitNames, k); i >= 0 {
+				l, err := strconv.Atoi(string(n))
+				s.limits[i], ok = l, ok && err == nil && l >= 0
+			} else if i := slices.Index(boundNames, k); i >= 0 {
+				f, err := strconv.ParseFloat(string(n), 64)
+				_, exact := literal(string(n))
+				s.bounds[i], ok = &bound{f, exact}, ok && err == nil
+			} else {
+				ok = ok && slices.Contains(annotations, k)
+			}
+		}
+	}
+	return cmpSel(ok, s, nil)
+}
+
+func (s *fast) prop(name string, p fastProp) {
+	if s.props == nil {
+		s.props = map[string]fastProp{}
+	}
+	s.props[name] = p
+}
+
+func cmpSel[T any](cond bool, a, b T) T {
+	if cond {
+		return a
+	}
+	return b
+}
+
+// literal tells of a number as written whether it is an integer (no fraction or exponent) and
+// whether it is exact: at most 64 characters, no exponent and at most 15 significant digits, so
+// that two exact numbers are equal where their float64s are.
+func literal(n string) (integer, exact bool) {
+	first, last, digits := -1, 0, 0 // the first and last nonzero digit's place, the digits seen
+	integer = true
+	for _, c := range []byte(n) {
+		switch {
+		case c > '0' && c <= '9':
+			first, last = cmpSel(first < 0, digits, first), digits
+			fallthrough
+		case c == '0':
+			digits++
+		case c == '.':
+			integer = false
+		case c == 'e' || c == 'E':
+			return false, false
+		}
+	}
+	return integer, len(n) <= 64 && last-first < 15
+}
+
+// valid reports that data is one JSON value that s passes and decode takes; false means only that
+// the library must decide.
+func (s *fast) valid(data []byte) bool {
+	d := decoders.Get().(*jsontext.Decoder)
+	defer func() {
+		d.Reset(emptyReader)
+		decoders.Put(d)
+	}()
+	d.Reset(bytes.NewBuffer(data)) // a repeated name is an error here (the library sees the last)
+	w := walk{d: d}
+	if !s.value(&w) {
+		return false
+	}
+	_, err := d.ReadToken()
+	return err == io.EOF
+}
+
+type walk struct {
+	d      *jsontext.Decoder
+	values int
+	buf    []byte // a string with escapes, unquoted
+}
+
+// str reads the string value or name at the decoder.
+func (w *walk) str() ([]byte, bool) {
+	raw, err := w.d.ReadValue()
+	if err != nil || bytes.IndexByte(raw, '\\') < 0 {
+		return raw[min(1, len(raw)):max(len(raw)-1, 0)], err == nil
+	}
+	w.buf, err = jsontext.AppendUnquote(w.buf[:0], raw)
+	return w.buf, err == nil
+}
+
+// value reads one value and reports whether s passes it, within decode's bounds.
+func (s *fast) value(w *walk) bool {
+	if w.values++; s.never || w.values >= maxValues || w.d.StackDepth() >= maxDepth-1 {
+		return false
+	}
+	d, n := w.d, 0
+	switch d.PeekKind() {
+	case '{':
+		if _, err := d.ReadToken(); err != nil || !s.is(tObject) || s.enum != nil {
+			return false
+		}
+		var found uint64
+		for ; d.PeekKind() == '"'; n++ {
+			name, ok := w.str()
+			p := s.props[string(name)]
+			sub := cmpSel(p.s == nil, s.additional, p.s)
+			if !ok || !cmpSel(sub == nil, anything, sub).value(w) {
+				return false
+			}
+			found |= p.bit
+		}
+		_, err := d.ReadToken()
+		return err == nil && found&s.required == s.required && s.within(n, 4)
+	case '[':
+		if _, err := d.ReadToken(); err != nil || !s.is(tArray) || s.enum != nil {
+			return false
+		}
+		for ; d.PeekKind() != ']' && d.PeekKind() != 0; n++ {
+			if !cmpSel(s.items == nil, anything, s.items).value(w) {
+				return false
+			}
+		}
+		_, err := d.ReadToken()
+		return err == nil && s.within(n, 2)
+	case '"':
+		if s.limits[0] < 0 && s.limits[1] < 0 && s.enum == nil {
+			_, err := d.ReadValue()
+			return err == nil && s.is(tString)
+		}
+		str, ok := w.str()
+		return ok && s.is(tString) && s.within(utf8.RuneCount(str), 0) && s.in(string(str))
+	case '0':
+		raw, err := d.ReadValue()
+		lit := string(raw)
+		integer, exact := literal(lit)
+		if err != nil || !exact && !comparable(lit) || s.enum != nil || !s.is(tNumber) && !(s.is(tInteger) && integer) {
+			return false
+		}
+		x := 0.0
+		if s.bounds != [4]*bound{} {
+			x, _ = strconv.ParseFloat(lit, 64) // ±Inf or 0 past the range: still in n's order
+		}
+		for i, b := range s.bounds {
+			if b != nil && !b.holds(x, exact, i%2 == 0, i >= 2) {
+				return false
+			}
+		}
+		return true
+	case 't', 'f', 'n':
+		tok, err := d.ReadToken()
+		if err != nil || tok.Kind() == 'n' {
+			return err == nil && s.is(tNull) && s.in(nil)
+		}
+		return s.is(tBoolean) && s.in(tok.Bool())
+	}
+	return false
+}
+
+func (s *fast) is(t uint8) bool { return s.types == 0 || s.types&t != 0 }
+
+func (s *fast) in(v any) bool { return s.enum == nil || slices.Contains(s.enum, v) }
+
+// within reports that n is within the limits at i and i+1 (a minimum and a maximum).
+func (s *fast) within(n, i int) bool {
+	return n >= s.limits[i] && (s.limits[i+1] < 0 || n <= s.limits[i+1])
+}
+
+// holds reports that x is within b (a minimum where min; strictly where strict). Rounding to
+// float64 keeps order, so unequal floats decide; equal ones only where both numbers are exact.
+func (b *bound) holds(x float64, exact, min, strict bool) bool {
+	if x == b.f {
+		return !strict && exact && b.exact
+	}
+	return (x > b.f) == min
+}

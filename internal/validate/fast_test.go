@@ -1,0 +1,279 @@
+package validate
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// compileString compiles schema as Compile does a file, for event type "t".
+func compileString(t testing.TB, schema string) (*Validator, error) {
+	file := filepath.Join(t.TempDir(), "t.schema.json")
+	if err := os.WriteFile(file, []byte(schema), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return Compile(map[string]string{"t": file}, Reject, nil)
+}
+
+// verdicts are the fast check's and the library's (decode, then the schema) on ev.
+func verdicts(v *Validator, ev []byte) (fastPasses, libraryPasses bool) {
+	inst, err := decode(ev)
+	libraryPasses = err == nil && v.schemas["t"].Validate(inst) == nil
+	return v.fast["t"] != nil && v.fast["t"].valid(ev), libraryPasses
+}
+
+func TestFastTakesCommonSchemas(t *testing.T) {
+	v, err := Compile(map[string]string{"created": benchSchema}, Reject, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := v.fast["created"]; f == nil || !f.valid(benchEvent()) {
+		t.Fatalf("bench/groupcommit's schema and event do not take the fast check (compiled: %v)", f != nil)
+	}
+	for _, schema := range []string{
+		`{"$ref": "#/$defs/a", "$defs": {"a": {"type": "string"}}}`,
+		`{"anyOf": [{"type": "string"}]}`,
+		`{"properties": {"a": {"pattern": "^x"}}}`,
+		`{"items": {"multipleOf": 2}}`,
+		`{"$schema": "http://json-schema.org/draft-07/schema#", "format": "email"}`,
+		`{"enum": [1, "a"]}`,
+		`{"const": {"a": 1}}`,
+		`{"type": "object", "unknownKeyword": 1}`,
+		`{"properties": {"a": {"properties": {"b": {"$schema": "https://json-schema.org/draft/2020-12/schema"}}}}}`,
+	} {
+		v, err := compileString(t, schema)
+		if err != nil {
+			t.Fatalf("%s: %v", schema, err)
+		}
+		if v.fast["t"] != nil {
+			t.Errorf("%s: compiled for the fast check, which does not take it", schema)
+		}
+	}
+}
+
+// TestFastPassesOnlyWhatTheLibraryPasses: the cases where the two could part, then random schemas of
+// the keywords fast takes and events drawn from them (same seed every run).
+func TestFastPassesOnlyWhatTheLibraryPasses(t *testing.T) {
+	for _, c := range []struct {
+		schema, event string
+		fast          bool // whether the fast check passes it (the library does where it does)
+	}{
+		{`{"minimum": 0}`, `0`, true},
+		{`{"minimum": 0}`, `-0`, true},
+		{`{"minimum": 0.1}`, `0.1`, true},
+		{`{"minimum": 0.1}`, `0.10000000000000001`, false}, // the same float64, a greater number
+		{`{"maximum": 0.1}`, `0.10000000000000001`, false},
+		{`{"minimum": 9007199254740993}`, `9007199254740992`, false}, // the same float64, less
+		{`{"exclusiveMinimum": 1}`, `1`, false},
+		{`{"exclusiveMaximum": 1}`, `0.99999999999999999`, false},
+		{`{"minimum": 1}`, `1e0`, false},
+		{`{"minimum": 1}`, `1e999`, true},
+		{`{"maximum": 1}`, `-1e999`, true},
+		{`{"type": "integer"}`, `2`, true},
+		{`{"type": "integer"}`, `2.0`, false}, // an integer to the library; fast leaves it to it
+		{`{"type": "number", "maximum": 100}`, `1e2`, false},
+		{`{"minLength": 2}`, `"\u00e9\u00e9"`, true},
+		{`{"maxLength": 1}`, `"\ud83d\ude00"`, true}, // one code point
+		{`{"maxLength": 1}`, `"é"`, true},
+		{`{"enum": ["a\nb"]}`, `"a\nb"`, true},
+		{`{"enum": ["EUR", null, true]}`, `true`, true},
+		{`{"const": "x"}`, `"y"`, false},
+		{`{"required": ["a"]}`, `{"\u0061": 1}`, true},
+		{`{"required": ["a", "b"]}`, `{"a": 1}`, false},
+		{`{"maxProperties": 1}`, `{"a": 1, "a": 2}`, false}, // a repeated name: the library decides
+		{`{"properties": {"a": {"type": "string"}}}`, `{"a": 1, "a": "x"}`, false},
+		{`{"additionalProperties": false, "properties": {"a": true}}`, `{"a": 1}`, true},
+		{`{"additionalProperties": {"type": "string"}, "required": ["b"]}`, `{"b": 1}`, false},
+		{`{"items": {"type": "string"}, "maxItems": 1}`, `["x"]`, true},
+		{`{"type": "string"}`, `"\ud800"`, false}, // a lone surrogate: not JSON to decode
+		{`{"type": "string"}`, `"x" "y"`, false},
+		{`true`, strings.Repeat("[", 40) + strings.Repeat("]", 40), false}, // past maxDepth
+		{`false`, `1`, false},
+	} {
+		v, err := compileString(t, c.schema)
+		if err != nil {
+			t.Fatalf("%s: %v", c.schema, err)
+		}
+		fast, lib := verdicts(v, []byte(c.event))
+		if fast != c.fast || fast && !lib {
+			t.Errorf("schema %s, event %s: fast check %v (want %v), library %v", c.schema, c.event, fast, c.fast, lib)
+		}
+	}
+
+	r := rand.New(rand.NewPCG(1, 2))
+	var schemas, fastPassed, libraryPassed int
+	for range 3000 {
+		doc := genSchema(r, 0)
+		if m, ok := doc.(map[string]any); ok && r.IntN(4) == 0 {
+			m["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+		}
+		schema, _ := json.Marshal(doc)
+		v, err := compileString(t, string(schema))
+		if err != nil || v.fast["t"] == nil {
+			t.Fatalf("%s: not compiled for the fast check (%v)", schema, err)
+		}
+		schemas++
+		for range 20 {
+			ev := genEvent(r, doc, 0)
+			fast, lib := verdicts(v, []byte(ev))
+			if fast && !lib {
+				t.Fatalf("schema %s, event %s: the fast check passes what the library refuses", schema, ev)
+			}
+			fastPassed += map[bool]int{true: 1}[fast]
+			libraryPassed += map[bool]int{true: 1}[lib]
+		}
+	}
+	t.Logf("%d schemas, the library passed %d events, the fast check %d of them", schemas, libraryPassed, fastPassed)
+	if fastPassed < libraryPassed/2 {
+		t.Fatalf("the fast check passed %d of the %d events the library passed: it decides too little", fastPassed, libraryPassed)
+	}
+}
+
+// numbers are literals that sit on, or a rounding away from, one another.
+var numbers = []string{"0", "-0", "1", "-1", "2", "0.1", "0.10000000000000001", "0.30000000000000004", "1.5",
+	"100", "9007199254740992", "9007199254740993", "1e2", "2.0", "0.5e1", "1e999", "-1e999", "1e-999"}
+
+var fastStrings = []string{`""`, `"a"`, `"ab"`, `"é"`, `"\u00e9x"`, `"\ud83d\ude00"`, `"EUR"`, `"a\nb"`}
+
+func genSchema(r *rand.Rand, depth int) any {
+	if r.IntN(10) == 0 {
+		return r.IntN(4) > 0
+	}
+	s := map[string]any{}
+	pick := func(p int) bool { return r.IntN(100) < p }
+	if pick(60) {
+		types := []any{}
+		for _, t := range typeNames {
+			if pick(25) {
+				types = append(types, t)
+			}
+		}
+		if len(types) > 0 {
+			s["type"] = types
+		}
+		if len(types) == 1 && pick(50) {
+			s["type"] = types[0]
+		}
+	}
+	if depth < 3 && pick(40) {
+		props := map[string]any{}
+		for _, name := range []string{"a", "b", "c"} {
+			if pick(50) {
+				props[name] = genSchema(r, depth+1)
+			}
+		}
+		s["properties"] = props
+	}
+	if pick(30) {
+		req := []any{}
+		for _, name := range []string{"a", "b", "d"} {
+			if pick(50) {
+				req = append(req, name)
+			}
+		}
+		s["required"] = req
+	}
+	if depth < 3 && pick(20) {
+		s["additionalProperties"] = genSchema(r, depth+1)
+	}
+	if depth < 3 && pick(30) {
+		s["items"] = genSchema(r, depth+1)
+	}
+	for _, k := range limitNames {
+		if pick(10) {
+			s[k] = r.IntN(4)
+		}
+	}
+	for _, k := range boundNames {
+		if pick(15) {
+			s[k] = json.Number(numbers[r.IntN(len(numbers)-3)]) // not past float64's range
+		}
+	}
+	if pick(10) {
+		enum := []any{}
+		for _, e := range append(fastStrings, "true", "null") {
+			if pick(40) {
+				var v any
+				json.Unmarshal([]byte(e), &v)
+				enum = append(enum, v)
+			}
+		}
+		s["enum"] = enum
+	} else if pick(5) {
+		s["const"] = "a"
+	}
+	if pick(10) {
+		s["title"] = "t"
+	}
+	return s
+}
+
+// genEvent draws a JSON text from schema, mostly of its types and names, sometimes repeating a name.
+func genEvent(r *rand.Rand, schema any, depth int) string {
+	s, _ := schema.(map[string]any)
+	kind := typeNames[r.IntN(len(typeNames))]
+	if t, ok := s["type"].(string); ok && r.IntN(5) > 0 {
+		kind = t
+	} else if ts, ok := s["type"].([]any); ok && len(ts) > 0 && r.IntN(5) > 0 {
+		kind = ts[r.IntN(len(ts))].(string)
+	}
+	if depth > 3 {
+		kind = "null"
+	}
+	switch kind {
+	case "object":
+		var members []string
+		props, _ := s["properties"].(map[string]any)
+		for _, name := range []string{"a", "b", "c", "d", "a"} {
+			if r.IntN(2) == 0 {
+				key := fmt.Sprintf("%q", name)
+				if r.IntN(5) == 0 {
+					key = fmt.Sprintf(`"\u%04x"`, name[0])
+				}
+				sub := cmpSel[any](props[name] != nil, props[name], s["additionalProperties"])
+				members = append(members, key+":"+genEvent(r, sub, depth+1))
+			}
+		}
+		return "{" + strings.Join(members, ",") + "}"
+	case "array":
+		var items []string
+		for range r.IntN(4) {
+			items = append(items, genEvent(r, s["items"], depth+1))
+		}
+		return "[" + strings.Join(items, ",") + "]"
+	case "number", "integer":
+		return numbers[r.IntN(len(numbers))]
+	case "string":
+		return fastStrings[r.IntN(len(fastStrings))]
+	case "boolean":
+		return []string{"true", "false"}[r.IntN(2)]
+	}
+	return "null"
+}
+
+// FuzzFast: whatever the schema and the event, the fast check passes only what the library passes.
+//
+//	go test -run '^$' -fuzz FuzzFast -fuzztime 5m ./internal/validate
+func FuzzFast(f *testing.F) {
+	schema, err := os.ReadFile(benchSchema)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(string(schema), benchEvent())
+	f.Add(`{"type": "object", "required": ["a"], "properties": {"a": {"type": "integer", "minimum": 1}}}`, []byte(`{"a": 1}`))
+	f.Add(`{"items": {"enum": ["x", null]}, "minItems": 1}`, []byte(`["x", null]`))
+	f.Add(`{"type": "string", "maxLength": 2}`, []byte(`"\u00e9\u00e9"`))
+	f.Fuzz(func(t *testing.T, schema string, ev []byte) {
+		v, err := compileString(t, schema)
+		if err != nil {
+			return
+		}
+		if fast, lib := verdicts(v, ev); fast && !lib {
+			t.Fatalf("schema %s, event %q: the fast check passes what the library refuses", schema, ev)
+		}
+	})
+}
