@@ -84,7 +84,8 @@ func TestFastPassesOnlyWhatTheLibraryPasses(t *testing.T) {
 		{`{"const": "x"}`, `"y"`, false},
 		{`{"required": ["a"]}`, `{"\u0061": 1}`, true},
 		{`{"required": ["a", "b"]}`, `{"a": 1}`, false},
-		{`{"maxProperties": 1}`, `{"a": 1, "a": 2}`, false}, // a repeated name: the library decides
+		{`{"maxProperties": 1}`, `{"a": 1, "a": 2}`, false},      // a repeated name: the library decides
+		{`{"minProperties": 2}`, `{"a": 1, "\u0061": 2}`, false}, // (which sees one name)
 		{`{"properties": {"a": {"type": "string"}}}`, `{"a": 1, "a": "x"}`, false},
 		{`{"additionalProperties": false, "properties": {"a": true}}`, `{"a": 1}`, true},
 		{`{"additionalProperties": {"type": "string"}, "required": ["b"]}`, `{"b": 1}`, false},

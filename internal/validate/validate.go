@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -141,10 +142,12 @@ func compileFile(file string) (*jsonschema.Schema, *fast, error) {
 	c.DefaultDraft(jsonschema.Draft2020)
 	// Only local files: a schema that names a URL is refused, not fetched.
 	c.UseLoader(jsonschema.SchemeURLLoader{"file": fileLoader{}})
-	if err := c.AddResource(abs, doc); err != nil {
+	// As a URL: a '#' in a file name would otherwise start a fragment, the part of the file compiled.
+	loc := (&url.URL{Scheme: "file", Path: abs}).String()
+	if err := c.AddResource(loc, doc); err != nil {
 		return nil, nil, err
 	}
-	sch, err := c.Compile(abs)
+	sch, err := c.Compile(loc)
 	for _, inst := range []any{nil, map[string]any{}, []any{}} {
 		// A $ref cycle that reads nothing of the event ({"$ref": "#"}) compiles, then refuses every
 		// event.
@@ -153,7 +156,7 @@ func compileFile(file string) (*jsonschema.Schema, *fast, error) {
 		}
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("not a valid JSON Schema: %s", strings.ReplaceAll(err.Error(), "file://"+abs, "the file"))
+		return nil, nil, fmt.Errorf("not a valid JSON Schema: %s", strings.ReplaceAll(err.Error(), loc, "the file"))
 	}
 	return sch, compileFast(doc, true), nil
 }

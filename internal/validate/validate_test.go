@@ -128,6 +128,26 @@ func TestCompileRecursiveSchema(t *testing.T) {
 	}
 }
 
+// A '#' in a schema's file name is part of the name: it compiled the part of the file the rest named
+// as a fragment (the fast check then passed what the library refused: a review of it).
+func TestCompileFileNameWithHash(t *testing.T) {
+	for _, name := range []string{"t#%2Fproperties%2Fa", "order #1.json"} {
+		file := write(t, name, `{"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"], "$defs": {"x": {"$ref": "#/$defs/y"}, "y": true}}`)
+		v, err := Compile(map[string]string{"t": file}, "", nil)
+		if err != nil {
+			t.Fatalf("%q: %v", name, err)
+		}
+		for _, ev := range []string{`1`, `{"a": "x"}`, `{"a": 1, "b": 1}`} {
+			if err := v.Check("orders.t", []byte(ev)); err == nil {
+				t.Errorf("%q: %s passed, though the schema refuses it", name, ev)
+			}
+		}
+		if err := v.Check("orders.t", []byte(`{"a": "x", "b": 1}`)); err != nil {
+			t.Errorf("%q: %v", name, err)
+		}
+	}
+}
+
 // A schema file, or a file it refers to, that is a FIFO would block a read for ever: check, start
 // and a reload hung; it is refused, named.
 func TestCompileRefusesAFIFO(t *testing.T) {
