@@ -112,8 +112,7 @@ type Appliance struct {
 // components, which [Appliance.Close] stops in the reverse order:
 //
 //  1. validate cfg and the files it names (TLS certificates, schemas);
-//  2. the store: preflight (store_dir, free disk), its lock, the run
-//     marker, a legacy layout moved;
+//  2. the store: preflight (store_dir, free disk), its lock, the run marker, a legacy layout moved;
 //  3. the admin handler and listener, so that a busy port fails at once
 //     and /readyz answers "recovering" during a long recovery;
 //  4. group commit's watch (durability "group-commit": nats-server's file
@@ -364,22 +363,18 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 // Close stops the appliance and waits. It stops the components [Start] started, last started first,
 // each completely (its stop step, then its goroutines) before the next:
 //
-//  1. admission's line (a publish waiting in it is answered 429), then the
-//     admin listener's intake: it stops taking requests and finishes those
-//     in flight;
+//  1. admission's line (a publish waiting in it is answered 429), then the admin listener's intake:
+//     it stops taking requests and finishes those in flight;
 //  2. the durable guard;
 //  3. a hub's source watcher, then its connection drains;
 //  4. the projection rebuild: a fold under way stops, and the next start
 //     goes on from its last durable position;
-//  5. the processor: it stops fetching, finishes and acks the events it
-//     holds;
+//  5. the processor: it stops fetching, finishes and acks the events it holds;
 //  6. the order index's watch;
-//  7. the store guard: no restart of nats from here on (one under way is
-//     waited for);
+//  7. the store guard: no restart of nats from here on (one under way is waited for);
 //  8. the processor's connection drains, then the publisher's, then the internal one;
-//  9. nats-server shuts down (Shutdown + WaitForShutdown: every stream
-//     flushed and closed, group commit syncing and answering every
-//     publish it holds first);
+//  9. nats-server shuts down (Shutdown + WaitForShutdown: every stream flushed and closed, group
+//     commit syncing and answering every publish it holds first);
 //  10. group commit's watch stops;
 //  11. the admin listener closes;
 //  12. after a clean stop the store is marked stopped (the next start

@@ -131,14 +131,12 @@ type JetStreamConfig struct {
 	MaxMemoryStore int64
 	// Durability says what a publish ack means ([jetstream] durability):
 	//
-	//   - DurabilityGroupCommit ("group-commit"): orderstore acks each event
-	//     once one sync of the store made it durable; a sync covers every
-	//     event stored while the one before ran. An acknowledged event
-	//     survives power loss, at far more events per second than "always".
+	//   - DurabilityGroupCommit ("group-commit"): orderstore acks each event once one sync of the
+	//     store made it durable; a sync covers every event stored while the one before ran. An
+	//     acknowledged event survives power loss, at far more events per second than "always".
 	//   - DurabilityAlways ("always"): nats fsyncs before every ack.
-	//   - DurabilityInterval ("interval"): nats fsyncs every SyncInterval;
-	//     a process crash loses nothing, a power cut can lose up to
-	//     SyncInterval of acknowledged events.
+	//   - DurabilityInterval ("interval"): nats fsyncs every SyncInterval; a process crash loses
+	//     nothing, a power cut can lose up to SyncInterval of acknowledged events.
 	//
 	// "" chooses: "interval" when SyncInterval is set, else "group-commit" on a single node and
 	// "always" in a cluster (where the stream leader's quorum, on other hosts, acks an event).
