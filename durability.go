@@ -28,10 +28,6 @@ func (c Config) DurabilityMode() string {
 	return DurabilityGroupCommit
 }
 
-// relaxedSync reports whether nats syncs on a timer ("interval"), so that
-// a power cut may lose acknowledged events.
-func (c Config) relaxedSync() bool { return c.DurabilityMode() == DurabilityInterval }
-
 // natsSyncInterval is the embedded server's sync_interval: 0 (always) for
 // "always", the interval for "interval", and nats' own default (2 min) for
 // group commit, where orderstore's syncs make events durable.

@@ -255,7 +255,7 @@ func (h handlerTarget) HighWater(context.Context) (uint64, error) { return 0, ni
 // group commit or in "always" (nats acked each write once synced), an fsync of the streams' files
 // with a relaxed interval.
 func (a *Appliance) syncStreams(ctx context.Context, streams ...string) error {
-	if !a.cfg.relaxedSync() {
+	if a.cfg.DurabilityMode() != DurabilityInterval {
 		return nil
 	}
 	dir := storedir.Dir(a.report.StoreDir)
