@@ -47,8 +47,7 @@ func Preflight(cfg Config) (PreflightReport, error) {
 // CheckStored compares cfg with what its store already holds (the streams', the consumer's and the
 // bucket's stored configs, read from the store directory without starting nats; a running instance
 // may hold it): every change Start would refuse as a *[DriftError], joined. A new store, or an
-// object it does not hold yet, passes. `orderstore check` runs it, so that check refuses what run
-// refuses.
+// object it does not hold yet, passes. `orderstore check` runs it: check refuses what run refuses.
 func CheckStored(cfg Config) error {
 	dir, err := filepath.Abs(cfg.JetStream.StoreDir)
 	if err != nil {

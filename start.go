@@ -208,9 +208,8 @@ func (a *Appliance) declare(ctx context.Context) error {
 	return nil
 }
 
-// checkStore runs what start-up checks after the declaration: the projection's high-water mark
-// against the stream (lost sequences forgotten), this run's epoch recorded, the metadata nats wrote
-// made durable.
+// checkStore runs the checks after the declaration: the projection's high-water mark against the
+// stream (lost sequences forgotten), this run's epoch recorded, nats' metadata made durable.
 func (a *Appliance) checkStore(ctx context.Context) error {
 	if err := a.clusterRetry(ctx, "projection", func(c context.Context) (err error) {
 		if a.reads.Live, err = NewProjection(c, a.js, a.cfg); err != nil {

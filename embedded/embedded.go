@@ -164,12 +164,11 @@ type Config struct {
 	// refused. MaxSubscriptions caps a connection's subscriptions (0: unlimited).
 	MaxConnections, MaxSubscriptions int
 
-	// DropForSlowConsumers: a message to a connection that has fallen behind (three quarters of
-	// nats' max_pending, 64 MiB, waiting for it) is dropped for that connection, and a producer's
-	// request that nobody else took is answered 503 no responders, instead of stalling the producer
-	// up to 10 ms per read and, once max_pending is full, closing the slow connection with
-	// everything it had waiting (nats' no_fast_producer_stall). A slow reader then costs only
-	// itself.
+	// DropForSlowConsumers: a message to a connection that has fallen behind (3/4 of nats'
+	// max_pending, 64 MiB, waiting for it) is dropped for that connection, and a producer's request
+	// that nobody else took is answered 503 no responders, instead of stalling the producer up to
+	// 10 ms per read and, once max_pending is full, closing the slow connection with everything it
+	// had waiting (nats' no_fast_producer_stall). A slow reader then costs only itself.
 	DropForSlowConsumers bool
 
 	// OnError, if set, is called with every error line nats-server logs (a stream's critical write

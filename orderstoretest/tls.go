@@ -117,8 +117,7 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 // server is down. (Outgoing connections to it come from 127.0.0.1, and the ports lie below the
 // kernel's ephemeral range, net.ipv4.ip_local_port_range, where every random port of a listener on
 // all addresses comes from.) Each call returns further ports of the same address; the server
-// certificate of [TLS] for the same t is valid for it. Config validation counts it as loopback, as
-// 127.0.0.1.
+// certificate of [TLS] for the same t is valid for it. Config validation counts it as loopback.
 //
 // Where 127.0.0.1 is the only loopback address (macOS), they are ports of
 // 127.0.0.1 that were free a moment ago.

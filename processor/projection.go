@@ -145,8 +145,7 @@ type Projection struct {
 
 // NewProjection returns the projection over kv; js publishes its writes. Give js a bound on the
 // wait for a write's ack (jetstream.WithPublishAsyncTimeout; the appliance uses 10s): a write whose
-// ack is lost with a cluster node that died would otherwise hold the processor's partition for
-// good.
+// ack is lost with a dead cluster node would otherwise hold the processor's partition for good.
 func NewProjection(js jetstream.JetStream, kv jetstream.KeyValue) *Projection {
 	return &Projection{js: js, kv: kv, prefix: "$KV." + kv.Bucket() + ".", cache: make(map[string]cached)}
 }

@@ -75,9 +75,8 @@ func EventMsg(id, typ string, size int) *nats.Msg {
 	return &nats.Msg{Subject: "orders." + typ, Data: data}
 }
 
-// Retryable is a publish the appliance asks to send again: a 429 (admission sheds load after 2 s
-// in line: "publish it again after a moment") or no responders (the account's publishes are
-// paused).
+// Retryable is a publish the appliance asks to send again: a 429 (admission sheds load after 2 s in
+// line) or no responders (the account's publishes are paused).
 func Retryable(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||

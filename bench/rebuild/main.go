@@ -1,7 +1,6 @@
 // Command rebuild benchmarks the projection rebuild (Appliance.RebuildProjection) against the
 // issue's two goals: twice the live processor's rate, and live ingest keeping 0.8 of its rate while
-// a rebuild runs. bench/README.md, "bench/rebuild", says what each step measures and holds the
-// figures.
+// a rebuild runs. bench/README.md, "bench/rebuild", has what each step measures and the figures.
 //
 //	go run ./bench/rebuild                  # 1M events over 10k orders, ~5 min on 2 cores
 package main

@@ -312,8 +312,7 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 		}
 		floor := cons.CachedInfo().AckFloor.Stream
 		// A bucket made after the consumer (projection_bucket renamed, the bucket deleted or moved
-		// away) holds none of the events the consumer acknowledged before, and it never delivers
-		// them again.
+		// away) holds none of the events the consumer acknowledged before (never delivered again).
 		if ki := kvs.CachedInfo(); floor > 0 && ki.State.Msgs == 0 && ki.Created.After(cons.CachedInfo().Created) {
 			why = fmt.Sprintf("projection bucket %q is new (processor.projection_bucket renamed, or the bucket deleted or moved away?) while consumer %q has acknowledged events up to sequence %d",
 				spec.Projection.Bucket, spec.Consumer.Durable, floor)

@@ -108,9 +108,8 @@ func (d Dir) MarkStopped() error {
 var ErrBothAccounts = errors.New("streams in both accounts")
 
 // MoveAccount moves account from's streams to account to, once, before nats starts (a store written
-// before accounts existed keeps them in nats' global account). Nothing moves when from holds no
-// stream. A rename within one directory is atomic; the directory is synced so the move survives a
-// power cut.
+// before accounts existed keeps them in nats' global account). Nothing moves when from has none. A
+// rename within one directory is atomic; the directory is synced: the move survives a power cut.
 func (d Dir) MoveAccount(from, to string) (moved bool, err error) {
 	old, cur := d.Account(from), d.Account(to)
 	if _, err := os.Stat(old); errors.Is(err, os.ErrNotExist) {
