@@ -225,8 +225,7 @@ var startSteps = []struct {
 // server returns the embedded server running now.
 func (a *Appliance) server() *embedded.Server { return a.nats.Current() }
 
-// ClientURL returns the URL NATS clients connect to, with the real port
-// even when Server.Port was -1.
+// ClientURL returns the URL NATS clients connect to, with the real port (also for Server.Port -1).
 func (a *Appliance) ClientURL() string { return a.server().ClientURL() }
 
 // clientURLForLog is ClientURL as a client must spell it: tls:// when

@@ -118,9 +118,8 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 		MaxBytes:    p.DeadLetterMaxBytes,
 		MaxMsgSize:  int32(c.Server.MaxPayload),
 		Discard:     jetstream.DiscardOld,
-		// A dead letter's Nats-Msg-Id names its event: an event dead-lettered again (a consumer
-		// declared again from the start, a restored backup replayed) is stored once while the dead
-		// letters are kept.
+		// A dead letter's Nats-Msg-Id names its event: an event dead-lettered again (its consumer
+		// declared again, a restored backup replayed) is stored once while dead letters are kept.
 		Duplicates:  cmp.Or(p.DeadLetterMaxAge, 720*time.Hour),
 		Replicas:    st.Replicas,
 		AllowDirect: true,

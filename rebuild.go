@@ -251,9 +251,8 @@ func (h handlerTarget) Takeover(ctx context.Context, _ *rebuild.Takeover) error 
 }
 func (h handlerTarget) HighWater(context.Context) (uint64, error) { return 0, nil } // the handler's own storage
 
-// syncStreams makes the named streams' writes durable, as the durability mode asks: nothing with
-// group commit or in "always" (nats acked each write once synced), an fsync of the streams' files
-// with a relaxed interval.
+// syncStreams makes the streams' writes durable as the durability mode asks: nothing with group
+// commit or "always" (nats acked each write once synced), an fsync of their files in "interval".
 func (a *Appliance) syncStreams(ctx context.Context, streams ...string) error {
 	if a.cfg.DurabilityMode() != DurabilityInterval {
 		return nil

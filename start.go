@@ -80,9 +80,8 @@ func (a *Appliance) openStore(context.Context) error {
 	return nil
 }
 
-// lockStore checks c's key against the store (reading only: a key that does not fit changes no byte
-// of it), runs the preflight and takes the store's lock; a new encrypted store gets its key check
-// before nats writes anything.
+// lockStore checks c's key against the store (reading only: a wrong key changes nothing), runs the
+// preflight and takes the lock; a new encrypted store gets its key check before nats writes a byte.
 func (c Config) lockStore() (*bootstrap.Lock, bootstrap.Report, error) {
 	write, err := storeKey(c.JetStream.StoreDir, c.JetStream)
 	if err != nil {

@@ -87,8 +87,7 @@ func (l *Listener) Err() error {
 	}
 }
 
-// Shutdown stops taking requests and finishes those in flight, up to ctx;
-// then it closes what is left.
+// Shutdown stops taking requests and finishes those in flight up to ctx, then closes the rest.
 func (l *Listener) Shutdown(ctx context.Context) error {
 	if err := l.hs.Shutdown(ctx); err != nil {
 		l.hs.Close()

@@ -81,8 +81,7 @@ func ordersQuery(v url.Values) (orderindex.Query, error) {
 	return q, errors.Join(errs...)
 }
 
-// ordersStatus counts the orders by status: the largest MaxOrderStatuses
-// statuses, the rest as other.
+// ordersStatus counts orders by status: the MaxOrderStatuses largest, the rest as "other".
 func ordersStatus(x *orderindex.Index, staleAfter map[string]time.Duration) *status.OrdersStatus {
 	st := &status.OrdersStatus{Statuses: []status.OrderCount{}}
 	select {

@@ -26,8 +26,7 @@ const (
 	CipherAES    = "aes-256-gcm"
 )
 
-// Config describes one embedded server. It is plain data; the zero value is
-// valid except for StoreDir.
+// Config describes one embedded server: plain data, valid at its zero value but for StoreDir.
 type Config struct {
 	// StoreDir is the JetStream storage directory. Required. Streams live in StoreDir/jetstream.
 	// Start locks it ([LockFileName] in it) until the server stops, and refuses with ErrLocked a
@@ -60,9 +59,8 @@ type Config struct {
 	MaxStore  int64
 
 	// SyncInterval is how often stream files are fsynced. 0 means fsync before every publish ack
-	// (nats "sync_interval: always"), so an acknowledged message survives power loss. A positive
-	// interval trades that for throughput: a process crash loses nothing, a power loss can lose up
-	// to the interval.
+	// (nats "sync_interval: always"): an acked message survives power loss. A positive interval
+	// trades that for throughput: a process crash loses nothing, a power loss up to the interval.
 	SyncInterval time.Duration
 
 	// GroupCommit makes every single-replica file stream (key-value buckets included) acknowledge a
@@ -112,8 +110,7 @@ type Config struct {
 	// Debug and Trace turn on nats-server's debug and protocol trace logs.
 	Debug, Trace bool
 
-	// DontListen opens no TCP listener: clients connect in-process only
-	// (nats.InProcessServer(srv)).
+	// DontListen opens no TCP listener: clients connect in-process (nats.InProcessServer(srv)).
 	DontListen bool
 
 	// SystemUser and SystemPassword, when both set, define a user in the
@@ -183,8 +180,7 @@ type User struct {
 	// signs in with that public user nkey ("U..."), and Name only labels it.
 	Name, Password string
 	Nkey           string
-	// Account is the account the user lands in: one of Config.Accounts,
-	// or "" for the default account.
+	// Account is the account the user lands in: one of Config.Accounts, or "" for the default one.
 	Account string
 	// Publish and Subscribe list the subjects the user may publish to and
 	// subscribe to. Empty means everything. JetStream clients also need
@@ -223,9 +219,8 @@ type LeafNode struct {
 	// Users are more users leaf peers may sign in as, each with lists of its own (see FromLeaf).
 	Users []LeafUser
 	// FromLeaf and ToLeaf, when set (with User), are allow lists for the listener's leaf
-	// connections: the subjects a leaf peer may send into this server (its publishes and the
-	// replies it gives), and those this server sends out to it (what the peer may subscribe to).
-	// Empty means everything.
+	// connections: the subjects a leaf peer may send into this server (its publishes and replies),
+	// and those this server sends it (what the peer may subscribe to). Empty: everything.
 	FromLeaf, ToLeaf []string
 	// TLS secures the listener.
 	TLS *tls.Config

@@ -69,8 +69,7 @@ func (p *Projection) bucketOnce(ctx context.Context) (atomic, replicated bool) {
 // loadLatest is load where its answer must be the latest: from the bucket's leader when the bucket
 // has replicas (a direct get may be answered by one that lags), else a direct get (its only server
 // is the leader, and direct gets do not queue behind the JetStream API), unless that finds no
-// order: a deleted one's marker has a revision that a write must expect, which only the leader's
-// answer gives.
+// order: a deleted one's marker has a revision a write must expect, which only the leader gives.
 func (p *Projection) loadLatest(ctx context.Context, id string) (record, uint64, error) {
 	if _, replicated := p.bucketOnce(ctx); !replicated {
 		if r, rev, err := p.load(ctx, id); err != nil || rev != 0 {

@@ -40,8 +40,7 @@ const (
 	HeaderReplayOf = "Orderstore-Replay-Of"
 )
 
-// maxDeadLetterHeaders keeps a dead letter's headers under nats' 64 KiB
-// limit on a message's headers.
+// maxDeadLetterHeaders keeps a dead letter's headers under nats' 64 KiB limit on headers.
 const maxDeadLetterHeaders = 60 << 10
 
 // maxDeadLetterSubject bounds the part of a dead letter's subject taken from the original's.

@@ -18,8 +18,7 @@ import (
 // Order is one order's projected state, as [Projection.Get] returns it.
 type Order struct {
 	OrderID string `json:"order_id"`
-	// Status is the status of the latest event (by stream sequence): its
-	// "status" field, else its type.
+	// Status is the latest event's (by stream sequence) "status" field, else its type.
 	Status string `json:"status"`
 	// LastEvent is the type of the latest event.
 	LastEvent string `json:"last_event"`
@@ -28,8 +27,7 @@ type Order struct {
 	FirstSeq uint64 `json:"first_seq"`
 	// Events counts the events applied.
 	Events int `json:"events"`
-	// FirstEventAt and LastEventAt are the stream times of the earliest and
-	// the latest applied event.
+	// FirstEventAt and LastEventAt are the stream times of the first and the last applied event.
 	FirstEventAt time.Time `json:"first_event_at"`
 	LastEventAt  time.Time `json:"last_event_at"`
 	// UpdatedAt is when this record was last written.
@@ -411,8 +409,7 @@ func (p *Projection) HighWater(ctx context.Context, window int) (uint64, error) 
 // Unapplied looks, from sequence to down to from (at most max events, and none stored before
 // notBefore), for a valid order event in stream s that the projection does not hold: an event
 // acknowledged but whose projection write was lost (a power cut with a relaxed sync_interval).
-// Poison events are skipped (they are dead letters, never applied). It returns the first such
-// sequence found.
+// Poison events (dead letters, never applied) are skipped. It returns the first one found.
 func (p *Projection) Unapplied(ctx context.Context, s jetstream.Stream, from, to uint64, max int, notBefore time.Time) (uint64, bool, error) {
 	for seq, n := to, 0; seq >= from && seq > 0 && n < max; seq, n = seq-1, n+1 {
 		m, err := s.GetMsg(ctx, seq)

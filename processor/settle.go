@@ -80,8 +80,7 @@ func (p *Processor) deadLetterUnapplied(ctx context.Context, it item, cause erro
 	p.deadLetter(ctx, it.msg, it.ev, cause, dls)
 }
 
-// settle acks, naks or dead-letters a handled event by what its handler
-// returned (err), and counts it.
+// settle acks, naks or dead-letters a handled event by its handler's err, and counts it.
 func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLetters) {
 	m, ev := it.msg, it.ev
 	switch {
@@ -149,8 +148,7 @@ type storeErr struct{ error }
 
 func (e storeErr) Unwrap() error { return e.error }
 
-// tries is how many deliveries of ev counted against max_deliver: those that failed for the
-// store (storeFailure) do not.
+// tries counts ev's deliveries against max_deliver, less those the store failed (storeFailure).
 func (p *Processor) tries(ev Event) uint64 {
 	p.recMu.Lock()
 	defer p.recMu.Unlock()
