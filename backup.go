@@ -294,9 +294,8 @@ func (cfg Config) restoreConfig() Config {
 	return c
 }
 
-// backupTar writes a backup as a tar stream: the backup is made in a
-// directory under the store (same disk, no memory), then sent, then
-// removed; one a crash left is removed at the next start (openStore).
+// backupTar writes a backup as a tar: the backup is made in a directory under the store (same disk,
+// no memory), then sent, then removed; one a crash left is removed at the next start (openStore).
 func (a *Appliance) backupTar(ctx context.Context, w io.Writer) error {
 	// One backup at a time: each takes the store's size again on its disk.
 	if !a.backupMu.TryLock() {

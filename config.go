@@ -63,9 +63,8 @@ type ServerConfig struct {
 	// AllowPlaintext silences the warning a non-loopback Host without TLS
 	// logs at every start (for labs).
 	AllowPlaintext bool
-	// MaxConnections caps client connections; past it new clients are
-	// refused, so a flood cannot exhaust the process's file descriptors.
-	// Default 4096 (the systemd unit allows 65536 descriptors).
+	// MaxConnections caps client connections; past it new clients are refused, so a flood cannot
+	// exhaust the process's file descriptors. Default 4096 (the systemd unit allows 65536).
 	MaxConnections int
 	// MaxSubscriptions caps one connection's subscriptions. Default 10000; 0 is unlimited.
 	MaxSubscriptions int
@@ -101,8 +100,7 @@ type TLSConfig = natsconf.TLSConfig
 
 // Roles of a [User].
 const (
-	// RoleProducer may publish to the stream's subjects and receive its
-	// own publish acks, nothing else.
+	// RoleProducer may publish to the stream's subjects and get its own publish acks, nothing else.
 	RoleProducer = natsconf.RoleProducer
 	// RoleReader may read stream and consumer info, read events (ordered
 	// consumers, its own durable consumers) and the projection; it cannot

@@ -23,6 +23,5 @@
 // an error after stopping whatever it had started. [Appliance.Wait] returns when a part fails;
 // [Appliance.Close] stops the parts in the reverse order, each completely before the next.
 //
-// Package orderstoretest starts a whole appliance per test; package
-// embedded/embeddedtest a bare broker.
+// Package orderstoretest starts an appliance per test; package embedded/embeddedtest a bare broker.
 package orderstore

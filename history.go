@@ -72,10 +72,9 @@ func (a *Appliance) orderEvents(ctx context.Context, id string, from, limit int,
 	return page, err
 }
 
-// OrderAsOf returns an order's state as of point: the fold of its events up to it, by the same code
-// as the live projection. An order without events up to the point (or an unknown or invalid id)
-// matches [ErrNotFound]; a point before the first event the stream still holds matches
-// [ErrNotRetained].
+// OrderAsOf returns an order's state as of point: the fold of its events up to it, by the live
+// projection's code. An order without events up to the point (or an unknown or invalid id) matches
+// [ErrNotFound]; a point before the first event the stream still holds matches [ErrNotRetained].
 func (a *Appliance) OrderAsOf(ctx context.Context, id string, point AsOf) (OrderAsOf, error) {
 	return a.FoldOrderEvents(ctx, id, point, nil)
 }

@@ -184,8 +184,7 @@ func (c Config) DeclareSpec() bootstrap.Spec {
 	return spec
 }
 
-// historySpec is the stream of history index hb, read as a KV bucket
-// ("KV_<hb>"), hmax bytes at most.
+// historySpec is history index hb's stream, read as a KV bucket ("KV_<hb>"), hmax bytes at most.
 func (c Config) historySpec(hb string, hmax int64) *jetstream.StreamConfig {
 	st := c.Stream
 	return &jetstream.StreamConfig{

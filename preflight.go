@@ -16,9 +16,8 @@ import (
 // JetStream already uses, and the warnings let through by AllowLowDisk.
 type PreflightReport = bootstrap.Report
 
-// DriftError is a difference between cfg and a stream, bucket or consumer
-// already stored that [Start] refuses to apply because it would lose data
-// or change semantics; it names every difference.
+// DriftError is a difference between cfg and a stream, bucket or consumer already stored that
+// [Start] refuses to apply: it would lose data or change semantics; it names every difference.
 type DriftError = bootstrap.DriftError
 
 // ErrLocked is matched (errors.Is) when another live process holds the store directory.

@@ -78,8 +78,7 @@ func (a *Appliance) RebuildStatus() *Rebuild {
 	return a.rebuild.Status()
 }
 
-// CancelRebuild stops the rebuild under way and drops its shadow; the
-// live projection stays as it was.
+// CancelRebuild stops the rebuild under way and drops its shadow; the live projection stays as is.
 func (a *Appliance) CancelRebuild() error {
 	if a.rebuild == nil {
 		return ErrNoRebuild

@@ -228,8 +228,7 @@ func (a *Appliance) pauseEveryProcessor(ctx context.Context) (func(), error) {
 	}, nil
 }
 
-// resumeEveryProcessor ends the durable's pause, retrying while the
-// consumer's group elects a leader.
+// resumeEveryProcessor ends the durable's pause, retrying while the consumer group elects a leader.
 func (a *Appliance) resumeEveryProcessor() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -27,9 +27,8 @@ import (
 	"github.com/orderstore/orderstore/processor"
 )
 
-// openStore runs the preflight, takes the store's lock and marks it
-// running. Preflight comes before the admin listener: a second instance
-// on the same store is told so, not that the admin port is busy.
+// openStore runs the preflight, takes the store's lock and marks it running. Preflight comes before
+// the admin listener: a second instance on the store is told so, not that the admin port is busy.
 func (a *Appliance) openStore(context.Context) error {
 	cfg, log := a.cfg, a.log
 	lock, rep, err := cfg.lockStore()

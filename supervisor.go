@@ -51,9 +51,8 @@ const defaultStopTimeout = 30 * time.Second
 // before the one before it. Run returns when the closer returns (stop) or when a step fails (a
 // failed start).
 //
-// A component whose goroutine fails does not stop the group: it is the
-// appliance's failure (the first one is kept), Done closes and readiness
-// names it, and the owner calls Close, as the CLI does.
+// A component whose goroutine fails does not stop the group: it is the appliance's failure (the
+// first one is kept), Done closes and readiness names it; the owner calls Close, as the CLI does.
 type supervisor struct {
 	log    *slog.Logger
 	stages []*stage // in start order

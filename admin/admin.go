@@ -81,8 +81,7 @@ type Config struct {
 	StoreDir     string
 	FreeBytes    func() (uint64, error)
 	DiskHeadroom int64
-	// MaxStore is jetstream.max_file_store in bytes (0: the account's
-	// JetStream limit, if it has one).
+	// MaxStore is jetstream.max_file_store in bytes (0: the account's JetStream limit, if any).
 	MaxStore int64
 
 	Build status.BuildInfo
@@ -267,9 +266,8 @@ func (s *Server) auth(h http.Handler) http.Handler {
 	})
 }
 
-// login takes the token from the dashboard's form (the body only, never
-// the query string, which ends up in logs and history) and answers with a
-// session cookie holding a random id, never the token.
+// login takes the token from the dashboard's form (the body only, never the query string, which
+// ends up in logs and history) and answers with a session cookie of a random id, never the token.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Token == "" {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
@@ -635,9 +633,8 @@ func (s *Server) poisonAgain(ctx context.Context, b *Backend, seq uint64) string
 	return ""
 }
 
-// backup streams a backup of the stream, the dead letters and the
-// projection as a tar (the layout `orderstore backup` writes to its
-// directory). It may take long: the write deadline is lifted for it.
+// backup streams a backup of the stream, the dead letters and the projection as a tar (the layout
+// `orderstore backup` writes to its directory). It may take long: its write deadline is lifted.
 func (s *Server) backup(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	if b.Backup == nil {
 		return errorf(http.StatusNotImplemented, "backups are not available here")

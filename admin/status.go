@@ -8,8 +8,7 @@ import (
 	"github.com/orderstore/orderstore/status"
 )
 
-// collectStatus gathers everything; parts that fail are named in Errors
-// instead of failing the whole.
+// collectStatus gathers everything; parts that fail are named in Errors, not failing the whole.
 func (s *Server) collectStatus(ctx context.Context, b *Backend) status.Status {
 	st := status.Status{Durability: s.durability(), Build: s.cfg.Build, Time: time.Now().UTC(), Recovery: b.Recovery,
 		Stream:      status.StreamStatus{Name: s.cfg.Stream, MaxBytes: s.cfg.MaxBytes, MaxMsgs: s.cfg.MaxMsgs, MaxAgeSeconds: s.cfg.MaxAge.Seconds()},

@@ -34,8 +34,7 @@ type Spec struct {
 	Aggregate *jetstream.StreamConfig
 }
 
-// ConsumerStream is the stream the durable consumer reads: Aggregate's
-// when there is one, else Stream's.
+// ConsumerStream is the stream the durable consumer reads: Aggregate's if any, else Stream's.
 func (s Spec) ConsumerStream() string {
 	if s.Aggregate != nil {
 		return s.Aggregate.Name
@@ -43,9 +42,8 @@ func (s Spec) ConsumerStream() string {
 	return s.Stream.Name
 }
 
-// Streams returns the names of the spec's streams, the projection's
-// ("KV_<bucket>") included, in the order a backup snapshots them: the
-// projection and its history index first, the stream after them.
+// Streams returns the spec's stream names, the projection's ("KV_<bucket>") included, in the order
+// a backup snapshots them: the projection and its history index first, the stream after them.
 func (s Spec) Streams() []string {
 	var names []string
 	if s.Projection != nil {
@@ -141,8 +139,7 @@ func declareStream(ctx context.Context, js jetstream.JetStream, w *jetstream.Str
 			res.Created = append(res.Created, obj)
 			return nil
 		case errors.Is(cerr, jetstream.ErrStreamNameAlreadyInUse):
-			// Another node of a cluster created it a moment ago: compare
-			// with the one that is there.
+			// Another node of a cluster created it a moment ago: compare with the one there.
 			s, err = js.Stream(ctx, want.Name)
 		default:
 			return errorf("declare", obj, streamHint(cerr), cerr)

@@ -20,9 +20,8 @@ func FreeBytes(dir string) (uint64, error) {
 	return st.Bavail * uint64(st.Bsize), nil
 }
 
-// ChownLikeDir gives path, and all under it, the owner of dir when running
-// as root (lockOwner): what root leaves in the service user's store (a
-// lock file, a restored store) the service can still open.
+// ChownLikeDir gives path and all under it the owner of dir when run as root (lockOwner): what root
+// leaves in the service user's store (a lock file, a restored store) the service can still open.
 func ChownLikeDir(path, dir string) {
 	st, err := os.Stat(dir)
 	if err != nil {

@@ -248,8 +248,7 @@ type LeafRemote struct {
 	LocalAccount string
 	// TLS for the connection; nil for plaintext.
 	TLS *tls.Config
-	// DenyImports and DenyExports keep subjects from crossing the link
-	// (into this server and out of it).
+	// DenyImports and DenyExports keep subjects off the link (into this server and out of it).
 	DenyImports, DenyExports []string
 }
 
@@ -656,8 +655,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}()
 
-	// A captured fatal message is preferred over a timeout or a missing
-	// JetStream: it is the real cause.
+	// A captured fatal message is preferred over a timeout or a missing JetStream: it is the cause.
 	fatalOr := func(err error) error {
 		select {
 		case msg := <-fatal:

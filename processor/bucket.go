@@ -266,9 +266,8 @@ func (p *Projection) forget(id string) {
 	p.mu.Unlock()
 }
 
-// ForgetAll drops every cached record: another writer (a rebuild's
-// takeover) rewrote the bucket. A write from a stale cache entry would
-// only be refused and read again; this saves those round trips.
+// ForgetAll drops every cached record: another writer (a rebuild's takeover) rewrote the bucket. A
+// write from a stale cache entry would only be refused and read again; this saves the round trips.
 func (p *Projection) ForgetAll() {
 	p.mu.Lock()
 	clear(p.cache)

@@ -97,9 +97,8 @@ type Stats struct {
 	// processed, duplicate or dead-lettered. Acks are not confirmed by the server, so one lost on
 	// the way is not counted.
 	AckErrors uint64 `json:"ack_errors"`
-	// RemovedUnprocessed counts events the stream's retention limits
-	// (max_age, max_bytes, max_msgs with discard "old") removed before
-	// the processor was delivered them: they never reach the handler.
+	// RemovedUnprocessed counts events the stream's retention limits (max_age, max_bytes, max_msgs
+	// with discard "old") removed before the processor got them: they never reach the handler.
 	RemovedUnprocessed uint64 `json:"removed_unprocessed"`
 	// Recovered counts events an Exclusive processor was not delivered (another client took them
 	// from its durable) and read from the stream and applied itself.
@@ -465,9 +464,8 @@ loop:
 // under way return (given their canceled context) instead of draining on.
 func (p *Processor) CutDrain() { p.cutDrain() }
 
-// consumer looks the durable up, waiting out what a cluster answers while
-// the consumer's group elects a leader (no reply, no responders) for up to
-// a minute. A consumer that does not exist fails at once.
+// consumer looks the durable up, waiting out what a cluster answers while the consumer's group
+// elects a leader (no reply, no responders) for up to a minute. A missing consumer fails at once.
 func (p *Processor) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	deadline := time.Now().Add(time.Minute)
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {

@@ -61,8 +61,7 @@ type record struct {
 	HistoryUnordered bool   `json:"history_unordered,omitempty"`
 }
 
-// hasApplied reports whether the event with sequence seq is in the record:
-// applied, or withheld from it.
+// hasApplied reports whether event seq is in the record: applied, or withheld from it.
 func (r *record) hasApplied(seq uint64) bool {
 	return seq <= r.AppliedFloor || slices.Contains(r.Applied, seq) || slices.Contains(r.Withheld, seq)
 }
@@ -307,8 +306,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 			for chunk := range slices.Chunk(writes, atomicBatchMax) {
 				first, err := p.commitAtomic(ctx, chunk)
 				if err != nil {
-					// Refused as a whole: fall back to one by one, which
-					// also tells which key moved.
+					// Refused as a whole: go one by one, which also tells which key moved.
 					rest = append(rest, chunk...)
 					continue
 				}

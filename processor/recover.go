@@ -151,8 +151,7 @@ func (p *Processor) unapplied(ctx context.Context, ac AppliedChecker, g seqRange
 	return g.upTo, nil
 }
 
-// safeFloor is the ack floor events are handed out with: the consumer's,
-// below every recovered event.
+// safeFloor is the ack floor events are handed out with: the consumer's, below any recovered event.
 func (p *Processor) safeFloor() uint64 {
 	f := p.ackFloor.Load()
 	p.recMu.Lock()

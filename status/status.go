@@ -37,8 +37,7 @@ type Status struct {
 	Validation *ValidationStats `json:"validation,omitempty"`
 	// Rebuild is the projection rebuild under way, or the last one; absent when none ran.
 	Rebuild *Rebuild `json:"rebuild,omitempty"`
-	// Orders counts the orders by status (the order index); absent when
-	// processor.order_index is off.
+	// Orders counts orders by status (the order index); absent when processor.order_index is off.
 	Orders *OrdersStatus `json:"orders,omitempty"`
 	// ConfigReload is the outcome of the last reload of [validation] (SIGHUP, SetValidation).
 	ConfigReload *ConfigReload `json:"config_reload,omitempty"`
@@ -77,8 +76,7 @@ type Rebuild struct {
 	Total      uint64  `json:"total"`
 	Rate       float64 `json:"rate"`
 	ETASeconds float64 `json:"eta_seconds"`
-	// Paced: the fold yields the CPU to producers, who are publishing
-	// (docs/rebuild.md, "The steps", 2).
+	// Paced: the fold yields the CPU to producers publishing (docs/rebuild.md, "The steps", 2).
 	Paced bool `json:"paced,omitempty"`
 	// Skipped, as the live projection does not hold them either: Poison, events that can never be
 	// applied (whether or not the live processor dead-lettered them); DeadLettered, valid events
@@ -169,8 +167,7 @@ type GuardStats struct {
 	ForeignConsumerRequests uint64 `json:"foreign_consumer_requests"`
 }
 
-// Histogram is a cumulative histogram: Buckets maps each upper bound to
-// the observations at or below it.
+// Histogram is a cumulative histogram: Buckets maps each upper bound to the observations up to it.
 type Histogram struct {
 	Count   uint64             `json:"count"`
 	Sum     float64            `json:"sum"`
@@ -281,8 +278,7 @@ type Topology struct {
 	// Domain is this node's JetStream domain ("" none).
 	Domain  string         `json:"domain,omitempty"`
 	Cluster *ClusterStatus `json:"cluster,omitempty"`
-	// Leafnodes are this node's leaf links: an edge's remotes (up or
-	// down), a hub's connected edges.
+	// Leafnodes are the node's leaf links: an edge's remotes (up or down), a hub's connected edges.
 	Leafnodes []LeafStatus `json:"leafnodes,omitempty"`
 	// Sources are a hub's edges, as its aggregate stream sources them.
 	Sources []SourceStatus `json:"sources,omitempty"`

@@ -112,8 +112,7 @@ func (e *Env) Start(ctx context.Context, processorOn bool) error {
 	return err
 }
 
-// Connect opens a connection: in-process as the appliance's own, or over
-// TCP as an external producer.
+// Connect opens a connection: in-process as the appliance's own, or TCP as an external producer.
 func (e *Env) Connect(tcp bool, name string, jsopts ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
 	url, opts := e.App.ClientURL(), []nats.Option{nats.Name(name)}
 	if !tcp {

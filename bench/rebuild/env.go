@@ -86,8 +86,7 @@ func retryable(err error) bool {
 	return benchkit.Retryable(err) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrAsyncPublishTimeout)
 }
 
-// loadStream is the load's random stream (benchkit.NewOrders) and the
-// first part of its message ids.
+// loadStream is the load's random stream (benchkit.NewOrders) and its message ids' prefix.
 const loadStream = 0x10ad
 
 // load publishes n events of g of -size bytes each, async with up to window unacked, and returns

@@ -257,8 +257,7 @@ func newProducers(e *env) (*producers, error) {
 	return p, nil
 }
 
-// run publishes until stop is closed, and returns every publish's
-// latency (from its send until its ack).
+// run publishes until stop is closed, and returns every publish's latency (send to ack).
 func (p *producers) run(ctx context.Context, stop <-chan struct{}) ([]time.Duration, error) {
 	round := p.round.Add(1)
 	var (
@@ -340,9 +339,8 @@ type ingestRun struct {
 
 func (r ingestRun) rate() float64 { return benchkit.Rate(r.Acked, r.Dur) }
 
-// ingestWindow runs the producers for d, with or without a rebuild
-// folding meanwhile. With one, the window opens once the rebuild folds
-// (its first event folded) and the rebuild is canceled after it.
+// ingestWindow runs the producers for d, with or without a rebuild folding meanwhile. With one, the
+// window opens once the rebuild folds (an event folded) and the rebuild is canceled after it.
 func ingestWindow(ctx context.Context, e *env, p *producers, rep int, withRebuild bool) (ingestRun, error) {
 	r := ingestRun{Rep: rep, Rebuild: withRebuild}
 	// Every window starts with the live processor caught up.

@@ -121,8 +121,7 @@ func interrupted(stderr io.Writer, dir string, created bool) int {
 	return exitFailure
 }
 
-// restoreCmd restores a backup into the config's store, which must be
-// empty, with the appliance stopped.
+// restoreCmd restores a backup into the config's (empty) store, with the appliance stopped.
 func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("restore", stderr)
 	configPath := fs.String("config", "", "config file (default: $ORDERSTORE_CONFIG, else built-in defaults)")

@@ -50,8 +50,7 @@ func clientFlags(fs *flag.FlagSet) func() (*adminClient, error) {
 				}
 				c.base = "http://" + net.JoinHostPort(host, port)
 				if t := cfg.Admin.TLS; t.CertFile != "" {
-					// HTTPS with the listener's own certificate trusted
-					// (a self-signed one included).
+					// HTTPS, trusting the listener's own certificate (a self-signed one too).
 					c.base = "https://" + net.JoinHostPort(host, port)
 					pool, err := x509.SystemCertPool()
 					if err != nil {

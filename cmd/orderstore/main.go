@@ -1,6 +1,5 @@
-// Command orderstore runs a durable order-event log: an embedded NATS
-// JetStream server with the ORDER_EVENTS stream, a built-in processor and an
-// HTTP admin listener, configured by one TOML file.
+// Command orderstore runs a durable order-event log: an embedded NATS JetStream server with the
+// ORDER_EVENTS stream, a built-in processor and an HTTP admin listener, configured by a TOML file.
 package main
 
 import (

@@ -79,8 +79,7 @@ type Progress struct {
 	BytesTotal    uint64 // the stream's size (the snapshot is compressed: usually less arrives)
 }
 
-// Seal is the key and cipher a backup's data files are sealed with; the
-// zero Seal writes them plain.
+// Seal is the key and cipher a backup's data files are sealed with; a zero Seal writes them plain.
 type Seal struct{ Key, Cipher string }
 
 // Snapshot saves one stream's snapshot (without its consumers)

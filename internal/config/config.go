@@ -245,8 +245,7 @@ func Parse(r io.Reader, name string) (Config, error) {
 			}
 			dotted := tname + "." + kname
 			fv := tv.Field(ki)
-			// Decode into a fresh value: a failed decode must not leave
-			// the default half-overwritten.
+			// Decode into a fresh value: a failed decode must not half-overwrite the default.
 			nv := reflect.New(fv.Type())
 			err := md.PrimitiveDecode(kprim, nv.Interface())
 			if fv.Kind() == reflect.Map && md.Type(tname, kname) != "Hash" {

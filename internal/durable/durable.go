@@ -1,6 +1,5 @@
-// Package durable writes files so that they survive a crash or a power
-// cut: the one place orderstore does it, so that no caller forgets the
-// directory's fsync or ignores an error on the way.
+// Package durable writes files so that they survive a crash or a power cut: the one place
+// orderstore does it, so no caller forgets the directory's fsync or ignores an error on the way.
 //
 // A file's data is durable after an fsync of the file; its name (a
 // create, a rename, a removal) only after an fsync of its directory.
@@ -50,8 +49,7 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 	return SyncDir(dir)
 }
 
-// SyncDir fsyncs a directory: the names created, renamed or removed in it
-// are durable once it returns.
+// SyncDir fsyncs a directory: names created, renamed or removed in it are durable once it returns.
 func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err == nil {

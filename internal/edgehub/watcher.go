@@ -177,8 +177,7 @@ func (w *Watcher) update(ctx context.Context, edge string, s status.SourceStatus
 	}
 }
 
-// kick makes nats create edge's source consumer again: the aggregate
-// without the source, then with it.
+// kick makes nats recreate edge's source consumer: the aggregate without the source, then with it.
 func (w *Watcher) kick(ctx context.Context, edge string, s status.SourceStatus) {
 	agg := *w.cfg.Spec.Aggregate
 	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)

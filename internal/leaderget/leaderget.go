@@ -61,8 +61,7 @@ func LastBySubject(ctx context.Context, js jetstream.JetStream, stream, subject 
 	case resp.Message == nil:
 		return nil, 0, false, errors.New("an empty answer")
 	}
-	// A delete or purge, or the marker nats leaves where a record
-	// expired (the bucket's LimitMarkerTTL).
+	// A delete or purge, or the marker nats leaves where a record expired (LimitMarkerTTL).
 	h := string(resp.Message.Hdrs)
 	deleted = strings.Contains(h, "KV-Operation: DEL") || strings.Contains(h, "KV-Operation: PURGE") || strings.Contains(h, jetstream.MarkerReasonHeader+":")
 	return resp.Message.Data, resp.Message.Seq, deleted, nil

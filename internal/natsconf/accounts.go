@@ -66,8 +66,7 @@ func NewIdentity() (*Identity, error) {
 // PublicKey is id's public user nkey.
 func (id *Identity) PublicKey() string { return id.pub }
 
-// Options sign a connection in as id, with inbox as its inbox prefix
-// (InternalInbox, HubWatchInbox).
+// Options sign a connection in as id, with inbox as its prefix (InternalInbox, HubWatchInbox).
 func (id *Identity) Options(inbox string) []nats.Option {
 	return []nats.Option{
 		nats.Nkey(id.pub, func(nonce []byte) ([]byte, error) { return id.kp.Sign(nonce) }),

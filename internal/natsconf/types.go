@@ -83,8 +83,7 @@ func (t TLSConfig) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" }
 
 // Roles of a [User].
 const (
-	// RoleProducer may publish to the stream's subjects and receive its
-	// own publish acks, nothing else.
+	// RoleProducer may publish to the stream's subjects and get its own publish acks, nothing else.
 	RoleProducer = "producer"
 	// RoleReader may read stream and consumer info, read events (ordered
 	// consumers, its own durable consumers) and the projection; it cannot
@@ -106,9 +105,8 @@ type User struct {
 	// public nkey ("U...", made with `nats auth nkey gen user --output user.nk` and shown by `nats
 	// auth nkey show user.nk`).
 	Password, Nkey string
-	// Role is RoleProducer, RoleReader or RoleAdmin. Leave it empty to
-	// give explicit Publish/Subscribe lists instead: such a user gets the
-	// admin role's imports, limited by the lists.
+	// Role is RoleProducer, RoleReader or RoleAdmin. Leave it empty to give explicit
+	// Publish/Subscribe lists: such a user gets the admin role's imports, limited by the lists.
 	Role string
 	// Publish and Subscribe list the subjects the user may publish to and subscribe to (empty:
 	// everything); the Deny lists refuse subjects an allow list would permit.

@@ -24,8 +24,7 @@ import (
 type Buckets struct {
 	JS                jetstream.JetStream
 	Live, LiveHistory string // the live buckets ("" history: no index)
-	// Shadow is the shadow bucket's config; ShadowHistory its history
-	// index's stream (nil: no index).
+	// Shadow is the shadow bucket's config; ShadowHistory its history index's stream (nil: none).
 	ShadowBucket  jetstream.KeyValueConfig
 	ShadowHistory *jetstream.StreamConfig
 	// Projection wires a projection over records and history (nil: no
@@ -181,9 +180,8 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	b.Reads(shadow, keptLive)
 	defer b.Reads(nil, nil)
 	t.Progress(0, total)
-	// The history chunks first, then the records that name them (a
-	// reader of the live buckets meets no record whose chunks are not
-	// there yet), then the old index's chunks past the new one's end.
+	// The history chunks first, then the records that name them (a reader of the live buckets meets
+	// no record whose chunks are missing), then the old index's chunks past the new one's end.
 	if lhkv != nil {
 		w := newCopier(ctx, b.JS)
 		err := eachValue(ctx, shkv, func(key string, value []byte) error {
@@ -291,8 +289,7 @@ type copier struct {
 	done     chan struct{}
 }
 
-// newCopier starts a copier and its ack collector, which wait joins: every
-// copier must be waited for.
+// newCopier starts a copier and its ack collector, which wait joins: wait for every copier.
 func newCopier(ctx context.Context, js jetstream.JetStream) *copier {
 	c := &copier{js: js, inflight: make(chan jetstream.PubAckFuture, copyWindow), done: make(chan struct{})}
 	c.ctx, c.fail = context.WithCancelCause(ctx)

@@ -50,8 +50,7 @@ func (r *Runner) update(fn func()) {
 	r.mu.Unlock()
 }
 
-// startOver makes st a fresh rebuild from its first sequence: its shadow
-// cannot be trusted or is gone.
+// startOver makes st a fresh rebuild from its first sequence: its shadow is untrusted or gone.
 func (r *Runner) startOver(st *state, why string) {
 	r.cfg.Log.Warn("projection rebuild starts over", "id", st.ID, "position", st.Position, "why", why)
 	r.update(func() {

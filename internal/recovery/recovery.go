@@ -214,8 +214,7 @@ func (c *Check) unloadedConsumer(ctx context.Context) error {
 		return nil // loaded (or nats cannot tell now: the declaration will)
 	}
 	if !c.natsNamedConsumer() {
-		// Not loaded for another reason (a limit, a key), its files
-		// intact: the declaration says what.
+		// Not loaded otherwise (a limit, a key), its files intact: the declaration says what.
 		return nil
 	}
 	return c.moveAside("nats did not load it at start-up (its metadata, meta.inf, or its state, o.dat, unreadable, e.g. after a power cut with a relaxed sync_interval: see nats' warning)")

@@ -32,8 +32,7 @@ func (e Encryption) Opens(key string) bool {
 	return key != "" && hmac.Equal([]byte(e.KeyCheck), []byte(KeyCheck(key)))
 }
 
-// ReadEncryption reads EncryptionFile; ok is false when there is none (a
-// plain store, or a new one).
+// ReadEncryption reads EncryptionFile; ok is false when there is none (a plain or new store).
 func (d Dir) ReadEncryption() (e Encryption, ok bool, err error) {
 	path := filepath.Join(string(d), EncryptionFile)
 	ok, err = readJSON(path, &e)
