@@ -140,8 +140,7 @@ type Appliance struct {
 // It returns once the processor consumes and every part runs (none failed meanwhile), or with
 // an error naming what failed; on error everything it started is stopped and the lock released.
 //
-// ctx bounds start-up only (a canceled ctx aborts it); stop a running
-// appliance with [Appliance.Close].
+// ctx bounds only start-up (canceling ctx aborts it); [Appliance.Close] stops a running one.
 func Start(ctx context.Context, cfg Config) (*Appliance, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -37,8 +37,7 @@ var (
 type (
 	// BackupManifest is manifest.json.
 	BackupManifest = backup.Manifest
-	// BackupStream is one stream's snapshot in a backup. The counts are
-	// the stream's as its snapshot began.
+	// BackupStream is one stream's snapshot in a backup, its counts as the snapshot began.
 	BackupStream = backup.Stream
 	// BackupProgress is reported while a backup or a restore runs.
 	BackupProgress = backup.Progress
@@ -267,9 +266,8 @@ func (cfg Config) startOffline(ctx context.Context) (*embedded.Server, *nats.Con
 	if err != nil {
 		return nil, nil, err
 	}
-	// A loopback port of its own, not an in-process connection: over the
-	// in-process pipe, nats-server's restore stalled after 256 KiB (its
-	// read loop blocks writing each chunk to the restore).
+	// A loopback port of its own, not in-process: over the in-process pipe, nats-server's restore
+	// stalled after 256 KiB (its read loop blocks writing each chunk to the restore).
 	ec.Host, ec.Port = "127.0.0.1", -1
 	srv, err := embedded.Start(ctx, ec)
 	if err != nil {

@@ -102,9 +102,8 @@ type TLSConfig = natsconf.TLSConfig
 const (
 	// RoleProducer may publish to the stream's subjects and get its own publish acks, nothing else.
 	RoleProducer = natsconf.RoleProducer
-	// RoleReader may read stream and consumer info, read events (ordered
-	// consumers, its own durable consumers) and the projection; it cannot
-	// publish, purge, delete or touch the processor's consumer.
+	// RoleReader may read stream and consumer info, events (ordered consumers, its own durables)
+	// and the projection; it cannot publish, purge, delete or touch the processor's consumer.
 	RoleReader = natsconf.RoleReader
 	// RoleAdmin may do everything to orderstore's streams, consumers and
 	// buckets, publish events, and run `nats server info/report`.

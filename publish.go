@@ -29,9 +29,8 @@ func (c Config) msgIDScope() string {
 	return ""
 }
 
-// newAdmission is nats' admission hook for this appliance: every event
-// published into the stream, by any producer or by orderstore itself,
-// is checked, scoped and stamped on its publisher's goroutine.
+// newAdmission is this appliance's nats admission hook: every event published into the stream (by
+// any producer or orderstore itself) is checked, scoped and stamped on its publisher's goroutine.
 func (a *Appliance) newAdmission() *ingest.Admission {
 	return ingest.NewAdmission(ingest.AdmitConfig{
 		Stream: a.cfg.Stream.Name, StreamAccount: StreamAccount, MaxEvent: int(a.cfg.Stream.MaxMsgSize),

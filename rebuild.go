@@ -286,8 +286,7 @@ func (a *Appliance) rebuildBudget(ctx context.Context) error {
 		}
 		need += s.CachedInfo().State.Bytes
 	}
-	// The shadow bucket reserves the live one's max_bytes; on disk it
-	// takes about what the live one stores.
+	// The shadow bucket reserves the live one's max_bytes; on disk, about what the live one stores.
 	reserve := uint64(max(cfg.Processor.ProjectionMaxBytes, 0))
 	// nats reserves a stream's max_bytes within the server's max_file_store when it is created.
 	if srv := a.monitored.Load(); srv != nil && reserve > 0 {

@@ -119,8 +119,7 @@ func (a *Appliance) claimRebuild(ctx context.Context, id string) error {
 		rebuild.ErrRunning, c.Node, c.ID, c.Started.Format(time.RFC3339))
 }
 
-// releaseRebuild gives this node's claim back, resuming the durable
-// first if the claim says it is paused.
+// releaseRebuild gives this node's claim back, resuming the durable first if the claim says paused.
 func (a *Appliance) releaseRebuild(ctx context.Context, id string) {
 	c, rev, found, err := a.readClaim(ctx)
 	if err == nil && found && c.Node == a.cfg.Server.Name && c.ID == id {

@@ -338,10 +338,9 @@ func (a *Appliance) startDurableGuard(context.Context) (err error) {
 	return nil
 }
 
-// settledBeforeRestore is what a restore found settled by the backed-up
-// processor (storedir.Restored), while this one has not passed it: it is
-// not handled again. The file goes once the processor is past it, or when
-// the recovery check reset the consumer (the projection starts over).
+// settledBeforeRestore is what a restore found settled by the backed-up processor
+// (storedir.Restored) and this one has not passed: it is not handled again. The file goes once the
+// processor is past it, or when the recovery check reset the consumer (the projection starts over).
 func (a *Appliance) settledBeforeRestore(ctx context.Context, pc processor.Config) (uint64, error) {
 	dir := storedir.Dir(a.report.StoreDir)
 	r, ok, err := dir.ReadRestored()

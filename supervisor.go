@@ -16,9 +16,8 @@ import (
 // A start step adds the components it starts; they stop in the reverse order.
 type component struct {
 	name string
-	// run is the component's goroutine (nil: it has none). It returns nil
-	// once ctx ends (the component was stopped), or an error when the
-	// part failed: the appliance then fails (see [Appliance.Wait]).
+	// run is the component's goroutine (nil: none). It returns nil once ctx ends (the component was
+	// stopped), or an error when the part failed: the appliance then fails (see [Appliance.Wait]).
 	run func(ctx context.Context) error
 	// stop is the component's stop step (nil: none). It runs before run's ctx ends, so a component
 	// can finish its work first (the processor acks what it holds); ctx bounds it.

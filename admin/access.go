@@ -246,8 +246,7 @@ func limitKey(addr string) string {
 	return addr
 }
 
-// remoteIP is the client's address without its port (one bucket per
-// host, whatever port it comes from).
+// remoteIP is the client's address without its port (one bucket per host, whatever its port).
 func remoteIP(r *http.Request) string {
 	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		return h

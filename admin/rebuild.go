@@ -74,8 +74,7 @@ func (s *Server) rebuildStart(w http.ResponseWriter, r *http.Request, b *Backend
 	return writeResult(w, http.StatusAccepted, st, nil)
 }
 
-// rebuildGet serves GET /v1/projection/rebuild: the rebuild under way or
-// the last one; 404 when none ran.
+// rebuildGet is GET /v1/projection/rebuild: the rebuild under way or the last; 404 when none ran.
 func (s *Server) rebuildGet(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	var st *status.Rebuild
 	if b.Rebuild != nil {

@@ -76,9 +76,8 @@ type Result struct {
 	Changes []Change // safe changes applied to existing objects
 }
 
-// DriftError is a difference between the declared and the stored
-// configuration that Declare refuses to apply because it would lose data or
-// change semantics (storage type, retention, subjects removed, ...).
+// DriftError is a difference between the declared and the stored configuration that Declare
+// refuses: it would lose data or change semantics (storage type, retention, subjects removed, ...).
 type DriftError struct {
 	Object  string
 	Changes []Change

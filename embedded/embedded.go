@@ -140,9 +140,8 @@ type Config struct {
 	TLS        *tls.Config
 	TLSTimeout time.Duration
 
-	// Cluster, when Cluster.Name is set, joins a NATS cluster: JetStream
-	// then runs its Raft meta group over the routes, and streams may have
-	// replicas. ServerName must be set and unique in the cluster.
+	// Cluster, with Cluster.Name set, joins a NATS cluster: JetStream then runs its Raft meta group
+	// over the routes; streams may have replicas. ServerName must be set and unique in the cluster.
 	Cluster Cluster
 
 	// LeafNode opens a leaf node listener (a hub) or connects to remote ones (an edge).
@@ -198,11 +197,9 @@ type Cluster struct {
 	// Host and Port of the route listener (Port -1: random).
 	Host string
 	Port int
-	// Routes are the other nodes' route URLs ("nats-route://host:port");
-	// listing this node itself is fine.
+	// Routes are the other nodes' route URLs ("nats-route://host:port"); listing this node is fine.
 	Routes []string
-	// User and Password, when set, are required from every route, and
-	// sent on the routes this node makes.
+	// User and Password, when set, are required from every route and sent on those this node makes.
 	User, Password string
 	// TLS secures the routes (both directions).
 	TLS *tls.Config

@@ -29,9 +29,8 @@ import (
 	"github.com/orderstore/orderstore/embedded/embeddedtest"
 )
 
-// Config returns the configuration Start begins from: the built-in
-// defaults on t.TempDir(), a random port, no admin listener, storage
-// limits that fit a test machine's disk, and the test logger.
+// Config returns the configuration Start begins from: the built-in defaults on t.TempDir(), a
+// random port, no admin listener, storage limits for a test machine's disk, and the test logger.
 func Config(t testing.TB) orderstore.Config {
 	cfg := orderstore.DefaultConfig()
 	cfg.JetStream.StoreDir = t.TempDir()

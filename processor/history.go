@@ -71,9 +71,8 @@ func (r *record) indexHistory(seq uint64) {
 	}
 }
 
-// maxHistoryTail bounds an order's unsealed tail: past it the oldest
-// sequences are sealed even above the ack floor, so that a hot order's
-// record stays far below max_payload however far the floor lags.
+// maxHistoryTail bounds an order's unsealed tail: past it the oldest are sealed even above the ack
+// floor, so that a hot order's record stays far below max_payload however far the floor lags.
 const maxHistoryTail = 4 * HistoryChunk
 
 // sealable returns the chunks of r's tail ready to be sealed: every HistoryChunk sequences at or
@@ -90,9 +89,8 @@ func (r *record) sealable() [][]uint64 {
 	return out
 }
 
-// historyKey is the history bucket's key of chunk n of an order. The
-// chunk number, a last token without dots, keeps keys of different
-// orders apart ("a.1" chunk 0 is "a.1.0"; "a" chunk 1 is "a.1").
+// historyKey is the history bucket's key of chunk n of an order. The chunk number, a last token
+// without dots, keeps orders' keys apart ("a.1" chunk 0 is "a.1.0"; "a" chunk 1 is "a.1").
 func historyKey(orderID string, n int) string { return orderID + "." + strconv.Itoa(n) }
 
 // sealWrites returns the writes of the chunks next seals, and seals them in next (its tail shrinks,
@@ -279,8 +277,7 @@ func (p *Projection) readChunk(ctx context.Context, orderID string, n int) ([]ui
 	if err == nil {
 		data = e.Value()
 	} else if errors.Is(err, jetstream.ErrKeyNotFound) {
-		// A replica may lag behind the one that served the record: ask
-		// the leader before calling it gone.
+		// A replica may lag the one that served the record: ask the leader before calling it gone.
 		var seq uint64
 		var deleted bool
 		data, seq, deleted, err = leaderget.LastBySubject(ctx, p.js, "KV_"+p.hist.Bucket(), p.histPrefix+key)

@@ -115,9 +115,8 @@ func pruned(seqs []uint64, floor uint64) []uint64 {
 // already applied: the processor acks it and counts it as a duplicate.
 var ErrDuplicate = errors.New("already applied")
 
-// Projection is the built-in Handler: it keeps each order's state in a KV
-// bucket, one key per order, updated by compare-and-set on the key's
-// revision so concurrent processors never overwrite each other.
+// Projection, the built-in Handler, keeps each order's state in a KV bucket, one key per order,
+// updated by compare-and-set on its revision so concurrent processors never overwrite each other.
 //
 // The writes of one batch go to the server together: as one atomic batch where the bucket's stream
 // allows it (see [Projection.SetAtomicBatches]), else, or when the batch is refused (another
@@ -215,9 +214,8 @@ func (p *Projection) Handle(ctx context.Context, ev Event) error {
 	return p.HandleBatch(ctx, [][]Event{{ev}})[0][0]
 }
 
-// HandleBatch applies several orders' events: one KV update per order, all
-// in flight at once. An update that loses a race with another processor
-// (the key's revision moved) is read again and re-applied.
+// HandleBatch applies several orders' events: one KV update per order, all in flight at once. An
+// update losing a race to another processor (the key's revision moved) is read and applied again.
 func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]error {
 	results := make([][]error, len(orders))
 	todo := make([]int, 0, len(orders))

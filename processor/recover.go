@@ -73,9 +73,8 @@ func (p *Processor) addGap(from, upTo uint64) {
 	}
 }
 
-// checkGaps reads back what a Shared processor's siblings were delivered,
-// once the ack floor has passed it, and hands to emit the events that the
-// handler has not applied: taken by someone else after all.
+// checkGaps reads back what a Shared processor's siblings were delivered, once the ack floor passed
+// it, and hands to emit the events the handler has not applied: taken by someone else after all.
 func (p *Processor) checkGaps(ctx context.Context, floor uint64, emit func(delivery) bool) {
 	ac, ok := p.cfg.Handler.(AppliedChecker)
 	p.gapsMu.Lock()

@@ -1,6 +1,5 @@
-// Package benchkit holds what the benchmark programs under bench/ (see
-// bench/README.md) share: measuring and formatting, an appliance on a
-// store of its own (Env), events, publishing. Benchmarks only.
+// Package benchkit holds what the benchmarks under bench/ (bench/README.md) share: measuring and
+// formatting, an appliance on a store of its own (Env), events, publishing. Benchmarks only.
 package benchkit
 
 import (

@@ -62,8 +62,7 @@ type results struct {
 	Full     *rebuildRun
 	// The projection bucket after the first rebuild: its records and their stored bytes.
 	Records, RecordBytes uint64
-	// FullBase is the producers' acked rate in the seconds before the
-	// whole rebuild under ingest started.
+	// FullBase is the producers' acked rate in the seconds before the whole rebuild under ingest.
 	FullBase float64
 	Resends  int64 // producers' publishes sent again (429)
 }

@@ -78,8 +78,7 @@ type rebuildRun struct {
 	// The producers' acked publishes at the start, the fold's start, the
 	// takeover's start and the end (Ingest only).
 	Acked [4]int64
-	// The live processor's largest backlog seen (pending + ack pending,
-	// sampled every 500 ms) and its time.
+	// The live processor's largest backlog (pending + ack pending, sampled every 500 ms) and when.
 	MaxBacklog uint64
 	MaxBehind  float64
 	// Orders spot-checked before and after, and those that differ.

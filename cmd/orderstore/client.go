@@ -116,8 +116,7 @@ func (c *adminClient) send(ctx context.Context, method, path string, in, out any
 		return err
 	}
 	if reqBody != nil {
-		// The admin API takes state-changing requests only as JSON, which
-		// a browser form cannot send.
+		// The admin API takes state changes only as JSON, which a browser form cannot send.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {

@@ -2,8 +2,7 @@
 // stream in the layout `nats backup` (natscli) writes and `nats backup validate` reads:
 // <dir>/<stream>/backup.json (the stream's configuration and state) and
 // <dir>/<stream>/stream.arc.s2 (the snapshot), plus <dir>/manifest.json with counts and SHA-256
-// checksums. Which streams, in which order, is the appliance's to say (package orderstore,
-// Appliance.Backup).
+// checksums. Which streams, in what order, is for the appliance to say (Appliance.Backup).
 package backup
 
 import (

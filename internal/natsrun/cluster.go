@@ -19,8 +19,7 @@ const attemptTimeout = 4 * time.Second
 // Retry runs f until it succeeds, fails with what a cluster does not answer while its peers boot or
 // elect leaders (no reply, "cluster not available", "no suitable peers", "insufficient resources":
 // see Retryable), or ctx ends. Each attempt has its own timeout; drift and other errors return at
-// once. Several nodes declaring the same objects at once converge: the server compares the
-// configurations.
+// once. Nodes declaring the same objects at once converge: the server compares configurations.
 func Retry(ctx context.Context, log *slog.Logger, cluster, what string, f func(context.Context) error) error {
 	backoff := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {

@@ -75,8 +75,7 @@ func (x *Index) apply(e jetstream.KeyValueEntry) error {
 // indexFields reads a record's "status" and "last_event_at" as encoding/json would into a *string
 // and a time.Time, and stops once it has both: the processor writes them ahead of its bookkeeping
 // lists (applied, history: hundreds of sequences for a long-lived order), which the index never
-// needs, so indexing a write costs the same for every order. What follows the two fields is not
-// read, nor checked.
+// needs, so indexing a write costs the same for every order. The rest is not read, nor checked.
 func indexFields(b []byte) (status *string, at time.Time, err error) {
 	d := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 	if tok, err := d.ReadToken(); err != nil {
@@ -111,8 +110,7 @@ func indexFields(b []byte) (status *string, at time.Time, err error) {
 
 // StopWatch stops w. A delivery under way may wait on a full Updates (a few sends at most, of its
 // 256 slots): Updates is emptied once, not drained till closed, which nats.go skips if the
-// subscription ended before Watch set its closed handler (a Close right after the start then
-// waited for ever).
+// subscription ended before Watch set its closed handler (a Close right after the start then hung).
 func StopWatch(w jetstream.KeyWatcher) {
 	_ = w.Stop()
 	for {

@@ -278,9 +278,8 @@ const (
 	copyAckWait = 30 * time.Second
 )
 
-// copier pipelines the takeover's KV writes: published without waiting
-// for each one's ack, copyWindow in flight at most, every ack checked.
-// Its first failure cancels ctx, with the failure as the cause.
+// copier pipelines the takeover's KV writes: published without waiting for each ack, copyWindow in
+// flight at most, every ack checked. Its first failure cancels ctx, with it as the cause.
 type copier struct {
 	ctx      context.Context
 	fail     context.CancelCauseFunc

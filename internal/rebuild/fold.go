@@ -136,8 +136,7 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: st.Position + 1, MaxResetAttempts: orderedResets}); err != nil {
 		return fmt.Errorf("stream %q: %w", r.cfg.Stream, err)
 	}
-	// The replay scan and the reader run beside the fold; fold stops and
-	// joins them before it returns.
+	// The replay scan and the reader run beside the fold; it stops and joins them before returning.
 	gctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {

@@ -8,9 +8,8 @@ import (
 	"github.com/orderstore/orderstore/processor"
 )
 
-// Reads routes reads of orders during a takeover: an order the shadow
-// rebuilt is read from it, every other from the live projection. Its
-// Switch is [Buckets.Reads]. The zero value reads from Live only.
+// Reads routes order reads during a takeover: an order the shadow rebuilt is read from it, every
+// other from the live projection. Its Switch is [Buckets.Reads]. The zero value reads Live only.
 type Reads struct {
 	Live *processor.Projection
 	cur  atomic.Pointer[shadowReads]

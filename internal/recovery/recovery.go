@@ -37,8 +37,7 @@ type Check struct {
 	// SyncInterval > 0: nats syncs on a timer (the relaxed mode), in this
 	// run or the last, so an unclean stop may have lost that long of writes.
 	SyncInterval time.Duration
-	// BuiltinProjection: the projection is the built-in one, whose records
-	// say which events they applied.
+	// BuiltinProjection: the built-in projection, whose records say which events they applied.
 	BuiltinProjection bool
 
 	notes         []string
@@ -111,8 +110,7 @@ func (c *Check) Declare(ctx context.Context, clustered bool) error {
 	}
 	// The stream lost its last events (a power cut with a relaxed sync_interval): a consumer past
 	// them would skip the events that reuse their sequence numbers. Declare it again from the
-	// start; the projection skips what it applied (and HighWater makes it forget the lost sequence
-	// numbers).
+	// start; the projection skips what it applied (and HighWater forgets the lost sequences).
 	if derr := c.JS.DeleteConsumer(ctx, spec.ConsumerStream(), spec.Consumer.Durable); derr != nil {
 		return errors.Join(err, fmt.Errorf("reset consumer %q: %w", spec.Consumer.Durable, derr))
 	}

@@ -11,9 +11,8 @@ const RestoredFile = "restored.json"
 
 // Restored is what RestoredFile holds.
 type Restored struct {
-	// Stream is the stream the processor consumes; SettledThrough the
-	// sequence up to which the backed-up processor had settled every
-	// event (applied, or dead-lettered) before the backup began.
+	// Stream is the stream the processor consumes; SettledThrough the sequence to which the
+	// backed-up processor had settled every event (applied or dead-lettered) before the backup.
 	Stream         string `json:"stream"`
 	SettledThrough uint64 `json:"settled_through"`
 	// Restoring: the restore did not finish, the store holds part of the backup.

@@ -121,8 +121,7 @@ func (c *Child) Quit(t testing.TB) {
 	}
 }
 
-// StopProcess sends SIGSTOP and waits until every thread of the child is
-// stopped (Linux: it reads /proc).
+// StopProcess sends SIGSTOP and waits until every thread of the child stopped (Linux: reads /proc).
 func (c *Child) StopProcess(t testing.TB) {
 	t.Helper()
 	pid := c.Cmd.Process.Pid
