@@ -270,8 +270,7 @@ func (a *Appliance) Config() Config { return a.cfg }
 // handler answers anyone who reaches it, so protect it or set the token.
 func (a *Appliance) Handler() http.Handler { return a.admin }
 
-// Done is closed when the appliance stopped running: a part failed (see
-// [Appliance.Wait]) or Close stopped it.
+// Done is closed once the appliance stopped: a part failed ([Appliance.Wait]) or Close stopped it.
 func (a *Appliance) Done() <-chan struct{} { return a.sup.done }
 
 // Wait blocks until the appliance stops. It returns the error of the part that failed (nats

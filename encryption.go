@@ -24,9 +24,8 @@ const reencryptSteps = "stop orderstore, take an offline backup with the store's
 	"(orderstore backup -offline -config FILE DIR: sealed with that key), move jetstream.store_dir away, then restore the " +
 	"backup with the new settings and the old key (orderstore restore -config FILE -backup-key-file OLD_KEY_FILE DIR), and start"
 
-// storeKey says whether j's key opens the store in dir, reading only: a
-// refusal changes no byte of the store. write is set for a new encrypted
-// store, whose key check is written before nats creates anything.
+// storeKey says whether j's key opens the store in dir, reading only: a refusal changes nothing.
+// write is set for a new encrypted store, whose key check is written before nats creates anything.
 func storeKey(dir string, j JetStreamConfig) (write bool, err error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {

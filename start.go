@@ -96,9 +96,8 @@ func (c Config) lockStore() (*bootstrap.Lock, bootstrap.Report, error) {
 	return lock, rep, err
 }
 
-// startCommitter follows group commit (durability "group-commit"), which
-// the embedded nats-server runs in its file store: a failed sync stops the
-// appliance, and the next start reads the store back from disk.
+// startCommitter follows group commit (durability "group-commit"), which embedded nats runs in its
+// file store: a failed sync stops the appliance, and the next start reads the store back.
 func (a *Appliance) startCommitter(context.Context) error {
 	if a.cfg.DurabilityMode() != DurabilityGroupCommit {
 		return nil

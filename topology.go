@@ -85,8 +85,7 @@ func (a *Appliance) leafStatus(ns *server.Server) []status.LeafStatus {
 	return out
 }
 
-// clusterCheck is /readyz's "cluster" check: the meta group, the stream
-// and the consumer each have a leader.
+// clusterCheck is /readyz's "cluster" check: the meta group, stream and consumer have leaders.
 func (a *Appliance) clusterCheck(ctx context.Context) status.Check {
 	cs := a.clusterStatus(ctx, a.server().NATSServer())
 	c := status.Check{Name: "cluster", OK: cs.Quorum}

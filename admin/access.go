@@ -182,8 +182,7 @@ func (ss *sessions) remove(id string) {
 	delete(ss.m, id)
 }
 
-// limiter counts failed sign-ins per client address: a token bucket of
-// failBurst, refilled one per failRefill.
+// limiter counts failed sign-ins per address: a token bucket of failBurst, one back per failRefill.
 type limiter struct {
 	mu sync.Mutex
 	m  map[string]*bucket

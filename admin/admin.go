@@ -100,8 +100,7 @@ type Processor interface {
 
 // DeadLetters lists and replays dead letters.
 type DeadLetters interface {
-	// DeadLetters returns up to limit from sequence from on, and the
-	// sequence to continue from (0 at the end).
+	// DeadLetters returns up to limit from sequence from on, and where to continue (0 at the end).
 	DeadLetters(ctx context.Context, from uint64, limit int) ([]processor.DeadLetter, uint64, error)
 	// LatestDeadLetters returns up to n of the most recent, newest last.
 	LatestDeadLetters(ctx context.Context, n int) ([]processor.DeadLetter, error)

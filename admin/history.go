@@ -22,8 +22,7 @@ type History interface {
 	OrderEvents(ctx context.Context, id string, from, limit int) (processor.HistoryPage, error)
 	OrderEventStates(ctx context.Context, id string, from, limit int) (processor.HistoryPage, error)
 	OrderAsOf(ctx context.Context, id string, point processor.AsOfPoint) (processor.AsOfState, error)
-	// OrderDeadLetters returns the order's dead letters among the most
-	// recent ones (complete: all were read).
+	// OrderDeadLetters returns the order's dead letters among the latest (complete: all were read).
 	OrderDeadLetters(ctx context.Context, id string) (items []processor.DeadLetter, complete bool, err error)
 }
 

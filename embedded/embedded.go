@@ -41,8 +41,7 @@ type Config struct {
 	// own default is 0.0.0.0; an embedded broker stays on loopback unless told).
 	Host string
 
-	// Port is the client port. 0 means 4222, -1 picks a random free port
-	// (read it back with [Server.ClientURL]).
+	// Port is the client port. 0 means 4222, -1 a random free port (see [Server.ClientURL]).
 	Port int
 
 	// ServerName is the name `nats server info` shows. Default "orderstore".
@@ -774,8 +773,7 @@ func (s *Server) Wait() error {
 //  3. WaitForShutdown: wait for all of the server's goroutines;
 //  4. drop StoreDir's lock.
 //
-// Close is idempotent and safe to call concurrently; calls after the first
-// wait for the same stop and return nil.
+// Close is idempotent and safe concurrently; later calls wait for the same stop and return nil.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closing)

@@ -129,8 +129,7 @@ type HistoryEvent struct {
 	// Position is the event's place in the order's indexed history, from 0.
 	Position int
 	Sequence uint64
-	// Retained is false when the stream no longer holds the event
-	// (retention removed it): only Sequence is known.
+	// Retained is false when retention removed the event from the stream: only Sequence is known.
 	Retained bool
 	// Replaced is true when the stream holds, at Sequence, an event of
 	// another order: the applied event was lost (a power cut before it

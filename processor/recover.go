@@ -297,8 +297,7 @@ func (rs *retries) start() {
 	rs.held = nil
 }
 
-// stop holds the retries not yet due for the next Run and waits for those
-// firing: none runs once it returns.
+// stop holds retries not yet due for the next Run and waits for those firing: none runs after.
 func (rs *retries) stop() {
 	rs.mu.Lock()
 	for e := range rs.pending {

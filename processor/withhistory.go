@@ -77,8 +77,7 @@ func (w *withHistory) Withhold(ctx context.Context, ev Event) (bool, error) {
 	return w.p.Withhold(ctx, ev)
 }
 
-// Applied asks h (an [AppliedChecker]); without it, what p indexed
-// answers (p indexes only what h applied).
+// Applied asks h (an [AppliedChecker]); else p's index answers (it holds only what h applied).
 func (w *withHistory) Applied(ctx context.Context, ev Event) (bool, error) {
 	if ac, ok := w.h.(AppliedChecker); ok {
 		return w.indexIfApplied(ctx, ev, ac.Applied)

@@ -138,8 +138,7 @@ type IngestStats struct {
 	Sync       string `json:"sync"` // how a round syncs: "fdatasync in nats-server's file store"
 	Syncs      uint64 `json:"syncs"`
 	SyncErrors uint64 `json:"sync_errors"`
-	// Acked counts the events acknowledged after a sync; Waiting the
-	// publishes waiting in admission's line now.
+	// Acked counts events acknowledged after a sync; Waiting, publishes now in admission's line.
 	Acked   uint64 `json:"acked"`
 	Waiting int64  `json:"waiting"`
 	// SyncP50Seconds and SyncP99Seconds estimate the sync time's
@@ -347,8 +346,7 @@ type SourceStatus struct {
 	// source (a source can stall while nats reports lag 0).
 	NATSLag       uint64  `json:"nats_lag"`
 	ActiveSeconds float64 `json:"active_seconds"`
-	// Stalled flags a source that has not advanced for a while although
-	// its edge, reachable, has more events.
+	// Stalled flags a source not advanced lately although its edge, reachable, has more events.
 	Stalled bool   `json:"stalled"`
 	Error   string `json:"error,omitempty"`
 	// Regressed: the edge's last sequence is below the newest the
@@ -366,8 +364,7 @@ type SourceStatus struct {
 // OrderEvents is a page of an order's history (GET /v1/orders/{id}/events).
 type OrderEvents struct {
 	OrderID string `json:"order_id"`
-	// Total is how many events the history index lists; Unindexed how
-	// many earlier ones predate it (not listed).
+	// Total is how many events the history index lists; Unindexed how many predate it (not listed).
 	Total     int `json:"total"`
 	Unindexed int `json:"unindexed,omitempty"`
 	From      int `json:"from"`

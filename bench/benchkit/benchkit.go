@@ -99,8 +99,7 @@ func FreePorts(n int) []int {
 	return out
 }
 
-// CPUProfile starts a CPU profile written to name; the returned stop is
-// idempotent and logs the file's name.
+// CPUProfile starts a CPU profile into file name; its stop is idempotent and logs the name.
 func CPUProfile(name string) (func(), error) {
 	f, err := os.Create(name)
 	if err != nil {

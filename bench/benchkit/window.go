@@ -18,8 +18,7 @@ type Window struct {
 	// Retry says which publish errors to send again, after a pause of
 	// 20 ms, as a producer would (at most 100 times); nil: none.
 	Retry func(error) bool
-	// OnAck, if not nil, sees each ack with the tag its Publish was given;
-	// an error it returns is the publish's.
+	// OnAck, if set, sees each ack with its Publish's tag; an error it returns is the publish's.
 	OnAck   func(tag int, ack *jetstream.PubAck) error
 	Retries int // publishes sent again
 }

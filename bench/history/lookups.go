@@ -117,8 +117,7 @@ func loadSize(ctx context.Context, n int) (*loaded, error) {
 		return l, err
 	}
 
-	// The target orders went through the live processor: their history
-	// lists exactly their published events.
+	// The targets went through the live processor: their history lists just their published events.
 	l.targets = make([]target, *targets)
 	res.Span = [2]uint64{^uint64(0), 0}
 	for t := range l.targets {

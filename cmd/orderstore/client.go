@@ -142,8 +142,7 @@ func (c *adminClient) send(ctx context.Context, method, path string, in, out any
 			return withHint(err, e.Hint)
 		}
 		if resp.StatusCode == http.StatusServiceUnavailable {
-			// Not an answer: the appliance is starting (recovering its
-			// streams) and has no data to give yet.
+			// Not an answer: the appliance is starting (recovering its streams), no data yet.
 			return withHint(err, "orderstore is starting or recovering its streams; retry in a moment (GET /readyz says when it is ready)")
 		}
 		return err

@@ -208,8 +208,7 @@ func (w *Watcher) Sources() []status.SourceStatus {
 	return out
 }
 
-// sourceSeq is a copy's origin sequence, from its Nats-Stream-Source
-// header ("<stream index name> <seq> ...").
+// sourceSeq is a copy's origin sequence, from Nats-Stream-Source ("<stream index name> <seq> ...").
 func sourceSeq(m *jetstream.RawStreamMsg) uint64 {
 	f := strings.Fields(m.Header.Get(ingest.StreamSourceHeader))
 	if len(f) < 2 {

@@ -203,8 +203,7 @@ func (g *StoreGuard) restart(ctx context.Context) error {
 	if err := old.Close(); err != nil {
 		return fmt.Errorf("restart nats after a write error: stop: %w", err)
 	}
-	// From here on a write error is the new server's: forget the old one
-	// before the new server can report one.
+	// From here on a write error is the new server's: forget the old one before it can report one.
 	g.mu.Lock()
 	g.werr = ""
 	g.ownFailed, g.ownOnce = make(chan struct{}), sync.Once{}

@@ -27,8 +27,7 @@ type Buckets struct {
 	// Shadow is the shadow bucket's config; ShadowHistory its history index's stream (nil: none).
 	ShadowBucket  jetstream.KeyValueConfig
 	ShadowHistory *jetstream.StreamConfig
-	// Projection wires a projection over records and history (nil: no
-	// index) as the appliance wires its own.
+	// Projection wires a projection over records and history (nil: none), as the appliance does.
 	Projection func(records, history jetstream.KeyValue) *processor.Projection
 	// Reads switches the appliance's reads to the shadow (orders for which live is true still read
 	// from the live projection), or back to the live projection (shadow nil).

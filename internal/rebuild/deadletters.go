@@ -107,9 +107,8 @@ func (f *folder) replays(ctx context.Context, from, to uint64) error {
 		}
 		f.scanned.Store(md.Sequence.Stream)
 	}, func(n int, _ error) error {
-		// Two steps ahead of the fold at most: a scan racing through the stream while producers
-		// publish to it slows their publishes (the stream serves both), and the fold needs it only
-		// a step ahead.
+		// Two steps ahead of the fold at most: a scan racing through the stream slows producers'
+		// publishes to it (the stream serves both), and the fold needs it only a step ahead.
 		for ahead := 2 * uint64(f.r.cfg.BatchSize); n > 0 && f.scanned.Load() > f.position()+ahead; {
 			if err := sleep(ctx, 5*time.Millisecond); err != nil {
 				return err

@@ -53,8 +53,7 @@ func (r *Runner) takingOver(st *state) bool {
 	return st.State == status.RebuildTakingOver
 }
 
-// catchUpAndTakeOver pauses the live processor, folds up to the stream's
-// head as it is then, and takes over.
+// catchUpAndTakeOver pauses the live processor, folds up to the stream's head then, and takes over.
 func (f *folder) catchUpAndTakeOver(ctx context.Context) error {
 	r, st := f.r, f.st
 	resume := func() {}
