@@ -292,79 +292,54 @@ type Import struct {
 // Validate reports every problem at once, each naming its field.
 func (c Config) Validate() error {
 	var errs []error
-	if c.StoreDir == "" {
-		errs = append(errs, errors.New("StoreDir: required"))
+	check := func(bad bool, err error) {
+		if bad {
+			errs = append(errs, err)
+		}
 	}
-	if c.Port < -1 || c.Port > 65535 {
-		errs = append(errs, fmt.Errorf("Port: %d out of range (0..65535, -1 random)", c.Port))
-	}
-	if c.MaxMemory < 0 || c.MaxStore < 0 {
-		errs = append(errs, errors.New("MaxMemory, MaxStore: must not be negative"))
-	}
-	if c.Cipher != "" && c.Cipher != CipherChaCha && c.Cipher != CipherAES {
-		errs = append(errs, fmt.Errorf("Cipher: %q is none of %q and %q", c.Cipher, CipherChaCha, CipherAES))
-	}
-	if c.SyncInterval < 0 {
-		errs = append(errs, fmt.Errorf("SyncInterval: %s is negative", c.SyncInterval))
-	}
-	if (c.SystemUser == "") != (c.SystemPassword == "") {
-		errs = append(errs, errors.New("SystemUser, SystemPassword: set both or neither"))
-	}
+	check(c.StoreDir == "", errors.New("StoreDir: required"))
+	check(c.Port < -1 || c.Port > 65535, fmt.Errorf("Port: %d out of range (0..65535, -1 random)", c.Port))
+	check(c.MaxMemory < 0 || c.MaxStore < 0, errors.New("MaxMemory, MaxStore: must not be negative"))
+	check(c.Cipher != "" && c.Cipher != CipherChaCha && c.Cipher != CipherAES,
+		fmt.Errorf("Cipher: %q is none of %q and %q", c.Cipher, CipherChaCha, CipherAES))
+	check(c.SyncInterval < 0, fmt.Errorf("SyncInterval: %s is negative", c.SyncInterval))
+	check((c.SystemUser == "") != (c.SystemPassword == ""), errors.New("SystemUser, SystemPassword: set both or neither"))
 	accounts := map[string]bool{"": true, systemAccount: true}
 	for i, a := range c.Accounts {
-		if !validAccountName(a.Name) {
-			errs = append(errs, fmt.Errorf("Accounts[%d]: Name %q must be letters, digits, '_' and '-'", i, a.Name))
-		}
-		if a.Name == systemAccount && (a.JetStream || len(a.Imports) > 0) {
-			errs = append(errs, fmt.Errorf("Accounts[%d]: the system account %q takes exports only", i, a.Name))
-		}
+		check(!validAccountName(a.Name), fmt.Errorf("Accounts[%d]: Name %q must be letters, digits, '_' and '-'", i, a.Name))
+		check(a.Name == systemAccount && (a.JetStream || len(a.Imports) > 0),
+			fmt.Errorf("Accounts[%d]: the system account %q takes exports only", i, a.Name))
 		accounts[a.Name] = true
 	}
 	for i, a := range c.Accounts {
 		for _, im := range a.Imports {
-			if !accounts[im.Account] || im.Account == "" {
-				errs = append(errs, fmt.Errorf("Accounts[%d]: import of %q from unknown account %q", i, im.Subject, im.Account))
-			}
+			check(!accounts[im.Account] || im.Account == "", fmt.Errorf("Accounts[%d]: import of %q from unknown account %q", i, im.Subject, im.Account))
 		}
 		for _, e := range a.Exports {
 			for _, name := range e.Accounts {
-				if !accounts[name] || name == "" {
-					errs = append(errs, fmt.Errorf("Accounts[%d]: export of %q to unknown account %q", i, e.Subject, name))
-				}
+				check(!accounts[name] || name == "", fmt.Errorf("Accounts[%d]: export of %q to unknown account %q", i, e.Subject, name))
 			}
 		}
 	}
 	names := map[string]bool{}
 	for i, u := range c.Users {
-		if u.Name == "" && u.Nkey == "" {
-			errs = append(errs, fmt.Errorf("Users[%d]: Name is empty", i))
-		}
-		if !accounts[u.Account] || u.Account == systemAccount {
-			errs = append(errs, fmt.Errorf("Users[%d]: unknown Account %q", i, u.Account))
-		}
+		check(u.Name == "" && u.Nkey == "", fmt.Errorf("Users[%d]: Name is empty", i))
+		check(!accounts[u.Account] || u.Account == systemAccount, fmt.Errorf("Users[%d]: unknown Account %q", i, u.Account))
 		names[cmp.Or(u.Nkey, u.Name)] = true // what NoAuthUser names it by
 	}
-	if c.NoAuthUser != "" && !names[c.NoAuthUser] {
-		errs = append(errs, fmt.Errorf("NoAuthUser: %q is not one of Users", c.NoAuthUser))
-	}
-	if c.Cluster.Name != "" && c.ServerName == "" {
-		errs = append(errs, errors.New("ServerName: required in a cluster"))
-	}
+	check(c.NoAuthUser != "" && !names[c.NoAuthUser], fmt.Errorf("NoAuthUser: %q is not one of Users", c.NoAuthUser))
+	check(c.Cluster.Name != "" && c.ServerName == "", errors.New("ServerName: required in a cluster"))
 	for i, r := range c.Cluster.Routes {
 		// Not url.Parse's error: it quotes the URL, or the part of it up to a '/', '?' or '#'
 		// (a password's unescaped '/' makes its start the "port").
-		if _, err := url.Parse(r); err != nil {
-			errs = append(errs, fmt.Errorf("Cluster.Routes[%d]: not a URL", i))
-		}
+		_, err := url.Parse(r)
+		check(err != nil, fmt.Errorf("Cluster.Routes[%d]: not a URL", i))
 	}
 	for i, r := range c.LeafNode.Remotes {
-		if _, err := url.Parse(r.URL); err != nil || r.URL == "" {
-			errs = append(errs, fmt.Errorf("LeafNode.Remotes[%d].URL: not a URL", i))
-		}
+		_, err := url.Parse(r.URL)
+		check(err != nil || r.URL == "", fmt.Errorf("LeafNode.Remotes[%d].URL: not a URL", i))
 	}
-	if c.MaxConnections < 0 || c.MaxSubscriptions < 0 {
-		errs = append(errs, errors.New("MaxConnections, MaxSubscriptions: must not be negative"))
-	}
+	check(c.MaxConnections < 0 || c.MaxSubscriptions < 0, errors.New("MaxConnections, MaxSubscriptions: must not be negative"))
 	return errors.Join(errs...)
 }
 
