@@ -47,8 +47,7 @@ type ServerConfig struct {
 	// Port is the client port. Default 4222; -1 picks a random free port
 	// (read it back with [Appliance.ClientURL]); 0 means 4222.
 	Port int
-	// MaxPayload is the largest message a client may publish, in bytes.
-	// Default 1 MiB; at most 64 MiB.
+	// MaxPayload is the largest message a client may publish, in bytes. Default 1 MiB, max 64 MiB.
 	MaxPayload int64
 	// SystemUser and SystemPassword, both set, define a system-account user so `nats server info`
 	// works: it may publish system requests ($SYS.REQ.>) only. Default none. The password may be a
@@ -120,8 +119,7 @@ type JetStreamConfig struct {
 	// StoreDir is where streams live; created if missing, locked while the
 	// appliance runs. Default "./orderstore-data".
 	StoreDir string
-	// MaxFileStore is the disk JetStream may use in total, in bytes.
-	// Default 10 GiB. Must be positive.
+	// MaxFileStore is all the disk JetStream may use, in bytes. Default 10 GiB. Must be positive.
 	MaxFileStore int64
 	// MaxMemoryStore is the memory for memory-backed streams, in bytes.
 	// Default 256 MiB. Must be positive.
@@ -138,8 +136,7 @@ type JetStreamConfig struct {
 	// "" chooses: "interval" when SyncInterval is set, else "group-commit" on a single node and
 	// "always" in a cluster (where the stream leader's quorum, on other hosts, acks an event).
 	Durability string
-	// SyncInterval is how often nats fsyncs stream files with Durability
-	// "interval"; it must be 0 otherwise.
+	// SyncInterval is how often nats fsyncs stream files in Durability "interval"; 0 otherwise.
 	SyncInterval time.Duration
 	// Domain is this node's JetStream domain: an edge's name, which a hub
 	// lists in Hub.Edges. "" is none. Letters, digits, '-' and '_'.

@@ -126,8 +126,7 @@ func problems(checks ...func(badFunc)) error {
 	return nil
 }
 
-// badFunc records one problem of Validate: the Go field, the offending
-// value (nil: none to show) and the reason.
+// badFunc records a Validate problem: the Go field, the offending value (nil: none), the reason.
 type badFunc func(field string, value any, format string, args ...any)
 
 func (bad badFunc) when(cond bool, field string, value any, format string, args ...any) {

@@ -96,8 +96,7 @@ func (a *Appliance) FoldOrderEvents(ctx context.Context, id string, point AsOf, 
 	return st, err
 }
 
-// historyStream is the stream order id's history is read from, once
-// there is a history index and id is valid.
+// historyStream is where order id's history is read from, given a history index and a valid id.
 func (a *Appliance) historyStream(id string) (jetstream.Stream, error) {
 	if a.cfg.historyMaxBytes() == 0 {
 		return nil, fmt.Errorf("order %q: %w: jetstream.max_file_store leaves no room for it next to the stream, the dead letters and the projection (raise max_file_store and set processor.history_max_bytes)", id, ErrNoHistory)

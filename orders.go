@@ -14,8 +14,7 @@ type (
 	OrdersQuery = orderindex.Query
 	// OrdersPage is one page of orders; its Next continues the listing.
 	OrdersPage = orderindex.Page
-	// OrderSummary is one order of a listing: its id, status, the time of
-	// its latest event and whether it is stale.
+	// OrderSummary is one order of a listing: id, status, latest event's time and whether stale.
 	OrderSummary = orderindex.Entry
 	// OrderCount is one status's orders, and how many of them are stale.
 	OrderCount = orderindex.Count

@@ -37,8 +37,7 @@ func (c Config) embeddedConfig(logger *slog.Logger, id *natsconf.Identity) (embe
 		Host:       c.Server.Host,
 		Port:       c.Server.Port,
 		ServerName: c.Server.Name,
-		// Room for the headers nats adds to an event of
-		// server.max_payload on its way (see ingest.Headroom).
+		// Room for headers nats adds to a server.max_payload event on its way (ingest.Headroom).
 		MaxPayload:       int32(c.Server.MaxPayload + ingest.Headroom),
 		MaxMemory:        c.JetStream.MaxMemoryStore,
 		MaxStore:         c.JetStream.MaxFileStore,

@@ -88,8 +88,7 @@ func (a *Appliance) claimBucket(ctx context.Context) (jetstream.KeyValue, error)
 	})
 }
 
-// claimRebuild claims the rebuild id for this node; a claim another node
-// holds refuses it, naming that node.
+// claimRebuild claims rebuild id for this node; another node's claim refuses it, naming that node.
 func (a *Appliance) claimRebuild(ctx context.Context, id string) error {
 	kv, err := a.claimBucket(ctx)
 	if err != nil {
@@ -160,8 +159,7 @@ func (a *Appliance) reconcileRebuildClaim(ctx context.Context) error {
 			a.releaseRebuild(ctx, c.ID)
 			return nil
 		case c.Paused && st.State != status.RebuildTakingOver:
-			// Stopped between its pause and its takeover: the fold goes
-			// on, and its takeover pauses again.
+			// Stopped between its pause and takeover: the fold goes on; its takeover pauses again.
 			a.log.Info("projection rebuild: resuming the processors a takeover that did not begin paused", "id", c.ID)
 			if !a.resumeEveryProcessor() {
 				return errors.New("could not resume the processors' durable")

@@ -242,8 +242,7 @@ func (a *Appliance) checkStore(ctx context.Context) error {
 	return durable.SyncTree(storedir.Dir(a.report.StoreDir).JetStream())
 }
 
-// startProcessor runs the processor (unless disabled): its stop lets it
-// finish and ack the events it holds.
+// startProcessor runs the processor unless disabled; its stop lets it finish and ack what it holds.
 func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 	cfg := a.cfg
 	if !cfg.Processor.Enabled {
@@ -263,8 +262,7 @@ func (a *Appliance) startProcessor(ctx context.Context) (err error) {
 		}
 	}
 	pc := cfg.ProcessorConfig(h)
-	// Nobody else may bind it (the durable guard): a gap in what it is
-	// delivered is read back from the stream.
+	// Nobody else may bind it (the durable guard): a gap in its deliveries is read from the stream.
 	pc.Exclusive = true
 	// In a cluster every node runs a processor on the durable: what a
 	// sibling was delivered is read back only if it was not applied.

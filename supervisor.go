@@ -132,8 +132,7 @@ func (s *supervisor) start(ctx context.Context) error {
 	}
 }
 
-// execute is a stage's actor: it waits for the stage before it, runs the
-// step, and waits for its interrupt.
+// execute, a stage's actor, waits for the previous stage, runs the step and awaits its interrupt.
 func (s *supervisor) execute(ctx context.Context, prev, st *stage) error {
 	defer close(st.executed)
 	if prev != nil {

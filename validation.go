@@ -23,8 +23,7 @@ func (c Config) validator() (*validate.Validator, error) {
 // (its code is 422): a client tells it from the other refusals by it.
 const ValidationErrCode = 10422
 
-// validationStats reports what validation refused, for /metrics and
-// /v1/status; nil when it checks nothing.
+// validationStats is what validation refused (/metrics, /v1/status); nil if it checks nothing.
 func (a *Appliance) validationStats() *status.ValidationStats {
 	v := a.validator.Load()
 	if !v.Enabled() {

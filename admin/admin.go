@@ -76,8 +76,7 @@ type Config struct {
 	// a status with no event before it is stale.
 	StaleAfter map[string]time.Duration
 
-	// StoreDir and FreeBytes report free disk under the store; below
-	// DiskHeadroom bytes the node is not ready.
+	// StoreDir and FreeBytes report the store's free disk; below DiskHeadroom bytes, not ready.
 	StoreDir     string
 	FreeBytes    func() (uint64, error)
 	DiskHeadroom int64

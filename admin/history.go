@@ -26,8 +26,7 @@ type History interface {
 	OrderDeadLetters(ctx context.Context, id string) (items []processor.DeadLetter, complete bool, err error)
 }
 
-// historyError is the answer to err of a history call (nil for nil).
-// asOf describes the point asked for, if any.
+// historyError answers err of a history call (nil for nil); asOf is the point asked for, if any.
 func historyError(b *Backend, id, asOf string, err error) error {
 	switch {
 	case err == nil:

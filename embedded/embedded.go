@@ -47,8 +47,7 @@ type Config struct {
 	// ServerName is the name `nats server info` shows. Default "orderstore".
 	ServerName string
 
-	// MaxPayload is the largest message a client may publish, in bytes.
-	// 0 means the nats default of 1 MiB.
+	// MaxPayload is the largest message a client may publish, in bytes; 0: nats' 1 MiB default.
 	MaxPayload int32
 
 	// MaxMemory and MaxStore are JetStream's storage limits in bytes for memory- and file-backed

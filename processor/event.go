@@ -114,8 +114,7 @@ func ValidOrderID(id string) bool {
 		!strings.HasPrefix(id, ".") && !strings.HasSuffix(id, ".") && !strings.Contains(id, "..")
 }
 
-// parse decodes the envelope common to all order events. A failure is
-// poison: retrying cannot fix the bytes.
+// parse decodes every order event's envelope. A failure is poison: retrying cannot fix the bytes.
 func parse(subject string, data []byte) (orderID, status string, err error) {
 	var env struct {
 		OrderID string `json:"order_id"` // null is absent

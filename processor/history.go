@@ -336,8 +336,7 @@ func (p *Projection) historyEvents(ctx context.Context, s jetstream.Stream, orde
 	return nil
 }
 
-// directGetHeaders are what a direct get adds to a message's headers
-// (where it is, not what the producer sent).
+// directGetHeaders are the headers a direct get adds to a message (its place, not the producer's).
 var directGetHeaders = []string{"Nats-Stream", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Subject", "Nats-Last-Sequence", "Nats-Num-Pending", "Nats-UpTo-Sequence"}
 
 // eventHeader is h without directGetHeaders; nil when nothing is left.

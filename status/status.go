@@ -161,8 +161,7 @@ type GuardStats struct {
 	// deep (a producer faster than the disk); Overloaded: those answered 429 after 2 s in line.
 	HeldBack   uint64 `json:"held_back"`
 	Overloaded uint64 `json:"overloaded"`
-	// ForeignConsumerRequests: client requests on orderstore's own
-	// consumer refused by the durable guard.
+	// ForeignConsumerRequests: client requests on orderstore's consumer the durable guard refused.
 	ForeignConsumerRequests uint64 `json:"foreign_consumer_requests"`
 }
 

@@ -300,8 +300,7 @@ func (p *producers) run(ctx context.Context, stop <-chan struct{}) ([]time.Durat
 	return all, errors.Join(errs...)
 }
 
-// publishSync publishes msg and waits for its ack, sending it again
-// after a pause when the appliance asks so.
+// publishSync publishes msg, waits for its ack, and resends it after a pause if the appliance asks.
 func publishSync(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, resent *atomic.Int64) error {
 	for attempt := 0; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)

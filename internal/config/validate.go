@@ -173,8 +173,7 @@ func (c Config) toOrderstore() orderstore.Config {
 	copyFields(reflect.ValueOf(&c).Elem(), reflect.ValueOf(&o).Elem(), true)
 	def := orderstore.DefaultConfig().Admin
 	o.Admin.ReadTimeout, o.Admin.WriteTimeout, o.Admin.IdleTimeout = def.ReadTimeout, def.WriteTimeout, def.IdleTimeout
-	// sync_interval from before durability existed: "always" is that
-	// mode, a duration the "interval" mode.
+	// sync_interval predating durability: "always" is that mode, a duration "interval".
 	j := c.JetStream
 	o.JetStream.SyncInterval = j.SyncInterval.Interval
 	if j.Durability == "" && j.SyncInterval.Always {

@@ -36,8 +36,7 @@ const AnonymousAccount = "ANONYMOUS"
 // and the projection's reads stay private and nobody answers for the stream.
 const InternalInbox = "_INBOX_ORDERSTORE"
 
-// ReservedUser reports whether name is one of orderstore's own users,
-// which a configured user may not take.
+// ReservedUser reports whether name is one of orderstore's own users, barred to configured users.
 func ReservedUser(name string) bool {
 	return name == internalUser || name == anonymousUser
 }

@@ -45,8 +45,7 @@ type Query struct {
 	OlderThan time.Duration
 	// Stale lists only the orders past their status's stale_after.
 	Stale bool
-	// Newest lists the most recent latest events first; the default is
-	// the oldest first (those waiting longest).
+	// Newest lists the most recent latest events first, not the oldest (those waiting longest).
 	Newest bool
 	// Limit is the page size: 1 to MaxLimit; 0 is 100.
 	Limit int

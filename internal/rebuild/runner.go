@@ -369,8 +369,7 @@ func readState(path string) (*state, error) {
 // electionWait bounds how long a fold retries what nats did not answer.
 const electionWait = 2 * time.Minute
 
-// transient reports whether err is nats not answering for a while, as a
-// cluster does while it elects a leader.
+// transient reports whether err is nats not answering for a while, as in a leader election.
 func transient(err error) bool {
 	// What nats answers meanwhile: docs/rebuild.md, "In a cluster".
 	var api *jetstream.APIError

@@ -42,7 +42,6 @@ type Takeover struct {
 	// Progress is called as orders are copied (the Runner sets it).
 	Progress func(copied, total uint64)
 
-	// The report: orders copied, partial ones kept, orders of Keep, and
-	// live orders the shadow does not hold.
+	// The report: orders copied, partial ones kept, orders of Keep, live orders not in the shadow.
 	Rebuilt, Partial, Conflicts, Untouched uint64
 }
