@@ -23,14 +23,10 @@ import (
 // LoadAvg is /proc/loadavg's 1, 5 and 15 minute averages ("n/a" elsewhere).
 func LoadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "n/a"
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
 	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "n/a"
-	}
-	return strings.Join(f[:3], " ")
+	return "n/a"
 }
 
 // Secs formats d in seconds: two decimals below 10 s, one above.
