@@ -150,18 +150,15 @@ type Processor struct {
 // New checks cfg and returns a processor; Run starts it.
 func New(js jetstream.JetStream, cfg Config) (*Processor, error) {
 	var errs []error
-	if cfg.Stream == "" {
-		errs = append(errs, errors.New("Stream is required"))
+	required := func(missing bool, msg string) {
+		if missing {
+			errs = append(errs, errors.New(msg))
+		}
 	}
-	if cfg.Durable == "" {
-		errs = append(errs, errors.New("Durable is required"))
-	}
-	if cfg.DeadLetterStream == "" || cfg.DeadLetterSubjectPrefix == "" {
-		errs = append(errs, errors.New("DeadLetterStream and DeadLetterSubjectPrefix are required"))
-	}
-	if cfg.Handler == nil {
-		errs = append(errs, errors.New("Handler is required"))
-	}
+	required(cfg.Stream == "", "Stream is required")
+	required(cfg.Durable == "", "Durable is required")
+	required(cfg.DeadLetterStream == "" || cfg.DeadLetterSubjectPrefix == "", "DeadLetterStream and DeadLetterSubjectPrefix are required")
+	required(cfg.Handler == nil, "Handler is required")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("processor: %w", err)
 	}
