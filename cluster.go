@@ -16,9 +16,8 @@ const (
 	clusterDeclareTimeout = 3 * time.Minute
 )
 
-// waitForMetaLeader waits until the JetStream meta group has a leader and
-// this node is current with it, logging every few seconds how many routes
-// are up. A node whose name another node has is a config error.
+// waitForMetaLeader waits until the JetStream meta group has a leader and this node is current with
+// it, logging every few seconds how many routes are up. Two nodes of one name are a config error.
 func (a *Appliance) waitForMetaLeader(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

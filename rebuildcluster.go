@@ -193,8 +193,7 @@ func (a *Appliance) pauseEveryProcessor(ctx context.Context) (func(), error) {
 	})
 	cancel()
 	if err != nil {
-		// Perhaps applied all the same (an answer lost): the claim still
-		// says paused, so its release resumes it.
+		// Perhaps applied (an answer lost): the claim still says paused, so its release resumes it.
 		return nil, fmt.Errorf("pausing consumer %q of every node: %w", durable, err)
 	}
 	a.log.Info("every node's processor paused for the projection rebuild's takeover (consumer paused)", "consumer", durable)

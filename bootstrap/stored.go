@@ -58,8 +58,7 @@ func checkMeta[T any](errs *[]error, dir, obj string, drift func(have T) *DriftE
 	}
 }
 
-// readMeta decodes the meta.inf in a stream's or consumer's dir (nats'
-// JSON of its config); false when there is none.
+// readMeta decodes a stream's or consumer's meta.inf (nats' JSON of its config); false if none.
 func readMeta(dir string, v any) (bool, error) {
 	if _, err := os.Stat(filepath.Join(dir, "meta.key")); err == nil {
 		return false, nil // encrypted

@@ -728,8 +728,7 @@ func (s *Server) NATSServer() *server.Server { return s.ns }
 // Done is closed once the server has stopped, for any reason.
 func (s *Server) Done() <-chan struct{} { return s.done }
 
-// Wait blocks until the server has stopped. It returns nil after Close and
-// an error if the server stopped on its own.
+// Wait blocks until the server stopped: nil after Close, an error if it stopped on its own.
 func (s *Server) Wait() error {
 	<-s.done
 	select {

@@ -214,9 +214,8 @@ func (p *Processor) Stats() Stats {
 //	}
 func (p *Processor) Ready() <-chan struct{} { return p.ready }
 
-// Run consumes until ctx is done, then stops fetching, finishes and acks
-// the events it holds (within DrainTimeout), and returns nil. It returns an
-// error only if it cannot start or the consumer goes away.
+// Run consumes until ctx is done, then stops fetching, finishes and acks what it holds (within
+// DrainTimeout), and returns nil. It fails only if it cannot start or the consumer goes away.
 //
 // Run returns only once every goroutine it started has finished: no handler runs and no event is
 // settled after it returns. At the drain deadline (or CutDrain) it cancels the handlers' context,

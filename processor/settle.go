@@ -17,8 +17,7 @@ type result struct {
 	err error
 }
 
-// settleAll settles a batch's handled events; with Config.Sync, once what
-// their handlers wrote is durable.
+// settleAll settles a batch's handled events; with Config.Sync, after their writes are durable.
 func (p *Processor) settleAll(ctx context.Context, rs []result, dls *deadLetters) {
 	wrote := func(r result) bool { return r.err == nil || errors.Is(r.err, ErrDuplicate) }
 	if slices.ContainsFunc(rs, wrote) {

@@ -63,9 +63,8 @@ func targetID(t int) string { return "target-" + strconv.Itoa(t) }
 type targetSeqs [][]uint64
 
 // publish publishes the workload's n events, async with up to window unacked, and returns once
-// every one is acked, with the target orders' sequences and how many publishes were sent again. A
-// publish the appliance turns away for now (benchkit.Retryable) is sent again after a pause, as a
-// producer would.
+// every one is acked, with the targets' sequences and how many publishes were resent. A publish
+// turned away for now (benchkit.Retryable) is sent again after a pause, as a producer would.
 func publish(ctx context.Context, js jetstream.JetStream, w *workload, window int) (targetSeqs, int, time.Duration, error) {
 	seqs := make(targetSeqs, w.targets)
 	for t := range seqs {

@@ -44,9 +44,8 @@ type Manifest struct {
 	// Sealed names the cipher the stream files are sealed with (the
 	// store's key: seal.go); "" for a backup of a plain store.
 	Sealed string `json:"sealed,omitempty"`
-	// SettledThrough is the processor's ack floor as the backup began
-	// (before the projection's snapshot): every event up to it is applied
-	// in the projection or held by the dead letters. Zero: no processor.
+	// SettledThrough is the processor's ack floor as the backup began (before the projection's
+	// snapshot): every event up to it is in the projection or the dead letters. Zero: no processor.
 	SettledThrough uint64 `json:"settled_through,omitempty"`
 	// ProjectionVersion is the fold version that built the projection (projection.json); "":
 	// unknown, and the restored store's first start rebuilds the projection.

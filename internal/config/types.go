@@ -75,8 +75,7 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 	return fmt.Errorf("%q has an unknown unit (write e.g. \"10GiB\"; units are B, KiB, MiB, GiB, TiB)", s)
 }
 
-// MarshalText writes the size with the largest unit that divides it
-// exactly, so that it parses back to the same value.
+// MarshalText writes the size in the largest unit dividing it exactly, so it parses back the same.
 func (b ByteSize) MarshalText() ([]byte, error) { return []byte(bytesize.Exact(int64(b))), nil }
 
 // String is the size for people: "10GiB", "1.5GiB".
