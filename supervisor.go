@@ -46,9 +46,8 @@ const defaultStopTimeout = 30 * time.Second
 // A step's actor waits until the step before it started, runs its step (which adds the step's
 // components) and then waits for its interrupt. The group interrupts its actors in the order they
 // were added, each interrupt returning once its step's components stopped; the actors are added
-// last step first, so the appliance stops in the reverse order of its start, each step completely
-// before the one before it. Run returns when the closer returns (stop) or when a step fails (a
-// failed start).
+// last step first, so the appliance stops in reverse start order, each step completely before the
+// one before it. Run returns when the closer returns (stop) or a step fails (a failed start).
 //
 // A component whose goroutine fails does not stop the group: it is the appliance's failure (the
 // first one is kept), Done closes and readiness names it; the owner calls Close, as the CLI does.

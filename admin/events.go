@@ -41,10 +41,9 @@ func validEventType(t string) bool {
 	})
 }
 
-// publishEvent is POST /v1/events/{type}: the body (a JSON object with an order_id) is stored on
-// the type's subject; Idempotency-Key becomes its Nats-Msg-Id. 201 with the stream sequence once
-// durable, 200 for a duplicate, 4xx for bad input, 503 when the store refuses or cannot make it
-// durable.
+// publishEvent is POST /v1/events/{type}: the body (a JSON object with order_id) goes to the type's
+// subject; Idempotency-Key becomes its Nats-Msg-Id. 201 with its stream sequence once durable, 200
+// for a duplicate, 4xx for bad input, 503 when the store refuses or cannot make it durable.
 func (s *Server) publishEvent(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	if b.Publish == nil {
 		return errorf(http.StatusNotImplemented, "HTTP ingest is not available here")

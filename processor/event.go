@@ -193,11 +193,10 @@ type Versioned interface {
 // again after Takeover must be duplicates to the handler: it is idempotent on Event.Sequence).
 type Rebuilder interface {
 	// Shadow returns the handler that folds into the shadow projection: an empty one when fresh is
-	// set, else the one a rebuild interrupted by a restart had begun (its events are delivered
-	// again from the last recorded position: the handler must be idempotent). The rebuild records
-	// its position every few seconds, after the events up to it were handled: make the shadow's
-	// writes durable before Handle returns, or a power cut may lose events folded before the
-	// recorded position.
+	// set, else the one a rebuild interrupted by a restart had begun (its events are redelivered
+	// from the last recorded position: the handler must be idempotent). The rebuild records its
+	// position every few seconds, after the events up to it were handled: make the shadow's writes
+	// durable before Handle returns, or a power cut may lose events folded before that position.
 	Shadow(ctx context.Context, fresh bool) (Handler, error)
 	// Takeover makes the shadow the live projection and drops the
 	// shadow. It is called with the live processor paused, and again at

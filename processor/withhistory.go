@@ -15,10 +15,9 @@ import (
 // idempotent on ev.Sequence, as every Handler). What p records is therefore a subset of what h
 // applied, and it answers [AppliedChecker] for h where h cannot.
 //
-// Before an event whose deliveries ran out is dead-lettered, h's own [Withholder] (or else
-// [AppliedChecker]) is asked; with neither, p withholds it, and a later delivery is indexed as a
-// dead letter. An event is never both applied and a dead letter as far as h implements
-// [Withholder].
+// Before an event out of deliveries is dead-lettered, h's own [Withholder] (else [AppliedChecker])
+// is asked; with neither, p withholds it, and a later delivery is indexed as a dead letter. An
+// event is never both applied and a dead letter as far as h implements [Withholder].
 func WithHistory(h Handler, p *Projection) Handler {
 	return &withHistory{h: h, p: p}
 }

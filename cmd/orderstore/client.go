@@ -25,9 +25,8 @@ type adminClient struct {
 	hc    *http.Client
 }
 
-// clientFlags adds -admin, -token and -config to fs; resolve() picks, in
-// order: the flags, $ORDERSTORE_ADMIN_URL / $ORDERSTORE_ADMIN_TOKEN, the
-// config file's [admin] section, the built-in default.
+// clientFlags adds -admin, -token and -config to fs; resolve() picks, in order: the flags,
+// $ORDERSTORE_ADMIN_URL / $ORDERSTORE_ADMIN_TOKEN, the config's [admin] section, the default.
 func clientFlags(fs *flag.FlagSet) func() (*adminClient, error) {
 	url := fs.String("admin", "", "admin URL (default: $ORDERSTORE_ADMIN_URL, else from -config, else http://127.0.0.1:8222)")
 	token := fs.String("token", "", "admin bearer token (default: $ORDERSTORE_ADMIN_TOKEN, else from -config)")
