@@ -119,8 +119,7 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 // all addresses comes from.) Each call returns further ports of the same address; the server
 // certificate of [TLS] for the same t is valid for it. Config validation counts it as loopback.
 //
-// Where 127.0.0.1 is the only loopback address (macOS), they are ports of
-// 127.0.0.1 that were free a moment ago.
+// Where 127.0.0.1 is the only loopback address (macOS), they are its ports that were free just now.
 func Addrs(t testing.TB, n int) []string {
 	t.Helper()
 	lb := ownLoopback(t)

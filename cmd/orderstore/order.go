@@ -24,8 +24,7 @@ const orderUsage = `usage: orderstore order [flags] ID
   and -admin URL, -token T, -config FILE to reach the admin listener
 `
 
-// orderCmd prints an order's state, its history or its state as of a
-// point, from a running instance's admin API.
+// orderCmd prints an order's state, history or past state, via a running instance's admin API.
 func orderCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("order", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, orderUsage) }
