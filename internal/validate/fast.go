@@ -39,15 +39,7 @@ type bound struct {
 	exact bool
 }
 
-const (
-	tNull = 1 << iota
-	tBoolean
-	tObject
-	tArray
-	tNumber
-	tInteger
-	tString
-)
+const tNull, tBoolean, tObject, tArray, tNumber, tInteger, tString = 1, 2, 4, 8, 16, 32, 64 // typeNames
 
 var (
 	typeNames  = []string{"null", "boolean", "object", "array", "number", "integer", "string"}
@@ -60,7 +52,9 @@ var (
 	anything = newFast()
 )
 
-func newFast() *fast { return &fast{limits: [6]int{-1, -1, -1, -1, -1, -1}} }
+func newFast() *fast {
+	return &fast{props: map[string]fastProp{}, limits: [6]int{-1, -1, -1, -1, -1, -1}}
+}
 
 // compileFast compiles doc (as jsonschema.UnmarshalJSON gives it), or returns nil where it uses a
 // keyword or a value that fast does not take.
@@ -88,8 +82,7 @@ func compileFast(doc any, root bool) *fast {
 			for name, sub := range m {
 				p := s.props[name]
 				p.s = compileFast(sub, false)
-				ok = ok && p.s != nil
-				s.prop(name, p)
+				s.props[name], ok = p, ok && p.s != nil
 			}
 		case "required":
 			ok = ok && len(a) <= 64
@@ -97,7 +90,7 @@ func compileFast(doc any, root bool) *fast {
 				name, isStr := e.(string)
 				p := s.props[name]
 				p.bit, s.required, ok = 1<<i, s.required|1<<i, ok && isStr
-				s.prop(name, p)
+				s.props[name] = p
 			}
 		case "additionalProperties", "items":
 			c := compileFast(v, false)
@@ -127,13 +120,6 @@ func compileFast(doc any, root bool) *fast {
 		}
 	}
 	return cmpSel(ok, s, nil)
-}
-
-func (s *fast) prop(name string, p fastProp) {
-	if s.props == nil {
-		s.props = map[string]fastProp{}
-	}
-	s.props[name] = p
 }
 
 func cmpSel[T any](cond bool, a, b T) T {
