@@ -225,12 +225,7 @@ func (c *Check) natsNamedConsumer() bool {
 	// The directory's tail: nats names it as its store_dir was given to it, which may be relative.
 	dir := string(filepath.Separator) + filepath.Join(c.Account, "streams", c.Spec.ConsumerStream(), "obs", c.Spec.Consumer.Durable) + string(filepath.Separator)
 	name := fmt.Sprintf("> %s > %s'", c.Spec.ConsumerStream(), c.Spec.Consumer.Durable)
-	for _, p := range c.problems {
-		if strings.Contains(p, dir) || strings.Contains(p, name) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(c.problems, func(p string) bool { return strings.Contains(p, dir) || strings.Contains(p, name) })
 }
 
 // declareRecovering declares the spec; a consumer whose stored state nats
