@@ -419,11 +419,10 @@ const MetadataMaxDeliver = "orderstore_max_deliver"
 
 // metadataStr is md[key], or "unset" when md has no such key.
 func metadataStr(md map[string]string, key string) string {
-	v, ok := md[key]
-	if !ok {
-		return "unset"
+	if v, ok := md[key]; ok {
+		return v
 	}
-	return v
+	return "unset"
 }
 
 func streamHint(err error) string {
