@@ -97,14 +97,12 @@ func compileFast(doc any, root bool) *fast {
 			ok = ok && c != nil
 			*cmpSel(k == "items", &s.items, &s.additional) = c
 		case "enum", "const":
-			ok = ok && s.enum == nil
+			ok = ok && s.enum == nil && (isArr || k == "const")
 			s.enum = cmpSel(k == "const", []any{v}, a)
 			for _, e := range s.enum {
-				switch e.(type) {
-				case string, bool, nil:
-				default:
-					ok = false
-				}
+				_, isStr := e.(string)
+				_, isBool := e.(bool)
+				ok = ok && (isStr || isBool || e == nil)
 			}
 		default:
 			if i := slices.Index(limitNames, k); i >= 0 {
@@ -232,10 +230,7 @@ func (s *fast) value(w *walk) bool {
 		if err != nil || !exact && !comparable(lit) || s.enum != nil || !s.is(tNumber) && !(s.is(tInteger) && integer) {
 			return false
 		}
-		x := 0.0
-		if s.bounds != [4]*bound{} {
-			x, _ = strconv.ParseFloat(lit, 64) // ±Inf or 0 past the range: still in n's order
-		}
+		x, _ := strconv.ParseFloat(lit, 64) // ±Inf or 0 past the range: still in lit's order
 		for i, b := range s.bounds {
 			if b != nil && !b.holds(x, exact, i%2 == 0, i >= 2) {
 				return false
