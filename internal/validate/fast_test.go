@@ -55,8 +55,8 @@ func TestFastTakesCommonSchemas(t *testing.T) {
 	}
 }
 
-// TestFastPassesOnlyWhatTheLibraryPasses: the cases where the two could part, then random schemas of
-// the keywords fast takes and events drawn from them (same seed every run).
+// TestFastPassesOnlyWhatTheLibraryPasses: the cases where the two could part, then random schemas
+// of the keywords fast takes and events drawn from them (same seed every run).
 func TestFastPassesOnlyWhatTheLibraryPasses(t *testing.T) {
 	for _, c := range []struct {
 		schema, event string
@@ -213,7 +213,7 @@ func genSchema(r *rand.Rand, depth int) any {
 	return s
 }
 
-// genEvent draws a JSON text from schema, mostly of its types and names, sometimes repeating a name.
+// genEvent draws a JSON text from schema, mostly of its types and names, some names repeated.
 func genEvent(r *rand.Rand, schema any, depth int) string {
 	s, _ := schema.(map[string]any)
 	kind := typeNames[r.IntN(len(typeNames))]

@@ -142,7 +142,7 @@ func compileFile(file string) (*jsonschema.Schema, *fast, error) {
 	c.DefaultDraft(jsonschema.Draft2020)
 	// Only local files: a schema that names a URL is refused, not fetched.
 	c.UseLoader(jsonschema.SchemeURLLoader{"file": fileLoader{}})
-	// As a URL: a '#' in a file name would otherwise start a fragment, the part of the file compiled.
+	// As a URL: a '#' in a file name would otherwise start a fragment (the part compiled).
 	loc := (&url.URL{Scheme: "file", Path: abs}).String()
 	if err := c.AddResource(loc, doc); err != nil {
 		return nil, nil, err

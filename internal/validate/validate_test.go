@@ -128,8 +128,8 @@ func TestCompileRecursiveSchema(t *testing.T) {
 	}
 }
 
-// A '#' in a schema's file name is part of the name: it compiled the part of the file the rest named
-// as a fragment (the fast check then passed what the library refused: a review of it).
+// A '#' in a schema's file name is part of the name: it compiled the part of the file the rest
+// named as a fragment (the fast check then passed what the library refused: a review of it).
 func TestCompileFileNameWithHash(t *testing.T) {
 	for _, name := range []string{"t#%2Fproperties%2Fa", "order #1.json"} {
 		file := write(t, name, `{"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"], "$defs": {"x": {"$ref": "#/$defs/y"}, "y": true}}`)
