@@ -76,31 +76,21 @@ func (c *Committer) Err() error {
 // histogram is a cumulative Prometheus-style histogram.
 type histogram struct {
 	bounds []float64
-	counts []uint64 // per bucket, not cumulative; the last is +Inf
+	counts []uint64 // cumulative: the observations at most each bound
 	sum    float64
 	n      uint64
 }
 
 func newHistogram(bounds []float64) histogram {
-	return histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
+	return histogram{bounds: bounds, counts: make([]uint64, len(bounds))}
 }
 
 func (h *histogram) observe(v float64) {
-	i, _ := slices.BinarySearch(h.bounds, v) // the first bound >= v
-	h.counts[i]++
+	for i := len(h.bounds) - 1; i >= 0 && v <= h.bounds[i]; i-- {
+		h.counts[i]++
+	}
 	h.sum += v
 	h.n++
-}
-
-// cumulative returns the bucket counts as Prometheus wants them.
-func (h *histogram) cumulative() map[float64]uint64 {
-	m := make(map[float64]uint64, len(h.bounds))
-	var acc uint64
-	for i, b := range h.bounds {
-		acc += h.counts[i]
-		m[b] = acc
-	}
-	return m
 }
 
 // quantile estimates the q-quantile from the buckets (the bucket's upper bound), for the dashboard.
@@ -109,12 +99,8 @@ func (h *histogram) quantile(q float64) float64 {
 		return 0
 	}
 	target := uint64(q*float64(h.n) + 0.5)
-	var acc uint64
-	for i, b := range h.bounds {
-		acc += h.counts[i]
-		if acc >= target {
-			return b
-		}
+	if i := slices.IndexFunc(h.counts, func(c uint64) bool { return c >= target }); i >= 0 {
+		return h.bounds[i]
 	}
 	return h.bounds[len(h.bounds)-1]
 }
@@ -124,7 +110,11 @@ func (c *Committer) Status() *status.IngestStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h := func(x *histogram) status.Histogram {
-		return status.Histogram{Count: x.n, Sum: x.sum, Buckets: x.cumulative()}
+		st := status.Histogram{Count: x.n, Sum: x.sum, Buckets: map[float64]uint64{}}
+		for i, b := range x.bounds {
+			st.Buckets[b] = x.counts[i]
+		}
+		return st
 	}
 	return &status.IngestStats{Sync: "fdatasync in nats-server's file store", Syncs: c.syncs, SyncErrors: c.errors, Acked: c.acked,
 		SyncP50Seconds: c.syncHist.quantile(0.5), SyncP99Seconds: c.syncHist.quantile(0.99),
