@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"regexp"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -11,10 +12,10 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// fast is a schema of the common keywords below (draft 2020-12; no $ref, combinators or patterns)
-// checked on the event's tokens as they are read, building nothing: 3 µs for bench/groupcommit's
-// 1 KiB event where the library's check costs 23 (bench/README.md, "Cost of schema validation"). It
-// only ever passes an event: where it does not (an invalid event, a number it cannot compare
+// fast is a schema of the common keywords below (draft 2020-12; no $ref or combinators) checked on
+// the event's tokens as they are read, building nothing: 3 µs for bench/groupcommit's 1 KiB event
+// where the library's check costs 23 (bench/README.md, "Schema validation on the event's tokens").
+// It only ever passes an event: where it does not (an invalid event, a number it cannot compare
 // exactly, a repeated name, a bound of decode), the library decides, with its verdict and error.
 // TestFastPassesOnlyWhatTheLibraryPasses and FuzzFast hold it to that.
 type fast struct {
@@ -26,6 +27,7 @@ type fast struct {
 	limits            [6]int              // of limitNames; -1 for none
 	bounds            [4]*bound           // of boundNames
 	enum              []any               // strings, booleans and nil only; nil for any
+	pattern           *regexp.Regexp      // compiled as the library does (Go's regexp); nil for none
 }
 
 type fastProp struct {
@@ -92,6 +94,10 @@ func compileFast(doc any, root bool) *fast {
 				p.bit, s.required, ok = 1<<i, s.required|1<<i, ok && isStr
 				s.props[name] = p
 			}
+		case "pattern":
+			str, _ := v.(string)
+			re, err := regexp.Compile(str)
+			s.pattern, ok = re, ok && err == nil
 		case "additionalProperties", "items":
 			c := compileFast(v, false)
 			ok = ok && c != nil
@@ -217,12 +223,13 @@ func (s *fast) value(w *walk) bool {
 		_, err := d.ReadToken()
 		return err == nil && s.within(n, 2)
 	case '"':
-		if s.limits[0] < 0 && s.limits[1] < 0 && s.enum == nil {
+		if s.limits[0] < 0 && s.limits[1] < 0 && s.enum == nil && s.pattern == nil {
 			_, err := d.ReadValue()
 			return err == nil && s.is(tString)
 		}
 		str, ok := w.str()
-		return ok && s.is(tString) && s.within(utf8.RuneCount(str), 0) && s.in(string(str))
+		return ok && s.is(tString) && s.within(utf8.RuneCount(str), 0) && s.in(string(str)) &&
+			(s.pattern == nil || s.pattern.Match(str))
 	case '0':
 		raw, err := d.ReadValue()
 		lit := string(raw)

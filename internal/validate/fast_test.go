@@ -37,7 +37,7 @@ func TestFastTakesCommonSchemas(t *testing.T) {
 	for _, schema := range []string{
 		`{"$ref": "#/$defs/a", "$defs": {"a": {"type": "string"}}}`,
 		`{"anyOf": [{"type": "string"}]}`,
-		`{"properties": {"a": {"pattern": "^x"}}}`,
+		`{"properties": {"a": {"patternProperties": {"^x": true}}}}`,
 		`{"items": {"multipleOf": 2}}`,
 		`{"$schema": "http://json-schema.org/draft-07/schema#", "format": "email"}`,
 		`{"enum": [1, "a"]}`,
@@ -80,6 +80,10 @@ func TestFastPassesOnlyWhatTheLibraryPasses(t *testing.T) {
 		{`{"maxLength": 1}`, `"\ud83d\ude00"`, true}, // one code point
 		{`{"maxLength": 1}`, `"é"`, true},
 		{`{"enum": ["a\nb"]}`, `"a\nb"`, true},
+		{`{"pattern": "^[A-Z]{3}$"}`, `"EUR"`, true},
+		{`{"pattern": "^[A-Z]{3}$"}`, `"eur"`, false},
+		{`{"pattern": "^\\p{L}$", "type": "string"}`, `"\u00e9"`, true},
+		{`{"pattern": "^a$"}`, `"a\n"`, false},
 		{`{"enum": ["EUR", null, true]}`, `true`, true},
 		{`{"const": "x"}`, `"y"`, false},
 		{`{"required": ["a"]}`, `{"\u0061": 1}`, true},
@@ -208,6 +212,9 @@ func genSchema(r *rand.Rand, depth int) any {
 		s["const"] = "a"
 	}
 	if pick(10) {
+		s["pattern"] = []string{"^a", "b$", "^\\p{L}+$", "^[A-Z]{3}$", "."}[r.IntN(5)]
+	}
+	if pick(10) {
 		s["title"] = "t"
 	}
 	return s
@@ -268,6 +275,7 @@ func FuzzFast(f *testing.F) {
 	f.Add(`{"type": "object", "required": ["a"], "properties": {"a": {"type": "integer", "minimum": 1}}}`, []byte(`{"a": 1}`))
 	f.Add(`{"items": {"enum": ["x", null]}, "minItems": 1}`, []byte(`["x", null]`))
 	f.Add(`{"type": "string", "maxLength": 2}`, []byte(`"\u00e9\u00e9"`))
+	f.Add(`{"properties": {"c": {"pattern": "^[A-Z]{3}$"}}}`, []byte(`{"c": "EUR"}`))
 	f.Fuzz(func(t *testing.T, schema string, ev []byte) {
 		v, err := compileString(t, schema)
 		if err != nil {
