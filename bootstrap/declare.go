@@ -155,9 +155,10 @@ func declareStream(ctx context.Context, js jetstream.JetStream, w *jetstream.Str
 	safe := diff{obj: obj}
 	safe.add("subjects", fmt.Sprintf("%q", have.Subjects), fmt.Sprintf("%q", want.Subjects))
 	safe.add("max_age", durStr(have.MaxAge), durStr(want.MaxAge))
-	safe.size("max_bytes", have.MaxBytes, orUnlimited(want.MaxBytes))
-	safe.add("max_msgs", limitStr(have.MaxMsgs), limitStr(orUnlimited(want.MaxMsgs)))
-	safe.size("max_msg_size", int64(have.MaxMsgSize), int64(orUnlimited(want.MaxMsgSize)))
+	// A limit of 0 is declared as unlimited, -1.
+	safe.size("max_bytes", have.MaxBytes, cmp.Or(want.MaxBytes, -1))
+	safe.add("max_msgs", limitStr(have.MaxMsgs), limitStr(cmp.Or(want.MaxMsgs, -1)))
+	safe.size("max_msg_size", int64(have.MaxMsgSize), int64(cmp.Or(want.MaxMsgSize, -1)))
 	safe.add("discard", have.Discard, want.Discard)
 	if want.Duplicates != 0 {
 		safe.add("duplicate_window", durStr(have.Duplicates), durStr(want.Duplicates))
@@ -320,7 +321,7 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, w *jetstream.Key
 		}
 		// Limits are safe changes, applied to the bucket's stream.
 		cfg := have
-		cfg.MaxBytes, cfg.MaxAge = orUnlimited(want.MaxBytes), want.TTL
+		cfg.MaxBytes, cfg.MaxAge = cmp.Or(want.MaxBytes, -1), want.TTL
 		if cfg.MaxAge > 0 && cfg.Duplicates > cfg.MaxAge {
 			cfg.Duplicates = cfg.MaxAge
 		}
@@ -451,13 +452,6 @@ func limitStr(n int64) string {
 		return "unlimited"
 	}
 	return fmt.Sprint(n)
-}
-
-func orUnlimited[T int32 | int64](n T) T {
-	if n == 0 {
-		return -1
-	}
-	return n
 }
 
 // sourcesStr lists a stream's sources as "NAME@domain" (or NAME), each

@@ -100,13 +100,10 @@ func probe(dir string) error {
 	if err != nil {
 		return unwrapPath(err)
 	}
-	name := f.Name()
 	_, werr := f.Write([]byte("orderstore preflight probe\n"))
-	serr := f.Sync()
-	cerr := f.Close()
-	rerr := os.Remove(name)
-	if err := errors.Join(werr, serr, cerr, rerr); err != nil {
-		return fmt.Errorf("probe %q: %w", filepath.Base(name), err)
+	// The calls run left to right: sync, close, remove.
+	if err := errors.Join(werr, f.Sync(), f.Close(), os.Remove(f.Name())); err != nil {
+		return fmt.Errorf("probe %q: %w", filepath.Base(f.Name()), err)
 	}
 	return nil
 }

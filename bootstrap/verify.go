@@ -79,10 +79,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, spec Spec) error {
 func consumerAhead(ci *jetstream.ConsumerInfo, info *jetstream.StreamInfo) bool {
 	last := info.State.LastSeq
 	if info.Cluster != nil && info.Config.Replicas > 1 {
-		if info.Cluster.Leader == "" {
-			return false
-		}
-		return ci.AckFloor.Stream > last
+		return info.Cluster.Leader != "" && ci.AckFloor.Stream > last
 	}
 	return ci.AckFloor.Stream > last || ci.Delivered.Stream > last
 }
