@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -262,21 +261,20 @@ func Parse(r io.Reader, name string) (Config, error) {
 	// Keys nested below a known key (e.g. server.users[0].bogus).
 	for _, k := range md.Undecoded() {
 		// A failed table or key's own keys are not unknown.
-		if len(k) < 3 || failed[k[0]] || failed[k[:2].String()] {
-			continue
+		if len(k) >= 3 && !failed[k[0]] && !failed[k[:2].String()] {
+			unknown = append(unknown, k.String())
 		}
-		unknown = append(unknown, k.String())
 	}
 	// The problems by key, after the unknown keys, before validate's.
 	slices.SortStableFunc(errs.Problems, func(a, b *orderstore.FieldError) int { return strings.Compare(a.Key, b.Key) })
 	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		shown := make([]string, len(unknown))
-		for i, k := range unknown {
-			shown[i] = k
+		slices.Sort(unknown)
+		var shown []string
+		for _, k := range unknown {
 			if s := suggest(k); s != "" {
-				shown[i] = k + " (did you mean " + s + "?)"
+				k += " (did you mean " + s + "?)"
 			}
+			shown = append(shown, k)
 		}
 		errs.Problems = append([]*orderstore.FieldError{{Key: strings.Join(unknown, ", "),
 			Value: strings.Join(shown, ", "), Reason: "unknown keys", Unknown: true}}, errs.Problems...)

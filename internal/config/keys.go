@@ -33,11 +33,8 @@ func libTag(f reflect.StructField) (names []string, rule bool) {
 	if tag == "-" {
 		return nil, false
 	}
-	names = strings.Split(tag, ",")
-	if names[len(names)-1] == "rule" {
-		return names[:len(names)-1], true
-	}
-	return names, false
+	tag, rule = strings.CutSuffix(tag, ",rule")
+	return strings.Split(tag, ","), rule
 }
 
 // tomlName is a field's key within its table.
@@ -119,10 +116,8 @@ func KeyOf(field string) string {
 	var keys []string
 	segs := strings.Split(field, ".")
 	for k, seg := range segs {
-		name, idx, _ := strings.Cut(seg, "[")
-		if idx != "" {
-			idx = "[" + idx
-		}
+		name, _, _ := strings.Cut(seg, "[")
+		idx := seg[len(name):] // "[0]", or ""
 		var next reflect.Type
 		for i := 0; i < ft.NumField() && next == nil; i++ {
 			sf := ft.Field(i)
@@ -189,16 +184,12 @@ var keyAliases = map[string]string{
 // one's, or the nearest by edit distance (at most 2, or a third of it).
 func suggest(unknown string) string {
 	unknown = strings.ToLower(unknown)
-	table, last := "", unknown
-	if i := strings.LastIndex(unknown, "."); i >= 0 {
-		table, last = unknown[:i], unknown[i+1:]
-	}
+	i := strings.LastIndex(unknown, ".") // -1: no table, all of it the last word
+	table, last := unknown[:max(i, 0)], unknown[i+1:]
 	best, bestD := "", max(2, len(last)/3)+1
 	for _, k := range knownKeys() {
-		kt, kl := "", k
-		if i := strings.LastIndex(k, "."); i >= 0 {
-			kt, kl = k[:i], k[i+1:]
-		}
+		j := strings.LastIndex(k, ".")
+		kt, kl := k[:max(j, 0)], k[j+1:]
 		if kt != table {
 			// An unknown table: the nearest table of the same depth.
 			if table == "" || strings.Count(k, ".") != strings.Count(unknown, ".") || kl != last {

@@ -33,11 +33,9 @@ func syntaxError(pe toml.ParseError, src []byte) string {
 	}
 	inString := multiLineStrings(lines)
 	for i := max(1, line-2); i <= min(line, len(lines)); i++ {
-		l := strings.TrimRight(lines[i-1], "\r")
+		l := MaskLine(strings.TrimRight(lines[i-1], "\r"))
 		if inString[i-1] {
 			l = "***" // inside a multi-line string: all of it is the value
-		} else {
-			l = MaskLine(l)
 		}
 		fmt.Fprintf(&b, "\n  %5d | %s", i, l)
 	}
@@ -51,7 +49,7 @@ func multiLineStrings(lines []string) []bool {
 	open := ""
 	for i, l := range lines {
 		in[i] = open != ""
-		for rest := l; ; {
+		for rest := l; rest != ""; {
 			if open == "" {
 				j, k := strings.Index(rest, `"""`), strings.Index(rest, `'''`)
 				switch {
@@ -66,9 +64,6 @@ func multiLineStrings(lines []string) []bool {
 				open, rest = "", rest[j+3:]
 			} else {
 				rest = ""
-			}
-			if rest == "" {
-				break
 			}
 		}
 	}
@@ -113,11 +108,10 @@ func maskStrings(line string) string {
 			b.WriteString(line[i:])
 			break
 		}
+		b.WriteByte(c)
 		if c != '"' && c != '\'' {
-			b.WriteByte(c)
 			continue
 		}
-		b.WriteByte(c)
 		j := i + 1
 		for j < len(line) && line[j] != c {
 			if c == '"' && line[j] == '\\' {

@@ -50,14 +50,10 @@ func (c Config) validate() []*orderstore.FieldError {
 			bad(fmt.Sprintf("server.users[%d].password", i), nil, "set password or password_file, not both")
 		}
 	}
-	switch strings.ToLower(c.Log.Level) {
-	case "debug", "info", "warn", "error":
-	default:
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(c.Log.Level)) {
 		bad("log.level", c.Log.Level, "must be debug, info, warn or error")
 	}
-	switch c.Log.Format {
-	case "auto", "text", "json":
-	default:
+	if !slices.Contains([]string{"auto", "text", "json"}, c.Log.Format) {
 		bad("log.format", c.Log.Format, "must be auto, text or json")
 	}
 	return errs
