@@ -536,12 +536,11 @@ func (c Config) options() (*server.Options, error) {
 			AllowedConnectionTypes: clientOnly})
 	}
 	for _, u := range c.Users {
-		perms := permissions(u)
 		if u.Nkey != "" {
-			o.Nkeys = append(o.Nkeys, &server.NkeyUser{Nkey: u.Nkey, Permissions: perms, Account: account(u.Account), AllowedConnectionTypes: clientOnly})
+			o.Nkeys = append(o.Nkeys, &server.NkeyUser{Nkey: u.Nkey, Permissions: permissions(u), Account: account(u.Account), AllowedConnectionTypes: clientOnly})
 			continue
 		}
-		o.Users = append(o.Users, &server.User{Username: u.Name, Password: u.Password, Permissions: perms, Account: account(u.Account), AllowedConnectionTypes: clientOnly})
+		o.Users = append(o.Users, &server.User{Username: u.Name, Password: u.Password, Permissions: permissions(u), Account: account(u.Account), AllowedConnectionTypes: clientOnly})
 	}
 	return o, nil
 }

@@ -109,11 +109,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 func WaitFor(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
+	for err := f(); err != nil; err = f() {
 		if time.Now().After(deadline) {
 			t.Fatalf("not true after %s: %v", timeout, err)
 		}

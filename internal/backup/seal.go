@@ -54,8 +54,7 @@ func sealKeys(id byte, key string, salt []byte) (cipher.AEAD, []byte, error) {
 		return nil, nil, err
 	}
 	m := hmac.New(sha256.New, []byte(key))
-	m.Write([]byte("orderstore backup key check"))
-	m.Write(salt)
+	m.Write(append([]byte("orderstore backup key check"), salt...))
 	check := m.Sum(nil)
 	switch id {
 	case 1:
@@ -128,17 +127,13 @@ func (s *sealWriter) Write(p []byte) (int, error) {
 }
 
 func (s *sealWriter) flush(last bool) error {
-	sealed := s.aead.Seal(nil, chunkNonce(s.aead.NonceSize(), s.n, last), s.buf, nil)
-	var l [4]byte
-	binary.BigEndian.PutUint32(l[:], uint32(len(sealed)))
-	if _, err := s.w.Write(l[:]); err != nil {
+	// The length, then the chunk sealed in place after it.
+	out := s.aead.Seal(make([]byte, 4, 4+len(s.buf)+s.aead.Overhead()), chunkNonce(s.aead.NonceSize(), s.n, last), s.buf, nil)
+	binary.BigEndian.PutUint32(out, uint32(len(out)-4))
+	if _, err := s.w.Write(out); err != nil {
 		return err
 	}
-	if _, err := s.w.Write(sealed); err != nil {
-		return err
-	}
-	s.n++
-	s.buf = s.buf[:0]
+	s.n, s.buf = s.n+1, s.buf[:0]
 	return nil
 }
 
