@@ -66,10 +66,14 @@ func Preflight(cfg PreflightConfig) (_ *Lock, _ Report, err error) {
 		return nil, rep, errorf("preflight", what, dirHint(abs, err), fmt.Errorf("is not writable: %w", err))
 	}
 
-	lock, err := lockDir(abs)
-	if err != nil {
-		return nil, rep, err
+	lock, err := embedded.LockStoreDir(abs)
+	if errors.Is(err, ErrLocked) {
+		return nil, rep, errorf("preflight", fmt.Sprintf("store_dir %q", abs),
+			"another orderstore is running on this store_dir; stop it, or give this instance its own jetstream.store_dir (two servers on one store corrupt it)", err)
+	} else if err != nil {
+		return nil, rep, errorf("preflight", "lock", dirHint(abs, err), unwrapPath(err))
 	}
+	ChownLikeDir(lock.Path(), abs) // made by `sudo orderstore check`: still the service user's to open
 	defer func() {
 		if err != nil {
 			lock.Release()
@@ -106,19 +110,6 @@ func probe(dir string) error {
 		return fmt.Errorf("probe %q: %w", filepath.Base(f.Name()), err)
 	}
 	return nil
-}
-
-func lockDir(dir string) (*Lock, error) {
-	lock, err := embedded.LockStoreDir(dir)
-	if errors.Is(err, ErrLocked) {
-		return nil, errorf("preflight", fmt.Sprintf("store_dir %q", dir),
-			"another orderstore is running on this store_dir; stop it, or give this instance its own jetstream.store_dir (two servers on one store corrupt it)", err)
-	}
-	if err != nil {
-		return nil, errorf("preflight", "lock", dirHint(dir, err), unwrapPath(err))
-	}
-	ChownLikeDir(lock.Path(), dir) // made by `sudo orderstore check`: still the service user's to open
-	return lock, nil
 }
 
 func duBytes(dir string) int64 {

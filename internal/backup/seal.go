@@ -37,16 +37,6 @@ const (
 // ErrWrongKey is returned when a sealed file was sealed with another key.
 var ErrWrongKey = errors.New("the key does not open this backup: it was sealed with another key")
 
-func cipherID(name string) (byte, error) {
-	switch name {
-	case embedded.CipherChaCha, "":
-		return 1, nil
-	case embedded.CipherAES:
-		return 2, nil
-	}
-	return 0, fmt.Errorf("cipher %q: want %q or %q", name, embedded.CipherChaCha, embedded.CipherAES)
-}
-
 // sealKeys derives a file's AEAD and key check from the store's key.
 func sealKeys(id byte, key string, salt []byte) (cipher.AEAD, []byte, error) {
 	fk, err := hkdf.Key(sha256.New, []byte(key), salt, "orderstore backup file key", 32)
@@ -92,9 +82,10 @@ type sealWriter struct {
 
 // NewSealWriter writes a sealed file to w, with the store's key and cipher.
 func NewSealWriter(w io.Writer, key, cipherName string) (io.WriteCloser, error) {
-	id, err := cipherID(cipherName)
-	if err != nil {
-		return nil, err
+	// The cipher's id in the header (sealKeys).
+	id := map[string]byte{embedded.CipherChaCha: 1, "": 1, embedded.CipherAES: 2}[cipherName]
+	if id == 0 {
+		return nil, fmt.Errorf("cipher %q: want %q or %q", cipherName, embedded.CipherChaCha, embedded.CipherAES)
 	}
 	salt := make([]byte, 32)
 	if _, err := rand.Read(salt); err != nil {
