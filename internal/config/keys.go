@@ -81,11 +81,9 @@ func copyValue(dst, src reflect.Value, fileToLib bool) {
 		} else {
 			copyFields(dst, src, false)
 		}
+	case (src.Kind() == reflect.Map || src.Kind() == reflect.Slice) && src.IsNil():
+		dst.SetZero()
 	case src.Kind() == reflect.Map:
-		if src.IsNil() {
-			dst.SetZero()
-			return
-		}
 		m := reflect.MakeMapWithSize(dst.Type(), src.Len())
 		for it := src.MapRange(); it.Next(); {
 			v := reflect.New(dst.Type().Elem()).Elem()
@@ -94,10 +92,6 @@ func copyValue(dst, src reflect.Value, fileToLib bool) {
 		}
 		dst.Set(m)
 	case src.Kind() == reflect.Slice:
-		if src.IsNil() {
-			dst.SetZero()
-			return
-		}
 		s := reflect.MakeSlice(dst.Type(), src.Len(), src.Len())
 		for i := range src.Len() {
 			copyValue(s.Index(i), src.Index(i), fileToLib)

@@ -143,14 +143,13 @@ func (c *Check) notLoaded(ctx context.Context) map[string]int64 {
 // is empty), start-up fails rather than serve an empty stream over the old files.
 func (c *Check) checkReloaded(ctx context.Context, unloaded map[string]int64) error {
 	for name, size := range unloaded {
-		dir := c.Dir.Stream(c.Account, name)
 		s, err := c.JS.Stream(ctx, name)
 		if err != nil {
 			return fmt.Errorf("recovery check: stream %q: %w", name, err)
 		}
 		st := s.CachedInfo().State
 		if st.Msgs == 0 && st.LastSeq == 0 {
-			return hint.Wrap(fmt.Errorf("recovery check: stream %q has %d bytes of message blocks in %q that nats did not load, and declaring it again did not bring them back", name, size, dir),
+			return hint.Wrap(fmt.Errorf("recovery check: stream %q has %d bytes of message blocks in %q that nats did not load, and declaring it again did not bring them back", name, size, c.Dir.Stream(c.Account, name)),
 				c.restoreHint(name))
 		}
 		c.Note("stream %q: nats could not read its metadata (meta.inf, e.g. after a power cut with a relaxed sync_interval) and skipped it; orderstore declared it again with its configuration and nats recovered %d events (sequences %d..%d) from its blocks",
