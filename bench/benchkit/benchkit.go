@@ -79,18 +79,14 @@ func Poll(ctx context.Context, every time.Duration, done func() (bool, error)) e
 
 // FreePorts are n TCP ports of 127.0.0.1 that were free a moment ago.
 func FreePorts(n int) []int {
-	var out []int
-	var ls []net.Listener
-	for range n {
+	out := make([]int, n)
+	for i := range out {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			log.Fatal(err)
 		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
+		defer l.Close()
+		out[i] = l.Addr().(*net.TCPAddr).Port
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,11 +131,7 @@ func cluster() {
 	}
 	apps := start(cfgs...)
 	defer closeAll(apps...)
-	var urls []string
-	for _, a := range apps {
-		urls = append(urls, a.ClientURL())
-	}
-	cnc, err := nats.Connect(fmt.Sprint(urls[0], ",", urls[1], ",", urls[2]), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	cnc, err := nats.Connect(apps[0].ClientURL()+","+apps[1].ClientURL()+","+apps[2].ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -149,12 +146,9 @@ func cluster() {
 		log.Fatal(err)
 	}
 	leader := st.CachedInfo().Cluster.Leader
-	var victim *orderstore.Appliance
-	for i, a := range apps {
-		if cfgs[i].Server.Name == leader {
-			victim, apps[i] = a, nil
-		}
-	}
+	i := slices.IndexFunc(cfgs, func(c orderstore.Config) bool { return c.Server.Name == leader })
+	victim := apps[i]
+	apps[i] = nil
 	t0 := time.Now()
 	go victim.Close(context.Background())
 	benchkit.Poll(context.Background(), 20*time.Millisecond, func() (bool, error) {
