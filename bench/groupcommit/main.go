@@ -392,7 +392,6 @@ func orderstoreTarget(durability, schema string, opts ...func(*orderstore.Config
 		if err != nil {
 			return "", nil, nil, err
 		}
-		stop := func() { benchkit.Stop(app) }
 		lastSyncs, lastAcked := uint64(0), uint64(0)
 		stats := func() uint64 {
 			if *verbose {
@@ -405,7 +404,7 @@ func orderstoreTarget(durability, schema string, opts ...func(*orderstore.Config
 			}
 			return app.Stats().Processed
 		}
-		return app.ClientURL(), stop, stats, nil
+		return app.ClientURL(), func() { benchkit.Stop(app) }, stats, nil
 	}
 }
 
@@ -484,9 +483,8 @@ func load(url, name string, p, w, size int, payloads [][]byte, projected func() 
 	}
 	r := result{target: name, load: fmt.Sprintf("go: %d producers %s, %d B", p, mode, size), rate: float64(n.Load()) / elapsed.Seconds(), p50: benchkit.Quantile(all, 0.5), p99: benchkit.Quantile(all, 0.99)}
 	if projected != nil {
-		after := projected()
 		r.hasProc = true
-		r.projected = float64(after-before) / elapsed.Seconds()
+		r.projected = float64(projected()-before) / elapsed.Seconds()
 		// Backlog: what was stored and not yet processed.
 		r.backlog = backlog(jss[0].Conn())
 		catchUp(jss[0].Conn())
@@ -546,23 +544,18 @@ func natsBench(cli, url, name, mode, dir string) result {
 	if err != nil || len(rows) < 2 {
 		log.Fatalf("%s: nats bench CSV: %v", name, err)
 	}
-	col := func(h string) string {
+	col := func(h string) float64 { // 0 when missing
 		for i, c := range rows[0] {
 			if strings.EqualFold(strings.TrimSpace(c), h) && i < len(rows[1]) {
-				return strings.TrimSpace(rows[1][i])
+				v, _ := strconv.ParseFloat(strings.TrimSpace(rows[1][i]), 64)
+				return v
 			}
 		}
-		return ""
+		return 0
 	}
-	rate, _ := strconv.ParseFloat(col("MsgsPerSec"), 64)
-	r := result{target: name, load: fmt.Sprintf("nats bench js pub %s, 128 B", mode), rate: rate}
-	if v, err := strconv.ParseFloat(col("P50LatencyMicroSecs"), 64); err == nil {
-		r.p50 = time.Duration(v * float64(time.Microsecond))
-	}
-	if v, err := strconv.ParseFloat(col("P99LatencyMicroSecs"), 64); err == nil {
-		r.p99 = time.Duration(v * float64(time.Microsecond))
-	}
-	return r
+	return result{target: name, load: fmt.Sprintf("nats bench js pub %s, 128 B", mode), rate: col("MsgsPerSec"),
+		p50: time.Duration(col("P50LatencyMicroSecs") * float64(time.Microsecond)),
+		p99: time.Duration(col("P99LatencyMicroSecs") * float64(time.Microsecond))}
 }
 
 func findNATS() string {
