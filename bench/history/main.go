@@ -96,11 +96,7 @@ func markdown(started time.Time, sizes []*sizeResult) string {
 		fmt.Fprintf(&b, " %s events: p50 / p99 / mean |", benchkit.Num(s.Events))
 	}
 	first, last := sizes[0], sizes[len(sizes)-1]
-	fmt.Fprintf(&b, " p99 %s / p99 %s (goal <= %.1f) |\n|---|", short(last.Events), short(first.Events), goalP99Ratio)
-	for range sizes {
-		b.WriteString("---:|")
-	}
-	b.WriteString("---|\n")
+	fmt.Fprintf(&b, " p99 %s / p99 %s (goal <= %.1f) |\n|---|%s---|\n", short(last.Events), short(first.Events), goalP99Ratio, strings.Repeat("---:|", len(sizes)))
 	for k := range nKinds {
 		fmt.Fprintf(&b, "| %s |", kindNames[k])
 		for _, s := range sizes {

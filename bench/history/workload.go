@@ -59,14 +59,12 @@ func (w *workload) next() (id string, typ string, tag int) {
 
 func targetID(t int) string { return "target-" + strconv.Itoa(t) }
 
-// targetSeqs are the stream sequences of each target order's events, in stream order.
-type targetSeqs [][]uint64
-
 // publish publishes the workload's n events, async with up to window unacked, and returns once
-// every one is acked, with the targets' sequences and how many publishes were resent. A publish
-// turned away for now (benchkit.Retryable) is sent again after a pause, as a producer would.
-func publish(ctx context.Context, js jetstream.JetStream, w *workload, window int) (targetSeqs, int, time.Duration, error) {
-	seqs := make(targetSeqs, w.targets)
+// every one is acked, with the stream sequences of each target's events (in stream order) and how
+// many publishes were resent. A publish turned away for now (benchkit.Retryable) is sent again
+// after a pause, as a producer would.
+func publish(ctx context.Context, js jetstream.JetStream, w *workload, window int) ([][]uint64, int, time.Duration, error) {
+	seqs := make([][]uint64, w.targets)
 	for t := range seqs {
 		seqs[t] = make([]uint64, w.perTarget)
 	}
