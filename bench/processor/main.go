@@ -371,15 +371,12 @@ func rawConsume(ctx context.Context, e *benchkit.Env, mode string, n int, lastSe
 		}
 	})
 	lastLog := t0
-	for {
-		if err := benchkit.Sleep(ctx, 25*time.Millisecond); err != nil {
-			return phase{}, err
-		}
+	if err := benchkit.Poll(ctx, 25*time.Millisecond, func() (bool, error) {
 		logNow, all := time.Since(lastLog) >= 5*time.Second, got.Load() >= int64(n)
 		if logNow {
 			lastLog = time.Now()
 		} else if !all {
-			continue
+			return false, nil
 		}
 		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		info, err := cons.Info(ictx)
@@ -388,9 +385,9 @@ func rawConsume(ctx context.Context, e *benchkit.Env, mode string, n int, lastSe
 			benchkit.Logf("   %s received; consumer: delivered %d, ack floor %d, ack pending %d, redelivered %d, waiting pulls %d",
 				benchkit.Num(int(got.Load())), info.Delivered.Stream, info.AckFloor.Stream, info.NumAckPending, info.NumRedelivered, info.NumWaiting)
 		}
-		if all && err == nil && info.AckFloor.Stream >= lastSeq && info.NumAckPending == 0 && info.NumPending == 0 {
-			break
-		}
+		return all && err == nil && info.AckFloor.Stream >= lastSeq && info.NumAckPending == 0 && info.NumPending == 0, nil
+	}); err != nil {
+		return phase{}, err
 	}
 	p := phase{N: int(got.Load()), Dur: time.Since(t0), CPU: benchkit.CPUTime() - c0}
 	stopProf()
@@ -429,10 +426,7 @@ func startProcessor(ctx context.Context, e *benchkit.Env) (*running, error) {
 	} else if proj, err = orderstore.NewProjection(ctx, js, e.Cfg); err != nil { // as the appliance wires it
 		return nil, err
 	}
-	level := slog.LevelWarn
-	if *verbose {
-		level = slog.LevelInfo
-	}
+	level := map[bool]slog.Level{false: slog.LevelWarn, true: slog.LevelInfo}[*verbose]
 	r := &running{done: make(chan error, 1)}
 	pc := e.Cfg.ProcessorConfig(proj)
 	pc.Workers, pc.BatchSize = *workers, *batch

@@ -35,10 +35,7 @@ func newEnv() (*env, error) {
 		cfg.Stream.MaxBytes = need
 		cfg.JetStream.MaxFileStore = max(cfg.JetStream.MaxFileStore, need+8<<30)
 	}
-	level := slog.LevelWarn
-	if *verbose {
-		level = slog.LevelInfo
-	}
+	level := map[bool]slog.Level{false: slog.LevelWarn, true: slog.LevelInfo}[*verbose]
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	return &env{e}, nil
 }

@@ -103,11 +103,8 @@ func (r rebuildRun) ingestIn(k int) float64 {
 // rebuild runs one rebuild to its end. acked, if not nil, counts the producers' acked publishes.
 func rebuild(ctx context.Context, e *env, prof string, acked *atomic.Int64) (rebuildRun, error) {
 	r := rebuildRun{Ingest: acked != nil}
-	count := func() int64 {
-		if acked == nil {
-			return 0
-		}
-		return acked.Load()
+	if acked == nil {
+		acked = new(atomic.Int64) // counts nothing
 	}
 	stopProf, err := benchkit.StepProfile(*cpuprofile, prof)
 	if err != nil {
@@ -115,7 +112,7 @@ func rebuild(ctx context.Context, e *env, prof string, acked *atomic.Int64) (reb
 	}
 	defer stopProf()
 	c0, m0 := benchkit.CPUTime(), benchkit.StartOthers()
-	r.Acked[0] = count()
+	r.Acked[0] = acked.Load()
 	st, err := e.App.RebuildProjection(ctx, status.RebuildRequest{})
 	if err != nil {
 		return r, fmt.Errorf("starting the rebuild: %w", err)
@@ -135,10 +132,10 @@ func rebuild(ctx context.Context, e *env, prof string, acked *atomic.Int64) (reb
 			return r, fmt.Errorf("rebuild %s: status shows %+v", id, s)
 		}
 		if foldAt.IsZero() && s.Done > 0 {
-			foldAt, foldDone0, r.Acked[1] = now, s.Done, count()
+			foldAt, foldDone0, r.Acked[1] = now, s.Done, acked.Load()
 		}
 		if takeoverAt.IsZero() && s.State != status.RebuildFolding {
-			takeoverAt, r.Folded, r.Acked[2] = now, s.Done-foldDone0, count()
+			takeoverAt, r.Folded, r.Acked[2] = now, s.Done-foldDone0, acked.Load()
 			if foldAt.IsZero() {
 				foldAt, r.Acked[1] = now, r.Acked[2]
 			}
@@ -154,7 +151,7 @@ func rebuild(ctx context.Context, e *env, prof string, acked *atomic.Int64) (reb
 		}
 		switch s.State {
 		case status.RebuildDone:
-			r.Acked[3] = count()
+			r.Acked[3] = acked.Load()
 			r.CPU, r.Others = benchkit.CPUTime()-c0, m0.Share()
 			stopProf()
 			r.Final = *s
@@ -427,21 +424,18 @@ func cancelRebuild(ctx context.Context, e *env, id string) error {
 		return fmt.Errorf("canceling the rebuild: %w", err)
 	}
 	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		s := e.App.RebuildStatus()
-		if s == nil || s.ID != id || !s.Running() {
+	return benchkit.Poll(ctx, 20*time.Millisecond, func() (bool, error) {
+		switch s := e.App.RebuildStatus(); {
+		case s == nil || s.ID != id || !s.Running():
 			if s != nil && s.State == status.RebuildFailed {
-				return fmt.Errorf("rebuild %s failed: %s", id, s.Error)
+				return false, fmt.Errorf("rebuild %s failed: %s", id, s.Error)
 			}
-			return nil
+			return true, nil
+		case time.Now().After(deadline):
+			return false, fmt.Errorf("rebuild %s still %s 5 minutes after its cancel", id, s.State)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("rebuild %s still %s 5 minutes after its cancel", id, s.State)
-		}
-		if err := benchkit.Sleep(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
-	}
+		return false, nil
+	})
 }
 
 // ---------------------------------------------------------------- helpers
