@@ -351,24 +351,29 @@ type pipe struct {
 	slots     chan struct{}
 }
 
-func newPipe(url string, max int, slots int) *pipe {
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
-	if err != nil {
-		log.Fatal(err)
+// newPipes opens -conns pipes, each for max requests, slots of them in flight at most (0: any).
+func newPipes(url string, max int, slots int) []*pipe {
+	pipes := make([]*pipe, *conns)
+	for i := range pipes {
+		nc, err := nats.Connect(url, nats.MaxReconnects(-1))
+		if err != nil {
+			log.Fatal(err)
+		}
+		p := &pipe{nc: nc, inbox: nats.NewInbox(), answered: make([]atomic.Bool, max), sentAt: make([]atomic.Int64, max), codes: map[string]int64{}, lateCodes: map[string]int64{}}
+		if slots > 0 {
+			p.slots = make(chan struct{}, slots)
+		}
+		sub, err := nc.Subscribe(p.inbox+".*", p.onAnswer)
+		if err != nil {
+			log.Fatal(err)
+		}
+		sub.SetPendingLimits(-1, -1)
+		if err := nc.Flush(); err != nil {
+			log.Fatal(err)
+		}
+		pipes[i] = p
 	}
-	p := &pipe{nc: nc, inbox: nats.NewInbox(), answered: make([]atomic.Bool, max), sentAt: make([]atomic.Int64, max), codes: map[string]int64{}, lateCodes: map[string]int64{}}
-	if slots > 0 {
-		p.slots = make(chan struct{}, slots)
-	}
-	sub, err := nc.Subscribe(p.inbox+".*", p.onAnswer)
-	if err != nil {
-		log.Fatal(err)
-	}
-	sub.SetPendingLimits(-1, -1)
-	if err := nc.Flush(); err != nil {
-		log.Fatal(err)
-	}
-	return p
+	return pipes
 }
 
 func (p *pipe) onAnswer(m *nats.Msg) {
@@ -418,8 +423,7 @@ func (p *pipe) onAnswer(m *nats.Msg) {
 
 // request sends request i; false if the connection did not take it (it is not counted as sent).
 func (p *pipe) request(subject string, i int, payload []byte) bool {
-	now := time.Now().UnixNano()
-	p.sentAt[i].Store(now)
+	p.sentAt[i].Store(time.Now().UnixNano())
 	if err := p.nc.PublishRequest(subject, p.inbox+"."+strconv.Itoa(i), payload); err != nil {
 		log.Printf("publish: %v (this connection stops sending)", err)
 		return false
@@ -487,10 +491,7 @@ func settle(c *child, pipes []*pipe, sent []int, t0 time.Time, sendTime time.Dur
 // connections for -measure; the acked rate is over -measure.
 func sustained(c *child, payload []byte) phase {
 	const maxPerConn = 4 << 20
-	pipes := make([]*pipe, *conns)
-	for i := range pipes {
-		pipes[i] = newPipe(c.url, maxPerConn, *window)
-	}
+	pipes := newPipes(c.url, maxPerConn, *window)
 	sent := make([]int, len(pipes))
 	var wg sync.WaitGroup
 	t0 := time.Now()
@@ -521,10 +522,7 @@ func sustained(c *child, payload []byte) phase {
 // the connections take them when they cannot keep the pace.
 func overload(c *child, payload []byte, offered float64) phase {
 	perConn := int(offered * duration.Seconds() / float64(*conns))
-	pipes := make([]*pipe, *conns)
-	for i := range pipes {
-		pipes[i] = newPipe(c.url, perConn, 0)
-	}
+	pipes := newPipes(c.url, perConn, 0)
 	sent := make([]int, len(pipes))
 	var wg sync.WaitGroup
 	t0 := time.Now()
