@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -18,8 +20,17 @@ type Child struct {
 	Ready []string       // the fields after READY
 }
 
-// StartChild runs args with stderr as the child's and waits for its READY line.
-func StartChild(args []string, stderr io.Writer) (*Child, error) {
+// StartChild runs this program again (after wrap, e.g. taskset and its arguments, when set) with
+// -dir dir (created if missing) and args, with stderr as the child's, and waits for its READY line.
+func StartChild(wrap []string, dir string, stderr io.Writer, args ...string) (*Child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	args = slices.Concat(wrap, []string{self, "-dir", dir}, args)
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stderr = stderr
 	in, err := cmd.StdinPipe()

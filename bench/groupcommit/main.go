@@ -199,15 +199,8 @@ func targets() []target {
 // this program again with -serve, on dir.
 func childTarget(name string) func(string) (string, func(), func() uint64, error) {
 	return func(dir string) (string, func(), func() uint64, error) {
-		self, err := os.Executable()
-		if err != nil {
-			return "", nil, nil, err
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", nil, nil, err
-		}
-		c, err := benchkit.StartChild([]string{self, "-serve", name, "-dir", dir,
-			"-no-processor=" + strconv.FormatBool(*noProc), "-v=" + strconv.FormatBool(*verbose)}, os.Stderr)
+		c, err := benchkit.StartChild(nil, dir, os.Stderr, "-serve", name,
+			"-no-processor="+strconv.FormatBool(*noProc), "-v="+strconv.FormatBool(*verbose))
 		if err != nil {
 			return "", nil, nil, err
 		}

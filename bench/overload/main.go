@@ -146,23 +146,16 @@ type child struct {
 }
 
 func startChild(name, d string) (*child, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(d, 0o755); err != nil {
-		return nil, err
-	}
 	logf, err := os.Create(d + ".log")
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	args := []string{self, "-serve", name, "-dir", d, "-log", *logLevel, "-pprof", *pprofAt, "-idle", idle.String()}
+	var wrap []string
 	if *targetCPUs != "" {
-		args = append([]string{"taskset", "-c", *targetCPUs}, args...)
+		wrap = []string{"taskset", "-c", *targetCPUs}
 	}
-	bc, err := benchkit.StartChild(args, logf)
+	bc, err := benchkit.StartChild(wrap, d, logf, "-serve", name, "-log", *logLevel, "-pprof", *pprofAt, "-idle", idle.String())
 	if err != nil {
 		return nil, err
 	}
@@ -435,12 +428,10 @@ func (p *pipe) request(subject string, i int, payload []byte) bool {
 // changed for -quiet: no answer came, the stream stored nothing more and
 // (orderstore) admission's line holds nothing. It adds up the phase.
 func settle(c *child, pipes []*pipe, sent []int, t0 time.Time, sendTime time.Duration) phase {
-	for _, p := range pipes {
-		p.nc.FlushTimeout(time.Minute)
-	}
 	want := int64(0)
-	for _, n := range sent {
-		want += int64(n)
+	for i, p := range pipes {
+		p.nc.FlushTimeout(time.Minute)
+		want += int64(sent[i])
 	}
 	answered := func() int64 {
 		n := int64(0)
