@@ -743,11 +743,8 @@ func summary(rs []*modeResult) string {
 		fmt.Fprintf(&b, "| %s | %s / %s | %s | %s | %s | %.1f%% (%s) |", r.Mode, benchkit.Num(r.Events), benchkit.Num(r.Orders),
 			benchkit.Num(int(r.Publish.rate())), benchkit.Num(int(r.Raw.rate())), benchkit.Num(int(r.Proj.rate())), 100*r.ratio(), metStr[r.ratio() >= 0.5])
 		if l := r.Load; l != nil {
-			c := benchkit.Secs(l.Catchup)
-			if !l.CaughtUp {
-				c = "> " + c
-			}
-			fmt.Fprintf(&b, " %s | %s | %s | %.1f | %s | %s |\n", benchkit.Num(int(l.Target)), benchkit.Num(int(l.applyRate())), benchkit.Num(int(l.MaxBacklog)), l.MaxBehind, yesNo[l.Bounded], c)
+			fmt.Fprintf(&b, " %s | %s | %s | %.1f | %s | %s%s |\n", benchkit.Num(int(l.Target)), benchkit.Num(int(l.applyRate())), benchkit.Num(int(l.MaxBacklog)), l.MaxBehind, yesNo[l.Bounded],
+				map[bool]string{false: "> "}[l.CaughtUp], benchkit.Secs(l.Catchup))
 		} else {
 			b.WriteString(" - | - | - | - | - | - |\n")
 		}

@@ -280,18 +280,13 @@ func markdown(res *results) string {
 		b.WriteString("| rep | without: acked/s (p50 / p99) | with a rebuild: acked/s (p50 / p99) | with / without | rebuild folded during the window | live processor projected/s without / with (backlog at the end) | group commit without / with: syncs/s, mean sync | CPU without / with | other processes' CPU without / with |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		var without, with, pairs []float64
 		for rep := 1; rep <= *reps; rep++ {
-			var a, w *ingestRun
-			for i := range res.Ingest {
-				r := &res.Ingest[i]
-				if r.Rep != rep {
-					continue
-				}
-				if r.Rebuild {
-					w = r
-				} else {
-					a = r
+			runs := map[bool]*ingestRun{} // by Rebuild
+			for i, r := range res.Ingest {
+				if r.Rep == rep {
+					runs[r.Rebuild] = &res.Ingest[i]
 				}
 			}
+			a, w := runs[false], runs[true]
 			if a == nil || w == nil {
 				continue
 			}

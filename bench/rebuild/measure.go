@@ -96,8 +96,7 @@ func (r rebuildRun) foldRate() float64 { return benchkit.Rate(int(r.Folded), r.F
 
 // ingestIn is the producers' acked rate in phase k (0 setup, 1 fold, 2 takeover).
 func (r rebuildRun) ingestIn(k int) float64 {
-	d := []time.Duration{r.Setup, r.Fold, r.Takeover}[k]
-	return benchkit.Rate(int(r.Acked[k+1]-r.Acked[k]), d)
+	return benchkit.Rate(int(r.Acked[k+1]-r.Acked[k]), []time.Duration{r.Setup, r.Fold, r.Takeover}[k])
 }
 
 // rebuild runs one rebuild to its end. acked, if not nil, counts the producers' acked publishes.
@@ -374,8 +373,7 @@ func ingestWindow(ctx context.Context, e *env, p *producers, rep int, withRebuil
 	defer stopProf()
 	p0 := e.App.Stats().Processed
 	stop := make(chan struct{})
-	timer := time.AfterFunc(*duration, func() { close(stop) })
-	defer timer.Stop()
+	defer time.AfterFunc(*duration, func() { close(stop) }).Stop()
 	g0 := ingestStats(e)
 	a0, t0, c0, m0 := p.acked.Load(), time.Now(), benchkit.CPUTime(), benchkit.StartOthers()
 	lat, err := p.run(ctx, stop)
