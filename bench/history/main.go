@@ -48,17 +48,7 @@ func main() {
 func run(ctx context.Context, streamSizes []int) error {
 	started := time.Now()
 	fmt.Println(benchkit.Machine(orderstore.NATSServerVersion))
-	sizes, err := lookups(ctx, streamSizes)
-	if err != nil {
-		return err
-	}
-	report := markdown(started, sizes)
-	return benchkit.Results(report, report, *out)
-}
-
-// lookups loads an appliance per stream size, all kept running, then
-// times the lookups on all of them, interleaved.
-func lookups(ctx context.Context, streamSizes []int) ([]*sizeResult, error) {
+	// An appliance per stream size, all kept running, then the lookups on all of them, interleaved.
 	var ls []*loaded
 	defer func() {
 		for _, l := range ls {
@@ -71,17 +61,19 @@ func lookups(ctx context.Context, streamSizes []int) ([]*sizeResult, error) {
 			ls = append(ls, l)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s events: %w", benchkit.Num(n), err)
+			return fmt.Errorf("%s events: %w", benchkit.Num(n), err)
 		}
 	}
 	if err := measureLookups(ctx, ls); err != nil {
-		return nil, err
+		return err
 	}
-	var res []*sizeResult
+	var sizes []*sizeResult
 	for _, l := range ls {
-		res = append(res, l.res)
+		l.env.Close() // again, deferred: it then does nothing
+		sizes = append(sizes, l.res)
 	}
-	return res, nil
+	report := markdown(started, sizes)
+	return benchkit.Results(report, report, *out)
 }
 
 // ---------------------------------------------------------------- output
