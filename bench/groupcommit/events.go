@@ -42,13 +42,18 @@ type orderCreated struct {
 func events(size int) (payloads [][]byte, orders bool) {
 	payloads = make([][]byte, 1000)
 	for i := range payloads {
-		b, ok := orderEvent(i, size)
-		if !ok {
-			return padEvents(size), false
+		if payloads[i], orders = orderEvent(i, size); !orders {
+			break
 		}
-		payloads[i] = b
 	}
-	return payloads, true
+	if orders {
+		return payloads, true
+	}
+	for i := range payloads {
+		head := fmt.Sprintf(`{"order_id":"o-%d","pad":"`, i)
+		payloads[i] = []byte(head + strings.Repeat("x", max(0, size-len(head)-2)) + `"}`)
+	}
+	return payloads, false
 }
 
 // orderEvent is order i's order-created event of exactly size bytes.
@@ -79,14 +84,4 @@ func orderEvent(i, size int) ([]byte, bool) {
 		return b, true
 	}
 	return nil, false
-}
-
-// padEvents are JSON objects of size bytes with an order_id and a pad.
-func padEvents(size int) [][]byte {
-	payloads := make([][]byte, 1000)
-	for i := range payloads {
-		head := fmt.Sprintf(`{"order_id":"o-%d","pad":"`, i)
-		payloads[i] = []byte(head + strings.Repeat("x", max(0, size-len(head)-2)) + `"}`)
-	}
-	return payloads
 }
