@@ -193,19 +193,10 @@ type bucket struct {
 	last   time.Time
 }
 
-// blocked reports whether addr has no failures left, and for how long.
-func (l *limiter) blocked(addr string) (bool, time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.m[limitKey(addr)]
-	if b == nil {
-		return false, 0
-	}
-	l.refill(b)
-	return b.tokens < 1, time.Duration(max(0, 1-b.tokens) * float64(failRefill))
-}
-
-func (l *limiter) fail(addr string) {
+// spend takes one of addr's failures before its guess is checked, so that guesses in flight at once
+// count together (a check, then a count after the verdict, let each pass while failures were left);
+// false when none is left, and how long until one is. refund gives it back for a right guess.
+func (l *limiter) spend(addr string) (bool, time.Duration) {
 	addr = limitKey(addr)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -227,7 +218,19 @@ func (l *limiter) fail(addr string) {
 		l.m[addr] = b
 	}
 	l.refill(b)
-	b.tokens = max(0, b.tokens-1)
+	if b.tokens < 1 {
+		return false, time.Duration((1 - b.tokens) * float64(failRefill))
+	}
+	b.tokens--
+	return true, 0
+}
+
+func (l *limiter) refund(addr string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b := l.m[limitKey(addr)]; b != nil {
+		b.tokens = min(failBurst, b.tokens+1)
+	}
 }
 
 func (l *limiter) refill(b *bucket) {

@@ -55,6 +55,51 @@ func TestLoginLimitHoldsForBodiesSentLater(t *testing.T) {
 	}
 }
 
+// Guesses in flight at once count together: each takes its failure when it is checked, not when
+// its verdict is in (a check, then a count after the verdict, let every guess sent at once pass).
+func TestLimiterCountsGuessesInFlight(t *testing.T) {
+	l := limiter{m: map[string]*bucket{}}
+	allowed := 0
+	for range 3 * failBurst { // none has its verdict yet
+		if ok, _ := l.spend("192.0.2.7"); ok {
+			allowed++
+		}
+	}
+	if allowed != failBurst {
+		t.Errorf("%d guesses checked before any verdict: %d allowed, want %d", 3*failBurst, allowed, failBurst)
+	}
+	l.refund("192.0.2.7") // a right one
+	if ok, _ := l.spend("192.0.2.7"); !ok {
+		t.Error("after a refund: no guess allowed, want one")
+	}
+	if ok, wait := l.spend("192.0.2.7"); ok || wait <= 0 || wait > failRefill {
+		t.Errorf("with none left: allowed %v, wait %v, want refused for at most %v", ok, wait, failRefill)
+	}
+
+	s := New(Config{Token: "the-right-admin-token"})
+	const n = 20 * failBurst
+	codes := make(chan int, n)
+	start := make(chan struct{})
+	for range n {
+		go func() {
+			req := httptest.NewRequest("GET", "http://127.0.0.1:8222/v1/status", nil)
+			req.Header.Set("Authorization", "Bearer guess")
+			rec := httptest.NewRecorder()
+			<-start
+			s.ServeHTTP(rec, req)
+			codes <- rec.Code
+		}()
+	}
+	close(start)
+	got := map[int]int{}
+	for range n {
+		got[<-codes]++
+	}
+	if got[401] != failBurst || got[429] != n-failBurst {
+		t.Errorf("%d bearer guesses at once: answers %v, want %d checked (401) and the rest refused (429)", n, got, failBurst)
+	}
+}
+
 // An IPv6 client picks its source from a whole /64: counting failures per
 // address let it guess without limit, a fresh address every ten guesses.
 func TestLoginLimitCountsAnIPv6ClientsWhole64(t *testing.T) {

@@ -239,19 +239,21 @@ func (s *Server) auth(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		if limited, wait := s.limit.blocked(ip); limited {
+		if ok, wait := s.limit.spend(ip); !ok {
 			tooMany(w, wait)
 			return
 		}
 		if bearer && tokenEqual(got, s.cfg.Token) {
+			s.limit.refund(ip)
 			h.ServeHTTP(w, r)
 			return
 		}
 		// An expired or unknown session (a tab left open across a restart)
 		// is not a guess: only a wrong bearer token counts as a failure.
 		if bearer {
-			s.limit.fail(ip)
 			s.log.Warn("admin request refused: bad credentials", "remote", ip, "path", clip(r.URL.Path))
+		} else {
+			s.limit.refund(ip)
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="orderstore"`)
 		if strings.Contains(r.Header.Get("Accept"), "text/html") {
@@ -274,12 +276,13 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	// The body first: a guess held back while the limit is checked would
 	// pass it with every other guess in flight.
 	ip, token := remoteIP(r), r.PostFormValue("token")
-	if limited, wait := s.limit.blocked(ip); limited {
+	if ok, wait := s.limit.spend(ip); !ok {
 		s.quiet.Warn(s.log, "login", "admin sign-in refused: too many failures", "remote", ip)
 		tooMany(w, wait)
 		return
 	}
 	if tokenEqual(token, s.cfg.Token) {
+		s.limit.refund(ip)
 		id, err := s.sess.create()
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, "session: "+err.Error())
@@ -291,7 +294,6 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
-	s.limit.fail(ip)
 	s.log.Warn("admin sign-in failed", "remote", ip)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(http.StatusUnauthorized)
