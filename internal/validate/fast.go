@@ -7,14 +7,16 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// fast is a schema of the common keywords below (draft 2020-12; no $ref or combinators) checked on
-// the event's tokens as they are read, building nothing: 3 µs for bench/groupcommit's 1 KiB event
-// where the library's check costs 23 (bench/README.md, "Schema validation on the event's tokens").
+// fast is a schema of the common keywords below (draft 2020-12; local $refs, no combinators)
+// checked on the event's tokens as they are read, building nothing: 3 µs for bench/groupcommit's
+// 1 KiB event where the library's check costs 23 (bench/README.md, "Schema validation on the
+// event's tokens").
 // It only ever passes an event: where it does not (an invalid event, a number it cannot compare
 // exactly, a bound of decode), the library decides, with its verdict and error.
 // TestFastPassesOnlyWhatTheLibraryPasses and FuzzFast hold it to that.
@@ -48,8 +50,8 @@ var (
 	limitNames = []string{"minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"}
 	boundNames = []string{"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 	// Keywords that assert nothing as schemas are compiled here: format is not asserted in draft
-	// 2020-12, and $defs is only reached through $ref, which compileFast does not take.
-	annotations = []string{"$id", "$comment", "$defs", "title", "description", "default", "examples",
+	// 2020-12, and $defs is only reached through $ref.
+	annotations = []string{"$comment", "$defs", "title", "description", "default", "examples",
 		"deprecated", "readOnly", "writeOnly", "format"}
 	anything = newFast()
 )
@@ -60,18 +62,66 @@ func newFast() *fast {
 
 // compileFast compiles doc (as jsonschema.UnmarshalJSON gives it), or returns nil where it uses a
 // keyword or a value that fast does not take.
-func compileFast(doc any, root bool) *fast {
+func compileFast(doc any) *fast {
+	c := fastCompiler{root: doc, defs: map[string]*fast{}, open: map[*fast]int{}}
+	return c.compile(doc, true, 0)
+}
+
+// fastCompiler resolves "$ref": "#/$defs/<name>" (alone beside annotations) to the root's $defs,
+// each compiled once. depth counts the properties, additionalProperties and items entered: a ref
+// back to a definition being compiled (open) is taken only from deeper, so that each turn of the
+// loop reads a level of the event.
+type fastCompiler struct {
+	root any
+	defs map[string]*fast
+	open map[*fast]int // the depth each was entered at
+}
+
+func (c *fastCompiler) ref(ref any, depth int) *fast {
+	str, _ := ref.(string)
+	name, isLocal := strings.CutPrefix(str, "#/$defs/")
+	root, _ := c.root.(map[string]any)
+	defs, _ := root["$defs"].(map[string]any)
+	def, found := defs[name]
+	s := c.defs[name]
+	switch entered, open := c.open[s]; {
+	case !isLocal || !found || strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != "":
+		return nil
+	case s == nil:
+		s = newFast()
+		c.defs[name], c.open[s] = s, depth
+		d := c.compile(def, false, depth)
+		delete(c.open, s)
+		if _, alias := c.open[d]; d == nil || alias { // nil, or another definition not compiled yet
+			return nil
+		}
+		*s = *d
+	case open && depth <= entered:
+		return nil
+	}
+	return s
+}
+
+func (c *fastCompiler) compile(doc any, root bool, depth int) *fast {
 	s, ok := newFast(), true
 	obj, isObj := doc.(map[string]any)
 	if b, isBool := doc.(bool); isBool || !isObj {
 		s.never = !b
 		return cmpSel(isBool, s, nil)
 	}
+	if ref, isRef := obj["$ref"]; isRef {
+		for k, v := range obj {
+			ok = ok && (k == "$ref" || slices.Contains(annotations, k) || root && (k == "$id" || k == "$schema" && draft2020(v)))
+		}
+		return cmpSel(ok, c.ref(ref, depth), nil)
+	}
 	for k, v := range obj {
 		n, _ := v.(json.Number)
 		switch a, isArr := v.([]any); k {
 		case "$schema":
-			ok = ok && root && (v == "https://json-schema.org/draft/2020-12/schema" || v == "https://json-schema.org/draft/2020-12/schema#")
+			ok = ok && root && draft2020(v)
+		case "$id":
+			ok = ok && root // another resource: a $ref within it resolves against it
 		case "type":
 			for _, t := range cmpSel(isArr, a, []any{v}) {
 				name, _ := t.(string)
@@ -83,7 +133,7 @@ func compileFast(doc any, root bool) *fast {
 			ok = ok && isMap
 			for name, sub := range m {
 				p := s.props[name]
-				p.s = compileFast(sub, false)
+				p.s = c.compile(sub, false, depth+1)
 				s.props[name], ok = p, ok && p.s != nil
 			}
 		case "required":
@@ -99,9 +149,9 @@ func compileFast(doc any, root bool) *fast {
 			re, err := regexp.Compile(str)
 			s.pattern, ok = re, ok && err == nil
 		case "additionalProperties", "items":
-			c := compileFast(v, false)
-			ok = ok && c != nil
-			*cmpSel(k == "items", &s.items, &s.additional) = c
+			sub := c.compile(v, false, depth+1)
+			ok = ok && sub != nil
+			*cmpSel(k == "items", &s.items, &s.additional) = sub
 		case "enum", "const":
 			ok = ok && s.enum == nil && (isArr || k == "const")
 			s.enum = cmpSel(k == "const", []any{v}, a)
@@ -124,6 +174,10 @@ func compileFast(doc any, root bool) *fast {
 		}
 	}
 	return cmpSel(ok, s, nil)
+}
+
+func draft2020(v any) bool {
+	return v == "https://json-schema.org/draft/2020-12/schema" || v == "https://json-schema.org/draft/2020-12/schema#"
 }
 
 func cmpSel[T any](cond bool, a, b T) T {

@@ -26,6 +26,9 @@ func verdicts(v *Validator, ev []byte) (fastPasses, libraryPasses bool) {
 	return v.fast["t"] != nil && v.fast["t"].valid(ev), libraryPasses
 }
 
+// alias is a definition that is another, reached while that one is compiled.
+const alias = `{"$ref": "#/$defs/b", "$defs": {"b": {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}}, "a": {"$ref": "#/$defs/b"}}}`
+
 func TestFastTakesCommonSchemas(t *testing.T) {
 	v, err := Compile(map[string]string{"created": benchSchema}, Reject, nil)
 	if err != nil {
@@ -34,8 +37,24 @@ func TestFastTakesCommonSchemas(t *testing.T) {
 	if f := v.fast["created"]; f == nil || !f.valid(benchEvent()) {
 		t.Fatalf("bench/groupcommit's schema and event do not take the fast check (compiled: %v)", f != nil)
 	}
+	node := `{"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}`
 	for _, schema := range []string{
-		`{"$ref": "#/$defs/a", "$defs": {"a": {"type": "string"}}}`,
+		`{"$ref": "#/$defs/a", "$defs": {"a": {"type": "string"}}, "title": "a string", "$id": "https://example.com/t"}`,
+		`{"$schema": "https://json-schema.org/draft/2020-12/schema", "$ref": "#/$defs/a", "$defs": {"a": true}}`,
+		`{"properties": {"items": {"items": {"$ref": "#/$defs/item"}}}, "$defs": {"item": {"required": ["sku"]}}}`,
+		`{"$ref": "#/$defs/node", "$defs": {"node": ` + node + `}}`, // recursive, a level of the event a turn
+	} {
+		if v, err := compileString(t, schema); err != nil || v.fast["t"] == nil {
+			t.Errorf("%s: not compiled for the fast check (%v)", schema, err)
+		}
+	}
+	for _, schema := range []string{
+		`{"$ref": "#/$defs/a", "type": "string", "$defs": {"a": true}}`, // both apply: not taken
+		alias, // a is b, compiled while b is
+		`{"$ref": "#/$defs/a~1b", "$defs": {"a/b": true}}`,
+		`{"$ref": "#/$defs/a", "$defs": {"a": {"$id": "https://example.com/a", "type": "string"}}}`,
+		// x's ref resolves against x's $id: to its own a, not the root's
+		`{"properties": {"x": {"$id": "https://example.com/x", "$ref": "#/$defs/a", "$defs": {"a": {"type": "string"}}}}, "$defs": {"a": true}}`,
 		`{"anyOf": [{"type": "string"}]}`,
 		`{"properties": {"a": {"patternProperties": {"^x": true}}}}`,
 		`{"items": {"multipleOf": 2}}`,
@@ -59,6 +78,7 @@ func TestFastTakesCommonSchemas(t *testing.T) {
 // TestFastPassesOnlyWhatTheLibraryPasses: the cases where the two could part, then random schemas
 // of the keywords fast takes and events drawn from them (same seed every run).
 func TestFastPassesOnlyWhatTheLibraryPasses(t *testing.T) {
+	node := `{"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}`
 	for _, c := range []struct {
 		schema, event string
 		fast          bool // whether the fast check passes it (the library does where it does)
@@ -96,6 +116,10 @@ func TestFastPassesOnlyWhatTheLibraryPasses(t *testing.T) {
 		{`{"additionalProperties": false, "properties": {"a": true}}`, `{"a": 1}`, true},
 		{`{"additionalProperties": {"type": "string"}, "required": ["b"]}`, `{"b": 1}`, false},
 		{`{"items": {"type": "string"}, "maxItems": 1}`, `["x"]`, true},
+		{`{"$ref": "#/$defs/n", "$defs": {"n": ` + node + `}}`, `{"kids": [{"kids": [{}]}]}`, true},
+		{alias, `{"x": 1}`, false},
+		{`{"$ref": "#/$defs/n", "$defs": {"n": ` + node + `}}`, `{"kids": [{"kids": [1]}]}`, false},
+		{`{"$ref": "#/$defs/n", "$defs": {"n": ` + node + `}}`, strings.Repeat(`{"kids": [`, 20) + strings.Repeat(`]}`, 20), false},
 		{`{"type": "string"}`, `"\ud800"`, false}, // a lone surrogate: not JSON to decode
 		{`{"type": "string"}`, `"x" "y"`, false},
 		{`true`, strings.Repeat("[", 40) + strings.Repeat("]", 40), false}, // past maxDepth
@@ -120,10 +144,14 @@ func TestFastPassesOnlyWhatTheLibraryPasses(t *testing.T) {
 		}
 		schema, _ := json.Marshal(doc)
 		v, err := compileString(t, string(schema))
-		if err != nil || v.fast["t"] == nil {
+		if refs := strings.Contains(string(schema), "$ref"); (err != nil || v.fast["t"] == nil) && !refs {
 			t.Fatalf("%s: not compiled for the fast check (%v)", schema, err)
+		} else if err != nil || v.fast["t"] == nil {
+			continue // a loop through $ref: the library's, or one fast leaves to it
 		}
 		schemas++
+		root, _ := doc.(map[string]any)
+		genDefs, _ = root["$defs"].(map[string]any)
 		for range 20 {
 			ev := genEvent(r, doc, 0)
 			fast, lib := verdicts(v, []byte(ev))
@@ -146,9 +174,15 @@ var numbers = []string{"0", "-0", "1", "-1", "2", "0.1", "0.10000000000000001", 
 
 var fastStrings = []string{`""`, `"a"`, `"ab"`, `"é"`, `"\u00e9x"`, `"\ud83d\ude00"`, `"EUR"`, `"a\nb"`}
 
+// genDefs are the $defs of the schema genEvent draws from.
+var genDefs map[string]any
+
 func genSchema(r *rand.Rand, depth int) any {
 	if r.IntN(10) == 0 {
 		return r.IntN(4) > 0
+	}
+	if depth > 0 && r.IntN(12) == 0 { // maybe a loop, maybe with no level of the event a turn
+		return map[string]any{"$ref": []string{"#/$defs/d0", "#/$defs/d1"}[r.IntN(2)]}
 	}
 	s := map[string]any{}
 	pick := func(p int) bool { return r.IntN(100) < p }
@@ -219,12 +253,18 @@ func genSchema(r *rand.Rand, depth int) any {
 	if pick(10) {
 		s["title"] = "t"
 	}
+	if depth == 0 && pick(30) {
+		s["$defs"] = map[string]any{"d0": genSchema(r, 1), "d1": genSchema(r, 1)}
+	}
 	return s
 }
 
 // genEvent draws a JSON text from schema, mostly of its types and names, some names repeated.
 func genEvent(r *rand.Rand, schema any, depth int) string {
 	s, _ := schema.(map[string]any)
+	if ref, ok := s["$ref"].(string); ok {
+		s, _ = genDefs[strings.TrimPrefix(ref, "#/$defs/")].(map[string]any)
+	}
 	kind := typeNames[r.IntN(len(typeNames))]
 	if t, ok := s["type"].(string); ok && r.IntN(5) > 0 {
 		kind = t
@@ -278,6 +318,7 @@ func FuzzFast(f *testing.F) {
 	f.Add(`{"items": {"enum": ["x", null]}, "minItems": 1}`, []byte(`["x", null]`))
 	f.Add(`{"type": "string", "maxLength": 2}`, []byte(`"\u00e9\u00e9"`))
 	f.Add(`{"properties": {"c": {"pattern": "^[A-Z]{3}$"}}}`, []byte(`{"c": "EUR"}`))
+	f.Add(`{"$ref": "#/$defs/n", "$defs": {"n": {"properties": {"k": {"items": {"$ref": "#/$defs/n"}}}}}}`, []byte(`{"k": [{"k": []}]}`))
 	f.Fuzz(func(t *testing.T, schema string, ev []byte) {
 		v, err := compileString(t, schema)
 		if err != nil {

@@ -158,7 +158,7 @@ func compileFile(file string) (*jsonschema.Schema, *fast, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("not a valid JSON Schema: %s", strings.ReplaceAll(err.Error(), loc, "the file"))
 	}
-	return sch, compileFast(doc, true), nil
+	return sch, compileFast(doc), nil
 }
 
 // refCycle is the $ref cycle among ve's causes, or nil.
