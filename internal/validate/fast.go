@@ -85,7 +85,8 @@ func (c *fastCompiler) ref(ref any, depth int) *fast {
 	def, found := defs[name]
 	s := c.defs[name]
 	switch entered, open := c.open[s]; {
-	case !isLocal || !found || strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != "":
+	// A root $id is where the library resolves the ref from, which may name another file.
+	case !isLocal || !found || root["$id"] != nil || strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != "":
 		return nil
 	case s == nil:
 		s = newFast()
@@ -111,7 +112,7 @@ func (c *fastCompiler) compile(doc any, root bool, depth int) *fast {
 	}
 	if ref, isRef := obj["$ref"]; isRef {
 		for k, v := range obj {
-			ok = ok && (k == "$ref" || slices.Contains(annotations, k) || root && (k == "$id" || k == "$schema" && draft2020(v)))
+			ok = ok && (k == "$ref" || slices.Contains(annotations, k) || root && k == "$schema" && draft2020(v))
 		}
 		return cmpSel(ok, c.ref(ref, depth), nil)
 	}

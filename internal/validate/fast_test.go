@@ -39,7 +39,7 @@ func TestFastTakesCommonSchemas(t *testing.T) {
 	}
 	node := `{"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}`
 	for _, schema := range []string{
-		`{"$ref": "#/$defs/a", "$defs": {"a": {"type": "string"}}, "title": "a string", "$id": "https://example.com/t"}`,
+		`{"$ref": "#/$defs/a", "$defs": {"a": {"type": "string"}}, "title": "a string"}`,
 		`{"$schema": "https://json-schema.org/draft/2020-12/schema", "$ref": "#/$defs/a", "$defs": {"a": true}}`,
 		`{"properties": {"items": {"items": {"$ref": "#/$defs/item"}}}, "$defs": {"item": {"required": ["sku"]}}}`,
 		`{"$ref": "#/$defs/node", "$defs": {"node": ` + node + `}}`, // recursive, a level of the event a turn
@@ -52,6 +52,7 @@ func TestFastTakesCommonSchemas(t *testing.T) {
 		`{"$ref": "#/$defs/a", "type": "string", "$defs": {"a": true}}`, // both apply: not taken
 		alias, // a is b, compiled while b is
 		`{"$ref": "#/$defs/a~1b", "$defs": {"a/b": true}}`,
+		`{"$id": "https://example.com/t", "$ref": "#/$defs/a", "$defs": {"a": true}}`,
 		`{"$ref": "#/$defs/a", "$defs": {"a": {"$id": "https://example.com/a", "type": "string"}}}`,
 		// x's ref resolves against x's $id: to its own a, not the root's
 		`{"properties": {"x": {"$id": "https://example.com/x", "$ref": "#/$defs/a", "$defs": {"a": {"type": "string"}}}}, "$defs": {"a": true}}`,
@@ -328,4 +329,28 @@ func FuzzFast(f *testing.F) {
 			t.Fatalf("schema %s, event %q: the fast check passes what the library refuses", schema, ev)
 		}
 	})
+}
+
+// A root $id is what the library resolves "#/$defs/a" against, and the resolved URL may name
+// another file (an empty query dropped, file:/ for file:///): its a, not this file's.
+func TestFastRefWithRootIDIsTheLibrarys(t *testing.T) {
+	dir := t.TempDir()
+	other := `{"$defs": {"a": {"type": "string"}}}`
+	if err := os.WriteFile(filepath.Join(dir, "other.schema.json"), []byte(other), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"other.schema.json?", "file:" + filepath.Join(dir, "other.schema.json")} {
+		file := filepath.Join(dir, "t.schema.json")
+		schema := `{"$id": "` + id + `", "properties": {"n": {"$ref": "#/$defs/a"}}, "$defs": {"a": {"type": "integer"}}}`
+		if err := os.WriteFile(file, []byte(schema), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		v, err := Compile(map[string]string{"t": file}, Reject, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fast, lib := verdicts(v, []byte(`{"n": 1}`)); fast || lib {
+			t.Errorf(`%s, event {"n": 1}: fast check %v, library %v; want both false (the other file's a)`, schema, fast, lib)
+		}
+	}
 }
