@@ -633,15 +633,20 @@ func (s *Server) poisonAgain(ctx context.Context, b *Backend, seq uint64) string
 	return ""
 }
 
+// backupStall ends a backup whose client took nothing for this long (each write's deadline): it
+// would hold the one backup that may run, and its copy on disk, for as long as it stays connected.
+var backupStall = time.Minute
+
 // backup streams a backup of the stream, the dead letters and the projection as a tar (the layout
-// `orderstore backup` writes to its directory). It may take long: its write deadline is lifted.
+// `orderstore backup` writes to its directory). It may take long: its write deadline is lifted, and
+// each write gets backupStall instead.
 func (s *Server) backup(w http.ResponseWriter, r *http.Request, b *Backend) error {
 	if b.Backup == nil {
 		return errorf(http.StatusNotImplemented, "backups are not available here")
 	}
-	http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	tw := &firstWrite{w: w, rc: http.NewResponseController(w)}
+	tw.rc.SetWriteDeadline(time.Time{}) // the copy before the first byte may take long
 	s.log.Info("backup requested", "remote", remoteIP(r))
-	tw := &firstWrite{w: w}
 	if err := b.Backup(r.Context(), tw); err != nil {
 		if errors.Is(err, backup.ErrRunning) || errors.Is(err, backup.ErrNoRoom) {
 			// Refused before it began: nothing failed.
@@ -665,13 +670,15 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, b *Backend) erro
 	return nil
 }
 
-// firstWrite sets the tar Content-Type when the first byte goes out.
+// firstWrite sets the tar Content-Type when the first byte goes out, and each write's deadline.
 type firstWrite struct {
 	w     http.ResponseWriter
+	rc    *http.ResponseController
 	wrote bool
 }
 
 func (f *firstWrite) Write(p []byte) (int, error) {
+	f.rc.SetWriteDeadline(time.Now().Add(backupStall))
 	if !f.wrote {
 		f.wrote = true
 		f.w.Header().Set("Content-Type", "application/x-tar")

@@ -2,10 +2,14 @@ package admin
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -68,5 +72,54 @@ func TestListenerCapsOneAddress(t *testing.T) {
 		}
 		body, err = get(dial("127.0.0.1"))
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A backup client that stops reading does not hold the one backup that may run: the write that
+// makes no progress for backupStall ends it, and the next backup runs.
+func TestBackupClientThatStopsReadingIsLetGo(t *testing.T) {
+	defer func(d time.Duration) { backupStall = d }(backupStall)
+	backupStall = 200 * time.Millisecond
+	var running sync.Mutex
+	ended := make(chan error, 2)
+	s := New(Config{})
+	s.SetBackend(Backend{Backup: func(ctx context.Context, w io.Writer) error {
+		if !running.TryLock() {
+			return errors.New("a backup is already running")
+		}
+		defer running.Unlock()
+		chunk := make([]byte, 64<<10)
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				ended <- err
+				return err
+			}
+		}
+	}})
+	l, err := Listen(s, ListenConfig{Addr: "127.0.0.1:0", WriteTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	url := "http://" + l.Addr().String() + "/v1/backup"
+	stalled, err := http.Post(url, "application/json", nil) // its body is never read
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Body.Close()
+	if stalled.StatusCode != 200 {
+		b, _ := io.ReadAll(stalled.Body)
+		t.Fatalf("the first backup: %s %s", stalled.Status, b)
+	}
+	if err := <-ended; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the stalled backup's write: %v, want the deadline exceeded", err)
+	}
+	next, err := http.Post(url, "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Body.Close()
+	if n, err := io.CopyN(io.Discard, next.Body, 1<<20); next.StatusCode != 200 || err != nil {
+		t.Fatalf("the next backup: %s, read %d bytes (%v), want 200 and its tar", next.Status, n, err)
 	}
 }
