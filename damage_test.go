@@ -168,6 +168,50 @@ func TestDamagedBlockIsReportedAndNewEventsProject(t *testing.T) {
 	}
 }
 
+// A damaged block of the projection's bucket: nats truncates it at the damage without a word, and
+// with the deletions after it lost, older revisions of the orders come back. orderstore finds the
+// acknowledged events the projection lacks at start-up and rebuilds it, rather than serve the
+// older states as healthy.
+func TestDamagedProjectionBlockIsRebuilt(t *testing.T) {
+	for _, damage := range []string{"flipped bytes", "truncated block"} {
+		t.Run(damage, func(t *testing.T) {
+			const n = 2000 // 20 events each of o-0 ... o-99
+			cfg := damagedStore(t, n)
+			kv := filepath.Join(streamDir(cfg, "KV_ORDERS"), "msgs")
+			os.Remove(filepath.Join(kv, "index.db")) // nats rebuilds the state from the block
+			blk := filepath.Join(kv, "1.blk")
+			b, err := os.ReadFile(blk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if damage == "truncated block" {
+				b = b[:len(b)/2]
+			} else {
+				for i := range 16 {
+					b[len(b)/2+i] ^= 0xff
+				}
+			}
+			if err := os.WriteFile(blk, b, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			app := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+			if !hasNote(app, "the bucket lost records") {
+				t.Errorf("recovery notes %q lack the projection's lost records", app.Recovery())
+			}
+			ctx := context.Background()
+			embeddedtest.WaitFor(t, 30*time.Second, func() error {
+				for i := range 100 {
+					if o, err := app.Order(ctx, fmt.Sprintf("o-%d", i)); err != nil || o.Events != n/100 {
+						return fmt.Errorf("order o-%d = %+v, %v; want its %d events", i, o, err, n/100)
+					}
+				}
+				return nil
+			})
+			newEventsProjected(t, app)
+		})
+	}
+}
+
 // A consumer state file nats cannot read: the consumer is moved aside and
 // declared again, the projection does not apply anything twice, new events
 // are projected.

@@ -211,15 +211,19 @@ func TestRetentionRemovedUnprocessedIsCounted(t *testing.T) {
 }
 
 // A full projection bucket makes the node unready, naming it; the events
-// that could not be applied are dead-lettered, not lost.
+// that could not be applied are dead-lettered, not lost. A restart then
+// finds them dead-lettered, not lost from the projection (no rebuild).
 func TestFullProjectionBucketIsReported(t *testing.T) {
-	app := orderstoretest.Start(t, func(c *orderstore.Config) {
-		c.Processor.ProjectionMaxBytes = 16 << 10
-		c.Processor.AckWait = 500 * time.Millisecond
-		c.Processor.MaxDeliver = 2
-		c.Processor.Backoff = []time.Duration{50 * time.Millisecond}
-	})
+	cfg := orderstoretest.Config(t)
+	cfg.Processor.ProjectionMaxBytes = 16 << 10
+	cfg.Processor.AckWait = 500 * time.Millisecond
+	cfg.Processor.MaxDeliver = 2
+	cfg.Processor.Backoff = []time.Duration{50 * time.Millisecond}
 	ctx := context.Background()
+	app, err := orderstore.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	js := embeddedtest.JetStream(t, app)
 	const n = 200
 	for i := range n {
@@ -243,6 +247,14 @@ func TestFullProjectionBucketIsReported(t *testing.T) {
 	})
 	if st := app.Stats(); st.DeadLettered == 0 {
 		t.Errorf("stats %+v: no event dead-lettered, yet the bucket is full", st)
+	}
+	js.Conn().Close()
+	if err := app.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	app = orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
+	if notes := app.Recovery(); len(notes) > 0 {
+		t.Errorf("restart after dead-lettering: recovery notes %q, want none", notes)
 	}
 }
 

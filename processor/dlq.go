@@ -437,6 +437,26 @@ func payloadOrderID(data []byte) string {
 	return env.OrderID
 }
 
+// DeadLettered returns the original sequences of the dead letters among the last scan of stream.
+func DeadLettered(ctx context.Context, js jetstream.JetStream, stream string, scan int) (map[uint64]bool, error) {
+	s, st, err := deadLetterStream(ctx, js, stream)
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint64]bool{}
+	for seq := st.LastSeq; seq >= st.FirstSeq && seq > 0 && st.LastSeq-seq < uint64(scan); seq-- {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // replayed: removed
+		}
+		if err != nil {
+			return out, fmt.Errorf("dead letters %q: seq %d: %w", stream, seq, err)
+		}
+		out[deadLetterFrom(m).OriginalSequence] = true
+	}
+	return out, nil
+}
+
 // OrderDeadLetters returns up to limit dead letters of one order (by the "order_id" of their
 // payloads, or HeaderOrderID of a trimmed one), newest first, from the last scan sequences of
 // stream (replayed ones too: there is no per-order index), until they hold MaxPageBytes.

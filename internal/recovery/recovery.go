@@ -309,14 +309,38 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 				spec.Projection.Bucket, spec.Consumer.Durable, floor)
 			break
 		}
-		if !c.Unclean || !relaxed {
+		lostTail, relaxedCut := hw < floor, c.Unclean && relaxed
+		if !lostTail && !relaxedCut {
+			break
+		}
+		var dead map[uint64]bool // valid events the processor dead-lettered, never applied
+		if spec.DeadLetter != nil {
+			var err error
+			if dead, err = processor.DeadLettered(ctx, c.JS, spec.DeadLetter.Name, 20000); err != nil {
+				return fmt.Errorf("recovery check: %w", err)
+			}
+		}
+		// A damaged bucket file loses its newest records silently, in any mode (nats truncates the
+		// block at the damage): the consumer has then acknowledged events past every record left.
+		if lostTail {
+			seq, missing, err := proj.Unapplied(ctx, s, hw+1, floor, 1000, time.Time{}, dead)
+			if err != nil {
+				return fmt.Errorf("recovery check: %w", err)
+			}
+			if missing {
+				why = fmt.Sprintf("consumer %q has acknowledged up to sequence %d but the projection lacks event %d, and its newest records applied events up to %d only: the bucket lost records (a damaged file?)",
+					spec.Consumer.Durable, floor, seq, hw)
+				break
+			}
+		}
+		if !relaxedCut {
 			break
 		}
 		// The bucket may have lost the writes of its last sync interval while the consumer's acks
 		// of those events survived. Check the events acknowledged in that time (and a margin)
 		// against the projection.
 		notBefore := kvs.CachedInfo().State.LastTime.Add(-3*c.SyncInterval - 2*time.Second)
-		seq, missing, err := proj.Unapplied(ctx, s, 1, floor, 20000, notBefore)
+		seq, missing, err := proj.Unapplied(ctx, s, 1, floor, 20000, notBefore, dead)
 		if err != nil {
 			return fmt.Errorf("recovery check: %w", err)
 		}
