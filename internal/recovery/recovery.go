@@ -313,17 +313,21 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 		if !lostTail && !relaxedCut {
 			break
 		}
-		var dead map[uint64]bool // valid events the processor dead-lettered, never applied
-		if spec.DeadLetter != nil {
-			var err error
-			if dead, err = processor.DeadLettered(ctx, c.JS, spec.DeadLetter.Name, 20000); err != nil {
-				return fmt.Errorf("recovery check: %w", err)
+		// Valid events the processor dead-lettered (never applied), read once if asked.
+		var dead map[uint64]bool
+		deadLettered := func(seq uint64) (bool, error) {
+			if dead == nil && spec.DeadLetter != nil {
+				var err error
+				if dead, err = processor.DeadLettered(ctx, c.JS, spec.DeadLetter.Name, 20000); err != nil {
+					return false, err
+				}
 			}
+			return dead[seq], nil
 		}
 		// A damaged bucket file loses its newest records silently, in any mode (nats truncates the
 		// block at the damage): the consumer has then acknowledged events past every record left.
 		if lostTail {
-			seq, missing, err := proj.Unapplied(ctx, s, hw+1, floor, 1000, time.Time{}, dead)
+			seq, missing, err := proj.Unapplied(ctx, s, hw+1, floor, 1000, time.Time{}, deadLettered)
 			if err != nil {
 				return fmt.Errorf("recovery check: %w", err)
 			}
@@ -340,7 +344,7 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 		// of those events survived. Check the events acknowledged in that time (and a margin)
 		// against the projection.
 		notBefore := kvs.CachedInfo().State.LastTime.Add(-3*c.SyncInterval - 2*time.Second)
-		seq, missing, err := proj.Unapplied(ctx, s, 1, floor, 20000, notBefore, dead)
+		seq, missing, err := proj.Unapplied(ctx, s, 1, floor, 20000, notBefore, deadLettered)
 		if err != nil {
 			return fmt.Errorf("recovery check: %w", err)
 		}
