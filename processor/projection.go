@@ -405,8 +405,8 @@ func (p *Projection) HighWater(ctx context.Context, window int) (uint64, error) 
 // Unapplied looks, from sequence to down to from (at most max events, and none stored before
 // notBefore), for a valid order event in stream s that the projection does not hold: an event
 // acknowledged but whose projection write was lost (a power cut with a relaxed sync_interval, a
-// damaged bucket file). Poison events and those deadLettered reports (never applied) are skipped. It
-// returns the first one found.
+// damaged bucket file). Poison events and those deadLettered reports (never applied) are skipped.
+// It returns the first one found.
 func (p *Projection) Unapplied(ctx context.Context, s jetstream.Stream, from, to uint64, max int, notBefore time.Time, deadLettered func(uint64) (bool, error)) (uint64, bool, error) {
 	for seq, n := to, 0; seq >= from && seq > 0 && n < max; seq, n = seq-1, n+1 {
 		m, err := s.GetMsg(ctx, seq)
