@@ -168,15 +168,16 @@ func TestDamagedBlockIsReportedAndNewEventsProject(t *testing.T) {
 	}
 }
 
-// A damaged block of the projection's bucket: nats truncates it at the damage without a word, and
-// with the deletions after it lost, older revisions of the orders come back. orderstore finds the
-// acknowledged events the projection lacks at start-up and rebuilds it, rather than serve the
-// older states as healthy.
-func TestDamagedProjectionBlockIsRebuilt(t *testing.T) {
+// A damaged block of the projection's bucket, its state rebuilt from the blocks (as after a crash):
+// nats truncates it at the damage without a word, and with the deletions after it lost, older
+// revisions of the orders come back. orderstore finds the acknowledged events the projection lacks
+// at start-up and says so, with the rebuild that repairs it, rather than serve them silently.
+func TestDamagedProjectionBlockIsReported(t *testing.T) {
 	for _, damage := range []string{"flipped bytes", "truncated block"} {
 		t.Run(damage, func(t *testing.T) {
 			const n = 2000 // 20 events each of o-0 ... o-99
-			cfg := damagedStore(t, n)
+			// Room for the rebuild's shadow within the test's max_file_store.
+			cfg := damagedStore(t, n, func(c *orderstore.Config) { c.Processor.ProjectionMaxBytes = 64 << 20 })
 			kv := filepath.Join(streamDir(cfg, "KV_ORDERS"), "msgs")
 			os.Remove(filepath.Join(kv, "index.db")) // nats rebuilds the state from the block
 			blk := filepath.Join(kv, "1.blk")
@@ -195,11 +196,14 @@ func TestDamagedProjectionBlockIsRebuilt(t *testing.T) {
 				t.Fatal(err)
 			}
 			app := orderstoretest.Start(t, func(c *orderstore.Config) { *c = cfg })
-			if !hasNote(app, "the bucket lost records") {
-				t.Errorf("recovery notes %q lack the projection's lost records", app.Recovery())
+			if !hasNote(app, "the bucket lost records") || !hasNote(app, "orderstore projection rebuild") {
+				t.Fatalf("recovery notes %q lack the projection's lost records and the rebuild", app.Recovery())
 			}
 			ctx := context.Background()
-			embeddedtest.WaitFor(t, 30*time.Second, func() error {
+			if _, err := app.RebuildProjection(ctx, orderstore.RebuildRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			embeddedtest.WaitFor(t, 60*time.Second, func() error {
 				for i := range 100 {
 					if o, err := app.Order(ctx, fmt.Sprintf("o-%d", i)); err != nil || o.Events != n/100 {
 						return fmt.Errorf("order o-%d = %+v, %v; want its %d events", i, o, err, n/100)

@@ -55,7 +55,8 @@ func (a *Appliance) openStore(context.Context) error {
 		return err
 	}
 	a.rc = &recovery.Check{Dir: storedir.Dir(rep.StoreDir), Account: StreamAccount, Spec: a.spec, Log: a.log,
-		Retry: a.clusterRetry, Unclean: unclean, SyncInterval: max(interval, last), BuiltinProjection: cfg.Processor.Handler == nil || cfg.historyMaxBytes() > 0}
+		Retry: a.clusterRetry, Unclean: unclean, SyncInterval: max(interval, last), BuiltinProjection: cfg.Processor.Handler == nil || cfg.historyMaxBytes() > 0,
+		CheckRecords: cfg.Processor.Handler == nil && !cfg.Cluster.Enabled()}
 	for _, w := range rep.Warnings {
 		log.Warn("preflight", "warning", w)
 	}
