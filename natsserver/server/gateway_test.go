@@ -4735,6 +4735,12 @@ func TestGatewayServiceImportComplexSetup(t *testing.T) {
 	natsFlush(t, clientA)
 
 	msg, err = subB.NextMsg(time.Second)
+	if err == nats.ErrNoResponders {
+		// (orderstore, 0017-upstream-test-gateway-reply) As below: the first
+		// attempt, which found no interest yet, was answered "no responders"
+		// on the same reply subject, ahead of the reply.
+		msg, err = subB.NextMsg(time.Second)
+	}
 	if err != nil {
 		t.Fatalf("subB failed to get reply: %v", err)
 	}
