@@ -162,10 +162,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	stop()
 	if err != nil {
 		printErr(stderr, err)
-		if errors.Is(err, orderstore.ErrLocked) {
-			return exitFailure
-		}
-		return exitCode(err)
+		return either(errors.Is(err, orderstore.ErrLocked), exitFailure, exitCode(err))
 	}
 	for _, s := range m.Streams {
 		fmt.Fprintf(stdout, "%s\t%d messages, seq %d..%d\n", s.Name, s.Messages, s.FirstSeq, s.LastSeq)

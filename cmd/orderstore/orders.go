@@ -48,23 +48,15 @@ func ordersCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if *limit < 1 || *limit > 1000 {
 		return usageErr(stderr, "orderstore orders: -limit must be 1..1000\n")
 	}
-	q := url.Values{}
-	if *olderThan != "" {
-		if _, err := duration.ParseAge(*olderThan); err != nil {
-			return usageErr(stderr, "orderstore orders: -older-than %v\n", err)
+	if _, err := duration.ParseAge(*olderThan); *olderThan != "" && err != nil {
+		return usageErr(stderr, "orderstore orders: -older-than %v\n", err)
+	}
+	q := url.Values{"limit": {strconv.Itoa(*limit)}}
+	for k, v := range map[string]string{"older_than": *olderThan, "status": *st, "stale": either(*stale, "true", ""), "order": either(*newest, "newest", "")} {
+		if v != "" {
+			q.Set(k, v)
 		}
-		q.Set("older_than", *olderThan)
 	}
-	if *st != "" {
-		q.Set("status", *st)
-	}
-	if *stale {
-		q.Set("stale", "true")
-	}
-	if *newest {
-		q.Set("order", "newest")
-	}
-	q.Set("limit", strconv.Itoa(*limit))
 	c, err := client()
 	if err != nil {
 		return fail(stderr, exitUsage, err)

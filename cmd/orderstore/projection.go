@@ -264,9 +264,7 @@ func printRebuild(w io.Writer, st *status.Rebuild, now time.Time) {
 	case st.EndedAt != nil:
 		head += " in " + roundDuration(st.EndedAt.Sub(st.StartedAt))
 	}
-	if st.Reason != "" {
-		head += " (" + st.Reason + ")"
-	}
+	head += either(st.Reason != "", " ("+st.Reason+")", "")
 	fmt.Fprintf(tw, "projection rebuild %s: %s\n", st.ID, head) // no column: the id is long
 	if st.Version != "" {
 		fmt.Fprintf(tw, "version\t%s\n", st.Version)

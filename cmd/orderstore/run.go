@@ -119,10 +119,7 @@ func byKey(err error, cfgName string) error {
 		return err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "config %s: %d problem", cfgName, len(invalid.Problems))
-	if len(invalid.Problems) != 1 {
-		b.WriteString("s")
-	}
+	fmt.Fprintf(&b, "config %s: %d problem%s", cfgName, len(invalid.Problems), either(len(invalid.Problems) != 1, "s", ""))
 	for _, p := range invalid.Problems {
 		fe := orderstore.FieldError{Key: cmp.Or(config.KeyOf(p.Field), p.Field), Value: p.Value, Reason: p.Reason}
 		b.WriteString("\n  " + fe.Error())

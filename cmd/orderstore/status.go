@@ -118,13 +118,10 @@ func printValidation(tw io.Writer, v *status.ValidationStats) {
 	}
 	types := slices.Sorted(maps.Keys(v.Schemas))
 	var b strings.Builder
-	switch len(types) {
-	case 0:
+	if len(types) == 0 {
 		b.WriteString("no schemas")
-	case 1:
-		fmt.Fprintf(&b, "1 schema (%s)", types[0])
-	default:
-		fmt.Fprintf(&b, "%d schemas (%s", len(types), strings.Join(types[:min(len(types), statusTop)], ", "))
+	} else {
+		fmt.Fprintf(&b, "%d %s (%s", len(types), either(len(types) == 1, "schema", "schemas"), strings.Join(types[:min(len(types), statusTop)], ", "))
 		if len(types) > statusTop {
 			fmt.Fprintf(&b, ", %d more", len(types)-statusTop)
 		}
@@ -143,10 +140,7 @@ func printValidation(tw io.Writer, v *status.ValidationStats) {
 			return cmp.Or(cmp.Compare(y.Events, x.Events), cmp.Compare(x.Type, y.Type), cmp.Compare(x.Reason, y.Reason))
 		})
 		for i, c := range counts[:min(len(counts), statusTop)] {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "%s/%s %d", c.Type, c.Reason, c.Events)
+			fmt.Fprintf(&b, "%s%s/%s %d", either(i > 0, ", ", ""), c.Type, c.Reason, c.Events)
 		}
 		if rest := counts[min(len(counts), statusTop):]; len(rest) > 0 {
 			var n uint64
@@ -164,11 +158,7 @@ func printTopology(tw io.Writer, t *status.Topology) {
 	if t == nil {
 		return
 	}
-	node := t.Node
-	if t.Domain != "" {
-		node += " (domain " + t.Domain + ")"
-	}
-	fmt.Fprintf(tw, "node\t%s\n", node)
+	fmt.Fprintf(tw, "node\t%s%s\n", t.Node, either(t.Domain != "", " (domain "+t.Domain+")", ""))
 	if c := t.Cluster; c != nil {
 		fmt.Fprintf(tw, "cluster %s\t%s; meta leader %q; %d of %d other nodes reached; peers %v\n",
 			c.Name, either(c.Quorum, "quorum", "NO QUORUM"), c.MetaLeader, c.RoutesUp, c.OtherNodes, c.Peers)
@@ -178,24 +168,14 @@ func printTopology(tw io.Writer, t *status.Topology) {
 			}
 			fmt.Fprintf(tw, "  %s\tleader %q", g.Name, g.Leader)
 			for _, r := range g.Replicas {
-				state := "current"
-				switch {
-				case r.Offline:
-					state = "OFFLINE"
-				case !r.Current:
-					state = fmt.Sprintf("behind by %d", r.Lag)
-				}
+				state := either(r.Offline, "OFFLINE", either(r.Current, "current", fmt.Sprintf("behind by %d", r.Lag)))
 				fmt.Fprintf(tw, "; %s %s (seen %.1fs ago)", r.Name, state, max(r.ActiveSeconds, 0))
 			}
 			fmt.Fprintln(tw)
 		}
 	}
 	for _, l := range t.Leafnodes {
-		fmt.Fprintf(tw, "leaf link\t%s %s", l.Remote, either(l.Connected, "connected", "DOWN (retrying)"))
-		if l.RTT != "" {
-			fmt.Fprintf(tw, ", rtt %s", l.RTT)
-		}
-		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "leaf link\t%s %s%s\n", l.Remote, either(l.Connected, "connected", "DOWN (retrying)"), either(l.RTT != "", ", rtt "+l.RTT, ""))
 	}
 	for _, s := range t.Sources {
 		state := "in step"
