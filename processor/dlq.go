@@ -206,14 +206,12 @@ type DeadLetter struct {
 }
 
 func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
-	d := DeadLetter{Sequence: m.Sequence, Data: m.Data, Header: m.Header}
-	d.Subject = m.Header.Get(HeaderSubject)
-	d.OriginalSequence, _ = strconv.ParseUint(m.Header.Get(HeaderSequence), 10, 64)
-	d.Error = m.Header.Get(HeaderError)
-	d.Deliveries, _ = strconv.ParseUint(m.Header.Get(HeaderDeliveries), 10, 64)
-	d.Poison = m.Header.Get(HeaderPoison) == "true"
-	d.Trimmed = m.Header.Get(HeaderTrimmed)
-	d.DeadLetteredAt, _ = time.Parse(time.RFC3339Nano, m.Header.Get(HeaderDeadLetterAt))
+	h := m.Header
+	d := DeadLetter{Sequence: m.Sequence, Data: m.Data, Header: h, Subject: h.Get(HeaderSubject), Error: h.Get(HeaderError),
+		Poison: h.Get(HeaderPoison) == "true", Trimmed: h.Get(HeaderTrimmed)}
+	d.OriginalSequence, _ = strconv.ParseUint(h.Get(HeaderSequence), 10, 64)
+	d.Deliveries, _ = strconv.ParseUint(h.Get(HeaderDeliveries), 10, 64)
+	d.DeadLetteredAt, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderDeadLetterAt))
 	if d.DeadLetteredAt.IsZero() {
 		d.DeadLetteredAt = m.Time
 	}

@@ -91,11 +91,7 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 		if _, ok := m.(*recoveredMsg); ok {
 			p.recovered.Add(1) // read back, and applied here
 		}
-		for {
-			cur := p.lastApplied.Load()
-			if ev.Sequence <= cur || p.lastApplied.CompareAndSwap(cur, ev.Sequence) {
-				break
-			}
+		for cur := p.lastApplied.Load(); ev.Sequence > cur && !p.lastApplied.CompareAndSwap(cur, ev.Sequence); cur = p.lastApplied.Load() {
 		}
 	case errors.Is(err, ErrWithheld):
 		// Dead-lettered elsewhere (or that dead letter failed and this delivery is its retry): the
