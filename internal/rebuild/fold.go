@@ -260,9 +260,7 @@ func seqAtTime(ctx context.Context, s jetstream.Stream, t time.Time, ss jetstrea
 }
 
 func (f *folder) position() uint64 {
-	f.r.mu.Lock()
-	defer f.r.mu.Unlock()
-	return f.st.Position
+	return locked(f.r, func() uint64 { return f.st.Position })
 }
 
 // step folds the next batch, stopping after sequence upTo (0: no bound).

@@ -211,10 +211,7 @@ func (r *Runner) Start(ctx context.Context, opts Options) (*status.Rebuild, erro
 		return nil, err
 	}
 	r.st, r.canceled, r.samples, r.inStep = st, false, nil, 0
-	select {
-	case r.jobs <- st:
-	default:
-	}
+	r.queue(st)
 	r.cfg.Log.Info("projection rebuild started", "id", st.ID, "reason", st.Reason, "from_seq", st.FromSeq, "from_time", st.FromTime)
 	out := st.Rebuild
 	return &out, nil
@@ -243,10 +240,7 @@ func (r *Runner) Cancel() error {
 func (r *Runner) Run(ctx context.Context) error {
 	r.mu.Lock()
 	if r.st.running() && r.st.State == status.RebuildFolding {
-		select {
-		case r.jobs <- r.st:
-		default:
-		}
+		r.queue(r.st)
 	}
 	r.mu.Unlock()
 	for {
@@ -269,10 +263,7 @@ func (r *Runner) Run(ctx context.Context) error {
 func (r *Runner) job(ctx context.Context, st *state) error {
 	jctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r.mu.Lock()
-	r.cancel = cancel
-	canceled := r.canceled
-	r.mu.Unlock()
+	canceled := locked(r, func() bool { r.cancel = cancel; return r.canceled })
 	if canceled {
 		cancel()
 	}
@@ -293,18 +284,12 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 		err = r.fold(jctx, st)
 	}
 	if err == nil {
-		r.mu.Lock()
-		done := st.State == status.RebuildDone
-		r.mu.Unlock()
-		if done {
+		if locked(r, func() bool { return st.State == status.RebuildDone }) {
 			r.release(st.ID)
 		}
 		return nil
 	}
-	r.mu.Lock()
-	canceled = r.canceled
-	r.cancel = nil
-	r.mu.Unlock()
+	r.update(func() { canceled, r.cancel = r.canceled, nil })
 	if errors.As(err, new(errTakeoverLeft)) || r.takingOver(st) {
 		if ctx.Err() != nil {
 			r.cfg.Log.Info("projection rebuild: stopped with the appliance while taking over; the next start finishes the takeover before the processor runs", "id", st.ID)
@@ -396,10 +381,7 @@ func (r *Runner) release(id string) {
 // Cleanup drops a shadow no rebuild under way uses (left by a crash after
 // a rebuild ended). Call it at start-up.
 func (r *Runner) Cleanup(ctx context.Context) error {
-	r.mu.Lock()
-	running := r.st.running()
-	r.mu.Unlock()
-	if running {
+	if locked(r, func() bool { return r.st.running() }) {
 		return nil
 	}
 	return r.cfg.Target.Discard(ctx)

@@ -26,9 +26,7 @@ type state struct {
 func (s *state) running() bool { return s != nil && s.Rebuild.Running() }
 
 func (r *Runner) save(st *state) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.saveLocked(st)
+	return locked(r, func() error { return r.saveLocked(st) })
 }
 
 // saveLocked is save with r.mu held.
@@ -48,6 +46,21 @@ func (r *Runner) update(fn func()) {
 	r.mu.Lock()
 	fn()
 	r.mu.Unlock()
+}
+
+// locked runs fn under the lock and returns its result (what it read of the state).
+func locked[T any](r *Runner, fn func() T) T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return fn()
+}
+
+// queue hands st to Run, unless a rebuild waits there already.
+func (r *Runner) queue(st *state) {
+	select {
+	case r.jobs <- st:
+	default:
+	}
 }
 
 // startOver makes st a fresh rebuild from its first sequence: its shadow is untrusted or gone.

@@ -14,16 +14,12 @@ import (
 // TakeoverPending reports whether a takeover was interrupted: it must be
 // finished (FinishTakeover) before the live processor starts.
 func (r *Runner) TakeoverPending() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.st != nil && r.st.State == status.RebuildTakingOver
+	return locked(r, func() bool { return r.st != nil && r.st.State == status.RebuildTakingOver })
 }
 
 // FinishTakeover finishes an interrupted takeover (at start-up, before the live processor runs).
 func (r *Runner) FinishTakeover(ctx context.Context) error {
-	r.mu.Lock()
-	st := r.st
-	r.mu.Unlock()
+	st := locked(r, func() *state { return r.st })
 	if st == nil || st.State != status.RebuildTakingOver {
 		return nil
 	}
@@ -48,9 +44,7 @@ func (r *Runner) FinishTakeover(ctx context.Context) error {
 }
 
 func (r *Runner) takingOver(st *state) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return st.State == status.RebuildTakingOver
+	return locked(r, func() bool { return st.State == status.RebuildTakingOver })
 }
 
 // catchUpAndTakeOver pauses the live processor, folds up to the stream's head then, and takes over.
@@ -150,10 +144,7 @@ func (r *Runner) takeover(ctx context.Context, st *state) error {
 			if err := r.save(st); err != nil {
 				return err
 			}
-			select {
-			case r.jobs <- st:
-			default:
-			}
+			r.queue(st)
 			return nil
 		}
 		// Neither canceled nor failed: the live projection may be half
@@ -164,9 +155,7 @@ func (r *Runner) takeover(ctx context.Context, st *state) error {
 	}
 	// Recorded (the version the projection is now built with) before anyone is told it is done.
 	if r.cfg.Done != nil {
-		r.mu.Lock()
-		done := st.Rebuild
-		r.mu.Unlock()
+		done := locked(r, func() status.Rebuild { return st.Rebuild })
 		if err := r.cfg.Done(&done); err != nil {
 			r.cfg.Log.Error("projection rebuild: recording its end", "err", err)
 		}
