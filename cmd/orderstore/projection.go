@@ -288,17 +288,13 @@ func printRebuild(w io.Writer, st *status.Rebuild, now time.Time) {
 	}
 	fmt.Fprintf(tw, "events folded\t%s\n", folded)
 	fmt.Fprintf(tw, "skipped\t%d poison, %d dead letters (the live projection holds neither)\n", st.Poison, st.DeadLettered)
-	if st.State == status.RebuildTakingOver && st.ToCopy == 0 {
-		fmt.Fprintf(tw, "taking over\tfolding the last events (the live processor is paused meanwhile)\n")
-	} else if st.State == status.RebuildTakingOver {
-		fmt.Fprintf(tw, "taking over\t%d of %d orders copied into the live projection (the live processor is paused meanwhile)\n", st.Copied, st.ToCopy)
+	if st.State == status.RebuildTakingOver {
+		fmt.Fprintf(tw, "taking over\t%s (the live processor is paused meanwhile)\n", either(st.ToCopy == 0, "folding the last events",
+			fmt.Sprintf("%d of %d orders copied into the live projection", st.Copied, st.ToCopy)))
 	}
 	if st.State == status.RebuildDone {
 		fmt.Fprintf(tw, "orders rebuilt\t%d (their rebuilt state replaced the live one)\n", st.Rebuilt)
-		partial := fmt.Sprintf("%d (events no longer in the stream", st.Partial)
-		if st.FromSeq > 1 {
-			partial = fmt.Sprintf("%d (events before seq %d or no longer in the stream", st.Partial, st.FromSeq)
-		}
+		partial := fmt.Sprintf("%d (events %sno longer in the stream", st.Partial, either(st.FromSeq > 1, fmt.Sprintf("before seq %d or ", st.FromSeq), ""))
 		partial += either(st.ReplacePartial, "; -replace-partial: none kept, each rebuilt from what the stream holds)",
 			": kept as they were; -replace-partial replaces them)")
 		fmt.Fprintf(tw, "partial, kept\t%s\n", partial)

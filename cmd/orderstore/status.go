@@ -180,15 +180,14 @@ func printTopology(tw io.Writer, t *status.Topology) {
 	for _, s := range t.Sources {
 		state := "in step"
 		switch {
+		case s.Regressed:
+			state = "REGRESSED: the edge's last sequence is below what the hub holds from it (it lost events in a crash); repairing"
 		case s.Stalled:
 			state = fmt.Sprintf("STALLED: %d events behind for %.0fs although the edge is reachable", s.Behind, s.BehindSeconds)
 		case !s.Reachable:
 			state = "edge unreachable (its events wait at the edge)"
 		case s.Behind > 0:
 			state = fmt.Sprintf("%d events behind (%.0fs)", s.Behind, s.BehindSeconds)
-		}
-		if s.Regressed {
-			state = "REGRESSED: the edge's last sequence is below what the hub holds from it (it lost events in a crash); repairing"
 		}
 		fmt.Fprintf(tw, "source %s\t%s; sourced up to edge seq %d of %d; nats lag %d, active %.1fs ago\n",
 			s.Edge, state, s.SourcedSeq, s.EdgeLastSeq, s.NATSLag, max(s.ActiveSeconds, 0))
