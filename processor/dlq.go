@@ -435,8 +435,9 @@ func payloadOrderID(data []byte) string {
 	return env.OrderID
 }
 
-// DeadLettered returns the original sequences of the dead letters among the last scan of stream.
-func DeadLettered(ctx context.Context, js jetstream.JetStream, stream string, scan int) (map[uint64]bool, error) {
+// DeadLettered returns the original sequences of the dead letters of stream origin's events among
+// the last scan of stream (a sequence of another stream names another event).
+func DeadLettered(ctx context.Context, js jetstream.JetStream, stream, origin string, scan int) (map[uint64]bool, error) {
 	s, st, err := deadLetterStream(ctx, js, stream)
 	if err != nil {
 		return nil, err
@@ -450,7 +451,9 @@ func DeadLettered(ctx context.Context, js jetstream.JetStream, stream string, sc
 		if err != nil {
 			return out, fmt.Errorf("dead letters %q: seq %d: %w", stream, seq, err)
 		}
-		out[deadLetterFrom(m).OriginalSequence] = true
+		if d := deadLetterFrom(m); d.Header.Get(HeaderStream) == origin {
+			out[d.OriginalSequence] = true
+		}
 	}
 	return out, nil
 }

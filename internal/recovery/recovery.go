@@ -321,7 +321,7 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 		deadLettered := func(seq uint64) (bool, error) {
 			if dead == nil && spec.DeadLetter != nil {
 				var err error
-				if dead, err = processor.DeadLettered(ctx, c.JS, spec.DeadLetter.Name, 20000); err != nil {
+				if dead, err = processor.DeadLettered(ctx, c.JS, spec.DeadLetter.Name, cs, 20000); err != nil {
 					return false, err
 				}
 			}
