@@ -324,8 +324,8 @@ func AwaitElection(streamAccount string, subjects []string) func(account, subjec
 
 // hasWildcard reports a '*' or '>' token.
 func hasWildcard(subject string) bool {
-	for tok := range strings.SplitSeq(subject, ".") {
-		if tok == "*" || tok == ">" {
+	for i := 0; i < len(subject); i++ { // no SplitSeq: this runs on every publish
+		if c := subject[i]; (c == '*' || c == '>') && (i == 0 || subject[i-1] == '.') && (i+1 == len(subject) || subject[i+1] == '.') {
 			return true
 		}
 	}

@@ -127,3 +127,15 @@ func TestAdmitRefusesInternalClients(t *testing.T) {
 		t.Errorf("counts %+v, want 4 refused", c)
 	}
 }
+
+// hasWildcard finds a '*' or '>' token, and only a whole token.
+func TestHasWildcard(t *testing.T) {
+	for subject, want := range map[string]bool{
+		"orders.a": false, "orders.*": true, "orders.>": true, "*": true, ">": true, "*.a": true,
+		"orders.a*": false, "orders.>x": false, "x>.a": false, "orders..>": true, "orders.*.b": true, "": false,
+	} {
+		if got := hasWildcard(subject); got != want {
+			t.Errorf("hasWildcard(%q) = %v, want %v", subject, got, want)
+		}
+	}
+}

@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0002-admission.patch, 0008-own-user.patch, 0013-admit-without-stream-lock.patch, 0024-admit-unanswered.patch; see natsserver/README.md).
+// (patches: 0002-admission.patch, 0008-own-user.patch, 0013-admit-without-stream-lock.patch, 0024-admit-unanswered.patch, 0025-admit-fast-path.patch; see natsserver/README.md).
 
 // Copyright 2026 The orderstore Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -33,8 +33,8 @@ import "encoding/json"
 // It returns the headers to store (nil keeps the message's own; a non-nil
 // value replaces them, in NATS wire form "NATS/1.0\r\n...\r\n\r\n") or an
 // error: the publisher then gets that error as its PubAck (when it asked
-// for a reply), at once, and nothing is stored. It must not keep Header or
-// Data after it returns. A hook that refuses may clear Reply: the refusal
+// for a reply), at once, and nothing is stored. It must not keep the
+// message, its Header or its Data after it returns. A hook that refuses may clear Reply: the refusal
 // is then not answered (0024-admit-unanswered: one of nats' own clients
 // cannot read an answer, and one sent on the stream's subjects comes back).
 type AdmitMsg struct {
@@ -59,13 +59,30 @@ func (m *AdmitMsg) Queued() (msgs int, bytes uint64) {
 	if m.queue == nil {
 		return 0, 0
 	}
-	return m.queue.len(), m.queue.size()
+	// (0025-admit-fast-path) One lock for both: this runs on every publish.
+	q := m.queue
+	q.Lock()
+	msgs, bytes = len(q.elts)-q.pos, q.sz
+	q.Unlock()
+	return msgs, bytes
 }
 
 // admit runs the admission hook for one inbound message; false means it
 // was refused (and answered).
 func (mset *stream) admit(admit func(*AdmitMsg) ([]byte, *ApiError), c *client, subject, reply string, hdr, msg []byte) ([]byte, bool) {
-	m := AdmitMsg{Subject: subject, Reply: reply, Header: hdr, Data: msg, Kind: c.kindString(), queue: mset.msgs,
+	// (0025-admit-fast-path) A client's messages all come from its read
+	// loop, one at a time: each reuses one AdmitMsg instead of a new one on
+	// the heap for every publish. Other kinds' may come from more than one
+	// goroutine (an internal client's).
+	m := c.admitMsg
+	if c.kind != CLIENT {
+		m = new(AdmitMsg)
+	} else if m == nil {
+		m = new(AdmitMsg)
+		c.admitMsg = m
+	}
+	defer func() { *m = AdmitMsg{} }() // nothing of the message kept alive
+	*m = AdmitMsg{Subject: subject, Reply: reply, Header: hdr, Data: msg, Kind: c.kindString(), queue: mset.msgs,
 		Stream: mset.admitStream, StreamAccount: mset.admitAccount}
 	if c.acc != nil {
 		m.Account = c.acc.Name
@@ -75,7 +92,7 @@ func (mset *stream) admit(admit func(*AdmitMsg) ([]byte, *ApiError), c *client, 
 		m.Nkey = c.user.Nkey
 	}
 	c.mu.Unlock()
-	nhdr, apiErr := admit(&m)
+	nhdr, apiErr := admit(m)
 	if apiErr != nil {
 		if reply != _EMPTY_ && m.Reply != _EMPTY_ {
 			resp := &JSPubAckResponse{PubAck: &PubAck{Stream: m.Stream}, Error: apiErr}

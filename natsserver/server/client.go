@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch, 0008-own-user.patch, 0009-reply-denied.patch, 0012-ack-permission-cache.patch, 0015-ack-match-cache.patch, 0019-deliver-denied.patch; see natsserver/README.md).
+// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch, 0008-own-user.patch, 0009-reply-denied.patch, 0012-ack-permission-cache.patch, 0015-ack-match-cache.patch, 0019-deliver-denied.patch, 0025-admit-fast-path.patch; see natsserver/README.md).
 
 // Copyright 2012-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -288,6 +288,7 @@ type client struct {
 	user       *NkeyUser
 	// mappingsExempt (orderstore): its user is Options.MappingsExemptNkey.
 	mappingsExempt bool
+	admitMsg       *AdmitMsg // orderstore (0025-admit-fast-path): reused by stream.admit on the read loop
 	host           string
 	port           uint16
 	subs           map[string]*subscription
@@ -443,6 +444,8 @@ type permissions struct {
 	pub    perm
 	resp   *ResponsePermission
 	pcache sync.Map
+	// orderstore (0025-admit-fast-path): replyDenied's first look at pub.deny.
+	replyFirsts *replyFirsts
 }
 
 // This is used to dynamically track responses and reply subjects

@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0009-reply-denied.patch; see natsserver/README.md).
+// (patches: 0009-reply-denied.patch, 0025-admit-fast-path.patch; see natsserver/README.md).
 
 // Copyright 2026 The orderstore Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -16,6 +16,11 @@
 
 package server
 
+import (
+	"bytes"
+	"sync/atomic"
+)
+
 // replyDenied (orderstore, 0009-reply-denied) reports whether a client's
 // reply subject is one its publish permissions deny. A reply subject names
 // where the receiver answers: the stream's PubAck, the JetStream API's
@@ -30,6 +35,43 @@ func (c *client) replyDenied(reply []byte) bool {
 	if c.kind != CLIENT || len(reply) == 0 || c.perms == nil || c.perms.pub.deny == nil {
 		return false
 	}
-	np, _ := c.perms.pub.deny.NumInterest(string(reply))
+	deny := c.perms.pub.deny
+	// (0025-admit-fast-path) Most replies are inboxes whose first token no
+	// deny subject has: skip the walk, and the lookup of the whole reply.
+	f := c.perms.replyFirsts
+	if f == nil || f.sl != deny || f.gen != atomic.LoadUint64(&deny.genid) {
+		f = newReplyFirsts(deny)
+		c.perms.replyFirsts = f
+	}
+	if !f.wild {
+		first, _, _ := bytes.Cut(reply, []byte{btsep})
+		if _, ok := f.firsts[string(first)]; !ok {
+			return false
+		}
+	}
+	np, _ := deny.NumInterest(string(reply))
 	return np != 0
+}
+
+// replyFirsts (orderstore, 0025-admit-fast-path) is what replyDenied knows
+// of a deny list before it looks a reply up: the literal first tokens of its
+// subjects, and whether one starts with a wildcard, at the list's generation
+// gen (a later insert or removal changes it, and the next check reads the
+// list again).
+type replyFirsts struct {
+	sl     *Sublist
+	gen    uint64
+	firsts map[string]struct{}
+	wild   bool
+}
+
+func newReplyFirsts(sl *Sublist) *replyFirsts {
+	sl.RLock()
+	defer sl.RUnlock()
+	f := &replyFirsts{sl: sl, gen: atomic.LoadUint64(&sl.genid), firsts: make(map[string]struct{}, len(sl.root.nodes)),
+		wild: sl.root.pwc != nil || sl.root.fwc != nil}
+	for tok := range sl.root.nodes {
+		f.firsts[tok] = struct{}{}
+	}
+	return f
 }

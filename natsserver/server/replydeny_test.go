@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0009-reply-denied.patch; see natsserver/README.md).
+// (patches: 0009-reply-denied.patch, 0025-admit-fast-path.patch; see natsserver/README.md).
 
 // Copyright 2026 The orderstore Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -80,4 +80,29 @@ func TestReplyDeniedLikePublish(t *testing.T) {
 	if n, _, _ := secret.Pending(); n != 0 {
 		t.Fatalf("%d messages on secret.>", n)
 	}
+}
+
+// replyDenied's first look (0025-admit-fast-path) skips a reply no deny
+// subject can match, and sees a deny list that grew since it last looked.
+func TestReplyDeniedFirstTokens(t *testing.T) {
+	c := &client{kind: CLIENT}
+	c.setPermissions(&Permissions{Publish: &SubjectPermission{Deny: []string{"secret.>", "x.*.y"}}})
+	check := func(reply string, want bool) {
+		t.Helper()
+		if got := c.replyDenied([]byte(reply)); got != want {
+			t.Fatalf("replyDenied(%q) = %v, want %v", reply, got, want)
+		}
+	}
+	check("secret.inbox", true)
+	check("secret", false)
+	check("x.1.y", true)
+	check("x.1.z", false)
+	check("_INBOX.abc.1", false)
+	c.mergeDenyPermissions(pub, []string{"_INBOX.abc.>"})
+	check("_INBOX.abc.1", true)
+	check("_INBOX.other.1", false)
+	c.mergeDenyPermissions(pub, []string{"*.wild"})
+	check("any.wild", true)
+	check("any.tame", false)
+	check("secret.inbox", true)
 }

@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0001-group-commit.patch, 0002-admission.patch, 0010-skip-header-lookups.patch, 0013-admit-without-stream-lock.patch, 0020-last-msg-id-scoped.patch, 0023-source-scope.patch; see natsserver/README.md).
+// (patches: 0001-group-commit.patch, 0002-admission.patch, 0010-skip-header-lookups.patch, 0013-admit-without-stream-lock.patch, 0020-last-msg-id-scoped.patch, 0023-source-scope.patch, 0025-admit-fast-path.patch; see natsserver/README.md).
 
 // Copyright 2019-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -565,6 +565,9 @@ type stream struct {
 	// publisher's read loop without the stream's lock, which the stream's
 	// own loop holds while it stores.
 	admitStream, admitAccount string
+	// (orderstore, 0025-admit-fast-path) Options.JetStreamAdmit, read once
+	// instead of under the options' lock on every publish.
+	admitHook func(*AdmitMsg) ([]byte, *ApiError)
 
 	// Isolates direct get and msg get reads from writes (ingest, atomic batch
 	// commits, purges and deletes), so those reads never observe a partially
@@ -1063,6 +1066,8 @@ func (a *Account) addStreamWithAssignmentAndMode(config *StreamConfig, fsConfig 
 	}
 	// orderstore: a stream's name never changes, nor its account.
 	mset.admitStream, mset.admitAccount = cfg.Name, a.Name
+	// orderstore (0025-admit-fast-path): nor the hook (a reload keeps it, 0006).
+	mset.admitHook = s.getOpts().JetStreamAdmit
 
 	// Add created timestamp used for the store, must match that of the stream assignment if it exists.
 	if sa != nil {
@@ -6597,7 +6602,7 @@ func (mset *stream) processInboundJetStreamMsg(_ *subscription, c *client, _ *Ac
 	hdr, msg := c.msgParts(copyBytes(rmsg)) // Need to copy.
 	hdr = removeHeaderStatusIfPresent(hdr)
 	// orderstore: admission, on the publisher's own goroutine.
-	if admit := mset.srv.getOpts().JetStreamAdmit; admit != nil {
+	if admit := mset.admitHook; admit != nil {
 		var ok bool
 		if hdr, ok = mset.admit(admit, c, subject, reply, hdr, msg); !ok {
 			return
