@@ -386,6 +386,4 @@ func (a *Appliance) ReplayDeadLetter(ctx context.Context, seq uint64) (uint64, e
 // waited for, because releasing the lock while nats still writes would let a second process corrupt
 // the store. Close is idempotent and safe to call concurrently: every call waits for the first and
 // returns its result.
-func (a *Appliance) Close(ctx context.Context) error {
-	return a.sup.stop(ctx)
-}
+func (a *Appliance) Close(ctx context.Context) error { return a.sup.stop(ctx) }

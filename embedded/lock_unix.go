@@ -18,6 +18,4 @@ func tryLock(f *os.File) (held bool, err error) {
 	return false, err
 }
 
-func unlock(f *os.File) error {
-	return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-}
+func unlock(f *os.File) error { return syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }

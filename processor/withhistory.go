@@ -18,9 +18,7 @@ import (
 // Before an event out of deliveries is dead-lettered, h's own [Withholder] (else [AppliedChecker])
 // is asked; with neither, p withholds it, and a later delivery is indexed as a dead letter. An
 // event is never both applied and a dead letter as far as h implements [Withholder].
-func WithHistory(h Handler, p *Projection) Handler {
-	return &withHistory{h: h, p: p}
-}
+func WithHistory(h Handler, p *Projection) Handler { return &withHistory{h: h, p: p} }
 
 type withHistory struct {
 	h Handler

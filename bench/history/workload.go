@@ -37,9 +37,7 @@ func newWorkload(seed uint64, n, targets, perTarget, eventsPerOrder int) (*workl
 }
 
 // slotPos is the position of target slot k: the middle of its 1/slots of the stream.
-func (w *workload) slotPos(k int) int {
-	return int((int64(2*k+1) * int64(w.n)) / int64(2*w.slots))
-}
+func (w *workload) slotPos(k int) int { return int((int64(2*k+1) * int64(w.n)) / int64(2*w.slots)) }
 
 // next returns the next event: its order's id, its type, and which target's event it is (tag:
 // target*perTarget + its index; -1: a background order's).

@@ -116,14 +116,22 @@ unknown_types = "rejectt"
 			t.Errorf("check exit %d; its output lacks %q:\n%s", code, w, got)
 		}
 	}
-	// Good schemas only: valid.
+	// Good schemas only: valid. One the fast check does not take is named, with the keyword.
+	if err := os.WriteFile(filepath.Join(dir, "schemas", "anyof.json"), []byte(`{"anyOf":[{"required":["order_id"]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg = writeConfig(t, dir, filepath.Join(dir, "store"), `
 [validation]
-schemas = { created = "schemas/good.json" }
+schemas = { created = "schemas/good.json", paid = "schemas/anyof.json" }
 `)
 	errb.Reset()
 	if code := run(context.Background(), []string{"check", "-config", cfg}, &out, &errb); code != exitOK {
-		t.Errorf("check with a good schema: exit %d\n%s", code, errb.String())
+		t.Errorf("check with good schemas: exit %d\n%s", code, errb.String())
+	}
+	got = errb.String()
+	if !strings.Contains(got, "note: validation.schemas.paid ("+filepath.Join(dir, "schemas", "anyof.json")+") is checked by the JSON Schema library alone") ||
+		!strings.Contains(got, "does not take /anyOf") || strings.Contains(got, "validation.schemas.created") {
+		t.Errorf("check does not name the slow schema alone, with its keyword:\n%s", got)
 	}
 }
 

@@ -37,9 +37,7 @@ const AnonymousAccount = "ANONYMOUS"
 const InternalInbox = "_INBOX_ORDERSTORE"
 
 // ReservedUser reports whether name is one of orderstore's own users, barred to configured users.
-func ReservedUser(name string) bool {
-	return name == internalUser || name == anonymousUser
-}
+func ReservedUser(name string) bool { return name == internalUser || name == anonymousUser }
 
 // Identity is how orderstore's own connections sign in: a fresh user nkey per start, held in memory
 // only. An nkey rather than a password keeps nats' "plaintext passwords detected" warning for the

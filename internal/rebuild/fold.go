@@ -259,9 +259,7 @@ func seqAtTime(ctx context.Context, s jetstream.Stream, t time.Time, ss jetstrea
 	return lo, nil
 }
 
-func (f *folder) position() uint64 {
-	return locked(f.r, func() uint64 { return f.st.Position })
-}
+func (f *folder) position() uint64 { return locked(f.r, func() uint64 { return f.st.Position }) }
 
 // step folds the next batch, stopping after sequence upTo (0: no bound).
 // It returns how many messages it took.

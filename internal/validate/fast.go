@@ -2,8 +2,10 @@ package validate
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"io"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -60,11 +62,12 @@ func newFast() *fast {
 	return &fast{props: map[string]fastProp{}, limits: [6]int{-1, -1, -1, -1, -1, -1}}
 }
 
-// compileFast compiles doc (as jsonschema.UnmarshalJSON gives it), or returns nil where it uses a
-// keyword or a value that fast does not take.
-func compileFast(doc any) *fast {
+// compileFast compiles doc (as jsonschema.UnmarshalJSON gives it), or returns nil and the JSON
+// pointer of the first keyword (in the schema's order of names) or value it does not take.
+func compileFast(doc any) (*fast, string) {
 	c := fastCompiler{root: doc, defs: map[string]*fast{}, open: map[*fast]int{}}
-	return c.compile(doc, true, 0)
+	s := c.compile(doc, true, 0, "")
+	return s, cmpSel(s == nil, cmp.Or(c.why, "/"), "")
 }
 
 // fastCompiler resolves "$ref": "#/$defs/<name>" (alone beside annotations) to the root's $defs,
@@ -75,6 +78,7 @@ type fastCompiler struct {
 	root any
 	defs map[string]*fast
 	open map[*fast]int // the depth each was entered at
+	why  string        // the first keyword refused
 }
 
 func (c *fastCompiler) ref(ref any, depth int) *fast {
@@ -91,7 +95,7 @@ func (c *fastCompiler) ref(ref any, depth int) *fast {
 	case s == nil:
 		s = newFast()
 		c.defs[name], c.open[s] = s, depth
-		d := c.compile(def, false, depth)
+		d := c.compile(def, false, depth, "/$defs/"+name)
 		delete(c.open, s)
 		if _, alias := c.open[d]; d == nil || alias { // nil, or another definition not compiled yet
 			return nil
@@ -103,7 +107,7 @@ func (c *fastCompiler) ref(ref any, depth int) *fast {
 	return s
 }
 
-func (c *fastCompiler) compile(doc any, root bool, depth int) *fast {
+func (c *fastCompiler) compile(doc any, root bool, depth int, path string) *fast {
 	s, ok := newFast(), true
 	obj, isObj := doc.(map[string]any)
 	if b, isBool := doc.(bool); isBool || !isObj {
@@ -111,12 +115,15 @@ func (c *fastCompiler) compile(doc any, root bool, depth int) *fast {
 		return cmpSel(isBool, s, nil)
 	}
 	if ref, isRef := obj["$ref"]; isRef {
-		for k, v := range obj {
-			ok = ok && (k == "$ref" || slices.Contains(annotations, k) || root && k == "$schema" && draft2020(v))
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
+			ok = c.keep(ok, k == "$ref" || slices.Contains(annotations, k) || root && k == "$schema" && draft2020(obj[k]), path, k)
 		}
-		return cmpSel(ok, c.ref(ref, depth), nil)
+		r := cmpSel(ok, c.ref(ref, depth), nil)
+		c.keep(ok, r != nil, path, "$ref")
+		return r
 	}
-	for k, v := range obj {
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		v, was := obj[k], ok
 		n, _ := v.(json.Number)
 		switch a, isArr := v.([]any); k {
 		case "$schema":
@@ -134,7 +141,7 @@ func (c *fastCompiler) compile(doc any, root bool, depth int) *fast {
 			ok = ok && isMap
 			for name, sub := range m {
 				p := s.props[name]
-				p.s = c.compile(sub, false, depth+1)
+				p.s = c.compile(sub, false, depth+1, path+"/properties/"+escapeToken(name))
 				s.props[name], ok = p, ok && p.s != nil
 			}
 		case "required":
@@ -150,7 +157,7 @@ func (c *fastCompiler) compile(doc any, root bool, depth int) *fast {
 			re, err := regexp.Compile(str)
 			s.pattern, ok = re, ok && err == nil
 		case "additionalProperties", "items":
-			sub := c.compile(v, false, depth+1)
+			sub := c.compile(v, false, depth+1, path+"/"+k)
 			ok = ok && sub != nil
 			*cmpSel(k == "items", &s.items, &s.additional) = sub
 		case "enum", "const":
@@ -173,9 +180,21 @@ func (c *fastCompiler) compile(doc any, root bool, depth int) *fast {
 				ok = ok && slices.Contains(annotations, k)
 			}
 		}
+		c.keep(was, ok, path, k)
 	}
 	return cmpSel(ok, s, nil)
 }
+
+// keep returns was && ok, noting path/k as the first keyword refused where ok turned it false.
+func (c *fastCompiler) keep(was, ok bool, path, k string) bool {
+	if was && !ok && c.why == "" {
+		c.why = path + "/" + escapeToken(k)
+	}
+	return was && ok
+}
+
+// escapeToken writes a name as a JSON pointer's token.
+var escapeToken = strings.NewReplacer("~", "~0", "/", "~1").Replace
 
 func draft2020(v any) bool {
 	return v == "https://json-schema.org/draft/2020-12/schema" || v == "https://json-schema.org/draft/2020-12/schema#"

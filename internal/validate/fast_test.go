@@ -70,8 +70,27 @@ func TestFastTakesCommonSchemas(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", schema, err)
 		}
-		if v.fast["t"] != nil {
-			t.Errorf("%s: compiled for the fast check, which does not take it", schema)
+		if v.fast["t"] != nil || v.Slow()["t"] == "" {
+			t.Errorf("%s: compiled for the fast check, which does not take it (or no keyword named: %q)", schema, v.Slow()["t"])
+		}
+	}
+	// Slow names the first keyword refused, as a JSON pointer into the schema.
+	for schema, why := range map[string]string{
+		`{"anyOf": [{"type": "string"}]}`:                                                           "/anyOf",
+		`{"properties": {"a": {"patternProperties": {"^x": true}}}}`:                                "/properties/a/patternProperties",
+		`{"type": "array", "items": {"type": "integer", "multipleOf": 2}}`:                          "/items/multipleOf",
+		`{"$ref": "#/$defs/a", "type": "string", "$defs": {"a": true}}`:                             "/type",
+		`{"$ref": "#/$defs/a~1b", "$defs": {"a/b": true}}`:                                          "/$ref",
+		`{"properties": {"a/b~": {"not": true}}}`:                                                   "/properties/a~1b~0/not",
+		`{"$ref": "#/$defs/a", "$defs": {"a": {"$id": "https://example.com/a", "type": "string"}}}`: "/$defs/a/$id",
+		`{"type": "object", "required": ["a"]}`:                                                     "",
+	} {
+		v, err := compileString(t, schema)
+		if err != nil {
+			t.Fatalf("%s: %v", schema, err)
+		}
+		if got, listed := v.Slow()["t"]; got != why || listed != (why != "") {
+			t.Errorf("%s: Slow names %q (listed %v), want %q", schema, got, listed, why)
 		}
 	}
 }

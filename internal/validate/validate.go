@@ -67,7 +67,8 @@ type Count struct {
 // Validator checks events. The zero value and nil accept everything.
 type Validator struct {
 	schemas map[string]*jsonschema.Schema
-	fast    map[string]*fast // nil where compileFast does not take the schema
+	fast    map[string]*fast  // nil where compileFast does not take the schema
+	slow    map[string]string // where it does not: the first keyword it refused
 	files   map[string]string
 	reject  bool
 	fn      func(subject string, data []byte) error
@@ -87,7 +88,7 @@ const maxCountKeys = 1000
 // ("" too) or Reject, and fn, if set, as a last check. Every problem is reported at once, each
 // naming its event type, file and, where it has one, the position in the file.
 func Compile(schemas map[string]string, unknownTypes string, fn func(subject string, data []byte) error) (*Validator, error) {
-	v := &Validator{schemas: map[string]*jsonschema.Schema{}, fast: map[string]*fast{}, files: map[string]string{}, fn: fn, counts: &counts{m: map[[2]string]uint64{}}}
+	v := &Validator{schemas: map[string]*jsonschema.Schema{}, fast: map[string]*fast{}, slow: map[string]string{}, files: map[string]string{}, fn: fn, counts: &counts{m: map[[2]string]uint64{}}}
 	var errs []error
 	switch unknownTypes {
 	case "", Accept:
@@ -103,12 +104,15 @@ func Compile(schemas map[string]string, unknownTypes string, fn func(subject str
 			errs = append(errs, fmt.Errorf("%s: %q is not an event type (a subject's last token, without '.', '*', '>' or spaces)", key, typ))
 			continue
 		}
-		sch, f, err := compileFile(file)
+		sch, f, why, err := compileFile(file)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s = %q: %w", key, file, err))
 			continue
 		}
 		v.schemas[typ], v.fast[typ], v.files[typ] = sch, f, file
+		if why != "" {
+			v.slow[typ] = why
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -118,25 +122,25 @@ func Compile(schemas map[string]string, unknownTypes string, fn func(subject str
 
 // compileFile compiles one schema file, and for a check on tokens where it can; a JSON syntax error
 // names its line and column.
-func compileFile(file string) (*jsonschema.Schema, *fast, error) {
+func compileFile(file string) (*jsonschema.Schema, *fast, string, error) {
 	if err := regular(file); err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	src, err := os.ReadFile(file)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(src))
 	if err != nil {
 		if se := (*json.SyntaxError)(nil); errors.As(err, &se) {
 			line, col := position(src, se.Offset)
-			return nil, nil, fmt.Errorf("line %d, column %d: not JSON: %v", line, col, se)
+			return nil, nil, "", fmt.Errorf("line %d, column %d: not JSON: %v", line, col, se)
 		}
-		return nil, nil, fmt.Errorf("not JSON: %w", err)
+		return nil, nil, "", fmt.Errorf("not JSON: %w", err)
 	}
 	abs, err := filepath.Abs(file)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
@@ -145,7 +149,7 @@ func compileFile(file string) (*jsonschema.Schema, *fast, error) {
 	// As a URL: a '#' in a file name would otherwise start a fragment (the part compiled).
 	loc := (&url.URL{Scheme: "file", Path: abs}).String()
 	if err := c.AddResource(loc, doc); err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	sch, err := c.Compile(loc)
 	for _, inst := range []any{nil, map[string]any{}, []any{}} {
@@ -156,9 +160,10 @@ func compileFile(file string) (*jsonschema.Schema, *fast, error) {
 		}
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("not a valid JSON Schema: %s", strings.ReplaceAll(err.Error(), loc, "the file"))
+		return nil, nil, "", fmt.Errorf("not a valid JSON Schema: %s", strings.ReplaceAll(err.Error(), loc, "the file"))
 	}
-	return sch, compileFast(doc), nil
+	f, why := compileFast(doc)
+	return sch, f, why, nil
 }
 
 // refCycle is the $ref cycle among ve's causes, or nil.
@@ -305,6 +310,16 @@ func (v *Validator) Schemas() map[string]string {
 		return nil
 	}
 	return maps.Clone(v.files)
+}
+
+// Slow returns, for each event type whose schema the library alone checks (about 7 times the fast
+// check's cost: docs/processor.md, "Schemas"), the JSON pointer of the first keyword the fast check
+// does not take.
+func (v *Validator) Slow() map[string]string {
+	if v == nil {
+		return nil
+	}
+	return maps.Clone(v.slow)
 }
 
 // UnknownTypes is the unknown-type policy: Accept or Reject.
