@@ -3,8 +3,8 @@ package validate
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"encoding/json"
-	"io"
 	"maps"
 	"regexp"
 	"slices"
@@ -26,6 +26,7 @@ type fast struct {
 	never             bool                // the schema false
 	types             uint8               // 1 << the index in typeNames of each; 0 for any
 	props             map[string]fastProp // properties, and required names
+	few               []namedProp         // the same, looked up in turn, where there are at most 8
 	required          uint64              // the bits of the required names
 	additional, items *fast               // nil for any
 	limits            [6]int              // of limitNames; -1 for none
@@ -37,6 +38,20 @@ type fast struct {
 type fastProp struct {
 	s   *fast // nil: additionalProperties applies
 	bit uint64
+}
+
+type namedProp struct {
+	name string
+	fastProp
+}
+
+func (s *fast) prop(name []byte) fastProp {
+	for _, p := range s.few {
+		if p.name == string(name) {
+			return p.fastProp
+		}
+	}
+	return cmpSel(len(s.props) > 8, s.props[string(name)], fastProp{})
 }
 
 // bound is a minimum or maximum; exact as literal says.
@@ -182,6 +197,11 @@ func (c *fastCompiler) compile(doc any, root bool, depth int, path string) *fast
 		}
 		c.keep(was, ok, path, k)
 	}
+	for name, p := range s.props {
+		if len(s.props) <= 8 {
+			s.few = append(s.few, namedProp{name, p})
+		}
+	}
 	return cmpSel(ok, s, nil)
 }
 
@@ -230,104 +250,200 @@ func literal(n string) (integer, exact bool) {
 }
 
 // valid reports that data is one JSON value that s passes and decode takes; false means only that
-// the library must decide.
+// the library must decide. It reads data itself, as strictly as decode's jsontext (RFC 8259, UTF-8
+// only, a repeated name checked each time, as the walk counts it: it does not take minProperties).
 func (s *fast) valid(data []byte) bool {
-	d := decoders.Get().(*jsontext.Decoder)
-	defer func() {
-		d.Reset(emptyReader)
-		decoders.Put(d)
-	}()
-	// Where a name repeats, the walk checks each value (the library only the last) and counts each
-	// (so it does not take minProperties).
-	d.Reset(bytes.NewBuffer(data), jsontext.AllowDuplicateNames(true))
-	w := walk{d: d}
-	if !s.value(&w) {
-		return false
-	}
-	_, err := d.ReadToken()
-	return err == io.EOF
+	w := walk{data: data}
+	return s.value(&w) && w.peek() == 0 && w.pos == len(data)
 }
 
+// walk reads an event for fast: data at pos, within depth objects and arrays.
 type walk struct {
-	d      *jsontext.Decoder
-	values int
-	buf    []byte // a string with escapes, unquoted
+	data          []byte
+	pos, depth, n int    // n: the values read
+	buf           []byte // a string with escapes, unquoted
 }
 
-// str reads the string value or name at the decoder.
-func (w *walk) str() ([]byte, bool) {
-	raw, err := w.d.ReadValue()
-	if err != nil || bytes.IndexByte(raw, '\\') < 0 {
-		return raw[min(1, len(raw)):max(len(raw)-1, 0)], err == nil
+// peek skips whitespace and returns the byte at pos, 0 at the end.
+func (w *walk) peek() byte {
+	for ; w.pos < len(w.data); w.pos++ {
+		if c := w.data[w.pos]; c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return c
+		}
 	}
+	return 0
+}
+
+// str reads the string at pos (its quote) and returns it unquoted.
+func (w *walk) str() ([]byte, bool) {
+	d, i := w.data, w.pos+1
+	if end := bytes.IndexByte(d[i:], '"') + i; end >= i {
+		if esc, ok := text(d[i:end]); !esc {
+			w.pos = end + 1
+			return d[i:end], ok
+		}
+	}
+	for ; i < len(d) && d[i] != '"'; i++ { // escapes: the quote that ends it
+		i += cmpSel(d[i] == '\\', 1, 0)
+	}
+	if i >= len(d) {
+		return nil, false
+	}
+	raw := d[w.pos : i+1]
+	w.pos = i + 1
+	var err error
 	w.buf, err = jsontext.AppendUnquote(w.buf[:0], raw)
 	return w.buf, err == nil
 }
 
+// text reports whether s holds a '\\' (esc) and, if not, that it holds no control character and
+// is UTF-8.
+func text(s []byte) (esc, ok bool) {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 { // 8 bytes at a time while each is printable ASCII but '\\'
+		x := binary.LittleEndian.Uint64(s[i:])
+		if b := x ^ ones*'\\'; ((x-ones*0x20)&^x|(b-ones)&^b|x)&highs != 0 {
+			break
+		}
+	}
+	ascii := true
+	for _, c := range s[i:] {
+		if c == '\\' || c < 0x20 {
+			return c == '\\', false
+		}
+		ascii = ascii && c < 0x80
+	}
+	return false, ascii || utf8.Valid(s[i:])
+}
+
+// number reads the number at pos, by RFC 8259's grammar.
+func (w *walk) number() ([]byte, bool) {
+	d, i := w.data, w.pos
+	digits := func() bool {
+		j := i
+		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+		return i > j
+	}
+	i += cmpSel(d[i] == '-', 1, 0)
+	ok := i < len(d) && d[i] == '0'
+	if ok {
+		i++
+	} else {
+		ok = digits()
+	}
+	if ok && i < len(d) && d[i] == '.' {
+		i++
+		ok = digits()
+	}
+	if ok && i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+		i++
+		i += cmpSel(i < len(d) && (d[i] == '+' || d[i] == '-'), 1, 0)
+		ok = digits()
+	}
+	raw := d[w.pos:i]
+	w.pos = i
+	return raw, ok
+}
+
+// shortFloat is ParseFloat of a number of at most 15 digits, no exponent: its digits and the power
+// of ten are exact float64s, so their quotient is ParseFloat's correctly rounded value.
+func shortFloat(raw []byte) (float64, bool) {
+	var m, frac, digits int64
+	for _, c := range raw {
+		switch {
+		case c >= '0' && c <= '9':
+			m, digits, frac = m*10+int64(c-'0'), digits+1, frac+cmpSel[int64](frac > 0, 1, 0)
+		case c == '.':
+			frac = 1
+		case c != '-':
+			return 0, false
+		}
+	}
+	if digits > 15 {
+		return 0, false
+	}
+	f := float64(m) / pow10[max(frac-1, 0)] // frac counts the fraction's digits plus one
+	return cmpSel(raw[0] == '-', -f, f), true
+}
+
+var pow10 = [16]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+
 // value reads one value and reports whether s passes it, within decode's bounds.
 func (s *fast) value(w *walk) bool {
-	if w.values++; s.never || w.values >= maxValues || w.d.StackDepth() >= maxDepth-1 {
+	if w.n++; s.never || w.n >= maxValues || w.depth >= maxDepth-1 {
 		return false
 	}
-	d, n := w.d, 0
-	switch d.PeekKind() {
-	case '{':
-		if _, err := d.ReadToken(); err != nil || !s.is(tObject) || s.enum != nil {
+	n, c := 0, w.peek()
+	switch c {
+	case '{', '[':
+		if !s.is(cmpSel[uint8](c == '{', tObject, tArray)) || s.enum != nil {
 			return false
 		}
+		end := c + 2 // '}' or ']'
+		w.pos++
+		w.depth++
 		var found uint64
-		for ; d.PeekKind() == '"'; n++ {
-			name, ok := w.str()
-			p := s.props[string(name)]
-			sub := cmpSel(p.s == nil, s.additional, p.s)
-			if !ok || !cmpSel(sub == nil, anything, sub).value(w) {
+		for next := w.peek(); next != end; next = w.peek() {
+			if n > 0 && next != ',' {
 				return false
 			}
-			found |= p.bit
-		}
-		_, err := d.ReadToken()
-		return err == nil && found&s.required == s.required && s.within(n, 4)
-	case '[':
-		if _, err := d.ReadToken(); err != nil || !s.is(tArray) || s.enum != nil {
-			return false
-		}
-		for ; d.PeekKind() != ']' && d.PeekKind() != 0; n++ {
-			if !cmpSel(s.items == nil, anything, s.items).value(w) {
+			w.pos += cmpSel(n > 0, 1, 0)
+			sub := s.items
+			if c == '{' {
+				if w.peek() != '"' {
+					return false
+				}
+				name, ok := w.str()
+				if p := s.prop(name); !ok || w.peek() != ':' {
+					return false
+				} else {
+					sub, found = cmpSel(p.s == nil, s.additional, p.s), found|p.bit
+				}
+				w.pos++
+			}
+			if !cmpSel(sub == nil, anything, sub).value(w) {
 				return false
 			}
+			n++
 		}
-		_, err := d.ReadToken()
-		return err == nil && s.within(n, 2)
+		w.pos++
+		w.depth--
+		return found&s.required == s.required && s.within(n, cmpSel(c == '{', 4, 2))
 	case '"':
-		if s.limits[0] < 0 && s.limits[1] < 0 && s.enum == nil && s.pattern == nil {
-			_, err := d.ReadValue()
-			return err == nil && s.is(tString)
-		}
 		str, ok := w.str()
-		return ok && s.is(tString) && s.within(utf8.RuneCount(str), 0) && s.in(string(str)) &&
+		return ok && s.is(tString) && (s.limits[0] < 0 && s.limits[1] < 0 || s.within(utf8.RuneCount(str), 0)) && (s.enum == nil || s.in(string(str))) &&
 			(s.pattern == nil || s.pattern.Match(str))
-	case '0':
-		raw, err := d.ReadValue()
-		lit := string(raw)
-		integer, exact := literal(lit)
-		if err != nil || !exact && !comparable(lit) || s.enum != nil || !s.is(tNumber) && !(s.is(tInteger) && integer) {
-			return false
-		}
-		x, _ := strconv.ParseFloat(lit, 64) // ±Inf or 0 past the range: still in lit's order
-		for i, b := range s.bounds {
-			if b != nil && !b.holds(x, exact, i%2 == 0, i >= 2) {
-				return false
+	case 't', 'f', 'n':
+		for i, lit := range []string{"true", "false", "null"} {
+			if bytes.HasPrefix(w.data[w.pos:], []byte(lit)) {
+				w.pos += len(lit)
+				return cmpSel(i == 2, s.is(tNull) && s.in(nil), s.is(tBoolean) && s.in(i == 0))
 			}
 		}
-		return true
-	case 't', 'f', 'n':
-		tok, err := d.ReadToken()
-		if err != nil || tok.Kind() == 'n' {
-			return err == nil && s.is(tNull) && s.in(nil)
-		}
-		return s.is(tBoolean) && s.in(tok.Bool())
+		return false
 	}
-	return false
+	if c != '-' && (c < '0' || c > '9') {
+		return false
+	}
+	raw, ok := w.number()
+	lit := string(raw)
+	integer, exact := literal(lit)
+	if !ok || !exact && !comparable(lit) || s.enum != nil || !s.is(tNumber) && !(s.is(tInteger) && integer) {
+		return false
+	}
+	x, short := shortFloat(raw)
+	if !short && s.bounds != [4]*bound{} {
+		x, _ = strconv.ParseFloat(lit, 64) // ±Inf or 0 past the range: still in lit's order
+	}
+	for i, b := range s.bounds {
+		if b != nil && !b.holds(x, exact, i%2 == 0, i >= 2) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *fast) is(t uint8) bool { return s.types == 0 || s.types&t != 0 }

@@ -3,9 +3,11 @@ package validate
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -372,4 +374,73 @@ func TestFastRefWithRootIDIsTheLibrarys(t *testing.T) {
 			t.Errorf(`%s, event {"n": 1}: fast check %v, library %v; want both false (the other file's a)`, schema, fast, lib)
 		}
 	}
+}
+
+// The fast check reads events itself: on any schema it takes, it passes only what decode (jsontext,
+// the library's path) reads. With the schema {}, the two agree on every input here.
+func TestFastReadsAsDecodeDoes(t *testing.T) {
+	deep := strings.Repeat("[", maxDepth-2) + strings.Repeat("]", maxDepth-2)
+	inputs := []string{
+		`{}`, `[]`, `""`, `0`, `-0`, `1.5e3`, `-1E-2`, `true`, `false`, `null`, ` {"a" : [1, 2.0, "x"] } `,
+		`{"a":1,"a":2}`, `"\u00e9\ud83d\ude00"`, `"a\"b\\c\/d\b\f\n\r\t"`, "\"\x7f\"", `"é"`, deep, "[" + deep + "]",
+		// refused by both
+		``, ` `, `{`, `}`, `[1,]`, `[,1]`, `{"a":1,}`, `{,}`, `{"a"}`, `{"a":}`, `{"a" 1}`, `{1:2}`, `["a":1]`,
+		`01`, `1.`, `.5`, `+1`, `-`, `1e`, `1e+`, `0x10`, `1 2`, `{} {}`, `tru`, `truex`, `nul`, `NaN`, `Infinity`,
+		"\"a\x01b\"", "\"\t\"", `"\x"`, `"\u12"`, `"\ud800"`, `"\udc00\ud800"`, "\"\xff\"", "\"\xc3\"", "\"\xed\xa0\x80\"",
+		`"unterminated`, `"a\"`, "\xef\xbb\xbf{}", "{}\x00", "[1]]", `{"a":1}}`, strings.Repeat("[", maxDepth+1),
+	}
+	r := rand.New(rand.NewPCG(7, 7))
+	for range 20000 { // mutations of a valid event: a byte changed, dropped or doubled
+		ev := benchEvent()
+		i := r.IntN(len(ev))
+		switch r.IntN(3) {
+		case 0:
+			ev[i] = "\"\\{}[]:,.-+eE0123456789 \x00\x1f\x80\xffatrufnl"[r.IntN(31)]
+		case 1:
+			ev = append(ev[:i], ev[i+1:]...)
+		default:
+			ev = append(ev[:i+1], ev[i:]...)
+		}
+		inputs = append(inputs, string(ev))
+	}
+	v, err := compileString(t, `{}`)
+	if err != nil || v.fast["t"] == nil {
+		t.Fatalf("{} not compiled for the fast check: %v", err)
+	}
+	for _, in := range inputs {
+		_, err := decode([]byte(in))
+		if fast := v.fast["t"].valid([]byte(in)); fast != (err == nil) {
+			t.Errorf("%q: the fast check reads it %v, decode %v", in, fast, err)
+		}
+	}
+}
+
+// shortFloat is ParseFloat where it answers.
+func TestShortFloatIsParseFloat(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 200_000 {
+		s := strconv.FormatInt(r.Int64N(1e15)-5e14, 10)
+		if r.IntN(2) == 0 {
+			s = strconv.FormatFloat((r.Float64()-0.5)*math.Pow(10, float64(r.IntN(12)-4)), 'f', r.IntN(17), 64)
+		}
+		want, _ := strconv.ParseFloat(s, 64)
+		if got, ok := shortFloat([]byte(s)); ok && (got != want || math.Signbit(got) != math.Signbit(want)) {
+			t.Fatalf("shortFloat(%s) = %v, ParseFloat %v", s, got, want)
+		}
+	}
+}
+
+// FuzzFastReads: with the schema {}, the fast check reads what decode reads, and nothing else.
+func FuzzFastReads(f *testing.F) {
+	f.Add(benchEvent())
+	f.Add([]byte(`{"a":[1,-0.5e+3,"\u00e9\n",true,null,{}]}`))
+	v, err := compileString(f, `{}`)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, ev []byte) {
+		if _, err := decode(ev); v.fast["t"].valid(ev) != (err == nil) {
+			t.Fatalf("%q: the fast check reads it %v, decode %v", ev, !(err == nil), err)
+		}
+	})
 }
