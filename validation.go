@@ -20,7 +20,7 @@ func (c Config) validator() (*validate.Validator, error) {
 }
 
 // SlowSchemas names, for each event type whose schema the JSON Schema library alone checks (about
-// 7 times the fast check's cost, docs/processor.md), the first keyword the fast check does not
+// 16 times the fast check's cost, docs/processor.md), the first keyword the fast check does not
 // take, as a JSON pointer into the schema: `orderstore check` lists them.
 func (c Config) SlowSchemas() (map[string]string, error) {
 	v, err := c.validator()

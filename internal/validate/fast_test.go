@@ -415,8 +415,8 @@ func TestFastReadsAsDecodeDoes(t *testing.T) {
 	}
 }
 
-// shortFloat is ParseFloat where it answers.
-func TestShortFloatIsParseFloat(t *testing.T) {
+// literal's value of a short number is ParseFloat's.
+func TestLiteralValueIsParseFloat(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 200_000 {
 		s := strconv.FormatInt(r.Int64N(1e15)-5e14, 10)
@@ -424,8 +424,8 @@ func TestShortFloatIsParseFloat(t *testing.T) {
 			s = strconv.FormatFloat((r.Float64()-0.5)*math.Pow(10, float64(r.IntN(12)-4)), 'f', r.IntN(17), 64)
 		}
 		want, _ := strconv.ParseFloat(s, 64)
-		if got, ok := shortFloat([]byte(s)); ok && (got != want || math.Signbit(got) != math.Signbit(want)) {
-			t.Fatalf("shortFloat(%s) = %v, ParseFloat %v", s, got, want)
+		if _, _, got, ok := literal([]byte(s)); ok && (got != want || math.Signbit(got) != math.Signbit(want)) {
+			t.Fatalf("literal(%s) = %v, ParseFloat %v", s, got, want)
 		}
 	}
 }
