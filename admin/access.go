@@ -113,13 +113,10 @@ func (s *Server) allowedHost(hostport string) bool {
 		host = h
 	}
 	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
-	if host == "" {
-		return false
-	}
-	return net.ParseIP(host) != nil || host == "localhost" || slices.ContainsFunc(s.cfg.AllowedHosts, func(a string) bool {
+	return host != "" && (net.ParseIP(host) != nil || host == "localhost" || slices.ContainsFunc(s.cfg.AllowedHosts, func(a string) bool {
 		a = strings.ToLower(a)
 		return a == host || a == strings.ToLower(hostport)
-	})
+	}))
 }
 
 // crossSite says why a state-changing or API request comes from another site (a page could fire a

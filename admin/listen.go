@@ -56,15 +56,12 @@ func Listen(h http.Handler, c ListenConfig) (*Listener, error) {
 	log := cmp.Or(c.Log, slog.New(slog.DiscardHandler))
 	hs := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: min(5*time.Second, cmp.Or(max(c.ReadTimeout, 0), 5*time.Second)), // ReadTimeout if less
 		ReadTimeout:       c.ReadTimeout,
 		WriteTimeout:      c.WriteTimeout,
 		IdleTimeout:       c.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          stdlog.New(limitedLog{&lograte.Limiter{Now: c.now}, log}, "", 0),
-	}
-	if hs.ReadHeaderTimeout > c.ReadTimeout && c.ReadTimeout > 0 {
-		hs.ReadHeaderTimeout = c.ReadTimeout
 	}
 	l := &Listener{hs: hs, ln: ln, served: make(chan struct{})}
 	go func() { l.err = hs.Serve(ln); close(l.served) }()
@@ -137,10 +134,8 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		addr := ""
-		if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok && ta.IP.To4() != nil && !l.exempt(ta.IP) {
-			addr = ta.IP.String()
-		} else if ok && !l.exempt(ta.IP) {
-			addr = ta.IP.Mask(net.CIDRMask(64, 128)).String()
+		if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok && !l.exempt(ta.IP) {
+			addr = limitKey(ta.IP.String()) // an IPv6 client's /64
 		}
 		l.mu.Lock()
 		if full := addr != "" && l.per[addr] >= MaxConnsPerAddr; full {

@@ -217,9 +217,4 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func limit(n int64) int64 {
-	if n <= 0 {
-		return -1
-	}
-	return n
-}
+func limit(n int64) int64 { return cmp.Or(max(n, 0), -1) }

@@ -48,26 +48,22 @@ func (s *Server) ordersList(w http.ResponseWriter, r *http.Request, b *Backend) 
 // ordersQuery reads GET /v1/orders's parameters; an unknown one is an
 // error (a misspelt filter must not list everything).
 func ordersQuery(v url.Values) (orderindex.Query, error) {
-	var q orderindex.Query
+	q := orderindex.Query{Status: v.Get("status"), Cursor: v.Get("cursor")}
 	var errs []error
 	for k := range v {
 		if !slices.Contains(ordersParams, k) {
 			errs = append(errs, fmt.Errorf("unknown parameter %.40q (known: %s)", k, strings.Join(ordersParams, ", ")))
 		}
 	}
-	q.Status, q.Cursor = v.Get("status"), v.Get("cursor")
+	var err error
 	if s := v.Get("older_than"); s != "" {
-		d, err := duration.ParseAge(s)
-		if err != nil {
+		if q.OlderThan, err = duration.ParseAge(s); err != nil {
 			errs = append(errs, fmt.Errorf("older_than: %w", err))
 		}
-		q.OlderThan = d
 	}
-	stale, err := strconv.ParseBool(cmp.Or(v.Get("stale"), "false"))
-	if err != nil {
+	if q.Stale, err = strconv.ParseBool(cmp.Or(v.Get("stale"), "false")); err != nil {
 		errs = append(errs, fmt.Errorf("stale %.20q: want true or false", v.Get("stale")))
 	}
-	q.Stale = stale
 	switch o := v.Get("order"); o {
 	case "", "oldest":
 	case "newest":

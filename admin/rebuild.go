@@ -76,14 +76,12 @@ func (s *Server) rebuildStart(w http.ResponseWriter, r *http.Request, b *Backend
 
 // rebuildGet is GET /v1/projection/rebuild: the rebuild under way or the last; 404 when none ran.
 func (s *Server) rebuildGet(w http.ResponseWriter, r *http.Request, b *Backend) error {
-	var st *status.Rebuild
 	if b.Rebuild != nil {
-		st = b.Rebuild.RebuildStatus()
+		if st := b.Rebuild.RebuildStatus(); st != nil {
+			return writeResult(w, http.StatusOK, st, nil)
+		}
 	}
-	if st == nil {
-		return errorf(http.StatusNotFound, "no projection rebuild has run on this store")
-	}
-	return writeResult(w, http.StatusOK, st, nil)
+	return errorf(http.StatusNotFound, "no projection rebuild has run on this store")
 }
 
 // rebuildCancel serves DELETE /v1/projection/rebuild.

@@ -13,19 +13,8 @@ func (s *Server) collectStatus(ctx context.Context, b *Backend) status.Status {
 	st := status.Status{Durability: s.durability(), Build: s.cfg.Build, Time: time.Now().UTC(), Recovery: b.Recovery,
 		Stream:      status.StreamStatus{Name: s.cfg.Stream, MaxBytes: s.cfg.MaxBytes, MaxMsgs: s.cfg.MaxMsgs, MaxAgeSeconds: s.cfg.MaxAge.Seconds()},
 		DeadLetters: status.DeadLetterStatus{Stream: s.cfg.DeadLetterStream}, Projection: status.ProjectionStatus{Bucket: s.cfg.ProjectionBucket},
-		Store: status.StoreStatus{Dir: s.cfg.StoreDir, Encrypted: s.cfg.Cipher != "", Cipher: s.cfg.Cipher}}
-	if b.Guard != nil {
-		st.Guard = b.Guard()
-	}
-	if b.Ingest != nil {
-		st.Ingest = b.Ingest()
-	}
-	if b.Validation != nil {
-		st.Validation = b.Validation()
-	}
-	if b.ConfigReload != nil {
-		st.ConfigReload = b.ConfigReload()
-	}
+		Store: status.StoreStatus{Dir: s.cfg.StoreDir, Encrypted: s.cfg.Cipher != "", Cipher: s.cfg.Cipher},
+		Guard: call(b.Guard), Ingest: call(b.Ingest), Validation: call(b.Validation), ConfigReload: call(b.ConfigReload)}
 	if b.Rebuild != nil {
 		st.Rebuild = b.Rebuild.RebuildStatus()
 	}
@@ -53,4 +42,12 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, b *Backend) erro
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	return writeResult(w, http.StatusOK, s.collectStatus(ctx, b), nil)
+}
+
+// call is f's report, or none when f is nil (a Backend's optional reports).
+func call[T any](f func() T) (v T) {
+	if f != nil {
+		v = f()
+	}
+	return v
 }
