@@ -231,10 +231,8 @@ func (a *Appliance) ClientURL() string { return a.server().ClientURL() }
 // the client port requires TLS (nats.go dials nats:// in plaintext first).
 func (a *Appliance) clientURLForLog() string {
 	u := a.ClientURL()
-	if a.cfg.Server.TLS.CertFile != "" {
-		if rest, ok := strings.CutPrefix(u, "nats://"); ok {
-			return "tls://" + rest
-		}
+	if rest, ok := strings.CutPrefix(u, "nats://"); ok && a.cfg.Server.TLS.CertFile != "" {
+		return "tls://" + rest
 	}
 	return u
 }

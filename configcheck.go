@@ -228,8 +228,7 @@ func (c Config) validateJetStream(bad badFunc) {
 }
 
 func (c Config) validateStream(bad badFunc) {
-	s, j := c.Server, c.JetStream
-	st := c.Stream
+	s, j, st := c.Server, c.JetStream, c.Stream
 	bad.when(!validName(st.Name), "Stream.Name", st.Name, "must be non-empty and may not contain spaces, '.', '*', '>', '/' or '\\'")
 	bad.when(len(st.Subjects) == 0, "Stream.Subjects", nil, "must list at least one subject (e.g. [\"orders.>\"])")
 	for i, subj := range st.Subjects {
@@ -259,8 +258,7 @@ func (c Config) validateStream(bad badFunc) {
 }
 
 func (c Config) validateProcessor(bad badFunc) {
-	j, st := c.JetStream, c.Stream
-	p := c.Processor
+	j, st, p := c.JetStream, c.Stream, c.Processor
 	bad.when(!validName(p.Durable), "Processor.Durable", p.Durable, "must be non-empty and may not contain spaces, '.', '*', '>', '/' or '\\'")
 	bad.when(p.AckWait <= 0, "Processor.AckWait", p.AckWait, "must be positive")
 	bad.when(p.MaxDeliver < 1, "Processor.MaxDeliver", p.MaxDeliver, "must be at least 1 (a finite number, so a failing event is dead-lettered instead of retried forever)")
@@ -314,11 +312,7 @@ func (c Config) validateProcessor(bad badFunc) {
 
 func (c Config) validateValidation(bad badFunc) {
 	v := c.Validation
-	switch v.UnknownTypes {
-	case "", "accept", "reject":
-	default:
-		bad("Validation.UnknownTypes", v.UnknownTypes, `must be "accept" or "reject"`)
-	}
+	bad.when(!slices.Contains([]string{"", "accept", "reject"}, v.UnknownTypes), "Validation.UnknownTypes", v.UnknownTypes, `must be "accept" or "reject"`)
 	for _, typ := range slices.Sorted(maps.Keys(v.Schemas)) {
 		if typ == "" || strings.ContainsAny(typ, ".*> \t") {
 			bad("Validation.Schemas", typ, "is not an event type: the last token of a subject (\"created\" for orders.created), without '.', '*', '>' or spaces")
@@ -368,9 +362,8 @@ func (c Config) validateScaleOut(bad badFunc) {
 		bad.when((cl.User == "") != (cl.Password == ""), "Cluster.User", cl.User, "cluster.user and cluster.password go together")
 		validTLSFiles(bad, "Cluster.TLS", cl.TLS)
 	}
-	if d := c.JetStream.Domain; d != "" && !validDomain(d) {
-		bad("JetStream.Domain", clipValue(d), "must be letters, digits, '-' and '_' (no '.', '*', '>' or spaces)")
-	}
+	d := c.JetStream.Domain
+	bad.when(d != "" && !validDomain(d), "JetStream.Domain", clipValue(d), "must be letters, digits, '-' and '_' (no '.', '*', '>' or spaces)")
 	ln := c.LeafNode
 	if ln.Listen != "" {
 		host, err := hostOf(ln.Listen)
@@ -461,10 +454,7 @@ func clipValue(s string) string {
 // size marks a byte count for Validate's messages.
 type size int64
 
-func isLoopback(host string) bool {
-	ip := net.ParseIP(host)
-	return host == "localhost" || ip != nil && ip.IsLoopback()
-}
+func isLoopback(host string) bool { return host == "localhost" || net.ParseIP(host).IsLoopback() }
 
 func validName(s string) bool {
 	return s != "" && len(s) <= 255 && !strings.ContainsAny(s, " \t\r\n.*>/\\")

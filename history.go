@@ -64,9 +64,9 @@ func (a *Appliance) orderEvents(ctx context.Context, id string, from, limit int,
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return OrderHistory{}, fmt.Errorf("order %q: %w", id, ErrNotFound)
 	}
-	if a.cfg.Hub.Enabled() {
-		for i := range page.Events {
-			page.Events[i].Edge = edgeOf(page.Events[i].Subject)
+	if a.cfg.Hub.Enabled() { // an event's edge is its subject's first token (HubLocalPrefix: the hub's own)
+		for i, e := range page.Events {
+			page.Events[i].Edge = e.Subject[:max(strings.IndexByte(e.Subject, '.'), 0)]
 		}
 	}
 	return page, err
@@ -105,15 +105,6 @@ func (a *Appliance) historyStream(id string) (jetstream.Stream, error) {
 		return nil, fmt.Errorf("order %q: %w", id, ErrNotFound)
 	}
 	return a.hstream, nil
-}
-
-// edgeOf is the edge an aggregate stream's subject came from: its first
-// token (HubLocalPrefix for the hub's own events).
-func edgeOf(subject string) string {
-	if i := strings.IndexByte(subject, '.'); i > 0 {
-		return subject[:i]
-	}
-	return ""
 }
 
 func describePoint(p AsOf) string {

@@ -104,25 +104,22 @@ func (a *Appliance) openRebuild(ctx context.Context) error {
 		a.rebuildUnsupported = fmt.Errorf("%w: the custom Processor.Handler does not implement processor.Rebuilder", ErrRebuildUnsupported)
 		return nil
 	}
-	var claim func(context.Context, string) error
-	var release func(context.Context, string)
-	if cfg.Cluster.Enabled() {
-		claim, release = a.claimRebuild, a.releaseRebuild // one node at a time (rebuildcluster.go)
-	}
-	batch := 0 // the default
-	if cfg.rebuildPace > 0 {
-		batch = 1000 // tests: small steps, each followed by the pace
-	}
-	r, err := rebuild.New(rebuild.Config{BatchSize: batch,
+	rc := rebuild.Config{
 		JS: a.pjs, Stream: a.spec.ConsumerStream(), DeadLetterStream: cfg.Processor.DeadLetterStream,
 		// This node's own replays, as admission stores their ids.
 		ReplayMsgID: ingest.ScopedMsgID(cfg.msgIDScope(), StreamAccount, processor.ReplayMsgIDPrefix(cfg.Processor.DeadLetterStream)),
 		StatePath:   filepath.Join(a.report.StoreDir, rebuildStateFile), Target: target, Version: a.handlerVersion,
 		Pause: a.pauseProcessor, Check: a.rebuildBudget, Log: a.log.With("component", "rebuild"), Pace: cfg.rebuildPace,
-		Done:  func(st *status.Rebuild) error { return a.recordVersion(st.Version) },
-		Claim: claim, Release: release,
+		Done:       func(st *status.Rebuild) error { return a.recordVersion(st.Version) },
 		SyncSource: func(ctx context.Context) error { return a.syncStreams(ctx, a.spec.ConsumerStream()) },
-	})
+	}
+	if cfg.Cluster.Enabled() {
+		rc.Claim, rc.Release = a.claimRebuild, a.releaseRebuild // one node at a time (rebuildcluster.go)
+	}
+	if cfg.rebuildPace > 0 {
+		rc.BatchSize = 1000 // tests: small steps, each followed by the pace
+	}
+	r, err := rebuild.New(rc)
 	if err != nil {
 		return err
 	}

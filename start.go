@@ -110,13 +110,11 @@ func (a *Appliance) startCommitter(context.Context) error {
 
 // startNATS starts the embedded server, watched: when it stops on its
 // own, or switches JetStream off, the appliance fails.
-func (a *Appliance) startNATS(ctx context.Context) error {
-	id, err := natsconf.NewIdentity()
-	if err != nil {
+func (a *Appliance) startNATS(ctx context.Context) (err error) {
+	if a.id, err = natsconf.NewIdentity(); err != nil {
 		return err
 	}
-	a.id = id
-	ec, err := a.cfg.embeddedConfig(a.log, id)
+	ec, err := a.cfg.embeddedConfig(a.log, a.id)
 	if err != nil {
 		return err
 	}
@@ -129,9 +127,7 @@ func (a *Appliance) startNATS(ctx context.Context) error {
 		// A producer's publish waits out the stream's leader election.
 		ec.AwaitInterest = ingest.AwaitElection(StreamAccount, a.cfg.Stream.Subjects)
 	}
-	a.nats = natsrun.NewServer(func(srv *embedded.Server) {
-		a.monitored.Store(srv.NATSServer())
-	})
+	a.nats = natsrun.NewServer(func(srv *embedded.Server) { a.monitored.Store(srv.NATSServer()) })
 	// The store guard hears nats' errors from its start on; it runs once
 	// the internal connection exists (startStoreGuard).
 	a.storeGuard = natsrun.NewStoreGuard(natsrun.GuardConfig{StoreDir: a.report.StoreDir, Stream: a.cfg.Stream.Name, Subjects: a.cfg.Stream.Subjects,
@@ -188,12 +184,11 @@ func (a *Appliance) startStoreGuard(context.Context) error {
 
 // declare declares what the config names and runs the recovery check.
 func (a *Appliance) declare(ctx context.Context) error {
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	timeout := 30 * time.Second
 	if a.cfg.Cluster.Enabled() {
-		// Peers may still be electing stream leaders: retry for longer.
-		cancel()
-		dctx, cancel = context.WithTimeout(ctx, clusterDeclareTimeout)
+		timeout = clusterDeclareTimeout // peers may still be electing stream leaders: retry for longer
 	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	a.rc.JS = a.js
 	if err := a.rc.Declare(dctx, a.cfg.Cluster.Enabled()); err != nil {
