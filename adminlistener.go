@@ -23,9 +23,20 @@ func (a *Appliance) startAdmin(context.Context) error {
 		durable = cfg.Processor.Durable
 	}
 	policy, desc := cfg.DurabilityPolicy()
+	// The names a request's Host may carry besides IP addresses and localhost: allowed_hosts, and
+	// the name in admin.listen if it is one.
+	hosts := append([]string(nil), cfg.Admin.AllowedHosts...)
+	if h, _, err := net.SplitHostPort(cfg.Admin.Listen); err == nil && h != "" && net.ParseIP(h) == nil {
+		hosts = append(hosts, h)
+	}
+	build := cfg.Build
+	for _, f := range []*string{&build.Version, &build.Commit, &build.Date, &build.GoVersion} {
+		*f = cmp.Or(*f, "unknown")
+	}
+	build.NATSServer = cmp.Or(build.NATSServer, server.VERSION)
 	a.admin = admin.New(admin.Config{
 		Token:            cfg.Admin.Token,
-		AllowedHosts:     adminHosts(cfg.Admin),
+		AllowedHosts:     hosts,
 		Stream:           cfg.Stream.Name,
 		ConsumerStream:   a.spec.ConsumerStream(),
 		Subjects:         cfg.Stream.Subjects,
@@ -44,7 +55,7 @@ func (a *Appliance) startAdmin(context.Context) error {
 		FreeBytes:        func() (uint64, error) { return bootstrap.FreeBytes(a.report.StoreDir) },
 		DiskHeadroom:     cfg.JetStream.DiskHeadroom,
 		MaxStore:         cfg.JetStream.MaxFileStore,
-		Build:            buildOrUnknown(cfg.Build),
+		Build:            build,
 		Monitoring:       natsrun.Monitoring(a.monitored.Load),
 		Logger:           a.log.With("component", "admin"),
 	})
@@ -96,22 +107,4 @@ func (a *Appliance) openAdmin(context.Context) error {
 	}
 	a.sup.add(component{name: "admission's line", stop: func(context.Context) error { a.admit.Stop(); return nil }})
 	return nil
-}
-
-// adminHosts are the names a request's Host may carry besides IP addresses
-// and localhost: allowed_hosts, and the name in admin.listen if it is one.
-func adminHosts(a AdminConfig) []string {
-	hosts := append([]string(nil), a.AllowedHosts...)
-	if h, _, err := net.SplitHostPort(a.Listen); err == nil && h != "" && net.ParseIP(h) == nil {
-		hosts = append(hosts, h)
-	}
-	return hosts
-}
-
-func buildOrUnknown(b status.BuildInfo) status.BuildInfo {
-	for _, f := range []*string{&b.Version, &b.Commit, &b.Date, &b.GoVersion} {
-		*f = cmp.Or(*f, "unknown")
-	}
-	b.NATSServer = cmp.Or(b.NATSServer, server.VERSION)
-	return b
 }

@@ -213,11 +213,9 @@ func RestoreWith(ctx context.Context, cfg Config, dir string, opts RestoreOption
 		return nil, err
 	}
 	defer lock.Release()
-	for _, acc := range []string{StreamAccount, legacyAccount} {
-		if storedir.Dir(rep.StoreDir).HasStreams(acc) {
-			return nil, WithHint(fmt.Errorf("restore: store %q already holds streams", rep.StoreDir),
-				"restore into an empty jetstream.store_dir (move the old one away first)")
-		}
+	if d := storedir.Dir(rep.StoreDir); d.HasStreams(StreamAccount) || d.HasStreams(legacyAccount) {
+		return nil, WithHint(fmt.Errorf("restore: store %q already holds streams", rep.StoreDir),
+			"restore into an empty jetstream.store_dir (move the old one away first)")
 	}
 	// Until it is done, start-up refuses the store (openStore).
 	if err := storedir.Dir(rep.StoreDir).WriteRestored(storedir.Restored{Restoring: true}); err != nil {

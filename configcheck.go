@@ -409,10 +409,8 @@ func (c Config) validateScaleOut(bad badFunc) {
 			bad("Hub.Stream", h.Stream, "must differ from stream.name and processor.dead_letter_stream")
 		}
 		bad.when(len(h.Edges) == 0, "Hub.Edges", nil, "must list the edges' domains (their jetstream.domain)")
-		seen := map[string]bool{}
 		for i, e := range h.Edges {
-			bad.when(!validDomain(e) || seen[e] || e == c.JetStream.Domain, fmt.Sprintf("Hub.Edges[%d]", i), clipValue(e), "must be a domain name, listed once, not this node's own")
-			seen[e] = true
+			bad.when(!validDomain(e) || slices.Index(h.Edges, e) < i || e == d, fmt.Sprintf("Hub.Edges[%d]", i), clipValue(e), "must be a domain name, listed once, not this node's own")
 		}
 		bad.when(ln.Listen == "", "LeafNode.Listen", nil, "a hub needs a leaf listener for its edges (e.g. \"0.0.0.0:7422\")")
 	}

@@ -21,8 +21,7 @@ func (a *Appliance) checks(ctx context.Context) []status.Check {
 		c    conn
 	}{{"admin", a.internal}, {"HTTP ingest", a.publisher}, {"processor", a.processor}} {
 		if st := c.c.status; st != nil && nats.Status(st.Load()) != nats.CONNECTED {
-			conns.OK = false
-			conns.Reason = strings.TrimPrefix(conns.Reason+"; ", "; ") + fmt.Sprintf("the %s's internal connection is %s", c.name, nats.Status(st.Load()))
+			conns.OK, conns.Reason = false, strings.TrimPrefix(conns.Reason+"; ", "; ")+fmt.Sprintf("the %s's internal connection is %s", c.name, nats.Status(st.Load()))
 		}
 	}
 	out := []status.Check{conns, a.storeGuard.Check()}

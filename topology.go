@@ -26,7 +26,17 @@ func (a *Appliance) topology(ctx context.Context) *status.Topology {
 	if cfg.Cluster.Enabled() {
 		t.Cluster = a.clusterStatus(ctx, ns)
 	}
-	t.Leafnodes = a.leafStatus(ns)
+	lz, err := ns.Leafz(&server.LeafzOptions{})
+	if err == nil {
+		for _, l := range lz.Leafs {
+			t.Leafnodes = append(t.Leafnodes, status.LeafStatus{Remote: l.Name, Connected: true, Account: l.Account, RTT: l.RTT})
+		}
+	}
+	if len(cfg.LeafNode.Remotes) > 0 && (err != nil || len(lz.Leafs) == 0) { // an edge's remotes that are down
+		for _, r := range cfg.LeafNode.Remotes {
+			t.Leafnodes = append(t.Leafnodes, status.LeafStatus{Remote: redactURL(r.URL), Connected: false})
+		}
+	}
 	if a.hub != nil {
 		t.Sources = a.hub.Sources()
 	}
@@ -66,23 +76,6 @@ func (a *Appliance) clusterStatus(ctx context.Context, ns *server.Server) *statu
 	}
 	cs.Quorum = cs.MetaLeader != "" && cs.Stream != nil && cs.Stream.Leader != "" && (a.proc == nil || cs.Consumer != nil && cs.Consumer.Leader != "")
 	return cs
-}
-
-func (a *Appliance) leafStatus(ns *server.Server) []status.LeafStatus {
-	var out []status.LeafStatus
-	lz, err := ns.Leafz(&server.LeafzOptions{})
-	if err == nil {
-		for _, l := range lz.Leafs {
-			out = append(out, status.LeafStatus{Remote: l.Name, Connected: true, Account: l.Account, RTT: l.RTT})
-		}
-	}
-	// An edge's remotes that are down.
-	if len(a.cfg.LeafNode.Remotes) > 0 && (err != nil || len(lz.Leafs) == 0) {
-		for _, r := range a.cfg.LeafNode.Remotes {
-			out = append(out, status.LeafStatus{Remote: redactURL(r.URL), Connected: false})
-		}
-	}
-	return out
 }
 
 // clusterCheck is /readyz's "cluster" check: the meta group, stream and consumer have leaders.
