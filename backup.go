@@ -282,12 +282,11 @@ func (cfg Config) startOffline(ctx context.Context) (*embedded.Server, *nats.Con
 // server.max_payload, relaxed syncing whatever the durability (nats gives up on a chunk that takes
 // 5 s: after 256 KiB with an fsync per event); every file is fsynced once the restore is done.
 func (cfg Config) restoreConfig() Config {
-	c := cfg
-	c.Cluster, c.LeafNode = ClusterConfig{}, LeafNodeConfig{ReconnectInterval: time.Second}
-	c.Stream.Replicas = 1
-	c.Server.MaxPayload = max(c.Server.MaxPayload, backup.RestoreChunk)
-	c.JetStream.Durability, c.JetStream.SyncInterval = DurabilityInterval, 2*time.Minute
-	return c
+	cfg.Cluster, cfg.LeafNode = ClusterConfig{}, LeafNodeConfig{ReconnectInterval: time.Second}
+	cfg.Stream.Replicas = 1
+	cfg.Server.MaxPayload = max(cfg.Server.MaxPayload, backup.RestoreChunk)
+	cfg.JetStream.Durability, cfg.JetStream.SyncInterval = DurabilityInterval, 2*time.Minute
+	return cfg
 }
 
 // backupTar writes a backup as a tar: the backup is made in a directory under the store (same disk,

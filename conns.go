@@ -47,8 +47,7 @@ func (a *Appliance) connect(name, inbox string) (conn, jetstream.JetStream, erro
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("internal connection", "err", err) }),
 	}
-	opts = append(opts, a.id.Options(inbox)...)
-	nc, err := nats.Connect("", opts...)
+	nc, err := nats.Connect("", append(opts, a.id.Options(inbox)...)...)
 	if err != nil {
 		return conn{}, nil, fmt.Errorf("connect in-process (%s): %w", name, err)
 	}

@@ -268,12 +268,7 @@ func (s *supervisor) stopping() bool {
 // Every call after the first waits for it and returns its result.
 func (s *supervisor) stop(ctx context.Context) error {
 	s.stopOnce.Do(func() {
-		s.mu.Lock()
-		s.stopped = true
-		if s.stopCtx == nil {
-			s.stopCtx = ctx
-		}
-		s.mu.Unlock()
+		s.locked(func() { s.stopped, s.stopCtx = true, cmp.Or(s.stopCtx, ctx) })
 		s.closeOnce.Do(func() { close(s.closer) })
 		<-s.ran
 		s.once.Do(func() { close(s.done) })
