@@ -258,9 +258,6 @@ func RestoreStream(ctx context.Context, nc *nats.Conn, dir string, s Stream, key
 	var sent int64
 	for n := 0; ; n++ {
 		k, err := io.ReadFull(data, buf)
-		if errors.Is(err, io.ErrUnexpectedEOF) && k > 0 {
-			err = io.EOF // the last, short chunk
-		}
 		if k > 0 {
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			r, err := nc.RequestWithContext(cctx, rr.DeliverSubject, buf[:k])
@@ -276,8 +273,8 @@ func RestoreStream(ctx context.Context, nc *nats.Conn, dir string, s Stream, key
 				progress(Progress{Stream: s.Name, BytesReceived: sent, BytesTotal: s.Bytes})
 			}
 		}
-		if errors.Is(err, io.EOF) {
-			break
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break // the last chunk was short, or there is none after it
 		}
 		if err != nil {
 			return err
@@ -352,13 +349,12 @@ func WriteManifest(path string, m *Manifest) error {
 func WriteTar(dir string, w io.Writer) error {
 	tw := tar.NewWriter(w)
 	var files []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	if err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && d.Name() != ManifestFile {
 			files = append(files, p)
 		}
 		return err
-	})
-	if err != nil {
+	}); err != nil {
 		return err
 	}
 	files = append(files, filepath.Join(dir, ManifestFile))

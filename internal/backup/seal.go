@@ -51,10 +51,7 @@ func sealKeys(id byte, key string, salt []byte) (cipher.AEAD, []byte, error) {
 		a, err := chacha20poly1305.New(fk)
 		return a, check, err
 	case 2:
-		b, err := aes.NewCipher(fk)
-		if err != nil {
-			return nil, nil, err
-		}
+		b, _ := aes.NewCipher(fk) // fails only for a key not 16, 24 or 32 bytes long
 		a, err := cipher.NewGCM(b)
 		return a, check, err
 	}
@@ -88,9 +85,7 @@ func NewSealWriter(w io.Writer, key, cipherName string) (io.WriteCloser, error) 
 		return nil, fmt.Errorf("cipher %q: want %q or %q", cipherName, embedded.CipherChaCha, embedded.CipherAES)
 	}
 	salt := make([]byte, 32)
-	if _, err := rand.Read(salt); err != nil {
-		return nil, err
-	}
+	rand.Read(salt) // never fails
 	aead, check, err := sealKeys(id, key, salt)
 	if err != nil {
 		return nil, err
@@ -187,8 +182,7 @@ func (o *openReader) Read(p []byte) (int, error) {
 				return 0, errors.New("sealed backup file damaged: data after its last chunk")
 			}
 		}
-		o.n++
-		o.plain = plain
+		o.n, o.plain = o.n+1, plain
 	}
 	k := copy(p, o.plain)
 	o.plain = o.plain[k:]
