@@ -74,10 +74,8 @@ func RecordEpoch(ctx context.Context, js jetstream.JetStream, stream, epoch stri
 	for i, e := range es {
 		fs[i] = fmt.Sprintf("%s:%d", e.epoch, e.first)
 	}
-	md := map[string]string{}
-	maps.Copy(md, cfg.Metadata)
-	md[epochsKey] = strings.Join(fs, ",")
-	cfg.Metadata = md
+	cfg.Metadata = maps.Collect(maps.All(cfg.Metadata)) // a copy (of the cached info's), never nil
+	cfg.Metadata[epochsKey] = strings.Join(fs, ",")
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("epoch: record it in stream %q: %w", stream, err)
 	}
@@ -184,7 +182,6 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 	// Every copy from the first lost one on: the lost ones to the
 	// dead-letter stream, all of them out of the aggregate.
 	var orders []string
-	dlq := w.cfg.DeadLetterPrefix
 	removed, moved := 0, 0
 	var firstLost, lastLost uint64
 	runs := map[string]bool{} // the epochs that lost copies: one per crash
@@ -204,7 +201,7 @@ func (w *Watcher) repair(ctx context.Context, edge string, epochs []epochStart, 
 			h.Set("Orderstore-Original-Sequence", strconv.FormatUint(m.Sequence, 10))
 			h.Set("Orderstore-Error", fmt.Sprintf("lost at edge %s: its sequence %d was given to another event after a crash (epoch %s began at %d); it was never acknowledged there", edge, sseq, ep.epoch, ep.first))
 			h.Set("Orderstore-Dead-Lettered-At", time.Now().UTC().Format(time.RFC3339Nano))
-			if _, err := w.js.PublishMsg(rctx, &nats.Msg{Subject: dlq + "." + m.Subject, Header: h, Data: m.Data}); err != nil {
+			if _, err := w.js.PublishMsg(rctx, &nats.Msg{Subject: w.cfg.DeadLetterPrefix + "." + m.Subject, Header: h, Data: m.Data}); err != nil {
 				return fmt.Errorf("move a lost event to the dead-letter stream: %w", err)
 			}
 			var ev struct {

@@ -84,8 +84,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			w.check(ctx)
 		}
-		w.check(ctx)
 	}
 }
 
@@ -160,8 +160,7 @@ func (w *Watcher) update(ctx context.Context, edge string, s status.SourceStatus
 		s.LastAdvance = now
 	}
 	if s.Reachable && s.EdgeLastSeq > s.SourcedSeq {
-		s.Behind = s.EdgeLastSeq - s.SourcedSeq
-		s.BehindSeconds = now.Sub(s.LastAdvance).Seconds()
+		s.Behind, s.BehindSeconds = s.EdgeLastSeq-s.SourcedSeq, now.Sub(s.LastAdvance).Seconds()
 	} else if !s.Reachable {
 		s.SourcedSeq = max(s.SourcedSeq, prev.SourcedSeq)
 	}
@@ -210,10 +209,9 @@ func (w *Watcher) Sources() []status.SourceStatus {
 
 // sourceSeq is a copy's origin sequence, from Nats-Stream-Source ("<stream index name> <seq> ...").
 func sourceSeq(m *jetstream.RawStreamMsg) uint64 {
-	f := strings.Fields(m.Header.Get(ingest.StreamSourceHeader))
-	if len(f) < 2 {
-		return 0
+	if f := strings.Fields(m.Header.Get(ingest.StreamSourceHeader)); len(f) >= 2 {
+		n, _ := strconv.ParseUint(f[1], 10, 64)
+		return n
 	}
-	n, _ := strconv.ParseUint(f[1], 10, 64)
-	return n
+	return 0
 }
