@@ -79,8 +79,10 @@ func (id *Identity) Options(inbox string) []nats.Option {
 func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []embedded.User, noAuthUser string, err error) {
 	stream := embedded.Account{Name: StreamAccount, JetStream: true, Exports: in.streamAccountExports()}
 	sys := embedded.Account{Name: "SYS"}
+	var sysImports []embedded.Import // an admin's
 	for _, e := range sysReadOnly {
 		sys.Exports = append(sys.Exports, embedded.Export{Subject: e, Streamed: true})
+		sysImports = append(sysImports, embedded.Import{Account: "SYS", Subject: e})
 	}
 	accounts = []embedded.Account{stream, sys}
 	users = []embedded.User{{Name: internalUser, Nkey: id.pub, Account: StreamAccount}}
@@ -91,9 +93,7 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 			acc.Mappings = in.guardMappings()
 		}
 		if role == RoleAdmin {
-			for _, s := range sysReadOnly {
-				acc.Imports = append(acc.Imports, embedded.Import{Account: "SYS", Subject: s})
-			}
+			acc.Imports = append(acc.Imports, sysImports...)
 		}
 		return acc
 	}
@@ -112,9 +112,7 @@ func (in Input) accounts(id *Identity) (accounts []embedded.Account, users []emb
 			// (docs/security.md). The guard's mappings move into StreamAccount and spare
 			// orderstore's own user (ec.MappingsExemptNkey).
 			stream.Mappings = in.guardMappings()
-			for _, s := range sysReadOnly {
-				stream.Imports = append(stream.Imports, embedded.Import{Account: "SYS", Subject: s})
-			}
+			stream.Imports = append(stream.Imports, sysImports...)
 			accounts[0] = stream
 			au.PublishDeny, au.SubscribeDeny = in.besideDenies()
 		} else {
@@ -165,13 +163,11 @@ func (in Input) anonymousBesideStream() bool {
 func (in Input) besideDenies() (pub, sub []string) {
 	for _, r := range in.internalSubjects() {
 		if !r.Admin {
-			pub, sub = append(pub, r.Pattern), append(sub, r.Pattern)
+			sub = append(sub, r.Pattern)
 		}
 	}
-	for _, s := range []string{"_R_.>", "_ORDERSTORE_GC_SENT.>"} {
-		pub, sub = append(pub, s), append(sub, s)
-	}
-	return append(pub, in.guardDenies()...), sub
+	sub = append(sub, "_R_.>", "_ORDERSTORE_GC_SENT.>")
+	return append(slices.Clone(sub), in.guardDenies()...), sub
 }
 
 // sysReadOnly are the system account's requests an admin may make: the server pings `nats server
@@ -217,14 +213,13 @@ func (in Input) readerPermissions() (allow, deny []string) {
 	// The account's mappings send requests on orderstore's own consumers to the durable guard
 	// before nats checks permissions: a reader may send there, so that the guard's answer says why
 	// it is refused (a permission error would not).
-	guarded := map[string]bool{}
-	for _, m := range in.guardMappings() {
-		guarded[m.From] = true
-	}
+	guarded := in.guardMappings()
 	if len(guarded) > 0 {
 		allow = append(allow, GuardPrefix+">")
 	}
-	return allow, slices.DeleteFunc(deny, func(d string) bool { return guarded[d] })
+	return allow, slices.DeleteFunc(deny, func(d string) bool {
+		return slices.ContainsFunc(guarded, func(m embedded.Mapping) bool { return m.From == d })
+	})
 }
 
 // userAccount names a user's account from the name alone, so that the user's dedupe scope (ids are
