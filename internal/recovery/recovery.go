@@ -274,10 +274,10 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 		return err
 	}
 	last := s.CachedInfo().State.LastSeq
-	relaxed := c.SyncInterval > 0
+	relaxedCut := c.Unclean && c.SyncInterval > 0 // an unclean stop in a relaxed mode
 	why := ""
 	switch {
-	case last == 0 && hw > 0 && !(c.Unclean && relaxed):
+	case last == 0 && hw > 0 && !relaxedCut:
 		// Nothing left to rebuild from: purging would destroy the only copy of the orders' state.
 		// Refused at every start until an operator decides. (After an unclean stop in a relaxed
 		// mode an empty stream is the documented loss, the events of the last interval: the
@@ -312,15 +312,10 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 				spec.Projection.Bucket, spec.Consumer.Durable, floor)
 			break
 		}
-		lostTail, relaxedCut := hw < floor && c.CheckRecords, c.Unclean && relaxed
-		if !lostTail && !relaxedCut {
-			break
-		}
 		// Valid events the processor dead-lettered (never applied), read once if asked.
 		var dead map[uint64]bool
-		deadLettered := func(seq uint64) (bool, error) {
+		deadLettered := func(seq uint64) (_ bool, err error) {
 			if dead == nil && spec.DeadLetter != nil {
-				var err error
 				if dead, err = processor.DeadLettered(ctx, c.JS, spec.DeadLetter.Name, cs, 20000); err != nil {
 					return false, err
 				}
@@ -331,7 +326,7 @@ func (c *Check) HighWater(ctx context.Context, proj *processor.Projection) error
 		// state from its blocks truncates one at the damage, and older revisions come back): the
 		// consumer has then acknowledged events past every record left. Said, not rebuilt at
 		// start: a dead letter already removed looks the same.
-		if lostTail {
+		if hw < floor && c.CheckRecords {
 			seq, missing, err := proj.Unapplied(ctx, s, hw+1, floor, 1000, time.Time{}, deadLettered)
 			if err != nil {
 				return fmt.Errorf("recovery check: %w", err)
