@@ -99,14 +99,17 @@ func projectionCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fail(stderr, exitUsage, err)
 	}
 	r := &rebuildCmd{c: c, stdout: stdout, stderr: stderr, asJSON: *asJSON, again: connArgs(fs)}
-	switch {
-	case sub == "status":
+	if sub == "status" {
 		return r.status()
-	case *cancel:
-		return r.cancel(ctx, *detach)
-	default:
-		return r.start(ctx, req, *detach)
 	}
+	// Ctrl-C while following stops the following, not the rebuild; the signal is taken before the
+	// request so that none is lost to the default action (which would leave the user not knowing).
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *cancel {
+		return r.cancel(ctx, *detach)
+	}
+	return r.start(ctx, req, *detach)
 }
 
 // rebuildCmd is one run of the projection command.
@@ -122,12 +125,10 @@ func (r *rebuildCmd) status() int {
 	var st status.Rebuild
 	if err := r.c.do(http.MethodGet, rebuildPath, &st); err != nil {
 		if statusOf(err) == http.StatusNotFound {
-			w := r.stdout
 			if r.asJSON {
 				fmt.Fprintln(r.stdout, "null")
-				w = r.stderr
 			}
-			fmt.Fprintln(w, "no projection rebuild has run on this store")
+			fmt.Fprintln(either(r.asJSON, r.stderr, r.stdout), "no projection rebuild has run on this store")
 			return exitOK
 		}
 		return fail(r.stderr, exitFailure, err)
@@ -136,12 +137,9 @@ func (r *rebuildCmd) status() int {
 	return exitIf(st.State == status.RebuildFailed)
 }
 
-// start asks for a rebuild and, unless detach, follows it to its end.
+// start asks for a rebuild and, unless detach, follows it to its end (ctx's end stops the
+// following, not the request).
 func (r *rebuildCmd) start(ctx context.Context, req status.RebuildRequest, detach bool) int {
-	// Ctrl-C while following stops the following, not the rebuild; the signal is taken before the
-	// request so that none is lost to the default action (which would leave the user not knowing).
-	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	var st status.Rebuild
 	if err := r.c.send(context.WithoutCancel(ctx), http.MethodPost, rebuildPath, req, &st); err != nil {
 		if statusOf(err) == http.StatusConflict {
@@ -160,13 +158,11 @@ func (r *rebuildCmd) start(ctx context.Context, req status.RebuildRequest, detac
 	}
 	fmt.Fprintf(r.stderr, "projection rebuild %s started (%s); the live projection serves reads until the rebuilt one takes over; Ctrl-C stops following, not the rebuild\n", st.ID, st.Reason)
 	p := &rebuildProgress{w: r.stderr, tty: isTerminal(r.stderr) && os.Getenv("TERM") != "dumb", width: 24}
-	return r.follow(sctx, &st, p, status.RebuildDone)
+	return r.follow(ctx, &st, p, status.RebuildDone)
 }
 
-// cancel cancels the rebuild under way and, unless detach, waits for it to stop.
+// cancel cancels the rebuild under way and, unless detach, waits for it to stop (as start does).
 func (r *rebuildCmd) cancel(ctx context.Context, detach bool) int {
-	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	var st status.Rebuild
 	if err := r.c.send(context.WithoutCancel(ctx), http.MethodDelete, rebuildPath, nil, &st); err != nil {
 		if statusOf(err) == http.StatusConflict {
@@ -182,14 +178,13 @@ func (r *rebuildCmd) cancel(ctx context.Context, detach bool) int {
 		fmt.Fprintf(r.stderr, "watch it: orderstore projection status%s\n", r.again)
 		return exitOK
 	}
-	return r.follow(sctx, &st, &rebuildProgress{w: io.Discard}, status.RebuildCanceled)
+	return r.follow(ctx, &st, &rebuildProgress{w: io.Discard}, status.RebuildCanceled)
 }
 
 // follow asks for the rebuild every rebuildPoll, showing its progress on p (on io.Discard: none),
 // until it ends, and prints its end: exit 0 when it ends in the state want. A signal (ctx done)
 // stops the following and says how to go on.
 func (r *rebuildCmd) follow(ctx context.Context, st *status.Rebuild, p *rebuildProgress, want string) int {
-	id := st.ID
 	cur := st
 	var failingSince time.Time
 	t := time.NewTicker(rebuildPoll)
@@ -199,7 +194,7 @@ func (r *rebuildCmd) follow(ctx context.Context, st *status.Rebuild, p *rebuildP
 		select {
 		case <-ctx.Done():
 			p.clear()
-			fmt.Fprintf(r.stderr, "orderstore: stopped following: the projection rebuild %s goes on in the background (%s)\n", id, rebuildBrief(cur))
+			fmt.Fprintf(r.stderr, "orderstore: stopped following: the projection rebuild %s goes on in the background (%s)\n", st.ID, rebuildBrief(cur))
 			fmt.Fprintf(r.stderr, "  watch it:  orderstore projection status%s\n  cancel it: orderstore projection rebuild -cancel%s\n", r.again, r.again)
 			if sig, _ := signalName(ctx); sig == syscall.SIGTERM.String() {
 				return 128 + int(syscall.SIGTERM) // as a shell reports it
@@ -215,27 +210,27 @@ func (r *rebuildCmd) follow(ctx context.Context, st *status.Rebuild, p *rebuildP
 		if err != nil {
 			// An appliance restarting answers 503 or not at all for a while: the rebuild goes on
 			// after it. Anything else is an answer.
-			var unreachable *url.Error
 			code := statusOf(err)
-			if !errors.As(err, &unreachable) && code != http.StatusServiceUnavailable && code != http.StatusBadGateway && code != http.StatusGatewayTimeout {
+			if _, unreachable := errors.AsType[*url.Error](err); !unreachable && code != http.StatusServiceUnavailable && code != http.StatusBadGateway && code != http.StatusGatewayTimeout {
 				p.clear()
 				return fail(r.stderr, exitFailure, err)
 			}
 			if failingSince.IsZero() {
 				failingSince = time.Now()
-				p.note(fmt.Sprintf("the admin API does not answer (%v); retrying for %s", err, rebuildUnreachable))
+				p.clear()
+				fmt.Fprintf(p.w, "projection rebuild: the admin API does not answer (%v); retrying for %s\n", err, rebuildUnreachable)
 			}
 			if time.Since(failingSince) > rebuildUnreachable {
 				p.clear()
-				return fail(r.stderr, exitFailure, withHint(fmt.Errorf("following projection rebuild %s: %w", id, err),
+				return fail(r.stderr, exitFailure, withHint(fmt.Errorf("following projection rebuild %s: %w", st.ID, err),
 					fmt.Sprintf("the rebuild may go on: 'orderstore projection status%s' shows it once the admin API answers", r.again)))
 			}
 			continue
 		}
 		failingSince = time.Time{}
-		if next.ID != id {
+		if next.ID != st.ID {
 			p.clear()
-			return fail(r.stderr, exitFailure, withHint(fmt.Errorf("projection rebuild %s is no longer the store's latest: %s is (%s)", id, next.ID, next.State),
+			return fail(r.stderr, exitFailure, withHint(fmt.Errorf("projection rebuild %s is no longer the store's latest: %s is (%s)", st.ID, next.ID, next.State),
 				fmt.Sprintf("'orderstore projection status%s' shows it", r.again)))
 		}
 		cur = &next
@@ -348,19 +343,12 @@ func (p *rebuildProgress) show(st *status.Rebuild) {
 	fmt.Fprintf(p.w, "projection rebuild: %s\n", p.line(st))
 }
 
-// note prints a message on a line of its own.
-func (p *rebuildProgress) note(msg string) {
-	p.clear()
-	fmt.Fprintf(p.w, "projection rebuild: %s\n", msg)
-}
-
 // clear erases the drawn line (a terminal's).
 func (p *rebuildProgress) clear() {
-	if !p.drawn {
-		return
+	if p.drawn {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.drawn = false
 	}
-	fmt.Fprint(p.w, "\r\033[K")
-	p.drawn = false
 }
 
 // line is the progress line's text: a bar on a terminal.
@@ -373,19 +361,15 @@ func (p *rebuildProgress) line(st *status.Rebuild) string {
 			b.WriteString(": folding the last events (the live processor is paused)")
 			break
 		}
-		if p.tty {
-			fmt.Fprintf(&b, " %s", bar(st.Copied, st.ToCopy, p.width))
-		}
-		fmt.Fprintf(&b, " %d/%d orders copied (the live processor is paused)", st.Copied, st.ToCopy)
+		fmt.Fprintf(&b, "%s %d/%d orders copied (the live processor is paused)",
+			either(p.tty, " "+bar(st.Copied, st.ToCopy, p.width), ""), st.Copied, st.ToCopy)
 	default:
 		if st.Total == 0 {
 			b.WriteString(": reading the stream and the dead letters")
 			break
 		}
-		if p.tty {
-			fmt.Fprintf(&b, " %s", bar(st.Done, st.Total, p.width))
-		}
-		fmt.Fprintf(&b, " %5.1f%% %d/%d events", percent(st.Done, st.Total), st.Done, st.Total)
+		fmt.Fprintf(&b, "%s %5.1f%% %d/%d events", either(p.tty, " "+bar(st.Done, st.Total, p.width), ""),
+			percent(st.Done, st.Total), st.Done, st.Total)
 		if st.Rate > 0 {
 			fmt.Fprintf(&b, ", %.0f events/s, ETA %s", st.Rate, roundDuration(seconds(st.ETASeconds)))
 		}
