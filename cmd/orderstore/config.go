@@ -18,11 +18,9 @@ func loadConfig(flagPath string) (cfg config.Config, name string, err error) {
 		return config.Default(), "<built-in defaults>", nil
 	}
 	cfg, err = config.Load(path)
-	var cerrs *orderstore.ValidationError
-	switch {
-	case errors.As(err, &cerrs):
+	if _, invalid := errors.AsType[*orderstore.ValidationError](err); invalid {
 		return cfg, path, withHint(err, "fix the keys above; orderstore.example.toml lists every key with its default")
-	case errors.Is(err, fs.ErrNotExist):
+	} else if errors.Is(err, fs.ErrNotExist) {
 		return cfg, path, withHint(err, "pass an existing file with -config (or run without -config for the built-in defaults)")
 	}
 	return cfg, path, err

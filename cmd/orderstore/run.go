@@ -53,8 +53,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, exitUsage, withHint(err, "fix the file the key names (admin.token_file, password_file), or set the secret in the config"))
 	}
-	cfg.Logger = logger
-	cfg.Build = bi
+	cfg.Logger, cfg.Build = logger, bi
 	for _, w := range fc.SecretFileWarnings(cfgName) {
 		logger.Warn("secret readable by every user", "warning", w)
 	}
@@ -93,8 +92,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sdnotify.Stopping()
 	cctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
-	closeErr := app.Close(cctx)
-	if err := errors.Join(failed, closeErr); err != nil {
+	if err := errors.Join(failed, app.Close(cctx)); err != nil {
 		return fail(stderr, exitFailure, err)
 	}
 	logger.Info("shutdown complete")
@@ -139,13 +137,10 @@ func (e *exitCoded) Unwrap() []error { return []error{e.error, e.orig} }
 // exitCode is 2 for what the operator must fix in the config (an invalid
 // value, a destructive change to a stored stream), else 1.
 func exitCode(err error) int {
-	var drift *orderstore.DriftError
-	var invalid *orderstore.ValidationError
-	var file *orderstore.FileError
-	if errors.As(err, &drift) || errors.As(err, &invalid) || errors.As(err, &file) || errors.Is(err, orderstore.ErrEncryption) {
-		return exitUsage
-	}
-	return exitFailure
+	_, drift := errors.AsType[*orderstore.DriftError](err)
+	_, invalid := errors.AsType[*orderstore.ValidationError](err)
+	_, file := errors.AsType[*orderstore.FileError](err)
+	return either(drift || invalid || file || errors.Is(err, orderstore.ErrEncryption), exitUsage, exitFailure)
 }
 
 // reloadValidation reads the config file again and applies its [validation] to the running
