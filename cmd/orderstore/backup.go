@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/orderstore/orderstore"
 	"github.com/orderstore/orderstore/internal/config"
-
 	"github.com/orderstore/orderstore/internal/durable"
 )
 
@@ -62,8 +62,7 @@ func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return interrupted(stderr, dir, created)
 		}
 		if err != nil {
-			printErr(stderr, err)
-			return exitCode(err)
+			return fail(stderr, exitCode(err), err)
 		}
 	} else {
 		c, err := client()
@@ -74,10 +73,9 @@ func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		bc.hc = &http.Client{Transport: c.hc.Transport} // no timeout: a backup takes as long as it takes
 		var untarErr error
 		err = bc.send(ctx, http.MethodPost, "/v1/backup", nil, func(r io.Reader) error {
-			stop := progressLine(stderr, func() string {
+			defer progressLine(stderr, func() string {
 				return fmt.Sprintf("backup: %s received (%s)", config.ByteSize(received.Load()), time.Since(t0).Round(time.Second))
-			})
-			defer stop()
+			})() // stopped once the tar is read
 			untarErr = untar(&countingReader{r: r, n: &received}, dir)
 			return untarErr
 		})
@@ -161,8 +159,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	m, err := orderstore.RestoreWith(ctx, cfg, fs.Arg(0), opts)
 	stop()
 	if err != nil {
-		printErr(stderr, err)
-		return either(errors.Is(err, orderstore.ErrLocked), exitFailure, exitCode(err))
+		return fail(stderr, either(errors.Is(err, orderstore.ErrLocked), exitFailure, exitCode(err)), err)
 	}
 	for _, s := range m.Streams {
 		fmt.Fprintf(stdout, "%s\t%d messages, seq %d..%d\n", s.Name, s.Messages, s.FirstSeq, s.LastSeq)
@@ -174,8 +171,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 // progressLine prints line() every 2 seconds until stop is called.
 func progressLine(w io.Writer, line func() string) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
+	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
 		t := time.NewTicker(2 * time.Second)
@@ -230,11 +226,8 @@ func untar(r io.Reader, dir string) error {
 		if err != nil {
 			return err
 		}
-		if _, err := io.Copy(f, tr); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
+		_, err = io.Copy(f, tr)
+		if err = cmp.Or(err, f.Close()); err != nil { // closed either way
 			return err
 		}
 	}

@@ -47,10 +47,9 @@ func clientFlags(fs *flag.FlagSet) func() (*adminClient, error) {
 				if host == "" || host == "0.0.0.0" || host == "::" {
 					host = "127.0.0.1"
 				}
-				c.base = "http://" + net.JoinHostPort(host, port)
+				c.base = either(cfg.Admin.TLS.CertFile != "", "https://", "http://") + net.JoinHostPort(host, port)
 				if t := cfg.Admin.TLS; t.CertFile != "" {
 					// HTTPS, trusting the listener's own certificate (a self-signed one too).
-					c.base = "https://" + net.JoinHostPort(host, port)
 					pool, err := x509.SystemCertPool()
 					if err != nil {
 						pool = x509.NewCertPool()
@@ -101,12 +100,9 @@ func statusOf(err error) int {
 func (c *adminClient) send(ctx context.Context, method, path string, in, out any) error {
 	var reqBody io.Reader
 	if method == http.MethodPost {
-		data := []byte("{}")
-		if in != nil {
-			var err error
-			if data, err = json.Marshal(in); err != nil {
-				return err
-			}
+		data, err := json.Marshal(cmp.Or(in, any(struct{}{}))) // nil: "{}"
+		if err != nil {
+			return err
 		}
 		reqBody = bytes.NewReader(data)
 	}

@@ -37,9 +37,8 @@ func dlqCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		Items []orderstore.DeadLetter `json:"items"`
 		Next  uint64                  `json:"next"`
 	}
-	list := func(from uint64, limit int) (page, error) {
-		var p page
-		err := c.do("GET", fmt.Sprintf("/v1/dlq?from=%d&limit=%d", from, limit), &p)
+	list := func(from uint64, limit int) (p page, err error) {
+		err = c.do("GET", fmt.Sprintf("/v1/dlq?from=%d&limit=%d", from, limit), &p)
 		return p, err
 	}
 	switch sub {
@@ -78,17 +77,15 @@ func dlqCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		if *all == (len(seqs) > 0) {
 			return usageErr(stderr, "orderstore dlq replay: give SEQ... or -all\n")
 		}
-		if *all {
-			for next := uint64(1); next != 0; {
-				p, err := list(next, 1000)
-				if err != nil {
-					return fail(stderr, exitFailure, err)
-				}
-				for _, d := range p.Items {
-					seqs = append(seqs, d.Sequence)
-				}
-				next = p.Next
+		for next := uint64(1); *all && next != 0; { // -all: every page
+			p, err := list(next, 1000)
+			if err != nil {
+				return fail(stderr, exitFailure, err)
 			}
+			for _, d := range p.Items {
+				seqs = append(seqs, d.Sequence)
+			}
+			next = p.Next
 		}
 		failed := 0
 		for _, seq := range seqs {
@@ -122,11 +119,10 @@ func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
-	return s[:cut] + "…"
+	return s[:n] + "…"
 }
 
 // preview is the start of an event's payload, on one line and safe for a terminal (clip).

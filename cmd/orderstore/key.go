@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -23,9 +24,7 @@ func keyCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	path := args[1]
 	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
-		return fail(stderr, exitFailure, err)
-	}
+	rand.Read(raw) // never fails
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
 		return fail(stderr, exitUsage, withHint(fmt.Errorf("key generate: %q exists", path),
@@ -35,16 +34,9 @@ func keyCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitFailure, fmt.Errorf("key generate: %w", err))
 	}
 	_, err = f.WriteString(hex.EncodeToString(raw) + "\n")
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = durable.SyncDir(filepath.Dir(path)) // the new name survives a power cut
-	}
-	if err != nil {
+	// The first error of the write, the file's sync and close, and its directory's sync (the new
+	// name survives a power cut).
+	if err = cmp.Or(err, f.Sync(), f.Close(), durable.SyncDir(filepath.Dir(path))); err != nil {
 		os.Remove(path)
 		return fail(stderr, exitFailure, fmt.Errorf("key generate: %q: %w", path, err))
 	}

@@ -19,10 +19,9 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 }
 
 func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
+	if f, ok := w.(*os.File); ok {
+		st, err := f.Stat()
+		return err == nil && st.Mode()&os.ModeCharDevice != 0
 	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return false
 }

@@ -136,11 +136,10 @@ func eventRow(e status.OrderEvent) string {
 	if e.Replaced {
 		data = "(lost: the stream holds another event at this sequence) " + data
 	}
-	status := ""
+	var status, t string
 	if e.State != nil {
 		status = e.State.Status
 	}
-	t := ""
 	if e.Time != nil {
 		t = e.Time.Format(time.RFC3339Nano)
 	}

@@ -128,9 +128,7 @@ func printValidation(tw io.Writer, v *status.ValidationStats) {
 		b.WriteString(")")
 	}
 	b.WriteString(either(v.UnknownTypes == "reject", ", unknown types rejected", ", unknown types accepted"))
-	if v.Func {
-		b.WriteString(", plus the program's own check")
-	}
+	b.WriteString(either(v.Func, ", plus the program's own check", ""))
 	if v.RejectedTotal == 0 {
 		b.WriteString("; nothing refused")
 	} else {

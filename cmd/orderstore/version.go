@@ -18,9 +18,7 @@ var version, commit, date string
 func getBuildInfo() status.BuildInfo {
 	b := status.BuildInfo{Version: version, Commit: commit, Date: date, GoVersion: runtime.Version(), NATSServer: orderstore.NATSServerVersion}
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "(devel)" {
-			b.Version = cmp.Or(b.Version, bi.Main.Version)
-		}
+		b.Version = cmp.Or(b.Version, either(bi.Main.Version != "(devel)", bi.Main.Version, ""))
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
