@@ -253,7 +253,7 @@ func literal(n []byte) (integer, exact bool, x float64, short bool) {
 		return integer, exact, 0, false
 	}
 	x = float64(m) / pow10[frac]
-	return integer, exact, cmpSel(n[0] == '-', -x, x), true
+	return integer, exact, cmpSel(len(n) > 0 && n[0] == '-', -x, x), true
 }
 
 var pow10 = [16]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}

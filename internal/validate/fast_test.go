@@ -415,6 +415,18 @@ func TestFastReadsAsDecodeDoes(t *testing.T) {
 	}
 }
 
+// A bound that is not a number, in a part of the schema the library does not compile (a draft-07
+// $defs a ref under a nested $id does not reach), is refused by the fast check's compile, not a panic.
+func TestFastCompileRefusesABoundThatIsNoNumber(t *testing.T) {
+	for _, bad := range []string{`"abc"`, `true`} {
+		schema := `{"$schema":"http://json-schema.org/draft-07/schema#","properties":{"a":{"$id":"http://example.com/other",` +
+			`"$defs":{"x":{}},"properties":{"b":{"$ref":"#/$defs/x"}}}},"$defs":{"x":{"minimum":` + bad + `}}}`
+		if v, err := compileString(t, schema); err != nil || v.fast["t"] != nil {
+			t.Errorf("%s: %v, fast check %v; want compiled, for the library alone", schema, err, v.fast["t"] != nil)
+		}
+	}
+}
+
 // literal's value of a short number is ParseFloat's.
 func TestLiteralValueIsParseFloat(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
