@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"regexp"
 	"slices"
@@ -78,7 +79,12 @@ func newFast() *fast {
 
 // compileFast compiles doc (as jsonschema.UnmarshalJSON gives it), or returns nil and the JSON
 // pointer of the first keyword (in the schema's order of names) or value it does not take.
-func compileFast(doc any) (*fast, string) {
+func compileFast(doc any) (f *fast, why string) {
+	defer func() { // a schema the library took must not crash check, start-up or a reload here
+		if r := recover(); r != nil {
+			f, why = nil, fmt.Sprint("/ (", r, ")")
+		}
+	}()
 	c := fastCompiler{root: doc, defs: map[string]*fast{}, open: map[*fast]int{}}
 	s := c.compile(doc, true, 0, "")
 	return s, cmpSel(s == nil, cmp.Or(c.why, "/"), "")

@@ -416,7 +416,8 @@ func TestFastReadsAsDecodeDoes(t *testing.T) {
 }
 
 // A bound that is not a number, in a part of the schema the library does not compile (a draft-07
-// $defs a ref under a nested $id does not reach), is refused by the fast check's compile, not a panic.
+// $defs that a ref under a nested $id does not reach), is refused by the fast check's compile, not
+// a panic.
 func TestFastCompileRefusesABoundThatIsNoNumber(t *testing.T) {
 	for _, bad := range []string{`"abc"`, `true`} {
 		schema := `{"$schema":"http://json-schema.org/draft-07/schema#","properties":{"a":{"$id":"http://example.com/other",` +
