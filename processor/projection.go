@@ -174,7 +174,7 @@ func (p *Projection) Withhold(ctx context.Context, ev Event) (applied bool, err 
 		r.Withheld = slices.Insert(slices.Clone(r.Withheld), i, ev.Sequence)
 		r.prune(ev.AckFloor)
 		r.UpdatedAt = time.Now().UTC()
-		data, err := json.Marshal(r)
+		data, err := marshalRecord(&r)
 		if err != nil {
 			return false, err
 		}
@@ -285,7 +285,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 			}
 			seal := p.sealWrites(id, &next, st.rec.History)
 			next.UpdatedAt = time.Now().UTC()
-			data, err := json.Marshal(next)
+			data, err := marshalRecord(&next)
 			if err != nil {
 				fill(errs, err)
 				continue
