@@ -292,6 +292,23 @@ func (w *walk) peek() byte {
 // str reads the string at pos (its quote) and returns it unquoted.
 func (w *walk) str() ([]byte, bool) {
 	d, i := w.data, w.pos+1
+	// One pass, 8 bytes at a time, to the first quote, backslash, control or non-ASCII byte: the
+	// end of most strings.
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	j := i
+	for ; j+8 <= len(d); j += 8 {
+		x := binary.LittleEndian.Uint64(d[j:])
+		q, b := x^ones*'"', x^ones*'\\'
+		if ((x-ones*0x20)&^x|(q-ones)&^q|(b-ones)&^b|x)&highs != 0 {
+			break
+		}
+	}
+	for ; j < len(d) && d[j] != '\\' && d[j] >= 0x20 && d[j] < 0x80; j++ {
+		if d[j] == '"' {
+			w.pos = j + 1
+			return d[i:j], true
+		}
+	}
 	if end := bytes.IndexByte(d[i:], '"') + i; end >= i {
 		if esc, ok := text(d[i:end]); !esc {
 			w.pos = end + 1
@@ -330,6 +347,36 @@ func text(s []byte) (esc, ok bool) {
 		ascii = ascii && c < 0x80
 	}
 	return false, ascii || utf8.Valid(s[i:])
+}
+
+// shortNumber reads and values the number at pos in one pass, as number and literal do, where it
+// has at most 15 digits and no exponent (most numbers); else it moves nothing and returns !ok.
+func (w *walk) shortNumber() (raw []byte, integer bool, x float64, ok bool) {
+	d, i := w.data, w.pos
+	neg := d[i] == '-'
+	i += cmpSel(neg, 1, 0)
+	var m int64
+	start, dot := i, -1
+	for ; i < len(d); i++ {
+		switch c := d[i]; {
+		case c >= '0' && c <= '9':
+			m = m*10 + int64(c-'0')
+		case c == '.' && dot < 0:
+			dot = i
+		default:
+			goto end
+		}
+	}
+end:
+	frac := cmpSel(dot < 0, 0, i-dot-1)
+	digits := i - start - cmpSel(dot < 0, 0, 1)
+	if digits == 0 || digits > 15 || dot == start || frac == 0 && dot >= 0 ||
+		d[start] == '0' && i > start+1 && d[start+1] != '.' || i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+		return nil, false, 0, false // to number and literal: their errors, exponents, long numbers
+	}
+	x = float64(m) / pow10[frac]
+	raw, w.pos = d[w.pos:i], i
+	return raw, dot < 0, cmpSel(neg, -x, x), true
 }
 
 // number reads the number at pos, by RFC 8259's grammar.
@@ -420,8 +467,12 @@ func (s *fast) value(w *walk) bool {
 	if c != '-' && (c < '0' || c > '9') {
 		return false
 	}
-	raw, ok := w.number()
-	integer, exact, x, short := literal(raw)
+	raw, integer, x, ok := w.shortNumber()
+	exact, short := ok, ok
+	if !ok {
+		raw, ok = w.number()
+		integer, exact, x, short = literal(raw)
+	}
 	if !ok || !exact && !comparable(string(raw)) || s.enum != nil || !s.is(tNumber) && !(s.is(tInteger) && integer) {
 		return false
 	}

@@ -443,6 +443,53 @@ func TestLiteralValueIsParseFloat(t *testing.T) {
 	}
 }
 
+// shortNumber reads what number reads and values it as literal does, or leaves it to them: over
+// every string of up to 6 characters from the grammar's alphabet, and long and random ones.
+func TestShortNumberIsNumberAndLiteral(t *testing.T) {
+	const alphabet = "-0159.eE+x"
+	check := func(s string) {
+		t.Helper()
+		d := []byte(s + ",")
+		w := walk{data: d}
+		raw, integer, x, ok := w.shortNumber()
+		if !ok {
+			if w.pos != 0 {
+				t.Fatalf("%q: shortNumber declined but moved to %d", s, w.pos)
+			}
+			return
+		}
+		v := walk{data: d}
+		wraw, wok := v.number()
+		winteger, wexact, wx, wshort := literal(wraw)
+		if !wok || !wexact || !wshort || string(raw) != string(wraw) || w.pos != v.pos || integer != winteger ||
+			x != wx || math.Signbit(x) != math.Signbit(wx) {
+			t.Fatalf("%q: shortNumber %q %v %v at %d; number and literal %q %v %v %v %v %v at %d",
+				s, raw, integer, x, w.pos, wraw, wok, winteger, wexact, wx, wshort, v.pos)
+		}
+	}
+	var all func(prefix string, n int)
+	all = func(prefix string, n int) {
+		if prefix != "" && (prefix[0] == '-' || prefix[0] >= '0' && prefix[0] <= '9') {
+			check(prefix)
+		}
+		if n == 0 {
+			return
+		}
+		for _, c := range alphabet {
+			all(prefix+string(c), n-1)
+		}
+	}
+	all("", 6)
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 100_000 {
+		s := strconv.FormatInt(r.Int64N(1e18)>>r.IntN(60), 10)
+		if r.IntN(2) == 0 {
+			s = strconv.FormatFloat((r.Float64()-0.5)*math.Pow(10, float64(r.IntN(20)-8)), 'f', r.IntN(19), 64)
+		}
+		check(s)
+	}
+}
+
 // FuzzFastReads: with the schema {}, the fast check reads what decode reads, and nothing else.
 func FuzzFastReads(f *testing.F) {
 	f.Add(benchEvent())
