@@ -51,7 +51,10 @@ func (s *fast) prop(name []byte) fastProp {
 			return p.fastProp
 		}
 	}
-	return cmpSel(len(s.props) > 8, s.props[string(name)], fastProp{})
+	if len(s.props) > 8 {
+		return s.props[string(name)]
+	}
+	return fastProp{}
 }
 
 // bound is a minimum or maximum; exact as literal says.
@@ -277,6 +280,7 @@ type walk struct {
 	data          []byte
 	pos, depth, n int    // n: the values read
 	buf           []byte // a string with escapes, unquoted
+	ascii         bool   // the last string read is ASCII
 }
 
 // peek skips whitespace and returns the byte at pos, 0 at the end.
@@ -287,6 +291,14 @@ func (w *walk) peek() byte {
 		}
 	}
 	return 0
+}
+
+// runes counts the characters of str, the last string read.
+func (w *walk) runes(str []byte) int {
+	if w.ascii {
+		return len(str)
+	}
+	return utf8.RuneCount(str)
 }
 
 // str reads the string at pos (its quote) and returns it unquoted.
@@ -305,10 +317,11 @@ func (w *walk) str() ([]byte, bool) {
 	}
 	for ; j < len(d) && d[j] != '\\' && d[j] >= 0x20 && d[j] < 0x80; j++ {
 		if d[j] == '"' {
-			w.pos = j + 1
+			w.pos, w.ascii = j+1, true
 			return d[i:j], true
 		}
 	}
+	w.ascii = false
 	if end := bytes.IndexByte(d[i:], '"') + i; end >= i {
 		if esc, ok := text(d[i:end]); !esc {
 			w.pos = end + 1
@@ -453,7 +466,7 @@ func (s *fast) value(w *walk) bool {
 		return found&s.required == s.required && s.within(n, cmpSel(c == '{', 4, 2))
 	case '"':
 		str, ok := w.str()
-		return ok && s.is(tString) && (s.limits[0] < 0 && s.limits[1] < 0 || s.within(utf8.RuneCount(str), 0)) && (s.enum == nil || s.in(string(str))) &&
+		return ok && s.is(tString) && (s.limits[0] < 0 && s.limits[1] < 0 || s.within(w.runes(str), 0)) && (s.enum == nil || s.in(string(str))) &&
 			(s.pattern == nil || s.pattern.Match(str))
 	case 't', 'f', 'n':
 		for i, lit := range []string{"true", "false", "null"} {

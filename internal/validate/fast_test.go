@@ -122,6 +122,10 @@ func TestFastPassesOnlyWhatTheLibraryPasses(t *testing.T) {
 		{`{"minLength": 2}`, `"\u00e9\u00e9"`, true},
 		{`{"maxLength": 1}`, `"\ud83d\ude00"`, true}, // one code point
 		{`{"maxLength": 1}`, `"é"`, true},
+		// After an ASCII name, a string that is not ASCII is counted in characters, not bytes.
+		{`{"properties": {"n": {"minLength": 3}}}`, `{"n": "éé"}`, false},
+		{`{"properties": {"n": {"minLength": 3}}}`, `{"n": "\u00e9\u00e9"}`, false},
+		{`{"properties": {"n": {"minLength": 3}}}`, `{"n": "abc"}`, true},
 		{`{"enum": ["a\nb"]}`, `"a\nb"`, true},
 		{`{"pattern": "^[A-Z]{3}$"}`, `"EUR"`, true},
 		{`{"pattern": "^[A-Z]{3}$"}`, `"eur"`, false},
