@@ -227,8 +227,8 @@ func (v *Validator) Check(subject string, data []byte) (err error) {
 		}
 	}()
 	sch, ok := v.schemas[typ]
-	switch {
-	case ok && v.fast[typ] != nil && v.fast[typ].valid(data):
+	switch f := v.fast[typ]; {
+	case ok && f != nil && f.valid(data):
 	case ok:
 		inst, err := decode(data)
 		if err != nil {
