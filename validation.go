@@ -37,7 +37,7 @@ func (a *Appliance) validationStats() *status.ValidationStats {
 	if !v.Enabled() {
 		return nil
 	}
-	st := &status.ValidationStats{Schemas: v.Schemas(), UnknownTypes: cmp.Or(v.UnknownTypes(), validate.Accept), Func: v.HasFunc()}
+	st := &status.ValidationStats{Schemas: v.Schemas(), UnknownTypes: cmp.Or(v.UnknownTypes(), validate.Accept), Func: v.HasFunc(), Slow: v.Slow()}
 	for _, c := range v.Counts() {
 		st.Rejected = append(st.Rejected, status.ValidationCount{Type: c.Type, Reason: c.Reason, Events: c.N})
 		st.RejectedTotal += c.N

@@ -116,9 +116,13 @@ func (r *Rebuild) Running() bool {
 
 // ValidationStats are schema validation's settings and what it refused since start.
 type ValidationStats struct {
-	Schemas       map[string]string `json:"schemas"`       // event type -> schema file
-	UnknownTypes  string            `json:"unknown_types"` // accept or reject
-	Func          bool              `json:"func"`          // an embedding program's own check is set
+	Schemas      map[string]string `json:"schemas"`       // event type -> schema file
+	UnknownTypes string            `json:"unknown_types"` // accept or reject
+	Func         bool              `json:"func"`          // an embedding program's own check is set
+	// Slow maps each type whose schema the fast check does not take to the first keyword that keeps
+	// it off (a JSON pointer into the schema): its events are checked by the JSON Schema library
+	// alone, about 16 times the cost (docs/processor.md, "Schemas").
+	Slow          map[string]string `json:"slow,omitempty"`
 	RejectedTotal uint64            `json:"rejected_total"`
 	// Rejected counts refusals per event type ("other" for types without a schema) and reason (the
 	// schema keyword that failed, or invalid_json, unknown_type, func).

@@ -229,7 +229,8 @@ function renderIngest(g) {
 }
 
 // renderValidation shows schema validation at ingest: the schema of each
-// event type, the policy for the other types, what was refused (per type
+// event type and whether the fast check takes it (else the first keyword
+// that keeps it off: the library alone checks it), the policy for the other types, what was refused (per type
 // and reason, most first) and the refusal rate. Hidden when validation
 // checks nothing. Types, reasons and files are written as text: a type
 // is a subject's token, chosen by whoever publishes.
@@ -254,14 +255,16 @@ function renderValidation(v) {
 
   const rows = (v.rejected || []).slice().sort((a, b) => b.events - a.events ||
     (a.type < b.type ? -1 : a.type > b.type ? 1 : 0) || (a.reason < b.reason ? -1 : a.reason > b.reason ? 1 : 0));
-  const shown = JSON.stringify([schemas, rows]);
+  const slow = v.slow || {};
+  const shown = JSON.stringify([schemas, rows, slow]);
   if (shown === valShown) return; // unchanged: leave the tables be
   valShown = shown;
   $("val-schemas").replaceChildren(...(schemas.length ? schemas.map(([typ, file]) => {
     const tr = el("tr");
-    tr.append(el("td", "vtype", typ), el("td", "vfile", file));
+    const check = Object.hasOwn(slow, typ) ? "library alone: " + slow[typ] : "fast";
+    tr.append(el("td", "vtype", typ), el("td", "vfile", file), el("td", "vcheck", check));
     return tr;
-  }) : [valNote("none", 2)]));
+  }) : [valNote("none", 3)]));
   $("val-rows").replaceChildren(...(rows.length ? rows.slice(0, VAL_ROWS).map((r) => {
     const tr = el("tr");
     tr.append(el("td", "vtype", r.type), el("td", "vreason", r.reason), el("td", "vcount", fmtInt(r.events)));

@@ -696,7 +696,8 @@ func TestDashboardValidation(t *testing.T) {
 		return p
 	}
 	created := schemaFile("created.json", validationSchema)
-	hostile := schemaFile(`<img src=x onerror=alert(1)>.json`, `{"type": "object", "required": ["order_id"]}`)
+	// A schema the fast check does not take (allOf): the library alone checks its events.
+	hostile := schemaFile(`<img src=x onerror=alert(1)>.json`, `{"type": "object", "required": ["order_id"], "allOf": [{"type": "object"}]}`)
 	a := startInProcess(t, fmt.Sprintf("[validation]\nschemas = { created = %q, %q = %q }\nunknown_types = \"reject\"\n",
 		created, hostileType, hostile))
 	nc, err := nats.Connect(a.natsURL)
@@ -730,7 +731,7 @@ window.alert = () => { window.__alerts++; };
 document.addEventListener("securitypolicyviolation", (e) => window.__csp.push(e.violatedDirective + " " + e.blockedURI)); true`)); err != nil {
 		t.Fatal(err)
 	}
-	wantSchemas := [][]string{{"created", created}, {hostileType, hostile}}
+	wantSchemas := [][]string{{"created", created, "fast"}, {hostileType, hostile, "library alone: /allOf"}}
 	embeddedtest.WaitFor(t, 15*time.Second, func() error {
 		c := read()
 		if c.Hidden || c.Total != "0" || c.Summary != "(2 schemas)" || c.Unknown != "reject" || c.Func != "none" ||
@@ -775,6 +776,7 @@ document.addEventListener("securitypolicyviolation", (e) => window.__csp.push(e.
 		Validation struct {
 			Schemas       map[string]string `json:"schemas"`
 			UnknownTypes  string            `json:"unknown_types"`
+			Slow          map[string]string `json:"slow"`
 			RejectedTotal uint64            `json:"rejected_total"`
 			Rejected      []struct {
 				Type   string `json:"type"`
@@ -793,7 +795,8 @@ document.addEventListener("securitypolicyviolation", (e) => window.__csp.push(e.
 		gotCounts[[2]string{r.Type, r.Reason}] = r.Events
 	}
 	if v := st.Validation; v.RejectedTotal != refused || !reflect.DeepEqual(gotCounts, wantCounts) || v.UnknownTypes != "reject" ||
-		!reflect.DeepEqual(v.Schemas, map[string]string{"created": created, hostileType: hostile}) || st.Stream.Messages != 2 {
+		!reflect.DeepEqual(v.Schemas, map[string]string{"created": created, hostileType: hostile}) || st.Stream.Messages != 2 ||
+		!reflect.DeepEqual(v.Slow, map[string]string{hostileType: "/allOf"}) {
 		t.Fatalf("/v1/status: %d events stored, validation %+v; want 2 stored and %d refused: %v", st.Stream.Messages, v, refused, wantCounts)
 	}
 
@@ -828,7 +831,8 @@ document.addEventListener("securitypolicyviolation", (e) => window.__csp.push(e.
 	if code := run(context.Background(), []string{"status", "-admin", a.adminURL}, &out, &errb); code != 0 {
 		t.Fatalf("orderstore status = %d: %s%s", code, out.String(), errb.String())
 	}
-	wantLine := "2 schemas (created, " + hostileType + "), unknown types rejected; 10 events refused: created/minimum 3, other/unknown_type 3, created/required 2, created/invalid_json 1, " + hostileType + "/required 1"
+	wantLine := "2 schemas (created, " + hostileType + "), 1 checked by the library alone (" + hostileType +
+		"), unknown types rejected; 10 events refused: created/minimum 3, other/unknown_type 3, created/required 2, created/invalid_json 1, " + hostileType + "/required 1"
 	if line := statusLine(out.String(), "validation"); line != wantLine {
 		t.Errorf("orderstore status: validation line %q, want %q\n%s", line, wantLine, out.String())
 	}
@@ -873,6 +877,9 @@ func TestStatusValidationLine(t *testing.T) {
 	}{
 		{status.ValidationStats{Schemas: map[string]string{"created": "/s/c.json"}, UnknownTypes: "accept"},
 			"1 schema (created), unknown types accepted; nothing refused"},
+		{status.ValidationStats{Schemas: map[string]string{"b": "/s/b.json", "a": "/s/a.json", "c": "/s/c.json"},
+			Slow: map[string]string{"c": "/allOf", "a": "/oneOf"}, UnknownTypes: "accept"},
+			"3 schemas (a, b, c), 2 checked by the library alone (a, c), unknown types accepted; nothing refused"},
 		{status.ValidationStats{UnknownTypes: "reject", Func: true, RejectedTotal: 4,
 			Rejected: []status.ValidationCount{vc("other", "func", 1), vc("other", "unknown_type", 3)}},
 			"no schemas, unknown types rejected, plus the program's own check; 4 events refused: other/unknown_type 3, other/func 1"},

@@ -127,6 +127,10 @@ func printValidation(tw io.Writer, v *status.ValidationStats) {
 		}
 		b.WriteString(")")
 	}
+	if slow := slices.Sorted(maps.Keys(v.Slow)); len(slow) > 0 {
+		fmt.Fprintf(&b, ", %d checked by the library alone (%s", len(slow), strings.Join(slow[:min(len(slow), statusTop)], ", "))
+		b.WriteString(either(len(slow) > statusTop, fmt.Sprintf(", %d more)", len(slow)-statusTop), ")"))
+	}
 	b.WriteString(either(v.UnknownTypes == "reject", ", unknown types rejected", ", unknown types accepted"))
 	b.WriteString(either(v.Func, ", plus the program's own check", ""))
 	if v.RejectedTotal == 0 {
