@@ -81,7 +81,8 @@ func newFast() *fast {
 }
 
 // compileFast compiles doc (as jsonschema.UnmarshalJSON gives it), or returns nil and the JSON
-// pointer of the first keyword (in the schema's order of names) or value it does not take.
+// pointer of the first keyword (in the order of names) or value it does not take; the walk stops
+// there.
 func compileFast(doc any) (f *fast, why string) {
 	defer func() { // a schema the library took must not crash check, start-up or a reload here
 		if r := recover(); r != nil {
@@ -141,7 +142,10 @@ func (c *fastCompiler) compile(doc any, root bool, depth int, path string) *fast
 		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			ok = c.keep(ok, k == "$ref" || slices.Contains(annotations, k) || root && k == "$schema" && draft2020(obj[k]), path, k)
 		}
-		r := cmpSel(ok, c.ref(ref, depth), nil)
+		if !ok {
+			return nil
+		}
+		r := c.ref(ref, depth)
 		c.keep(ok, r != nil, path, "$ref")
 		return r
 	}
@@ -162,10 +166,12 @@ func (c *fastCompiler) compile(doc any, root bool, depth int, path string) *fast
 		case "properties":
 			m, isMap := v.(map[string]any)
 			ok = ok && isMap
-			for name, sub := range m {
+			for _, name := range slices.Sorted(maps.Keys(m)) { // in order: the first refused is named
 				p := s.props[name]
-				p.s = c.compile(sub, false, depth+1, path+"/properties/"+escapeToken(name))
-				s.props[name], ok = p, ok && p.s != nil
+				p.s = c.compile(m[name], false, depth+1, path+"/properties/"+escapeToken(name))
+				if s.props[name], ok = p, ok && p.s != nil; !ok {
+					break
+				}
 			}
 		case "required":
 			ok = ok && len(a) <= 64
@@ -203,14 +209,16 @@ func (c *fastCompiler) compile(doc any, root bool, depth int, path string) *fast
 				ok = ok && slices.Contains(annotations, k)
 			}
 		}
-		c.keep(was, ok, path, k)
+		if !c.keep(was, ok, path, k) {
+			return nil // the walk stops at the first keyword refused
+		}
 	}
 	for name, p := range s.props {
 		if len(s.props) <= 8 {
 			s.few = append(s.few, namedProp{name, p})
 		}
 	}
-	return cmpSel(ok, s, nil)
+	return s
 }
 
 // keep returns was && ok, noting path/k as the first keyword refused where ok turned it false.
