@@ -54,10 +54,7 @@ func (p *Projection) bucketOnce(ctx context.Context) (atomic, replicated bool) {
 	}
 	p.atomic, p.replicated = false, true
 	st, err := p.kv.Status(ctx)
-	if err != nil {
-		return
-	}
-	if ks, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+	if ks, ok := st.(*jetstream.KeyValueBucketStatus); err == nil && ok {
 		cfg := ks.StreamInfo().Config
 		p.atomic = cfg.AllowAtomicPublish
 		p.replicated = cfg.Replicas > 1
@@ -174,9 +171,6 @@ func (p *Projection) loadMany(ctx context.Context, ids []string, fromLeader bool
 		}
 	}
 	p.mu.Unlock()
-	if len(misses) == 0 {
-		return out, errs
-	}
 	load := p.load
 	if fromLeader {
 		load = p.loadLatest

@@ -64,12 +64,10 @@ func DeadLetterSubject(prefix, subject string) string {
 // is trimmed (docs/processor.md, "Dead letters").
 func (p *Processor) deadLetter(ctx context.Context, m delivery, ev Event, cause error, dls *deadLetters) {
 	h := nats.Header{}
-	for k, v := range m.Headers() {
-		if strings.HasPrefix(k, "Nats-") {
-			continue // nats' own: the original's publish preconditions, or a source's header, which nats refuses on a publish
-		}
-		h[k] = append([]string(nil), v...)
-	}
+	maps.Copy(h, m.Headers())
+	// Without nats' own: the original's publish preconditions, or a source's header, which nats
+	// refuses on a publish.
+	maps.DeleteFunc(h, func(k string, _ []string) bool { return strings.HasPrefix(k, "Nats-") })
 	if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
 		h.Set(HeaderOriginalMsgID, truncate(id, 256))
 	}
@@ -157,7 +155,7 @@ func (p *Processor) finishDeadLetters(ctx context.Context, dls deadLetters) {
 	if len(dls) == 0 {
 		return
 	}
-	if err := p.sync(ctx); err != nil {
+	if err := p.cfg.Sync(ctx); err != nil {
 		for _, d := range dls {
 			p.failed.Add(1)
 			p.log.Error("dead letter not made durable, will retry the event", "seq", d.ev.Sequence, "err", err)
@@ -228,11 +226,10 @@ func ListDeadLetters(ctx context.Context, js jetstream.JetStream, stream string,
 	if err != nil {
 		return nil, 0, err
 	}
-	limit = orDefault(limit, 100)
 	if st.Msgs == 0 {
 		return []DeadLetter{}, 0, nil
 	}
-	return scanDeadLetters(ctx, s, stream, max(from, st.FirstSeq), st.LastSeq, limit)
+	return scanDeadLetters(ctx, s, stream, max(from, st.FirstSeq), st.LastSeq, orDefault(limit, 100))
 }
 
 // MaxPageBytes bounds the payloads and headers of one page of [ListDeadLetters].
@@ -252,7 +249,6 @@ func deadLetterStream(ctx context.Context, js jetstream.JetStream, stream string
 // always returned). With none it returns an empty, non-nil slice. Dead letters removed by Replay
 // leave gaps in the stream's sequences; those returned are still the most recent that remain.
 func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream string, n int) ([]DeadLetter, error) {
-	n = orDefault(n, 100)
 	s, st, err := deadLetterStream(ctx, js, stream)
 	if err != nil {
 		return nil, err
@@ -261,7 +257,7 @@ func LatestDeadLetters(ctx context.Context, js jetstream.JetStream, stream strin
 	if st.Msgs == 0 {
 		return out, nil
 	}
-	want := int(min(uint64(n), st.Msgs))
+	want := int(min(uint64(orDefault(n, 100)), st.Msgs))
 	// Read windows of want sequences back from the end until they hold want: no window reads more
 	// than want dead letters, so what is read stays near what is returned, and a run of removed
 	// ones costs one read per window (at most maxWindows of them).

@@ -123,25 +123,23 @@ func parse(subject string, data []byte) (orderID, status string, err error) {
 	if err := json.Unmarshal(data, &env); err != nil {
 		return "", "", Poison(errors.New(jsonProblem(data, err)))
 	}
-	if env.OrderID == "" {
-		return "", "", Poison(errors.New("no order_id"))
+	switch t := eventType(subject); {
+	case env.OrderID == "":
+		err = errors.New("no order_id")
+	case len(env.OrderID) > MaxOrderIDLen:
+		err = fmt.Errorf("order_id is %d bytes, more than %d", len(env.OrderID), MaxOrderIDLen)
+	case !ValidOrderID(env.OrderID):
+		err = fmt.Errorf("order_id %q cannot be a key (letters, digits, '-', '_', '=', '/', '.')", env.OrderID)
+	case len(env.Status) > MaxStatusLen:
+		err = fmt.Errorf("status is %d bytes, more than %d", len(env.Status), MaxStatusLen)
+	case !utf8.ValidString(env.Status):
+		err = errors.New("status is not valid UTF-8")
+	case len(t) > MaxEventTypeLen:
+		err = fmt.Errorf("event type (the subject's last token) is %d bytes, more than %d", len(t), MaxEventTypeLen)
+	default:
+		return env.OrderID, env.Status, nil
 	}
-	if n := len(env.OrderID); n > MaxOrderIDLen {
-		return "", "", Poison(fmt.Errorf("order_id is %d bytes, more than %d", n, MaxOrderIDLen))
-	}
-	if !ValidOrderID(env.OrderID) {
-		return "", "", Poison(fmt.Errorf("order_id %q cannot be a key (letters, digits, '-', '_', '=', '/', '.')", env.OrderID))
-	}
-	if len(env.Status) > MaxStatusLen {
-		return "", "", Poison(fmt.Errorf("status is %d bytes, more than %d", len(env.Status), MaxStatusLen))
-	}
-	if !utf8.ValidString(env.Status) {
-		return "", "", Poison(errors.New("status is not valid UTF-8"))
-	}
-	if t := eventType(subject); len(t) > MaxEventTypeLen {
-		return "", "", Poison(fmt.Errorf("event type (the subject's last token) is %d bytes, more than %d", len(t), MaxEventTypeLen))
-	}
-	return env.OrderID, env.Status, nil
+	return "", "", Poison(err)
 }
 
 // jsonProblem says why data is not an order event's JSON object, in terms of the payload (its byte

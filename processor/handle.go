@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +21,6 @@ type delivery interface {
 	Data() []byte
 	Headers() nats.Header
 	Ack() error
-	Nak() error
 	NakWithDelay(delay time.Duration) error
 	TermWithReason(reason string) error
 }
@@ -120,17 +120,26 @@ func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled in
 		return unhandled
 	}
 	results := handleAll(ctx, p.cfg.Handler, orders, errUnhandled)
-	var handled []result
-	for k, its := range items {
-		for j, it := range its {
-			if results[k][j] == errUnhandled {
-				unhandled++
-				continue
-			}
-			handled = append(handled, result{it, results[k][j]})
+	// The handled events are settled once what their handlers wrote is durable (Config.Sync).
+	wrote := func(err error) bool { return err == nil || errors.Is(err, ErrDuplicate) }
+	var syncErr error
+	if slices.ContainsFunc(results, func(errs []error) bool { return slices.ContainsFunc(errs, wrote) }) {
+		if err := p.cfg.Sync(ctx); err != nil {
+			syncErr = storeErr{fmt.Errorf("make the batch's writes durable: %w", err)}
 		}
 	}
-	p.settleAll(ctx, handled, &dls)
+	for k, its := range items {
+		for j, it := range its {
+			switch err := results[k][j]; {
+			case err == errUnhandled:
+				unhandled++
+			case syncErr != nil && wrote(err):
+				p.settle(ctx, it, syncErr, &dls)
+			default:
+				p.settle(ctx, it, err, &dls)
+			}
+		}
+	}
 	return unhandled
 }
 

@@ -56,12 +56,6 @@ func (r *record) historyCount() int { return r.HistoryChunks*HistoryChunk + len(
 // (a record not written since counts them all).
 func (r *record) unindexed() int { return max(r.Events-r.historyCount(), 0) }
 
-// historyBaseline counts the events of a record written before the index
-// existed (or while it was off) as unindexed. Call it before applying.
-func (r *record) historyBaseline() {
-	r.HistoryBase = max(r.HistoryBase, r.Events-r.historyCount())
-}
-
 // indexHistory adds seq to r's history tail (sorted: a retried event can arrive after later ones).
 func (r *record) indexHistory(seq uint64) {
 	r.HistoryUnordered = r.HistoryUnordered || seq < r.HistorySealedMax

@@ -169,6 +169,9 @@ func New(js jetstream.JetStream, cfg Config) (*Processor, error) {
 	if len(cfg.Backoff) == 0 {
 		cfg.Backoff = []time.Duration{time.Second}
 	}
+	if cfg.Sync == nil {
+		cfg.Sync = func(context.Context) error { return nil }
+	}
 	cut, cutDrain := context.WithCancel(context.Background())
 	return &Processor{
 		js: js, cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), ready: make(chan struct{}), cut: cut, cutDrain: cutDrain,
@@ -425,10 +428,7 @@ loop:
 				return
 			case <-closed:
 				// Take any last ones (nobody else receives from msgs now).
-				for len(msgs) > 0 {
-					if !route(p.toItem(<-msgs)) {
-						return
-					}
+				for len(msgs) > 0 && route(p.toItem(<-msgs)) {
 				}
 				return
 			}

@@ -178,8 +178,7 @@ func (p *Projection) Withhold(ctx context.Context, ev Event) (applied bool, err 
 		if err != nil {
 			return false, err
 		}
-		msg := &nats.Msg{Subject: p.prefix + ev.OrderID, Data: data, Header: nats.Header{}}
-		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+		msg := &nats.Msg{Subject: p.prefix + ev.OrderID, Data: data, Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(rev, 10)}}}
 		ack, err := p.js.PublishMsg(ctx, msg)
 		if err == nil {
 			p.store(ev.OrderID, r, ack.Sequence)
@@ -240,8 +239,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 		var writes []write
 		var reread []int // orders whose write seals a chunk: read again from the leader
 		for k, i := range todo {
-			id, evs, errs := ids[k], orders[i], results[i]
-			st := states[k]
+			id, evs, errs, st := ids[k], orders[i], results[i], states[k]
 			if loadErrs[k] != nil {
 				fill(errs, loadErrs[k])
 				continue
@@ -251,7 +249,9 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 			next.Withheld = slices.Clone(st.rec.Withheld)
 			next.History = slices.Clone(st.rec.History)
 			if p.hist != nil {
-				next.historyBaseline()
+				// Events of a record written before the index existed (or while it was off) are
+				// counted as unindexed.
+				next.HistoryBase = max(next.HistoryBase, next.Events-next.historyCount())
 			}
 			changed := false
 			var floor uint64
@@ -290,8 +290,7 @@ func (p *Projection) HandleBatch(ctx context.Context, orders [][]Event) [][]erro
 				fill(errs, err)
 				continue
 			}
-			msg := &nats.Msg{Subject: p.prefix + id, Data: data, Header: nats.Header{}}
-			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(st.rev, 10))
+			msg := &nats.Msg{Subject: p.prefix + id, Data: data, Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(st.rev, 10)}}}
 			writes = append(writes, write{i: i, id: id, next: next, msg: msg, seal: seal})
 		}
 		// Sealed history chunks are written (and acknowledged) before the records that count them:

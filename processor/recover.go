@@ -236,7 +236,6 @@ func (r *recoveredMsg) Subject() string      { return r.m.Subject }
 // them once what it wrote is durable, so the floor it hands out may pass it.
 func (r *recoveredMsg) Ack() error                  { r.p.recoveredDone(r.m.Sequence); return nil }
 func (r *recoveredMsg) TermWithReason(string) error { r.p.recoveredDone(r.m.Sequence); return nil }
-func (r *recoveredMsg) Nak() error                  { return r.NakWithDelay(0) }
 
 // NakWithDelay delivers r again once d has passed (see retries).
 func (r *recoveredMsg) NakWithDelay(d time.Duration) error {

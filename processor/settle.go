@@ -11,37 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// result is a handled event and what its handler returned.
-type result struct {
-	it  item
-	err error
-}
-
-// settleAll settles a batch's handled events; with Config.Sync, after their writes are durable.
-func (p *Processor) settleAll(ctx context.Context, rs []result, dls *deadLetters) {
-	wrote := func(r result) bool { return r.err == nil || errors.Is(r.err, ErrDuplicate) }
-	if slices.ContainsFunc(rs, wrote) {
-		if err := p.sync(ctx); err != nil {
-			err = storeErr{fmt.Errorf("make the batch's writes durable: %w", err)}
-			for i := range rs {
-				if wrote(rs[i]) {
-					rs[i].err = err
-				}
-			}
-		}
-	}
-	for _, r := range rs {
-		p.settle(ctx, r.it, r.err, dls)
-	}
-}
-
-func (p *Processor) sync(ctx context.Context) error {
-	if p.cfg.Sync == nil {
-		return nil
-	}
-	return p.cfg.Sync(ctx)
-}
-
 // deadLetterUnapplied dead-letters an event that ran out of deliveries (cause says how), unless the
 // handler applied it after all (an earlier delivery, here or at a sibling, cut short after its
 // write; a write whose ack timed out): then it is acked. The handler is asked as [Withholder] says.
@@ -62,7 +31,7 @@ func (p *Processor) deadLetterUnapplied(ctx context.Context, it item, cause erro
 	}
 	why := "cannot tell whether an event out of deliveries was applied, will retry"
 	if err == nil && applied {
-		why, err = "cannot make an applied event's effect durable, will retry", p.sync(ctx)
+		why, err = "cannot make an applied event's effect durable, will retry", p.cfg.Sync(ctx)
 	}
 	if err != nil {
 		p.failed.Add(1)
@@ -70,13 +39,11 @@ func (p *Processor) deadLetterUnapplied(ctx context.Context, it item, cause erro
 		p.settled("nak", it.ev, it.msg.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1]))
 		return
 	}
-	if applied {
-		if p.settled("ack", it.ev, it.msg.Ack()) {
-			p.duplicates.Add(1)
-		}
-		return
+	if !applied {
+		p.deadLetter(ctx, it.msg, it.ev, cause, dls)
+	} else if p.settled("ack", it.ev, it.msg.Ack()) {
+		p.duplicates.Add(1)
 	}
-	p.deadLetter(ctx, it.msg, it.ev, cause, dls)
 }
 
 // settle acks, naks or dead-letters a handled event by its handler's err, and counts it.
@@ -105,7 +72,7 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 		// The drain deadline canceled the handler: not the event's fault,
 		// so no failure and no dead letter; redelivered at once.
 		p.log.Warn("event cut short by the drain timeout, will be redelivered", "seq", ev.Sequence, "err", err)
-		p.settled("nak", ev, m.Nak())
+		p.settled("nak", ev, m.NakWithDelay(0))
 	case errors.Is(err, ErrPoison):
 		p.deadLetter(ctx, m, ev, err, dls)
 	case !p.storeFailed(ev, err) && p.tries(ev) >= uint64(p.cfg.MaxDeliver):
