@@ -62,7 +62,7 @@ func DeadLetterSubject(prefix, subject string) string {
 // error, and adds it to dls: finishDeadLetters terminates the original once the copy is durable. If
 // the copy cannot be stored the original is retried instead: nothing is dropped. A copy too large
 // is trimmed (docs/processor.md, "Dead letters").
-func (p *Processor) deadLetter(ctx context.Context, m delivery, ev Event, cause error, dls *deadLetters) {
+func (p *Processor) deadLetter(ctx context.Context, m delivery, ev Event, cause error, dls *[]deadLettered) {
 	h := nats.Header{}
 	maps.Copy(h, m.Headers())
 	// Without nats' own: the original's publish preconditions, or a source's header, which nats
@@ -118,10 +118,8 @@ func (p *Processor) deadLetter(ctx context.Context, m delivery, ev Event, cause 
 	*dls = append(*dls, deadLettered{m: m, ev: ev, cause: cause, trimmed: h.Get(HeaderTrimmed)})
 }
 
-// deadLetters are a batch's events copied to the dead-letter stream whose originals are terminated
-// once the copies are durable (Config.Sync), with one sync for them all.
-type deadLetters []deadLettered
-
+// deadLettered is one of a batch's events copied to the dead-letter stream: the originals are
+// terminated once the copies are durable (Config.Sync), with one sync for them all.
 type deadLettered struct {
 	m       delivery
 	ev      Event
@@ -151,7 +149,7 @@ func (p *Processor) firstDeadLetter(seq uint64) bool {
 
 // finishDeadLetters makes the batch's dead letters durable, then terminates their originals; if
 // they cannot be made durable the originals are retried instead.
-func (p *Processor) finishDeadLetters(ctx context.Context, dls deadLetters) {
+func (p *Processor) finishDeadLetters(ctx context.Context, dls []deadLettered) {
 	if len(dls) == 0 {
 		return
 	}
@@ -173,11 +171,10 @@ func (p *Processor) finishDeadLetters(ctx context.Context, dls deadLetters) {
 				p.poison.Add(1)
 			}
 		}
-		if !p.settled("term", d.ev, d.m.TermWithReason("dead-lettered to "+p.cfg.DeadLetterStream)) {
-			continue
+		if p.settled("term", d.ev, d.m.TermWithReason("dead-lettered to "+p.cfg.DeadLetterStream)) {
+			p.log.Warn("event dead-lettered", "seq", d.ev.Sequence, "subject", truncate(d.ev.Subject, 256), "deliveries", d.ev.Delivered,
+				"poison", poison, "trimmed", d.trimmed, "err", truncate(d.cause.Error(), 1024))
 		}
-		p.log.Warn("event dead-lettered", "seq", d.ev.Sequence, "subject", truncate(d.ev.Subject, 256), "deliveries", d.ev.Delivered,
-			"poison", poison, "trimmed", d.trimmed, "err", truncate(d.cause.Error(), 1024))
 	}
 }
 

@@ -169,10 +169,8 @@ func eventType(subject string) string { return subject[strings.LastIndexByte(sub
 // delivery, with floor as its AckFloor. An envelope that can never be applied is an error wrapping
 // ErrPoison. A rebuild folds the stream through it, by the same rules as the processor.
 func EventOf(subject string, data []byte, header nats.Header, seq uint64, t time.Time, floor uint64) (Event, error) {
-	ev := Event{Subject: subject, Type: eventType(subject), Data: data, Header: header, Sequence: seq, Time: t, Delivered: 1, AckFloor: floor}
-	var err error
-	ev.OrderID, ev.Status, err = parse(subject, data)
-	return ev, err
+	id, status, err := parse(subject, data)
+	return Event{Subject: subject, Type: eventType(subject), OrderID: id, Status: status, Data: data, Header: header, Sequence: seq, Time: t, Delivered: 1, AckFloor: floor}, err
 }
 
 // Versioned is an optional interface: a Handler that names the version of its fold. The appliance

@@ -59,17 +59,8 @@ func (p *Processor) partition(ctx context.Context, in <-chan item, size int, ski
 			continue
 		}
 		b := []item{first}
-	fill:
-		for len(b) < size {
-			select {
-			case it, ok := <-in:
-				if !ok {
-					break fill
-				}
-				b = append(b, it)
-			default:
-				break fill
-			}
+		for len(b) < size && len(in) > 0 { // only this partition receives from in: no wait
+			b = append(b, <-in)
 		}
 		skipped.Add(int64(p.handleBatch(ctx, b)))
 		for _, it := range b {
@@ -82,7 +73,7 @@ func (p *Processor) partition(ctx context.Context, in <-chan item, size int, ski
 // deliveries settled, the rest handled grouped by order, each order's events in stream order, and
 // settled. It returns how many it left unhandled because ctx was canceled.
 func (p *Processor) handleBatch(ctx context.Context, batch []item) (unhandled int) {
-	var dls deadLetters
+	var dls []deadLettered
 	defer func() { p.finishDeadLetters(ctx, dls) }()
 	// orders[k] are the events of items[k], one order's; index[id] is its k.
 	index := map[string]int{}

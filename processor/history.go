@@ -271,12 +271,11 @@ func (p *Projection) readChunk(ctx context.Context, orderID string, n int) ([]ui
 		data = e.Value()
 	} else if errors.Is(err, jetstream.ErrKeyNotFound) {
 		// A replica may lag the one that served the record: ask the leader before calling it gone.
-		var seq uint64
-		var deleted bool
-		data, seq, deleted, err = leaderget.LastBySubject(ctx, p.js, "KV_"+p.hist.Bucket(), p.histPrefix+key)
-		if err == nil && (seq == 0 || deleted) {
+		d, seq, deleted, lerr := leaderget.LastBySubject(ctx, p.js, "KV_"+p.hist.Bucket(), p.histPrefix+key)
+		if lerr == nil && (seq == 0 || deleted) {
 			return make([]uint64, HistoryChunk), nil
 		}
+		data, err = d, lerr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("history of %q: chunk %d of its index: %w", orderID, n, err)
@@ -390,17 +389,14 @@ func (p *Projection) FoldEvents(ctx context.Context, s jetstream.Stream, orderID
 	if err != nil {
 		return AsOfState{}, err
 	}
-	st, _, err := p.foldUpTo(ctx, s, orderID, r, point, r.historyCount(), fn)
-	if err != nil {
+	switch st, _, err := p.foldUpTo(ctx, s, orderID, r, point, r.historyCount(), fn); {
+	case err != nil || st.Folded > 0:
 		return st, err
-	}
-	if st.Folded == 0 {
-		if st.NotRetained > 0 || st.Unindexed > 0 {
-			return st, fmt.Errorf("order %q: %w (%d events not retained, %d older than the history index)", orderID, ErrNotRetained, st.NotRetained, st.Unindexed)
-		}
+	case st.NotRetained > 0 || st.Unindexed > 0:
+		return st, fmt.Errorf("order %q: %w (%d events not retained, %d older than the history index)", orderID, ErrNotRetained, st.NotRetained, st.Unindexed)
+	default:
 		return st, jetstream.ErrKeyNotFound
 	}
-	return st, nil
 }
 
 // foldUpTo folds the events of r's index at positions below end that lie

@@ -42,10 +42,10 @@ func Lag(ctx context.Context, js jetstream.JetStream, stream, durable string) (L
 		return l, nil
 	}
 	m, err := s.GetMsg(ctx, ci.AckFloor.Stream+1, jetstream.WithGetMsgSubject(">"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return l, nil
+	}
 	if err != nil {
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return l, nil
-		}
 		return l, fmt.Errorf("stream %q: oldest unprocessed: %w", stream, err)
 	}
 	l.OldestAt = m.Time

@@ -202,10 +202,7 @@ func (p *Projection) Applied(ctx context.Context, ev Event) (bool, error) {
 	if err == nil && !r.hasApplied(ev.Sequence) {
 		r, _, err = p.loadLatest(ctx, ev.OrderID)
 	}
-	if err != nil {
-		return false, err
-	}
-	return r.hasApplied(ev.Sequence), nil
+	return err == nil && r.hasApplied(ev.Sequence), err
 }
 
 // Handle applies one event.

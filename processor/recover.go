@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,7 +64,7 @@ func (p *Processor) addGap(from, upTo uint64) {
 		p.gaps[n-1].upTo = upTo
 		return
 	}
-	i := sort.Search(len(p.gaps), func(i int) bool { return p.gaps[i].from >= from })
+	i, _ := slices.BinarySearchFunc(p.gaps, from, func(g seqRange, from uint64) int { return cmp.Compare(g.from, from) })
 	p.gaps = slices.Insert(p.gaps, i, seqRange{from, upTo})
 	if len(p.gaps) > maxGaps {
 		p.gaps[1].from = p.gaps[0].from

@@ -14,7 +14,7 @@ import (
 // deadLetterUnapplied dead-letters an event that ran out of deliveries (cause says how), unless the
 // handler applied it after all (an earlier delivery, here or at a sibling, cut short after its
 // write; a write whose ack timed out): then it is acked. The handler is asked as [Withholder] says.
-func (p *Processor) deadLetterUnapplied(ctx context.Context, it item, cause error, dls *deadLetters) {
+func (p *Processor) deadLetterUnapplied(ctx context.Context, it item, cause error, dls *[]deadLettered) {
 	var applied bool
 	var err error
 	ac, isChecker := p.cfg.Handler.(AppliedChecker)
@@ -47,7 +47,7 @@ func (p *Processor) deadLetterUnapplied(ctx context.Context, it item, cause erro
 }
 
 // settle acks, naks or dead-letters a handled event by its handler's err, and counts it.
-func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLetters) {
+func (p *Processor) settle(ctx context.Context, it item, err error, dls *[]deadLettered) {
 	m, ev := it.msg, it.ev
 	switch {
 	case err == nil:
@@ -79,8 +79,7 @@ func (p *Processor) settle(ctx context.Context, it item, err error, dls *deadLet
 		p.deadLetterUnapplied(ctx, it, fmt.Errorf("failed %d deliveries: %w", ev.Delivered, err), dls)
 	default:
 		p.failed.Add(1)
-		i := min(int(ev.Delivered)-1, len(p.cfg.Backoff)-1)
-		delay := p.cfg.Backoff[max(i, 0)]
+		delay := p.cfg.Backoff[max(min(int(ev.Delivered)-1, len(p.cfg.Backoff)-1), 0)]
 		p.log.Warn("event failed, will retry", "seq", ev.Sequence, "subject", ev.Subject, "order_id", ev.OrderID,
 			"delivery", ev.Delivered, "retry_in", delay.String(), "err", err)
 		p.settled("nak", ev, m.NakWithDelay(delay))
@@ -134,10 +133,9 @@ func (p *Processor) settled(op string, ev Event, err error) bool {
 		delete(p.storeFails, ev.Sequence) // settled: its deliveries are counted no more
 	}
 	p.recMu.Unlock()
-	if err == nil {
-		return true
+	if err != nil {
+		p.ackErrors.Add(1)
+		p.log.Warn(op+" failed, the event will be redelivered after ack_wait", "seq", ev.Sequence, "subject", ev.Subject, "err", err)
 	}
-	p.ackErrors.Add(1)
-	p.log.Warn(op+" failed, the event will be redelivered after ack_wait", "seq", ev.Sequence, "subject", ev.Subject, "err", err)
-	return false
+	return err == nil
 }
