@@ -147,8 +147,7 @@ func inFlightAtLeader(err error) bool {
 // at the leader (a few milliseconds, longer with each attempt, jittered so that two writers part):
 // the other write is then applied, and the read that follows finds it.
 func conflictPause(ctx context.Context, attempt int) {
-	d := time.Duration(rand.Int64N(int64(min(time.Millisecond<<min(attempt, 6), 50*time.Millisecond)))) + time.Millisecond
-	t := time.NewTimer(d)
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(min(time.Millisecond<<min(attempt, 6), 50*time.Millisecond)))) + time.Millisecond)
 	defer t.Stop()
 	select {
 	case <-t.C:

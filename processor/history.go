@@ -225,18 +225,17 @@ func (p *Projection) history(ctx context.Context, s jetstream.Stream, orderID st
 // readRecord reads an order's record; a record of withheld events only is not an order, and one
 // whose history index claims more than it holds (written by hand) is refused.
 func (p *Projection) readRecord(ctx context.Context, orderID string) (record, error) {
-	r, _, err := p.load(ctx, orderID)
-	if err != nil {
+	switch r, _, err := p.load(ctx, orderID); {
+	case err != nil:
 		return record{}, err
-	}
-	if r.Events == 0 {
+	case r.Events == 0:
 		// None, or only withheld events: no order yet.
 		return record{}, jetstream.ErrKeyNotFound
-	}
-	if r.HistoryChunks < 0 || r.HistoryChunks > r.Events/HistoryChunk || r.historyCount() > r.Events {
+	case r.HistoryChunks < 0 || r.HistoryChunks > r.Events/HistoryChunk || r.historyCount() > r.Events:
 		return record{}, fmt.Errorf("projection %q: the record's history index lists %d events of its %d (written by hand?)", orderID, r.historyCount(), r.Events)
+	default:
+		return r, nil
 	}
-	return r, nil
 }
 
 // historySeqs returns the sequences at positions [from, from+limit) of r's index.
@@ -299,12 +298,11 @@ func (p *Projection) historyEvents(ctx context.Context, s jetstream.Stream, orde
 				return // its index chunk is gone: not retained
 			}
 			m, err := s.GetMsg(ctx, w[i])
-			switch {
-			case errors.Is(err, jetstream.ErrMsgNotFound):
-				return
-			case err != nil:
-				errs[i] = fmt.Errorf("history of %q: event %d: %w", orderID, w[i], err)
-				return
+			if err != nil {
+				if !errors.Is(err, jetstream.ErrMsgNotFound) {
+					errs[i] = fmt.Errorf("history of %q: event %d: %w", orderID, w[i], err)
+				}
+				return // not found: not retained
 			}
 			ev := &out[i]
 			ev.Retained = true
