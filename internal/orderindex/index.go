@@ -218,17 +218,11 @@ func (x *Index) Top(n int) (top []Count, total, otherOrders, otherStatuses int) 
 	// best holds the n largest so far, the smallest of them first.
 	var best []*statusSet
 	for _, s := range x.by {
-		if n > 0 && len(best) == n && smaller(s, best[0]) > 0 {
+		i, _ := slices.BinarySearchFunc(best, s, smaller)
+		if best = slices.Insert(best, i, s); len(best) > n { // the smallest of n+1 is another
 			otherOrders += best[0].tree.Len()
 			otherStatuses++
 			best = best[1:]
-		}
-		if len(best) < n {
-			i, _ := slices.BinarySearchFunc(best, s, smaller)
-			best = slices.Insert(best, i, s)
-		} else {
-			otherOrders += s.tree.Len()
-			otherStatuses++
 		}
 	}
 	for i := len(best) - 1; i >= 0; i-- {
@@ -257,8 +251,7 @@ func (x *Index) Stale() map[string]int {
 func (s *statusSet) count(now time.Time) Count {
 	c := Count{Status: s.name, Orders: s.tree.Len()}
 	if s.staleAfter > 0 {
-		n := s.countStale(now)
-		c.Stale = &n
+		c.Stale = new(s.countStale(now))
 	}
 	return c
 }
