@@ -234,13 +234,7 @@ func (c *Config) secrets() []*string {
 }
 
 // Encode writes c as TOML: the effective configuration `check -print` shows. Secrets are masked.
-func (c Config) Encode() ([]byte, error) {
-	var b bytes.Buffer
-	if err := toml.NewEncoder(&b).Encode(c.Redacted()); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
+func (c Config) Encode() ([]byte, error) { return toml.Marshal(c.Redacted()) }
 
 // SecretFileWarnings names each file holding a secret that users other than its owner and group can
 // read: the configuration at path (when it holds a password or token), admin.token_file and every
