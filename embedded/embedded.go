@@ -451,10 +451,7 @@ func (c Config) options() (*server.Options, error) {
 		byName[a.Name] = a
 	}
 	account := func(name string) *server.Account {
-		if name == "" {
-			return nil
-		}
-		if a := byName[name]; a != nil {
+		if a := byName[name]; a != nil || name == "" {
 			return a
 		}
 		a := server.NewAccount(name)
@@ -636,16 +633,13 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	begin := time.Now()
-	for {
+	for ready := false; !ready; ready = ns.ReadyForConnections(time.Millisecond) {
 		select {
 		case msg := <-fatal:
 			return nil, fmt.Errorf("start embedded nats: %s", msg)
 		case <-ctx.Done():
 			return nil, fatalOr(fmt.Errorf("start embedded nats: not ready after %s: %w", time.Since(begin).Round(time.Millisecond), ctx.Err()))
 		case <-tick.C:
-		}
-		if ns.ReadyForConnections(time.Millisecond) {
-			break
 		}
 	}
 	if !ns.JetStreamEnabled() {
