@@ -161,7 +161,11 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	// The shadow's orders: what is copied, and what is kept.
 	inShadow := map[string]bool{}
 	var partial, conflicts, total uint64
+	untouched := uint64(len(live)) // live orders the shadow does not hold
 	if err := eachValue(ctx, skv, func(id string, _ []byte) error {
+		if _, ok := live[id]; ok {
+			untouched--
+		}
 		switch {
 		case t.Keep[id]:
 			conflicts++
@@ -229,12 +233,6 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	}
 	if err := b.Sync(ctx, streams...); err != nil {
 		return fmt.Errorf("making the copy durable: %w", err)
-	}
-	var untouched uint64
-	for id := range live {
-		if !inShadow[id] {
-			untouched++
-		}
 	}
 	t.Rebuilt, t.Partial, t.Conflicts, t.Untouched = copied, partial, conflicts, untouched
 	b.Reads(nil, nil)

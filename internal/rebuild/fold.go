@@ -139,10 +139,8 @@ func (r *Runner) fold(ctx context.Context, st *state) error {
 	// The replay scan and the reader run beside the fold; it stops and joins them before returning.
 	gctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	defer func() {
-		stop()
-		wg.Wait()
-	}()
+	defer wg.Wait() // after stop
+	defer stop()
 	// The scan reads every event's headers, so that an order with a replayed event is rebuilt
 	// rather than kept as it is; it is skipped when there can be no replay to find
 	// (mayHaveReplays). Without it the fold still folds no event twice: a replay whose original it
@@ -280,14 +278,9 @@ func (f *folder) step(ctx context.Context, upTo uint64) (int, error) {
 	f.skipMu.Lock() // the replay scan adds to skip meanwhile
 	st := f.st
 	floor := st.Position
-	var (
-		orders  [][]processor.Event
-		index   = map[string]int{}
-		n       int
-		lastSeq = st.Position
-		poison  uint64
-		dead    uint64
-	)
+	var orders [][]processor.Event
+	var poison, dead uint64
+	index, n, lastSeq := map[string]int{}, 0, st.Position
 	for _, m := range b.msgs {
 		n++
 		md, err := m.Metadata()

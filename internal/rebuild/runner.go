@@ -176,13 +176,11 @@ func (r *Runner) Start(ctx context.Context, opts Options) (*status.Rebuild, erro
 			return nil, fmt.Errorf("%w: from_time %s is after every event of stream %q (%s): nothing would be folded", ErrBadRequest, opts.FromTime.UTC().Format(time.RFC3339Nano), r.cfg.Stream, last)
 		}
 	}
-	r.mu.Lock()
-	running, starting := r.st.running(), r.starting
-	if !running && !starting {
-		r.starting = true // one Start at a time claims (Config.Claim)
-	}
-	r.mu.Unlock()
-	if running || starting {
+	if locked(r, func() bool {
+		busy := r.st.running() || r.starting
+		r.starting = r.starting || !busy // one Start at a time claims (Config.Claim)
+		return busy
+	}) {
 		return r.Status(), ErrRunning
 	}
 	defer r.update(func() { r.starting = false })
@@ -263,8 +261,7 @@ func (r *Runner) Run(ctx context.Context) error {
 func (r *Runner) job(ctx context.Context, st *state) error {
 	jctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	canceled := locked(r, func() bool { r.cancel = cancel; return r.canceled })
-	if canceled {
+	if locked(r, func() bool { r.cancel = cancel; return r.canceled }) {
 		cancel()
 	}
 	err := r.fold(jctx, st)
@@ -277,10 +274,15 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 		}
 		// From the last checkpoint, as a restart would: what the fold did since (its position, the
 		// dead letters it read, the orders it keeps) is redone.
-		if rerr := r.reloadSaved(st); rerr != nil {
+		saved, rerr := readState(r.cfg.StatePath)
+		if rerr == nil && (saved.ID != st.ID || !saved.running()) {
+			rerr = fmt.Errorf("rebuild state %q holds rebuild %s (%s), not %s", r.cfg.StatePath, saved.ID, saved.State, st.ID)
+		}
+		if rerr != nil {
 			err = errors.Join(err, rerr)
 			continue
 		}
+		r.update(func() { *st = *saved })
 		err = r.fold(jctx, st)
 	}
 	if err == nil {
@@ -289,7 +291,7 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 		}
 		return nil
 	}
-	r.update(func() { canceled, r.cancel = r.canceled, nil })
+	canceled := locked(r, func() bool { r.cancel = nil; return r.canceled })
 	if errors.As(err, new(errTakeoverLeft)) || r.takingOver(st) {
 		if ctx.Err() != nil {
 			r.cfg.Log.Info("projection rebuild: stopped with the appliance while taking over; the next start finishes the takeover before the processor runs", "id", st.ID)
@@ -305,9 +307,8 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer dcancel()
 	derr := r.cfg.Target.Discard(dctx)
-	end := time.Now().UTC()
 	r.mu.Lock()
-	st.EndedAt = &end
+	st.EndedAt = new(time.Now().UTC())
 	if canceled {
 		st.State = status.RebuildCanceled
 		r.cfg.Log.Info("projection rebuild canceled; the live projection is as it was", "id", st.ID, "position", st.Position)
@@ -323,19 +324,6 @@ func (r *Runner) job(ctx context.Context, st *state) error {
 	}
 	r.mu.Unlock()
 	r.release(st.ID)
-	return nil
-}
-
-// reloadSaved resets st to the rebuild's state as last saved.
-func (r *Runner) reloadSaved(st *state) error {
-	saved, err := readState(r.cfg.StatePath)
-	if err != nil {
-		return err
-	}
-	if saved.ID != st.ID || !saved.running() {
-		return fmt.Errorf("rebuild state %q holds rebuild %s (%s), not %s", r.cfg.StatePath, saved.ID, saved.State, st.ID)
-	}
-	r.update(func() { *st = *saved })
 	return nil
 }
 

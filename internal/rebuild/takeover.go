@@ -160,9 +160,8 @@ func (r *Runner) takeover(ctx context.Context, st *state) error {
 			r.cfg.Log.Error("projection rebuild: recording its end", "err", err)
 		}
 	}
-	end := time.Now().UTC()
 	r.update(func() {
-		st.State, st.EndedAt, st.Error, st.Keep = status.RebuildDone, &end, "", nil
+		st.State, st.EndedAt, st.Error, st.Keep = status.RebuildDone, new(time.Now().UTC()), "", nil
 		st.Rebuilt, st.Partial, st.Conflicts, st.Untouched = t.Rebuilt, t.Partial, t.Conflicts, t.Untouched
 	})
 	r.cfg.Log.Info("projection rebuild done", "id", st.ID, "position", st.Position, "rebuilt", t.Rebuilt, "partial_kept", t.Partial,
