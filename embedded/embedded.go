@@ -428,23 +428,15 @@ func (c Config) options() (*server.Options, error) {
 		o.TLSVerify = c.TLS.ClientAuth == tls.RequireAndVerifyClientCert
 		o.TLSTimeout = cmp.Or(max(c.TLSTimeout, 0), 2*time.Second).Seconds()
 	}
-	if c.EncryptionKey != "" {
-		o.JetStreamKey = c.EncryptionKey
-		o.JetStreamCipher = server.ChaCha
-		if c.Cipher == CipherAES {
-			o.JetStreamCipher = server.AES
-		}
+	o.JetStreamKey = c.EncryptionKey // with the zero JetStreamCipher, server.ChaCha
+	if c.EncryptionKey != "" && c.Cipher == CipherAES {
+		o.JetStreamCipher = server.AES
 	}
 	o.JetStreamAdmit, o.AwaitInterest = c.Admit, c.AwaitInterest
 	o.MappingsExemptNkey = c.MappingsExemptNkey
-	switch {
-	case c.GroupCommit:
-		o.GroupCommit, o.SyncInterval = true, c.SyncInterval
+	o.GroupCommit, o.SyncInterval, o.SyncAlways = c.GroupCommit, c.SyncInterval, c.SyncInterval == 0 && !c.GroupCommit
+	if c.GroupCommit {
 		o.GroupCommitRound, o.GroupCommitError = c.GroupCommitRound, c.GroupCommitFailed
-	case c.SyncInterval == 0:
-		o.SyncAlways = true
-	default:
-		o.SyncInterval = c.SyncInterval
 	}
 	byName := map[string]*server.Account{}
 	for _, a := range o.Accounts {
@@ -492,14 +484,12 @@ func (c Config) options() (*server.Options, error) {
 	}
 	for _, a := range c.Accounts {
 		for _, im := range a.Imports {
+			add, kind, to := byName[a.Name].AddServiceImport, "import", cmp.Or(im.To, im.Subject)
 			if im.Stream {
-				if err := byName[a.Name].AddMappedStreamImport(byName[im.Account], im.Subject, im.To); err != nil {
-					return nil, fmt.Errorf("account %q: stream import %q from %q: %w", a.Name, im.Subject, im.Account, err)
-				}
-				continue
+				add, kind, to = byName[a.Name].AddMappedStreamImport, "stream import", im.To
 			}
-			if err := byName[a.Name].AddServiceImport(byName[im.Account], im.Subject, cmp.Or(im.To, im.Subject)); err != nil {
-				return nil, fmt.Errorf("account %q: import %q from %q: %w", a.Name, im.Subject, im.Account, err)
+			if err := add(byName[im.Account], im.Subject, to); err != nil {
+				return nil, fmt.Errorf("account %q: %s %q from %q: %w", a.Name, kind, im.Subject, im.Account, err)
 			}
 		}
 	}
