@@ -20,6 +20,5 @@ func tryLock(f *os.File) (held bool, err error) {
 }
 
 func unlock(f *os.File) error {
-	ol := &windows.Overlapped{OffsetHigh: 1}
-	return windows.UnlockFileEx(windows.Handle(f.Fd()), 0, 1, 0, ol)
+	return windows.UnlockFileEx(windows.Handle(f.Fd()), 0, 1, 0, &windows.Overlapped{OffsetHigh: 1})
 }

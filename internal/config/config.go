@@ -173,13 +173,12 @@ func (c *Config) resolvePaths(dir string) {
 		}
 	}
 	tls := func(t *orderstore.TLSConfig) { rel(&t.CertFile); rel(&t.KeyFile); rel(&t.CAFile) }
-	rel(&c.JetStream.StoreDir)
-	rel(&c.Admin.TokenFile)
-	rel(&c.JetStream.EncryptionKeyFile)
-	tls(&c.Admin.TLS)
-	tls(&c.Server.TLS)
-	tls(&c.Cluster.TLS)
-	tls(&c.LeafNode.TLS)
+	for _, p := range []*string{&c.JetStream.StoreDir, &c.Admin.TokenFile, &c.JetStream.EncryptionKeyFile} {
+		rel(p)
+	}
+	for _, t := range []*orderstore.TLSConfig{&c.Admin.TLS, &c.Server.TLS, &c.Cluster.TLS, &c.LeafNode.TLS} {
+		tls(t)
+	}
 	for i := range c.Server.Users {
 		rel(&c.Server.Users[i].PasswordFile)
 	}

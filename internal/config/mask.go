@@ -13,12 +13,18 @@ import (
 // parser's message quotes masked when a secret key is near: a syntax error must not copy a secret
 // into the journal, and should show what is wrong with the rest.
 func syntaxError(pe toml.ParseError, src []byte) string {
-	var b strings.Builder
+	var shown strings.Builder // the lines up to the error's, masked
 	line, col := pe.Position.Line, pe.Position.Col
 	lines := strings.Split(string(src), "\n")
 	secretNear := secretKey.MatchString(pe.LastKey) || line < 1
+	inString := multiLineStrings(lines)
 	for i := max(1, line-2); i <= min(line, len(lines)); i++ {
 		secretNear = secretNear || secretKey.MatchString(lines[i-1])
+		l := MaskLine(strings.TrimRight(lines[i-1], "\r"))
+		if inString[i-1] {
+			l = "***" // inside a multi-line string: all of it is the value
+		}
+		fmt.Fprintf(&shown, "\n  %5d | %s", i, l)
 	}
 	msg := urlPassword.ReplaceAllString(pe.Message, "${1}***@")
 	if secretNear {
@@ -27,19 +33,10 @@ func syntaxError(pe toml.ParseError, src []byte) string {
 	if line < 1 {
 		return "syntax error: " + msg
 	}
-	fmt.Fprintf(&b, "syntax error at line %d, column %d: %s", line, col, msg)
 	if pe.LastKey != "" {
-		fmt.Fprintf(&b, " (last key %q)", pe.LastKey)
+		msg += fmt.Sprintf(" (last key %q)", pe.LastKey)
 	}
-	inString := multiLineStrings(lines)
-	for i := max(1, line-2); i <= min(line, len(lines)); i++ {
-		l := MaskLine(strings.TrimRight(lines[i-1], "\r"))
-		if inString[i-1] {
-			l = "***" // inside a multi-line string: all of it is the value
-		}
-		fmt.Fprintf(&b, "\n  %5d | %s", i, l)
-	}
-	return b.String()
+	return fmt.Sprintf("syntax error at line %d, column %d: %s", line, col, msg) + shown.String()
 }
 
 // multiLineStrings marks the lines that begin inside a multi-line string
