@@ -290,13 +290,6 @@ func nanos(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-func timeOf(at int64) time.Time {
-	if at == math.MinInt64 {
-		return time.Time{}
-	}
-	return time.Unix(0, at).UTC()
-}
-
 // source is one tree a listing reads, up to a time bound (inclusive).
 type source struct {
 	tree  *btree.BTreeG[item]
@@ -357,7 +350,10 @@ func (x *Index) List(q Query) (Page, error) {
 	for i, it := range items {
 		status := x.byID[it.id].set.name
 		d := x.staleAfter[status]
-		p.Orders[i] = Entry{OrderID: it.id, Status: status, LastEventAt: timeOf(it.at), Stale: d > 0 && it.at <= now.Add(-d).UnixNano()}
+		p.Orders[i] = Entry{OrderID: it.id, Status: status, Stale: d > 0 && it.at <= now.Add(-d).UnixNano()}
+		if it.at != math.MinInt64 { // else the zero time
+			p.Orders[i].LastEventAt = time.Unix(0, it.at).UTC()
+		}
 	}
 	return p, nil
 }
