@@ -191,7 +191,7 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 			if dot := strings.LastIndexByte(key, '.'); dot <= 0 || keptLive(key[:dot]) || !inShadow[key[:dot]] {
 				return nil // kept, or an order the shadow does not hold
 			}
-			return w.put("$KV."+b.LiveHistory+"."+key, value)
+			return w.send(&nats.Msg{Subject: "$KV." + b.LiveHistory + "." + key, Data: value})
 		})
 		if err := errors.Join(err, w.wait()); err != nil {
 			return fmt.Errorf("copying the history index into %q: %w", b.LiveHistory, err)
@@ -207,12 +207,13 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 		if err := json.Unmarshal(value, &h); err != nil {
 			return fmt.Errorf("order %q: %w", id, err)
 		}
-		if err := w.put("$KV."+b.Live+"."+id, value); err != nil {
+		if err := w.send(&nats.Msg{Subject: "$KV." + b.Live + "." + id, Data: value}); err != nil {
 			return err
 		}
 		if lhkv != nil {
-			for n := h.HistoryChunks; n < live[id].HistoryChunks; n++ {
-				if err := w.del("$KV." + b.LiveHistory + "." + id + "." + strconv.Itoa(n)); err != nil {
+			for n := h.HistoryChunks; n < live[id].HistoryChunks; n++ { // deleted
+				del := nats.Header{"KV-Operation": {"DEL"}}
+				if err := w.send(&nats.Msg{Subject: "$KV." + b.LiveHistory + "." + id + "." + strconv.Itoa(n), Header: del}); err != nil {
 					return err
 				}
 			}
@@ -311,16 +312,6 @@ func (c *copier) collect() {
 		case <-c.ctx.Done():
 		}
 	}
-}
-
-func (c *copier) put(subject string, value []byte) error {
-	return c.send(&nats.Msg{Subject: subject, Data: value})
-}
-
-func (c *copier) del(subject string) error {
-	m := nats.NewMsg(subject)
-	m.Header.Set("KV-Operation", "DEL")
-	return c.send(m)
 }
 
 func (c *copier) send(m *nats.Msg) error {

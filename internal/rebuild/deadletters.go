@@ -82,8 +82,7 @@ func (r *Runner) pull(ctx context.Context, stream string, from, to uint64, batch
 				return nil // the last one: no need to wait out the fetch
 			}
 		}
-		err = b.Error()
-		if errors.Is(err, nats.ErrTimeout) {
+		if err = b.Error(); errors.Is(err, nats.ErrTimeout) {
 			err = nil
 		}
 		if err := after(n, err); err != nil || n == 0 {

@@ -184,27 +184,27 @@ func (r *Runner) Start(ctx context.Context, opts Options) (*status.Rebuild, erro
 		return r.Status(), ErrRunning
 	}
 	defer r.update(func() { r.starting = false })
+	var err error
 	if r.cfg.Check != nil {
-		if err := r.cfg.Check(ctx); err != nil {
-			return nil, err
-		}
+		err = r.cfg.Check(ctx)
 	}
 	id := nuid.Next()
-	if r.cfg.Claim != nil {
-		if err := r.cfg.Claim(ctx, id); err != nil {
-			return nil, err
-		}
+	if err == nil && r.cfg.Claim != nil {
+		err = r.cfg.Claim(ctx, id)
+	}
+	if err != nil {
+		return nil, err
 	}
 	st := &state{Rebuild: status.Rebuild{ID: id, State: status.RebuildFolding, Reason: cmp.Or(opts.Reason, "requested"),
 		FromSeq: opts.FromSeq, ReplacePartial: opts.ReplacePartial, Version: r.cfg.Version, StartedAt: time.Now().UTC()},
 		FromTime: opts.FromTime, Fresh: true}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.st.running() {
-		r.release(id)
-		return nil, ErrRunning
+	err = ErrRunning
+	if !r.st.running() {
+		err = r.saveLocked(st)
 	}
-	if err := r.saveLocked(st); err != nil {
+	if err != nil {
 		r.release(id)
 		return nil, err
 	}
