@@ -163,7 +163,7 @@ func (b *Buckets) Takeover(ctx context.Context, t *Takeover) error {
 	var partial, conflicts, total uint64
 	untouched := uint64(len(live)) // live orders the shadow does not hold
 	if err := eachValue(ctx, skv, func(id string, _ []byte) error {
-		if _, ok := live[id]; ok {
+		if _, ok := live[id]; ok && !inShadow[id] { // once, were a key delivered twice
 			untouched--
 		}
 		switch {
