@@ -32,7 +32,6 @@ type fast struct {
 	limits            [6]int              // of limitNames; -1 for none
 	bounds            [4]*bound           // of boundNames
 	enum              []any               // strings, booleans and nil only; nil for any
-	enumStrs          []string            // the strings of enum
 	pattern           *regexp.Regexp      // compiled as the library does (Go's regexp); nil for none
 }
 
@@ -194,10 +193,7 @@ func (c *fastCompiler) compile(doc any, root bool, depth int, path string) *fast
 			ok = ok && s.enum == nil && (isArr || k == "const")
 			s.enum = cmpSel(k == "const", []any{v}, a)
 			for _, e := range s.enum {
-				str, isStr := e.(string)
-				if isStr {
-					s.enumStrs = append(s.enumStrs, str)
-				}
+				_, isStr := e.(string)
 				_, isBool := e.(bool)
 				ok = ok && (isStr || isBool || e == nil)
 			}
@@ -319,14 +315,13 @@ func (w *walk) str() ([]byte, bool) {
 	// One pass, 8 bytes at a time, to the first quote, backslash, control or non-ASCII byte: the
 	// end of most strings.
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	special := func(x uint64) uint64 { // the high bit of a byte at or after the first such byte
-		q, b := x^ones*'"', x^ones*'\\'
-		return ((x-ones*0x20)&^x | (q-ones)&^q | (b-ones)&^b | x) & highs
-	}
 	j := i
-	for ; j+16 <= len(d) && special(binary.LittleEndian.Uint64(d[j:]))|special(binary.LittleEndian.Uint64(d[j+8:])) == 0; j += 16 {
-	}
-	for ; j+8 <= len(d) && special(binary.LittleEndian.Uint64(d[j:])) == 0; j += 8 {
+	for ; j+8 <= len(d); j += 8 {
+		x := binary.LittleEndian.Uint64(d[j:])
+		q, b := x^ones*'"', x^ones*'\\'
+		if ((x-ones*0x20)&^x|(q-ones)&^q|(b-ones)&^b|x)&highs != 0 {
+			break
+		}
 	}
 	for ; j < len(d) && d[j] != '\\' && d[j] >= 0x20 && d[j] < 0x80; j++ {
 		if d[j] == '"' {
@@ -479,7 +474,7 @@ func (s *fast) value(w *walk) bool {
 		return found&s.required == s.required && s.within(n, cmpSel(c == '{', 4, 2))
 	case '"':
 		str, ok := w.str()
-		return ok && s.is(tString) && (s.limits[0] < 0 && s.limits[1] < 0 || s.within(w.runes(str), 0)) && (s.enum == nil || s.inStrs(str)) &&
+		return ok && s.is(tString) && (s.limits[0] < 0 && s.limits[1] < 0 || s.within(w.runes(str), 0)) && (s.enum == nil || s.in(string(str))) &&
 			(s.pattern == nil || s.pattern.Match(str))
 	case 't', 'f', 'n':
 		for i, lit := range []string{"true", "false", "null"} {
@@ -516,16 +511,6 @@ func (s *fast) value(w *walk) bool {
 func (s *fast) is(t uint8) bool { return s.types == 0 || s.types&t != 0 }
 
 func (s *fast) in(v any) bool { return s.enum == nil || slices.Contains(s.enum, v) }
-
-// inStrs reports that str is one of enum's strings.
-func (s *fast) inStrs(str []byte) bool {
-	for _, e := range s.enumStrs {
-		if e == string(str) {
-			return true
-		}
-	}
-	return false
-}
 
 // within reports that n is within the limits at i and i+1 (a minimum and a maximum).
 func (s *fast) within(n, i int) bool {
