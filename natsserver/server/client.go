@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch, 0008-own-user.patch, 0009-reply-denied.patch, 0012-ack-permission-cache.patch, 0015-ack-match-cache.patch, 0019-deliver-denied.patch, 0025-admit-fast-path.patch; see natsserver/README.md).
+// (patches: 0004-await-interest.patch, 0005-no-client-info-on-acks.patch, 0008-own-user.patch, 0009-reply-denied.patch, 0012-ack-permission-cache.patch, 0015-ack-match-cache.patch, 0019-deliver-denied.patch, 0025-admit-fast-path.patch, 0026-inbox-match-cache.patch; see natsserver/README.md).
 
 // Copyright 2012-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -4706,7 +4706,12 @@ func (c *client) processInboundClientMsg(msg []byte) (bool, bool) {
 	// Go back to the sublist data structure.
 	if !ok {
 		// Match may use the subject here to populate a cache, so can not use bytesToString here.
-		r = acc.sl.Match(string(c.pa.subject))
+		// (orderstore, 0026-inbox-match-cache) It does not cache a one-shot subject.
+		if oneShotSubject(bytesToString(c.pa.subject)) {
+			r = acc.sl.Match(bytesToString(c.pa.subject))
+		} else {
+			r = acc.sl.Match(string(c.pa.subject))
+		}
 		if len(r.psubs)+len(r.qsubs) > 0 && !ack {
 			// Prune the results cache. Keeps us from unbounded growth. Random delete.
 			if len(c.in.results) >= maxResultCacheSize {

@@ -1,5 +1,5 @@
 // Modified by orderstore: this file differs from github.com/nats-io/nats-server/v2@v2.15.3
-// (patches: 0015-ack-match-cache.patch; see natsserver/README.md).
+// (patches: 0015-ack-match-cache.patch, 0026-inbox-match-cache.patch; see natsserver/README.md).
 
 // Copyright 2016-2026 The NATS Authors
 // Licensed under the Apache License, Version 2.0 (the "License");
@@ -578,6 +578,17 @@ func (s *Sublist) NumInterest(subject string) (np, nq int) {
 	return
 }
 
+// oneShotSubject reports whether the sublist's cache is not worth its
+// churn for subject (orderstore, 0026-inbox-match-cache): a consumer ack's
+// is published once, and a reply inbox's ("_INBOX...": a PubAck's or a
+// request's answer, each with a token of its own) is published once or,
+// by a pull consumer, a batch's times in a row, which the sending
+// client's own cache still keeps. Each store took the sublist's write
+// lock, against every read loop matching under its read lock.
+func oneShotSubject(subject string) bool {
+	return strings.HasPrefix(subject, jsAckPre) || strings.HasPrefix(subject, "_INBOX")
+}
+
 func (s *Sublist) matchNoLock(subject string) *SublistResult {
 	return s.match(subject, false, false)
 }
@@ -589,8 +600,8 @@ func (s *Sublist) match(subject string, doLock bool, doCopyOnCache bool) *Sublis
 	// one delivery and is not published again: it is matched without the
 	// cache, neither read nor stored (each store took the write lock and
 	// a copy, and every 1,024 of them a sweep dropped the subjects that
-	// are published again).
-	ack := strings.HasPrefix(subject, jsAckPre)
+	// are published again). (0026-inbox-match-cache) So is a reply inbox.
+	ack := oneShotSubject(subject)
 
 	// Check cache first.
 	if doLock {
