@@ -230,8 +230,9 @@ function renderIngest(g) {
 
 // renderValidation shows schema validation at ingest: the schema of each
 // event type and whether the fast check takes it (else the first keyword
-// that keeps it off: the library alone checks it), the policy for the other types, what was refused (per type
-// and reason, most first) and the refusal rate. Hidden when validation
+// that keeps it off: the library alone checks it), the policy for the
+// other types, what was refused (per type and reason, most first) and the
+// refusal rate. Hidden when validation
 // checks nothing. Types, reasons and files are written as text: a type
 // is a subject's token, chosen by whoever publishes.
 const VAL_ROWS = 10; // refusal rows shown; the rest are summed up below
